@@ -1,0 +1,32 @@
+# Project-wide warnings and sanitizer switches, applied through the slidedp_options interface target
+# so third-party code (Eigen, yaml-cpp headers) is not forced into our warning level.
+add_library(slidedp_options INTERFACE)
+target_compile_options(slidedp_options INTERFACE
+  $<$<COMPILE_LANGUAGE:CXX>:-Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wno-missing-field-initializers>)
+if(SLIDEDP_WERROR)
+  target_compile_options(slidedp_options INTERFACE $<$<COMPILE_LANGUAGE:CXX>:-Werror>)
+endif()
+target_include_directories(slidedp_options INTERFACE ${PROJECT_SOURCE_DIR})
+
+if(SLIDEDP_SANITIZE STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+elseif(SLIDEDP_SANITIZE STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+endif()
+
+# Helper: a project library with our options. Usage: slidedp_library(name SOURCES... DEPS ...)
+function(slidedp_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_library(${name} STATIC ${ARG_SOURCES})
+  target_link_libraries(${name} PUBLIC slidedp_options ${ARG_DEPS})
+endfunction()
+
+# Helper: a command-line tool, placed in build/bin so scripts find every slidedp-* in one folder.
+function(slidedp_tool name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;DEPS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_link_libraries(${name} PRIVATE slidedp_options ${ARG_DEPS})
+  set_target_properties(${name} PROPERTIES RUNTIME_OUTPUT_DIRECTORY ${PROJECT_BINARY_DIR}/bin)
+endfunction()

@@ -1,0 +1,70 @@
+// File helpers; see file_util.h.
+#include "common/file_util.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "common/error.h"
+
+namespace slidedp {
+
+std::string read_text_file(const std::string& path) {
+  if (!std::filesystem::exists(path)) throw IoError(path, "no such file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw IoError(path, "cannot open for reading");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) throw IoError(path, "read failed");
+  return ss.str();
+}
+
+void fsync_path(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY);
+  if (fd < 0) throw IoError(path, std::string("cannot open for fsync: ") + std::strerror(errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError(path, std::string("fsync failed: ") + std::strerror(err));
+}
+
+void write_file_atomic(const std::string& path, std::string_view content) {
+  namespace fs = std::filesystem;
+  fs::path target(path);
+  fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) throw IoError(tmp, std::string("cannot create: ") + std::strerror(errno));
+  const char* p = content.data();
+  std::size_t left = content.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, p, left);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      throw IoError(path, std::string("write failed: ") + std::strerror(err));
+    }
+    p += n;
+    left -= static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw IoError(path, std::string("fsync/close failed: ") + std::strerror(err));
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw IoError(path, std::string("rename failed: ") + std::strerror(err));
+  }
+  fsync_path(dir.string());
+}
+
+}  // namespace slidedp

@@ -1,0 +1,19 @@
+// Whole-file reads and atomic writes. Atomic = write to a temporary file in the same folder, fsync,
+// rename over the target, fsync the folder: a reader sees the old file or the new one, never half.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace slidedp {
+
+// Throws IoError naming the path when the file is missing or unreadable.
+std::string read_text_file(const std::string& path);
+
+// Throws IoError naming the path when any step fails; the temporary file is removed.
+void write_file_atomic(const std::string& path, std::string_view content);
+
+// fsync a file or folder by path (throws IoError).
+void fsync_path(const std::string& path);
+
+}  // namespace slidedp

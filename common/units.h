@@ -1,0 +1,21 @@
+// Parsing and printing of quantities with units: byte sizes ("70GiB", "80GB"), durations and rates.
+// Decimal prefixes (GB = 1e9) and binary prefixes (GiB = 2^30) are both accepted, as users write both.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace slidedp {
+
+// "123", "1.5e9", "80GB", "70 GiB", "512MiB", "4k" -> bytes. Throws InputError on anything else.
+int64_t parse_bytes(const std::string& text);
+
+std::string format_bytes(double bytes);         // "1.50 GiB"
+std::string format_seconds(double seconds);     // "12.3 ms", "4.56 s", "1h 02m"
+std::string format_si(double value, const std::string& unit);  // "1.23 G" + unit
+std::string format_count(double value);         // "14.77 B" for parameter counts
+
+constexpr double kGB = 1e9;    // links and bandwidths are quoted in decimal GB/s everywhere
+constexpr double kGiB = 1073741824.0;
+
+}  // namespace slidedp

@@ -1,0 +1,113 @@
+// The hardware profile: what one host with N GPUs can do, in the units the step model needs.
+// Presets (model/presets/hardware/*.yaml, every value with its source) and profiles written by
+// slidedp-profile share this schema. Rates are decimal GB/s and FLOP/s.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/unit_layout.h"
+
+namespace slidedp {
+
+struct GpuSpec {
+  std::string model;               // "H100 SXM"
+  int count = 1;                   // GPUs in the host
+  int64_t mem_bytes = 0;           // device memory per GPU
+  double bf16_peak_flops = 0;      // dense bf16 with fp32 accumulation, datasheet
+  double matmul_efficiency = 0.7;  // achieved / peak for layer-sized GEMMs
+  double attention_efficiency = 0.45;
+  double hbm_gbps = 0;             // device memory bandwidth (elementwise work)
+  double kernel_overhead_s = 0;    // fixed time per unit pass (launches, small kernels)
+  // CPU backend: "devices" are threads of this host. Their compute then occupies host cores and their
+  // copies are memcpy through host memory, so the model charges those shared resources as well.
+  bool emulated_on_host = false;
+  int host_threads_per_device = 1;
+};
+
+struct HostLinkSpec {
+  double h2d_gbps = 0;        // one GPU copying alone, pinned memory
+  double d2h_gbps = 0;
+  double h2d_all_gbps = 0;    // per GPU while all GPUs copy in the same direction at once
+  double d2h_all_gbps = 0;
+  double h2d_bidir_gbps = 0;  // per GPU while all GPUs copy in both directions at once
+  double d2h_bidir_gbps = 0;
+  double latency_s = 10e-6;   // per copy (issue + completion)
+};
+
+struct FabricSpec {
+  std::string kind = "nvlink";  // nvlink | pcie_p2p | via_host | none
+  double allgather_busbw_gbps = 0;       // NCCL bus bandwidth (nccl-tests definition)
+  double reduce_scatter_busbw_gbps = 0;
+  double latency_s = 20e-6;     // per collective call
+  // via_host: no peer-to-peer path; collective bytes cross the host links and host memory too.
+  bool via_host() const { return kind == "via_host"; }
+};
+
+struct HostSpec {
+  double mem_bw_gbps = 0;        // sustained host-memory bandwidth shared by DMA, reduction, AdamW
+  int64_t ram_bytes = 0;
+  int64_t pinned_limit_bytes = 0;  // how much may be page-locked
+};
+
+// A measured rate at a thread count; a table of them is interpolated piecewise-linearly.
+struct RatePoint {
+  int threads = 1;
+  double rate = 0;
+};
+
+struct CpuSpec {
+  std::string model;
+  int cores = 1;
+  std::vector<RatePoint> adamw_params_per_s;  // fused AdamW with bf16 grads and bf16 mirror
+  std::vector<RatePoint> reduce_gbps;         // N-way bf16 -> fp32 reduction, input bytes/s
+  double convert_gbps_per_thread = 10.0;      // fp32 -> bf16 conversion (SlideFormer's per-load step)
+  // Rate at `threads` (interpolated; flat beyond the table's last point). Aborts on an empty table.
+  static double interpolate(const std::vector<RatePoint>& table, double threads);
+};
+
+// Measured compute time of one unit kind for one model (from slidedp-profile):
+// seconds = fixed_s + per_token_s * tokens + per_token_ctx_s * tokens * seq_len.
+struct TimeFit {
+  double fixed_s = 0;
+  double per_token_s = 0;
+  double per_token_ctx_s = 0;
+  double eval(double tokens, double seq_len) const {
+    return fixed_s + per_token_s * tokens + per_token_ctx_s * tokens * seq_len;
+  }
+};
+struct UnitTimeProfile {
+  std::string model;  // model card name the fit belongs to
+  UnitKind unit = UnitKind::kDecoder;
+  TimeFit forward;
+  TimeFit backward;
+  TimeFit recompute;
+};
+
+struct Hardware {
+  std::string name;
+  std::string description;
+  GpuSpec gpu;
+  HostLinkSpec link;
+  FabricSpec fabric;
+  HostSpec host;
+  CpuSpec cpu;
+  std::vector<UnitTimeProfile> unit_times;
+  std::map<std::string, std::string> sources;  // key path -> where the value came from
+
+  const UnitTimeProfile* find_unit_time(const std::string& model, UnitKind unit) const;
+  void validate(const std::string& origin) const;
+};
+
+std::vector<std::string> hardware_preset_names();
+bool is_hardware_preset(const std::string& name);
+Hardware hardware_preset(const std::string& name);
+// A preset name or a YAML file (preset or profile schema). Throws InputError / IoError.
+Hardware load_hardware(const std::string& name_or_path);
+Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& origin);
+std::string hardware_to_yaml(const Hardware& hw);
+
+}  // namespace slidedp

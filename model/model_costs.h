@@ -1,0 +1,51 @@
+// What one unit costs per step, derived from the model card: FLOPs of forward, backward and
+// recompute, and activation bytes by policy. Shared by the analytical model, the simulator, the
+// memory model and the planner, so they can never disagree on the work itself.
+//
+// FLOP conventions (multiply-add = 2 FLOPs). Causal attention over a sequence of T tokens does
+// T(T+1)/2 query-key pairs, each costing 2*hd FLOPs for QK^T and 2*hd for PV per head. Backward is
+// 2x the forward for GEMMs (grad input + grad weight) and 2.5x for flash-style attention (it
+// recomputes the scores: 5 matmuls against 2). Recompute repeats the forward.
+#pragma once
+
+#include <cstdint>
+
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+
+namespace slidedp {
+
+enum class ActivationPolicy { kKeep, kRecompute, kOffload };
+const char* activation_policy_name(ActivationPolicy p);
+
+struct UnitFlops {
+  double forward_matmul = 0;    // GEMM FLOPs of the forward pass
+  double forward_attention = 0; // QK^T + PV FLOPs of the forward pass
+  double backward_matmul = 0;
+  double backward_attention = 0;
+  double forward() const { return forward_matmul + forward_attention; }
+  double backward() const { return backward_matmul + backward_attention; }
+};
+
+// FLOPs of one unit for `sequences` sequences of `seq_len` tokens. The head's forward includes the
+// fused loss, which also computes the input and weight gradients (counted in backward_*; the
+// executor runs them during the forward pass).
+UnitFlops unit_flops(const ModelCard& card, UnitKind kind, int64_t sequences, int64_t seq_len);
+
+// Model FLOPs per step as SlideFormer reports them (Megatron's formula with GQA and SwiGLU, no
+// recompute term; shared/reference/baselines.md): used for TFLOP/s figures so they compare.
+double model_flops_per_step(const ModelCard& card, int64_t sequences, int64_t seq_len);
+
+// Activation bytes per token of one decoder layer (bf16 = 2 bytes per element).
+struct LayerActivationBytes {
+  double saved_keep = 0;   // everything backward reads, when the policy is keep
+  double unit_input = 0;   // the layer input alone (what recompute keeps, what offload moves)
+  double transient = 0;    // peak extra bytes while the layer's forward or backward runs
+};
+LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& card);
+
+// Peak transient bytes per token of the head: the loss works on `loss_chunk_tokens` tokens at a
+// time, so logits never exceed loss_chunk_tokens x V in fp32.
+double head_loss_chunk_bytes(const ModelCard& card, int64_t loss_chunk_tokens);
+
+}  // namespace slidedp

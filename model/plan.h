@@ -1,0 +1,78 @@
+// The plan: how one training step runs. The planner writes it, the executor runs it, the model
+// predicts it, a person can edit it. Routes change how bytes travel, never the math or the state
+// layout (../docs/ARCHITECTURE.md, "Routes").
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/model_costs.h"
+
+namespace slidedp {
+
+enum class ParamRoute { kReplicated, kSharded };  // every rank DMAs the unit | 1/N each + all-gather
+enum class GradRoute { kCpu, kGpu };  // per-rank host slots summed by CPU | reduce-scatter on GPU
+const char* param_route_name(ParamRoute r);
+const char* grad_route_name(GradRoute r);
+
+struct Plan {
+  int ranks = 1;
+  int micro_batch = 1;   // sequences per rank per micro-step
+  int accum_steps = 1;   // micro-steps per optimizer step
+  ParamRoute param_route = ParamRoute::kReplicated;
+  GradRoute grad_route = GradRoute::kCpu;
+  int64_t chunk_numel = int64_t{1} << 25;  // elements per transfer / reduction / update grain
+  // Activation policy over decoder layers, in layer order: the first `offload_layers` offload, the
+  // next `recompute_layers` recompute, the last `keep_layers` keep. Exactly one of recompute/keep is
+  // kRest (all remaining layers). Offloading the first layers gives their prefetch the most time: they
+  // are the last ones backward needs. A non-empty `per_layer` overrides the counts.
+  static constexpr int kRest = -1;
+  int offload_layers = 0;
+  int recompute_layers = kRest;
+  int keep_layers = 0;
+  std::vector<ActivationPolicy> per_layer;
+  int gpu_buffer_depth = 2;      // parameter slots per rank (2 = double buffering)
+  int update_threads = 0;        // CPU threads for reduction + AdamW; 0 = all free cores
+  int64_t loss_chunk_tokens = 4096;  // tokens per fused cross-entropy chunk
+  int64_t gpu_mem_budget_bytes = 0;  // 0 = the GPU's memory minus gpu_mem_reserve_bytes
+  int64_t gpu_mem_reserve_bytes = int64_t{2} << 30;  // CUDA context, allocator slack, fragmentation
+
+  int64_t global_batch_sequences() const {
+    return static_cast<int64_t>(ranks) * micro_batch * accum_steps;
+  }
+  // The policy of decoder layer `layer` of `num_layers`.
+  ActivationPolicy layer_policy(int layer, int num_layers) const;
+  // Counts per policy over `num_layers` decoder layers: {offload, recompute, keep}.
+  struct PolicyCounts {
+    int offload = 0, recompute = 0, keep = 0;
+  };
+  PolicyCounts policy_counts(int num_layers) const;
+  // A one-line summary: "4 ranks x mb 2 x acc 1 | sharded/cpu | chunk 32M | act o4/r36/k0 | depth 2".
+  std::string summary(int num_layers) const;
+  // Throws InputError naming `origin` for inconsistent values (per_layer length, ...).
+  void validate(int num_layers, const std::string& origin) const;
+};
+
+// A plan file: the plan plus, optionally, the workload and hardware it was made for, so that
+// `slidedp-run --plan plan.yaml` and `slidedp-predict --plan plan.yaml` need nothing else.
+struct PlanFile {
+  Plan plan;
+  std::string model;     // model name or path ("" = not stated)
+  std::string hardware;  // hardware name or path ("" = not stated)
+  int64_t seq_len = 0;   // 0 = not stated
+  std::string system = "slidedp";
+};
+
+Plan plan_from_yaml_reader(const class YamlReader& r);  // reads plan keys from a map (strict)
+PlanFile plan_file_from_yaml(const std::string& yaml_text, const std::string& origin);
+PlanFile load_plan_file(const std::string& path);
+std::string plan_file_to_yaml(const PlanFile& file);
+std::string plan_to_yaml(const Plan& plan);
+
+ParamRoute parse_param_route(const std::string& s, const std::string& where);
+GradRoute parse_grad_route(const std::string& s, const std::string& where);
+ActivationPolicy parse_activation_policy(const std::string& s, const std::string& where);
+
+}  // namespace slidedp

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs SlideDP's build and test dependencies from Debian packages. Safe to run repeatedly.
+# Set SLIDEDP_SKIP_APT=1 to skip (e.g. on a machine where they are already present).
+set -euo pipefail
+[ "${SLIDEDP_SKIP_APT:-0}" = "1" ] && exit 0
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libyaml-cpp-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev libbenchmark-dev
+  libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
+  python3
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+sudo=""
+[ "$(id -u)" -ne 0 ] && sudo="sudo"
+echo "install_deps: installing ${missing[*]}"
+$sudo apt-get update -qq
+DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,171 @@
+// Model cards: every preset's parameter count against the exact totals computed in
+// shared/reference/model-configs.md (which match the checkpoints' byte totals) and within 1% of the
+// published size; config.json parsing; strict YAML errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "common/error.h"
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+
+namespace slidedp {
+namespace {
+
+// Exact totals from the reference (checkpoint index total_size / 2 for bf16).
+const std::map<std::string, int64_t> kExactTotals = {
+    {"qwen2.5-7b", 7615616512},    {"qwen2.5-14b", 14770033664}, {"qwen2.5-32b", 32763876352},
+    {"qwen2.5-72b", 72706203648},  {"qwen3-8b", 8190735360},     {"qwen3-14b", 14768307200},
+    {"qwen3-32b", 32762123264},    {"llama-3.1-8b", 8030261248}, {"llama-3.1-70b", 70553706496},
+    {"llama-3.2-1b", 1235814400},  {"llama-3.2-3b", 3212749824}, {"mistral-7b-v0.3", 7248023552},
+};
+
+TEST(ModelCard, EveryPresetMatchesTheCheckpointParameterCountExactly) {
+  for (const auto& [name, total] : kExactTotals) {
+    ModelCard c = model_preset(name);
+    EXPECT_EQ(c.total_params(), total) << name;
+    ModelLayout layout = make_model_layout(c);
+    EXPECT_EQ(layout.total_params, total) << name;
+    EXPECT_EQ(layout.num_units(), c.num_layers + 2) << name;
+  }
+}
+
+TEST(ModelCard, EveryPublishedSizeIsWithinOnePercent) {
+  // Qwen2.5-32B's card says 32.5B while its weights hold 32.76B (0.8% off): still within 1%.
+  for (const std::string& name : model_preset_names()) {
+    ModelCard c = model_preset(name);
+    if (c.published_params <= 0) continue;  // our own test model
+    double rel = std::fabs(static_cast<double>(c.total_params()) - c.published_params) / c.published_params;
+    EXPECT_LT(rel, 0.01) << name << " computed " << c.total_params() << " published " << c.published_params;
+  }
+}
+
+TEST(ModelCard, PerLayerBreakdownMatchesReference) {
+  EXPECT_EQ(model_preset("qwen2.5-7b").decoder_layer_params(), 233057792);
+  EXPECT_EQ(model_preset("qwen3-32b").decoder_layer_params(), 487598336);
+  EXPECT_EQ(model_preset("llama-3.2-1b").decoder_layer_params(), 60821504);
+}
+
+TEST(ModelCard, UnknownPresetListsTheKnownOnes) {
+  try {
+    load_model_card("qwen9-1t");
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("qwen3-14b"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ModelCard, YamlRoundTripIsLossless) {
+  for (const std::string& name : model_preset_names()) {
+    ModelCard a = model_preset(name);
+    ModelCard b = model_card_from_yaml(model_card_to_yaml(a), "roundtrip");
+    EXPECT_EQ(model_card_to_yaml(a), model_card_to_yaml(b)) << name;
+    EXPECT_EQ(a.total_params(), b.total_params());
+  }
+}
+
+TEST(ModelCard, YamlRejectsUnknownKeysNamingFileAndKey) {
+  const std::string text =
+      "name: x\nmodel_type: llama\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "intermediate_size: 128\nvocab_size: 100\nhiden_size: 3\n";
+  try {
+    model_card_from_yaml(text, "card.yaml");
+    FAIL() << "expected an error";
+  } catch (const InputError& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("card.yaml"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("hiden_size"), std::string::npos) << msg;
+  }
+}
+
+TEST(ModelCard, YamlRejectsOutOfRangeAndBadTypes) {
+  EXPECT_THROW(model_card_from_yaml("name: x\nmodel_type: llama\nhidden_size: -5\nnum_hidden_layers: 2\n"
+                                    "num_attention_heads: 4\nintermediate_size: 8\nvocab_size: 10\n",
+                                    "c"),
+               InputError);
+  EXPECT_THROW(model_card_from_yaml("name: x\nmodel_type: gpt2\nhidden_size: 64\nnum_hidden_layers: 2\n"
+                                    "num_attention_heads: 4\nintermediate_size: 8\nvocab_size: 10\n",
+                                    "c"),
+               InputError);
+  EXPECT_THROW(model_card_from_yaml("name: [x\n", "c"), InputError);  // malformed YAML
+  // kv heads must divide heads
+  EXPECT_THROW(model_card_from_yaml("name: x\nmodel_type: llama\nhidden_size: 64\nnum_hidden_layers: 2\n"
+                                    "num_attention_heads: 4\nnum_key_value_heads: 3\n"
+                                    "intermediate_size: 8\nvocab_size: 10\n",
+                                    "c"),
+               InputError);
+}
+
+TEST(HfConfig, ParsesQwen3AndFillsArchitectureFacts) {
+  const std::string json = R"({
+    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 5120,
+    "num_hidden_layers": 40, "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+    "intermediate_size": 17408, "vocab_size": 151936, "max_position_embeddings": 40960,
+    "rope_theta": 1000000, "rope_scaling": null, "rms_norm_eps": 1e-06, "tie_word_embeddings": false,
+    "attention_bias": false, "sliding_window": null, "use_sliding_window": false})";
+  ModelCard c = model_card_from_hf_config(json, "config.json");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.total_params(), 14768307200);
+}
+
+TEST(HfConfig, Qwen2HasBiasAndDefaultHeadDim) {
+  const std::string json = R"({"model_type": "qwen2", "hidden_size": 3584, "num_hidden_layers": 28,
+    "num_attention_heads": 28, "num_key_value_heads": 4, "intermediate_size": 18944,
+    "vocab_size": 152064, "rope_theta": 1000000.0, "rms_norm_eps": 1e-06,
+    "tie_word_embeddings": false, "use_sliding_window": false, "sliding_window": 131072})";
+  ModelCard c = model_card_from_hf_config(json, "config.json");
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_EQ(c.head_dim, 128);
+  EXPECT_EQ(c.total_params(), 7615616512);
+}
+
+TEST(HfConfig, LlamaRopeScalingAndRoundTrip) {
+  ModelCard a = model_preset("llama-3.2-1b");
+  ModelCard b = model_card_from_hf_config(model_card_to_hf_config(a), "config.json");
+  EXPECT_EQ(b.rope_scaling.type, "llama3");
+  EXPECT_DOUBLE_EQ(b.rope_scaling.factor, 32.0);
+  EXPECT_TRUE(b.tie_word_embeddings);
+  EXPECT_EQ(b.total_params(), a.total_params());
+}
+
+TEST(HfConfig, ErrorsNameTheFileAndKey) {
+  try {
+    model_card_from_hf_config(R"({"model_type": "llama", "hidden_size": 64})", "/m/config.json");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("/m/config.json: num_hidden_layers"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(model_card_from_hf_config("{not json", "c.json"), InputError);
+  EXPECT_THROW(model_card_from_hf_config(R"({"model_type": "gpt_neox"})", "c.json"), InputError);
+  EXPECT_THROW(model_card_from_hf_config(
+                   R"({"model_type": "qwen2", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                       "intermediate_size": 8, "vocab_size": 10, "use_sliding_window": true})",
+                   "c.json"),
+               InputError);
+}
+
+TEST(UnitLayout, TensorsAreAlignedDisjointAndNamedLikeHuggingFace) {
+  ModelCard c = model_preset("qwen2.5-7b");
+  ModelLayout m = make_model_layout(c);
+  const UnitLayout& u = m.units[3];
+  EXPECT_EQ(u.layer, 2);
+  ASSERT_NE(u.find("model.layers.2.self_attn.q_proj.bias"), nullptr);
+  int64_t end = 0;
+  for (const auto& t : u.tensors) {
+    EXPECT_EQ(t.offset % kTensorAlignElems, 0) << t.name;
+    EXPECT_GE(t.offset, end) << t.name;
+    end = t.offset + t.numel;
+  }
+  EXPECT_LE(end, u.flat_numel);
+  EXPECT_EQ(u.param_count, c.decoder_layer_params());
+  const UnitLayout& head = m.units.back();
+  EXPECT_NE(head.find("lm_head.weight"), nullptr);
+  ModelLayout tied = make_model_layout(model_preset("llama-3.2-1b"));
+  EXPECT_TRUE(tied.units.back().reads_tied_embedding);
+  EXPECT_EQ(tied.units.back().find("lm_head.weight"), nullptr);
+}
+
+}  // namespace
+}  // namespace slidedp
