@@ -1,0 +1,43 @@
+// Causal grouped-query attention, tiled flash-style (FlashAttention-2 on the CPU).
+// Forward walks query tiles x key tiles with an online softmax and saves only the output and the
+// log-sum-exp of every (b, h, t) row. Backward recomputes each score tile from q, k and that
+// log-sum-exp. Scores exist one (tile x tile) block at a time, so the working set is
+// O(tile^2 + tile * hd + B*H*T) and never grows as T^2. Every tile product is a BLAS GEMM on
+// strided views of the (B, T, heads, hd) buffers: no transposes, no copies of q, k, v.
+// Query head h reads key/value head h / (H / KV) (transformers' repeat_kv order).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/transformer/arena.h"
+
+namespace slidedp::kernels {
+
+struct AttentionShape {
+  int64_t B = 0, T = 0;
+  int64_t H = 0;    // query heads
+  int64_t KV = 0;   // key/value heads, H % KV == 0
+  int64_t hd = 0;   // head dim; scores are scaled by 1/sqrt(hd)
+  int64_t tile = 64;
+};
+
+// Workspace bytes for one call (measured by running the same carve code as the kernels).
+template <typename Real>
+int64_t attention_forward_workspace_bytes(const AttentionShape& s);
+template <typename Real>
+int64_t attention_backward_workspace_bytes(const AttentionShape& s);
+
+// out (B, T, H, hd) = softmax(q k^T / sqrt(hd) + causal mask) v, lse (B, H, T) = log-sum-exp of the
+// scaled scores of each row. q (B, T, H, hd), k and v (B, T, KV, hd).
+template <typename Real>
+void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v,
+                       const AttentionShape& s, Workspace ws);
+
+// dq (B, T, H, hd), dk and dv (B, T, KV, hd) (all overwritten) from dout (B, T, H, hd) and the
+// forward's q, k, v, out and lse.
+template <typename Real>
+void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k,
+                        const Real* v, const Real* out, const Real* lse, const AttentionShape& s,
+                        Workspace ws);
+
+}  // namespace slidedp::kernels

@@ -1,0 +1,292 @@
+// Decoder layer forward / recompute / backward on the CPU. The file reads as the algorithm: carve
+// the saved state and the scratch, then the ops in order. The carve functions are the single
+// source of the buffer sizes (the *_bytes queries run them on a measuring Arena).
+#include "kernels/cpu/transformer/decoder_layer.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "kernels/cpu/transformer/attention.h"
+#include "kernels/cpu/transformer/linear.h"
+#include "kernels/cpu/transformer/rmsnorm.h"
+#include "kernels/cpu/transformer/rope.h"
+#include "kernels/cpu/transformer/swiglu.h"
+
+namespace slidedp::kernels {
+namespace {
+
+// Views of the saved state (N = B*T tokens).
+template <typename Real>
+struct Saved {
+  Real* rstd1;   // (N) input_layernorm 1/rms
+  Real* h1;      // (N, C) input_layernorm output
+  Real* q_lin;   // (N, H, hd) q_proj output before q_norm          [qk_norm only]
+  Real* k_lin;   // (N, KV, hd) k_proj output before k_norm         [qk_norm only]
+  Real* rstd_q;  // (N, H) q_norm 1/rms                              [qk_norm only]
+  Real* rstd_k;  // (N, KV) k_norm 1/rms                             [qk_norm only]
+  Real* q;       // (N, H, hd) queries after norm and RoPE
+  Real* k;       // (N, KV, hd) keys after norm and RoPE
+  Real* v;       // (N, KV, hd) values
+  Real* att;     // (N, H, hd) attention output (o_proj input)
+  Real* lse;     // (B, H, T) attention row log-sum-exp
+  Real* x2;      // (N, C) residual stream after attention
+  Real* rstd2;   // (N) post_attention_layernorm 1/rms
+  Real* h2;      // (N, C) post_attention_layernorm output
+  Real* g;       // (N, I) gate_proj output
+  Real* u;       // (N, I) up_proj output
+};
+
+template <typename Real>
+Saved<Real> carve_saved(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
+  const int64_t N = B * T;
+  Saved<Real> v;
+  v.rstd1 = a.take<Real>(N);
+  v.h1 = a.take<Real>(N * s.C);
+  v.q_lin = s.qk_norm ? a.take<Real>(N * s.q_dim()) : nullptr;
+  v.k_lin = s.qk_norm ? a.take<Real>(N * s.kv_dim()) : nullptr;
+  v.rstd_q = s.qk_norm ? a.take<Real>(N * s.H) : nullptr;
+  v.rstd_k = s.qk_norm ? a.take<Real>(N * s.KV) : nullptr;
+  v.q = a.take<Real>(N * s.q_dim());
+  v.k = a.take<Real>(N * s.kv_dim());
+  v.v = a.take<Real>(N * s.kv_dim());
+  v.att = a.take<Real>(N * s.q_dim());
+  v.lse = a.take<Real>(B * s.H * T);
+  v.x2 = a.take<Real>(N * s.C);
+  v.rstd2 = a.take<Real>(N);
+  v.h2 = a.take<Real>(N * s.C);
+  v.g = a.take<Real>(N * s.I);
+  v.u = a.take<Real>(N * s.I);
+  return v;
+}
+
+AttentionShape attention_shape(const DecoderSpec& s, int64_t B, int64_t T) {
+  return AttentionShape{B, T, s.H, s.KV, s.hd, s.attn_tile};
+}
+
+// Forward scratch, in take order. rope tables stay; the attention scratch is released before the
+// SwiGLU output is taken, so the peak is rope + max(attention, m).
+template <typename Real>
+struct ForwardScratch {
+  Real* cos;  // (T, hd/2)
+  Real* sin;  // (T, hd/2)
+};
+
+template <typename Real>
+ForwardScratch<Real> carve_forward_common(Arena& a, const DecoderSpec& s, int64_t T) {
+  return ForwardScratch<Real>{a.take<Real>(T * s.hd / 2), a.take<Real>(T * s.hd / 2)};
+}
+
+// Backward scratch: dh lives throughout; the MLP part and the attention part reuse the same bytes.
+template <typename Real>
+struct BackwardCommon {
+  Real* cos;  // (T, hd/2)
+  Real* sin;  // (T, hd/2)
+  Real* dh;   // (N, C) gradient of h2, later of h1
+};
+template <typename Real>
+struct BackwardMlp {
+  Real* m_du;   // (N, I) recomputed silu(g) * u, then du
+  Real* dm_dg;  // (N, I) dm, then dg
+};
+template <typename Real>
+struct BackwardAttention {
+  Real* datt;    // (N, H, hd) gradient of the attention output, later of q_lin (qk_norm)
+  Real* dq;      // (N, H, hd)
+  Real* dk;      // (N, KV, hd)
+  Real* dv;      // (N, KV, hd)
+  Real* dk_lin;  // (N, KV, hd) [qk_norm only]
+  Workspace attn;
+};
+
+template <typename Real>
+BackwardCommon<Real> carve_backward_common(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
+  return BackwardCommon<Real>{a.take<Real>(T * s.hd / 2), a.take<Real>(T * s.hd / 2), a.take<Real>(B * T * s.C)};
+}
+template <typename Real>
+BackwardMlp<Real> carve_backward_mlp(Arena& a, const DecoderSpec& s, int64_t N) {
+  return BackwardMlp<Real>{a.take<Real>(N * s.I), a.take<Real>(N * s.I)};
+}
+template <typename Real>
+BackwardAttention<Real> carve_backward_attention(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
+  const int64_t N = B * T;
+  BackwardAttention<Real> v;
+  v.datt = a.take<Real>(N * s.q_dim());
+  v.dq = a.take<Real>(N * s.q_dim());
+  v.dk = a.take<Real>(N * s.kv_dim());
+  v.dv = a.take<Real>(N * s.kv_dim());
+  v.dk_lin = s.qk_norm ? a.take<Real>(N * s.kv_dim()) : nullptr;
+  v.attn = a.take_workspace(attention_backward_workspace_bytes<Real>(attention_shape(s, B, T)));
+  return v;
+}
+
+template <typename Real>
+const Real* at(const Real* params, int64_t offset) {
+  return offset == kAbsent ? nullptr : params + offset;
+}
+template <typename Real>
+Real* at(Real* grads, int64_t offset) {
+  return offset == kAbsent ? nullptr : grads + offset;
+}
+
+void check_spec(const DecoderSpec& s, int64_t B, int64_t T) {
+  SLIDEDP_CHECK(B >= 0 && T >= 0, "negative batch or sequence length");
+  SLIDEDP_CHECK(s.C > 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.I > 0 && s.H % s.KV == 0,
+                "bad decoder spec");
+  SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
+}
+
+// Everything up to the saved state; y != nullptr also runs the MLP output (forward), y == nullptr
+// stops where the saved state is complete (recompute). Both paths run the same calls in the same
+// order on the same values, which is what makes recompute bitwise equal to forward.
+template <typename Real>
+void forward_impl(const DecoderSpec& s, const Real* p, const Real* x, Real* y, Workspace saved, int64_t B,
+                  int64_t T, Workspace ws) {
+  check_spec(s, B, T);
+  const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
+  Arena saved_arena(saved);
+  const Saved<Real> S = carve_saved<Real>(saved_arena, s, B, T);
+  Arena arena(ws);
+  const ForwardScratch<Real> f = carve_forward_common<Real>(arena, s, T);
+
+  // attention block
+  rmsnorm_forward(S.h1, S.rstd1, x, p + s.input_norm, N, C, s.eps);
+  Real* q_out = s.qk_norm ? S.q_lin : S.q;
+  Real* k_out = s.qk_norm ? S.k_lin : S.k;
+  linear_forward(q_out, S.h1, p + s.q_w, at(p, s.q_b), N, C, Q, false);
+  linear_forward(k_out, S.h1, p + s.k_w, at(p, s.k_b), N, C, K, false);
+  linear_forward(S.v, S.h1, p + s.v_w, at(p, s.v_b), N, C, K, false);
+  if (s.qk_norm) {  // Qwen3: RMSNorm over head_dim of every head, before RoPE
+    rmsnorm_forward(S.q, S.rstd_q, S.q_lin, p + s.q_norm, N * s.H, s.hd, s.eps);
+    rmsnorm_forward(S.k, S.rstd_k, S.k_lin, p + s.k_norm, N * s.KV, s.hd, s.eps);
+  }
+  rope_tables(f.cos, f.sin, s.inv_freq, T);
+  rope_forward(S.q, f.cos, f.sin, B, T, s.H, s.hd);
+  rope_forward(S.k, f.cos, f.sin, B, T, s.KV, s.hd);
+  {
+    const int64_t mark = arena.mark();
+    const AttentionShape as = attention_shape(s, B, T);
+    attention_forward(S.att, S.lse, S.q, S.k, S.v, as,
+                      arena.take_workspace(attention_forward_workspace_bytes<Real>(as)));
+    arena.release(mark);
+  }
+  std::copy(x, x + N * C, S.x2);
+  linear_forward(S.x2, S.att, p + s.o_w, static_cast<const Real*>(nullptr), N, Q, C, true);  // x2 = x + att Wo^T
+
+  // MLP block
+  rmsnorm_forward(S.h2, S.rstd2, S.x2, p + s.post_norm, N, C, s.eps);
+  linear_forward(S.g, S.h2, p + s.gate_w, static_cast<const Real*>(nullptr), N, C, I, false);
+  linear_forward(S.u, S.h2, p + s.up_w, static_cast<const Real*>(nullptr), N, C, I, false);
+  if (y == nullptr) return;  // recompute: the saved state is complete
+  Real* m = arena.take<Real>(N * I);  // (N, I)
+  swiglu_forward(m, S.g, S.u, N * I);
+  std::copy(S.x2, S.x2 + N * C, y);
+  linear_forward(y, m, p + s.down_w, static_cast<const Real*>(nullptr), N, I, C, true);  // y = x2 + m Wd^T
+}
+
+}  // namespace
+
+template <typename Real>
+int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Arena a;
+  carve_saved<Real>(a, spec, B, T);
+  return a.high_water_bytes();
+}
+
+template <typename Real>
+int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Arena a;  // the take sequence of forward_impl
+  carve_forward_common<Real>(a, spec, T);
+  const int64_t mark = a.mark();
+  a.take_workspace(attention_forward_workspace_bytes<Real>(attention_shape(spec, B, T)));
+  a.release(mark);
+  a.take<Real>(B * T * spec.I);
+  return a.high_water_bytes();
+}
+
+template <typename Real>
+int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Arena a;  // the take sequence of decoder_backward
+  carve_backward_common<Real>(a, spec, B, T);
+  const int64_t mark = a.mark();
+  carve_backward_mlp<Real>(a, spec, B * T);
+  a.release(mark);
+  carve_backward_attention<Real>(a, spec, B, T);
+  return a.high_water_bytes();
+}
+
+template <typename Real>
+void decoder_forward(const DecoderSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
+                     int64_t B, int64_t T, Workspace ws) {
+  SLIDEDP_CHECK(y != nullptr && y != x, "decoder_forward needs an output buffer distinct from x");
+  forward_impl(spec, params, x, y, saved, B, T, ws);
+}
+
+template <typename Real>
+void decoder_recompute(const DecoderSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
+                       int64_t T, Workspace ws) {
+  forward_impl(spec, params, x, static_cast<Real*>(nullptr), saved, B, T, ws);
+}
+
+template <typename Real>
+void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Workspace saved, const Real* dy,
+                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws) {
+  check_spec(s, B, T);
+  SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
+  const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
+  Arena saved_arena(saved);
+  const Saved<Real> S = carve_saved<Real>(saved_arena, s, B, T);
+  Arena arena(ws);
+  const BackwardCommon<Real> w = carve_backward_common<Real>(arena, s, B, T);
+  Real* dp = grads;  // same layout as p
+
+  // MLP block: y = x2 + m Wd^T, m = silu(g) * u, g = h2 Wg^T, u = h2 Wu^T, h2 = rmsnorm(x2)
+  {
+    const int64_t mark = arena.mark();
+    const BackwardMlp<Real> m = carve_backward_mlp<Real>(arena, s, N);
+    swiglu_forward(m.m_du, S.g, S.u, N * I);                                 // recompute m
+    linear_backward(m.dm_dg, dp + s.down_w, static_cast<Real*>(nullptr), dy, m.m_du, p + s.down_w, N, I, C,
+                    false);                                                  // dm; dWd += dy^T m
+    swiglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I);              // dg, du
+    linear_backward(w.dh, dp + s.gate_w, static_cast<Real*>(nullptr), m.dm_dg, S.h2, p + s.gate_w, N, C, I, false);
+    linear_backward(w.dh, dp + s.up_w, static_cast<Real*>(nullptr), m.m_du, S.h2, p + s.up_w, N, C, I, true);
+    std::copy(dy, dy + N * C, dx);                                           // residual
+    rmsnorm_backward(dx, dp + s.post_norm, w.dh, S.x2, S.rstd2, p + s.post_norm, N, C, true);  // dx = dL/dx2
+    arena.release(mark);
+  }
+
+  // attention block: x2 = x + att Wo^T
+  const BackwardAttention<Real> a = carve_backward_attention<Real>(arena, s, B, T);
+  linear_backward(a.datt, dp + s.o_w, static_cast<Real*>(nullptr), dx, S.att, p + s.o_w, N, Q, C, false);
+  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T), a.attn);
+  rope_tables(w.cos, w.sin, s.inv_freq, T);
+  rope_backward(a.dq, w.cos, w.sin, B, T, s.H, s.hd);
+  rope_backward(a.dk, w.cos, w.sin, B, T, s.KV, s.hd);
+  const Real* dq_lin = a.dq;
+  const Real* dk_lin = a.dk;
+  if (s.qk_norm) {  // datt is dead after attention_backward: it takes dq_lin
+    rmsnorm_backward(a.datt, dp + s.q_norm, a.dq, S.q_lin, S.rstd_q, p + s.q_norm, N * s.H, s.hd, false);
+    rmsnorm_backward(a.dk_lin, dp + s.k_norm, a.dk, S.k_lin, S.rstd_k, p + s.k_norm, N * s.KV, s.hd, false);
+    dq_lin = a.datt;
+    dk_lin = a.dk_lin;
+  }
+  linear_backward(w.dh, dp + s.q_w, at(dp, s.q_b), dq_lin, S.h1, p + s.q_w, N, C, Q, false);
+  linear_backward(w.dh, dp + s.k_w, at(dp, s.k_b), dk_lin, S.h1, p + s.k_w, N, C, K, true);
+  linear_backward(w.dh, dp + s.v_w, at(dp, s.v_b), a.dv, S.h1, p + s.v_w, N, C, K, true);
+  rmsnorm_backward(dx, dp + s.input_norm, w.dh, x, S.rstd1, p + s.input_norm, N, C, true);  // + residual
+}
+
+#define SLIDEDP_INSTANTIATE(Real)                                                                        \
+  template int64_t decoder_saved_bytes<Real>(const DecoderSpec&, int64_t, int64_t);                      \
+  template int64_t decoder_forward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);          \
+  template int64_t decoder_backward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);         \
+  template void decoder_forward<Real>(const DecoderSpec&, const Real*, const Real*, Real*, Workspace,    \
+                                      int64_t, int64_t, Workspace);                                      \
+  template void decoder_recompute<Real>(const DecoderSpec&, const Real*, const Real*, Workspace, int64_t, \
+                                        int64_t, Workspace);                                             \
+  template void decoder_backward<Real>(const DecoderSpec&, const Real*, const Real*, Workspace,          \
+                                       const Real*, Real*, Real*, int64_t, int64_t, Workspace);
+SLIDEDP_INSTANTIATE(float)
+SLIDEDP_INSTANTIATE(double)
+#undef SLIDEDP_INSTANTIATE
+
+}  // namespace slidedp::kernels

@@ -1,0 +1,77 @@
+// Unstreamed whole-model step: embedding -> L decoder layers -> head, then backward in reverse.
+#include "kernels/cpu/transformer/model_step.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "common/error.h"
+#include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/embedding_unit.h"
+#include "kernels/cpu/transformer/head_unit.h"
+
+namespace slidedp::kernels {
+
+ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
+  SLIDEDP_CHECK(layout.num_units() == card.num_layers + 2, "layout does not match the card");
+  ModelSpecs s;
+  s.num_layers = card.num_layers;
+  s.embedding = make_embedding_spec(card, layout.units.front());
+  if (card.num_layers > 0) s.decoder = make_decoder_spec(card, layout.units[1]);
+  s.head = make_head_spec(card, layout.units.back());
+  return s;
+}
+
+template <typename Real>
+LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* const> params,
+                                  std::span<Real* const> grads, const int32_t* tokens, const int32_t* targets,
+                                  int64_t B, int64_t T, double grad_scale) {
+  const int64_t L = s.num_layers, N = B * T, C = s.embedding.C;
+  SLIDEDP_CHECK(static_cast<int64_t>(params.size()) == L + 2 && static_cast<int64_t>(grads.size()) == L + 2,
+                "need one params and one grads buffer per unit");
+  const int64_t hidden_bytes = N * C * static_cast<int64_t>(sizeof(Real));
+
+  // hidden[u] = input of unit u+1 (the output of unit u), kept for backward under `keep`.
+  std::vector<AlignedBuffer> hidden;
+  for (int64_t u = 0; u <= L; ++u) hidden.emplace_back(hidden_bytes);
+  std::vector<AlignedBuffer> saved;
+  for (int64_t l = 0; l < L; ++l) saved.emplace_back(decoder_saved_bytes<Real>(s.decoder, B, T));
+  const int64_t ws_bytes =
+      std::max({L > 0 ? decoder_forward_workspace_bytes<Real>(s.decoder, B, T) : 0,
+                L > 0 ? decoder_backward_workspace_bytes<Real>(s.decoder, B, T) : 0,
+                head_workspace_bytes<Real>(s.head, B, T, true)});
+  AlignedBuffer ws(ws_bytes);
+  AlignedBuffer grad_a(hidden_bytes), grad_b(hidden_bytes);
+
+  // forward
+  embedding_unit_forward(s.embedding, params[0], tokens, B, T, hidden[0].as<Real>());
+  for (int64_t l = 0; l < L; ++l)
+    decoder_forward(s.decoder, params[l + 1], hidden[l].as<Real>(), hidden[l + 1].as<Real>(),
+                    saved[l].workspace(), B, T, ws.workspace());
+
+  // head: tied -> lm_head is unit 0's embed_tokens weight and its gradient goes to unit 0's grads
+  const Real* lm_w = s.head.tied ? params[0] + s.embedding.weight : params[L + 1] + s.head.lm_head_w;
+  Real* lm_g = s.head.tied ? grads[0] + s.embedding.weight : grads[L + 1] + s.head.lm_head_w;
+  Real* dy = grad_a.as<Real>();
+  Real* dx = grad_b.as<Real>();
+  const LossResult loss = head_forward_backward(s.head, params[L + 1], lm_w, hidden[L].as<Real>(), targets, B, T,
+                                                grad_scale, dy, grads[L + 1], lm_g, ws.workspace());
+
+  // backward
+  for (int64_t l = L - 1; l >= 0; --l) {
+    decoder_backward(s.decoder, params[l + 1], hidden[l].as<Real>(), saved[l].workspace(), dy, dx, grads[l + 1], B,
+                     T, ws.workspace());
+    std::swap(dy, dx);
+  }
+  embedding_unit_backward(s.embedding, tokens, dy, grads[0], B, T);
+  return loss;
+}
+
+template LossResult model_forward_backward<float>(const ModelSpecs&, std::span<const float* const>,
+                                                  std::span<float* const>, const int32_t*, const int32_t*, int64_t,
+                                                  int64_t, double);
+template LossResult model_forward_backward<double>(const ModelSpecs&, std::span<const double* const>,
+                                                   std::span<double* const>, const int32_t*, const int32_t*,
+                                                   int64_t, int64_t, double);
+
+}  // namespace slidedp::kernels

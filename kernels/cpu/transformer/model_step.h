@@ -1,0 +1,33 @@
+// A whole model's forward + backward on the CPU, unit after unit, unstreamed, with the `keep`
+// policy: the reference the streamed executor must reproduce ("the streamed model equals an
+// unstreamed run of the same backend"), and the driver of the golden-file test. It shows the call
+// sequence the executor runs, including the tied-embedding wiring of the head.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "kernels/cpu/transformer/cross_entropy.h"
+#include "kernels/cpu/transformer/unit_spec.h"
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+
+namespace slidedp::kernels {
+
+struct ModelSpecs {
+  EmbeddingSpec embedding;
+  DecoderSpec decoder;  // shared by all layers
+  HeadSpec head;
+  int64_t num_layers = 0;
+};
+
+ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout);
+
+// params[u], grads[u], u = 0 .. L+1: every unit's flat buffer in the compute type (layout order).
+// tokens, targets (B, T). grads are accumulated (+=). Returns the head's (loss sum, count).
+template <typename Real>
+LossResult model_forward_backward(const ModelSpecs& specs, std::span<const Real* const> params,
+                                  std::span<Real* const> grads, const int32_t* tokens, const int32_t* targets,
+                                  int64_t B, int64_t T, double grad_scale);
+
+}  // namespace slidedp::kernels

@@ -1,0 +1,275 @@
+// Naive reference ops; see reference_ops.h. Clarity over speed, always.
+#include "kernels/cpu/transformer/reference_ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace slidedp::kernels::naive {
+
+template <typename Real>
+void linear_forward(Real* out, const Real* in, const Real* w, const Real* bias, int64_t N, int64_t IN, int64_t OUT) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t o = 0; o < OUT; ++o) {
+      Real acc = bias != nullptr ? bias[o] : Real(0);
+      for (int64_t i = 0; i < IN; ++i) acc += in[n * IN + i] * w[o * IN + i];
+      out[n * OUT + o] = acc;
+    }
+}
+
+template <typename Real>
+void linear_backward(Real* din, Real* dw, Real* dbias, const Real* dout, const Real* in, const Real* w, int64_t N,
+                     int64_t IN, int64_t OUT) {
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t i = 0; i < IN; ++i) {
+      Real acc = 0;
+      for (int64_t o = 0; o < OUT; ++o) acc += dout[n * OUT + o] * w[o * IN + i];
+      din[n * IN + i] = acc;
+    }
+  for (int64_t o = 0; o < OUT; ++o)
+    for (int64_t i = 0; i < IN; ++i) {
+      Real acc = 0;
+      for (int64_t n = 0; n < N; ++n) acc += dout[n * OUT + o] * in[n * IN + i];
+      dw[o * IN + i] += acc;
+    }
+  if (dbias != nullptr)
+    for (int64_t o = 0; o < OUT; ++o)
+      for (int64_t n = 0; n < N; ++n) dbias[o] += dout[n * OUT + o];
+}
+
+template <typename Real>
+void rmsnorm_forward(Real* y, const Real* x, const Real* w, int64_t N, int64_t C, double eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    Real ms = 0;
+    for (int64_t c = 0; c < C; ++c) ms += x[n * C + c] * x[n * C + c];
+    ms /= static_cast<Real>(C);
+    const Real r = Real(1) / std::sqrt(ms + static_cast<Real>(eps));
+    for (int64_t c = 0; c < C; ++c) y[n * C + c] = w[c] * (x[n * C + c] * r);
+  }
+}
+
+template <typename Real>
+void rmsnorm_backward(Real* dx, Real* dw, const Real* dy, const Real* x, const Real* w, int64_t N, int64_t C,
+                      double eps) {
+  for (int64_t n = 0; n < N; ++n) {
+    const Real* xr = x + n * C;
+    Real ms = 0;
+    for (int64_t c = 0; c < C; ++c) ms += xr[c] * xr[c];
+    ms /= static_cast<Real>(C);
+    const Real r = Real(1) / std::sqrt(ms + static_cast<Real>(eps));
+    // y_j = w_j x_j r;  dy_j/dx_i = w_j (delta_ij r - x_j x_i r^3 / C)
+    for (int64_t i = 0; i < C; ++i) {
+      Real acc = 0;
+      for (int64_t j = 0; j < C; ++j) {
+        const Real jac = w[j] * ((i == j ? r : Real(0)) - xr[j] * xr[i] * r * r * r / static_cast<Real>(C));
+        acc += dy[n * C + j] * jac;
+      }
+      dx[n * C + i] = acc;
+    }
+    for (int64_t c = 0; c < C; ++c) dw[c] += dy[n * C + c] * xr[c] * r;
+  }
+}
+
+namespace {
+
+template <typename Real>
+void rope_apply(Real* x, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                double sign) {
+  const int64_t half = hd / 2;
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t h = 0; h < nh; ++h)
+        for (int64_t i = 0; i < half; ++i) {
+          Real* v = x + ((b * T + t) * nh + h) * hd;
+          const double angle = sign * static_cast<double>(t) * inv_freq[i];
+          const Real c = static_cast<Real>(std::cos(angle)), s = static_cast<Real>(std::sin(angle));
+          const Real a = v[i], bb = v[i + half];
+          v[i] = a * c - bb * s;
+          v[i + half] = a * s + bb * c;
+        }
+}
+
+template <typename Real>
+Real sigmoid(Real x) {
+  return Real(1) / (Real(1) + std::exp(-x));
+}
+
+}  // namespace
+
+template <typename Real>
+void rope_forward(Real* x, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd) {
+  rope_apply(x, inv_freq, B, T, nh, hd, 1.0);
+}
+
+template <typename Real>
+void rope_backward(Real* dx, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd) {
+  rope_apply(dx, inv_freq, B, T, nh, hd, -1.0);  // the transpose of a rotation is the inverse rotation
+}
+
+template <typename Real>
+void swiglu_forward(Real* m, const Real* g, const Real* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) m[i] = g[i] * sigmoid(g[i]) * u[i];
+}
+
+template <typename Real>
+void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Real* u, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const Real s = sigmoid(g[i]);
+    du[i] = dm[i] * g[i] * s;
+    dg[i] = dm[i] * u[i] * (s + g[i] * s * (Real(1) - s));
+  }
+}
+
+template <typename Real>
+void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B, int64_t T,
+                       int64_t H, int64_t KV, int64_t hd) {
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hd));
+  std::vector<Real> p(static_cast<size_t>(T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / KV);
+      for (int64_t t = 0; t < T; ++t) {
+        const Real* qt = q + ((b * T + t) * H + h) * hd;
+        Real mx = -std::numeric_limits<Real>::infinity();
+        for (int64_t j = 0; j <= t; ++j) {
+          const Real* kj = k + ((b * T + j) * KV + g) * hd;
+          Real s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += qt[d] * kj[d];
+          p[j] = s * scale;
+          mx = std::max(mx, p[j]);
+        }
+        Real sum = 0;
+        for (int64_t j = 0; j <= t; ++j) sum += std::exp(p[j] - mx);
+        if (lse != nullptr) lse[(b * H + h) * T + t] = mx + std::log(sum);
+        Real* o = out + ((b * T + t) * H + h) * hd;
+        for (int64_t d = 0; d < hd; ++d) o[d] = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          const Real pj = std::exp(p[j] - mx) / sum;
+          const Real* vj = v + ((b * T + j) * KV + g) * hd;
+          for (int64_t d = 0; d < hd; ++d) o[d] += pj * vj[d];
+        }
+      }
+    }
+}
+
+template <typename Real>
+void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k,
+                        const Real* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd) {
+  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hd));
+  std::fill(dq, dq + B * T * H * hd, Real(0));
+  std::fill(dk, dk + B * T * KV * hd, Real(0));
+  std::fill(dv, dv + B * T * KV * hd, Real(0));
+  std::vector<Real> p(static_cast<size_t>(T)), dp(static_cast<size_t>(T));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / KV);
+      for (int64_t t = 0; t < T; ++t) {
+        const Real* qt = q + ((b * T + t) * H + h) * hd;
+        const Real* dot = dout + ((b * T + t) * H + h) * hd;
+        // probabilities of row t
+        Real mx = -std::numeric_limits<Real>::infinity();
+        for (int64_t j = 0; j <= t; ++j) {
+          Real s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += qt[d] * k[((b * T + j) * KV + g) * hd + d];
+          p[j] = s * scale;
+          mx = std::max(mx, p[j]);
+        }
+        Real sum = 0;
+        for (int64_t j = 0; j <= t; ++j) sum += std::exp(p[j] - mx);
+        for (int64_t j = 0; j <= t; ++j) p[j] = std::exp(p[j] - mx) / sum;
+        // dp_j = dout . v_j ; softmax Jacobian: ds_j = p_j (dp_j - sum_i p_i dp_i)
+        Real pdp = 0;
+        for (int64_t j = 0; j <= t; ++j) {
+          Real s = 0;
+          for (int64_t d = 0; d < hd; ++d) s += dot[d] * v[((b * T + j) * KV + g) * hd + d];
+          dp[j] = s;
+          pdp += p[j] * s;
+        }
+        for (int64_t j = 0; j <= t; ++j) {
+          const Real ds = p[j] * (dp[j] - pdp);
+          for (int64_t d = 0; d < hd; ++d) {
+            dq[((b * T + t) * H + h) * hd + d] += scale * ds * k[((b * T + j) * KV + g) * hd + d];
+            dk[((b * T + j) * KV + g) * hd + d] += scale * ds * qt[d];
+            dv[((b * T + j) * KV + g) * hd + d] += p[j] * dot[d];
+          }
+        }
+      }
+    }
+}
+
+template <typename Real>
+LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C, int64_t V,
+                         double grad_scale, Real* dh, Real* dw) {
+  std::vector<Real> logits(static_cast<size_t>(N * V));
+  linear_forward(logits.data(), h, w, static_cast<const Real*>(nullptr), N, C, V);
+  LossResult r;
+  std::vector<Real> dlogits(static_cast<size_t>(N * V), Real(0));
+  for (int64_t n = 0; n < N; ++n) {
+    if (targets[n] == kIgnoreIndex) continue;
+    const Real* row = logits.data() + n * V;
+    const Real mx = *std::max_element(row, row + V);
+    Real sum = 0;
+    for (int64_t c = 0; c < V; ++c) sum += std::exp(row[c] - mx);
+    const Real lse = mx + std::log(sum);
+    r.loss_sum += static_cast<double>(lse - row[targets[n]]);
+    ++r.num_tokens;
+    for (int64_t c = 0; c < V; ++c)
+      dlogits[n * V + c] = static_cast<Real>(grad_scale) * (std::exp(row[c] - lse) - (c == targets[n] ? 1 : 0));
+  }
+  if (dh != nullptr) linear_backward(dh, dw, static_cast<Real*>(nullptr), dlogits.data(), h, w, N, C, V);
+  return r;
+}
+
+template <typename Real>
+void decoder_forward(const DecoderSpec& s, const Real* p, const Real* x, Real* y, int64_t B, int64_t T) {
+  const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
+  auto opt = [&](int64_t off) { return off == kAbsent ? nullptr : p + off; };
+  std::vector<Real> h1(N * C), q(N * Q), k(N * K), v(N * K), att(N * Q), a(N * C), x2(N * C), h2(N * C),
+      g(N * I), u(N * I), m(N * I), d(N * C);
+  rmsnorm_forward(h1.data(), x, p + s.input_norm, N, C, s.eps);
+  linear_forward(q.data(), h1.data(), p + s.q_w, opt(s.q_b), N, C, Q);
+  linear_forward(k.data(), h1.data(), p + s.k_w, opt(s.k_b), N, C, K);
+  linear_forward(v.data(), h1.data(), p + s.v_w, opt(s.v_b), N, C, K);
+  if (s.qk_norm) {
+    std::vector<Real> qn(N * Q), kn(N * K);
+    rmsnorm_forward(qn.data(), q.data(), p + s.q_norm, N * s.H, s.hd, s.eps);
+    rmsnorm_forward(kn.data(), k.data(), p + s.k_norm, N * s.KV, s.hd, s.eps);
+    q.swap(qn);
+    k.swap(kn);
+  }
+  rope_forward(q.data(), s.inv_freq, B, T, s.H, s.hd);
+  rope_forward(k.data(), s.inv_freq, B, T, s.KV, s.hd);
+  attention_forward(att.data(), static_cast<Real*>(nullptr), q.data(), k.data(), v.data(), B, T, s.H, s.KV, s.hd);
+  linear_forward(a.data(), att.data(), p + s.o_w, static_cast<const Real*>(nullptr), N, Q, C);
+  for (int64_t i = 0; i < N * C; ++i) x2[i] = x[i] + a[i];
+  rmsnorm_forward(h2.data(), x2.data(), p + s.post_norm, N, C, s.eps);
+  linear_forward(g.data(), h2.data(), p + s.gate_w, static_cast<const Real*>(nullptr), N, C, I);
+  linear_forward(u.data(), h2.data(), p + s.up_w, static_cast<const Real*>(nullptr), N, C, I);
+  swiglu_forward(m.data(), g.data(), u.data(), N * I);
+  linear_forward(d.data(), m.data(), p + s.down_w, static_cast<const Real*>(nullptr), N, I, C);
+  for (int64_t i = 0; i < N * C; ++i) y[i] = x2[i] + d[i];
+}
+
+#define SLIDEDP_INSTANTIATE(Real)                                                                               \
+  template void linear_forward<Real>(Real*, const Real*, const Real*, const Real*, int64_t, int64_t, int64_t);  \
+  template void linear_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int64_t,      \
+                                      int64_t, int64_t);                                                        \
+  template void rmsnorm_forward<Real>(Real*, const Real*, const Real*, int64_t, int64_t, double);               \
+  template void rmsnorm_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t, int64_t,   \
+                                       double);                                                                 \
+  template void rope_forward<Real>(Real*, const std::vector<double>&, int64_t, int64_t, int64_t, int64_t);      \
+  template void rope_backward<Real>(Real*, const std::vector<double>&, int64_t, int64_t, int64_t, int64_t);     \
+  template void swiglu_forward<Real>(Real*, const Real*, const Real*, int64_t);                                 \
+  template void swiglu_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t);            \
+  template void attention_forward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t, int64_t,  \
+                                        int64_t, int64_t, int64_t);                                             \
+  template void attention_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,            \
+                                         const Real*, int64_t, int64_t, int64_t, int64_t, int64_t);             \
+  template LossResult cross_entropy<Real>(const Real*, const Real*, const int32_t*, int64_t, int64_t, int64_t,  \
+                                          double, Real*, Real*);                                                \
+  template void decoder_forward<Real>(const DecoderSpec&, const Real*, const Real*, Real*, int64_t, int64_t);
+SLIDEDP_INSTANTIATE(float)
+SLIDEDP_INSTANTIATE(double)
+#undef SLIDEDP_INSTANTIATE
+
+}  // namespace slidedp::kernels::naive

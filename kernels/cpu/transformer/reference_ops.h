@@ -1,0 +1,59 @@
+// Naive references of every transformer op: plain loops straight from the formulas, full (T x T)
+// attention scores and full (N x V) logits, explicit Jacobians where that is the obvious way.
+// Never optimized, never called by the units: the optimized ops are tested against these.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/transformer/cross_entropy.h"
+#include "kernels/cpu/transformer/unit_spec.h"
+
+namespace slidedp::kernels::naive {
+
+// out (N, OUT) = in (N, IN) w (OUT, IN)^T + bias (OUT or nullptr)
+template <typename Real>
+void linear_forward(Real* out, const Real* in, const Real* w, const Real* bias, int64_t N, int64_t IN, int64_t OUT);
+// din (N, IN) = dout w; dw (OUT, IN) += dout^T in; dbias += colsum(dout) (nullable)
+template <typename Real>
+void linear_backward(Real* din, Real* dw, Real* dbias, const Real* dout, const Real* in, const Real* w, int64_t N,
+                     int64_t IN, int64_t OUT);
+
+template <typename Real>
+void rmsnorm_forward(Real* y, const Real* x, const Real* w, int64_t N, int64_t C, double eps);
+// dx (N, C) = J^T dy with the full (C x C) Jacobian of each row; dw (C) += sum dy * xhat.
+template <typename Real>
+void rmsnorm_backward(Real* dx, Real* dw, const Real* dy, const Real* x, const Real* w, int64_t N, int64_t C,
+                      double eps);
+
+// x (B, T, nh, hd) rotated in place: angles t * inv_freq[i] from std::cos/sin per element.
+template <typename Real>
+void rope_forward(Real* x, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd);
+template <typename Real>
+void rope_backward(Real* dx, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd);
+
+template <typename Real>
+void swiglu_forward(Real* m, const Real* g, const Real* u, int64_t n);
+template <typename Real>
+void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Real* u, int64_t n);
+
+// Full-matrix causal GQA attention. q (B, T, H, hd), k, v (B, T, KV, hd), out (B, T, H, hd),
+// lse (B, H, T) (nullable).
+template <typename Real>
+void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B, int64_t T,
+                       int64_t H, int64_t KV, int64_t hd);
+// dq, dk, dv overwritten.
+template <typename Real>
+void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k,
+                        const Real* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd);
+
+// Full (N x V) logits, then loss and gradients of grad_scale * loss_sum (dh overwritten, dw +=).
+template <typename Real>
+LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C, int64_t V,
+                         double grad_scale, Real* dh, Real* dw);
+
+// A whole decoder layer forward from the naive ops (no saved state), for the unit tests.
+template <typename Real>
+void decoder_forward(const DecoderSpec& spec, const Real* params, const Real* x, Real* y, int64_t B, int64_t T);
+
+}  // namespace slidedp::kernels::naive

@@ -1,0 +1,65 @@
+// What the math of one unit needs, read once from the model card and the unit's flat-buffer
+// layout: dimensions, eps, architecture switches, and the element offset of every tensor inside
+// the unit's ONE flat parameter buffer (model/unit_layout.h). The flat gradient buffer has the
+// same layout, so the same offsets address both. All decoder layers share one spec (same shapes,
+// same relative offsets). Tunables of the CPU math (tile sizes) live here too, with defaults.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+
+namespace slidedp::kernels {
+
+inline constexpr int64_t kAbsent = -1;  // offset of a tensor the architecture does not have
+
+struct DecoderSpec {
+  int64_t C = 0;   // hidden size
+  int64_t H = 0;   // query heads
+  int64_t KV = 0;  // key/value heads (GQA: H % KV == 0, query head h reads kv head h / (H / KV))
+  int64_t hd = 0;  // head dim
+  int64_t I = 0;   // SwiGLU intermediate size
+  double eps = 1e-6;
+  bool attention_bias = false;  // Qwen2: q, k, v biases
+  bool qk_norm = false;         // Qwen3: RMSNorm over head_dim per head on q and k, before RoPE
+  std::vector<double> inv_freq; // (hd/2) RoPE inverse frequencies after rope_scaling
+  int64_t flat_numel = 0;       // the unit's flat buffer, padding included
+
+  // Element offsets in the unit's flat buffer (kAbsent when the tensor does not exist).
+  int64_t input_norm = 0, q_w = 0, q_b = kAbsent, k_w = 0, k_b = kAbsent, v_w = 0, v_b = kAbsent,
+          o_w = 0, q_norm = kAbsent, k_norm = kAbsent, post_norm = 0, gate_w = 0, up_w = 0,
+          down_w = 0;
+
+  // Flash attention: rows of a query tile and of a key/value tile. The working set of attention is
+  // O(attn_tile^2 + attn_tile * hd), independent of T.
+  int64_t attn_tile = 64;
+
+  int64_t q_dim() const { return H * hd; }
+  int64_t kv_dim() const { return KV * hd; }
+};
+
+struct EmbeddingSpec {
+  int64_t V = 0, C = 0;
+  int64_t weight = 0;  // model.embed_tokens.weight (V, C)
+  int64_t flat_numel = 0;
+};
+
+struct HeadSpec {
+  int64_t V = 0, C = 0;
+  double eps = 1e-6;
+  int64_t norm_w = 0;          // model.norm.weight (C)
+  int64_t lm_head_w = kAbsent; // lm_head.weight (V, C) in the head's own buffer; kAbsent when tied
+  bool tied = false;           // lm_head is unit 0's model.embed_tokens.weight
+  int64_t flat_numel = 0;
+  // Fused cross-entropy: (tokens x V) logits exist only for this many unmasked tokens at a time.
+  int64_t loss_chunk_tokens = 256;  // 256 x 151936 fp32 logits = 156 MB
+};
+
+// `unit` must be a decoder unit of make_model_layout(card); any layer gives the same spec.
+DecoderSpec make_decoder_spec(const ModelCard& card, const UnitLayout& unit);
+EmbeddingSpec make_embedding_spec(const ModelCard& card, const UnitLayout& unit);
+HeadSpec make_head_spec(const ModelCard& card, const UnitLayout& unit);
+
+}  // namespace slidedp::kernels
