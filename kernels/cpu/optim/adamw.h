@@ -1,0 +1,80 @@
+// AdamW on one chunk of host-resident fp32 state, with torch.optim.AdamW semantics (decoupled weight
+// decay, bias correction, eps outside the sqrt), writing the bf16 delivery mirror in the same pass.
+// Per element, in this exact order of fp32 operations (so every SIMD level gives the same bits):
+//   g = (grad * grad_scale) * clip_coef
+//   m = fma(m, beta1, g * (1 - beta1));        v = fma(v, beta2, (g * g) * (1 - beta2))
+//   denom = fma(sqrt(v), 1 / sqrt(1 - beta2^step), eps)
+//   p = fma(-lr / (1 - beta1^step), m / denom, p * (1 - lr * weight_decay));   mirror = bf16_rne(p)
+// Bytes per parameter: bf16 grad: read 4 (p) + 2 (g) + 4 (m) + 4 (v), write 4 + 4 + 4 + 2 = 28;
+// fp32 grad: 30; without the mirror subtract 2.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "common/bf16.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/optim/grad_reduce.h"
+#include "kernels/cpu/optim/tiling.h"
+
+namespace slidedp::kernels {
+
+// Hyper-parameters of one update call (any chunk, any order: nothing is carried between calls).
+// Doubles, like torch's Python floats; the kernel derives fp32 constants once per call.
+struct AdamwHyper {
+  double lr = 1e-3;            // >= 0, finite
+  double beta1 = 0.9;          // [0, 1)
+  double beta2 = 0.999;        // [0, 1)
+  double eps = 1e-8;           // >= 0, finite
+  double weight_decay = 1e-2;  // >= 0, finite; decoupled: p *= 1 - lr * weight_decay
+  int64_t step = 1;            // 1-based count of updates applied to this chunk including this one
+  double grad_scale = 1.0;     // finite; multiplies the gradient (1/ranks, 1/tokens, loss-scale undo)
+  double clip_coef = 1.0;      // finite, >= 0; global-norm clip multiplier (adamw_clip_coef)
+};
+
+// Throws InputError naming the field ("adamw: beta1 ...") when a value is outside its range above.
+void validate(const AdamwHyper& hyper);
+
+// torch.nn.utils.clip_grad_norm_'s coefficient: min(1, max_norm / (sqrt(sum_squares) + 1e-6)).
+// sum_squares is the global sum of squared (already grad_scale-d) gradient elements; a NaN or Inf
+// sum throws NumericError (torch's error_if_nonfinite) since clipping cannot repair it.
+double adamw_clip_coef(double grad_sum_squares, double max_norm);
+
+// One chunk's optimizer state. All buffers are host memory indexed by the same element offsets
+// (the chunk's), so a [begin, end) range addresses the same parameters in each.
+struct AdamwState {
+  float* param = nullptr;           // (numel,) fp32 master weights, read and written
+  float* exp_avg = nullptr;         // (numel,) fp32 first moment m, read and written
+  float* exp_avg_sq = nullptr;      // (numel,) fp32 second moment v, read and written
+  bf16_bits* param_bf16 = nullptr;  // (numel,) bf16 delivery mirror, written; nullptr: not written
+};
+
+// Range forms: update elements [begin, end) on the calling thread. grad is the chunk's (numel,)
+// gradient, indexed like the state. Buffers must not overlap each other.
+void adamw_update(const AdamwState& state, const float* grad, const AdamwHyper& hyper, int64_t begin,
+                  int64_t end);
+void adamw_update(const AdamwState& state, const bf16_bits* grad, const AdamwHyper& hyper,
+                  int64_t begin, int64_t end);
+
+// Fused N-way reduction + AdamW: the reduced gradient is computed per element in registers and never
+// written. Bitwise equal to reduce_grads(slots, tmp, begin, end) followed by
+// adamw_update(state, tmp, hyper, begin, end).
+void reduce_adamw_update(const AdamwState& state, const GradSlots<float>& slots, const AdamwHyper& hyper,
+                         int64_t begin, int64_t end);
+void reduce_adamw_update(const AdamwState& state, const GradSlots<bf16_bits>& slots,
+                         const AdamwHyper& hyper, int64_t begin, int64_t end);
+
+// Parallel forms: [begin, end) cut into tiles of tile_numel elements over `pool` (the caller works
+// too). Same bits as the range form for any pool size and tile size.
+void adamw_update(ThreadPool& pool, const AdamwState& state, const float* grad, const AdamwHyper& hyper,
+                  int64_t begin, int64_t end, int64_t tile_numel = kTileNumel);
+void adamw_update(ThreadPool& pool, const AdamwState& state, const bf16_bits* grad,
+                  const AdamwHyper& hyper, int64_t begin, int64_t end, int64_t tile_numel = kTileNumel);
+void reduce_adamw_update(ThreadPool& pool, const AdamwState& state, const GradSlots<float>& slots,
+                         const AdamwHyper& hyper, int64_t begin, int64_t end,
+                         int64_t tile_numel = kTileNumel);
+void reduce_adamw_update(ThreadPool& pool, const AdamwState& state, const GradSlots<bf16_bits>& slots,
+                         const AdamwHyper& hyper, int64_t begin, int64_t end,
+                         int64_t tile_numel = kTileNumel);
+
+}  // namespace slidedp::kernels

@@ -1,0 +1,101 @@
+// AVX2 + FMA level: 8 fp32 lanes. fp32 -> bf16 rounds with integer arithmetic (AVX2 has no bf16
+// instructions); tails use vmaskmov for fp32 and a small stack copy for bf16 (no 16-bit masked
+// moves before AVX-512). Built with -mavx2 -mfma -ffp-contract=off (kernels/cpu/optim/CMakeLists.txt);
+// called only when cpu_simd_support().avx2_fma.
+#include <immintrin.h>
+
+#include "kernels/cpu/optim/kernel_table.h"
+
+namespace slidedp::kernels::detail {
+namespace {
+
+struct Avx2 {
+  static constexpr int kW = 8;
+  using F = __m256;
+  struct Tail {
+    int n;  // valid lanes, 0 < n < 8
+  };
+  struct Acc16 {
+    __m256d d[4];  // lanes 0-3, 4-7, 8-11, 12-15
+  };
+
+  static Tail tail(int64_t n) { return Tail{static_cast<int>(n)}; }
+  static __m256i lane_mask(Tail t) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(t.n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+
+  static F zero() { return _mm256_setzero_ps(); }
+  static F set1(float x) { return _mm256_set1_ps(x); }
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F mul(F a, F b) { return _mm256_mul_ps(a, b); }
+  static F div(F a, F b) { return _mm256_div_ps(a, b); }
+  static F sqrt(F a) { return _mm256_sqrt_ps(a); }
+  static F fma(F a, F b, F c) { return _mm256_fmadd_ps(a, b, c); }
+
+  static F load(const float* p) { return _mm256_loadu_ps(p); }
+  static F load(const float* p, Tail t) { return _mm256_maskload_ps(p, lane_mask(t)); }
+  static void store(float* p, F v) { _mm256_storeu_ps(p, v); }
+  static void store(float* p, F v, Tail t) { _mm256_maskstore_ps(p, lane_mask(t), v); }
+
+  // bf16 -> fp32 is exact: the 16 bits become the top half of the fp32 pattern.
+  static F widen(__m128i h) { return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16)); }
+  static F load(const bf16_bits* p) { return widen(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+  static F load(const bf16_bits* p, Tail t) {
+    alignas(16) bf16_bits buf[8] = {};
+    __builtin_memcpy(buf, p, static_cast<size_t>(t.n) * sizeof(bf16_bits));
+    return widen(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
+  }
+
+  // fp32 -> bf16 as common/bf16.h: (u + 0x7fff + lsb) >> 16, NaN -> (u >> 16) | 0x40.
+  static __m128i narrow(F v) {
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i hi = _mm256_srli_epi32(u, 16);
+    const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    const __m256i quiet_nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
+    const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    const __m256i r = _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
+    // Values are <= 0xffff, so the signed-saturating pack is exact; packus works per 128-bit half,
+    // giving [r0-3, r0-3 | r4-7, r4-7]; qwords 0 and 2 hold r0-3 and r4-7.
+    const __m256i packed = _mm256_packus_epi32(r, r);
+    return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
+  }
+  static void store(bf16_bits* p, F v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow(v)); }
+  static void store(bf16_bits* p, F v, Tail t) {
+    alignas(16) bf16_bits buf[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(buf), narrow(v));
+    __builtin_memcpy(p, buf, static_cast<size_t>(t.n) * sizeof(bf16_bits));
+  }
+
+  static Acc16 acc16_zero() {
+    return Acc16{{_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()}};
+  }
+  // x[0] holds elements 0-7 of a group of 16, x[1] elements 8-15. Widened squares are exact, so the
+  // fma equals the reference's separate multiply and add.
+  static void acc16_add_squares(Acc16& a, const F* x) {
+    for (int h = 0; h < 2; ++h) {
+      const __m256d lo = _mm256_cvtps_pd(_mm256_castps256_ps128(x[h]));
+      const __m256d hi = _mm256_cvtps_pd(_mm256_extractf128_ps(x[h], 1));
+      a.d[2 * h] = _mm256_fmadd_pd(lo, lo, a.d[2 * h]);
+      a.d[2 * h + 1] = _mm256_fmadd_pd(hi, hi, a.d[2 * h + 1]);
+    }
+  }
+  static void acc16_store(double* out, const Acc16& a) {
+    for (int k = 0; k < 4; ++k) _mm256_storeu_pd(out + 4 * k, a.d[k]);
+  }
+};
+
+}  // namespace
+}  // namespace slidedp::kernels::detail
+
+#include "kernels/cpu/optim/simd_impl.h"
+
+namespace slidedp::kernels::detail {
+namespace {
+constexpr KernelTable kTable = make_kernel_table<Avx2>();
+}  // namespace
+
+const KernelTable& avx2_kernel_table() { return kTable; }
+
+}  // namespace slidedp::kernels::detail

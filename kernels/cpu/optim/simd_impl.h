@@ -1,0 +1,238 @@
+// Private to kernels/cpu/optim: every optimizer kernel written once over a vector-traits type V, and
+// instantiated by each SIMD translation unit (kernels_avx2.cc, kernels_avx512*.cc) with its own
+// target flags. Each kernel performs, per lane, exactly the fp32 operations of the scalar reference
+// in the same order, so all levels agree bit for bit. Tails run the same vector code with a partial
+// load/store (a mask on AVX-512, a small stack copy on AVX2), never a separate scalar loop.
+//
+// Include only inside the SIMD .cc files, after defining V. Everything here has internal linkage
+// (anonymous namespace) and must not call inline functions with external linkage (std:: helpers,
+// slidedp::float_to_bf16): the linker could keep this file's AVX-512 copy for every caller.
+//
+// V provides: kW (fp32 lanes), F (vector), Tail + tail(n) for 0 < n < kW, zero(), set1(),
+// load/store of float and bf16_bits (full and with Tail; bf16 stores round as common/bf16.h),
+// add, mul, div, sqrt, fma(a, b, c) = a * b + c rounded once, and Acc16 (16 double lanes) with
+// acc16_zero(), acc16_add_squares(acc, x[16 / kW]) and acc16_store(double[16], acc).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/optim/kernel_table.h"
+
+#define SLIDEDP_OPTIM_INLINE inline __attribute__((always_inline))
+
+namespace slidedp::kernels::detail {
+namespace {
+
+// Gradient read from one buffer (fp32, or bf16 widened exactly).
+template <class V, class G>
+struct PlainGrad {
+  const G* g;
+  template <class... Tail>
+  SLIDEDP_OPTIM_INLINE typename V::F load(int64_t i, Tail... tail) const {
+    return V::load(g + i, tail...);
+  }
+};
+
+// Gradient reduced on the fly from N slots: sum in slot order, then scale or fma onto accum.
+template <class V, class T, bool kAccum>
+struct SlotGrad {
+  const T* const* ptr;
+  int num;
+  const float* accum;
+  typename V::F scale;
+
+  template <class... Tail>
+  SLIDEDP_OPTIM_INLINE typename V::F load(int64_t i, Tail... tail) const {
+    typename V::F sum = V::load(ptr[0] + i, tail...);
+    for (int k = 1; k < num; ++k) sum = V::add(sum, V::load(ptr[k] + i, tail...));
+    if constexpr (kAccum) {
+      return V::fma(sum, scale, V::load(accum + i, tail...));
+    } else {
+      return V::mul(sum, scale);
+    }
+  }
+};
+
+// AdamW constants broadcast once per call.
+template <class V>
+struct AdamwVec {
+  typename V::F beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay, neg_step_size,
+      inv_sqrt_bias_correction2, grad_scale, clip_coef;
+  explicit AdamwVec(const AdamwConstants& c)
+      : beta1(V::set1(c.beta1)),
+        one_minus_beta1(V::set1(c.one_minus_beta1)),
+        beta2(V::set1(c.beta2)),
+        one_minus_beta2(V::set1(c.one_minus_beta2)),
+        eps(V::set1(c.eps)),
+        decay(V::set1(c.decay)),
+        neg_step_size(V::set1(c.neg_step_size)),
+        inv_sqrt_bias_correction2(V::set1(c.inv_sqrt_bias_correction2)),
+        grad_scale(V::set1(c.grad_scale)),
+        clip_coef(V::set1(c.clip_coef)) {}
+};
+
+// kW (or, with a Tail, fewer) elements of AdamW starting at i; same operation order as the reference.
+template <class V, bool kMirror, class Src, class... Tail>
+SLIDEDP_OPTIM_INLINE void adamw_vector(const AdamwState& s, const Src& src, const AdamwVec<V>& k,
+                                       int64_t i, Tail... tail) {
+  using F = typename V::F;
+  const F g = V::mul(V::mul(src.load(i, tail...), k.grad_scale), k.clip_coef);
+  const F m = V::fma(V::load(s.exp_avg + i, tail...), k.beta1, V::mul(g, k.one_minus_beta1));
+  const F v = V::fma(V::load(s.exp_avg_sq + i, tail...), k.beta2,
+                     V::mul(V::mul(g, g), k.one_minus_beta2));
+  const F denom = V::fma(V::sqrt(v), k.inv_sqrt_bias_correction2, k.eps);
+  const F p = V::fma(k.neg_step_size, V::div(m, denom), V::mul(V::load(s.param + i, tail...), k.decay));
+  V::store(s.exp_avg + i, m, tail...);
+  V::store(s.exp_avg_sq + i, v, tail...);
+  V::store(s.param + i, p, tail...);
+  if constexpr (kMirror) V::store(s.param_bf16 + i, p, tail...);
+}
+
+template <class V, bool kMirror, class Src>
+void adamw_span(const AdamwState& s, const Src& src, const AdamwConstants& c, int64_t begin,
+                int64_t end) {
+  const AdamwVec<V> k(c);
+  int64_t i = begin;
+  for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kMirror>(s, src, k, i);
+  if (i < end) adamw_vector<V, kMirror>(s, src, k, i, V::tail(end - i));
+}
+
+template <class V, class Src>
+void adamw_dispatch_mirror(const AdamwState& s, const Src& src, const AdamwConstants& c,
+                           int64_t begin, int64_t end) {
+  if (s.param_bf16) {
+    adamw_span<V, true>(s, src, c, begin, end);
+  } else {
+    adamw_span<V, false>(s, src, c, begin, end);
+  }
+}
+
+template <class V, class G>
+void adamw_entry(const AdamwState& s, const G* grad, const AdamwConstants& c, int64_t begin,
+                 int64_t end) {
+  adamw_dispatch_mirror<V>(s, PlainGrad<V, G>{grad}, c, begin, end);
+}
+
+template <class V, class T>
+void reduce_adamw_entry(const AdamwState& s, const SlotArgs<T>& a, const AdamwConstants& c,
+                        int64_t begin, int64_t end) {
+  if (a.accum) {
+    adamw_dispatch_mirror<V>(s, SlotGrad<V, T, true>{a.ptr, a.num, a.accum, V::set1(a.scale)}, c,
+                             begin, end);
+  } else {
+    adamw_dispatch_mirror<V>(s, SlotGrad<V, T, false>{a.ptr, a.num, nullptr, V::set1(a.scale)}, c,
+                             begin, end);
+  }
+}
+
+// out may alias accum: each vector is loaded before it is stored.
+template <class V, class Src>
+void reduce_span(const Src& src, float* out, int64_t begin, int64_t end) {
+  int64_t i = begin;
+  for (; i + V::kW <= end; i += V::kW) V::store(out + i, src.load(i));
+  if (i < end) {
+    const auto t = V::tail(end - i);
+    V::store(out + i, src.load(i, t), t);
+  }
+}
+
+template <class V, class T>
+void reduce_entry(const SlotArgs<T>& a, float* out, int64_t begin, int64_t end) {
+  if (a.accum) {
+    reduce_span<V>(SlotGrad<V, T, true>{a.ptr, a.num, a.accum, V::set1(a.scale)}, out, begin, end);
+  } else {
+    reduce_span<V>(SlotGrad<V, T, false>{a.ptr, a.num, nullptr, V::set1(a.scale)}, out, begin, end);
+  }
+}
+
+// Sum of squares of src over [begin, end) with element begin + j in double lane j % 16 (16 / kW
+// vectors per group of 16); lanes past the end are +0.0, which leaves a lane sum unchanged.
+template <class V, class Src>
+double sum_squares_span(const Src& src, int64_t begin, int64_t end) {
+  constexpr int kVecs = 16 / V::kW;
+  static_assert(kVecs * V::kW == 16, "a vector must hold a divisor of 16 lanes");
+  typename V::Acc16 acc = V::acc16_zero();
+  int64_t i = begin;
+  for (; i + 16 <= end; i += 16) {
+    typename V::F x[kVecs];
+    for (int j = 0; j < kVecs; ++j) x[j] = src.load(i + j * V::kW);
+    V::acc16_add_squares(acc, x);
+  }
+  if (i < end) {
+    typename V::F x[kVecs];
+    for (int j = 0; j < kVecs; ++j) {
+      const int64_t at = i + j * V::kW;
+      const int64_t left = end - at;
+      if (left >= V::kW) {
+        x[j] = src.load(at);
+      } else if (left > 0) {
+        x[j] = src.load(at, V::tail(left));
+      } else {
+        x[j] = V::zero();
+      }
+    }
+    V::acc16_add_squares(acc, x);
+  }
+  alignas(64) double lanes[16];
+  V::acc16_store(lanes, acc);
+  return combine_16_lanes(lanes);
+}
+
+template <class V, class T>
+double reduce_sum_squares_entry(const SlotArgs<T>& a, int64_t begin, int64_t end) {
+  if (a.accum) {
+    return sum_squares_span<V>(SlotGrad<V, T, true>{a.ptr, a.num, a.accum, V::set1(a.scale)}, begin,
+                               end);
+  }
+  return sum_squares_span<V>(SlotGrad<V, T, false>{a.ptr, a.num, nullptr, V::set1(a.scale)}, begin,
+                             end);
+}
+
+template <class V, class T>
+double sum_squares_entry(const T* x, int64_t n) {
+  return sum_squares_span<V>(PlainGrad<V, T>{x}, 0, n);
+}
+
+// Conversion is a load in the source type and a store in the destination type.
+template <class V, class From, class To>
+void convert_entry(const From* in, To* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + V::kW <= n; i += V::kW) V::store(out + i, V::load(in + i));
+  if (i < n) {
+    const auto t = V::tail(n - i);
+    V::store(out + i, V::load(in + i, t), t);
+  }
+}
+
+template <class V>
+void triad_entry(float* a, const float* b, const float* c, float q, int64_t n) {
+  const typename V::F qv = V::set1(q);
+  int64_t i = 0;
+  for (; i + V::kW <= n; i += V::kW) V::store(a + i, V::fma(qv, V::load(c + i), V::load(b + i)));
+  if (i < n) {
+    const auto t = V::tail(n - i);
+    V::store(a + i, V::fma(qv, V::load(c + i, t), V::load(b + i, t)), t);
+  }
+}
+
+template <class V>
+constexpr KernelTable make_kernel_table() {
+  return KernelTable{
+      adamw_entry<V, float>,
+      adamw_entry<V, bf16_bits>,
+      reduce_adamw_entry<V, float>,
+      reduce_adamw_entry<V, bf16_bits>,
+      reduce_entry<V, float>,
+      reduce_entry<V, bf16_bits>,
+      reduce_sum_squares_entry<V, float>,
+      reduce_sum_squares_entry<V, bf16_bits>,
+      sum_squares_entry<V, float>,
+      sum_squares_entry<V, bf16_bits>,
+      convert_entry<V, float, bf16_bits>,
+      convert_entry<V, bf16_bits, float>,
+      triad_entry<V>,
+  };
+}
+
+}  // namespace
+}  // namespace slidedp::kernels::detail
