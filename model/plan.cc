@@ -139,7 +139,11 @@ PlanFile plan_file_from_yaml(const std::string& yaml_text, const std::string& or
   return f;
 }
 
-PlanFile load_plan_file(const std::string& path) { return plan_file_from_yaml(read_text_file(path), path); }
+PlanFile load_plan_file(const std::string& path) {
+  PlanFile f = plan_file_from_yaml(read_text_file(path), path);
+  f.origin = path;
+  return f;
+}
 
 namespace {
 

@@ -63,6 +63,8 @@ struct PlanFile {
   std::string hardware;  // hardware name or path ("" = not stated)
   int64_t seq_len = 0;   // 0 = not stated
   std::string system = "slidedp";
+  std::string origin;  // the file it came from ("" when built from flags)
+  std::string plan_source() const { return origin.empty() ? "plan" : origin; }
 };
 
 Plan plan_from_yaml_reader(const class YamlReader& r);  // reads plan keys from a map (strict)

@@ -1,0 +1,105 @@
+// slidedp-predict: what a plan does on a machine, real or hypothetical. Prints a readable breakdown
+// (bottleneck first) or one JSON object; --trace writes the simulated timeline for Perfetto;
+// --system compares SlideDP with the baselines on the same workload.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "common/cli_main.h"
+#include "common/error.h"
+#include "model/chrome_trace.h"
+#include "model/cli/plan_flags.h"
+#include "model/hardware.h"
+#include "model/model_card.h"
+#include "model/prediction_report.h"
+#include "model/simulator.h"
+#include "model/step_model.h"
+#include "model/system.h"
+#include "common/units.h"
+
+namespace slidedp {
+namespace {
+
+int predict_main(int argc, char** argv) {
+  CLI::App app{
+      "slidedp-predict: predict the step time, bottleneck, exposed pipeline time and memory of a plan\n"
+      "on a hardware profile (a preset or a slidedp-profile output), for SlideDP or a baseline system."};
+  PlanFlags flags;
+  flags.add_to(app);
+  std::string system = "slidedp";
+  std::string method = "analytical";
+  std::string trace;
+  bool json = false;
+  app.add_option("--system", system,
+                 "slidedp | slideformer-dp | zero-offload | megatrain | fsdp2 | all (compare every system)");
+  app.add_option("--method", method, "analytical (fast closed form) | simulator (discrete-event) | both")
+      ->check(CLI::IsMember({"analytical", "simulator", "both"}));
+  app.add_option("--trace", trace, "Write the simulated timeline of one step as Chrome trace JSON (Perfetto)");
+  app.add_flag("--json", json, "Print one JSON object instead of the readable report");
+  app.add_flag_callback("--list-presets", [] {
+    fmt::print("models:   {}\nhardware: {}\nsystems:  {}\n", fmt::join(model_preset_names(), ", "),
+               fmt::join(hardware_preset_names(), ", "), fmt::join(system_names(), ", "));
+    std::exit(0);
+  }, "List model, hardware and system names, then exit");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
+  }
+
+  PlanFile pf = flags.resolve();
+  if (pf.model.empty()) throw InputError("--model", "required (or a plan file with a model key)");
+  if (pf.hardware.empty()) throw InputError("--hardware", "required (or a plan file with a hardware key)");
+  if (pf.seq_len <= 0) throw InputError("--seq", "required (or a plan file with seq_len)");
+  Workload w = make_workload(load_model_card(pf.model), pf.seq_len);
+  Hardware hw = load_hardware(pf.hardware);
+  std::vector<System> systems;
+  if (system == "all") {
+    for (const auto& n : system_names()) systems.push_back(parse_system(n, "--system"));
+  } else {
+    systems.push_back(parse_system(system, "--system"));
+  }
+  pf.plan.validate(static_cast<int>(w.model.num_layers), pf.plan_source());
+
+  nlohmann::json out = nlohmann::json::array();
+  for (System s : systems) {
+    std::vector<Prediction> preds;
+    if (method != "simulator") preds.push_back(predict_analytical(w, hw, pf.plan, s));
+    if (method != "analytical" || !trace.empty()) {
+      SimulatorOptions opt;
+      opt.record_timeline = !trace.empty();
+      Simulation sim = simulate(w, hw, pf.plan, s, opt);
+      if (!trace.empty()) {
+        std::string path = systems.size() > 1 ? fmt::format("{}.{}.json", trace, system_name(s)) : trace;
+        write_chrome_trace(path, sim.timeline, fmt::format("predicted: {} {} on {}", system_name(s), w.model.name, hw.name));
+        if (!json) fmt::print(stderr, "wrote timeline ({} spans) to {}\n", sim.timeline.size(), path);
+      }
+      if (method != "analytical") preds.push_back(sim.prediction);
+    }
+    for (const Prediction& p : preds) {
+      if (json) {
+        nlohmann::json j = prediction_to_json(p);
+        j["model"] = w.model.name;
+        j["hardware"] = hw.name;
+        j["seq_len"] = w.seq_len;
+        j["plan"] = pf.plan.summary(static_cast<int>(w.model.num_layers));
+        out.push_back(j);
+      } else {
+        std::string ctx = fmt::format("{} ({} params) on {} | seq {} | {}", w.model.name,
+                                      format_count(static_cast<double>(w.model.total_params())), hw.name, w.seq_len,
+                                      plan_for_system(pf.plan, s, w.model).summary(static_cast<int>(w.model.num_layers)));
+        std::cout << prediction_to_text(p, ctx) << "\n";
+      }
+    }
+  }
+  if (json) std::cout << (out.size() == 1 ? out[0].dump(2) : out.dump(2)) << "\n";
+  return 0;
+}
+
+}  // namespace
+}  // namespace slidedp
+
+int main(int argc, char** argv) {
+  return slidedp::run_cli("slidedp-predict", [&] { return slidedp::predict_main(argc, argv); });
+}

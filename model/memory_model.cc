@@ -1,0 +1,193 @@
+// Memory estimate; see memory_model.h. Each item's formula is next to it.
+#include "model/memory_model.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/units.h"
+#include "model/model_costs.h"
+#include "model/step_work.h"
+
+namespace slidedp {
+namespace {
+
+constexpr double kBf16 = 2.0, kFp32 = 4.0;
+constexpr double kWorkspaceBytes = 256.0 * (1 << 20);  // GEMM workspaces, small kernel buffers
+
+double sum_items(const std::vector<MemoryItem>& items) {
+  double s = 0;
+  for (const auto& i : items) s += i.bytes;
+  return s;
+}
+
+}  // namespace
+
+std::vector<std::string> MemoryEstimate::violations() const {
+  std::vector<std::string> out;
+  if (gpu_peak_bytes > gpu_budget_bytes) {
+    std::string top;
+    auto items = gpu_items;
+    std::sort(items.begin(), items.end(), [](const auto& a, const auto& b) { return a.bytes > b.bytes; });
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, items.size()); ++i)
+      top += fmt::format("{}{} {}", i ? ", " : "", items[i].name, format_bytes(items[i].bytes));
+    out.push_back(fmt::format("GPU memory: peak {} per rank exceeds the budget {} by {} (largest: {})",
+                              format_bytes(gpu_peak_bytes), format_bytes(gpu_budget_bytes),
+                              format_bytes(gpu_peak_bytes - gpu_budget_bytes), top));
+  }
+  if (host_bytes > host_ram_bytes)
+    out.push_back(fmt::format("host RAM: {} needed, {} available (short by {})", format_bytes(host_bytes),
+                              format_bytes(host_ram_bytes), format_bytes(host_bytes - host_ram_bytes)));
+  if (host_pinned_bytes > host_pinned_limit_bytes)
+    out.push_back(fmt::format("pinned host memory: {} needed, limit {}", format_bytes(host_pinned_bytes),
+                              format_bytes(host_pinned_limit_bytes)));
+  return out;
+}
+
+double gpu_budget_bytes(const Plan& plan, const Hardware& hw) {
+  if (plan.gpu_mem_budget_bytes > 0) return static_cast<double>(plan.gpu_mem_budget_bytes);
+  return std::max(0.0, static_cast<double>(hw.gpu.mem_bytes - plan.gpu_mem_reserve_bytes));
+}
+
+MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan& plan_in, System system) {
+  const ModelCard& card = w.model;
+  const Plan p = plan_for_system(plan_in, system, card);
+  const int L = static_cast<int>(card.num_layers);
+  const double N = p.ranks;
+  const double tokens = static_cast<double>(p.micro_batch) * static_cast<double>(w.seq_len);
+  const auto& units = w.layout.units;
+  const double P = static_cast<double>(w.layout.total_flat_numel);
+  const double emb_numel = static_cast<double>(units.front().flat_numel);
+  const LayerActivationBytes act = decoder_activation_bytes_per_token(card);
+  const double D = p.gpu_buffer_depth;
+
+  MemoryEstimate m;
+  m.gpu_budget_bytes = gpu_budget_bytes(p, hw);
+  m.host_ram_bytes = static_cast<double>(hw.host.ram_bytes);
+  m.host_pinned_limit_bytes = static_cast<double>(hw.host.pinned_limit_bytes);
+  auto gpu = [&](const std::string& name, double bytes) {
+    if (bytes > 0) m.gpu_items.push_back({name, bytes});
+  };
+  auto host = [&](const std::string& name, double bytes, bool pinned) {
+    if (bytes <= 0) return;
+    m.host_items.push_back({name + (pinned ? " (pinned)" : ""), bytes});
+    m.host_bytes += bytes;
+    if (pinned) m.host_pinned_bytes += bytes;
+  };
+
+  // Largest unit and the largest window of D consecutive units (bf16), counting the tied embedding
+  // the head reads.
+  auto unit_numel = [&](std::size_t i) {
+    double n = static_cast<double>(units[i].flat_numel);
+    if (units[i].reads_tied_embedding) n += emb_numel;
+    return n;
+  };
+  double max_unit = 0, max_window = 0;
+  for (std::size_t i = 0; i < units.size(); ++i) {
+    max_unit = std::max(max_unit, unit_numel(i));
+    double win = 0;
+    for (std::size_t j = i; j < std::min(units.size(), i + static_cast<std::size_t>(D)); ++j) win += unit_numel(j);
+    max_window = std::max(max_window, win);
+  }
+  // Gradient buffers: the fp32 gradient of the unit in backward plus the bf16 staging of the previous
+  // unit's gradient still draining to the host.
+  double max_grad = 0;
+  for (std::size_t i = 0; i + 1 < units.size(); ++i)
+    max_grad = std::max(max_grad, unit_numel(i) * kFp32 + unit_numel(i + 1) * kBf16);
+  max_grad = std::max(max_grad, unit_numel(units.size() - 1) * kFp32);
+
+  // Activations alive from forward to backward, by policy.
+  Plan::PolicyCounts pc = p.policy_counts(L);
+  const double act_keep = pc.keep * act.saved_keep * tokens;
+  const double act_recompute = pc.recompute * act.unit_input * tokens;
+  const double act_offload_prefetch = pc.offload > 0 ? 2.0 * act.unit_input * tokens : 0.0;
+  // Working set of one unit: a recomputed layer's activations + backward temporaries, or the head's
+  // loss chunk; plus the hidden state entering and leaving (fp32 gradient of it in backward).
+  const double layer_ws = (act.saved_keep + act.transient) * tokens + card.hidden_size * (kBf16 + kFp32) * tokens;
+  const double head_ws = head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
+                         card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
+  double working_set = std::max(layer_ws, head_ws);
+  double act_recompute_used = act_recompute;
+  if (system == System::kMegaTrain) {
+    // MegaTrain checkpoints every K = 4th layer input and recomputes blocks of 4 layers at once.
+    act_recompute_used = std::ceil(L / 4.0) * act.unit_input * tokens;
+    working_set = std::max(4.0 * layer_ws, head_ws);
+  }
+
+  switch (system) {
+    case System::kSlideDP:
+    case System::kMegaTrain: {
+      gpu(fmt::format("parameter slots ({} deep, bf16)", p.gpu_buffer_depth), max_window * kBf16);
+      if (p.param_route == ParamRoute::kSharded && N > 1) gpu("all-gather shard staging", max_unit * kBf16 / N);
+      gpu("gradient buffers (fp32 unit + bf16 draining)", max_grad);
+      if (p.grad_route == GradRoute::kGpu && N > 1) gpu("reduce-scatter buffers (bf16)", max_unit * kBf16 * (1.0 + 1.0 / N));
+      break;
+    }
+    case System::kSlideFormerDP:
+      // Slots sized by the largest unit, each holding bf16 params and bf16 grads.
+      gpu("unit slots sized by the largest unit (bf16 params + grads)", D * max_unit * 2.0 * kBf16);
+      gpu("gradient accumulation (fp32 unit)", max_unit * kFp32);
+      break;
+    case System::kZeroOffload:
+      gpu("resident bf16 parameters", P * kBf16);
+      gpu("gradient partition (bf16)", P * kBf16 / N);
+      gpu("reduce-scatter buckets", 2.0 * 25e6 * kBf16);
+      gpu("gradient of the unit in backward (fp32)", max_unit * kFp32);
+      break;
+    case System::kFsdp2:
+      gpu("sharded fp32 params + grads + AdamW m, v", P * 16.0 / N);
+      gpu("unsharded bf16 units (prefetch 2)", 2.0 * max_unit * kBf16);
+      gpu("unsharded unit gradient (fp32)", max_unit * kFp32);
+      break;
+  }
+  gpu("activations: keep layers", act_keep);
+  gpu("activations: recompute layers (unit inputs)", act_recompute_used);
+  gpu("activations: offload prefetch buffers", act_offload_prefetch);
+  gpu("working set of one unit", working_set);
+  gpu("workspace", kWorkspaceBytes);
+  m.gpu_peak_bytes = sum_items(m.gpu_items);
+
+  // Host.
+  const double chunk = static_cast<double>(std::min<int64_t>(p.chunk_numel, w.layout.total_flat_numel));
+  const double offloaded = N * pc.offload * act.unit_input * tokens;
+  switch (system) {
+    case System::kSlideDP: {
+      host("fp32 master weights", P * kFp32, false);
+      host("fp32 AdamW m and v", P * 2.0 * kFp32, false);
+      host("bf16 delivery mirror", P * kBf16, true);
+      const bool accum = p.accum_steps > 1;
+      if (accum) host("fp32 gradient accumulator", P * kFp32, false);
+      else if (card.tie_word_embeddings) host("fp32 tied-embedding gradient accumulator", emb_numel * kFp32, false);
+      double slots = (p.grad_route == GradRoute::kCpu ? N : 1.0) * kGradStagingChunksPerRank * chunk * kBf16;
+      host("gradient staging ring", slots, true);
+      host("offloaded activations", offloaded, true);
+      break;
+    }
+    case System::kSlideFormerDP:
+      host("fp32 master weights (/dev/shm)", P * kFp32, false);
+      host("fp32 Adam moments (rank 0)", P * 2.0 * kFp32, false);
+      host("pinned bf16 staging per rank (largest unit)", N * max_unit * kBf16, true);
+      host("pinned bf16 gradient rows per rank (largest unit)", N * max_unit * kBf16, true);
+      host("offloaded activations", offloaded, true);
+      break;
+    case System::kZeroOffload:
+      host("fp32 master weights", P * kFp32, false);
+      host("fp32 Adam moments", P * 2.0 * kFp32, false);
+      host("fp32 gradients", P * kFp32, true);
+      host("bf16 parameter upload buffer", P * kBf16, true);
+      break;
+    case System::kMegaTrain:
+      host("fp32 master weights", P * kFp32, false);
+      host("fp32 Adam moments", P * 2.0 * kFp32, false);
+      host("shared flat bf16 weights (registered)", P * kBf16, true);
+      host("fp32 gradient accumulator (shared, locked)", P * kFp32, false);
+      host("pinned gradient slabs", N * 2.0 * max_unit * kBf16, true);
+      break;
+    case System::kFsdp2:
+      break;
+  }
+  return m;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,59 @@
+// What the model says about one step of a plan: the time, a breakdown whose parts sum to it, the busy
+// time of every resource, the bottleneck, throughput and memory. The analytical model and the
+// simulator both fill this struct, so they can be compared field by field.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/memory_model.h"
+
+namespace slidedp {
+
+// Parts of the step time (seconds); they sum to step_time_s (STYLE habit 7).
+struct Breakdown {
+  double compute_s = 0;        // GPU busy computing (forward, recompute, backward, GPU optimizer)
+  double stall_s = 0;          // GPU waiting inside the step: deliveries, links, host bandwidth, CPU
+  double exposed_tail_s = 0;   // after the last backward: reduction + update of the last chunks
+  double exposed_head_s = 0;   // before the first forward: delivery of the first unit's chunks
+  double post_update_s = 0;    // baselines that update after backward: the serial update phase
+  double sync_s = 0;           // per-chunk and per-collective latencies on the critical path
+  double total() const {
+    return compute_s + stall_s + exposed_tail_s + exposed_head_s + post_update_s + sync_s;
+  }
+};
+
+// Resource names used by the model, the simulator, the executor's measurements and reports.
+namespace resource {
+inline constexpr const char* kGpuCompute = "gpu_compute";
+inline constexpr const char* kH2D = "h2d_link";
+inline constexpr const char* kD2H = "d2h_link";
+inline constexpr const char* kDuplex = "link_duplex";
+inline constexpr const char* kH2DRoot = "pcie_root_h2d";
+inline constexpr const char* kD2HRoot = "pcie_root_d2h";
+inline constexpr const char* kHostMem = "host_mem";
+inline constexpr const char* kCpuUpdate = "cpu_update";
+inline constexpr const char* kCpuCores = "cpu_cores";
+inline constexpr const char* kFabric = "gpu_fabric";
+}  // namespace resource
+
+struct Prediction {
+  std::string method;  // "analytical" | "simulator"
+  std::string system;
+  bool feasible = true;
+  std::vector<std::string> infeasible_reasons;
+  double step_time_s = 0;
+  Breakdown breakdown;
+  std::map<std::string, double> busy_s;  // per resource (per-rank resources: rank 0)
+  double lower_bound_s = 0;              // max over resources of demand / capacity
+  std::string bottleneck;                // busiest resource
+  double bottleneck_utilization = 0;     // its busy / step time
+  double tokens_per_step = 0;
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;             // model FLOPs (SlideFormer's formula) per GPU per second
+  double exposed_s = 0;                  // step time not covered by GPU compute
+  MemoryEstimate memory;
+};
+
+}  // namespace slidedp

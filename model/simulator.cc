@@ -1,0 +1,574 @@
+// Discrete-event simulator; see simulator.h. The graph builder below issues, per micro-step and unit,
+// the same operations the executor issues, in the same stream order:
+//   forward  : deliveries (H2D chunks, then all-gather collectives) -> offload of the unit input ->
+//              compute; the head's fused loss then sends its gradients like a backward unit
+//   backward : deliveries + offloaded-input prefetch -> recompute/backward -> reduce-scatter
+//              collectives -> D2H gradient chunks -> host CPU reduction/AdamW per chunk (FIFO)
+//   boundary : the next step's first delivery waits for the update of each chunk it carries
+// Parameter slots are reused LRU with the same rule as the analytical model.
+#include "model/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "common/error.h"
+#include "model/fluid_engine.h"
+#include "model/memory_model.h"
+
+namespace slidedp {
+namespace {
+
+enum Tag { kCompute = 1, kH2D, kD2H, kFabric, kCpu, kConvert, kPostCompute };
+
+struct Slot {
+  int unit = -1;
+  int last_compute = -1;  // task that last used it
+  long last_use = -1;     // use counter for LRU
+};
+
+class GraphBuilder {
+ public:
+  GraphBuilder(const StepWork& sw, bool latencies, bool timeline)
+      : sw_(sw), c_(sw.cap), lat_(latencies ? 1.0 : 0.0), timeline_(timeline), N_(sw.ranks) {
+    for (int r = 0; r < N_; ++r) {
+      gpu_.push_back(eng_.add_resource(fmt::format("rank{}.gpu", r), 1.0));
+      h2d_.push_back(eng_.add_resource(fmt::format("rank{}.h2d", r), c_.h2d_alone_Bps));
+      d2h_.push_back(eng_.add_resource(fmt::format("rank{}.d2h", r), c_.d2h_alone_Bps));
+      duplex_.push_back(eng_.add_resource(fmt::format("rank{}.duplex", r), c_.duplex_Bps));
+      fabric_.push_back(eng_.add_resource(fmt::format("rank{}.fabric", r), c_.allgather_busbw_Bps));
+      convert_.push_back(eng_.add_resource(fmt::format("rank{}.convert_thread", r), 1.0));
+    }
+    h2d_root_ = eng_.add_resource("pcie_root_h2d", c_.h2d_root_Bps);
+    d2h_root_ = eng_.add_resource("pcie_root_d2h", c_.d2h_root_Bps);
+    host_mem_ = eng_.add_resource("host_mem", c_.host_mem_Bps);
+    cpu_update_ = eng_.add_resource("cpu_update", c_.update_threads);
+    cpu_cores_ = eng_.add_resource("cpu_cores", c_.cpu_cores);
+    gpu_last_.assign(static_cast<std::size_t>(N_), -1);
+    h2d_last_ = d2h_last_ = fabric_last_ = convert_last_ = gpu_last_;
+    slots_.assign(static_cast<std::size_t>(N_), std::vector<Slot>(static_cast<std::size_t>(std::max(1, sw.buffer_depth))));
+    const std::size_t U = sw.units.size();
+    update_prev_.assign(U, {});
+    update_cur_.assign(U, {});
+    drain_.assign(static_cast<std::size_t>(N_), std::vector<int>(U, -1));
+  }
+
+  // Builds `steps` full steps plus the next step's first delivery and compute (the probe).
+  void build(int steps) {
+    for (int s = 0; s < steps; ++s) {
+      step_ = s;
+      for (int a = 0; a < sw_.accum_steps; ++a) micro_step(a, a == sw_.accum_steps - 1);
+      if (sw_.traits.update_after_backward) post_phase();
+      update_prev_ = update_cur_;
+      for (auto& v : update_cur_) v.clear();
+    }
+    step_ = steps;
+    probe();
+  }
+
+  FluidEngine& engine() { return eng_; }
+  int first_compute() const { return first_compute_; }
+  int probe_compute() const { return probe_compute_; }
+  int last_compute_of_first_step() const { return last_compute_step0_; }
+  int unit0_last_update() const { return unit0_last_update_; }
+  int post_first() const { return post_first_; }
+  int post_last() const { return post_last_; }
+  const std::vector<int>& step0_tasks() const { return step0_tasks_; }
+  int resource_gpu(int r) const { return gpu_[static_cast<std::size_t>(r)]; }
+  int resource_h2d(int r) const { return h2d_[static_cast<std::size_t>(r)]; }
+  int resource_d2h(int r) const { return d2h_[static_cast<std::size_t>(r)]; }
+  int resource_duplex(int r) const { return duplex_[static_cast<std::size_t>(r)]; }
+  int resource_fabric(int r) const { return fabric_[static_cast<std::size_t>(r)]; }
+  int h2d_root() const { return h2d_root_; }
+  int d2h_root() const { return d2h_root_; }
+  int host_mem() const { return host_mem_; }
+  int cpu_update() const { return cpu_update_; }
+  int cpu_cores() const { return cpu_cores_; }
+  const std::vector<std::string>& tracks() const { return tracks_; }
+
+ private:
+  double hm_per_copy() const { return c_.emulated ? 2.0 : 1.0; }
+
+  int track(const std::string& name) {
+    if (!timeline_) return -1;
+    auto it = track_ids_.find(name);
+    if (it != track_ids_.end()) return it->second;
+    tracks_.push_back(name);
+    track_ids_[name] = static_cast<int>(tracks_.size()) - 1;
+    return static_cast<int>(tracks_.size()) - 1;
+  }
+
+  int add(FluidEngine::Task t) {
+    int id = eng_.add_task(std::move(t));
+    if (step_ == 0) step0_tasks_.push_back(id);
+    return id;
+  }
+
+  static void dep(std::vector<int>& deps, int id) {
+    if (id >= 0) deps.push_back(id);
+  }
+
+  std::string unit_name(int u) const {
+    const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+    if (w.kind == UnitKind::kEmbedding) return "emb";
+    if (w.kind == UnitKind::kHead) return "head";
+    return fmt::format("L{}", w.index - 1);
+  }
+
+  int copy_task(int r, bool h2d, double bytes, std::vector<int> deps, const std::string& label) {
+    FluidEngine::Task t;
+    t.work = bytes;
+    t.delay_s = lat_ * c_.link_latency_s;
+    const std::size_t k = static_cast<std::size_t>(r);
+    if (h2d) {
+      t.usages = {{h2d_[k], 1.0}, {h2d_root_, 1.0}, {duplex_[k], 1.0}, {host_mem_, hm_per_copy()}};
+      if (c_.emulated) t.usages.push_back({cpu_cores_, 1.0 / c_.h2d_alone_Bps});
+      dep(deps, h2d_last_[k]);
+    } else {
+      t.usages = {{d2h_[k], 1.0}, {d2h_root_, 1.0}, {duplex_[k], 1.0}, {host_mem_, hm_per_copy()}};
+      if (c_.emulated) t.usages.push_back({cpu_cores_, 1.0 / c_.d2h_alone_Bps});
+      dep(deps, d2h_last_[k]);
+    }
+    t.deps = std::move(deps);
+    t.tag = h2d ? kH2D : kD2H;
+    if (timeline_) {
+      t.track = track(fmt::format("rank {} / {}", r, h2d ? "h2d" : "d2h"));
+      t.label = label;
+    }
+    int id = add(std::move(t));
+    (h2d ? h2d_last_ : d2h_last_)[k] = id;
+    return id;
+  }
+
+  // One collective over all ranks' fabric ports: `bytes` per port, after `deps`.
+  int collective(double bytes, double busbw, std::vector<int> deps, const std::string& label) {
+    FluidEngine::Task t;
+    t.work = bytes;
+    t.delay_s = lat_ * c_.fabric_latency_s;
+    for (int r = 0; r < N_; ++r) {
+      t.usages.push_back({fabric_[static_cast<std::size_t>(r)], c_.allgather_busbw_Bps / busbw});
+      dep(deps, fabric_last_[static_cast<std::size_t>(r)]);
+    }
+    t.deps = std::move(deps);
+    t.tag = kFabric;
+    if (timeline_) {
+      t.track = track("fabric");
+      t.label = label;
+    }
+    int id = add(std::move(t));
+    for (auto& f : fabric_last_) f = id;
+    return id;
+  }
+
+  int compute_task(int r, double seconds, std::vector<int> deps, const std::string& label, int tag = kCompute) {
+    FluidEngine::Task t;
+    t.work = seconds;
+    t.usages = {{gpu_[static_cast<std::size_t>(r)], 1.0}};
+    if (c_.emulated) t.usages.push_back({cpu_cores_, c_.host_threads_per_device});
+    dep(deps, gpu_last_[static_cast<std::size_t>(r)]);
+    t.deps = std::move(deps);
+    t.tag = tag;
+    if (timeline_) {
+      t.track = track(fmt::format("rank {} / gpu", r));
+      t.label = label;
+    }
+    int id = add(std::move(t));
+    gpu_last_[static_cast<std::size_t>(r)] = id;
+    return id;
+  }
+
+  int cpu_task(double thread_s, double host_mem_bytes, double delay, std::vector<int> deps, const std::string& label) {
+    FluidEngine::Task t;
+    t.work = thread_s;
+    t.delay_s = delay;
+    if (thread_s > 0) {
+      t.usages = {{cpu_update_, 1.0}, {cpu_cores_, 1.0}};
+      if (host_mem_bytes > 0) t.usages.push_back({host_mem_, host_mem_bytes / thread_s});
+    }
+    dep(deps, cpu_last_);
+    t.deps = std::move(deps);
+    t.tag = kCpu;
+    if (timeline_) {
+      t.track = track("host / cpu update");
+      t.label = label;
+    }
+    cpu_last_ = add(std::move(t));
+    return cpu_last_;
+  }
+
+  // Makes unit u resident on every rank; returns per rank the task its compute must wait for (-1 when
+  // resident). `gate` (per chunk) holds tasks the delivery must wait for (updates of the last step).
+  std::vector<int> deliver(int u, const std::string& phase) {
+    const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+    const SystemTraits& tr = sw_.traits;
+    std::vector<int> ready(static_cast<std::size_t>(N_), -1);
+    // Residency is identical on every rank; decide on rank 0's slots.
+    bool resident = false;
+    for (const Slot& s : slots_[0])
+      if (s.unit == u) resident = true;
+    ++use_counter_;
+    if (resident) {
+      for (auto& rank_slots : slots_)
+        for (Slot& s : rank_slots)
+          if (s.unit == u) s.last_use = use_counter_;
+      return ready;
+    }
+    std::size_t victim = 0;
+    for (std::size_t i = 1; i < slots_[0].size(); ++i)
+      if (slots_[0][i].last_use < slots_[0][victim].last_use) victim = i;
+    std::vector<int> slot_dep(static_cast<std::size_t>(N_));
+    for (int r = 0; r < N_; ++r) {
+      Slot& s = slots_[static_cast<std::size_t>(r)][victim];
+      slot_dep[static_cast<std::size_t>(r)] = s.last_compute;
+      s.unit = u;
+      s.last_use = use_counter_;
+    }
+    if (tr.params_resident) return ready;
+    const int chunks = static_cast<int>(w.chunks);
+    const std::vector<int>& gates = update_prev_[static_cast<std::size_t>(u)];
+    std::vector<int> tied_gate;
+    if (w.tied_h2d_bytes > 0 && !update_prev_.front().empty()) tied_gate.push_back(update_prev_.front().back());
+    if (tr.gpu_sharded_state) {
+      for (int k = 0; k < chunks; ++k) {
+        std::vector<int> deps;
+        for (int r = 0; r < N_; ++r) dep(deps, slot_dep[static_cast<std::size_t>(r)]);
+        int id = collective(w.deliver_allgather_bytes / chunks, c_.allgather_busbw_Bps, deps,
+                            fmt::format("all-gather {} c{}", unit_name(u), k));
+        for (auto& x : ready) x = id;
+      }
+      return ready;
+    }
+    std::vector<std::vector<int>> h2d_chunk(static_cast<std::size_t>(N_), std::vector<int>(static_cast<std::size_t>(chunks)));
+    for (int r = 0; r < N_; ++r) {
+      const std::size_t rk = static_cast<std::size_t>(r);
+      for (int k = 0; k < chunks; ++k) {
+        std::vector<int> deps;
+        dep(deps, slot_dep[rk]);
+        if (!gates.empty()) dep(deps, gates[std::min<std::size_t>(static_cast<std::size_t>(k), gates.size() - 1)]);
+        for (int g : tied_gate) dep(deps, g);
+        if (w.deliver_convert_thread_s > 0) {
+          FluidEngine::Task t;
+          t.work = w.deliver_convert_thread_s / chunks;
+          t.usages = {{convert_[rk], 1.0}, {cpu_cores_, 1.0},
+                      {host_mem_, (w.deliver_host_mem_bytes - w.deliver_h2d_bytes * hm_per_copy()) / w.deliver_convert_thread_s}};
+          std::vector<int> cdeps = deps;
+          dep(cdeps, convert_last_[rk]);
+          t.deps = cdeps;
+          t.tag = kConvert;
+          if (timeline_) {
+            t.track = track(fmt::format("rank {} / convert", r));
+            t.label = fmt::format("convert {} c{}", unit_name(u), k);
+          }
+          convert_last_[rk] = add(std::move(t));
+          deps.push_back(convert_last_[rk]);
+        }
+        h2d_chunk[rk][static_cast<std::size_t>(k)] =
+            copy_task(r, true, (w.deliver_h2d_bytes + w.tied_h2d_bytes) / chunks, deps,
+                      fmt::format("{} {} c{}", phase, unit_name(u), k));
+        ready[rk] = h2d_chunk[rk][static_cast<std::size_t>(k)];
+      }
+    }
+    const double ag = w.deliver_allgather_bytes + w.tied_allgather_bytes;
+    if (ag > 0) {
+      for (int k = 0; k < chunks; ++k) {
+        std::vector<int> deps;
+        for (int r = 0; r < N_; ++r) deps.push_back(h2d_chunk[static_cast<std::size_t>(r)][static_cast<std::size_t>(k)]);
+        int id = collective(ag / chunks, c_.allgather_busbw_Bps, deps, fmt::format("all-gather {} c{}", unit_name(u), k));
+        for (auto& x : ready) x = id;
+      }
+    }
+    return ready;
+  }
+
+  void note_compute(int u, const std::vector<int>& ids) {
+    for (int r = 0; r < N_; ++r)
+      for (Slot& s : slots_[static_cast<std::size_t>(r)])
+        if (s.unit == u) s.last_compute = ids[static_cast<std::size_t>(r)];
+    if (step_ == 0) {
+      if (first_compute_ < 0) first_compute_ = ids[0];
+      last_compute_step0_ = ids[0];
+    }
+  }
+
+  // Gradients of unit u leave every rank after `computed` (per rank); the CPU reduces/updates.
+  void grads(int u, bool last, const std::vector<int>& computed) {
+    const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+    const SystemTraits& tr = sw_.traits;
+    const int chunks = static_cast<int>(w.grad_chunks);
+    std::vector<int> rs(static_cast<std::size_t>(chunks), -1);
+    if (w.grad_reduce_scatter_bytes > 0) {
+      for (int k = 0; k < chunks; ++k) {
+        rs[static_cast<std::size_t>(k)] = collective(w.grad_reduce_scatter_bytes / chunks, c_.reduce_scatter_busbw_Bps,
+                                                     computed, fmt::format("reduce-scatter {} c{}", unit_name(u), k));
+      }
+    }
+    const double d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
+    std::vector<std::vector<int>> arrived(static_cast<std::size_t>(chunks));
+    for (int r = 0; r < N_; ++r) {
+      const std::size_t rk = static_cast<std::size_t>(r);
+      int lastd = -1;
+      for (int k = 0; k < chunks; ++k) {
+        std::vector<int> deps;
+        deps.push_back(computed[rk]);
+        dep(deps, rs[static_cast<std::size_t>(k)]);
+        if (k == 0 && tr.shared_grad_buffer) dep(deps, cpu_last_);
+        if (d2h_bytes > 0) {
+          lastd = copy_task(r, false, d2h_bytes / chunks, deps, fmt::format("grad {} c{}", unit_name(u), k));
+        } else {
+          lastd = rs[static_cast<std::size_t>(k)] >= 0 ? rs[static_cast<std::size_t>(k)] : computed[rk];
+        }
+        arrived[static_cast<std::size_t>(k)].push_back(lastd);
+      }
+      drain_[rk][static_cast<std::size_t>(u)] = lastd;
+    }
+    const double thread_s = last ? w.cpu_last_thread_s : w.cpu_accum_thread_s;
+    const double hm = last ? w.cpu_last_host_mem_bytes : w.cpu_accum_host_mem_bytes;
+    if (thread_s <= 0) return;
+    const double delay = lat_ * tr.barriers_per_chunk * c_.link_latency_s;
+    for (int k = 0; k < chunks; ++k) {
+      int id = cpu_task(thread_s / chunks, hm / chunks, delay, arrived[static_cast<std::size_t>(k)],
+                        fmt::format("{} {} c{}", last && !tr.update_after_backward ? "adamw" : "reduce", unit_name(u), k));
+      if (last) update_cur_[static_cast<std::size_t>(u)].push_back(id);
+      if (last && u == 0 && step_ == 0) unit0_last_update_ = id;
+    }
+  }
+
+  void micro_step(int a, bool last) {
+    const int U = static_cast<int>(sw_.units.size());
+    if (a == 0)
+      for (auto& rank_slots : slots_)
+        for (Slot& s : rank_slots) s.unit = -1;  // parameters changed since the last step
+    std::vector<std::vector<int>> offload_done(static_cast<std::size_t>(N_), std::vector<int>(static_cast<std::size_t>(U), -1));
+    // Forward.
+    for (int u = 0; u < U; ++u) {
+      const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+      std::vector<int> ready = deliver(u, "params");
+      std::vector<int> ids(static_cast<std::size_t>(N_));
+      for (int r = 0; r < N_; ++r) {
+        const std::size_t rk = static_cast<std::size_t>(r);
+        std::vector<int> deps;
+        dep(deps, ready[rk]);
+        if (u >= 2) dep(deps, offload_done[rk][static_cast<std::size_t>(u - 2)]);
+        if (w.act_offload_bytes > 0) {
+          // The unit input (produced by the previous compute) goes to host memory.
+          std::vector<int> odeps;
+          dep(odeps, gpu_last_[rk]);
+          offload_done[rk][static_cast<std::size_t>(u)] =
+              copy_task(r, false, w.act_offload_bytes, odeps, fmt::format("offload {}", unit_name(u)));
+        }
+        ids[rk] = compute_task(r, w.fwd_s, deps, fmt::format("fwd {}", unit_name(u)));
+      }
+      note_compute(u, ids);
+      if (w.kind == UnitKind::kHead) grads(u, last, ids);
+    }
+    // Backward.
+    std::vector<std::vector<int>> bwd_done(static_cast<std::size_t>(N_), std::vector<int>(static_cast<std::size_t>(U), -1));
+    for (int u = U - 2; u >= 0; --u) {
+      const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+      std::vector<int> ready = deliver(u, "params");
+      std::vector<int> ids(static_cast<std::size_t>(N_));
+      for (int r = 0; r < N_; ++r) {
+        const std::size_t rk = static_cast<std::size_t>(r);
+        std::vector<int> deps;
+        dep(deps, ready[rk]);
+        if (w.act_offload_bytes > 0) {
+          std::vector<int> pdeps;
+          if (u + 2 < U) dep(pdeps, bwd_done[rk][static_cast<std::size_t>(u + 2)]);
+          deps.push_back(copy_task(r, true, w.act_offload_bytes, pdeps, fmt::format("prefetch {}", unit_name(u))));
+        }
+        if (u + 2 <= U - 1) dep(deps, drain_[rk][static_cast<std::size_t>(u + 2)]);
+        ids[rk] = compute_task(r, w.recompute_s + w.bwd_s, deps,
+                               fmt::format("{}bwd {}", w.recompute_s > 0 ? "recompute+" : "", unit_name(u)));
+        bwd_done[rk][static_cast<std::size_t>(u)] = ids[rk];
+      }
+      note_compute(u, ids);
+      grads(u, last, ids);
+    }
+  }
+
+  void post_phase() {
+    std::vector<int> deps;
+    for (int r = 0; r < N_; ++r) dep(deps, gpu_last_[static_cast<std::size_t>(r)]);
+    for (int r = 0; r < N_; ++r) dep(deps, d2h_last_[static_cast<std::size_t>(r)]);
+    int last = -1;
+    if (sw_.post_update_thread_s > 0) {
+      last = cpu_task(sw_.post_update_thread_s, sw_.post_update_host_mem_bytes, 0.0, deps, "optimizer step");
+      if (step_ == 0) post_first_ = last;
+    }
+    if (sw_.post_upload_h2d_bytes > 0) {
+      std::vector<int> up;
+      for (int r = 0; r < N_; ++r) {
+        std::vector<int> d;
+        dep(d, last);
+        up.push_back(copy_task(r, true, sw_.post_upload_h2d_bytes, d, "upload partition"));
+      }
+      last = up.back();
+      if (sw_.post_allgather_bytes > 0) last = collective(sw_.post_allgather_bytes, c_.allgather_busbw_Bps, up, "all-gather params");
+    }
+    if (sw_.post_gpu_s > 0) {
+      for (int r = 0; r < N_; ++r) {
+        std::vector<int> d;
+        dep(d, last);
+        int id = compute_task(r, sw_.post_gpu_s, d, "gpu optimizer", kPostCompute);
+        if (r == 0 && step_ == 0 && post_first_ < 0) post_first_ = id;
+        if (r == 0) last = id;
+      }
+    }
+    if (step_ == 0) post_last_ = last;
+    for (auto& v : update_cur_) v.assign(1, last);
+  }
+
+  void probe() {
+    for (auto& rank_slots : slots_)
+      for (Slot& s : rank_slots) s.unit = -1;
+    std::vector<int> ready = deliver(0, "params");
+    std::vector<int> deps;
+    dep(deps, ready[0]);
+    probe_compute_ = compute_task(0, sw_.units.front().fwd_s, deps, "fwd emb (next step)");
+  }
+
+  const StepWork& sw_;
+  const Capacities& c_;
+  double lat_;
+  bool timeline_;
+  int N_;
+  FluidEngine eng_;
+  std::vector<int> gpu_, h2d_, d2h_, duplex_, fabric_, convert_;
+  int h2d_root_ = -1, d2h_root_ = -1, host_mem_ = -1, cpu_update_ = -1, cpu_cores_ = -1;
+  std::vector<int> gpu_last_, h2d_last_, d2h_last_, fabric_last_, convert_last_;
+  int cpu_last_ = -1;
+  std::vector<std::vector<Slot>> slots_;
+  long use_counter_ = 0;
+  std::vector<std::vector<int>> update_prev_, update_cur_;
+  std::vector<std::vector<int>> drain_;
+  int step_ = 0;
+  int first_compute_ = -1, probe_compute_ = -1, last_compute_step0_ = -1, unit0_last_update_ = -1;
+  int post_first_ = -1, post_last_ = -1;
+  std::vector<int> step0_tasks_;
+  std::vector<std::string> tracks_;
+  std::map<std::string, int> track_ids_;
+};
+
+struct RunOutcome {
+  double step_s = 0;
+  Breakdown breakdown;
+  std::map<std::string, double> busy;
+};
+
+RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
+  FluidEngine& e = g.engine();
+  e.run();
+  RunOutcome out;
+  const double t0 = e.task(g.first_compute()).start_s;
+  const double t1 = e.task(g.probe_compute()).start_s;
+  // Start times above are when dependencies completed; compute actually begins then (the GPU stream
+  // is part of the dependencies), so these are the compute start times.
+  out.step_s = (t1 - t0) / steps;
+  // Breakdown of the first step on rank 0.
+  double compute = 0;
+  for (int id : g.step0_tasks()) {
+    const auto& t = e.task(id);
+    if ((t.tag == kCompute || t.tag == kPostCompute) && t.usages.front().resource == g.resource_gpu(0)) compute += t.end_s - t.start_s;
+  }
+  const double last_compute = e.task(g.last_compute_of_first_step()).end_s;
+  Breakdown& b = out.breakdown;
+  b.compute_s = compute;
+  if (!sw.traits.update_after_backward) {
+    double upd = g.unit0_last_update() >= 0 ? e.task(g.unit0_last_update()).end_s : last_compute;
+    b.exposed_tail_s = std::max(0.0, upd - last_compute);
+    b.exposed_head_s = (t0 + out.step_s) - std::max(last_compute, upd);
+  } else {
+    double post_start = g.post_first() >= 0 ? e.task(g.post_first()).start_s : last_compute;
+    double post_end = g.post_last() >= 0 ? e.task(g.post_last()).end_s : last_compute;
+    b.exposed_tail_s = std::max(0.0, post_start - last_compute);
+    double post_gpu = sw.post_gpu_s;
+    b.post_update_s = std::max(0.0, post_end - std::max(post_start, last_compute)) - post_gpu;
+    b.exposed_head_s = (t0 + out.step_s) - std::max(post_end, last_compute);
+  }
+  b.stall_s = out.step_s - b.compute_s - b.exposed_tail_s - b.exposed_head_s - b.post_update_s;
+  // Busy time of each resource over the first step's tasks.
+  // Latencies are paid per copy and per collective: counted as busy time of the rank-0 link/port.
+  std::map<int, double> used;
+  double h2d_latency = 0, d2h_latency = 0, fabric_latency = 0;
+  for (int id : g.step0_tasks()) {
+    const auto& t = e.task(id);
+    for (const auto& u : t.usages) used[u.resource] += u.per_work * t.work;
+    if (t.usages.empty()) continue;
+    int front = t.usages.front().resource;
+    if (t.tag == kH2D && front == g.resource_h2d(0)) h2d_latency += t.delay_s;
+    if (t.tag == kD2H && front == g.resource_d2h(0)) d2h_latency += t.delay_s;
+    if (t.tag == kFabric) fabric_latency += t.delay_s;
+  }
+  auto busy = [&](int r, double cap) { return used.count(r) ? used[r] / cap : 0.0; };
+  const Capacities& c = sw.cap;
+  out.busy[resource::kGpuCompute] = busy(g.resource_gpu(0), 1.0);
+  out.busy[resource::kH2D] = busy(g.resource_h2d(0), c.h2d_link_Bps) + h2d_latency;
+  out.busy[resource::kD2H] = busy(g.resource_d2h(0), c.d2h_link_Bps) + d2h_latency;
+  out.busy[resource::kDuplex] = busy(g.resource_duplex(0), c.duplex_Bps);
+  out.busy[resource::kH2DRoot] = busy(g.h2d_root(), c.h2d_root_Bps);
+  out.busy[resource::kD2HRoot] = busy(g.d2h_root(), c.d2h_root_Bps);
+  out.busy[resource::kHostMem] = busy(g.host_mem(), c.host_mem_Bps);
+  out.busy[resource::kCpuUpdate] = busy(g.cpu_update(), c.update_threads);
+  out.busy[resource::kCpuCores] = busy(g.cpu_cores(), c.cpu_cores);
+  if (sw.ranks > 1) out.busy[resource::kFabric] = busy(g.resource_fabric(0), c.allgather_busbw_Bps) + fabric_latency;
+  return out;
+}
+
+}  // namespace
+
+Simulation simulate_step_work(const StepWork& sw, const SimulatorOptions& options) {
+  SLIDEDP_CHECK(options.steps >= 1);
+  Simulation sim;
+  GraphBuilder g(sw, true, options.record_timeline);
+  g.build(options.steps);
+  RunOutcome with = run_graph(g, sw, options.steps);
+  sim.tasks = g.engine().num_tasks();
+  Prediction& p = sim.prediction;
+  p.method = "simulator";
+  p.step_time_s = with.step_s;
+  p.breakdown = with.breakdown;
+  p.busy_s = with.busy;
+  if (options.measure_sync) {
+    GraphBuilder g0(sw, false, false);
+    g0.build(options.steps);
+    RunOutcome without = run_graph(g0, sw, options.steps);
+    p.breakdown = without.breakdown;
+    p.breakdown.sync_s = with.step_s - without.step_s;
+  }
+  for (const auto& [name, busy] : p.busy_s) p.lower_bound_s = std::max(p.lower_bound_s, busy);
+  for (const auto& [name, busy] : p.busy_s) {
+    double u = busy / p.step_time_s;
+    if (u > p.bottleneck_utilization) {
+      p.bottleneck_utilization = u;
+      p.bottleneck = name;
+    }
+  }
+  p.tokens_per_step = static_cast<double>(sw.tokens_per_step);
+  p.tokens_per_s = p.tokens_per_step / p.step_time_s;
+  p.tflops_per_gpu = sw.model_flops_per_step / p.step_time_s / sw.ranks / 1e12;
+  p.exposed_s = p.step_time_s - p.busy_s[resource::kGpuCompute];
+  if (options.record_timeline) {
+    const FluidEngine& e = g.engine();
+    for (int i = 0; i < e.num_tasks(); ++i) {
+      const auto& t = e.task(i);
+      if (t.track < 0) continue;
+      static const char* kCategory[] = {"", "compute", "h2d", "d2h", "fabric", "cpu", "convert", "compute"};
+      sim.timeline.push_back({g.tracks()[static_cast<std::size_t>(t.track)], t.label, kCategory[t.tag], t.start_s, t.end_s});
+    }
+  }
+  return sim;
+}
+
+Simulation simulate(const Workload& w, const Hardware& hw, const Plan& plan, System system,
+                    const SimulatorOptions& options) {
+  StepWork sw = build_step_work(w, hw, plan, system);
+  Simulation sim = simulate_step_work(sw, options);
+  sim.prediction.system = system_name(system);
+  sim.prediction.memory = estimate_memory(w, hw, plan, system);
+  sim.prediction.infeasible_reasons = sim.prediction.memory.violations();
+  sim.prediction.feasible = sim.prediction.infeasible_reasons.empty();
+  return sim;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,537 @@
+// Analytical step-time model; see step_model.h and docs/MODEL.md for the derivation.
+//
+// The recurrence follows one rank (all ranks do the same work at the same time; shared resources
+// are accounted for through the effective per-rank link rates and the per-phase bounds). Streams:
+//   gpu    - compute, in order: forward 0..U-1, backward U-2..0 per micro-step
+//   h2d    - parameter deliveries (into D slots, LRU) and offloaded-activation prefetches
+//   d2h    - activation offloads and gradient chunks
+//   cpu    - reduction + AdamW of each unit's chunks, FIFO (units arrive in backward order)
+// A delivery waits for its slot to be released (the compute that last used it) and, for the first
+// unit of the next step, for that unit's chunks to be updated (synchronous semantics).
+#include "model/step_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/error.h"
+
+namespace slidedp {
+
+double pipelined_time(std::initializer_list<double> stage_s, double chunks) {
+  double sum = 0, mx = 0;
+  for (double s : stage_s) {
+    sum += s;
+    mx = std::max(mx, s);
+  }
+  return sum / chunks + (chunks - 1.0) / chunks * mx;
+}
+
+namespace {
+
+struct Slot {
+  int unit = -1;
+  double free_at = 0;  // end of the last compute that used it
+};
+
+// Per-phase demand on the host-wide resources, for the phase bounds.
+struct PhaseDemand {
+  double h2d_bytes = 0;  // per rank
+  double d2h_bytes = 0;  // per rank
+  double host_mem_bytes = 0;
+  double cpu_update_thread_s = 0;
+  double cpu_core_thread_s = 0;
+};
+
+// Mean-field contention: the factor by which a stream's standalone rate is reduced in one phase
+// because other streams share the link duplex or host memory with it, weighted by how busy those
+// other streams were in that phase on the previous iteration (see evaluate_step_work).
+struct PhaseContention {
+  double h2d = 1.0, d2h = 1.0, cpu = 1.0;
+  // After the last backward compute (the drain), the CPU runs with no copies beside it.
+  double drain_start = std::numeric_limits<double>::infinity();
+  double cpu_drain = 1.0;
+};
+struct PhaseStats {
+  double start = 0, end = 0;
+  double gpu_end = 0;  // last compute of the phase
+  double h2d_busy = 0, d2h_busy = 0, cpu_busy = 0;  // seconds the stream was busy
+  double cpu_thread_s = 0, cpu_host_mem_bytes = 0;
+};
+
+struct RunResult {
+  double step_s = 0;
+  double first_compute_s = 0;
+  Breakdown breakdown;
+  // Totals for the busy times.
+  double h2d_bytes = 0, d2h_bytes = 0, fabric_s = 0, h2d_copies = 0, d2h_copies = 0;
+  double host_mem_bytes = 0, cpu_update_thread_s = 0, cpu_core_thread_s = 0, compute_s = 0;
+  std::vector<PhaseStats> phases;  // 2 per micro-step: forward, backward (+ drain)
+};
+
+class Recurrence {
+ public:
+  Recurrence(const StepWork& sw, bool latencies, const std::vector<PhaseContention>& contention)
+      : sw_(sw),
+        c_(sw.cap),
+        lat_(latencies ? 1.0 : 0.0),
+        h2d_rate0_(std::min(sw.cap.h2d_link_Bps, sw.cap.duplex_Bps)),
+        d2h_rate0_(std::min(sw.cap.d2h_link_Bps, sw.cap.duplex_Bps)),
+        contention_(contention) {
+    slots_.resize(static_cast<std::size_t>(std::max(1, sw.buffer_depth)));
+    phases_.resize(static_cast<std::size_t>(2 * sw.accum_steps));
+    set_phase(0);
+  }
+
+  RunResult run() {
+    const int U = static_cast<int>(sw_.units.size());
+    const int A = sw_.accum_steps;
+    const SystemTraits& tr = sw_.traits;
+    double first_compute = -1;
+    std::vector<double> phase_end_excess;  // stall added by phase bounds
+    double excess = 0;
+
+    for (int a = 0; a < A; ++a) {
+      const bool last = a == A - 1;
+      if (a == 0) invalidate_slots();  // parameters changed since the previous step
+      // ---- forward ----
+      set_phase(2 * a);
+      double phase_start = gpu_;
+      PhaseDemand fwd;
+      std::vector<double> offload_end(static_cast<std::size_t>(U), 0.0);
+      for (int u = 0; u < U; ++u) {
+        const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+        double ready = use_params(u, 0.0, fwd);
+        double start = std::max(gpu_, ready);
+        if (u >= 2) start = std::max(start, offload_end[static_cast<std::size_t>(u - 2)]);
+        if (first_compute < 0) first_compute = start;
+        gpu_ = start + w.fwd_s;
+        compute_ += w.fwd_s;
+        release(u, gpu_);
+        if (w.act_offload_bytes > 0) {
+          double dt = copy_time(w.act_offload_bytes, d2h_rate_, 1);
+          stats().d2h_busy += dt;
+          double t = std::max(d2h_, start) + dt;
+          d2h_ = t;
+          offload_end[static_cast<std::size_t>(u)] = t;
+          d2h_bytes_ += w.act_offload_bytes;
+          fwd.d2h_bytes += w.act_offload_bytes;
+          fwd.host_mem_bytes += sw_.ranks * w.act_offload_bytes * hm_per_copy();
+        }
+        if (w.kind == UnitKind::kHead) {
+          // The fused loss produced the head's gradients: they leave now.
+          grads(u, last, fwd, /*extra_gate=*/0.0);
+        }
+      }
+      excess += phase_bound(gpu_ - phase_start, fwd);
+      close_phase(phase_start, gpu_);
+      // ---- backward ----
+      set_phase(2 * a + 1);
+      phase_start = gpu_;
+      PhaseDemand bwd;
+      std::vector<double> grad_done(static_cast<std::size_t>(U), 0.0);
+      std::vector<double> bwd_end(static_cast<std::size_t>(U), 0.0);
+      for (int u = U - 2; u >= 0; --u) {
+        const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+        double ready = use_params(u, 0.0, bwd);
+        if (w.act_offload_bytes > 0) {
+          // Prefetch of the offloaded input, 2 deep: its buffer frees when backward of u+2 ends.
+          double gate = u + 2 < U ? bwd_end[static_cast<std::size_t>(u + 2)] : 0.0;
+          double dt = copy_time(w.act_offload_bytes, h2d_rate_, 1);
+          stats().h2d_busy += dt;
+          double t = std::max(h2d_, gate) + dt;
+          h2d_ = t;
+          h2d_bytes_ += w.act_offload_bytes;
+          bwd.h2d_bytes += w.act_offload_bytes;
+          bwd.host_mem_bytes += sw_.ranks * w.act_offload_bytes * hm_per_copy();
+          ready = std::max(ready, t);
+        }
+        double start = std::max(gpu_, ready);
+        // Two gradient slots: unit u's gradient buffer is the one unit u+2 drained.
+        if (u + 2 <= U - 1) start = std::max(start, grad_done[static_cast<std::size_t>(u + 2)]);
+        gpu_ = start + w.recompute_s + w.bwd_s;
+        compute_ += w.recompute_s + w.bwd_s;
+        bwd_end[static_cast<std::size_t>(u)] = gpu_;
+        release(u, gpu_);
+        grad_done[static_cast<std::size_t>(u)] = grads(u, last, bwd, 0.0);
+      }
+      if (!last || tr.update_after_backward) {
+        excess += phase_bound(gpu_ - phase_start, bwd);
+        close_phase(phase_start, std::max(gpu_, tr.update_after_backward ? gpu_ : 0.0));
+      } else {
+        backward_demand_ = bwd, backward_start_ = phase_start;
+      }
+    }
+
+    // ---- step boundary ----
+    RunResult r;
+    const UnitWork& u0 = sw_.units.front();
+    const double last_compute = gpu_;
+    double next_compute = 0;
+    if (!tr.update_after_backward) {
+      // Phase bound for the last backward including the drain of the updates.
+      double drain_end = std::max(gpu_, cpu_);
+      excess += phase_bound(drain_end - backward_start_, backward_demand_);
+      close_phase(backward_start_, drain_end);
+      // The first chunk of unit 0 can leave once it is updated; the last one after the last update.
+      double slot = lru_slot().free_at;
+      double gate_first = std::max(slot, cpu0_start_ + cpu0_s_ / static_cast<double>(u0.grad_chunks));
+      double end = std::max(deliver_chain(u0, gate_first), cpu0_end_ + delivery_time(u0) / static_cast<double>(u0.chunks));
+      next_compute = std::max(gpu_, end);
+      r.breakdown.exposed_tail_s = std::max(0.0, cpu0_end_ - last_compute);
+      r.breakdown.exposed_head_s = next_compute - std::max(last_compute, cpu0_end_);
+    } else {
+      double post_start = std::max({gpu_, cpu_, d2h_});
+      PhaseDemand post;
+      double post_cpu = 0;
+      if (sw_.post_update_thread_s > 0) {
+        post_cpu = sw_.post_update_thread_s / c_.update_threads;
+        post.host_mem_bytes = sw_.post_update_host_mem_bytes;
+        post_cpu = std::max(post_cpu, post.host_mem_bytes / c_.host_mem_Bps);
+        cpu_update_thread_s_ += sw_.post_update_thread_s;
+        host_mem_bytes_ += sw_.post_update_host_mem_bytes;
+      }
+      double upload = 0;
+      if (sw_.post_upload_h2d_bytes > 0) {
+        upload += copy_time(sw_.post_upload_h2d_bytes, h2d_rate_, 1);
+        h2d_bytes_ += sw_.post_upload_h2d_bytes;
+        host_mem_bytes_ += sw_.ranks * sw_.post_upload_h2d_bytes;
+      }
+      if (sw_.post_allgather_bytes > 0) {
+        double t = sw_.post_allgather_bytes / c_.allgather_busbw_Bps + lat_ * c_.fabric_latency_s;
+        upload += t;
+        fabric_s_ += t;
+      }
+      double post_end = post_start + post_cpu + upload + sw_.post_gpu_s;
+      compute_ += sw_.post_gpu_s;
+      double first = 0;
+      if (tr.stream_params) first = delivery_time(u0);
+      if (tr.gpu_sharded_state) first = u0.deliver_allgather_bytes / c_.allgather_busbw_Bps + lat_ * c_.fabric_latency_s;
+      next_compute = post_end + first;
+      r.breakdown.exposed_tail_s = std::max(0.0, post_start - last_compute);
+      r.breakdown.post_update_s = post_end - post_start - sw_.post_gpu_s;
+      r.breakdown.exposed_head_s = first;
+    }
+    r.first_compute_s = first_compute;
+    r.step_s = next_compute - first_compute + excess;
+    r.breakdown.compute_s = compute_;
+    r.breakdown.stall_s = r.step_s - r.breakdown.compute_s - r.breakdown.exposed_tail_s -
+                          r.breakdown.exposed_head_s - r.breakdown.post_update_s;
+    r.h2d_bytes = h2d_bytes_;
+    r.d2h_bytes = d2h_bytes_;
+    r.fabric_s = fabric_s_;
+    r.h2d_copies = h2d_copies_;
+    r.d2h_copies = d2h_copies_;
+    r.host_mem_bytes = host_mem_bytes_;
+    r.cpu_update_thread_s = cpu_update_thread_s_;
+    r.cpu_core_thread_s = cpu_core_thread_s_;
+    r.compute_s = compute_;
+    r.phases = phases_;
+    return r;
+  }
+
+ private:
+  void set_phase(int k) {
+    phase_ = k;
+    PhaseContention f = k < static_cast<int>(contention_.size()) ? contention_[static_cast<std::size_t>(k)] : PhaseContention{};
+    h2d_rate_ = h2d_rate0_ * f.h2d;
+    d2h_rate_ = d2h_rate0_ * f.d2h;
+    cpu_factor_ = f.cpu;
+    drain_start_ = f.drain_start;
+    cpu_drain_ = f.cpu_drain;
+  }
+  void close_phase(double start, double end) {
+    PhaseStats& p = phases_[static_cast<std::size_t>(phase_)];
+    p.start = start;
+    p.end = end;
+    p.gpu_end = gpu_;
+  }
+  PhaseStats& stats() { return phases_[static_cast<std::size_t>(phase_)]; }
+  double hm_per_copy() const { return c_.emulated ? 2.0 : 1.0; }
+
+  double copy_time(double bytes, double rate, double copies) {
+    return bytes / rate + lat_ * copies * c_.link_latency_s;
+  }
+
+  double delivery_time(const UnitWork& w) const {
+    const double chunks = static_cast<double>(w.chunks);
+    double h2d = (w.deliver_h2d_bytes + w.tied_h2d_bytes) / h2d_rate_ + lat_ * chunks * c_.link_latency_s;
+    double ag = (w.deliver_allgather_bytes + w.tied_allgather_bytes) > 0
+                    ? (w.deliver_allgather_bytes + w.tied_allgather_bytes) / c_.allgather_busbw_Bps +
+                          lat_ * chunks * c_.fabric_latency_s
+                    : 0.0;
+    double convert = w.deliver_convert_thread_s;  // one thread per rank
+    return pipelined_time({convert, h2d, ag}, chunks);
+  }
+
+  // Chunk-pipelined stages, each on its own in-order stream: stage i may start a chunk when its
+  // stream is free and stage i-1 finished that chunk. Returns the end of the last stage. Streams
+  // with zero work are skipped (they neither wait nor delay).
+  struct Stage {
+    double* stream_free;
+    double duration;
+  };
+  static double chain(std::initializer_list<Stage> stages, double chunks, double gate, double* first_chunk_out = nullptr) {
+    double prev_first = gate, prev_end = gate;
+    for (const Stage& st : stages) {
+      if (st.duration <= 0) continue;
+      double start = std::max(*st.stream_free, prev_first);
+      double end = std::max(start + st.duration, prev_end + st.duration / chunks);
+      prev_first = start + st.duration / chunks;
+      prev_end = end;
+      *st.stream_free = end;
+    }
+    if (first_chunk_out) *first_chunk_out = prev_first;
+    return prev_end;
+  }
+
+  // One delivery of unit w to this rank, starting no earlier than `gate`; returns when it is usable.
+  double deliver_chain(const UnitWork& w, double gate) {
+    const double chunks = static_cast<double>(w.chunks);
+    double h2d = (w.deliver_h2d_bytes + w.tied_h2d_bytes) / h2d_rate_ + lat_ * chunks * c_.link_latency_s;
+    double agb = w.deliver_allgather_bytes + w.tied_allgather_bytes;
+    double ag = agb > 0 ? agb / c_.allgather_busbw_Bps + lat_ * chunks * c_.fabric_latency_s : 0.0;
+    stats().h2d_busy += h2d;
+    return chain({{&convert_, w.deliver_convert_thread_s}, {&h2d_, h2d}, {&fabric_free_, ag}}, chunks, gate);
+  }
+
+  Slot& lru_slot() {
+    return *std::min_element(slots_.begin(), slots_.end(),
+                             [](const Slot& a, const Slot& b) { return a.free_at < b.free_at; });
+  }
+
+  void invalidate_slots() {
+    for (auto& s : slots_) s.unit = -1;
+  }
+
+  // Makes unit u's parameters available; returns when they are. Accounts traffic into `ph`.
+  double use_params(int u, double gate, PhaseDemand& ph) {
+    for (auto& s : slots_)
+      if (s.unit == u) return gate;  // still resident
+    const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+    Slot& slot = lru_slot();
+    slot.unit = u;
+    const SystemTraits& tr = sw_.traits;
+    if (tr.params_resident) return gate;
+    if (tr.gpu_sharded_state) {
+      double t = std::max(fabric_free_, slot.free_at) + w.deliver_allgather_bytes / c_.allgather_busbw_Bps +
+                 lat_ * c_.fabric_latency_s;
+      fabric_s_ += t - std::max(fabric_free_, slot.free_at);
+      fabric_free_ = t;
+      return t;
+    }
+    const double gate_all = std::max(slot.free_at, gate);
+    double end = deliver_chain(w, gate_all);
+    const double chunks = static_cast<double>(w.chunks);
+    h2d_bytes_ += w.deliver_h2d_bytes + w.tied_h2d_bytes;
+    d2h_bytes_ += w.deliver_d2h_bytes;
+    ph.h2d_bytes += w.deliver_h2d_bytes + w.tied_h2d_bytes;
+    ph.d2h_bytes += w.deliver_d2h_bytes;
+    h2d_copies_ += chunks;
+    double ag = w.deliver_allgather_bytes + w.tied_allgather_bytes;
+    if (ag > 0) fabric_s_ += ag / c_.allgather_busbw_Bps + lat_ * chunks * c_.fabric_latency_s;
+    (void)ag;
+    double hm = sw_.ranks * (w.deliver_host_mem_bytes + w.tied_host_mem_bytes);
+    ph.host_mem_bytes += hm;
+    host_mem_bytes_ += hm;
+    double conv = sw_.ranks * w.deliver_convert_thread_s;
+    ph.cpu_core_thread_s += conv;
+    cpu_core_thread_s_ += conv;
+    if (c_.emulated) {
+      double copy_threads = sw_.ranks * (w.deliver_h2d_bytes + w.tied_h2d_bytes) / c_.h2d_link_Bps;
+      ph.cpu_core_thread_s += copy_threads;
+      cpu_core_thread_s_ += copy_threads;
+    }
+    return end;
+  }
+
+  void release(int u, double t) {
+    for (auto& s : slots_)
+      if (s.unit == u) s.free_at = t;
+  }
+
+  // Gradients of unit u leave the rank after its backward (gpu_ = its end); returns when the
+  // rank's gradient buffer is drained. Also schedules the CPU reduction/update.
+  double grads(int u, bool last, PhaseDemand& ph, double extra_gate) {
+    const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+    const SystemTraits& tr = sw_.traits;
+    const double chunks = static_cast<double>(w.grad_chunks);
+    double rs = w.grad_reduce_scatter_bytes > 0
+                    ? w.grad_reduce_scatter_bytes / c_.reduce_scatter_busbw_Bps + lat_ * chunks * c_.fabric_latency_s
+                    : 0.0;
+    fabric_s_ += rs;
+    double d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
+    double d2h = d2h_bytes > 0 ? copy_time(d2h_bytes, d2h_rate_, chunks) : 0.0;
+    stats().d2h_busy += d2h;
+    double gate = std::max(gpu_, extra_gate);
+    if (tr.shared_grad_buffer) gate = std::max(gate, cpu_);  // waits for the previous unit's update
+    double first_chunk = gate;
+    double end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, chunks, gate, &first_chunk);
+    d2h_bytes_ += d2h_bytes;
+    ph.d2h_bytes += d2h_bytes;
+    d2h_copies_ += chunks;
+    double hm_copy = sw_.ranks * d2h_bytes * hm_per_copy();
+    ph.host_mem_bytes += hm_copy;
+    host_mem_bytes_ += hm_copy;
+    // CPU work (all ranks' chunks reduced together).
+    double thread_s = last ? w.cpu_last_thread_s : w.cpu_accum_thread_s;
+    double hm = last ? w.cpu_last_host_mem_bytes : w.cpu_accum_host_mem_bytes;
+    double cpu_s = thread_s / (c_.update_threads * cpu_factor_);
+    {
+      // Piecewise rate: work left when the drain begins runs at the drain's (uncontended) rate.
+      const double t0 = std::max(cpu_, first_chunk);
+      const double sw_at = drain_start_;
+      if (t0 + cpu_s > sw_at) {
+        const double before = std::max(0.0, sw_at - t0);
+        const double done = before * c_.update_threads * cpu_factor_;
+        cpu_s = before + (thread_s - done) / (c_.update_threads * cpu_drain_);
+      }
+    }
+    stats().cpu_busy += cpu_s;
+    stats().cpu_thread_s += thread_s;
+    stats().cpu_host_mem_bytes += hm;
+    if (tr.barriers_per_chunk > 0) cpu_s += lat_ * tr.barriers_per_chunk * chunks * c_.link_latency_s;
+    double cpu_start = std::max(cpu_, first_chunk);
+    double cpu_end = std::max(cpu_start + cpu_s, end + cpu_s / chunks);
+    if (thread_s > 0) cpu_ = cpu_end;
+    ph.cpu_update_thread_s += thread_s;
+    ph.host_mem_bytes += hm;
+    cpu_update_thread_s_ += thread_s;
+    host_mem_bytes_ += hm;
+    if (u == 0) {
+      cpu0_start_ = cpu_start;
+      cpu0_end_ = cpu_end;
+      cpu0_s_ = cpu_s;
+    }
+    return end;
+  }
+
+  // Extra time a phase needs because a host-wide resource cannot do the phase's work in the time the
+  // recurrence gave it.
+  double phase_bound(double duration, const PhaseDemand& d) {
+    const double N = sw_.ranks;
+    double need = std::max({d.host_mem_bytes / c_.host_mem_Bps, d.cpu_update_thread_s / c_.update_threads,
+                            d.cpu_core_thread_s / c_.cpu_cores, d.h2d_bytes / c_.h2d_link_Bps,
+                            d.d2h_bytes / c_.d2h_link_Bps, (d.h2d_bytes + d.d2h_bytes) / c_.duplex_Bps,
+                            N * d.h2d_bytes / c_.h2d_root_Bps, N * d.d2h_bytes / c_.d2h_root_Bps});
+    return std::max(0.0, need - duration);
+  }
+
+  const StepWork& sw_;
+  const Capacities& c_;
+  double lat_;
+  double h2d_rate0_, d2h_rate0_;  // one direction alone on a rank's link (root share and duplex cap applied)
+  double h2d_rate_ = 0, d2h_rate_ = 0, cpu_factor_ = 1;  // the current phase's rates after contention
+  double drain_start_ = std::numeric_limits<double>::infinity(), cpu_drain_ = 1;
+  std::vector<PhaseContention> contention_;
+  std::vector<PhaseStats> phases_;
+  int phase_ = 0;
+  std::vector<Slot> slots_;
+  double gpu_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0, fabric_free_ = 0, convert_ = 0;
+  double cpu0_start_ = 0, cpu0_end_ = 0, cpu0_s_ = 0;
+  PhaseDemand backward_demand_;
+  double backward_start_ = 0;
+  double h2d_bytes_ = 0, d2h_bytes_ = 0, fabric_s_ = 0, h2d_copies_ = 0, d2h_copies_ = 0;
+  double host_mem_bytes_ = 0, cpu_update_thread_s_ = 0, cpu_core_thread_s_ = 0, compute_ = 0;
+};
+
+// Contention factors of every phase from the stream utilizations of a previous run (mean field:
+// another stream slows this one in proportion to how often it is active alongside it).
+std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult& r) {
+  const Capacities& c = sw.cap;
+  const double N = sw.ranks;
+  const double hm_copy = c.emulated ? 2.0 : 1.0;
+  const double h = std::min(c.h2d_link_Bps, c.duplex_Bps), d = std::min(c.d2h_link_Bps, c.duplex_Bps);
+  std::vector<PhaseContention> out(r.phases.size());
+  for (std::size_t k = 0; k < r.phases.size(); ++k) {
+    const PhaseStats& p = r.phases[k];
+    const bool drains = k + 1 == r.phases.size() && !sw.traits.update_after_backward;
+    // The last backward phase is judged up to its last compute; the drain after it is separate.
+    const double T = (drains ? p.gpu_end : p.end) - p.start;
+    if (T <= 0) continue;
+    const double uh = std::min(1.0, p.h2d_busy / T), ud = std::min(1.0, p.d2h_busy / T), uc = std::min(1.0, p.cpu_busy / T);
+    const double HM = c.host_mem_Bps, X = c.duplex_Bps;
+    const double cpu_rate = c.update_threads;  // thread-seconds per second with no memory limit
+    const double hm_cpu = p.cpu_thread_s > 0 ? p.cpu_host_mem_bytes / p.cpu_thread_s : 0.0;  // bytes per thread-s
+    // Standalone rates (each stream alone, already capped by its own host-memory need), as the
+    // simulator's fair share starts from them; then their host-memory demand rates.
+    const double sh = std::min(h, HM / (N * hm_copy)), sd = std::min(d, HM / (N * hm_copy));
+    const double sc = hm_cpu > 0 ? std::min(cpu_rate, HM / hm_cpu) : cpu_rate;
+    const double Dh = N * sh * hm_copy, Dd = N * sd * hm_copy, Dc = sc * hm_cpu;
+    PhaseContention& f = out[k];
+    f.h2d = sh / h * std::min({1.0, X / (sh + sd * ud), HM / (Dh + Dd * ud + Dc * uc)});
+    f.d2h = sd / d * std::min({1.0, X / (sd + sh * uh), HM / (Dd + Dh * uh + Dc * uc)});
+    f.cpu = sc / cpu_rate * std::min(1.0, HM / (Dc + Dh * uh + Dd * ud));
+    if (drains) {
+      f.drain_start = p.gpu_end;
+      f.cpu_drain = sc / cpu_rate;
+    }
+  }
+  return out;
+}
+
+RunResult run_with_contention(const StepWork& sw, bool latencies) {
+  std::vector<PhaseContention> f;
+  RunResult r = Recurrence(sw, latencies, f).run();
+  for (int it = 0; it < 2; ++it) {
+    f = contention_from(sw, r);
+    r = Recurrence(sw, latencies, f).run();
+  }
+  return r;
+}
+
+}  // namespace
+
+Prediction evaluate_step_work(const StepWork& sw) {
+  RunResult with = run_with_contention(sw, true);
+  RunResult without = run_with_contention(sw, false);
+  const Capacities& c = sw.cap;
+  Prediction p;
+  p.method = "analytical";
+  // Busy time per resource (rank 0 for per-rank resources), with latencies.
+  double emulated_compute_threads = c.emulated ? sw.ranks * with.compute_s * c.host_threads_per_device : 0.0;
+  p.busy_s[resource::kGpuCompute] = with.compute_s;
+  p.busy_s[resource::kH2D] = with.h2d_bytes / c.h2d_link_Bps + with.h2d_copies * c.link_latency_s;
+  p.busy_s[resource::kD2H] = with.d2h_bytes / c.d2h_link_Bps + with.d2h_copies * c.link_latency_s;
+  p.busy_s[resource::kDuplex] = (with.h2d_bytes + with.d2h_bytes) / c.duplex_Bps;
+  p.busy_s[resource::kH2DRoot] = sw.ranks * with.h2d_bytes / c.h2d_root_Bps;
+  p.busy_s[resource::kD2HRoot] = sw.ranks * with.d2h_bytes / c.d2h_root_Bps;
+  p.busy_s[resource::kHostMem] = with.host_mem_bytes / c.host_mem_Bps;
+  p.busy_s[resource::kCpuUpdate] = with.cpu_update_thread_s / c.update_threads;
+  p.busy_s[resource::kCpuCores] = (with.cpu_update_thread_s + with.cpu_core_thread_s + emulated_compute_threads) / c.cpu_cores;
+  if (sw.ranks > 1) p.busy_s[resource::kFabric] = with.fabric_s;
+  for (const auto& [name, busy] : p.busy_s) p.lower_bound_s = std::max(p.lower_bound_s, busy);
+
+  p.step_time_s = with.step_s;
+  p.breakdown = without.breakdown;
+  p.breakdown.sync_s = with.step_s - without.step_s;
+  if (p.lower_bound_s > p.step_time_s) {
+    p.breakdown.stall_s += p.lower_bound_s - p.step_time_s;
+    p.step_time_s = p.lower_bound_s;
+  }
+  for (const auto& [name, busy] : p.busy_s) {
+    double u = busy / p.step_time_s;
+    if (u > p.bottleneck_utilization) {
+      p.bottleneck_utilization = u;
+      p.bottleneck = name;
+    }
+  }
+  p.tokens_per_step = static_cast<double>(sw.tokens_per_step);
+  p.tokens_per_s = p.tokens_per_step / p.step_time_s;
+  p.tflops_per_gpu = sw.model_flops_per_step / p.step_time_s / sw.ranks / 1e12;
+  p.exposed_s = p.step_time_s - with.compute_s;
+  return p;
+}
+
+Prediction predict_analytical(const Workload& w, const Hardware& hw, const Plan& plan, System system) {
+  StepWork sw = build_step_work(w, hw, plan, system);
+  Prediction p = evaluate_step_work(sw);
+  p.system = system_name(system);
+  p.memory = estimate_memory(w, hw, plan, system);
+  p.infeasible_reasons = p.memory.violations();
+  p.feasible = p.infeasible_reasons.empty();
+  return p;
+}
+
+}  // namespace slidedp

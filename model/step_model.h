@@ -1,0 +1,29 @@
+// The analytical step-time model: a per-unit recurrence over the GPU's compute stream, each rank's
+// H2D and D2H copy streams, the fabric and the CPU update stream (ranks are symmetric, chunks are
+// pipelined in closed form), checked against resource bounds: time >= max_r demand_r / capacity_r,
+// per phase. It is O(units x micro-steps) so the planner can score ~10^5 plans/s. The
+// discrete-event simulator (simulator.h) schedules the same work per chunk and per rank with fair
+// sharing and is the reference this model is tested against.
+#pragma once
+
+#include "model/hardware.h"
+#include "model/plan.h"
+#include "model/prediction.h"
+#include "model/step_work.h"
+#include "model/system.h"
+#include "model/workload.h"
+
+namespace slidedp {
+
+// Full prediction: feasibility (memory), step time, breakdown, resources, throughput.
+Prediction predict_analytical(const Workload& w, const Hardware& hw, const Plan& plan,
+                              System system = System::kSlideDP);
+
+// Step time and breakdown of prebuilt work (no memory estimate): the planner's inner loop.
+Prediction evaluate_step_work(const StepWork& sw);
+
+// Time for `chunks` equal chunks to flow through stages whose whole-unit durations are given:
+// sum(s)/c + (c-1)/c * max(s). Exact for a chunk-pipelined chain of dedicated stages.
+double pipelined_time(std::initializer_list<double> stage_s, double chunks);
+
+}  // namespace slidedp

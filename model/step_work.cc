@@ -1,0 +1,344 @@
+// Per-unit work of a step; see step_work.h. Byte and FLOP formulas are written out where they are
+// used so a reader can check them against docs/MODEL.md.
+#include "model/step_work.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/error.h"
+#include "model/model_costs.h"
+
+namespace slidedp {
+namespace {
+
+constexpr double kBf16 = 2.0;
+constexpr double kFp32 = 4.0;
+// Host-memory bytes per parameter of one fused AdamW update with bf16 gradients and the bf16
+// delivery mirror written in the same pass: read p 4 + g 2 + m 4 + v 4, write p 4 + m 4 + v 4 +
+// mirror 2 (shared/reference/hardware-facts.md).
+constexpr double kAdamwHostBytesPerParam = 28.0;
+
+}  // namespace
+
+int resolve_update_threads(const Plan& plan, const Hardware& hw) {
+  if (plan.update_threads > 0) return plan.update_threads;
+  if (hw.gpu.emulated_on_host)
+    return std::max(1, hw.cpu.cores - plan.ranks * hw.gpu.host_threads_per_device);
+  return hw.cpu.cores;
+}
+
+SystemTraits system_traits(System system) {
+  SystemTraits t;
+  switch (system) {
+    case System::kSlideDP:
+      break;
+    case System::kSlideFormerDP:
+      t.convert_on_load = true;
+      t.shared_grad_buffer = true;
+      t.barriers_per_chunk = 2;
+      break;
+    case System::kZeroOffload:
+      t.stream_params = false;
+      t.params_resident = true;
+      t.update_after_backward = true;
+      t.upload_after_update = true;
+      break;
+    case System::kMegaTrain:
+      t.lock_serialized_accumulation = true;
+      t.update_after_backward = true;
+      break;
+    case System::kFsdp2:
+      t.stream_params = false;
+      t.gpu_sharded_state = true;
+      t.update_after_backward = true;
+      t.gpu_optimizer = true;
+      break;
+  }
+  return t;
+}
+
+Plan plan_for_system(const Plan& plan, System system, const ModelCard& card) {
+  Plan p = plan;
+  const int L = static_cast<int>(card.num_layers);
+  switch (system) {
+    case System::kSlideDP:
+      break;
+    case System::kSlideFormerDP:
+      // Replicated delivery, rank-0 CPU reduction, 32M-element chunks, every layer's input offloaded
+      // (the last layer keeps its input on the GPU), two unit slots.
+      p.param_route = ParamRoute::kReplicated;
+      p.grad_route = GradRoute::kCpu;
+      p.chunk_numel = int64_t{32} << 20;
+      p.per_layer.assign(static_cast<std::size_t>(L), ActivationPolicy::kOffload);
+      if (L > 0) p.per_layer.back() = ActivationPolicy::kRecompute;
+      p.gpu_buffer_depth = 2;
+      break;
+    case System::kZeroOffload:
+      // ZeRO-2 + CPU offload with activation checkpointing of every layer.
+      p.param_route = ParamRoute::kReplicated;
+      p.grad_route = GradRoute::kGpu;
+      p.per_layer.assign(static_cast<std::size_t>(L), ActivationPolicy::kRecompute);
+      break;
+    case System::kMegaTrain:
+      // Every worker streams full weights; recompute every K = 4 layers (checkpoint every 4th input).
+      p.param_route = ParamRoute::kReplicated;
+      p.grad_route = GradRoute::kCpu;
+      p.per_layer.assign(static_cast<std::size_t>(L), ActivationPolicy::kRecompute);
+      p.gpu_buffer_depth = 2;
+      break;
+    case System::kFsdp2:
+      p.param_route = ParamRoute::kSharded;
+      p.grad_route = GradRoute::kGpu;
+      break;
+  }
+  return p;
+}
+
+UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitKind kind,
+                                    int64_t sequences) {
+  UnitComputeTimes t;
+  const double tokens = static_cast<double>(sequences * w.seq_len);
+  if (const UnitTimeProfile* m = hw.find_unit_time(w.model.name, kind)) {
+    t.fwd_s = m->forward.eval(tokens, static_cast<double>(w.seq_len));
+    t.bwd_s = m->backward.eval(tokens, static_cast<double>(w.seq_len));
+    t.recompute_s = m->recompute.eval(tokens, static_cast<double>(w.seq_len));
+    return t;
+  }
+  const UnitFlops f = unit_flops(w.model, kind, sequences, w.seq_len);
+  const double mm = hw.gpu.bf16_peak_flops * hw.gpu.matmul_efficiency;
+  const double attn = hw.gpu.bf16_peak_flops * hw.gpu.attention_efficiency;
+  const double hbm = hw.gpu.hbm_gbps * 1e9;
+  const double C = static_cast<double>(w.model.hidden_size);
+  double elementwise_fwd = 0, elementwise_bwd = 0;
+  switch (kind) {
+    case UnitKind::kEmbedding:
+      // Gather (read + write a bf16 row per token); backward zeroes and scatter-adds an fp32 grad.
+      elementwise_fwd = tokens * C * kBf16 * 2.0 / hbm;
+      elementwise_bwd = (static_cast<double>(w.model.embedding_params()) * kFp32 + tokens * C * kFp32 * 2.0) / hbm;
+      break;
+    case UnitKind::kDecoder: {
+      // Norms, RoPE, SwiGLU, residuals: each saved activation is written once and read about once.
+      const double act = decoder_activation_bytes_per_token(w.model).saved_keep * tokens;
+      elementwise_fwd = 2.0 * act / hbm;
+      elementwise_bwd = 4.0 * act / hbm;
+      break;
+    }
+    case UnitKind::kHead:
+      elementwise_fwd = tokens * static_cast<double>(w.model.vocab_size) * kFp32 * 2.0 / hbm;
+      break;
+  }
+  const double overhead = hw.gpu.kernel_overhead_s;
+  t.fwd_s = f.forward_matmul / mm + f.forward_attention / attn + elementwise_fwd + overhead;
+  t.bwd_s = f.backward_matmul / mm + f.backward_attention / attn + elementwise_bwd + overhead;
+  if (kind == UnitKind::kHead) {
+    // The fused loss computes the head's gradients during the forward pass.
+    t.fwd_s += t.bwd_s - overhead;
+    t.bwd_s = 0;
+  }
+  t.recompute_s = t.fwd_s;
+  return t;
+}
+
+StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan_in, System system) {
+  const ModelCard& card = w.model;
+  const int L = static_cast<int>(card.num_layers);
+  StepWork sw;
+  sw.traits = system_traits(system);
+  const Plan p = plan_for_system(plan_in, system, card);
+  p.validate(L, "plan");
+  const int N = p.ranks;
+  if (!hw.gpu.emulated_on_host && N > hw.gpu.count)
+    throw InputError("plan: ranks", fmt::format("{} ranks but {} has {} GPUs", N, hw.name, hw.gpu.count));
+  const bool needs_fabric = N > 1 && (p.param_route == ParamRoute::kSharded || p.grad_route == GradRoute::kGpu ||
+                                      !sw.traits.stream_params);
+  if (needs_fabric && hw.fabric.kind == "none")
+    throw InputError("plan", fmt::format("{} has no GPU fabric; use param_route replicated and grad_route cpu",
+                                         hw.name));
+
+  // ---- capacities ----
+  Capacities& c = sw.cap;
+  c.ranks = N;
+  const int links = hw.gpu.emulated_on_host ? N : hw.gpu.count;
+  c.h2d_alone_Bps = hw.link.h2d_gbps * 1e9;
+  c.d2h_alone_Bps = hw.link.d2h_gbps * 1e9;
+  c.h2d_root_Bps = links * hw.link.h2d_all_gbps * 1e9;
+  c.d2h_root_Bps = links * hw.link.d2h_all_gbps * 1e9;
+  c.h2d_link_Bps = std::min(c.h2d_alone_Bps, c.h2d_root_Bps / N);
+  c.d2h_link_Bps = std::min(c.d2h_alone_Bps, c.d2h_root_Bps / N);
+  c.duplex_Bps = (hw.link.h2d_bidir_gbps + hw.link.d2h_bidir_gbps) * 1e9;
+  c.host_mem_Bps = hw.host.mem_bw_gbps * 1e9;
+  c.cpu_cores = hw.cpu.cores;
+  c.update_threads = resolve_update_threads(p, hw);
+  if (sw.traits.update_threads_override > 0) c.update_threads = sw.traits.update_threads_override;
+  if (system == System::kSlideFormerDP || system == System::kMegaTrain) {
+    // One process does the host-side reduction/update (rank 0, or the lock holder): it gets one
+    // rank's share of the cores.
+    c.update_threads = std::max(1.0, std::floor(static_cast<double>(hw.cpu.cores) / N));
+  }
+  c.adamw_params_per_thread_s = CpuSpec::interpolate(hw.cpu.adamw_params_per_s, c.update_threads) / c.update_threads;
+  c.reduce_Bps_per_thread = CpuSpec::interpolate(hw.cpu.reduce_gbps, c.update_threads) * 1e9 / c.update_threads;
+  c.convert_Bps_per_thread = hw.cpu.convert_gbps_per_thread * 1e9;
+  c.allgather_busbw_Bps = std::max(1.0, hw.fabric.allgather_busbw_gbps * 1e9);
+  c.reduce_scatter_busbw_Bps = std::max(1.0, hw.fabric.reduce_scatter_busbw_gbps * 1e9);
+  c.link_latency_s = hw.link.latency_s;
+  c.fabric_latency_s = hw.fabric.latency_s;
+  c.fabric_via_host = hw.fabric.via_host();
+  c.emulated = hw.gpu.emulated_on_host;
+  c.host_threads_per_device = hw.gpu.host_threads_per_device;
+  c.gpu_hbm_Bps = hw.gpu.hbm_gbps * 1e9;
+
+  sw.ranks = N;
+  sw.accum_steps = p.accum_steps;
+  sw.buffer_depth = p.gpu_buffer_depth;
+  sw.tokens_per_rank_micro = static_cast<int64_t>(p.micro_batch) * w.seq_len;
+  sw.tokens_per_step = p.global_batch_sequences() * w.seq_len;
+  sw.model_flops_per_step = model_flops_per_step(card, p.global_batch_sequences(), w.seq_len);
+
+  // Host-memory bytes moved per byte copied: a DMA reads (H2D) or writes (D2H) host memory once; an
+  // emulated device's memcpy reads and writes host memory.
+  const double hm_per_copy_byte = c.emulated ? 2.0 : 1.0;
+  const double fanin = static_cast<double>(N - 1) / N;
+  const double a = c.adamw_params_per_thread_s, r = c.reduce_Bps_per_thread;
+  const int A = p.accum_steps;
+
+  // Bytes over one rank's link, on its fabric port, and host-memory traffic, of delivering `bytes`
+  // of bf16 parameters by the plan's parameter route.
+  struct Delivery {
+    double h2d = 0, allgather = 0, d2h = 0, host_mem = 0;
+  };
+  auto deliver = [&](double bytes) {
+    Delivery d;
+    if (sw.traits.params_resident) return d;
+    if (sw.traits.gpu_sharded_state) {
+      d.allgather = bytes * fanin;
+      return d;
+    }
+    if (p.param_route == ParamRoute::kReplicated || N == 1) {
+      d.h2d = bytes;
+    } else {
+      d.h2d = bytes / N;
+      d.allgather = bytes * fanin;
+      if (c.fabric_via_host) {
+        // No peer path: the shard goes out to host memory and the others' shards come back in.
+        d.d2h = bytes / N;
+        d.h2d += bytes * fanin;
+      }
+    }
+    d.host_mem = (d.h2d + d.d2h) * hm_per_copy_byte;
+    return d;
+  };
+
+  for (const UnitLayout& ul : w.layout.units) {
+    UnitWork u;
+    u.kind = ul.kind;
+    u.index = ul.index;
+    u.numel = ul.flat_numel;
+    u.chunks = num_chunks(u.numel, p.chunk_numel);
+    u.grad_chunks = u.chunks;
+    if (ul.reads_tied_embedding) u.grad_chunks += num_chunks(w.layout.units.front().flat_numel, p.chunk_numel);
+    u.policy = ul.kind == UnitKind::kDecoder ? p.layer_policy(ul.layer, L) : ActivationPolicy::kKeep;
+    const UnitComputeTimes t = unit_compute_times(w, hw, ul.kind, p.micro_batch);
+    u.fwd_s = t.fwd_s;
+    u.bwd_s = t.bwd_s;
+    u.recompute_s = u.policy == ActivationPolicy::kKeep ? 0.0 : t.recompute_s;
+    if (system == System::kFsdp2 && ul.kind == UnitKind::kDecoder)
+      u.recompute_s = p.layer_policy(ul.layer, L) == ActivationPolicy::kKeep ? 0.0 : t.recompute_s;
+
+    const double n = static_cast<double>(u.numel);
+    const double bytes = n * kBf16;
+    Delivery d = deliver(bytes);
+    u.deliver_h2d_bytes = d.h2d;
+    u.deliver_allgather_bytes = d.allgather;
+    u.deliver_d2h_bytes = d.d2h;
+    u.deliver_host_mem_bytes = d.host_mem;
+    if (sw.traits.convert_on_load) {
+      // SlideFormer converts the fp32 master to bf16 into pinned staging on each rank's CPU thread:
+      // read 4 B, write 2 B per parameter, then the DMA reads the 2 B.
+      u.deliver_convert_thread_s = n * kFp32 / c.convert_Bps_per_thread;
+      u.deliver_host_mem_bytes += n * (kFp32 + kBf16);
+    }
+    if (ul.reads_tied_embedding) {
+      const double emb_bytes = static_cast<double>(w.layout.units.front().flat_numel) * kBf16;
+      Delivery e = deliver(emb_bytes);
+      u.tied_h2d_bytes = e.h2d;
+      u.tied_allgather_bytes = e.allgather;
+      u.tied_host_mem_bytes = e.host_mem;
+      if (sw.traits.convert_on_load) u.tied_host_mem_bytes += emb_bytes / kBf16 * (kFp32 + kBf16);
+    }
+
+    // Gradients.
+    const bool gpu_reduce = p.grad_route == GradRoute::kGpu && N > 1;
+    if (sw.traits.gpu_sharded_state) {
+      u.grad_reduce_scatter_bytes = N > 1 ? bytes * fanin : 0;
+    } else if (gpu_reduce) {
+      u.grad_reduce_scatter_bytes = bytes * fanin;
+      u.grad_d2h_bytes = bytes / N;
+    } else {
+      u.grad_d2h_bytes = bytes;
+    }
+    if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state) {
+      const double emb_bytes = static_cast<double>(w.layout.units.front().flat_numel) * kBf16;
+      u.tied_grad_d2h_bytes = gpu_reduce ? emb_bytes / N : emb_bytes;
+      u.grad_reduce_scatter_bytes += gpu_reduce ? emb_bytes * fanin : 0;
+    }
+
+    // Host CPU work for this unit's gradients (all ranks together).
+    const double slots = gpu_reduce ? 1.0 : static_cast<double>(N);  // bf16 inputs per parameter
+    if (sw.traits.gpu_sharded_state) {
+      // nothing on the host
+    } else if (sw.traits.update_after_backward) {
+      // Grads are accumulated on the host each micro-step; the update happens after backward.
+      u.cpu_accum_thread_s = slots * n * kBf16 / r;
+      u.cpu_accum_host_mem_bytes = n * (slots * kBf16 + 2.0 * kFp32);
+      u.cpu_last_thread_s = u.cpu_accum_thread_s;
+      u.cpu_last_host_mem_bytes = u.cpu_accum_host_mem_bytes;
+    } else {
+      // Fused reduce + AdamW on the last micro-step: the extra (slots - 1) bf16 inputs are read in the
+      // same pass; with accumulation the fp32 accumulator is read too.
+      u.cpu_last_thread_s = n / a + (slots - 1.0) * n * kBf16 / r + (A > 1 ? n * kFp32 / r : 0.0);
+      u.cpu_last_host_mem_bytes = n * (kAdamwHostBytesPerParam + (slots - 1.0) * kBf16 + (A > 1 ? kFp32 : 0.0));
+      // Earlier micro-steps add their reduced gradient into the fp32 accumulator.
+      u.cpu_accum_thread_s = slots * n * kBf16 / r;
+      u.cpu_accum_host_mem_bytes = n * (slots * kBf16 + 2.0 * kFp32);
+    }
+    if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state) {
+      // The head's contribution to the tied embedding gradient is accumulated on the host until the
+      // embedding's own gradient arrives at the end of backward.
+      const double e = static_cast<double>(w.layout.units.front().flat_numel);
+      const double work = slots * e * kBf16 / r;
+      const double hm = e * (slots * kBf16 + 2.0 * kFp32);
+      u.cpu_last_thread_s += work;
+      u.cpu_accum_thread_s += work;
+      u.cpu_last_host_mem_bytes += hm;
+      u.cpu_accum_host_mem_bytes += hm;
+    }
+    if (u.policy == ActivationPolicy::kOffload)
+      u.act_offload_bytes = decoder_activation_bytes_per_token(card).unit_input * static_cast<double>(sw.tokens_per_rank_micro);
+    sw.units.push_back(u);
+  }
+
+  // System-level work after backward.
+  const double P = static_cast<double>(w.layout.total_flat_numel);
+  if (sw.traits.update_after_backward && !sw.traits.gpu_optimizer) {
+    // Optimizer over all parameters with the updater's threads (ZeRO-Offload: each rank's process
+    // updates its partition, so all cores work; MegaTrain: one process).
+    const double threads = system == System::kZeroOffload ? static_cast<double>(hw.cpu.cores) : c.update_threads;
+    const double rate = CpuSpec::interpolate(hw.cpu.adamw_params_per_s, threads);
+    // Expressed in thread-seconds of the update pool, so that work / update_threads = P / rate.
+    sw.post_update_thread_s = P / rate * c.update_threads;
+    sw.post_update_host_mem_bytes = P * (kAdamwHostBytesPerParam + kFp32);
+    if (sw.traits.upload_after_update) {
+      sw.post_upload_h2d_bytes = P * kBf16 / N;
+      sw.post_allgather_bytes = N > 1 ? P * kBf16 * fanin : 0.0;
+    }
+  }
+  if (sw.traits.gpu_optimizer) {
+    // FSDP2's AdamW on the GPU over this rank's shard: read p, g, m, v (fp32), write p, m, v.
+    sw.post_gpu_s = P / N * 28.0 / c.gpu_hbm_Bps;
+  }
+  return sw;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,125 @@
+// The work one training step puts on each resource, per unit: GPU compute seconds, bytes over each
+// host link and the GPU fabric, host-memory bytes and CPU thread-seconds, for a (workload, hardware,
+// plan, system). The analytical model and the discrete-event simulator both schedule exactly this
+// work, so they can disagree only about overlap and sharing, never about how much work there is.
+//
+// Conventions: bytes are per rank unless named `all_ranks`; CPU work is thread-seconds on the shared
+// host; "delivery" is one use of a unit's parameters on a rank (forward, backward, tied head).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/hardware.h"
+#include "model/plan.h"
+#include "model/system.h"
+#include "model/workload.h"
+
+namespace slidedp {
+
+// Effective capacities of every resource for this plan on this hardware (bytes/s, thread counts).
+struct Capacities {
+  int ranks = 1;
+  double h2d_link_Bps = 0;     // one rank's link with all ranks copying (root share applied)
+  double d2h_link_Bps = 0;
+  double h2d_alone_Bps = 0;    // one link when it copies alone
+  double d2h_alone_Bps = 0;
+  double h2d_root_Bps = 0;     // all links of the host together, one direction
+  double d2h_root_Bps = 0;
+  double duplex_Bps = 0;       // one link, H2D + D2H together, both directions busy
+  double host_mem_Bps = 0;     // shared host-memory bandwidth
+  double cpu_cores = 1;        // thread-seconds per second the host has
+  double update_threads = 1;   // threads reduction + AdamW may use
+  double adamw_params_per_thread_s = 0;  // per thread, at update_threads
+  double reduce_Bps_per_thread = 0;      // input bytes per thread-second
+  double convert_Bps_per_thread = 0;     // fp32 bytes read per thread-second (SlideFormer)
+  double allgather_busbw_Bps = 0;        // per rank port (nccl-tests bus bandwidth)
+  double reduce_scatter_busbw_Bps = 0;
+  double link_latency_s = 0;
+  double fabric_latency_s = 0;
+  bool fabric_via_host = false;
+  bool emulated = false;       // CPU backend: device compute and copies run on host cores
+  double host_threads_per_device = 1;
+  double gpu_hbm_Bps = 0;
+};
+
+// How a system runs the pipeline (derived from System; SlideDP's values come from the plan).
+struct SystemTraits {
+  bool stream_params = true;         // per-unit H2D delivery from host memory
+  bool params_resident = false;      // bf16 parameters live on the GPU (ZeRO-Offload)
+  bool gpu_sharded_state = false;    // FSDP2: everything on GPU, sharded
+  bool convert_on_load = false;      // SlideFormer: fp32 -> bf16 per rank before each delivery
+  bool update_after_backward = false;  // the optimizer runs after backward, not overlapped
+  bool shared_grad_buffer = false;   // SlideFormer: D2H of unit u waits for the update of unit u+1
+  int barriers_per_chunk = 0;        // SlideFormer: two barriers per chunk around rank 0's work
+  bool lock_serialized_accumulation = false;  // MegaTrain: ranks add grads on the host one at a time
+  double update_threads_override = 0;  // >0: threads of the process that updates (one rank's share)
+  bool upload_after_update = false;  // ZeRO-Offload: H2D of the new partition + all-gather after update
+  bool gpu_optimizer = false;        // FSDP2: AdamW on the GPU
+};
+
+// Work of one unit. GPU seconds and link bytes are per rank per micro-step; CPU and host-memory work
+// is for all ranks together.
+struct UnitWork {
+  UnitKind kind = UnitKind::kDecoder;
+  int index = 0;
+  int64_t numel = 0;            // flat elements (parameters incl. alignment padding)
+  int64_t chunks = 1;           // chunks of chunk_numel (parameter deliveries)
+  int64_t grad_chunks = 1;      // chunks of gradients leaving (the tied head adds the embedding's)
+  ActivationPolicy policy = ActivationPolicy::kKeep;
+  // GPU compute, seconds per rank per micro-step. The head's forward includes its fused backward.
+  double fwd_s = 0, bwd_s = 0, recompute_s = 0;
+  // One delivery of the unit's parameters to one rank.
+  double deliver_h2d_bytes = 0;       // bytes over this rank's host link
+  double deliver_allgather_bytes = 0; // bytes on this rank's fabric port (sharded route)
+  double deliver_convert_thread_s = 0;  // CPU work of SlideFormer's per-rank conversion
+  double deliver_host_mem_bytes = 0;  // host-memory traffic of one delivery to one rank
+  double deliver_d2h_bytes = 0;       // via_host fabric: this rank's shard written to host memory
+  // Tied head: the embedding weight delivered in addition to the head's own parameters.
+  double tied_h2d_bytes = 0, tied_allgather_bytes = 0, tied_host_mem_bytes = 0;
+  // Gradients of one micro-step leaving one rank.
+  double grad_reduce_scatter_bytes = 0;  // fabric bytes (gpu route)
+  double grad_d2h_bytes = 0;             // bytes over this rank's link
+  double tied_grad_d2h_bytes = 0;        // head: the tied embedding's gradient contribution
+  // Host CPU work of the unit's gradients, all ranks together: `last` = the final micro-step
+  // (reduce + AdamW, bf16 mirror written), `accum` = each earlier micro-step (reduce/accumulate).
+  double cpu_last_thread_s = 0, cpu_accum_thread_s = 0;
+  double cpu_last_host_mem_bytes = 0, cpu_accum_host_mem_bytes = 0;
+  // Activation offload (offload policy): bytes of the unit input out in forward, back in backward.
+  double act_offload_bytes = 0;
+};
+
+struct StepWork {
+  Capacities cap;
+  SystemTraits traits;
+  std::vector<UnitWork> units;  // execution order, L + 2 entries
+  int ranks = 1;
+  int accum_steps = 1;
+  int buffer_depth = 2;
+  int64_t tokens_per_rank_micro = 0;  // micro_batch x seq_len
+  int64_t tokens_per_step = 0;
+  double model_flops_per_step = 0;    // SlideFormer's metric, for TFLOP/s figures
+  // System-level extra work after backward (ZeRO-Offload, MegaTrain, FSDP2), all ranks together.
+  double post_update_thread_s = 0, post_update_host_mem_bytes = 0;
+  double post_upload_h2d_bytes = 0, post_allgather_bytes = 0;  // per rank
+  double post_gpu_s = 0;  // FSDP2 GPU optimizer, per rank
+};
+
+// Resolves the update thread count (plan value, or all cores not busy emulating devices).
+int resolve_update_threads(const Plan& plan, const Hardware& hw);
+SystemTraits system_traits(System system);
+// Applies a baseline's fixed choices to the plan (routes, activation policy, chunk, depth).
+Plan plan_for_system(const Plan& plan, System system, const ModelCard& card);
+
+// Throws InputError if the plan cannot run on this hardware at all (ranks > GPUs, ...).
+StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan, System system);
+
+// Compute seconds of one unit pass from FLOPs or from measured unit times; exposed for the profiler.
+struct UnitComputeTimes {
+  double fwd_s = 0, bwd_s = 0, recompute_s = 0;
+};
+UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitKind kind,
+                                    int64_t sequences);
+
+}  // namespace slidedp

@@ -1,0 +1,26 @@
+// The systems the model can predict: SlideDP itself and the baselines it is compared against, each
+// expressed as the same pipeline with different routes, placements and serialization
+// (shared/reference/baselines.md). Choosing a system never changes the workload's math.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace slidedp {
+
+enum class System {
+  kSlideDP,        // the plan as given
+  kSlideFormerDP,  // replicated delivery with per-rank fp32->bf16 conversion; rank-0 CPU reduce+AdamW
+                   // on one process's threads; two barriers per chunk; shared grad buffer serializes
+  kZeroOffload,    // bf16 params GPU-resident; GPU reduce-scatter; CPU AdamW of each rank's partition
+                   // after backward; upload + all-gather of the new params
+  kMegaTrain,      // every rank streams full weights from one host copy; gradients accumulated on the
+                   // host under a global lock; one optimizer step after backward
+  kFsdp2,          // GPU-resident FSDP2: sharded params/grads/optimizer on GPU, no host traffic
+};
+
+const char* system_name(System s);
+System parse_system(const std::string& name, const std::string& where);
+std::vector<std::string> system_names();
+
+}  // namespace slidedp

@@ -1,0 +1,99 @@
+// The analytical model against the discrete-event simulator on random feasible plans across every
+// preset machine and several models: both schedule the same work (step_work.h), so they may differ
+// only in how overlap and fair sharing play out. The test reports the distribution of the relative
+// difference and bounds its median, 90th percentile and maximum.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+
+#include "model/hardware.h"
+#include "model/simulator.h"
+#include "model/step_model.h"
+
+namespace slidedp {
+namespace {
+
+struct Case {
+  std::string hw, model;
+  int64_t seq;
+  Plan plan;
+};
+
+Plan random_plan(std::mt19937_64& rng, const Hardware& hw, const ModelCard& card) {
+  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  Plan p;
+  p.ranks = pick(1, std::min(hw.gpu.count, 8));
+  p.micro_batch = 1 << pick(0, 2);
+  p.accum_steps = pick(1, 3);
+  p.param_route = pick(0, 1) ? ParamRoute::kSharded : ParamRoute::kReplicated;
+  p.grad_route = pick(0, 1) ? GradRoute::kGpu : GradRoute::kCpu;
+  if (hw.fabric.kind == "none") p.param_route = ParamRoute::kReplicated, p.grad_route = GradRoute::kCpu;
+  const int64_t layer = card.decoder_layer_params();
+  p.chunk_numel = std::max<int64_t>(1 << 20, layer >> pick(0, 2));
+  const int L = static_cast<int>(card.num_layers);
+  p.offload_layers = pick(0, L / 2);
+  p.recompute_layers = Plan::kRest;
+  p.keep_layers = pick(0, L - p.offload_layers);
+  p.gpu_buffer_depth = pick(2, 3);
+  return p;
+}
+
+TEST(ModelAgreement, AnalyticalMatchesSimulatorOnRandomPlans) {
+  std::mt19937_64 rng(20261129);
+  const std::vector<std::string> models = {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b", "llama-3.1-8b", "qwen3-32b"};
+  const std::vector<int64_t> seqs = {1024, 2048, 4096, 8192};
+  std::vector<double> errors;
+  int tried = 0;
+  double worst = 0;
+  std::string worst_desc;
+  while (static_cast<int>(errors.size()) < 500 && tried < 5000) {
+    ++tried;
+    const std::string hwname = hardware_preset_names()[std::uniform_int_distribution<std::size_t>(0, hardware_preset_names().size() - 1)(rng)];
+    Hardware hw = hardware_preset(hwname);
+    const auto& mname = models[std::uniform_int_distribution<std::size_t>(0, models.size() - 1)(rng)];
+    Workload w = make_workload(model_preset(mname), seqs[std::uniform_int_distribution<std::size_t>(0, seqs.size() - 1)(rng)]);
+    Plan p = random_plan(rng, hw, w.model);
+    Prediction a = predict_analytical(w, hw, p, System::kSlideDP);
+    if (!a.feasible) continue;
+    SimulatorOptions opt;
+    opt.record_timeline = false;
+    opt.measure_sync = false;
+    Simulation s = simulate_step_work(build_step_work(w, hw, p, System::kSlideDP), opt);
+    double err = (a.step_time_s - s.prediction.step_time_s) / s.prediction.step_time_s;
+    errors.push_back(std::fabs(err));
+    if (std::getenv("SLIDEDP_AGREEMENT_VERBOSE") && std::fabs(err) > 0.05)
+      std::printf("%+6.1f%% %s %s seq %lld | %s | a %.3f s %.3f | a.bneck %s %.2f s.bneck %s %.2f | a.stall %.3f s.stall %.3f a.tail %.3f s.tail %.3f\n",
+                  100 * err, hwname.c_str(), mname.c_str(), static_cast<long long>(w.seq_len),
+                  p.summary(static_cast<int>(w.model.num_layers)).c_str(), a.step_time_s, s.prediction.step_time_s,
+                  a.bottleneck.c_str(), a.bottleneck_utilization, s.prediction.bottleneck.c_str(),
+                  s.prediction.bottleneck_utilization, a.breakdown.stall_s, s.prediction.breakdown.stall_s,
+                  a.breakdown.exposed_tail_s, s.prediction.breakdown.exposed_tail_s);
+    if (std::fabs(err) > worst) {
+      worst = std::fabs(err);
+      worst_desc = hwname + " " + mname + " seq " + std::to_string(w.seq_len) + " | " +
+                   p.summary(static_cast<int>(w.model.num_layers)) + " | analytical " + std::to_string(a.step_time_s) +
+                   " simulator " + std::to_string(s.prediction.step_time_s) + " bottleneck " + a.bottleneck;
+    }
+  }
+  ASSERT_GE(errors.size(), 500u) << "too few feasible plans drawn";
+  std::sort(errors.begin(), errors.end());
+  auto pct = [&](double q) { return errors[static_cast<std::size_t>(q * (errors.size() - 1))]; };
+  std::printf("analytical vs simulator, %zu plans: median %.2f%%, p90 %.2f%%, p99 %.2f%%, max %.2f%%\nworst: %s\n",
+              errors.size(), 100 * pct(0.5), 100 * pct(0.9), 100 * pct(0.99), 100 * errors.back(), worst_desc.c_str());
+  int within = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e <= 0.05; }));
+  RecordProperty("plans", static_cast<int>(errors.size()));
+  RecordProperty("within_5pct", within);
+  // The recurrence approximates fair sharing with a mean-field contention estimate (docs/MODEL.md):
+  // nine in ten plans agree within 5%, the median within 1.5%, and no plan is off by more than 25%.
+  // The distribution is recorded in results/model/agreement.md.
+  EXPECT_LE(pct(0.5), 0.015);
+  EXPECT_LE(pct(0.9), 0.05);
+  EXPECT_LE(errors.back(), 0.25) << "worst: " << worst_desc;
+}
+
+}  // namespace
+}  // namespace slidedp
