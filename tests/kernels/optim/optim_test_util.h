@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -80,6 +81,9 @@ struct LevelCase {
   bool avx512_bf16;  // use AVX512-BF16 conversions (only meaningful for kAvx512)
   const char* name;
 };
+
+// gtest prints parameters with this (instead of a byte dump) in failure messages.
+inline void PrintTo(const LevelCase& c, std::ostream* os) { *os << c.name; }
 
 inline std::vector<LevelCase> simd_cases() {
   return {{SimdLevel::kScalar, false, "scalar"},
