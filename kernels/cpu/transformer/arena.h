@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 
@@ -20,6 +21,13 @@ inline constexpr int64_t kArenaAlignBytes = 64;  // a cache line; also the wides
 // A caller-provided block of scratch bytes (host memory for the CPU backend).
 struct Workspace {
   std::byte* data = nullptr;
+  int64_t bytes = 0;
+};
+
+// One take() of a tracing arena: where it landed, for layouts that name their pieces.
+struct ArenaPiece {
+  std::string name;
+  int64_t offset_bytes = 0;
   int64_t bytes = 0;
 };
 
@@ -36,12 +44,14 @@ class Arena {
 
   // n elements of U, 64-byte aligned, uninitialized. Aborts when the workspace is too small: the
   // caller sized it with the matching *_bytes() query, so overflow is a bug, not bad input.
+  // `name` is recorded when tracing (see trace()).
   template <typename U>
-  U* take(int64_t n) {
+  U* take(int64_t n, const char* name = "") {
     SLIDEDP_CHECK(n >= 0, "negative allocation");
     const int64_t start = align_up(used_);
     used_ = start + n * static_cast<int64_t>(sizeof(U));
     if (used_ > high_water_) high_water_ = used_;
+    if (tracing_) trace_.push_back(ArenaPiece{name, start, n * static_cast<int64_t>(sizeof(U))});
     if (measuring_) return nullptr;
     SLIDEDP_CHECK(used_ <= capacity_, "workspace too small: need " + std::to_string(used_) +
                                           " bytes, have " + std::to_string(capacity_));
@@ -63,6 +73,10 @@ class Arena {
 
   int64_t high_water_bytes() const { return high_water_; }
 
+  // Record every later take (name, offset, bytes).
+  void enable_trace() { tracing_ = true; }
+  const std::vector<ArenaPiece>& trace() const { return trace_; }
+
   static int64_t align_up(int64_t bytes) {
     return (bytes + kArenaAlignBytes - 1) / kArenaAlignBytes * kArenaAlignBytes;
   }
@@ -73,6 +87,8 @@ class Arena {
   bool measuring_ = true;
   int64_t used_ = 0;
   int64_t high_water_ = 0;
+  bool tracing_ = false;
+  std::vector<ArenaPiece> trace_;
 };
 
 // Owning, 64-byte-aligned, uninitialized host bytes (for tests, benchmarks and the CPU backend).

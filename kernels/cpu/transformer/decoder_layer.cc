@@ -40,22 +40,22 @@ template <typename Real>
 Saved<Real> carve_saved(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
   const int64_t N = B * T;
   Saved<Real> v;
-  v.rstd1 = a.take<Real>(N);
-  v.h1 = a.take<Real>(N * s.C);
-  v.q_lin = s.qk_norm ? a.take<Real>(N * s.q_dim()) : nullptr;
-  v.k_lin = s.qk_norm ? a.take<Real>(N * s.kv_dim()) : nullptr;
-  v.rstd_q = s.qk_norm ? a.take<Real>(N * s.H) : nullptr;
-  v.rstd_k = s.qk_norm ? a.take<Real>(N * s.KV) : nullptr;
-  v.q = a.take<Real>(N * s.q_dim());
-  v.k = a.take<Real>(N * s.kv_dim());
-  v.v = a.take<Real>(N * s.kv_dim());
-  v.att = a.take<Real>(N * s.q_dim());
-  v.lse = a.take<Real>(B * s.H * T);
-  v.x2 = a.take<Real>(N * s.C);
-  v.rstd2 = a.take<Real>(N);
-  v.h2 = a.take<Real>(N * s.C);
-  v.g = a.take<Real>(N * s.I);
-  v.u = a.take<Real>(N * s.I);
+  v.rstd1 = a.take<Real>(N, "rstd1");
+  v.h1 = a.take<Real>(N * s.C, "h1");
+  v.q_lin = s.qk_norm ? a.take<Real>(N * s.q_dim(), "q_lin") : nullptr;
+  v.k_lin = s.qk_norm ? a.take<Real>(N * s.kv_dim(), "k_lin") : nullptr;
+  v.rstd_q = s.qk_norm ? a.take<Real>(N * s.H, "rstd_q") : nullptr;
+  v.rstd_k = s.qk_norm ? a.take<Real>(N * s.KV, "rstd_k") : nullptr;
+  v.q = a.take<Real>(N * s.q_dim(), "q");
+  v.k = a.take<Real>(N * s.kv_dim(), "k");
+  v.v = a.take<Real>(N * s.kv_dim(), "v");
+  v.att = a.take<Real>(N * s.q_dim(), "att");
+  v.lse = a.take<Real>(B * s.H * T, "lse");
+  v.x2 = a.take<Real>(N * s.C, "x2");
+  v.rstd2 = a.take<Real>(N, "rstd2");
+  v.h2 = a.take<Real>(N * s.C, "h2");
+  v.g = a.take<Real>(N * s.I, "g");
+  v.u = a.take<Real>(N * s.I, "u");
   return v;
 }
 
@@ -193,6 +193,14 @@ int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
 }
 
 template <typename Real>
+std::vector<ArenaPiece> decoder_saved_layout(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Arena a;
+  a.enable_trace();
+  carve_saved<Real>(a, spec, B, T);
+  return a.trace();
+}
+
+template <typename Real>
 int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
   Arena a;  // the take sequence of forward_impl
   carve_forward_common<Real>(a, spec, T);
@@ -277,6 +285,7 @@ void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Worksp
 
 #define SLIDEDP_INSTANTIATE(Real)                                                                        \
   template int64_t decoder_saved_bytes<Real>(const DecoderSpec&, int64_t, int64_t);                      \
+  template std::vector<ArenaPiece> decoder_saved_layout<Real>(const DecoderSpec&, int64_t, int64_t);     \
   template int64_t decoder_forward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);          \
   template int64_t decoder_backward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);         \
   template void decoder_forward<Real>(const DecoderSpec&, const Real*, const Real*, Real*, Workspace,    \

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/unit_spec.h"
@@ -30,6 +31,10 @@ namespace slidedp::kernels {
 // Bytes of the saved state, and of the scratch of forward (also enough for recompute) and backward.
 template <typename Real>
 int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
+// The saved state's tensors (name, byte offset, bytes) in buffer order; the gaps between them are
+// alignment padding that nothing reads or writes.
+template <typename Real>
+std::vector<ArenaPiece> decoder_saved_layout(const DecoderSpec& spec, int64_t B, int64_t T);
 template <typename Real>
 int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
 template <typename Real>

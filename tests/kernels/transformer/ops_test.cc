@@ -347,8 +347,9 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(Attention, WorkingSetDoesNotGrowAsTSquared) {
-  // Scratch = O(tile^2 + tile*hd) for forward (no T at all) and O(B*H*T) more for backward. Checked
-  // by the second difference over doubling T: a T^2 term would make it grow 4x per doubling.
+  // Scratch = O(tile^2 + tile*hd) for forward (no T at all) and O(B*H*T) more for backward (one
+  // value per row). Checked exactly: doubling T adds nothing to forward and exactly the row terms
+  // to backward, where any (T x T) buffer would add 3 T^2 values.
   for (int64_t T : {256, 1024, 4096, 16384, 131072}) {
     const AttentionShape s{2, T, 14, 2, 64, 64};
     const AttentionShape s2{2, 2 * T, 14, 2, 64, 64};

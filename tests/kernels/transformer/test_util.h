@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/model_card.h"
+#include "model/unit_layout.h"
 
 namespace slidedp::kernels::test {
 
@@ -116,6 +117,28 @@ inline ModelCard tiny_card(const std::string& model_type, bool tied) {
   }
   c.validate("tiny_card");
   return c;
+}
+
+// A unit's flat parameters: norm weights in [0.5, 1.5], biases in [-0.5, 0.5], matrices uniform
+// with std ~ 1/sqrt(fan_in) so activations stay O(1) through a few layers; padding stays zero.
+inline std::vector<double> random_unit_params(const UnitLayout& unit, uint64_t seed) {
+  std::vector<double> p(static_cast<size_t>(unit.flat_numel), 0.0);
+  std::mt19937_64 rng(seed);
+  for (const TensorSpec& t : unit.tensors) {
+    const bool is_norm = t.name.find("norm") != std::string::npos;
+    const double a = t.shape.size() == 2 ? 1.7 / std::sqrt(static_cast<double>(t.shape[1])) : 0.5;
+    std::uniform_real_distribution<double> dist(is_norm ? 0.5 : -a, is_norm ? 1.5 : a);
+    for (int64_t i = 0; i < t.numel; ++i) p[static_cast<size_t>(t.offset + i)] = dist(rng);
+  }
+  return p;
+}
+
+// Positions of a unit's flat buffer that belong to no tensor (alignment padding).
+inline std::vector<bool> padding_mask(const UnitLayout& unit) {
+  std::vector<bool> pad(static_cast<size_t>(unit.flat_numel), true);
+  for (const TensorSpec& t : unit.tensors)
+    for (int64_t i = 0; i < t.numel; ++i) pad[static_cast<size_t>(t.offset + i)] = false;
+  return pad;
 }
 
 }  // namespace slidedp::kernels::test
