@@ -1,0 +1,278 @@
+// Checkpoint writing, loading and rotation; see checkpoint.h for the layout and the atomicity rules.
+// trainer_state.json keeps 64-bit words (seed, RNG) as "0x..." strings so that tools whose JSON numbers
+// are doubles (jq, JavaScript) cannot round them.
+#include "io/checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <bit>
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <regex>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "io/posix_file.h"
+#include "io/safetensors.h"
+
+namespace slidedp {
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace {
+
+constexpr int kCheckpointFormatVersion = 1;
+constexpr const char* kExpAvg = ".exp_avg";
+constexpr const char* kExpAvgSq = ".exp_avg_sq";
+
+std::string hex64(uint64_t v) { return fmt::format("0x{:016x}", v); }
+
+// Checks every padding element (between aligned tensors and at the unit's end) is +0.0: padding is not
+// stored, so anything else would not survive the round trip bit-exactly.
+void check_padding_zero(const ModelLayout& layout, const UnitSpans& units, const std::string& what) {
+  for (std::size_t u = 0; u < layout.units.size(); ++u) {
+    const auto& tensors = layout.units[u].tensors;
+    int64_t pos = 0;
+    auto check_range = [&](int64_t from, int64_t to) {
+      for (int64_t i = from; i < to; ++i)
+        if (std::bit_cast<uint32_t>(units[u][static_cast<std::size_t>(i)]) != 0u)
+          throw InputError(what, fmt::format("unit {} padding element {} is {} (padding must stay +0)", u, i,
+                                             units[u][static_cast<std::size_t>(i)]));
+    };
+    for (const auto& t : tensors) {
+      check_range(pos, t.offset);
+      pos = t.offset + t.numel;
+    }
+    check_range(pos, layout.units[u].flat_numel);
+  }
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  OutputFile out(path.string());
+  out.write(text);
+  out.finish();
+}
+
+json cursor_to_json(const DataCursor& c) {
+  return {{"epoch", c.epoch},
+          {"position", c.position},
+          {"num_sequences", c.num_sequences},
+          {"seq_len", c.seq_len},
+          {"seed", hex64(c.seed)}};
+}
+
+// Strict readers for trainer_state.json: each names the file and the key path.
+class StateReader {
+ public:
+  explicit StateReader(std::string path) : path_(std::move(path)) {}
+
+  void keys(const json& obj, const std::string& at, std::initializer_list<const char*> allowed) const {
+    if (!obj.is_object()) throw InputError(where(at), "expected an object");
+    for (const auto& [k, _] : obj.items()) {
+      bool ok = false;
+      for (const char* a : allowed) ok = ok || k == a;
+      if (!ok) throw InputError(where(at.empty() ? k : at + "." + k), "unknown key");
+    }
+    for (const char* a : allowed)
+      if (!obj.contains(a)) throw InputError(where(at.empty() ? a : at + "." + a), "missing key");
+  }
+  int64_t integer(const json& obj, const std::string& at, const char* key) const {
+    const json& v = obj.at(key);
+    if (!v.is_number_integer()) throw InputError(where(join(at, key)), "expected an integer");
+    return v.get<int64_t>();
+  }
+  double number(const json& obj, const std::string& at, const char* key) const {
+    const json& v = obj.at(key);
+    if (!v.is_number()) throw InputError(where(join(at, key)), "expected a number");
+    return v.get<double>();
+  }
+  uint64_t word(const json& v, const std::string& at) const {
+    if (!v.is_string()) throw InputError(where(at), "expected a \"0x...\" hex string");
+    const std::string s = v.get<std::string>();
+    if (s.size() < 3 || s.size() > 18 || s.compare(0, 2, "0x") != 0 ||
+        s.find_first_not_of("0123456789abcdefABCDEF", 2) != std::string::npos)
+      throw InputError(where(at), fmt::format("'{}' is not a \"0x...\" 64-bit hex string", s));
+    return std::stoull(s.substr(2), nullptr, 16);
+  }
+
+ private:
+  static std::string join(const std::string& at, const char* key) { return at.empty() ? key : at + "." + key; }
+  std::string where(const std::string& at) const { return path_ + ": " + at; }
+  std::string path_;
+};
+
+TrainerState parse_trainer_state(const std::string& path) {
+  json j;
+  try {
+    j = json::parse(read_text_file(path));
+  } catch (const json::parse_error& e) {
+    throw InputError(path, fmt::format("malformed JSON: {}", e.what()));
+  }
+  StateReader r(path);
+  r.keys(j, "", {"format", "format_version", "optimizer_step", "lr_schedule_step", "learning_rate", "data_cursor",
+                 "rng_state", "metadata"});
+  if (j["format"] != "slidedp-checkpoint") throw InputError(path + ": format", "expected \"slidedp-checkpoint\"");
+  if (r.integer(j, "", "format_version") != kCheckpointFormatVersion)
+    throw InputError(path + ": format_version",
+                     fmt::format("{} is not supported (this build reads {})", j["format_version"].dump(),
+                                 kCheckpointFormatVersion));
+  TrainerState s;
+  s.optimizer_step = r.integer(j, "", "optimizer_step");
+  s.lr_schedule_step = r.integer(j, "", "lr_schedule_step");
+  s.learning_rate = r.number(j, "", "learning_rate");
+  const json& c = j["data_cursor"];
+  r.keys(c, "data_cursor", {"epoch", "position", "num_sequences", "seq_len", "seed"});
+  s.data_cursor.epoch = r.integer(c, "data_cursor", "epoch");
+  s.data_cursor.position = r.integer(c, "data_cursor", "position");
+  s.data_cursor.num_sequences = r.integer(c, "data_cursor", "num_sequences");
+  s.data_cursor.seq_len = r.integer(c, "data_cursor", "seq_len");
+  s.data_cursor.seed = r.word(c["seed"], "data_cursor.seed");
+  if (!j["rng_state"].is_array()) throw InputError(path + ": rng_state", "expected an array of hex strings");
+  for (std::size_t i = 0; i < j["rng_state"].size(); ++i)
+    s.rng_state.push_back(r.word(j["rng_state"][i], fmt::format("rng_state[{}]", i)));
+  s.metadata_json = j["metadata"].dump();
+  if (s.optimizer_step < 0) throw InputError(path + ": optimizer_step", "must be >= 0");
+  return s;
+}
+
+}  // namespace
+
+std::string checkpoint_dir_name(int64_t step) { return fmt::format("step-{:08d}", step); }
+
+CheckpointData LoadedCheckpoint::view() const {
+  return CheckpointData{card, unit_spans(master), unit_spans(adam_m), unit_spans(adam_v), state};
+}
+
+std::string save_checkpoint(const std::string& root_dir, const CheckpointData& data, int keep_last,
+                            const CheckpointFileHook& on_file_written) {
+  const TrainerState& st = data.state;
+  if (st.optimizer_step < 0) throw InputError("checkpoint: optimizer_step", "must be >= 0");
+  json metadata;
+  try {
+    metadata = json::parse(st.metadata_json.empty() ? std::string("null") : st.metadata_json);
+  } catch (const json::parse_error& e) {
+    throw InputError("checkpoint: metadata_json", fmt::format("not valid JSON: {}", e.what()));
+  }
+  ModelLayout layout = make_model_layout(data.card);
+  check_unit_sizes(layout, data.master, "checkpoint: master weights");
+  check_unit_sizes(layout, data.adam_m, "checkpoint: AdamW m");
+  check_unit_sizes(layout, data.adam_v, "checkpoint: AdamW v");
+  check_padding_zero(layout, data.master, "checkpoint: master weights");
+  check_padding_zero(layout, data.adam_m, "checkpoint: AdamW m");
+  check_padding_zero(layout, data.adam_v, "checkpoint: AdamW v");
+
+  std::error_code ec;
+  fs::create_directories(root_dir, ec);
+  if (ec) throw IoError(root_dir, "cannot create folder: " + ec.message());
+  remove_stale_temp_dirs(root_dir);
+
+  const std::string final_dir = (fs::path(root_dir) / checkpoint_dir_name(st.optimizer_step)).string();
+  const std::string tmp = make_temp_dir_beside(final_dir);
+  auto done = [&](const char* file) {
+    if (on_file_written) on_file_written(file);
+  };
+  try {
+    nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(data.card));
+    config["torch_dtype"] = "float32";  // the master weights are fp32
+    write_text(fs::path(tmp) / "config.json", config.dump(2) + "\n");
+    done("config.json");
+
+    SafetensorsWriteOptions fp32;
+    fp32.dtype = TensorDtype::kF32;
+    write_safetensors((fs::path(tmp) / "model.safetensors").string(), unit_tensors_to_write(layout, data.master, ""),
+                      fp32);
+    done("model.safetensors");
+
+    std::vector<TensorToWrite> moments = unit_tensors_to_write(layout, data.adam_m, kExpAvg);
+    for (auto& t : unit_tensors_to_write(layout, data.adam_v, kExpAvgSq)) moments.push_back(std::move(t));
+    SafetensorsWriteOptions opt_options = fp32;
+    opt_options.metadata["optimizer"] = "adamw";
+    write_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, opt_options);
+    done("optimizer.safetensors");
+
+    json state = {{"format", "slidedp-checkpoint"},
+                  {"format_version", kCheckpointFormatVersion},
+                  {"optimizer_step", st.optimizer_step},
+                  {"lr_schedule_step", st.lr_schedule_step},
+                  {"learning_rate", st.learning_rate},
+                  {"data_cursor", cursor_to_json(st.data_cursor)},
+                  {"rng_state", json::array()},
+                  {"metadata", metadata}};
+    for (uint64_t w : st.rng_state) state["rng_state"].push_back(hex64(w));
+    write_text(fs::path(tmp) / "trainer_state.json", state.dump(2) + "\n");
+    done("trainer_state.json");
+
+    publish_dir(tmp, final_dir, /*replace=*/true);
+  } catch (...) {
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+
+  if (keep_last > 0) {
+    auto all = list_checkpoints(root_dir);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) {
+      // Rename first (one atomic step) so a kill mid-delete leaves a .tmp-* folder, never a
+      // half-deleted step-* folder that looks complete.
+      std::string trash = make_temp_dir_beside(all[i].second);
+      if (::rename(all[i].second.c_str(), trash.c_str()) != 0)
+        throw IoError(all[i].second, std::string("cannot move aside for deletion: ") + std::strerror(errno));
+      fs::remove_all(trash, ec);
+    }
+    fsync_path(root_dir);
+  }
+  return final_dir;
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& dir) {
+  LoadedCheckpoint ck;
+  ck.dir = dir;
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  ck.card = model_card_from_hf_config(read_text_file(config_path), config_path);
+  ck.layout = make_model_layout(ck.card);
+
+  std::vector<std::string> names = layout_tensor_names(ck.layout, "");
+  SafetensorsSet model = SafetensorsSet::open_file((fs::path(dir) / "model.safetensors").string());
+  check_no_unexpected_tensors(model, std::set<std::string>(names.begin(), names.end()));
+  ck.master = zero_unit_buffers(ck.layout);
+  read_unit_tensors(model, ck.layout, "", ck.master, TensorDtype::kF32);
+
+  SafetensorsSet opt = SafetensorsSet::open_file((fs::path(dir) / "optimizer.safetensors").string());
+  std::set<std::string> moment_names;
+  for (const auto& n : names) {
+    moment_names.insert(n + kExpAvg);
+    moment_names.insert(n + kExpAvgSq);
+  }
+  check_no_unexpected_tensors(opt, moment_names);
+  ck.adam_m = zero_unit_buffers(ck.layout);
+  ck.adam_v = zero_unit_buffers(ck.layout);
+  read_unit_tensors(opt, ck.layout, kExpAvg, ck.adam_m, TensorDtype::kF32);
+  read_unit_tensors(opt, ck.layout, kExpAvgSq, ck.adam_v, TensorDtype::kF32);
+
+  ck.state = parse_trainer_state((fs::path(dir) / "trainer_state.json").string());
+  return ck;
+}
+
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root_dir) {
+  static const std::regex kName("step-([0-9]{8,18})");
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(root_dir, ec)) return found;
+  for (const auto& entry : fs::directory_iterator(root_dir, ec)) {
+    std::smatch m;
+    std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || !std::regex_match(name, m, kName)) continue;
+    found.emplace_back(std::stoll(m[1].str()), entry.path().string());
+  }
+  if (ec) throw IoError(root_dir, "cannot list folder: " + ec.message());
+  std::sort(found.begin(), found.end());
+  return found;
+}
+
+std::optional<std::string> find_latest_checkpoint(const std::string& root_dir) {
+  auto all = list_checkpoints(root_dir);
+  if (all.empty()) return std::nullopt;
+  return all.back().second;
+}
+
+}  // namespace slidedp

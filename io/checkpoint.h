@@ -1,0 +1,77 @@
+// Training checkpoints: everything a bit-exact resume needs, as plain data (the executor owns the live
+// state). Layout: <root>/step-00000123/ with config.json + model.safetensors (fp32 master weights under
+// Hugging Face names, so HF tools load the folder as a model), optimizer.safetensors (AdamW m and v as
+// "<name>.exp_avg" / "<name>.exp_avg_sq", fp32) and trainer_state.json (steps, data cursor, RNG,
+// free metadata). A checkpoint is written into a temp folder, every file fsynced, renamed into place
+// and the root fsynced: a folder named step-* is always complete, and a writer killed mid-way leaves
+// only a .tmp-* folder that the next save removes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "io/sequence_sampler.h"
+#include "io/unit_tensors.h"
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+
+namespace slidedp {
+
+struct TrainerState {
+  int64_t optimizer_step = 0;    // AdamW steps taken (names the folder; bias correction uses it)
+  int64_t lr_schedule_step = 0;  // position in the learning-rate schedule
+  double learning_rate = 0.0;    // the rate of the last step (informational; restored bit-exactly)
+  DataCursor data_cursor;        // where the next step's data starts
+  std::vector<uint64_t> rng_state;   // any generator words (dropout, sampling), restored verbatim
+  std::string metadata_json = "{}";  // any JSON value: plan, hardware, run configuration
+  bool operator==(const TrainerState&) const = default;
+};
+
+// What save_checkpoint writes. The spans point at the caller's state: one buffer per unit of
+// make_model_layout(card), flat_numel elements each, padding zero.
+struct CheckpointData {
+  ModelCard card;
+  UnitSpans master;  // fp32 master weights
+  UnitSpans adam_m;  // AdamW first moment
+  UnitSpans adam_v;  // AdamW second moment
+  TrainerState state;
+};
+
+struct LoadedCheckpoint {
+  std::string dir;
+  ModelCard card;
+  ModelLayout layout;
+  UnitBuffers master, adam_m, adam_v;  // [unit] -> (flat_numel,) fp32, padding zero
+  TrainerState state;
+  CheckpointData view() const;  // spans into this object (e.g. to save it again)
+};
+
+// Called after each file of a checkpoint is complete and fsynced (file name inside the step folder);
+// for progress reporting, and for tests that stop a writer at a known point.
+using CheckpointFileHook = std::function<void(const std::string& file_name)>;
+
+// "step-00000123"
+std::string checkpoint_dir_name(int64_t step);
+
+// Writes <root_dir>/step-<optimizer_step>/ atomically (replacing a checkpoint of the same step), then
+// deletes all but the newest `keep_last` complete checkpoints (keep_last <= 0 keeps all) and any
+// temp folder left by a dead writer. Returns the checkpoint folder. Throws InputError for buffers of
+// the wrong size or non-zero padding, IoError for failed writes (the temp folder is removed).
+std::string save_checkpoint(const std::string& root_dir, const CheckpointData& data, int keep_last,
+                            const CheckpointFileHook& on_file_written = {});
+
+// Reads and validates a checkpoint folder (every tensor present, fp32, right shape; trainer_state.json
+// strict). Throws InputError / IoError naming the file and the tensor or key.
+LoadedCheckpoint load_checkpoint(const std::string& dir);
+
+// Complete checkpoints under root_dir, oldest first: (step, folder). Temp folders are not listed.
+std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root_dir);
+
+// The newest complete checkpoint folder, or nullopt when there is none (or root_dir does not exist).
+std::optional<std::string> find_latest_checkpoint(const std::string& root_dir);
+
+}  // namespace slidedp

@@ -1,0 +1,169 @@
+// Hugging Face model folder reading and writing; see hf_model.h for the contract.
+#include "io/hf_model.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "io/posix_file.h"
+
+namespace slidedp {
+namespace fs = std::filesystem;
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Regular files of `dir` that are neither weights nor config. Refuses sub-folders when `strict`.
+std::vector<fs::path> carry_over_files(const std::string& dir, bool strict) {
+  std::vector<fs::path> files;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_directory()) {
+      if (strict) throw IoError(dir, fmt::format("holds the sub-folder '{}'; refusing to replace it", name));
+      continue;
+    }
+    if (entry.is_regular_file() && !is_weight_or_config_file(name)) files.push_back(entry.path());
+  }
+  if (ec) throw IoError(dir, "cannot list folder: " + ec.message());
+  return files;
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  OutputFile out(path.string());
+  out.write(text);
+  out.finish();
+}
+
+}  // namespace
+
+bool is_weight_or_config_file(const std::string& name) {
+  static const char* kSuffixes[] = {".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json",
+                                    ".pt", ".pth", ".gguf", ".h5", ".msgpack"};
+  if (name == "config.json" || name == "trainer_state.json") return true;
+  for (const char* s : kSuffixes)
+    if (ends_with(name, s)) return true;
+  return false;
+}
+
+HfModel load_hf_model(const std::string& dir) {
+  const std::string config_path = (fs::path(dir) / "config.json").string();
+  HfModel m;
+  m.card = model_card_from_hf_config(read_text_file(config_path), config_path);
+  m.layout = make_model_layout(m.card);
+  SafetensorsSet src = SafetensorsSet::open_model_dir(dir);
+
+  std::vector<std::string> names = layout_tensor_names(m.layout, "");
+  std::set<std::string> expected(names.begin(), names.end());
+  std::set<std::string> ignorable;
+  for (int64_t l = 0; l < m.card.num_layers; ++l)
+    ignorable.insert(fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", l));
+  if (m.card.tie_word_embeddings) ignorable.insert("lm_head.weight");
+  check_no_unexpected_tensors(src, expected, ignorable);
+  if (!m.card.tie_word_embeddings && !src.find("lm_head.weight"))
+    throw InputError(src.origin(), "missing tensor 'lm_head.weight' (config.json has tie_word_embeddings false, so "
+                                   "the head needs its own weight)");
+
+  m.units = zero_unit_buffers(m.layout);
+  read_unit_tensors(src, m.layout, "", m.units);
+
+  if (m.card.tie_word_embeddings) {
+    if (auto lm = src.find("lm_head.weight")) {
+      const TensorSpec& emb = m.layout.units[0].at("model.embed_tokens.weight");
+      const std::string where = fmt::format("{}: tensor 'lm_head.weight'", lm->file->path());
+      if (lm->entry->shape != emb.shape) throw InputError(where, "shape differs from model.embed_tokens.weight");
+      std::vector<float> head(static_cast<std::size_t>(lm->entry->numel));
+      lm->file->read_fp32(*lm->entry, head);
+      const float* e = m.units[0].data() + emb.offset;
+      if (std::memcmp(head.data(), e, head.size() * sizeof(float)) != 0)
+        throw InputError(where, "tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight");
+    }
+  }
+  return m;
+}
+
+std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes, int64_t max_shard_bytes) {
+  SLIDEDP_CHECK(max_shard_bytes > 0, "max_shard_bytes must be positive");
+  std::vector<std::vector<std::size_t>> shards;
+  int64_t current = 0;
+  for (std::size_t i = 0; i < tensor_bytes.size(); ++i) {
+    if (shards.empty() || (current > 0 && current + tensor_bytes[i] > max_shard_bytes)) {
+      shards.emplace_back();
+      current = 0;
+    }
+    shards.back().push_back(i);
+    current += tensor_bytes[i];
+  }
+  return shards;
+}
+
+void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpans& units,
+                   const HfSaveOptions& options) {
+  if (options.dtype != TensorDtype::kBF16 && options.dtype != TensorDtype::kF32)
+    throw InputError("save_hf_model: dtype", "only BF16 and F32 are written");
+  if (options.max_shard_bytes <= 0) throw InputError("save_hf_model: max_shard_bytes", "must be positive");
+  ModelLayout layout = make_model_layout(card);
+  check_unit_sizes(layout, units, dir);
+
+  std::vector<fs::path> carried;
+  if (fs::exists(dir)) {
+    if (!fs::is_directory(dir)) throw IoError(dir, "exists and is not a folder");
+    if (!fs::is_empty(dir) && !options.overwrite)
+      throw IoError(dir, "exists and is not empty (set overwrite to replace it)");
+    carried = carry_over_files(dir, /*strict=*/true);
+  }
+  if (!options.copy_extra_files_from.empty()) {
+    for (auto& f : carry_over_files(options.copy_extra_files_from, /*strict=*/false)) carried.push_back(f);
+  }
+
+  std::string tmp = make_temp_dir_beside(dir);
+  try {
+    nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(card));
+    config["torch_dtype"] = options.dtype == TensorDtype::kBF16 ? "bfloat16" : "float32";
+    write_text(fs::path(tmp) / "config.json", config.dump(2) + "\n");
+    for (const auto& f : carried) fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing);
+
+    std::vector<TensorToWrite> tensors = unit_tensors_to_write(layout, units, "");
+    std::vector<int64_t> bytes;
+    for (const auto& t : tensors) bytes.push_back(static_cast<int64_t>(t.values.size()) * tensor_dtype_bytes(options.dtype));
+    auto shards = plan_shards(bytes, options.max_shard_bytes);
+    SafetensorsWriteOptions wopt;
+    wopt.dtype = options.dtype;
+    if (shards.size() == 1) {
+      write_safetensors((fs::path(tmp) / "model.safetensors").string(), tensors, wopt);
+    } else {
+      nlohmann::json weight_map = nlohmann::json::object();
+      int64_t total = 0;
+      for (std::size_t s = 0; s < shards.size(); ++s) {
+        std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
+        std::vector<TensorToWrite> part;
+        for (std::size_t i : shards[s]) {
+          part.push_back(tensors[i]);
+          weight_map[tensors[i].name] = file;
+        }
+        total += write_safetensors((fs::path(tmp) / file).string(), part, wopt);
+      }
+      nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+      write_text(fs::path(tmp) / "model.safetensors.index.json", index.dump(2) + "\n");
+    }
+    // An existing folder here is empty or overwrite was asked for (checked above): replace it.
+    publish_dir(tmp, dir, /*replace=*/true);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw IoError(dir, e.what());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace slidedp

@@ -1,0 +1,52 @@
+// Hugging Face model folders <-> unit flat buffers. A folder is config.json (read and written by
+// model/hf_config.cc) plus model.safetensors or shards listed in model.safetensors.index.json.
+// Loading checks every tensor's presence, dtype and shape against the config; saving writes bf16
+// shards with an index and publishes the whole folder atomically (temp folder, fsync, rename), so a
+// reader never sees a half-written model. load -> save -> load is bitwise identical.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "io/safetensors.h"
+#include "io/unit_tensors.h"
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+
+namespace slidedp {
+
+struct HfModel {
+  ModelCard card;
+  ModelLayout layout;
+  UnitBuffers units;  // [unit] -> (flat_numel,) fp32, padding zero
+};
+
+// Reads dir/config.json and the weights. Accepted: every layout tensor in F32/F16/BF16 with the
+// config's shape; for tied models an lm_head.weight that equals embed_tokens (some exporters write the
+// shared tensor twice); rotary_emb.inv_freq buffers of older Llama exports (derived, not parameters).
+// Anything else is an InputError naming the file and the tensor.
+HfModel load_hf_model(const std::string& dir);
+
+struct HfSaveOptions {
+  int64_t max_shard_bytes = 5'000'000'000;  // transformers' default "5GB"; a larger tensor gets its own shard
+  TensorDtype dtype = TensorDtype::kBF16;   // kBF16 (what the model trains with) or kF32
+  bool overwrite = false;                   // replace an existing folder (atomically); files that are
+                                            // not weights or config (tokenizer, ...) carry over
+  std::string copy_extra_files_from;        // a folder whose non-weight files (tokenizer, generation
+                                            // config) are copied in; empty: none
+};
+
+// Writes config.json + model.safetensors (or model-0000k-of-0000n.safetensors + index) into `dir`.
+// `units` are the flat buffers of make_model_layout(card). Throws IoError / InputError.
+void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpans& units,
+                   const HfSaveOptions& options = {});
+
+// The shard plan save_hf_model uses: tensors in order, a new shard when the next tensor would exceed
+// max_shard_bytes. Returns [shard] -> tensor indices. Exposed for tests.
+std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes, int64_t max_shard_bytes);
+
+// True for files that are weights or the model config (what save_hf_model writes or must not carry
+// over stale): *.safetensors, *.safetensors.index.json, *.bin, *.pt, *.pth, *.gguf, config.json, ...
+bool is_weight_or_config_file(const std::string& file_name);
+
+}  // namespace slidedp

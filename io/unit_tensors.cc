@@ -1,0 +1,86 @@
+// Tensor name <-> unit flat buffer mapping; see unit_tensors.h.
+#include "io/unit_tensors.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+
+namespace slidedp {
+
+UnitSpans unit_spans(const UnitBuffers& units) {
+  UnitSpans spans;
+  spans.reserve(units.size());
+  for (const auto& u : units) spans.emplace_back(u.data(), u.size());
+  return spans;
+}
+
+UnitBuffers zero_unit_buffers(const ModelLayout& layout) {
+  UnitBuffers units;
+  units.reserve(layout.units.size());
+  for (const auto& u : layout.units) units.emplace_back(static_cast<std::size_t>(u.flat_numel), 0.0f);
+  return units;
+}
+
+void check_unit_sizes(const ModelLayout& layout, const UnitSpans& units, const std::string& what) {
+  if (units.size() != layout.units.size())
+    throw InputError(what, fmt::format("{} unit buffers given, the model has {} units", units.size(),
+                                       layout.units.size()));
+  for (std::size_t u = 0; u < units.size(); ++u)
+    if (static_cast<int64_t>(units[u].size()) != layout.units[u].flat_numel)
+      throw InputError(what, fmt::format("unit {} buffer has {} elements, its layout needs {}", u, units[u].size(),
+                                         layout.units[u].flat_numel));
+}
+
+std::vector<std::string> layout_tensor_names(const ModelLayout& layout, const std::string& suffix) {
+  std::vector<std::string> names;
+  for (const auto& u : layout.units)
+    for (const auto& t : u.tensors) names.push_back(t.name + suffix);
+  return names;
+}
+
+void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, const std::string& suffix,
+                       UnitBuffers& units, std::optional<TensorDtype> require_dtype) {
+  SLIDEDP_CHECK(units.size() == layout.units.size(), "read_unit_tensors: unit count mismatch");
+  for (std::size_t u = 0; u < layout.units.size(); ++u) {
+    SLIDEDP_CHECK(static_cast<int64_t>(units[u].size()) == layout.units[u].flat_numel, "unit buffer size mismatch");
+    for (const TensorSpec& spec : layout.units[u].tensors) {
+      const std::string name = spec.name + suffix;
+      auto ref = src.find(name);
+      if (!ref) throw InputError(src.origin(), fmt::format("missing tensor '{}' (shape [{}])", name, fmt::join(spec.shape, ", ")));
+      const SafetensorsEntry& e = *ref->entry;
+      if (e.shape != spec.shape)
+        throw InputError(fmt::format("{}: tensor '{}'", ref->file->path(), name),
+                         fmt::format("shape [{}] does not match the config's [{}]", fmt::join(e.shape, ", "),
+                                     fmt::join(spec.shape, ", ")));
+      if (require_dtype && e.dtype != *require_dtype)
+        throw InputError(fmt::format("{}: tensor '{}'", ref->file->path(), name),
+                         fmt::format("dtype {} where {} is required", tensor_dtype_name(e.dtype),
+                                     tensor_dtype_name(*require_dtype)));
+      ref->file->read_fp32(e, std::span<float>(units[u].data() + spec.offset, static_cast<std::size_t>(spec.numel)));
+    }
+  }
+}
+
+void check_no_unexpected_tensors(const SafetensorsSet& src, const std::set<std::string>& expected,
+                                 const std::set<std::string>& ignorable) {
+  for (const auto& ref : src.all()) {
+    const std::string& name = ref.entry->name;
+    if (!expected.count(name) && !ignorable.count(name))
+      throw InputError(fmt::format("{}: tensor '{}'", ref.file->path(), name),
+                       "unexpected tensor: the config describes no such parameter");
+  }
+}
+
+std::vector<TensorToWrite> unit_tensors_to_write(const ModelLayout& layout, const UnitSpans& units,
+                                                 const std::string& suffix) {
+  SLIDEDP_CHECK(units.size() == layout.units.size(), "unit_tensors_to_write: unit count mismatch");
+  std::vector<TensorToWrite> out;
+  for (std::size_t u = 0; u < layout.units.size(); ++u)
+    for (const TensorSpec& spec : layout.units[u].tensors)
+      out.push_back(TensorToWrite{spec.name + suffix, spec.shape,
+                                  units[u].subspan(static_cast<std::size_t>(spec.offset),
+                                                   static_cast<std::size_t>(spec.numel))});
+  return out;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,47 @@
+// Hugging Face tensor names <-> unit flat buffers (model/unit_layout.h). Shared by the model folder
+// reader/writer and by checkpoints: each unit is one fp32 buffer of layout.units[u].flat_numel
+// elements, every named tensor at its aligned offset, the padding zero.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.h"
+#include "model/unit_layout.h"
+
+namespace slidedp {
+
+using UnitBuffers = std::vector<std::vector<float>>;  // [unit] -> (flat_numel,) fp32, host
+using UnitSpans = std::vector<std::span<const float>>;
+
+UnitSpans unit_spans(const UnitBuffers& units);
+
+// Allocates zeroed buffers of the layout's unit sizes.
+UnitBuffers zero_unit_buffers(const ModelLayout& layout);
+
+// Checks `units` has one buffer per unit with flat_numel elements each (InputError naming `what`).
+void check_unit_sizes(const ModelLayout& layout, const UnitSpans& units, const std::string& what);
+
+// Every tensor name of the layout with `suffix` appended ("" for weights, ".exp_avg" for AdamW m).
+std::vector<std::string> layout_tensor_names(const ModelLayout& layout, const std::string& suffix);
+
+// Reads the layout's tensors (names + `suffix`) from `src` into `units` (already sized, padding left
+// untouched). Every tensor must be present, F32/F16/BF16 (exactly `require_dtype` when given), with
+// exactly the layout's shape; errors name the file and the tensor.
+void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, const std::string& suffix,
+                       UnitBuffers& units, std::optional<TensorDtype> require_dtype = std::nullopt);
+
+// Fails (InputError naming the file and tensor) when `src` holds a tensor that is not in `expected`
+// and not in `ignorable`.
+void check_no_unexpected_tensors(const SafetensorsSet& src, const std::set<std::string>& expected,
+                                 const std::set<std::string>& ignorable = {});
+
+// The layout's tensors as writer inputs, views into `units` (names + `suffix`), in unit order.
+std::vector<TensorToWrite> unit_tensors_to_write(const ModelLayout& layout, const UnitSpans& units,
+                                                 const std::string& suffix);
+
+}  // namespace slidedp
