@@ -1,0 +1,378 @@
+// bench_kernels_optim: params/s and GB/s of the CPU optimizer kernels next to a STREAM-like triad
+// measured by this binary in the same run, at 16M, 64M and 256M elements, on 1 and all threads.
+// GB/s counts the bytes each kernel must move (reads + writes, STREAM convention: write-allocate
+// reads not counted), from the per-element formulas in kBytes* below. At exit a summary table gives
+// each kernel's GB/s as a fraction of the triad at the same size and thread count; --summary_csv=PATH
+// writes it with provenance (date, git revision, CPU, SIMD level).
+//
+//   build/bin/bench_kernels_optim [--sizes=16M,64M,256M] [--summary_csv=results/...csv]
+//                                 [google benchmark flags, e.g. --benchmark_filter=adamw]
+#include <benchmark/benchmark.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/bf16.h"
+#include "common/provenance.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/optim/adamw.h"
+#include "kernels/cpu/optim/bf16_convert.h"
+#include "kernels/cpu/optim/grad_reduce.h"
+#include "kernels/cpu/optim/simd_level.h"
+#include "kernels/cpu/optim/sum_squares.h"
+#include "kernels/cpu/optim/triad.h"
+
+namespace slidedp::kernels {
+namespace {
+
+// Bytes per element each kernel must move. Reads first, then writes.
+constexpr double kBytesTriad = (4 + 4) + 4;                               // b, c -> a
+constexpr double kBytesAdamwBf16Grad = (4 + 2 + 4 + 4) + (4 + 4 + 4 + 2);  // p g m v -> p m v mirror = 28
+constexpr double kBytesAdamwFp32Grad = (4 + 4 + 4 + 4) + (4 + 4 + 4 + 2);  // = 30
+constexpr double kBytesAdamwFp32GradNoMirror = (4 + 4 + 4 + 4) + (4 + 4 + 4);  // torch's work = 28
+constexpr int kSlots = 4;                                                   // ranks of the reduction cases
+constexpr double kBytesReduceBf16 = 2.0 * kSlots + 4;                       // N bf16 slots -> fp32 = 12
+constexpr double kBytesFusedBf16 = (4 + 2.0 * kSlots + 4 + 4) + (4 + 4 + 4 + 2);  // = 34
+constexpr double kBytesConvert = 4 + 2;                                     // either direction
+constexpr double kBytesSumSquaresF32 = 4;
+
+// A host array, 2 MiB aligned with transparent huge pages requested (fewer TLB misses for every
+// kernel alike, including the triad), first touched by the pool that will use it.
+template <class T>
+struct HostArray {
+  T* data = nullptr;
+  size_t bytes = 0;
+  HostArray(ThreadPool& pool, int64_t n, T value) {
+    constexpr size_t kAlign = size_t{2} << 20;
+    bytes = (static_cast<size_t>(n) * sizeof(T) + kAlign - 1) / kAlign * kAlign;
+    data = static_cast<T*>(std::aligned_alloc(kAlign, bytes));
+    if (data == nullptr) throw std::bad_alloc();
+    madvise(data, bytes, MADV_HUGEPAGE);  // advice only; failure just means 4 KiB pages
+    pool.parallel_for_range(0, n, kTileNumel, [&](int64_t b, int64_t e) { std::fill(data + b, data + e, value); });
+  }
+  ~HostArray() { std::free(data); }
+  HostArray(const HostArray&) = delete;
+  HostArray& operator=(const HostArray&) = delete;
+};
+
+int all_threads() { return ThreadPool::available_cpus(); }
+
+ThreadPool& pool_of(int threads) {
+  static std::map<int, std::unique_ptr<ThreadPool>> pools;
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<ThreadPool>(threads);
+  return *p;
+}
+
+// Buffers of one (kernel, size), kept between the calls Google Benchmark makes while it calibrates
+// the iteration count and between the 1-thread and all-thread runs, so setup is paid once.
+struct Workspace {
+  std::string key;
+  std::vector<std::unique_ptr<HostArray<float>>> f32;
+  std::vector<std::unique_ptr<HostArray<bf16_bits>>> bf16;
+};
+
+Workspace& workspace(const std::string& kernel, int64_t n, int num_f32, int num_bf16) {
+  static Workspace ws;
+  const std::string key = kernel + "/" + std::to_string(n);
+  if (ws.key != key) {
+    ws.f32.clear();
+    ws.bf16.clear();
+    ThreadPool& pool = pool_of(all_threads());
+    // Values that keep every kernel on its common path (normal numbers, no NaN, no subnormals).
+    const float f32_init[] = {0.5f, 0.01f, 1e-4f, 0.02f, 0.03f};
+    for (int i = 0; i < num_f32; ++i) ws.f32.push_back(std::make_unique<HostArray<float>>(pool, n, f32_init[i % 5]));
+    for (int i = 0; i < num_bf16; ++i) {
+      ws.bf16.push_back(std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(0.01f * static_cast<float>(i + 1))));
+    }
+    ws.key = key;
+  }
+  return ws;
+}
+
+struct Case {
+  std::string kernel;
+  double bytes_per_element;
+};
+std::map<std::string, Case> g_cases;  // benchmark name -> case
+
+void set_counters(benchmark::State& state, int64_t n, double bytes_per_element) {
+  const double elements = static_cast<double>(n) * static_cast<double>(state.iterations());
+  state.counters["params_per_s"] = benchmark::Counter(elements, benchmark::Counter::kIsRate);
+  state.counters["bytes_per_s"] =
+      benchmark::Counter(elements * bytes_per_element, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
+AdamwHyper bench_hyper() {
+  AdamwHyper h;
+  h.lr = 1e-4;
+  h.step = 10;
+  return h;
+}
+
+void bench_triad(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace("triad", n, 3, 0);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : state) {
+    stream_triad(pool, w.f32[0]->data, w.f32[1]->data, w.f32[2]->data, 0.5f, n);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, n, kBytesTriad);
+}
+
+void bench_adamw_bf16(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace("adamw_bf16", n, 3, 2);
+  ThreadPool& pool = pool_of(threads);
+  const AdamwState s{w.f32[0]->data, w.f32[1]->data, w.f32[2]->data, w.bf16[1]->data};
+  for (auto _ : state) {
+    adamw_update(pool, s, w.bf16[0]->data, bench_hyper(), 0, n);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, n, kBytesAdamwBf16Grad);
+}
+
+void bench_adamw_fp32(benchmark::State& state, int64_t n, int threads, bool mirror) {
+  Workspace& w = workspace("adamw_fp32", n, 4, 1);
+  ThreadPool& pool = pool_of(threads);
+  const AdamwState s{w.f32[0]->data, w.f32[1]->data, w.f32[2]->data, mirror ? w.bf16[0]->data : nullptr};
+  for (auto _ : state) {
+    adamw_update(pool, s, w.f32[3]->data, bench_hyper(), 0, n);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, n, mirror ? kBytesAdamwFp32Grad : kBytesAdamwFp32GradNoMirror);
+}
+
+void bench_reduce_bf16(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace("reduce_bf16", n, 1, kSlots);
+  ThreadPool& pool = pool_of(threads);
+  std::vector<const bf16_bits*> slots;
+  for (int k = 0; k < kSlots; ++k) slots.push_back(w.bf16[static_cast<size_t>(k)]->data);
+  for (auto _ : state) {
+    reduce_grads(pool, GradSlots<bf16_bits>{slots, 0.25f, nullptr}, w.f32[0]->data, 0, n);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, n, kBytesReduceBf16);
+}
+
+void bench_fused_bf16(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace("fused_bf16", n, 3, kSlots + 1);
+  ThreadPool& pool = pool_of(threads);
+  std::vector<const bf16_bits*> slots;
+  for (int k = 0; k < kSlots; ++k) slots.push_back(w.bf16[static_cast<size_t>(k)]->data);
+  const AdamwState s{w.f32[0]->data, w.f32[1]->data, w.f32[2]->data, w.bf16[kSlots]->data};
+  for (auto _ : state) {
+    reduce_adamw_update(pool, s, GradSlots<bf16_bits>{slots, 0.25f, nullptr}, bench_hyper(), 0, n);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, n, kBytesFusedBf16);
+}
+
+void bench_to_bf16(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace("convert", n, 1, 1);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : state) {
+    f32_to_bf16(pool, w.f32[0]->data, w.bf16[0]->data, n);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, n, kBytesConvert);
+}
+
+void bench_to_f32(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace("convert", n, 1, 1);
+  ThreadPool& pool = pool_of(threads);
+  for (auto _ : state) {
+    bf16_to_f32(pool, w.bf16[0]->data, w.f32[0]->data, n);
+    benchmark::ClobberMemory();
+  }
+  set_counters(state, n, kBytesConvert);
+}
+
+void bench_sum_squares(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace("convert", n, 1, 1);
+  ThreadPool& pool = pool_of(threads);
+  double total = 0;
+  for (auto _ : state) {
+    total += sum_squares(pool, w.f32[0]->data, n);
+    benchmark::DoNotOptimize(total);
+  }
+  set_counters(state, n, kBytesSumSquaresF32);
+}
+
+std::string size_label(int64_t n) {
+  if (n % (int64_t{1} << 20) == 0) return std::to_string(n >> 20) + "M";
+  return std::to_string(n);
+}
+
+void register_all(const std::vector<int64_t>& sizes) {
+  std::vector<int> thread_counts = {1};
+  if (all_threads() > 1) thread_counts.push_back(all_threads());
+  using Fn = void (*)(benchmark::State&, int64_t, int);
+  struct Kernel {
+    const char* name;
+    double bytes;
+    Fn fn;
+  };
+  const Kernel kernels[] = {
+      {"triad", kBytesTriad, bench_triad},
+      {"adamw_bf16grad_mirror", kBytesAdamwBf16Grad, bench_adamw_bf16},
+      {"adamw_fp32grad_mirror", kBytesAdamwFp32Grad,
+       [](benchmark::State& s, int64_t n, int t) { bench_adamw_fp32(s, n, t, true); }},
+      {"adamw_fp32grad_nomirror", kBytesAdamwFp32GradNoMirror,
+       [](benchmark::State& s, int64_t n, int t) { bench_adamw_fp32(s, n, t, false); }},
+      {"reduce_4xbf16", kBytesReduceBf16, bench_reduce_bf16},
+      {"fused_reduce_4xbf16_adamw", kBytesFusedBf16, bench_fused_bf16},
+      {"f32_to_bf16", kBytesConvert, bench_to_bf16},
+      {"bf16_to_f32", kBytesConvert, bench_to_f32},
+      {"sum_squares_f32", kBytesSumSquaresF32, bench_sum_squares},
+  };
+  for (int64_t n : sizes) {
+    for (const Kernel& k : kernels) {
+      for (int t : thread_counts) {
+        const std::string name = std::string(k.name) + "/" + size_label(n) + "/threads:" + std::to_string(t);
+        g_cases[name] = Case{k.name, k.bytes};
+        Fn fn = k.fn;
+        benchmark::RegisterBenchmark(name.c_str(), [fn, n, t](benchmark::State& s) { fn(s, n, t); })
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
+}
+
+// Console output as usual, plus the roofline summary at the end (and optionally a CSV of it).
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  explicit SummaryReporter(std::string csv_path) : csv_path_(std::move(csv_path)) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.error_occurred) continue;
+      const bool median = r.run_type == Run::RT_Aggregate && r.aggregate_name == "median";
+      if (r.run_type == Run::RT_Aggregate && !median) continue;
+      auto it = g_cases.find(r.run_name.function_name);
+      if (it == g_cases.end()) continue;
+      Row& row = rows_[r.run_name.function_name];
+      if (row.from_median && !median) continue;
+      row.from_median = median;
+      row.seconds = median ? r.GetAdjustedRealTime() / 1e3  // milliseconds per iteration
+                           : r.real_accumulated_time / static_cast<double>(r.iterations);
+      if (order_.empty() || order_.back() != r.run_name.function_name) {
+        if (std::find(order_.begin(), order_.end(), r.run_name.function_name) == order_.end()) {
+          order_.push_back(r.run_name.function_name);
+        }
+      }
+    }
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    const Provenance& prov = provenance();
+    const std::string date = utc_timestamp();
+    std::FILE* out = stdout;
+    std::fprintf(out, "\nRoofline summary (%s, simd %s, %s)\n", prov.cpu_model.c_str(),
+                 simd_description().c_str(), date.c_str());
+    std::fprintf(out, "%-28s %6s %7s %6s %12s %9s %9s %9s\n", "kernel", "size", "threads", "B/elem",
+                 "Gparams/s", "GB/s", "triadGB/s", "of triad");
+    std::string csv =
+        "date_utc,git_revision,host,cpu_model,simd,kernel,numel,threads,bytes_per_element,seconds_per_call,"
+        "params_per_s,gb_per_s,triad_gb_per_s,fraction_of_triad\n";
+    for (const std::string& name : order_) {
+      const Case& c = g_cases.at(name);
+      const Row& row = rows_.at(name);
+      // name = kernel/size/threads:T
+      const size_t a = name.find('/'), b = name.rfind("/threads:");
+      const std::string size = name.substr(a + 1, b - a - 1);
+      const std::string threads = name.substr(b + 9);
+      const int64_t numel = parse_size(size);
+      const double params_per_s = static_cast<double>(numel) / row.seconds;
+      const double gbps = params_per_s * c.bytes_per_element / 1e9;
+      double triad_gbps = 0;
+      auto t = rows_.find("triad/" + size + "/threads:" + threads);
+      if (t != rows_.end()) triad_gbps = static_cast<double>(numel) / t->second.seconds * kBytesTriad / 1e9;
+      const double frac = triad_gbps > 0 ? gbps / triad_gbps : 0.0;
+      std::fprintf(out, "%-28s %6s %7s %6.0f %12.3f %9.1f %9.1f %8.0f%%\n", c.kernel.c_str(), size.c_str(),
+                   threads.c_str(), c.bytes_per_element, params_per_s / 1e9, gbps, triad_gbps, 100 * frac);
+      char line[1024];
+      std::snprintf(line, sizeof(line), "%s,%s,%s,\"%s\",%s,%s,%lld,%s,%.0f,%.6g,%.6g,%.4g,%.4g,%.4f\n",
+                    date.c_str(), prov.git_revision.c_str(), prov.host.c_str(), prov.cpu_model.c_str(),
+                    simd_description().c_str(), c.kernel.c_str(), static_cast<long long>(numel),
+                    threads.c_str(), c.bytes_per_element, row.seconds, params_per_s, gbps, triad_gbps, frac);
+      csv += line;
+    }
+    if (!csv_path_.empty()) {
+      std::ofstream f(csv_path_);
+      f << csv;
+      if (!f) {
+        std::fprintf(stderr, "bench_kernels_optim: cannot write %s\n", csv_path_.c_str());
+      } else {
+        std::fprintf(out, "summary written to %s\n", csv_path_.c_str());
+      }
+    }
+  }
+
+  static int64_t parse_size(const std::string& s) {
+    if (!s.empty() && s.back() == 'M') return std::stoll(s.substr(0, s.size() - 1)) << 20;
+    return std::stoll(s);
+  }
+
+ private:
+  struct Row {
+    double seconds = 0;  // real time of one call
+    bool from_median = false;
+  };
+  std::string csv_path_;
+  std::map<std::string, Row> rows_;
+  std::vector<std::string> order_;
+};
+
+}  // namespace
+}  // namespace slidedp::kernels
+
+int main(int argc, char** argv) {
+  using namespace slidedp::kernels;
+  std::vector<int64_t> sizes = {int64_t{16} << 20, int64_t{64} << 20, int64_t{256} << 20};
+  std::string csv_path;
+  // Our flags first; the rest goes to Google Benchmark.
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg.rfind("--summary_csv=", 0) == 0) {
+      csv_path = arg.substr(14);
+    } else if (arg.rfind("--sizes=", 0) == 0) {
+      sizes.clear();
+      std::string list = arg.substr(8);
+      size_t pos = 0;
+      while (pos <= list.size()) {
+        const size_t comma = std::min(list.find(',', pos), list.size());
+        const std::string item = list.substr(pos, comma - pos);
+        if (!item.empty()) sizes.push_back(SummaryReporter::parse_size(item));
+        pos = comma + 1;
+      }
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  if (benchmark::ReportUnrecognizedArguments(rest_argc, rest.data())) return 1;
+  const slidedp::Provenance& prov = slidedp::provenance();
+  benchmark::AddCustomContext("slidedp_git_revision", prov.git_revision);
+  benchmark::AddCustomContext("slidedp_build_type", prov.build_type);
+  benchmark::AddCustomContext("slidedp_simd", simd_description());
+  benchmark::AddCustomContext("slidedp_all_threads", std::to_string(all_threads()));
+  benchmark::AddCustomContext("cpu_model", prov.cpu_model);
+  register_all(sizes);
+  SummaryReporter reporter(csv_path);
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+  benchmark::Shutdown();
+  return 0;
+}
