@@ -87,15 +87,25 @@ LossResult fused_linear_cross_entropy(const Real* h, const Real* w, const int32_
     for (int64_t r = 0; r < nc; ++r) {
       Real* row = s.logits + r * V;  // (V)
       const int32_t target = targets[s.rows[r]];
+      const Real target_logit = row[target];
       const Real mx = *std::max_element(row, row + V);
+      // one exp per logit: e = exp(logit - max) is summed (in double) and, with gradients, kept in
+      // place so that softmax = e / sum needs no second exp
       double sum = 0.0;
-      for (int64_t c = 0; c < V; ++c) sum += std::exp(static_cast<double>(row[c] - mx));
+      if (with_grad) {
+        for (int64_t c = 0; c < V; ++c) {
+          row[c] = std::exp(row[c] - mx);
+          sum += row[c];
+        }
+      } else {
+        for (int64_t c = 0; c < V; ++c) sum += std::exp(row[c] - mx);
+      }
       const double lse = static_cast<double>(mx) + std::log(sum);
-      result.loss_sum += lse - static_cast<double>(row[target]);
+      result.loss_sum += lse - static_cast<double>(target_logit);
       ++result.num_tokens;
       if (with_grad) {  // dlogits = grad_scale * (softmax - onehot), in place
-        const Real lse_r = static_cast<Real>(lse);
-        for (int64_t c = 0; c < V; ++c) row[c] = scale * std::exp(row[c] - lse_r);
+        const Real factor = static_cast<Real>(grad_scale / sum);
+        for (int64_t c = 0; c < V; ++c) row[c] *= factor;
         row[target] -= scale;
       }
     }
