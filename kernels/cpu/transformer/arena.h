@@ -35,9 +35,10 @@ class Arena {
  public:
   // Measuring arena: take() returns nullptr and only counts.
   Arena() = default;
-  explicit Arena(Workspace ws) : base_(ws.data), capacity_(ws.bytes), measuring_(ws.data == nullptr) {
-    SLIDEDP_CHECK(measuring_ || reinterpret_cast<uintptr_t>(base_) % kArenaAlignBytes == 0,
-                  "workspace must be 64-byte aligned");
+  // Allocating arena over a caller block (a null block of 0 bytes serves calls that need none).
+  explicit Arena(Workspace ws) : base_(ws.data), capacity_(ws.bytes), measuring_(false) {
+    SLIDEDP_CHECK(ws.bytes >= 0 && (ws.data != nullptr || ws.bytes == 0), "workspace has bytes but no memory");
+    SLIDEDP_CHECK(reinterpret_cast<uintptr_t>(base_) % kArenaAlignBytes == 0, "workspace must be 64-byte aligned");
   }
 
   bool measuring() const { return measuring_; }

@@ -215,6 +215,23 @@ TEST(DecoderLayer, WorkingSetIsLinearInT) {
               64.0 * 20);
 }
 
+TEST(DecoderLayerDeathTest, UndersizedBuffersAbortWithTheNeededSize) {
+  // A workspace or saved buffer smaller than its query is a caller bug: abort, naming the sizes.
+  const Layer l("llama");
+  const int64_t B = 1, T = 4;
+  std::vector<double> x(B * T * l.spec.C, 0.5), y(x.size());
+  AlignedBuffer saved(decoder_saved_bytes<double>(l.spec, B, T));
+  AlignedBuffer ws(decoder_forward_workspace_bytes<double>(l.spec, B, T));
+  EXPECT_DEATH(decoder_forward(l.spec, l.params.data(), x.data(), y.data(), saved.workspace(), B, T,
+                               Workspace{ws.data(), ws.bytes() - 1}),
+               "workspace too small");
+  EXPECT_DEATH(decoder_forward(l.spec, l.params.data(), x.data(), y.data(),
+                               Workspace{saved.data(), saved.bytes() - 1}, B, T, ws.workspace()),
+               "workspace too small");
+  EXPECT_DEATH(decoder_forward(l.spec, l.params.data(), x.data(), y.data(), saved.workspace(), B, T, Workspace{}),
+               "workspace too small");
+}
+
 TEST(DecoderLayer, ConcurrentCallsAreReentrant) {
   // The executor runs N ranks as N threads over the same spec and params; each has its own buffers.
   const Layer l("qwen3");
