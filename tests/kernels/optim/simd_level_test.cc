@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "common/error.h"
 
 namespace slidedp::kernels {
@@ -37,6 +39,29 @@ TEST(SimdLevel, SetAndDescribe) {
   }
   set_simd_level(best_simd_level());
   EXPECT_EQ(simd_level(), best_simd_level());
+}
+
+// SLIDEDP_SIMD is read once per process, so each case runs in a fresh child process ("threadsafe"
+// death tests re-execute the binary) where the level has not been resolved yet.
+TEST(SimdLevelDeathTest, EnvironmentForcesOrRejects) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(
+      {
+        setenv("SLIDEDP_SIMD", "scalar", 1);
+        std::exit(simd_level() == SimdLevel::kScalar ? 0 : 1);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        setenv("SLIDEDP_SIMD", "sse4", 1);
+        try {
+          simd_level();
+        } catch (const InputError&) {
+          std::exit(3);
+        }
+        std::exit(0);
+      },
+      ::testing::ExitedWithCode(3), "");
 }
 
 }  // namespace
