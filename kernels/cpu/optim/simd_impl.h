@@ -71,27 +71,36 @@ struct AdamwVec {
         clip_coef(V::set1(c.clip_coef)) {}
 };
 
+// The state pointers, copied out of AdamwState so they stay in registers: the intrinsics' stores
+// go through may_alias vector types, so the compiler would otherwise reload them after every store.
+struct StatePtrs {
+  float* p;
+  float* m;
+  float* v;
+  bf16_bits* mirror;
+};
+
 // kW (or, with a Tail, fewer) elements of AdamW starting at i; same operation order as the reference.
 template <class V, bool kMirror, class Src, class... Tail>
-SLIDEDP_OPTIM_INLINE void adamw_vector(const AdamwState& s, const Src& src, const AdamwVec<V>& k,
+SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const AdamwVec<V>& k,
                                        int64_t i, Tail... tail) {
   using F = typename V::F;
   const F g = V::mul(V::mul(src.load(i, tail...), k.grad_scale), k.clip_coef);
-  const F m = V::fma(V::load(s.exp_avg + i, tail...), k.beta1, V::mul(g, k.one_minus_beta1));
-  const F v = V::fma(V::load(s.exp_avg_sq + i, tail...), k.beta2,
-                     V::mul(V::mul(g, g), k.one_minus_beta2));
+  const F m = V::fma(V::load(s.m + i, tail...), k.beta1, V::mul(g, k.one_minus_beta1));
+  const F v = V::fma(V::load(s.v + i, tail...), k.beta2, V::mul(V::mul(g, g), k.one_minus_beta2));
   const F denom = V::fma(V::sqrt(v), k.inv_sqrt_bias_correction2, k.eps);
-  const F p = V::fma(k.neg_step_size, V::div(m, denom), V::mul(V::load(s.param + i, tail...), k.decay));
-  V::store(s.exp_avg + i, m, tail...);
-  V::store(s.exp_avg_sq + i, v, tail...);
-  V::store(s.param + i, p, tail...);
-  if constexpr (kMirror) V::store(s.param_bf16 + i, p, tail...);
+  const F p = V::fma(k.neg_step_size, V::div(m, denom), V::mul(V::load(s.p + i, tail...), k.decay));
+  V::store(s.m + i, m, tail...);
+  V::store(s.v + i, v, tail...);
+  V::store(s.p + i, p, tail...);
+  if constexpr (kMirror) V::store(s.mirror + i, p, tail...);
 }
 
 template <class V, bool kMirror, class Src>
-void adamw_span(const AdamwState& s, const Src& src, const AdamwConstants& c, int64_t begin,
+void adamw_span(const AdamwState& state, const Src& src, const AdamwConstants& c, int64_t begin,
                 int64_t end) {
   const AdamwVec<V> k(c);
+  const StatePtrs s{state.param, state.exp_avg, state.exp_avg_sq, state.param_bf16};
   int64_t i = begin;
   for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kMirror>(s, src, k, i);
   if (i < end) adamw_vector<V, kMirror>(s, src, k, i, V::tail(end - i));
