@@ -47,6 +47,7 @@ struct Prediction {
   Breakdown breakdown;
   std::map<std::string, double> busy_s;  // per resource (per-rank resources: rank 0)
   double lower_bound_s = 0;              // max over resources of demand / capacity
+  double critical_path_s = 0;            // the pipeline with no sharing slowdowns (analytical only)
   std::string bottleneck;                // busiest resource
   double bottleneck_utilization = 0;     // its busy / step time
   double tokens_per_step = 0;

@@ -54,8 +54,10 @@ class GraphBuilder {
     drain_.assign(static_cast<std::size_t>(N_), std::vector<int>(U, -1));
   }
 
-  // Builds `steps` full steps plus the next step's first delivery and compute (the probe).
+  // Builds `steps` full steps plus the next step's first delivery and compute (the probe). The last
+  // full step is the measured one: every step but the first starts the way the steady state does.
   void build(int steps) {
+    measured_step_ = steps - 1;
     for (int s = 0; s < steps; ++s) {
       step_ = s;
       for (int a = 0; a < sw_.accum_steps; ++a) micro_step(a, a == sw_.accum_steps - 1);
@@ -101,7 +103,7 @@ class GraphBuilder {
 
   int add(FluidEngine::Task t) {
     int id = eng_.add_task(std::move(t));
-    if (step_ == 0) step0_tasks_.push_back(id);
+    if (step_ == measured_step_) step0_tasks_.push_back(id);
     return id;
   }
 
@@ -285,7 +287,7 @@ class GraphBuilder {
     for (int r = 0; r < N_; ++r)
       for (Slot& s : slots_[static_cast<std::size_t>(r)])
         if (s.unit == u) s.last_compute = ids[static_cast<std::size_t>(r)];
-    if (step_ == 0) {
+    if (step_ == measured_step_) {
       if (first_compute_ < 0) first_compute_ = ids[0];
       last_compute_step0_ = ids[0];
     }
@@ -330,7 +332,7 @@ class GraphBuilder {
       int id = cpu_task(thread_s / chunks, hm / chunks, delay, arrived[static_cast<std::size_t>(k)],
                         fmt::format("{} {} c{}", last && !tr.update_after_backward ? "adamw" : "reduce", unit_name(u), k));
       if (last) update_cur_[static_cast<std::size_t>(u)].push_back(id);
-      if (last && u == 0 && step_ == 0) unit0_last_update_ = id;
+      if (last && u == 0 && step_ == measured_step_) unit0_last_update_ = id;
     }
   }
 
@@ -394,7 +396,7 @@ class GraphBuilder {
     int last = -1;
     if (sw_.post_update_thread_s > 0) {
       last = cpu_task(sw_.post_update_thread_s, sw_.post_update_host_mem_bytes, 0.0, deps, "optimizer step");
-      if (step_ == 0) post_first_ = last;
+      if (step_ == measured_step_) post_first_ = last;
     }
     if (sw_.post_upload_h2d_bytes > 0) {
       std::vector<int> up;
@@ -411,11 +413,11 @@ class GraphBuilder {
         std::vector<int> d;
         dep(d, last);
         int id = compute_task(r, sw_.post_gpu_s, d, "gpu optimizer", kPostCompute);
-        if (r == 0 && step_ == 0 && post_first_ < 0) post_first_ = id;
+        if (r == 0 && step_ == measured_step_ && post_first_ < 0) post_first_ = id;
         if (r == 0) last = id;
       }
     }
-    if (step_ == 0) post_last_ = last;
+    if (step_ == measured_step_) post_last_ = last;
     for (auto& v : update_cur_) v.assign(1, last);
   }
 
@@ -443,6 +445,7 @@ class GraphBuilder {
   std::vector<std::vector<int>> update_prev_, update_cur_;
   std::vector<std::vector<int>> drain_;
   int step_ = 0;
+  int measured_step_ = 0;
   int first_compute_ = -1, probe_compute_ = -1, last_compute_step0_ = -1, unit0_last_update_ = -1;
   int post_first_ = -1, post_last_ = -1;
   std::vector<int> step0_tasks_;
@@ -464,7 +467,8 @@ RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
   const double t1 = e.task(g.probe_compute()).start_s;
   // Start times above are when dependencies completed; compute actually begins then (the GPU stream
   // is part of the dependencies), so these are the compute start times.
-  out.step_s = (t1 - t0) / steps;
+  (void)steps;
+  out.step_s = t1 - t0;
   // Breakdown of the first step on rank 0.
   double compute = 0;
   for (int id : g.step0_tasks()) {

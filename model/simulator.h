@@ -21,7 +21,7 @@ struct TimelineSpan {
 };
 
 struct SimulatorOptions {
-  int steps = 1;               // full steps simulated (the next step's first compute is a probe)
+  int steps = 2;               // full steps simulated; the last is measured up to the next step's first compute
   bool record_timeline = true;
   bool measure_sync = true;    // a second run without latencies splits out sync time
 };

@@ -33,6 +33,7 @@ namespace {
 struct Slot {
   int unit = -1;
   double free_at = 0;  // end of the last compute that used it
+  long last_use = -1;  // use counter: the victim is the least recently used (same rule as the simulator)
 };
 
 // Per-phase demand on the host-wide resources, for the phase bounds.
@@ -70,6 +71,13 @@ struct RunResult {
   std::vector<PhaseStats> phases;  // 2 per micro-step: forward, backward (+ drain)
 };
 
+// Per-unit constants of the recurrence's inner loop.
+struct UnitConst {
+  double chunks = 1, grad_chunks = 1;
+  double h2d_bytes = 0, h2d_latency_s = 0, allgather_s = 0;
+  double reduce_scatter_s = 0, grad_d2h_bytes = 0, grad_latency_s = 0;
+};
+
 class Recurrence {
  public:
   Recurrence(const StepWork& sw, bool latencies, const std::vector<PhaseContention>& contention)
@@ -81,16 +89,42 @@ class Recurrence {
         contention_(contention) {
     slots_.resize(static_cast<std::size_t>(std::max(1, sw.buffer_depth)));
     phases_.resize(static_cast<std::size_t>(2 * sw.accum_steps));
+    // Per-unit constants of the inner loop (divisions hoisted out of it).
+    for (const UnitWork& w : sw.units) {
+      UnitConst k;
+      k.chunks = static_cast<double>(w.chunks);
+      k.grad_chunks = static_cast<double>(w.grad_chunks);
+      k.h2d_bytes = w.deliver_h2d_bytes + w.tied_h2d_bytes;
+      k.h2d_latency_s = lat_ * k.chunks * c_.link_latency_s;
+      const double ag = w.deliver_allgather_bytes + w.tied_allgather_bytes;
+      k.allgather_s = ag > 0 ? ag / c_.allgather_busbw_Bps + lat_ * k.chunks * c_.fabric_latency_s : 0.0;
+      k.reduce_scatter_s = w.grad_reduce_scatter_bytes > 0
+                               ? w.grad_reduce_scatter_bytes / c_.reduce_scatter_busbw_Bps + lat_ * k.grad_chunks * c_.fabric_latency_s
+                               : 0.0;
+      k.grad_d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
+      k.grad_latency_s = lat_ * k.grad_chunks * c_.link_latency_s;
+      unit_const_.push_back(k);
+    }
+    offload_end_.resize(sw.units.size());
+    grad_done_.resize(sw.units.size());
+    bwd_end_.resize(sw.units.size());
     set_phase(0);
   }
 
+  // Two steps: the first starts cold, the second starts the way every later one does (its first
+  // delivery gated by the previous step's updates), so the second's period is the steady state.
   RunResult run() {
+    step();
+    return step();
+  }
+
+ private:
+  RunResult step() {
+    reset_counters();
     const int U = static_cast<int>(sw_.units.size());
     const int A = sw_.accum_steps;
     const SystemTraits& tr = sw_.traits;
     double first_compute = -1;
-    std::vector<double> phase_end_excess;  // stall added by phase bounds
-    double excess = 0;
 
     for (int a = 0; a < A; ++a) {
       const bool last = a == A - 1;
@@ -99,10 +133,12 @@ class Recurrence {
       set_phase(2 * a);
       double phase_start = gpu_;
       PhaseDemand fwd;
-      std::vector<double> offload_end(static_cast<std::size_t>(U), 0.0);
+      std::vector<double>& offload_end = offload_end_;
+      std::fill(offload_end.begin(), offload_end.end(), 0.0);
       for (int u = 0; u < U; ++u) {
         const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
-        double ready = use_params(u, 0.0, fwd);
+        // The step's first delivery: chunk k of unit 0 leaves once the previous step updated it.
+        double ready = (a == 0 && u == 0) ? use_params(u, next_gate_first_, fwd, next_gate_end_) : use_params(u, 0.0, fwd);
         double start = std::max(gpu_, ready);
         if (u >= 2) start = std::max(start, offload_end[static_cast<std::size_t>(u - 2)]);
         if (first_compute < 0) first_compute = start;
@@ -124,14 +160,18 @@ class Recurrence {
           grads(u, last, fwd, /*extra_gate=*/0.0);
         }
       }
-      excess += phase_bound(gpu_ - phase_start, fwd);
+      // A phase cannot end before its host-wide resources did its work: the bound delays the GPU
+      // (max-plus, so the whole model stays monotone in every capacity).
+      gpu_ = std::max(gpu_, phase_start + phase_need(fwd));
       close_phase(phase_start, gpu_);
       // ---- backward ----
       set_phase(2 * a + 1);
       phase_start = gpu_;
       PhaseDemand bwd;
-      std::vector<double> grad_done(static_cast<std::size_t>(U), 0.0);
-      std::vector<double> bwd_end(static_cast<std::size_t>(U), 0.0);
+      std::vector<double>& grad_done = grad_done_;
+      std::vector<double>& bwd_end = bwd_end_;
+      std::fill(grad_done.begin(), grad_done.end(), 0.0);
+      std::fill(bwd_end.begin(), bwd_end.end(), 0.0);
       for (int u = U - 2; u >= 0; --u) {
         const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
         double ready = use_params(u, 0.0, bwd);
@@ -157,7 +197,7 @@ class Recurrence {
         grad_done[static_cast<std::size_t>(u)] = grads(u, last, bwd, 0.0);
       }
       if (!last || tr.update_after_backward) {
-        excess += phase_bound(gpu_ - phase_start, bwd);
+        gpu_ = std::max(gpu_, phase_start + phase_need(bwd));
         close_phase(phase_start, std::max(gpu_, tr.update_after_backward ? gpu_ : 0.0));
       } else {
         backward_demand_ = bwd, backward_start_ = phase_start;
@@ -172,13 +212,16 @@ class Recurrence {
     if (!tr.update_after_backward) {
       // Phase bound for the last backward including the drain of the updates.
       double drain_end = std::max(gpu_, cpu_);
-      excess += phase_bound(drain_end - backward_start_, backward_demand_);
+      const double bound_end = backward_start_ + phase_need(backward_demand_);
       close_phase(backward_start_, drain_end);
       // The first chunk of unit 0 can leave once it is updated; the last one after the last update.
       double slot = lru_slot().free_at;
-      double gate_first = std::max(slot, cpu0_start_ + cpu0_s_ / static_cast<double>(u0.grad_chunks));
-      double end = std::max(deliver_chain(u0, gate_first), cpu0_end_ + delivery_time(u0) / static_cast<double>(u0.chunks));
-      next_compute = std::max(gpu_, end);
+      next_gate_first_ = cpu0_start_ + cpu0_s_ / static_cast<double>(u0.grad_chunks);
+      next_gate_end_ = cpu0_end_;
+      double end = std::max(deliver_chain_probe(u0, std::max(slot, next_gate_first_)),
+                            next_gate_end_ + delivery_time(u0) / static_cast<double>(u0.chunks));
+      next_compute = std::max({gpu_, end, bound_end});
+      gpu_ = std::max(gpu_, bound_end);  // the next step's compute cannot start before the bound either
       r.breakdown.exposed_tail_s = std::max(0.0, cpu0_end_ - last_compute);
       r.breakdown.exposed_head_s = next_compute - std::max(last_compute, cpu0_end_);
     } else {
@@ -209,12 +252,14 @@ class Recurrence {
       if (tr.stream_params) first = delivery_time(u0);
       if (tr.gpu_sharded_state) first = u0.deliver_allgather_bytes / c_.allgather_busbw_Bps + lat_ * c_.fabric_latency_s;
       next_compute = post_end + first;
+      next_gate_first_ = post_end;
+      next_gate_end_ = 0;
       r.breakdown.exposed_tail_s = std::max(0.0, post_start - last_compute);
       r.breakdown.post_update_s = post_end - post_start - sw_.post_gpu_s;
       r.breakdown.exposed_head_s = first;
     }
     r.first_compute_s = first_compute;
-    r.step_s = next_compute - first_compute + excess;
+    r.step_s = next_compute - first_compute;
     r.breakdown.compute_s = compute_;
     r.breakdown.stall_s = r.step_s - r.breakdown.compute_s - r.breakdown.exposed_tail_s -
                           r.breakdown.exposed_head_s - r.breakdown.post_update_s;
@@ -231,12 +276,29 @@ class Recurrence {
     return r;
   }
 
- private:
+  void reset_counters() {
+    h2d_bytes_ = d2h_bytes_ = fabric_s_ = h2d_copies_ = d2h_copies_ = 0;
+    host_mem_bytes_ = cpu_update_thread_s_ = cpu_core_thread_s_ = compute_ = 0;
+    for (auto& p : phases_) p = PhaseStats{};
+  }
+
+  // The next step's first delivery, as a probe: stream times are not advanced.
+  double deliver_chain_probe(const UnitWork& w, double gate) {
+    double h2d = h2d_, fabric = fabric_free_, conv = convert_;
+    PhaseStats saved = stats();
+    double end = deliver_chain(w, gate);
+    h2d_ = h2d, fabric_free_ = fabric, convert_ = conv;
+    stats() = saved;
+    return end;
+  }
+
   void set_phase(int k) {
     phase_ = k;
     PhaseContention f = k < static_cast<int>(contention_.size()) ? contention_[static_cast<std::size_t>(k)] : PhaseContention{};
     h2d_rate_ = h2d_rate0_ * f.h2d;
     d2h_rate_ = d2h_rate0_ * f.d2h;
+    inv_h2d_rate_ = 1.0 / h2d_rate_;
+    inv_d2h_rate_ = 1.0 / d2h_rate_;
     cpu_factor_ = f.cpu;
     drain_start_ = f.drain_start;
     cpu_drain_ = f.cpu_drain;
@@ -254,15 +316,12 @@ class Recurrence {
     return bytes / rate + lat_ * copies * c_.link_latency_s;
   }
 
+  const UnitConst& konst(const UnitWork& w) const { return unit_const_[static_cast<std::size_t>(w.index)]; }
+
   double delivery_time(const UnitWork& w) const {
-    const double chunks = static_cast<double>(w.chunks);
-    double h2d = (w.deliver_h2d_bytes + w.tied_h2d_bytes) / h2d_rate_ + lat_ * chunks * c_.link_latency_s;
-    double ag = (w.deliver_allgather_bytes + w.tied_allgather_bytes) > 0
-                    ? (w.deliver_allgather_bytes + w.tied_allgather_bytes) / c_.allgather_busbw_Bps +
-                          lat_ * chunks * c_.fabric_latency_s
-                    : 0.0;
-    double convert = w.deliver_convert_thread_s;  // one thread per rank
-    return pipelined_time({convert, h2d, ag}, chunks);
+    const UnitConst& k = konst(w);
+    double h2d = k.h2d_bytes * inv_h2d_rate_ + k.h2d_latency_s;
+    return pipelined_time({w.deliver_convert_thread_s, h2d, k.allgather_s}, k.chunks);
   }
 
   // Chunk-pipelined stages, each on its own in-order stream: stage i may start a chunk when its
@@ -288,17 +347,15 @@ class Recurrence {
 
   // One delivery of unit w to this rank, starting no earlier than `gate`; returns when it is usable.
   double deliver_chain(const UnitWork& w, double gate) {
-    const double chunks = static_cast<double>(w.chunks);
-    double h2d = (w.deliver_h2d_bytes + w.tied_h2d_bytes) / h2d_rate_ + lat_ * chunks * c_.link_latency_s;
-    double agb = w.deliver_allgather_bytes + w.tied_allgather_bytes;
-    double ag = agb > 0 ? agb / c_.allgather_busbw_Bps + lat_ * chunks * c_.fabric_latency_s : 0.0;
+    const UnitConst& k = konst(w);
+    double h2d = k.h2d_bytes * inv_h2d_rate_ + k.h2d_latency_s;
     stats().h2d_busy += h2d;
-    return chain({{&convert_, w.deliver_convert_thread_s}, {&h2d_, h2d}, {&fabric_free_, ag}}, chunks, gate);
+    return chain({{&convert_, w.deliver_convert_thread_s}, {&h2d_, h2d}, {&fabric_free_, k.allgather_s}}, k.chunks, gate);
   }
 
   Slot& lru_slot() {
     return *std::min_element(slots_.begin(), slots_.end(),
-                             [](const Slot& a, const Slot& b) { return a.free_at < b.free_at; });
+                             [](const Slot& a, const Slot& b) { return a.last_use < b.last_use; });
   }
 
   void invalidate_slots() {
@@ -306,12 +363,17 @@ class Recurrence {
   }
 
   // Makes unit u's parameters available; returns when they are. Accounts traffic into `ph`.
-  double use_params(int u, double gate, PhaseDemand& ph) {
+  double use_params(int u, double gate, PhaseDemand& ph, double gate_end = 0.0) {
+    ++use_counter_;
     for (auto& s : slots_)
-      if (s.unit == u) return gate;  // still resident
+      if (s.unit == u) {
+        s.last_use = use_counter_;
+        return gate;  // still resident
+      }
     const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
     Slot& slot = lru_slot();
     slot.unit = u;
+    slot.last_use = use_counter_;
     const SystemTraits& tr = sw_.traits;
     if (tr.params_resident) return gate;
     if (tr.gpu_sharded_state) {
@@ -324,6 +386,7 @@ class Recurrence {
     const double gate_all = std::max(slot.free_at, gate);
     double end = deliver_chain(w, gate_all);
     const double chunks = static_cast<double>(w.chunks);
+    if (gate_end > 0) end = std::max(end, gate_end + delivery_time(w) / chunks);
     h2d_bytes_ += w.deliver_h2d_bytes + w.tied_h2d_bytes;
     d2h_bytes_ += w.deliver_d2h_bytes;
     ph.h2d_bytes += w.deliver_h2d_bytes + w.tied_h2d_bytes;
@@ -356,13 +419,12 @@ class Recurrence {
   double grads(int u, bool last, PhaseDemand& ph, double extra_gate) {
     const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
     const SystemTraits& tr = sw_.traits;
-    const double chunks = static_cast<double>(w.grad_chunks);
-    double rs = w.grad_reduce_scatter_bytes > 0
-                    ? w.grad_reduce_scatter_bytes / c_.reduce_scatter_busbw_Bps + lat_ * chunks * c_.fabric_latency_s
-                    : 0.0;
+    const UnitConst& k = konst(w);
+    const double chunks = k.grad_chunks;
+    const double rs = k.reduce_scatter_s;
     fabric_s_ += rs;
-    double d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
-    double d2h = d2h_bytes > 0 ? copy_time(d2h_bytes, d2h_rate_, chunks) : 0.0;
+    const double d2h_bytes = k.grad_d2h_bytes;
+    const double d2h = d2h_bytes > 0 ? d2h_bytes * inv_d2h_rate_ + k.grad_latency_s : 0.0;
     stats().d2h_busy += d2h;
     double gate = std::max(gpu_, extra_gate);
     if (tr.shared_grad_buffer) gate = std::max(gate, cpu_);  // waits for the previous unit's update
@@ -407,15 +469,14 @@ class Recurrence {
     return end;
   }
 
-  // Extra time a phase needs because a host-wide resource cannot do the phase's work in the time the
-  // recurrence gave it.
-  double phase_bound(double duration, const PhaseDemand& d) {
+  // The shortest time in which the host-wide resources can do a phase's work.
+  double phase_need(const PhaseDemand& d) const {
     const double N = sw_.ranks;
     double need = std::max({d.host_mem_bytes / c_.host_mem_Bps, d.cpu_update_thread_s / c_.update_threads,
                             d.cpu_core_thread_s / c_.cpu_cores, d.h2d_bytes / c_.h2d_link_Bps,
                             d.d2h_bytes / c_.d2h_link_Bps, (d.h2d_bytes + d.d2h_bytes) / c_.duplex_Bps,
                             N * d.h2d_bytes / c_.h2d_root_Bps, N * d.d2h_bytes / c_.d2h_root_Bps});
-    return std::max(0.0, need - duration);
+    return need;
   }
 
   const StepWork& sw_;
@@ -423,13 +484,18 @@ class Recurrence {
   double lat_;
   double h2d_rate0_, d2h_rate0_;  // one direction alone on a rank's link (root share and duplex cap applied)
   double h2d_rate_ = 0, d2h_rate_ = 0, cpu_factor_ = 1;  // the current phase's rates after contention
+  double inv_h2d_rate_ = 0, inv_d2h_rate_ = 0;
+  std::vector<UnitConst> unit_const_;
+  std::vector<double> offload_end_, grad_done_, bwd_end_;
   double drain_start_ = std::numeric_limits<double>::infinity(), cpu_drain_ = 1;
   std::vector<PhaseContention> contention_;
   std::vector<PhaseStats> phases_;
   int phase_ = 0;
   std::vector<Slot> slots_;
+  long use_counter_ = 0;
   double gpu_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0, fabric_free_ = 0, convert_ = 0;
   double cpu0_start_ = 0, cpu0_end_ = 0, cpu0_s_ = 0;
+  double next_gate_first_ = 0, next_gate_end_ = 0;  // gating of the next step's first delivery
   PhaseDemand backward_demand_;
   double backward_start_ = 0;
   double h2d_bytes_ = 0, d2h_bytes_ = 0, fabric_s_ = 0, h2d_copies_ = 0, d2h_copies_ = 0;
@@ -471,11 +537,25 @@ std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult
   return out;
 }
 
-RunResult run_with_contention(const StepWork& sw, bool latencies) {
+constexpr int kContentionIterations = 4;
+
+// Runs the recurrence with mean-field contention; `uncontended` receives the first run (no
+// contention: the critical path).
+RunResult run_with_contention(const StepWork& sw, bool latencies, RunResult* uncontended) {
   std::vector<PhaseContention> f;
   RunResult r = Recurrence(sw, latencies, f).run();
-  for (int it = 0; it < 2; ++it) {
-    f = contention_from(sw, r);
+  if (uncontended) *uncontended = r;
+  for (int it = 0; it < kContentionIterations; ++it) {
+    std::vector<PhaseContention> g = contention_from(sw, r);
+    if (!f.empty()) {
+      // Damped update: the fixed point of utilization <-> contention oscillates otherwise.
+      for (std::size_t k = 0; k < g.size(); ++k) {
+        g[k].h2d = 0.5 * (g[k].h2d + f[k].h2d);
+        g[k].d2h = 0.5 * (g[k].d2h + f[k].d2h);
+        g[k].cpu = 0.5 * (g[k].cpu + f[k].cpu);
+      }
+    }
+    f = g;
     r = Recurrence(sw, latencies, f).run();
   }
   return r;
@@ -483,9 +563,11 @@ RunResult run_with_contention(const StepWork& sw, bool latencies) {
 
 }  // namespace
 
-Prediction evaluate_step_work(const StepWork& sw) {
-  RunResult with = run_with_contention(sw, true);
-  RunResult without = run_with_contention(sw, false);
+Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity) {
+  RunResult critical;
+  RunResult with = fidelity == ModelFidelity::kContention ? run_with_contention(sw, true, &critical)
+                                                          : Recurrence(sw, true, {}).run();
+  if (fidelity == ModelFidelity::kCriticalPath) critical = with;
   const Capacities& c = sw.cap;
   Prediction p;
   p.method = "analytical";
@@ -503,9 +585,19 @@ Prediction evaluate_step_work(const StepWork& sw) {
   if (sw.ranks > 1) p.busy_s[resource::kFabric] = with.fabric_s;
   for (const auto& [name, busy] : p.busy_s) p.lower_bound_s = std::max(p.lower_bound_s, busy);
 
+  // The critical path without contention (a max-plus recurrence plus the phase bounds) is monotone
+  // in every capacity; the mean-field contention on top of it is not (docs/MODEL.md, "Monotonicity").
+  p.critical_path_s = critical.step_s;
   p.step_time_s = with.step_s;
-  p.breakdown = without.breakdown;
-  p.breakdown.sync_s = with.step_s - without.step_s;
+  p.breakdown = with.breakdown;
+  if (fidelity == ModelFidelity::kContention) {
+    // Latency on the critical path: the uncontended pipeline with and without per-copy and
+    // per-collective latencies. It is taken out of the stall (where latencies show up), never more.
+    double sync = critical.step_s - Recurrence(sw, false, {}).run().step_s;
+    sync = std::clamp(sync, 0.0, std::max(0.0, p.breakdown.stall_s));
+    p.breakdown.sync_s = sync;
+    p.breakdown.stall_s -= sync;
+  }
   if (p.lower_bound_s > p.step_time_s) {
     p.breakdown.stall_s += p.lower_bound_s - p.step_time_s;
     p.step_time_s = p.lower_bound_s;

@@ -19,8 +19,13 @@ namespace slidedp {
 Prediction predict_analytical(const Workload& w, const Hardware& hw, const Plan& plan,
                               System system = System::kSlideDP);
 
+// How much of the model to evaluate. kCriticalPath is the pipeline recurrence with the resource
+// bounds but no sharing slowdowns: a lower bound on kContention, monotone in every capacity, and
+// about five times faster, so the planner prunes with it.
+enum class ModelFidelity { kCriticalPath, kContention };
+
 // Step time and breakdown of prebuilt work (no memory estimate): the planner's inner loop.
-Prediction evaluate_step_work(const StepWork& sw);
+Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity = ModelFidelity::kContention);
 
 // Time for `chunks` equal chunks to flow through stages whose whole-unit durations are given:
 // sum(s)/c + (c-1)/c * max(s). Exact for a chunk-pipelined chain of dedicated stages.
