@@ -16,8 +16,8 @@ namespace slidedp {
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads < 1 || num_threads > kMaxThreads) {
-    throw InputError("ThreadPool", "num_threads must be in [1, " + std::to_string(kMaxThreads) +
-                                       "], got " + std::to_string(num_threads));
+    throw InputError("ThreadPool", "num_threads must be in [1, " + std::to_string(kMaxThreads) + "], got " +
+                                       std::to_string(num_threads));
   }
   workers_.reserve(static_cast<size_t>(num_threads - 1));
   for (int i = 0; i + 1 < num_threads; ++i) {

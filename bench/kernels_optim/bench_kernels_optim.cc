@@ -34,14 +34,14 @@ namespace slidedp::kernels {
 namespace {
 
 // Bytes per element each kernel must move. Reads first, then writes.
-constexpr double kBytesTriad = (4 + 4) + 4;                               // b, c -> a
-constexpr double kBytesAdamwBf16Grad = (4 + 2 + 4 + 4) + (4 + 4 + 4 + 2);  // p g m v -> p m v mirror = 28
-constexpr double kBytesAdamwFp32Grad = (4 + 4 + 4 + 4) + (4 + 4 + 4 + 2);  // = 30
+constexpr double kBytesTriad = (4 + 4) + 4;                                    // b, c -> a
+constexpr double kBytesAdamwBf16Grad = (4 + 2 + 4 + 4) + (4 + 4 + 4 + 2);      // p g m v -> p m v mirror = 28
+constexpr double kBytesAdamwFp32Grad = (4 + 4 + 4 + 4) + (4 + 4 + 4 + 2);      // = 30
 constexpr double kBytesAdamwFp32GradNoMirror = (4 + 4 + 4 + 4) + (4 + 4 + 4);  // torch's work = 28
-constexpr int kSlots = 4;                                                   // ranks of the reduction cases
-constexpr double kBytesReduceBf16 = 2.0 * kSlots + 4;                       // N bf16 slots -> fp32 = 12
+constexpr int kSlots = 4;                                                      // ranks of the reduction cases
+constexpr double kBytesReduceBf16 = 2.0 * kSlots + 4;                          // N bf16 slots -> fp32 = 12
 constexpr double kBytesFusedBf16 = (4 + 2.0 * kSlots + 4 + 4) + (4 + 4 + 4 + 2);  // = 34
-constexpr double kBytesConvert = 4 + 2;                                     // either direction
+constexpr double kBytesConvert = 4 + 2;                                           // either direction
 constexpr double kBytesSumSquaresF32 = 4;
 
 // A host array, 2 MiB aligned with transparent huge pages requested (fewer TLB misses for every
@@ -56,7 +56,8 @@ struct HostArray {
     data = static_cast<T*>(std::aligned_alloc(kAlign, bytes));
     if (data == nullptr) throw std::bad_alloc();
     madvise(data, bytes, MADV_HUGEPAGE);  // advice only; failure just means 4 KiB pages
-    pool.parallel_for_range(0, n, kTileNumel, [&](int64_t b, int64_t e) { std::fill(data + b, data + e, value); });
+    pool.parallel_for_range(0, n, kTileNumel,
+                            [&](int64_t b, int64_t e) { std::fill(data + b, data + e, value); });
   }
   ~HostArray() { std::free(data); }
   HostArray(const HostArray&) = delete;
@@ -89,9 +90,11 @@ Workspace& workspace(const std::string& kernel, int64_t n, int num_f32, int num_
     ThreadPool& pool = pool_of(all_threads());
     // Values that keep every kernel on its common path (normal numbers, no NaN, no subnormals).
     const float f32_init[] = {0.5f, 0.01f, 1e-4f, 0.02f, 0.03f};
-    for (int i = 0; i < num_f32; ++i) ws.f32.push_back(std::make_unique<HostArray<float>>(pool, n, f32_init[i % 5]));
+    for (int i = 0; i < num_f32; ++i)
+      ws.f32.push_back(std::make_unique<HostArray<float>>(pool, n, f32_init[i % 5]));
     for (int i = 0; i < num_bf16; ++i) {
-      ws.bf16.push_back(std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(0.01f * static_cast<float>(i + 1))));
+      ws.bf16.push_back(
+          std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(0.01f * static_cast<float>(i + 1))));
     }
     ws.key = key;
   }
@@ -107,8 +110,8 @@ std::map<std::string, Case> g_cases;  // benchmark name -> case
 void set_counters(benchmark::State& state, int64_t n, double bytes_per_element) {
   const double elements = static_cast<double>(n) * static_cast<double>(state.iterations());
   state.counters["params_per_s"] = benchmark::Counter(elements, benchmark::Counter::kIsRate);
-  state.counters["bytes_per_s"] =
-      benchmark::Counter(elements * bytes_per_element, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["bytes_per_s"] = benchmark::Counter(
+      elements * bytes_per_element, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
 }
 
 AdamwHyper bench_hyper() {

@@ -110,16 +110,16 @@ void adamw_update(const AdamwState& state, const float* grad, const AdamwHyper& 
                   int64_t end) {
   update(nullptr, state, grad, hyper, begin, end, kTileNumel);
 }
-void adamw_update(const AdamwState& state, const bf16_bits* grad, const AdamwHyper& hyper,
-                  int64_t begin, int64_t end) {
+void adamw_update(const AdamwState& state, const bf16_bits* grad, const AdamwHyper& hyper, int64_t begin,
+                  int64_t end) {
   update(nullptr, state, grad, hyper, begin, end, kTileNumel);
 }
 void reduce_adamw_update(const AdamwState& state, const GradSlots<float>& slots, const AdamwHyper& hyper,
                          int64_t begin, int64_t end) {
   fused(nullptr, state, slots, hyper, begin, end, kTileNumel);
 }
-void reduce_adamw_update(const AdamwState& state, const GradSlots<bf16_bits>& slots,
-                         const AdamwHyper& hyper, int64_t begin, int64_t end) {
+void reduce_adamw_update(const AdamwState& state, const GradSlots<bf16_bits>& slots, const AdamwHyper& hyper,
+                         int64_t begin, int64_t end) {
   fused(nullptr, state, slots, hyper, begin, end, kTileNumel);
 }
 
@@ -127,8 +127,8 @@ void adamw_update(ThreadPool& pool, const AdamwState& state, const float* grad, 
                   int64_t begin, int64_t end, int64_t tile_numel) {
   update(&pool, state, grad, hyper, begin, end, tile_numel);
 }
-void adamw_update(ThreadPool& pool, const AdamwState& state, const bf16_bits* grad,
-                  const AdamwHyper& hyper, int64_t begin, int64_t end, int64_t tile_numel) {
+void adamw_update(ThreadPool& pool, const AdamwState& state, const bf16_bits* grad, const AdamwHyper& hyper,
+                  int64_t begin, int64_t end, int64_t tile_numel) {
   update(&pool, state, grad, hyper, begin, end, tile_numel);
 }
 void reduce_adamw_update(ThreadPool& pool, const AdamwState& state, const GradSlots<float>& slots,

@@ -53,23 +53,23 @@ struct AdamwState {
 // gradient, indexed like the state. Buffers must not overlap each other.
 void adamw_update(const AdamwState& state, const float* grad, const AdamwHyper& hyper, int64_t begin,
                   int64_t end);
-void adamw_update(const AdamwState& state, const bf16_bits* grad, const AdamwHyper& hyper,
-                  int64_t begin, int64_t end);
+void adamw_update(const AdamwState& state, const bf16_bits* grad, const AdamwHyper& hyper, int64_t begin,
+                  int64_t end);
 
 // Fused N-way reduction + AdamW: the reduced gradient is computed per element in registers and never
 // written. Bitwise equal to reduce_grads(slots, tmp, begin, end) followed by
 // adamw_update(state, tmp, hyper, begin, end).
 void reduce_adamw_update(const AdamwState& state, const GradSlots<float>& slots, const AdamwHyper& hyper,
                          int64_t begin, int64_t end);
-void reduce_adamw_update(const AdamwState& state, const GradSlots<bf16_bits>& slots,
-                         const AdamwHyper& hyper, int64_t begin, int64_t end);
+void reduce_adamw_update(const AdamwState& state, const GradSlots<bf16_bits>& slots, const AdamwHyper& hyper,
+                         int64_t begin, int64_t end);
 
 // Parallel forms: [begin, end) cut into tiles of tile_numel elements over `pool` (the caller works
 // too). Same bits as the range form for any pool size and tile size.
 void adamw_update(ThreadPool& pool, const AdamwState& state, const float* grad, const AdamwHyper& hyper,
                   int64_t begin, int64_t end, int64_t tile_numel = kTileNumel);
-void adamw_update(ThreadPool& pool, const AdamwState& state, const bf16_bits* grad,
-                  const AdamwHyper& hyper, int64_t begin, int64_t end, int64_t tile_numel = kTileNumel);
+void adamw_update(ThreadPool& pool, const AdamwState& state, const bf16_bits* grad, const AdamwHyper& hyper,
+                  int64_t begin, int64_t end, int64_t tile_numel = kTileNumel);
 void reduce_adamw_update(ThreadPool& pool, const AdamwState& state, const GradSlots<float>& slots,
                          const AdamwHyper& hyper, int64_t begin, int64_t end,
                          int64_t tile_numel = kTileNumel);

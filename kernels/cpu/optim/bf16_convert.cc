@@ -12,14 +12,16 @@ void to_bf16(ThreadPool* pool, const float* in, bf16_bits* out, int64_t n, int64
   detail::check_range(0, n);
   SLIDEDP_CHECK((in != nullptr && out != nullptr) || n == 0, "null conversion buffer");
   const detail::KernelTable& t = detail::active_kernel_table();
-  detail::run_tiled(pool, 0, n, tile_numel, [&](int64_t b, int64_t e) { t.f32_to_bf16(in + b, out + b, e - b); });
+  detail::run_tiled(pool, 0, n, tile_numel,
+                    [&](int64_t b, int64_t e) { t.f32_to_bf16(in + b, out + b, e - b); });
 }
 
 void to_f32(ThreadPool* pool, const bf16_bits* in, float* out, int64_t n, int64_t tile_numel) {
   detail::check_range(0, n);
   SLIDEDP_CHECK((in != nullptr && out != nullptr) || n == 0, "null conversion buffer");
   const detail::KernelTable& t = detail::active_kernel_table();
-  detail::run_tiled(pool, 0, n, tile_numel, [&](int64_t b, int64_t e) { t.bf16_to_f32(in + b, out + b, e - b); });
+  detail::run_tiled(pool, 0, n, tile_numel,
+                    [&](int64_t b, int64_t e) { t.bf16_to_f32(in + b, out + b, e - b); });
 }
 
 }  // namespace

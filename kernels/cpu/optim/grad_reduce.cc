@@ -49,8 +49,8 @@ void reduce_grads(const GradSlots<bf16_bits>& slots, float* out, int64_t begin, 
   reduce(nullptr, slots, out, begin, end, kTileNumel);
 }
 
-void reduce_grads_accumulate(std::span<const float* const> slots, float scale, float* inout,
-                             int64_t begin, int64_t end) {
+void reduce_grads_accumulate(std::span<const float* const> slots, float scale, float* inout, int64_t begin,
+                             int64_t end) {
   reduce(nullptr, GradSlots<float>{slots, scale, inout}, inout, begin, end, kTileNumel);
 }
 void reduce_grads_accumulate(std::span<const bf16_bits* const> slots, float scale, float* inout,
@@ -65,17 +65,16 @@ double reduce_grads_sum_squares(const GradSlots<bf16_bits>& slots, int64_t begin
   return reduce_sum_squares(nullptr, slots, begin, end);
 }
 
-void reduce_grads(ThreadPool& pool, const GradSlots<float>& slots, float* out, int64_t begin,
-                  int64_t end, int64_t tile_numel) {
+void reduce_grads(ThreadPool& pool, const GradSlots<float>& slots, float* out, int64_t begin, int64_t end,
+                  int64_t tile_numel) {
   reduce(&pool, slots, out, begin, end, tile_numel);
 }
-void reduce_grads(ThreadPool& pool, const GradSlots<bf16_bits>& slots, float* out, int64_t begin,
-                  int64_t end, int64_t tile_numel) {
+void reduce_grads(ThreadPool& pool, const GradSlots<bf16_bits>& slots, float* out, int64_t begin, int64_t end,
+                  int64_t tile_numel) {
   reduce(&pool, slots, out, begin, end, tile_numel);
 }
 
-double reduce_grads_sum_squares(ThreadPool& pool, const GradSlots<float>& slots, int64_t begin,
-                                int64_t end) {
+double reduce_grads_sum_squares(ThreadPool& pool, const GradSlots<float>& slots, int64_t begin, int64_t end) {
   return reduce_sum_squares(&pool, slots, begin, end);
 }
 double reduce_grads_sum_squares(ThreadPool& pool, const GradSlots<bf16_bits>& slots, int64_t begin,

@@ -29,8 +29,8 @@ void reduce_grads(const GradSlots<float>& slots, float* out, int64_t begin, int6
 void reduce_grads(const GradSlots<bf16_bits>& slots, float* out, int64_t begin, int64_t end);
 
 // Gradient accumulation over micro-batches: inout[i] = fma(sum_i, scale, inout[i]).
-void reduce_grads_accumulate(std::span<const float* const> slots, float scale, float* inout,
-                             int64_t begin, int64_t end);
+void reduce_grads_accumulate(std::span<const float* const> slots, float scale, float* inout, int64_t begin,
+                             int64_t end);
 void reduce_grads_accumulate(std::span<const bf16_bits* const> slots, float scale, float* inout,
                              int64_t begin, int64_t end);
 
@@ -41,12 +41,11 @@ double reduce_grads_sum_squares(const GradSlots<float>& slots, int64_t begin, in
 double reduce_grads_sum_squares(const GradSlots<bf16_bits>& slots, int64_t begin, int64_t end);
 
 // Parallel forms: same bits as the range forms for any pool size (and any tile_numel).
-void reduce_grads(ThreadPool& pool, const GradSlots<float>& slots, float* out, int64_t begin,
-                  int64_t end, int64_t tile_numel = kTileNumel);
-void reduce_grads(ThreadPool& pool, const GradSlots<bf16_bits>& slots, float* out, int64_t begin,
-                  int64_t end, int64_t tile_numel = kTileNumel);
-double reduce_grads_sum_squares(ThreadPool& pool, const GradSlots<float>& slots, int64_t begin,
-                                int64_t end);
+void reduce_grads(ThreadPool& pool, const GradSlots<float>& slots, float* out, int64_t begin, int64_t end,
+                  int64_t tile_numel = kTileNumel);
+void reduce_grads(ThreadPool& pool, const GradSlots<bf16_bits>& slots, float* out, int64_t begin, int64_t end,
+                  int64_t tile_numel = kTileNumel);
+double reduce_grads_sum_squares(ThreadPool& pool, const GradSlots<float>& slots, int64_t begin, int64_t end);
 double reduce_grads_sum_squares(ThreadPool& pool, const GradSlots<bf16_bits>& slots, int64_t begin,
                                 int64_t end);
 

@@ -41,17 +41,16 @@ struct SlotArgs {
 struct KernelTable {
   void (*adamw_f32)(const AdamwState& s, const float* grad, const AdamwConstants& c, int64_t begin,
                     int64_t end);
-  void (*adamw_bf16)(const AdamwState& s, const bf16_bits* grad, const AdamwConstants& c,
-                     int64_t begin, int64_t end);
+  void (*adamw_bf16)(const AdamwState& s, const bf16_bits* grad, const AdamwConstants& c, int64_t begin,
+                     int64_t end);
   void (*reduce_adamw_f32)(const AdamwState& s, const SlotArgs<float>& slots, const AdamwConstants& c,
                            int64_t begin, int64_t end);
-  void (*reduce_adamw_bf16)(const AdamwState& s, const SlotArgs<bf16_bits>& slots,
-                            const AdamwConstants& c, int64_t begin, int64_t end);
+  void (*reduce_adamw_bf16)(const AdamwState& s, const SlotArgs<bf16_bits>& slots, const AdamwConstants& c,
+                            int64_t begin, int64_t end);
   void (*reduce_f32)(const SlotArgs<float>& slots, float* out, int64_t begin, int64_t end);
   void (*reduce_bf16)(const SlotArgs<bf16_bits>& slots, float* out, int64_t begin, int64_t end);
   double (*reduce_sum_squares_block_f32)(const SlotArgs<float>& slots, int64_t begin, int64_t end);
-  double (*reduce_sum_squares_block_bf16)(const SlotArgs<bf16_bits>& slots, int64_t begin,
-                                          int64_t end);
+  double (*reduce_sum_squares_block_bf16)(const SlotArgs<bf16_bits>& slots, int64_t begin, int64_t end);
   double (*sum_squares_block_f32)(const float* x, int64_t n);
   double (*sum_squares_block_bf16)(const bf16_bits* x, int64_t n);
   void (*f32_to_bf16)(const float* in, bf16_bits* out, int64_t n);

@@ -42,8 +42,8 @@ void adamw(const AdamwState& s, const G* grad, const AdamwConstants& c, int64_t 
 }
 
 template <class T>
-void reduce_adamw(const AdamwState& s, const SlotArgs<T>& slots, const AdamwConstants& c,
-                  int64_t begin, int64_t end) {
+void reduce_adamw(const AdamwState& s, const SlotArgs<T>& slots, const AdamwConstants& c, int64_t begin,
+                  int64_t end) {
   for (int64_t i = begin; i < end; ++i) adamw_element(s, reduced_at(slots, i), c, i);
 }
 

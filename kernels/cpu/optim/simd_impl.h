@@ -82,8 +82,8 @@ struct StatePtrs {
 
 // kW (or, with a Tail, fewer) elements of AdamW starting at i; same operation order as the reference.
 template <class V, bool kMirror, class Src, class... Tail>
-SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const AdamwVec<V>& k,
-                                       int64_t i, Tail... tail) {
+SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const AdamwVec<V>& k, int64_t i,
+                                       Tail... tail) {
   using F = typename V::F;
   const F g = V::mul(V::mul(src.load(i, tail...), k.grad_scale), k.clip_coef);
   const F m = V::fma(V::load(s.m + i, tail...), k.beta1, V::mul(g, k.one_minus_beta1));
@@ -107,8 +107,8 @@ void adamw_span(const AdamwState& state, const Src& src, const AdamwConstants& c
 }
 
 template <class V, class Src>
-void adamw_dispatch_mirror(const AdamwState& s, const Src& src, const AdamwConstants& c,
-                           int64_t begin, int64_t end) {
+void adamw_dispatch_mirror(const AdamwState& s, const Src& src, const AdamwConstants& c, int64_t begin,
+                           int64_t end) {
   if (s.param_bf16) {
     adamw_span<V, true>(s, src, c, begin, end);
   } else {
@@ -117,20 +117,18 @@ void adamw_dispatch_mirror(const AdamwState& s, const Src& src, const AdamwConst
 }
 
 template <class V, class G>
-void adamw_entry(const AdamwState& s, const G* grad, const AdamwConstants& c, int64_t begin,
-                 int64_t end) {
+void adamw_entry(const AdamwState& s, const G* grad, const AdamwConstants& c, int64_t begin, int64_t end) {
   adamw_dispatch_mirror<V>(s, PlainGrad<V, G>{grad}, c, begin, end);
 }
 
 template <class V, class T>
-void reduce_adamw_entry(const AdamwState& s, const SlotArgs<T>& a, const AdamwConstants& c,
-                        int64_t begin, int64_t end) {
+void reduce_adamw_entry(const AdamwState& s, const SlotArgs<T>& a, const AdamwConstants& c, int64_t begin,
+                        int64_t end) {
   if (a.accum) {
-    adamw_dispatch_mirror<V>(s, SlotGrad<V, T, true>{a.ptr, a.num, a.accum, V::set1(a.scale)}, c,
-                             begin, end);
+    adamw_dispatch_mirror<V>(s, SlotGrad<V, T, true>{a.ptr, a.num, a.accum, V::set1(a.scale)}, c, begin, end);
   } else {
-    adamw_dispatch_mirror<V>(s, SlotGrad<V, T, false>{a.ptr, a.num, nullptr, V::set1(a.scale)}, c,
-                             begin, end);
+    adamw_dispatch_mirror<V>(s, SlotGrad<V, T, false>{a.ptr, a.num, nullptr, V::set1(a.scale)}, c, begin,
+                             end);
   }
 }
 
@@ -190,11 +188,9 @@ double sum_squares_span(const Src& src, int64_t begin, int64_t end) {
 template <class V, class T>
 double reduce_sum_squares_entry(const SlotArgs<T>& a, int64_t begin, int64_t end) {
   if (a.accum) {
-    return sum_squares_span<V>(SlotGrad<V, T, true>{a.ptr, a.num, a.accum, V::set1(a.scale)}, begin,
-                               end);
+    return sum_squares_span<V>(SlotGrad<V, T, true>{a.ptr, a.num, a.accum, V::set1(a.scale)}, begin, end);
   }
-  return sum_squares_span<V>(SlotGrad<V, T, false>{a.ptr, a.num, nullptr, V::set1(a.scale)}, begin,
-                             end);
+  return sum_squares_span<V>(SlotGrad<V, T, false>{a.ptr, a.num, nullptr, V::set1(a.scale)}, begin, end);
 }
 
 template <class V, class T>

@@ -32,8 +32,8 @@ CpuSimdSupport detect() {
   if (!osxsave || !avx) return s;
   unsigned xcr0_lo = 0, xcr0_hi = 0;
   __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool os_ymm = (xcr0_lo & 0x6u) == 0x6u;     // SSE + AVX state
-  const bool os_zmm = (xcr0_lo & 0xe6u) == 0xe6u;   // + opmask, ZMM_Hi256, Hi16_ZMM
+  const bool os_ymm = (xcr0_lo & 0x6u) == 0x6u;    // SSE + AVX state
+  const bool os_zmm = (xcr0_lo & 0xe6u) == 0xe6u;  // + opmask, ZMM_Hi256, Hi16_ZMM
   if (__get_cpuid_max(0, nullptr) < 7) return s;
   __cpuid_count(7, 0, eax, ebx, ecx, edx);
   const bool avx2 = (ebx >> 5) & 1u;
@@ -48,8 +48,7 @@ CpuSimdSupport detect() {
     avx512_bf16 = (eax >> 5) & 1u;
   }
   s.avx2_fma = SLIDEDP_OPTIM_HAVE_AVX2 && os_ymm && avx2 && fma;
-  s.avx512 = SLIDEDP_OPTIM_HAVE_AVX512 && s.avx2_fma && os_zmm && avx512f && avx512dq && avx512bw &&
-             avx512vl;
+  s.avx512 = SLIDEDP_OPTIM_HAVE_AVX512 && s.avx2_fma && os_zmm && avx512f && avx512dq && avx512bw && avx512vl;
   s.avx512_bf16 = SLIDEDP_OPTIM_HAVE_AVX512_BF16 && s.avx512 && avx512_bf16;
 #endif
   return s;

@@ -1,6 +1,8 @@
 // AdamW against a double-precision closed form of torch.optim.AdamW over 5 steps with changing
 // learning rates, gradient scales and clip coefficients, at every SIMD level; NaN/Inf handling;
 // hyper-parameter validation; the clip coefficient.
+#include "kernels/cpu/optim/adamw.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -9,7 +11,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include "kernels/cpu/optim/adamw.h"
 #include "tests/kernels/optim/optim_test_util.h"
 
 namespace slidedp::kernels::testing {
@@ -39,14 +40,16 @@ void run_closed_form(const LevelCase& level) {
   std::vector<float> m(static_cast<size_t>(n), 0.0f), v(static_cast<size_t>(n), 0.0f);
   std::vector<bf16_bits> mirror(static_cast<size_t>(n), 0);
   // Double-precision state and the running magnitudes that scale each tolerance.
-  std::vector<double> pd(p.begin(), p.end()), md(static_cast<size_t>(n), 0.0), vd(static_cast<size_t>(n), 0.0);
+  std::vector<double> pd(p.begin(), p.end()), md(static_cast<size_t>(n), 0.0),
+      vd(static_cast<size_t>(n), 0.0);
   std::vector<double> g_mag(static_cast<size_t>(n), 0.0), update_mag(static_cast<size_t>(n), 0.0);
 
   use_level(level);
   for (size_t t = 0; t < steps.size(); ++t) {
     // Gradients with a wide spread of magnitudes and both signs, so m cancels across steps.
     std::vector<float> gf = random_floats(n, 100 + static_cast<uint32_t>(t), -1.0f, 1.0f);
-    for (int64_t i = 0; i < n; ++i) gf[static_cast<size_t>(i)] *= std::ldexp(1.0f, static_cast<int>(i % 13) - 6);
+    for (int64_t i = 0; i < n; ++i)
+      gf[static_cast<size_t>(i)] *= std::ldexp(1.0f, static_cast<int>(i % 13) - 6);
     std::vector<G> g(static_cast<size_t>(n));
     for (size_t i = 0; i < g.size(); ++i) {
       if constexpr (std::is_same_v<G, float>) {
@@ -150,13 +153,14 @@ TEST(AdamwHyper, InvalidValuesThrowInputErrorNamingTheField) {
   }
   // The kernels validate too, before touching any buffer.
   float x = 1.0f;
-  EXPECT_THROW(adamw_update(AdamwState{&x, &x, &x, nullptr}, &x, bad([](AdamwHyper& h) { h.step = 0; }), 0, 1),
-               InputError);
+  EXPECT_THROW(
+      adamw_update(AdamwState{&x, &x, &x, nullptr}, &x, bad([](AdamwHyper& h) { h.step = 0; }), 0, 1),
+      InputError);
   EXPECT_EQ(x, 1.0f);
 }
 
 TEST(AdamwHyper, ClipCoefFollowsTorchClipGradNorm) {
-  EXPECT_EQ(adamw_clip_coef(0.25, 1.0), 1.0);                       // norm 0.5 < 1: no clipping
+  EXPECT_EQ(adamw_clip_coef(0.25, 1.0), 1.0);                        // norm 0.5 < 1: no clipping
   EXPECT_DOUBLE_EQ(adamw_clip_coef(16.0, 1.0), 1.0 / (4.0 + 1e-6));  // norm 4: scale to 1
   EXPECT_EQ(adamw_clip_coef(0.0, 1.0), 1.0);
   EXPECT_THROW(adamw_clip_coef(std::nan(""), 1.0), NumericError);
@@ -167,8 +171,8 @@ TEST(AdamwHyper, ClipCoefFollowsTorchClipGradNorm) {
 // Updating with or without the mirror gives the same fp32 state; without it, it is not written.
 TEST(AdamwMirror, NullMirrorSkipsOnlyTheMirror) {
   const int64_t n = 100;
-  std::vector<float> p1 = random_floats(n, 5, -1, 1), p2 = p1, m1(static_cast<size_t>(n), 0.1f),
-                     m2 = m1, v1(static_cast<size_t>(n), 0.01f), v2 = v1;
+  std::vector<float> p1 = random_floats(n, 5, -1, 1), p2 = p1, m1(static_cast<size_t>(n), 0.1f), m2 = m1,
+                     v1(static_cast<size_t>(n), 0.01f), v2 = v1;
   const std::vector<float> g = random_floats(n, 6, -1, 1);
   std::vector<bf16_bits> mirror(static_cast<size_t>(n), 0x1234);
   adamw_update(AdamwState{p1.data(), m1.data(), v1.data(), mirror.data()}, g.data(), AdamwHyper{}, 0, n);

@@ -3,12 +3,13 @@
 // payloads, Inf, signed zero, subnormals, the largest finite value rounding up to Inf) and a sweep of
 // every bf16 pattern with the low half at the rounding boundaries. NaNs are compared bitwise too:
 // the conversion is specified on bit patterns, so every path must produce the same quiet NaN.
+#include "kernels/cpu/optim/bf16_convert.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
 #include <vector>
 
-#include "kernels/cpu/optim/bf16_convert.h"
 #include "kernels/cpu/optim/sum_squares.h"
 #include "tests/kernels/optim/optim_test_util.h"
 
@@ -96,7 +97,8 @@ TEST_P(Bf16ConvertTest, EdgeValuesRoundLikeReference) {
   for (int shift = 0; shift < 17; ++shift) {
     const int64_t n = 47;
     std::vector<float> vals(static_cast<size_t>(n));
-    for (int64_t i = 0; i < n; ++i) vals[static_cast<size_t>(i)] = f[static_cast<size_t>((i + shift) % static_cast<int64_t>(f.size()))];
+    for (int64_t i = 0; i < n; ++i)
+      vals[static_cast<size_t>(i)] = f[static_cast<size_t>((i + shift) % static_cast<int64_t>(f.size()))];
     GuardedBuffer<float> in(n, shift % 2);
     GuardedBuffer<bf16_bits> out(n, shift % 2);
     in.assign(vals);
@@ -128,7 +130,8 @@ TEST_P(Bf16ConvertTest, BoundarySweepOfAllPatterns) {
   use_level(GetParam());
   f32_to_bf16(in.data(), out.data(), n);
   for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(out[i], float_to_bf16(f[static_cast<size_t>(i)])) << "f32 0x" << std::hex << bits[static_cast<size_t>(i)];
+    ASSERT_EQ(out[i], float_to_bf16(f[static_cast<size_t>(i)]))
+        << "f32 0x" << std::hex << bits[static_cast<size_t>(i)];
   }
   EXPECT_TRUE(out.guards_intact());
 }

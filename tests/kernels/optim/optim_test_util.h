@@ -52,8 +52,10 @@ class GuardedBuffer {
     const unsigned char* hi = reinterpret_cast<const unsigned char*>(data() + n_);
     const size_t lo_bytes = static_cast<size_t>(reinterpret_cast<const unsigned char*>(data()) - lo);
     const size_t hi_bytes = static_cast<size_t>(base_ + bytes_ - hi);
-    for (size_t i = 0; i < lo_bytes; ++i) if (lo[i] != kPattern) return false;
-    for (size_t i = 0; i < hi_bytes; ++i) if (hi[i] != kPattern) return false;
+    for (size_t i = 0; i < lo_bytes; ++i)
+      if (lo[i] != kPattern) return false;
+    for (size_t i = 0; i < hi_bytes; ++i)
+      if (hi[i] != kPattern) return false;
     return true;
   }
 

@@ -39,7 +39,9 @@ struct AdamwBuffers {
     m.assign(random_floats(n, 12, -0.1f, 0.1f));
     v.assign(random_floats(n, 13, 0.0f, 0.01f));
   }
-  AdamwState state(bool with_mirror) { return {p.data(), m.data(), v.data(), with_mirror ? mirror.data() : nullptr}; }
+  AdamwState state(bool with_mirror) {
+    return {p.data(), m.data(), v.data(), with_mirror ? mirror.data() : nullptr};
+  }
   void expect_same(const AdamwBuffers& o, bool with_mirror) const {
     const int64_t n = p.size();
     EXPECT_TRUE(same_bits(p.data(), o.p.data(), n)) << "param";
