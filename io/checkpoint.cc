@@ -18,7 +18,7 @@
 
 namespace slidedp {
 namespace fs = std::filesystem;
-using nlohmann::json;
+using json = nlohmann::ordered_json;  // keeps key order: metadata round-trips byte for byte
 
 namespace {
 
@@ -148,6 +148,7 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
                             const CheckpointFileHook& on_file_written) {
   const TrainerState& st = data.state;
   if (st.optimizer_step < 0) throw InputError("checkpoint: optimizer_step", "must be >= 0");
+  // ordered_json keeps the caller's key order, so a compact metadata string comes back byte-identical.
   json metadata;
   try {
     metadata = json::parse(st.metadata_json.empty() ? std::string("null") : st.metadata_json);

@@ -27,7 +27,8 @@ struct TrainerState {
   double learning_rate = 0.0;    // the rate of the last step (informational; restored bit-exactly)
   DataCursor data_cursor;        // where the next step's data starts
   std::vector<uint64_t> rng_state;   // any generator words (dropout, sampling), restored verbatim
-  std::string metadata_json = "{}";  // any JSON value: plan, hardware, run configuration
+  std::string metadata_json = "{}";  // any JSON value (plan, hardware, run configuration); stored as
+                                     // JSON and returned compact with key order kept
   bool operator==(const TrainerState&) const = default;
 };
 

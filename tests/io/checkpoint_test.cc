@@ -1,0 +1,253 @@
+// Checkpoints: bitwise round trip of every field, rotation to the last K, the folder loads as a
+// Hugging Face model, strict trainer_state.json, and a writer SIGKILLed mid-checkpoint (fork) leaving
+// the previous checkpoint as the latest, its temp folder removed by the next save.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <bit>
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "io/checkpoint.h"
+#include "io/hf_model.h"
+#include "io_test_util.h"
+
+namespace slidedp {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::bitwise_equal;
+using testing::random_units;
+using testing::TempDir;
+using testing::tiny_card;
+
+struct State {
+  ModelCard card;
+  UnitBuffers master, m, v;
+  TrainerState trainer;
+  CheckpointData view() const { return {card, unit_spans(master), unit_spans(m), unit_spans(v), trainer}; }
+};
+
+State make_state(const ModelCard& card, uint64_t seed, int64_t step) {
+  ModelLayout layout = make_model_layout(card);
+  State s;
+  s.card = card;
+  s.master = random_units(layout, seed, /*bf16_exact=*/false);  // full fp32 precision must survive
+  s.m = random_units(layout, seed + 1, false);
+  s.v = random_units(layout, seed + 2, false);
+  for (auto& u : s.v)
+    for (auto& x : u) x = x * x;  // second moments are non-negative
+  s.trainer.optimizer_step = step;
+  s.trainer.lr_schedule_step = step + 3;
+  s.trainer.learning_rate = 2.9999999e-4 * (1.0 + 1.0 / 3.0);  // not a short decimal: must round-trip exactly
+  s.trainer.data_cursor = {2, 48, 100, 256, 0xfedcba9876543210ull};
+  s.trainer.rng_state = {0x0123456789abcdefull, ~0ull, 0, seed};
+  s.trainer.metadata_json = R"({"plan":{"ranks":2,"route":"sharded"},"note":"x"})";
+  return s;
+}
+
+void expect_same(const LoadedCheckpoint& ck, const State& s) {
+  EXPECT_EQ(model_card_to_hf_config(ck.card), model_card_to_hf_config(s.card));
+  EXPECT_TRUE(bitwise_equal(ck.master, s.master));
+  EXPECT_TRUE(bitwise_equal(ck.adam_m, s.m));
+  EXPECT_TRUE(bitwise_equal(ck.adam_v, s.v));
+  EXPECT_EQ(ck.state, s.trainer);
+  EXPECT_EQ(std::bit_cast<uint64_t>(ck.state.learning_rate), std::bit_cast<uint64_t>(s.trainer.learning_rate));
+}
+
+TEST(Checkpoint, RoundTripIsBitwiseForEveryField) {
+  TempDir root;
+  for (const char* type : {"llama", "qwen2", "qwen3"}) {
+    SCOPED_TRACE(type);
+    State s = make_state(tiny_card(type, std::string(type) == "qwen3"), 10, 123);
+    std::string dir = save_checkpoint(root / type, s.view(), 3);
+    EXPECT_EQ(fs::path(dir).filename(), "step-00000123");
+    LoadedCheckpoint ck = load_checkpoint(dir);
+    expect_same(ck, s);
+    // Saving what was loaded reproduces the files byte for byte.
+    std::string again = save_checkpoint(root / (std::string(type) + "-again"), ck.view(), 3);
+    for (const char* f : {"model.safetensors", "optimizer.safetensors", "trainer_state.json", "config.json"})
+      EXPECT_EQ(testing::read_bytes(dir + "/" + f), testing::read_bytes(again + "/" + f)) << f;
+  }
+}
+
+TEST(Checkpoint, FolderIsAlsoAHuggingFaceModel) {
+  TempDir root;
+  State s = make_state(tiny_card("llama"), 20, 7);
+  std::string dir = save_checkpoint(root.path(), s.view(), 0);
+  HfModel m = load_hf_model(dir);  // config.json + fp32 model.safetensors under HF names
+  EXPECT_TRUE(bitwise_equal(m.units, s.master));
+  SafetensorsFile opt(dir + "/optimizer.safetensors");
+  EXPECT_NE(opt.find("model.layers.1.mlp.down_proj.weight.exp_avg_sq"), nullptr);
+  EXPECT_EQ(opt.metadata().at("format"), "pt");
+}
+
+TEST(Checkpoint, KeepsTheLastKAndFindsTheLatest) {
+  TempDir root;
+  EXPECT_FALSE(find_latest_checkpoint(root / "none").has_value());
+  ModelCard card = tiny_card("llama");
+  for (int64_t step : {5, 10, 15, 20, 25}) save_checkpoint(root.path(), make_state(card, 30, step).view(), 3);
+  auto all = list_checkpoints(root.path());
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].first, 15);
+  EXPECT_EQ(all[2].first, 25);
+  EXPECT_EQ(find_latest_checkpoint(root.path()), root / "step-00000025");
+  // Saving the same step again replaces it atomically.
+  State s = make_state(card, 31, 25);
+  save_checkpoint(root.path(), s.view(), 3);
+  expect_same(load_checkpoint(*find_latest_checkpoint(root.path())), s);
+  // Steps past 8 digits still sort numerically.
+  save_checkpoint(root.path(), make_state(card, 32, 123456789).view(), 0);
+  EXPECT_EQ(find_latest_checkpoint(root.path()), root / "step-123456789");
+  for (const auto& e : fs::directory_iterator(root.path()))
+    EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << e.path();
+}
+
+TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
+  TempDir root;
+  State s = make_state(tiny_card("llama"), 40, 1);
+  State bad = s;
+  bad.m[2].pop_back();
+  EXPECT_THROW(save_checkpoint(root.path(), bad.view(), 3), InputError);
+  bad = s;
+  // input_layernorm.weight has C = 32 elements, padded to 64: element 32 of a decoder unit is padding.
+  const TensorSpec& norm = make_model_layout(s.card).units[1].tensors[0];
+  ASSERT_LT(norm.offset + norm.numel, make_model_layout(s.card).units[1].tensors[1].offset);
+  bad.master[1][static_cast<std::size_t>(norm.offset + norm.numel)] = 1.0f;
+  try {
+    save_checkpoint(root.path(), bad.view(), 3);
+    FAIL() << "non-zero padding accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("padding"), std::string::npos) << e.what();
+  }
+  bad = s;
+  bad.trainer.metadata_json = "{not json";
+  EXPECT_THROW(save_checkpoint(root.path(), bad.view(), 3), InputError);
+  EXPECT_FALSE(find_latest_checkpoint(root.path()).has_value());
+
+  std::string dir = save_checkpoint(root.path(), s.view(), 3);
+  const std::string state_path = dir + "/trainer_state.json";
+  const std::string good = read_text_file(state_path);
+  struct Case {
+    std::string from, to, must_say;
+  };
+  const Case cases[] = {
+      {"\"optimizer_step\": 1", "\"optimizer_step\": \"1\"", "optimizer_step"},
+      {"\"lr_schedule_step\"", "\"lr_schedule_stepp\"", "lr_schedule_stepp"},
+      {"\"0xfedcba9876543210\"", "\"fedcba\"", "data_cursor.seed"},
+      {"\"format_version\": 1", "\"format_version\": 2", "format_version"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.to);
+    std::string text = good;
+    ASSERT_NE(text.find(c.from), std::string::npos) << text;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    testing::write_bytes(state_path, text);
+    try {
+      load_checkpoint(dir);
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      std::string msg = e.what();
+      EXPECT_NE(msg.find("trainer_state.json"), std::string::npos) << msg;
+      EXPECT_NE(msg.find(c.must_say), std::string::npos) << msg;
+    }
+  }
+  testing::write_bytes(state_path, good);
+  // An optimizer file with a bf16 moment would not resume exactly: refused, naming the tensor.
+  State bf = s;
+  std::string opt = dir + "/optimizer.safetensors";
+  ModelLayout layout = make_model_layout(s.card);
+  auto moments = unit_tensors_to_write(layout, unit_spans(s.m), ".exp_avg");
+  for (auto& t : unit_tensors_to_write(layout, unit_spans(s.v), ".exp_avg_sq")) moments.push_back(t);
+  write_safetensors(opt, moments, {});  // default dtype: BF16
+  try {
+    load_checkpoint(dir);
+    FAIL() << "bf16 moments accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("exp_avg"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("F32"), std::string::npos) << e.what();
+  }
+}
+
+// A child process writes checkpoint 2 and is SIGKILLed while doing it; the parent then finds
+// checkpoint 1 as the latest, loads it intact, and the next save removes the dead writer's temp folder.
+// Two variants: stopped at a known point (after model.safetensors, through the file hook) and killed
+// as soon as its temp folder appears (wherever it happens to be).
+void kill_mid_write(bool at_known_point) {
+  TempDir root;
+  ModelCard card = tiny_card("llama", false, /*layers=*/8, /*vocab=*/4096);  // ~ 0.6 M params, 7 MB per checkpoint
+  State first = make_state(card, 50, 1);
+  save_checkpoint(root.path(), first.view(), 3);
+  State second = make_state(card, 60, 2);
+
+  pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    CheckpointFileHook hook;
+    if (at_known_point)
+      hook = [](const std::string& file) {
+        if (file == "model.safetensors") ::pause();  // wait here for the SIGKILL
+      };
+    try {
+      save_checkpoint(root.path(), second.view(), 3, hook);
+    } catch (...) {
+      ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  // Wait for the child's temp folder (and, at the known point, for model.safetensors inside it).
+  auto child_tmp = [&]() -> std::string {
+    for (const auto& e : fs::directory_iterator(root.path())) {
+      std::string name = e.path().filename().string();
+      if (name.rfind(".tmp-step-00000002-" + std::to_string(child) + "-", 0) == 0) return e.path().string();
+    }
+    return "";
+  };
+  std::string tmp;
+  for (int i = 0; i < 20000; ++i) {
+    tmp = child_tmp();
+    if (!tmp.empty() && (!at_known_point || fs::exists(tmp + "/model.safetensors"))) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+  ASSERT_FALSE(tmp.empty()) << "child never created its temp folder";
+  if (at_known_point) {
+    // The hook runs after model.safetensors is fsynced; give the child time to reach pause().
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ::kill(child, SIGKILL);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  const bool killed = WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL;
+
+  auto latest = find_latest_checkpoint(root.path());
+  ASSERT_TRUE(latest.has_value());
+  if (at_known_point) {
+    ASSERT_TRUE(killed);
+    EXPECT_TRUE(fs::exists(tmp)) << "the partial checkpoint stays a temp folder";
+    EXPECT_FALSE(fs::exists(tmp + "/trainer_state.json"));
+    EXPECT_EQ(*latest, root / "step-00000001");
+    expect_same(load_checkpoint(*latest), first);
+  } else if (*latest == root / "step-00000002") {
+    expect_same(load_checkpoint(*latest), second);  // the child finished before the kill: complete
+  } else {
+    EXPECT_EQ(*latest, root / "step-00000001");
+    expect_same(load_checkpoint(*latest), first);
+  }
+  // The next save cleans up the dead writer's leftovers.
+  State third = make_state(card, 70, 3);
+  save_checkpoint(root.path(), third.view(), 3);
+  for (const auto& e : fs::directory_iterator(root.path()))
+    EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << "left behind: " << e.path();
+  expect_same(load_checkpoint(*find_latest_checkpoint(root.path())), third);
+}
+
+TEST(Checkpoint, SigkillAtAKnownPointLeavesThePreviousCheckpointLatest) { kill_mid_write(true); }
+TEST(Checkpoint, SigkillAsSoonAsTheWriteStartsLeavesAConsistentRoot) { kill_mid_write(false); }
+
+}  // namespace
+}  // namespace slidedp
