@@ -97,7 +97,9 @@ class StateReader {
   }
 
  private:
-  static std::string join(const std::string& at, const char* key) { return at.empty() ? key : at + "." + key; }
+  static std::string join(const std::string& at, const char* key) {
+    return at.empty() ? key : at + "." + key;
+  }
   std::string where(const std::string& at) const { return path_ + ": " + at; }
   std::string path_;
 };
@@ -110,9 +112,11 @@ TrainerState parse_trainer_state(const std::string& path) {
     throw InputError(path, fmt::format("malformed JSON: {}", e.what()));
   }
   StateReader r(path);
-  r.keys(j, "", {"format", "format_version", "optimizer_step", "lr_schedule_step", "learning_rate", "data_cursor",
-                 "rng_state", "metadata"});
-  if (j["format"] != "slidedp-checkpoint") throw InputError(path + ": format", "expected \"slidedp-checkpoint\"");
+  r.keys(j, "",
+         {"format", "format_version", "optimizer_step", "lr_schedule_step", "learning_rate", "data_cursor",
+          "rng_state", "metadata"});
+  if (j["format"] != "slidedp-checkpoint")
+    throw InputError(path + ": format", "expected \"slidedp-checkpoint\"");
   if (r.integer(j, "", "format_version") != kCheckpointFormatVersion)
     throw InputError(path + ": format_version",
                      fmt::format("{} is not supported (this build reads {})", j["format_version"].dump(),
@@ -181,8 +185,8 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
 
     SafetensorsWriteOptions fp32;
     fp32.dtype = TensorDtype::kF32;
-    write_safetensors((fs::path(tmp) / "model.safetensors").string(), unit_tensors_to_write(layout, data.master, ""),
-                      fp32);
+    write_safetensors((fs::path(tmp) / "model.safetensors").string(),
+                      unit_tensors_to_write(layout, data.master, ""), fp32);
     done("model.safetensors");
 
     std::vector<TensorToWrite> moments = unit_tensors_to_write(layout, data.adam_m, kExpAvg);
@@ -192,14 +196,10 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
     write_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, opt_options);
     done("optimizer.safetensors");
 
-    json state = {{"format", "slidedp-checkpoint"},
-                  {"format_version", kCheckpointFormatVersion},
-                  {"optimizer_step", st.optimizer_step},
-                  {"lr_schedule_step", st.lr_schedule_step},
-                  {"learning_rate", st.learning_rate},
-                  {"data_cursor", cursor_to_json(st.data_cursor)},
-                  {"rng_state", json::array()},
-                  {"metadata", metadata}};
+    json state = {{"format", "slidedp-checkpoint"},      {"format_version", kCheckpointFormatVersion},
+                  {"optimizer_step", st.optimizer_step}, {"lr_schedule_step", st.lr_schedule_step},
+                  {"learning_rate", st.learning_rate},   {"data_cursor", cursor_to_json(st.data_cursor)},
+                  {"rng_state", json::array()},          {"metadata", metadata}};
     for (uint64_t w : st.rng_state) state["rng_state"].push_back(hex64(w));
     write_text(fs::path(tmp) / "trainer_state.json", state.dump(2) + "\n");
     done("trainer_state.json");

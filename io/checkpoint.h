@@ -22,10 +22,10 @@
 namespace slidedp {
 
 struct TrainerState {
-  int64_t optimizer_step = 0;    // AdamW steps taken (names the folder; bias correction uses it)
-  int64_t lr_schedule_step = 0;  // position in the learning-rate schedule
-  double learning_rate = 0.0;    // the rate of the last step (informational; restored bit-exactly)
-  DataCursor data_cursor;        // where the next step's data starts
+  int64_t optimizer_step = 0;        // AdamW steps taken (names the folder; bias correction uses it)
+  int64_t lr_schedule_step = 0;      // position in the learning-rate schedule
+  double learning_rate = 0.0;        // the rate of the last step (informational; restored bit-exactly)
+  DataCursor data_cursor;            // where the next step's data starts
   std::vector<uint64_t> rng_state;   // any generator words (dropout, sampling), restored verbatim
   std::string metadata_json = "{}";  // any JSON value (plan, hardware, run configuration); stored as
                                      // JSON and returned compact with key order kept

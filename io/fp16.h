@@ -17,7 +17,7 @@ inline float half_to_float(uint16_t h) {
     return sign != 0 ? -magnitude : magnitude;
   }
   if (exp == 31) return std::bit_cast<float>(sign | 0x7f800000u | (mant << 13));  // Inf / NaN
-  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));       // rebias 15 -> 127
+  return std::bit_cast<float>(sign | ((exp + 112u) << 23) | (mant << 13));        // rebias 15 -> 127
 }
 
 inline uint16_t float_to_half(float f) {

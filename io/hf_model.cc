@@ -45,8 +45,9 @@ void write_text(const fs::path& path, const std::string& text) {
 }  // namespace
 
 bool is_weight_or_config_file(const std::string& name) {
-  static const char* kSuffixes[] = {".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json",
-                                    ".pt", ".pth", ".gguf", ".h5", ".msgpack"};
+  static const char* kSuffixes[] = {
+      ".safetensors", ".safetensors.index.json", ".bin", ".bin.index.json", ".pt", ".pth", ".gguf", ".h5",
+      ".msgpack"};
   if (name == "config.json" || name == "trainer_state.json") return true;
   for (const char* s : kSuffixes)
     if (ends_with(name, s)) return true;
@@ -68,8 +69,9 @@ HfModel load_hf_model(const std::string& dir) {
   if (m.card.tie_word_embeddings) ignorable.insert("lm_head.weight");
   check_no_unexpected_tensors(src, expected, ignorable);
   if (!m.card.tie_word_embeddings && !src.find("lm_head.weight"))
-    throw InputError(src.origin(), "missing tensor 'lm_head.weight' (config.json has tie_word_embeddings false, so "
-                                   "the head needs its own weight)");
+    throw InputError(src.origin(),
+                     "missing tensor 'lm_head.weight' (config.json has tie_word_embeddings false, so "
+                     "the head needs its own weight)");
 
   m.units = zero_unit_buffers(m.layout);
   read_unit_tensors(src, m.layout, "", m.units);
@@ -78,18 +80,21 @@ HfModel load_hf_model(const std::string& dir) {
     if (auto lm = src.find("lm_head.weight")) {
       const TensorSpec& emb = m.layout.units[0].at("model.embed_tokens.weight");
       const std::string where = fmt::format("{}: tensor 'lm_head.weight'", lm->file->path());
-      if (lm->entry->shape != emb.shape) throw InputError(where, "shape differs from model.embed_tokens.weight");
+      if (lm->entry->shape != emb.shape)
+        throw InputError(where, "shape differs from model.embed_tokens.weight");
       std::vector<float> head(static_cast<std::size_t>(lm->entry->numel));
       lm->file->read_fp32(*lm->entry, head);
       const float* e = m.units[0].data() + emb.offset;
       if (std::memcmp(head.data(), e, head.size() * sizeof(float)) != 0)
-        throw InputError(where, "tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight");
+        throw InputError(
+            where, "tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight");
     }
   }
   return m;
 }
 
-std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes, int64_t max_shard_bytes) {
+std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes,
+                                                  int64_t max_shard_bytes) {
   SLIDEDP_CHECK(max_shard_bytes > 0, "max_shard_bytes must be positive");
   std::vector<std::vector<std::size_t>> shards;
   int64_t current = 0;
@@ -128,11 +133,13 @@ void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpan
     nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(card));
     config["torch_dtype"] = options.dtype == TensorDtype::kBF16 ? "bfloat16" : "float32";
     write_text(fs::path(tmp) / "config.json", config.dump(2) + "\n");
-    for (const auto& f : carried) fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing);
+    for (const auto& f : carried)
+      fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing);
 
     std::vector<TensorToWrite> tensors = unit_tensors_to_write(layout, units, "");
     std::vector<int64_t> bytes;
-    for (const auto& t : tensors) bytes.push_back(static_cast<int64_t>(t.values.size()) * tensor_dtype_bytes(options.dtype));
+    for (const auto& t : tensors)
+      bytes.push_back(static_cast<int64_t>(t.values.size()) * tensor_dtype_bytes(options.dtype));
     auto shards = plan_shards(bytes, options.max_shard_bytes);
     SafetensorsWriteOptions wopt;
     wopt.dtype = options.dtype;

@@ -43,7 +43,8 @@ void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpan
 
 // The shard plan save_hf_model uses: tensors in order, a new shard when the next tensor would exceed
 // max_shard_bytes. Returns [shard] -> tensor indices. Exposed for tests.
-std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes, int64_t max_shard_bytes);
+std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes,
+                                                  int64_t max_shard_bytes);
 
 // True for files that are weights or the model config (what save_hf_model writes or must not carry
 // over stale): *.safetensors, *.safetensors.index.json, *.bin, *.pt, *.pth, *.gguf, config.json, ...

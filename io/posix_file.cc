@@ -134,8 +134,8 @@ std::string make_temp_dir_beside(const std::string& final_dir) {
   fs::create_directories(parent, ec);
   if (ec) throw IoError(parent.string(), "cannot create folder: " + ec.message());
   for (int attempt = 0; attempt < 1000; ++attempt) {
-    fs::path tmp = parent / (".tmp-" + target.filename().string() + "-" + std::to_string(::getpid()) +
-                             "-" + std::to_string(counter.fetch_add(1)));
+    fs::path tmp = parent / (".tmp-" + target.filename().string() + "-" + std::to_string(::getpid()) + "-" +
+                             std::to_string(counter.fetch_add(1)));
     if (::mkdir(tmp.c_str(), 0755) == 0) return tmp.string();
     if (errno != EEXIST) throw IoError(tmp.string(), "cannot create folder: " + errno_text(errno));
   }

@@ -34,13 +34,13 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {TensorDtype::kBool, "BOOL", 1},       {TensorDtype::kU8, "U8", 1},
-    {TensorDtype::kI8, "I8", 1},           {TensorDtype::kF8E5M2, "F8_E5M2", 1},
-    {TensorDtype::kF8E4M3, "F8_E4M3", 1},  {TensorDtype::kI16, "I16", 2},
-    {TensorDtype::kU16, "U16", 2},         {TensorDtype::kF16, "F16", 2},
-    {TensorDtype::kBF16, "BF16", 2},       {TensorDtype::kI32, "I32", 4},
-    {TensorDtype::kU32, "U32", 4},         {TensorDtype::kF32, "F32", 4},
-    {TensorDtype::kF64, "F64", 8},         {TensorDtype::kI64, "I64", 8},
+    {TensorDtype::kBool, "BOOL", 1},      {TensorDtype::kU8, "U8", 1},
+    {TensorDtype::kI8, "I8", 1},          {TensorDtype::kF8E5M2, "F8_E5M2", 1},
+    {TensorDtype::kF8E4M3, "F8_E4M3", 1}, {TensorDtype::kI16, "I16", 2},
+    {TensorDtype::kU16, "U16", 2},        {TensorDtype::kF16, "F16", 2},
+    {TensorDtype::kBF16, "BF16", 2},      {TensorDtype::kI32, "I32", 4},
+    {TensorDtype::kU32, "U32", 4},        {TensorDtype::kF32, "F32", 4},
+    {TensorDtype::kF64, "F64", 8},        {TensorDtype::kI64, "I64", 8},
     {TensorDtype::kU64, "U64", 8},
 };
 
@@ -68,13 +68,15 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
       throw InputError(where, fmt::format("unknown key '{}' (expected dtype, shape, data_offsets)", key));
   SafetensorsEntry e;
   e.name = name;
-  if (!v.contains("dtype") || !v["dtype"].is_string()) throw InputError(where + ".dtype", "missing or not a string");
+  if (!v.contains("dtype") || !v["dtype"].is_string())
+    throw InputError(where + ".dtype", "missing or not a string");
   std::string dtype_name = v["dtype"].get<std::string>();
   auto dtype = tensor_dtype_from_name(dtype_name);
   if (!dtype) throw InputError(where + ".dtype", fmt::format("unknown dtype '{}'", dtype_name));
   e.dtype = *dtype;
 
-  if (!v.contains("shape") || !v["shape"].is_array()) throw InputError(where + ".shape", "missing or not an array");
+  if (!v.contains("shape") || !v["shape"].is_array())
+    throw InputError(where + ".shape", "missing or not an array");
   e.numel = 1;
   for (const json& d : v["shape"]) {
     auto dim = as_index(d);
@@ -91,14 +93,15 @@ SafetensorsEntry parse_entry(const std::string& path, const std::string& name, c
   auto begin = as_index(v["data_offsets"][0]);
   auto end = as_index(v["data_offsets"][1]);
   if (!begin || !end) throw InputError(where + ".data_offsets", "offsets must be non-negative integers");
-  if (*end < *begin) throw InputError(where + ".data_offsets", fmt::format("end {} is before begin {}", *end, *begin));
+  if (*end < *begin)
+    throw InputError(where + ".data_offsets", fmt::format("end {} is before begin {}", *end, *begin));
   e.begin = *begin;
   e.end = *end;
   uint64_t expected = static_cast<uint64_t>(e.numel) * static_cast<uint64_t>(tensor_dtype_bytes(e.dtype));
   if (e.end - e.begin != expected)
-    throw InputError(where, fmt::format("shape [{}] x {} is {} bytes but data_offsets [{}, {}) hold {}",
-                                        fmt::join(e.shape, ", "), dtype_name, expected, e.begin, e.end,
-                                        e.end - e.begin));
+    throw InputError(
+        where, fmt::format("shape [{}] x {} is {} bytes but data_offsets [{}, {}) hold {}",
+                           fmt::join(e.shape, ", "), dtype_name, expected, e.begin, e.end, e.end - e.begin));
   return e;
 }
 
@@ -124,15 +127,17 @@ std::optional<TensorDtype> tensor_dtype_from_name(std::string_view name) {
 
 SafetensorsHeader parse_safetensors(std::span<const uint8_t> file, const std::string& path) {
   if (file.size() < 8)
-    throw IoError(path, fmt::format("truncated: {} bytes, shorter than the 8-byte header length", file.size()));
+    throw IoError(path,
+                  fmt::format("truncated: {} bytes, shorter than the 8-byte header length", file.size()));
   uint64_t n = 0;
   std::memcpy(&n, file.data(), 8);
   if (n > kMaxSafetensorsHeaderBytes)
-    throw InputError(path, fmt::format("header length {} exceeds the {}-byte limit (not a safetensors file?)", n,
-                                       kMaxSafetensorsHeaderBytes));
+    throw InputError(path, fmt::format("header length {} exceeds the {}-byte limit (not a safetensors file?)",
+                                       n, kMaxSafetensorsHeaderBytes));
   if (n < 2) throw InputError(path, fmt::format("header length {} is too small for a JSON object", n));
   if (8 + n > file.size())
-    throw IoError(path, fmt::format("truncated: header length says {} bytes but only {} follow", n, file.size() - 8));
+    throw IoError(
+        path, fmt::format("truncated: header length says {} bytes but only {} follow", n, file.size() - 8));
   std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, static_cast<std::size_t>(n));
   if (text.front() != '{') throw InputError(path, "header does not start with '{' (not a safetensors file?)");
 
@@ -190,18 +195,20 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> file, const std::st
   for (const auto& e : h.tensors) {
     if (e.begin < covered)
       throw InputError(tensor_where(path, e.name),
-                       fmt::format("data_offsets [{}, {}) overlap tensor '{}' (which ends at {})", e.begin, e.end,
-                                   previous->name, covered));
+                       fmt::format("data_offsets [{}, {}) overlap tensor '{}' (which ends at {})", e.begin,
+                                   e.end, previous->name, covered));
     if (e.begin > covered)
-      throw InputError(tensor_where(path, e.name),
-                       fmt::format("data_offsets begin at {} but the previous tensor ends at {}: {} bytes belong "
-                                   "to no tensor",
-                                   e.begin, covered, e.begin - covered));
+      throw InputError(
+          tensor_where(path, e.name),
+          fmt::format("data_offsets begin at {} but the previous tensor ends at {}: {} bytes belong "
+                      "to no tensor",
+                      e.begin, covered, e.begin - covered));
     covered = e.end;
     previous = &e;
   }
   if (covered != data_bytes)
-    throw InputError(path, fmt::format("{} bytes after the last tensor belong to no tensor", data_bytes - covered));
+    throw InputError(path,
+                     fmt::format("{} bytes after the last tensor belong to no tensor", data_bytes - covered));
   return h;
 }
 
@@ -220,7 +227,8 @@ std::span<const uint8_t> SafetensorsFile::data(const SafetensorsEntry& entry) co
 }
 
 void SafetensorsFile::read_fp32(const SafetensorsEntry& entry, std::span<float> out) const {
-  SLIDEDP_CHECK(static_cast<int64_t>(out.size()) == entry.numel, "read_fp32 destination size mismatch for " + entry.name);
+  SLIDEDP_CHECK(static_cast<int64_t>(out.size()) == entry.numel,
+                "read_fp32 destination size mismatch for " + entry.name);
   std::span<const uint8_t> bytes = data(entry);
   const uint8_t* p = bytes.data();
   const std::size_t n = out.size();
@@ -266,7 +274,8 @@ int64_t write_safetensors(const std::string& path, std::span<const TensorToWrite
     SLIDEDP_CHECK(!t.name.empty() && t.name != "__metadata__" && names.insert(t.name).second,
                   "tensor names must be unique and non-empty: " + t.name);
     uint64_t bytes = static_cast<uint64_t>(numel) * elem_bytes;
-    header[t.name] = {{"dtype", tensor_dtype_name(dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    header[t.name] = {
+        {"dtype", tensor_dtype_name(dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   if (!options.metadata.empty()) header["__metadata__"] = options.metadata;

@@ -22,7 +22,21 @@ namespace slidedp {
 
 // Every dtype of the safetensors spec; only kF32, kF16 and kBF16 convert to fp32 (model weights).
 enum class TensorDtype : uint8_t {
-  kBool, kU8, kI8, kF8E5M2, kF8E4M3, kI16, kU16, kF16, kBF16, kI32, kU32, kF32, kF64, kI64, kU64
+  kBool,
+  kU8,
+  kI8,
+  kF8E5M2,
+  kF8E4M3,
+  kI16,
+  kU16,
+  kF16,
+  kBF16,
+  kI32,
+  kU32,
+  kF32,
+  kF64,
+  kI64,
+  kU64
 };
 const char* tensor_dtype_name(TensorDtype dtype);  // the spec's spelling: "BF16", "F8_E4M3", ...
 int64_t tensor_dtype_bytes(TensorDtype dtype);
@@ -38,7 +52,7 @@ struct SafetensorsEntry {
 };
 
 struct SafetensorsHeader {
-  uint64_t data_start = 0;               // 8 + N: file offset of the data section
+  uint64_t data_start = 0;                // 8 + N: file offset of the data section
   std::vector<SafetensorsEntry> tensors;  // ordered by begin (= file order)
   std::map<std::string, std::string> metadata;
 };

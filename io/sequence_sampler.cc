@@ -22,7 +22,8 @@ constexpr int kFeistelRounds = 6;
 
 }  // namespace
 
-SequenceSampler::SequenceSampler(TokenDataset dataset, int64_t seq_len, int64_t global_batch_sequences, uint64_t seed)
+SequenceSampler::SequenceSampler(TokenDataset dataset, int64_t seq_len, int64_t global_batch_sequences,
+                                 uint64_t seed)
     : dataset_(std::move(dataset)), seq_len_(seq_len), global_batch_(global_batch_sequences), seed_(seed) {
   const std::string& name = dataset_.name();
   if (seq_len_ <= 0) throw InputError("seq_len", fmt::format("{} must be positive", seq_len_));
@@ -33,8 +34,9 @@ SequenceSampler::SequenceSampler(TokenDataset dataset, int64_t seq_len, int64_t 
                                        dataset_.num_tokens(), seq_len_, seq_len_ + 1));
   num_sequences_ = (dataset_.num_tokens() - 1) / seq_len_;
   if (num_sequences_ < global_batch_)
-    throw InputError(name, fmt::format("{} tokens make {} sequences of {} tokens, fewer than one global batch of {}",
-                                       dataset_.num_tokens(), num_sequences_, seq_len_, global_batch_));
+    throw InputError(
+        name, fmt::format("{} tokens make {} sequences of {} tokens, fewer than one global batch of {}",
+                          dataset_.num_tokens(), num_sequences_, seq_len_, global_batch_));
   half_bits_ = 1;
   while ((int64_t{1} << (2 * half_bits_)) < num_sequences_) ++half_bits_;
 }
@@ -75,10 +77,12 @@ void SequenceSampler::epoch_and_position(int64_t step, int64_t* epoch, int64_t* 
   *position = (rest % per_epoch) * global_batch_;
 }
 
-int64_t SequenceSampler::pack_sequence(int64_t sequence, std::span<int32_t> inputs, std::span<int32_t> targets) const {
+int64_t SequenceSampler::pack_sequence(int64_t sequence, std::span<int32_t> inputs,
+                                       std::span<int32_t> targets) const {
   SLIDEDP_CHECK(sequence >= 0 && sequence < num_sequences_, "sequence index out of range");
-  SLIDEDP_CHECK(static_cast<int64_t>(inputs.size()) == seq_len_ && static_cast<int64_t>(targets.size()) == seq_len_,
-                "pack_sequence buffers must hold seq_len elements");
+  SLIDEDP_CHECK(
+      static_cast<int64_t>(inputs.size()) == seq_len_ && static_cast<int64_t>(targets.size()) == seq_len_,
+      "pack_sequence buffers must hold seq_len elements");
   const int64_t start = sequence * seq_len_;
   int64_t counted = 0;
   for (int64_t t = 0; t < seq_len_; ++t) {
@@ -102,8 +106,8 @@ int64_t SequenceSampler::fill_micro_batch(int64_t step, int64_t micro_step, int 
   const int64_t per_micro_step = static_cast<int64_t>(ranks) * micro_batch_size;
   if (global_batch_ % per_micro_step != 0)
     throw InputError("global_batch_sequences",
-                     fmt::format("{} is not a multiple of ranks x micro_batch_size = {} x {}", global_batch_, ranks,
-                                 micro_batch_size));
+                     fmt::format("{} is not a multiple of ranks x micro_batch_size = {} x {}", global_batch_,
+                                 ranks, micro_batch_size));
   SLIDEDP_CHECK(rank >= 0 && rank < ranks, "rank out of range");
   SLIDEDP_CHECK(micro_step >= 0 && micro_step < global_batch_ / per_micro_step, "micro_step out of range");
   SLIDEDP_CHECK(static_cast<int64_t>(inputs.size()) == micro_batch_size * seq_len_ &&
@@ -115,7 +119,8 @@ int64_t SequenceSampler::fill_micro_batch(int64_t step, int64_t micro_step, int 
   int64_t counted = 0;
   for (int64_t b = 0; b < micro_batch_size; ++b) {
     int64_t seq = sequence_at(epoch, first + b);
-    counted += pack_sequence(seq, inputs.subspan(b * seq_len_, seq_len_), targets.subspan(b * seq_len_, seq_len_));
+    counted +=
+        pack_sequence(seq, inputs.subspan(b * seq_len_, seq_len_), targets.subspan(b * seq_len_, seq_len_));
   }
   return counted;
 }
@@ -157,11 +162,13 @@ DataCursor SequenceSampler::cursor_at_step(int64_t step) const {
 
 void SequenceSampler::resume(const DataCursor& cursor, int64_t step) {
   if (cursor.num_sequences != num_sequences_ || cursor.seq_len != seq_len_)
-    throw InputError("data cursor", fmt::format("was saved for {} sequences of {} tokens; {} with seq_len {} makes {}",
-                                                cursor.num_sequences, cursor.seq_len, dataset_.name(), seq_len_,
-                                                num_sequences_));
+    throw InputError(
+        "data cursor",
+        fmt::format("was saved for {} sequences of {} tokens; {} with seq_len {} makes {}",
+                    cursor.num_sequences, cursor.seq_len, dataset_.name(), seq_len_, num_sequences_));
   if (cursor.seed != seed_)
-    throw InputError("data cursor", fmt::format("was saved with seed {}, this run uses seed {}", cursor.seed, seed_));
+    throw InputError("data cursor",
+                     fmt::format("was saved with seed {}, this run uses seed {}", cursor.seed, seed_));
   if (cursor.epoch < 0 || cursor.position < 0 || cursor.position >= num_sequences_ || step < 0)
     throw InputError("data cursor", fmt::format("epoch {} position {} is out of range (S = {})", cursor.epoch,
                                                 cursor.position, num_sequences_));

@@ -31,12 +31,12 @@ struct DataCursor {
 };
 
 struct MicroBatch {
-  int64_t batch_size = 0;              // B
-  int64_t seq_len = 0;                 // T
-  std::vector<int32_t> inputs;         // (B, T) token ids, host
-  std::vector<int32_t> targets;        // (B, T) next-token ids or kIgnoreIndex, host
-  std::vector<int64_t> sequence_ids;   // (B) packed sequence index of each row (logs, tests)
-  int64_t num_targets = 0;             // targets that are not kIgnoreIndex
+  int64_t batch_size = 0;             // B
+  int64_t seq_len = 0;                // T
+  std::vector<int32_t> inputs;        // (B, T) token ids, host
+  std::vector<int32_t> targets;       // (B, T) next-token ids or kIgnoreIndex, host
+  std::vector<int64_t> sequence_ids;  // (B) packed sequence index of each row (logs, tests)
+  int64_t num_targets = 0;            // targets that are not kIgnoreIndex
 };
 
 class SequenceSampler {
@@ -45,8 +45,8 @@ class SequenceSampler {
   // one global batch (a step could not be made of distinct sequences).
   SequenceSampler(TokenDataset dataset, int64_t seq_len, int64_t global_batch_sequences, uint64_t seed);
 
-  int64_t num_sequences() const { return num_sequences_; }  // S
-  int64_t seq_len() const { return seq_len_; }               // T
+  int64_t num_sequences() const { return num_sequences_; }          // S
+  int64_t seq_len() const { return seq_len_; }                      // T
   int64_t global_batch_sequences() const { return global_batch_; }  // G
   int64_t steps_per_epoch() const { return num_sequences_ / global_batch_; }
   const TokenDataset& dataset() const { return dataset_; }
@@ -58,7 +58,8 @@ class SequenceSampler {
   // Rank `rank` of `ranks`'s micro-batch of `micro_batch_size` sequences in micro-step `micro_step`
   // of optimizer step `step`. G must be a multiple of ranks * micro_batch_size (InputError otherwise);
   // micro_step < G / (ranks * micro_batch_size).
-  MicroBatch micro_batch(int64_t step, int64_t micro_step, int rank, int ranks, int64_t micro_batch_size) const;
+  MicroBatch micro_batch(int64_t step, int64_t micro_step, int rank, int ranks,
+                         int64_t micro_batch_size) const;
   // The same into caller buffers (e.g. pinned memory): inputs and targets hold B*T elements each.
   // Returns the number of targets that count.
   int64_t fill_micro_batch(int64_t step, int64_t micro_step, int rank, int ranks, int64_t micro_batch_size,

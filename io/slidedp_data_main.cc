@@ -1,9 +1,9 @@
 // slidedp-data: builds SlideDP token files (docs/FORMATS.md) from raw text (byte-level tokenizer),
 // JSON lines of token ids, or NumPy .npy arrays, and inspects existing ones. Every input is validated
 // while it is read (ids below the vocabulary, well-formed lines), and the output appears atomically.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -54,27 +54,37 @@ int run_build(const BuildArgs& a) {
     if (any_ids) throw InputError("--vocab-size", "is required for token ids (jsonl, npy inputs)");
     vocab = kByteVocabSize;
   }
-  if (vocab < 0 || vocab > kMaxVocabSize) throw InputError("--vocab-size", fmt::format("{} is outside [1, 2^31]", vocab));
+  if (vocab < 0 || vocab > kMaxVocabSize)
+    throw InputError("--vocab-size", fmt::format("{} is outside [1, 2^31]", vocab));
   std::optional<uint32_t> eos;
   if (a.eos_id >= 0) {
-    if (a.eos_id >= vocab) throw InputError("--eos-id", fmt::format("{} is >= vocab_size {}", a.eos_id, vocab));
+    if (a.eos_id >= vocab)
+      throw InputError("--eos-id", fmt::format("{} is >= vocab_size {}", a.eos_id, vocab));
     eos = static_cast<uint32_t>(a.eos_id);
   }
   TokenDtype dtype = token_dtype_for_vocab(vocab);
-  if (a.dtype == "uint16") dtype = TokenDtype::kUint16;
-  else if (a.dtype == "uint32") dtype = TokenDtype::kUint32;
-  else if (a.dtype != "auto") throw InputError("--dtype", fmt::format("'{}' is not one of auto, uint16, uint32", a.dtype));
+  if (a.dtype == "uint16")
+    dtype = TokenDtype::kUint16;
+  else if (a.dtype == "uint32")
+    dtype = TokenDtype::kUint32;
+  else if (a.dtype != "auto")
+    throw InputError("--dtype", fmt::format("'{}' is not one of auto, uint16, uint32", a.dtype));
   if (dtype == TokenDtype::kUint16 && vocab > 65536)
     throw InputError("--dtype", fmt::format("uint16 cannot hold ids of a vocabulary of {}", vocab));
 
   TokenStream stream;
-  Progress progress("slidedp-data", static_cast<double>(a.inputs.size()), "files", !a.json && a.inputs.size() > 1);
+  Progress progress("slidedp-data", static_cast<double>(a.inputs.size()), "files",
+                    !a.json && a.inputs.size() > 1);
   if (a.embedded) append_text(stream, default_corpus_text(), "<embedded tiny_corpus.txt>", vocab, eos);
   for (std::size_t i = 0; i < a.inputs.size(); ++i) {
     const std::string& in = a.inputs[i];
     switch (formats[i]) {
-      case InputFormat::kText: append_text(stream, read_text_file(in), in, vocab, eos); break;
-      case InputFormat::kJsonl: append_jsonl(stream, read_text_file(in), in, vocab, eos); break;
+      case InputFormat::kText:
+        append_text(stream, read_text_file(in), in, vocab, eos);
+        break;
+      case InputFormat::kJsonl:
+        append_jsonl(stream, read_text_file(in), in, vocab, eos);
+        break;
       case InputFormat::kNpy: {
         MappedFile f(in);
         append_npy(stream, f.bytes(), in, vocab, eos);
@@ -92,24 +102,21 @@ int run_build(const BuildArgs& a) {
   for (uint8_t m : stream.loss_mask) counted += m;
   const auto file_bytes = std::filesystem::file_size(a.out);
   if (a.json) {
-    nlohmann::json j = {{"out", a.out},
-                        {"num_tokens", stream.tokens.size()},
-                        {"documents", stream.documents},
-                        {"vocab_size", vocab},
-                        {"dtype", token_dtype_name(dtype)},
-                        {"has_loss_mask", stream.has_mask},
-                        {"loss_tokens", counted},
-                        {"file_bytes", file_bytes},
-                        {"inputs", nlohmann::json::array()}};
+    nlohmann::json j = {
+        {"out", a.out},           {"num_tokens", stream.tokens.size()}, {"documents", stream.documents},
+        {"vocab_size", vocab},    {"dtype", token_dtype_name(dtype)},   {"has_loss_mask", stream.has_mask},
+        {"loss_tokens", counted}, {"file_bytes", file_bytes},           {"inputs", nlohmann::json::array()}};
     if (a.embedded) j["inputs"].push_back({{"path", "<embedded tiny_corpus.txt>"}, {"format", "text"}});
     for (std::size_t i = 0; i < a.inputs.size(); ++i)
       j["inputs"].push_back({{"path", a.inputs[i]}, {"format", input_format_name(formats[i])}});
     std::printf("%s\n", j.dump(2).c_str());
   } else {
-    std::printf("wrote %s: %zu tokens in %lld documents, vocab %lld, %s, loss mask %s (%lld tokens count), %llu bytes\n",
-                a.out.c_str(), stream.tokens.size(), static_cast<long long>(stream.documents),
-                static_cast<long long>(vocab), token_dtype_name(dtype), stream.has_mask ? "yes" : "no",
-                static_cast<long long>(counted), static_cast<unsigned long long>(file_bytes));
+    std::printf(
+        "wrote %s: %zu tokens in %lld documents, vocab %lld, %s, loss mask %s (%lld tokens count), %llu "
+        "bytes\n",
+        a.out.c_str(), stream.tokens.size(), static_cast<long long>(stream.documents),
+        static_cast<long long>(vocab), token_dtype_name(dtype), stream.has_mask ? "yes" : "no",
+        static_cast<long long>(counted), static_cast<unsigned long long>(file_bytes));
   }
   return 0;
 }
@@ -122,9 +129,13 @@ int run_inspect(const InspectArgs& a) {
   std::vector<uint32_t> head;
   for (int64_t i = 0; i < std::min(a.head, d.num_tokens()); ++i) head.push_back(d.token(i));
   if (a.json) {
-    nlohmann::json j = {{"path", a.path},        {"num_tokens", d.num_tokens()}, {"vocab_size", d.vocab_size()},
-                        {"dtype", token_dtype_name(d.dtype())}, {"has_loss_mask", d.has_loss_mask()},
-                        {"loss_tokens", counted}, {"head", head}};
+    nlohmann::json j = {{"path", a.path},
+                        {"num_tokens", d.num_tokens()},
+                        {"vocab_size", d.vocab_size()},
+                        {"dtype", token_dtype_name(d.dtype())},
+                        {"has_loss_mask", d.has_loss_mask()},
+                        {"loss_tokens", counted},
+                        {"head", head}};
     if (a.seq_len > 0) {
       j["seq_len"] = a.seq_len;
       j["sequences"] = sequences;
@@ -133,7 +144,8 @@ int run_inspect(const InspectArgs& a) {
   } else {
     std::printf("%s: %lld tokens, vocab %lld, %s, loss mask %s (%lld tokens count)\n", a.path.c_str(),
                 static_cast<long long>(d.num_tokens()), static_cast<long long>(d.vocab_size()),
-                token_dtype_name(d.dtype()), d.has_loss_mask() ? "yes" : "no", static_cast<long long>(counted));
+                token_dtype_name(d.dtype()), d.has_loss_mask() ? "yes" : "no",
+                static_cast<long long>(counted));
     if (a.seq_len > 0)
       std::printf("  %lld sequences of %lld tokens (+1 shifted target)\n", static_cast<long long>(sequences),
                   static_cast<long long>(a.seq_len));
@@ -159,17 +171,22 @@ int main_body(int argc, char** argv) {
   build->add_option("--out,-o", b.out, "Token file to write (replaced atomically)")->required();
   build->add_option("--input-format", b.input_format,
                     "auto (by extension: .jsonl/.json -> jsonl, .npy -> npy, else text), text, jsonl or npy");
-  build->add_option("--vocab-size", b.vocab_size,
-                    "Vocabulary size; every id must be below it. Default 256 for text, required for jsonl/npy");
-  build->add_option("--dtype", b.dtype, "Token width: auto (uint16 when vocab <= 65536, else uint32), uint16, uint32");
-  build->add_option("--eos-id", b.eos_id, "Append this token id after every document (text file, JSON line, array)");
-  build->add_flag("--embedded", b.embedded, "Also include the embedded default corpus (byte-level text) first");
+  build->add_option(
+      "--vocab-size", b.vocab_size,
+      "Vocabulary size; every id must be below it. Default 256 for text, required for jsonl/npy");
+  build->add_option("--dtype", b.dtype,
+                    "Token width: auto (uint16 when vocab <= 65536, else uint32), uint16, uint32");
+  build->add_option("--eos-id", b.eos_id,
+                    "Append this token id after every document (text file, JSON line, array)");
+  build->add_flag("--embedded", b.embedded,
+                  "Also include the embedded default corpus (byte-level text) first");
   build->add_flag("--json", b.json, "Print the summary as JSON on stdout");
 
   InspectArgs ins;
   CLI::App* inspect = app.add_subcommand("inspect", "Validate a token file and print its header and counts");
   inspect->add_option("path", ins.path, "Token file")->required();
-  inspect->add_option("--seq-len", ins.seq_len, "Also report how many packed sequences of this length it makes");
+  inspect->add_option("--seq-len", ins.seq_len,
+                      "Also report how many packed sequences of this length it makes");
   inspect->add_option("--head", ins.head, "Print the first N token ids");
   inspect->add_flag("--json", ins.json, "Print the summary as JSON on stdout");
 

@@ -43,8 +43,8 @@ int64_t first_bad_token(const uint8_t* p, int64_t n, uint64_t vocab) {
 
 struct TokenDataset::Storage {
   std::string name;
-  MappedFile file;                // when opened from a file
-  std::vector<uint32_t> owned;    // when built in memory
+  MappedFile file;              // when opened from a file
+  std::vector<uint32_t> owned;  // when built in memory
   std::vector<uint8_t> owned_mask;
   const uint8_t* tokens = nullptr;
   const uint8_t* mask = nullptr;  // nullptr: no mask
@@ -71,14 +71,17 @@ TokenDataset TokenDataset::open(const std::string& path) {
   TokenFileHeader h;
   std::memcpy(&h, bytes.data(), sizeof h);
   if (std::memcmp(h.magic, kTokenFileMagic, 8) != 0)
-    throw InputError(path, "wrong magic: not a SlideDP token file (expected \"SDPTOKNS\"; build one with slidedp-data)");
+    throw InputError(
+        path, "wrong magic: not a SlideDP token file (expected \"SDPTOKNS\"; build one with slidedp-data)");
   if (h.version != kTokenFileVersion)
-    throw InputError(path + ": version", fmt::format("{} is not supported (this build reads version {})", h.version,
-                                                     kTokenFileVersion));
+    throw InputError(path + ": version", fmt::format("{} is not supported (this build reads version {})",
+                                                     h.version, kTokenFileVersion));
   if (h.token_bytes != 2 && h.token_bytes != 4)
-    throw InputError(path + ": token_bytes", fmt::format("{} (expected 2 for uint16 or 4 for uint32)", h.token_bytes));
+    throw InputError(path + ": token_bytes",
+                     fmt::format("{} (expected 2 for uint16 or 4 for uint32)", h.token_bytes));
   if ((h.flags & ~kTokenFileFlagLossMask) != 0)
-    throw InputError(path + ": flags", fmt::format("unknown flag bits 0x{:x}", h.flags & ~kTokenFileFlagLossMask));
+    throw InputError(path + ": flags",
+                     fmt::format("unknown flag bits 0x{:x}", h.flags & ~kTokenFileFlagLossMask));
   bool reserved_zero = h.reserved0 == 0;
   for (uint8_t b : h.reserved) reserved_zero = reserved_zero && b == 0;
   if (!reserved_zero) throw InputError(path + ": reserved", "reserved header bytes must be zero");
@@ -91,11 +94,13 @@ TokenDataset TokenDataset::open(const std::string& path) {
   const uint64_t payload = bytes.size() - sizeof h;
   const uint64_t per_token = h.token_bytes + (has_mask ? 1u : 0u);
   if (h.num_tokens > payload / per_token)
-    throw IoError(path, fmt::format("truncated: header says {} tokens ({} bytes each{}) but only {} bytes follow",
-                                    h.num_tokens, h.token_bytes, has_mask ? " + 1 mask byte" : "", payload));
+    throw IoError(path,
+                  fmt::format("truncated: header says {} tokens ({} bytes each{}) but only {} bytes follow",
+                              h.num_tokens, h.token_bytes, has_mask ? " + 1 mask byte" : "", payload));
   if (h.num_tokens * per_token != payload)
-    throw InputError(path, fmt::format("{} bytes after the {} tokens{} belong to nothing", payload - h.num_tokens * per_token,
-                                       h.num_tokens, has_mask ? " and mask" : ""));
+    throw InputError(
+        path, fmt::format("{} bytes after the {} tokens{} belong to nothing",
+                          payload - h.num_tokens * per_token, h.num_tokens, has_mask ? " and mask" : ""));
   s->num_tokens = static_cast<int64_t>(h.num_tokens);
   s->vocab_size = static_cast<int64_t>(h.vocab_size);
   s->dtype = static_cast<TokenDtype>(h.token_bytes);
@@ -107,7 +112,8 @@ TokenDataset TokenDataset::open(const std::string& path) {
   if (bad >= 0) {
     TokenDataset tmp;
     tmp.s_ = s;
-    throw InputError(path, fmt::format("token {} at index {} is >= vocab_size {}", tmp.token(bad), bad, h.vocab_size));
+    throw InputError(
+        path, fmt::format("token {} at index {} is >= vocab_size {}", tmp.token(bad), bad, h.vocab_size));
   }
   if (has_mask)
     for (int64_t i = 0; i < s->num_tokens; ++i)
@@ -118,17 +124,20 @@ TokenDataset TokenDataset::open(const std::string& path) {
   return d;
 }
 
-TokenDataset TokenDataset::from_tokens(std::string name, std::vector<uint32_t> tokens, std::vector<uint8_t> loss_mask,
-                                       int64_t vocab_size) {
+TokenDataset TokenDataset::from_tokens(std::string name, std::vector<uint32_t> tokens,
+                                       std::vector<uint8_t> loss_mask, int64_t vocab_size) {
   if (vocab_size <= 0 || vocab_size > kMaxVocabSize)
     throw InputError(name + ": vocab_size", fmt::format("{} is outside [1, 2^31]", vocab_size));
   if (!loss_mask.empty() && loss_mask.size() != tokens.size())
-    throw InputError(name, fmt::format("loss mask has {} entries for {} tokens", loss_mask.size(), tokens.size()));
+    throw InputError(name,
+                     fmt::format("loss mask has {} entries for {} tokens", loss_mask.size(), tokens.size()));
   for (std::size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] >= static_cast<uint64_t>(vocab_size))
-      throw InputError(name, fmt::format("token {} at index {} is >= vocab_size {}", tokens[i], i, vocab_size));
+      throw InputError(name,
+                       fmt::format("token {} at index {} is >= vocab_size {}", tokens[i], i, vocab_size));
   for (std::size_t i = 0; i < loss_mask.size(); ++i)
-    if (loss_mask[i] > 1) throw InputError(name, fmt::format("loss mask byte {} at index {} is not 0 or 1", loss_mask[i], i));
+    if (loss_mask[i] > 1)
+      throw InputError(name, fmt::format("loss mask byte {} at index {} is not 0 or 1", loss_mask[i], i));
   auto s = std::make_shared<Storage>();
   s->name = std::move(name);
   s->owned = std::move(tokens);
@@ -166,19 +175,23 @@ bool TokenDataset::counts_in_loss(int64_t i) const {
   return s_->mask == nullptr || s_->mask[i] != 0;
 }
 
-void write_token_file(const std::string& path, std::span<const uint32_t> tokens, std::span<const uint8_t> loss_mask,
-                      int64_t vocab_size, TokenDtype dtype) {
+void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
+                      std::span<const uint8_t> loss_mask, int64_t vocab_size, TokenDtype dtype) {
   if (vocab_size <= 0 || vocab_size > kMaxVocabSize)
     throw InputError(path + ": vocab_size", fmt::format("{} is outside [1, 2^31]", vocab_size));
   if (dtype == TokenDtype::kUint16 && vocab_size > 65536)
-    throw InputError(path + ": dtype", fmt::format("uint16 cannot hold ids of a vocabulary of {}", vocab_size));
+    throw InputError(path + ": dtype",
+                     fmt::format("uint16 cannot hold ids of a vocabulary of {}", vocab_size));
   if (!loss_mask.empty() && loss_mask.size() != tokens.size())
-    throw InputError(path, fmt::format("loss mask has {} entries for {} tokens", loss_mask.size(), tokens.size()));
+    throw InputError(path,
+                     fmt::format("loss mask has {} entries for {} tokens", loss_mask.size(), tokens.size()));
   for (std::size_t i = 0; i < tokens.size(); ++i)
     if (tokens[i] >= static_cast<uint64_t>(vocab_size))
-      throw InputError(path, fmt::format("token {} at index {} is >= vocab_size {}", tokens[i], i, vocab_size));
+      throw InputError(path,
+                       fmt::format("token {} at index {} is >= vocab_size {}", tokens[i], i, vocab_size));
   for (std::size_t i = 0; i < loss_mask.size(); ++i)
-    if (loss_mask[i] > 1) throw InputError(path, fmt::format("loss mask byte {} at index {} is not 0 or 1", loss_mask[i], i));
+    if (loss_mask[i] > 1)
+      throw InputError(path, fmt::format("loss mask byte {} at index {} is not 0 or 1", loss_mask[i], i));
 
   TokenFileHeader h{};
   std::memcpy(h.magic, kTokenFileMagic, 8);
@@ -191,7 +204,8 @@ void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
-  std::string tmp = (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
+  std::string tmp =
+      (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   try {
     OutputFile out(tmp);
     out.write(&h, sizeof h);

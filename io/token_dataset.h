@@ -34,8 +34,8 @@ class TokenDataset {
   static TokenDataset open(const std::string& path);
   // An in-memory dataset (the embedded corpus, tests); validated like a file. `loss_mask` is empty
   // (every target counts) or one 0/1 byte per token.
-  static TokenDataset from_tokens(std::string name, std::vector<uint32_t> tokens, std::vector<uint8_t> loss_mask,
-                                  int64_t vocab_size);
+  static TokenDataset from_tokens(std::string name, std::vector<uint32_t> tokens,
+                                  std::vector<uint8_t> loss_mask, int64_t vocab_size);
 
   const std::string& name() const;  // the file path, or the name given to from_tokens
   int64_t num_tokens() const;
@@ -54,7 +54,7 @@ class TokenDataset {
 
 // Writes a token file atomically (temp file, fsync, rename). `loss_mask` empty or one byte per token.
 // Throws InputError when a token id >= vocab_size or the dtype cannot hold the vocabulary.
-void write_token_file(const std::string& path, std::span<const uint32_t> tokens, std::span<const uint8_t> loss_mask,
-                      int64_t vocab_size, TokenDtype dtype);
+void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
+                      std::span<const uint8_t> loss_mask, int64_t vocab_size, TokenDtype dtype);
 
 }  // namespace slidedp

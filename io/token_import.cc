@@ -18,12 +18,14 @@ using nlohmann::json;
 
 void push_token(TokenStream& out, int64_t id, uint8_t mask, int64_t vocab_size, const std::string& where) {
   if (id < 0) throw InputError(where, fmt::format("token id {} is negative", id));
-  if (id >= vocab_size) throw InputError(where, fmt::format("token id {} is >= vocab_size {}", id, vocab_size));
+  if (id >= vocab_size)
+    throw InputError(where, fmt::format("token id {} is >= vocab_size {}", id, vocab_size));
   out.tokens.push_back(static_cast<uint32_t>(id));
   out.loss_mask.push_back(mask);
 }
 
-void end_document(TokenStream& out, std::optional<uint32_t> eos, int64_t vocab_size, const std::string& where) {
+void end_document(TokenStream& out, std::optional<uint32_t> eos, int64_t vocab_size,
+                  const std::string& where) {
   if (eos) push_token(out, *eos, 1, vocab_size, where + ": --eos-id");
   ++out.documents;
 }
@@ -135,12 +137,14 @@ class PyLiteralParser {
 };
 
 template <typename T>
-void append_npy_values(TokenStream& out, const uint8_t* p, int64_t n, int64_t vocab_size, const std::string& path) {
+void append_npy_values(TokenStream& out, const uint8_t* p, int64_t n, int64_t vocab_size,
+                       const std::string& path) {
   for (int64_t i = 0; i < n; ++i) {
     T v;
     std::memcpy(&v, p + i * static_cast<int64_t>(sizeof(T)), sizeof(T));
     const int64_t id = static_cast<int64_t>(v);
-    if (id < 0 || id >= vocab_size) push_token(out, id, 1, vocab_size, fmt::format("{}: element {}", path, i));
+    if (id < 0 || id >= vocab_size)
+      push_token(out, id, 1, vocab_size, fmt::format("{}: element {}", path, i));
     out.tokens.push_back(static_cast<uint32_t>(id));
     out.loss_mask.push_back(1);
   }
@@ -165,9 +169,12 @@ InputFormat input_format_for(const std::string& format_name, const std::string& 
 
 const char* input_format_name(InputFormat format) {
   switch (format) {
-    case InputFormat::kText: return "text";
-    case InputFormat::kJsonl: return "jsonl";
-    case InputFormat::kNpy: return "npy";
+    case InputFormat::kText:
+      return "text";
+    case InputFormat::kJsonl:
+      return "jsonl";
+    case InputFormat::kNpy:
+      return "npy";
   }
   return "?";
 }
@@ -194,7 +201,8 @@ void append_jsonl(TokenStream& out, std::string_view text, const std::string& pa
   std::size_t pos = 0;
   while (pos < text.size()) {
     std::size_t nl = text.find('\n', pos);
-    std::string_view line = text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
+    std::string_view line =
+        text.substr(pos, nl == std::string_view::npos ? std::string_view::npos : nl - pos);
     pos = nl == std::string_view::npos ? text.size() : nl + 1;
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines separate nothing
@@ -210,16 +218,19 @@ void append_jsonl(TokenStream& out, std::string_view text, const std::string& pa
     if (j.is_object()) {
       for (const auto& [k, _] : j.items())
         if (k != "input_ids" && k != "loss_mask")
-          throw InputError(where, fmt::format("unknown key '{}' (expected input_ids and optional loss_mask)", k));
+          throw InputError(where,
+                           fmt::format("unknown key '{}' (expected input_ids and optional loss_mask)", k));
       if (!j.contains("input_ids")) throw InputError(where, "missing key 'input_ids'");
       ids = &j["input_ids"];
       if (j.contains("loss_mask")) mask = &j["loss_mask"];
     }
     if (!ids->is_array())
-      throw InputError(where, "expected a list of token ids or an object {\"input_ids\": [...], \"loss_mask\": [...]}");
+      throw InputError(
+          where, "expected a list of token ids or an object {\"input_ids\": [...], \"loss_mask\": [...]}");
     if (mask != nullptr) {
       if (!mask->is_array() || mask->size() != ids->size())
-        throw InputError(where + ": loss_mask", fmt::format("expected a list of {} values (0/1)", ids->size()));
+        throw InputError(where + ": loss_mask",
+                         fmt::format("expected a list of {} values (0/1)", ids->size()));
       if (!out.has_mask) out.has_mask = true;  // earlier documents keep their all-ones mask
     }
     for (std::size_t i = 0; i < ids->size(); ++i) {
@@ -267,7 +278,8 @@ NpyHeader parse_npy_header(std::span<const uint8_t> file, const std::string& pat
   } else {
     throw InputError(path, fmt::format(".npy format version {} is not supported (1, 2, 3)", major));
   }
-  if (prefix + header_len > file.size()) throw IoError(path, "truncated: the .npy header runs past the end of file");
+  if (prefix + header_len > file.size())
+    throw IoError(path, "truncated: the .npy header runs past the end of file");
   std::string_view text(reinterpret_cast<const char*>(file.data()) + prefix, header_len);
   auto dict = PyLiteralParser(text, path + ": .npy header").dict();
   NpyHeader h;
@@ -276,16 +288,19 @@ NpyHeader parse_npy_header(std::span<const uint8_t> file, const std::string& pat
     if (k != "descr" && k != "fortran_order" && k != "shape")
       throw InputError(path + ": .npy header", fmt::format("unknown key '{}'", k));
   if (!dict.count("descr") || dict["descr"].kind != PyValue::kString)
-    throw InputError(path + ": .npy header: descr", "missing or not a string (structured arrays are not supported)");
+    throw InputError(path + ": .npy header: descr",
+                     "missing or not a string (structured arrays are not supported)");
   h.descr = dict["descr"].text;
   if (dict.count("fortran_order")) {
-    if (dict["fortran_order"].kind != PyValue::kBool) throw InputError(path + ": .npy header: fortran_order", "expected True or False");
+    if (dict["fortran_order"].kind != PyValue::kBool)
+      throw InputError(path + ": .npy header: fortran_order", "expected True or False");
     h.fortran_order = dict["fortran_order"].flag;
   }
   if (!dict.count("shape") || dict["shape"].kind != PyValue::kTuple)
     throw InputError(path + ": .npy header: shape", "missing or not a tuple");
   for (const auto& d : dict["shape"].items) {
-    if (d.kind != PyValue::kInt || d.integer < 0) throw InputError(path + ": .npy header: shape", "dimensions must be non-negative integers");
+    if (d.kind != PyValue::kInt || d.integer < 0)
+      throw InputError(path + ": .npy header: shape", "dimensions must be non-negative integers");
     h.shape.push_back(d.integer);
   }
   return h;
@@ -295,30 +310,42 @@ void append_npy(TokenStream& out, std::span<const uint8_t> file, const std::stri
                 std::optional<uint32_t> eos) {
   NpyHeader h = parse_npy_header(file, path);
   if (h.shape.size() != 1)
-    throw InputError(path + ": shape", fmt::format("expected a 1-D array, got {} dimensions", h.shape.size()));
+    throw InputError(path + ": shape",
+                     fmt::format("expected a 1-D array, got {} dimensions", h.shape.size()));
   const std::string& d = h.descr;
   std::size_t item = 0;
-  if (d == "<i4" || d == "<u4") item = 4;
-  else if (d == "<i8") item = 8;
-  else if (d == "<u2") item = 2;
+  if (d == "<i4" || d == "<u4")
+    item = 4;
+  else if (d == "<i8")
+    item = 8;
+  else if (d == "<u2")
+    item = 2;
   else if (d.size() == 3 && d[0] == '>')
-    throw InputError(path + ": descr", fmt::format("'{}' is big-endian; save it little-endian (arr.astype('<{}'))", d, d.substr(1)));
+    throw InputError(
+        path + ": descr",
+        fmt::format("'{}' is big-endian; save it little-endian (arr.astype('<{}'))", d, d.substr(1)));
   else
-    throw InputError(path + ": descr", fmt::format("'{}' is not supported (int32 <i4, int64 <i8, uint16 <u2, uint32 <u4)", d));
+    throw InputError(path + ": descr",
+                     fmt::format("'{}' is not supported (int32 <i4, int64 <i8, uint16 <u2, uint32 <u4)", d));
   const int64_t n = h.shape[0];
   if (n == 0) throw InputError(path, "holds an empty array (no tokens)");
   const std::size_t available = file.size() - h.data_offset;
   if (static_cast<uint64_t>(n) > available / item)
-    throw IoError(path, fmt::format("truncated: {} elements of {} bytes need {} bytes, {} follow the header", n, item,
-                                    static_cast<uint64_t>(n) * item, available));
+    throw IoError(path, fmt::format("truncated: {} elements of {} bytes need {} bytes, {} follow the header",
+                                    n, item, static_cast<uint64_t>(n) * item, available));
   if (static_cast<uint64_t>(n) * item != available)
-    throw InputError(path, fmt::format("{} bytes after the array data", available - static_cast<uint64_t>(n) * item));
+    throw InputError(
+        path, fmt::format("{} bytes after the array data", available - static_cast<uint64_t>(n) * item));
   const uint8_t* p = file.data() + h.data_offset;
   out.tokens.reserve(out.tokens.size() + static_cast<std::size_t>(n));
-  if (d == "<i4") append_npy_values<int32_t>(out, p, n, vocab_size, path);
-  else if (d == "<u4") append_npy_values<uint32_t>(out, p, n, vocab_size, path);
-  else if (d == "<i8") append_npy_values<int64_t>(out, p, n, vocab_size, path);
-  else append_npy_values<uint16_t>(out, p, n, vocab_size, path);
+  if (d == "<i4")
+    append_npy_values<int32_t>(out, p, n, vocab_size, path);
+  else if (d == "<u4")
+    append_npy_values<uint32_t>(out, p, n, vocab_size, path);
+  else if (d == "<i8")
+    append_npy_values<int64_t>(out, p, n, vocab_size, path);
+  else
+    append_npy_values<uint16_t>(out, p, n, vocab_size, path);
   end_document(out, eos, vocab_size, path);
 }
 

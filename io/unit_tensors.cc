@@ -27,8 +27,8 @@ void check_unit_sizes(const ModelLayout& layout, const UnitSpans& units, const s
                                        layout.units.size()));
   for (std::size_t u = 0; u < units.size(); ++u)
     if (static_cast<int64_t>(units[u].size()) != layout.units[u].flat_numel)
-      throw InputError(what, fmt::format("unit {} buffer has {} elements, its layout needs {}", u, units[u].size(),
-                                         layout.units[u].flat_numel));
+      throw InputError(what, fmt::format("unit {} buffer has {} elements, its layout needs {}", u,
+                                         units[u].size(), layout.units[u].flat_numel));
 }
 
 std::vector<std::string> layout_tensor_names(const ModelLayout& layout, const std::string& suffix) {
@@ -42,11 +42,14 @@ void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, con
                        UnitBuffers& units, std::optional<TensorDtype> require_dtype) {
   SLIDEDP_CHECK(units.size() == layout.units.size(), "read_unit_tensors: unit count mismatch");
   for (std::size_t u = 0; u < layout.units.size(); ++u) {
-    SLIDEDP_CHECK(static_cast<int64_t>(units[u].size()) == layout.units[u].flat_numel, "unit buffer size mismatch");
+    SLIDEDP_CHECK(static_cast<int64_t>(units[u].size()) == layout.units[u].flat_numel,
+                  "unit buffer size mismatch");
     for (const TensorSpec& spec : layout.units[u].tensors) {
       const std::string name = spec.name + suffix;
       auto ref = src.find(name);
-      if (!ref) throw InputError(src.origin(), fmt::format("missing tensor '{}' (shape [{}])", name, fmt::join(spec.shape, ", ")));
+      if (!ref)
+        throw InputError(src.origin(),
+                         fmt::format("missing tensor '{}' (shape [{}])", name, fmt::join(spec.shape, ", ")));
       const SafetensorsEntry& e = *ref->entry;
       if (e.shape != spec.shape)
         throw InputError(fmt::format("{}: tensor '{}'", ref->file->path(), name),
@@ -56,7 +59,8 @@ void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, con
         throw InputError(fmt::format("{}: tensor '{}'", ref->file->path(), name),
                          fmt::format("dtype {} where {} is required", tensor_dtype_name(e.dtype),
                                      tensor_dtype_name(*require_dtype)));
-      ref->file->read_fp32(e, std::span<float>(units[u].data() + spec.offset, static_cast<std::size_t>(spec.numel)));
+      ref->file->read_fp32(
+          e, std::span<float>(units[u].data() + spec.offset, static_cast<std::size_t>(spec.numel)));
     }
   }
 }
@@ -77,9 +81,9 @@ std::vector<TensorToWrite> unit_tensors_to_write(const ModelLayout& layout, cons
   std::vector<TensorToWrite> out;
   for (std::size_t u = 0; u < layout.units.size(); ++u)
     for (const TensorSpec& spec : layout.units[u].tensors)
-      out.push_back(TensorToWrite{spec.name + suffix, spec.shape,
-                                  units[u].subspan(static_cast<std::size_t>(spec.offset),
-                                                   static_cast<std::size_t>(spec.numel))});
+      out.push_back(TensorToWrite{
+          spec.name + suffix, spec.shape,
+          units[u].subspan(static_cast<std::size_t>(spec.offset), static_cast<std::size_t>(spec.numel))});
   return out;
 }
 

@@ -1,6 +1,8 @@
 // Checkpoints: bitwise round trip of every field, rotation to the last K, the folder loads as a
 // Hugging Face model, strict trainer_state.json, and a writer SIGKILLed mid-checkpoint (fork) leaving
 // the previous checkpoint as the latest, its temp folder removed by the next save.
+#include "io/checkpoint.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -13,7 +15,6 @@
 
 #include "common/error.h"
 #include "common/file_util.h"
-#include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "io_test_util.h"
 
@@ -57,7 +58,8 @@ void expect_same(const LoadedCheckpoint& ck, const State& s) {
   EXPECT_TRUE(bitwise_equal(ck.adam_m, s.m));
   EXPECT_TRUE(bitwise_equal(ck.adam_v, s.v));
   EXPECT_EQ(ck.state, s.trainer);
-  EXPECT_EQ(std::bit_cast<uint64_t>(ck.state.learning_rate), std::bit_cast<uint64_t>(s.trainer.learning_rate));
+  EXPECT_EQ(std::bit_cast<uint64_t>(ck.state.learning_rate),
+            std::bit_cast<uint64_t>(s.trainer.learning_rate));
 }
 
 TEST(Checkpoint, RoundTripIsBitwiseForEveryField) {
@@ -180,7 +182,8 @@ TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
 // as soon as its temp folder appears (wherever it happens to be).
 void kill_mid_write(bool at_known_point) {
   TempDir root;
-  ModelCard card = tiny_card("llama", false, /*layers=*/8, /*vocab=*/4096);  // ~ 0.6 M params, 7 MB per checkpoint
+  ModelCard card =
+      tiny_card("llama", false, /*layers=*/8, /*vocab=*/4096);  // ~ 0.6 M params, 7 MB per checkpoint
   State first = make_state(card, 50, 1);
   save_checkpoint(root.path(), first.view(), 3);
   State second = make_state(card, 60, 2);

@@ -1,18 +1,19 @@
 // Hugging Face model folders: load -> save -> load bitwise (single file and sharded), bf16/f16/f32
 // sources, tied embeddings, every mismatch against config.json as an error naming file and tensor,
 // atomic replacement, and the independent Python checker run on what our writer produced.
+#include "io/hf_model.h"
+
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
-#include <fmt/format.h>
 #include <functional>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "common/error.h"
 #include "common/file_util.h"
 #include "io/fp16.h"
-#include "io/hf_model.h"
 #include "io_test_util.h"
 
 namespace slidedp {
@@ -27,8 +28,8 @@ using testing::tiny_config_json;
 
 // Writes a model folder by hand (not through save_hf_model): config.json plus one safetensors file of
 // the given tensors. Lets tests drop, add or reshape tensors.
-void write_model_dir(const std::string& dir, const std::string& config, const std::vector<TensorToWrite>& tensors,
-                     TensorDtype dtype) {
+void write_model_dir(const std::string& dir, const std::string& config,
+                     const std::vector<TensorToWrite>& tensors, TensorDtype dtype) {
   fs::create_directories(dir);
   write_file_atomic(dir + "/config.json", config);
   SafetensorsWriteOptions opt;
@@ -63,7 +64,8 @@ TEST(HfModel, RoundTripSingleFileIsBitwise) {
   HfModel m2 = load_hf_model(dir / "b");
   EXPECT_TRUE(bitwise_equal(m2.units, m.units));
   // The files themselves are identical: the writer is deterministic.
-  EXPECT_EQ(testing::read_bytes(dir / "a/model.safetensors"), testing::read_bytes(dir / "b/model.safetensors"));
+  EXPECT_EQ(testing::read_bytes(dir / "a/model.safetensors"),
+            testing::read_bytes(dir / "b/model.safetensors"));
   EXPECT_EQ(testing::read_bytes(dir / "a/config.json"), testing::read_bytes(dir / "b/config.json"));
 }
 
@@ -100,12 +102,14 @@ TEST(HfModel, RoundTripShardedIsBitwise) {
   EXPECT_TRUE(bitwise_equal(m.units, units));
   save_hf_model(dir / "s2", m.card, unit_spans(m.units), opt);
   EXPECT_TRUE(bitwise_equal(load_hf_model(dir / "s2").units, units));
-  EXPECT_EQ(read_text_file(dir / "s/model.safetensors.index.json"), read_text_file(dir / "s2/model.safetensors.index.json"));
+  EXPECT_EQ(read_text_file(dir / "s/model.safetensors.index.json"),
+            read_text_file(dir / "s2/model.safetensors.index.json"));
 }
 
 TEST(HfModel, ShardPlanKeepsTensorsWholeAndOrdered) {
   EXPECT_EQ(plan_shards({4, 4, 4}, 8), (std::vector<std::vector<std::size_t>>{{0, 1}, {2}}));
-  EXPECT_EQ(plan_shards({10, 1, 1}, 8), (std::vector<std::vector<std::size_t>>{{0}, {1, 2}}));  // oversize alone
+  EXPECT_EQ(plan_shards({10, 1, 1}, 8),
+            (std::vector<std::vector<std::size_t>>{{0}, {1, 2}}));  // oversize alone
   EXPECT_EQ(plan_shards({1, 10, 1}, 8), (std::vector<std::vector<std::size_t>>{{0}, {1}, {2}}));
   EXPECT_EQ(plan_shards({}, 8).size(), 0u);
 }
@@ -126,7 +130,8 @@ TEST(HfModel, LoadsF16AndF32CheckpointsExactly) {
     for (const auto& t : layout.units[u].tensors)
       for (int64_t i = 0; i < t.numel; ++i) {
         float src = units[u][static_cast<std::size_t>(t.offset + i)];
-        ASSERT_EQ(m.units[u][static_cast<std::size_t>(t.offset + i)], half_to_float(float_to_half(src))) << t.name;
+        ASSERT_EQ(m.units[u][static_cast<std::size_t>(t.offset + i)], half_to_float(float_to_half(src)))
+            << t.name;
       }
 }
 
@@ -169,12 +174,18 @@ TEST(HfModel, EveryMismatchWithTheConfigNamesFileAndTensor) {
   std::vector<float> extra(7, 0.0f), wrong(32 * 33, 0.0f);
   const std::vector<Case> cases = {
       {"missing tensor",
-       [](auto& t) { std::erase_if(t, [](const TensorToWrite& x) { return x.name == "model.layers.1.mlp.up_proj.weight"; }); },
+       [](auto& t) {
+         std::erase_if(t,
+                       [](const TensorToWrite& x) { return x.name == "model.layers.1.mlp.up_proj.weight"; });
+       },
        {"model.layers.1.mlp.up_proj.weight", "missing", "model.safetensors"}},
       {"untied model without lm_head",
        [](auto& t) { std::erase_if(t, [](const TensorToWrite& x) { return x.name == "lm_head.weight"; }); },
        {"lm_head.weight", "tie_word_embeddings"}},
-      {"unexpected tensor", [&](auto& t) { t.push_back({"model.layers.7.mlp.up_proj.weight", {7}, extra}); },
+      {"unexpected tensor",
+       [&](auto& t) {
+         t.push_back({"model.layers.7.mlp.up_proj.weight", {7}, extra});
+       },
        {"model.layers.7.mlp.up_proj.weight", "unexpected", "model.safetensors"}},
       {"wrong shape",
        [&](auto& t) {
@@ -190,7 +201,8 @@ TEST(HfModel, EveryMismatchWithTheConfigNamesFileAndTensor) {
     const std::string d = dir / c.label;
     write_model_dir(d, config, tensors, TensorDtype::kBF16);
     std::string msg = error_of([&] { load_hf_model(d); });
-    for (const auto& s : c.must_name) EXPECT_NE(msg.find(s), std::string::npos) << "missing '" << s << "' in: " << msg;
+    for (const auto& s : c.must_name)
+      EXPECT_NE(msg.find(s), std::string::npos) << "missing '" << s << "' in: " << msg;
   }
 
   // A tensor of an integer dtype with the right byte layout.
@@ -272,7 +284,8 @@ TEST(HfModel, SaveIsAtomicAndCarriesTokenizerFiles) {
 // it must accept it and report the same tensors, dtypes, shapes and offsets our reader sees; and it
 // must reject a truncated shard (so this test can fail).
 TEST(HfModel, IndependentPythonCheckerAcceptsOurFiles) {
-  if (!fs::exists("/usr/bin/python3")) GTEST_SKIP() << "/usr/bin/python3 not found: independent check skipped";
+  if (!fs::exists("/usr/bin/python3"))
+    GTEST_SKIP() << "/usr/bin/python3 not found: independent check skipped";
   TempDir dir;
   ModelCard card = tiny_card("qwen2", false, 2);
   ModelLayout layout = make_model_layout(card);
@@ -302,10 +315,11 @@ TEST(HfModel, IndependentPythonCheckerAcceptsOurFiles) {
     }
   EXPECT_EQ(seen, ours.all().size());
 
-  const std::string second = dir / "m/model-00002-of-" +
-                             fmt::format("{:05d}", result["shards"].size()) + ".safetensors";
+  const std::string second =
+      dir / "m/model-00002-of-" + fmt::format("{:05d}", result["shards"].size()) + ".safetensors";
   fs::resize_file(second, fs::file_size(second) - 2);
-  r = testing::run_command(std::string("/usr/bin/python3 ") + SLIDEDP_CHECK_SAFETENSORS_PY + " " + (dir / "m"));
+  r = testing::run_command(std::string("/usr/bin/python3 ") + SLIDEDP_CHECK_SAFETENSORS_PY + " " +
+                           (dir / "m"));
   EXPECT_EQ(r.exit_code, 1) << r.output;
   EXPECT_NE(r.output.find("model-00002"), std::string::npos) << r.output;
 }

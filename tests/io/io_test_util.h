@@ -35,7 +35,9 @@ class TempDir {
     std::filesystem::remove_all(path_, ec);
   }
   const std::string& path() const { return path_; }
-  std::string operator/(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string operator/(const std::string& name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
 
  private:
   std::string path_;
@@ -52,16 +54,19 @@ inline std::string read_bytes(const std::string& path) {
 }
 
 // A tiny config.json of the given type (head_dim 8, so q/k norms and biases are small but real).
-inline std::string tiny_config_json(const std::string& model_type, bool tied, int layers = 2, int vocab = 64) {
-  return "{\"model_type\": \"" + model_type + "\", \"hidden_size\": 32, \"num_hidden_layers\": " +
-         std::to_string(layers) +
+inline std::string tiny_config_json(const std::string& model_type, bool tied, int layers = 2,
+                                    int vocab = 64) {
+  return "{\"model_type\": \"" + model_type +
+         "\", \"hidden_size\": 32, \"num_hidden_layers\": " + std::to_string(layers) +
          ", \"num_attention_heads\": 4, \"num_key_value_heads\": 2, \"head_dim\": 8, "
          "\"intermediate_size\": 48, \"vocab_size\": " +
-         std::to_string(vocab) + ", \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": " +
+         std::to_string(vocab) +
+         ", \"max_position_embeddings\": 128, \"rms_norm_eps\": 1e-5, \"tie_word_embeddings\": " +
          (tied ? "true" : "false") + "}";
 }
 
-inline ModelCard tiny_card(const std::string& model_type = "llama", bool tied = false, int layers = 2, int vocab = 64) {
+inline ModelCard tiny_card(const std::string& model_type = "llama", bool tied = false, int layers = 2,
+                           int vocab = 64) {
   return model_card_from_hf_config(tiny_config_json(model_type, tied, layers, vocab), "tiny config.json");
 }
 
@@ -84,7 +89,8 @@ inline bool bitwise_equal(const UnitBuffers& a, const UnitBuffers& b) {
   if (a.size() != b.size()) return false;
   for (std::size_t u = 0; u < a.size(); ++u) {
     if (a[u].size() != b[u].size()) return false;
-    if (!a[u].empty() && std::memcmp(a[u].data(), b[u].data(), a[u].size() * sizeof(float)) != 0) return false;
+    if (!a[u].empty() && std::memcmp(a[u].data(), b[u].data(), a[u].size() * sizeof(float)) != 0)
+      return false;
   }
   return true;
 }

@@ -2,6 +2,8 @@
 // byte by byte against the spec, one test per corruption (each error names the file and the tensor),
 // a mutation fuzzer (only typed errors or success, never a crash), sharded index validation, and the
 // F16 conversion checked over all 65536 values.
+#include "io/safetensors.h"
+
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -13,7 +15,6 @@
 #include "common/bf16.h"
 #include "common/error.h"
 #include "io/fp16.h"
-#include "io/safetensors.h"
 #include "io_test_util.h"
 
 namespace slidedp {
@@ -48,7 +49,8 @@ TEST(Safetensors, ReadsAHandBuiltFileOfEachFloatDtype) {
       R"("b":{"dtype":"BF16","shape":[1,2],"data_offsets":[8,12]},)"
       R"("c":{"dtype":"F16","shape":[2],"data_offsets":[12,16]},"__metadata__":{"format":"pt"}})";
   // b: bf16 1.0 = 0x3f80, -0.5 = 0xbf00; c: f16 1.0 = 0x3c00, 65504 = 0x7bff (largest finite half).
-  const std::string data = raw<float>({1.5f, -2.0f}) + raw<uint16_t>({0x3f80, 0xbf00}) + raw<uint16_t>({0x3c00, 0x7bff});
+  const std::string data =
+      raw<float>({1.5f, -2.0f}) + raw<uint16_t>({0x3f80, 0xbf00}) + raw<uint16_t>({0x3c00, 0x7bff});
   write_bytes(dir / "m.safetensors", make_file(header, data, /*pad=*/false));
 
   SafetensorsFile f(dir / "m.safetensors");
@@ -127,8 +129,8 @@ TEST(Safetensors, WriterFollowsTheSpecByteForByte) {
 struct Corruption {
   const char* label;
   std::string file;
-  bool io_error;                        // IoError (truncation) rather than InputError
-  std::vector<std::string> must_name;   // substrings the message must carry
+  bool io_error;                       // IoError (truncation) rather than InputError
+  std::vector<std::string> must_name;  // substrings the message must carry
 };
 
 std::vector<Corruption> corruptions() {
@@ -138,52 +140,89 @@ std::vector<Corruption> corruptions() {
   c.push_back({"shorter than the length field", "abc", true, {"truncated"}});
   {
     uint64_t n = 1ull << 40;
-    c.push_back({"absurd header length", std::string(reinterpret_cast<const char*>(&n), 8) + "{}", false, {"exceeds"}});
+    c.push_back({"absurd header length",
+                 std::string(reinterpret_cast<const char*>(&n), 8) + "{}",
+                 false,
+                 {"exceeds"}});
   }
   {
     uint64_t n = 4000;
-    c.push_back({"header length past the end", std::string(reinterpret_cast<const char*>(&n), 8) + "{\"t\":1}", true,
+    c.push_back({"header length past the end",
+                 std::string(reinterpret_cast<const char*>(&n), 8) + "{\"t\":1}",
+                 true,
                  {"truncated", "4000"}});
   }
   c.push_back({"not JSON", make_file("{\"t\": [1, 2", d8), false, {"malformed JSON"}});
   c.push_back({"not an object", make_file("[1, 2, 3]", ""), false, {"'{'"}});
-  c.push_back({"unknown dtype", make_file(R"({"t":{"dtype":"F17","shape":[2],"data_offsets":[0,8]}})", d8), false,
+  c.push_back({"unknown dtype",
+               make_file(R"({"t":{"dtype":"F17","shape":[2],"data_offsets":[0,8]}})", d8),
+               false,
                {"'t'", "F17"}});
-  c.push_back({"negative dim", make_file(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", d8), false,
+  c.push_back({"negative dim",
+               make_file(R"({"t":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", d8),
+               false,
                {"'t'", "shape"}});
-  c.push_back({"fractional dim", make_file(R"({"t":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", d8), false,
+  c.push_back({"fractional dim",
+               make_file(R"({"t":{"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", d8),
+               false,
                {"'t'", "shape"}});
-  c.push_back({"shape disagrees with range", make_file(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8),
-               false, {"'t'", "12 bytes"}});
-  c.push_back({"dtype disagrees with range", make_file(R"({"t":{"dtype":"BF16","shape":[2],"data_offsets":[0,8]}})", d8),
-               false, {"'t'", "BF16"}});
-  c.push_back({"range past the data", make_file(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d8), true,
+  c.push_back({"shape disagrees with range",
+               make_file(R"({"t":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", d8),
+               false,
+               {"'t'", "12 bytes"}});
+  c.push_back({"dtype disagrees with range",
+               make_file(R"({"t":{"dtype":"BF16","shape":[2],"data_offsets":[0,8]}})", d8),
+               false,
+               {"'t'", "BF16"}});
+  c.push_back({"range past the data",
+               make_file(R"({"t":{"dtype":"F32","shape":[4],"data_offsets":[0,16]}})", d8),
+               true,
                {"'t'", "past"}});
   c.push_back({"truncated data", make_file("{" + ok_t + "}", d8.substr(0, 5)), true, {"'t'", "truncated"}});
-  c.push_back({"overlapping ranges",
-               make_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"u":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
-                         d8),
-               false, {"'u'", "overlap", "'t'"}});
-  c.push_back({"gap between tensors",
-               make_file(R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"u":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}})",
-                         d8),
-               false, {"'u'", "no tensor"}});
-  c.push_back({"trailing bytes", make_file("{" + ok_t + "}", d8 + "xxxx"), false, {"4 bytes after the last tensor"}});
+  c.push_back(
+      {"overlapping ranges",
+       make_file(
+           R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"u":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+           d8),
+       false,
+       {"'u'", "overlap", "'t'"}});
+  c.push_back(
+      {"gap between tensors",
+       make_file(
+           R"({"t":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"u":{"dtype":"F32","shape":[0],"data_offsets":[8,8]}})",
+           d8),
+       false,
+       {"'u'", "no tensor"}});
+  c.push_back(
+      {"trailing bytes", make_file("{" + ok_t + "}", d8 + "xxxx"), false, {"4 bytes after the last tensor"}});
   c.push_back({"duplicate tensor", make_file("{" + ok_t + "," + ok_t + "}", d8), false, {"repeats", "'t'"}});
-  c.push_back({"metadata not strings", make_file("{" + ok_t + R"(,"__metadata__":{"format":1}})", d8), false,
+  c.push_back({"metadata not strings",
+               make_file("{" + ok_t + R"(,"__metadata__":{"format":1}})", d8),
+               false,
                {"__metadata__.format"}});
   c.push_back({"unknown tensor key",
-               make_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"stride":[1]}})", d8), false,
+               make_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"stride":[1]}})", d8),
+               false,
                {"'t'", "stride"}});
-  c.push_back({"offsets not a pair", make_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", d8), false,
+  c.push_back({"offsets not a pair",
+               make_file(R"({"t":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", d8),
+               false,
                {"'t'", "data_offsets"}});
-  c.push_back({"end before begin", make_file(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", d8), false,
+  c.push_back({"end before begin",
+               make_file(R"({"t":{"dtype":"F32","shape":[0],"data_offsets":[8,0]}})", d8),
+               false,
                {"'t'", "before begin"}});
-  c.push_back({"missing dtype", make_file(R"({"t":{"shape":[2],"data_offsets":[0,8]}})", d8), false, {"'t'", "dtype"}});
+  c.push_back({"missing dtype",
+               make_file(R"({"t":{"shape":[2],"data_offsets":[0,8]}})", d8),
+               false,
+               {"'t'", "dtype"}});
   c.push_back({"overflowing shape",
-               make_file(R"({"t":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", d8), false,
+               make_file(R"({"t":{"dtype":"F64","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", d8),
+               false,
                {"'t'", "overflow"}});
-  c.push_back({"empty tensor name", make_file(R"({"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8), false,
+  c.push_back({"empty tensor name",
+               make_file(R"({"":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", d8),
+               false,
                {"empty name"}});
   return c;
 }
@@ -201,7 +240,8 @@ TEST(Safetensors, EveryCorruptionIsATypedErrorNamingFileAndTensor) {
       EXPECT_EQ(e.kind(), c.io_error ? ErrorKind::kIo : ErrorKind::kInput) << e.what();
       std::string msg = e.what();
       EXPECT_NE(msg.find(path), std::string::npos) << msg;
-      for (const auto& s : c.must_name) EXPECT_NE(msg.find(s), std::string::npos) << "missing '" << s << "' in: " << msg;
+      for (const auto& s : c.must_name)
+        EXPECT_NE(msg.find(s), std::string::npos) << "missing '" << s << "' in: " << msg;
     }
   }
 }
@@ -239,7 +279,8 @@ TEST(Safetensors, FuzzedHeadersNeverCrash) {
     std::string f = good;
     switch (rng() % 4) {
       case 0:  // flip 1-4 bytes inside the length field or header
-        for (int k = 0, m = 1 + static_cast<int>(rng() % 4); k < m; ++k) f[rng() % (8 + n)] = static_cast<char>(rng());
+        for (int k = 0, m = 1 + static_cast<int>(rng() % 4); k < m; ++k)
+          f[rng() % (8 + n)] = static_cast<char>(rng());
         break;
       case 1:  // replace one header byte with a JSON-significant character
         f[8 + rng() % n] = "{}[]\",:0123456789-e. "[rng() % 21];
@@ -275,7 +316,9 @@ TEST(Safetensors, IndexValidationNamesTheIndexAndTheTensor) {
   write_safetensors(dir / "s2.safetensors", std::vector<TensorToWrite>{{"y", {2, 2}, v}, {"z", {4}, v}});
   const std::string index = dir / "model.safetensors.index.json";
 
-  write_bytes(index, R"({"metadata":{"total_size":24},"weight_map":{"x":"s1.safetensors","y":"s2.safetensors","z":"s2.safetensors"}})");
+  write_bytes(
+      index,
+      R"({"metadata":{"total_size":24},"weight_map":{"x":"s1.safetensors","y":"s2.safetensors","z":"s2.safetensors"}})");
   SafetensorsSet ok = SafetensorsSet::open_model_dir(dir.path());
   EXPECT_EQ(ok.all().size(), 3u);
   ASSERT_TRUE(ok.find("z").has_value());
@@ -287,10 +330,15 @@ TEST(Safetensors, IndexValidationNamesTheIndexAndTheTensor) {
     std::vector<std::string> must_name;
   };
   const Case cases[] = {
-      {"tensor mapped to a shard without it", R"({"weight_map":{"x":"s2.safetensors","y":"s2.safetensors","z":"s2.safetensors"}})",
+      {"tensor mapped to a shard without it",
+       R"({"weight_map":{"x":"s2.safetensors","y":"s2.safetensors","z":"s2.safetensors"}})",
        {"weight_map.x", "s2.safetensors"}},
-      {"shard tensor not in the map", R"({"weight_map":{"x":"s1.safetensors","y":"s2.safetensors"}})", {"'z'", "not mapped"}},
-      {"path escaping the folder", R"({"weight_map":{"x":"../s1.safetensors"}})", {"weight_map.x", "plain file name"}},
+      {"shard tensor not in the map",
+       R"({"weight_map":{"x":"s1.safetensors","y":"s2.safetensors"}})",
+       {"'z'", "not mapped"}},
+      {"path escaping the folder",
+       R"({"weight_map":{"x":"../s1.safetensors"}})",
+       {"weight_map.x", "plain file name"}},
       {"missing weight_map", R"({"metadata":{}})", {"weight_map"}},
       {"unknown key", R"({"weight_map":{"x":"s1.safetensors"},"extra":1})", {"extra"}},
       {"malformed", R"({"weight_map": {)", {"malformed JSON"}},
@@ -342,7 +390,8 @@ TEST(Fp16, RoundsToNearestEven) {
     if (std::fabs(f) >= 65504.0f) continue;
     uint16_t h = float_to_half(f);
     double got = half_to_float(h);
-    double up = half_to_float(static_cast<uint16_t>(h + 1)), down = half_to_float(static_cast<uint16_t>(h - 1));
+    double up = half_to_float(static_cast<uint16_t>(h + 1)),
+           down = half_to_float(static_cast<uint16_t>(h - 1));
     if ((h & 0x7fff) != 0x7bff && (h & 0x7fff) != 0) {
       ASSERT_LE(std::fabs(got - f), std::fabs(up - f)) << f;
       ASSERT_LE(std::fabs(got - f), std::fabs(down - f)) << f;

@@ -1,9 +1,10 @@
 // The sequence sampler: permutations are bijections that change per epoch and per seed, packing and
 // masking are exact, N ranks x b equals 1 rank x N*b row for row, a step's sequences are distinct,
 // epochs wrap, and a resumed sampler continues exactly where the cursor says.
-#include <gtest/gtest.h>
+#include "io/sequence_sampler.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -11,7 +12,6 @@
 #include <thread>
 
 #include "common/error.h"
-#include "io/sequence_sampler.h"
 #include "io_test_util.h"
 
 namespace slidedp {
@@ -66,7 +66,8 @@ TEST(SequenceSampler, ShuffleDependsOnEpochAndSeedAndIsPinned) {
 
 // The order documented in docs/FORMATS.md, re-implemented in Python from the text, must agree.
 TEST(SequenceSampler, OrderMatchesTheDocumentedAlgorithm) {
-  if (!std::filesystem::exists("/usr/bin/python3")) GTEST_SKIP() << "/usr/bin/python3 not found: cross-check skipped";
+  if (!std::filesystem::exists("/usr/bin/python3"))
+    GTEST_SKIP() << "/usr/bin/python3 not found: cross-check skipped";
   struct Case {
     uint64_t seed;
     int64_t S, epoch;
@@ -75,8 +76,8 @@ TEST(SequenceSampler, OrderMatchesTheDocumentedAlgorithm) {
                         Case{18446744073709551615ull, 70000, 2}}) {
     SequenceSampler s(counting_dataset(c.S + 1, 1 << 20), 1, 1, c.seed);
     const int64_t count = std::min<int64_t>(c.S, 300);
-    auto r = testing::run_command(fmt::format("/usr/bin/python3 {} {} {} {} {}", SLIDEDP_SAMPLER_ORDER_PY, c.seed,
-                                              c.S, c.epoch, count));
+    auto r = testing::run_command(fmt::format("/usr/bin/python3 {} {} {} {} {}", SLIDEDP_SAMPLER_ORDER_PY,
+                                              c.seed, c.S, c.epoch, count));
     ASSERT_EQ(r.exit_code, 0) << r.output;
     std::string ours;
     for (int64_t p = 0; p < count; ++p) ours += (p ? " " : "") + std::to_string(s.sequence_at(c.epoch, p));
@@ -174,7 +175,8 @@ TEST(SequenceSampler, ResumeFromACursorContinuesExactly) {
     resumed.resume(straight.cursor_at_step(resume_step), resume_step);
     for (int64_t step = resume_step; step < resume_step + 40; ++step) {
       ASSERT_EQ(resumed.cursor_at_step(step), straight.cursor_at_step(step)) << step;
-      ASSERT_EQ(resumed.micro_batch(step, 1, 1, 2, 1).inputs, straight.micro_batch(step, 1, 1, 2, 1).inputs) << step;
+      ASSERT_EQ(resumed.micro_batch(step, 1, 1, 2, 1).inputs, straight.micro_batch(step, 1, 1, 2, 1).inputs)
+          << step;
     }
   }
   // A cursor belongs to its stream: other seed, other seq_len or other data is refused.
@@ -196,7 +198,8 @@ TEST(SequenceSampler, ResumeFromACursorContinuesExactly) {
     for (int64_t id : straight.micro_batch(step, 0, 0, 1, G).sequence_ids) used.insert(id);
   for (int64_t step = 2; step < 10; ++step) {  // 8 more steps of 10: 80 sequences, 92 total <= 100
     ASSERT_EQ(bigger.cursor_at_step(step).epoch, 0);
-    for (int64_t id : bigger.micro_batch(step, 0, 0, 1, 10).sequence_ids) ASSERT_TRUE(used.insert(id).second) << id;
+    for (int64_t id : bigger.micro_batch(step, 0, 0, 1, 10).sequence_ids)
+      ASSERT_TRUE(used.insert(id).second) << id;
   }
   EXPECT_EQ(bigger.cursor_at_step(10).epoch, 1);  // 8 left: not enough for a step of 10
 }

@@ -1,6 +1,8 @@
 // Token files: the byte layout checked against docs/FORMATS.md field by field, round trips of both
 // widths with and without a loss mask, and every malformed file as an error naming the file. Also the
 // embedded default corpus (size, ASCII, byte tokenization).
+#include "io/token_dataset.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 
 #include "common/error.h"
 #include "io/default_corpus.h"
-#include "io/token_dataset.h"
 #include "io_test_util.h"
 
 namespace slidedp {

@@ -1,6 +1,8 @@
 // Raw inputs -> tokens (JSON lines, .npy, text) and the slidedp-data tool end to end: what it writes
 // reads back, --json reports it, --help documents every flag, and bad input exits non-zero with a
 // message naming the file (and line).
+#include "io/token_import.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -9,7 +11,6 @@
 
 #include "common/error.h"
 #include "io/token_dataset.h"
-#include "io/token_import.h"
 #include "io_test_util.h"
 
 namespace slidedp {
@@ -41,7 +42,9 @@ std::string npy(const std::string& descr, const std::vector<T>& values, const st
   return out;
 }
 
-std::span<const uint8_t> bytes_of(const std::string& s) { return {reinterpret_cast<const uint8_t*>(s.data()), s.size()}; }
+std::span<const uint8_t> bytes_of(const std::string& s) {
+  return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
+}
 
 template <typename F>
 std::string error_of(F&& f) {
@@ -55,7 +58,8 @@ std::string error_of(F&& f) {
 
 TEST(TokenImport, JsonLinesOfListsAndObjectsWithMasks) {
   TokenStream s;
-  append_jsonl(s, "[1, 2, 3]\n\n{\"input_ids\": [4, 5], \"loss_mask\": [0, true]}\n  \n[6]", "d.jsonl", 10, 9u);
+  append_jsonl(s, "[1, 2, 3]\n\n{\"input_ids\": [4, 5], \"loss_mask\": [0, true]}\n  \n[6]", "d.jsonl", 10,
+               9u);
   EXPECT_EQ(s.tokens, (std::vector<uint32_t>{1, 2, 3, 9, 4, 5, 9, 6, 9}));
   EXPECT_EQ(s.loss_mask, (std::vector<uint8_t>{1, 1, 1, 1, 0, 1, 1, 1, 1}));
   EXPECT_TRUE(s.has_mask);
@@ -82,7 +86,8 @@ TEST(TokenImport, JsonLinesOfListsAndObjectsWithMasks) {
     SCOPED_TRACE(c.text);
     TokenStream t;
     std::string msg = error_of([&] { append_jsonl(t, c.text, "d.jsonl", 10, std::nullopt); });
-    for (const auto& m : c.must_say) EXPECT_NE(msg.find(m), std::string::npos) << "missing '" << m << "' in: " << msg;
+    for (const auto& m : c.must_say)
+      EXPECT_NE(msg.find(m), std::string::npos) << "missing '" << m << "' in: " << msg;
   }
 }
 
@@ -125,7 +130,8 @@ TEST(TokenImport, NpyOfEveryIntegerTypeAndVersion) {
     TokenStream t;
     std::string msg = error_of([&] { append_npy(t, bytes_of(c.file), "x.npy", 100, std::nullopt); });
     EXPECT_NE(msg.find("x.npy"), std::string::npos) << msg;
-    for (const auto& m : c.must_say) EXPECT_NE(msg.find(m), std::string::npos) << "missing '" << m << "' in: " << msg;
+    for (const auto& m : c.must_say)
+      EXPECT_NE(msg.find(m), std::string::npos) << "missing '" << m << "' in: " << msg;
   }
 }
 
@@ -146,7 +152,8 @@ std::string tool() { return SLIDEDP_DATA_BIN; }
 TEST(SlidedpData, BuildsFromTextJsonlAndNpy) {
   TempDir dir;
   testing::write_bytes(dir / "a.txt", "hello world");
-  auto r = testing::run_command(tool() + " build " + (dir / "a.txt") + " --out " + (dir / "a.bin") + " --json");
+  auto r =
+      testing::run_command(tool() + " build " + (dir / "a.txt") + " --out " + (dir / "a.bin") + " --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   auto j = nlohmann::json::parse(r.output);
   EXPECT_EQ(j["num_tokens"], 11);
@@ -191,19 +198,26 @@ TEST(SlidedpData, BadInputExitsNonZeroNamingTheProblem) {
   testing::write_bytes(dir / "bad.jsonl", "[1, 2]\n[3, oops]\n");
   testing::write_bytes(dir / "big.jsonl", "[1, 2]\n[3, 512]\n");
   testing::write_bytes(dir / "empty.txt", "");
-  testing::write_bytes(dir / "notok.bin", "this is not a token file at all, just some text bytes..............");
+  testing::write_bytes(dir / "notok.bin",
+                       "this is not a token file at all, just some text bytes..............");
   struct Case {
     std::string args;
     int exit_code;
     std::vector<std::string> must_say;
   };
   const std::vector<Case> cases = {
-      {"build " + (dir / "bad.jsonl") + " --vocab-size 10 --out " + (dir / "x.bin"), 2, {"bad.jsonl: line 2", "malformed"}},
-      {"build " + (dir / "big.jsonl") + " --vocab-size 512 --out " + (dir / "x.bin"), 2, {"line 2", ">= vocab_size 512"}},
+      {"build " + (dir / "bad.jsonl") + " --vocab-size 10 --out " + (dir / "x.bin"),
+       2,
+       {"bad.jsonl: line 2", "malformed"}},
+      {"build " + (dir / "big.jsonl") + " --vocab-size 512 --out " + (dir / "x.bin"),
+       2,
+       {"line 2", ">= vocab_size 512"}},
       {"build " + (dir / "big.jsonl") + " --out " + (dir / "x.bin"), 2, {"--vocab-size", "required"}},
       {"build " + (dir / "empty.txt") + " --out " + (dir / "x.bin"), 2, {"empty.txt", "empty file"}},
       {"build " + (dir / "missing.txt") + " --out " + (dir / "x.bin"), 4, {"missing.txt"}},
-      {"build " + (dir / "big.jsonl") + " --vocab-size 100000 --dtype uint16 --out " + (dir / "x.bin"), 2, {"--dtype"}},
+      {"build " + (dir / "big.jsonl") + " --vocab-size 100000 --dtype uint16 --out " + (dir / "x.bin"),
+       2,
+       {"--dtype"}},
       {"inspect " + (dir / "notok.bin"), 2, {"notok.bin", "wrong magic"}},
       {"inspect " + (dir / "empty.txt"), 2, {"empty file"}},
       {"build " + (dir / "big.jsonl"), 2, {"--out"}},
@@ -213,7 +227,8 @@ TEST(SlidedpData, BadInputExitsNonZeroNamingTheProblem) {
     SCOPED_TRACE(c.args);
     auto r = testing::run_command(tool() + " " + c.args);
     EXPECT_EQ(r.exit_code, c.exit_code) << r.output;
-    for (const auto& m : c.must_say) EXPECT_NE(r.output.find(m), std::string::npos) << "missing '" << m << "' in: " << r.output;
+    for (const auto& m : c.must_say)
+      EXPECT_NE(r.output.find(m), std::string::npos) << "missing '" << m << "' in: " << r.output;
   }
   EXPECT_FALSE(std::filesystem::exists(dir / "x.bin"));
 }
@@ -221,11 +236,13 @@ TEST(SlidedpData, BadInputExitsNonZeroNamingTheProblem) {
 TEST(SlidedpData, HelpExplainsEveryFlag) {
   auto r = testing::run_command(tool() + " build --help");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* flag : {"--out", "--input-format", "--vocab-size", "--dtype", "--eos-id", "--embedded", "--json"})
+  for (const char* flag :
+       {"--out", "--input-format", "--vocab-size", "--dtype", "--eos-id", "--embedded", "--json"})
     EXPECT_NE(r.output.find(flag), std::string::npos) << flag << " undocumented in:\n" << r.output;
   r = testing::run_command(tool() + " inspect --help");
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  for (const char* flag : {"--seq-len", "--head", "--json"}) EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
+  for (const char* flag : {"--seq-len", "--head", "--json"})
+    EXPECT_NE(r.output.find(flag), std::string::npos) << flag;
 }
 
 }  // namespace
