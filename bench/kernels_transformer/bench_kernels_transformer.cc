@@ -5,6 +5,7 @@
 // (GEMMs 2x in backward, flash attention 2.5x since it recomputes the scores), so the planner's
 // numbers and these agree on the work.
 //   bench_kernels_transformer --benchmark_counters_tabular=true [--blas_threads=N]
+// --blas_threads (default: all hardware threads) also sets the attention worker threads.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@ namespace slidedp::kernels {
 namespace {
 
 double g_sgemm_peak_gflops = 0;  // best SGEMM rate of this run
+int64_t g_threads = 1;           // BLAS threads = attention worker threads (one rank owns the machine)
 
 // Qwen2.5-0.5B (config.json numbers): hidden 896, 14 heads, 2 kv heads, head_dim 64,
 // intermediate 4864, vocab 151936, q/k/v bias, tied embeddings.
@@ -89,6 +91,7 @@ struct LayerSetup {
   LayerSetup(int64_t b, int64_t t, int64_t tile) : B(b), T(t) {
     spec = make_decoder_spec(card, layout.units[1]);
     spec.attn_tile = tile;
+    spec.attn_threads = g_threads;
     const int64_t n = spec.flat_numel, h = B * T * spec.C;
     params = AlignedBuffer(n * 4);
     grads = AlignedBuffer(n * 4);
@@ -142,6 +145,7 @@ void layer_counters(benchmark::State& st, const LayerSetup& s, double flops, dou
   st.counters["saved_MiB"] = static_cast<double>(ws.saved_bytes) / (1 << 20);
   st.counters["bws_MiB"] = static_cast<double>(ws.backward_workspace_bytes) / (1 << 20);
   st.counters["params_MiB"] = static_cast<double>(ws.param_scratch_bytes) / (1 << 20);
+  st.counters["threads"] = static_cast<double>(s.spec.attn_threads);
 }
 
 // One decoder layer, forward then backward (the `keep` policy's work per micro-batch).
@@ -190,7 +194,7 @@ void BM_DecoderLayerBackward(benchmark::State& st) {
 // Flash attention alone, forward + backward: time grows as T^2, scratch does not.
 void BM_AttentionFwdBwd(benchmark::State& st) {
   const int64_t T = st.range(0);
-  const AttentionShape s{1, T, 14, 2, 64, st.range(1)};
+  const AttentionShape s{1, T, 14, 2, 64, st.range(1), g_threads};
   const int64_t nq = T * s.H * s.hd, nk = T * s.KV * s.hd;
   AlignedBuffer q(nq * 4), k(nk * 4), v(nk * 4), o(nq * 4), lse(s.H * T * 4), dq(nq * 4), dk(nk * 4), dv(nk * 4),
       dout(nq * 4);
@@ -283,6 +287,7 @@ int main(int argc, char** argv) {
   }
   int rest_argc = static_cast<int>(rest.size());
   slidedp::kernels::set_blas_threads(threads);
+  slidedp::kernels::g_threads = threads;
   benchmark::AddCustomContext("blas", slidedp::kernels::blas_description());
   benchmark::AddCustomContext("blas_threads", std::to_string(slidedp::kernels::blas_threads()));
   benchmark::Initialize(&rest_argc, rest.data());

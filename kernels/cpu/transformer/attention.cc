@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/transformer/blas.h"
@@ -12,7 +14,8 @@ namespace slidedp::kernels {
 namespace {
 
 void check_shape(const AttentionShape& s) {
-  SLIDEDP_CHECK(s.B >= 0 && s.T >= 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.tile > 0, "bad attention shape");
+  SLIDEDP_CHECK(s.B >= 0 && s.T >= 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.tile > 0 && s.threads > 0,
+                "bad attention shape");
   SLIDEDP_CHECK(s.H % s.KV == 0, "query heads must be a multiple of key/value heads");
 }
 
@@ -24,19 +27,23 @@ struct ForwardScratch {
   Real* l;    // (tile) running row sum of exp(score - m)
 };
 
+// One scratch set per worker thread.
 template <typename Real>
-ForwardScratch<Real> carve_forward(Arena& a, const AttentionShape& s) {
-  ForwardScratch<Real> f;
-  f.S = a.take<Real>(s.tile * s.tile);
-  f.acc = a.take<Real>(s.tile * s.hd);
-  f.m = a.take<Real>(s.tile);
-  f.l = a.take<Real>(s.tile);
-  return f;
+std::vector<ForwardScratch<Real>> carve_forward(Arena& a, const AttentionShape& s) {
+  std::vector<ForwardScratch<Real>> per_worker;
+  for (int64_t w = 0; w < s.threads; ++w) {
+    ForwardScratch<Real> f;
+    f.S = a.take<Real>(s.tile * s.tile);
+    f.acc = a.take<Real>(s.tile * s.hd);
+    f.m = a.take<Real>(s.tile);
+    f.l = a.take<Real>(s.tile);
+    per_worker.push_back(f);
+  }
+  return per_worker;
 }
 
 template <typename Real>
 struct BackwardScratch {
-  Real* D;    // (B, H, T) rowsum(dout * out): the softmax-Jacobian term of each row
   Real* P;    // (tile, tile) recomputed probabilities
   Real* dS;   // (tile, tile) dP, then dS = P * (dP - D)
   Real* dK;   // (tile, hd) key-tile gradient, summed over the query heads of its group
@@ -44,14 +51,39 @@ struct BackwardScratch {
 };
 
 template <typename Real>
-BackwardScratch<Real> carve_backward(Arena& a, const AttentionShape& s) {
-  BackwardScratch<Real> b;
-  b.D = a.take<Real>(s.B * s.H * s.T);
-  b.P = a.take<Real>(s.tile * s.tile);
-  b.dS = a.take<Real>(s.tile * s.tile);
-  b.dK = a.take<Real>(s.tile * s.hd);
-  b.dV = a.take<Real>(s.tile * s.hd);
-  return b;
+struct BackwardScratchAll {
+  Real* D;  // (B, H, T) rowsum(dout * out): the softmax-Jacobian term of each row (shared)
+  std::vector<BackwardScratch<Real>> per_worker;
+};
+
+template <typename Real>
+BackwardScratchAll<Real> carve_backward(Arena& a, const AttentionShape& s) {
+  BackwardScratchAll<Real> all;
+  all.D = a.take<Real>(s.B * s.H * s.T);
+  for (int64_t w = 0; w < s.threads; ++w) {
+    BackwardScratch<Real> b;
+    b.P = a.take<Real>(s.tile * s.tile);
+    b.dS = a.take<Real>(s.tile * s.tile);
+    b.dK = a.take<Real>(s.tile * s.hd);
+    b.dV = a.take<Real>(s.tile * s.hd);
+    all.per_worker.push_back(b);
+  }
+  return all;
+}
+
+// body(item, worker) for every item in [0, n): worker w of `threads` (the caller is worker 0) takes
+// items w, w + threads, ... Items write disjoint outputs and never depend on which worker runs
+// them, so results are bitwise independent of the thread count.
+template <typename Body>
+void for_each_item(int64_t n, int64_t threads, const Body& body) {
+  const int64_t workers = std::min(threads, n);
+  auto run = [&](int64_t w) {
+    for (int64_t item = w; item < n; item += workers) body(item, w);
+  };
+  std::vector<std::thread> pool;
+  for (int64_t w = 1; w < workers; ++w) pool.emplace_back(run, w);
+  if (workers > 0) run(0);
+  for (auto& t : pool) t.join();
 }
 
 // Number of keys of tile [j0, j0 + nj) that query row `row` may see (causal: key <= row).
@@ -80,61 +112,62 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
                        const AttentionShape& s, Workspace ws) {
   check_shape(s);
   Arena arena(ws);
-  const ForwardScratch<Real> f = carve_forward<Real>(arena, s);
+  const std::vector<ForwardScratch<Real>> scratch = carve_forward<Real>(arena, s);
   const int64_t B = s.B, T = s.T, H = s.H, KV = s.KV, hd = s.hd, tile = s.tile;
   const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd;
   const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(hd)));
   const Real neg_inf = -std::numeric_limits<Real>::infinity();
 
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      const int64_t g = h / group;
-      for (int64_t i0 = 0; i0 < T; i0 += tile) {
-        const int64_t mi = std::min(tile, T - i0);
-        const Real* Q = q + ((b * T + i0) * H + h) * hd;  // (mi, hd), row stride ldq
-        std::fill(f.m, f.m + mi, neg_inf);
-        std::fill(f.l, f.l + mi, Real(0));
-        std::fill(f.acc, f.acc + mi * hd, Real(0));
-        const int64_t last_row = i0 + mi - 1;
-        for (int64_t j0 = 0; j0 <= last_row; j0 += tile) {
-          const int64_t nj = std::min(tile, last_row + 1 - j0);  // keys past the last row are all masked
-          const Real* K = k + ((b * T + j0) * KV + g) * hd;       // (nj, hd), row stride ldk
-          const Real* V = v + ((b * T + j0) * KV + g) * hd;       // (nj, hd), row stride ldk
-          // S (mi, nj) = scale * Q K^T
-          gemm<Real>(false, true, mi, nj, hd, scale, Q, ldq, K, ldk, Real(0), f.S, tile);
-          // online softmax: rescale what was accumulated by exp(m_old - m_new), add this tile
-          for (int64_t r = 0; r < mi; ++r) {
-            Real* Sr = f.S + r * tile;
-            const int64_t nvis = visible_keys(i0 + r, j0, nj);
-            if (nvis == 0) {  // a row that sees no key of this tile contributes nothing
-              std::fill(Sr, Sr + nj, Real(0));
-              continue;
-            }
-            Real mx = f.m[r];
-            for (int64_t c = 0; c < nvis; ++c) mx = std::max(mx, Sr[c]);
-            const Real corr = std::exp(f.m[r] - mx);  // exp(-inf) = 0 on the first visible tile
-            Real sum = 0;
-            for (int64_t c = 0; c < nvis; ++c) {
-              Sr[c] = std::exp(Sr[c] - mx);
-              sum += Sr[c];
-            }
-            std::fill(Sr + nvis, Sr + nj, Real(0));
-            f.l[r] = f.l[r] * corr + sum;
-            f.m[r] = mx;
-            Real* acc_r = f.acc + r * hd;
-            for (int64_t d = 0; d < hd; ++d) acc_r[d] *= corr;
-          }
-          // acc (mi, hd) += P (mi, nj) V (nj, hd)
-          gemm<Real>(false, false, mi, hd, nj, Real(1), f.S, tile, V, ldk, Real(1), f.acc, hd);
-        }
+  // one item = one (b, h): all its query tiles
+  for_each_item(B * H, s.threads, [&](int64_t item, int64_t worker) {
+    const ForwardScratch<Real>& f = scratch[static_cast<size_t>(worker)];
+    const int64_t b = item / H, h = item % H, g = h / group;
+    for (int64_t i0 = 0; i0 < T; i0 += tile) {
+      const int64_t mi = std::min(tile, T - i0);
+      const Real* Q = q + ((b * T + i0) * H + h) * hd;  // (mi, hd), row stride ldq
+      std::fill(f.m, f.m + mi, neg_inf);
+      std::fill(f.l, f.l + mi, Real(0));
+      std::fill(f.acc, f.acc + mi * hd, Real(0));
+      const int64_t last_row = i0 + mi - 1;
+      for (int64_t j0 = 0; j0 <= last_row; j0 += tile) {
+        const int64_t nj = std::min(tile, last_row + 1 - j0);  // keys past the last row are all masked
+        const Real* K = k + ((b * T + j0) * KV + g) * hd;       // (nj, hd), row stride ldk
+        const Real* V = v + ((b * T + j0) * KV + g) * hd;       // (nj, hd), row stride ldk
+        // S (mi, nj) = scale * Q K^T
+        gemm<Real>(false, true, mi, nj, hd, scale, Q, ldq, K, ldk, Real(0), f.S, tile);
+        // online softmax: rescale what was accumulated by exp(m_old - m_new), add this tile
         for (int64_t r = 0; r < mi; ++r) {
-          Real* o = out + ((b * T + i0 + r) * H + h) * hd;  // (hd)
-          const Real inv_l = Real(1) / f.l[r];
-          for (int64_t d = 0; d < hd; ++d) o[d] = f.acc[r * hd + d] * inv_l;
-          lse[(b * H + h) * T + i0 + r] = f.m[r] + std::log(f.l[r]);
+          Real* Sr = f.S + r * tile;
+          const int64_t nvis = visible_keys(i0 + r, j0, nj);
+          if (nvis == 0) {  // a row that sees no key of this tile contributes nothing
+            std::fill(Sr, Sr + nj, Real(0));
+            continue;
+          }
+          Real mx = f.m[r];
+          for (int64_t c = 0; c < nvis; ++c) mx = std::max(mx, Sr[c]);
+          const Real corr = std::exp(f.m[r] - mx);  // exp(-inf) = 0 on the first visible tile
+          Real sum = 0;
+          for (int64_t c = 0; c < nvis; ++c) {
+            Sr[c] = std::exp(Sr[c] - mx);
+            sum += Sr[c];
+          }
+          std::fill(Sr + nvis, Sr + nj, Real(0));
+          f.l[r] = f.l[r] * corr + sum;
+          f.m[r] = mx;
+          Real* acc_r = f.acc + r * hd;
+          for (int64_t d = 0; d < hd; ++d) acc_r[d] *= corr;
         }
+        // acc (mi, hd) += P (mi, nj) V (nj, hd)
+        gemm<Real>(false, false, mi, hd, nj, Real(1), f.S, tile, V, ldk, Real(1), f.acc, hd);
+      }
+      for (int64_t r = 0; r < mi; ++r) {
+        Real* o = out + ((b * T + i0 + r) * H + h) * hd;  // (hd)
+        const Real inv_l = Real(1) / f.l[r];
+        for (int64_t d = 0; d < hd; ++d) o[d] = f.acc[r * hd + d] * inv_l;
+        lse[(b * H + h) * T + i0 + r] = f.m[r] + std::log(f.l[r]);
       }
     }
+  });
 }
 
 template <typename Real>
@@ -143,7 +176,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
                         Workspace ws) {
   check_shape(s);
   Arena arena(ws);
-  const BackwardScratch<Real> w = carve_backward<Real>(arena, s);
+  const BackwardScratchAll<Real> scratch = carve_backward<Real>(arena, s);
   const int64_t B = s.B, T = s.T, H = s.H, KV = s.KV, hd = s.hd, tile = s.tile;
   const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd;
   const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(hd)));
@@ -156,57 +189,61 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
         const Real* dO = dout + ((b * T + t) * H + h) * hd;
         Real acc = 0;
         for (int64_t d = 0; d < hd; ++d) acc += dO[d] * o[d];
-        w.D[(b * H + h) * T + t] = acc;
+        scratch.D[(b * H + h) * T + t] = acc;
       }
   std::fill(dq, dq + B * T * H * hd, Real(0));
 
-  // Key tile outermost: dK, dV of a tile are complete after one sweep over the query rows that see
-  // it (rows >= j0) of all heads of its group; dQ rows collect their share from every key tile.
-  for (int64_t b = 0; b < B; ++b)
-    for (int64_t g = 0; g < KV; ++g)
-      for (int64_t j0 = 0; j0 < T; j0 += tile) {
-        const int64_t nj = std::min(tile, T - j0);
-        const Real* K = k + ((b * T + j0) * KV + g) * hd;  // (nj, hd), row stride ldk
-        const Real* V = v + ((b * T + j0) * KV + g) * hd;  // (nj, hd), row stride ldk
-        std::fill(w.dK, w.dK + nj * hd, Real(0));
-        std::fill(w.dV, w.dV + nj * hd, Real(0));
-        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          const Real* lse_h = lse + (b * H + h) * T;  // (T)
-          const Real* D_h = w.D + (b * H + h) * T;    // (T)
-          for (int64_t i0 = j0; i0 < T; i0 += tile) {  // query rows < j0 see none of these keys
-            const int64_t mi = std::min(tile, T - i0);
-            const Real* Q = q + ((b * T + i0) * H + h) * hd;      // (mi, hd), row stride ldq
-            const Real* dO = dout + ((b * T + i0) * H + h) * hd;  // (mi, hd), row stride ldq
-            Real* dQ = dq + ((b * T + i0) * H + h) * hd;          // (mi, hd), row stride ldq
-            // P (mi, nj) = exp(scale * Q K^T - lse), zero where masked
-            gemm<Real>(false, true, mi, nj, hd, scale, Q, ldq, K, ldk, Real(0), w.P, tile);
-            for (int64_t r = 0; r < mi; ++r) {
-              Real* Pr = w.P + r * tile;
-              const int64_t nvis = visible_keys(i0 + r, j0, nj);
-              const Real l = lse_h[i0 + r];
-              for (int64_t c = 0; c < nvis; ++c) Pr[c] = std::exp(Pr[c] - l);
-              std::fill(Pr + nvis, Pr + nj, Real(0));
-            }
-            // dV (nj, hd) += P^T dO
-            gemm<Real>(true, false, nj, hd, mi, Real(1), w.P, tile, dO, ldq, Real(1), w.dV, hd);
-            // dP (mi, nj) = dO V^T, then dS = P * (dP - D)
-            gemm<Real>(false, true, mi, nj, hd, Real(1), dO, ldq, V, ldk, Real(0), w.dS, tile);
-            for (int64_t r = 0; r < mi; ++r) {
-              const Real Dr = D_h[i0 + r];
-              Real* dSr = w.dS + r * tile;
-              const Real* Pr = w.P + r * tile;
-              for (int64_t c = 0; c < nj; ++c) dSr[c] = Pr[c] * (dSr[c] - Dr);
-            }
-            // dQ (mi, hd) += scale * dS K ;  dK (nj, hd) += scale * dS^T Q
-            gemm<Real>(false, false, mi, hd, nj, scale, w.dS, tile, K, ldk, Real(1), dQ, ldq);
-            gemm<Real>(true, false, nj, hd, mi, scale, w.dS, tile, Q, ldq, Real(1), w.dK, hd);
+  // One item = one (b, kv head g): it owns dk, dv of that head and the dq rows of the group's query
+  // heads, so items never write the same memory. Inside, the key tile is outermost: dK, dV of a tile
+  // are complete after one sweep over the query rows that see it (rows >= j0) of every head of the
+  // group; dQ rows collect their share from every key tile.
+  for_each_item(B * KV, s.threads, [&](int64_t item, int64_t worker) {
+    const BackwardScratch<Real>& w = scratch.per_worker[static_cast<size_t>(worker)];
+    const int64_t b = item / KV, g = item % KV;
+    for (int64_t j0 = 0; j0 < T; j0 += tile) {
+      const int64_t nj = std::min(tile, T - j0);
+      const Real* K = k + ((b * T + j0) * KV + g) * hd;  // (nj, hd), row stride ldk
+      const Real* V = v + ((b * T + j0) * KV + g) * hd;  // (nj, hd), row stride ldk
+      std::fill(w.dK, w.dK + nj * hd, Real(0));
+      std::fill(w.dV, w.dV + nj * hd, Real(0));
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        const Real* lse_h = lse + (b * H + h) * T;        // (T)
+        const Real* D_h = scratch.D + (b * H + h) * T;    // (T)
+        for (int64_t i0 = j0; i0 < T; i0 += tile) {  // query rows < j0 see none of these keys
+          const int64_t mi = std::min(tile, T - i0);
+          const Real* Q = q + ((b * T + i0) * H + h) * hd;      // (mi, hd), row stride ldq
+          const Real* dO = dout + ((b * T + i0) * H + h) * hd;  // (mi, hd), row stride ldq
+          Real* dQ = dq + ((b * T + i0) * H + h) * hd;          // (mi, hd), row stride ldq
+          // P (mi, nj) = exp(scale * Q K^T - lse), zero where masked
+          gemm<Real>(false, true, mi, nj, hd, scale, Q, ldq, K, ldk, Real(0), w.P, tile);
+          for (int64_t r = 0; r < mi; ++r) {
+            Real* Pr = w.P + r * tile;
+            const int64_t nvis = visible_keys(i0 + r, j0, nj);
+            const Real l = lse_h[i0 + r];
+            for (int64_t c = 0; c < nvis; ++c) Pr[c] = std::exp(Pr[c] - l);
+            std::fill(Pr + nvis, Pr + nj, Real(0));
           }
-        }
-        for (int64_t c = 0; c < nj; ++c) {
-          std::copy(w.dK + c * hd, w.dK + (c + 1) * hd, dk + ((b * T + j0 + c) * KV + g) * hd);
-          std::copy(w.dV + c * hd, w.dV + (c + 1) * hd, dv + ((b * T + j0 + c) * KV + g) * hd);
+          // dV (nj, hd) += P^T dO
+          gemm<Real>(true, false, nj, hd, mi, Real(1), w.P, tile, dO, ldq, Real(1), w.dV, hd);
+          // dP (mi, nj) = dO V^T, then dS = P * (dP - D)
+          gemm<Real>(false, true, mi, nj, hd, Real(1), dO, ldq, V, ldk, Real(0), w.dS, tile);
+          for (int64_t r = 0; r < mi; ++r) {
+            const Real Dr = D_h[i0 + r];
+            Real* dSr = w.dS + r * tile;
+            const Real* Pr = w.P + r * tile;
+            for (int64_t c = 0; c < nj; ++c) dSr[c] = Pr[c] * (dSr[c] - Dr);
+          }
+          // dQ (mi, hd) += scale * dS K ;  dK (nj, hd) += scale * dS^T Q
+          gemm<Real>(false, false, mi, hd, nj, scale, w.dS, tile, K, ldk, Real(1), dQ, ldq);
+          gemm<Real>(true, false, nj, hd, mi, scale, w.dS, tile, Q, ldq, Real(1), w.dK, hd);
         }
       }
+      for (int64_t c = 0; c < nj; ++c) {
+        std::copy(w.dK + c * hd, w.dK + (c + 1) * hd, dk + ((b * T + j0 + c) * KV + g) * hd);
+        std::copy(w.dV + c * hd, w.dV + (c + 1) * hd, dv + ((b * T + j0 + c) * KV + g) * hd);
+      }
+    }
+  });
 }
 
 template int64_t attention_forward_workspace_bytes<float>(const AttentionShape&);

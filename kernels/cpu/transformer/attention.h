@@ -5,6 +5,10 @@
 // O(tile^2 + tile * hd + B*H*T) and never grows as T^2. Every tile product is a BLAS GEMM on
 // strided views of the (B, T, heads, hd) buffers: no transposes, no copies of q, k, v.
 // Query head h reads key/value head h / (H / KV) (transformers' repeat_kv order).
+// Threads: forward splits the (b, h) pairs, backward the (b, kv head) pairs over `threads` workers
+// (each with its own tile scratch); results are bitwise independent of the count. Each worker's
+// tile GEMMs have M*N*K = tile^2 * hd; keep that <= 4 * 65536 (tile 64 for hd <= 64, 32 for hd 128)
+// so OpenBLAS runs them single-threaded: above it, concurrent threaded GEMMs serialize (blas.h).
 #pragma once
 
 #include <cstdint>
@@ -19,6 +23,7 @@ struct AttentionShape {
   int64_t KV = 0;   // key/value heads, H % KV == 0
   int64_t hd = 0;   // head dim; scores are scaled by 1/sqrt(hd)
   int64_t tile = 64;
+  int64_t threads = 1;  // worker threads of this call (the caller is one of them)
 };
 
 // Workspace bytes for one call (measured by running the same carve code as the kernels).

@@ -60,7 +60,7 @@ Saved<Real> carve_saved(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
 }
 
 AttentionShape attention_shape(const DecoderSpec& s, int64_t B, int64_t T) {
-  return AttentionShape{B, T, s.H, s.KV, s.hd, s.attn_tile};
+  return AttentionShape{B, T, s.H, s.KV, s.hd, s.attn_tile, s.attn_threads};
 }
 
 // Forward scratch, in take order. rope tables stay; the attention scratch is released before the

@@ -280,8 +280,8 @@ std::vector<AttnCase> attention_cases() {
 template <typename Real>
 void run_flash(const AttnCase& c, const std::vector<Real>& q, const std::vector<Real>& k, const std::vector<Real>& v,
                const std::vector<Real>& dout, std::vector<Real>& out, std::vector<Real>& lse, std::vector<Real>& dq,
-               std::vector<Real>& dk, std::vector<Real>& dv) {
-  const AttentionShape s{c.B, c.T, c.H, c.KV, c.hd, c.tile};
+               std::vector<Real>& dk, std::vector<Real>& dv, int64_t threads = 1) {
+  const AttentionShape s{c.B, c.T, c.H, c.KV, c.hd, c.tile, threads};
   out.assign(c.B * c.T * c.H * c.hd, Real(0));
   lse.assign(c.B * c.H * c.T, Real(0));
   dq.assign(q.size(), Real(0));
@@ -326,6 +326,26 @@ TEST(Attention, FlashMatchesFullSoftmaxForwardAndBackward) {
   }
 }
 
+TEST(Attention, WorkerThreadsGiveBitwiseIdenticalResults) {
+  for (const AttnCase& c : attention_cases()) {
+    auto q = random_vector<float>(c.B * c.T * c.H * c.hd, 74, -2, 2);
+    auto k = random_vector<float>(c.B * c.T * c.KV * c.hd, 75, -2, 2);
+    auto v = random_vector<float>(c.B * c.T * c.KV * c.hd, 76);
+    auto dout = random_vector<float>(c.B * c.T * c.H * c.hd, 77);
+    std::vector<float> o1, l1, dq1, dk1, dv1;
+    run_flash(c, q, k, v, dout, o1, l1, dq1, dk1, dv1, 1);
+    for (int64_t threads : {2, 3, 8}) {  // 8 > items for some cases: idle workers must be harmless
+      std::vector<float> o, l, dq, dk, dv;
+      run_flash(c, q, k, v, dout, o, l, dq, dk, dv, threads);
+      EXPECT_EQ(o, o1);
+      EXPECT_EQ(l, l1);
+      EXPECT_EQ(dq, dq1);
+      EXPECT_EQ(dk, dk1);
+      EXPECT_EQ(dv, dv1);
+    }
+  }
+}
+
 TEST(Attention, BackwardMatchesFiniteDifferences) {
   const AttnCase c{2, 7, 4, 2, 4, 3};
   auto q = random_vector<double>(c.B * c.T * c.H * c.hd, 80, -2, 2);
@@ -357,6 +377,9 @@ TEST(Attention, WorkingSetDoesNotGrowAsTSquared) {
     const int64_t grow = attention_backward_workspace_bytes<float>(s2) - attention_backward_workspace_bytes<float>(s);
     EXPECT_EQ(grow, 2 * 14 * T * static_cast<int64_t>(sizeof(float)));  // exactly the (B, H, T) row terms
   }
+  // Worker threads multiply the tile scratch, never add a T term.
+  const AttentionShape one{2, 4096, 14, 2, 64, 64, 1}, four{2, 4096, 14, 2, 64, 64, 4};
+  EXPECT_EQ(attention_forward_workspace_bytes<float>(four), 4 * attention_forward_workspace_bytes<float>(one));
   // At T = 131072 the full score matrix of one head alone would be 64 GiB; the flash scratch is tiny.
   const AttentionShape big{1, 131072, 32, 8, 128, 64};
   EXPECT_LT(attention_backward_workspace_bytes<float>(big), int64_t{32} << 20);
