@@ -91,7 +91,7 @@ struct LayerSetup {
   LayerSetup(int64_t b, int64_t t, int64_t tile) : B(b), T(t) {
     spec = make_decoder_spec(card, layout.units[1]);
     spec.attn_tile = tile;
-    spec.attn_threads = g_threads;
+    spec.threads = g_threads;
     const int64_t n = spec.flat_numel, h = B * T * spec.C;
     params = AlignedBuffer(n * 4);
     grads = AlignedBuffer(n * 4);
@@ -145,7 +145,7 @@ void layer_counters(benchmark::State& st, const LayerSetup& s, double flops, dou
   st.counters["saved_MiB"] = static_cast<double>(ws.saved_bytes) / (1 << 20);
   st.counters["bws_MiB"] = static_cast<double>(ws.backward_workspace_bytes) / (1 << 20);
   st.counters["params_MiB"] = static_cast<double>(ws.param_scratch_bytes) / (1 << 20);
-  st.counters["threads"] = static_cast<double>(s.spec.attn_threads);
+  st.counters["threads"] = static_cast<double>(s.spec.threads);
 }
 
 // One decoder layer, forward then backward (the `keep` policy's work per micro-batch).

@@ -4,11 +4,11 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <thread>
 #include <vector>
 
 #include "common/error.h"
 #include "kernels/cpu/transformer/blas.h"
+#include "kernels/cpu/transformer/parallel.h"
 
 namespace slidedp::kernels {
 namespace {
@@ -69,21 +69,6 @@ BackwardScratchAll<Real> carve_backward(Arena& a, const AttentionShape& s) {
     all.per_worker.push_back(b);
   }
   return all;
-}
-
-// body(item, worker) for every item in [0, n): worker w of `threads` (the caller is worker 0) takes
-// items w, w + threads, ... Items write disjoint outputs and never depend on which worker runs
-// them, so results are bitwise independent of the thread count.
-template <typename Body>
-void for_each_item(int64_t n, int64_t threads, const Body& body) {
-  const int64_t workers = std::min(threads, n);
-  auto run = [&](int64_t w) {
-    for (int64_t item = w; item < n; item += workers) body(item, w);
-  };
-  std::vector<std::thread> pool;
-  for (int64_t w = 1; w < workers; ++w) pool.emplace_back(run, w);
-  if (workers > 0) run(0);
-  for (auto& t : pool) t.join();
 }
 
 // Number of keys of tile [j0, j0 + nj) that query row `row` may see (causal: key <= row).

@@ -60,7 +60,7 @@ Saved<Real> carve_saved(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
 }
 
 AttentionShape attention_shape(const DecoderSpec& s, int64_t B, int64_t T) {
-  return AttentionShape{B, T, s.H, s.KV, s.hd, s.attn_tile, s.attn_threads};
+  return AttentionShape{B, T, s.H, s.KV, s.hd, s.attn_tile, s.threads};
 }
 
 // Forward scratch, in take order. rope tables stay; the attention scratch is released before the
@@ -178,7 +178,7 @@ void forward_impl(const DecoderSpec& s, const Real* p, const Real* x, Real* y, W
   linear_forward(S.u, S.h2, p + s.up_w, static_cast<const Real*>(nullptr), N, C, I, false);
   if (y == nullptr) return;  // recompute: the saved state is complete
   Real* m = arena.take<Real>(N * I);  // (N, I)
-  swiglu_forward(m, S.g, S.u, N * I);
+  swiglu_forward(m, S.g, S.u, N * I, s.threads);
   std::copy(S.x2, S.x2 + N * C, y);
   linear_forward(y, m, p + s.down_w, static_cast<const Real*>(nullptr), N, I, C, true);  // y = x2 + m Wd^T
 }
@@ -251,10 +251,10 @@ void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Worksp
   {
     const int64_t mark = arena.mark();
     const BackwardMlp<Real> m = carve_backward_mlp<Real>(arena, s, N);
-    swiglu_forward(m.m_du, S.g, S.u, N * I);                                 // recompute m
+    swiglu_forward(m.m_du, S.g, S.u, N * I, s.threads);                               // recompute m
     linear_backward(m.dm_dg, dp + s.down_w, static_cast<Real*>(nullptr), dy, m.m_du, p + s.down_w, N, I, C,
                     false);                                                  // dm; dWd += dy^T m
-    swiglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I);              // dg, du
+    swiglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I, s.threads);            // dg, du
     linear_backward(w.dh, dp + s.gate_w, static_cast<Real*>(nullptr), m.dm_dg, S.h2, p + s.gate_w, N, C, I, false);
     linear_backward(w.dh, dp + s.up_w, static_cast<Real*>(nullptr), m.m_du, S.h2, p + s.up_w, N, C, I, true);
     std::copy(dy, dy + N * C, dx);                                           // residual

@@ -35,10 +35,10 @@ struct DecoderSpec {
   // Flash attention: rows of a query tile and of a key/value tile. The working set of attention is
   // O(attn_tile^2 + attn_tile * hd), independent of T.
   int64_t attn_tile = 64;
-  // Worker threads of the attention tile loops (the calling thread is one). One rank owning C cores:
-  // C; N ranks: cores / N, like the BLAS threads. See attention.h for the tile size that keeps the
-  // workers' small GEMMs single-threaded inside OpenBLAS.
-  int64_t attn_threads = 1;
+  // Worker threads of the non-BLAS loops (attention tiles, SwiGLU); the calling thread is one. One
+  // rank owning C cores: C; N ranks: cores / N, like the BLAS threads. Results do not depend on it.
+  // See attention.h for the tile size that keeps the workers' small GEMMs single-threaded in OpenBLAS.
+  int64_t threads = 1;
 
   int64_t q_dim() const { return H * hd; }
   int64_t kv_dim() const { return KV * hd; }

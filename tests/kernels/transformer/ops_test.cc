@@ -241,6 +241,21 @@ TEST(SwiGlu, ForwardBackwardMatchNaiveAndFiniteDifferences) {
   EXPECT_TRUE(all_close(dgf, dg_ref, kTol32, kTol32, "dg fp32"));
 }
 
+TEST(SwiGlu, ThreadedSlicesAreBitwiseEqualToOneThread) {
+  const int64_t n = 50001;  // several 4096-element slices, odd tail
+  auto g = random_vector<float>(n, 53, -8, 8);
+  auto u = random_vector<float>(n, 54);
+  auto dm = random_vector<float>(n, 55);
+  std::vector<float> m1(n), m3(n), dg1(n), du1(n), dg3(n), du3(n);
+  swiglu_forward(m1.data(), g.data(), u.data(), n, 1);
+  swiglu_forward(m3.data(), g.data(), u.data(), n, 3);
+  swiglu_backward(dg1.data(), du1.data(), dm.data(), g.data(), u.data(), n, 1);
+  swiglu_backward(dg3.data(), du3.data(), dm.data(), g.data(), u.data(), n, 3);
+  EXPECT_EQ(m1, m3);
+  EXPECT_EQ(dg1, dg3);
+  EXPECT_EQ(du1, du3);
+}
+
 // ---- Embedding -----------------------------------------------------------------------------------
 
 TEST(Embedding, GatherAndScatterAddWithRepeatedTokens) {

@@ -83,7 +83,7 @@ TEST_P(DecoderLayerTest, SpecOffsetsComeFromTheLayout) {
 
 TEST_P(DecoderLayerTest, ForwardMatchesNaiveComposition) {
   Layer l(GetParam());
-  l.spec.attn_threads = 3;  // threaded attention inside the unit
+  l.spec.threads = 3;  // threaded attention inside the unit
   const int64_t B = 2, T = 7;
   auto x = random_vector<double>(B * T * l.spec.C, 101, -2, 2);
   std::vector<double> y_ref(x.size());
