@@ -73,30 +73,40 @@ ThreadPool& pool_of(int threads) {
   return *p;
 }
 
-// Buffers of one (kernel, size), kept between the calls Google Benchmark makes while it calibrates
-// the iteration count and between the 1-thread and all-thread runs, so setup is paid once.
+// All buffers of one size, shared by every kernel so that runs of different kernels can be
+// interleaved (--benchmark_enable_random_interleaving, which spreads machine-load changes evenly over
+// the triad and the kernels) without re-allocating. Reallocated only when the size changes, so run
+// one size per invocation when interleaving (scripts/bench_kernels_optim.sh does). Values keep every
+// kernel on its common path (normal numbers, no NaN, no subnormals) however often they run: the
+// triad writes g32 = m + v / 2, reductions write g32 from the slots, AdamW keeps m ~ g and v ~ g^2.
 struct Workspace {
-  std::string key;
-  std::vector<std::unique_ptr<HostArray<float>>> f32;
-  std::vector<std::unique_ptr<HostArray<bf16_bits>>> bf16;
+  int64_t n = -1;
+  std::unique_ptr<HostArray<float>> p, m, v, g32;     // (n,) fp32: master, moments, fp32 grad/output
+  std::vector<std::unique_ptr<HostArray<bf16_bits>>> slot;  // kSlots x (n,) bf16 per-rank gradients
+  std::unique_ptr<HostArray<bf16_bits>> mirror;       // (n,) bf16 delivery mirror
+  std::vector<const bf16_bits*> slot_ptrs;
+
+  AdamwState state(bool with_mirror) const {
+    return AdamwState{p->data, m->data, v->data, with_mirror ? mirror->data : nullptr};
+  }
 };
 
-Workspace& workspace(const std::string& kernel, int64_t n, int num_f32, int num_bf16) {
+Workspace& workspace(int64_t n) {
   static Workspace ws;
-  const std::string key = kernel + "/" + std::to_string(n);
-  if (ws.key != key) {
-    ws.f32.clear();
-    ws.bf16.clear();
+  if (ws.n != n) {
+    ws = Workspace{};
     ThreadPool& pool = pool_of(all_threads());
-    // Values that keep every kernel on its common path (normal numbers, no NaN, no subnormals).
-    const float f32_init[] = {0.5f, 0.01f, 1e-4f, 0.02f, 0.03f};
-    for (int i = 0; i < num_f32; ++i)
-      ws.f32.push_back(std::make_unique<HostArray<float>>(pool, n, f32_init[i % 5]));
-    for (int i = 0; i < num_bf16; ++i) {
-      ws.bf16.push_back(
-          std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(0.01f * static_cast<float>(i + 1))));
+    ws.p = std::make_unique<HostArray<float>>(pool, n, 0.5f);
+    ws.m = std::make_unique<HostArray<float>>(pool, n, 0.01f);
+    ws.v = std::make_unique<HostArray<float>>(pool, n, 1e-4f);
+    ws.g32 = std::make_unique<HostArray<float>>(pool, n, 0.02f);
+    for (int k = 0; k < kSlots; ++k) {
+      ws.slot.push_back(
+          std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(0.01f * static_cast<float>(k + 1))));
+      ws.slot_ptrs.push_back(ws.slot.back()->data);
     }
-    ws.key = key;
+    ws.mirror = std::make_unique<HostArray<bf16_bits>>(pool, n, bf16_bits{0});
+    ws.n = n;
   }
   return ws;
 }
@@ -104,14 +114,15 @@ Workspace& workspace(const std::string& kernel, int64_t n, int num_f32, int num_
 struct Case {
   std::string kernel;
   double bytes_per_element;
+  int order;  // registration order: the summary lists rows in it, whatever order they ran in
 };
 std::map<std::string, Case> g_cases;  // benchmark name -> case
 
 void set_counters(benchmark::State& state, int64_t n, double bytes_per_element) {
   const double elements = static_cast<double>(n) * static_cast<double>(state.iterations());
   state.counters["params_per_s"] = benchmark::Counter(elements, benchmark::Counter::kIsRate);
-  state.counters["bytes_per_s"] = benchmark::Counter(
-      elements * bytes_per_element, benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["bytes_per_s"] = benchmark::Counter(elements * bytes_per_element, benchmark::Counter::kIsRate,
+                                                     benchmark::Counter::kIs1000);
 }
 
 AdamwHyper bench_hyper() {
@@ -121,92 +132,72 @@ AdamwHyper bench_hyper() {
   return h;
 }
 
-void bench_triad(benchmark::State& state, int64_t n, int threads) {
-  Workspace& w = workspace("triad", n, 3, 0);
-  ThreadPool& pool = pool_of(threads);
+// Runs `call` as the timed body and reports the counters of `bytes_per_element`.
+template <class Call>
+void run(benchmark::State& state, int64_t n, double bytes_per_element, const Call& call) {
   for (auto _ : state) {
-    stream_triad(pool, w.f32[0]->data, w.f32[1]->data, w.f32[2]->data, 0.5f, n);
+    call();
     benchmark::ClobberMemory();
   }
-  set_counters(state, n, kBytesTriad);
+  set_counters(state, n, bytes_per_element);
+}
+
+void bench_triad(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace(n);
+  ThreadPool& pool = pool_of(threads);
+  run(state, n, kBytesTriad, [&] { stream_triad(pool, w.g32->data, w.m->data, w.v->data, 0.5f, n); });
 }
 
 void bench_adamw_bf16(benchmark::State& state, int64_t n, int threads) {
-  Workspace& w = workspace("adamw_bf16", n, 3, 2);
+  Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
-  const AdamwState s{w.f32[0]->data, w.f32[1]->data, w.f32[2]->data, w.bf16[1]->data};
-  for (auto _ : state) {
-    adamw_update(pool, s, w.bf16[0]->data, bench_hyper(), 0, n);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, n, kBytesAdamwBf16Grad);
+  run(state, n, kBytesAdamwBf16Grad,
+      [&] { adamw_update(pool, w.state(true), w.slot[0]->data, bench_hyper(), 0, n); });
 }
 
 void bench_adamw_fp32(benchmark::State& state, int64_t n, int threads, bool mirror) {
-  Workspace& w = workspace("adamw_fp32", n, 4, 1);
+  Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
-  const AdamwState s{w.f32[0]->data, w.f32[1]->data, w.f32[2]->data, mirror ? w.bf16[0]->data : nullptr};
-  for (auto _ : state) {
-    adamw_update(pool, s, w.f32[3]->data, bench_hyper(), 0, n);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, n, mirror ? kBytesAdamwFp32Grad : kBytesAdamwFp32GradNoMirror);
+  run(state, n, mirror ? kBytesAdamwFp32Grad : kBytesAdamwFp32GradNoMirror,
+      [&] { adamw_update(pool, w.state(mirror), w.g32->data, bench_hyper(), 0, n); });
 }
 
 void bench_reduce_bf16(benchmark::State& state, int64_t n, int threads) {
-  Workspace& w = workspace("reduce_bf16", n, 1, kSlots);
+  Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
-  std::vector<const bf16_bits*> slots;
-  for (int k = 0; k < kSlots; ++k) slots.push_back(w.bf16[static_cast<size_t>(k)]->data);
-  for (auto _ : state) {
-    reduce_grads(pool, GradSlots<bf16_bits>{slots, 0.25f, nullptr}, w.f32[0]->data, 0, n);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, n, kBytesReduceBf16);
+  run(state, n, kBytesReduceBf16,
+      [&] { reduce_grads(pool, GradSlots<bf16_bits>{w.slot_ptrs, 0.25f, nullptr}, w.g32->data, 0, n); });
 }
 
 void bench_fused_bf16(benchmark::State& state, int64_t n, int threads) {
-  Workspace& w = workspace("fused_bf16", n, 3, kSlots + 1);
+  Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
-  std::vector<const bf16_bits*> slots;
-  for (int k = 0; k < kSlots; ++k) slots.push_back(w.bf16[static_cast<size_t>(k)]->data);
-  const AdamwState s{w.f32[0]->data, w.f32[1]->data, w.f32[2]->data, w.bf16[kSlots]->data};
-  for (auto _ : state) {
-    reduce_adamw_update(pool, s, GradSlots<bf16_bits>{slots, 0.25f, nullptr}, bench_hyper(), 0, n);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, n, kBytesFusedBf16);
+  run(state, n, kBytesFusedBf16, [&] {
+    reduce_adamw_update(pool, w.state(true), GradSlots<bf16_bits>{w.slot_ptrs, 0.25f, nullptr}, bench_hyper(),
+                        0, n);
+  });
 }
 
 void bench_to_bf16(benchmark::State& state, int64_t n, int threads) {
-  Workspace& w = workspace("convert", n, 1, 1);
+  Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
-  for (auto _ : state) {
-    f32_to_bf16(pool, w.f32[0]->data, w.bf16[0]->data, n);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, n, kBytesConvert);
+  run(state, n, kBytesConvert, [&] { f32_to_bf16(pool, w.p->data, w.mirror->data, n); });
 }
 
 void bench_to_f32(benchmark::State& state, int64_t n, int threads) {
-  Workspace& w = workspace("convert", n, 1, 1);
+  Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
-  for (auto _ : state) {
-    bf16_to_f32(pool, w.bf16[0]->data, w.f32[0]->data, n);
-    benchmark::ClobberMemory();
-  }
-  set_counters(state, n, kBytesConvert);
+  run(state, n, kBytesConvert, [&] { bf16_to_f32(pool, w.slot[0]->data, w.g32->data, n); });
 }
 
 void bench_sum_squares(benchmark::State& state, int64_t n, int threads) {
-  Workspace& w = workspace("convert", n, 1, 1);
+  Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
   double total = 0;
-  for (auto _ : state) {
-    total += sum_squares(pool, w.f32[0]->data, n);
+  run(state, n, kBytesSumSquaresF32, [&] {
+    total += sum_squares(pool, w.g32->data, n);
     benchmark::DoNotOptimize(total);
-  }
-  set_counters(state, n, kBytesSumSquaresF32);
+  });
 }
 
 std::string size_label(int64_t n) {
@@ -240,7 +231,7 @@ void register_all(const std::vector<int64_t>& sizes) {
     for (const Kernel& k : kernels) {
       for (int t : thread_counts) {
         const std::string name = std::string(k.name) + "/" + size_label(n) + "/threads:" + std::to_string(t);
-        g_cases[name] = Case{k.name, k.bytes};
+        g_cases[name] = Case{k.name, k.bytes, static_cast<int>(g_cases.size())};
         Fn fn = k.fn;
         benchmark::RegisterBenchmark(name.c_str(), [fn, n, t](benchmark::State& s) { fn(s, n, t); })
             ->UseRealTime()
@@ -288,6 +279,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     std::string csv =
         "date_utc,git_revision,host,cpu_model,simd,kernel,numel,threads,bytes_per_element,seconds_per_call,"
         "params_per_s,gb_per_s,triad_gb_per_s,fraction_of_triad\n";
+    std::sort(order_.begin(), order_.end(),
+              [](const std::string& a, const std::string& b) { return g_cases.at(a).order < g_cases.at(b).order; });
     for (const std::string& name : order_) {
       const Case& c = g_cases.at(name);
       const Row& row = rows_.at(name);
