@@ -97,6 +97,21 @@ def run_torch(torch, n, threads, foreach, steps, tensor_numel):
     return statistics.median(times)
 
 
+def run_torch_triad(torch, n, threads, reps=5):
+    """GB/s (12 B/element) of torch's a = b + 0.5 c: a cross-check of our triad on the same machine."""
+    torch.set_num_threads(threads)
+    b = torch.full((n,), 0.01)
+    c = torch.full((n,), 1e-4)
+    a = torch.zeros(n)
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        torch.add(b, c, alpha=0.5, out=a)
+        times.append(time.perf_counter() - t0)
+    del a, b, c
+    return n * 12 / statistics.median(times) / 1e9
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bench", default="build/bin/bench_kernels_optim")
@@ -123,9 +138,10 @@ def main():
     cpu = cpu_model()
     print(f"# {date}  CPU: {cpu} ({all_threads} CPUs)  torch {torch.__version__}  load {os.getloadavg()[0]:.2f}")
     header = ("size", "threads", "torch_plain", "torch_foreach", "slidedp_fp32", "slidedp_bf16_mirror",
-              "x_fp32", "x_bf16_mirror", "triad_GBps", "adamw_bf16_of_triad")
+              "x_fp32", "x_bf16_mirror", "triad_GBps", "torch_triad", "adamw_bf16_of_triad")
     print("# params/s in G; x_* = slidedp / best torch variant; adamw_bf16_of_triad = 28 B/param GB/s over triad")
-    print("%-6s %7s %12s %13s %12s %19s %7s %13s %10s %19s" % header)
+    print("# triad_GBps: bench_kernels_optim's triad; torch_triad: torch.add(b, c, alpha=0.5, out=a), same 12 B")
+    print("%-6s %7s %12s %13s %12s %19s %7s %13s %10s %11s %19s" % header)
     rows = []
     simd = "?"
     for n in sizes:
@@ -137,21 +153,23 @@ def main():
             fp32 = n / ours[("adamw_fp32grad_nomirror", t)]
             bf16 = n / ours[("adamw_bf16grad_mirror", t)]
             triad_gbps = n * 12 / ours[("triad", t)] / 1e9
+            torch_triad = run_torch_triad(torch, n, t)
             best_torch = max(plain, foreach)
             row = (size_label(n), t, plain / 1e9, foreach / 1e9, fp32 / 1e9, bf16 / 1e9, fp32 / best_torch,
-                   bf16 / best_torch, triad_gbps, bf16 * 28 / 1e9 / triad_gbps)
+                   bf16 / best_torch, triad_gbps, torch_triad, bf16 * 28 / 1e9 / triad_gbps)
             rows.append(row)
-            print("%-6s %7d %12.4f %13.4f %12.3f %19.3f %7.1f %13.1f %10.1f %18.0f%%" %
-                  (row[:9] + (100 * row[9],)))
+            print("%-6s %7d %12.4f %13.4f %12.3f %19.3f %7.1f %13.1f %10.1f %11.1f %18.0f%%" %
+                  (row[:10] + (100 * row[10],)))
             sys.stdout.flush()
     if args.csv:
         with open(args.csv, "w") as f:
             f.write("date_utc,cpu_model,cpus,torch_version,slidedp_simd,size,threads,torch_plain_params_per_s,"
                     "torch_foreach_params_per_s,slidedp_fp32grad_params_per_s,slidedp_bf16grad_mirror_params_per_s,"
-                    "ratio_fp32_vs_best_torch,ratio_bf16_mirror_vs_best_torch,triad_gb_per_s,adamw_bf16_fraction_of_triad\n")
+                    "ratio_fp32_vs_best_torch,ratio_bf16_mirror_vs_best_torch,triad_gb_per_s,torch_triad_gb_per_s,"
+                    "adamw_bf16_fraction_of_triad\n")
             for r in rows:
                 f.write(f'{date},"{cpu}",{all_threads},{torch.__version__},{simd},{r[0]},{r[1]},{r[2] * 1e9:.6g},'
-                        f"{r[3] * 1e9:.6g},{r[4] * 1e9:.6g},{r[5] * 1e9:.6g},{r[6]:.4g},{r[7]:.4g},{r[8]:.4g},{r[9]:.4f}\n")
+                        f"{r[3] * 1e9:.6g},{r[4] * 1e9:.6g},{r[5] * 1e9:.6g},{r[6]:.4g},{r[7]:.4g},{r[8]:.4g},{r[9]:.4g},{r[10]:.4f}\n")
         print(f"# written to {args.csv}")
 
 
