@@ -17,8 +17,10 @@ namespace slidedp::exec {
 
 const char* lr_schedule_kind_name(LrScheduleKind k) {
   switch (k) {
-    case LrScheduleKind::kConstant: return "constant";
-    case LrScheduleKind::kCosine: return "cosine";
+    case LrScheduleKind::kConstant:
+      return "constant";
+    case LrScheduleKind::kCosine:
+      return "cosine";
   }
   return "?";
 }
@@ -32,17 +34,19 @@ constexpr double kMaxLr = 1.0;
 void validate_with(const LrScheduleConfig& c, const std::function<std::string(const std::string&)>& where) {
   if (!(std::isfinite(c.lr) && c.lr > 0 && c.lr <= kMaxLr))
     throw InputError(where("lr"), fmt::format("{} must be in (0, {}]", c.lr, kMaxLr));
-  if (c.warmup_steps < 0) throw InputError(where("warmup_steps"), fmt::format("{} must be >= 0", c.warmup_steps));
+  if (c.warmup_steps < 0)
+    throw InputError(where("warmup_steps"), fmt::format("{} must be >= 0", c.warmup_steps));
   if (c.kind == LrScheduleKind::kConstant) {
     if (c.total_steps != 0)
       throw InputError(where("total_steps"), "only for kind cosine (a constant schedule has no end)");
-    if (c.min_lr != 0) throw InputError(where("min_lr"), "only for kind cosine (a constant schedule has no floor)");
+    if (c.min_lr != 0)
+      throw InputError(where("min_lr"), "only for kind cosine (a constant schedule has no floor)");
     return;
   }
   if (c.total_steps <= c.warmup_steps)
     throw InputError(where("total_steps"),
-                     fmt::format("{} must exceed warmup_steps ({}) so that the decay has steps", c.total_steps,
-                                 c.warmup_steps));
+                     fmt::format("{} must exceed warmup_steps ({}) so that the decay has steps",
+                                 c.total_steps, c.warmup_steps));
   if (!(std::isfinite(c.min_lr) && c.min_lr >= 0 && c.min_lr <= c.lr))
     throw InputError(where("min_lr"), fmt::format("{} must be in [0, lr = {}]", c.min_lr, c.lr));
 }
@@ -62,7 +66,8 @@ std::string shortest(double v) {
 }  // namespace
 
 void LrScheduleConfig::validate(const std::string& origin) const {
-  validate_with(*this, [&](const std::string& field) { return origin.empty() ? field : origin + ": " + field; });
+  validate_with(*this,
+                [&](const std::string& field) { return origin.empty() ? field : origin + ": " + field; });
 }
 
 std::string LrScheduleConfig::summary() const {

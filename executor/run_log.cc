@@ -32,31 +32,44 @@ namespace fs = std::filesystem;
 
 const char* run_kind_name(RunKind k) {
   switch (k) {
-    case RunKind::kTrain: return "train";
-    case RunKind::kProfile: return "profile";
-    case RunKind::kRefine: return "refine";
-    case RunKind::kSweep: return "sweep";
+    case RunKind::kTrain:
+      return "train";
+    case RunKind::kProfile:
+      return "profile";
+    case RunKind::kRefine:
+      return "refine";
+    case RunKind::kSweep:
+      return "sweep";
   }
   return "?";
 }
 
 const char* run_status_name(RunStatus s) {
   switch (s) {
-    case RunStatus::kRunning: return "running";
-    case RunStatus::kFinished: return "finished";
-    case RunStatus::kFailed: return "failed";
-    case RunStatus::kInterrupted: return "interrupted";
+    case RunStatus::kRunning:
+      return "running";
+    case RunStatus::kFinished:
+      return "finished";
+    case RunStatus::kFailed:
+      return "failed";
+    case RunStatus::kInterrupted:
+      return "interrupted";
   }
   return "?";
 }
 
 const char* run_state_name(RunState s) {
   switch (s) {
-    case RunState::kRunning: return "running";
-    case RunState::kFinished: return "finished";
-    case RunState::kFailed: return "failed";
-    case RunState::kInterrupted: return "interrupted";
-    case RunState::kDidNotFinish: return "did not finish";
+    case RunState::kRunning:
+      return "running";
+    case RunState::kFinished:
+      return "finished";
+    case RunState::kFailed:
+      return "failed";
+    case RunState::kInterrupted:
+      return "interrupted";
+    case RunState::kDidNotFinish:
+      return "did not finish";
   }
   return "?";
 }
@@ -70,7 +83,8 @@ RunKind parse_run_kind(const std::string& s, const std::string& where) {
 RunStatus parse_run_status(const std::string& s, const std::string& where) {
   for (RunStatus k : {RunStatus::kRunning, RunStatus::kFinished, RunStatus::kFailed, RunStatus::kInterrupted})
     if (s == run_status_name(k)) return k;
-  throw InputError(where, "unknown run status '" + s + "' (expected running, finished, failed or interrupted)");
+  throw InputError(where,
+                   "unknown run status '" + s + "' (expected running, finished, failed or interrupted)");
 }
 
 namespace {
@@ -170,9 +184,12 @@ class Connection {
   [[noreturn]] void fail(int rc, const std::string& what) const {
     std::string msg = what + ": " + (db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc));
     switch (rc & 0xff) {
-      case SQLITE_CONSTRAINT: throw InputError(path_, msg);
-      case SQLITE_NOTADB: throw IoError(path_, "not an SQLite database (" + msg + ")");
-      default: throw IoError(path_, msg);
+      case SQLITE_CONSTRAINT:
+        throw InputError(path_, msg);
+      case SQLITE_NOTADB:
+        throw IoError(path_, "not an SQLite database (" + msg + ")");
+      default:
+        throw IoError(path_, msg);
     }
   }
 
@@ -258,7 +275,8 @@ class Statement {
   }
   std::string text(int col) const {  // NULL -> ""
     const unsigned char* p = sqlite3_column_text(stmt_, col);
-    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col)) : std::string();
+    return p ? std::string(reinterpret_cast<const char*>(p), sqlite3_column_bytes(stmt_, col))
+             : std::string();
   }
   std::optional<int64_t> opt_integer(int col) const {
     return is_null(col) ? std::nullopt : std::optional<int64_t>(integer(col));
@@ -323,22 +341,29 @@ std::unique_ptr<Connection> open_run_log(const std::string& path, bool create) {
       sqlite3_exec(c->db(), "ROLLBACK", nullptr, nullptr, nullptr);
       throw;
     }
+    // The SQL file and this build must agree on what they just wrote.
+    SLIDEDP_CHECK(query_int(*c, "PRAGMA user_version") == kRunLogSchemaVersion &&
+                      query_int(*c, "PRAGMA application_id") == kRunLogApplicationId,
+                  "run_log_schema.sql and kRunLogSchemaVersion / kRunLogApplicationId disagree");
   }
 
   const int64_t app_id = query_int(*c, "PRAGMA application_id");
   if (app_id != kRunLogApplicationId) {
     char hex[32];
     std::snprintf(hex, sizeof(hex), "0x%08llx", static_cast<unsigned long long>(app_id) & 0xffffffffULL);
-    throw IoError(path, app_id == 0 ? "an SQLite database, but not a SlideDP run log (no run-log application id)"
-                                    : std::string("not a SlideDP run log (application_id ") + hex + ")");
+    throw IoError(path, app_id == 0
+                            ? "an SQLite database, but not a SlideDP run log (no run-log application id)"
+                            : std::string("not a SlideDP run log (application_id ") + hex + ")");
   }
   const int64_t version = query_int(*c, "PRAGMA user_version");
   if (version > kRunLogSchemaVersion)
-    throw IoError(path, "run log schema version " + std::to_string(version) + " was written by a newer SlideDP; "
-                        "this build reads version " + std::to_string(kRunLogSchemaVersion));
+    throw IoError(path, "run log schema version " + std::to_string(version) +
+                            " was written by a newer SlideDP; "
+                            "this build reads version " +
+                            std::to_string(kRunLogSchemaVersion));
   if (version != kRunLogSchemaVersion)
-    throw IoError(path, "unknown run log schema version " + std::to_string(version) + " (this build reads version " +
-                            std::to_string(kRunLogSchemaVersion) + ")");
+    throw IoError(path, "unknown run log schema version " + std::to_string(version) +
+                            " (this build reads version " + std::to_string(kRunLogSchemaVersion) + ")");
 
   if (create) {
     // Re-assert WAL: a tool may have switched the file back to a rollback journal.
@@ -380,9 +405,12 @@ PredictionRecord prediction_record(const Prediction& p) {
   r.exposed_s = p.exposed_s;
   r.bottleneck = p.bottleneck;
   const Breakdown& b = p.breakdown;
-  nlohmann::ordered_json bj = {{"compute_s", b.compute_s},         {"stall_s", b.stall_s},
-                               {"exposed_head_s", b.exposed_head_s}, {"exposed_tail_s", b.exposed_tail_s},
-                               {"post_update_s", b.post_update_s}, {"sync_s", b.sync_s},
+  nlohmann::ordered_json bj = {{"compute_s", b.compute_s},
+                               {"stall_s", b.stall_s},
+                               {"exposed_head_s", b.exposed_head_s},
+                               {"exposed_tail_s", b.exposed_tail_s},
+                               {"post_update_s", b.post_update_s},
+                               {"sync_s", b.sync_s},
                                {"total_s", b.total()}};
   r.breakdown_json = bj.dump();
   nlohmann::ordered_json busy = nlohmann::ordered_json::object();
@@ -397,32 +425,37 @@ struct RunLog::Impl {
         begin(*conn, "BEGIN IMMEDIATE"),
         commit(*conn, "COMMIT"),
         touch_run(*conn, "UPDATE runs SET last_seen_at = ?2 WHERE id = ?1"),
-        insert_run(*conn,
-                   "INSERT INTO runs (kind, parent_run_id, started_at, status, pid, pid_start_ticks, boot_id, "
-                   "host, git_revision, build_type, slidedp_version, command_line, backend, plan_yaml, "
-                   "plan_summary, hardware_name, hardware_yaml, model_name, seq_len, system, notes_json, "
-                   "last_seen_at) VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
-                   "?14, ?15, ?16, ?17, ?18, ?19, ?20, ?3)"),
-        insert_step(*conn,
-                    "INSERT INTO steps (run_id, step, loss, tokens, wall_s, predicted_step_s, tokens_per_s, lr, "
-                    "grad_norm, skipped, skip_reason, elapsed_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
-                    "?10, ?11, coalesce(?12, (julianday(?13) - julianday((SELECT started_at FROM runs "
-                    "WHERE id = ?1))) * 86400.0))"),
+        insert_run(
+            *conn,
+            "INSERT INTO runs (kind, parent_run_id, started_at, status, pid, pid_start_ticks, boot_id, "
+            "host, git_revision, build_type, slidedp_version, command_line, backend, plan_yaml, "
+            "plan_summary, hardware_name, hardware_yaml, model_name, seq_len, system, notes_json, "
+            "last_seen_at) VALUES (?1, ?2, ?3, 'running', ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, "
+            "?14, ?15, ?16, ?17, ?18, ?19, ?20, ?3)"),
+        insert_step(
+            *conn,
+            "INSERT INTO steps (run_id, step, loss, tokens, wall_s, predicted_step_s, tokens_per_s, lr, "
+            "grad_norm, skipped, skip_reason, elapsed_s) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, "
+            "?10, ?11, coalesce(?12, (julianday(?13) - julianday((SELECT started_at FROM runs "
+            "WHERE id = ?1))) * 86400.0))"),
         insert_total(*conn,
                      "INSERT INTO phase_totals (run_id, step, rank, category, busy_s, count) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
         insert_span(*conn,
                     "INSERT INTO phases (run_id, step, rank, category, name, unit, chunk, start_s, end_s) "
                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
-        insert_error(*conn,
-                     "INSERT INTO errors (run_id, at, step, rank, kind, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+        insert_error(
+            *conn,
+            "INSERT INTO errors (run_id, at, step, rank, kind, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
         insert_prediction(*conn,
                           "INSERT INTO predictions (run_id, method, step_time_s, tokens_per_s, exposed_s, "
                           "bottleneck, breakdown_json, busy_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
         insert_sample(*conn,
                       "INSERT INTO profile_samples (run_id, measurement, params_json, value, unit) "
                       "VALUES (?1, ?2, ?3, ?4, ?5)"),
-        end(*conn, "UPDATE runs SET status = ?2, ended_at = ?3, last_seen_at = ?3 WHERE id = ?1 AND status = 'running'"),
+        end(*conn,
+            "UPDATE runs SET status = ?2, ended_at = ?3, last_seen_at = ?3 WHERE id = ?1 AND status = "
+            "'running'"),
         status_of(*conn, "SELECT status FROM runs WHERE id = ?1") {}
 
   // BEGIN IMMEDIATE takes the write lock up front: a deferred transaction that upgrades from read to
@@ -487,15 +520,19 @@ struct RunLog::Impl {
   void write_spans(int64_t run_id, std::span<const PhaseSpan> spans) {
     for (const PhaseSpan& s : spans) {
       check_span(s);
-      insert_span.bind(1, run_id).bind(2, s.step).bind(3, s.rank).bind(4, s.category).bind_text_or_null(5, s.name);
+      insert_span.bind(1, run_id)
+          .bind(2, s.step)
+          .bind(3, s.rank)
+          .bind(4, s.category)
+          .bind_text_or_null(5, s.name);
       insert_span.bind(6, s.unit).bind(7, s.chunk).bind(8, s.start_s).bind(9, s.end_s).run();
     }
   }
 
   // Declared first: destroyed last, after the statements.
   std::unique_ptr<Connection> conn;
-  Statement begin, commit, touch_run, insert_run, insert_step, insert_total, insert_span,
-      insert_error, insert_prediction, insert_sample, end, status_of;
+  Statement begin, commit, touch_run, insert_run, insert_step, insert_total, insert_span, insert_error,
+      insert_prediction, insert_sample, end, status_of;
   // When each run this writer began started, on the steady clock (elapsed_s is immune to clock steps).
   std::map<int64_t, std::chrono::steady_clock::time_point> started;
 };
@@ -523,9 +560,14 @@ int64_t RunLog::begin_run(const RunInfo& info) {
   Impl::Transaction txn(m);
   Statement& s = m.insert_run;
   s.bind(1, std::string(run_kind_name(info.kind))).bind(2, info.parent_run_id).bind(3, now).bind(4, pid);
-  s.bind(5, start_ticks).bind_text_or_null(6, current_boot_id()).bind(7, prov.host).bind(8, prov.git_revision);
+  s.bind(5, start_ticks)
+      .bind_text_or_null(6, current_boot_id())
+      .bind(7, prov.host)
+      .bind(8, prov.git_revision);
   s.bind(9, prov.build_type).bind(10, prov.version).bind(11, info.command_line);
-  s.bind_text_or_null(12, info.backend).bind_text_or_null(13, info.plan_yaml).bind_text_or_null(14, info.plan_summary);
+  s.bind_text_or_null(12, info.backend)
+      .bind_text_or_null(13, info.plan_yaml)
+      .bind_text_or_null(14, info.plan_summary);
   s.bind_text_or_null(15, info.hardware_name).bind_text_or_null(16, info.hardware_yaml);
   s.bind_text_or_null(17, info.model_name);
   if (info.seq_len > 0) s.bind(18, info.seq_len);
@@ -547,7 +589,8 @@ void RunLog::log_step(int64_t run_id, const StepRecord& r, std::span<const Phase
   if (r.predicted_step_s && !(std::isfinite(*r.predicted_step_s) && *r.predicted_step_s > 0))
     throw InputError(m.where(w + ".predicted_step_s"),
                      "must be finite and > 0 seconds, got " + num(*r.predicted_step_s));
-  if (!std::isfinite(r.lr) || r.lr < 0) throw InputError(m.where(w + ".lr"), "must be finite and >= 0, got " + num(r.lr));
+  if (!std::isfinite(r.lr) || r.lr < 0)
+    throw InputError(m.where(w + ".lr"), "must be finite and >= 0, got " + num(r.lr));
   if (r.skipped == r.skip_reason.empty())
     throw InputError(m.where(w + ".skip_reason"),
                      r.skipped ? "a skipped step needs a reason" : "only a skipped step has a reason");
@@ -568,9 +611,17 @@ void RunLog::log_step(int64_t run_id, const StepRecord& r, std::span<const Phase
   Impl::Transaction txn(m);
   m.touch(run_id, now);
   Statement& s = m.insert_step;
-  s.bind(1, run_id).bind(2, r.step).bind(3, r.loss).bind(4, r.tokens).bind(5, r.wall_s).bind(6, r.predicted_step_s);
+  s.bind(1, run_id)
+      .bind(2, r.step)
+      .bind(3, r.loss)
+      .bind(4, r.tokens)
+      .bind(5, r.wall_s)
+      .bind(6, r.predicted_step_s);
   if (r.wall_s > 0) s.bind(7, static_cast<double>(r.tokens) / r.wall_s);
-  s.bind(8, r.lr).bind(9, r.grad_norm).bind(10, int64_t{r.skipped ? 1 : 0}).bind_text_or_null(11, r.skip_reason);
+  s.bind(8, r.lr)
+      .bind(9, r.grad_norm)
+      .bind(10, int64_t{r.skipped ? 1 : 0})
+      .bind_text_or_null(11, r.skip_reason);
   s.bind(12, elapsed_s).bind(13, now);
   try {
     s.run();
@@ -578,7 +629,8 @@ void RunLog::log_step(int64_t run_id, const StepRecord& r, std::span<const Phase
     // The values passed the checks above, so the constraint that failed is the key: a repeated step.
     std::string sqlite_msg = e.what();
     if (sqlite_msg.rfind(m.conn->path() + ": ", 0) == 0) sqlite_msg.erase(0, m.conn->path().size() + 2);
-    throw InputError(m.where(w), "already logged for run " + std::to_string(run_id) + " (" + sqlite_msg + ")");
+    throw InputError(m.where(w),
+                     "already logged for run " + std::to_string(run_id) + " (" + sqlite_msg + ")");
   }
   m.write_totals(run_id, totals);
   m.write_spans(run_id, spans);
@@ -611,7 +663,13 @@ void RunLog::log_error(int64_t run_id, const ErrorRecord& e) {
   const std::string now = utc_now_ms();
   Impl::Transaction txn(m);
   m.touch(run_id, now);
-  m.insert_error.bind(1, run_id).bind(2, now).bind(3, e.step).bind(4, e.rank).bind(5, e.kind).bind(6, e.message).run();
+  m.insert_error.bind(1, run_id)
+      .bind(2, now)
+      .bind(3, e.step)
+      .bind(4, e.rank)
+      .bind(5, e.kind)
+      .bind(6, e.message)
+      .run();
   txn.commit();
 }
 
@@ -619,7 +677,8 @@ void RunLog::log_prediction(int64_t run_id, const PredictionRecord& p) {
   Impl& m = *impl_;
   if (p.method.empty()) throw InputError(m.where("predictions.method"), "must not be empty");
   if (!(std::isfinite(p.step_time_s) && p.step_time_s > 0))
-    throw InputError(m.where("predictions.step_time_s"), "must be finite and > 0 seconds, got " + num(p.step_time_s));
+    throw InputError(m.where("predictions.step_time_s"),
+                     "must be finite and > 0 seconds, got " + num(p.step_time_s));
   if (!nlohmann::json::accept(p.breakdown_json))
     throw InputError(m.where("predictions.breakdown_json"), "not valid JSON: " + p.breakdown_json);
   if (!nlohmann::json::accept(p.busy_json))
@@ -637,7 +696,8 @@ void RunLog::log_profile_samples(int64_t run_id, std::span<const ProfileSample> 
   for (const ProfileSample& p : samples) {
     if (p.measurement.empty()) throw InputError(m.where("profile_samples.measurement"), "must not be empty");
     const std::string w = "profile_samples[" + p.measurement + "]";
-    if (!std::isfinite(p.value)) throw InputError(m.where(w + ".value"), "must be finite, got " + num(p.value));
+    if (!std::isfinite(p.value))
+      throw InputError(m.where(w + ".value"), "must be finite, got " + num(p.value));
     if (p.unit.empty()) throw InputError(m.where(w + ".unit"), "must not be empty");
     if (!nlohmann::json::accept(p.params_json))
       throw InputError(m.where(w + ".params_json"), "not valid JSON: " + p.params_json);
@@ -645,7 +705,12 @@ void RunLog::log_profile_samples(int64_t run_id, std::span<const ProfileSample> 
   Impl::Transaction txn(m);
   m.touch(run_id, utc_now_ms());
   for (const ProfileSample& p : samples)
-    m.insert_sample.bind(1, run_id).bind(2, p.measurement).bind(3, p.params_json).bind(4, p.value).bind(5, p.unit).run();
+    m.insert_sample.bind(1, run_id)
+        .bind(2, p.measurement)
+        .bind(3, p.params_json)
+        .bind(4, p.value)
+        .bind(5, p.unit)
+        .run();
   txn.commit();
 }
 
@@ -660,8 +725,9 @@ void RunLog::end_run(int64_t run_id, RunStatus status) {
     const bool exists = m.status_of.step();
     const std::string was = exists ? m.status_of.text(0) : "";
     m.status_of.reset();
-    throw InputError(m.where("runs"), exists ? "run " + std::to_string(run_id) + " has already ended as '" + was + "'"
-                                             : "no run with id " + std::to_string(run_id) + " in this log");
+    throw InputError(m.where("runs"),
+                     exists ? "run " + std::to_string(run_id) + " has already ended as '" + was + "'"
+                            : "no run with id " + std::to_string(run_id) + " in this log");
   }
   txn.commit();
   m.started.erase(run_id);
@@ -672,10 +738,14 @@ void RunLog::end_run(int64_t run_id, RunStatus status) {
 
 RunState run_state(const RunRecord& run) {
   switch (run.status) {
-    case RunStatus::kFinished: return RunState::kFinished;
-    case RunStatus::kFailed: return RunState::kFailed;
-    case RunStatus::kInterrupted: return RunState::kInterrupted;
-    case RunStatus::kRunning: return recorded_process_alive(run) ? RunState::kRunning : RunState::kDidNotFinish;
+    case RunStatus::kFinished:
+      return RunState::kFinished;
+    case RunStatus::kFailed:
+      return RunState::kFailed;
+    case RunStatus::kInterrupted:
+      return RunState::kInterrupted;
+    case RunStatus::kRunning:
+      return recorded_process_alive(run) ? RunState::kRunning : RunState::kDidNotFinish;
   }
   return RunState::kDidNotFinish;
 }
@@ -695,7 +765,8 @@ const std::string& RunLogReader::path() const { return impl_->conn->path(); }
 namespace {
 
 constexpr const char* kRunColumns =
-    "SELECT id, kind, parent_run_id, status, started_at, ended_at, last_seen_at, pid, pid_start_ticks, boot_id, "
+    "SELECT id, kind, parent_run_id, status, started_at, ended_at, last_seen_at, pid, pid_start_ticks, "
+    "boot_id, "
     "host, git_revision, build_type, slidedp_version, command_line, backend, plan_yaml, plan_summary, "
     "hardware_name, hardware_yaml, model_name, seq_len, system, notes_json FROM runs";
 
@@ -792,8 +863,8 @@ std::vector<PhaseSpan> RunLogReader::spans(int64_t run_id) const {
   s.bind(1, run_id);
   std::vector<PhaseSpan> out;
   while (s.step())
-    out.push_back(PhaseSpan{s.integer(0), opt_int(s.opt_integer(1)), s.text(2), s.text(3), opt_int(s.opt_integer(4)),
-                            s.opt_integer(5), s.real(6), s.real(7)});
+    out.push_back(PhaseSpan{s.integer(0), opt_int(s.opt_integer(1)), s.text(2), s.text(3),
+                            opt_int(s.opt_integer(4)), s.opt_integer(5), s.real(6), s.real(7)});
   return out;
 }
 
@@ -802,7 +873,8 @@ std::vector<ErrorRow> RunLogReader::errors(int64_t run_id) const {
   s.bind(1, run_id);
   std::vector<ErrorRow> out;
   while (s.step())
-    out.push_back(ErrorRow{ErrorRecord{s.text(0), s.text(1), s.opt_integer(2), opt_int(s.opt_integer(3))}, s.text(4)});
+    out.push_back(
+        ErrorRow{ErrorRecord{s.text(0), s.text(1), s.opt_integer(2), opt_int(s.opt_integer(3))}, s.text(4)});
   return out;
 }
 
@@ -813,7 +885,8 @@ std::vector<PredictionRecord> RunLogReader::predictions(int64_t run_id) const {
   s.bind(1, run_id);
   std::vector<PredictionRecord> out;
   while (s.step())
-    out.push_back(PredictionRecord{s.text(0), s.real(1), s.opt_real(2), s.opt_real(3), s.text(4), s.text(5), s.text(6)});
+    out.push_back(PredictionRecord{s.text(0), s.real(1), s.opt_real(2), s.opt_real(3), s.text(4), s.text(5),
+                                   s.text(6)});
   return out;
 }
 
@@ -830,6 +903,8 @@ std::string RunLogReader::integrity_check() const {
   return out;
 }
 
-RunState run_status(const std::string& db_path, int64_t run_id) { return RunLogReader(db_path).run_status(run_id); }
+RunState run_status(const std::string& db_path, int64_t run_id) {
+  return RunLogReader(db_path).run_status(run_id);
+}
 
 }  // namespace slidedp::exec

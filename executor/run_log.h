@@ -32,23 +32,23 @@ enum class RunStatus { kRunning, kFinished, kFailed, kInterrupted };
 // (killed, crashed, or on another host or boot) is kDidNotFinish.
 enum class RunState { kRunning, kFinished, kFailed, kInterrupted, kDidNotFinish };
 
-const char* run_kind_name(RunKind k);        // "train" | "profile" | "refine" | "sweep"
-const char* run_status_name(RunStatus s);    // "running" | "finished" | "failed" | "interrupted"
-const char* run_state_name(RunState s);      // the status names, or "did not finish"
-RunKind parse_run_kind(const std::string& s, const std::string& where);        // throws InputError
-RunStatus parse_run_status(const std::string& s, const std::string& where);    // throws InputError
+const char* run_kind_name(RunKind k);      // "train" | "profile" | "refine" | "sweep"
+const char* run_status_name(RunStatus s);  // "running" | "finished" | "failed" | "interrupted"
+const char* run_state_name(RunState s);    // the status names, or "did not finish"
+RunKind parse_run_kind(const std::string& s, const std::string& where);      // throws InputError
+RunStatus parse_run_status(const std::string& s, const std::string& where);  // throws InputError
 
 // Phase categories the executor uses (phases.category, phase_totals.category). Others are allowed if
 // they are lowercase identifiers; these map onto the model's resources (model/prediction.h) as
 // compute -> gpu_compute, h2d -> h2d_link, d2h -> d2h_link, fabric -> gpu_fabric, and cpu_reduce +
 // cpu_update -> cpu_update.
 namespace phase_category {
-inline constexpr const char* kCompute = "compute";      // forward, backward, recompute on a device
-inline constexpr const char* kH2D = "h2d";              // host-to-device copies
-inline constexpr const char* kD2H = "d2h";              // device-to-host copies
-inline constexpr const char* kFabric = "fabric";        // collectives among devices
-inline constexpr const char* kCpuReduce = "cpu_reduce"; // summing the ranks' gradient slots on the CPU
-inline constexpr const char* kCpuUpdate = "cpu_update"; // AdamW on the CPU
+inline constexpr const char* kCompute = "compute";       // forward, backward, recompute on a device
+inline constexpr const char* kH2D = "h2d";               // host-to-device copies
+inline constexpr const char* kD2H = "d2h";               // device-to-host copies
+inline constexpr const char* kFabric = "fabric";         // collectives among devices
+inline constexpr const char* kCpuReduce = "cpu_reduce";  // summing the ranks' gradient slots on the CPU
+inline constexpr const char* kCpuUpdate = "cpu_update";  // AdamW on the CPU
 }  // namespace phase_category
 
 // What the caller knows when a run begins. pid, host, git revision, build type, version and the
@@ -57,14 +57,14 @@ struct RunInfo {
   RunKind kind = RunKind::kTrain;
   std::optional<int64_t> parent_run_id;  // the refine/sweep run that started this one
   std::string command_line;
-  std::string backend;        // "cpu" | "cuda" | "" (none)
-  std::string plan_yaml;      // "" = none
-  std::string plan_summary;   // Plan::summary(); "" = none
-  std::string hardware_name;  // "" = none
-  std::string hardware_yaml;  // "" = none
-  std::string model_name;     // "" = none
-  int64_t seq_len = 0;        // T; 0 = not applicable
-  std::string system;         // "slidedp" or a baseline preset; "" = none
+  std::string backend;            // "cpu" | "cuda" | "" (none)
+  std::string plan_yaml;          // "" = none
+  std::string plan_summary;       // Plan::summary(); "" = none
+  std::string hardware_name;      // "" = none
+  std::string hardware_yaml;      // "" = none
+  std::string model_name;         // "" = none
+  int64_t seq_len = 0;            // T; 0 = not applicable
+  std::string system;             // "slidedp" or a baseline preset; "" = none
   std::string notes_json = "{}";  // any JSON value; validated
 };
 
@@ -72,13 +72,13 @@ struct RunInfo {
 struct StepRecord {
   int64_t step = 0;  // 1-based optimizer step since the start of training
   double loss = std::numeric_limits<double>::quiet_NaN();
-  int64_t tokens = 0;                       // tokens processed, all ranks and micro-steps
-  double wall_s = 0;                        // measured step time
-  std::optional<double> predicted_step_s;   // the model's step time for this plan
+  int64_t tokens = 0;                      // tokens processed, all ranks and micro-steps
+  double wall_s = 0;                       // measured step time
+  std::optional<double> predicted_step_s;  // the model's step time for this plan
   double lr = 0;
-  std::optional<double> grad_norm;          // global norm before clipping; nullopt when not computed
-  bool skipped = false;                     // true: the optimizer state was left untouched
-  std::string skip_reason;                  // required when skipped, empty otherwise
+  std::optional<double> grad_norm;  // global norm before clipping; nullopt when not computed
+  bool skipped = false;             // true: the optimizer state was left untouched
+  std::string skip_reason;          // required when skipped, empty otherwise
 };
 
 // Busy time of one category on one rank (nullopt: host) in one step: the union of its spans.
@@ -93,9 +93,9 @@ struct PhaseTotal {
 // One sampled span; times in seconds from the start of its step.
 struct PhaseSpan {
   int64_t step = 0;
-  std::optional<int> rank;       // nullopt: host
+  std::optional<int> rank;  // nullopt: host
   std::string category;
-  std::string name;              // "forward", "backward", ... ("" = none)
+  std::string name;  // "forward", "backward", ... ("" = none)
   std::optional<int> unit;
   std::optional<int64_t> chunk;
   double start_s = 0;
@@ -126,7 +126,7 @@ struct ProfileSample {
   std::string measurement;         // "pcie_h2d_gbps", ...
   std::string params_json = "{}";  // what was measured: {"bytes": 268435456, "pinned": true}
   double value = 0;
-  std::string unit;                // "GB/s", "s", ...
+  std::string unit;  // "GB/s", "s", ...
 };
 
 // The writer. One connection; use it from one thread at a time (the executor's main thread), and do
@@ -201,9 +201,9 @@ struct RunRecord {
 
 // A logged step as read back: what was written plus the derived columns.
 struct StepRow {
-  StepRecord record;                  // loss NaN where it was stored as NULL
-  std::optional<double> tokens_per_s; // tokens / wall_s; nullopt when wall_s was 0
-  double elapsed_s = 0;               // from begin_run to the step's write
+  StepRecord record;                   // loss NaN where it was stored as NULL
+  std::optional<double> tokens_per_s;  // tokens / wall_s; nullopt when wall_s was 0
+  double elapsed_s = 0;                // from begin_run to the step's write
 };
 
 struct ErrorRow {
@@ -223,12 +223,12 @@ class RunLogReader {
   RunLogReader& operator=(RunLogReader&&) noexcept;
   ~RunLogReader();
 
-  std::vector<RunRecord> list_runs() const;              // by id
+  std::vector<RunRecord> list_runs() const;  // by id
   std::optional<RunRecord> run(int64_t run_id) const;
-  std::vector<StepRow> steps(int64_t run_id) const;      // by step
+  std::vector<StepRow> steps(int64_t run_id) const;            // by step
   std::vector<PhaseTotal> phase_totals(int64_t run_id) const;  // by step, rank (host first), category
-  std::vector<PhaseSpan> spans(int64_t run_id) const;    // by step, start_s
-  std::vector<ErrorRow> errors(int64_t run_id) const;    // in order written
+  std::vector<PhaseSpan> spans(int64_t run_id) const;          // by step, start_s
+  std::vector<ErrorRow> errors(int64_t run_id) const;          // in order written
   std::vector<PredictionRecord> predictions(int64_t run_id) const;
   // run_state(run(run_id)): the recorded status, except that 'running' becomes kDidNotFinish unless
   // the recorded process is alive: same host, same boot, the pid exists, is not a zombie and started

@@ -128,8 +128,8 @@ CREATE INDEX profile_samples_by_measurement ON profile_samples (run_id, measurem
 -- ---------------------------------------------------------------------------------------------------
 -- Views for readers.
 
--- Per step, the busy time of each category: the busiest rank's and the mean over ranks (host work,
--- rank NULL, is one "rank" of its own category).
+-- Per step, the busy time of each category: the busiest rank's and the mean over the ranks that
+-- logged it (host work, rank NULL, is one "rank" of its own category).
 CREATE VIEW step_busy AS
 SELECT run_id, step, category,
        max(busy_s) AS max_rank_busy_s,
@@ -158,14 +158,16 @@ JOIN (SELECT run_id, min(step) AS first_step, count(*) AS n FROM steps GROUP BY 
   ON f.run_id = s.run_id
 WHERE s.step > f.first_step OR f.n = 1;
 
--- Per run and category, the busy time per step averaged over steady-state steps.
+-- Per run and category, the busy time per step averaged over the run's steady-state steps. A step
+-- without totals of a category counts as zero busy time, not as a missing sample.
 CREATE VIEW run_busy AS
 SELECT b.run_id, b.category,
-       avg(b.max_rank_busy_s)  AS max_rank_busy_s,
-       avg(b.mean_rank_busy_s) AS mean_rank_busy_s,
-       count(*)                AS steps
+       sum(b.max_rank_busy_s) / n.steps  AS max_rank_busy_s,
+       sum(b.mean_rank_busy_s) / n.steps AS mean_rank_busy_s,
+       n.steps                           AS steps
 FROM step_busy b
 JOIN steady_steps s ON s.run_id = b.run_id AND s.step = b.step
+JOIN (SELECT run_id, count(*) AS steps FROM steady_steps GROUP BY run_id) n ON n.run_id = b.run_id
 GROUP BY b.run_id, b.category;
 
 -- One row per run. `outcome` is 'finished' only for a run that ended normally; 'did not finish'

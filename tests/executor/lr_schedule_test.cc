@@ -1,6 +1,8 @@
 // Learning-rate schedules against closed forms written independently of the implementation (the
 // cosine half-wave as cos^2, warm-up as a fraction), at step 1, the end of warm-up, mid-decay, the
 // end and beyond; strict YAML validation naming the field; exact YAML round trip; resumability.
+#include "executor/lr_schedule.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,7 +10,6 @@
 #include <string>
 
 #include "common/error.h"
-#include "executor/lr_schedule.h"
 
 namespace slidedp::exec {
 namespace {
@@ -35,12 +36,12 @@ TEST(LrSchedule, CosineAtTheLandmarks) {
   const LrScheduleConfig c = cosine(3e-4, 100, 1000, 3e-5);
   // (1 + cos(pi p)) / 2 == cos^2(pi p / 2): the reference uses the second form.
   auto ref = [&](double p) { return 3e-5 + (3e-4 - 3e-5) * std::pow(std::cos(std::numbers::pi * p / 2), 2); };
-  expect_close(lr_at(c, 1), 3e-6);             // 1/100 of the peak: the first step already trains
-  expect_close(lr_at(c, 50), 1.5e-4);          // half-way up the warm-up
-  EXPECT_EQ(lr_at(c, 100), 3e-4);              // the end of warm-up is exactly the peak
+  expect_close(lr_at(c, 1), 3e-6);              // 1/100 of the peak: the first step already trains
+  expect_close(lr_at(c, 50), 1.5e-4);           // half-way up the warm-up
+  EXPECT_EQ(lr_at(c, 100), 3e-4);               // the end of warm-up is exactly the peak
   expect_close(lr_at(c, 101), ref(1.0 / 900));  // the first decay step is just below the peak
   expect_close(lr_at(c, 325), ref(0.25));
-  expect_close(lr_at(c, 550), 1.65e-4);         // mid-decay: half-way between peak and floor
+  expect_close(lr_at(c, 550), 1.65e-4);  // mid-decay: half-way between peak and floor
   expect_close(lr_at(c, 775), ref(0.75));
   expect_close(lr_at(c, 999), ref(899.0 / 900));
   EXPECT_EQ(lr_at(c, 1000), 3e-5);  // the end: exactly the floor
@@ -131,23 +132,23 @@ TEST(LrScheduleYaml, RejectsBadInputNamingTheField) {
     const char* field;
   };
   const Case cases[] = {
-      {"lr: 1e-4\n", "kind"},                                                   // missing kind
-      {"kind: linear\nlr: 1e-4\n", "kind"},                                     // unknown kind
-      {"kind: constant\n", "lr"},                                               // missing lr
-      {"kind: constant\nlr: 0\n", "lr"},                                        // zero
-      {"kind: constant\nlr: -1e-4\n", "lr"},                                    // negative
-      {"kind: constant\nlr: 3e4\n", "lr"},                                      // 3e-4 mistyped
-      {"kind: constant\nlr: .nan\n", "lr"},                                     // not finite
-      {"kind: constant\nlr: fast\n", "lr"},                                     // not a number
-      {"kind: constant\nlr: 1e-4\nwarmup_steps: -1\n", "warmup_steps"},         // negative
-      {"kind: constant\nlr: 1e-4\nwarmup_steps: 2.5\n", "warmup_steps"},        // not an integer
-      {"kind: constant\nlr: 1e-4\ntotal_steps: 100\n", "total_steps"},          // other kind's key
-      {"kind: constant\nlr: 1e-4\nmin_lr: 1e-5\n", "min_lr"},                  // other kind's key
-      {"kind: constant\nlr: 1e-4\nwarmup_step: 10\n", "warmup_step"},          // typo: unknown key
-      {"kind: cosine\nlr: 1e-4\n", "total_steps"},                              // missing end
+      {"lr: 1e-4\n", "kind"},                                                          // missing kind
+      {"kind: linear\nlr: 1e-4\n", "kind"},                                            // unknown kind
+      {"kind: constant\n", "lr"},                                                      // missing lr
+      {"kind: constant\nlr: 0\n", "lr"},                                               // zero
+      {"kind: constant\nlr: -1e-4\n", "lr"},                                           // negative
+      {"kind: constant\nlr: 3e4\n", "lr"},                                             // 3e-4 mistyped
+      {"kind: constant\nlr: .nan\n", "lr"},                                            // not finite
+      {"kind: constant\nlr: fast\n", "lr"},                                            // not a number
+      {"kind: constant\nlr: 1e-4\nwarmup_steps: -1\n", "warmup_steps"},                // negative
+      {"kind: constant\nlr: 1e-4\nwarmup_steps: 2.5\n", "warmup_steps"},               // not an integer
+      {"kind: constant\nlr: 1e-4\ntotal_steps: 100\n", "total_steps"},                 // other kind's key
+      {"kind: constant\nlr: 1e-4\nmin_lr: 1e-5\n", "min_lr"},                          // other kind's key
+      {"kind: constant\nlr: 1e-4\nwarmup_step: 10\n", "warmup_step"},                  // typo: unknown key
+      {"kind: cosine\nlr: 1e-4\n", "total_steps"},                                     // missing end
       {"kind: cosine\nlr: 1e-4\nwarmup_steps: 10\ntotal_steps: 10\n", "total_steps"},  // no decay
-      {"kind: cosine\nlr: 1e-4\ntotal_steps: 10\nmin_lr: 2e-4\n", "min_lr"},   // floor above peak
-      {"kind: cosine\nlr: 1e-4\ntotal_steps: 10\nmin_lr: -1e-6\n", "min_lr"},  // negative floor
+      {"kind: cosine\nlr: 1e-4\ntotal_steps: 10\nmin_lr: 2e-4\n", "min_lr"},           // floor above peak
+      {"kind: cosine\nlr: 1e-4\ntotal_steps: 10\nmin_lr: -1e-6\n", "min_lr"},          // negative floor
   };
   for (const Case& k : cases) {
     try {

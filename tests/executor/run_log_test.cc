@@ -2,6 +2,8 @@
 // numbers, appending, refusal of foreign and newer files naming the path, validation naming the field,
 // atomic writes, pid-based run status, and a writer SIGKILLed at several moments (fork) leaving a
 // database that passes integrity_check, says "did not finish" and holds every step written before.
+#include "executor/run_log.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sqlite3.h>
@@ -20,7 +22,6 @@
 
 #include "common/error.h"
 #include "common/provenance.h"
-#include "executor/run_log.h"
 #include "model/prediction.h"
 
 namespace slidedp::exec {
@@ -55,14 +56,16 @@ class RawDb {
   ~RawDb() { sqlite3_close_v2(db_); }
   void exec(const std::string& sql) {
     char* err = nullptr;
-    EXPECT_EQ(sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK) << sql << ": " << (err ? err : "");
+    EXPECT_EQ(sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &err), SQLITE_OK)
+        << sql << ": " << (err ? err : "");
     sqlite3_free(err);
   }
   // Rows of the query, each a vector of column texts ("NULL" for NULL).
   std::vector<std::vector<std::string>> rows(const std::string& sql) {
     sqlite3_stmt* s = nullptr;
     std::vector<std::vector<std::string>> out;
-    EXPECT_EQ(sqlite3_prepare_v2(db_, sql.c_str(), -1, &s, nullptr), SQLITE_OK) << sql << ": " << sqlite3_errmsg(db_);
+    EXPECT_EQ(sqlite3_prepare_v2(db_, sql.c_str(), -1, &s, nullptr), SQLITE_OK)
+        << sql << ": " << sqlite3_errmsg(db_);
     while (s && sqlite3_step(s) == SQLITE_ROW) {
       std::vector<std::string> row;
       for (int i = 0; i < sqlite3_column_count(s); ++i) {
@@ -98,7 +101,9 @@ std::string expect_throw(F&& f) {
   return "";
 }
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+bool contains(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
 
 RunInfo train_info() {
   RunInfo info;
@@ -116,7 +121,8 @@ RunInfo train_info() {
   return info;
 }
 
-StepRecord step_record(int64_t step, double loss, int64_t tokens, double wall_s, std::optional<double> predicted) {
+StepRecord step_record(int64_t step, double loss, int64_t tokens, double wall_s,
+                       std::optional<double> predicted) {
   StepRecord r;
   r.step = step;
   r.loss = loss;
@@ -137,14 +143,15 @@ TEST(RunLog, CreatesFoldersWalSchemaAndVersion) {
   EXPECT_EQ(db.one("PRAGMA journal_mode"), "wal");
   EXPECT_EQ(db.one("PRAGMA user_version"), std::to_string(kRunLogSchemaVersion));
   EXPECT_EQ(db.one("PRAGMA application_id"), std::to_string(0x5344504C));  // 'SDPL'
-  auto names = db.rows("SELECT type || ' ' || name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
-                       "AND type IN ('table', 'view') ORDER BY type, name");
+  auto names = db.rows(
+      "SELECT type || ' ' || name FROM sqlite_master WHERE name NOT LIKE 'sqlite_%' "
+      "AND type IN ('table', 'view') ORDER BY type, name");
   std::vector<std::string> got;
   for (auto& r : names) got.push_back(r[0]);
-  const std::vector<std::string> want = {
-      "table errors",      "table phase_totals",   "table phases",     "table predictions",
-      "table profile_samples", "table runs",       "table steps",      "view run_busy",
-      "view run_summary",  "view steady_steps",    "view step_busy",   "view step_view"};
+  const std::vector<std::string> want = {"table errors",      "table phase_totals",    "table phases",
+                                         "table predictions", "table profile_samples", "table runs",
+                                         "table steps",       "view run_busy",         "view run_summary",
+                                         "view steady_steps", "view step_busy",        "view step_view"};
   EXPECT_EQ(got, want);
 }
 
@@ -309,7 +316,10 @@ TEST(RunLog, ViewsMatchHandComputedValues) {
     std::vector<PhaseTotal> totals = {{s.step, 0, "compute", s.compute0_s, 4},
                                       {s.step, 1, "compute", s.compute1_s, 4},
                                       {s.step, std::nullopt, "cpu_update", 0.125, 2}};
-    log.log_step(id, step_record(s.step, 10.0 - static_cast<double>(s.step), s.tokens, s.wall_s, s.predicted_s), totals);
+    if (s.step == 3) totals.push_back({s.step, 0, "h2d", 0.375, 6});  // copies in one step only
+    log.log_step(id,
+                 step_record(s.step, 10.0 - static_cast<double>(s.step), s.tokens, s.wall_s, s.predicted_s),
+                 totals);
   }
   const int64_t unfinished = log.begin_run(train_info());
   log.end_run(id, RunStatus::kFinished);
@@ -333,8 +343,9 @@ TEST(RunLog, ViewsMatchHandComputedValues) {
   EXPECT_EQ(db.one("SELECT steps FROM run_summary WHERE run_id = " + std::to_string(unfinished)), "0");
 
   // step_view: compute busy is the busiest rank's; exposed = wall - that.
-  auto sv = db.rows("SELECT step, compute_busy_s, exposed_s, measured_over_predicted FROM step_view WHERE run_id = " +
-                    std::to_string(id) + " ORDER BY step");
+  auto sv = db.rows(
+      "SELECT step, compute_busy_s, exposed_s, measured_over_predicted FROM step_view WHERE run_id = " +
+      std::to_string(id) + " ORDER BY step");
   ASSERT_EQ(sv.size(), 4u);
   EXPECT_EQ(std::stod(sv[1][1]), 0.75);
   EXPECT_EQ(std::stod(sv[1][2]), 0.25);
@@ -349,6 +360,9 @@ TEST(RunLog, ViewsMatchHandComputedValues) {
   EXPECT_NEAR(db.number("SELECT mean_rank_busy_s " + rb + " AND category = 'compute'"), 2.0625 / 3, 1e-12);
   EXPECT_EQ(db.one("SELECT steps " + rb + " AND category = 'compute'"), "3");
   EXPECT_NEAR(db.number("SELECT max_rank_busy_s " + rb + " AND category = 'cpu_update'"), 0.125, 1e-15);
+  // Steps 2 and 4 had no copies: they count as zero, so 0.375 s over 3 steady steps.
+  EXPECT_NEAR(db.number("SELECT max_rank_busy_s " + rb + " AND category = 'h2d'"), 0.125, 1e-15);
+  EXPECT_EQ(db.one("SELECT steps " + rb + " AND category = 'h2d'"), "3");
 }
 
 TEST(RunLog, ReopeningAppends) {
@@ -507,8 +521,11 @@ TEST(RunLog, ValidationNamesTheField) {
   info.seq_len = -1;
   field_error([&] { log.begin_run(info); }, "seq_len");
   field_error([&] { log.log_error(id, ErrorRecord{"", "x", std::nullopt, std::nullopt}); }, "errors.kind");
-  field_error([&] { log.log_prediction(id, PredictionRecord{"analytical", -1.0, {}, {}, "x", "{}", "{}"}); },
-              "step_time_s");
+  field_error(
+      [&] {
+        log.log_prediction(id, PredictionRecord{"analytical", -1.0, {}, {}, "x", "{}", "{}"});
+      },
+      "step_time_s");
   const ProfileSample no_unit[] = {{"pcie_h2d_gbps", "{}", 25.0, ""}};
   field_error([&] { log.log_profile_samples(id, no_unit); }, "unit");
   field_error([&] { log.end_run(id, RunStatus::kRunning); }, "status");
@@ -618,7 +635,8 @@ void kill_writer_and_check(const std::string& path, std::chrono::microseconds de
   ::kill(child, SIGKILL);
   int status = 0;
   ::waitpid(child, &status, 0);
-  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << "the writer exited on its own: " << status;
+  ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
+      << "the writer exited on its own: " << status;
 
   // Whatever the moment, the file opens as a run log (the writer creates the schema if the kill came
   // before it existed) and is consistent.
