@@ -214,6 +214,7 @@ struct ErrorRow {
 // The reader's conclusion for one run row (see RunLogReader::run_status).
 RunState run_state(const RunRecord& run);
 
+// A read connection (it never creates or changes a log). Like RunLog, one thread at a time.
 class RunLogReader {
  public:
   // Opens an existing run log (never creates one). Throws IoError naming the path when it is
