@@ -5,11 +5,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <regex>
 
 #include "common/error.h"
 #include "common/file_util.h"
@@ -211,13 +211,20 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
   }
 
   if (keep_last > 0) {
-    auto all = list_checkpoints(root_dir);
-    for (std::size_t i = 0; i + static_cast<std::size_t>(keep_last) < all.size(); ++i) {
+    // Keep the checkpoint just written and the newest keep_last - 1 others. The new one is never
+    // deleted, even when checkpoints of later steps exist (a run resumed from an older checkpoint):
+    // those are left for the caller to judge.
+    std::vector<std::pair<int64_t, std::string>> others;
+    for (auto& c : list_checkpoints(root_dir))
+      if (c.first != st.optimizer_step) others.push_back(std::move(c));
+    const std::size_t keep_others = static_cast<std::size_t>(keep_last - 1);
+    for (std::size_t i = 0; i + keep_others < others.size(); ++i) {
       // Rename first (one atomic step) so a kill mid-delete leaves a .tmp-* folder, never a
       // half-deleted step-* folder that looks complete.
-      std::string trash = make_temp_dir_beside(all[i].second);
-      if (::rename(all[i].second.c_str(), trash.c_str()) != 0)
-        throw IoError(all[i].second, std::string("cannot move aside for deletion: ") + std::strerror(errno));
+      std::string trash = make_temp_dir_beside(others[i].second);
+      if (::rename(others[i].second.c_str(), trash.c_str()) != 0)
+        throw IoError(others[i].second,
+                      std::string("cannot move aside for deletion: ") + std::strerror(errno));
       fs::remove_all(trash, ec);
     }
     fsync_path(root_dir);
@@ -236,7 +243,8 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   SafetensorsSet model = SafetensorsSet::open_file((fs::path(dir) / "model.safetensors").string());
   check_no_unexpected_tensors(model, std::set<std::string>(names.begin(), names.end()));
   ck.master = zero_unit_buffers(ck.layout);
-  read_unit_tensors(model, ck.layout, "", ck.master, TensorDtype::kF32);
+  ThreadPool pool(load_threads());
+  read_unit_tensors(model, ck.layout, "", ck.master, TensorDtype::kF32, &pool);
 
   SafetensorsSet opt = SafetensorsSet::open_file((fs::path(dir) / "optimizer.safetensors").string());
   std::set<std::string> moment_names;
@@ -247,23 +255,26 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   check_no_unexpected_tensors(opt, moment_names);
   ck.adam_m = zero_unit_buffers(ck.layout);
   ck.adam_v = zero_unit_buffers(ck.layout);
-  read_unit_tensors(opt, ck.layout, kExpAvg, ck.adam_m, TensorDtype::kF32);
-  read_unit_tensors(opt, ck.layout, kExpAvgSq, ck.adam_v, TensorDtype::kF32);
+  read_unit_tensors(opt, ck.layout, kExpAvg, ck.adam_m, TensorDtype::kF32, &pool);
+  read_unit_tensors(opt, ck.layout, kExpAvgSq, ck.adam_v, TensorDtype::kF32, &pool);
 
   ck.state = parse_trainer_state((fs::path(dir) / "trainer_state.json").string());
   return ck;
 }
 
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root_dir) {
-  static const std::regex kName("step-([0-9]{8,18})");
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   if (!fs::is_directory(root_dir, ec)) return found;
   for (const auto& entry : fs::directory_iterator(root_dir, ec)) {
-    std::smatch m;
-    std::string name = entry.path().filename().string();
-    if (!entry.is_directory() || !std::regex_match(name, m, kName)) continue;
-    found.emplace_back(std::stoll(m[1].str()), entry.path().string());
+    // "step-" and 8 to 18 digits (checkpoint_dir_name pads to 8; 18 digits always fit int64).
+    const std::string name = entry.path().filename().string();
+    if (!entry.is_directory() || name.rfind("step-", 0) != 0) continue;
+    const std::string digits = name.substr(5);
+    if (digits.size() < 8 || digits.size() > 18 ||
+        digits.find_first_not_of("0123456789") != std::string::npos)
+      continue;
+    found.emplace_back(std::stoll(digits), entry.path().string());
   }
   if (ec) throw IoError(root_dir, "cannot list folder: " + ec.message());
   std::sort(found.begin(), found.end());

@@ -59,9 +59,10 @@ using CheckpointFileHook = std::function<void(const std::string& file_name)>;
 std::string checkpoint_dir_name(int64_t step);
 
 // Writes <root_dir>/step-<optimizer_step>/ atomically (replacing a checkpoint of the same step), then
-// deletes all but the newest `keep_last` complete checkpoints (keep_last <= 0 keeps all) and any
-// temp folder left by a dead writer. Returns the checkpoint folder. Throws InputError for buffers of
-// the wrong size or non-zero padding, IoError for failed writes (the temp folder is removed).
+// keeps it and the newest keep_last - 1 other checkpoints, deleting the rest (keep_last <= 0 keeps
+// all), and removes temp folders left by dead writers (run before writing). Returns the checkpoint folder.
+// Throws InputError for buffers of the wrong size or non-zero padding, IoError for failed writes (the temp
+// folder is removed).
 std::string save_checkpoint(const std::string& root_dir, const CheckpointData& data, int keep_last,
                             const CheckpointFileHook& on_file_written = {});
 

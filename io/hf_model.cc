@@ -74,7 +74,8 @@ HfModel load_hf_model(const std::string& dir) {
                      "the head needs its own weight)");
 
   m.units = zero_unit_buffers(m.layout);
-  read_unit_tensors(src, m.layout, "", m.units);
+  ThreadPool pool(load_threads());
+  read_unit_tensors(src, m.layout, "", m.units, std::nullopt, &pool);
 
   if (m.card.tie_word_embeddings) {
     if (auto lm = src.find("lm_head.weight")) {

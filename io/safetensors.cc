@@ -226,11 +226,11 @@ std::span<const uint8_t> SafetensorsFile::data(const SafetensorsEntry& entry) co
   return file_.bytes().subspan(header_.data_start + entry.begin, entry.end - entry.begin);
 }
 
-void SafetensorsFile::read_fp32(const SafetensorsEntry& entry, std::span<float> out) const {
-  SLIDEDP_CHECK(static_cast<int64_t>(out.size()) == entry.numel,
-                "read_fp32 destination size mismatch for " + entry.name);
+void SafetensorsFile::read_fp32(const SafetensorsEntry& entry, std::span<float> out, int64_t first) const {
+  SLIDEDP_CHECK(first >= 0 && first + static_cast<int64_t>(out.size()) <= entry.numel,
+                "read_fp32 range outside tensor " + entry.name);
   std::span<const uint8_t> bytes = data(entry);
-  const uint8_t* p = bytes.data();
+  const uint8_t* p = bytes.data() + first * tensor_dtype_bytes(entry.dtype);
   const std::size_t n = out.size();
   // Data offsets need not be aligned, so elements are read with memcpy (compiled to plain loads).
   switch (entry.dtype) {

@@ -76,9 +76,10 @@ class SafetensorsFile {
   const SafetensorsEntry* find(std::string_view name) const;
   // The tensor's raw little-endian bytes (inside the mapping).
   std::span<const uint8_t> data(const SafetensorsEntry& entry) const;
-  // Converts an F32/F16/BF16 tensor into `out` (exactly numel elements). Throws InputError naming the
-  // file and the tensor for any other dtype.
-  void read_fp32(const SafetensorsEntry& entry, std::span<float> out) const;
+  // Converts elements [first, first + out.size()) of an F32/F16/BF16 tensor into `out` (by default the
+  // whole tensor: out.size() == numel). Throws InputError naming the file and the tensor for any other
+  // dtype. Thread-safe: disjoint ranges of one tensor may be read concurrently.
+  void read_fp32(const SafetensorsEntry& entry, std::span<float> out, int64_t first = 0) const;
 
  private:
   MappedFile file_;

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace slidedp {
@@ -39,8 +41,14 @@ std::vector<std::string> layout_tensor_names(const ModelLayout& layout, const st
 }
 
 void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, const std::string& suffix,
-                       UnitBuffers& units, std::optional<TensorDtype> require_dtype) {
+                       UnitBuffers& units, std::optional<TensorDtype> require_dtype, ThreadPool* pool) {
   SLIDEDP_CHECK(units.size() == layout.units.size(), "read_unit_tensors: unit count mismatch");
+  struct Job {
+    SafetensorsSet::Ref ref;
+    float* dst;
+    int64_t numel;
+  };
+  std::vector<Job> jobs;
   for (std::size_t u = 0; u < layout.units.size(); ++u) {
     SLIDEDP_CHECK(static_cast<int64_t>(units[u].size()) == layout.units[u].flat_numel,
                   "unit buffer size mismatch");
@@ -51,19 +59,38 @@ void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, con
         throw InputError(src.origin(),
                          fmt::format("missing tensor '{}' (shape [{}])", name, fmt::join(spec.shape, ", ")));
       const SafetensorsEntry& e = *ref->entry;
+      const std::string where = fmt::format("{}: tensor '{}'", ref->file->path(), name);
       if (e.shape != spec.shape)
-        throw InputError(fmt::format("{}: tensor '{}'", ref->file->path(), name),
-                         fmt::format("shape [{}] does not match the config's [{}]", fmt::join(e.shape, ", "),
-                                     fmt::join(spec.shape, ", ")));
+        throw InputError(where, fmt::format("shape [{}] does not match the config's [{}]",
+                                            fmt::join(e.shape, ", "), fmt::join(spec.shape, ", ")));
       if (require_dtype && e.dtype != *require_dtype)
-        throw InputError(fmt::format("{}: tensor '{}'", ref->file->path(), name),
-                         fmt::format("dtype {} where {} is required", tensor_dtype_name(e.dtype),
-                                     tensor_dtype_name(*require_dtype)));
-      ref->file->read_fp32(
-          e, std::span<float>(units[u].data() + spec.offset, static_cast<std::size_t>(spec.numel)));
+        throw InputError(where, fmt::format("dtype {} where {} is required", tensor_dtype_name(e.dtype),
+                                            tensor_dtype_name(*require_dtype)));
+      if (e.dtype != TensorDtype::kF32 && e.dtype != TensorDtype::kF16 && e.dtype != TensorDtype::kBF16)
+        throw InputError(where, fmt::format("dtype {} is not a floating-point weight type (BF16, F16, F32)",
+                                            tensor_dtype_name(e.dtype)));
+      jobs.push_back(Job{*ref, units[u].data() + spec.offset, spec.numel});
     }
   }
+  // Tiles: (job, element range). Conversion is per element, so the result does not depend on tiling.
+  std::vector<std::pair<std::size_t, int64_t>> tiles;  // (job index, first element)
+  for (std::size_t j = 0; j < jobs.size(); ++j)
+    for (int64_t first = 0; first < jobs[j].numel; first += kReadTileElems) tiles.emplace_back(j, first);
+  auto run_tile = [&](int64_t t) {
+    const auto& [j, first] = tiles[static_cast<std::size_t>(t)];
+    const Job& job = jobs[j];
+    const int64_t n = std::min(kReadTileElems, job.numel - first);
+    job.ref.file->read_fp32(*job.ref.entry, std::span<float>(job.dst + first, static_cast<std::size_t>(n)),
+                            first);
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(static_cast<int64_t>(tiles.size()), run_tile);
+  } else {
+    for (std::size_t t = 0; t < tiles.size(); ++t) run_tile(static_cast<int64_t>(t));
+  }
 }
+
+int load_threads() { return std::max(1, std::min(32, ThreadPool::available_cpus())); }
 
 void check_no_unexpected_tensors(const SafetensorsSet& src, const std::set<std::string>& expected,
                                  const std::set<std::string>& ignorable) {

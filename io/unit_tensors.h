@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/thread_pool.h"
 #include "io/safetensors.h"
 #include "model/unit_layout.h"
 
@@ -32,8 +33,15 @@ std::vector<std::string> layout_tensor_names(const ModelLayout& layout, const st
 // Reads the layout's tensors (names + `suffix`) from `src` into `units` (already sized, padding left
 // untouched). Every tensor must be present, F32/F16/BF16 (exactly `require_dtype` when given), with
 // exactly the layout's shape; errors name the file and the tensor.
+// All tensors are validated before any is converted; the conversion runs on `pool` when given (tiles
+// of kReadTileElems elements; page faults on the mapped files and the conversion both parallelize).
 void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, const std::string& suffix,
-                       UnitBuffers& units, std::optional<TensorDtype> require_dtype = std::nullopt);
+                       UnitBuffers& units, std::optional<TensorDtype> require_dtype = std::nullopt,
+                       ThreadPool* pool = nullptr);
+inline constexpr int64_t kReadTileElems = int64_t{1} << 20;
+
+// A pool for loading: every CPU this process may use, at most 32 (beyond that, memory bandwidth).
+int load_threads();
 
 // Fails (InputError naming the file and tensor) when `src` holds a tensor that is not in `expected`
 // and not in `ignorable`.

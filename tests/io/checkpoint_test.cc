@@ -103,6 +103,13 @@ TEST(Checkpoint, KeepsTheLastKAndFindsTheLatest) {
   State s = make_state(card, 31, 25);
   save_checkpoint(root.path(), s.view(), 3);
   expect_same(load_checkpoint(*find_latest_checkpoint(root.path())), s);
+  // A checkpoint older than the newest ones (a run resumed from an earlier step) is never the one
+  // deleted: it stays, with the newest keep_last - 1 others.
+  save_checkpoint(root.path(), make_state(card, 33, 7).view(), 3);
+  all = list_checkpoints(root.path());
+  ASSERT_EQ(all.size(), 3u);
+  EXPECT_EQ(all[0].first, 7);
+  EXPECT_EQ(all[1].first, 20);
   // Steps past 8 digits still sort numerically.
   save_checkpoint(root.path(), make_state(card, 32, 123456789).view(), 0);
   EXPECT_EQ(find_latest_checkpoint(root.path()), root / "step-123456789");
@@ -118,8 +125,9 @@ TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
   EXPECT_THROW(save_checkpoint(root.path(), bad.view(), 3), InputError);
   bad = s;
   // input_layernorm.weight has C = 32 elements, padded to 64: element 32 of a decoder unit is padding.
-  const TensorSpec& norm = make_model_layout(s.card).units[1].tensors[0];
-  ASSERT_LT(norm.offset + norm.numel, make_model_layout(s.card).units[1].tensors[1].offset);
+  const ModelLayout layout = make_model_layout(s.card);
+  const TensorSpec& norm = layout.units[1].tensors[0];
+  ASSERT_LT(norm.offset + norm.numel, layout.units[1].tensors[1].offset);
   bad.master[1][static_cast<std::size_t>(norm.offset + norm.numel)] = 1.0f;
   try {
     save_checkpoint(root.path(), bad.view(), 3);
@@ -161,9 +169,7 @@ TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
   }
   testing::write_bytes(state_path, good);
   // An optimizer file with a bf16 moment would not resume exactly: refused, naming the tensor.
-  State bf = s;
   std::string opt = dir + "/optimizer.safetensors";
-  ModelLayout layout = make_model_layout(s.card);
   auto moments = unit_tensors_to_write(layout, unit_spans(s.m), ".exp_avg");
   for (auto& t : unit_tensors_to_write(layout, unit_spans(s.v), ".exp_avg_sq")) moments.push_back(t);
   write_safetensors(opt, moments, {});  // default dtype: BF16

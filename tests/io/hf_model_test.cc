@@ -106,6 +106,25 @@ TEST(HfModel, RoundTripShardedIsBitwise) {
             read_text_file(dir / "s2/model.safetensors.index.json"));
 }
 
+// Tensors above kReadTileElems are converted in several tiles on the load pool; each tile must land
+// at its own offset (F16 here, so a wrong source offset would change values, not only their place).
+TEST(HfModel, LargeTensorsLoadExactlyInParallelTiles) {
+  TempDir dir;
+  ModelCard card = tiny_card("llama", false, /*layers=*/1, /*vocab=*/40000);  // 1.28 M-element matrices
+  ModelLayout layout = make_model_layout(card);
+  ASSERT_GT(layout.units[0].tensors[0].numel, kReadTileElems);
+  UnitBuffers units = random_units(layout, 11, false);
+  for (auto& u : units)
+    for (auto& x : u) x = half_to_float(float_to_half(x));  // exactly representable in F16
+  write_model_dir(dir / "big", tiny_config_json("llama", false, 1, 40000),
+                  unit_tensors_to_write(layout, unit_spans(units), ""), TensorDtype::kF16);
+  EXPECT_TRUE(bitwise_equal(load_hf_model(dir / "big").units, units));
+  // The same through the serial path.
+  UnitBuffers serial = zero_unit_buffers(layout);
+  read_unit_tensors(SafetensorsSet::open_model_dir(dir / "big"), layout, "", serial);
+  EXPECT_TRUE(bitwise_equal(serial, units));
+}
+
 TEST(HfModel, ShardPlanKeepsTensorsWholeAndOrdered) {
   EXPECT_EQ(plan_shards({4, 4, 4}, 8), (std::vector<std::vector<std::size_t>>{{0, 1}, {2}}));
   EXPECT_EQ(plan_shards({10, 1, 1}, 8),
