@@ -172,7 +172,7 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
   if (ec) throw IoError(root_dir, "cannot create folder: " + ec.message());
   remove_stale_temp_dirs(root_dir);
 
-  const std::string final_dir = (fs::path(root_dir) / checkpoint_dir_name(st.optimizer_step)).string();
+  std::string final_dir = (fs::path(root_dir) / checkpoint_dir_name(st.optimizer_step)).string();
   const std::string tmp = make_temp_dir_beside(final_dir);
   auto done = [&](const char* file) {
     if (on_file_written) on_file_written(file);
