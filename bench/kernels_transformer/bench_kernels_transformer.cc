@@ -191,10 +191,11 @@ void BM_DecoderLayerBackward(benchmark::State& st) {
   layer_counters(st, s, f.backward(), seconds);
 }
 
-// Flash attention alone, forward + backward: time grows as T^2, scratch does not.
+// Flash attention alone, forward + backward: time grows as T^2, scratch does not. Args: T, tile,
+// head_dim (64: Qwen2.5-0.5B's 14 heads / 2 kv heads; 128: 8B-class heads, 8 of them / 2 kv heads).
 void BM_AttentionFwdBwd(benchmark::State& st) {
-  const int64_t T = st.range(0);
-  const AttentionShape s{1, T, 14, 2, 64, st.range(1), g_threads};
+  const int64_t T = st.range(0), hd = st.range(2), H = hd == 64 ? 14 : 8;
+  const AttentionShape s{1, T, H, 2, hd, st.range(1), g_threads};
   const int64_t nq = T * s.H * s.hd, nk = T * s.KV * s.hd;
   AlignedBuffer q(nq * 4), k(nk * 4), v(nk * 4), o(nq * 4), lse(s.H * T * 4), dq(nq * 4), dk(nk * 4), dv(nk * 4),
       dout(nq * 4);
@@ -270,7 +271,8 @@ BENCHMARK(BM_DecoderLayerFwdBwd)->Args({2, 512, 64})->Args({1, 2048, 64})->Args(
     ->Unit(benchmark::kMillisecond)->MinTime(2.0);
 BENCHMARK(BM_DecoderLayerForward)->Args({2, 512, 64})->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_DecoderLayerBackward)->Args({2, 512, 64})->Unit(benchmark::kMillisecond)->MinTime(1.0);
-BENCHMARK(BM_AttentionFwdBwd)->Args({512, 64})->Args({2048, 64})->Args({8192, 64})->Args({2048, 128})
+BENCHMARK(BM_AttentionFwdBwd)->Args({512, 64, 64})->Args({2048, 64, 64})->Args({8192, 64, 64})
+    ->Args({2048, 128, 64})->Args({2048, 64, 128})->Args({2048, 32, 128})
     ->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_HeadFusedCrossEntropy)->Args({256, 128})->Unit(benchmark::kMillisecond)->MinTime(1.0);
 

@@ -71,6 +71,15 @@ BackwardScratchAll<Real> carve_backward(Arena& a, const AttentionShape& s) {
   return all;
 }
 
+// Workers that actually run: s.threads when every tile GEMM (M*N*K = tile^2 * hd at most) stays
+// single-threaded inside OpenBLAS, else 1 -- concurrent threaded GEMMs serialize on OpenBLAS's
+// level-3 mutex and its thread server (measured: 20-30x slower on 2 cores), while one worker
+// issuing threaded GEMMs in turn still uses every core. Scratch is carved for s.threads regardless,
+// so the size queries do not depend on the BLAS thread count.
+int64_t active_workers(const AttentionShape& s) {
+  return gemm_runs_single_threaded(s.tile, s.tile, s.hd) ? s.threads : 1;
+}
+
 // Number of keys of tile [j0, j0 + nj) that query row `row` may see (causal: key <= row).
 inline int64_t visible_keys(int64_t row, int64_t j0, int64_t nj) {
   return std::clamp<int64_t>(row - j0 + 1, 0, nj);
@@ -104,7 +113,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
   const Real neg_inf = -std::numeric_limits<Real>::infinity();
 
   // one item = one (b, h): all its query tiles
-  for_each_item(B * H, s.threads, [&](int64_t item, int64_t worker) {
+  for_each_item(B * H, active_workers(s), [&](int64_t item, int64_t worker) {
     const ForwardScratch<Real>& f = scratch[static_cast<size_t>(worker)];
     const int64_t b = item / H, h = item % H, g = h / group;
     for (int64_t i0 = 0; i0 < T; i0 += tile) {
@@ -182,7 +191,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
   // heads, so items never write the same memory. Inside, the key tile is outermost: dK, dV of a tile
   // are complete after one sweep over the query rows that see it (rows >= j0) of every head of the
   // group; dQ rows collect their share from every key tile.
-  for_each_item(B * KV, s.threads, [&](int64_t item, int64_t worker) {
+  for_each_item(B * KV, active_workers(s), [&](int64_t item, int64_t worker) {
     const BackwardScratch<Real>& w = scratch.per_worker[static_cast<size_t>(worker)];
     const int64_t b = item / KV, g = item % KV;
     for (int64_t j0 = 0; j0 < T; j0 += tile) {

@@ -6,9 +6,10 @@
 // strided views of the (B, T, heads, hd) buffers: no transposes, no copies of q, k, v.
 // Query head h reads key/value head h / (H / KV) (transformers' repeat_kv order).
 // Threads: forward splits the (b, h) pairs, backward the (b, kv head) pairs over `threads` workers
-// (each with its own tile scratch); results are bitwise independent of the count. Each worker's
-// tile GEMMs have M*N*K = tile^2 * hd; keep that <= 4 * 65536 (tile 64 for hd <= 64, 32 for hd 128)
-// so OpenBLAS runs them single-threaded: above it, concurrent threaded GEMMs serialize (blas.h).
+// (each with its own tile scratch); results are bitwise independent of the count. The tile GEMMs
+// have M*N*K <= tile^2 * hd; when that exceeds kBlasSingleThreadMaxMnk and BLAS threads > 1,
+// OpenBLAS threads each of them and concurrent threaded calls serialize (blas.h), so the call falls
+// back to one worker. Tile 64 keeps workers for hd <= 64, tile 32 for hd = 128.
 #pragma once
 
 #include <cstdint>

@@ -46,6 +46,10 @@ void gemm<double>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, d
               B, as_blasint(ldb, "ldb"), beta, C, as_blasint(ldc, "ldc"));
 }
 
+bool gemm_runs_single_threaded(int64_t M, int64_t N, int64_t K) {
+  return M * N * K <= kBlasSingleThreadMaxMnk || openblas_get_num_threads() == 1;
+}
+
 void set_blas_threads(int threads) {
   SLIDEDP_CHECK(threads >= 1, "BLAS thread count must be >= 1");
   openblas_set_num_threads(threads);

@@ -28,6 +28,12 @@ template <typename Real>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Real alpha, const Real* A,
           int64_t lda, const Real* B, int64_t ldb, Real beta, Real* C, int64_t ldc);
 
+// OpenBLAS runs a GEMM on one thread when M*N*K <= GEMM_MULTITHREAD_THRESHOLD (4, Debian's
+// build: openblas_config.h) * 65536 (SMP_THRESHOLD_MIN in interface/gemm.c), or when its thread
+// count is 1. Such calls take no lock, so our own worker threads may issue them concurrently.
+inline constexpr int64_t kBlasSingleThreadMaxMnk = 4 * 65536;
+bool gemm_runs_single_threaded(int64_t M, int64_t N, int64_t K);
+
 // Process-wide BLAS thread count (see the facts above). threads >= 1.
 void set_blas_threads(int threads);
 int blas_threads();

@@ -81,6 +81,15 @@ TEST_P(DecoderLayerTest, SpecOffsetsComeFromTheLayout) {
   EXPECT_NE(l.spec.q_dim(), l.spec.C);  // the tiny cards have q_dim 32 != hidden 12, like Qwen3-32B
 }
 
+TEST(DecoderSpec, DefaultAttentionTileKeepsTileGemmsSingleThreaded) {
+  ModelCard c = tiny_card("llama", false);
+  for (const auto& [hd, tile] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {64, 64}, {128, 32}, {256, 32}}) {
+    c.head_dim = hd;
+    const ModelLayout layout = make_model_layout(c);
+    EXPECT_EQ(make_decoder_spec(c, layout.units[1]).attn_tile, tile) << "head_dim " << hd;
+  }
+}
+
 TEST_P(DecoderLayerTest, ForwardMatchesNaiveComposition) {
   Layer l(GetParam());
   l.spec.threads = 3;  // threaded attention inside the unit
