@@ -97,7 +97,8 @@ struct LayerSetup {
     grads = AlignedBuffer(n * 4);
     fill(params.as<float>(), n, 0.03f, 3);
     for (const TensorSpec& ts : layout.units[1].tensors)  // norms near 1, as in a trained model
-      if (ts.name.find("norm") != std::string::npos) std::fill_n(params.as<float>() + ts.offset, ts.numel, 1.0f);
+      if (ts.name.find("norm") != std::string::npos)
+        std::fill_n(params.as<float>() + ts.offset, ts.numel, 1.0f);
     std::memset(grads.data(), 0, static_cast<size_t>(n * 4));
     x = AlignedBuffer(h * 4);
     y = AlignedBuffer(h * 4);
@@ -110,11 +111,12 @@ struct LayerSetup {
     bws = AlignedBuffer(decoder_backward_workspace_bytes<float>(spec, B, T));
   }
   void forward() {
-    decoder_forward(spec, params.as<float>(), x.as<float>(), y.as<float>(), saved.workspace(), B, T, fws.workspace());
+    decoder_forward(spec, params.as<float>(), x.as<float>(), y.as<float>(), saved.workspace(), B, T,
+                    fws.workspace());
   }
   void backward() {
-    decoder_backward(spec, params.as<float>(), x.as<float>(), saved.workspace(), dy.as<float>(), dx.as<float>(),
-                     grads.as<float>(), B, T, bws.workspace());
+    decoder_backward(spec, params.as<float>(), x.as<float>(), saved.workspace(), dy.as<float>(),
+                     dx.as<float>(), grads.as<float>(), B, T, bws.workspace());
   }
 };
 
@@ -197,17 +199,19 @@ void BM_AttentionFwdBwd(benchmark::State& st) {
   const int64_t T = st.range(0), hd = st.range(2), H = hd == 64 ? 14 : 8;
   const AttentionShape s{1, T, H, 2, hd, st.range(1), g_threads};
   const int64_t nq = T * s.H * s.hd, nk = T * s.KV * s.hd;
-  AlignedBuffer q(nq * 4), k(nk * 4), v(nk * 4), o(nq * 4), lse(s.H * T * 4), dq(nq * 4), dk(nk * 4), dv(nk * 4),
-      dout(nq * 4);
+  AlignedBuffer q(nq * 4), k(nk * 4), v(nk * 4), o(nq * 4), lse(s.H * T * 4), dq(nq * 4), dk(nk * 4),
+      dv(nk * 4), dout(nq * 4);
   fill(q.as<float>(), nq, 1, 6);
   fill(k.as<float>(), nk, 1, 7);
   fill(v.as<float>(), nk, 1, 8);
   fill(dout.as<float>(), nq, 1, 9);
-  AlignedBuffer fws(attention_forward_workspace_bytes<float>(s)), bws(attention_backward_workspace_bytes<float>(s));
+  AlignedBuffer fws(attention_forward_workspace_bytes<float>(s)),
+      bws(attention_backward_workspace_bytes<float>(s));
   double seconds = 0;
   for (auto _ : st) {
     const auto t0 = std::chrono::steady_clock::now();
-    attention_forward(o.as<float>(), lse.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), s, fws.workspace());
+    attention_forward(o.as<float>(), lse.as<float>(), q.as<float>(), k.as<float>(), v.as<float>(), s,
+                      fws.workspace());
     attention_backward(dq.as<float>(), dk.as<float>(), dv.as<float>(), dout.as<float>(), q.as<float>(),
                        k.as<float>(), v.as<float>(), o.as<float>(), lse.as<float>(), s, bws.workspace());
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -217,7 +221,8 @@ void BM_AttentionFwdBwd(benchmark::State& st) {
   st.counters["GFLOP/s"] = flops * 1e-9 * static_cast<double>(st.iterations()) / seconds;
   st.counters["pct_peak"] = 100.0 * st.counters["GFLOP/s"] / sgemm_peak();
   st.counters["scratch_KiB"] = static_cast<double>(attention_forward_workspace_bytes<float>(s) +
-                                                   attention_backward_workspace_bytes<float>(s)) / 1024;
+                                                   attention_backward_workspace_bytes<float>(s)) /
+                               1024;
   st.counters["scores_if_full_MiB"] = static_cast<double>(T) * T * s.H * 4 / (1 << 20);
 }
 
@@ -228,8 +233,8 @@ void BM_HeadFusedCrossEntropy(benchmark::State& st) {
   HeadSpec spec = make_head_spec(card, layout.units.back());
   spec.loss_chunk_tokens = st.range(1);
   const int64_t B = 1, T = st.range(0), N = B * T, C = spec.C, V = spec.V;
-  AlignedBuffer params(spec.flat_numel * 4), grads(spec.flat_numel * 4), w(V * C * 4), dw(V * C * 4), x(N * C * 4),
-      dx(N * C * 4), ws(head_workspace_bytes<float>(spec, B, T, true));
+  AlignedBuffer params(spec.flat_numel * 4), grads(spec.flat_numel * 4), w(V * C * 4), dw(V * C * 4),
+      x(N * C * 4), dx(N * C * 4), ws(head_workspace_bytes<float>(spec, B, T, true));
   std::fill_n(params.as<float>(), spec.flat_numel, 1.0f);
   std::memset(grads.data(), 0, static_cast<size_t>(spec.flat_numel * 4));
   std::memset(dw.data(), 0, static_cast<size_t>(V * C * 4));
@@ -240,9 +245,9 @@ void BM_HeadFusedCrossEntropy(benchmark::State& st) {
   double seconds = 0;
   for (auto _ : st) {
     const auto t0 = std::chrono::steady_clock::now();
-    const LossResult r = head_forward_backward(spec, params.as<float>(), w.as<float>(), x.as<float>(), targets.data(),
-                                               B, T, 1.0 / N, dx.as<float>(), grads.as<float>(), dw.as<float>(),
-                                               ws.workspace());
+    const LossResult r =
+        head_forward_backward(spec, params.as<float>(), w.as<float>(), x.as<float>(), targets.data(), B, T,
+                              1.0 / N, dx.as<float>(), grads.as<float>(), dw.as<float>(), ws.workspace());
     benchmark::DoNotOptimize(r.loss_sum);
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }
@@ -264,16 +269,30 @@ using slidedp::kernels::BM_HeadFusedCrossEntropy;
 using slidedp::kernels::BM_SgemmPeak;
 
 // SGEMM peak: square 2048 and the layer's widest projections (N tokens x 4864 x 896, x 896 x 4864).
-BENCHMARK(BM_SgemmPeak)->Args({2048, 2048, 2048})->Args({1024, 4864, 896})->Args({1024, 896, 4864})
-    ->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_SgemmPeak)
+    ->Args({2048, 2048, 2048})
+    ->Args({1024, 4864, 896})
+    ->Args({1024, 896, 4864})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
 // Layer: B, T, attention tile.
-BENCHMARK(BM_DecoderLayerFwdBwd)->Args({2, 512, 64})->Args({1, 2048, 64})->Args({1, 2048, 128})
-    ->Unit(benchmark::kMillisecond)->MinTime(2.0);
+BENCHMARK(BM_DecoderLayerFwdBwd)
+    ->Args({2, 512, 64})
+    ->Args({1, 2048, 64})
+    ->Args({1, 2048, 128})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
 BENCHMARK(BM_DecoderLayerForward)->Args({2, 512, 64})->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_DecoderLayerBackward)->Args({2, 512, 64})->Unit(benchmark::kMillisecond)->MinTime(1.0);
-BENCHMARK(BM_AttentionFwdBwd)->Args({512, 64, 64})->Args({2048, 64, 64})->Args({8192, 64, 64})
-    ->Args({2048, 128, 64})->Args({2048, 64, 128})->Args({2048, 32, 128})
-    ->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_AttentionFwdBwd)
+    ->Args({512, 64, 64})
+    ->Args({2048, 64, 64})
+    ->Args({8192, 64, 64})
+    ->Args({2048, 128, 64})
+    ->Args({2048, 64, 128})
+    ->Args({2048, 32, 128})
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
 BENCHMARK(BM_HeadFusedCrossEntropy)->Args({256, 128})->Unit(benchmark::kMillisecond)->MinTime(1.0);
 
 int main(int argc, char** argv) {

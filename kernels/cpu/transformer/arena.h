@@ -37,8 +37,10 @@ class Arena {
   Arena() = default;
   // Allocating arena over a caller block (a null block of 0 bytes serves calls that need none).
   explicit Arena(Workspace ws) : base_(ws.data), capacity_(ws.bytes), measuring_(false) {
-    SLIDEDP_CHECK(ws.bytes >= 0 && (ws.data != nullptr || ws.bytes == 0), "workspace has bytes but no memory");
-    SLIDEDP_CHECK(reinterpret_cast<uintptr_t>(base_) % kArenaAlignBytes == 0, "workspace must be 64-byte aligned");
+    SLIDEDP_CHECK(ws.bytes >= 0 && (ws.data != nullptr || ws.bytes == 0),
+                  "workspace has bytes but no memory");
+    SLIDEDP_CHECK(reinterpret_cast<uintptr_t>(base_) % kArenaAlignBytes == 0,
+                  "workspace must be 64-byte aligned");
   }
 
   bool measuring() const { return measuring_; }
@@ -54,8 +56,8 @@ class Arena {
     if (used_ > high_water_) high_water_ = used_;
     if (tracing_) trace_.push_back(ArenaPiece{name, start, n * static_cast<int64_t>(sizeof(U))});
     if (measuring_) return nullptr;
-    SLIDEDP_CHECK(used_ <= capacity_, "workspace too small: need " + std::to_string(used_) +
-                                          " bytes, have " + std::to_string(capacity_));
+    SLIDEDP_CHECK(used_ <= capacity_, "workspace too small: need " + std::to_string(used_) + " bytes, have " +
+                                          std::to_string(capacity_));
     return reinterpret_cast<U*>(base_ + start);
   }
 

@@ -44,10 +44,10 @@ std::vector<ForwardScratch<Real>> carve_forward(Arena& a, const AttentionShape& 
 
 template <typename Real>
 struct BackwardScratch {
-  Real* P;    // (tile, tile) recomputed probabilities
-  Real* dS;   // (tile, tile) dP, then dS = P * (dP - D)
-  Real* dK;   // (tile, hd) key-tile gradient, summed over the query heads of its group
-  Real* dV;   // (tile, hd)
+  Real* P;   // (tile, tile) recomputed probabilities
+  Real* dS;  // (tile, tile) dP, then dS = P * (dP - D)
+  Real* dK;  // (tile, hd) key-tile gradient, summed over the query heads of its group
+  Real* dV;  // (tile, hd)
 };
 
 template <typename Real>
@@ -125,8 +125,8 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
       const int64_t last_row = i0 + mi - 1;
       for (int64_t j0 = 0; j0 <= last_row; j0 += tile) {
         const int64_t nj = std::min(tile, last_row + 1 - j0);  // keys past the last row are all masked
-        const Real* K = k + ((b * T + j0) * KV + g) * hd;       // (nj, hd), row stride ldk
-        const Real* V = v + ((b * T + j0) * KV + g) * hd;       // (nj, hd), row stride ldk
+        const Real* K = k + ((b * T + j0) * KV + g) * hd;      // (nj, hd), row stride ldk
+        const Real* V = v + ((b * T + j0) * KV + g) * hd;      // (nj, hd), row stride ldk
         // S (mi, nj) = scale * Q K^T
         gemm<Real>(false, true, mi, nj, hd, scale, Q, ldq, K, ldk, Real(0), f.S, tile);
         // online softmax: rescale what was accumulated by exp(m_old - m_new), add this tile
@@ -201,9 +201,9 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
       std::fill(w.dK, w.dK + nj * hd, Real(0));
       std::fill(w.dV, w.dV + nj * hd, Real(0));
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-        const Real* lse_h = lse + (b * H + h) * T;        // (T)
-        const Real* D_h = scratch.D + (b * H + h) * T;    // (T)
-        for (int64_t i0 = j0; i0 < T; i0 += tile) {  // query rows < j0 see none of these keys
+        const Real* lse_h = lse + (b * H + h) * T;      // (T)
+        const Real* D_h = scratch.D + (b * H + h) * T;  // (T)
+        for (int64_t i0 = j0; i0 < T; i0 += tile) {     // query rows < j0 see none of these keys
           const int64_t mi = std::min(tile, T - i0);
           const Real* Q = q + ((b * T + i0) * H + h) * hd;      // (mi, hd), row stride ldq
           const Real* dO = dout + ((b * T + i0) * H + h) * hd;  // (mi, hd), row stride ldq

@@ -20,9 +20,9 @@ namespace slidedp::kernels {
 
 struct AttentionShape {
   int64_t B = 0, T = 0;
-  int64_t H = 0;    // query heads
-  int64_t KV = 0;   // key/value heads, H % KV == 0
-  int64_t hd = 0;   // head dim; scores are scaled by 1/sqrt(hd)
+  int64_t H = 0;   // query heads
+  int64_t KV = 0;  // key/value heads, H % KV == 0
+  int64_t hd = 0;  // head dim; scores are scaled by 1/sqrt(hd)
   int64_t tile = 64;
   int64_t threads = 1;  // worker threads of this call (the caller is one of them)
 };

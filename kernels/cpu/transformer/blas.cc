@@ -25,25 +25,23 @@ void scale_c(int64_t M, int64_t N, Real beta, Real* C, int64_t ldc) {
 }  // namespace
 
 template <>
-void gemm<float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
-                 const float* A, int64_t lda, const float* B, int64_t ldb, float beta, float* C,
-                 int64_t ldc) {
+void gemm<float>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              as_blasint(M, "M"), as_blasint(N, "N"), as_blasint(K, "K"), alpha, A, as_blasint(lda, "lda"),
-              B, as_blasint(ldb, "ldb"), beta, C, as_blasint(ldc, "ldc"));
+              as_blasint(M, "M"), as_blasint(N, "N"), as_blasint(K, "K"), alpha, A, as_blasint(lda, "lda"), B,
+              as_blasint(ldb, "ldb"), beta, C, as_blasint(ldc, "ldc"));
 }
 
 template <>
-void gemm<double>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha,
-                  const double* A, int64_t lda, const double* B, int64_t ldb, double beta, double* C,
-                  int64_t ldc) {
+void gemm<double>(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, double alpha, const double* A,
+                  int64_t lda, const double* B, int64_t ldb, double beta, double* C, int64_t ldc) {
   if (M == 0 || N == 0) return;
   if (K == 0) return scale_c(M, N, beta, C, ldc);
   cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              as_blasint(M, "M"), as_blasint(N, "N"), as_blasint(K, "K"), alpha, A, as_blasint(lda, "lda"),
-              B, as_blasint(ldb, "ldb"), beta, C, as_blasint(ldc, "ldc"));
+              as_blasint(M, "M"), as_blasint(N, "N"), as_blasint(K, "K"), alpha, A, as_blasint(lda, "lda"), B,
+              as_blasint(ldb, "ldb"), beta, C, as_blasint(ldc, "ldc"));
 }
 
 bool gemm_runs_single_threaded(int64_t M, int64_t N, int64_t K) {

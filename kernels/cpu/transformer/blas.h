@@ -25,8 +25,8 @@ namespace slidedp::kernels {
 // with row stride lda, or (K, M) when trans_a. op(B) is (K, N): B is (K, N) or (N, K) when trans_b.
 // beta == 0 overwrites C (NaN in C does not leak through). K == 0 scales C by beta.
 template <typename Real>
-void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Real alpha, const Real* A,
-          int64_t lda, const Real* B, int64_t ldb, Real beta, Real* C, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, Real alpha, const Real* A, int64_t lda,
+          const Real* B, int64_t ldb, Real beta, Real* C, int64_t ldc);
 
 // OpenBLAS runs a GEMM on one thread when M*N*K <= GEMM_MULTITHREAD_THRESHOLD (4, Debian's
 // build: openblas_config.h) * 65536 (SMP_THRESHOLD_MIN in interface/gemm.c), or when its thread

@@ -19,7 +19,9 @@ struct Scratch {
   Real* dhc;      // (chunk, C) hidden-state gradient of the chunk (with_grad only)
 };
 
-int64_t rows_per_chunk(int64_t N, int64_t chunk_tokens) { return std::max<int64_t>(1, std::min(chunk_tokens, N)); }
+int64_t rows_per_chunk(int64_t N, int64_t chunk_tokens) {
+  return std::max<int64_t>(1, std::min(chunk_tokens, N));
+}
 
 template <typename Real>
 Scratch<Real> carve(Arena& a, int64_t N, int64_t C, int64_t V, int64_t chunk_tokens, bool with_grad) {
@@ -39,9 +41,9 @@ int64_t count_unmasked_targets(const int32_t* targets, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; ++n) {
     if (targets[n] == kIgnoreIndex) continue;
     if (targets[n] < 0 || targets[n] >= V)
-      throw InputError("targets: position " + std::to_string(n),
-                       "target " + std::to_string(targets[n]) + " is outside [0, " + std::to_string(V) +
-                           ") and is not the ignore index -100");
+      throw InputError("targets: position " + std::to_string(n), "target " + std::to_string(targets[n]) +
+                                                                     " is outside [0, " + std::to_string(V) +
+                                                                     ") and is not the ignore index -100");
     ++count;
   }
   return count;
@@ -57,8 +59,8 @@ int64_t fused_cross_entropy_workspace_bytes(int64_t N, int64_t C, int64_t V, int
 
 template <typename Real>
 LossResult fused_linear_cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N,
-                                      int64_t C, int64_t V, int64_t chunk_tokens, double grad_scale,
-                                      Real* dh, Real* dw, Workspace ws) {
+                                      int64_t C, int64_t V, int64_t chunk_tokens, double grad_scale, Real* dh,
+                                      Real* dw, Workspace ws) {
   SLIDEDP_CHECK(chunk_tokens > 0, "loss_chunk_tokens must be positive");
   const bool with_grad = dh != nullptr;
   SLIDEDP_CHECK(!with_grad || dw != nullptr, "dw is required with dh");
@@ -121,8 +123,9 @@ LossResult fused_linear_cross_entropy(const Real* h, const Real* w, const int32_
 
 template int64_t fused_cross_entropy_workspace_bytes<float>(int64_t, int64_t, int64_t, int64_t, bool);
 template int64_t fused_cross_entropy_workspace_bytes<double>(int64_t, int64_t, int64_t, int64_t, bool);
-template LossResult fused_linear_cross_entropy<float>(const float*, const float*, const int32_t*, int64_t, int64_t,
-                                                      int64_t, int64_t, double, float*, float*, Workspace);
+template LossResult fused_linear_cross_entropy<float>(const float*, const float*, const int32_t*, int64_t,
+                                                      int64_t, int64_t, int64_t, double, float*, float*,
+                                                      Workspace);
 template LossResult fused_linear_cross_entropy<double>(const double*, const double*, const int32_t*, int64_t,
                                                        int64_t, int64_t, int64_t, double, double*, double*,
                                                        Workspace);

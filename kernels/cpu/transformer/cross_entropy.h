@@ -37,7 +37,7 @@ int64_t fused_cross_entropy_workspace_bytes(int64_t N, int64_t C, int64_t V, int
 // (dw is then ignored).
 template <typename Real>
 LossResult fused_linear_cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N,
-                                      int64_t C, int64_t V, int64_t chunk_tokens, double grad_scale,
-                                      Real* dh, Real* dw, Workspace ws);
+                                      int64_t C, int64_t V, int64_t chunk_tokens, double grad_scale, Real* dh,
+                                      Real* dw, Workspace ws);
 
 }  // namespace slidedp::kernels

@@ -100,7 +100,8 @@ struct BackwardAttention {
 
 template <typename Real>
 BackwardCommon<Real> carve_backward_common(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
-  return BackwardCommon<Real>{a.take<Real>(T * s.hd / 2), a.take<Real>(T * s.hd / 2), a.take<Real>(B * T * s.C)};
+  return BackwardCommon<Real>{a.take<Real>(T * s.hd / 2), a.take<Real>(T * s.hd / 2),
+                              a.take<Real>(B * T * s.C)};
 }
 template <typename Real>
 BackwardMlp<Real> carve_backward_mlp(Arena& a, const DecoderSpec& s, int64_t N) {
@@ -170,13 +171,14 @@ void forward_impl(const DecoderSpec& s, const Real* p, const Real* x, Real* y, W
     arena.release(mark);
   }
   std::copy(x, x + N * C, S.x2);
-  linear_forward(S.x2, S.att, p + s.o_w, static_cast<const Real*>(nullptr), N, Q, C, true);  // x2 = x + att Wo^T
+  // x2 = x + att Wo^T (the residual add folded into the GEMM's beta = 1)
+  linear_forward(S.x2, S.att, p + s.o_w, static_cast<const Real*>(nullptr), N, Q, C, true);
 
   // MLP block
   rmsnorm_forward(S.h2, S.rstd2, S.x2, p + s.post_norm, N, C, s.eps);
   linear_forward(S.g, S.h2, p + s.gate_w, static_cast<const Real*>(nullptr), N, C, I, false);
   linear_forward(S.u, S.h2, p + s.up_w, static_cast<const Real*>(nullptr), N, C, I, false);
-  if (y == nullptr) return;  // recompute: the saved state is complete
+  if (y == nullptr) return;           // recompute: the saved state is complete
   Real* m = arena.take<Real>(N * I);  // (N, I)
   swiglu_forward(m, S.g, S.u, N * I, s.threads);
   std::copy(S.x2, S.x2 + N * C, y);
@@ -251,49 +253,60 @@ void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Worksp
   {
     const int64_t mark = arena.mark();
     const BackwardMlp<Real> m = carve_backward_mlp<Real>(arena, s, N);
-    swiglu_forward(m.m_du, S.g, S.u, N * I, s.threads);                               // recompute m
-    linear_backward(m.dm_dg, dp + s.down_w, static_cast<Real*>(nullptr), dy, m.m_du, p + s.down_w, N, I, C,
-                    false);                                                  // dm; dWd += dy^T m
-    swiglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I, s.threads);            // dg, du
-    linear_backward(w.dh, dp + s.gate_w, static_cast<Real*>(nullptr), m.dm_dg, S.h2, p + s.gate_w, N, C, I, false);
-    linear_backward(w.dh, dp + s.up_w, static_cast<Real*>(nullptr), m.m_du, S.h2, p + s.up_w, N, C, I, true);
-    std::copy(dy, dy + N * C, dx);                                           // residual
-    rmsnorm_backward(dx, dp + s.post_norm, w.dh, S.x2, S.rstd2, p + s.post_norm, N, C, true);  // dx = dL/dx2
+    Real* const no_bias = nullptr;
+    // recompute m = silu(g) * u (not saved: 2 elementwise passes cost less than N*I of memory)
+    swiglu_forward(m.m_du, S.g, S.u, N * I, s.threads);
+    // dm = dy Wd; dWd += dy^T m
+    linear_backward(m.dm_dg, dp + s.down_w, no_bias, dy, m.m_du, p + s.down_w, N, I, C, false);
+    // dg, du (in place over dm and m)
+    swiglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I, s.threads);
+    // dh2 = dg Wg + du Wu; dWg += dg^T h2; dWu += du^T h2
+    linear_backward(w.dh, dp + s.gate_w, no_bias, m.dm_dg, S.h2, p + s.gate_w, N, C, I, false);
+    linear_backward(w.dh, dp + s.up_w, no_bias, m.m_du, S.h2, p + s.up_w, N, C, I, true);
+    // dx2 = dy (residual) + rmsnorm backward of dh2; held in dx from here on
+    std::copy(dy, dy + N * C, dx);
+    rmsnorm_backward(dx, dp + s.post_norm, w.dh, S.x2, S.rstd2, p + s.post_norm, N, C, true);
     arena.release(mark);
   }
 
   // attention block: x2 = x + att Wo^T
   const BackwardAttention<Real> a = carve_backward_attention<Real>(arena, s, B, T);
-  linear_backward(a.datt, dp + s.o_w, static_cast<Real*>(nullptr), dx, S.att, p + s.o_w, N, Q, C, false);
+  Real* const no_bias = nullptr;
+  // datt = dx2 Wo; dWo += dx2^T att
+  linear_backward(a.datt, dp + s.o_w, no_bias, dx, S.att, p + s.o_w, N, Q, C, false);
+  // dq, dk, dv of the rotated (and normed) q, k and of v
   attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T), a.attn);
+  // undo the rotation: gradients w.r.t. q, k before RoPE
   rope_tables(w.cos, w.sin, s.inv_freq, T);
   rope_backward(a.dq, w.cos, w.sin, B, T, s.H, s.hd);
   rope_backward(a.dk, w.cos, w.sin, B, T, s.KV, s.hd);
   const Real* dq_lin = a.dq;
   const Real* dk_lin = a.dk;
-  if (s.qk_norm) {  // datt is dead after attention_backward: it takes dq_lin
+  if (s.qk_norm) {  // through q_norm / k_norm; datt is dead after attention_backward: it takes dq_lin
     rmsnorm_backward(a.datt, dp + s.q_norm, a.dq, S.q_lin, S.rstd_q, p + s.q_norm, N * s.H, s.hd, false);
     rmsnorm_backward(a.dk_lin, dp + s.k_norm, a.dk, S.k_lin, S.rstd_k, p + s.k_norm, N * s.KV, s.hd, false);
     dq_lin = a.datt;
     dk_lin = a.dk_lin;
   }
+  // dh1 = dq Wq + dk Wk + dv Wv; dW += d^T h1; db += colsum(d) (Qwen2)
   linear_backward(w.dh, dp + s.q_w, at(dp, s.q_b), dq_lin, S.h1, p + s.q_w, N, C, Q, false);
   linear_backward(w.dh, dp + s.k_w, at(dp, s.k_b), dk_lin, S.h1, p + s.k_w, N, C, K, true);
   linear_backward(w.dh, dp + s.v_w, at(dp, s.v_b), a.dv, S.h1, p + s.v_w, N, C, K, true);
-  rmsnorm_backward(dx, dp + s.input_norm, w.dh, x, S.rstd1, p + s.input_norm, N, C, true);  // + residual
+  // dx = dx2 (residual) + rmsnorm backward of dh1
+  rmsnorm_backward(dx, dp + s.input_norm, w.dh, x, S.rstd1, p + s.input_norm, N, C, true);
 }
 
-#define SLIDEDP_INSTANTIATE(Real)                                                                        \
-  template int64_t decoder_saved_bytes<Real>(const DecoderSpec&, int64_t, int64_t);                      \
-  template std::vector<ArenaPiece> decoder_saved_layout<Real>(const DecoderSpec&, int64_t, int64_t);     \
-  template int64_t decoder_forward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);          \
-  template int64_t decoder_backward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);         \
-  template void decoder_forward<Real>(const DecoderSpec&, const Real*, const Real*, Real*, Workspace,    \
-                                      int64_t, int64_t, Workspace);                                      \
-  template void decoder_recompute<Real>(const DecoderSpec&, const Real*, const Real*, Workspace, int64_t, \
-                                        int64_t, Workspace);                                             \
-  template void decoder_backward<Real>(const DecoderSpec&, const Real*, const Real*, Workspace,          \
-                                       const Real*, Real*, Real*, int64_t, int64_t, Workspace);
+#define SLIDEDP_INSTANTIATE(Real)                                                                            \
+  template int64_t decoder_saved_bytes<Real>(const DecoderSpec&, int64_t, int64_t);                          \
+  template std::vector<ArenaPiece> decoder_saved_layout<Real>(const DecoderSpec&, int64_t, int64_t);         \
+  template int64_t decoder_forward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);              \
+  template int64_t decoder_backward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);             \
+  template void decoder_forward<Real>(const DecoderSpec&, const Real*, const Real*, Real*, Workspace,        \
+                                      int64_t, int64_t, Workspace);                                          \
+  template void decoder_recompute<Real>(const DecoderSpec&, const Real*, const Real*, Workspace, int64_t,    \
+                                        int64_t, Workspace);                                                 \
+  template void decoder_backward<Real>(const DecoderSpec&, const Real*, const Real*, Workspace, const Real*, \
+                                       Real*, Real*, int64_t, int64_t, Workspace);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)
 #undef SLIDEDP_INSTANTIATE

@@ -52,7 +52,7 @@ void decoder_recompute(const DecoderSpec& spec, const Real* params, const Real* 
 
 // dx (B, T, C) = dL/dx (overwritten); grads (flat, spec.flat_numel) += dL/dparams.
 template <typename Real>
-void decoder_backward(const DecoderSpec& spec, const Real* params, const Real* x, Workspace saved, const Real* dy,
-                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws);
+void decoder_backward(const DecoderSpec& spec, const Real* params, const Real* x, Workspace saved,
+                      const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws);
 
 }  // namespace slidedp::kernels

@@ -11,9 +11,9 @@ namespace slidedp::kernels {
 void check_token_ids(const int32_t* tokens, int64_t N, int64_t V) {
   for (int64_t n = 0; n < N; ++n)
     if (tokens[n] < 0 || tokens[n] >= V)
-      throw InputError("token ids: position " + std::to_string(n),
-                       "id " + std::to_string(tokens[n]) + " is outside the vocabulary [0, " +
-                           std::to_string(V) + ")");
+      throw InputError(
+          "token ids: position " + std::to_string(n),
+          "id " + std::to_string(tokens[n]) + " is outside the vocabulary [0, " + std::to_string(V) + ")");
 }
 
 template <typename Real>
@@ -30,7 +30,7 @@ void embedding_backward(Real* dw, const int32_t* tokens, const Real* dx, int64_t
   check_token_ids(tokens, N, V);
   for (int64_t n = 0; n < N; ++n) {
     Real* row = dw + static_cast<int64_t>(tokens[n]) * C;  // (C)
-    const Real* g = dx + n * C;                             // (C)
+    const Real* g = dx + n * C;                            // (C)
     for (int64_t c = 0; c < C; ++c) row[c] += g[c];
   }
 }

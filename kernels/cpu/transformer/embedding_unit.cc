@@ -17,13 +17,13 @@ void embedding_unit_backward(const EmbeddingSpec& spec, const int32_t* tokens, c
   embedding_backward(grads + spec.weight, tokens, dx, B * T, spec.C, spec.V);
 }
 
-template void embedding_unit_forward<float>(const EmbeddingSpec&, const float*, const int32_t*, int64_t, int64_t,
-                                            float*);
-template void embedding_unit_forward<double>(const EmbeddingSpec&, const double*, const int32_t*, int64_t, int64_t,
-                                             double*);
-template void embedding_unit_backward<float>(const EmbeddingSpec&, const int32_t*, const float*, float*, int64_t,
-                                             int64_t);
-template void embedding_unit_backward<double>(const EmbeddingSpec&, const int32_t*, const double*, double*, int64_t,
-                                              int64_t);
+template void embedding_unit_forward<float>(const EmbeddingSpec&, const float*, const int32_t*, int64_t,
+                                            int64_t, float*);
+template void embedding_unit_forward<double>(const EmbeddingSpec&, const double*, const int32_t*, int64_t,
+                                             int64_t, double*);
+template void embedding_unit_backward<float>(const EmbeddingSpec&, const int32_t*, const float*, float*,
+                                             int64_t, int64_t);
+template void embedding_unit_backward<double>(const EmbeddingSpec&, const int32_t*, const double*, double*,
+                                              int64_t, int64_t);
 
 }  // namespace slidedp::kernels

@@ -21,7 +21,8 @@ Scratch<Real> carve(Arena& a, const HeadSpec& s, int64_t N, bool with_grad) {
   v.hn = a.take<Real>(N * s.C);
   v.rstd = a.take<Real>(N);
   v.dhn = with_grad ? a.take<Real>(N * s.C) : nullptr;
-  v.ce = a.take_workspace(fused_cross_entropy_workspace_bytes<Real>(N, s.C, s.V, s.loss_chunk_tokens, with_grad));
+  v.ce = a.take_workspace(
+      fused_cross_entropy_workspace_bytes<Real>(N, s.C, s.V, s.loss_chunk_tokens, with_grad));
   return v;
 }
 
@@ -56,10 +57,10 @@ LossResult head_forward_backward(const HeadSpec& s, const Real* params, const Re
 template int64_t head_workspace_bytes<float>(const HeadSpec&, int64_t, int64_t, bool);
 template int64_t head_workspace_bytes<double>(const HeadSpec&, int64_t, int64_t, bool);
 template LossResult head_forward_backward<float>(const HeadSpec&, const float*, const float*, const float*,
-                                                 const int32_t*, int64_t, int64_t, double, float*, float*, float*,
-                                                 Workspace);
-template LossResult head_forward_backward<double>(const HeadSpec&, const double*, const double*, const double*,
-                                                  const int32_t*, int64_t, int64_t, double, double*, double*,
-                                                  double*, Workspace);
+                                                 const int32_t*, int64_t, int64_t, double, float*, float*,
+                                                 float*, Workspace);
+template LossResult head_forward_backward<double>(const HeadSpec&, const double*, const double*,
+                                                  const double*, const int32_t*, int64_t, int64_t, double,
+                                                  double*, double*, double*, Workspace);
 
 }  // namespace slidedp::kernels

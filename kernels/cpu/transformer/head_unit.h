@@ -26,8 +26,8 @@ int64_t head_workspace_bytes(const HeadSpec& spec, int64_t B, int64_t T, bool wi
 // x (B, T, C), targets (B, T). With dx != nullptr: dx (B, T, C) overwritten; grads (the head's flat
 // buffer: model.norm.weight) and lm_head_grad (V, C) accumulated. dx == nullptr: loss only.
 template <typename Real>
-LossResult head_forward_backward(const HeadSpec& spec, const Real* params, const Real* lm_head_w, const Real* x,
-                                 const int32_t* targets, int64_t B, int64_t T, double grad_scale, Real* dx,
-                                 Real* grads, Real* lm_head_grad, Workspace ws);
+LossResult head_forward_backward(const HeadSpec& spec, const Real* params, const Real* lm_head_w,
+                                 const Real* x, const int32_t* targets, int64_t B, int64_t T,
+                                 double grad_scale, Real* dx, Real* grads, Real* lm_head_grad, Workspace ws);
 
 }  // namespace slidedp::kernels

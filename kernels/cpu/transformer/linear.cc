@@ -19,7 +19,8 @@ template <typename Real>
 void linear_backward(Real* din, Real* dw, Real* dbias, const Real* dout, const Real* in, const Real* w,
                      int64_t N, int64_t IN, int64_t OUT, bool accumulate_din) {
   if (din != nullptr)
-    gemm<Real>(false, false, N, IN, OUT, Real(1), dout, OUT, w, IN, accumulate_din ? Real(1) : Real(0), din, IN);
+    gemm<Real>(false, false, N, IN, OUT, Real(1), dout, OUT, w, IN, accumulate_din ? Real(1) : Real(0), din,
+               IN);
   gemm<Real>(true, false, OUT, IN, N, Real(1), dout, OUT, in, IN, Real(1), dw, IN);
   if (dbias != nullptr) {
     for (int64_t n = 0; n < N; ++n)

@@ -36,10 +36,9 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
   for (int64_t u = 0; u <= L; ++u) hidden.emplace_back(hidden_bytes);
   std::vector<AlignedBuffer> saved;
   for (int64_t l = 0; l < L; ++l) saved.emplace_back(decoder_saved_bytes<Real>(s.decoder, B, T));
-  const int64_t ws_bytes =
-      std::max({L > 0 ? decoder_forward_workspace_bytes<Real>(s.decoder, B, T) : 0,
-                L > 0 ? decoder_backward_workspace_bytes<Real>(s.decoder, B, T) : 0,
-                head_workspace_bytes<Real>(s.head, B, T, true)});
+  const int64_t ws_bytes = std::max({L > 0 ? decoder_forward_workspace_bytes<Real>(s.decoder, B, T) : 0,
+                                     L > 0 ? decoder_backward_workspace_bytes<Real>(s.decoder, B, T) : 0,
+                                     head_workspace_bytes<Real>(s.head, B, T, true)});
   AlignedBuffer ws(ws_bytes);
   AlignedBuffer grad_a(hidden_bytes), grad_b(hidden_bytes);
 
@@ -54,13 +53,13 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
   Real* lm_g = s.head.tied ? grads[0] + s.embedding.weight : grads[L + 1] + s.head.lm_head_w;
   Real* dy = grad_a.as<Real>();
   Real* dx = grad_b.as<Real>();
-  const LossResult loss = head_forward_backward(s.head, params[L + 1], lm_w, hidden[L].as<Real>(), targets, B, T,
-                                                grad_scale, dy, grads[L + 1], lm_g, ws.workspace());
+  const LossResult loss = head_forward_backward(s.head, params[L + 1], lm_w, hidden[L].as<Real>(), targets, B,
+                                                T, grad_scale, dy, grads[L + 1], lm_g, ws.workspace());
 
   // backward
   for (int64_t l = L - 1; l >= 0; --l) {
-    decoder_backward(s.decoder, params[l + 1], hidden[l].as<Real>(), saved[l].workspace(), dy, dx, grads[l + 1], B,
-                     T, ws.workspace());
+    decoder_backward(s.decoder, params[l + 1], hidden[l].as<Real>(), saved[l].workspace(), dy, dx,
+                     grads[l + 1], B, T, ws.workspace());
     std::swap(dy, dx);
   }
   embedding_unit_backward(s.embedding, tokens, dy, grads[0], B, T);
@@ -68,8 +67,8 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
 }
 
 template LossResult model_forward_backward<float>(const ModelSpecs&, std::span<const float* const>,
-                                                  std::span<float* const>, const int32_t*, const int32_t*, int64_t,
-                                                  int64_t, double);
+                                                  std::span<float* const>, const int32_t*, const int32_t*,
+                                                  int64_t, int64_t, double);
 template LossResult model_forward_backward<double>(const ModelSpecs&, std::span<const double* const>,
                                                    std::span<double* const>, const int32_t*, const int32_t*,
                                                    int64_t, int64_t, double);

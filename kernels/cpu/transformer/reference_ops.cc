@@ -8,7 +8,8 @@
 namespace slidedp::kernels::naive {
 
 template <typename Real>
-void linear_forward(Real* out, const Real* in, const Real* w, const Real* bias, int64_t N, int64_t IN, int64_t OUT) {
+void linear_forward(Real* out, const Real* in, const Real* w, const Real* bias, int64_t N, int64_t IN,
+                    int64_t OUT) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t o = 0; o < OUT; ++o) {
       Real acc = bias != nullptr ? bias[o] : Real(0);
@@ -18,8 +19,8 @@ void linear_forward(Real* out, const Real* in, const Real* w, const Real* bias, 
 }
 
 template <typename Real>
-void linear_backward(Real* din, Real* dw, Real* dbias, const Real* dout, const Real* in, const Real* w, int64_t N,
-                     int64_t IN, int64_t OUT) {
+void linear_backward(Real* din, Real* dw, Real* dbias, const Real* dout, const Real* in, const Real* w,
+                     int64_t N, int64_t IN, int64_t OUT) {
   for (int64_t n = 0; n < N; ++n)
     for (int64_t i = 0; i < IN; ++i) {
       Real acc = 0;
@@ -97,12 +98,14 @@ Real sigmoid(Real x) {
 }  // namespace
 
 template <typename Real>
-void rope_forward(Real* x, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd) {
+void rope_forward(Real* x, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh,
+                  int64_t hd) {
   rope_apply(x, inv_freq, B, T, nh, hd, 1.0);
 }
 
 template <typename Real>
-void rope_backward(Real* dx, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd) {
+void rope_backward(Real* dx, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh,
+                   int64_t hd) {
   rope_apply(dx, inv_freq, B, T, nh, hd, -1.0);  // the transpose of a rotation is the inverse rotation
 }
 
@@ -121,8 +124,8 @@ void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Re
 }
 
 template <typename Real>
-void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B, int64_t T,
-                       int64_t H, int64_t KV, int64_t hd) {
+void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B,
+                       int64_t T, int64_t H, int64_t KV, int64_t hd) {
   const Real scale = Real(1) / std::sqrt(static_cast<Real>(hd));
   std::vector<Real> p(static_cast<size_t>(T));
   for (int64_t b = 0; b < B; ++b)
@@ -198,8 +201,8 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
 }
 
 template <typename Real>
-LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C, int64_t V,
-                         double grad_scale, Real* dh, Real* dw) {
+LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C,
+                         int64_t V, double grad_scale, Real* dh, Real* dw) {
   std::vector<Real> logits(static_cast<size_t>(N * V));
   linear_forward(logits.data(), h, w, static_cast<const Real*>(nullptr), N, C, V);
   LossResult r;
@@ -214,7 +217,8 @@ LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, i
     r.loss_sum += static_cast<double>(lse - row[targets[n]]);
     ++r.num_tokens;
     for (int64_t c = 0; c < V; ++c)
-      dlogits[n * V + c] = static_cast<Real>(grad_scale) * (std::exp(row[c] - lse) - (c == targets[n] ? 1 : 0));
+      dlogits[n * V + c] =
+          static_cast<Real>(grad_scale) * (std::exp(row[c] - lse) - (c == targets[n] ? 1 : 0));
   }
   if (dh != nullptr) linear_backward(dh, dw, static_cast<Real*>(nullptr), dlogits.data(), h, w, N, C, V);
   return r;
@@ -239,7 +243,8 @@ void decoder_forward(const DecoderSpec& s, const Real* p, const Real* x, Real* y
   }
   rope_forward(q.data(), s.inv_freq, B, T, s.H, s.hd);
   rope_forward(k.data(), s.inv_freq, B, T, s.KV, s.hd);
-  attention_forward(att.data(), static_cast<Real*>(nullptr), q.data(), k.data(), v.data(), B, T, s.H, s.KV, s.hd);
+  attention_forward(att.data(), static_cast<Real*>(nullptr), q.data(), k.data(), v.data(), B, T, s.H, s.KV,
+                    s.hd);
   linear_forward(a.data(), att.data(), p + s.o_w, static_cast<const Real*>(nullptr), N, Q, C);
   for (int64_t i = 0; i < N * C; ++i) x2[i] = x[i] + a[i];
   rmsnorm_forward(h2.data(), x2.data(), p + s.post_norm, N, C, s.eps);
@@ -250,23 +255,24 @@ void decoder_forward(const DecoderSpec& s, const Real* p, const Real* x, Real* y
   for (int64_t i = 0; i < N * C; ++i) y[i] = x2[i] + d[i];
 }
 
-#define SLIDEDP_INSTANTIATE(Real)                                                                               \
-  template void linear_forward<Real>(Real*, const Real*, const Real*, const Real*, int64_t, int64_t, int64_t);  \
-  template void linear_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int64_t,      \
-                                      int64_t, int64_t);                                                        \
-  template void rmsnorm_forward<Real>(Real*, const Real*, const Real*, int64_t, int64_t, double);               \
-  template void rmsnorm_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t, int64_t,   \
-                                       double);                                                                 \
-  template void rope_forward<Real>(Real*, const std::vector<double>&, int64_t, int64_t, int64_t, int64_t);      \
-  template void rope_backward<Real>(Real*, const std::vector<double>&, int64_t, int64_t, int64_t, int64_t);     \
-  template void swiglu_forward<Real>(Real*, const Real*, const Real*, int64_t);                                 \
-  template void swiglu_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t);            \
-  template void attention_forward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t, int64_t,  \
-                                        int64_t, int64_t, int64_t);                                             \
-  template void attention_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,            \
-                                         const Real*, int64_t, int64_t, int64_t, int64_t, int64_t);             \
-  template LossResult cross_entropy<Real>(const Real*, const Real*, const int32_t*, int64_t, int64_t, int64_t,  \
-                                          double, Real*, Real*);                                                \
+#define SLIDEDP_INSTANTIATE(Real)                                                                           \
+  template void linear_forward<Real>(Real*, const Real*, const Real*, const Real*, int64_t, int64_t,        \
+                                     int64_t);                                                              \
+  template void linear_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*, int64_t,  \
+                                      int64_t, int64_t);                                                    \
+  template void rmsnorm_forward<Real>(Real*, const Real*, const Real*, int64_t, int64_t, double);           \
+  template void rmsnorm_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t,        \
+                                       int64_t, double);                                                    \
+  template void rope_forward<Real>(Real*, const std::vector<double>&, int64_t, int64_t, int64_t, int64_t);  \
+  template void rope_backward<Real>(Real*, const std::vector<double>&, int64_t, int64_t, int64_t, int64_t); \
+  template void swiglu_forward<Real>(Real*, const Real*, const Real*, int64_t);                             \
+  template void swiglu_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t);        \
+  template void attention_forward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t,       \
+                                        int64_t, int64_t, int64_t, int64_t);                                \
+  template void attention_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,        \
+                                         const Real*, int64_t, int64_t, int64_t, int64_t, int64_t);         \
+  template LossResult cross_entropy<Real>(const Real*, const Real*, const int32_t*, int64_t, int64_t,       \
+                                          int64_t, double, Real*, Real*);                                   \
   template void decoder_forward<Real>(const DecoderSpec&, const Real*, const Real*, Real*, int64_t, int64_t);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)

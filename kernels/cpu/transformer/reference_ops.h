@@ -13,11 +13,12 @@ namespace slidedp::kernels::naive {
 
 // out (N, OUT) = in (N, IN) w (OUT, IN)^T + bias (OUT or nullptr)
 template <typename Real>
-void linear_forward(Real* out, const Real* in, const Real* w, const Real* bias, int64_t N, int64_t IN, int64_t OUT);
+void linear_forward(Real* out, const Real* in, const Real* w, const Real* bias, int64_t N, int64_t IN,
+                    int64_t OUT);
 // din (N, IN) = dout w; dw (OUT, IN) += dout^T in; dbias += colsum(dout) (nullable)
 template <typename Real>
-void linear_backward(Real* din, Real* dw, Real* dbias, const Real* dout, const Real* in, const Real* w, int64_t N,
-                     int64_t IN, int64_t OUT);
+void linear_backward(Real* din, Real* dw, Real* dbias, const Real* dout, const Real* in, const Real* w,
+                     int64_t N, int64_t IN, int64_t OUT);
 
 template <typename Real>
 void rmsnorm_forward(Real* y, const Real* x, const Real* w, int64_t N, int64_t C, double eps);
@@ -30,7 +31,8 @@ void rmsnorm_backward(Real* dx, Real* dw, const Real* dy, const Real* x, const R
 template <typename Real>
 void rope_forward(Real* x, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd);
 template <typename Real>
-void rope_backward(Real* dx, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh, int64_t hd);
+void rope_backward(Real* dx, const std::vector<double>& inv_freq, int64_t B, int64_t T, int64_t nh,
+                   int64_t hd);
 
 template <typename Real>
 void swiglu_forward(Real* m, const Real* g, const Real* u, int64_t n);
@@ -40,8 +42,8 @@ void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Re
 // Full-matrix causal GQA attention. q (B, T, H, hd), k, v (B, T, KV, hd), out (B, T, H, hd),
 // lse (B, H, T) (nullable).
 template <typename Real>
-void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B, int64_t T,
-                       int64_t H, int64_t KV, int64_t hd);
+void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B,
+                       int64_t T, int64_t H, int64_t KV, int64_t hd);
 // dq, dk, dv overwritten.
 template <typename Real>
 void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k,
@@ -49,11 +51,12 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
 
 // Full (N x V) logits, then loss and gradients of grad_scale * loss_sum (dh overwritten, dw +=).
 template <typename Real>
-LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C, int64_t V,
-                         double grad_scale, Real* dh, Real* dw);
+LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C,
+                         int64_t V, double grad_scale, Real* dh, Real* dw);
 
 // A whole decoder layer forward from the naive ops (no saved state), for the unit tests.
 template <typename Real>
-void decoder_forward(const DecoderSpec& spec, const Real* params, const Real* x, Real* y, int64_t B, int64_t T);
+void decoder_forward(const DecoderSpec& spec, const Real* params, const Real* x, Real* y, int64_t B,
+                     int64_t T);
 
 }  // namespace slidedp::kernels::naive

@@ -40,7 +40,8 @@ void rmsnorm_backward(Real* dx, Real* dw, const Real* dy, const Real* x, const R
 }
 
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t, double);
-template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int64_t, double);
+template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int64_t,
+                                      double);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*,
                                       int64_t, int64_t, bool);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*, const double*,

@@ -28,7 +28,8 @@ std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScal
       const double inv_freq_llama = wavelen > low_freq_wavelen ? f / rs.factor : f;
       const double smooth_factor =
           (old_context_len / wavelen - rs.low_freq_factor) / (rs.high_freq_factor - rs.low_freq_factor);
-      const double smoothed = (1.0 - smooth_factor) * inv_freq_llama / rs.factor + smooth_factor * inv_freq_llama;
+      const double smoothed =
+          (1.0 - smooth_factor) * inv_freq_llama / rs.factor + smooth_factor * inv_freq_llama;
       const bool is_medium_freq = !(wavelen < high_freq_wavelen) && !(wavelen > low_freq_wavelen);
       f = is_medium_freq ? smoothed : inv_freq_llama;
     }
@@ -57,7 +58,8 @@ namespace {
 
 // sign = +1: forward rotation; -1: its transpose (backward).
 template <typename Real>
-void rotate(Real* x, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd, Real sign) {
+void rotate(Real* x, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd,
+            Real sign) {
   const int64_t half = hd / 2;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
@@ -92,6 +94,7 @@ template void rope_tables<double>(double*, double*, const std::vector<double>&, 
 template void rope_forward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t);
 template void rope_forward<double>(double*, const double*, const double*, int64_t, int64_t, int64_t, int64_t);
 template void rope_backward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t);
-template void rope_backward<double>(double*, const double*, const double*, int64_t, int64_t, int64_t, int64_t);
+template void rope_backward<double>(double*, const double*, const double*, int64_t, int64_t, int64_t,
+                                    int64_t);
 
 }  // namespace slidedp::kernels

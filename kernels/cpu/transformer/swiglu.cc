@@ -23,7 +23,8 @@ void swiglu_forward(Real* m, const Real* g, const Real* u, int64_t n, int64_t th
 }
 
 template <typename Real>
-void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Real* u, int64_t n, int64_t threads) {
+void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Real* u, int64_t n,
+                     int64_t threads) {
   for_each_slice(n, threads, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) {
       const Real x = g[i], d = dm[i];
@@ -37,7 +38,8 @@ void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Re
 
 template void swiglu_forward<float>(float*, const float*, const float*, int64_t, int64_t);
 template void swiglu_forward<double>(double*, const double*, const double*, int64_t, int64_t);
-template void swiglu_backward<float>(float*, float*, const float*, const float*, const float*, int64_t, int64_t);
+template void swiglu_backward<float>(float*, float*, const float*, const float*, const float*, int64_t,
+                                     int64_t);
 template void swiglu_backward<double>(double*, double*, const double*, const double*, const double*, int64_t,
                                       int64_t);
 

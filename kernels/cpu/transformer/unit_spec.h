@@ -22,15 +22,14 @@ struct DecoderSpec {
   int64_t hd = 0;  // head dim
   int64_t I = 0;   // SwiGLU intermediate size
   double eps = 1e-6;
-  bool attention_bias = false;  // Qwen2: q, k, v biases
-  bool qk_norm = false;         // Qwen3: RMSNorm over head_dim per head on q and k, before RoPE
-  std::vector<double> inv_freq; // (hd/2) RoPE inverse frequencies after rope_scaling
-  int64_t flat_numel = 0;       // the unit's flat buffer, padding included
+  bool attention_bias = false;   // Qwen2: q, k, v biases
+  bool qk_norm = false;          // Qwen3: RMSNorm over head_dim per head on q and k, before RoPE
+  std::vector<double> inv_freq;  // (hd/2) RoPE inverse frequencies after rope_scaling
+  int64_t flat_numel = 0;        // the unit's flat buffer, padding included
 
   // Element offsets in the unit's flat buffer (kAbsent when the tensor does not exist).
-  int64_t input_norm = 0, q_w = 0, q_b = kAbsent, k_w = 0, k_b = kAbsent, v_w = 0, v_b = kAbsent,
-          o_w = 0, q_norm = kAbsent, k_norm = kAbsent, post_norm = 0, gate_w = 0, up_w = 0,
-          down_w = 0;
+  int64_t input_norm = 0, q_w = 0, q_b = kAbsent, k_w = 0, k_b = kAbsent, v_w = 0, v_b = kAbsent, o_w = 0,
+          q_norm = kAbsent, k_norm = kAbsent, post_norm = 0, gate_w = 0, up_w = 0, down_w = 0;
 
   // Flash attention: rows of a query tile and of a key/value tile. The working set of attention is
   // O(attn_tile^2 + attn_tile * hd), independent of T. make_decoder_spec picks the largest power of
@@ -56,9 +55,9 @@ struct EmbeddingSpec {
 struct HeadSpec {
   int64_t V = 0, C = 0;
   double eps = 1e-6;
-  int64_t norm_w = 0;          // model.norm.weight (C)
-  int64_t lm_head_w = kAbsent; // lm_head.weight (V, C) in the head's own buffer; kAbsent when tied
-  bool tied = false;           // lm_head is unit 0's model.embed_tokens.weight
+  int64_t norm_w = 0;           // model.norm.weight (C)
+  int64_t lm_head_w = kAbsent;  // lm_head.weight (V, C) in the head's own buffer; kAbsent when tied
+  bool tied = false;            // lm_head is unit 0's model.embed_tokens.weight
   int64_t flat_numel = 0;
   // Fused cross-entropy: (tokens x V) logits exist only for this many unmasked tokens at a time.
   int64_t loss_chunk_tokens = 256;  // 256 x 151936 fp32 logits = 156 MB

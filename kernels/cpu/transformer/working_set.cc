@@ -13,8 +13,8 @@ UnitWorkingSet embedding_working_set(const EmbeddingSpec& s, int64_t B, int64_t 
   w.param_scratch_bytes = s.flat_numel * R;
   w.grad_bytes = s.flat_numel * R;
   w.hidden_bytes = B * T * s.C * R;
-  w.forward_peak_bytes = B * T * static_cast<int64_t>(sizeof(int32_t)) + w.hidden_bytes;  // tokens, x
-  w.backward_peak_bytes = B * T * static_cast<int64_t>(sizeof(int32_t)) + w.hidden_bytes; // tokens, dx
+  w.forward_peak_bytes = B * T * static_cast<int64_t>(sizeof(int32_t)) + w.hidden_bytes;   // tokens, x
+  w.backward_peak_bytes = B * T * static_cast<int64_t>(sizeof(int32_t)) + w.hidden_bytes;  // tokens, dx
   return w;
 }
 
@@ -43,8 +43,8 @@ UnitWorkingSet head_working_set(const HeadSpec& s, int64_t B, int64_t T) {
   w.forward_workspace_bytes = head_workspace_bytes<Real>(s, B, T, false);
   w.backward_workspace_bytes = head_workspace_bytes<Real>(s, B, T, true);
   const int64_t targets = B * T * static_cast<int64_t>(sizeof(int32_t));
-  w.forward_peak_bytes = w.hidden_bytes + targets + w.forward_workspace_bytes;         // x, loss only
-  w.backward_peak_bytes = 2 * w.hidden_bytes + targets + w.backward_workspace_bytes;   // x, dx (fused)
+  w.forward_peak_bytes = w.hidden_bytes + targets + w.forward_workspace_bytes;        // x, loss only
+  w.backward_peak_bytes = 2 * w.hidden_bytes + targets + w.backward_workspace_bytes;  // x, dx (fused)
   return w;
 }
 

@@ -40,8 +40,9 @@ struct Tolerance {
 };
 Tolerance tolerance_for(const std::string& name, bool fp64) {
   if (fp64) return {1e-13};
-  const bool before_softmax = name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos ||
-                              name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos;
+  const bool before_softmax =
+      name.find("q_proj") != std::string::npos || name.find("k_proj") != std::string::npos ||
+      name.find("q_norm") != std::string::npos || name.find("k_norm") != std::string::npos;
   return {before_softmax ? 2e-5 : 1e-5};
 }
 constexpr double kLossRel64 = 1e-13;
@@ -101,8 +102,8 @@ struct Golden {
     *loss = LossResult{};
     const double grad_scale = 1.0 / static_cast<double>(num_tokens);  // GLOBAL unmasked count
     for (int64_t b0 = 0; b0 < B; b0 += rows_per_call) {
-      const LossResult r = model_forward_backward<Real>(specs, p, g, tokens.data() + b0 * T, targets.data() + b0 * T,
-                                                        rows_per_call, T, grad_scale);
+      const LossResult r = model_forward_backward<Real>(
+          specs, p, g, tokens.data() + b0 * T, targets.data() + b0 * T, rows_per_call, T, grad_scale);
       loss->loss_sum += r.loss_sum;
       loss->num_tokens += r.num_tokens;
     }
@@ -126,8 +127,8 @@ struct Golden {
         const double scale = test::max_abs(ref);
         EXPECT_GT(scale, 0.0) << t.name << " has an all-zero golden gradient: the test would be vacuous";
         const Tolerance tol = tolerance_for(t.name, fp64);
-        EXPECT_TRUE(all_close(grads[u].data() + t.offset, ref.data(), t.numel, tol.of_scale * scale, tol.of_scale,
-                              t.name));
+        EXPECT_TRUE(all_close(grads[u].data() + t.offset, ref.data(), t.numel, tol.of_scale * scale,
+                              tol.of_scale, t.name));
         for (int64_t i = 0; i < t.numel; ++i) is_tensor[static_cast<size_t>(t.offset + i)] = true;
         ++compared;
       }
@@ -166,7 +167,8 @@ TEST_P(GoldenModelTest, MicroBatchesWithGlobalGradScaleReproduceTheFullBatch) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Goldens, GoldenModelTest,
-                         ::testing::Values("llama3_tied", "qwen2_bias_untied", "qwen3_qknorm_tied", "mistral_untied"));
+                         ::testing::Values("llama3_tied", "qwen2_bias_untied", "qwen3_qknorm_tied",
+                                           "mistral_untied"));
 
 TEST(GoldenFiles, CoverTheArchitectureFeatures) {
   // The four files together must exercise what the issue lists; fail if a regeneration drops one.

@@ -35,7 +35,9 @@ constexpr double kTol32 = 2e-5;
 // ---- GEMM ----------------------------------------------------------------------------------------
 
 TEST(Gemm, MatchesNaiveForAllTransposesStridesAndBetas) {
-  struct Case { int64_t M, N, K; };
+  struct Case {
+    int64_t M, N, K;
+  };
   for (const Case c : {Case{1, 1, 1}, Case{7, 17, 5}, Case{33, 9, 64}, Case{4, 3, 0}, Case{0, 3, 2}})
     for (int ta = 0; ta < 2; ++ta)
       for (int tb = 0; tb < 2; ++tb)
@@ -134,7 +136,8 @@ TEST(Linear, ForwardBackwardMatchNaiveAndFiniteDifferences) {
   std::vector<double> din(N * IN), dw(OUT * IN, 0.0), db(OUT, 0.0), din_ref(N * IN), dw_ref(OUT * IN, 0.0),
       db_ref(OUT, 0.0);
   linear_backward(din.data(), dw.data(), db.data(), r.data(), in.data(), w.data(), N, IN, OUT, false);
-  naive::linear_backward(din_ref.data(), dw_ref.data(), db_ref.data(), r.data(), in.data(), w.data(), N, IN, OUT);
+  naive::linear_backward(din_ref.data(), dw_ref.data(), db_ref.data(), r.data(), in.data(), w.data(), N, IN,
+                         OUT);
   EXPECT_TRUE(all_close(din, din_ref, kTol64, kTol64, "din"));
   EXPECT_TRUE(all_close(dw, dw_ref, kTol64, kTol64, "dw"));
   EXPECT_TRUE(all_close(db, db_ref, kTol64, kTol64, "db"));
@@ -234,7 +237,8 @@ TEST(SwiGlu, ForwardBackwardMatchNaiveAndFiniteDifferences) {
   EXPECT_TRUE(check_finite_differences(g, dg, loss, "swiglu dg"));
   EXPECT_TRUE(check_finite_differences(u, du, loss, "swiglu du"));
 
-  std::vector<float> gf(g.begin(), g.end()), uf(u.begin(), u.end()), rf(r.begin(), r.end()), mf(n), dgf(n), duf(n);
+  std::vector<float> gf(g.begin(), g.end()), uf(u.begin(), u.end()), rf(r.begin(), r.end()), mf(n), dgf(n),
+      duf(n);
   swiglu_forward(mf.data(), gf.data(), uf.data(), n);
   swiglu_backward(dgf.data(), duf.data(), rf.data(), gf.data(), uf.data(), n);
   EXPECT_TRUE(all_close(mf, m_ref, kTol32, kTol32, "m fp32"));
@@ -288,21 +292,23 @@ struct AttnCase {
 };
 
 std::vector<AttnCase> attention_cases() {
-  return {{1, 1, 1, 1, 4, 4},   {2, 13, 4, 2, 8, 4},  {1, 17, 6, 2, 4, 5}, {2, 8, 2, 1, 6, 8},
-          {1, 9, 3, 3, 4, 16},  {1, 33, 4, 1, 8, 7},  {1, 12, 2, 2, 2, 1}};
+  return {{1, 1, 1, 1, 4, 4},  {2, 13, 4, 2, 8, 4}, {1, 17, 6, 2, 4, 5}, {2, 8, 2, 1, 6, 8},
+          {1, 9, 3, 3, 4, 16}, {1, 33, 4, 1, 8, 7}, {1, 12, 2, 2, 2, 1}};
 }
 
 template <typename Real>
-void run_flash(const AttnCase& c, const std::vector<Real>& q, const std::vector<Real>& k, const std::vector<Real>& v,
-               const std::vector<Real>& dout, std::vector<Real>& out, std::vector<Real>& lse, std::vector<Real>& dq,
-               std::vector<Real>& dk, std::vector<Real>& dv, int64_t threads = 1) {
+void run_flash(const AttnCase& c, const std::vector<Real>& q, const std::vector<Real>& k,
+               const std::vector<Real>& v, const std::vector<Real>& dout, std::vector<Real>& out,
+               std::vector<Real>& lse, std::vector<Real>& dq, std::vector<Real>& dk, std::vector<Real>& dv,
+               int64_t threads = 1) {
   const AttentionShape s{c.B, c.T, c.H, c.KV, c.hd, c.tile, threads};
   out.assign(c.B * c.T * c.H * c.hd, Real(0));
   lse.assign(c.B * c.H * c.T, Real(0));
   dq.assign(q.size(), Real(0));
   dk.assign(k.size(), Real(0));
   dv.assign(v.size(), Real(0));
-  AlignedBuffer fws(attention_forward_workspace_bytes<Real>(s)), bws(attention_backward_workspace_bytes<Real>(s));
+  AlignedBuffer fws(attention_forward_workspace_bytes<Real>(s)),
+      bws(attention_backward_workspace_bytes<Real>(s));
   attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, fws.workspace());
   attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
                      lse.data(), s, bws.workspace());
@@ -319,9 +325,10 @@ TEST(Attention, FlashMatchesFullSoftmaxForwardAndBackward) {
     auto dout = random_vector<double>(c.B * c.T * c.H * c.hd, 73);
     std::vector<double> out_ref(q.size()), lse_ref(c.B * c.H * c.T), dq_ref(q.size()), dk_ref(k.size()),
         dv_ref(v.size());
-    naive::attention_forward(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H, c.KV, c.hd);
-    naive::attention_backward(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), q.data(), k.data(), v.data(),
-                              c.B, c.T, c.H, c.KV, c.hd);
+    naive::attention_forward(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H,
+                             c.KV, c.hd);
+    naive::attention_backward(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), q.data(), k.data(),
+                              v.data(), c.B, c.T, c.H, c.KV, c.hd);
     std::vector<double> out, lse, dq, dk, dv;
     run_flash(c, q, k, v, dout, out, lse, dq, dk, dv);
     EXPECT_TRUE(all_close(out, out_ref, kTol64, kTol64, "out"));
@@ -389,12 +396,14 @@ TEST(Attention, WorkingSetDoesNotGrowAsTSquared) {
     const AttentionShape s{2, T, 14, 2, 64, 64};
     const AttentionShape s2{2, 2 * T, 14, 2, 64, 64};
     EXPECT_EQ(attention_forward_workspace_bytes<float>(s), attention_forward_workspace_bytes<float>(s2));
-    const int64_t grow = attention_backward_workspace_bytes<float>(s2) - attention_backward_workspace_bytes<float>(s);
+    const int64_t grow =
+        attention_backward_workspace_bytes<float>(s2) - attention_backward_workspace_bytes<float>(s);
     EXPECT_EQ(grow, 2 * 14 * T * static_cast<int64_t>(sizeof(float)));  // exactly the (B, H, T) row terms
   }
   // Worker threads multiply the tile scratch, never add a T term.
   const AttentionShape one{2, 4096, 14, 2, 64, 64, 1}, four{2, 4096, 14, 2, 64, 64, 4};
-  EXPECT_EQ(attention_forward_workspace_bytes<float>(four), 4 * attention_forward_workspace_bytes<float>(one));
+  EXPECT_EQ(attention_forward_workspace_bytes<float>(four),
+            4 * attention_forward_workspace_bytes<float>(one));
   // At T = 131072 the full score matrix of one head alone would be 64 GiB; the flash scratch is tiny.
   const AttentionShape big{1, 131072, 32, 8, 128, 64};
   EXPECT_LT(attention_backward_workspace_bytes<float>(big), int64_t{32} << 20);
@@ -425,8 +434,8 @@ TEST(CrossEntropy, ChunkedEqualsUnchunkedAndNaiveForEveryChunkSize) {
   const CeData d;
   const double scale = 0.37;
   std::vector<double> dh_ref(d.N * d.C), dw_ref(d.V * d.C, 0.5);
-  const LossResult ref =
-      naive::cross_entropy(d.h.data(), d.w.data(), d.targets.data(), d.N, d.C, d.V, scale, dh_ref.data(), dw_ref.data());
+  const LossResult ref = naive::cross_entropy(d.h.data(), d.w.data(), d.targets.data(), d.N, d.C, d.V, scale,
+                                              dh_ref.data(), dw_ref.data());
   EXPECT_EQ(ref.num_tokens, 8);
   std::vector<double> dh_full(d.N * d.C), dw_full(d.V * d.C, 0.5);
   const LossResult full = run_fused<double>(d, d.h, d.w, d.N, scale, &dh_full, &dw_full);  // one chunk
@@ -444,7 +453,8 @@ TEST(CrossEntropy, ChunkedEqualsUnchunkedAndNaiveForEveryChunkSize) {
     const LossResult loss_only = run_fused<double>(d, d.h, d.w, chunk, scale, nullptr, nullptr);
     EXPECT_EQ(loss_only.loss_sum, r.loss_sum);  // same rows, same order: bitwise
     // fp32
-    std::vector<float> hf(d.h.begin(), d.h.end()), wf(d.w.begin(), d.w.end()), dhf(d.N * d.C), dwf(d.V * d.C, 0.5f);
+    std::vector<float> hf(d.h.begin(), d.h.end()), wf(d.w.begin(), d.w.end()), dhf(d.N * d.C),
+        dwf(d.V * d.C, 0.5f);
     const LossResult rf = run_fused<float>(d, hf, wf, chunk, scale, &dhf, &dwf);
     EXPECT_NEAR(rf.loss_sum, ref.loss_sum, kTol32 * std::abs(ref.loss_sum));
     EXPECT_TRUE(all_close(dhf, dh_ref, kTol32, kTol32, "dh fp32"));

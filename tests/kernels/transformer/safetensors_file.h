@@ -63,7 +63,8 @@ inline StFile read_safetensors(const std::string& path) {
     t.dtype = value.at("dtype").get<std::string>();
     t.shape = value.at("shape").get<std::vector<int64_t>>();
     const auto off = value.at("data_offsets").get<std::vector<uint64_t>>();
-    if (off.size() != 2 || off[0] > off[1] || base + off[1] > data.size()) throw IoError(path, key + ": bad offsets");
+    if (off.size() != 2 || off[0] > off[1] || base + off[1] > data.size())
+      throw IoError(path, key + ": bad offsets");
     t.bytes = data.substr(base + off[0], off[1] - off[0]);
     f.tensors.emplace(key, std::move(t));
   }

@@ -42,9 +42,10 @@ template <typename A, typename B>
     }
   }
   if (worst >= 0)
-    return ::testing::AssertionFailure() << what << "[" << worst << "] got " << static_cast<double>(got[worst])
-                                         << " ref " << static_cast<double>(ref[worst]) << " (|diff| exceeds atol "
-                                         << atol << " + rtol " << rtol << " * |ref| by " << worst_excess << ")";
+    return ::testing::AssertionFailure()
+           << what << "[" << worst << "] got " << static_cast<double>(got[worst]) << " ref "
+           << static_cast<double>(ref[worst]) << " (|diff| exceeds atol " << atol << " + rtol " << rtol
+           << " * |ref| by " << worst_excess << ")";
   return ::testing::AssertionSuccess();
 }
 

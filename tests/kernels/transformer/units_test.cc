@@ -38,7 +38,8 @@ struct Layer {
   ModelLayout layout;
   DecoderSpec spec;
   std::vector<double> params;
-  explicit Layer(const std::string& type, int64_t tile = 3) : card(tiny_card(type, false)), layout(make_model_layout(card)) {
+  explicit Layer(const std::string& type, int64_t tile = 3)
+      : card(tiny_card(type, false)), layout(make_model_layout(card)) {
     spec = make_decoder_spec(card, layout.units[1]);
     spec.attn_tile = tile;
     params = random_unit_params(layout.units[1], 100);
@@ -83,7 +84,8 @@ TEST_P(DecoderLayerTest, SpecOffsetsComeFromTheLayout) {
 
 TEST(DecoderSpec, DefaultAttentionTileKeepsTileGemmsSingleThreaded) {
   ModelCard c = tiny_card("llama", false);
-  for (const auto& [hd, tile] : std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {64, 64}, {128, 32}, {256, 32}}) {
+  for (const auto& [hd, tile] :
+       std::vector<std::pair<int64_t, int64_t>>{{8, 64}, {64, 64}, {128, 32}, {256, 32}}) {
     c.head_dim = hd;
     const ModelLayout layout = make_model_layout(c);
     EXPECT_EQ(make_decoder_spec(c, layout.units[1]).attn_tile, tile) << "head_dim " << hd;
@@ -131,8 +133,8 @@ TEST_P(DecoderLayerTest, GradientsAccumulateAndPaddingStaysUntouched) {
   std::vector<double> grads(l.params.size(), 0.5), dx(x.size());
   AlignedBuffer bws(decoder_backward_workspace_bytes<double>(l.spec, B, T));
   for (int i = 0; i < 2; ++i)
-    decoder_backward(l.spec, l.params.data(), x.data(), once.saved.workspace(), dy.data(), dx.data(), grads.data(), B,
-                     T, bws.workspace());
+    decoder_backward(l.spec, l.params.data(), x.data(), once.saved.workspace(), dy.data(), dx.data(),
+                     grads.data(), B, T, bws.workspace());
   const auto pad = test::padding_mask(l.layout.units[1]);
   std::vector<double> expect(grads.size());
   for (size_t i = 0; i < grads.size(); ++i) expect[i] = 0.5 + 2 * once.grads[i];
@@ -164,7 +166,8 @@ void expect_recompute_bitwise(const Layer& l, int64_t B, int64_t T) {
   const auto pieces = decoder_saved_layout<Real>(l.spec, B, T);
   EXPECT_EQ(pieces.size(), l.spec.qk_norm ? 16u : 12u);
   for (const ArenaPiece& t : pieces)
-    EXPECT_EQ(std::memcmp(saved.data() + t.offset_bytes, again.data() + t.offset_bytes, static_cast<size_t>(t.bytes)),
+    EXPECT_EQ(std::memcmp(saved.data() + t.offset_bytes, again.data() + t.offset_bytes,
+                          static_cast<size_t>(t.bytes)),
               0)
         << "saved tensor " << t.name << " differs after recompute";
 }
@@ -221,8 +224,8 @@ TEST(DecoderLayer, WorkingSetIsLinearInT) {
   // And the saved state is what the comment in decoder_layer.cc lists: per token 3C + 2(H+KV)hd +
   // 2I + H + 2 values (no qk_norm), i.e. 56.6 KiB per token for this shape in fp32.
   const int64_t per_token = (3 * 896 + 2 * (14 + 2) * 64 + 2 * 4864 + 14 + 2) * 4;
-  EXPECT_NEAR(static_cast<double>(decoder_saved_bytes<float>(s, 1, 4096)), static_cast<double>(per_token * 4096),
-              64.0 * 20);
+  EXPECT_NEAR(static_cast<double>(decoder_saved_bytes<float>(s, 1, 4096)),
+              static_cast<double>(per_token * 4096), 64.0 * 20);
 }
 
 TEST(DecoderLayerDeathTest, UndersizedBuffersAbortWithTheNeededSize) {
@@ -238,8 +241,9 @@ TEST(DecoderLayerDeathTest, UndersizedBuffersAbortWithTheNeededSize) {
   EXPECT_DEATH(decoder_forward(l.spec, l.params.data(), x.data(), y.data(),
                                Workspace{saved.data(), saved.bytes() - 1}, B, T, ws.workspace()),
                "workspace too small");
-  EXPECT_DEATH(decoder_forward(l.spec, l.params.data(), x.data(), y.data(), saved.workspace(), B, T, Workspace{}),
-               "workspace too small");
+  EXPECT_DEATH(
+      decoder_forward(l.spec, l.params.data(), x.data(), y.data(), saved.workspace(), B, T, Workspace{}),
+      "workspace too small");
 }
 
 TEST(DecoderLayer, ConcurrentCallsAreReentrant) {
@@ -284,8 +288,9 @@ TEST(HeadUnit, GradientsMatchFiniteDifferences) {
   std::vector<double> dx(N * s.C), grads(params.size(), 0.0);
   AlignedBuffer ws(head_workspace_bytes<double>(s, B, T, true));
   auto lm = [&] { return params.data() + s.lm_head_w; };
-  const LossResult r = head_forward_backward(s, params.data(), lm(), x.data(), targets.data(), B, T, scale, dx.data(),
-                                             grads.data(), grads.data() + s.lm_head_w, ws.workspace());
+  const LossResult r =
+      head_forward_backward(s, params.data(), lm(), x.data(), targets.data(), B, T, scale, dx.data(),
+                            grads.data(), grads.data() + s.lm_head_w, ws.workspace());
   EXPECT_EQ(r.num_tokens, 8);
   auto loss = [&] {
     return scale * head_forward_backward(s, params.data(), lm(), x.data(), targets.data(), B, T, scale,
