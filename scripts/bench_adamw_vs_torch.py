@@ -6,9 +6,11 @@ gradients and no mirror = the same work as torch, AdamW with bf16 gradients + bf
 executor runs), then torch.optim.AdamW on the same size, for 1 and all threads, and prints params/s
 and the ratio. Interleaving per size keeps both sides under the same machine load.
 
-torch's parameters are split into tensors of --tensor-numel elements (4M by default, a typical LLM
-weight matrix), so foreach has several tensors to batch, as in a real model. Timing: the first step
-(which allocates torch's optimizer state) is excluded; the median of --steps steps is reported.
+torch runs in each layout of --torch-layouts: "flat" is one tensor of all the parameters (the same
+buffer our kernel sees: a chunk), "4M" splits them into tensors of 4M elements (a typical LLM weight
+matrix; 16 MB tensors let torch's many passes per step partly hit the 32 MB L3, which a flat tensor
+cannot). Timing: the first step (which allocates torch's optimizer state) is excluded; the median of
+--steps steps is reported.
 
 Uses Debian's python3-torch with /usr/bin/python3 (`apt-get install python3-torch`).
 
@@ -119,7 +121,8 @@ def main():
     ap.add_argument("--threads", default="1,all", help="comma list; 'all' = CPUs this process may use")
     ap.add_argument("--steps", type=int, default=3, help="timed torch steps per case (median)")
     ap.add_argument("--repetitions", type=int, default=3, help="bench_kernels_optim repetitions (median)")
-    ap.add_argument("--tensor-numel", default="4M", help="elements per torch parameter tensor")
+    ap.add_argument("--torch-layouts", default="flat,4M",
+                    help="comma list: 'flat' (one tensor) or elements per torch parameter tensor, e.g. 4M")
     ap.add_argument("--csv", help="write the table as CSV here")
     args = ap.parse_args()
 
@@ -132,44 +135,48 @@ def main():
         if v not in threads_list:
             threads_list.append(v)
     sizes = [parse_size(s) for s in args.sizes.split(",")]
-    tensor_numel = parse_size(args.tensor_numel)
+    layouts = [x.strip() for x in args.torch_layouts.split(",")]
 
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     cpu = cpu_model()
     print(f"# {date}  CPU: {cpu} ({all_threads} CPUs)  torch {torch.__version__}  load {os.getloadavg()[0]:.2f}")
-    header = ("size", "threads", "torch_plain", "torch_foreach", "slidedp_fp32", "slidedp_bf16_mirror",
+    header = ("size", "threads", "layout", "torch_plain", "torch_foreach", "slidedp_fp32", "slidedp_bf16_mirror",
               "x_fp32", "x_bf16_mirror", "triad_GBps", "torch_triad", "adamw_bf16_of_triad")
     print("# params/s in G; x_* = slidedp / best torch variant; adamw_bf16_of_triad = 28 B/param GB/s over triad")
     print("# triad_GBps: bench_kernels_optim's triad; torch_triad: torch.add(b, c, alpha=0.5, out=a), same 12 B")
-    print("%-6s %7s %12s %13s %12s %19s %7s %13s %10s %11s %19s" % header)
+    fmt_head = "%-6s %7s %6s %12s %13s %12s %19s %7s %13s %10s %11s %19s"
+    print(fmt_head % header)
     rows = []
     simd = "?"
     for n in sizes:
         ours = run_slidedp(args.bench, n, threads_list, args.repetitions)
         simd = ours["simd"]
         for t in threads_list:
-            plain = n / run_torch(torch, n, t, False, args.steps, tensor_numel)
-            foreach = n / run_torch(torch, n, t, True, args.steps, tensor_numel)
             fp32 = n / ours[("adamw_fp32grad_nomirror", t)]
             bf16 = n / ours[("adamw_bf16grad_mirror", t)]
             triad_gbps = n * 12 / ours[("triad", t)] / 1e9
             torch_triad = run_torch_triad(torch, n, t)
-            best_torch = max(plain, foreach)
-            row = (size_label(n), t, plain / 1e9, foreach / 1e9, fp32 / 1e9, bf16 / 1e9, fp32 / best_torch,
-                   bf16 / best_torch, triad_gbps, torch_triad, bf16 * 28 / 1e9 / triad_gbps)
-            rows.append(row)
-            print("%-6s %7d %12.4f %13.4f %12.3f %19.3f %7.1f %13.1f %10.1f %11.1f %18.0f%%" %
-                  (row[:10] + (100 * row[10],)))
-            sys.stdout.flush()
+            for layout in layouts:
+                tensor_numel = n if layout == "flat" else parse_size(layout)
+                plain = n / run_torch(torch, n, t, False, args.steps, tensor_numel)
+                foreach = n / run_torch(torch, n, t, True, args.steps, tensor_numel)
+                best_torch = max(plain, foreach)
+                row = (size_label(n), t, layout, plain / 1e9, foreach / 1e9, fp32 / 1e9, bf16 / 1e9,
+                       fp32 / best_torch, bf16 / best_torch, triad_gbps, torch_triad, bf16 * 28 / 1e9 / triad_gbps)
+                rows.append(row)
+                print("%-6s %7d %6s %12.4f %13.4f %12.3f %19.3f %7.1f %13.1f %10.1f %11.1f %18.0f%%" %
+                      (row[:11] + (100 * row[11],)))
+                sys.stdout.flush()
     if args.csv:
         with open(args.csv, "w") as f:
-            f.write("date_utc,cpu_model,cpus,torch_version,slidedp_simd,size,threads,torch_plain_params_per_s,"
-                    "torch_foreach_params_per_s,slidedp_fp32grad_params_per_s,slidedp_bf16grad_mirror_params_per_s,"
-                    "ratio_fp32_vs_best_torch,ratio_bf16_mirror_vs_best_torch,triad_gb_per_s,torch_triad_gb_per_s,"
-                    "adamw_bf16_fraction_of_triad\n")
+            f.write("date_utc,cpu_model,cpus,torch_version,slidedp_simd,size,threads,torch_layout,"
+                    "torch_plain_params_per_s,torch_foreach_params_per_s,slidedp_fp32grad_params_per_s,"
+                    "slidedp_bf16grad_mirror_params_per_s,ratio_fp32_vs_best_torch,ratio_bf16_mirror_vs_best_torch,"
+                    "triad_gb_per_s,torch_triad_gb_per_s,adamw_bf16_fraction_of_triad\n")
             for r in rows:
-                f.write(f'{date},"{cpu}",{all_threads},{torch.__version__},{simd},{r[0]},{r[1]},{r[2] * 1e9:.6g},'
-                        f"{r[3] * 1e9:.6g},{r[4] * 1e9:.6g},{r[5] * 1e9:.6g},{r[6]:.4g},{r[7]:.4g},{r[8]:.4g},{r[9]:.4g},{r[10]:.4f}\n")
+                f.write(f'{date},"{cpu}",{all_threads},{torch.__version__},{simd},{r[0]},{r[1]},{r[2]},'
+                        f"{r[3] * 1e9:.6g},{r[4] * 1e9:.6g},{r[5] * 1e9:.6g},{r[6] * 1e9:.6g},{r[7]:.4g},"
+                        f"{r[8]:.4g},{r[9]:.4g},{r[10]:.4g},{r[11]:.4f}\n")
         print(f"# written to {args.csv}")
 
 
