@@ -1,0 +1,218 @@
+// The backend interface: what the executor's pipeline needs from "a set of GPUs" (DESIGN section 5).
+// A Backend owns one Device per rank; a Device has a byte-budgeted memory arena, four in-order
+// streams (compute, h2d, d2h, comm), events, host counters that streams can wait on, async copies,
+// the unit operations of the transformer (forward / recompute / backward of embedding, decoder and
+// head units) and takes part in collectives. The CPU backend (executor/cpu/) emulates all of it with
+// threads and memcpy; the CUDA backend implements it with streams, cuBLASLt, our kernels and NCCL.
+// No CUDA type appears here (STYLE habit 2).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+
+namespace slidedp::exec {
+
+enum class DType { kBF16, kF32, kI32, kF64 };
+inline int64_t dtype_bytes(DType t) {
+  switch (t) {
+    case DType::kBF16: return 2;
+    case DType::kF32: return 4;
+    case DType::kI32: return 4;
+    case DType::kF64: return 8;
+  }
+  return 0;
+}
+const char* dtype_name(DType t);
+
+// Device memory. `ptr` is a device address (host memory on the CPU backend); only the backend
+// dereferences it.
+struct DeviceBuffer {
+  std::byte* ptr = nullptr;
+  int64_t bytes = 0;
+  int64_t id = -1;  // allocation id (for accounting and messages)
+  explicit operator bool() const { return id >= 0; }
+};
+
+// Host memory the backend can copy to and from asynchronously (pinned on CUDA).
+struct HostBuffer {
+  std::byte* ptr = nullptr;
+  int64_t bytes = 0;
+  std::shared_ptr<void> owner;  // frees it
+};
+
+// A point in a stream. Streams wait on events; the host can wait too.
+class Event {
+ public:
+  virtual ~Event() = default;
+  virtual bool done() const = 0;
+  // Blocks until done (throws Aborted when the run aborts).
+  virtual void wait_host() const = 0;
+};
+using EventPtr = std::shared_ptr<Event>;
+
+// A monotonically increasing 64-bit counter in host memory: the host advances it, streams wait for it
+// to reach a value (CUDA: stream-ordered wait on a pinned word). The updater publishes how many
+// optimizer steps each chunk has received through these.
+class HostCounter {
+ public:
+  virtual ~HostCounter() = default;
+  virtual uint64_t value() const = 0;
+  virtual void advance_to(uint64_t value) = 0;  // never decreases
+};
+
+// What a recorded span is, for the measured timeline and per-resource busy times.
+struct SpanTag {
+  const char* category = "";  // "compute" | "h2d" | "d2h" | "fabric" | ...
+  int unit = -1;
+  int chunk = -1;
+  int step = -1;
+  const char* what = "";      // "fwd", "bwd", "recompute+bwd", "params", "grad", "offload", ...
+};
+
+// An in-order queue of work on one device.
+class Stream {
+ public:
+  virtual ~Stream() = default;
+  virtual const char* name() const = 0;
+  virtual EventPtr record() = 0;
+  virtual void wait(const EventPtr& event) = 0;  // later work waits for `event` (null: no-op)
+  virtual void wait_counter(HostCounter& counter, uint64_t value) = 0;
+  virtual void copy_h2d(const DeviceBuffer& dst, int64_t dst_offset, const std::byte* src, int64_t bytes,
+                        const SpanTag& tag) = 0;
+  virtual void copy_d2h(std::byte* dst, const DeviceBuffer& src, int64_t src_offset, int64_t bytes,
+                        const SpanTag& tag) = 0;
+  // Runs `fn` on a host thread once the work before it in this stream is done, in order. An exception
+  // from fn fails the run.
+  virtual void host_fn(std::function<void()> fn) = 0;
+};
+
+// Arguments of one unit operation (only the fields the operation reads are set). Buffers are device
+// memory; offsets are in elements of the buffer's dtype.
+struct UnitOpArgs {
+  int unit = 0;             // index in execution order (0 = embedding, L+1 = head)
+  int64_t B = 0, T = 0;     // sequences and tokens per sequence of this micro-step
+  DeviceBuffer params;      // the unit's flat parameters, param dtype (Device::param_dtype)
+  DeviceBuffer lm_head_params;  // head: buffer holding the lm_head weight (its own or unit 0's)
+  int64_t lm_head_offset = 0;
+  DeviceBuffer tokens;      // embedding: (B, T) int32
+  DeviceBuffer targets;     // head: (B, T) int32, kIgnoreIndex masked
+  DeviceBuffer x;           // unit input (B, T, C), activation dtype
+  DeviceBuffer y;           // forward output (B, T, C)
+  DeviceBuffer saved;       // decoder: saved state (saved_bytes)
+  DeviceBuffer dy;          // backward: gradient of the output (B, T, C)
+  DeviceBuffer dx;          // backward / head: gradient of the input (B, T, C)
+  DeviceBuffer grads;       // the unit's flat fp32 gradient, accumulated (+=)
+  DeviceBuffer lm_head_grads;  // head: fp32 buffer receiving the lm_head gradient (+=)
+  int64_t lm_head_grad_offset = 0;
+  DeviceBuffer workspace;   // scratch of workspace_bytes
+  DeviceBuffer loss;        // head: 2 doubles, (loss sum, unmasked count), overwritten
+  double grad_scale = 1.0;  // head: multiplies dlogits (1 / global unmasked targets)
+  int step = -1;            // for the measured timeline
+};
+
+// Memory one unit operation needs on this backend (bytes).
+struct UnitMemory {
+  int64_t hidden_bytes = 0;     // one (B, T, C) activation buffer
+  int64_t saved_bytes = 0;      // decoder saved state
+  int64_t forward_workspace_bytes = 0;
+  int64_t backward_workspace_bytes = 0;
+};
+
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual int rank() const = 0;
+  virtual Stream& compute() = 0;
+  virtual Stream& h2d() = 0;
+  virtual Stream& d2h() = 0;
+  virtual Stream& comm() = 0;
+
+  // Memory arena with a byte budget. alloc blocks while deferred frees are pending and would make
+  // room; throws InfeasibleError (with the numbers) when the request can never fit.
+  virtual DeviceBuffer alloc(int64_t bytes, const char* what) = 0;
+  // Frees `buffer` once `after` is done (null: now). Stream-ordered, like cudaFreeAsync.
+  virtual void release(const DeviceBuffer& buffer, const EventPtr& after) = 0;
+  virtual int64_t budget_bytes() const = 0;
+  virtual int64_t in_use_bytes() const = 0;
+  virtual int64_t high_water_bytes() const = 0;
+
+  // Dtypes of this backend: delivered parameters, activations, gradients on the wire to the host.
+  virtual DType param_dtype() const = 0;
+  virtual DType activation_dtype() const = 0;
+
+  // Unit operations, enqueued on compute().
+  virtual UnitMemory unit_memory(UnitKind kind, int64_t B, int64_t T) const = 0;
+  virtual void forward(const UnitOpArgs& args) = 0;    // embedding, decoder; head = fused fwd + bwd
+  virtual void recompute(const UnitOpArgs& args) = 0;  // decoder: refill `saved` from x
+  virtual void backward(const UnitOpArgs& args) = 0;   // embedding, decoder
+  // Elementwise helpers on compute(): zero bytes; convert n fp32 values to the wire dtype.
+  virtual void zero(const DeviceBuffer& buffer, int64_t offset_bytes, int64_t bytes) = 0;
+  virtual void convert_fp32(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
+                            DType dst_dtype, int64_t n) = 0;
+};
+
+// Timeline spans measured by a backend (start and end relative to the backend's epoch).
+struct MeasuredSpan {
+  int rank = -1;  // -1: host
+  std::string stream;
+  SpanTag tag;
+  double start_s = 0, end_s = 0;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual std::string name() const = 0;
+  virtual int num_devices() const = 0;
+  virtual Device& device(int rank) = 0;
+  virtual HostBuffer alloc_host(int64_t bytes, bool pinned) = 0;
+  // Registers existing host memory for fast async copies (cudaHostRegister on CUDA; no-op on CPU).
+  virtual void register_host(std::byte* ptr, int64_t bytes) = 0;
+  virtual std::unique_ptr<HostCounter> make_counter(uint64_t initial) = 0;
+
+  // Collectives, called by every rank in the same order on its comm stream (NCCL semantics).
+  // all_gather: `buffer` holds `count` elements of `dtype` starting at `offset`; rank r owns
+  // shard_range(count, ranks, r) and after the call every rank holds all of them.
+  virtual void all_gather(int rank, const DeviceBuffer& buffer, int64_t offset, int64_t count, DType dtype,
+                          const SpanTag& tag) = 0;
+  // reduce_scatter: `input` holds `count` elements of `in_dtype` at `in_offset` on every rank; rank r
+  // receives the fp32 sum over ranks (in rank order 0, 1, ..., so results are deterministic) of its
+  // shard_range into `output` at element `out_offset`.
+  virtual void reduce_scatter(int rank, const DeviceBuffer& input, int64_t in_offset, DType in_dtype, int64_t count,
+                              const DeviceBuffer& output, int64_t out_offset, const SpanTag& tag) = 0;
+
+  // Measured timeline (when tracing is on). trace_clock_s() is the time base of the spans, so host
+  // work (the updater) can be recorded on the same timeline.
+  virtual void set_tracing(bool on) = 0;
+  virtual bool tracing() const = 0;
+  virtual double trace_clock_s() const = 0;
+  virtual void add_span(const MeasuredSpan& span) = 0;
+  virtual std::vector<MeasuredSpan> take_spans() = 0;
+  // Blocks until every stream of every device is idle (throws Aborted on abort).
+  virtual void synchronize() = 0;
+  // Like synchronize, but also after an abort (queued work is then dropped, and every wait inside
+  // running work gives up), so host memory can be freed safely. Never throws.
+  virtual void quiesce() = 0;
+};
+
+// Rank r's share of `count` elements split over `ranks`: [begin, end), contiguous, the first
+// count % ranks shards one element longer.
+struct ShardRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+inline ShardRange shard_range(int64_t count, int ranks, int rank) {
+  const int64_t base = count / ranks, extra = count % ranks;
+  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+}  // namespace slidedp::exec

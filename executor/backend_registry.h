@@ -1,0 +1,32 @@
+// Creates a backend by name. The only place that knows which backends were compiled in: the CUDA
+// backend registers here when the build has it (SLIDEDP_HAVE_CUDA), and nowhere else in the executor
+// does a CUDA type or #if appear (STYLE habit 2).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "executor/backend.h"
+#include "executor/run_control.h"
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+
+namespace slidedp::exec {
+
+struct BackendOptions {
+  int devices = 1;
+  int64_t device_budget_bytes = 0;
+  bool exact_fp32 = false;
+  int64_t loss_chunk_tokens = 256;
+  int blas_threads = 0;  // CPU backend: 0 = cores / devices
+};
+
+// "cpu" or "cuda". Throws InputError for an unknown or unavailable backend, naming the ones built in.
+std::unique_ptr<Backend> make_backend(const std::string& name, const ModelCard& card, const ModelLayout& layout,
+                                      const BackendOptions& options, RunControl& control);
+std::vector<std::string> available_backends();
+// GPUs the CUDA backend sees (0 without CUDA or without a GPU); never throws.
+int cuda_device_count();
+
+}  // namespace slidedp::exec

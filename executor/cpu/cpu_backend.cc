@@ -1,0 +1,682 @@
+// CPU backend; see cpu_backend.h. Layout of this file: tracing, events and counters, streams (one
+// worker thread each), device memory, unit operations, collectives, the backend.
+#include "executor/cpu/cpu_backend.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "common/bf16.h"
+#include "common/error.h"
+#include "common/units.h"
+#include "kernels/cpu/optim/bf16_convert.h"
+#include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/bf16_params.h"
+#include "kernels/cpu/transformer/blas.h"
+#include "kernels/cpu/transformer/cross_entropy.h"
+#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/embedding_unit.h"
+#include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/model_step.h"
+
+namespace slidedp::exec {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kBF16: return "bf16";
+    case DType::kF32: return "fp32";
+    case DType::kI32: return "int32";
+    case DType::kF64: return "fp64";
+  }
+  return "?";
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+int64_t align64(int64_t bytes) { return (bytes + 63) / 64 * 64; }
+
+// ---- tracing ---------------------------------------------------------------------------------------
+
+class Tracer {
+ public:
+  Tracer() : epoch_(Clock::now()) {}
+  bool on() const { return on_.load(std::memory_order_relaxed); }
+  void set(bool on) { on_.store(on); }
+  double now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
+  void add(int rank, const std::string& stream, const SpanTag& tag, double start, double end) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    spans_.push_back({rank, stream, tag, start, end});
+  }
+  std::vector<MeasuredSpan> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::exchange(spans_, {});
+  }
+
+ private:
+  Clock::time_point epoch_;
+  std::atomic<bool> on_{false};
+  std::mutex mutex_;
+  std::vector<MeasuredSpan> spans_;
+};
+
+// ---- events and counters ---------------------------------------------------------------------------
+
+class CpuEvent final : public Event {
+ public:
+  explicit CpuEvent(const RunControl& control) : control_(control) {}
+  void set() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  bool done() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return done_;
+  }
+  void wait_host() const override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    control_.wait(lock, cv_, [&] { return done_; });
+  }
+
+ private:
+  const RunControl& control_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+  bool done_ = false;
+};
+
+class CpuCounter final : public HostCounter {
+ public:
+  CpuCounter(uint64_t initial, const RunControl& control) : value_(initial), control_(control) {}
+  uint64_t value() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return value_;
+  }
+  void advance_to(uint64_t v) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (v > value_) value_ = v;
+    cv_.notify_all();
+  }
+  void wait_at_least(uint64_t v) const {
+    std::unique_lock<std::mutex> lock(mutex_);
+    control_.wait(lock, cv_, [&] { return value_ >= v; });
+  }
+
+ private:
+  uint64_t value_;
+  const RunControl& control_;
+  mutable std::mutex mutex_;
+  mutable std::condition_variable cv_;
+};
+
+// ---- streams ---------------------------------------------------------------------------------------
+
+class CpuStream final : public Stream {
+ public:
+  CpuStream(std::string name, int rank, RunControl& control, Tracer& tracer)
+      : name_(std::move(name)), rank_(rank), control_(control), tracer_(tracer) {
+    worker_ = std::thread([this] { loop(); });
+  }
+  ~CpuStream() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    worker_.join();
+  }
+
+  const char* name() const override { return name_.c_str(); }
+
+  void enqueue(std::function<void()> task) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      queue_.push_back(std::move(task));
+      ++pending_;
+    }
+    cv_.notify_all();
+  }
+
+  // Runs `fn` as a traced span when tracing is on.
+  void enqueue_traced(const SpanTag& tag, std::function<void()> fn) {
+    enqueue([this, tag, fn = std::move(fn)] {
+      if (!tracer_.on()) return fn();
+      const double start = tracer_.now();
+      fn();
+      tracer_.add(rank_, name_.c_str(), tag, start, tracer_.now());
+    });
+  }
+
+  EventPtr record() override {
+    auto e = std::make_shared<CpuEvent>(control_);
+    enqueue([e] { e->set(); });
+    return e;
+  }
+  void wait(const EventPtr& event) override {
+    if (!event) return;
+    enqueue([event] { event->wait_host(); });
+  }
+  void wait_counter(HostCounter& counter, uint64_t value) override {
+    auto* c = static_cast<CpuCounter*>(&counter);
+    enqueue([c, value] { c->wait_at_least(value); });
+  }
+  void copy_h2d(const DeviceBuffer& dst, int64_t dst_offset, const std::byte* src, int64_t bytes,
+                const SpanTag& tag) override {
+    SLIDEDP_CHECK(dst_offset >= 0 && dst_offset + bytes <= dst.bytes, "copy_h2d past the end of the buffer");
+    std::byte* d = dst.ptr + dst_offset;
+    enqueue_traced(tag, [d, src, bytes] { std::memcpy(d, src, static_cast<size_t>(bytes)); });
+  }
+  void copy_d2h(std::byte* dst, const DeviceBuffer& src, int64_t src_offset, int64_t bytes,
+                const SpanTag& tag) override {
+    SLIDEDP_CHECK(src_offset >= 0 && src_offset + bytes <= src.bytes, "copy_d2h past the end of the buffer");
+    const std::byte* s = src.ptr + src_offset;
+    enqueue_traced(tag, [dst, s, bytes] { std::memcpy(dst, s, static_cast<size_t>(bytes)); });
+  }
+  void host_fn(std::function<void()> fn) override { enqueue(std::move(fn)); }
+
+  // Blocks until everything queued so far has run (or the run aborts).
+  void synchronize() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    control_.wait(lock, idle_cv_, [&] { return pending_ == 0; });
+  }
+  // Blocks until idle, also after an abort (queued tasks are then skipped, running ones give up).
+  void quiesce() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    idle_cv_.wait(lock, [&] { return pending_ == 0; });
+  }
+
+ private:
+  void loop() {
+    for (;;) {
+      std::function<void()> task;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        if (queue_.empty()) return;  // stop_ and drained
+        task = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      // After an abort the remaining work is dropped: nothing it produces can be used.
+      if (!control_.aborted()) {
+        try {
+          task();
+        } catch (const Aborted&) {
+        } catch (...) {
+          control_.fail(std::current_exception());
+        }
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        --pending_;
+      }
+      idle_cv_.notify_all();
+    }
+  }
+
+  std::string name_;
+  int rank_;
+  RunControl& control_;
+  Tracer& tracer_;
+  std::mutex mutex_;
+  std::condition_variable cv_, idle_cv_;
+  std::deque<std::function<void()>> queue_;
+  int64_t pending_ = 0;
+  bool stop_ = false;
+  std::thread worker_;
+};
+
+// ---- collectives -----------------------------------------------------------------------------------
+
+// Rendezvous of the N ranks' parts of one collective call, identified by its sequence number (every
+// rank issues collectives in the same order). Two phases: all arrive (inputs readable), all finish
+// (inputs may be reused).
+class CpuComm {
+ public:
+  CpuComm(int ranks, const RunControl& control) : ranks_(ranks), control_(control) {}
+
+  int64_t next_sequence(int rank) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (seq_.empty()) seq_.assign(static_cast<size_t>(ranks_), 0);
+    return seq_[static_cast<size_t>(rank)]++;
+  }
+
+  // Publishes this rank's pointer for call `seq`; returns every rank's once all have arrived.
+  std::vector<const std::byte*> arrive(int64_t seq, int rank, const std::byte* ptr) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    State& s = calls_[seq];
+    if (s.ptrs.empty()) s.ptrs.assign(static_cast<size_t>(ranks_), nullptr);
+    s.ptrs[static_cast<size_t>(rank)] = ptr;
+    ++s.arrived;
+    cv_.notify_all();
+    control_.wait(lock, cv_, [&] { return calls_[seq].arrived == ranks_; });
+    return calls_[seq].ptrs;
+  }
+
+  // Waits until every rank finished reading the others' buffers.
+  void finish(int64_t seq) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    State& s = calls_[seq];
+    ++s.finished;
+    cv_.notify_all();
+    control_.wait(lock, cv_, [&] { return calls_[seq].finished == ranks_; });
+    if (++calls_[seq].left == ranks_) calls_.erase(seq);
+  }
+
+ private:
+  struct State {
+    std::vector<const std::byte*> ptrs;
+    int arrived = 0, finished = 0, left = 0;
+  };
+  int ranks_;
+  const RunControl& control_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  std::vector<int64_t> seq_;
+  std::map<int64_t, State> calls_;
+};
+
+// ---- device ----------------------------------------------------------------------------------------
+
+struct SharedMath {
+  ModelCard card;
+  ModelLayout layout;
+  kernels::ModelSpecs specs;
+  bool exact = false;
+};
+
+class CpuDevice final : public Device {
+ public:
+  CpuDevice(int rank, int64_t budget, const SharedMath& math, RunControl& control, Tracer& tracer)
+      : rank_(rank),
+        budget_(budget),
+        math_(math),
+        control_(control),
+        compute_("compute", rank, control, tracer),
+        h2d_("h2d", rank, control, tracer),
+        d2h_("d2h", rank, control, tracer),
+        comm_("comm", rank, control, tracer) {}
+
+  int rank() const override { return rank_; }
+  Stream& compute() override { return compute_; }
+  Stream& h2d() override { return h2d_; }
+  Stream& d2h() override { return d2h_; }
+  Stream& comm() override { return comm_; }
+  CpuStream& comm_stream() { return comm_; }
+  CpuStream& compute_stream() { return compute_; }
+
+  void synchronize() {
+    for (CpuStream* s : {&compute_, &h2d_, &d2h_, &comm_}) s->synchronize();
+  }
+  void quiesce() {
+    for (CpuStream* s : {&compute_, &h2d_, &d2h_, &comm_}) s->quiesce();
+  }
+
+  // ---- memory ----
+  DeviceBuffer alloc(int64_t bytes, const char* what) override {
+    SLIDEDP_CHECK(bytes >= 0);
+    const int64_t need = align64(bytes);
+    if (need > budget_)
+      throw InfeasibleError(fmt::format("rank {}: {} needs {} but the device budget is {}", rank_, what,
+                                        format_bytes(static_cast<double>(need)), format_bytes(static_cast<double>(budget_))));
+    for (;;) {
+      EventPtr wait_for;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        reap_locked();
+        if (in_use_ + need <= budget_) {
+          auto* p = static_cast<std::byte*>(std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(need, 64))));
+          if (!p) throw RuntimeError(fmt::format("rank {}: out of host memory allocating {} for {}", rank_,
+                                                 format_bytes(static_cast<double>(need)), what));
+          const int64_t id = next_id_++;
+          live_[id] = Live{p, need};
+          in_use_ += need;
+          high_water_ = std::max(high_water_, in_use_);
+          return DeviceBuffer{p, bytes, id};
+        }
+        if (deferred_.empty())
+          throw InfeasibleError(fmt::format(
+              "rank {}: device memory budget {} exceeded: {} in use, {} more needed for {}", rank_,
+              format_bytes(static_cast<double>(budget_)), format_bytes(static_cast<double>(in_use_)),
+              format_bytes(static_cast<double>(need)), what));
+        wait_for = deferred_.front().after;  // frees happen in stream order: wait for the oldest
+      }
+      wait_for->wait_host();
+    }
+  }
+
+  void release(const DeviceBuffer& buffer, const EventPtr& after) override {
+    if (buffer.id < 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!after) {
+      free_locked(buffer.id);
+      return;
+    }
+    deferred_.push_back({buffer.id, after});
+    reap_locked();
+  }
+
+  int64_t budget_bytes() const override { return budget_; }
+  int64_t in_use_bytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return in_use_;
+  }
+  int64_t high_water_bytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return high_water_;
+  }
+
+  DType param_dtype() const override { return math_.exact ? DType::kF32 : DType::kBF16; }
+  DType activation_dtype() const override { return DType::kF32; }
+
+  // ---- unit operations ----
+  UnitMemory unit_memory(UnitKind kind, int64_t B, int64_t T) const override {
+    const auto& s = math_.specs;
+    UnitMemory m;
+    m.hidden_bytes = B * T * s.embedding.C * 4;
+    switch (kind) {
+      case UnitKind::kEmbedding:
+        break;
+      case UnitKind::kDecoder:
+        m.saved_bytes = kernels::decoder_saved_bytes<float>(s.decoder, B, T);
+        m.forward_workspace_bytes = param_scratch(s.decoder.flat_numel) +
+                                    align64(kernels::decoder_forward_workspace_bytes<float>(s.decoder, B, T));
+        m.backward_workspace_bytes = param_scratch(s.decoder.flat_numel) +
+                                     align64(kernels::decoder_backward_workspace_bytes<float>(s.decoder, B, T));
+        break;
+      case UnitKind::kHead:
+        m.forward_workspace_bytes = param_scratch(s.head.flat_numel) +
+                                    (s.head.tied ? param_scratch(s.embedding.V * s.embedding.C) : 0) +
+                                    align64(kernels::head_workspace_bytes<float>(s.head, B, T, true));
+        break;
+    }
+    return m;
+  }
+
+  void forward(const UnitOpArgs& a) override {
+    const UnitKind kind = math_.layout.units[static_cast<size_t>(a.unit)].kind;
+    compute_.enqueue_traced(tag(a, "fwd"), [this, a, kind] {
+      const auto& s = math_.specs;
+      switch (kind) {
+        case UnitKind::kEmbedding:
+          embedding_gather(a);
+          break;
+        case UnitKind::kDecoder: {
+          kernels::Arena arena(ws(a.workspace));
+          const float* p = params_f32(a.params, s.decoder.flat_numel, arena);
+          kernels::decoder_forward<float>(s.decoder, p, f32(a.x), f32(a.y), ws(a.saved), a.B, a.T,
+                                          rest(arena, a.workspace));
+          break;
+        }
+        case UnitKind::kHead: {
+          kernels::Arena arena(ws(a.workspace));
+          const float* p = params_f32(a.params, s.head.flat_numel, arena);
+          const float* lm = nullptr;
+          if (s.head.tied) {
+            lm = params_f32_at(a.lm_head_params, a.lm_head_offset, s.embedding.V * s.embedding.C, arena);
+          } else {
+            lm = p + s.head.lm_head_w;
+          }
+          float* lm_grad = f32(a.lm_head_grads) + a.lm_head_grad_offset;
+          kernels::LossResult r = kernels::head_forward_backward<float>(
+              s.head, p, lm, f32(a.x), i32(a.targets), a.B, a.T, a.grad_scale, f32(a.dx), f32(a.grads), lm_grad,
+              rest(arena, a.workspace));
+          double* out = reinterpret_cast<double*>(a.loss.ptr);
+          out[0] = r.loss_sum;
+          out[1] = static_cast<double>(r.num_tokens);
+          break;
+        }
+      }
+    });
+  }
+
+  void recompute(const UnitOpArgs& a) override {
+    compute_.enqueue_traced(tag(a, "recompute"), [this, a] {
+      const auto& s = math_.specs;
+      kernels::Arena arena(ws(a.workspace));
+      const float* p = params_f32(a.params, s.decoder.flat_numel, arena);
+      kernels::decoder_recompute<float>(s.decoder, p, f32(a.x), ws(a.saved), a.B, a.T, rest(arena, a.workspace));
+    });
+  }
+
+  void backward(const UnitOpArgs& a) override {
+    const UnitKind kind = math_.layout.units[static_cast<size_t>(a.unit)].kind;
+    compute_.enqueue_traced(tag(a, "bwd"), [this, a, kind] {
+      const auto& s = math_.specs;
+      if (kind == UnitKind::kEmbedding) {
+        kernels::embedding_unit_backward<float>(s.embedding, i32(a.tokens), f32(a.dy), f32(a.grads), a.B, a.T);
+        return;
+      }
+      SLIDEDP_CHECK(kind == UnitKind::kDecoder, "backward of the head is fused into its forward");
+      kernels::Arena arena(ws(a.workspace));
+      const float* p = params_f32(a.params, s.decoder.flat_numel, arena);
+      kernels::decoder_backward<float>(s.decoder, p, f32(a.x), ws(a.saved), f32(a.dy), f32(a.dx), f32(a.grads), a.B,
+                                       a.T, rest(arena, a.workspace));
+    });
+  }
+
+  void zero(const DeviceBuffer& buffer, int64_t offset_bytes, int64_t bytes) override {
+    SLIDEDP_CHECK(offset_bytes >= 0 && offset_bytes + bytes <= buffer.bytes);
+    std::byte* p = buffer.ptr + offset_bytes;
+    compute_.enqueue([p, bytes] { std::memset(p, 0, static_cast<size_t>(bytes)); });
+  }
+
+  void convert_fp32(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
+                    DType dst_dtype, int64_t n) override {
+    SLIDEDP_CHECK((src_offset + n) * 4 <= src.bytes && (dst_offset + n) * dtype_bytes(dst_dtype) <= dst.bytes);
+    const float* s = reinterpret_cast<const float*>(src.ptr) + src_offset;
+    if (dst_dtype == DType::kBF16) {
+      bf16_bits* d = reinterpret_cast<bf16_bits*>(dst.ptr) + dst_offset;
+      compute_.enqueue([s, d, n] { kernels::f32_to_bf16(s, d, n); });
+    } else {
+      SLIDEDP_CHECK(dst_dtype == DType::kF32);
+      float* d = reinterpret_cast<float*>(dst.ptr) + dst_offset;
+      compute_.enqueue([s, d, n] { std::memcpy(d, s, static_cast<size_t>(n) * 4); });
+    }
+  }
+
+ private:
+  struct Live {
+    std::byte* ptr;
+    int64_t bytes;
+  };
+  struct Deferred {
+    int64_t id;
+    EventPtr after;
+  };
+
+  void free_locked(int64_t id) {
+    auto it = live_.find(id);
+    SLIDEDP_CHECK(it != live_.end(), "double free of device buffer " + std::to_string(id));
+    std::free(it->second.ptr);
+    in_use_ -= it->second.bytes;
+    live_.erase(it);
+  }
+  void reap_locked() {
+    while (!deferred_.empty() && deferred_.front().after->done()) {
+      free_locked(deferred_.front().id);
+      deferred_.pop_front();
+    }
+    // Later entries may be done before earlier ones (different streams): free those too.
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      if (it->after->done()) {
+        free_locked(it->id);
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  SpanTag tag(const UnitOpArgs& a, const char* what) const {
+    SpanTag t;
+    t.category = "compute";
+    t.unit = a.unit;
+    t.step = a.step;
+    t.what = what;
+    return t;
+  }
+  static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
+  static const int32_t* i32(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.ptr); }
+  static kernels::Workspace ws(const DeviceBuffer& b) { return kernels::Workspace{b.ptr, b.bytes}; }
+  // The part of the workspace the arena has not handed out (64-byte aligned).
+  static kernels::Workspace rest(kernels::Arena& arena, const DeviceBuffer& b) {
+    const int64_t used = kernels::Arena::align_up(arena.mark());
+    return kernels::Workspace{b.ptr + used, b.bytes - used};
+  }
+  int64_t param_scratch(int64_t n) const { return math_.exact ? 0 : align64(n * 4); }
+  // The unit's parameters as fp32: the buffer itself in exact mode, else widened into the arena.
+  const float* params_f32(const DeviceBuffer& p, int64_t n, kernels::Arena& arena) const {
+    return params_f32_at(p, 0, n, arena);
+  }
+  const float* params_f32_at(const DeviceBuffer& p, int64_t offset, int64_t n, kernels::Arena& arena) const {
+    if (math_.exact) return reinterpret_cast<const float*>(p.ptr) + offset;
+    float* dst = arena.take<float>(n, "params fp32");
+    kernels::widen_bf16<float>(reinterpret_cast<const bf16_bits*>(p.ptr) + offset, dst, n);
+    return dst;
+  }
+  // Embedding forward straight from the delivered rows (no widening of the whole table).
+  void embedding_gather(const UnitOpArgs& a) const {
+    const auto& e = math_.specs.embedding;
+    const int32_t* tok = i32(a.tokens);
+    float* x = f32(a.y);  // the embedding's output is the first hidden state
+    for (int64_t i = 0; i < a.B * a.T; ++i) {
+      const int32_t id = tok[i];
+      if (id < 0 || id >= e.V)
+        throw InputError("tokens", fmt::format("token id {} at position {} is outside the vocabulary [0, {})", id, i, e.V));
+      if (math_.exact) {
+        std::memcpy(x + i * e.C, reinterpret_cast<const float*>(a.params.ptr) + e.weight + id * e.C,
+                    static_cast<size_t>(e.C) * 4);
+      } else {
+        kernels::widen_bf16<float>(reinterpret_cast<const bf16_bits*>(a.params.ptr) + e.weight + id * e.C, x + i * e.C, e.C);
+      }
+    }
+  }
+
+  int rank_;
+  int64_t budget_;
+  const SharedMath& math_;
+  RunControl& control_;
+  CpuStream compute_, h2d_, d2h_, comm_;
+  mutable std::mutex mutex_;
+  std::map<int64_t, Live> live_;
+  std::deque<Deferred> deferred_;
+  int64_t in_use_ = 0, high_water_ = 0, next_id_ = 0;
+};
+
+// ---- backend ---------------------------------------------------------------------------------------
+
+class CpuBackend final : public Backend {
+ public:
+  CpuBackend(const ModelCard& card, const ModelLayout& layout, const CpuBackendOptions& opt, RunControl& control)
+      : control_(control), comm_(opt.devices, control) {
+    SLIDEDP_CHECK(opt.devices >= 1);
+    math_.card = card;
+    math_.layout = layout;
+    math_.specs = kernels::make_model_specs(card, layout);
+    math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
+    math_.exact = opt.exact_fp32;
+    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+    kernels::set_blas_threads(opt.blas_threads > 0 ? opt.blas_threads : std::max(1, cores / opt.devices));
+    for (int r = 0; r < opt.devices; ++r)
+      devices_.push_back(std::make_unique<CpuDevice>(r, opt.device_budget_bytes, math_, control, tracer_));
+  }
+  ~CpuBackend() override {
+    // Streams drain (or drop work after an abort) before memory goes away.
+    devices_.clear();
+  }
+
+  std::string name() const override { return "cpu"; }
+  int num_devices() const override { return static_cast<int>(devices_.size()); }
+  Device& device(int rank) override { return *devices_.at(static_cast<size_t>(rank)); }
+
+  HostBuffer alloc_host(int64_t bytes, bool /*pinned*/) override {
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(64, static_cast<size_t>(align64(std::max<int64_t>(bytes, 64)))));
+    if (!p) throw RuntimeError(fmt::format("out of host memory allocating {}", format_bytes(static_cast<double>(bytes))));
+    std::memset(p, 0, static_cast<size_t>(bytes));
+    return HostBuffer{p, bytes, std::shared_ptr<void>(p, [](void* q) { std::free(q); })};
+  }
+  void register_host(std::byte*, int64_t) override {}
+  std::unique_ptr<HostCounter> make_counter(uint64_t initial) override {
+    return std::make_unique<CpuCounter>(initial, control_);
+  }
+
+  void all_gather(int rank, const DeviceBuffer& buffer, int64_t offset, int64_t count, DType dtype,
+                  const SpanTag& tag) override {
+    const int64_t seq = comm_.next_sequence(rank);
+    const int ranks = num_devices();
+    const int64_t esize = dtype_bytes(dtype);
+    std::byte* base = buffer.ptr + offset * esize;
+    SLIDEDP_CHECK((offset + count) * esize <= buffer.bytes, "all_gather past the end of the buffer");
+    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, base, count, esize] {
+      std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, base);
+      for (int r = 0; r < ranks; ++r) {
+        if (r == rank) continue;
+        ShardRange s = shard_range(count, ranks, r);
+        std::memcpy(base + s.begin * esize, ptrs[static_cast<size_t>(r)] + s.begin * esize, static_cast<size_t>(s.size() * esize));
+      }
+      comm_.finish(seq);
+    });
+  }
+
+  void reduce_scatter(int rank, const DeviceBuffer& input, int64_t in_offset, DType in_dtype, int64_t count,
+                      const DeviceBuffer& output, int64_t out_offset, const SpanTag& tag) override {
+    const int64_t seq = comm_.next_sequence(rank);
+    const int ranks = num_devices();
+    const int64_t esize = dtype_bytes(in_dtype);
+    SLIDEDP_CHECK((in_offset + count) * esize <= input.bytes, "reduce_scatter input past the end");
+    const ShardRange mine = shard_range(count, ranks, rank);
+    SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
+    const std::byte* in = input.ptr + in_offset * esize;
+    float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
+    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, in, in_dtype, mine, out] {
+      std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, in);
+      // Sum in rank order, in fp32, exactly as the host's reduction of per-rank slots does, so the
+      // gpu and cpu gradient routes give bitwise identical results.
+      for (int64_t i = 0; i < mine.size(); ++i) {
+        float acc = 0.0f;
+        for (int r = 0; r < ranks; ++r) {
+          const std::byte* p = ptrs[static_cast<size_t>(r)];
+          const float v = in_dtype == DType::kBF16 ? bf16_to_float(reinterpret_cast<const bf16_bits*>(p)[mine.begin + i])
+                                                  : reinterpret_cast<const float*>(p)[mine.begin + i];
+          acc = r == 0 ? v : acc + v;
+        }
+        out[i] = acc;
+      }
+      comm_.finish(seq);
+    });
+  }
+
+  void set_tracing(bool on) override { tracer_.set(on); }
+  bool tracing() const override { return tracer_.on(); }
+  double trace_clock_s() const override { return tracer_.now(); }
+  void add_span(const MeasuredSpan& s) override { tracer_.add(s.rank, s.stream.c_str(), s.tag, s.start_s, s.end_s); }
+  std::vector<MeasuredSpan> take_spans() override { return tracer_.take(); }
+  void synchronize() override {
+    for (auto& d : devices_) d->synchronize();
+  }
+  void quiesce() override {
+    for (auto& d : devices_) d->quiesce();
+  }
+
+ private:
+  RunControl& control_;
+  SharedMath math_;
+  Tracer tracer_;
+  CpuComm comm_;
+  std::vector<std::unique_ptr<CpuDevice>> devices_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend(const ModelCard& card, const ModelLayout& layout,
+                                          const CpuBackendOptions& options, RunControl& control) {
+  return std::make_unique<CpuBackend>(card, layout, options, control);
+}
+
+}  // namespace slidedp::exec

@@ -1,0 +1,95 @@
+// The ONE authoritative training state, in host memory: per unit, flat fp32 master weights, AdamW m
+// and v, the delivery mirror (bf16, or fp32 in exact mode) that every rank's H2D copies read, and an
+// fp32 gradient accumulator where one is needed. Allocated once, laid out exactly like the unit's
+// parameters (model/unit_layout.h). Per chunk, a host counter says how many optimizer steps the chunk
+// has received; deliveries of step s wait for it to reach s (synchronous data-parallel semantics).
+// Also the per-rank gradient staging rings the D2H copies land in.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "executor/backend.h"
+#include "model/unit_layout.h"
+
+namespace slidedp::exec {
+
+struct UnitState {
+  int64_t numel = 0;   // flat elements
+  int64_t chunks = 1;  // ceil(numel / chunk_numel)
+  HostBuffer master, exp_avg, exp_avg_sq;  // fp32
+  HostBuffer mirror;                       // param dtype, pinned: what deliveries copy
+  HostBuffer accum;                        // fp32 gradient accumulator (empty when not needed)
+  std::vector<std::unique_ptr<HostCounter>> updated;  // per chunk: optimizer steps applied
+
+  float* master_f32() const { return reinterpret_cast<float*>(master.ptr); }
+  float* m_f32() const { return reinterpret_cast<float*>(exp_avg.ptr); }
+  float* v_f32() const { return reinterpret_cast<float*>(exp_avg_sq.ptr); }
+  float* accum_f32() const { return reinterpret_cast<float*>(accum.ptr); }
+};
+
+struct HostStateOptions {
+  int64_t chunk_numel = int64_t{1} << 25;
+  DType mirror_dtype = DType::kBF16;
+  bool accumulate_all = false;   // an fp32 accumulator for every unit (accumulation, clipping, skip)
+  bool accumulate_unit0 = false; // tied embeddings: unit 0 collects the head's contribution first
+};
+
+class HostState {
+ public:
+  HostState(Backend& backend, const ModelLayout& layout, const HostStateOptions& options);
+
+  // Sets the master weights (one (flat_numel,) fp32 span per unit), zeroes m and v, writes the mirror.
+  void load_master(std::span<const std::span<const float>> units);
+  // Sets master, m and v (resume); writes the mirror.
+  void load(std::span<const std::span<const float>> master, std::span<const std::span<const float>> m,
+            std::span<const std::span<const float>> v);
+  // Every chunk's counter to `steps` (after a resume at optimizer step `steps`).
+  void set_updated(uint64_t steps);
+  // Rewrites the mirror of [begin, end) of unit u from the master (used after load).
+  void write_mirror(int unit, int64_t begin, int64_t end);
+
+  int num_units() const { return static_cast<int>(units_.size()); }
+  UnitState& unit(int u) { return units_.at(static_cast<size_t>(u)); }
+  const UnitState& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
+  int64_t chunk_numel() const { return options_.chunk_numel; }
+  DType mirror_dtype() const { return options_.mirror_dtype; }
+  // [begin, end) elements of chunk k of unit u.
+  std::pair<int64_t, int64_t> chunk_range(int u, int64_t k) const;
+  int64_t host_bytes() const { return host_bytes_; }
+  int64_t pinned_bytes() const { return pinned_bytes_; }
+
+ private:
+  HostStateOptions options_;
+  std::vector<UnitState> units_;
+  int64_t host_bytes_ = 0, pinned_bytes_ = 0;
+};
+
+// A rank's ring of host staging slots for gradient chunks. The i-th chunk a rank sends (in issue
+// order, the same on every rank) uses slot i % slots and may be written once the slot was released
+// i / slots times; the updater releases a slot when it has consumed it.
+class StagingRing {
+ public:
+  struct Slot {
+    int index = 0;
+    uint64_t generation = 0;  // releases needed before it is free for this use
+    std::byte* ptr = nullptr;
+  };
+  StagingRing(Backend& backend, int slots, int64_t slot_bytes);
+  // The next slot in issue order (called by the rank's driver thread only).
+  Slot next();
+  HostCounter& released(int index) { return *released_.at(static_cast<size_t>(index)); }
+  void release(int index);  // the updater is done with the slot's current contents
+  int64_t slot_bytes() const { return slot_bytes_; }
+  int64_t bytes() const { return buffer_.bytes; }
+
+ private:
+  int64_t slot_bytes_;
+  HostBuffer buffer_;
+  std::vector<std::unique_ptr<HostCounter>> released_;
+  uint64_t issued_ = 0;
+};
+
+}  // namespace slidedp::exec

@@ -1,0 +1,52 @@
+// Seeded weight initialization; see init_weights.h.
+#include "executor/init_weights.h"
+
+#include <cmath>
+
+namespace slidedp::exec {
+namespace {
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+double uniform01(uint64_t& state) { return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53; }
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::vector<std::vector<float>> init_random_weights(const ModelLayout& layout, uint64_t seed, double std) {
+  std::vector<std::vector<float>> units;
+  for (const UnitLayout& u : layout.units) {
+    std::vector<float> flat(static_cast<size_t>(u.flat_numel), 0.0f);
+    for (const TensorSpec& t : u.tensors) {
+      // One independent stream per tensor, keyed by its name: adding a tensor elsewhere does not
+      // change this one's values.
+      uint64_t state = seed;
+      for (char c : t.name) state = state * 1099511628211ull + static_cast<unsigned char>(c);
+      float* p = flat.data() + t.offset;
+      if (ends_with(t.name, "norm.weight") || ends_with(t.name, "layernorm.weight")) {
+        for (int64_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
+      } else if (ends_with(t.name, ".bias")) {
+        // zeros
+      } else {
+        for (int64_t i = 0; i < t.numel; i += 2) {
+          const double r = std::sqrt(-2.0 * std::log(uniform01(state)));
+          const double th = 2.0 * M_PI * uniform01(state);
+          p[i] = static_cast<float>(std * r * std::cos(th));
+          if (i + 1 < t.numel) p[i + 1] = static_cast<float>(std * r * std::sin(th));
+        }
+      }
+    }
+    units.push_back(std::move(flat));
+  }
+  return units;
+}
+
+}  // namespace slidedp::exec

@@ -1,0 +1,378 @@
+// One rank's driver; see rank_driver.h. The body of micro_step() reads top to bottom as the pipeline.
+#include "executor/rank_driver.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "common/error.h"
+
+namespace slidedp::exec {
+
+RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, StagingRing& ring,
+                       const SequenceSampler& sampler, const ModelLayout& layout, const DriverConfig& config)
+    : backend_(backend),
+      device_(backend.device(config.rank)),
+      state_(state),
+      updater_(updater),
+      ring_(ring),
+      sampler_(sampler),
+      layout_(layout),
+      config_(config) {
+  U_ = layout.num_units();
+  L_ = U_ - 2;
+  B_ = config.plan.micro_batch;
+  slots_.resize(static_cast<size_t>(std::max(1, config.plan.gpu_buffer_depth)));
+  const int64_t tokens = B_ * config.seq_len;
+  for (int i = 0; i < 2; ++i) {
+    data_host_[i] = backend.alloc_host(2 * tokens * 4, true);
+    loss_host_[i] = backend.alloc_host(16, true);
+  }
+  const int64_t hidden = device_.unit_memory(UnitKind::kDecoder, B_, config.seq_len).hidden_bytes;
+  for (int l = 0; l < L_; ++l)
+    if (config.plan.layer_policy(l, L_) == ActivationPolicy::kOffload)
+      offload_host_[l] = backend.alloc_host(hidden, true);
+}
+
+RankDriver::~RankDriver() = default;
+
+SpanTag RankDriver::tag(const char* category, const char* what, int64_t step, int unit, int64_t chunk) const {
+  SpanTag t;
+  t.category = category;
+  t.what = what;
+  t.step = static_cast<int>(step);
+  t.unit = unit;
+  t.chunk = static_cast<int>(chunk);
+  return t;
+}
+
+void RankDriver::issue_step(int64_t step) {
+  for (int a = 0; a < config_.plan.accum_steps; ++a) micro_step(step, a);
+}
+
+void RankDriver::release_all() {
+  for (Slot& s : slots_) {
+    if (s.unit >= 0 || s.buffer.id >= 0) release(s.buffer, nullptr);
+    s = Slot{};
+  }
+}
+
+void RankDriver::mark_use(int unit, const EventPtr& e) {
+  for (Slot& s : slots_)
+    if (s.unit == unit) {
+      s.last_use = e;
+      s.last_use_seq = ++use_seq_;
+    }
+}
+
+// Parameters of `unit` on this device: still resident in a slot, or delivered into the least
+// recently used one, chunk by chunk, each chunk once the updater has applied the previous step to it.
+RankDriver::Delivered RankDriver::acquire(int64_t step, int unit) {
+  for (Slot& s : slots_)
+    if (s.unit == unit) {
+      s.last_use_seq = ++use_seq_;
+      return {s.buffer, nullptr};
+    }
+  Slot* victim = &slots_[0];
+  for (Slot& s : slots_)
+    if (s.last_use_seq < victim->last_use_seq) victim = &s;
+  if (victim->buffer.id >= 0) release(victim->buffer, victim->last_use);
+  const UnitState& us = state_.unit(unit);
+  const int64_t pbytes = dtype_bytes(device_.param_dtype());
+  DeviceBuffer buf = alloc(us.numel * pbytes, "parameter slot");
+  *victim = Slot{unit, buf, nullptr, ++use_seq_};
+
+  const bool sharded = config_.plan.param_route == ParamRoute::kSharded && config_.ranks > 1;
+  Stream& h2d = device_.h2d();
+  for (int64_t k = 0; k < us.chunks; ++k) {
+    auto [b, e] = state_.chunk_range(unit, k);
+    h2d.wait_counter(*us.updated[static_cast<size_t>(k)], static_cast<uint64_t>(step));
+    if (!sharded) {
+      h2d.copy_h2d(buf, b * pbytes, us.mirror.ptr + b * pbytes, (e - b) * pbytes, tag("h2d", "params", step, unit, k));
+    } else {
+      ShardRange s = shard_range(e - b, config_.ranks, config_.rank);
+      h2d.copy_h2d(buf, (b + s.begin) * pbytes, us.mirror.ptr + (b + s.begin) * pbytes, s.size() * pbytes,
+                   tag("h2d", "params shard", step, unit, k));
+      device_.comm().wait(h2d.record());
+      backend_.all_gather(config_.rank, buf, b, e - b, device_.param_dtype(), tag("fabric", "all-gather", step, unit, k));
+    }
+  }
+  return {buf, sharded ? device_.comm().record() : h2d.record()};
+}
+
+EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part, const DeviceBuffer& grads,
+                                int64_t numel) {
+  const DType wire = config_.wire_dtype;
+  const int64_t wb = dtype_bytes(wire);
+  DeviceBuffer wirebuf = alloc(numel * wb, "gradient (wire dtype)");
+  device_.convert_fp32(grads, 0, wirebuf, 0, wire, numel);
+  EventPtr converted = device_.compute().record();
+  release(grads, converted);
+  const int64_t chunk = state_.chunk_numel();
+  const int64_t chunks = num_chunks(numel, chunk);
+  Stream& d2h = device_.d2h();
+  const int rank = config_.rank;
+  Updater* updater = &updater_;
+  const bool gpu_route = config_.plan.grad_route == GradRoute::kGpu && config_.ranks > 1;
+  if (!gpu_route) {
+    d2h.wait(converted);
+    for (int64_t k = 0; k < chunks; ++k) {
+      const int64_t b = k * chunk, e = std::min(numel, b + chunk);
+      StagingRing::Slot slot = ring_.next();
+      d2h.wait_counter(ring_.released(slot.index), slot.generation);
+      d2h.copy_d2h(slot.ptr, wirebuf, b * wb, (e - b) * wb, tag("d2h", "grad", step, unit, k));
+      ChunkArrival a{step, micro, unit, k, part, rank, slot.index, slot.ptr, b, e};
+      d2h.host_fn([updater, a] { updater->arrive(a); });
+    }
+    EventPtr drained = d2h.record();
+    release(wirebuf, drained);
+    return drained;
+  }
+  // gpu route: reduce-scatter each chunk among ranks (fp32 sum in rank order), then this rank's shard.
+  int64_t shard_total = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t b = k * chunk, e = std::min(numel, b + chunk);
+    shard_total += shard_range(e - b, config_.ranks, rank).size();
+  }
+  DeviceBuffer shards = alloc(std::max<int64_t>(shard_total, 1) * 4, "reduced gradient shards");
+  Stream& comm = device_.comm();
+  comm.wait(converted);
+  int64_t off = 0;
+  for (int64_t k = 0; k < chunks; ++k) {
+    const int64_t b = k * chunk, e = std::min(numel, b + chunk);
+    ShardRange s = shard_range(e - b, config_.ranks, rank);
+    backend_.reduce_scatter(rank, wirebuf, b, wire, e - b, shards, off, tag("fabric", "reduce-scatter", step, unit, k));
+    d2h.wait(comm.record());
+    StagingRing::Slot slot = ring_.next();
+    d2h.wait_counter(ring_.released(slot.index), slot.generation);
+    d2h.copy_d2h(slot.ptr, shards, off * 4, s.size() * 4, tag("d2h", "grad shard", step, unit, k));
+    ChunkArrival a{step, micro, unit, k, part, rank, slot.index, slot.ptr, b + s.begin, b + s.end};
+    d2h.host_fn([updater, a] { updater->arrive(a); });
+    off += s.size();
+  }
+  release(wirebuf, comm.record());
+  EventPtr drained = d2h.record();
+  release(shards, drained);
+  return drained;
+}
+
+void RankDriver::micro_step(int64_t step, int a) {
+  const Plan& plan = config_.plan;
+  const int64_t T = config_.seq_len;
+  const int64_t tokens = B_ * T;
+  const UnitMemory dec = device_.unit_memory(UnitKind::kDecoder, B_, T);
+  const UnitMemory head_mem = device_.unit_memory(UnitKind::kHead, B_, T);
+  const int64_t hidden = dec.hidden_bytes;
+  Device& dev = device_;
+  Stream& compute = dev.compute();
+  Stream& h2d = dev.h2d();
+  Stream& d2h = dev.d2h();
+
+  if (a == 0) {
+    // The parameters changed since the last step: nothing resident can be reused.
+    for (Slot& s : slots_) {
+      if (s.buffer.id >= 0) release(s.buffer, s.last_use);
+      s = Slot{};
+    }
+  }
+
+  // ---- data: this rank's (B, T) inputs and targets of micro-step a ----
+  const int parity = static_cast<int>(micro_counter_++ % 2);
+  if (data_copied_[parity]) data_copied_[parity]->wait_host();  // the buffer's last copy has run
+  auto* host_ids = reinterpret_cast<int32_t*>(data_host_[parity].ptr);
+  sampler_.fill_micro_batch(step, a, config_.rank, config_.ranks, B_, std::span<int32_t>(host_ids, tokens),
+                            std::span<int32_t>(host_ids + tokens, tokens));
+  DeviceBuffer ids = alloc(tokens * 4, "token ids");
+  DeviceBuffer targets = alloc(tokens * 4, "targets");
+  h2d.copy_h2d(ids, 0, data_host_[parity].ptr, tokens * 4, tag("h2d", "tokens", step, -1));
+  h2d.copy_h2d(targets, 0, data_host_[parity].ptr + tokens * 4, tokens * 4, tag("h2d", "targets", step, -1));
+  data_copied_[parity] = h2d.record();
+  compute.wait(data_copied_[parity]);
+
+  // ---- forward ----
+  std::vector<DeviceBuffer> out(static_cast<size_t>(U_));  // out[u]: output of unit u (input of u+1)
+  std::vector<DeviceBuffer> saved(static_cast<size_t>(std::max(L_, 1)));
+  std::vector<EventPtr> offloaded(static_cast<size_t>(std::max(L_, 1)));
+  DeviceBuffer dy;
+  for (int u = 0; u < U_; ++u) {
+    const UnitLayout& ul = layout_.units[static_cast<size_t>(u)];
+    Delivered p = acquire(step, u);
+    compute.wait(p.ready);
+    if (ul.kind == UnitKind::kEmbedding) {
+      UnitOpArgs args;
+      args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer, args.tokens = ids;
+      args.y = out[0] = alloc(hidden, "hidden state");
+      dev.forward(args);
+      mark_use(u, compute.record());
+    } else if (ul.kind == UnitKind::kDecoder) {
+      const int l = u - 1;
+      const ActivationPolicy policy = plan.layer_policy(l, L_);
+      if (l >= 2 && offloaded[static_cast<size_t>(l - 2)]) compute.wait(offloaded[static_cast<size_t>(l - 2)]);
+      UnitOpArgs args;
+      args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
+      args.x = out[static_cast<size_t>(u - 1)];
+      args.y = out[static_cast<size_t>(u)] = alloc(hidden, "hidden state");
+      args.saved = alloc(dec.saved_bytes, "saved activations");
+      args.workspace = alloc(dec.forward_workspace_bytes, "workspace");
+      dev.forward(args);
+      EventPtr done = compute.record();
+      mark_use(u, done);
+      release(args.workspace, done);
+      if (policy == ActivationPolicy::kKeep) {
+        saved[static_cast<size_t>(l)] = args.saved;
+      } else {
+        release(args.saved, done);  // recompute later from the unit input
+      }
+      if (policy == ActivationPolicy::kOffload) {
+        d2h.wait(done);
+        // The host buffer is free once the previous micro-step's prefetch of it has run.
+        d2h.wait(offload_read_[l]);
+        d2h.copy_d2h(offload_host_.at(l).ptr, args.x, 0, hidden, tag("d2h", "offload", step, u));
+        offloaded[static_cast<size_t>(l)] = d2h.record();
+        release(args.x, offloaded[static_cast<size_t>(l)]);
+        out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
+      }
+    } else {
+      // Head: final norm + lm_head + fused loss, forward and backward in one pass.
+      DeviceBuffer lm_params = p.buffer;
+      int64_t lm_offset = ul.find("lm_head.weight") ? ul.find("lm_head.weight")->offset : 0;
+      if (config_.tied) {
+        Delivered e = acquire(step, 0);
+        compute.wait(e.ready);
+        lm_params = e.buffer;
+        lm_offset = layout_.units[0].find("model.embed_tokens.weight")->offset;
+      }
+      UnitOpArgs args;
+      args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
+      args.lm_head_params = lm_params, args.lm_head_offset = lm_offset;
+      args.x = out[static_cast<size_t>(u - 1)];
+      args.targets = targets;
+      args.dx = alloc(hidden, "gradient of hidden state");
+      const int64_t head_numel = state_.unit(u).numel;
+      args.grads = alloc(head_numel * 4, "head gradient");
+      dev.zero(args.grads, 0, head_numel * 4);
+      DeviceBuffer tied_grads;
+      if (config_.tied) {
+        tied_grads = alloc(state_.unit(0).numel * 4, "tied embedding gradient");
+        dev.zero(tied_grads, 0, state_.unit(0).numel * 4);
+        args.lm_head_grads = tied_grads, args.lm_head_grad_offset = lm_offset;
+      } else {
+        args.lm_head_grads = args.grads, args.lm_head_grad_offset = lm_offset;
+      }
+      args.loss = alloc(16, "loss");
+      args.workspace = alloc(head_mem.forward_workspace_bytes, "workspace");
+      args.grad_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sampler_.step_num_targets(step)));
+      dev.forward(args);
+      EventPtr done = compute.record();
+      mark_use(u, done);
+      if (config_.tied) mark_use(0, done);
+      release(args.workspace, done);
+      release(args.x, done);
+      out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
+      // The loss (sum, count) goes to the host first, so the updater sees it before any gradient.
+      const int lp = parity;
+      if (loss_copied_[lp]) loss_copied_[lp]->wait_host();
+      d2h.wait(done);
+      d2h.copy_d2h(loss_host_[lp].ptr, args.loss, 0, 16, tag("d2h", "loss", step, u));
+      release(args.loss, d2h.record());
+      const double* lh = reinterpret_cast<const double*>(loss_host_[lp].ptr);
+      Updater* updater = &updater_;
+      const int rank = config_.rank;
+      d2h.host_fn([updater, step, a, rank, lh] { updater->report_loss(step, a, rank, lh[0], lh[1]); });
+      loss_copied_[lp] = d2h.record();  // after the report: the host buffer is free again
+      EventPtr drained = send_grads(step, a, u, GradPart::kOwn, args.grads, head_numel);
+      if (config_.tied) drained = send_grads(step, a, 0, GradPart::kTiedHead, tied_grads, state_.unit(0).numel);
+      drain_[u] = drained;
+      dy = args.dx;
+    }
+  }
+
+  // ---- backward ----
+  std::map<int, std::pair<DeviceBuffer, EventPtr>> prefetched;  // layer -> (input, ready)
+  auto prefetch = [&](int l) {
+    if (l < 0 || plan.layer_policy(l, L_) != ActivationPolicy::kOffload || prefetched.count(l)) return;
+    DeviceBuffer x = alloc(hidden, "prefetched hidden state");
+    h2d.wait(offloaded[static_cast<size_t>(l)]);  // the forward's offload of this input has landed
+    h2d.copy_h2d(x, 0, offload_host_.at(l).ptr, hidden, tag("h2d", "prefetch", step, l + 1));
+    prefetched[l] = {x, h2d.record()};
+    offload_read_[l] = prefetched[l].second;
+  };
+  for (int u = L_; u >= 1; --u) {
+    const int l = u - 1;
+    const ActivationPolicy policy = plan.layer_policy(l, L_);
+    Delivered p = acquire(step, u);
+    prefetch(l);
+    prefetch(l - 1);  // two deep: the next layer's input is on its way while this one computes
+    compute.wait(p.ready);
+    UnitOpArgs args;
+    args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
+    if (policy == ActivationPolicy::kOffload) {
+      compute.wait(prefetched[l].second);
+      args.x = prefetched[l].first;
+      prefetched.erase(l);
+    } else {
+      args.x = out[static_cast<size_t>(u - 1)];
+    }
+    if (policy == ActivationPolicy::kKeep) {
+      args.saved = saved[static_cast<size_t>(l)];
+    } else {
+      args.saved = alloc(dec.saved_bytes, "saved activations (recomputed)");
+      args.workspace = alloc(dec.forward_workspace_bytes, "workspace");
+      dev.recompute(args);
+      release(args.workspace, compute.record());
+    }
+    // Two gradient buffers: this unit's reuses the one unit u+2 drained.
+    if (drain_.count(u + 2)) compute.wait(drain_[u + 2]);
+    const int64_t numel = state_.unit(u).numel;
+    args.grads = alloc(numel * 4, "unit gradient");
+    dev.zero(args.grads, 0, numel * 4);
+    args.dy = dy;
+    args.dx = alloc(hidden, "gradient of hidden state");
+    args.workspace = alloc(dec.backward_workspace_bytes, "workspace");
+    dev.backward(args);
+    if (step == config_.inject_throw_step && u == config_.inject_throw_unit) {
+      auto* s = &compute;
+      s->host_fn([r = config_.rank, u] {
+        throw RuntimeError(fmt::format("injected fault: rank {} failed in the backward of unit {}", r, u));
+      });
+    }
+    if (step == config_.inject_nan_step && u == config_.inject_nan_unit) {
+      // Fault injection (CPU backend tests): a NaN in this rank's gradient, written in stream order
+      // right after the backward that produced it.
+      DeviceBuffer g = args.grads;
+      compute.host_fn([g] { reinterpret_cast<float*>(g.ptr)[0] = std::numeric_limits<float>::quiet_NaN(); });
+    }
+    EventPtr done = compute.record();
+    mark_use(u, done);
+    release(args.x, done);
+    release(args.saved, done);
+    release(args.workspace, done);
+    release(dy, done);
+    out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
+    drain_[u] = send_grads(step, a, u, GradPart::kOwn, args.grads, numel);
+    dy = args.dx;
+  }
+  // Embedding: scatter-add of the gradient into the rows of this micro-batch's tokens.
+  {
+    Delivered p = acquire(step, 0);
+    compute.wait(p.ready);
+    if (drain_.count(2)) compute.wait(drain_[2]);
+    const int64_t numel = state_.unit(0).numel;
+    UnitOpArgs args;
+    args.unit = 0, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer, args.tokens = ids, args.dy = dy;
+    args.grads = alloc(numel * 4, "embedding gradient");
+    dev.zero(args.grads, 0, numel * 4);
+    dev.backward(args);
+    EventPtr done = compute.record();
+    mark_use(0, done);
+    release(dy, done);
+    release(ids, done);
+    release(targets, done);
+    drain_[0] = send_grads(step, a, 0, GradPart::kOwn, args.grads, numel);
+  }
+  drain_.clear();
+}
+
+}  // namespace slidedp::exec

@@ -1,0 +1,95 @@
+// One rank's driver: the thread that issues a step's work onto the rank's streams in program order,
+// like a CUDA host thread (it never waits for the GPU except to reuse its own host buffers). Per
+// micro-step: forward over units with parameter deliveries into `depth` LRU slots, activation
+// policies (keep / recompute / offload with a 2-deep prefetch), the head's fused loss, backward in
+// reverse, and each unit's gradient sent by the plan's route (cpu: D2H into the staging ring; gpu:
+// reduce-scatter, then D2H of this rank's shard). Parameter chunks of step s are delivered only once
+// the updater has applied step s-1 to them (host counters), which is the whole synchronization.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+#include "executor/backend.h"
+#include "executor/host_state.h"
+#include "executor/run_control.h"
+#include "executor/updater.h"
+#include "io/sequence_sampler.h"
+#include "model/plan.h"
+
+namespace slidedp::exec {
+
+struct DriverConfig {
+  int rank = 0;
+  int ranks = 1;
+  Plan plan;  // routes, micro-batch, accumulation, chunk, activation policies, depth
+  int64_t seq_len = 0;
+  DType wire_dtype = DType::kBF16;  // per-rank gradients on their way to the host
+  bool tied = false;
+  // Test hook: after the backward of (step, unit) on this rank, overwrite the first gradient element
+  // with NaN (fault injection); -1 disables.
+  int64_t inject_nan_step = -1;
+  int inject_nan_unit = -1;
+  // Test hook: throw from this rank's compute stream at (step, unit) of backward; -1 disables.
+  int64_t inject_throw_step = -1;
+  int inject_throw_unit = -1;
+};
+
+class RankDriver {
+ public:
+  RankDriver(Backend& backend, HostState& state, Updater& updater, StagingRing& ring, const SequenceSampler& sampler,
+             const ModelLayout& layout, const DriverConfig& config);
+  ~RankDriver();
+
+  // Enqueues every micro-step of optimizer step `step` (0-based). Returns once enqueued.
+  void issue_step(int64_t step);
+  // Frees the device buffers still held (parameter slots) once the streams are idle.
+  void release_all();
+
+ private:
+  struct Slot {
+    int unit = -1;
+    DeviceBuffer buffer;
+    EventPtr last_use;
+    int64_t last_use_seq = -1;
+  };
+  struct Delivered {
+    DeviceBuffer buffer;
+    EventPtr ready;  // null: already resident
+  };
+
+  void micro_step(int64_t step, int micro);
+  Delivered acquire(int64_t step, int unit);
+  void mark_use(int unit, const EventPtr& e);
+  // Converts `grads` (fp32, device) to the wire dtype and sends it by the route; returns the event
+  // after which the rank's gradient buffers for this unit are free again.
+  EventPtr send_grads(int64_t step, int micro, int unit, GradPart part, const DeviceBuffer& grads, int64_t numel);
+  DeviceBuffer alloc(int64_t bytes, const char* what) { return device_.alloc(bytes, what); }
+  void release(const DeviceBuffer& b, const EventPtr& e) { device_.release(b, e); }
+  SpanTag tag(const char* category, const char* what, int64_t step, int unit, int64_t chunk = -1) const;
+
+  Backend& backend_;
+  Device& device_;
+  HostState& state_;
+  Updater& updater_;
+  StagingRing& ring_;
+  const SequenceSampler& sampler_;
+  const ModelLayout& layout_;
+  DriverConfig config_;
+  int L_ = 0, U_ = 0;
+  int64_t B_ = 0;
+  std::vector<Slot> slots_;
+  int64_t use_seq_ = 0;
+  // Host staging of token ids, targets and losses, two micro-steps deep.
+  HostBuffer data_host_[2];
+  HostBuffer loss_host_[2];
+  EventPtr data_copied_[2], loss_copied_[2];
+  int64_t micro_counter_ = 0;
+  // Offloaded layer inputs, one pinned host buffer per offloaded layer.
+  std::map<int, HostBuffer> offload_host_;
+  std::map<int, EventPtr> offload_read_;  // layer -> the last prefetch that read its host buffer
+  std::map<int, EventPtr> drain_;  // unit -> event after which its gradient buffers drained
+};
+
+}  // namespace slidedp::exec

@@ -1,0 +1,334 @@
+// The training loop; see trainer.h. Threads: one driver per rank issuing steps as soon as they are
+// permitted, the updater thread, the backend's stream workers, and this (main) thread, which
+// announces steps, waits for their updates, reports them and writes checkpoints.
+#include "executor/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "common/error.h"
+#include "common/thread_pool.h"
+#include "executor/backend_registry.h"
+#include "executor/device_memory.h"
+#include "executor/host_state.h"
+#include "executor/init_weights.h"
+#include "executor/rank_driver.h"
+#include "executor/run_control.h"
+#include "io/checkpoint.h"
+#include "io/hf_model.h"
+#include "io/sequence_sampler.h"
+#include "model/memory_model.h"
+#include "model/step_work.h"
+
+namespace slidedp::exec {
+namespace {
+
+// Lets driver threads issue step s only after the main thread announced it to the updater.
+class StepPermits {
+ public:
+  explicit StepPermits(const RunControl& control) : control_(control) {}
+  void permit(int64_t step) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    permitted_ = std::max(permitted_, step);
+    cv_.notify_all();
+  }
+  void finish() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finished_ = true;
+    cv_.notify_all();
+  }
+  // True when `step` may be issued; false when the run ends before it.
+  bool wait(int64_t step) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    control_.wait(lock, cv_, [&] { return permitted_ >= step || finished_; });
+    return permitted_ >= step;
+  }
+
+ private:
+  const RunControl& control_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  int64_t permitted_ = -1;
+  bool finished_ = false;
+};
+
+void validate(const TrainOptions& o, const ModelLayout& layout) {
+  const int L = static_cast<int>(o.card.num_layers);
+  o.plan.validate(L, "plan");
+  if (o.card.tie_word_embeddings && o.plan.gpu_buffer_depth < 2)
+    throw InputError("plan: gpu_buffer_depth",
+                     "tied embeddings need at least 2 parameter slots (the head reads unit 0 as lm_head)");
+  if (o.seq_len < 1) throw InputError("seq_len", "must be at least 1");
+  if (o.dataset.vocab_size() > o.card.vocab_size)
+    throw InputError(o.dataset.name(), fmt::format("token vocabulary {} exceeds the model's vocab_size {}",
+                                                   o.dataset.vocab_size(), o.card.vocab_size));
+  if (o.steps < 0) throw InputError("steps", "must be non-negative");
+  o.lr.validate("lr schedule");
+  (void)layout;
+}
+
+std::string resolve_resume(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (fs::exists(fs::path(path) / "trainer_state.json")) return path;
+  auto latest = find_latest_checkpoint(path);
+  if (!latest) throw IoError(path, "no complete checkpoint to resume from (expected step-* folders or a checkpoint folder)");
+  return *latest;
+}
+
+}  // namespace
+
+TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
+  const ModelLayout layout = make_model_layout(o.card);
+  validate(o, layout);
+  const Plan& plan = o.plan;
+  const int N = plan.ranks;
+  const int U = layout.num_units();
+  TrainResult result;
+
+  // Initial state: a checkpoint, a Hugging Face folder, or random weights.
+  std::optional<LoadedCheckpoint> ckpt;
+  UnitBuffers weights;
+  if (!o.resume_dir.empty()) {
+    ckpt = load_checkpoint(resolve_resume(o.resume_dir));
+    if (ckpt->layout.total_flat_numel != layout.total_flat_numel)
+      throw InputError(ckpt->dir, "the checkpoint's model does not match the run's model");
+    result.start_step = ckpt->state.optimizer_step;
+  } else if (!o.init_model_dir.empty()) {
+    HfModel m = load_hf_model(o.init_model_dir);
+    if (m.layout.total_flat_numel != layout.total_flat_numel)
+      throw InputError(o.init_model_dir, "the model folder does not match the run's model card");
+    weights = std::move(m.units);
+  } else {
+    weights = init_random_weights(layout, o.init_seed);
+  }
+
+  RunControl control;
+  BackendOptions bo;
+  bo.devices = N;
+  bo.exact_fp32 = o.exact_fp32;
+  bo.loss_chunk_tokens = plan.loss_chunk_tokens;
+  bo.device_budget_bytes = o.device_budget_bytes > 0          ? o.device_budget_bytes
+                           : plan.gpu_mem_budget_bytes > 0    ? plan.gpu_mem_budget_bytes
+                                                              : int64_t{16} << 30;
+  std::unique_ptr<Backend> backend = make_backend(o.backend, o.card, layout, bo, control);
+  result.device_budget_bytes = bo.device_budget_bytes;
+  {
+    // Reject a plan that cannot fit before anything runs, with the numbers.
+    MemoryEstimate m;
+    m.gpu_items = device_memory_items(backend->device(0), layout, plan, o.seq_len, o.card.tie_word_embeddings);
+    m.gpu_peak_bytes = device_memory_peak(m.gpu_items);
+    m.gpu_budget_bytes = static_cast<double>(bo.device_budget_bytes);
+    m.host_ram_bytes = m.host_pinned_limit_bytes = 1e30;
+    auto v = m.violations();
+    if (!v.empty()) throw InfeasibleError(fmt::format("{} backend, {}: {}", o.backend, plan.summary(static_cast<int>(o.card.num_layers)), v.front()));
+  }
+  const DType wire = o.exact_fp32 ? DType::kF32 : DType::kBF16;
+
+  UpdaterConfig uc;
+  uc.ranks = N;
+  uc.accum_steps = plan.accum_steps;
+  uc.route = plan.grad_route == GradRoute::kGpu && N > 1 ? GradRouteKind::kGpu : GradRouteKind::kCpu;
+  uc.wire_dtype = wire;
+  uc.tied = o.card.tie_word_embeddings;
+  uc.optimizer = o.optimizer;
+  const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
+
+  HostStateOptions hso;
+  hso.chunk_numel = plan.chunk_numel;
+  hso.mirror_dtype = o.exact_fp32 ? DType::kF32 : DType::kBF16;
+  hso.accumulate_all = plan.accum_steps > 1 || verify;
+  hso.accumulate_unit0 = o.card.tie_word_embeddings;
+  HostState state(*backend, layout, hso);
+  result.host_state_bytes = state.host_bytes();
+  if (ckpt) {
+    auto to_spans = [](const UnitBuffers& b) {
+      std::vector<std::span<const float>> s;
+      for (const auto& v : b) s.emplace_back(v);
+      return s;
+    };
+    auto m = to_spans(ckpt->master), a = to_spans(ckpt->adam_m), v = to_spans(ckpt->adam_v);
+    state.load(m, a, v);
+    state.set_updated(static_cast<uint64_t>(result.start_step));
+  } else {
+    std::vector<std::span<const float>> s;
+    for (const auto& w : weights) s.emplace_back(w);
+    state.load_master(s);
+  }
+  weights.clear();
+
+  const int64_t slot_bytes = uc.route == GradRouteKind::kGpu ? (plan.chunk_numel + N - 1) / N * 4
+                                                              : plan.chunk_numel * dtype_bytes(wire);
+  std::vector<std::unique_ptr<StagingRing>> rings;
+  std::vector<StagingRing*> ring_ptrs;
+  for (int r = 0; r < N; ++r) {
+    rings.push_back(std::make_unique<StagingRing>(*backend, kGradStagingChunksPerRank, slot_bytes));
+    ring_ptrs.push_back(rings.back().get());
+  }
+
+  const int threads = o.update_threads > 0 ? o.update_threads
+                      : plan.update_threads > 0 ? plan.update_threads
+                                                : ThreadPool::available_cpus();
+  ThreadPool pool(threads);
+
+  std::mutex span_mutex;
+  std::vector<MeasuredSpan> host_spans;
+  if (o.trace) {
+    backend->set_tracing(true);
+    Backend* b = backend.get();
+    uc.clock = [b] { return b->trace_clock_s(); };
+    uc.on_job = [b](const char* what, int unit, int64_t chunk, int64_t step, double s, double e) {
+      MeasuredSpan span;
+      span.stream = "cpu update";
+      span.tag.category = "cpu_update";
+      span.tag.what = what;
+      span.tag.unit = unit;
+      span.tag.chunk = static_cast<int>(chunk);
+      span.tag.step = static_cast<int>(step);
+      span.start_s = s;
+      span.end_s = e;
+      b->add_span(span);
+    };
+  }
+  Updater updater(state, ring_ptrs, pool, control, uc);
+
+  const int64_t global_batch = plan.global_batch_sequences();
+  SequenceSampler sampler(o.dataset, o.seq_len, global_batch, o.data_seed);
+  if (ckpt) sampler.resume(ckpt->state.data_cursor, result.start_step);
+
+  std::vector<std::unique_ptr<RankDriver>> drivers;
+  for (int r = 0; r < N; ++r) {
+    DriverConfig dc;
+    dc.rank = r;
+    dc.ranks = N;
+    dc.plan = plan;
+    dc.seq_len = o.seq_len;
+    dc.wire_dtype = wire;
+    dc.tied = o.card.tie_word_embeddings;
+    if (r == o.inject_rank) {
+      dc.inject_nan_step = o.inject_nan_step;
+      dc.inject_nan_unit = o.inject_nan_unit;
+      dc.inject_throw_step = o.inject_throw_step;
+      dc.inject_throw_unit = o.inject_throw_unit;
+    }
+    drivers.push_back(std::make_unique<RankDriver>(*backend, state, updater, *rings[static_cast<size_t>(r)], sampler,
+                                                   layout, dc));
+  }
+
+  const int64_t first = result.start_step, last = result.start_step + o.steps;  // [first, last)
+  StepPermits permits(control);
+  std::vector<std::thread> threads_v;
+  for (int r = 0; r < N; ++r) {
+    threads_v.emplace_back([&, r] {
+      try {
+        for (int64_t s = first; s < last; ++s) {
+          if (!permits.wait(s)) return;
+          drivers[static_cast<size_t>(r)]->issue_step(s);
+        }
+      } catch (const Aborted&) {
+      } catch (...) {
+        control.fail(std::current_exception());
+      }
+    });
+  }
+
+  auto announce = [&](int64_t s) {
+    updater.begin_step(s, lr_at(o.lr, s + 1));
+    permits.permit(s);
+  };
+  auto shutdown = [&] {
+    permits.finish();
+    for (auto& t : threads_v) t.join();
+    threads_v.clear();
+    backend->quiesce();
+  };
+
+  std::vector<MeasuredSpan> spans;
+  try {
+    if (first < last) {
+      updater.allow_updates_through(first);
+      announce(first);
+    }
+    auto t_prev = std::chrono::steady_clock::now();
+    for (int64_t s = first; s < last; ++s) {
+      if (s + 1 < last) announce(s + 1);  // drivers may start the next step's forward right away
+      StepOutcome out = updater.wait_step(s);
+      const auto t_now = std::chrono::steady_clock::now();
+      TrainStep rec;
+      rec.step = s + 1;
+      rec.loss = out.loss();
+      rec.tokens = static_cast<int64_t>(out.target_count);
+      rec.wall_s = std::chrono::duration<double>(t_now - t_prev).count();
+      rec.lr = lr_at(o.lr, s + 1);
+      rec.grad_norm = out.grad_norm;
+      rec.skipped = out.skipped;
+      rec.skipped_reason = out.skipped_reason;
+      t_prev = t_now;
+      if (o.trace) {
+        std::vector<MeasuredSpan> more = backend->take_spans();
+        spans.insert(spans.end(), more.begin(), more.end());
+        for (const MeasuredSpan& sp : spans) {
+          if (sp.tag.step != s) continue;
+          if (sp.rank > 0) continue;  // per-rank resources: rank 0 (ranks are symmetric)
+          rec.busy_s[sp.tag.category] += sp.end_s - sp.start_s;
+        }
+      }
+      // Checkpoint while the gate holds back step s+1's updates: the state is exactly step s's.
+      const bool save = !o.checkpoint_dir.empty() &&
+                        ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) || s + 1 == last);
+      if (save) {
+        CheckpointData cd;
+        cd.card = o.card;
+        for (int u = 0; u < U; ++u) {
+          const UnitState& us = state.unit(u);
+          const size_t n = static_cast<size_t>(us.numel);
+          cd.master.emplace_back(us.master_f32(), n);
+          cd.adam_m.emplace_back(us.m_f32(), n);
+          cd.adam_v.emplace_back(us.v_f32(), n);
+        }
+        cd.state.optimizer_step = s + 1;
+        cd.state.lr_schedule_step = s + 1;
+        cd.state.learning_rate = rec.lr;
+        cd.state.data_cursor = sampler.cursor_at_step(s + 1);
+        cd.state.metadata_json = o.metadata_json;
+        result.last_checkpoint = save_checkpoint(o.checkpoint_dir, cd, o.keep_checkpoints);
+      }
+      updater.allow_updates_through(s + 1);
+      result.steps.push_back(rec);
+      if (on_step) on_step(rec);
+    }
+    permits.finish();
+    for (auto& t : threads_v) t.join();
+    threads_v.clear();
+    backend->synchronize();
+  } catch (const Aborted&) {
+    shutdown();
+    control.rethrow_if_failed();
+    throw RuntimeError("training aborted without a recorded error");
+  } catch (...) {
+    control.fail(std::current_exception());
+    shutdown();
+    throw;
+  }
+  control.rethrow_if_failed();
+
+  if (o.trace) {
+    std::vector<MeasuredSpan> more = backend->take_spans();
+    spans.insert(spans.end(), more.begin(), more.end());
+    result.spans = std::move(spans);
+  }
+  for (auto& d : drivers) d->release_all();
+  for (int r = 0; r < N; ++r) result.device_high_water_bytes.push_back(backend->device(r).high_water_bytes());
+  for (int u = 0; u < U; ++u) {
+    const UnitState& us = state.unit(u);
+    result.master.emplace_back(us.master_f32(), us.master_f32() + us.numel);
+  }
+  return result;
+}
+
+}  // namespace slidedp::exec

@@ -1,0 +1,85 @@
+// The training loop of slidedp-run: builds the backend, the host state, the updater and one driver
+// thread per rank, runs optimizer steps, and reports each step (loss, tokens, time, per-resource busy
+// time) to a callback; saves and resumes checkpoints. Everything runs in one process with one host
+// state; an error anywhere stops every thread and is rethrown here with its original message.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "executor/backend.h"
+#include "executor/lr_schedule.h"
+#include "executor/updater.h"
+#include "io/token_dataset.h"
+#include "model/model_card.h"
+#include "model/plan.h"
+
+namespace slidedp::exec {
+
+struct TrainOptions {
+  ModelCard card;
+  int64_t seq_len = 128;
+  Plan plan;                           // routes, batch shape, chunking, activation policies, depth
+  std::string backend = "cpu";         // "cpu" | "cuda"
+  bool exact_fp32 = false;             // fp32 delivery and gradients (exact tests)
+  int64_t device_budget_bytes = 0;     // 0: the plan's budget, else 16 GiB per emulated device
+  int update_threads = 0;              // 0: plan.update_threads, else all cores
+  // Data.
+  TokenDataset dataset = TokenDataset::from_tokens("empty", {0, 0}, {}, 1);
+  uint64_t data_seed = 1234;
+  // Optimization.
+  int64_t steps = 10;                  // optimizer steps to run (after a resume: further steps)
+  LrScheduleConfig lr;
+  OptimizerConfig optimizer;
+  // Initial weights: a Hugging Face model folder, else random with this seed.
+  std::string init_model_dir;
+  uint64_t init_seed = 42;
+  // Checkpoints.
+  std::string checkpoint_dir;          // "" : none
+  int64_t checkpoint_every = 0;        // 0: only at the end (when checkpoint_dir is set)
+  int keep_checkpoints = 3;
+  std::string resume_dir;              // a checkpoint folder, or a root whose newest one is used
+  std::string metadata_json = "{}";    // stored in checkpoints
+  // Timeline.
+  bool trace = false;                  // record spans (for --trace and --bench)
+  // Fault injection for tests (see DriverConfig).
+  int inject_rank = -1;
+  int64_t inject_nan_step = -1;
+  int inject_nan_unit = -1;
+  int64_t inject_throw_step = -1;
+  int inject_throw_unit = -1;
+};
+
+// What one step did. busy_s: per category ("compute", "h2d", "d2h", "fabric" per rank 0; "cpu_update"
+// host), measured from the timeline when tracing is on.
+struct TrainStep {
+  int64_t step = 0;  // 1-based optimizer step
+  double loss = 0;
+  int64_t tokens = 0;
+  double wall_s = 0;
+  double lr = 0;
+  double grad_norm = -1;
+  bool skipped = false;
+  std::string skipped_reason;
+  std::map<std::string, double> busy_s;
+};
+
+struct TrainResult {
+  std::vector<TrainStep> steps;
+  std::vector<std::vector<float>> master;  // final fp32 master weights per unit
+  std::vector<int64_t> device_high_water_bytes;
+  int64_t device_budget_bytes = 0;
+  int64_t host_state_bytes = 0;
+  std::vector<MeasuredSpan> spans;         // the whole run's timeline when tracing
+  std::string last_checkpoint;
+  int64_t start_step = 0;                  // optimizer step the run started from (resume)
+};
+
+// Runs training. on_step is called on the calling thread after every step (progress, logging).
+TrainResult train(const TrainOptions& options, const std::function<void(const TrainStep&)>& on_step = {});
+
+}  // namespace slidedp::exec

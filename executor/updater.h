@@ -1,0 +1,148 @@
+// The host side of every step: gradient chunks land in the ranks' staging rings, and this updater
+// reduces them across ranks in fixed rank order and runs AdamW on each chunk as soon as its reduced
+// gradient is complete -- while the GPUs are still computing the backward of earlier units. The work
+// of one chunk is spread over the thread pool by tiles (never serialized on one rank's thread). When
+// a chunk is updated its counter advances, which releases the next step's delivery of that chunk.
+//
+// Two modes:
+//  * overlapped (default): the last micro-step's chunks are reduced and updated in one fused pass;
+//    earlier micro-steps accumulate into fp32. The loss of every rank is checked before the first
+//    update; with check_grads, each chunk's reduced gradient is checked before it is applied.
+//  * verify (gradient clipping, or skipping non-finite steps): every chunk is first accumulated and
+//    the global gradient norm measured; only then are all chunks updated (unit 0 first, so the next
+//    step can start). This exposes the whole update after backward: that is the price of clipping.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "common/thread_pool.h"
+#include "kernels/cpu/optim/adamw.h"
+#include "executor/host_state.h"
+#include "executor/run_control.h"
+
+namespace slidedp::exec {
+
+enum class NonFinitePolicy { kAbort, kSkip };
+enum class GradRouteKind { kCpu, kGpu };
+enum class GradPart { kOwn, kTiedHead };  // kTiedHead: the head's contribution to unit 0's gradient
+
+struct OptimizerConfig {
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  double clip_grad_norm = 0.0;  // > 0: clip the global gradient norm (verify mode)
+  NonFinitePolicy on_nonfinite = NonFinitePolicy::kAbort;
+  bool check_grads = true;      // overlapped mode: check each chunk's gradient for NaN/Inf
+};
+
+struct UpdaterConfig {
+  int ranks = 1;
+  int accum_steps = 1;
+  GradRouteKind route = GradRouteKind::kCpu;
+  DType wire_dtype = DType::kBF16;  // cpu route slot dtype (the gpu route lands fp32 shards)
+  bool tied = false;
+  OptimizerConfig optimizer;
+  // Called after every job with what it was and when it ran (for the measured timeline and the
+  // CPU's busy time); may be empty.
+  std::function<void(const char* what, int unit, int64_t chunk, int64_t step, double start_s, double end_s)> on_job;
+  std::function<double()> clock;  // time base of on_job (the backend's trace clock)
+};
+
+// One rank's gradient payload in a staging slot: elements [begin, end) of `unit`.
+struct ChunkArrival {
+  int64_t step = 0;
+  int micro = 0;
+  int unit = 0;
+  int64_t chunk = 0;
+  GradPart part = GradPart::kOwn;
+  int rank = 0;
+  int slot = 0;
+  const std::byte* data = nullptr;
+  int64_t begin = 0, end = 0;
+};
+
+struct StepOutcome {
+  int64_t step = 0;
+  double loss_sum = 0, target_count = 0;
+  double loss() const { return target_count > 0 ? loss_sum / target_count : 0.0; }
+  double grad_norm = -1;  // measured in verify mode, else -1
+  bool skipped = false;
+  std::string skipped_reason;
+};
+
+class Updater {
+ public:
+  Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& pool, RunControl& control,
+          const UpdaterConfig& config);
+  ~Updater();
+
+  // Announces step `step` (0-based) with its learning rate; must precede its arrivals.
+  void begin_step(int64_t step, double lr);
+  // A rank's gradient payload landed (called on the rank's D2H stream thread).
+  void arrive(const ChunkArrival& a);
+  // A rank's loss of one micro-step (called on its D2H stream thread).
+  void report_loss(int64_t step, int micro, int rank, double loss_sum, double count);
+  // Blocks until every chunk of `step` is updated (or the step is skipped). Throws Aborted on abort.
+  StepOutcome wait_step(int64_t step);
+  // Updates of steps > `step` wait until this is raised (checkpoint gate).
+  void allow_updates_through(int64_t step);
+  bool verify_mode() const { return verify_; }
+
+ private:
+  struct Job {
+    enum Kind { kAccumulate, kUpdate, kVerifyPass } kind = kAccumulate;
+    int64_t step = 0;
+    int unit = 0;
+    int64_t chunk = 0;
+    bool first_write = false;  // accumulate: overwrite instead of adding
+    double lr = 0;
+    std::vector<ChunkArrival> parts;  // cpu route: one per rank (rank order); gpu route: one shard
+  };
+  struct StepInfo {
+    double lr = 0;
+    std::map<std::tuple<int, int, int64_t, int>, std::vector<ChunkArrival>> pending;  // (micro, unit, chunk, part)
+    std::map<std::pair<int, int64_t>, int> written;       // (unit, chunk) -> accumulations applied
+    std::map<std::pair<int, int64_t>, int> shards_done;   // gpu route: shards updated per chunk
+    int64_t chunks_left = 0;        // own-part chunks of the last micro-step not yet updated
+    int64_t accumulations_left = 0; // verify mode: accumulations left before the verify pass
+    int losses = 0;
+    std::vector<double> loss_sums, counts;  // [micro * ranks + rank]: summed in this order, not arrival order
+    bool loss_finite = true;
+    bool done = false;
+    StepOutcome outcome;
+  };
+
+  void loop();
+  void run_job(Job& job);
+  void accumulate(Job& job);
+  void update(Job& job);
+  void verify_pass(int64_t step);
+  void finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step);
+  void wait_losses(int64_t step);
+  void wait_gate(int64_t step);
+  kernels::AdamwHyper hyper(int64_t step, double lr, double clip_coef) const;
+
+  HostState& state_;
+  std::vector<StagingRing*> rings_;
+  ThreadPool& pool_;
+  RunControl& control_;
+  UpdaterConfig config_;
+  bool verify_;
+  int64_t expected_chunks_ = 0;       // own-part chunks per step
+  int64_t expected_accumulations_ = 0;// verify mode: accumulation jobs per step
+
+  std::mutex mutex_;
+  std::condition_variable cv_;        // jobs, losses, gate, completion
+  std::deque<Job> jobs_;
+  std::map<int64_t, StepInfo> steps_;
+  int64_t allowed_step_ = -1;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace slidedp::exec

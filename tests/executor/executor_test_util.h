@@ -1,0 +1,57 @@
+// Shared set-up for executor tests: a tiny Llama/Qwen-style model, a dataset, and TrainOptions with
+// the plan knobs the tests vary. Models are small enough that every run takes well under a second.
+#pragma once
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "executor/trainer.h"
+#include "io/default_corpus.h"
+#include "model/model_card.h"
+
+namespace slidedp::exec::testing {
+
+// hidden 32, 3 layers, 4 query heads of 8, 2 kv heads, intermediate 64, byte vocabulary.
+inline ModelCard tiny_card(bool tied = false, const std::string& type = "llama") {
+  std::string y = "name: tiny\nmodel_type: " + type +
+                  "\nhidden_size: 32\nnum_hidden_layers: 3\nnum_attention_heads: 4\nnum_key_value_heads: 2\n"
+                  "head_dim: 8\nintermediate_size: 64\nvocab_size: 256\nrope_theta: 10000\n";
+  y += tied ? "tie_word_embeddings: true\n" : "tie_word_embeddings: false\n";
+  return model_card_from_yaml(y, "tiny");
+}
+
+inline TrainOptions tiny_options(int ranks, int micro_batch, int accum, int64_t steps = 3) {
+  TrainOptions o;
+  o.card = tiny_card();
+  o.seq_len = 16;
+  o.plan.ranks = ranks;
+  o.plan.micro_batch = micro_batch;
+  o.plan.accum_steps = accum;
+  o.plan.chunk_numel = 1000;  // several chunks per unit, not dividing them evenly
+  o.plan.update_threads = 2;
+  o.plan.loss_chunk_tokens = 24;
+  o.dataset = default_corpus_dataset();
+  o.steps = steps;
+  o.lr.lr = 3e-3;
+  o.device_budget_bytes = int64_t{256} << 20;
+  o.update_threads = 2;
+  return o;
+}
+
+// Max |a - b| / (atol + rtol |b|) over every weight; <= 1 means within tolerance.
+inline double weight_error(const TrainResult& a, const TrainResult& b, double atol, double rtol) {
+  double worst = 0;
+  for (size_t u = 0; u < a.master.size(); ++u)
+    for (size_t i = 0; i < a.master[u].size(); ++i) {
+      const double x = a.master[u][i], y = b.master[u][i];
+      worst = std::max(worst, std::fabs(x - y) / (atol + rtol * std::fabs(y)));
+    }
+  return worst;
+}
+
+inline bool bitwise_equal(const TrainResult& a, const TrainResult& b) {
+  return a.master == b.master;
+}
+
+}  // namespace slidedp::exec::testing

@@ -1,0 +1,131 @@
+// The executor's correctness oracle on the CPU backend (DESIGN section 5): streaming equals not
+// streaming, every route combination gives bitwise identical weights, N ranks x micro-batch b equals
+// 1 rank x N*b and equals accumulation, activation policies are invisible in the result, plans over
+// the device budget are rejected before training, and the loss goes down on real text.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "common/error.h"
+#include "executor/trainer.h"
+#include "tests/executor/executor_test_util.h"
+
+namespace slidedp::exec {
+namespace {
+
+using testing::bitwise_equal;
+using testing::tiny_options;
+using testing::weight_error;
+
+TEST(Pipeline, StreamingEqualsResident) {
+  for (bool tied : {false, true}) {
+    TrainOptions streamed = tiny_options(2, 2, 1);
+    streamed.card = testing::tiny_card(tied);
+    streamed.plan.gpu_buffer_depth = 2;
+    TrainOptions resident = streamed;
+    resident.plan.gpu_buffer_depth = 5;  // every unit stays on the device
+    TrainResult a = train(streamed), b = train(resident);
+    ASSERT_EQ(a.steps.size(), 3u);
+    for (size_t i = 0; i < a.steps.size(); ++i) EXPECT_EQ(a.steps[i].loss, b.steps[i].loss) << "tied " << tied;
+    EXPECT_TRUE(bitwise_equal(a, b)) << "tied " << tied;
+  }
+}
+
+TEST(Pipeline, EveryRouteCombinationGivesBitwiseIdenticalWeights) {
+  for (int ranks : {2, 3}) {
+    std::vector<TrainResult> results;
+    for (ParamRoute pr : {ParamRoute::kReplicated, ParamRoute::kSharded})
+      for (GradRoute gr : {GradRoute::kCpu, GradRoute::kGpu}) {
+        TrainOptions o = tiny_options(ranks, 1, 2);
+        o.plan.param_route = pr;
+        o.plan.grad_route = gr;
+        results.push_back(train(o));
+      }
+    for (size_t i = 1; i < results.size(); ++i) {
+      EXPECT_TRUE(bitwise_equal(results[0], results[i])) << ranks << " ranks, combination " << i;
+      EXPECT_EQ(results[0].steps.back().loss, results[i].steps.back().loss);
+    }
+  }
+}
+
+// fp32 delivery and gradients: N ranks x b and 1 rank x N*b differ only by the order of fp32 sums
+// (per-rank partial sums vs one GEMM over the whole batch), relative 1e-6 or less. Adam divides the
+// gradient by its own magnitude, which turns such differences in near-zero gradients into O(lr)
+// weight differences; with eps = 1 (far above every |g|) the update is linear in the gradient, so
+// weights must agree to 1e-5 relative. The first step's loss is computed before any update: 1e-6.
+TEST(Pipeline, RanksTimesMicroBatchEqualsOneRankAndAccumulation) {
+  for (int n : {1, 2, 3, 4}) {
+    TrainOptions ranks = tiny_options(n, 1, 1, 3);
+    ranks.exact_fp32 = true;
+    ranks.optimizer.eps = 1.0;
+    ranks.lr.lr = 0.1;
+    TrainOptions single = ranks;
+    single.plan.ranks = 1;
+    single.plan.micro_batch = n;
+    TrainOptions accum = ranks;
+    accum.plan.ranks = 1;
+    accum.plan.accum_steps = n;
+    for (GradRoute gr : {GradRoute::kCpu, GradRoute::kGpu}) {
+      ranks.plan.grad_route = gr;
+      TrainResult a = train(ranks), b = train(single), c = train(accum);
+      EXPECT_NEAR(a.steps[0].loss, b.steps[0].loss, 1e-6 * std::fabs(b.steps[0].loss)) << n;
+      EXPECT_NEAR(a.steps[0].loss, c.steps[0].loss, 1e-6 * std::fabs(c.steps[0].loss)) << n;
+      EXPECT_LE(weight_error(a, b, 1e-7, 1e-5), 1.0) << n << " ranks vs 1 rank x " << n;
+      EXPECT_LE(weight_error(a, c, 1e-7, 1e-5), 1.0) << n << " ranks vs accumulation " << n;
+      EXPECT_EQ(a.steps[0].tokens, b.steps[0].tokens);
+    }
+  }
+}
+
+TEST(Pipeline, ActivationPoliciesGiveIdenticalResults) {
+  TrainOptions keep = tiny_options(2, 2, 1);
+  keep.plan.recompute_layers = 0;
+  keep.plan.keep_layers = Plan::kRest;
+  TrainOptions recompute = keep;
+  recompute.plan.recompute_layers = Plan::kRest;
+  recompute.plan.keep_layers = 0;
+  TrainOptions offload = keep;
+  offload.plan.offload_layers = 3;
+  offload.plan.recompute_layers = 0;
+  offload.plan.keep_layers = 0;
+  TrainOptions mixed = keep;
+  mixed.plan.per_layer = {ActivationPolicy::kOffload, ActivationPolicy::kRecompute, ActivationPolicy::kKeep};
+  TrainResult a = train(keep);
+  for (const TrainOptions* o : {&recompute, &offload, &mixed}) {
+    TrainResult b = train(*o);
+    EXPECT_TRUE(bitwise_equal(a, b)) << o->plan.summary(3);
+  }
+}
+
+TEST(Pipeline, PlanOverTheDeviceBudgetIsRejectedBeforeTrainingAndTheBudgetHolds) {
+  TrainOptions o = tiny_options(2, 2, 1);
+  o.device_budget_bytes = 64 << 10;  // 64 KiB: not even the parameter slots fit
+  try {
+    train(o);
+    FAIL() << "expected InfeasibleError";
+  } catch (const InfeasibleError& e) {
+    EXPECT_NE(std::string(e.what()).find("exceeds the budget"), std::string::npos) << e.what();
+  }
+  o.device_budget_bytes = 4 << 20;
+  TrainResult r = train(o);
+  for (int64_t hw : r.device_high_water_bytes) {
+    EXPECT_GT(hw, 0);
+    EXPECT_LE(hw, r.device_budget_bytes);
+  }
+}
+
+TEST(Pipeline, LossGoesDownOnTheEmbeddedText) {
+  TrainOptions o = tiny_options(2, 4, 1, 50);
+  o.seq_len = 32;
+  o.lr.lr = 1e-2;
+  TrainResult r = train(o);
+  ASSERT_EQ(r.steps.size(), 50u);
+  double first = 0, last = 0;
+  for (int i = 0; i < 5; ++i) first += r.steps[static_cast<size_t>(i)].loss / 5;
+  for (int i = 45; i < 50; ++i) last += r.steps[static_cast<size_t>(i)].loss / 5;
+  EXPECT_NEAR(r.steps[0].loss, std::log(256.0), 0.1);  // random init: about uniform over 256 bytes
+  EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
+}
+
+}  // namespace
+}  // namespace slidedp::exec
