@@ -123,11 +123,24 @@ void Updater::loop() {
     Job job;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      cv_.wait_for(lock, RunControl::kPollInterval, [&] { return stop_ || !jobs_.empty(); });
+      // The first job whose prerequisites hold. Accumulations are always ready; an update waits for
+      // the checkpoint gate and every rank's loss of its step, and must never block the queue: the
+      // accumulations it waits behind may be what frees the staging slots other ranks need.
+      auto ready = [&] {
+        for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
+          if (it->kind == Job::kAccumulate) return it;
+          auto info = steps_.find(it->step);
+          const bool losses = info != steps_.end() && info->second.losses >= config_.ranks * config_.accum_steps;
+          if (allowed_step_ >= it->step && losses) return it;
+        }
+        return jobs_.end();
+      };
+      auto it = jobs_.end();
+      cv_.wait_for(lock, RunControl::kPollInterval, [&] { return stop_ || (it = ready()) != jobs_.end(); });
       if (stop_) return;
-      if (jobs_.empty() || control_.aborted()) continue;
-      job = std::move(jobs_.front());
-      jobs_.pop_front();
+      if (it == jobs_.end() || control_.aborted()) continue;
+      job = std::move(*it);
+      jobs_.erase(it);
     }
     try {
       run_job(job);
@@ -136,16 +149,6 @@ void Updater::loop() {
       control_.fail(std::current_exception());
     }
   }
-}
-
-void Updater::wait_gate(int64_t step) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  control_.wait(lock, cv_, [&] { return allowed_step_ >= step; });
-}
-
-void Updater::wait_losses(int64_t step) {
-  std::unique_lock<std::mutex> lock(mutex_);
-  control_.wait(lock, cv_, [&] { return steps_.at(step).losses >= config_.ranks * config_.accum_steps; });
 }
 
 kernels::AdamwHyper Updater::hyper(int64_t step, double lr, double clip_coef) const {
@@ -162,11 +165,6 @@ kernels::AdamwHyper Updater::hyper(int64_t step, double lr, double clip_coef) co
 }
 
 void Updater::run_job(Job& job) {
-  if (job.kind != Job::kAccumulate) {
-    // The first update of a step waits for the checkpoint gate and for every rank's loss.
-    wait_gate(job.step);
-    wait_losses(job.step);
-  }
   const double start = config_.clock ? config_.clock() : 0.0;
   const char* what = "";
   switch (job.kind) {

@@ -123,8 +123,6 @@ class Updater {
   void update(Job& job);
   void verify_pass(int64_t step);
   void finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step);
-  void wait_losses(int64_t step);
-  void wait_gate(int64_t step);
   kernels::AdamwHyper hyper(int64_t step, double lr, double clip_coef) const;
 
   HostState& state_;
