@@ -24,6 +24,7 @@
 #include "io/hf_model.h"
 #include "io/sequence_sampler.h"
 #include "model/memory_model.h"
+#include "model/simulator.h"
 #include "model/step_work.h"
 
 namespace slidedp::exec {
@@ -81,7 +82,76 @@ std::string resolve_resume(const std::string& path) {
   return *latest;
 }
 
+// Union of intervals (seconds): busy time of a resource whose spans may overlap (comm collectives).
+double union_length(std::vector<std::pair<double, double>> iv) {
+  std::sort(iv.begin(), iv.end());
+  double total = 0, cur_s = -1, cur_e = -1;
+  for (const auto& [s, e] : iv) {
+    if (s > cur_e) {
+      total += cur_e - cur_s;
+      cur_s = s, cur_e = e;
+    } else {
+      cur_e = std::max(cur_e, e);
+    }
+  }
+  return total + (cur_e - cur_s);
+}
+
+// Per-rank, per-category busy time of step `s` (and its spans when sampled) from the timeline.
+void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep_spans, TrainStep& rec) {
+  std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> by;
+  double t0 = 1e300;
+  for (const MeasuredSpan& sp : spans) {
+    if (sp.tag.step != s) continue;
+    by[{sp.rank, sp.tag.category}].push_back({sp.start_s, sp.end_s});
+    t0 = std::min(t0, sp.start_s);
+  }
+  for (auto& [key, iv] : by) {
+    PhaseTotal t;
+    t.step = s + 1;
+    if (key.first >= 0) t.rank = key.first;
+    t.category = key.second;
+    t.count = static_cast<int64_t>(iv.size());
+    t.busy_s = union_length(iv);
+    if (key.first <= 0) rec.busy_s[key.second] = t.busy_s;
+    rec.totals.push_back(t);
+  }
+  if (!keep_spans) return;
+  for (const MeasuredSpan& sp : spans) {
+    if (sp.tag.step != s) continue;
+    PhaseSpan p;
+    p.step = s + 1;
+    if (sp.rank >= 0) p.rank = sp.rank;
+    p.category = sp.tag.category;
+    p.name = sp.tag.what;
+    if (sp.tag.unit >= 0) p.unit = sp.tag.unit;
+    if (sp.tag.chunk >= 0) p.chunk = sp.tag.chunk;
+    p.start_s = sp.start_s - t0;
+    p.end_s = sp.end_s - t0;
+    rec.spans.push_back(p);
+  }
+}
+
 }  // namespace
+
+std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans) {
+  std::vector<TimelineSpan> out;
+  out.reserve(spans.size());
+  for (const MeasuredSpan& s : spans) {
+    TimelineSpan t;
+    t.track = s.rank >= 0 ? fmt::format("rank {} / {}", s.rank, s.stream) : "host / " + s.stream;
+    std::string what = s.tag.what;
+    if (s.tag.unit >= 0) what += fmt::format(" u{}", s.tag.unit);
+    if (s.tag.chunk >= 0) what += fmt::format(" c{}", s.tag.chunk);
+    if (s.tag.step >= 0) what += fmt::format(" (step {})", s.tag.step + 1);
+    t.name = what;
+    t.category = s.tag.category;
+    t.start_s = s.start_s;
+    t.end_s = s.end_s;
+    out.push_back(std::move(t));
+  }
+  return out;
+}
 
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
   const ModelLayout layout = make_model_layout(o.card);
@@ -272,15 +342,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       if (o.trace) {
         std::vector<MeasuredSpan> more = backend->take_spans();
         spans.insert(spans.end(), more.begin(), more.end());
-        for (const MeasuredSpan& sp : spans) {
-          if (sp.tag.step != s) continue;
-          if (sp.rank > 0) continue;  // per-rank resources: rank 0 (ranks are symmetric)
-          rec.busy_s[sp.tag.category] += sp.end_s - sp.start_s;
-        }
+        summarize_step(spans, s, o.sample_spans_every > 0 && (s + 1) % o.sample_spans_every == 0, rec);
       }
+      // A stop request ends the run after this step (with a checkpoint when checkpointing).
+      const bool stop_now = o.stop && o.stop->load() && s + 1 < last;
       // Checkpoint while the gate holds back step s+1's updates: the state is exactly step s's.
       const bool save = !o.checkpoint_dir.empty() &&
-                        ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) || s + 1 == last);
+                        ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) || s + 1 == last || stop_now);
       if (save) {
         CheckpointData cd;
         cd.card = o.card;
@@ -298,14 +366,24 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         cd.state.metadata_json = o.metadata_json;
         result.last_checkpoint = save_checkpoint(o.checkpoint_dir, cd, o.keep_checkpoints);
       }
-      updater.allow_updates_through(s + 1);
       result.steps.push_back(rec);
       if (on_step) on_step(rec);
+      if (stop_now) {
+        result.stopped_early = true;  // step s+1 may be in flight; its updates stay behind the gate
+        break;
+      }
+      updater.allow_updates_through(s + 1);
     }
-    permits.finish();
-    for (auto& t : threads_v) t.join();
-    threads_v.clear();
-    backend->synchronize();
+    if (result.stopped_early) {
+      // Step `last` may already be in flight: its updates are held by the gate. Abort it quietly.
+      control.fail(std::make_exception_ptr(Aborted{}));
+      shutdown();
+    } else {
+      permits.finish();
+      for (auto& t : threads_v) t.join();
+      threads_v.clear();
+      backend->synchronize();
+    }
   } catch (const Aborted&) {
     shutdown();
     control.rethrow_if_failed();
@@ -315,7 +393,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     shutdown();
     throw;
   }
-  control.rethrow_if_failed();
+  if (!result.stopped_early) control.rethrow_if_failed();
 
   if (o.trace) {
     std::vector<MeasuredSpan> more = backend->take_spans();

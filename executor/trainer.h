@@ -4,6 +4,7 @@
 // state; an error anywhere stops every thread and is rethrown here with its original message.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -13,10 +14,12 @@
 
 #include "executor/backend.h"
 #include "executor/lr_schedule.h"
+#include "executor/run_log.h"
 #include "executor/updater.h"
 #include "io/token_dataset.h"
 #include "model/model_card.h"
 #include "model/plan.h"
+#include "model/simulator.h"
 
 namespace slidedp::exec {
 
@@ -45,7 +48,10 @@ struct TrainOptions {
   std::string resume_dir;              // a checkpoint folder, or a root whose newest one is used
   std::string metadata_json = "{}";    // stored in checkpoints
   // Timeline.
-  bool trace = false;                  // record spans (for --trace and --bench)
+  bool trace = false;                  // record spans (for --trace, --bench and per-step busy times)
+  int64_t sample_spans_every = 0;      // > 0: keep the detailed spans of every k-th step in TrainStep
+  // Set from another thread (a signal handler) to stop after the current step, cleanly.
+  const std::atomic<bool>* stop = nullptr;
   // Fault injection for tests (see DriverConfig).
   int inject_rank = -1;
   int64_t inject_nan_step = -1;
@@ -54,8 +60,9 @@ struct TrainOptions {
   int inject_throw_unit = -1;
 };
 
-// What one step did. busy_s: per category ("compute", "h2d", "d2h", "fabric" per rank 0; "cpu_update"
-// host), measured from the timeline when tracing is on.
+// What one step did. With tracing: busy_s per category for rank 0 ("compute", "h2d", "d2h", "fabric")
+// and the host ("cpu_update"), as the union of that resource's spans; totals per rank and category
+// for the run log; the step's detailed spans when sampled.
 struct TrainStep {
   int64_t step = 0;  // 1-based optimizer step
   double loss = 0;
@@ -66,6 +73,8 @@ struct TrainStep {
   bool skipped = false;
   std::string skipped_reason;
   std::map<std::string, double> busy_s;
+  std::vector<PhaseTotal> totals;
+  std::vector<PhaseSpan> spans;
 };
 
 struct TrainResult {
@@ -77,7 +86,11 @@ struct TrainResult {
   std::vector<MeasuredSpan> spans;         // the whole run's timeline when tracing
   std::string last_checkpoint;
   int64_t start_step = 0;                  // optimizer step the run started from (resume)
+  bool stopped_early = false;              // options.stop was raised
 };
+
+// The measured timeline as Chrome-trace spans (one track per rank and stream, plus the host's CPU).
+std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans);
 
 // Runs training. on_step is called on the calling thread after every step (progress, logging).
 TrainResult train(const TrainOptions& options, const std::function<void(const TrainStep&)>& on_step = {});

@@ -1,0 +1,303 @@
+// slidedp-run: trains a model with a plan, for real. With no model and no data it trains the small
+// embedded default (slidedp-tiny, a Llama-architecture model, on the text compiled into the binary).
+// Shows progress (step, loss, tokens/s, ETA), logs every run, step and phase to SQLite, writes
+// checkpoints and can resume, writes the measured timeline as Chrome trace JSON, and in --bench mode
+// reports each resource's busy time and the exposed (not overlapped) time per step.
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <filesystem>
+#include <csignal>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/cli_main.h"
+#include "common/file_util.h"
+#include "common/error.h"
+#include "common/progress.h"
+#include "common/table.h"
+#include "common/units.h"
+#include "executor/backend_registry.h"
+#include "executor/run_log.h"
+#include "executor/trainer.h"
+#include "io/default_corpus.h"
+#include "io/hf_model.h"
+#include "model/chrome_trace.h"
+#include "model/cli/plan_flags.h"
+#include "model/hardware.h"
+#include "model/step_model.h"
+
+namespace slidedp {
+namespace {
+
+std::atomic<bool> g_stop{false};
+extern "C" void on_sigint(int) { g_stop.store(true); }
+
+std::string command_line(int argc, char** argv) {
+  std::string s;
+  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
+  return s;
+}
+
+int run_main(int argc, char** argv) {
+  CLI::App app{
+      "slidedp-run: train a Llama/Qwen/Mistral-architecture model with layer streaming from host memory,\n"
+      "synchronous data parallel over the plan's ranks. Without --model and --data it trains the embedded\n"
+      "default: slidedp-tiny on the text compiled into the binary."};
+  PlanFlags flags;
+  flags.add_to(app);
+  std::string data, backend = "cpu", db = "runs/runs.db", trace, save_model, checkpoint_dir, resume, lr_file;
+  std::string on_nonfinite = "abort";
+  int64_t steps = 40, checkpoint_every = 0, warmup = 0, device_budget = 0;
+  int keep = 3, update_threads_flag = 0;
+  double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0;
+  uint64_t data_seed = 1234, init_seed = 42;
+  bool json = false, bench = false, exact = false, no_db = false, quiet = false;
+  std::string schedule = "constant";
+  app.add_option("--data", data, "Token file (slidedp-data build ...); default: the embedded text, byte-tokenized");
+  app.add_option("--steps", steps, "Optimizer steps to run (after --resume: further steps)")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr", lr, "Peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--schedule", schedule, "Learning-rate schedule: constant | cosine (decays to --min-lr at the last step)")
+      ->check(CLI::IsMember({"constant", "cosine"}));
+  app.add_option("--warmup", warmup, "Linear warm-up steps")->check(CLI::NonNegativeNumber);
+  app.add_option("--min-lr", min_lr, "Cosine schedule floor")->check(CLI::NonNegativeNumber);
+  app.add_option("--lr-schedule", lr_file, "Learning-rate schedule YAML (kind, lr, warmup_steps, total_steps, min_lr); overrides the flags above");
+  app.add_option("--weight-decay", weight_decay, "AdamW decoupled weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--clip-grad-norm", clip, "Clip the global gradient norm to this value (0: off; costs the update overlap)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
+      ->check(CLI::IsMember({"abort", "skip"}));
+  app.add_option("--backend", backend, "cpu (emulated devices) | cuda");
+  app.add_option("--device-budget", device_budget, "Device memory budget per rank in bytes (default: the plan's, else 16 GiB on the CPU backend)");
+  app.add_flag("--exact", exact, "Deliver fp32 parameters and gradients (no bf16 rounding; for exact comparisons)");
+  app.add_option("--db", db, "SQLite run log (created if missing)");
+  app.add_flag("--no-db", no_db, "Do not write a run log");
+  app.add_option("--trace", trace, "Write the measured timeline as Chrome trace JSON (open in Perfetto)");
+  app.add_flag("--bench", bench, "Benchmark mode: per step, each resource's busy time, the exposed time and tokens/s");
+  app.add_option("--checkpoint-dir", checkpoint_dir, "Write checkpoints here (step-XXXXXXXX folders)");
+  app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every K steps (0: at the end only)")->check(CLI::NonNegativeNumber);
+  app.add_option("--keep-checkpoints", keep, "Keep the last K checkpoints")->check(CLI::PositiveNumber);
+  app.add_option("--resume", resume, "Resume from a checkpoint folder, or the newest one under a checkpoint root");
+  app.add_option("--save-model", save_model, "Save the trained weights as a Hugging Face model folder (bf16 safetensors)");
+  app.add_option("--data-seed", data_seed, "Seed of the data shuffle");
+  app.add_option("--init-seed", init_seed, "Seed of the random initialization (when no model folder is given)");
+  app.add_option("--threads", update_threads_flag, "CPU threads for reduction + AdamW (0: the plan's, else all cores)");
+  app.add_flag("--json", json, "Print one JSON summary at the end instead of the human report");
+  app.add_flag("-q,--quiet", quiet, "No progress line");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
+  }
+
+  PlanFile pf = flags.resolve();
+  const bool defaults = pf.model.empty() && data.empty();
+  exec::TrainOptions o;
+  // The embedded default: slidedp-tiny on the built-in text with a 2-rank plan that exercises the
+  // sharded route, offload and recompute.
+  if (pf.model.empty()) pf.model = "slidedp-tiny";
+  if (pf.seq_len <= 0) pf.seq_len = 128;
+  if (defaults && flags.plan_file.empty()) {
+    if (!flags.ranks) pf.plan.ranks = 2;
+    if (!flags.micro_batch) pf.plan.micro_batch = 4;
+    if (!flags.param_route) pf.plan.param_route = ParamRoute::kSharded;
+    if (!flags.chunk_numel) pf.plan.chunk_numel = 1 << 16;
+    if (!flags.activation) pf.plan.offload_layers = 1, pf.plan.recompute_layers = 2, pf.plan.keep_layers = Plan::kRest;
+  }
+  if (std::filesystem::is_directory(pf.model)) {
+    o.init_model_dir = pf.model;
+    o.card = load_model_card(pf.model);
+  } else {
+    o.card = load_model_card(pf.model);
+  }
+  o.seq_len = pf.seq_len;
+  o.plan = pf.plan;
+  o.backend = backend;
+  o.exact_fp32 = exact;
+  o.device_budget_bytes = device_budget;
+  o.update_threads = update_threads_flag;
+  o.dataset = data.empty() ? default_corpus_dataset() : TokenDataset::open(data);
+  o.data_seed = data_seed;
+  o.init_seed = init_seed;
+  o.steps = steps;
+  if (!lr_file.empty()) {
+    o.lr = exec::lr_schedule_from_yaml(read_text_file(lr_file), lr_file);
+  } else {
+    o.lr.kind = schedule == "cosine" ? exec::LrScheduleKind::kCosine : exec::LrScheduleKind::kConstant;
+    o.lr.lr = lr;
+    o.lr.warmup_steps = warmup;
+    if (o.lr.kind == exec::LrScheduleKind::kCosine) {
+      o.lr.total_steps = std::max<int64_t>(steps, warmup + 1);
+      o.lr.min_lr = min_lr;
+    }
+  }
+  o.optimizer.weight_decay = weight_decay;
+  o.optimizer.clip_grad_norm = clip;
+  o.optimizer.on_nonfinite = on_nonfinite == "skip" ? exec::NonFinitePolicy::kSkip : exec::NonFinitePolicy::kAbort;
+  o.checkpoint_dir = checkpoint_dir;
+  o.checkpoint_every = checkpoint_every;
+  o.keep_checkpoints = keep;
+  o.resume_dir = resume;
+  o.trace = bench || !trace.empty() || !no_db;
+  o.sample_spans_every = 10;
+  o.stop = &g_stop;
+  o.metadata_json = nlohmann::json{{"plan", plan_to_yaml(o.plan)}, {"model", o.card.name}, {"seq_len", o.seq_len}}.dump();
+
+  // What the model predicts for this plan on this machine's profile (a run is also a model check).
+  const std::string hw_name = !pf.hardware.empty() ? pf.hardware : (backend == "cpu" ? "cpu-dev" : "");
+  std::optional<Prediction> predicted;
+  std::string hw_yaml;
+  if (!hw_name.empty()) {
+    Hardware hw = load_hardware(hw_name);
+    hw_yaml = hardware_to_yaml(hw);
+    try {
+      predicted = predict_analytical(make_workload(o.card, o.seq_len), hw, o.plan);
+    } catch (const InputError&) {
+      // A plan the preset cannot describe (e.g. more ranks than its GPUs): no prediction.
+    }
+  }
+
+  std::optional<exec::RunLog> log;
+  int64_t run_id = -1;
+  if (!no_db) {
+    log.emplace(exec::RunLog::open(db));
+    exec::RunInfo info;
+    info.kind = exec::RunKind::kTrain;
+    info.command_line = command_line(argc, argv);
+    info.backend = backend;
+    info.plan_yaml = plan_to_yaml(o.plan);
+    info.plan_summary = o.plan.summary(static_cast<int>(o.card.num_layers));
+    info.hardware_name = hw_name;
+    info.hardware_yaml = hw_yaml;
+    info.model_name = o.card.name;
+    info.seq_len = o.seq_len;
+    info.system = "slidedp";
+    run_id = log->begin_run(info);
+    if (predicted) log->log_prediction(run_id, exec::prediction_record(*predicted));
+  }
+
+  const std::string header = fmt::format("{} ({} params) | seq {} | {} | {} backend | {} | {} tokens/step",
+                                         o.card.name, format_count(static_cast<double>(o.card.total_params())), o.seq_len,
+                                         o.plan.summary(static_cast<int>(o.card.num_layers)), backend, o.lr.summary(),
+                                         o.plan.global_batch_sequences() * o.seq_len);
+  if (!json) fmt::print("{}\n", header);
+  if (predicted && !json)
+    fmt::print("model prediction on {}: {} per step, bottleneck {}\n", hw_name, format_seconds(predicted->step_time_s),
+               predicted->bottleneck);
+
+  std::signal(SIGINT, on_sigint);
+  Progress progress("train", static_cast<double>(steps), "steps", !quiet && !json);
+  double tokens_total = 0, time_total = 0;
+  Table bench_table({"step", "loss", "step time", "compute", "h2d", "d2h", "fabric", "cpu update", "exposed", "tokens/s"},
+                    {"", "", "s", "s", "s", "s", "s", "s", "s", ""});
+  auto on_step = [&](const exec::TrainStep& s) {
+    tokens_total += static_cast<double>(s.tokens);
+    time_total += s.wall_s;
+    progress.update(static_cast<double>(s.step - (resume.empty() ? 0 : 0)),
+                    fmt::format("step {} loss {:.4f} | {:.0f} tokens/s{}", s.step, s.loss,
+                                static_cast<double>(s.tokens) / s.wall_s, s.skipped ? " | SKIPPED: " + s.skipped_reason : ""));
+    if (log) {
+      exec::StepRecord r;
+      r.step = s.step;
+      r.loss = s.loss;
+      r.tokens = s.tokens;
+      r.wall_s = s.wall_s;
+      if (predicted) r.predicted_step_s = predicted->step_time_s;
+      r.lr = s.lr;
+      if (s.grad_norm >= 0) r.grad_norm = s.grad_norm;
+      r.skipped = s.skipped;
+      r.skip_reason = s.skipped_reason;
+      log->log_step(run_id, r, s.totals, s.spans);
+    }
+    if (bench) {
+      auto busy = [&](const char* k) { return s.busy_s.count(k) ? s.busy_s.at(k) : 0.0; };
+      bench_table.add_row({std::to_string(s.step), fmt::format("{:.4f}", s.loss), fmt::format("{:.4f}", s.wall_s),
+                           fmt::format("{:.4f}", busy("compute")), fmt::format("{:.4f}", busy("h2d")),
+                           fmt::format("{:.4f}", busy("d2h")), fmt::format("{:.4f}", busy("fabric")),
+                           fmt::format("{:.4f}", busy("cpu_update")),
+                           fmt::format("{:.4f}", std::max(0.0, s.wall_s - busy("compute"))),
+                           fmt::format("{:.0f}", static_cast<double>(s.tokens) / s.wall_s)});
+    }
+  };
+
+  exec::TrainResult result;
+  try {
+    result = exec::train(o, on_step);
+  } catch (const Error& e) {
+    if (log) {
+      exec::ErrorRecord er;
+      er.kind = e.kind() == ErrorKind::kNumeric ? "numeric" : e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
+      er.message = e.what();
+      log->log_error(run_id, er);
+      log->end_run(run_id, exec::RunStatus::kFailed);
+    }
+    throw;
+  } catch (...) {
+    if (log) log->end_run(run_id, exec::RunStatus::kFailed);
+    throw;
+  }
+  progress.finish(result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss));
+  if (log) log->end_run(run_id, result.stopped_early ? exec::RunStatus::kInterrupted : exec::RunStatus::kFinished);
+
+  if (!trace.empty())
+    write_chrome_trace(trace, exec::timeline_spans(result.spans), fmt::format("measured: slidedp-run {} ({} backend)", o.card.name, backend));
+  if (!save_model.empty()) {
+    UnitSpans spans;
+    for (const auto& u : result.master) spans.emplace_back(u);
+    HfSaveOptions so;
+    so.overwrite = true;
+    save_hf_model(save_model, o.card, spans, so);
+  }
+
+  // Steady state: every step but the first (it pays start-up).
+  double steady_t = 0, steady_tok = 0;
+  for (size_t i = result.steps.size() > 1 ? 1 : 0; i < result.steps.size(); ++i) {
+    steady_t += result.steps[i].wall_s;
+    steady_tok += static_cast<double>(result.steps[i].tokens);
+  }
+  const double tps = steady_t > 0 ? steady_tok / steady_t : 0;
+  if (json) {
+    nlohmann::json j;
+    j["model"] = o.card.name;
+    j["plan"] = o.plan.summary(static_cast<int>(o.card.num_layers));
+    j["backend"] = backend;
+    j["steps"] = nlohmann::json::array();
+    for (const auto& s : result.steps)
+      j["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"tokens", s.tokens}, {"wall_s", s.wall_s}, {"lr", s.lr},
+                            {"skipped", s.skipped}, {"busy_s", s.busy_s}});
+    j["tokens_per_s"] = tps;
+    j["final_loss"] = result.steps.empty() ? 0.0 : result.steps.back().loss;
+    j["device_high_water_bytes"] = result.device_high_water_bytes;
+    j["device_budget_bytes"] = result.device_budget_bytes;
+    if (predicted) j["predicted_step_time_s"] = predicted->step_time_s;
+    if (run_id >= 0) j["run_id"] = run_id, j["db"] = db;
+    if (!result.last_checkpoint.empty()) j["checkpoint"] = result.last_checkpoint;
+    std::cout << j.dump(2) << "\n";
+    return 0;
+  }
+  if (bench) std::cout << "\n" << bench_table.render();
+  fmt::print("\n{} steps, steady state {:.0f} tokens/s, {} per step", result.steps.size(), tps,
+             format_seconds(result.steps.size() > 1 ? steady_t / static_cast<double>(result.steps.size() - 1) : steady_t));
+  if (predicted) fmt::print(" (model predicted {})", format_seconds(predicted->step_time_s));
+  fmt::print("\nloss {:.4f} -> {:.4f}\n", result.steps.empty() ? 0.0 : result.steps.front().loss,
+             result.steps.empty() ? 0.0 : result.steps.back().loss);
+  int64_t hw = 0;
+  for (auto h : result.device_high_water_bytes) hw = std::max(hw, h);
+  fmt::print("device memory high water {} of {} budget per rank; host state {}\n", format_bytes(static_cast<double>(hw)),
+             format_bytes(static_cast<double>(result.device_budget_bytes)), format_bytes(static_cast<double>(result.host_state_bytes)));
+  if (run_id >= 0) fmt::print("run {} logged to {}\n", run_id, db);
+  if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
+  if (!trace.empty()) fmt::print("timeline: {} (open in Perfetto)\n", trace);
+  if (result.stopped_early) fmt::print("stopped early on request\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace slidedp
+
+int main(int argc, char** argv) {
+  return slidedp::run_cli("slidedp-run", [&] { return slidedp::run_main(argc, argv); });
+}
