@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
-# The README's first command: installs dependencies, builds, and runs the main job on an embedded
-# default: a step-time prediction for a real model on a preset machine, as a readable breakdown.
+# The README's first command: installs dependencies, builds (CPU backend), and runs the main job on the
+# embedded default: slidedp-run trains the small Llama-architecture slidedp-tiny model on the text
+# compiled into the binary, with 2 emulated GPUs (sharded parameter delivery, activation offload and
+# recompute), logging to runs/runs.db; then slidedp-predict shows what the same pipeline does for
+# Qwen3-14B on 4x H100.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 "$root/scripts/install_deps.sh"
 SLIDEDP_CUDA="${SLIDEDP_CUDA:-OFF}" "$root/scripts/build.sh"
 bin="${SLIDEDP_BUILD_DIR:-$root/build}/bin"
 echo
-echo "== slidedp-predict: Qwen3-14B, 4x H100 SXM, 4096-token sequences =="
-"$bin/slidedp-predict" --hardware h100-sxm-x4 --model qwen3-14b --seq 4096 --micro-batch 2 --ranks 4
+echo "== slidedp-run: train slidedp-tiny on the embedded text (2 emulated GPUs) =="
+"$bin/slidedp-run" --steps 40 --db "$root/runs/runs.db" --trace "$root/runs/quickstart-trace.json"
+echo
+echo "== slidedp-predict: Qwen3-14B on 4x H100 SXM, 4096-token sequences =="
+"$bin/slidedp-predict" --hardware h100-sxm-x4 --model qwen3-14b --seq 4096 --micro-batch 2 --ranks 4 \
+  --param-route sharded --activation offload:8,recompute:rest
