@@ -18,7 +18,7 @@ done
 [ "$cuda" = "ON" ] && [ -x /usr/local/cuda/bin/nvcc ] && configure+=(-DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc)
 cmake -S "$root" -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE="${SLIDEDP_BUILD_TYPE:-RelWithDebInfo}" \
-  -DSLIDEDP_ENABLE_CUDA="$cuda" -DSLIDEDP_WERROR="${SLIDEDP_WERROR:-ON}" "${configure[@]}" >/dev/null
+  -DSLIDEDP_ENABLE_CUDA="$cuda" -DSLIDEDP_WERROR="${SLIDEDP_WERROR:-ON}" -DSLIDEDP_MODULES=all "${configure[@]}" >/dev/null
 jobs="${SLIDEDP_JOBS:-$(nproc)}"
 if [ ${#targets[@]} -gt 0 ]; then
   cmake --build "$build" -j "$jobs" --target "${targets[@]}"
