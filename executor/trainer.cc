@@ -156,7 +156,8 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
-  const Plan& plan = o.plan;
+  Plan plan = o.plan;
+  plan.verify_updates = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
   const int N = plan.ranks;
   const int U = layout.num_units();
   TrainResult result;

@@ -124,6 +124,7 @@ Plan plan_from_yaml_reader(const YamlReader& r) {
   p.loss_chunk_tokens = r.integer_or("loss_chunk_tokens", p.loss_chunk_tokens, 1, int64_t{1} << 40);
   p.gpu_mem_budget_bytes = r.bytes_or("gpu_mem_budget_bytes", 0);
   p.gpu_mem_reserve_bytes = r.bytes_or("gpu_mem_reserve_bytes", p.gpu_mem_reserve_bytes);
+  p.verify_updates = r.boolean_or("verify_updates", false);
   return p;
 }
 
@@ -172,6 +173,7 @@ void emit_plan_keys(YAML::Emitter& e, const Plan& p) {
   if (p.gpu_mem_budget_bytes > 0)
     e << YAML::Key << "gpu_mem_budget_bytes" << YAML::Value << p.gpu_mem_budget_bytes;
   e << YAML::Key << "gpu_mem_reserve_bytes" << YAML::Value << p.gpu_mem_reserve_bytes;
+  if (p.verify_updates) e << YAML::Key << "verify_updates" << YAML::Value << true;
 }
 
 }  // namespace

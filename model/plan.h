@@ -38,6 +38,9 @@ struct Plan {
   int64_t loss_chunk_tokens = 4096;  // tokens per fused cross-entropy chunk
   int64_t gpu_mem_budget_bytes = 0;  // 0 = the GPU's memory minus gpu_mem_reserve_bytes
   int64_t gpu_mem_reserve_bytes = int64_t{2} << 30;  // CUDA context, allocator slack, fragmentation
+  // Gradient clipping or skipping non-finite steps needs the global gradient before any update, so
+  // chunks are accumulated during backward and all updated after it (docs/EXECUTOR.md).
+  bool verify_updates = false;
 
   int64_t global_batch_sequences() const {
     return static_cast<int64_t>(ranks) * micro_batch * accum_steps;

@@ -147,6 +147,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   StepWork sw;
   sw.traits = system_traits(system);
   const Plan p = plan_for_system(plan_in, system, card);
+  if (system == System::kSlideDP && p.verify_updates) sw.traits.update_after_backward = true;
   p.validate(L, "plan");
   const int N = p.ranks;
   if (!hw.gpu.emulated_on_host && N > hw.gpu.count)
@@ -325,6 +326,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     // Optimizer over all parameters with the updater's threads (ZeRO-Offload: each rank's process
     // updates its partition, so all cores work; MegaTrain: one process).
     const double threads = system == System::kZeroOffload ? static_cast<double>(hw.cpu.cores) : c.update_threads;
+    // (SlideDP in verify mode and MegaTrain update with their own pool; ZeRO-Offload with every core.)
     const double rate = CpuSpec::interpolate(hw.cpu.adamw_params_per_s, threads);
     // Expressed in thread-seconds of the update pool, so that work / update_threads = P / rate.
     sw.post_update_thread_s = P / rate * c.update_threads;

@@ -137,6 +137,7 @@ int run_main(int argc, char** argv) {
   o.optimizer.weight_decay = weight_decay;
   o.optimizer.clip_grad_norm = clip;
   o.optimizer.on_nonfinite = on_nonfinite == "skip" ? exec::NonFinitePolicy::kSkip : exec::NonFinitePolicy::kAbort;
+  o.plan.verify_updates = clip > 0 || on_nonfinite == "skip";
   o.checkpoint_dir = checkpoint_dir;
   o.checkpoint_every = checkpoint_every;
   o.keep_checkpoints = keep;
