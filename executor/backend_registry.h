@@ -19,7 +19,7 @@ struct BackendOptions {
   int64_t device_budget_bytes = 0;
   bool exact_fp32 = false;
   int64_t loss_chunk_tokens = 256;
-  int blas_threads = 0;  // CPU backend: 0 = cores / devices
+  int blas_threads = 0;  // CPU backend: cores per emulated device (0 = 1)
 };
 
 // "cpu" or "cuda". Throws InputError for an unknown or unavailable backend, naming the ones built in.

@@ -581,8 +581,9 @@ class CpuBackend final : public Backend {
     math_.specs = kernels::make_model_specs(card, layout);
     math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
     math_.exact = opt.exact_fp32;
-    const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-    kernels::set_blas_threads(opt.blas_threads > 0 ? opt.blas_threads : std::max(1, cores / opt.devices));
+    const int threads = opt.blas_threads > 0 ? opt.blas_threads : 1;
+    kernels::set_blas_threads(threads);
+    math_.specs.decoder.threads = threads;
     for (int r = 0; r < opt.devices; ++r)
       devices_.push_back(std::make_unique<CpuDevice>(r, opt.device_budget_bytes, math_, control, tracer_));
   }

@@ -20,7 +20,10 @@ struct CpuBackendOptions {
   int devices = 1;
   int64_t device_budget_bytes = int64_t{1} << 34;  // per emulated device
   bool exact_fp32 = false;  // deliver fp32 parameters (no bf16 rounding) for exact tests
-  int blas_threads = 0;     // 0: max(1, cores / devices)
+  // Cores per emulated device (BLAS and attention threads). 0: 1 -- each emulated GPU is one compute
+  // core, so its speed does not depend on how many devices share the host, and the model charges
+  // each device's compute to one host core (gpu.host_threads_per_device).
+  int blas_threads = 0;
   int64_t loss_chunk_tokens = 256;
 };
 
