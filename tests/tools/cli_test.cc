@@ -1,0 +1,145 @@
+// The tools as a user runs them: exit codes for bad input, infeasible plans and missing files with a
+// message naming what was wrong; slidedp-run's embedded default trains and logs; a run killed with
+// SIGKILL in the middle of writing a checkpoint resumes from the previous complete one, and the run
+// log says the killed run did not finish.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <nlohmann/json.hpp>
+
+#include "executor/run_log.h"
+#include "io/checkpoint.h"
+
+namespace slidedp {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Result {
+  int code = -1;
+  std::string out;
+};
+
+// Runs a shell command line, capturing stdout and stderr.
+Result sh(const std::string& cmd) {
+  Result r;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  char buf[4096];
+  while (fgets(buf, sizeof(buf), p)) r.out += buf;
+  int status = pclose(p);
+  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string bin(const std::string& tool) { return std::string(SLIDEDP_BIN_DIR) + "/" + tool; }
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("slidedp_cli_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+TEST(Cli, PredictBadInputNamesTheProblem) {
+  Result r = sh(bin("slidedp-predict") + " --hardware h100-sxm-x4 --model qwen9 --seq 128");
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.out.find("unknown model 'qwen9'"), std::string::npos) << r.out;
+  r = sh(bin("slidedp-predict") + " --hardware h100-sxm-x4 --model qwen3-14b --seq 4096 --ranks 4 --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  for (const char* k : {"step_time_s", "tokens_per_step", "tokens_per_s", "tflops_per_gpu", "bottleneck", "exposed_s",
+                        "gpu_mem_peak_bytes", "host_mem_bytes", "feasible", "breakdown"})
+    EXPECT_TRUE(j.contains(k)) << k;
+}
+
+TEST(Cli, RunDefaultTrainsAndLogs) {
+  fs::path d = scratch("default");
+  Result r = sh("cd " + d.string() + " && " + bin("slidedp-run") + " --steps 6 --json -q --db runs.db");
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_EQ(j["steps"].size(), 6u);
+  EXPECT_LT(j["final_loss"].get<double>(), j["steps"][0]["loss"].get<double>());
+  exec::RunLogReader log((d / "runs.db").string());
+  auto runs = log.list_runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(log.run_status(runs[0].id), exec::RunState::kFinished);
+  EXPECT_EQ(log.steps(runs[0].id).size(), 6u);
+  EXPECT_FALSE(log.phase_totals(runs[0].id).empty());
+  fs::remove_all(d);
+}
+
+TEST(Cli, RunErrorsHaveDistinctExitCodes) {
+  fs::path d = scratch("errors");
+  Result r = sh(bin("slidedp-run") + " --no-db --steps 1 --data " + (d / "missing.tok").string());
+  EXPECT_EQ(r.code, 4) << r.out;
+  EXPECT_NE(r.out.find("missing.tok"), std::string::npos) << r.out;
+  r = sh(bin("slidedp-run") + " --no-db --steps 1 --device-budget 65536");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("exceeds the budget"), std::string::npos) << r.out;
+  r = sh(bin("slidedp-run") + " --no-db --steps 1 --param-route broadcast");
+  EXPECT_EQ(r.code, 2) << r.out;
+  std::ofstream(d / "bad.yaml") << "ranks: 2\nchunk_numell: 5\n";
+  r = sh(bin("slidedp-run") + " --no-db --steps 1 --plan " + (d / "bad.yaml").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("chunk_numell"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
+// Kill -9 while a checkpoint is being written (a .tmp-* folder exists), then resume.
+TEST(Cli, KilledDuringCheckpointWriteResumesFromThePreviousCompleteOne) {
+  fs::path d = scratch("kill");
+  const std::string ckpt = (d / "ckpt").string();
+  // A model big enough that writing a checkpoint takes a while (about 26M parameters).
+  std::ofstream(d / "model.yaml") << "name: mid\nmodel_type: llama\nhidden_size: 512\nnum_hidden_layers: 4\n"
+                                     "num_attention_heads: 8\nnum_key_value_heads: 4\nintermediate_size: 1536\n"
+                                     "vocab_size: 256\n";
+  const std::string args = " --model " + (d / "model.yaml").string() + " --seq 16 --micro-batch 1 --ranks 1 " +
+                           "--checkpoint-dir " + ckpt + " --checkpoint-every 1 --keep-checkpoints 5 -q --db " +
+                           (d / "runs.db").string();
+  pid_t child = fork();
+  if (child == 0) {
+    std::string cmd = bin("slidedp-run") + args + " --steps 50 > /dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  // Wait until at least one checkpoint is complete and the next one is being written.
+  bool killed = false;
+  for (int i = 0; i < 6000 && !killed; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!fs::exists(ckpt) || list_checkpoints(ckpt).empty()) continue;
+    for (const auto& e : fs::directory_iterator(ckpt))
+      if (e.path().filename().string().rfind(".tmp", 0) == 0) {
+        kill(child, SIGKILL);
+        killed = true;
+        break;
+      }
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(killed) << "the writer finished before it could be killed mid-checkpoint";
+  auto complete = list_checkpoints(ckpt);
+  ASSERT_FALSE(complete.empty());
+  const int64_t resumed_from = complete.back().first;
+  // The run log opens and says the killed run did not finish.
+  {
+    exec::RunLogReader log((d / "runs.db").string());
+    EXPECT_EQ(log.integrity_check(), "ok");
+    EXPECT_EQ(log.run_status(log.list_runs().front().id), exec::RunState::kDidNotFinish);
+  }
+  Result r = sh(bin("slidedp-run") + args + " --steps 2 --json --resume " + ckpt);
+  ASSERT_EQ(r.code, 0) << r.out;
+  nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["steps"][0]["step"].get<int64_t>(), resumed_from + 1);
+  fs::remove_all(d);
+}
+
+}  // namespace
+}  // namespace slidedp
