@@ -131,7 +131,7 @@ class Recurrence {
       if (a == 0) invalidate_slots();  // parameters changed since the previous step
       // ---- forward ----
       set_phase(2 * a);
-      double phase_start = gpu_;
+      double phase_start = -1;  // the phase's first compute (after its first delivery)
       PhaseDemand fwd;
       std::vector<double>& offload_end = offload_end_;
       std::fill(offload_end.begin(), offload_end.end(), 0.0);
@@ -142,6 +142,7 @@ class Recurrence {
         double start = std::max(gpu_, ready);
         if (u >= 2) start = std::max(start, offload_end[static_cast<std::size_t>(u - 2)]);
         if (first_compute < 0) first_compute = start;
+        if (phase_start < 0) phase_start = start;
         gpu_ = start + w.fwd_s;
         compute_ += w.fwd_s;
         release(u, gpu_);

@@ -23,9 +23,9 @@ constexpr double kAdamwHostBytesPerParam = 28.0;
 }  // namespace
 
 int resolve_update_threads(const Plan& plan, const Hardware& hw) {
+  // The executor's default pool has one thread per core. On the CPU backend those threads share the
+  // cores with the emulated devices; the model charges that through the shared cpu_cores resource.
   if (plan.update_threads > 0) return plan.update_threads;
-  if (hw.gpu.emulated_on_host)
-    return std::max(1, hw.cpu.cores - plan.ranks * hw.gpu.host_threads_per_device);
   return hw.cpu.cores;
 }
 

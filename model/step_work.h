@@ -106,7 +106,7 @@ struct StepWork {
   double post_gpu_s = 0;  // FSDP2 GPU optimizer, per rank
 };
 
-// Resolves the update thread count (plan value, or all cores not busy emulating devices).
+// Resolves the update thread count (the plan's value, or one per core like the executor's pool).
 int resolve_update_threads(const Plan& plan, const Hardware& hw);
 SystemTraits system_traits(System system);
 // Applies a baseline's fixed choices to the plan (routes, activation policy, chunk, depth).
