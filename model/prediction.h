@@ -45,7 +45,10 @@ struct Prediction {
   std::vector<std::string> infeasible_reasons;
   double step_time_s = 0;
   Breakdown breakdown;
-  std::map<std::string, double> busy_s;  // per resource (per-rank resources: rank 0)
+  std::map<std::string, double> busy_s;  // per resource (per-rank resources: rank 0): work / capacity
+  // Simulator only: per resource, how long it had work in flight (the union of its tasks' spans on
+  // rank 0), which is what an executor's measured timeline shows for the same resource.
+  std::map<std::string, double> span_busy_s;
   double lower_bound_s = 0;              // max over resources of demand / capacity
   double critical_path_s = 0;            // the pipeline with no sharing slowdowns (analytical only)
   std::string bottleneck;                // busiest resource

@@ -457,7 +457,23 @@ struct RunOutcome {
   double step_s = 0;
   Breakdown breakdown;
   std::map<std::string, double> busy;
+  std::map<std::string, double> span_busy;
 };
+
+double union_length(std::vector<std::pair<double, double>> iv) {
+  std::sort(iv.begin(), iv.end());
+  double total = 0, s0 = 0, e0 = -1;
+  bool open = false;
+  for (const auto& [s, e] : iv) {
+    if (!open || s > e0) {
+      if (open) total += e0 - s0;
+      s0 = s, e0 = e, open = true;
+    } else {
+      e0 = std::max(e0, e);
+    }
+  }
+  return open ? total + (e0 - s0) : 0.0;
+}
 
 RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
   FluidEngine& e = g.engine();
@@ -492,6 +508,22 @@ RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
   }
   b.stall_s = out.step_s - b.compute_s - b.exposed_tail_s - b.exposed_head_s - b.post_update_s;
   // Busy time of each resource over the first step's tasks.
+  // Span busy: the union of the spans of rank 0's tasks per resource (what a timeline shows).
+  {
+    std::map<std::string, std::vector<std::pair<double, double>>> iv;
+    for (int id : g.step0_tasks()) {
+      const auto& t = e.task(id);
+      if (t.usages.empty() && t.tag != kFabric) continue;
+      const int front = t.usages.empty() ? -1 : t.usages.front().resource;
+      const std::pair<double, double> span{t.start_s, t.end_s};
+      if ((t.tag == kCompute || t.tag == kPostCompute) && front == g.resource_gpu(0)) iv[resource::kGpuCompute].push_back(span);
+      if (t.tag == kH2D && front == g.resource_h2d(0)) iv[resource::kH2D].push_back(span);
+      if (t.tag == kD2H && front == g.resource_d2h(0)) iv[resource::kD2H].push_back(span);
+      if (t.tag == kFabric) iv[resource::kFabric].push_back(span);
+      if (t.tag == kCpu) iv[resource::kCpuUpdate].push_back(span);
+    }
+    for (auto& [k, v] : iv) out.span_busy[k] = union_length(std::move(v));
+  }
   // Latencies are paid per copy and per collective: counted as busy time of the rank-0 link/port.
   std::map<int, double> used;
   double h2d_latency = 0, d2h_latency = 0, fabric_latency = 0;
@@ -533,6 +565,7 @@ Simulation simulate_step_work(const StepWork& sw, const SimulatorOptions& option
   p.step_time_s = with.step_s;
   p.breakdown = with.breakdown;
   p.busy_s = with.busy;
+  p.span_busy_s = with.span_busy;
   if (options.measure_sync) {
     GraphBuilder g0(sw, false, false);
     g0.build(options.steps);

@@ -1,0 +1,13 @@
+// Subcommands of slidedp-sweep, each registered on the app; the callback stores the exit status.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace slidedp {
+
+void add_fidelity_command(CLI::App& app, int argc, char** argv);
+void add_run_command(CLI::App& app, int argc, char** argv);
+int last_command_status();
+void set_command_status(int status);
+
+}  // namespace slidedp

@@ -1,0 +1,75 @@
+// `slidedp-sweep fidelity`: runs the validation set and writes results/fidelity/ (CSV, SVG, summary).
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/progress.h"
+#include "model/hardware.h"
+#include "model/model_card.h"
+#include "sweeps/cli/commands.h"
+#include "sweeps/fidelity.h"
+
+namespace slidedp {
+namespace {
+
+int g_status = 0;
+
+struct FidelityArgs {
+  std::string profile = "cpu-dev", model = "slidedp-tiny", out = "results/fidelity";
+  int64_t seq = 128;
+  int steps = 8, warmup = 2, plans = 0;
+  bool json = false;
+};
+
+}  // namespace
+
+int last_command_status() { return g_status; }
+void set_command_status(int s) { g_status = s; }
+
+void add_fidelity_command(CLI::App& app, int argc, char** argv) {
+  auto args = std::make_shared<FidelityArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "fidelity", "Run the validation plans with the executor (CPU backend), predict them with the model on a hardware "
+                  "profile of this machine, calibrate on half, report on the other half");
+  cmd->add_option("--profile", args->profile, "Hardware profile of this machine (slidedp-profile output) or a preset");
+  cmd->add_option("--model", args->model, "Model to train (small: every plan runs for real)");
+  cmd->add_option("--seq", args->seq, "Sequence length")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "Steps per plan")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", args->warmup, "Steps per plan not measured")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--plans", args->plans, "Use only the first N validation plans (0: all 20)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--out", args->out, "Output folder (fidelity.csv, fidelity.svg, README.md)");
+  cmd->add_flag("--json", args->json, "Print the summary as JSON");
+  std::string command;
+  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  cmd->callback([args, command] {
+    FidelityConfig cfg;
+    cfg.card = load_model_card(args->model);
+    cfg.seq_len = args->seq;
+    cfg.hardware = load_hardware(args->profile);
+    cfg.steps = args->steps;
+    cfg.warmup = args->warmup;
+    cfg.plans = default_fidelity_plans();
+    if (args->plans > 0 && static_cast<size_t>(args->plans) < cfg.plans.size()) cfg.plans.resize(static_cast<size_t>(args->plans));
+    Progress progress("fidelity", static_cast<double>(cfg.plans.size()), "plans", !args->json);
+    cfg.progress = [&](int done, int, const std::string& name) { progress.update(done, name); };
+    FidelityReport rep = run_fidelity(cfg);
+    progress.finish();
+    write_fidelity_outputs(rep, args->out, command);
+    if (args->json) {
+      nlohmann::json j = {{"heldout_mape", rep.heldout_mape}, {"heldout_worst", rep.heldout_worst}, {"fit_mape", rep.fit_mape},
+                          {"raw_mape", rep.raw_mape}, {"bottleneck_match", rep.bottleneck_match}, {"scales", rep.scales},
+                          {"worst_plan", rep.worst_plan}, {"out", args->out}};
+      std::cout << j.dump(2) << "\n";
+    } else {
+      fmt::print("held-out MAPE {:.1f}% (worst {:.1f}%: {}), fit MAPE {:.1f}%, uncalibrated {:.1f}%, bottleneck match {:.0f}%\n",
+                 100 * rep.heldout_mape, 100 * rep.heldout_worst, rep.worst_plan, 100 * rep.fit_mape, 100 * rep.raw_mape,
+                 100 * rep.bottleneck_match);
+      fmt::print("wrote {}/README.md, fidelity.csv, fidelity.svg\n", args->out);
+    }
+    set_command_status(0);
+  });
+}
+
+}  // namespace slidedp

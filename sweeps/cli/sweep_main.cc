@@ -1,0 +1,24 @@
+// slidedp-sweep: studies over many plans. Subcommands:
+//   fidelity   run a validation set of plans with the executor on this machine and compare them
+//              with the model's predictions (issue 10)
+//   run        evaluate a sweep spec (hardware x models x sequence lengths x batches x systems)
+#include <CLI/CLI.hpp>
+
+#include "common/cli_main.h"
+#include "common/error.h"
+#include "sweeps/cli/commands.h"
+
+int main(int argc, char** argv) {
+  return slidedp::run_cli("slidedp-sweep", [&] {
+    CLI::App app{"slidedp-sweep: evaluate many plans -- model sweeps, baselines, what-if hardware, and model fidelity."};
+    app.require_subcommand(1);
+    slidedp::add_fidelity_command(app, argc, argv);
+    slidedp::add_run_command(app, argc, argv);
+    try {
+      app.parse(argc, argv);
+    } catch (const CLI::ParseError& e) {
+      return app.exit(e) == 0 ? 0 : static_cast<int>(slidedp::ErrorKind::kInput);
+    }
+    return slidedp::last_command_status();
+  });
+}

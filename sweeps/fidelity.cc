@@ -1,0 +1,332 @@
+// The validation loop of issue 10; see fidelity.h.
+#include "sweeps/fidelity.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "common/provenance.h"
+#include "common/table.h"
+#include "common/units.h"
+#include "executor/trainer.h"
+#include "io/default_corpus.h"
+#include "model/simulator.h"
+#include "model/step_model.h"
+#include "sweeps/svg_plot.h"
+
+namespace slidedp {
+
+const std::map<std::string, std::string>& fidelity_resources() {
+  static const std::map<std::string, std::string> m = {{resource::kGpuCompute, "compute"},
+                                                       {resource::kH2D, "h2d"},
+                                                       {resource::kD2H, "d2h"},
+                                                       {resource::kFabric, "fabric"},
+                                                       {resource::kCpuUpdate, "cpu_update"}};
+  return m;
+}
+
+std::vector<FidelityPlan> default_fidelity_plans() {
+  // 20 plans over routes (all four), 1-4 ranks, chunk sizes, every activation policy and a few
+  // micro-batch sizes, for slidedp-tiny (4 layers) at seq 128.
+  struct Spec {
+    int ranks, mb, accum;
+    ParamRoute pr;
+    GradRoute gr;
+    int64_t chunk;
+    const char* act;  // offload, recompute, keep counts over 4 layers
+    int depth;
+  };
+  const Spec specs[] = {
+      {1, 4, 1, ParamRoute::kReplicated, GradRoute::kCpu, 1 << 16, "0,0,4", 2},
+      {1, 8, 1, ParamRoute::kReplicated, GradRoute::kCpu, 1 << 14, "0,4,0", 2},
+      {1, 2, 2, ParamRoute::kReplicated, GradRoute::kCpu, 1 << 18, "2,2,0", 3},
+      {2, 4, 1, ParamRoute::kReplicated, GradRoute::kCpu, 1 << 16, "0,4,0", 2},
+      {2, 4, 1, ParamRoute::kSharded, GradRoute::kCpu, 1 << 16, "1,2,1", 2},
+      {2, 4, 1, ParamRoute::kReplicated, GradRoute::kGpu, 1 << 16, "0,0,4", 2},
+      {2, 4, 1, ParamRoute::kSharded, GradRoute::kGpu, 1 << 15, "4,0,0", 2},
+      {2, 2, 2, ParamRoute::kSharded, GradRoute::kCpu, 1 << 17, "0,2,2", 3},
+      {2, 8, 1, ParamRoute::kReplicated, GradRoute::kCpu, 1 << 14, "2,0,2", 2},
+      {3, 2, 1, ParamRoute::kReplicated, GradRoute::kCpu, 1 << 16, "0,4,0", 2},
+      {3, 4, 1, ParamRoute::kSharded, GradRoute::kGpu, 1 << 16, "1,1,2", 2},
+      {3, 2, 1, ParamRoute::kReplicated, GradRoute::kGpu, 1 << 15, "0,0,4", 3},
+      {3, 4, 1, ParamRoute::kSharded, GradRoute::kCpu, 1 << 17, "2,2,0", 2},
+      {4, 2, 1, ParamRoute::kReplicated, GradRoute::kCpu, 1 << 16, "0,4,0", 2},
+      {4, 2, 1, ParamRoute::kSharded, GradRoute::kCpu, 1 << 16, "0,0,4", 2},
+      {4, 2, 1, ParamRoute::kReplicated, GradRoute::kGpu, 1 << 16, "1,2,1", 2},
+      {4, 2, 1, ParamRoute::kSharded, GradRoute::kGpu, 1 << 15, "2,2,0", 3},
+      {4, 1, 2, ParamRoute::kSharded, GradRoute::kGpu, 1 << 17, "0,2,2", 2},
+      {1, 4, 1, ParamRoute::kReplicated, GradRoute::kCpu, 1 << 13, "4,0,0", 2},
+      {2, 2, 1, ParamRoute::kReplicated, GradRoute::kGpu, 1 << 18, "0,4,0", 2},
+  };
+  std::vector<FidelityPlan> out;
+  int i = 0;
+  for (const Spec& s : specs) {
+    FidelityPlan f;
+    Plan& p = f.plan;
+    p.ranks = s.ranks;
+    p.micro_batch = s.mb;
+    p.accum_steps = s.accum;
+    p.param_route = s.pr;
+    p.grad_route = s.gr;
+    p.chunk_numel = s.chunk;
+    std::sscanf(s.act, "%d,%d,%d", &p.offload_layers, &p.recompute_layers, &p.keep_layers);
+    p.gpu_buffer_depth = s.depth;
+    f.name = fmt::format("p{:02d}", ++i);
+    out.push_back(f);
+  }
+  return out;
+}
+
+namespace {
+
+// Multiplies the time a resource takes by `s` in a hardware profile (capacities divided by s).
+void scale_resource(Hardware& hw, const std::string& r, double s) {
+  if (r == resource::kGpuCompute) {
+    for (auto& u : hw.unit_times)
+      for (TimeFit* f : {&u.forward, &u.backward, &u.recompute}) {
+        f->fixed_s *= s, f->per_token_s *= s, f->per_token_ctx_s *= s;
+      }
+    hw.gpu.bf16_peak_flops /= s;
+    hw.gpu.hbm_gbps /= s;
+    hw.gpu.kernel_overhead_s *= s;
+  } else if (r == resource::kH2D) {
+    hw.link.h2d_gbps /= s, hw.link.h2d_all_gbps /= s, hw.link.h2d_bidir_gbps /= s;
+  } else if (r == resource::kD2H) {
+    hw.link.d2h_gbps /= s, hw.link.d2h_all_gbps /= s, hw.link.d2h_bidir_gbps /= s;
+  } else if (r == resource::kFabric) {
+    hw.fabric.allgather_busbw_gbps /= s, hw.fabric.reduce_scatter_busbw_gbps /= s;
+  } else if (r == resource::kCpuUpdate) {
+    for (auto& p : hw.cpu.adamw_params_per_s) p.rate /= s;
+    for (auto& p : hw.cpu.reduce_gbps) p.rate /= s;
+  }
+}
+
+struct Predicted {
+  double step = 0, exposed = 0, analytical = 0;
+  std::map<std::string, double> busy;
+  std::string bottleneck;
+};
+
+Predicted predict(const Workload& w, const Hardware& hw, const Plan& plan) {
+  SimulatorOptions opt;
+  opt.record_timeline = false;
+  opt.measure_sync = false;
+  Simulation sim = simulate(w, hw, plan, System::kSlideDP, opt);
+  Predicted p;
+  p.step = sim.prediction.step_time_s;
+  const double compute = sim.prediction.span_busy_s.count(resource::kGpuCompute) ? sim.prediction.span_busy_s.at(resource::kGpuCompute) : 0.0;
+  p.exposed = std::max(0.0, p.step - compute);
+  double best = -1;
+  for (const auto& [r, cat] : fidelity_resources()) {
+    const double b = sim.prediction.span_busy_s.count(r) ? sim.prediction.span_busy_s.at(r) : 0.0;
+    p.busy[r] = b;
+    if (b > best) best = b, p.bottleneck = r;
+  }
+  p.analytical = predict_analytical(w, hw, plan).step_time_s;
+  return p;
+}
+
+double mean(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x;
+  return v.empty() ? 0 : s / static_cast<double>(v.size());
+}
+
+}  // namespace
+
+FidelityReport run_fidelity(const FidelityConfig& cfg) {
+  FidelityReport rep;
+  rep.model_name = cfg.card.name;
+  rep.hardware_name = cfg.hardware.name;
+  rep.seq_len = cfg.seq_len;
+  const std::vector<FidelityPlan> plans = cfg.plans.empty() ? default_fidelity_plans() : cfg.plans;
+  if (plans.size() < 2) throw InputError("fidelity", "needs at least 2 plans (one to fit, one to hold out)");
+  if (cfg.steps <= cfg.warmup) throw InputError("fidelity", "steps must exceed the warm-up steps");
+  const Workload w = make_workload(cfg.card, cfg.seq_len);
+
+  // Fit / held-out split: a seeded shuffle, half each.
+  std::vector<size_t> order(plans.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::mt19937_64 rng(cfg.split_seed);
+  std::shuffle(order.begin(), order.end(), rng);
+  std::vector<bool> fit(plans.size(), false);
+  for (size_t i = 0; i < plans.size() / 2; ++i) fit[order[i]] = true;
+
+  // ---- measure ----
+  int done = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const FidelityPlan& fp = plans[i];
+    if (cfg.progress) cfg.progress(done, static_cast<int>(plans.size()), fp.name);
+    exec::TrainOptions o;
+    o.card = cfg.card;
+    o.seq_len = cfg.seq_len;
+    o.plan = fp.plan;
+    o.dataset = default_corpus_dataset();
+    o.steps = cfg.steps;
+    o.lr.lr = 1e-3;
+    o.trace = true;
+    exec::TrainResult r = exec::train(o);
+    FidelityRow row;
+    row.name = fp.name;
+    row.plan_summary = fp.plan.summary(static_cast<int>(cfg.card.num_layers));
+    row.ranks = fp.plan.ranks;
+    row.fit = fit[i];
+    std::vector<double> step, exposed;
+    std::map<std::string, std::vector<double>> busy;
+    for (size_t s = static_cast<size_t>(cfg.warmup); s < r.steps.size(); ++s) {
+      const exec::TrainStep& ts = r.steps[s];
+      step.push_back(ts.wall_s);
+      const double compute = ts.busy_s.count("compute") ? ts.busy_s.at("compute") : 0.0;
+      exposed.push_back(std::max(0.0, ts.wall_s - compute));
+      for (const auto& [res, cat] : fidelity_resources()) busy[res].push_back(ts.busy_s.count(cat) ? ts.busy_s.at(cat) : 0.0);
+    }
+    row.measured_step_s = mean(step);
+    row.measured_exposed_s = mean(exposed);
+    double best = -1;
+    for (const auto& [res, v] : busy) {
+      row.measured_busy_s[res] = mean(v);
+      if (mean(v) > best) best = mean(v), row.measured_busiest = res;
+    }
+    Predicted p = predict(w, cfg.hardware, fp.plan);
+    row.predicted_step_s = p.step;
+    row.predicted_exposed_s = p.exposed;
+    row.predicted_busy_s = p.busy;
+    row.predicted_bottleneck = p.bottleneck;
+    rep.rows.push_back(row);
+    ++done;
+  }
+  if (cfg.progress) cfg.progress(done, static_cast<int>(plans.size()), "");
+
+  // ---- calibrate on the fit half: one time scale per resource, measured / predicted busy ----
+  Hardware cal = cfg.hardware;
+  for (const auto& [res, cat] : fidelity_resources()) {
+    double m = 0, pr = 0;
+    for (const auto& row : rep.rows)
+      if (row.fit && row.predicted_busy_s.at(res) > 0 && row.measured_busy_s.at(res) > 0)
+        m += row.measured_busy_s.at(res), pr += row.predicted_busy_s.at(res);
+    const double s = pr > 0 && m > 0 ? m / pr : 1.0;
+    rep.scales[res] = s;
+    scale_resource(cal, res, s);
+  }
+
+  // ---- predict again with the calibrated profile; report on the held-out half ----
+  std::vector<double> held, fitted, raw, exp_err;
+  int match = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    FidelityRow& row = rep.rows[i];
+    Predicted p = predict(w, cal, plans[i].plan);
+    row.calibrated_step_s = p.step;
+    row.calibrated_exposed_s = p.exposed;
+    row.calibrated_busy_s = p.busy;
+    row.calibrated_bottleneck = p.bottleneck;
+    row.analytical_step_s = p.analytical;
+    const double e = std::fabs(row.error());
+    (row.fit ? fitted : held).push_back(e);
+    raw.push_back(std::fabs(row.predicted_step_s - row.measured_step_s) / row.measured_step_s);
+    if (!row.fit) exp_err.push_back(std::fabs(row.calibrated_exposed_s - row.measured_exposed_s));
+    if (row.calibrated_bottleneck == row.measured_busiest) ++match;
+    if (!row.fit && e > rep.heldout_worst) {
+      rep.heldout_worst = e;
+      rep.worst_plan = row.name + " (" + row.plan_summary + ")";
+      // Why: the resource whose calibrated prediction is furthest from its measurement.
+      std::string why;
+      double far = -1;
+      for (const auto& [res, cat] : fidelity_resources()) {
+        const double d = std::fabs(row.calibrated_busy_s.at(res) - row.measured_busy_s.at(res));
+        if (d > far) far = d, why = res;
+      }
+      rep.worst_reason = fmt::format(
+          "step predicted {} vs measured {}; the largest busy-time gap is {} (predicted {}, measured {}); "
+          "exposed time predicted {} vs measured {}",
+          format_seconds(row.calibrated_step_s), format_seconds(row.measured_step_s), why,
+          format_seconds(row.calibrated_busy_s.at(why)), format_seconds(row.measured_busy_s.at(why)),
+          format_seconds(row.calibrated_exposed_s), format_seconds(row.measured_exposed_s));
+    }
+  }
+  rep.heldout_mape = mean(held);
+  rep.fit_mape = mean(fitted);
+  rep.raw_mape = mean(raw);
+  rep.heldout_exposed_mae_s = mean(exp_err);
+  rep.bottleneck_match = static_cast<double>(match) / static_cast<double>(plans.size());
+  return rep;
+}
+
+void write_fidelity_outputs(const FidelityReport& rep, const std::string& dir, const std::string& command) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const Provenance& pv = provenance();
+  const std::string stamp = fmt::format("{} | git {} | {} ({} cores) | {}", command, pv.git_revision, pv.cpu_model,
+                                        pv.cpu_count, utc_timestamp());
+  // CSV: one row per plan.
+  std::string csv = "# " + stamp + "\n";
+  csv += "plan,summary,ranks,half,measured_step_s,predicted_step_s,calibrated_step_s,analytical_step_s,error,"
+         "measured_exposed_s,calibrated_exposed_s,measured_busiest,calibrated_bottleneck";
+  for (const auto& [res, cat] : fidelity_resources()) csv += ",measured_" + res + "_s,calibrated_" + res + "_s";
+  csv += "\n";
+  for (const auto& r : rep.rows) {
+    csv += fmt::format("{},\"{}\",{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6f},{},{}", r.name, r.plan_summary, r.ranks,
+                       r.fit ? "fit" : "heldout", r.measured_step_s, r.predicted_step_s, r.calibrated_step_s,
+                       r.analytical_step_s, r.error(), r.measured_exposed_s, r.calibrated_exposed_s, r.measured_busiest,
+                       r.calibrated_bottleneck);
+    for (const auto& [res, cat] : fidelity_resources())
+      csv += fmt::format(",{:.6f},{:.6f}", r.measured_busy_s.at(res), r.calibrated_busy_s.at(res));
+    csv += "\n";
+  }
+  write_file_atomic((fs::path(dir) / "fidelity.csv").string(), csv);
+
+  // Plot: calibrated prediction vs measurement, fit and held-out halves.
+  ScatterPlot plot;
+  plot.title = fmt::format("Predicted vs measured step time ({} on the CPU backend)", rep.model_name);
+  plot.caption = stamp;
+  plot.x = {"measured step time (s)", true};
+  plot.y = {"predicted step time (s, calibrated)", true};
+  PlotSeries fit{"fit half", {}, {}, {}}, held{"held-out half", {}, {}, {}};
+  for (const auto& r : rep.rows) {
+    PlotSeries& s = r.fit ? fit : held;
+    s.x.push_back(r.measured_step_s);
+    s.y.push_back(r.calibrated_step_s);
+    s.labels.push_back(r.name + ": " + r.plan_summary);
+  }
+  plot.series = {held, fit};
+  write_file_atomic((fs::path(dir) / "fidelity.svg").string(), svg_scatter(plot));
+
+  // Summary.
+  Table t({"plan", "half", "measured", "predicted", "error", "exposed meas.", "exposed pred.", "busiest meas.", "bottleneck pred."},
+          {"", "", "ms", "ms", "%", "ms", "ms", "", ""});
+  for (const auto& r : rep.rows)
+    t.add_row({r.name, r.fit ? "fit" : "held-out", fmt::format("{:.1f}", r.measured_step_s * 1e3),
+               fmt::format("{:.1f}", r.calibrated_step_s * 1e3), fmt::format("{:+.1f}", 100 * r.error()),
+               fmt::format("{:.1f}", r.measured_exposed_s * 1e3), fmt::format("{:.1f}", r.calibrated_exposed_s * 1e3),
+               r.measured_busiest, r.calibrated_bottleneck});
+  std::string md = "# Model fidelity: predicted vs measured executor runs\n\n";
+  md += "Produced by: `" + command + "`  \n" + fmt::format("git {}, {} ({} cores), {}\n\n", pv.git_revision, pv.cpu_model,
+                                                           pv.cpu_count, utc_timestamp());
+  md += fmt::format(
+      "{} plans of {} (seq {}) on the CPU backend, each run with the executor and predicted by the discrete-event "
+      "simulator on the hardware profile `{}`. One time scale per resource was fitted on half of the plans (measured / "
+      "predicted busy time) and the errors below are reported on the other half.\n\n",
+      rep.rows.size(), rep.model_name, rep.seq_len, rep.hardware_name);
+  md += "| metric | value | target |\n|---|---|---|\n";
+  md += fmt::format("| step time, mean absolute % error, held-out | {:.1f}% | <= 10% |\n", 100 * rep.heldout_mape);
+  md += fmt::format("| step time, worst held-out plan | {:.1f}% | <= 20% |\n", 100 * rep.heldout_worst);
+  md += fmt::format("| step time, MAPE on the fit half | {:.1f}% | |\n", 100 * rep.fit_mape);
+  md += fmt::format("| step time, MAPE before calibration (all plans) | {:.1f}% | |\n", 100 * rep.raw_mape);
+  md += fmt::format("| exposed time, mean absolute error, held-out | {} | |\n", format_seconds(rep.heldout_exposed_mae_s));
+  md += fmt::format("| predicted bottleneck = measured busiest resource | {:.0f}% of plans | >= 90% |\n\n", 100 * rep.bottleneck_match);
+  md += "Calibration (time multiplier per resource, fitted on the fit half): ";
+  std::vector<std::string> sc;
+  for (const auto& [k, v] : rep.scales) sc.push_back(fmt::format("{} x{:.2f}", k, v));
+  md += fmt::format("{}.\n\n", fmt::join(sc, ", "));
+  md += "Worst held-out plan: " + rep.worst_plan + ": " + rep.worst_reason + ".\n\n";
+  md += "Files: `fidelity.csv` (every plan, every resource), `fidelity.svg` (predicted vs measured, y = x and +/-10%).\n\n";
+  md += "```\n" + t.render() + "```\n";
+  write_file_atomic((fs::path(dir) / "README.md").string(), md);
+}
+
+}  // namespace slidedp

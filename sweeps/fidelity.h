@@ -1,0 +1,72 @@
+// Closing the loop (issue 10): run a validation set of plans on this machine with the executor (CPU
+// backend), predict each with the model on this machine's hardware profile, and compare step time,
+// per-resource busy time and exposed time. Systematic error is calibrated honestly: one scale per
+// resource, fitted on half of the plans (busy time measured / predicted), reported on the other half.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "model/hardware.h"
+#include "model/model_card.h"
+#include "model/plan.h"
+
+namespace slidedp {
+
+struct FidelityPlan {
+  std::string name;
+  Plan plan;
+};
+
+struct FidelityConfig {
+  ModelCard card;
+  int64_t seq_len = 128;
+  Hardware hardware;                 // the machine's profile (slidedp-profile), emulated devices
+  std::vector<FidelityPlan> plans;   // default_fidelity_plans() when empty
+  int steps = 8;                     // per plan; the first `warmup` are not measured
+  int warmup = 2;
+  uint64_t split_seed = 7;           // which plans fit the calibration, which are held out
+  std::function<void(int done, int total, const std::string& name)> progress;
+};
+
+// The resources both sides report: model resource name -> executor span category.
+const std::map<std::string, std::string>& fidelity_resources();
+
+struct FidelityRow {
+  std::string name, plan_summary;
+  int ranks = 1;
+  bool fit = false;  // in the calibration half
+  double measured_step_s = 0, measured_exposed_s = 0;
+  std::map<std::string, double> measured_busy_s;
+  std::string measured_busiest;
+  // Model, raw (profile as measured) and calibrated.
+  double predicted_step_s = 0, predicted_exposed_s = 0;
+  std::map<std::string, double> predicted_busy_s;
+  std::string predicted_bottleneck;
+  double calibrated_step_s = 0, calibrated_exposed_s = 0;
+  std::map<std::string, double> calibrated_busy_s;
+  std::string calibrated_bottleneck;
+  double analytical_step_s = 0;  // the closed form, calibrated, for reference
+  double error() const { return (calibrated_step_s - measured_step_s) / measured_step_s; }
+};
+
+struct FidelityReport {
+  std::vector<FidelityRow> rows;
+  std::map<std::string, double> scales;  // calibration: resource -> multiplier of its time
+  double heldout_mape = 0, heldout_worst = 0, fit_mape = 0, raw_mape = 0;
+  double heldout_exposed_mae_s = 0;
+  double bottleneck_match = 0;  // fraction of plans whose calibrated bottleneck is the measured busiest
+  std::string worst_plan, worst_reason;
+  std::string model_name, hardware_name;
+  int64_t seq_len = 0;
+};
+
+std::vector<FidelityPlan> default_fidelity_plans();
+FidelityReport run_fidelity(const FidelityConfig& config);
+
+// Writes fidelity.csv, fidelity.svg (predicted vs measured, y = x and +/-10%) and README.md into dir.
+void write_fidelity_outputs(const FidelityReport& report, const std::string& dir, const std::string& command);
+
+}  // namespace slidedp

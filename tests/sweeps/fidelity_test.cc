@@ -1,0 +1,77 @@
+// The fidelity pipeline end to end on a small version (3 plans, few steps): it measures, predicts,
+// calibrates and writes a well-formed CSV, plot and summary. The accuracy figures themselves live in
+// results/fidelity/, never in timed tests.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "model/hardware.h"
+#include "sweeps/fidelity.h"
+
+namespace slidedp {
+namespace {
+
+namespace fs = std::filesystem;
+
+TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
+  FidelityConfig cfg;
+  cfg.card = model_card_from_yaml(
+      "name: tiny\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 64\nvocab_size: 256\n",
+      "tiny");
+  cfg.seq_len = 16;
+  cfg.hardware = hardware_preset("cpu-dev");
+  cfg.steps = 3;
+  cfg.warmup = 1;
+  auto plans = default_fidelity_plans();
+  cfg.plans = {plans[0], plans[5], plans[16]};  // 1 rank; 2 ranks gpu route; 4 ranks sharded + offload
+  for (auto& p : cfg.plans) {
+    p.plan.offload_layers = std::min(p.plan.offload_layers, 1);
+    p.plan.keep_layers = Plan::kRest;
+    p.plan.recompute_layers = std::min(p.plan.recompute_layers, 1);
+  }
+  FidelityReport rep = run_fidelity(cfg);
+  ASSERT_EQ(rep.rows.size(), 3u);
+  int fit = 0;
+  for (const auto& r : rep.rows) {
+    EXPECT_GT(r.measured_step_s, 0);
+    EXPECT_GT(r.predicted_step_s, 0);
+    EXPECT_GT(r.calibrated_step_s, 0);
+    EXPECT_GT(r.measured_busy_s.at("gpu_compute"), 0);
+    fit += r.fit;
+  }
+  EXPECT_EQ(fit, 1);  // half (rounded down) fits the calibration
+  for (const auto& [res, s] : rep.scales) EXPECT_GT(s, 0) << res;
+
+  const fs::path dir = fs::temp_directory_path() / ("slidedp_fidelity_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  write_fidelity_outputs(rep, dir.string(), "test");
+  std::ifstream csv(dir / "fidelity.csv");
+  std::string line, header;
+  std::getline(csv, line);
+  EXPECT_EQ(line.rfind("# test", 0), 0u);  // provenance comment first
+  std::getline(csv, header);
+  const auto columns = std::count(header.begin(), header.end(), ',') + 1;
+  int rows = 0;
+  while (std::getline(csv, line)) {
+    // Quoted plan summaries contain no commas (they use " | "), so commas count columns.
+    EXPECT_EQ(std::count(line.begin(), line.end(), ',') + 1, columns) << line;
+    ++rows;
+  }
+  EXPECT_EQ(rows, 3);
+  std::stringstream svg;
+  svg << std::ifstream(dir / "fidelity.svg").rdbuf();
+  EXPECT_EQ(svg.str().rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.str().find("</svg>"), std::string::npos);
+  int circles = 0;
+  for (size_t p = svg.str().find("<circle"); p != std::string::npos; p = svg.str().find("<circle", p + 1)) ++circles;
+  EXPECT_EQ(circles, 3);
+  EXPECT_TRUE(fs::exists(dir / "README.md"));
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace slidedp
