@@ -9,6 +9,7 @@
 //                                 [google benchmark flags, e.g. --benchmark_filter=adamw]
 #include <benchmark/benchmark.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -244,7 +245,9 @@ void register_all(const std::vector<int64_t>& sizes) {
 // Console output as usual, plus the roofline summary at the end (and optionally a CSV of it).
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
-  explicit SummaryReporter(std::string csv_path) : csv_path_(std::move(csv_path)) {}
+  // Colors only on a terminal, so logs piped to a file stay plain text.
+  explicit SummaryReporter(std::string csv_path)
+      : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular), csv_path_(std::move(csv_path)) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
