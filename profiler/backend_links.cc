@@ -1,0 +1,222 @@
+// Copy and collective stage over the Backend interface; see backend_links.h. Every timed batch is
+// queued behind a gate (a host_fn waiting on a future) and released at once, so the span measures the
+// streams working, not this thread queueing work, and the devices of an "all" case start together.
+#include "profiler/backend_links.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <future>
+
+#include "common/error.h"
+
+namespace slidedp::profiler {
+namespace {
+
+using exec::DeviceBuffer;
+using exec::HostBuffer;
+
+struct DeviceRegions {
+  DeviceBuffer dev_in, dev_out;  // h2d destination; d2h source (and collective buffers)
+  HostBuffer host_out, host_in;  // h2d source; d2h destination
+};
+
+// A batch: for every participant (device, stream kind), K operations between two stamps.
+struct Participant {
+  int device = 0;
+  char kind = 'h';  // 'h' h2d, 'd' d2h, 'g' all_gather, 'r' reduce_scatter
+  double start = 0, end = 0;
+};
+
+exec::SpanTag tag_for(char kind) {
+  exec::SpanTag t;
+  t.category = kind == 'h' ? "h2d" : kind == 'd' ? "d2h" : "fabric";
+  t.what = "profile";
+  return t;
+}
+
+}  // namespace
+
+const LinkCurve* BackendLinkResult::find(const std::string& mode, const std::string& direction) const {
+  for (const auto* list : {&links, &collectives})
+    for (const LinkCurve& c : *list)
+      if (c.mode == mode && c.direction == direction) return &c;
+  return nullptr;
+}
+
+BackendLinkResult measure_backend_links(exec::Backend& backend, const BackendLinkOptions& o,
+                                        StageContext& ctx) {
+  const int D = backend.num_devices();
+  int64_t max_size = 0;
+  for (int64_t s : o.sizes) max_size = std::max(max_size, s);
+  for (int64_t s : o.collective_sizes) max_size = std::max(max_size, s);
+  const int64_t region = std::max(o.region_bytes, max_size);
+  const int used_devices = o.all_and_bidir || !o.collective_sizes.empty() ? D : 1;
+  std::vector<DeviceRegions> R(static_cast<std::size_t>(used_devices));
+  for (int d = 0; d < used_devices; ++d) {
+    exec::Device& dev = backend.device(d);
+    DeviceRegions& r = R[static_cast<std::size_t>(d)];
+    r.dev_in = dev.alloc(region, "profile: h2d destination");
+    r.dev_out = dev.alloc(region, "profile: d2h source");
+    dev.zero(r.dev_in, 0, region);  // first touch outside the timed spans
+    dev.zero(r.dev_out, 0, region);
+    r.host_out = backend.alloc_host(region, true);
+    r.host_in = backend.alloc_host(region, true);
+  }
+  backend.synchronize();
+
+  // Runs K operations of `bytes` for every participant; returns each participant's span.
+  auto run_batch = [&](std::vector<Participant>& parts, int64_t bytes, int K) {
+    std::promise<void> go;
+    std::shared_future<void> gate = go.get_future().share();
+    const int64_t slots = std::max<int64_t>(1, region / std::max<int64_t>(bytes, 1));
+    for (Participant& p : parts) {
+      exec::Device& dev = backend.device(p.device);
+      DeviceRegions& r = R[static_cast<std::size_t>(p.device)];
+      exec::Stream& s = p.kind == 'h' ? dev.h2d() : p.kind == 'd' ? dev.d2h() : dev.comm();
+      s.host_fn([gate] { gate.wait(); });
+      s.host_fn([&p] { p.start = now_s(); });
+      for (int k = 0; k < K; ++k) {
+        const int64_t off = (k % slots) * bytes;
+        switch (p.kind) {
+          case 'h':
+            s.copy_h2d(r.dev_in, off, r.host_out.ptr + off, bytes, tag_for('h'));
+            break;
+          case 'd':
+            s.copy_d2h(r.host_in.ptr + off, r.dev_out, off, bytes, tag_for('d'));
+            break;
+          case 'g':
+            backend.all_gather(p.device, r.dev_in, off / 2, bytes / 2, exec::DType::kBF16, tag_for('g'));
+            break;
+          default: {
+            // bf16 input of bytes/2 elements; this rank's fp32 shard (at most 4 ceil(count / D)
+            // bytes) lands in dev_out, rotated like the input.
+            const int64_t shard_bytes = 4 * ((bytes / 2 + D - 1) / D) + 64;
+            const int64_t out_slots = std::max<int64_t>(1, region / shard_bytes);
+            const int64_t out_off = (k % out_slots) * (shard_bytes / 4);
+            backend.reduce_scatter(p.device, r.dev_in, off / 2, exec::DType::kBF16, bytes / 2, r.dev_out,
+                                   out_off, tag_for('r'));
+          }
+        }
+      }
+      s.host_fn([&p] { p.end = now_s(); });
+    }
+    go.set_value();
+    backend.synchronize();
+  };
+
+  BackendLinkResult res;
+  struct Mode {
+    std::string name;
+    std::vector<Participant> parts;
+  };
+  std::vector<Mode> modes;
+  modes.push_back({"alone", {{0, 'h'}}});
+  modes.push_back({"alone", {{0, 'd'}}});
+  if (o.all_and_bidir && D > 1) {
+    Mode ah{"all", {}}, ad{"all", {}}, bi{"bidir", {}};
+    for (int d = 0; d < D; ++d) {
+      ah.parts.push_back({d, 'h'});
+      ad.parts.push_back({d, 'd'});
+      bi.parts.push_back({d, 'h'});
+      bi.parts.push_back({d, 'd'});
+    }
+    modes.push_back(ah);
+    modes.push_back(ad);
+    modes.push_back(bi);
+  } else if (o.all_and_bidir) {
+    // One device: "all" is "alone"; both directions at once is still a distinct case.
+    modes.push_back({"bidir", {{0, 'h'}, {0, 'd'}}});
+  }
+  std::vector<Mode> colls;
+  if (D > 1 && !o.collective_sizes.empty()) {
+    Mode g{"all_gather", {}}, rs{"reduce_scatter", {}};
+    for (int d = 0; d < D; ++d) {
+      g.parts.push_back({d, 'g'});
+      rs.parts.push_back({d, 'r'});
+    }
+    colls.push_back(g);
+    colls.push_back(rs);
+  }
+  const double cases =
+      static_cast<double>(modes.size() * o.sizes.size() + colls.size() * o.collective_sizes.size());
+  double done = 0;
+
+  auto measure = [&](Mode& mode, const std::vector<int64_t>& sizes, bool collective) {
+    // Curves per direction within the mode (bidir has two).
+    std::vector<LinkCurve> curves;
+    std::vector<char> kinds;
+    for (const Participant& p : mode.parts)
+      if (std::find(kinds.begin(), kinds.end(), p.kind) == kinds.end()) kinds.push_back(p.kind);
+    for (char k : kinds) {
+      LinkCurve c;
+      c.mode = mode.name;
+      c.direction = collective ? "" : (k == 'h' ? "h2d" : "d2h");
+      c.devices = 0;
+      for (const Participant& p : mode.parts) c.devices += p.kind == k ? 1 : 0;
+      curves.push_back(c);
+    }
+    for (int64_t bytes : sizes) {
+      ctx.report(done / cases,
+                 fmt::format("{} {} {}", mode.name, collective ? "" : curves.front().direction, bytes));
+      std::vector<std::vector<double>> per_kind = repeat_timed_multi(ctx.repeat, [&](int inner) {
+        std::vector<Participant> parts = mode.parts;
+        run_batch(parts, bytes, inner);
+        // Mean span per kind over its participants.
+        std::vector<double> out;
+        for (char k : kinds) {
+          double sum = 0;
+          int cnt = 0;
+          for (const Participant& p : parts)
+            if (p.kind == k) sum += p.end - p.start, ++cnt;
+          out.push_back(sum / cnt);
+        }
+        return out;
+      });
+      for (std::size_t i = 0; i < kinds.size(); ++i) {
+        LinkCurve& c = curves[i];
+        nlohmann::json params = {{"bytes", bytes}, {"mode", c.mode}, {"devices", c.devices}};
+        if (!c.direction.empty()) params["direction"] = c.direction;
+        const std::string name = collective ? c.mode + "_s" : c.direction + "_s";
+        const Spread s =
+            ctx.out.add({collective ? "fabric" : "links", name, params, "s", per_kind[i]}).spread();
+        c.points.push_back({bytes, s});
+      }
+      ++done;
+    }
+    for (LinkCurve& c : curves) {
+      std::vector<XY> xy;
+      for (const auto& p : c.points) {
+        // Collectives: the bytes each port moves, S (N-1)/N (nccl-tests' bus bandwidth).
+        const double x =
+            collective ? static_cast<double>(p.bytes) * (D - 1) / D : static_cast<double>(p.bytes);
+        xy.push_back({x, p.seconds.median});
+      }
+      c.fit = fit_latency_bandwidth(xy);
+      (collective ? res.collectives : res.links).push_back(c);
+    }
+  };
+  for (Mode& m : modes) measure(m, o.sizes, false);
+  for (Mode& m : colls) measure(m, o.collective_sizes, true);
+
+  for (int d = 0; d < used_devices; ++d) {
+    backend.device(d).release(R[static_cast<std::size_t>(d)].dev_in, nullptr);
+    backend.device(d).release(R[static_cast<std::size_t>(d)].dev_out, nullptr);
+  }
+  ctx.report(1.0, "");
+  return res;
+}
+
+double estimate_backend_links_s(const BackendLinkOptions& o, int devices, const RepeatPolicy& rp,
+                                double copy_gbps) {
+  double per_size = 0;
+  for (int64_t s : o.sizes) per_size += std::max(rp.min_rep_s, static_cast<double>(s) / (copy_gbps * 1e9));
+  double modes = 2 + (o.all_and_bidir ? (devices > 1 ? 3 * devices / 2.0 + 1 : 1) : 0);
+  double coll = 0;
+  for (int64_t s : o.collective_sizes)
+    coll += std::max(rp.min_rep_s, static_cast<double>(s) / (copy_gbps * 1e9));
+  const double setup = 4.0 * devices * static_cast<double>(o.region_bytes) / (copy_gbps * 1e9);
+  return (rp.reps + 1) * (modes * per_size + (devices > 1 ? 2 * devices : 0) * coll) + setup;
+}
+
+}  // namespace slidedp::profiler

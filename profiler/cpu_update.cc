@@ -1,0 +1,179 @@
+// CPU update and reduction stage; see cpu_update.h. One set of buffers (fp32 master, m, v, bf16
+// mirror, the largest number of bf16 slots) is allocated once; every case walks it chunk by chunk.
+#include "profiler/cpu_update.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "common/bf16.h"
+#include "common/thread_pool.h"
+#include "kernels/cpu/optim/adamw.h"
+#include "kernels/cpu/optim/bf16_convert.h"
+#include "kernels/cpu/optim/grad_reduce.h"
+
+namespace slidedp::profiler {
+namespace {
+
+constexpr double kBf16 = 2.0;
+
+// Deterministic, well-scaled values (no denormals, no zeros in v): what a real gradient looks like
+// to the arithmetic units.
+void fill_values(float* p, int64_t n, float scale, uint64_t seed) {
+  uint64_t s = seed;
+  for (int64_t i = 0; i < n; ++i) {
+    s = s * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = scale * (static_cast<float>(s >> 40) / static_cast<float>(1 << 24) - 0.5f);
+  }
+}
+
+}  // namespace
+
+CpuUpdateResult measure_cpu_update(const CpuUpdateOptions& o, StageContext& ctx) {
+  const int64_t n = o.numel;
+  const int max_slots = std::max(*std::max_element(o.slots.begin(), o.slots.end()), o.reduce_slots);
+  HostArray param(n * 4, 0), m(n * 4, 0), v(n * 4, 0), mirror(n * 2, 0), out(n * 4, 0);
+  fill_values(param.as<float>(), n, 0.1f, 1);
+  fill_values(m.as<float>(), n, 1e-3f, 2);
+  fill_values(v.as<float>(), n, 1e-6f, 3);
+  for (int64_t i = 0; i < n; ++i) v.as<float>()[i] = std::abs(v.as<float>()[i]) + 1e-8f;
+  std::vector<HostArray> slot_bufs;
+  {
+    std::vector<float> tmp(static_cast<std::size_t>(n));
+    for (int s = 0; s < max_slots; ++s) {
+      fill_values(tmp.data(), n, 1e-2f, 10 + static_cast<uint64_t>(s));
+      slot_bufs.emplace_back(n * 2, 0);
+      kernels::f32_to_bf16(tmp.data(), slot_bufs.back().as<bf16_bits>(), n);
+    }
+  }
+  auto slot_ptrs = [&](int count, int64_t offset) {
+    std::vector<const bf16_bits*> p;
+    for (int s = 0; s < count; ++s)
+      p.push_back(slot_bufs[static_cast<std::size_t>(s)].as<bf16_bits>() + offset);
+    return p;
+  };
+  kernels::AdamwHyper hyper;
+  hyper.lr = 1e-4;
+  hyper.step = 10;
+
+  // One fused reduce + AdamW pass over all n elements, chunk by chunk, like the updater: one call per
+  // chunk (slots, state and mirror offset to the chunk), each call parallel over the pool.
+  auto fused_pass = [&](ThreadPool& pool, int slots, int64_t chunk) {
+    for (int64_t b = 0; b < n; b += chunk) {
+      const int64_t e = std::min(n, b + chunk);
+      kernels::AdamwState st{param.as<float>() + b, m.as<float>() + b, v.as<float>() + b,
+                             mirror.as<bf16_bits>() + b};
+      std::vector<const bf16_bits*> ptrs = slot_ptrs(slots, b);
+      kernels::GradSlots<bf16_bits> gs{std::span<const bf16_bits* const>(ptrs), 1.0f, nullptr};
+      kernels::reduce_adamw_update(pool, st, gs, hyper, 0, e - b);
+    }
+  };
+  auto time_passes = [&](const std::function<void()>& pass) {
+    return repeat_timed(ctx.repeat, [&](int inner) {
+      const double t0 = now_s();
+      for (int i = 0; i < inner; ++i) pass();
+      return now_s() - t0;
+    });
+  };
+
+  CpuUpdateResult res;
+  res.table_chunk_numel = o.chunk_numels.back();
+  res.reduce_slots = o.reduce_slots;
+  const double cases =
+      static_cast<double>(o.threads.size() * (o.chunk_numels.size() + o.slots.size() + 1) + 1);
+  double done = 0;
+  for (int t : o.threads) {
+    ThreadPool pool(t);
+    CpuUpdateResult::ByThreads row;
+    row.threads = t;
+    // AdamW alone (one slot) by chunk size.
+    for (int64_t chunk : o.chunk_numels) {
+      ctx.report(done / cases, fmt::format("AdamW, {} threads, chunk {}", t, chunk));
+      std::vector<double> s = time_passes([&] { fused_pass(pool, 1, chunk); });
+      for (double& x : s) x = static_cast<double>(n) / x;
+      const Spread sp = ctx.out
+                            .add({"cpu_update",
+                                  "adamw_params_per_s",
+                                  {{"threads", t}, {"chunk_numel", chunk}, {"slots", 1}, {"numel", n}},
+                                  "params/s",
+                                  s})
+                            .spread();
+      if (chunk == res.table_chunk_numel) row.adamw_params_per_s = sp;
+      ++done;
+    }
+    // Slot sweep at the table chunk size: seconds per pass vs extra slots.
+    std::vector<std::vector<double>> X;
+    std::vector<double> y;
+    for (int slots : o.slots) {
+      ctx.report(done / cases, fmt::format("reduce + AdamW, {} threads, {} slots", t, slots));
+      std::vector<double> s = time_passes([&] { fused_pass(pool, slots, res.table_chunk_numel); });
+      ctx.out.add({"cpu_update",
+                   "reduce_adamw_s",
+                   {{"threads", t}, {"chunk_numel", res.table_chunk_numel}, {"slots", slots}, {"numel", n}},
+                   "s",
+                   s});
+      X.push_back({1.0, static_cast<double>(slots - 1)});
+      y.push_back(summarize(s).median);
+      ++done;
+    }
+    if (o.slots.size() >= 2) {
+      LinearFit f = fit_nonnegative(X, y);
+      row.slot_fit = f.quality;
+      // slope = seconds per extra slot per pass = n x 2 bytes / rate.
+      row.reduce_gbps = f.coef[1] > 0 ? static_cast<double>(n) * kBf16 / f.coef[1] / 1e9 : 0.0;
+    }
+    // Standalone N-way reduction (what accumulation over micro-steps runs).
+    ctx.report(done / cases, fmt::format("reduce {} slots, {} threads", o.reduce_slots, t));
+    std::vector<const bf16_bits*> ptrs = slot_ptrs(o.reduce_slots, 0);
+    kernels::GradSlots<bf16_bits> gs{std::span<const bf16_bits* const>(ptrs), 1.0f, nullptr};
+    std::vector<double> rs = time_passes([&] {
+      for (int64_t b = 0; b < n; b += res.table_chunk_numel)
+        kernels::reduce_grads(pool, gs, out.as<float>(), b, std::min(n, b + res.table_chunk_numel));
+    });
+    for (double& x : rs) x = o.reduce_slots * kBf16 * static_cast<double>(n) / x / 1e9;
+    row.reduce_standalone_gbps = ctx.out
+                                     .add({"cpu_update",
+                                           "reduce_grads_gbps",
+                                           {{"threads", t},
+                                            {"slots", o.reduce_slots},
+                                            {"chunk_numel", res.table_chunk_numel},
+                                            {"numel", n}},
+                                           "GB/s",
+                                           rs})
+                                     .spread();
+    if (row.reduce_gbps <= 0) row.reduce_gbps = row.reduce_standalone_gbps.median;
+    ++done;
+    res.by_threads.push_back(row);
+  }
+  // fp32 -> bf16 conversion on one thread (SlideFormer's per-load step, and the CPU backend's
+  // gradient wire conversion).
+  ctx.report(done / cases, "fp32 -> bf16 conversion, 1 thread");
+  std::vector<double> cs = repeat_timed(ctx.repeat, [&](int inner) {
+    const double t0 = now_s();
+    for (int i = 0; i < inner; ++i) kernels::f32_to_bf16(param.as<float>(), mirror.as<bf16_bits>(), n);
+    return now_s() - t0;
+  });
+  for (double& x : cs) x = 4.0 * static_cast<double>(n) / x / 1e9;
+  res.convert_gbps_per_thread =
+      ctx.out.add({"cpu_update", "convert_gbps_per_thread", {{"threads", 1}, {"numel", n}}, "GB/s", cs})
+          .spread();
+  ctx.report(1.0, "");
+  return res;
+}
+
+double estimate_cpu_update_s(const CpuUpdateOptions& o, const RepeatPolicy& rp, double copy_gbps) {
+  // A fused pass moves about 28 B/param plus 2 per extra slot, near memcpy speed on one thread.
+  double total = 0;
+  const double n = static_cast<double>(o.numel);
+  auto pass = [&](double bytes_per) { return std::max(rp.min_rep_s, n * bytes_per / (copy_gbps * 1e9)); };
+  for (std::size_t t = 0; t < o.threads.size(); ++t) {
+    total += static_cast<double>(o.chunk_numels.size()) * (rp.reps + 1) * pass(28);
+    for (int s : o.slots) total += (rp.reps + 1) * pass(28 + 2.0 * (s - 1));
+    total += (rp.reps + 1) * pass(2.0 * o.reduce_slots + 8);
+  }
+  total += (rp.reps + 1) * pass(6);
+  return total + n * (16 + 2.0 * 4) / (copy_gbps * 1e9) * 4;  // allocation, fill
+}
+
+}  // namespace slidedp::profiler

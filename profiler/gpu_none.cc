@@ -1,0 +1,18 @@
+// The GPU interface in a build without CUDA (SLIDEDP_ENABLE_CUDA=OFF): no device, and the reason.
+#include "common/error.h"
+#include "profiler/gpu.h"
+
+namespace slidedp::profiler {
+
+GpuInventory probe_gpus() {
+  GpuInventory g;
+  g.why_none = "this build has no CUDA support (configured with SLIDEDP_ENABLE_CUDA=OFF)";
+  return g;
+}
+
+GpuMeasurements measure_gpus(const GpuMeasureOptions&, StageContext&) {
+  SLIDEDP_CHECK(false, "measure_gpus called in a build without CUDA; probe_gpus() reported no device");
+  return {};
+}
+
+}  // namespace slidedp::profiler

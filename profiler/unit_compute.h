@@ -1,0 +1,67 @@
+// Per-unit compute: forward, recompute and backward of each unit kind (embedding, decoder layer,
+// head) for one model, at several sequence lengths and micro-batch sizes, measured through the
+// Backend interface with the calls a rank driver makes for that unit in a micro-step: the same
+// allocations (scratch and outputs per use, released in stream order), the gradient zeroing before a
+// backward, the unit operation itself (on the CPU backend that includes widening the bf16 parameters
+// to fp32), and the conversion of the fp32 gradient to the bf16 wire format after it. So the times
+// are the compute stream's busy time per unit that the model schedules. The head's forward is the
+// fused loss with its gradients (its backward is 0, as the executor runs it).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "executor/backend.h"
+#include "model/hardware.h"
+#include "model/model_card.h"
+#include "model/unit_layout.h"
+#include "profiler/fit.h"
+#include "profiler/stage.h"
+
+namespace slidedp::profiler {
+
+struct UnitComputeOptions {
+  std::vector<int64_t> seq_lens{128};              // T; two or more also fit the per-token-per-context term
+  std::vector<int64_t> micro_batches{1, 2, 4, 8};  // B
+  // Devices computing the same unit at once (ranks of a data-parallel step share the host's memory
+  // and caches); the written times are per device with this many running. 1: device 0 alone.
+  int concurrent_devices = 1;
+  bool also_alone = true;  // when concurrent_devices > 1, also measure device 0 alone (reported)
+  uint64_t seed = 1;
+};
+
+struct UnitCase {
+  UnitKind kind = UnitKind::kDecoder;
+  std::string op;  // "fwd" | "recompute" | "bwd"
+  int64_t B = 0, T = 0;
+  Spread seconds;  // per device, concurrent_devices at once
+  bool has_alone = false;
+  Spread alone_seconds;
+};
+
+struct UnitComputeResult {
+  std::vector<UnitCase> cases;
+  struct FitRow {
+    UnitKind kind = UnitKind::kDecoder;
+    std::string op;
+    UnitFit fit;
+  };
+  std::vector<FitRow> fits;
+  std::vector<UnitTimeProfile> profiles;  // one per unit kind, model = the card's name
+  int concurrent_devices = 1;
+};
+
+UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& card,
+                                       const ModelLayout& layout, const UnitComputeOptions& options,
+                                       StageContext& ctx);
+
+// Seconds the stage should take at `gflops` per device (for the up-front estimate).
+double estimate_unit_compute_s(const ModelCard& card, const UnitComputeOptions& options,
+                               const RepeatPolicy& repeat, double gflops);
+
+// fp32 SGEMM rate (n x n x n) through kernels::gemm at the current BLAS thread count: the CPU
+// backend's "peak" (it computes in fp32), in GFLOP/s.
+Spread measure_sgemm_gflops(int64_t n, StageContext& ctx);
+
+}  // namespace slidedp::profiler
