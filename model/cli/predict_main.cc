@@ -63,6 +63,7 @@ int predict_main(int argc, char** argv) {
   pf.plan.validate(static_cast<int>(w.model.num_layers), pf.plan_source());
 
   nlohmann::json out = nlohmann::json::array();
+  std::vector<std::string> infeasible;  // single-system predictions that cannot fit
   for (System s : systems) {
     std::vector<Prediction> preds;
     if (method != "simulator") preds.push_back(predict_analytical(w, hw, pf.plan, s));
@@ -78,6 +79,8 @@ int predict_main(int argc, char** argv) {
       if (method != "analytical") preds.push_back(sim.prediction);
     }
     for (const Prediction& p : preds) {
+      if (!p.feasible && systems.size() == 1 && p.method == preds.front().method)
+        infeasible.push_back(p.infeasible_reasons.front());
       if (json) {
         nlohmann::json j = prediction_to_json(p);
         j["model"] = w.model.name;
@@ -94,6 +97,9 @@ int predict_main(int argc, char** argv) {
     }
   }
   if (json) std::cout << (out.size() == 1 ? out[0].dump(2) : out.dump(2)) << "\n";
+  // The prediction is printed either way (what-if studies want the numbers), but a plan that cannot
+  // fit is an error for scripts: exit code 3. Comparing several systems, some may not fit: exit 0.
+  if (!infeasible.empty()) throw InfeasibleError(infeasible.front());
   return 0;
 }
 

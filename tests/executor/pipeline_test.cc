@@ -32,7 +32,7 @@ TEST(Pipeline, StreamingEqualsResident) {
 }
 
 TEST(Pipeline, EveryRouteCombinationGivesBitwiseIdenticalWeights) {
-  for (int ranks : {2, 3}) {
+  for (int ranks : {2, 3, 4}) {
     std::vector<TrainResult> results;
     for (ParamRoute pr : {ParamRoute::kReplicated, ParamRoute::kSharded})
       for (GradRoute gr : {GradRoute::kCpu, GradRoute::kGpu}) {

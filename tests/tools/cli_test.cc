@@ -60,6 +60,14 @@ TEST(Cli, PredictBadInputNamesTheProblem) {
     EXPECT_TRUE(j.contains(k)) << k;
 }
 
+TEST(Cli, PredictInfeasiblePlanExitsThreeWithTheNumbers) {
+  Result r = sh(bin("slidedp-predict") + " --hardware rtx4090-x4 --model qwen2.5-72b --seq 4096 --ranks 4 --system fsdp2");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("exceeds the budget"), std::string::npos) << r.out;
+  r = sh(bin("slidedp-predict") + " --hardware rtx4090-x4 --model qwen2.5-72b --seq 4096 --ranks 4 --system all --json");
+  EXPECT_EQ(r.code, 0) << r.out;
+}
+
 TEST(Cli, RunDefaultTrainsAndLogs) {
   fs::path d = scratch("default");
   Result r = sh("cd " + d.string() + " && " + bin("slidedp-run") + " --steps 6 --json -q --db runs.db");

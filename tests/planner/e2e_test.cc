@@ -1,0 +1,149 @@
+// End to end on the CPU backend: plan a small model on emulated devices (the cpu-dev preset), write
+// the plan file, read it back and run it with the executor; refine the top plans with measured runs
+// logged to a run database; and refinement's refusals (real GPUs, models that do not fit this host).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "executor/run_log.h"
+#include "executor/trainer.h"
+#include "io/default_corpus.h"
+#include "model/step_work.h"
+#include "planner/refine.h"
+#include "planner/report.h"
+#include "planner/search.h"
+
+namespace slidedp::planner {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct TempDir {
+  fs::path path;
+  explicit TempDir(const std::string& tag)
+      : path(fs::temp_directory_path() / ("slidedp_planner_" + tag + "_" + std::to_string(::getpid()))) {
+    fs::remove_all(path);
+    fs::create_directories(path);
+  }
+  ~TempDir() { fs::remove_all(path); }
+};
+
+SearchSpec tiny_spec() {
+  SearchSpec spec;
+  spec.ranks = 2;
+  spec.global_batch_tokens = 2 * 64 * 4;
+  return spec;
+}
+
+TEST(PlannerEndToEnd, PlanATinyModelOnEmulatedDevicesThenRunThePlan) {
+  const Workload w = make_workload(model_preset("slidedp-tiny"), 64);
+  const Hardware hw = hardware_preset("cpu-dev");
+  const SearchResult r = search_plans(w, hw, tiny_spec(), {});
+  TempDir dir("e2e");
+  const std::string path = (dir.path / "plan.yaml").string();
+  write_file_atomic(path, plan_file_to_yaml(best_plan_file(r, "slidedp-tiny", "cpu-dev", 64)));
+
+  // What slidedp-run --plan does with the file.
+  const PlanFile f = load_plan_file(path);
+  exec::TrainOptions o;
+  o.card = load_model_card(f.model);
+  o.seq_len = f.seq_len;
+  o.plan = f.plan;
+  o.backend = "cpu";
+  o.update_threads = resolve_update_threads(f.plan, load_hardware(f.hardware));
+  o.dataset = default_corpus_dataset();
+  o.steps = 4;
+  o.lr.lr = 3e-3;
+  const exec::TrainResult t = exec::train(o);
+  ASSERT_EQ(t.steps.size(), 4u);
+  for (const exec::TrainStep& s : t.steps) {
+    EXPECT_TRUE(std::isfinite(s.loss));
+    EXPECT_EQ(s.tokens, tiny_spec().global_batch_tokens);
+    EXPECT_FALSE(s.skipped);
+  }
+  EXPECT_LT(t.steps.back().loss, t.steps.front().loss);  // it trains
+  for (int64_t hw_bytes : t.device_high_water_bytes) EXPECT_LE(hw_bytes, t.device_budget_bytes);
+}
+
+TEST(PlannerEndToEnd, RefineRunsTheTopPlansLogsThemAndKeepsTheMeasuredBest) {
+  const Workload w = make_workload(model_preset("slidedp-tiny"), 64);
+  const Hardware hw = hardware_preset("cpu-dev");
+  SearchOptions so;
+  so.top_k = 3;
+  const SearchResult r = search_plans(w, hw, tiny_spec(), so);
+  TempDir dir("refine");
+  RefineOptions ro;
+  ro.candidates = 3;
+  ro.steps = 4;
+  ro.warmup_steps = 1;
+  ro.db_path = (dir.path / "runs.db").string();
+  ro.command_line = "test";
+  const RefineResult rr = refine_plans(w, hw, r, ro);
+  ASSERT_EQ(rr.runs.size(), 3u);
+  double best = 1e300;
+  for (const RefinedRun& x : rr.runs) {
+    ASSERT_TRUE(x.failed.empty()) << x.failed;
+    EXPECT_EQ(x.step_wall_s.size(), 4u);
+    EXPECT_GT(x.measured_tokens_per_s, 0);
+    best = std::min(best, x.measured_score);
+  }
+  EXPECT_EQ(rr.chosen_run().measured_score, best);
+  EXPECT_DOUBLE_EQ(rr.chosen_over_best_tokens_per_s, 1.0);
+  EXPECT_TRUE(std::isnan(rr.kendall_tau) || (rr.kendall_tau >= -1 && rr.kendall_tau <= 1));
+  EXPECT_NE(render_refine(rr, 4).find("Kendall tau-b"), std::string::npos);
+
+  // The run log: one refine run, its candidates as training runs under it, every step with the
+  // prediction next to the measurement.
+  exec::RunLogReader log(ro.db_path);
+  const auto runs = log.list_runs();
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].kind, exec::RunKind::kRefine);
+  EXPECT_EQ(runs[0].id, rr.parent_run_id);
+  EXPECT_EQ(log.run_status(rr.parent_run_id), exec::RunState::kFinished);
+  for (int i = 1; i < 4; ++i) {
+    EXPECT_EQ(runs[static_cast<std::size_t>(i)].kind, exec::RunKind::kTrain);
+    EXPECT_EQ(runs[static_cast<std::size_t>(i)].parent_run_id, rr.parent_run_id);
+    const auto steps = log.steps(runs[static_cast<std::size_t>(i)].id);
+    ASSERT_EQ(steps.size(), 4u);
+    EXPECT_TRUE(steps[0].record.predicted_step_s.has_value());
+    EXPECT_FALSE(log.predictions(runs[static_cast<std::size_t>(i)].id).empty());
+  }
+}
+
+TEST(PlannerEndToEnd, RefineRefusesRealGpusAndModelsThatDoNotFitThisMachine) {
+  SearchSpec spec;
+  spec.ranks = 2;
+  spec.global_batch_tokens = 2 * 128;
+  spec.layer_counts = {0, 80};
+  spec.chunk_numels = {1 << 26};
+  spec.buffer_depths = {2};
+  spec.update_threads = {0};
+  const Workload big = make_workload(model_preset("qwen2.5-72b"), 128);
+  RefineOptions ro;
+  ro.candidates = 1;
+
+  const Hardware gpus = hardware_preset("h100-sxm-x8");
+  const SearchResult on_gpus = search_plans(big, gpus, spec, {});
+  EXPECT_THROW(refine_plans(big, gpus, on_gpus, ro), InputError);
+
+  // An emulated-device profile of a (hypothetical) host big enough to plan a 72B model: planning
+  // works, running it on this machine does not, and the error says so with both sizes.
+  Hardware host = hardware_preset("cpu-dev");
+  host.host.ram_bytes = host.host.pinned_limit_bytes = int64_t{8} << 40;
+  const SearchResult r = search_plans(big, host, spec, {});
+  try {
+    refine_plans(big, host, r, ro);
+    FAIL() << "expected InfeasibleError";
+  } catch (const InfeasibleError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("applies to models that fit this machine"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("this machine has"), std::string::npos) << msg;
+  }
+}
+
+}  // namespace
+}  // namespace slidedp::planner

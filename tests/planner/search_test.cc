@@ -1,0 +1,282 @@
+// The search against exhaustive enumeration on spaces small enough to enumerate: the same top K in
+// the same order, every candidate accounted for (scored + pruned + infeasible = space), no bound
+// violated; the chosen plans respect every budget; a tighter GPU budget never yields a plan that
+// uses more GPU memory; no feasible plan is an InfeasibleError that names the budget and the miss.
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+#include "model/memory_model.h"
+#include "model/step_model.h"
+#include "planner/search.h"
+
+namespace slidedp::planner {
+namespace {
+
+struct Case {
+  std::string name;
+  std::string model;
+  std::string hardware;
+  int64_t seq = 0;
+  SearchSpec spec;
+  int top_k = 3;
+  bool no_fabric = false;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> out;
+  {
+    Case c{"tiny_cpudev_matched", "slidedp-tiny", "cpu-dev", 128, {}, 3};
+    c.spec.ranks = 2;
+    c.spec.global_batch_tokens = 2 * 128 * 4;
+    out.push_back(c);
+  }
+  {
+    // Memory binds: a 12 GiB budget for a 1B model at 8k tokens per rank.
+    Case c{"llama1b_h100x4_tight", "llama-3.2-1b", "h100-sxm-x4", 2048, {}, 4};
+    c.spec.ranks = 4;
+    c.spec.global_batch_tokens = 4 * 2048 * 4;
+    c.spec.gpu_mem_budget_bytes = int64_t{12} << 30;
+    c.spec.layer_counts = {0, 2, 4, 8, 16};
+    c.spec.chunk_numels = {1 << 20, 1 << 23, 1 << 26};
+    c.spec.buffer_depths = {1, 2, 3};
+    out.push_back(c);
+  }
+  {
+    Case c{"qwen7b_rtx4090_throughput", "qwen2.5-7b", "rtx4090-x4", 4096, {}, 3};
+    c.spec.ranks = 4;
+    c.spec.objective = Objective::kMaxThroughput;
+    c.spec.max_global_batch_tokens = 4 * 4096 * 8;
+    c.spec.layer_counts = {0, 7, 14, 21, 28};
+    c.spec.chunk_numels = {1 << 24, 1 << 26, 1 << 28};
+    c.spec.buffer_depths = {1, 2};
+    c.spec.update_threads = {0, 16};
+    out.push_back(c);
+  }
+  {
+    Case c{"llama3b_a800_time_to_tokens", "llama-3.2-3b", "a800-x4", 1024, {}, 2};
+    c.spec.ranks = 3;
+    c.spec.objective = Objective::kMinTimeToTokens;
+    c.spec.token_budget_tokens = 100'000'000;
+    c.spec.max_global_batch_tokens = 3 * 1024 * 16;
+    c.spec.layer_counts = {0, 1, 4, 28};
+    c.spec.chunk_numels = {1 << 22, 1 << 25};
+    c.spec.buffer_depths = {2, 4};
+    c.spec.gpu_mem_budget_bytes = int64_t{20} << 30;
+    out.push_back(c);
+  }
+  {
+    // The default grids of a 16-layer model (every offload/keep count), threads and chunks narrowed.
+    Case c{"llama1b_h100x4_default_grid", "llama-3.2-1b", "h100-sxm-x4", 4096, {}, 5};
+    c.spec.ranks = 4;
+    c.spec.global_batch_tokens = 4 * 4096 * 4;
+    c.spec.update_threads = {0};
+    c.spec.chunk_numels = {1 << 21, 1 << 24, 1 << 27};
+    out.push_back(c);
+  }
+  {
+    Case c{"tiny_no_fabric", "slidedp-tiny", "h100-sxm-x4", 256, {}, 1, true};
+    c.spec.ranks = 4;
+    c.spec.global_batch_tokens = 4 * 256 * 2;
+    out.push_back(c);
+  }
+  return out;
+}
+
+Hardware case_hardware(const Case& c) {
+  Hardware hw = hardware_preset(c.hardware);
+  if (c.no_fabric) hw.fabric.kind = "none";
+  return hw;
+}
+
+void expect_accounted(const SearchStats& s) {
+  EXPECT_EQ(s.evaluated + s.pruned + s.infeasible_total(), s.space_size);
+  EXPECT_EQ(s.bound_violations, 0);
+}
+
+class SearchVsExhaustive : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SearchVsExhaustive, SameTopKAndEveryCandidateAccounted) {
+  const Case c = GetParam();
+  const Workload w = make_workload(model_preset(c.model), c.seq);
+  const Hardware hw = case_hardware(c);
+  SearchOptions o;
+  o.top_k = c.top_k;
+  o.rescore_with_simulator = false;
+  SearchResult fast = search_plans(w, hw, c.spec, o);
+  o.exhaustive = true;
+  SearchResult all = search_plans(w, hw, c.spec, o);
+  ASSERT_EQ(fast.top.size(), all.top.size());
+  for (std::size_t i = 0; i < fast.top.size(); ++i) {
+    SCOPED_TRACE("rank " + std::to_string(i + 1));
+    EXPECT_EQ(fast.top[i].index, all.top[i].index) << fast.top[i].plan.summary(fast.space.num_layers) << " vs "
+                                                   << all.top[i].plan.summary(all.space.num_layers);
+    EXPECT_EQ(fast.top[i].score, all.top[i].score);
+  }
+  expect_accounted(fast.stats);
+  expect_accounted(all.stats);
+  EXPECT_EQ(all.stats.pruned, 0);
+  // The search must actually save work on these spaces, or it is not a search.
+  EXPECT_LT(fast.stats.evaluated, all.stats.evaluated);
+  if (c.no_fabric) {
+    EXPECT_GT(fast.stats.infeasible.at(reason::kGpuFabric), 0);
+    EXPECT_EQ(fast.best().plan.param_route, ParamRoute::kReplicated);
+    EXPECT_EQ(fast.best().plan.grad_route, GradRoute::kCpu);
+  }
+  // Re-scoring reorders the same top K the same way in both.
+  o.rescore_with_simulator = true;
+  o.exhaustive = false;
+  SearchResult fast_sim = search_plans(w, hw, c.spec, o);
+  o.exhaustive = true;
+  SearchResult all_sim = search_plans(w, hw, c.spec, o);
+  EXPECT_EQ(fast_sim.best().index, all_sim.best().index);
+}
+
+TEST_P(SearchVsExhaustive, ChosenPlansRespectEveryBudget) {
+  const Case c = GetParam();
+  const Workload w = make_workload(model_preset(c.model), c.seq);
+  const Hardware hw = case_hardware(c);
+  SearchResult r = search_plans(w, hw, c.spec, {});
+  for (const Candidate& cand : r.top) {
+    const MemoryEstimate m = estimate_memory(w, hw, cand.plan, System::kSlideDP);
+    EXPECT_TRUE(m.violations().empty()) << cand.plan.summary(r.space.num_layers);
+    EXPECT_LE(m.gpu_peak_bytes, gpu_budget_bytes(cand.plan, hw));
+    EXPECT_LE(m.host_bytes, static_cast<double>(hw.host.ram_bytes));
+    EXPECT_LE(m.host_pinned_bytes, static_cast<double>(hw.host.pinned_limit_bytes));
+    EXPECT_TRUE(cand.predicted.feasible);
+    // What the table shows is the model's own prediction of that plan.
+    EXPECT_EQ(cand.predicted.step_time_s, predict_analytical(w, hw, cand.plan).step_time_s);
+    if (c.spec.objective == Objective::kMatchedBatch) {
+      EXPECT_EQ(cand.plan.global_batch_sequences() * c.seq, c.spec.global_batch_tokens);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Spaces, SearchVsExhaustive, ::testing::ValuesIn(cases()),
+                         [](const auto& tp) { return tp.param.name; });
+
+// Every bound the search uses, checked on every feasible candidate: with K larger than the space nothing
+// is pruned, every leaf is scored, and its score is compared with the bound of each node above it.
+TEST(Search, BoundsHoldOnEveryCandidateOfEveryPresetMachine) {
+  for (const std::string& hw_name : hardware_preset_names()) {
+    for (const char* model : {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b"}) {
+      SCOPED_TRACE(hw_name + " " + model);
+      const Workload w = make_workload(model_preset(model), 2048);
+      const Hardware hw = hardware_preset(hw_name);
+      SearchSpec spec;
+      spec.ranks = std::min(4, hw.gpu.count);
+      spec.objective = Objective::kMaxThroughput;
+      spec.max_global_batch_tokens = int64_t{spec.ranks} * 2048 * 4;
+      const int L = static_cast<int>(w.model.num_layers);
+      spec.layer_counts = {0, 1, L / 4, L / 2, L};
+      spec.chunk_numels = {1 << 20, 1 << 23, 1 << 26};
+      spec.buffer_depths = {1, 2, 3};
+      SearchOptions o;
+      o.top_k = 1'000'000;
+      o.rescore_with_simulator = false;
+      SearchResult r;
+      try {
+        r = search_plans(w, hw, spec, o);
+      } catch (const InfeasibleError&) {
+        continue;  // a 14B model on a small machine
+      }
+      EXPECT_EQ(r.stats.bound_violations, 0);
+      EXPECT_EQ(r.stats.pruned, 0);
+      expect_accounted(r.stats);
+    }
+  }
+}
+
+// The feasible set only shrinks as the budget tightens, and the order of candidates does not depend
+// on the budget, so the best plan either stays or is replaced by one that fits the smaller budget.
+TEST(Search, TighterGpuBudgetNeverUsesMoreGpuMemory) {
+  for (const char* model : {"llama-3.2-1b", "qwen2.5-7b"}) {
+    SCOPED_TRACE(model);
+    const Workload w = make_workload(model_preset(model), 4096);
+    const Hardware hw = hardware_preset("h100-sxm-x4");
+    SearchSpec spec;
+    spec.ranks = 4;
+    spec.global_batch_tokens = 4 * 4096 * 4;
+    spec.layer_counts = {0, 2, 4, 8, 16, 28};
+    spec.layer_counts.erase(std::remove_if(spec.layer_counts.begin(), spec.layer_counts.end(),
+                                           [&](int n) { return n > w.model.num_layers; }),
+                            spec.layer_counts.end());
+    SearchOptions o;
+    o.top_k = 1;
+    o.rescore_with_simulator = false;
+    double previous = 1e300;
+    int steps = 0;
+    for (double gib = 78; gib > 1; gib *= 0.8) {
+      spec.gpu_mem_budget_bytes = static_cast<int64_t>(gib * (1 << 30));
+      SearchResult r;
+      try {
+        r = search_plans(w, hw, spec, o);
+      } catch (const InfeasibleError&) {
+        break;
+      }
+      const double peak = r.best().predicted.memory.gpu_peak_bytes;
+      EXPECT_LE(peak, static_cast<double>(spec.gpu_mem_budget_bytes));
+      EXPECT_LE(peak, previous) << gib << " GiB: " << r.best().plan.summary(r.space.num_layers);
+      previous = peak;
+      ++steps;
+    }
+    EXPECT_GE(steps, 5);  // the sweep reached budgets that bind
+  }
+}
+
+TEST(Search, NoFeasiblePlanNamesTheBudgetAndTheMiss) {
+  const Workload w = make_workload(model_preset("qwen2.5-7b"), 4096);
+  const Hardware hw = hardware_preset("h100-sxm-x4");
+  SearchSpec spec;
+  spec.ranks = 4;
+  spec.global_batch_tokens = 4 * 4096;
+  spec.gpu_mem_budget_bytes = int64_t{1} << 30;
+  try {
+    search_plans(w, hw, spec, {});
+    FAIL() << "expected InfeasibleError";
+  } catch (const InfeasibleError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("gpu_memory"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("closest"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("exceeds the budget 1.00 GiB by"), std::string::npos) << msg;
+  }
+  // Host RAM: a 72B model's optimizer state does not fit a 24 GiB host.
+  const Workload big = make_workload(model_preset("qwen2.5-72b"), 1024);
+  spec.ranks = 2;
+  spec.global_batch_tokens = 2 * 1024;
+  spec.gpu_mem_budget_bytes = 0;
+  try {
+    search_plans(big, hardware_preset("cpu-dev"), spec, {});
+    FAIL() << "expected InfeasibleError";
+  } catch (const InfeasibleError& e) {
+    EXPECT_NE(std::string(e.what()).find("host RAM"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Search, InfeasibleCountsAreExactWhenNothingIsPruned) {
+  // With top K larger than the space nothing can be pruned, so the search's infeasibility counts (with
+  // whole sub-spaces skipped by monotonicity) must equal exhaustive enumeration's.
+  const Workload w = make_workload(model_preset("llama-3.2-1b"), 4096);
+  const Hardware hw = hardware_preset("rtx4090-x4");
+  SearchSpec spec;
+  spec.ranks = 4;
+  spec.global_batch_tokens = 4 * 4096 * 8;
+  spec.layer_counts = {0, 4, 8, 12, 16};
+  spec.chunk_numels = {1 << 20, 1 << 26};
+  spec.buffer_depths = {1, 2, 4};
+  spec.update_threads = {0};
+  SearchOptions o;
+  o.rescore_with_simulator = false;
+  o.top_k = 1'000'000;
+  SearchResult fast = search_plans(w, hw, spec, o);
+  o.exhaustive = true;
+  SearchResult all = search_plans(w, hw, spec, o);
+  EXPECT_EQ(fast.stats.infeasible, all.stats.infeasible);
+  EXPECT_GT(fast.stats.infeasible_by_monotonicity, 0);
+  EXPECT_LT(fast.stats.memory_estimates, all.stats.memory_estimates);
+  EXPECT_EQ(fast.stats.evaluated, all.stats.evaluated);
+  ASSERT_EQ(fast.top.size(), all.top.size());
+  for (std::size_t i = 0; i < fast.top.size(); ++i) EXPECT_EQ(fast.top[i].index, all.top[i].index);
+}
+
+}  // namespace
+}  // namespace slidedp::planner
