@@ -1,0 +1,976 @@
+// CUDA backend; see cuda_backend.h. Layout of this file: device guard and driver entry points, host
+// counters, events, tracing, streams, device memory and unit operations, collectives, the backend.
+//
+// Threads. The pipeline calls a device from its rank's driver thread, the trainer's main thread
+// and the updater; none of them is ours to pin to a GPU, so every entry point that touches a device
+// makes it current for the call (DeviceGuard) instead of relying on a per-thread cudaSetDevice.
+// Host functions (Stream::host_fn) run on CUDA's callback thread: they must not call CUDA, and an
+// exception there goes to RunControl::fail.
+// Aborts. Work already queued on a GPU cannot be dropped, so after an abort quiesce() releases
+// everything it could be stuck on: every host counter is raised past every value a stream waits
+// for, and the NCCL communicators are aborted; then the streams drain.
+#include "executor/cuda/cuda_backend.h"
+
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+
+#include "common/error.h"
+#include "common/units.h"
+#include "executor/cuda/counter_wait.h"
+#include "kernels/cpu/transformer/model_step.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/units.h"
+
+namespace slidedp::exec {
+
+int cuda_visible_devices() { return kernels::cuda::device_count(); }
+
+namespace {
+
+namespace kc = kernels::cuda;
+using Clock = std::chrono::steady_clock;
+
+// ---- device guard and driver entry points -----------------------------------------------------------
+
+// Makes `device` current for the scope, restoring the caller's device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    SLIDEDP_CUDA_CHECK(cudaGetDevice(&previous_));
+    if (previous_ != device) SLIDEDP_CUDA_CHECK(cudaSetDevice(device));
+    changed_ = previous_ != device;
+  }
+  ~DeviceGuard() {
+    if (changed_) cudaSetDevice(previous_);
+  }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = 0;
+  bool changed_ = false;
+};
+
+// Driver-API functions reached through the runtime (no link dependency on libcuda, so binaries start
+// where there is no driver, as in CI).
+struct DriverApi {
+  using WaitValue64 = CUresult (*)(CUstream, CUdeviceptr, cuuint64_t, unsigned int);
+  using WaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+  using DeviceGet = CUresult (*)(CUdevice*, int);
+  using DeviceGetAttribute = CUresult (*)(int*, CUdevice_attribute, CUdevice);
+  WaitValue64 wait_value64 = nullptr;
+  WaitValue32 wait_value32 = nullptr;
+  DeviceGet device_get = nullptr;
+  DeviceGetAttribute device_get_attribute = nullptr;
+
+  static const DriverApi& get() {
+    static const DriverApi api = [] {
+      DriverApi a;
+      auto load = [](const char* name) -> void* {
+        void* fn = nullptr;
+        cudaDriverEntryPointQueryResult q{};
+        if (cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess) {
+          cudaGetLastError();
+          return nullptr;
+        }
+        return fn;
+      };
+      a.wait_value64 = reinterpret_cast<WaitValue64>(load("cuStreamWaitValue64"));
+      a.wait_value32 = reinterpret_cast<WaitValue32>(load("cuStreamWaitValue32"));
+      a.device_get = reinterpret_cast<DeviceGet>(load("cuDeviceGet"));
+      a.device_get_attribute = reinterpret_cast<DeviceGetAttribute>(load("cuDeviceGetAttribute"));
+      return a;
+    }();
+    return api;
+  }
+};
+
+// How streams of a device wait on host counters. value64 is the design (one stream memory operation
+// on the 64-bit word); value32 waits on its low half, which is exact while a counter moves less than
+// 2^31 past a waited value (steps and ring generations do); the polling kernel is for drivers
+// without stream memory operations. SLIDEDP_CUDA_COUNTER_WAIT=value64|value32|kernel overrides.
+enum class CounterWait { kValue64, kValue32, kKernel };
+
+const char* counter_wait_name(CounterWait w) {
+  switch (w) {
+    case CounterWait::kValue64: return "cuStreamWaitValue64";
+    case CounterWait::kValue32: return "cuStreamWaitValue32";
+    case CounterWait::kKernel: return "polling kernel";
+  }
+  return "?";
+}
+
+CounterWait choose_counter_wait(int device) {
+  const DriverApi& api = DriverApi::get();
+  if (const char* env = std::getenv("SLIDEDP_CUDA_COUNTER_WAIT")) {
+    if (std::strcmp(env, "kernel") == 0) return CounterWait::kKernel;
+    if (std::strcmp(env, "value32") == 0 && api.wait_value32) return CounterWait::kValue32;
+    if (std::strcmp(env, "value64") == 0 && api.wait_value64) return CounterWait::kValue64;
+    throw InputError("SLIDEDP_CUDA_COUNTER_WAIT",
+                     fmt::format("'{}' is not one of value64, value32, kernel (or the driver lacks it)", env));
+  }
+  int supports64 = 0;
+  if (api.device_get && api.device_get_attribute) {
+    CUdevice dev = 0;
+    SLIDEDP_CUDA_CHECK(api.device_get(&dev, device));
+    SLIDEDP_CUDA_CHECK(api.device_get_attribute(&supports64, CU_DEVICE_ATTRIBUTE_CAN_USE_64_BIT_STREAM_MEM_OPS, dev));
+  }
+  if (supports64 != 0 && api.wait_value64) return CounterWait::kValue64;
+  if (api.wait_value32) return CounterWait::kValue32;
+  return CounterWait::kKernel;
+}
+
+// Polls `ready` until true, yielding then sleeping briefly; checks the run's abort flag on every
+// iteration (RunControl's poll interval is the upper bound of the reaction time).
+template <class Ready>
+void poll_until(const RunControl& control, Ready ready) {
+  int spins = 0;
+  while (!ready()) {
+    control.check();
+    if (++spins < 64) {
+      std::this_thread::yield();
+    } else {
+      std::this_thread::sleep_for(std::chrono::microseconds(spins < 1024 ? 20 : 200));
+    }
+  }
+}
+
+// ---- host counters ---------------------------------------------------------------------------------
+
+class CudaCounter;
+
+// Pinned, mapped words for counters (portable: every GPU may wait on them), handed out from 4 KiB
+// slabs, and the registry of live counters that quiesce() releases after an abort. Shared by the
+// counters, so it outlives whichever of them and the backend goes last.
+class CounterPool {
+ public:
+  ~CounterPool() {
+    for (void* slab : slabs_) cudaFreeHost(slab);
+  }
+  struct Word {
+    uint64_t* host = nullptr;
+    uint64_t* device = nullptr;  // the same word's device address
+  };
+  Word take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (free_.empty()) {
+      void* slab = nullptr;
+      SLIDEDP_CUDA_CHECK(cudaHostAlloc(&slab, kSlabBytes, cudaHostAllocPortable | cudaHostAllocMapped));
+      std::memset(slab, 0, kSlabBytes);
+      slabs_.push_back(slab);
+      for (size_t i = 0; i < kSlabBytes / sizeof(uint64_t); ++i) {
+        Word w;
+        w.host = static_cast<uint64_t*>(slab) + i;
+        void* dev = nullptr;
+        SLIDEDP_CUDA_CHECK(cudaHostGetDevicePointer(&dev, w.host, 0));
+        w.device = static_cast<uint64_t*>(dev);
+        free_.push_back(w);
+      }
+    }
+    Word w = free_.back();
+    free_.pop_back();
+    return w;
+  }
+  void give_back(Word w) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    free_.push_back(w);
+  }
+  void add(CudaCounter* c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.insert(c);
+  }
+  void remove(CudaCounter* c) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    live_.erase(c);
+  }
+  void release_all_waits();
+
+ private:
+  static constexpr size_t kSlabBytes = 4096;
+  std::mutex mutex_;
+  std::vector<void*> slabs_;
+  std::vector<Word> free_;
+  std::set<CudaCounter*> live_;
+};
+
+class CudaCounter final : public HostCounter {
+ public:
+  CudaCounter(std::shared_ptr<CounterPool> pool, uint64_t initial) : pool_(std::move(pool)), word_(pool_->take()) {
+    std::atomic_ref<uint64_t>(*word_.host).store(initial, std::memory_order_release);
+    pool_->add(this);
+  }
+  ~CudaCounter() override {
+    pool_->remove(this);
+    pool_->give_back(word_);
+  }
+  uint64_t value() const override { return std::atomic_ref<uint64_t>(*word_.host).load(std::memory_order_acquire); }
+  void advance_to(uint64_t v) override {
+    std::atomic_ref<uint64_t> word(*word_.host);
+    uint64_t cur = word.load(std::memory_order_acquire);
+    // Release order: everything the host wrote before (the bf16 mirror, a consumed staging slot) is
+    // visible to a stream that sees the new value.
+    while (v > cur && !word.compare_exchange_weak(cur, v, std::memory_order_acq_rel)) {
+    }
+  }
+  // A stream is about to wait for `v`: remembered so an abort can release every wait.
+  void note_wait(uint64_t v) {
+    uint64_t cur = max_waited_.load(std::memory_order_relaxed);
+    while (v > cur && !max_waited_.compare_exchange_weak(cur, v)) {
+    }
+  }
+  // Raises the counter to the largest value any stream waited for (64- and 32-bit waits both end).
+  void release_waits() { advance_to(max_waited_.load()); }
+  const uint64_t* device_word() const { return word_.device; }
+
+ private:
+  std::shared_ptr<CounterPool> pool_;
+  CounterPool::Word word_;
+  std::atomic<uint64_t> max_waited_{0};
+};
+
+void CounterPool::release_all_waits() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (CudaCounter* c : live_) c->release_waits();
+}
+
+// ---- events ----------------------------------------------------------------------------------------
+
+class CudaEvent final : public Event {
+ public:
+  CudaEvent(cudaEvent_t event, const RunControl& control) : event_(event), control_(control) {}
+  ~CudaEvent() override { cudaEventDestroy(event_); }  // safe while still pending: freed when it completes
+  bool done() const override {
+    const cudaError_t r = cudaEventQuery(event_);
+    if (r == cudaErrorNotReady) return false;
+    SLIDEDP_CUDA_CHECK(r);
+    return true;
+  }
+  void wait_host() const override {
+    poll_until(control_, [&] { return done(); });
+  }
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_;
+  const RunControl& control_;
+};
+
+// ---- tracing ---------------------------------------------------------------------------------------
+
+// Spans come from timing events recorded around each traced operation; they are resolved into
+// seconds lazily in take() (only spans whose stop event completed; the rest wait for the next call).
+// Each device has an epoch event recorded, and waited for, at a known host time, so device times
+// land on the host's trace clock.
+class Tracer {
+ public:
+  Tracer() : epoch_(Clock::now()) {}
+  ~Tracer() {
+    for (auto& p : pending_) {
+      cudaEventDestroy(p.start);
+      cudaEventDestroy(p.stop);
+    }
+    for (auto& [device, e] : device_epochs_) cudaEventDestroy(e.event);
+  }
+  bool on() const { return on_.load(std::memory_order_relaxed); }
+  void set(bool on) { on_.store(on); }
+  double now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
+
+  // Called once per device at start-up (device current, stream idle).
+  void add_device(int device, cudaStream_t stream) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (device_epochs_.count(device)) return;  // ranks sharing a GPU share its epoch
+    }
+    DeviceEpoch e;
+    SLIDEDP_CUDA_CHECK(cudaEventCreate(&e.event));
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(e.event, stream));
+    SLIDEDP_CUDA_CHECK(cudaEventSynchronize(e.event));
+    e.host_s = now();
+    std::lock_guard<std::mutex> lock(mutex_);
+    device_epochs_[device] = e;
+  }
+  void add_pending(int device, int rank, const char* stream, const SpanTag& tag, cudaEvent_t start, cudaEvent_t stop) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    pending_.push_back(Pending{device, rank, stream, tag, start, stop});
+  }
+  void add(const MeasuredSpan& span) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    done_.push_back(span);
+  }
+  std::vector<MeasuredSpan> take() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    std::deque<Pending> still;
+    for (Pending& p : pending_) {
+      const cudaError_t r = cudaEventQuery(p.stop);
+      if (r == cudaErrorNotReady) {
+        still.push_back(p);
+        continue;
+      }
+      SLIDEDP_CUDA_CHECK(r);
+      const DeviceEpoch& e = device_epochs_.at(p.device);
+      float start_ms = 0, stop_ms = 0;
+      SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&start_ms, e.event, p.start));
+      SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&stop_ms, e.event, p.stop));
+      done_.push_back(MeasuredSpan{p.rank, p.stream, p.tag, e.host_s + start_ms * 1e-3, e.host_s + stop_ms * 1e-3});
+      cudaEventDestroy(p.start);
+      cudaEventDestroy(p.stop);
+    }
+    pending_.swap(still);
+    return std::exchange(done_, {});
+  }
+
+ private:
+  struct Pending {
+    int device, rank;
+    const char* stream;
+    SpanTag tag;
+    cudaEvent_t start, stop;
+  };
+  struct DeviceEpoch {
+    cudaEvent_t event = nullptr;
+    double host_s = 0;
+  };
+  Clock::time_point epoch_;
+  std::atomic<bool> on_{false};
+  std::mutex mutex_;
+  std::map<int, DeviceEpoch> device_epochs_;
+  std::deque<Pending> pending_;
+  std::vector<MeasuredSpan> done_;
+};
+
+// ---- streams ---------------------------------------------------------------------------------------
+
+struct HostCall {
+  std::function<void()> fn;
+  RunControl* control;
+};
+
+// Runs on CUDA's callback thread, in stream order. Skipped after an abort, like the CPU backend's
+// dropped work; exceptions fail the run.
+void CUDART_CB run_host_call(void* data) {
+  std::unique_ptr<HostCall> call(static_cast<HostCall*>(data));
+  if (call->control->aborted()) return;
+  try {
+    call->fn();
+  } catch (const Aborted&) {
+  } catch (...) {
+    call->control->fail(std::current_exception());
+  }
+}
+
+class CudaStream final : public Stream {
+ public:
+  CudaStream(const char* name, int rank, int device, CounterWait wait_mode, RunControl& control, Tracer& tracer)
+      : name_(name), rank_(rank), device_(device), wait_mode_(wait_mode), control_(control), tracer_(tracer) {
+    DeviceGuard guard(device_);
+    SLIDEDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  }
+  ~CudaStream() override {
+    DeviceGuard guard(device_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+  const char* name() const override { return name_; }
+  cudaStream_t get() const { return stream_; }
+  int device() const { return device_; }
+
+  EventPtr record() override {
+    DeviceGuard guard(device_);
+    cudaEvent_t e = nullptr;
+    SLIDEDP_CUDA_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(e, stream_));
+    return std::make_shared<CudaEvent>(e, control_);
+  }
+  void wait(const EventPtr& event) override {
+    if (!event) return;
+    DeviceGuard guard(device_);
+    SLIDEDP_CUDA_CHECK(cudaStreamWaitEvent(stream_, static_cast<const CudaEvent&>(*event).get(), 0));
+  }
+  void wait_counter(HostCounter& counter, uint64_t value) override {
+    auto& c = static_cast<CudaCounter&>(counter);
+    c.note_wait(value);
+    DeviceGuard guard(device_);
+    const auto addr = reinterpret_cast<CUdeviceptr>(c.device_word());
+    switch (wait_mode_) {
+      case CounterWait::kValue64:
+        SLIDEDP_CUDA_CHECK(DriverApi::get().wait_value64(reinterpret_cast<CUstream>(stream_), addr, value,
+                                                         CU_STREAM_WAIT_VALUE_GEQ));
+        break;
+      case CounterWait::kValue32:
+        SLIDEDP_CUDA_CHECK(DriverApi::get().wait_value32(reinterpret_cast<CUstream>(stream_), addr,
+                                                         static_cast<cuuint32_t>(value), CU_STREAM_WAIT_VALUE_GEQ));
+        break;
+      case CounterWait::kKernel:
+        cuda_detail::enqueue_counter_wait_kernel(c.device_word(), value, stream_);
+        break;
+    }
+  }
+  void copy_h2d(const DeviceBuffer& dst, int64_t dst_offset, const std::byte* src, int64_t bytes,
+                const SpanTag& tag) override {
+    SLIDEDP_CHECK(dst_offset >= 0 && dst_offset + bytes <= dst.bytes, "copy_h2d past the end of the buffer");
+    std::byte* d = dst.ptr + dst_offset;
+    traced(tag, [&] { SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(d, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_)); });
+  }
+  void copy_d2h(std::byte* dst, const DeviceBuffer& src, int64_t src_offset, int64_t bytes,
+                const SpanTag& tag) override {
+    SLIDEDP_CHECK(src_offset >= 0 && src_offset + bytes <= src.bytes, "copy_d2h past the end of the buffer");
+    const std::byte* s = src.ptr + src_offset;
+    traced(tag, [&] { SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(dst, s, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_)); });
+  }
+  void host_fn(std::function<void()> fn) override {
+    DeviceGuard guard(device_);
+    auto* call = new HostCall{std::move(fn), &control_};
+    const cudaError_t r = cudaLaunchHostFunc(stream_, run_host_call, call);
+    if (r != cudaSuccess) delete call;
+    SLIDEDP_CUDA_CHECK(r);
+  }
+
+  // Enqueues `launch` (which issues work on this stream) between two timing events when tracing.
+  template <class Launch>
+  void traced(const SpanTag& tag, Launch launch) {
+    DeviceGuard guard(device_);
+    if (!tracer_.on()) {
+      launch();
+      return;
+    }
+    cudaEvent_t start = nullptr, stop = nullptr;
+    SLIDEDP_CUDA_CHECK(cudaEventCreate(&start));
+    SLIDEDP_CUDA_CHECK(cudaEventCreate(&stop));
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(start, stream_));
+    launch();
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    tracer_.add_pending(device_, rank_, name_, tag, start, stop);
+  }
+
+  // Blocks until the stream is idle; throws Aborted if the run aborts first.
+  void synchronize() {
+    EventPtr e = record();
+    e->wait_host();
+  }
+  // Blocks until idle regardless of aborts (callers first release what the stream may wait on).
+  void drain() noexcept {
+    DeviceGuard guard(device_);
+    cudaStreamSynchronize(stream_);
+  }
+
+ private:
+  const char* name_;
+  int rank_, device_;
+  CounterWait wait_mode_;
+  RunControl& control_;
+  Tracer& tracer_;
+  cudaStream_t stream_ = nullptr;
+};
+
+// ---- device ----------------------------------------------------------------------------------------
+
+int64_t align256(int64_t bytes) { return (bytes + 255) / 256 * 256; }
+
+struct SharedMath {
+  ModelCard card;
+  ModelLayout layout;
+  kernels::ModelSpecs specs;
+};
+
+class CudaDevice final : public Device {
+ public:
+  CudaDevice(int rank, int gpu, int64_t budget, const SharedMath& math, RunControl& control, Tracer& tracer)
+      : rank_(rank),
+        gpu_(gpu),
+        budget_(budget),
+        math_(math),
+        control_(control),
+        wait_mode_(choose_counter_wait(gpu)),
+        compute_("compute", rank, gpu, wait_mode_, control, tracer),
+        h2d_("h2d", rank, gpu, wait_mode_, control, tracer),
+        d2h_("d2h", rank, gpu, wait_mode_, control, tracer),
+        comm_("comm", rank, gpu, wait_mode_, control, tracer) {
+    DeviceGuard guard(gpu_);
+    gemm_ = std::make_unique<kc::GemmContext>();
+    tracer.add_device(gpu_, compute_.get());
+  }
+  ~CudaDevice() override {
+    DeviceGuard guard(gpu_);
+    cudaDeviceSynchronize();
+    for (auto& [id, live] : live_) cudaFree(live.ptr);
+    for (auto& [capacity, ptr] : cache_) cudaFree(ptr);
+  }
+
+  int rank() const override { return rank_; }
+  int gpu() const { return gpu_; }
+  CounterWait counter_wait() const { return wait_mode_; }
+  Stream& compute() override { return compute_; }
+  Stream& h2d() override { return h2d_; }
+  Stream& d2h() override { return d2h_; }
+  Stream& comm() override { return comm_; }
+  CudaStream& comm_stream() { return comm_; }
+
+  void synchronize() {
+    for (CudaStream* s : {&compute_, &h2d_, &d2h_, &comm_}) s->synchronize();
+  }
+  void drain() noexcept {
+    for (CudaStream* s : {&compute_, &h2d_, &d2h_, &comm_}) s->drain();
+  }
+
+  // ---- memory: the CPU backend's budget semantics over cached cudaMalloc blocks ----
+  // The budget counts requested bytes (256-aligned). Blocks are cudaMalloc'ed once and cached on
+  // free, because cudaFree synchronizes the whole device; a request reuses the smallest cached
+  // block that is at most 25% (or 1 MiB) larger. The pipeline asks for the same sizes every step, so
+  // after the first step no allocation reaches the driver.
+  DeviceBuffer alloc(int64_t bytes, const char* what) override {
+    SLIDEDP_CHECK(bytes >= 0);
+    const int64_t need = align256(std::max<int64_t>(bytes, 1));
+    if (need > budget_)
+      throw InfeasibleError(fmt::format("rank {}: {} needs {} but the device budget is {}", rank_, what,
+                                        format_bytes(static_cast<double>(need)), format_bytes(static_cast<double>(budget_))));
+    for (;;) {
+      EventPtr wait_for;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        reap_locked();
+        if (in_use_ + need <= budget_) {
+          Live block = take_block_locked(need, what);
+          const int64_t id = next_id_++;
+          live_[id] = block;
+          in_use_ += need;
+          high_water_ = std::max(high_water_, in_use_);
+          return DeviceBuffer{block.ptr, bytes, id};
+        }
+        if (deferred_.empty())
+          throw InfeasibleError(fmt::format(
+              "rank {}: device memory budget {} exceeded: {} in use, {} more needed for {}", rank_,
+              format_bytes(static_cast<double>(budget_)), format_bytes(static_cast<double>(in_use_)),
+              format_bytes(static_cast<double>(need)), what));
+        wait_for = deferred_.front().after;  // frees happen in stream order: wait for the oldest
+      }
+      wait_for->wait_host();
+    }
+  }
+
+  void release(const DeviceBuffer& buffer, const EventPtr& after) override {
+    if (buffer.id < 0) return;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!after) {
+      free_locked(buffer.id);
+      return;
+    }
+    deferred_.push_back({buffer.id, after});
+    reap_locked();
+  }
+
+  int64_t budget_bytes() const override { return budget_; }
+  int64_t in_use_bytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return in_use_;
+  }
+  int64_t high_water_bytes() const override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return high_water_;
+  }
+
+  DType param_dtype() const override { return DType::kBF16; }
+  DType activation_dtype() const override { return DType::kBF16; }
+
+  // ---- unit operations ----
+  UnitMemory unit_memory(UnitKind kind, int64_t B, int64_t T) const override {
+    const auto& s = math_.specs;
+    UnitMemory m;
+    m.hidden_bytes = B * T * s.embedding.C * 2;  // bf16
+    switch (kind) {
+      case UnitKind::kEmbedding:
+        break;
+      case UnitKind::kDecoder:
+        m.saved_bytes = kc::decoder_saved_bytes(s.decoder, B, T);
+        m.forward_workspace_bytes = kc::decoder_forward_workspace_bytes(s.decoder, B, T);
+        m.backward_workspace_bytes = kc::decoder_backward_workspace_bytes(s.decoder, B, T);
+        break;
+      case UnitKind::kHead:
+        m.forward_workspace_bytes = kc::head_workspace_bytes(s.head, B, T);
+        break;
+    }
+    return m;
+  }
+
+  void forward(const UnitOpArgs& a) override {
+    const UnitKind kind = math_.layout.units[static_cast<size_t>(a.unit)].kind;
+    const kc::UnitContext ctx = context();
+    const auto& s = math_.specs;
+    compute_.traced(tag(a, "fwd"), [&] {
+      switch (kind) {
+        case UnitKind::kEmbedding:
+          kc::embedding_forward(ctx, s.embedding, bf(a.params), i32(a.tokens), a.B, a.T, bf(a.y));
+          break;
+        case UnitKind::kDecoder:
+          kc::decoder_forward(ctx, s.decoder, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B, a.T, ws(a.workspace));
+          break;
+        case UnitKind::kHead: {
+          const kc::bf16* lm = s.head.tied ? bf(a.lm_head_params) + a.lm_head_offset : bf(a.params) + s.head.lm_head_w;
+          kc::head_forward_backward(ctx, s.head, bf(a.params), lm, bf(a.x), i32(a.targets), a.B, a.T, a.grad_scale,
+                                    bf(a.dx), f32(a.grads), f32(a.lm_head_grads) + a.lm_head_grad_offset,
+                                    reinterpret_cast<double*>(a.loss.ptr), ws(a.workspace));
+          break;
+        }
+      }
+    });
+  }
+
+  void recompute(const UnitOpArgs& a) override {
+    const kc::UnitContext ctx = context();
+    compute_.traced(tag(a, "recompute"), [&] {
+      kc::decoder_recompute(ctx, math_.specs.decoder, bf(a.params), bf(a.x), ws(a.saved), a.B, a.T, ws(a.workspace));
+    });
+  }
+
+  void backward(const UnitOpArgs& a) override {
+    const UnitKind kind = math_.layout.units[static_cast<size_t>(a.unit)].kind;
+    const kc::UnitContext ctx = context();
+    const auto& s = math_.specs;
+    if (kind == UnitKind::kEmbedding) {
+      // The sort scratch of the deterministic scatter-add: small (about 24 bytes per token), taken
+      // here because the executor gives the embedding no workspace.
+      DeviceBuffer scratch = alloc(kc::embedding_backward_workspace_bytes(s.embedding, a.B, a.T), "embedding sort scratch");
+      compute_.traced(tag(a, "bwd"), [&] {
+        kc::embedding_backward(ctx, s.embedding, i32(a.tokens), bf(a.dy), f32(a.grads), a.B, a.T, ws(scratch));
+      });
+      release(scratch, compute_.record());
+      return;
+    }
+    SLIDEDP_CHECK(kind == UnitKind::kDecoder, "backward of the head is fused into its forward");
+    compute_.traced(tag(a, "bwd"), [&] {
+      kc::decoder_backward(ctx, s.decoder, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy), bf(a.dx), f32(a.grads), a.B,
+                           a.T, ws(a.workspace));
+    });
+  }
+
+  void zero(const DeviceBuffer& buffer, int64_t offset_bytes, int64_t bytes) override {
+    SLIDEDP_CHECK(offset_bytes >= 0 && offset_bytes + bytes <= buffer.bytes);
+    DeviceGuard guard(gpu_);
+    SLIDEDP_CUDA_CHECK(cudaMemsetAsync(buffer.ptr + offset_bytes, 0, static_cast<size_t>(bytes), compute_.get()));
+  }
+
+  void convert_fp32(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
+                    DType dst_dtype, int64_t n) override {
+    SLIDEDP_CHECK((src_offset + n) * 4 <= src.bytes && (dst_offset + n) * dtype_bytes(dst_dtype) <= dst.bytes);
+    DeviceGuard guard(gpu_);
+    const float* s = reinterpret_cast<const float*>(src.ptr) + src_offset;
+    if (dst_dtype == DType::kBF16) {
+      kc::f32_to_bf16(s, reinterpret_cast<kc::bf16*>(dst.ptr) + dst_offset, n, compute_.get());
+    } else {
+      SLIDEDP_CHECK(dst_dtype == DType::kF32);
+      SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<float*>(dst.ptr) + dst_offset, s, static_cast<size_t>(n) * 4,
+                                         cudaMemcpyDeviceToDevice, compute_.get()));
+    }
+  }
+
+ private:
+  struct Live {
+    std::byte* ptr = nullptr;
+    int64_t capacity = 0;  // bytes of the cudaMalloc block
+    int64_t accounted = 0; // bytes counted against the budget
+  };
+  struct Deferred {
+    int64_t id;
+    EventPtr after;
+  };
+
+  Live take_block_locked(int64_t need, const char* what) {
+    const int64_t limit = std::max(need + need / 4, need + (int64_t{1} << 20));
+    auto it = cache_.lower_bound(need);
+    if (it != cache_.end() && it->first <= limit) {
+      Live b{it->second, it->first, need};
+      cache_.erase(it);
+      return b;
+    }
+    DeviceGuard guard(gpu_);
+    void* p = nullptr;
+    cudaError_t r = cudaMalloc(&p, static_cast<size_t>(need));
+    if (r == cudaErrorMemoryAllocation) {
+      // Cached blocks of other sizes may be what is missing: give them back and retry once.
+      cudaGetLastError();
+      for (auto& [capacity, ptr] : cache_) cudaFree(ptr);
+      cache_.clear();
+      r = cudaMalloc(&p, static_cast<size_t>(need));
+      if (r == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        size_t free_b = 0, total_b = 0;
+        cudaMemGetInfo(&free_b, &total_b);
+        throw InfeasibleError(fmt::format(
+            "rank {} (GPU {}): out of GPU memory allocating {} for {}: {} in use of the budget {}, the GPU has {} "
+            "free of {} (lower the device budget or the plan's memory)",
+            rank_, gpu_, format_bytes(static_cast<double>(need)), what, format_bytes(static_cast<double>(in_use_)),
+            format_bytes(static_cast<double>(budget_)), format_bytes(static_cast<double>(free_b)),
+            format_bytes(static_cast<double>(total_b))));
+      }
+    }
+    SLIDEDP_CUDA_CHECK(r);
+    return Live{static_cast<std::byte*>(p), need, need};
+  }
+  void free_locked(int64_t id) {
+    auto it = live_.find(id);
+    SLIDEDP_CHECK(it != live_.end(), "double free of device buffer " + std::to_string(id));
+    in_use_ -= it->second.accounted;
+    cache_.emplace(it->second.capacity, it->second.ptr);
+    live_.erase(it);
+  }
+  void reap_locked() {
+    for (auto it = deferred_.begin(); it != deferred_.end();) {
+      if (it->after->done()) {
+        free_locked(it->id);
+        it = deferred_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  kc::UnitContext context() const {
+    kc::UnitContext c;
+    c.gemm = gemm_.get();
+    c.stream = compute_.get();
+    return c;
+  }
+  SpanTag tag(const UnitOpArgs& a, const char* what) const {
+    SpanTag t;
+    t.category = "compute";
+    t.unit = a.unit;
+    t.step = a.step;
+    t.what = what;
+    return t;
+  }
+  static kc::bf16* bf(const DeviceBuffer& b) { return reinterpret_cast<kc::bf16*>(b.ptr); }
+  static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
+  static const int32_t* i32(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.ptr); }
+  static kc::DeviceWorkspace ws(const DeviceBuffer& b) { return kc::DeviceWorkspace{b.ptr, b.bytes}; }
+
+  int rank_, gpu_;
+  int64_t budget_;
+  const SharedMath& math_;
+  RunControl& control_;
+  CounterWait wait_mode_;
+  CudaStream compute_, h2d_, d2h_, comm_;
+  std::unique_ptr<kc::GemmContext> gemm_;
+  mutable std::mutex mutex_;
+  std::map<int64_t, Live> live_;
+  std::multimap<int64_t, std::byte*> cache_;  // capacity -> idle block
+  std::deque<Deferred> deferred_;
+  int64_t in_use_ = 0, high_water_ = 0, next_id_ = 0;
+};
+
+// ---- backend ---------------------------------------------------------------------------------------
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(const ModelCard& card, const ModelLayout& layout, const BackendOptions& opt, RunControl& control)
+      : control_(control), counters_(std::make_shared<CounterPool>()) {
+    SLIDEDP_CHECK(opt.devices >= 1);
+    if (opt.exact_fp32)
+      throw InputError("--exact", "the CUDA backend delivers and computes in bf16; the exact fp32 mode is CPU-only");
+    gpus_ = cuda_visible_devices();
+    if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
+    math_.card = card;
+    math_.layout = layout;
+    math_.specs = kernels::make_model_specs(card, layout);
+    math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
+    const int64_t budget = opt.device_budget_bytes > 0 ? opt.device_budget_bytes : int64_t{16} << 30;
+    for (int r = 0; r < opt.devices; ++r)
+      devices_.push_back(std::make_unique<CudaDevice>(r, r % gpus_, budget, math_, control, tracer_));
+  }
+
+  ~CudaBackend() override {
+    quiesce();
+    if (!comms_aborted_)
+      for (ncclComm_t c : comms_)
+        if (c != nullptr) ncclCommDestroy(c);
+    devices_.clear();
+    for (auto& [ptr, bytes] : registered_) cudaHostUnregister(ptr);
+  }
+
+  std::string name() const override { return "cuda"; }
+  int num_devices() const override { return static_cast<int>(devices_.size()); }
+  Device& device(int rank) override { return *devices_.at(static_cast<size_t>(rank)); }
+
+  HostBuffer alloc_host(int64_t bytes, bool pinned) override {
+    const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 64));
+    if (pinned) {
+      void* p = nullptr;
+      const cudaError_t r = cudaHostAlloc(&p, n, cudaHostAllocPortable);
+      if (r == cudaErrorMemoryAllocation) {
+        cudaGetLastError();
+        throw InfeasibleError(fmt::format("cannot pin {} of host memory (cudaHostAlloc failed)",
+                                          format_bytes(static_cast<double>(bytes))));
+      }
+      SLIDEDP_CUDA_CHECK(r);
+      std::memset(p, 0, n);
+      return HostBuffer{static_cast<std::byte*>(p), bytes, std::shared_ptr<void>(p, [](void* q) { cudaFreeHost(q); })};
+    }
+    auto* p = static_cast<std::byte*>(std::aligned_alloc(64, (n + 63) / 64 * 64));
+    if (!p) throw RuntimeError(fmt::format("out of host memory allocating {}", format_bytes(static_cast<double>(bytes))));
+    std::memset(p, 0, n);
+    return HostBuffer{p, bytes, std::shared_ptr<void>(p, [](void* q) { std::free(q); })};
+  }
+
+  void register_host(std::byte* ptr, int64_t bytes) override {
+    SLIDEDP_CUDA_CHECK(cudaHostRegister(ptr, static_cast<size_t>(bytes), cudaHostRegisterPortable));
+    std::lock_guard<std::mutex> lock(mutex_);
+    registered_.emplace_back(ptr, bytes);
+  }
+
+  std::unique_ptr<HostCounter> make_counter(uint64_t initial) override {
+    return std::make_unique<CudaCounter>(counters_, initial);
+  }
+
+  // all_gather in place. Equal shards: one ncclAllGather (rank r's shard already sits at r * shard).
+  // Unequal shards (count % ranks != 0): one grouped ncclBroadcast per rank of its shard, in place.
+  void all_gather(int rank, const DeviceBuffer& buffer, int64_t offset, int64_t count, DType dtype,
+                  const SpanTag& tag) override {
+    const int ranks = num_devices();
+    const int64_t esize = dtype_bytes(dtype);
+    SLIDEDP_CHECK((offset + count) * esize <= buffer.bytes, "all_gather past the end of the buffer");
+    ncclComm_t comm = communicator(rank);
+    CudaDevice& dev = *devices_[static_cast<size_t>(rank)];
+    std::byte* base = buffer.ptr + offset * esize;
+    cudaStream_t stream = dev.comm_stream().get();
+    dev.comm_stream().traced(tag, [&] {
+      if (count % ranks == 0) {
+        const size_t shard = static_cast<size_t>(count / ranks * esize);
+        SLIDEDP_CUDA_CHECK(ncclAllGather(base + rank * shard, base, shard, ncclUint8, comm, stream));
+      } else {
+        SLIDEDP_CUDA_CHECK(ncclGroupStart());
+        for (int r = 0; r < ranks; ++r) {
+          const ShardRange s = shard_range(count, ranks, r);
+          std::byte* p = base + s.begin * esize;
+          SLIDEDP_CUDA_CHECK(ncclBroadcast(p, p, static_cast<size_t>(s.size() * esize), ncclUint8, r, comm, stream));
+        }
+        SLIDEDP_CUDA_CHECK(ncclGroupEnd());
+      }
+    });
+  }
+
+  // reduce_scatter with an fp32 sum: a bf16 input is widened to fp32 on the comm stream first, then
+  // ncclReduceScatter (equal shards) or one grouped ncclReduce per rank (unequal shards). NCCL adds in
+  // its ring order, not rank order: results match the CPU route only up to fp32 rounding.
+  void reduce_scatter(int rank, const DeviceBuffer& input, int64_t in_offset, DType in_dtype, int64_t count,
+                      const DeviceBuffer& output, int64_t out_offset, const SpanTag& tag) override {
+    const int ranks = num_devices();
+    const int64_t esize = dtype_bytes(in_dtype);
+    SLIDEDP_CHECK((in_offset + count) * esize <= input.bytes, "reduce_scatter input past the end");
+    const ShardRange mine = shard_range(count, ranks, rank);
+    SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
+    ncclComm_t comm = communicator(rank);
+    CudaDevice& dev = *devices_[static_cast<size_t>(rank)];
+    CudaStream& cs = dev.comm_stream();
+    DeviceBuffer wide;  // (count) fp32 copy of a bf16 input
+    const float* send = reinterpret_cast<const float*>(input.ptr) + in_offset;
+    SLIDEDP_CHECK(in_dtype == DType::kBF16 || in_dtype == DType::kF32, "reduce_scatter input must be bf16 or fp32");
+    if (in_dtype == DType::kBF16) {
+      wide = dev.alloc(count * 4, "reduce-scatter fp32 staging");
+      send = reinterpret_cast<const float*>(wide.ptr);
+    }
+    float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
+    cs.traced(tag, [&] {
+      if (in_dtype == DType::kBF16)
+        kc::bf16_to_f32(reinterpret_cast<const kc::bf16*>(input.ptr) + in_offset, reinterpret_cast<float*>(wide.ptr),
+                        count, cs.get());
+      if (count % ranks == 0) {
+        SLIDEDP_CUDA_CHECK(ncclReduceScatter(send, out, static_cast<size_t>(count / ranks), ncclFloat32, ncclSum, comm,
+                                             cs.get()));
+      } else {
+        SLIDEDP_CUDA_CHECK(ncclGroupStart());
+        for (int r = 0; r < ranks; ++r) {
+          const ShardRange s = shard_range(count, ranks, r);
+          float* recv = r == rank ? out : const_cast<float*>(send + s.begin);  // ignored off the root
+          SLIDEDP_CUDA_CHECK(
+              ncclReduce(send + s.begin, recv, static_cast<size_t>(s.size()), ncclFloat32, ncclSum, r, comm, cs.get()));
+        }
+        SLIDEDP_CUDA_CHECK(ncclGroupEnd());
+      }
+    });
+    if (wide) dev.release(wide, cs.record());
+  }
+
+  void set_tracing(bool on) override { tracer_.set(on); }
+  bool tracing() const override { return tracer_.on(); }
+  double trace_clock_s() const override { return tracer_.now(); }
+  void add_span(const MeasuredSpan& s) override { tracer_.add(s); }
+  std::vector<MeasuredSpan> take_spans() override { return tracer_.take(); }
+
+  void synchronize() override {
+    for (auto& d : devices_) d->synchronize();
+  }
+
+  void quiesce() override {
+    if (control_.aborted()) {
+      // Nothing queued may wait forever: counters reach every waited value, NCCL stops its kernels.
+      counters_->release_all_waits();
+      std::lock_guard<std::mutex> lock(comm_mutex_);
+      if (!comms_.empty() && !comms_aborted_) {
+        for (ncclComm_t c : comms_)
+          if (c != nullptr) ncclCommAbort(c);
+        comms_aborted_ = true;
+      }
+    }
+    for (auto& d : devices_) d->drain();
+  }
+
+ private:
+  // The communicator of `rank`: all of them are created together, once, on the first collective.
+  ncclComm_t communicator(int rank) {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    if (comms_aborted_) throw Aborted{};
+    if (comms_.empty()) {
+      const int ranks = num_devices();
+      if (ranks > gpus_)
+        throw InfeasibleError(fmt::format(
+            "{} ranks share {} GPU(s): the sharded parameter route and the gpu gradient route need one GPU per rank "
+            "(NCCL); use the replicated route and the cpu gradient route",
+            ranks, gpus_));
+      std::vector<int> devs;
+      for (auto& d : devices_) devs.push_back(d->gpu());
+      comms_.assign(static_cast<size_t>(ranks), nullptr);
+      int current = 0;
+      SLIDEDP_CUDA_CHECK(cudaGetDevice(&current));  // NCCL's init visits every device
+      SLIDEDP_CUDA_CHECK(ncclCommInitAll(comms_.data(), ranks, devs.data()));
+      SLIDEDP_CUDA_CHECK(cudaSetDevice(current));
+    }
+    return comms_.at(static_cast<size_t>(rank));
+  }
+
+  RunControl& control_;
+  int gpus_ = 0;
+  SharedMath math_;
+  Tracer tracer_;
+  std::shared_ptr<CounterPool> counters_;
+  std::vector<std::unique_ptr<CudaDevice>> devices_;
+  std::mutex mutex_;
+  std::vector<std::pair<std::byte*, int64_t>> registered_;
+  std::mutex comm_mutex_;
+  std::vector<ncclComm_t> comms_;
+  bool comms_aborted_ = false;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const ModelCard& card, const ModelLayout& layout,
+                                           const BackendOptions& options, RunControl& control) {
+  kernels::cuda::prepare_cuda_environment();
+  return std::make_unique<CudaBackend>(card, layout, options, control);
+}
+
+}  // namespace slidedp::exec

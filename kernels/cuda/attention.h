@@ -1,0 +1,50 @@
+// Causal grouped-query attention on the GPU, flash-style: forward saves only the output and the
+// row log-sum-exp; backward recomputes score tiles from q, k and lse. Memory is O(B*H*T), never
+// O(T^2). Same contract as kernels/cpu/transformer/attention.h (query head h reads key/value head
+// h / (H / KV), scores scaled by 1/sqrt(hd), lse in natural log).
+//
+// Two implementations behind one entry point:
+//  * tensor-core (head_dim 64 or 128): 64-query x 64-key tiles, bf16 WMMA products with fp32
+//    accumulation, online softmax in fp32 (FlashAttention-2's schedule). Backward runs two kernels,
+//    dK/dV per key tile (looping over the query tiles and the group's heads) and dQ per query tile,
+//    so every output has exactly one writer: deterministic, no atomics, at the price of recomputing
+//    the score tile once more than FlashAttention-2.
+//  * reference (any even head_dim <= 256): one warp per row, plain fp32 loops in the same order of
+//    operations. Slow (O(T^2) warp reductions); the test oracle of the tensor-core path and the
+//    fallback for other head sizes.
+// SLIDEDP_CUDA_ATTENTION=reference|tensor_core|auto (default auto) overrides the choice, so tests
+// can run both on one GPU.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace slidedp::kernels::cuda {
+
+struct AttentionShape {
+  int64_t B = 0, T = 0;
+  int64_t H = 0;   // query heads
+  int64_t KV = 0;  // key/value heads, H % KV == 0
+  int64_t hd = 0;  // head dim
+};
+
+enum class AttentionImpl { kAuto, kReference, kTensorCore };
+// kAuto resolved: the environment override, else tensor-core when the head dim allows it.
+AttentionImpl resolve_attention_impl(AttentionImpl requested, int64_t hd);
+bool attention_tensor_core_supports(int64_t hd);
+
+// out (B, T, H, hd) bf16, lse (B, H, T) fp32; q (B, T, H, hd), k and v (B, T, KV, hd) bf16.
+void attention_forward(__nv_bfloat16* out, float* lse, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                       const __nv_bfloat16* v, const AttentionShape& s, AttentionImpl impl, cudaStream_t stream);
+
+// Scratch: D (B, H, T) fp32 = rowsum(dout * out).
+int64_t attention_backward_workspace_bytes(const AttentionShape& s);
+// dq (B, T, H, hd), dk and dv (B, T, KV, hd), all overwritten.
+void attention_backward(__nv_bfloat16* dq, __nv_bfloat16* dk, __nv_bfloat16* dv, const __nv_bfloat16* dout,
+                        const __nv_bfloat16* q, const __nv_bfloat16* k, const __nv_bfloat16* v,
+                        const __nv_bfloat16* out, const float* lse, const AttentionShape& s, AttentionImpl impl,
+                        void* workspace, cudaStream_t stream);
+
+}  // namespace slidedp::kernels::cuda

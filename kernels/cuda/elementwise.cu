@@ -1,0 +1,187 @@
+// Elementwise kernels and the deterministic column sum; see elementwise.h. Memory-bound grid-stride
+// loops; the formulas are written exactly as in kernels/cpu/transformer (swiglu.cc, rope.cc) so the
+// fp32 arithmetic matches the CPU's operation for operation.
+#include <cuda_bf16.h>
+
+#include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/elementwise.h"
+
+namespace slidedp::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kColsumRowsPerSegment = 256;  // rows one thread sums before the second stage
+
+__global__ void f32_to_bf16_kernel(const float* __restrict__ src, bf16* __restrict__ dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = to_bf16(src[i]);
+}
+
+// Four elements per thread when src is 16-byte and dst 8-byte aligned (gradient chunks usually are).
+__global__ void f32_to_bf16_vec4_kernel(const float4* __restrict__ src, uint2* __restrict__ dst, int64_t n4) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n4; i += int64_t{gridDim.x} * blockDim.x) {
+    const float4 v = src[i];
+    __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y);
+    __nv_bfloat162 hi = __floats2bfloat162_rn(v.z, v.w);
+    uint2 out;
+    out.x = *reinterpret_cast<const uint32_t*>(&lo);
+    out.y = *reinterpret_cast<const uint32_t*>(&hi);
+    dst[i] = out;
+  }
+}
+
+__global__ void bf16_to_f32_kernel(const bf16* __restrict__ src, float* __restrict__ dst, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = to_f32(src[i]);
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+__global__ void swiglu_forward_kernel(bf16* __restrict__ m, const bf16* __restrict__ g, const bf16* __restrict__ u,
+                                      int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float x = to_f32(g[i]);
+    m[i] = to_bf16(x * sigmoid(x) * to_f32(u[i]));
+  }
+}
+
+// dg may alias dm: each element of dm is read before the same element of dg is written.
+__global__ void swiglu_backward_kernel(bf16* dg, bf16* __restrict__ du, const bf16* dm, const bf16* __restrict__ g,
+                                       const bf16* __restrict__ u, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    const float x = to_f32(g[i]), d = to_f32(dm[i]);
+    const float s = sigmoid(x);
+    const float silu = x * s;
+    du[i] = to_bf16(d * silu);
+    dg[i] = to_bf16(d * to_f32(u[i]) * (s * (1.0f + x * (1.0f - s))));
+  }
+}
+
+__global__ void add_bias_kernel(bf16* __restrict__ x, const bf16* __restrict__ bias, int64_t N, int64_t C) {
+  const int64_t n = N * C;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    x[i] = to_bf16(to_f32(x[i]) + to_f32(bias[i % C]));
+}
+
+// Stage 1: partial (S, C), partial[s][c] = sum of in[r][c] over the rows r of segment s, in row order.
+__global__ void colsum_partial_kernel(float* __restrict__ partial, const bf16* __restrict__ in, int64_t N, int64_t C) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  const int64_t s = blockIdx.y;
+  if (c >= C) return;
+  const int64_t r0 = s * kColsumRowsPerSegment, r1 = min(N, r0 + kColsumRowsPerSegment);
+  float acc = 0.0f;
+  for (int64_t r = r0; r < r1; ++r) acc += to_f32(in[r * C + c]);
+  partial[s * C + c] = acc;
+}
+
+// Stage 2: out[c] += sum over segments in order.
+__global__ void colsum_finish_kernel(float* __restrict__ out, const float* __restrict__ partial, int64_t S, int64_t C) {
+  const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+  if (c >= C) return;
+  float acc = 0.0f;
+  for (int64_t s = 0; s < S; ++s) acc += partial[s * C + c];
+  out[c] += acc;
+}
+
+// One thread per (b, t, i): cos/sin of t * inv_freq[i] once in double (rounded to fp32 like the CPU's
+// tables), applied to pair (i, i + half) of every head.
+__global__ void rope_kernel(bf16* __restrict__ x, const RopeFreqs f, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                            float sign) {
+  const int64_t half = f.half;
+  const int64_t total = B * T * half;
+  for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
+       idx += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t i = idx % half;
+    const int64_t bt = idx / half;  // b * T + t
+    const int64_t t = bt % T;
+    double sd, cd;
+    sincos(static_cast<double>(t) * f.inv_freq[i], &sd, &cd);
+    const float c = static_cast<float>(cd);
+    const float si = sign * static_cast<float>(sd);
+    bf16* row = x + bt * nh * hd;  // (nh, hd)
+    for (int64_t h = 0; h < nh; ++h) {
+      bf16* v = row + h * hd;
+      const float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
+      v[i] = to_bf16(x1 * c - x2 * si);
+      v[i + half] = to_bf16(x2 * c + x1 * si);
+    }
+  }
+}
+
+}  // namespace
+
+void f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  if (reinterpret_cast<uintptr_t>(src) % 16 == 0 && reinterpret_cast<uintptr_t>(dst) % 8 == 0 && n % 4 == 0) {
+    f32_to_bf16_vec4_kernel<<<grid_for(n / 4, kThreads), kThreads, 0, stream>>>(
+        reinterpret_cast<const float4*>(src), reinterpret_cast<uint2*>(dst), n / 4);
+  } else {
+    f32_to_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(src, dst, n);
+  }
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "f32_to_bf16");
+}
+
+void bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  bf16_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(src, dst, n);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "bf16_to_f32");
+}
+
+void swiglu_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  swiglu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(m, g, u, n);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "swiglu_forward");
+}
+
+void swiglu_backward(bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u, int64_t n,
+                     cudaStream_t stream) {
+  if (n <= 0) return;
+  swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dg, du, dm, g, u, n);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "swiglu_backward");
+}
+
+void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stream) {
+  if (N * C <= 0) return;
+  add_bias_kernel<<<grid_for(N * C, kThreads), kThreads, 0, stream>>>(x, bias, N, C);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "add_bias");
+}
+
+int64_t colsum_workspace_bytes(int64_t N, int64_t C) {
+  const int64_t S = (N + kColsumRowsPerSegment - 1) / kColsumRowsPerSegment;
+  return S * C * static_cast<int64_t>(sizeof(float));
+}
+
+void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
+  if (N <= 0 || C <= 0) return;
+  const int64_t S = (N + kColsumRowsPerSegment - 1) / kColsumRowsPerSegment;
+  SLIDEDP_CHECK(S <= 65535, "colsum: too many rows for one launch");
+  auto* partial = static_cast<float*>(workspace);
+  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(S));
+  colsum_partial_kernel<<<grid, kThreads, 0, stream>>>(partial, in, N, C);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "colsum_partial");
+  colsum_finish_kernel<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(out, partial, S,
+                                                                                                      C);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "colsum_finish");
+}
+
+RopeFreqs make_rope_freqs(const std::vector<double>& inv_freq) {
+  SLIDEDP_CHECK(!inv_freq.empty() && inv_freq.size() <= static_cast<size_t>(kMaxRopeHalf),
+                "RoPE: head_dim / 2 must be in [1, 256]");
+  RopeFreqs f{};
+  f.half = static_cast<int>(inv_freq.size());
+  for (size_t i = 0; i < inv_freq.size(); ++i) f.inv_freq[i] = inv_freq[i];
+  return f;
+}
+
+void rope(bf16* x, const RopeFreqs& freqs, int64_t B, int64_t T, int64_t nh, int64_t hd, bool backward,
+          cudaStream_t stream) {
+  SLIDEDP_CHECK(hd == 2 * freqs.half, "RoPE: head_dim differs from the frequency table");
+  const int64_t total = B * T * freqs.half;
+  if (total <= 0 || nh <= 0) return;
+  rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(x, freqs, B, T, nh, hd, backward ? -1.0f : 1.0f);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "rope");
+}
+
+}  // namespace slidedp::kernels::cuda

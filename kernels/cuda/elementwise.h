@@ -1,0 +1,49 @@
+// Elementwise and small reduction kernels of the CUDA transformer math, in bf16 storage with fp32
+// arithmetic (each output rounded once, round-to-nearest-even like common/bf16.h): dtype
+// conversion, SwiGLU, bias add and its gradient (a deterministic column sum), and RoPE. The CPU
+// versions in kernels/cpu/transformer/ are the reference they are tested against.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+namespace slidedp::kernels::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// dst (n) = round_to_bf16(src (n)).
+void f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream);
+// dst (n) = src (n), exactly.
+void bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream);
+
+// m (n) = silu(g) * u.
+void swiglu_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream);
+// dg = dm * u * silu'(g), du = dm * silu(g). dg may alias dm (each element is read before written).
+void swiglu_backward(bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u, int64_t n,
+                     cudaStream_t stream);
+
+// x (N, C) += bias (C), in place.
+void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stream);
+
+// out (C) += sum over rows of in (N, C), in a fixed order (row segments, then segments in order), so
+// the result is bitwise reproducible. Scratch: colsum_workspace_bytes(N, C) bytes.
+int64_t colsum_workspace_bytes(int64_t N, int64_t C);
+void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream);
+
+// RoPE inverse frequencies passed by value (head_dim <= 2 * kMaxRopeHalf).
+inline constexpr int kMaxRopeHalf = 256;
+struct RopeFreqs {
+  int half = 0;                   // head_dim / 2
+  double inv_freq[kMaxRopeHalf];  // from kernels/cpu/transformer/rope.cc's rope_inv_freq()
+};
+RopeFreqs make_rope_freqs(const std::vector<double>& inv_freq);
+
+// In place on x (B, T, nh, hd), rotate_half convention, angle t * inv_freq[i] computed in double
+// like the CPU's rope_tables; backward = rotation by -angle.
+void rope(bf16* x, const RopeFreqs& freqs, int64_t B, int64_t T, int64_t nh, int64_t hd, bool backward,
+          cudaStream_t stream);
+
+}  // namespace slidedp::kernels::cuda

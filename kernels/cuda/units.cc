@@ -1,0 +1,487 @@
+// The GPU units; see units.h. The file reads like kernels/cpu/transformer/decoder_layer.cc: carve the
+// saved state and the scratch, then the ops in order. The carve functions are the single source of
+// the buffer sizes (the *_bytes queries run them on a measuring carver), 256-byte aligned so
+// cuBLASLt sees well-aligned operands.
+#include "kernels/cuda/units.h"
+
+#include <algorithm>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/rmsnorm.h"
+
+namespace slidedp::kernels::cuda {
+namespace {
+
+// Hands out 256-byte-aligned pieces of a device block in LIFO order; over a null block it only
+// measures (kernels/cpu/transformer/arena.h does the same for host memory).
+class Carver {
+ public:
+  Carver() = default;
+  explicit Carver(DeviceWorkspace ws) : base_(static_cast<std::byte*>(ws.data)), capacity_(ws.bytes), measuring_(false) {
+    SLIDEDP_CHECK(ws.bytes >= 0 && (ws.data != nullptr || ws.bytes == 0), "device workspace has bytes but no memory");
+    SLIDEDP_CHECK(reinterpret_cast<uintptr_t>(ws.data) % 256 == 0, "device workspace must be 256-byte aligned");
+  }
+  template <typename U>
+  U* take(int64_t n, const char* what) {
+    SLIDEDP_CHECK(n >= 0, "negative allocation");
+    const int64_t start = (used_ + 255) / 256 * 256;
+    used_ = start + n * static_cast<int64_t>(sizeof(U));
+    high_water_ = std::max(high_water_, used_);
+    if (measuring_) return nullptr;
+    SLIDEDP_CHECK(used_ <= capacity_, std::string("device workspace too small at ") + what + ": need " +
+                                          std::to_string(used_) + " bytes, have " + std::to_string(capacity_));
+    return reinterpret_cast<U*>(base_ + start);
+  }
+  int64_t mark() const { return used_; }
+  void release(int64_t mark) { used_ = mark; }
+  int64_t high_water() const { return high_water_; }
+
+ private:
+  std::byte* base_ = nullptr;
+  int64_t capacity_ = 0;
+  bool measuring_ = true;
+  int64_t used_ = 0, high_water_ = 0;
+};
+
+// Views of the decoder's saved state (N = B*T tokens).
+struct Saved {
+  float* rstd1;   // (N) input_layernorm 1/rms
+  bf16* h1;       // (N, C) input_layernorm output
+  bf16* q_lin;    // (N, H, hd) q_proj output before q_norm        [qk_norm only]
+  bf16* k_lin;    // (N, KV, hd) k_proj output before k_norm       [qk_norm only]
+  float* rstd_q;  // (N, H) q_norm 1/rms                            [qk_norm only]
+  float* rstd_k;  // (N, KV) k_norm 1/rms                           [qk_norm only]
+  bf16* q;        // (N, H, hd) queries after norm and RoPE
+  bf16* k;        // (N, KV, hd) keys after norm and RoPE
+  bf16* v;        // (N, KV, hd) values
+  bf16* att;      // (N, H, hd) attention output (o_proj input)
+  float* lse;     // (B, H, T) attention row log-sum-exp
+  bf16* x2;       // (N, C) residual stream after attention
+  float* rstd2;   // (N) post_attention_layernorm 1/rms
+  bf16* h2;       // (N, C) post_attention_layernorm output
+  bf16* g;        // (N, I) gate_proj output
+  bf16* u;        // (N, I) up_proj output
+};
+
+Saved carve_saved(Carver& a, const DecoderSpec& s, int64_t B, int64_t T) {
+  const int64_t N = B * T;
+  Saved v{};
+  v.rstd1 = a.take<float>(N, "rstd1");
+  v.h1 = a.take<bf16>(N * s.C, "h1");
+  if (s.qk_norm) {
+    v.q_lin = a.take<bf16>(N * s.q_dim(), "q_lin");
+    v.k_lin = a.take<bf16>(N * s.kv_dim(), "k_lin");
+    v.rstd_q = a.take<float>(N * s.H, "rstd_q");
+    v.rstd_k = a.take<float>(N * s.KV, "rstd_k");
+  }
+  v.q = a.take<bf16>(N * s.q_dim(), "q");
+  v.k = a.take<bf16>(N * s.kv_dim(), "k");
+  v.v = a.take<bf16>(N * s.kv_dim(), "v");
+  v.att = a.take<bf16>(N * s.q_dim(), "att");
+  v.lse = a.take<float>(B * s.H * T, "lse");
+  v.x2 = a.take<bf16>(N * s.C, "x2");
+  v.rstd2 = a.take<float>(N, "rstd2");
+  v.h2 = a.take<bf16>(N * s.C, "h2");
+  v.g = a.take<bf16>(N * s.I, "g");
+  v.u = a.take<bf16>(N * s.I, "u");
+  return v;
+}
+
+// Forward scratch: the cuBLASLt workspace, then m = silu(g) * u for the down projection.
+struct ForwardScratch {
+  void* gemm_ws;
+  bf16* m;  // (N, I)
+};
+ForwardScratch carve_forward(Carver& a, const DecoderSpec& s, int64_t N) {
+  return ForwardScratch{a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace"), a.take<bf16>(N * s.I, "m")};
+}
+
+// Backward scratch: the pieces that live throughout, then the MLP part and the attention part
+// reusing the same bytes.
+struct BackwardCommon {
+  void* gemm_ws;
+  float* dh;      // (N, C) fp32 gradient of h2, later of h1 (sums of GEMMs)
+  float* dx2;     // (N, C) fp32 gradient of the residual stream after attention
+  bf16* dx2_bf;   // (N, C) dx2 rounded, the GEMM input of the attention block
+  void* reduce;   // partials of the norm-weight and bias gradients
+};
+struct BackwardMlp {
+  bf16* m_du;   // (N, I) recomputed silu(g) * u, then du
+  bf16* dm_dg;  // (N, I) dm, then dg
+};
+struct BackwardAttention {
+  bf16* datt;    // (N, H, hd) gradient of the attention output, later of q_lin (qk_norm)
+  bf16* dq;      // (N, H, hd)
+  bf16* dk;      // (N, KV, hd)
+  bf16* dv;      // (N, KV, hd)
+  bf16* dk_lin;  // (N, KV, hd) [qk_norm only]
+  float* attn;   // attention backward scratch (B, H, T)
+};
+
+int64_t reduce_bytes(const DecoderSpec& s, int64_t N) {
+  int64_t b = rmsnorm_backward_workspace_bytes(N, s.C);
+  if (s.qk_norm) {
+    b = std::max(b, rmsnorm_backward_workspace_bytes(N * s.H, s.hd));
+    b = std::max(b, rmsnorm_backward_workspace_bytes(N * s.KV, s.hd));
+  }
+  if (s.attention_bias) b = std::max(b, colsum_workspace_bytes(N, std::max(s.q_dim(), s.kv_dim())));
+  return b;
+}
+
+BackwardCommon carve_backward_common(Carver& a, const DecoderSpec& s, int64_t N) {
+  BackwardCommon c{};
+  c.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
+  c.dh = a.take<float>(N * s.C, "dh");
+  c.dx2 = a.take<float>(N * s.C, "dx2");
+  c.dx2_bf = a.take<bf16>(N * s.C, "dx2 bf16");
+  c.reduce = a.take<std::byte>(reduce_bytes(s, N), "gradient reduction partials");
+  return c;
+}
+BackwardMlp carve_backward_mlp(Carver& a, const DecoderSpec& s, int64_t N) {
+  return BackwardMlp{a.take<bf16>(N * s.I, "m / du"), a.take<bf16>(N * s.I, "dm / dg")};
+}
+BackwardAttention carve_backward_attention(Carver& a, const DecoderSpec& s, int64_t B, int64_t T) {
+  const int64_t N = B * T;
+  BackwardAttention v{};
+  v.datt = a.take<bf16>(N * s.q_dim(), "datt");
+  v.dq = a.take<bf16>(N * s.q_dim(), "dq");
+  v.dk = a.take<bf16>(N * s.kv_dim(), "dk");
+  v.dv = a.take<bf16>(N * s.kv_dim(), "dv");
+  v.dk_lin = s.qk_norm ? a.take<bf16>(N * s.kv_dim(), "dk_lin") : nullptr;
+  v.attn = reinterpret_cast<float*>(
+      a.take<std::byte>(attention_backward_workspace_bytes(AttentionShape{B, T, s.H, s.KV, s.hd}), "attention D"));
+  return v;
+}
+
+void check_spec(const DecoderSpec& s, int64_t B, int64_t T) {
+  SLIDEDP_CHECK(B >= 0 && T >= 0, "negative batch or sequence length");
+  SLIDEDP_CHECK(s.C > 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.I > 0 && s.H % s.KV == 0,
+                "bad decoder spec");
+  SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
+}
+
+// ---- GEMM shorthands (row-major, weights (OUT, IN) as in the checkpoint) ----
+
+// out (N, OUT) = in (N, IN) w^T [+ residual (N, OUT)]; bf16 out.
+void linear_forward(const UnitContext& ctx, void* ws, bf16* out, const bf16* in, const bf16* w, int64_t N, int64_t IN,
+                    int64_t OUT, const bf16* residual = nullptr) {
+  GemmArgs g;
+  g.trans_a = false, g.trans_b = true;
+  g.M = N, g.N = OUT, g.K = IN;
+  g.A = in, g.lda = IN, g.B = w, g.ldb = IN;
+  g.beta = residual != nullptr ? 1.0f : 0.0f;
+  g.C = residual, g.ldc = OUT;
+  g.D = out, g.ldd = OUT;
+  ctx.gemm->run(g, ws, ctx.stream);
+}
+
+// din (N, IN) = dout (N, OUT) w (OUT, IN), fp32 out, overwritten or accumulated.
+void linear_backward_input_f32(const UnitContext& ctx, void* ws, float* din, const bf16* dout, const bf16* w, int64_t N,
+                               int64_t IN, int64_t OUT, bool accumulate) {
+  GemmArgs g;
+  g.M = N, g.N = IN, g.K = OUT;
+  g.A = dout, g.lda = OUT, g.B = w, g.ldb = IN;
+  g.beta = accumulate ? 1.0f : 0.0f;
+  g.D = din, g.ldd = IN, g.out_f32 = true;
+  ctx.gemm->run(g, ws, ctx.stream);
+}
+
+// din (N, IN) = dout (N, OUT) w (OUT, IN), bf16 out.
+void linear_backward_input_bf16(const UnitContext& ctx, void* ws, bf16* din, const bf16* dout, const bf16* w,
+                                int64_t N, int64_t IN, int64_t OUT) {
+  GemmArgs g;
+  g.M = N, g.N = IN, g.K = OUT;
+  g.A = dout, g.lda = OUT, g.B = w, g.ldb = IN;
+  g.D = din, g.ldd = IN;
+  ctx.gemm->run(g, ws, ctx.stream);
+}
+
+// dw (OUT, IN) += dout^T (OUT, N) in (N, IN), fp32.
+void linear_backward_weight(const UnitContext& ctx, void* ws, float* dw, const bf16* dout, const bf16* in, int64_t N,
+                            int64_t IN, int64_t OUT) {
+  GemmArgs g;
+  g.trans_a = true;
+  g.M = OUT, g.N = IN, g.K = N;
+  g.A = dout, g.lda = OUT, g.B = in, g.ldb = IN;
+  g.beta = 1.0f;
+  g.D = dw, g.ldd = IN, g.out_f32 = true;
+  ctx.gemm->run(g, ws, ctx.stream);
+}
+
+// Everything up to the complete saved state; with y also the MLP output (forward). Recompute and
+// forward run the same calls on the same values: bitwise equal saved states.
+void forward_impl(const UnitContext& ctx, const DecoderSpec& s, const bf16* p, const bf16* x, bf16* y,
+                  DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+  check_spec(s, B, T);
+  const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
+  if (N == 0) return;
+  Carver saved_carver(saved);
+  const Saved S = carve_saved(saved_carver, s, B, T);
+  Carver carver(ws);
+  const ForwardScratch f = carve_forward(carver, s, N);
+  cudaStream_t st = ctx.stream;
+
+  // attention block
+  rmsnorm_forward(S.h1, S.rstd1, x, p + s.input_norm, N, C, s.eps, st);
+  bf16* q_out = s.qk_norm ? S.q_lin : S.q;
+  bf16* k_out = s.qk_norm ? S.k_lin : S.k;
+  linear_forward(ctx, f.gemm_ws, q_out, S.h1, p + s.q_w, N, C, Q);
+  linear_forward(ctx, f.gemm_ws, k_out, S.h1, p + s.k_w, N, C, K);
+  linear_forward(ctx, f.gemm_ws, S.v, S.h1, p + s.v_w, N, C, K);
+  if (s.attention_bias) {  // Qwen2
+    add_bias(q_out, p + s.q_b, N, Q, st);
+    add_bias(k_out, p + s.k_b, N, K, st);
+    add_bias(S.v, p + s.v_b, N, K, st);
+  }
+  if (s.qk_norm) {  // Qwen3: RMSNorm over head_dim of every head, before RoPE
+    rmsnorm_forward(S.q, S.rstd_q, S.q_lin, p + s.q_norm, N * s.H, s.hd, s.eps, st);
+    rmsnorm_forward(S.k, S.rstd_k, S.k_lin, p + s.k_norm, N * s.KV, s.hd, s.eps, st);
+  }
+  const RopeFreqs freqs = make_rope_freqs(s.inv_freq);
+  rope(S.q, freqs, B, T, s.H, s.hd, false, st);
+  rope(S.k, freqs, B, T, s.KV, s.hd, false, st);
+  attention_forward(S.att, S.lse, S.q, S.k, S.v, AttentionShape{B, T, s.H, s.KV, s.hd}, ctx.attention, st);
+  // x2 = x + att Wo^T (the residual add as the GEMM's C operand)
+  linear_forward(ctx, f.gemm_ws, S.x2, S.att, p + s.o_w, N, Q, C, x);
+
+  // MLP block
+  rmsnorm_forward(S.h2, S.rstd2, S.x2, p + s.post_norm, N, C, s.eps, st);
+  linear_forward(ctx, f.gemm_ws, S.g, S.h2, p + s.gate_w, N, C, I);
+  linear_forward(ctx, f.gemm_ws, S.u, S.h2, p + s.up_w, N, C, I);
+  if (y == nullptr) return;  // recompute: the saved state is complete
+  swiglu_forward(f.m, S.g, S.u, N * I, st);
+  linear_forward(ctx, f.gemm_ws, y, f.m, p + s.down_w, N, I, C, S.x2);  // y = x2 + m Wd^T
+}
+
+}  // namespace
+
+int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Carver a;
+  carve_saved(a, spec, B, T);
+  return a.high_water();
+}
+
+int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Carver a;
+  carve_forward(a, spec, B * T);
+  return a.high_water();
+}
+
+int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Carver a;  // the take sequence of decoder_backward
+  carve_backward_common(a, spec, B * T);
+  const int64_t mark = a.mark();
+  carve_backward_mlp(a, spec, B * T);
+  a.release(mark);
+  carve_backward_attention(a, spec, B, T);
+  return a.high_water();
+}
+
+void decoder_forward(const UnitContext& ctx, const DecoderSpec& spec, const bf16* params, const bf16* x, bf16* y,
+                     DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+  SLIDEDP_CHECK(y != nullptr && y != x, "decoder_forward needs an output buffer distinct from x");
+  forward_impl(ctx, spec, params, x, y, saved, B, T, ws);
+}
+
+void decoder_recompute(const UnitContext& ctx, const DecoderSpec& spec, const bf16* params, const bf16* x,
+                       DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+  forward_impl(ctx, spec, params, x, nullptr, saved, B, T, ws);
+}
+
+void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* p, const bf16* x,
+                      DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads, int64_t B, int64_t T,
+                      DeviceWorkspace ws) {
+  check_spec(s, B, T);
+  SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
+  const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
+  if (N == 0) return;
+  Carver saved_carver(saved);
+  const Saved S = carve_saved(saved_carver, s, B, T);
+  Carver carver(ws);
+  const BackwardCommon w = carve_backward_common(carver, s, N);
+  float* dp = grads;  // same layout as p
+  cudaStream_t st = ctx.stream;
+
+  // MLP block: y = x2 + m Wd^T, m = silu(g) * u, g = h2 Wg^T, u = h2 Wu^T, h2 = rmsnorm(x2)
+  {
+    const int64_t mark = carver.mark();
+    const BackwardMlp m = carve_backward_mlp(carver, s, N);
+    swiglu_forward(m.m_du, S.g, S.u, N * I, st);  // recompute m (not saved)
+    // dm = dy Wd; dWd += dy^T m
+    linear_backward_input_bf16(ctx, w.gemm_ws, m.dm_dg, dy, p + s.down_w, N, I, C);
+    linear_backward_weight(ctx, w.gemm_ws, dp + s.down_w, dy, m.m_du, N, I, C);
+    // dg, du (in place over dm and m)
+    swiglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I, st);
+    // dh2 (fp32) = dg Wg + du Wu; dWg += dg^T h2; dWu += du^T h2
+    linear_backward_input_f32(ctx, w.gemm_ws, w.dh, m.dm_dg, p + s.gate_w, N, C, I, false);
+    linear_backward_input_f32(ctx, w.gemm_ws, w.dh, m.m_du, p + s.up_w, N, C, I, true);
+    linear_backward_weight(ctx, w.gemm_ws, dp + s.gate_w, m.dm_dg, S.h2, N, C, I);
+    linear_backward_weight(ctx, w.gemm_ws, dp + s.up_w, m.m_du, S.h2, N, C, I);
+    // dx2 (fp32) = dy (residual) + rmsnorm backward of dh2
+    RmsnormBackwardArgs nb;
+    nb.dy = w.dh, nb.dy_f32 = true, nb.x = S.x2, nb.rstd = S.rstd2, nb.w = p + s.post_norm;
+    nb.residual = dy, nb.residual_f32 = false, nb.dx = w.dx2, nb.dx_f32 = true, nb.dw = dp + s.post_norm;
+    nb.N = N, nb.C = C;
+    rmsnorm_backward(nb, w.reduce, st);
+    carver.release(mark);
+  }
+  f32_to_bf16(w.dx2, w.dx2_bf, N * C, st);
+
+  // attention block: x2 = x + att Wo^T
+  const BackwardAttention a = carve_backward_attention(carver, s, B, T);
+  // datt = dx2 Wo; dWo += dx2^T att
+  linear_backward_input_bf16(ctx, w.gemm_ws, a.datt, w.dx2_bf, p + s.o_w, N, Q, C);
+  linear_backward_weight(ctx, w.gemm_ws, dp + s.o_w, w.dx2_bf, S.att, N, Q, C);
+  // dq, dk, dv of the rotated (and normed) q, k and of v
+  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, AttentionShape{B, T, s.H, s.KV, s.hd},
+                     ctx.attention, a.attn, st);
+  // undo the rotation: gradients w.r.t. q, k before RoPE
+  const RopeFreqs freqs = make_rope_freqs(s.inv_freq);
+  rope(a.dq, freqs, B, T, s.H, s.hd, true, st);
+  rope(a.dk, freqs, B, T, s.KV, s.hd, true, st);
+  const bf16* dq_lin = a.dq;
+  const bf16* dk_lin = a.dk;
+  if (s.qk_norm) {  // through q_norm / k_norm; datt is dead after attention_backward: it takes dq_lin
+    RmsnormBackwardArgs qn;
+    qn.dy = a.dq, qn.dy_f32 = false, qn.x = S.q_lin, qn.rstd = S.rstd_q, qn.w = p + s.q_norm;
+    qn.dx = a.datt, qn.dx_f32 = false, qn.dw = dp + s.q_norm, qn.N = N * s.H, qn.C = s.hd;
+    rmsnorm_backward(qn, w.reduce, st);
+    RmsnormBackwardArgs kn;
+    kn.dy = a.dk, kn.dy_f32 = false, kn.x = S.k_lin, kn.rstd = S.rstd_k, kn.w = p + s.k_norm;
+    kn.dx = a.dk_lin, kn.dx_f32 = false, kn.dw = dp + s.k_norm, kn.N = N * s.KV, kn.C = s.hd;
+    rmsnorm_backward(kn, w.reduce, st);
+    dq_lin = a.datt;
+    dk_lin = a.dk_lin;
+  }
+  if (s.attention_bias) {  // Qwen2: db += colsum(d)
+    colsum_accumulate(dp + s.q_b, dq_lin, N, Q, w.reduce, st);
+    colsum_accumulate(dp + s.k_b, dk_lin, N, K, w.reduce, st);
+    colsum_accumulate(dp + s.v_b, a.dv, N, K, w.reduce, st);
+  }
+  // dh1 (fp32) = dq Wq + dk Wk + dv Wv; dW += d^T h1
+  linear_backward_input_f32(ctx, w.gemm_ws, w.dh, dq_lin, p + s.q_w, N, C, Q, false);
+  linear_backward_input_f32(ctx, w.gemm_ws, w.dh, dk_lin, p + s.k_w, N, C, K, true);
+  linear_backward_input_f32(ctx, w.gemm_ws, w.dh, a.dv, p + s.v_w, N, C, K, true);
+  linear_backward_weight(ctx, w.gemm_ws, dp + s.q_w, dq_lin, S.h1, N, C, Q);
+  linear_backward_weight(ctx, w.gemm_ws, dp + s.k_w, dk_lin, S.h1, N, C, K);
+  linear_backward_weight(ctx, w.gemm_ws, dp + s.v_w, a.dv, S.h1, N, C, K);
+  // dx (bf16) = dx2 (fp32 residual) + rmsnorm backward of dh1
+  RmsnormBackwardArgs nb;
+  nb.dy = w.dh, nb.dy_f32 = true, nb.x = x, nb.rstd = S.rstd1, nb.w = p + s.input_norm;
+  nb.residual = w.dx2, nb.residual_f32 = true, nb.dx = dx, nb.dx_f32 = false, nb.dw = dp + s.input_norm;
+  nb.N = N, nb.C = C;
+  rmsnorm_backward(nb, w.reduce, st);
+}
+
+// ---- head ----
+
+namespace {
+
+struct HeadScratch {
+  void* gemm_ws;
+  bf16* hn;           // (N, C) final norm output
+  float* rstd;        // (N)
+  float* dhn;         // (N, C) fp32 gradient of hn
+  double* loss_rows;  // (N) per-token loss
+  float* logits;      // (chunk, V)
+  bf16* dlogits;      // (chunk, V)
+  void* reduce;       // norm-weight gradient partials
+};
+
+int64_t chunk_rows(const HeadSpec& s, int64_t N) { return std::max<int64_t>(1, std::min(s.loss_chunk_tokens, N)); }
+
+HeadScratch carve_head(Carver& a, const HeadSpec& s, int64_t N) {
+  const int64_t chunk = chunk_rows(s, N);
+  HeadScratch h{};
+  h.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
+  h.hn = a.take<bf16>(N * s.C, "hn");
+  h.rstd = a.take<float>(N, "rstd");
+  h.dhn = a.take<float>(N * s.C, "dhn");
+  h.loss_rows = a.take<double>(N, "loss rows");
+  h.logits = a.take<float>(chunk * s.V, "logits");
+  h.dlogits = a.take<bf16>(chunk * s.V, "dlogits");
+  h.reduce = a.take<std::byte>(rmsnorm_backward_workspace_bytes(N, s.C), "norm gradient partials");
+  return h;
+}
+
+}  // namespace
+
+int64_t head_workspace_bytes(const HeadSpec& spec, int64_t B, int64_t T) {
+  Carver a;
+  carve_head(a, spec, B * T);
+  return a.high_water();
+}
+
+void head_forward_backward(const UnitContext& ctx, const HeadSpec& s, const bf16* params, const bf16* lm_head_w,
+                           const bf16* x, const int32_t* targets, int64_t B, int64_t T, double grad_scale, bf16* dx,
+                           float* grads, float* lm_head_grad, double* loss, DeviceWorkspace ws) {
+  SLIDEDP_CHECK(lm_head_w != nullptr && dx != nullptr && grads != nullptr && lm_head_grad != nullptr && dx != x,
+                "head needs the lm_head weight, its gradient, grads and a dx distinct from x");
+  SLIDEDP_CHECK(s.loss_chunk_tokens > 0, "loss_chunk_tokens must be positive");
+  const int64_t N = B * T, C = s.C, V = s.V;
+  cudaStream_t st = ctx.stream;
+  if (N == 0) {
+    SLIDEDP_CUDA_CHECK(cudaMemsetAsync(loss, 0, 2 * sizeof(double), st));
+    return;
+  }
+  Carver carver(ws);
+  const HeadScratch h = carve_head(carver, s, N);
+  const int64_t chunk = chunk_rows(s, N);
+
+  rmsnorm_forward(h.hn, h.rstd, x, params + s.norm_w, N, C, s.eps, st);
+  for (int64_t n0 = 0; n0 < N; n0 += chunk) {
+    const int64_t nc = std::min(chunk, N - n0);
+    const bf16* hc = h.hn + n0 * C;  // (nc, C)
+    // logits (nc, V) = hc W^T, fp32
+    GemmArgs lg;
+    lg.trans_b = true;
+    lg.M = nc, lg.N = V, lg.K = C;
+    lg.A = hc, lg.lda = C, lg.B = lm_head_w, lg.ldb = C;
+    lg.D = h.logits, lg.ldd = V, lg.out_f32 = true;
+    ctx.gemm->run(lg, h.gemm_ws, st);
+    cross_entropy_chunk(h.logits, h.dlogits, h.loss_rows + n0, targets + n0, nc, V, grad_scale, st);
+    // dhn rows (nc, C) = dlogits (nc, V) W (V, C)
+    GemmArgs dh;
+    dh.M = nc, dh.N = C, dh.K = V;
+    dh.A = h.dlogits, dh.lda = V, dh.B = lm_head_w, dh.ldb = C;
+    dh.D = h.dhn + n0 * C, dh.ldd = C, dh.out_f32 = true;
+    ctx.gemm->run(dh, h.gemm_ws, st);
+    // dW (V, C) += dlogits^T (V, nc) hc (nc, C)
+    GemmArgs dw;
+    dw.trans_a = true;
+    dw.M = V, dw.N = C, dw.K = nc;
+    dw.A = h.dlogits, dw.lda = V, dw.B = hc, dw.ldb = C;
+    dw.beta = 1.0f;
+    dw.D = lm_head_grad, dw.ldd = C, dw.out_f32 = true;
+    ctx.gemm->run(dw, h.gemm_ws, st);
+  }
+  cross_entropy_finish(loss, h.loss_rows, targets, N, st);
+  RmsnormBackwardArgs nb;
+  nb.dy = h.dhn, nb.dy_f32 = true, nb.x = x, nb.rstd = h.rstd, nb.w = params + s.norm_w;
+  nb.dx = dx, nb.dx_f32 = false, nb.dw = grads + s.norm_w, nb.N = N, nb.C = C;
+  rmsnorm_backward(nb, h.reduce, st);
+}
+
+// ---- embedding ----
+
+int64_t embedding_backward_workspace_bytes(const EmbeddingSpec& spec, int64_t B, int64_t T) {
+  return embedding_backward_workspace_bytes(B * T, spec.V);
+}
+
+void embedding_forward(const UnitContext& ctx, const EmbeddingSpec& spec, const bf16* params, const int32_t* tokens,
+                       int64_t B, int64_t T, bf16* y) {
+  embedding_forward(y, tokens, params + spec.weight, B * T, spec.C, spec.V, ctx.stream);
+}
+
+void embedding_backward(const UnitContext& ctx, const EmbeddingSpec& spec, const int32_t* tokens, const bf16* dy,
+                        float* grads, int64_t B, int64_t T, DeviceWorkspace ws) {
+  SLIDEDP_CHECK(ws.bytes >= embedding_backward_workspace_bytes(spec, B, T), "embedding backward workspace too small");
+  embedding_backward(grads + spec.weight, tokens, dy, B * T, spec.C, spec.V, ws.data, ctx.stream);
+}
+
+}  // namespace slidedp::kernels::cuda
