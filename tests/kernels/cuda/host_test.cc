@@ -1,0 +1,97 @@
+// CUDA-side logic that needs no GPU, so it runs in CI (label kernels): the one error macro names the
+// call, the library's error and the place for every library; unit buffer sizes grow linearly in the
+// sequence length (the flash attention's point: no T x T buffer anywhere); the attention
+// implementation is chosen as documented, with the environment override.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "common/error.h"
+#include "kernels/cpu/transformer/unit_spec.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/units.h"
+#include "model/unit_layout.h"
+#include "tests/kernels/transformer/test_util.h"
+
+namespace slidedp::kernels::cuda {
+namespace {
+
+template <class Call>
+std::string error_of(Call call) {
+  try {
+    call();
+  } catch (const RuntimeError& e) {
+    return e.what();
+  }
+  return "(no error thrown)";
+}
+
+void expect_contains(const std::string& text, const std::string& part) {
+  EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
+}
+
+TEST(CudaCheck, EveryLibraryErrorNamesTheCallTheMessageAndThePlace) {
+  const std::string cuda = error_of([] { SLIDEDP_CUDA_CHECK(cudaErrorInvalidValue); });
+  expect_contains(cuda, "CUDA error: cudaErrorInvalidValue failed with cudaErrorInvalidValue");
+  expect_contains(cuda, "invalid argument");
+  expect_contains(cuda, "host_test.cc:");
+
+  const std::string blas = error_of([] { SLIDEDP_CUDA_CHECK(CUBLAS_STATUS_INVALID_VALUE); });
+  expect_contains(blas, "cuBLAS error: CUBLAS_STATUS_INVALID_VALUE failed with CUBLAS_STATUS_INVALID_VALUE");
+  expect_contains(blas, "host_test.cc:");
+
+  const std::string nccl = error_of([] { SLIDEDP_CUDA_CHECK(ncclInvalidArgument); });
+  expect_contains(nccl, "NCCL error: ncclInvalidArgument failed");
+  expect_contains(nccl, "invalid argument");
+
+  // Driver and CUPTI strings need the driver / CUPTI loaded; the code and the place are always there.
+  const std::string driver = error_of([] { SLIDEDP_CUDA_CHECK(CUDA_ERROR_INVALID_VALUE); });
+  expect_contains(driver, "CUDA driver error: CUDA_ERROR_INVALID_VALUE failed with");
+  expect_contains(driver, "(1)");
+  const std::string cupti = error_of([] { SLIDEDP_CUDA_CHECK(CUPTI_ERROR_INVALID_PARAMETER); });
+  expect_contains(cupti, "CUPTI error: CUPTI_ERROR_INVALID_PARAMETER failed");
+  expect_contains(cupti, "host_test.cc:");
+
+  EXPECT_NO_THROW(SLIDEDP_CUDA_CHECK(cudaSuccess));
+  EXPECT_NO_THROW(SLIDEDP_CUDA_CHECK(ncclSuccess));
+}
+
+// f(T) = a + b T exactly up to the 256-byte alignment of each piece: second differences vanish
+// within (pieces x 256) bytes, for the decoder of every family and the head.
+TEST(CudaUnits, BufferSizesGrowLinearlyInTheSequenceLength) {
+  for (const std::string type : {"llama", "qwen2", "qwen3"}) {
+    const ModelCard card = kernels::test::tiny_card(type, false);
+    const ModelLayout layout = make_model_layout(card);
+    const DecoderSpec s = make_decoder_spec(card, layout.units[1]);
+    HeadSpec h = make_head_spec(card, layout.units.back());
+    h.loss_chunk_tokens = 1 << 30;  // chunk = all tokens, so the logits grow with T too
+    const int64_t B = 3, T = 4096;
+    auto second_difference = [&](auto f) { return std::llabs(f(3 * T) - 2 * f(2 * T) + f(T)); };
+    constexpr int64_t kSlack = 64 * 256;  // up to 64 carved pieces, each rounded up to 256 bytes
+    EXPECT_LE(second_difference([&](int64_t t) { return decoder_saved_bytes(s, B, t); }), kSlack) << type;
+    EXPECT_LE(second_difference([&](int64_t t) { return decoder_forward_workspace_bytes(s, B, t); }), kSlack) << type;
+    EXPECT_LE(second_difference([&](int64_t t) { return decoder_backward_workspace_bytes(s, B, t); }), kSlack) << type;
+    EXPECT_LE(second_difference([&](int64_t t) { return head_workspace_bytes(h, B, t); }), kSlack) << type;
+    // and the per-token slope is what the buffers say: saved state of 16 pieces at most ~ 2 KiB/token here
+    EXPECT_LT(decoder_saved_bytes(s, B, 2 * T) - decoder_saved_bytes(s, B, T), B * T * 1024) << type;
+  }
+}
+
+TEST(CudaAttention, ImplementationChoiceAndEnvironmentOverride) {
+  unsetenv("SLIDEDP_CUDA_ATTENTION");
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 64), AttentionImpl::kTensorCore);
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 128), AttentionImpl::kTensorCore);
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 8), AttentionImpl::kReference);
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 96), AttentionImpl::kReference);
+  EXPECT_THROW(resolve_attention_impl(AttentionImpl::kTensorCore, 8), InputError);
+  setenv("SLIDEDP_CUDA_ATTENTION", "reference", 1);
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 64), AttentionImpl::kReference);
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kTensorCore, 64), AttentionImpl::kTensorCore);  // explicit wins
+  unsetenv("SLIDEDP_CUDA_ATTENTION");
+}
+
+}  // namespace
+}  // namespace slidedp::kernels::cuda

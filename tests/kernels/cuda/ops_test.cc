@@ -1,0 +1,509 @@
+// Backend consistency of the CUDA ops (label gpu; each test skips with a visible reason where no GPU
+// exists): every op of kernels/cuda against the CPU reference of kernels/cpu/transformer, run on the
+// SAME bf16 values (inputs rounded to bf16 on the host first, the CPU computing in fp32 from them).
+// Odd sizes (0, 1, 7, 17, 1003), unaligned offsets and guard zones around every output.
+//
+// Tolerances (STYLE habit 4), |got - ref| <= atol + rtol |ref|:
+//  * kOneRounding = 2^-8: an op that computes in fp32 and rounds its output to bf16 once differs from
+//    the fp32 reference by half a bf16 ulp (2^-9 relative) plus fp32-level differences (expf, sum
+//    order); twice the half-ulp leaves margin for those.
+//  * Reductions over bf16 products (norm weight gradients, column sums) are fp32 sums in another
+//    order: 1e-5 relative per term count is far above fp32 rounding and far below any real bug.
+//  * Outputs behind several bf16 roundings are compared against the tensor's scale (close_to_scale):
+//    an element that cancels to ~0 has no meaningful relative error, the tensor's max does.
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "common/bf16.h"
+#include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/attention.h"
+#include "kernels/cpu/transformer/blas.h"
+#include "kernels/cpu/transformer/embedding.h"
+#include "kernels/cpu/transformer/rmsnorm.h"
+#include "kernels/cpu/transformer/rope.h"
+#include "kernels/cpu/transformer/swiglu.h"
+#include "kernels/cuda/attention.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/rmsnorm.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+
+namespace slidedp::kernels::cuda {
+namespace {
+
+using test::Bf16Array;
+using test::bf;
+using test::DeviceArray;
+using test::close_to_scale;
+using test::random_bf16_values;
+using test::to_bf16_bits;
+using test::widen;
+using kernels::test::all_close;
+using kernels::test::random_vector;
+
+constexpr double kOneRounding = 1.0 / 256.0;  // see the header comment
+constexpr cudaStream_t kStream = nullptr;     // the legacy default stream: tests run one op at a time
+
+const std::vector<int64_t> kOddSizes = {0, 1, 7, 17, 1003};
+
+std::vector<float> round_all(std::vector<float> v) {
+  for (float& x : v) x = round_to_bf16(x);
+  return v;
+}
+
+// ---- conversion ----
+
+TEST(CudaConvert, F32ToBf16IsBitwiseTheScalarReferenceForEverySizeAndOffset) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t n : kOddSizes)
+    for (int64_t offset : {0, 1, 3}) {
+      std::vector<float> src = random_vector<float>(n + offset, 7 + n, -3.0, 3.0);
+      if (n + offset > 8) {  // exact ties, infinities, signed zero, subnormals
+        src[static_cast<size_t>(offset)] = std::bit_cast<float>(0x3f808000u);      // tie, rounds to even (down)
+        src[static_cast<size_t>(offset + 1)] = std::bit_cast<float>(0x3f818000u);  // tie, rounds to even (up)
+        src[static_cast<size_t>(offset + 2)] = std::numeric_limits<float>::infinity();
+        src[static_cast<size_t>(offset + 3)] = -0.0f;
+        src[static_cast<size_t>(offset + 4)] = std::bit_cast<float>(0x00012345u);  // subnormal
+      }
+      DeviceArray<float> d_src(src);
+      Bf16Array d_dst(n);
+      f32_to_bf16(d_src.get() + offset, bf(d_dst), n, kStream);
+      std::vector<bf16_bits> got = d_dst.download();
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(got[static_cast<size_t>(i)], float_to_bf16(src[static_cast<size_t>(i + offset)]))
+            << "n " << n << " offset " << offset << " i " << i;
+      EXPECT_TRUE(d_dst.check_guards("f32_to_bf16"));
+
+      std::vector<bf16_bits> bits = to_bf16_bits(src);
+      Bf16Array d_bits(bits);
+      DeviceArray<float> d_back(n);
+      bf16_to_f32(bf(d_bits) + offset, d_back.get(), n, kStream);
+      std::vector<float> back = d_back.download();
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(back[static_cast<size_t>(i)]),
+                  std::bit_cast<uint32_t>(bf16_to_float(bits[static_cast<size_t>(i + offset)])));
+      EXPECT_TRUE(d_back.check_guards("bf16_to_f32"));
+    }
+}
+
+// ---- SwiGLU, bias, column sums ----
+
+TEST(CudaSwiGlu, ForwardBackwardMatchCpuWithinOneRounding) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t n : kOddSizes) {
+    const std::vector<float> g = random_bf16_values(n, 1, -6, 6), u = random_bf16_values(n, 2), dm = random_bf16_values(n, 3);
+    std::vector<float> m_ref(static_cast<size_t>(n)), dg_ref(static_cast<size_t>(n)), du_ref(static_cast<size_t>(n));
+    kernels::swiglu_forward<float>(m_ref.data(), g.data(), u.data(), n);
+    kernels::swiglu_backward<float>(dg_ref.data(), du_ref.data(), dm.data(), g.data(), u.data(), n);
+    Bf16Array d_g(to_bf16_bits(g)), d_u(to_bf16_bits(u)), d_m(n), d_du(n);
+    Bf16Array d_dm(to_bf16_bits(dm));  // dg is written in place over dm (allowed aliasing)
+    swiglu_forward(bf(d_m), bf(d_g), bf(d_u), n, kStream);
+    swiglu_backward(bf(d_dm), bf(d_du), bf(d_dm), bf(d_g), bf(d_u), n, kStream);
+    EXPECT_TRUE(all_close(widen(d_m.download()), m_ref, 1e-6, kOneRounding, "swiglu m"));
+    EXPECT_TRUE(all_close(widen(d_dm.download()), dg_ref, 1e-6, kOneRounding, "swiglu dg"));
+    EXPECT_TRUE(all_close(widen(d_du.download()), du_ref, 1e-6, kOneRounding, "swiglu du"));
+    for (const Bf16Array* a : {&d_m, &d_dm, &d_du}) EXPECT_TRUE(a->check_guards("swiglu"));
+  }
+}
+
+TEST(CudaBias, AddAndColumnSumMatchCpu) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t N : {1, 7, 1003})
+    for (int64_t C : {1, 17, 300}) {
+      const std::vector<float> x = random_bf16_values(N * C, 4), b = random_bf16_values(C, 5);
+      Bf16Array d_x(to_bf16_bits(x)), d_b(to_bf16_bits(b));
+      add_bias(bf(d_x), bf(d_b), N, C, kStream);
+      std::vector<float> ref(x.size());
+      for (int64_t i = 0; i < N * C; ++i) ref[static_cast<size_t>(i)] = x[static_cast<size_t>(i)] + b[static_cast<size_t>(i % C)];
+      EXPECT_TRUE(all_close(widen(d_x.download()), ref, 1e-6, kOneRounding, "add_bias"));
+      EXPECT_TRUE(d_x.check_guards("add_bias"));
+      // column sums of the (rounded) biased values, accumulated onto an existing value
+      const std::vector<float> xb = widen(d_x.download());
+      std::vector<float> init = random_vector<float>(C, 6), sum_ref(static_cast<size_t>(C));
+      for (int64_t c = 0; c < C; ++c) {
+        double s = init[static_cast<size_t>(c)];
+        for (int64_t r = 0; r < N; ++r) s += xb[static_cast<size_t>(r * C + c)];
+        sum_ref[static_cast<size_t>(c)] = static_cast<float>(s);
+      }
+      DeviceArray<float> d_sum(init);
+      DeviceArray<std::byte> ws(std::max<int64_t>(colsum_workspace_bytes(N, C), 1));
+      colsum_accumulate(d_sum.get(), bf(d_x), N, C, ws.get(), kStream);
+      // fp32 sums of N terms of magnitude <= 2: N * 2^-24 * 2 relative to the scale, bounded by 1e-5 * N
+      EXPECT_TRUE(all_close(d_sum.download(), sum_ref, 1e-5 * static_cast<double>(N), 1e-5, "colsum"));
+      EXPECT_TRUE(d_sum.check_guards("colsum"));
+    }
+}
+
+// ---- RMSNorm ----
+
+TEST(CudaRmsNorm, ForwardAndEveryBackwardDtypeCombinationMatchCpu) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t N : {1, 7, 300})
+    for (int64_t C : {8, 17, 1003}) {
+      const std::vector<float> x = random_bf16_values(N * C, 10), w = random_bf16_values(C, 11, 0.5, 1.5);
+      const std::vector<float> dy = random_bf16_values(N * C, 12), res = random_bf16_values(N * C, 13);
+      const double eps = 1e-5;
+      std::vector<float> y_ref(x.size()), rstd_ref(static_cast<size_t>(N));
+      kernels::rmsnorm_forward<float>(y_ref.data(), rstd_ref.data(), x.data(), w.data(), N, C, eps);
+      Bf16Array d_x(to_bf16_bits(x)), d_w(to_bf16_bits(w)), d_y(N * C);
+      DeviceArray<float> d_rstd(N);
+      rmsnorm_forward(bf(d_y), d_rstd.get(), bf(d_x), bf(d_w), N, C, eps, kStream);
+      EXPECT_TRUE(all_close(widen(d_y.download()), y_ref, 1e-5, kOneRounding, "rmsnorm y"));
+      // rstd: fp32 sums of C squares in another order (the CPU sums in double)
+      EXPECT_TRUE(all_close(d_rstd.download(), rstd_ref, 0.0, 1e-5, "rmsnorm rstd"));
+      EXPECT_TRUE(d_y.check_guards("rmsnorm y"));
+      EXPECT_TRUE(d_rstd.check_guards("rmsnorm rstd"));
+
+      // backward with the CPU's rstd on both sides, so only the backward is compared
+      d_rstd.upload(rstd_ref);
+      for (bool dy_f32 : {true, false})
+        for (int residual : {0, 1, 2})  // none, bf16, fp32
+          for (bool dx_f32 : {true, false}) {
+            std::vector<float> dx_ref(x.size(), 0.0f), dw_ref = random_vector<float>(C, 14);
+            const std::vector<float> dw_init = dw_ref;
+            if (residual != 0) dx_ref = res;
+            kernels::rmsnorm_backward<float>(dx_ref.data(), dw_ref.data(), dy.data(), x.data(), rstd_ref.data(), w.data(),
+                                             N, C, residual != 0);
+            DeviceArray<float> d_dy32(dy), d_res32(res), d_dx32(N * C), d_dw(dw_init);
+            Bf16Array d_dy16(to_bf16_bits(dy)), d_res16(to_bf16_bits(res)), d_dx16(N * C);
+            DeviceArray<std::byte> ws(rmsnorm_backward_workspace_bytes(N, C));
+            RmsnormBackwardArgs a;
+            a.dy = dy_f32 ? static_cast<const void*>(d_dy32.get()) : d_dy16.get();
+            a.dy_f32 = dy_f32;
+            a.x = bf(d_x), a.rstd = d_rstd.get(), a.w = bf(d_w);
+            a.residual = residual == 0 ? nullptr : residual == 1 ? static_cast<const void*>(d_res16.get()) : d_res32.get();
+            a.residual_f32 = residual == 2;
+            a.dx = dx_f32 ? static_cast<void*>(d_dx32.get()) : d_dx16.get();
+            a.dx_f32 = dx_f32;
+            a.dw = d_dw.get(), a.N = N, a.C = C;
+            rmsnorm_backward(a, ws.get(), kStream);
+            const std::vector<float> dx = dx_f32 ? d_dx32.download() : widen(d_dx16.download());
+            const std::string what = "rmsnorm backward dy_f32 " + std::to_string(dy_f32) + " residual " +
+                                     std::to_string(residual) + " dx_f32 " + std::to_string(dx_f32);
+            // dx: fp32 row dot of C terms in another order, then one rounding when dx is bf16
+            EXPECT_TRUE(close_to_scale(dx, dx_ref, 1e-4, dx_f32 ? 1e-4 : kOneRounding, what + " dx"));
+            // dw: sums of N products in another order
+            EXPECT_TRUE(all_close(d_dw.download(), dw_ref, 1e-5 * static_cast<double>(N), 1e-5, what + " dw"));
+            EXPECT_TRUE(d_dx32.check_guards(what) && d_dx16.check_guards(what) && d_dw.check_guards(what));
+          }
+    }
+}
+
+// ---- RoPE ----
+
+TEST(CudaRope, ForwardAndBackwardMatchCpuIncludingLlama3Scaling) {
+  SLIDEDP_REQUIRE_GPU();
+  RopeScaling llama3;
+  llama3.type = "llama3";
+  llama3.factor = 8.0;
+  llama3.low_freq_factor = 1.0;
+  llama3.high_freq_factor = 4.0;
+  llama3.original_max_position_embeddings = 64;
+  for (int64_t hd : {8, 64, 128})
+    for (const RopeScaling& scaling : {RopeScaling{}, llama3}) {
+      const int64_t B = 2, T = 300, nh = 3;
+      const std::vector<double> inv_freq = kernels::rope_inv_freq(hd, 500000.0, scaling);
+      std::vector<float> cos(static_cast<size_t>(T * hd / 2)), sin(cos.size());
+      kernels::rope_tables<float>(cos.data(), sin.data(), inv_freq, T);
+      const std::vector<float> x = random_bf16_values(B * T * nh * hd, 20);
+      for (bool backward : {false, true}) {
+        std::vector<float> ref = x;
+        if (backward) {
+          kernels::rope_backward<float>(ref.data(), cos.data(), sin.data(), B, T, nh, hd);
+        } else {
+          kernels::rope_forward<float>(ref.data(), cos.data(), sin.data(), B, T, nh, hd);
+        }
+        Bf16Array d_x(to_bf16_bits(x));
+        rope(bf(d_x), make_rope_freqs(inv_freq), B, T, nh, hd, backward, kStream);
+        EXPECT_TRUE(all_close(widen(d_x.download()), ref, 1e-6, kOneRounding, "rope hd " + std::to_string(hd)));
+        EXPECT_TRUE(d_x.check_guards("rope"));
+      }
+    }
+}
+
+// ---- embedding ----
+
+TEST(CudaEmbedding, GatherIsExactAndScatterAddIsBitwiseTheCpusTokenOrderSum) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t N : {1, 7, 1003})
+    for (int64_t C : {8, 17, 64}) {
+      const int64_t V = 37;
+      std::vector<int32_t> tok(static_cast<size_t>(N));
+      for (int64_t i = 0; i < N; ++i) tok[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + i / 3) % 11);  // repeats
+      const std::vector<float> w = random_bf16_values(V * C, 30), dx = random_bf16_values(N * C, 31);
+      Bf16Array d_w(to_bf16_bits(w)), d_x(N * C), d_dx(to_bf16_bits(dx));
+      DeviceArray<int32_t> d_tok(tok);
+      embedding_forward(bf(d_x), d_tok.get(), bf(d_w), N, C, V, kStream);
+      std::vector<float> x_ref(static_cast<size_t>(N * C));
+      kernels::embedding_forward<float>(x_ref.data(), tok.data(), w.data(), N, C, V);
+      EXPECT_EQ(widen(d_x.download()), x_ref);
+      EXPECT_TRUE(d_x.check_guards("embedding forward"));
+
+      std::vector<float> dw_ref = random_vector<float>(V * C, 32);
+      DeviceArray<float> d_dw(dw_ref);
+      kernels::embedding_backward<float>(dw_ref.data(), tok.data(), dx.data(), N, C, V);
+      DeviceArray<std::byte> ws(embedding_backward_workspace_bytes(N, V));
+      embedding_backward(d_dw.get(), d_tok.get(), bf(d_dx), N, C, V, ws.get(), kStream);
+      EXPECT_EQ(d_dw.download(), dw_ref) << "N " << N << " C " << C;  // same fp32 adds in the same order
+      EXPECT_TRUE(d_dw.check_guards("embedding backward"));
+    }
+}
+
+TEST(CudaEmbedding, OutOfRangeIdsGiveNanRowsAndAreSkippedInBackward) {
+  SLIDEDP_REQUIRE_GPU();
+  const int64_t N = 3, C = 8, V = 5;
+  const std::vector<int32_t> tok = {1, 9, -2};
+  const std::vector<float> w = random_bf16_values(V * C, 40);
+  Bf16Array d_w(to_bf16_bits(w)), d_x(N * C), d_dx(to_bf16_bits(random_bf16_values(N * C, 41)));
+  DeviceArray<int32_t> d_tok(tok);
+  embedding_forward(bf(d_x), d_tok.get(), bf(d_w), N, C, V, kStream);
+  const std::vector<float> x = widen(d_x.download());
+  for (int64_t c = 0; c < C; ++c) {
+    EXPECT_EQ(x[static_cast<size_t>(c)], w[static_cast<size_t>(C + c)]);
+    EXPECT_TRUE(std::isnan(x[static_cast<size_t>(C + c)]) && std::isnan(x[static_cast<size_t>(2 * C + c)]));
+  }
+  DeviceArray<float> d_dw(std::vector<float>(static_cast<size_t>(V * C), 0.0f));
+  DeviceArray<std::byte> ws(embedding_backward_workspace_bytes(N, V));
+  embedding_backward(d_dw.get(), d_tok.get(), bf(d_dx), N, C, V, ws.get(), kStream);
+  const std::vector<float> dw = d_dw.download();
+  for (int64_t v = 0; v < V; ++v)
+    for (int64_t c = 0; c < C; ++c)
+      if (v != 1) {
+        EXPECT_EQ(dw[static_cast<size_t>(v * C + c)], 0.0f) << "row " << v;
+      }
+}
+
+// ---- GEMM ----
+
+// |got - ref| <= 2^-8 |ref| (bf16 output) + 2 K 2^-24 sum_k |a_ik b_kj| (fp32 accumulation in any
+// order, the standard gamma_K bound with a factor 2 of margin). The reference is exact in double.
+TEST(CudaGemm, AllTransposesStridesDtypesAndBetasWithinTheAccumulationBound) {
+  SLIDEDP_REQUIRE_GPU();
+  GemmContext ctx;
+  DeviceArray<std::byte> ws(kGemmWorkspaceBytes);
+  struct Shape {
+    int64_t M, N, K, pad;
+  };
+  for (const Shape sh : {Shape{1, 1, 1, 0}, Shape{7, 17, 33, 3}, Shape{64, 48, 80, 0}, Shape{130, 70, 257, 8}})
+    for (bool ta : {false, true})
+      for (bool tb : {false, true})
+        for (bool out_f32 : {false, true})
+          for (int beta : {0, 1})
+            for (bool separate_c : {false, true}) {
+              const int64_t M = sh.M, N = sh.N, K = sh.K;
+              const int64_t lda = (ta ? M : K) + sh.pad, ldb = (tb ? K : N) + sh.pad, ldd = N + sh.pad;
+              const int64_t a_rows = ta ? K : M, b_rows = tb ? N : K;
+              const std::vector<float> A = random_bf16_values(a_rows * lda, 50), B = random_bf16_values(b_rows * ldb, 51);
+              const std::vector<float> Cv = random_bf16_values(M * ldd, 52), D0 = random_bf16_values(M * ldd, 53);
+              auto a_at = [&](int64_t i, int64_t k) { return A[static_cast<size_t>(ta ? k * lda + i : i * lda + k)]; };
+              auto b_at = [&](int64_t k, int64_t j) { return B[static_cast<size_t>(tb ? j * ldb + k : k * ldb + j)]; };
+              Bf16Array d_A(to_bf16_bits(A)), d_B(to_bf16_bits(B)), d_C16(to_bf16_bits(Cv)), d_D16(to_bf16_bits(D0));
+              DeviceArray<float> d_C32(Cv), d_D32(D0);
+              GemmArgs g;
+              g.trans_a = ta, g.trans_b = tb, g.M = M, g.N = N, g.K = K;
+              g.A = bf(d_A), g.lda = lda, g.B = bf(d_B), g.ldb = ldb;
+              g.beta = static_cast<float>(beta);
+              g.out_f32 = out_f32;
+              g.D = out_f32 ? static_cast<void*>(d_D32.get()) : d_D16.get();
+              g.ldd = ldd;
+              if (separate_c) g.C = out_f32 ? static_cast<const void*>(d_C32.get()) : d_C16.get(), g.ldc = ldd;
+              ctx.run(g, ws.get(), kStream);
+              const std::vector<float> got = out_f32 ? d_D32.download() : widen(d_D16.download());
+              const std::vector<float>& c_in = separate_c ? Cv : D0;
+              for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = 0; j < N; ++j) {
+                  double ref = beta * static_cast<double>(c_in[static_cast<size_t>(i * ldd + j)]), mag = std::fabs(ref);
+                  for (int64_t k = 0; k < K; ++k) {
+                    const double p = static_cast<double>(a_at(i, k)) * b_at(k, j);
+                    ref += p;
+                    mag += std::fabs(p);
+                  }
+                  const double tol = (out_f32 ? 0.0 : kOneRounding * std::fabs(ref)) + 2.0 * (K + 1) * 0x1p-24 * mag + 1e-30;
+                  ASSERT_LE(std::fabs(got[static_cast<size_t>(i * ldd + j)] - ref), tol)
+                      << "M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " f32 " << out_f32
+                      << " beta " << beta << " separate C " << separate_c << " at (" << i << ", " << j << ")";
+                }
+              // padding columns of D untouched
+              for (int64_t i = 0; i < M; ++i)
+                for (int64_t j = N; j < ldd; ++j)
+                  ASSERT_EQ(got[static_cast<size_t>(i * ldd + j)], D0[static_cast<size_t>(i * ldd + j)]);
+              EXPECT_TRUE(d_D16.check_guards("gemm D") && d_D32.check_guards("gemm D"));
+            }
+}
+
+// ---- attention ----
+
+struct AttnCase {
+  int64_t B, T, H, KV, hd;
+};
+const std::vector<AttnCase> kAttnCases = {
+    {2, 1, 4, 2, 8}, {1, 17, 4, 2, 8}, {2, 130, 4, 1, 64}, {1, 200, 8, 2, 128}, {1, 64, 2, 2, 64}, {1, 65, 4, 4, 128}};
+
+struct AttnData {
+  std::vector<float> q, k, v, dout;
+  std::vector<float> out_ref, lse_ref, dq_ref, dk_ref, dv_ref;
+};
+
+// CPU fp32 flash attention on the bf16 values; the CPU forward's output is rounded to bf16 because
+// that is what the GPU backward receives as `out`.
+AttnData attention_reference(const AttnCase& c) {
+  AttnData d;
+  d.q = random_bf16_values(c.B * c.T * c.H * c.hd, 60, -2, 2);
+  d.k = random_bf16_values(c.B * c.T * c.KV * c.hd, 61, -2, 2);
+  d.v = random_bf16_values(c.B * c.T * c.KV * c.hd, 62);
+  d.dout = random_bf16_values(c.B * c.T * c.H * c.hd, 63);
+  const kernels::AttentionShape s{c.B, c.T, c.H, c.KV, c.hd, 16, 1};
+  d.out_ref.resize(d.q.size());
+  d.lse_ref.resize(static_cast<size_t>(c.B * c.H * c.T));
+  kernels::AlignedBuffer fws(kernels::attention_forward_workspace_bytes<float>(s));
+  kernels::attention_forward<float>(d.out_ref.data(), d.lse_ref.data(), d.q.data(), d.k.data(), d.v.data(), s, fws.workspace());
+  d.out_ref = round_all(d.out_ref);
+  d.dq_ref.resize(d.q.size());
+  d.dk_ref.resize(d.k.size());
+  d.dv_ref.resize(d.v.size());
+  kernels::AlignedBuffer bws(kernels::attention_backward_workspace_bytes<float>(s));
+  kernels::attention_backward<float>(d.dq_ref.data(), d.dk_ref.data(), d.dv_ref.data(), d.dout.data(), d.q.data(),
+                                     d.k.data(), d.v.data(), d.out_ref.data(), d.lse_ref.data(), s, bws.workspace());
+  return d;
+}
+
+struct AttnResult {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+AttnResult run_attention(const AttnCase& c, const AttnData& d, AttentionImpl impl) {
+  Bf16Array q(to_bf16_bits(d.q)), k(to_bf16_bits(d.k)), v(to_bf16_bits(d.v)), dout(to_bf16_bits(d.dout));
+  Bf16Array out(static_cast<int64_t>(d.q.size())), out_ref(to_bf16_bits(d.out_ref));
+  Bf16Array dq(static_cast<int64_t>(d.q.size())), dk(static_cast<int64_t>(d.k.size())), dv(static_cast<int64_t>(d.v.size()));
+  DeviceArray<float> lse(c.B * c.H * c.T), lse_ref(d.lse_ref);
+  const AttentionShape s{c.B, c.T, c.H, c.KV, c.hd};
+  attention_forward(bf(out), lse.get(), bf(q), bf(k), bf(v), s, impl, kStream);
+  // backward from the CPU's out and lse, so the comparison isolates the backward
+  DeviceArray<std::byte> ws(std::max<int64_t>(attention_backward_workspace_bytes(s), 1));
+  attention_backward(bf(dq), bf(dk), bf(dv), bf(dout), bf(q), bf(k), bf(v), bf(out_ref), lse_ref.get(), s, impl, ws.get(),
+                     kStream);
+  for (const Bf16Array* a : {&out, &dq, &dk, &dv}) EXPECT_TRUE(a->check_guards("attention"));
+  EXPECT_TRUE(lse.check_guards("attention lse"));
+  return AttnResult{widen(out.download()), lse.download(), widen(dq.download()), widen(dk.download()),
+                    widen(dv.download())};
+}
+
+// Reference path: fp32 throughout, one rounding per output. Tensor cores: P (forward) and P, dS
+// (backward) are rounded to bf16 before their products, like FlashAttention-2; sums over up to 200
+// keys of such terms stay within a few bf16 ulps of the tensor's scale: 2e-2 of it.
+TEST(CudaAttention, BothImplementationsMatchTheCpuFlashAttention) {
+  SLIDEDP_REQUIRE_GPU();
+  for (const AttnCase& c : kAttnCases) {
+    const AttnData d = attention_reference(c);
+    for (AttentionImpl impl : {AttentionImpl::kReference, AttentionImpl::kTensorCore}) {
+      if (impl == AttentionImpl::kTensorCore && !attention_tensor_core_supports(c.hd)) continue;
+      const bool tc = impl == AttentionImpl::kTensorCore;
+      SCOPED_TRACE(::testing::Message() << (tc ? "tensor cores" : "reference") << " B=" << c.B << " T=" << c.T
+                                        << " H=" << c.H << " KV=" << c.KV << " hd=" << c.hd);
+      const AttnResult r = run_attention(c, d, impl);
+      const double frac = tc ? 2e-2 : 2e-3, rtol = tc ? 2e-2 : kOneRounding;
+      EXPECT_TRUE(close_to_scale(r.out, d.out_ref, frac, rtol, "out"));
+      EXPECT_TRUE(all_close(r.lse, d.lse_ref, tc ? 2e-3 : 1e-4, 1e-4, "lse"));  // fp32 row statistics
+      EXPECT_TRUE(close_to_scale(r.dq, d.dq_ref, frac, rtol, "dq"));
+      EXPECT_TRUE(close_to_scale(r.dk, d.dk_ref, frac, rtol, "dk"));
+      EXPECT_TRUE(close_to_scale(r.dv, d.dv_ref, frac, rtol, "dv"));
+    }
+  }
+}
+
+TEST(CudaAttention, ResultsAreBitwiseReproducible) {
+  SLIDEDP_REQUIRE_GPU();
+  const AttnCase c{2, 150, 8, 2, 64};
+  const AttnData d = attention_reference(c);
+  for (AttentionImpl impl : {AttentionImpl::kReference, AttentionImpl::kTensorCore}) {
+    const AttnResult a = run_attention(c, d, impl), b = run_attention(c, d, impl);
+    EXPECT_EQ(a.out, b.out);
+    EXPECT_EQ(a.dq, b.dq);
+    EXPECT_EQ(a.dk, b.dk);
+    EXPECT_EQ(a.dv, b.dv);
+  }
+}
+
+// Long sequence: memory stays O(T) (no T x T buffer exists to allocate) and the tensor-core path
+// still agrees with the reference path on the GPU.
+TEST(CudaAttention, LongSequenceTensorCoresAgreeWithTheReferencePath) {
+  SLIDEDP_REQUIRE_GPU();
+  const AttnCase c{1, 2048, 4, 2, 128};
+  AttnData d;
+  d.q = random_bf16_values(c.B * c.T * c.H * c.hd, 70, -2, 2);
+  d.k = random_bf16_values(c.B * c.T * c.KV * c.hd, 71, -2, 2);
+  d.v = random_bf16_values(c.B * c.T * c.KV * c.hd, 72);
+  d.dout = random_bf16_values(c.B * c.T * c.H * c.hd, 73);
+  // out and lse for the backward come from the reference path's forward
+  const AttentionShape s{c.B, c.T, c.H, c.KV, c.hd};
+  Bf16Array q(to_bf16_bits(d.q)), k(to_bf16_bits(d.k)), v(to_bf16_bits(d.v)), out(static_cast<int64_t>(d.q.size()));
+  DeviceArray<float> lse(c.B * c.H * c.T);
+  attention_forward(bf(out), lse.get(), bf(q), bf(k), bf(v), s, AttentionImpl::kReference, kStream);
+  d.out_ref = widen(out.download());
+  d.lse_ref = lse.download();
+  const AttnResult ref = run_attention(c, d, AttentionImpl::kReference);
+  const AttnResult tc = run_attention(c, d, AttentionImpl::kTensorCore);
+  EXPECT_TRUE(close_to_scale(tc.out, ref.out, 2e-2, 2e-2, "out"));
+  EXPECT_TRUE(all_close(tc.lse, ref.lse, 2e-3, 1e-4, "lse"));
+  EXPECT_TRUE(close_to_scale(tc.dq, ref.dq, 2e-2, 2e-2, "dq"));
+  EXPECT_TRUE(close_to_scale(tc.dk, ref.dk, 2e-2, 2e-2, "dk"));
+  EXPECT_TRUE(close_to_scale(tc.dv, ref.dv, 2e-2, 2e-2, "dv"));
+}
+
+// ---- cross-entropy kernels ----
+
+TEST(CudaCrossEntropy, ChunkKernelAndFinishMatchTheFormula) {
+  SLIDEDP_REQUIRE_GPU();
+  const int64_t nc = 9, V = 1003;
+  const std::vector<float> logits = random_vector<float>(nc * V, 80, -4, 4);
+  std::vector<int32_t> targets = {0, 5, -100, 1002, 17, -100, 3, 999, 500};
+  const double scale = 0.125;
+  DeviceArray<float> d_logits(logits);
+  Bf16Array d_dl(nc * V);
+  DeviceArray<double> d_rows(nc), d_out(2);
+  DeviceArray<int32_t> d_t(targets);
+  cross_entropy_chunk(d_logits.get(), bf(d_dl), d_rows.get(), d_t.get(), nc, V, scale, kStream);
+  cross_entropy_finish(d_out.get(), d_rows.get(), d_t.get(), nc, kStream);
+  const std::vector<float> dl = widen(d_dl.download());
+  const std::vector<double> out = d_out.download();
+  double loss = 0;
+  for (int64_t r = 0; r < nc; ++r) {
+    const float* row = logits.data() + r * V;
+    const int32_t t = targets[static_cast<size_t>(r)];
+    double mx = -1e300, sum = 0;
+    for (int64_t c = 0; c < V; ++c) mx = std::max(mx, static_cast<double>(row[c]));
+    for (int64_t c = 0; c < V; ++c) sum += std::exp(row[c] - mx);
+    for (int64_t c = 0; c < V; ++c) {
+      const double ref = t == -100 ? 0.0 : scale * (std::exp(row[c] - mx) / sum - (c == t ? 1.0 : 0.0));
+      // one bf16 rounding of a value computed in fp32
+      ASSERT_NEAR(dl[static_cast<size_t>(r * V + c)], ref, kOneRounding * std::fabs(ref) + 1e-9) << r << " " << c;
+    }
+    if (t != -100) loss += mx + std::log(sum) - row[t];
+  }
+  EXPECT_NEAR(out[0], loss, 1e-5 * loss);  // fp32 exponentials summed in double
+  EXPECT_EQ(out[1], 7.0);
+  EXPECT_TRUE(d_dl.check_guards("dlogits") && d_rows.check_guards("loss rows") && d_out.check_guards("loss"));
+}
+
+TEST(CudaCrossEntropy, ATargetOutsideTheVocabularyGivesANanLoss) {
+  SLIDEDP_REQUIRE_GPU();
+  const int64_t nc = 2, V = 10;
+  DeviceArray<float> d_logits(random_vector<float>(nc * V, 81));
+  Bf16Array d_dl(nc * V);
+  DeviceArray<double> d_rows(nc), d_out(2);
+  DeviceArray<int32_t> d_t(std::vector<int32_t>{3, 10});
+  cross_entropy_chunk(d_logits.get(), bf(d_dl), d_rows.get(), d_t.get(), nc, V, 1.0, kStream);
+  cross_entropy_finish(d_out.get(), d_rows.get(), d_t.get(), nc, kStream);
+  EXPECT_TRUE(std::isnan(d_out.download()[0]));
+}
+
+}  // namespace
+}  // namespace slidedp::kernels::cuda

@@ -1,0 +1,258 @@
+// The GPU units against the CPU units (label gpu; skipped with the reason where no GPU exists):
+// decoder forward / recompute / backward for Llama (llama3 RoPE scaling), Qwen2 (biases) and Qwen3
+// (q/k norm), on head_dim 8 (reference attention) and 64 (tensor-core attention); the head with the
+// fused chunked cross-entropy (tied and untied, masked targets, chunk sizes that do and do not divide
+// the tokens); the embedding. Both sides start from the same bf16 parameters and inputs; the CPU
+// computes in fp32 from them. Also: recompute is bitwise what forward saved, gradients accumulate,
+// padding stays untouched, results are bitwise reproducible, no write leaves its buffer.
+//
+// Tolerances: the GPU rounds every saved activation to bf16 (h1, q, k, v, att, x2, h2, g, u, m: ten
+// roundings of 2^-9 relative on the way to y, more to the gradients), the CPU rounds none. Outputs are
+// compared per tensor against the tensor's scale: 2e-2 of max|ref| (y) and 3e-2 (gradients) is about
+// ten bf16 ulps of the tensor's largest element -- what those roundings add up to -- and two orders
+// below the O(1) relative error of a wrong or missing term. The loss sum is a sum of per-token
+// losses ~ln(V) whose logits carry 2^-8 relative error: 5e-3 relative.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "common/bf16.h"
+#include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/embedding_unit.h"
+#include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/units.h"
+#include "model/unit_layout.h"
+#include "tests/kernels/cuda/cuda_test_util.h"
+
+namespace slidedp::kernels::cuda {
+namespace {
+
+using test::Bf16Array;
+using test::bf;
+using test::DeviceArray;
+using test::close_to_scale;
+using test::random_bf16_values;
+using test::to_bf16_bits;
+using test::widen;
+using kernels::test::random_vector;
+
+constexpr double kActivationFrac = 2e-2, kGradientFrac = 3e-2, kLossRtol = 5e-3;  // see the header
+
+ModelCard card_for(const std::string& type, int64_t head_dim, bool tied = false) {
+  ModelCard c = kernels::test::tiny_card(type, tied);
+  if (head_dim != c.head_dim) {  // a wider card whose attention runs on tensor cores
+    c.hidden_size = 96;
+    c.num_heads = 4;
+    c.num_kv_heads = 2;
+    c.head_dim = head_dim;
+    c.intermediate_size = 160;
+    c.vocab_size = 301;
+    c.max_position_embeddings = 256;
+    c.validate("card_for");
+  }
+  return c;
+}
+
+// The unit's parameters as bf16 values (random_unit_params, rounded).
+std::vector<float> bf16_params(const UnitLayout& unit, uint64_t seed) {
+  const std::vector<double> p = kernels::test::random_unit_params(unit, seed);
+  std::vector<float> out(p.size());
+  for (size_t i = 0; i < p.size(); ++i) out[i] = round_to_bf16(static_cast<float>(p[i]));
+  return out;
+}
+
+// Per named tensor of the unit: close_to_scale of (got - init) against (ref - init), so the
+// accumulated initial value does not hide the gradient; padding must still hold `init` exactly.
+void expect_gradients_close(const UnitLayout& unit, const std::vector<float>& got, const std::vector<float>& ref,
+                            const std::vector<float>& init, const std::string& what) {
+  for (const TensorSpec& t : unit.tensors) {
+    std::vector<float> g(static_cast<size_t>(t.numel)), r(static_cast<size_t>(t.numel));
+    for (int64_t i = 0; i < t.numel; ++i) {
+      const size_t k = static_cast<size_t>(t.offset + i);
+      g[static_cast<size_t>(i)] = got[k] - init[k];
+      r[static_cast<size_t>(i)] = ref[k] - init[k];
+    }
+    EXPECT_TRUE(close_to_scale(g, r, kGradientFrac, kGradientFrac, what + " " + t.name));
+  }
+  const std::vector<bool> pad = kernels::test::padding_mask(unit);
+  for (size_t i = 0; i < got.size(); ++i)
+    if (pad[i]) {
+      ASSERT_EQ(got[i], init[i]) << what << ": padding element " << i << " was written";
+    }
+}
+
+struct GpuDecoder {
+  std::vector<float> y, dx, grads;
+  std::vector<unsigned char> saved, recomputed;
+};
+
+GpuDecoder run_gpu_decoder(const DecoderSpec& s, const std::vector<float>& p, const std::vector<float>& x,
+                           const std::vector<float>& dy, const std::vector<float>& grads_init, int64_t B, int64_t T) {
+  GemmContext gemm;
+  UnitContext ctx;
+  ctx.gemm = &gemm;
+  const int64_t N = B * T;
+  Bf16Array d_p(to_bf16_bits(p)), d_x(to_bf16_bits(x)), d_y(N * s.C), d_dy(to_bf16_bits(dy)), d_dx(N * s.C);
+  DeviceArray<float> d_grads(grads_init);
+  const int64_t saved_bytes = decoder_saved_bytes(s, B, T);
+  DeviceArray<unsigned char> saved(saved_bytes), saved2(saved_bytes);
+  DeviceArray<std::byte> fws(decoder_forward_workspace_bytes(s, B, T)), bws(decoder_backward_workspace_bytes(s, B, T));
+  decoder_forward(ctx, s, bf(d_p), bf(d_x), bf(d_y), {saved.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
+  decoder_recompute(ctx, s, bf(d_p), bf(d_x), {saved2.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
+  decoder_backward(ctx, s, bf(d_p), bf(d_x), {saved.get(), saved_bytes}, bf(d_dy), bf(d_dx), d_grads.get(), B, T,
+                   {bws.get(), bws.size()});
+  EXPECT_TRUE(d_y.check_guards("y") && d_dx.check_guards("dx") && d_grads.check_guards("grads") &&
+              saved.check_guards("saved") && saved2.check_guards("recomputed saved") && fws.check_guards("fwd ws") &&
+              bws.check_guards("bwd ws"));
+  return GpuDecoder{widen(d_y.download()), widen(d_dx.download()), d_grads.download(), saved.download(),
+                    saved2.download()};
+}
+
+struct DecoderCase {
+  std::string type;
+  int64_t head_dim;
+};
+
+class CudaDecoderTest : public ::testing::TestWithParam<DecoderCase> {};
+
+TEST_P(CudaDecoderTest, ForwardRecomputeBackwardMatchTheCpuUnit) {
+  SLIDEDP_REQUIRE_GPU();
+  const DecoderCase c = GetParam();
+  const ModelCard card = card_for(c.type, c.head_dim);
+  const ModelLayout layout = make_model_layout(card);
+  const UnitLayout& unit = layout.units[1];
+  const DecoderSpec s = make_decoder_spec(card, unit);
+  const int64_t B = 2, T = 70;  // T not a multiple of the 64-row attention tile
+  const std::vector<float> p = bf16_params(unit, 200);
+  const std::vector<float> x = random_bf16_values(B * T * s.C, 201, -2, 2), dy = random_bf16_values(B * T * s.C, 202);
+  const std::vector<float> init = random_vector<float>(unit.flat_numel, 203);
+
+  // CPU reference in fp32 from the same bf16 values
+  std::vector<float> y_ref(x.size()), dx_ref(x.size()), grads_ref = init;
+  AlignedBuffer saved(kernels::decoder_saved_bytes<float>(s, B, T));
+  AlignedBuffer fws(kernels::decoder_forward_workspace_bytes<float>(s, B, T));
+  AlignedBuffer bws(kernels::decoder_backward_workspace_bytes<float>(s, B, T));
+  kernels::decoder_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T, fws.workspace());
+  kernels::decoder_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(), grads_ref.data(),
+                                   B, T, bws.workspace());
+
+  const GpuDecoder g = run_gpu_decoder(s, p, x, dy, init, B, T);
+  EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y"));
+  EXPECT_TRUE(close_to_scale(g.dx, dx_ref, kGradientFrac, kGradientFrac, "dx"));
+  expect_gradients_close(unit, g.grads, grads_ref, init, "grads");
+  EXPECT_EQ(g.saved, g.recomputed) << "recompute must refill the saved state bitwise";
+
+  // bitwise reproducible: no atomics anywhere
+  const GpuDecoder again = run_gpu_decoder(s, p, x, dy, init, B, T);
+  EXPECT_EQ(again.y, g.y);
+  EXPECT_EQ(again.dx, g.dx);
+  EXPECT_EQ(again.grads, g.grads);
+}
+
+INSTANTIATE_TEST_SUITE_P(Families, CudaDecoderTest,
+                         ::testing::Values(DecoderCase{"llama", 8}, DecoderCase{"qwen2", 8}, DecoderCase{"qwen3", 8},
+                                           DecoderCase{"llama", 64}, DecoderCase{"qwen3", 64}),
+                         [](const auto& test_info) {
+                           return test_info.param.type + "_hd" + std::to_string(test_info.param.head_dim);
+                         });
+
+struct HeadCase {
+  bool tied;
+  int64_t chunk_tokens;
+};
+
+class CudaHeadTest : public ::testing::TestWithParam<HeadCase> {};
+
+TEST_P(CudaHeadTest, FusedLossAndGradientsMatchTheCpuUnit) {
+  SLIDEDP_REQUIRE_GPU();
+  const HeadCase c = GetParam();
+  const ModelCard card = card_for("llama", 8, c.tied);
+  const ModelLayout layout = make_model_layout(card);
+  const UnitLayout& head_unit = layout.units.back();
+  const UnitLayout& emb_unit = layout.units[0];
+  HeadSpec s = make_head_spec(card, head_unit);
+  s.loss_chunk_tokens = c.chunk_tokens;
+  const EmbeddingSpec es = make_embedding_spec(card, emb_unit);
+  const int64_t B = 3, T = 33, N = B * T;
+  const std::vector<float> p = bf16_params(head_unit, 300), emb = bf16_params(emb_unit, 301);
+  const std::vector<float> x = random_bf16_values(N * s.C, 302, -2, 2);
+  std::vector<int32_t> targets(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) targets[static_cast<size_t>(i)] = i % 5 == 2 ? -100 : static_cast<int32_t>((i * 13) % s.V);
+  const double grad_scale = 1.0 / 80.0;
+  // lm_head: the head's own tensor, or unit 0's embedding when tied
+  const std::vector<float>& lm_src = s.tied ? emb : p;
+  const int64_t lm_off = s.tied ? es.weight : s.lm_head_w;
+  const std::vector<float> init = random_vector<float>(head_unit.flat_numel, 303);
+  const std::vector<float> lm_init = random_vector<float>(s.tied ? emb_unit.flat_numel : head_unit.flat_numel, 304);
+
+  std::vector<float> dx_ref(x.size()), grads_ref = init, lm_grads_ref = s.tied ? lm_init : init;
+  AlignedBuffer ws(kernels::head_workspace_bytes<float>(s, B, T, true));
+  const LossResult r = kernels::head_forward_backward<float>(
+      s, p.data(), lm_src.data() + lm_off, x.data(), targets.data(), B, T, grad_scale, dx_ref.data(), grads_ref.data(),
+      (s.tied ? lm_grads_ref.data() : grads_ref.data()) + lm_off, ws.workspace());
+
+  GemmContext gemm;
+  UnitContext ctx;
+  ctx.gemm = &gemm;
+  Bf16Array d_p(to_bf16_bits(p)), d_emb(to_bf16_bits(emb)), d_x(to_bf16_bits(x)), d_dx(N * s.C);
+  DeviceArray<int32_t> d_t(targets);
+  DeviceArray<float> d_grads(init), d_lm(lm_init);
+  DeviceArray<double> d_loss(2);
+  DeviceArray<std::byte> d_ws(head_workspace_bytes(s, B, T));
+  const __nv_bfloat16* lm = (s.tied ? bf(d_emb) : bf(d_p)) + lm_off;
+  float* lm_grad = (s.tied ? d_lm.get() : d_grads.get()) + lm_off;
+  head_forward_backward(ctx, s, bf(d_p), lm, bf(d_x), d_t.get(), B, T, grad_scale, bf(d_dx), d_grads.get(), lm_grad,
+                        d_loss.get(), {d_ws.get(), d_ws.size()});
+  const std::vector<double> loss = d_loss.download();
+  EXPECT_NEAR(loss[0], r.loss_sum, kLossRtol * r.loss_sum);
+  EXPECT_EQ(loss[1], static_cast<double>(r.num_tokens));
+  EXPECT_TRUE(close_to_scale(widen(d_dx.download()), dx_ref, kGradientFrac, kGradientFrac, "dx"));
+  expect_gradients_close(head_unit, d_grads.download(), grads_ref, init, "head grads");
+  if (s.tied) expect_gradients_close(emb_unit, d_lm.download(), lm_grads_ref, lm_init, "tied lm_head grads");
+  EXPECT_TRUE(d_dx.check_guards("dx") && d_grads.check_guards("grads") && d_lm.check_guards("lm grads") &&
+              d_loss.check_guards("loss") && d_ws.check_guards("workspace"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Chunks, CudaHeadTest,
+                         ::testing::Values(HeadCase{false, 1}, HeadCase{false, 7}, HeadCase{false, 1000},
+                                           HeadCase{true, 7}, HeadCase{true, 99}),
+                         [](const auto& test_info) {
+                           return std::string(test_info.param.tied ? "tied" : "untied") + "_chunk" +
+                                  std::to_string(test_info.param.chunk_tokens);
+                         });
+
+TEST(CudaEmbeddingUnit, ForwardIsExactAndBackwardIsBitwiseTheCpusSum) {
+  SLIDEDP_REQUIRE_GPU();
+  const ModelCard card = card_for("llama", 8);
+  const ModelLayout layout = make_model_layout(card);
+  const EmbeddingSpec s = make_embedding_spec(card, layout.units[0]);
+  const int64_t B = 4, T = 50, N = B * T;
+  const std::vector<float> p = bf16_params(layout.units[0], 400), dy = random_bf16_values(N * s.C, 401);
+  std::vector<int32_t> tokens(static_cast<size_t>(N));
+  for (int64_t i = 0; i < N; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * i + 3) % s.V);
+  std::vector<float> y_ref(static_cast<size_t>(N * s.C)), grads_ref = random_vector<float>(s.flat_numel, 402);
+  const std::vector<float> init = grads_ref;
+  kernels::embedding_unit_forward<float>(s, p.data(), tokens.data(), B, T, y_ref.data());
+  kernels::embedding_unit_backward<float>(s, tokens.data(), dy.data(), grads_ref.data(), B, T);
+
+  GemmContext gemm;
+  UnitContext ctx;
+  ctx.gemm = &gemm;
+  Bf16Array d_p(to_bf16_bits(p)), d_y(N * s.C), d_dy(to_bf16_bits(dy));
+  DeviceArray<int32_t> d_tok(tokens);
+  DeviceArray<float> d_grads(init);
+  DeviceArray<std::byte> ws(embedding_backward_workspace_bytes(s, B, T));
+  embedding_forward(ctx, s, bf(d_p), d_tok.get(), B, T, bf(d_y));
+  embedding_backward(ctx, s, d_tok.get(), bf(d_dy), d_grads.get(), B, T, {ws.get(), ws.size()});
+  EXPECT_EQ(widen(d_y.download()), y_ref);
+  EXPECT_EQ(d_grads.download(), grads_ref);
+  EXPECT_TRUE(d_y.check_guards("y") && d_grads.check_guards("grads") && ws.check_guards("workspace"));
+}
+
+}  // namespace
+}  // namespace slidedp::kernels::cuda
