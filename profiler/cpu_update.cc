@@ -78,17 +78,21 @@ CpuUpdateResult measure_cpu_update(const CpuUpdateOptions& o, StageContext& ctx)
   };
 
   CpuUpdateResult res;
-  res.table_chunk_numel = o.chunk_numels.back();
+  res.table_chunk_numel = o.table_chunk_numel > 0 ? o.table_chunk_numel : o.chunk_numels.back();
   res.reduce_slots = o.reduce_slots;
   const double cases =
-      static_cast<double>(o.threads.size() * (o.chunk_numels.size() + o.slots.size() + 1) + 1);
+      static_cast<double>(o.threads.size() * (o.chunk_numels.size() + 1 + o.slots.size() + 1) + 1);
   double done = 0;
   for (int t : o.threads) {
     ThreadPool pool(t);
     CpuUpdateResult::ByThreads row;
     row.threads = t;
-    // AdamW alone (one slot) by chunk size.
-    for (int64_t chunk : o.chunk_numels) {
+    // AdamW alone (one slot) by chunk size (the table's chunk among them).
+    std::vector<int64_t> chunks = o.chunk_numels;
+    if (std::find(chunks.begin(), chunks.end(), res.table_chunk_numel) == chunks.end())
+      chunks.push_back(res.table_chunk_numel);
+    std::sort(chunks.begin(), chunks.end());
+    for (int64_t chunk : chunks) {
       ctx.report(done / cases, fmt::format("AdamW, {} threads, chunk {}", t, chunk));
       std::vector<double> s = time_passes([&] { fused_pass(pool, 1, chunk); });
       for (double& x : s) x = static_cast<double>(n) / x;

@@ -16,7 +16,8 @@ namespace slidedp::profiler {
 
 struct CpuUpdateOptions {
   int64_t numel = int64_t{32} << 20;                     // elements updated per repetition (one unit)
-  std::vector<int64_t> chunk_numels{int64_t{32} << 20};  // the updater's grain; the last is the table's
+  std::vector<int64_t> chunk_numels{int64_t{32} << 20};  // the updater's grain, each measured
+  int64_t table_chunk_numel = 0;  // the chunk of the written tables and the slot sweep; 0: the last above
   std::vector<int> threads{1};
   std::vector<int> slots{1, 2, 4};  // bf16 gradient slots of the fused call (ranks)
   int reduce_slots = 2;             // N of the standalone reduction

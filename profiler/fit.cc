@@ -81,8 +81,16 @@ LatencyBandwidth fit_latency_bandwidth(std::span<const XY> s) {
   LinearFit f = fit_nonnegative(X, y);
   LatencyBandwidth out;
   out.latency_s = f.coef[0];
-  out.gbps = f.coef[1] > 0 ? 1.0 / f.coef[1] / 1e9 : 0.0;
   out.quality = f.quality;
+  if (f.coef[1] > 0) {
+    out.gbps = 1.0 / f.coef[1] / 1e9;
+  } else {
+    const XY* big = &s.front();
+    for (const XY& p : s)
+      if (p.x > big->x) big = &p;
+    out.gbps = big->x / big->y / 1e9;
+    out.resolved = false;
+  }
   return out;
 }
 

@@ -35,7 +35,10 @@ struct XY {
 };
 struct LatencyBandwidth {
   double latency_s = 0;
-  double gbps = 0;  // 0 when the data has no size dependence (cannot happen with real samples)
+  double gbps = 0;
+  // false when noise hid the size dependence (the fit's slope was 0): gbps is then the rate of the
+  // largest size and latency_s the fit's (all of the time), so the profile stays usable and says so.
+  bool resolved = true;
   FitQuality quality;
 };
 LatencyBandwidth fit_latency_bandwidth(std::span<const XY> bytes_seconds);

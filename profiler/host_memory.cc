@@ -17,6 +17,7 @@ namespace slidedp::profiler {
 namespace {
 
 constexpr int64_t kCopyTile = int64_t{1} << 20;
+constexpr int64_t kDmaPiece = int64_t{64} << 10;
 constexpr double kTriadBytesPerElem = 12.0;  // read b, c; write a (STREAM does not count write-allocate)
 
 void parallel_copy(ThreadPool& pool, std::byte* dst, const std::byte* src, int64_t bytes) {
@@ -25,8 +26,9 @@ void parallel_copy(ThreadPool& pool, std::byte* dst, const std::byte* src, int64
   });
 }
 
-// Copy threads that run until stopped, counting the bytes they copied (in 1 MiB pieces, so a window
-// of tens of milliseconds is counted to within a piece per thread).
+// Copy threads that run until stopped, counting the bytes they copied in 64 KiB pieces (a window of
+// a few milliseconds is counted to within a piece per thread). The constructor returns once every
+// thread has copied something, so no timed window starts before the copies do.
 class DmaThreads {
  public:
   DmaThreads(int threads, int64_t bytes) {
@@ -38,15 +40,21 @@ class DmaThreads {
       workers_.emplace_back([this, i, bytes] {
         std::byte* dst = bufs_[static_cast<std::size_t>(2 * i)].data();
         const std::byte* src = bufs_[static_cast<std::size_t>(2 * i + 1)].data();
+        bool announced = false;
         while (!stop_.load(std::memory_order_relaxed)) {
-          for (int64_t b = 0; b < bytes && !stop_.load(std::memory_order_relaxed); b += kCopyTile) {
-            const int64_t n = std::min(kCopyTile, bytes - b);
+          for (int64_t b = 0; b < bytes && !stop_.load(std::memory_order_relaxed); b += kDmaPiece) {
+            const int64_t n = std::min(kDmaPiece, bytes - b);
             std::memcpy(dst + b, src + b, static_cast<std::size_t>(n));
             copied_.fetch_add(n, std::memory_order_relaxed);
+            if (!announced) {
+              started_.fetch_add(1);
+              announced = true;
+            }
           }
         }
       });
     }
+    while (started_.load() < threads) std::this_thread::yield();
   }
   ~DmaThreads() {
     stop_.store(true);
@@ -59,6 +67,7 @@ class DmaThreads {
   std::vector<std::thread> workers_;
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> copied_{0};
+  std::atomic<int> started_{0};  // threads that have copied their first piece
 };
 
 }  // namespace

@@ -60,7 +60,9 @@ struct StagePlan {
   int64_t sgemm_n = 1024;
 };
 
-StagePlan plan_for(const ProfileOptions& o, int cores, const std::vector<int>& threads, int64_t llc) {
+// `model_params`: flat parameters of the largest model (its host state sizes the working sets).
+StagePlan plan_for(const ProfileOptions& o, int cores, const std::vector<int>& threads, int64_t llc,
+                   int64_t model_params) {
   StagePlan p;
   const int ranks = o.ranks;
   std::set<int> dma{1, std::min(ranks, cores)};
@@ -129,11 +131,37 @@ StagePlan plan_for(const ProfileOptions& o, int cores, const std::vector<int>& t
       break;
   }
   if (o.reps > 0) p.repeat.reps = o.reps;
+
+  // Working sets follow the model's host state when it is smaller than the DRAM-sized defaults: the
+  // executor's copies, reductions and updates of a small model run in the cache, and the profile
+  // should say how fast that is. Large models are unaffected (their state exceeds the defaults).
+  if (o.model_working_set && o.scale != ProfileScale::kSmoke) {
+    const int64_t P = model_params;
+    p.host.array_bytes = std::min(p.host.array_bytes, std::max(1 * MiB, P * 4));  // fp32 master-sized
+    p.update.numel = std::min(p.update.numel, std::max(64 * KiB, P));
+    const int64_t region = std::min(p.links.region_bytes, std::max(256 * KiB, P * 2));  // bf16 mirror
+    if (region < p.links.region_bytes) {
+      p.links.region_bytes = region;
+      p.links.sizes = geometric(16 * KiB, region, 4);
+      if (p.links.sizes.back() != region) p.links.sizes.push_back(region);
+      p.links.collective_sizes = p.links.sizes;
+    }
+  }
+  // The written tables are for the plan's chunk size (default: the plan default), within the update.
+  const int64_t chunk = std::min(o.chunk_numel > 0 ? o.chunk_numel : 32 * MiB, p.update.numel);
+  std::vector<int64_t> chunks;
+  for (int64_t c : p.update.chunk_numels)
+    if (c < p.update.numel) chunks.push_back(c);
+  chunks.push_back(p.update.numel);
+  p.update.chunk_numels = chunks;
+  p.update.table_chunk_numel = chunk;
   return p;
 }
 
 void check_options(const ProfileOptions& o) {
   if (o.seq_len < 1 || o.seq_len > (int64_t{1} << 20)) throw InputError("--seq", "must be in [1, 1048576]");
+  if (o.models.empty()) throw InputError("--model", "needs at least one model");
+  if (o.chunk_numel < 0) throw InputError("--chunk-numel", "must be positive");
   if (o.micro_batches.empty()) throw InputError("--micro-batches", "needs at least one micro-batch size");
   for (int64_t b : o.micro_batches)
     if (b < 1 || b > 4096) throw InputError("--micro-batches", fmt::format("{} is not in [1, 4096]", b));
@@ -142,9 +170,10 @@ void check_options(const ProfileOptions& o) {
     if (t < 1 || t > ThreadPool::kMaxThreads)
       throw InputError("--threads", fmt::format("{} is not a thread count", t));
   if (o.reps < 0 || o.reps > 1000) throw InputError("--reps", "must be in [0, 1000]");
-  if (o.card.max_position_embeddings > 0 && o.seq_len > o.card.max_position_embeddings)
-    throw InputError("--seq", fmt::format("{} exceeds {}'s max_position_embeddings ({})", o.seq_len,
-                                          o.card.name, o.card.max_position_embeddings));
+  for (const ModelCard& c : o.models)
+    if (c.max_position_embeddings > 0 && o.seq_len > c.max_position_embeddings)
+      throw InputError("--seq", fmt::format("{} exceeds {}'s max_position_embeddings ({})", o.seq_len, c.name,
+                                            c.max_position_embeddings));
 }
 
 // Single-thread memcpy GB/s over 2 x LLC: the yardstick of the duration estimate (not recorded).
@@ -202,7 +231,20 @@ ProfileResult run_profile(const ProfileOptions& options) {
   r.cores = ThreadPool::available_cpus();
   std::vector<int> threads = options.threads.empty() ? default_thread_counts(r.cores) : options.threads;
   const int64_t llc = last_level_cache_bytes();
-  StagePlan plan = plan_for(options, r.cores, threads, llc);
+  const ModelCard* largest = &options.models.front();
+  for (const ModelCard& c : options.models)
+    if (make_model_layout(c).total_flat_numel > make_model_layout(*largest).total_flat_numel) largest = &c;
+  const int64_t model_params = make_model_layout(*largest).total_flat_numel;
+  StagePlan plan = plan_for(options, r.cores, threads, llc, model_params);
+  r.working_set = fmt::format(
+      "{}: host-memory arrays {}, update {} elements, copy region {} ({} has {} parameters; last-level cache "
+      "{})",
+      options.model_working_set && options.scale != ProfileScale::kSmoke
+          ? "model-sized where smaller than DRAM-sized"
+          : "scale defaults",
+      format_bytes(static_cast<double>(plan.host.array_bytes)), plan.update.numel,
+      format_bytes(static_cast<double>(plan.links.region_bytes)), largest->name,
+      format_count(static_cast<double>(model_params)), format_bytes(static_cast<double>(llc)));
 
   // ---- which backend ----
   GpuInventory inv;
@@ -219,22 +261,26 @@ ProfileResult run_profile(const ProfileOptions& options) {
 
   Measurements& out = r.measurements;
   StageContext base{out, plan.repeat, {}};
-  const ModelLayout layout = make_model_layout(options.card);
   exec::RunControl control;
-  std::unique_ptr<exec::Backend> backend;
   const int devices = r.backend == "cpu" ? options.ranks : inv.count;
-  if (r.backend == "cpu") {
-    exec::CpuBackendOptions bo;
-    bo.devices = devices;
-    bo.device_budget_bytes = kCpuBackendDeviceBudget;
-    backend =
-        exec::make_cpu_backend(options.card, layout, bo, control);  // sets BLAS threads = cores / devices
-    r.threads_per_device = kernels::blas_threads();
-  } else if (std::ranges::count(exec::available_backends(), std::string("cuda")) > 0) {
+  const bool cuda_backend_built = std::ranges::count(exec::available_backends(), std::string("cuda")) > 0;
+  // A backend set up for one model (the unit operations are per model); one exists at a time.
+  auto make_backend_for = [&](const ModelCard& card,
+                              const ModelLayout& layout) -> std::unique_ptr<exec::Backend> {
+    if (r.backend == "cpu") {
+      exec::CpuBackendOptions bo;
+      bo.devices = devices;
+      bo.device_budget_bytes = kCpuBackendDeviceBudget;
+      return exec::make_cpu_backend(card, layout, bo, control);  // sets BLAS threads = cores / devices
+    }
+    if (!cuda_backend_built) return nullptr;
     exec::BackendOptions bo;
     bo.devices = devices;
-    backend = exec::make_backend("cuda", options.card, layout, bo, control);
-  }
+    return exec::make_backend("cuda", card, layout, bo, control);
+  };
+  ModelLayout layout = make_model_layout(options.models.front());
+  std::unique_ptr<exec::Backend> backend = make_backend_for(options.models.front(), layout);
+  if (r.backend == "cpu") r.threads_per_device = kernels::blas_threads();
 
   // ---- calibration and the estimate ----
   const double copy_gbps = calibrate_copy_gbps(llc);
@@ -253,67 +299,67 @@ ProfileResult run_profile(const ProfileOptions& options) {
   if (r.backend == "cpu") {
     r.stages.push_back(
         {"links + fabric", estimate_backend_links_s(plan.links, devices, plan.repeat, copy_gbps)});
-    r.stages.push_back({"units", estimate_unit_compute_s(options.card, plan.units, plan.repeat, gflops)});
   } else {
     double bytes = 0;
     for (int64_t s : plan.gpu.sizes) bytes += static_cast<double>(s);
     r.stages.push_back(
         {"gpu links + fabric", (plan.repeat.reps + 1) * (8.0 * bytes / 20e9 + 0.5 * plan.gpu.sizes.size())});
-    // The GPU computes far faster than this host; the CPU estimate of the units is an upper bound.
-    if (backend)
-      r.stages.push_back({"units", estimate_unit_compute_s(options.card, plan.units, plan.repeat, 100e3)});
   }
-  for (const PlannedStage& s : r.stages) r.expected_s += s.estimate_s;
+  if (backend) {
+    // On a GPU the CPU-rate estimate of the units is a generous upper bound.
+    const double rate = r.backend == "cpu" ? gflops : 100e3;
+    for (const ModelCard& c : options.models)
+      r.stages.push_back({"units " + c.name, estimate_unit_compute_s(c, plan.units, plan.repeat, rate)});
+  }
+  for (const PlannedStage& st : r.stages) r.expected_s += st.estimate_s;
   say(fmt::format(
       "{} run on {} ({} cores, load {:.2f}): expected about {} ({})", profile_scale_name(options.scale),
       provenance().cpu_model, r.cores, r.load_before, format_seconds(r.expected_s), [&] {
-        std::string s;
+        std::string t;
         for (const PlannedStage& p : r.stages)
-          s += fmt::format("{}{} {}", s.empty() ? "" : ", ", p.name, format_seconds(p.estimate_s));
-        return s;
+          t += fmt::format("{}{} {}", t.empty() ? "" : ", ", p.name, format_seconds(p.estimate_s));
+        return t;
       }()));
+  say("working sets " + r.working_set);
 
   // ---- the stages ----
   Progress progress("slidedp-profile", r.expected_s, "s", options.progress);
   double before = 0;
-  auto stage_ctx = [&](const PlannedStage& st) {
+  std::size_t si = 0;
+  // Runs stage si with a progress callback scaled to its estimate, then moves on.
+  auto stage = [&](const std::function<void(StageContext&)>& body) {
+    const PlannedStage st = r.stages[si];
     StageContext c = base;
     c.progress = [&, st](double f, const std::string& note) {
       progress.update(before + f * st.estimate_s, st.name + (note.empty() ? "" : ": " + note));
     };
-    return c;
-  };
-  std::size_t si = 0;
-  auto next = [&] {
-    before += r.stages[si].estimate_s;
+    body(c);
+    before += st.estimate_s;
     ++si;
   };
-  {
-    StageContext c = stage_ctx(r.stages[si]);
-    r.host_memory = measure_host_memory(plan.host, c);
-    next();
-  }
-  {
-    StageContext c = stage_ctx(r.stages[si]);
-    r.cpu_update = measure_cpu_update(plan.update, c);
-    next();
-  }
+  stage([&](StageContext& c) { r.host_memory = measure_host_memory(plan.host, c); });
+  stage([&](StageContext& c) { r.cpu_update = measure_cpu_update(plan.update, c); });
   if (r.backend == "cpu") {
-    StageContext c = stage_ctx(r.stages[si]);
-    r.links = measure_backend_links(*backend, plan.links, c);
-    next();
+    stage([&](StageContext& c) { r.links = measure_backend_links(*backend, plan.links, c); });
   } else {
-    StageContext c = stage_ctx(r.stages[si]);
-    r.gpu = measure_gpus(plan.gpu, c);
-    r.links.links = r.gpu.links;
-    r.links.collectives = r.gpu.collectives;
-    next();
+    stage([&](StageContext& c) {
+      r.gpu = measure_gpus(plan.gpu, c);
+      r.links.links = r.gpu.links;
+      r.links.collectives = r.gpu.collectives;
+    });
   }
   if (backend) {
-    StageContext c = stage_ctx(r.stages[si]);
-    r.units = measure_unit_compute(*backend, options.card, layout, plan.units, c);
-    r.has_units = true;
-    next();
+    for (std::size_t m = 0; m < options.models.size(); ++m) {
+      const ModelCard& card = options.models[m];
+      if (m > 0) {
+        backend.reset();
+        layout = make_model_layout(card);
+        backend = make_backend_for(card, layout);
+      }
+      stage([&](StageContext& c) {
+        r.units.push_back(measure_unit_compute(*backend, card, layout, plan.units, c));
+      });
+    }
   }
   backend.reset();
   progress.finish();
@@ -364,9 +410,10 @@ ProfileResult run_profile(const ProfileOptions& options) {
 
   auto fit_source = [&](const LinkCurve& c, const std::string& what) {
     return fmt::format(
-        "{}: {} fitted to latency + bytes / bandwidth over {} sizes {}..{} (rms residual {:.1f}%)", by, what,
-        c.points.size(), format_bytes(static_cast<double>(c.points.front().bytes)),
-        format_bytes(static_cast<double>(c.points.back().bytes)), 100 * c.fit.quality.rms_rel_residual);
+        "{}: {} fitted to latency + bytes / bandwidth over {} sizes {}..{} (rms residual {:.1f}%){}", by,
+        what, c.points.size(), format_bytes(static_cast<double>(c.points.front().bytes)),
+        format_bytes(static_cast<double>(c.points.back().bytes)), 100 * c.fit.quality.rms_rel_residual,
+        c.fit.resolved ? "" : "; noise hid the size dependence: the largest size's rate");
   };
   const LinkCurve h_alone = curve_or_alone(r.links, "alone", "h2d"),
                   d_alone = curve_or_alone(r.links, "alone", "d2h");
@@ -495,41 +542,47 @@ ProfileResult run_profile(const ProfileOptions& options) {
     }
   }
 
-  if (r.has_units) {
-    hw.unit_times = r.units.profiles;
-    std::string seqs = fmt::format("{}", fmt::join(plan.units.seq_lens, ","));
+  if (!r.units.empty()) {
+    std::vector<std::string> names;
+    for (const UnitComputeResult& u : r.units) {
+      hw.unit_times.insert(hw.unit_times.end(), u.profiles.begin(), u.profiles.end());
+      names.push_back(u.model);
+    }
     hw.sources["unit_times"] = fmt::format(
-        "{}: {} units, compute-stream time per device with {} device(s) computing at once, of the rank "
-        "driver's calls "
-        "(allocation, zeroing, the unit op incl. bf16->fp32 parameter widening, fp32->bf16 gradient "
-        "conversion); "
-        "fitted over micro-batches {} at seq {}{}",
-        by, options.card.name, r.units.concurrent_devices, fmt::join(plan.units.micro_batches, ","), seqs,
+        "{}: units of {}, compute-stream time per device with {} device(s) computing at once, of the rank "
+        "driver's "
+        "calls (allocation, zeroing, the unit op incl. bf16->fp32 parameter widening, fp32->bf16 gradient "
+        "conversion); fitted over micro-batches {} at seq {}{}",
+        by, fmt::join(names, ", "), r.units.front().concurrent_devices,
+        fmt::join(plan.units.micro_batches, ","), fmt::join(plan.units.seq_lens, ","),
         plan.units.seq_lens.size() < 2 ? " (one seq length: per_token_ctx_s = 0, valid near that length)"
                                        : "");
     if (r.backend == "cpu") {
-      // Efficiency of the FLOP-based fallback (models without unit_times): the decoder's achieved
-      // FLOP/s at the largest measured case over the SGEMM rate.
+      // Efficiency of the FLOP-based fallback (models without unit_times): the largest measured model's
+      // decoder FLOP/s at its largest case over the SGEMM rate.
+      const UnitComputeResult* big = &r.units.front();
+      for (const UnitComputeResult& u : r.units)
+        if (u.model == largest->name) big = &u;
+      const ModelCard& card = *largest;
       const UnitCase* best = nullptr;
-      for (const UnitCase& c : r.units.cases)
+      for (const UnitCase& c : big->cases)
         if (c.kind == UnitKind::kDecoder && c.op == "fwd" && (!best || c.B * c.T > best->B * best->T))
           best = &c;
-      const UnitFlops f = unit_flops(options.card, UnitKind::kDecoder, best->B, best->T);
+      const UnitFlops f = unit_flops(card, UnitKind::kDecoder, best->B, best->T);
       const double eff = std::clamp(f.forward() / best->seconds.median / hw.gpu.bf16_peak_flops, 1e-3, 1.0);
       hw.gpu.matmul_efficiency = eff;
       hw.gpu.attention_efficiency = eff;
-      const UnitFit* fwd = nullptr;
-      for (const auto& row : r.units.fits)
-        if (row.kind == UnitKind::kDecoder && row.op == "fwd") fwd = &row.fit;
-      hw.gpu.kernel_overhead_s = fwd->fit.fixed_s;
+      for (const auto& row : big->fits)
+        if (row.kind == UnitKind::kDecoder && row.op == "fwd") hw.gpu.kernel_overhead_s = row.fit.fit.fixed_s;
       const std::string eff_src = fmt::format(
           "{}: {} decoder forward FLOPs / measured time / gpu.bf16_peak_flops at B {} T {} (for models "
           "without "
           "unit_times)",
-          by, options.card.name, best->B, best->T);
+          by, card.name, best->B, best->T);
       hw.sources["gpu.matmul_efficiency"] = eff_src;
       hw.sources["gpu.attention_efficiency"] = eff_src + "; attention not separated, same value";
-      hw.sources["gpu.kernel_overhead_s"] = by + ": fixed_s of the decoder forward fit";
+      hw.sources["gpu.kernel_overhead_s"] =
+          fmt::format("{}: fixed_s of {}'s decoder forward fit", by, card.name);
     }
   }
   hw.validate("slidedp-profile");
@@ -557,7 +610,10 @@ std::string profile_yaml(const ProfileResult& r) {
     << fmt::format("{:.2f} before, {:.2f} after", r.load_before, r.load_after);
   e << YAML::Key << "duration_s" << YAML::Value
     << fmt::format("{:.1f} (expected {:.1f})", r.elapsed_s, r.expected_s);
-  e << YAML::Key << "model" << YAML::Value << r.options.card.name;
+  std::vector<std::string> names;
+  for (const ModelCard& c : r.options.models) names.push_back(c.name);
+  e << YAML::Key << "models" << YAML::Value << fmt::format("{}", fmt::join(names, ", "));
+  e << YAML::Key << "working_set" << YAML::Value << r.working_set;
   // Spread of every measured case: median, and (max - min) / median over the repetitions.
   e << YAML::Key << "spread" << YAML::Value << YAML::BeginMap;
   for (const Measurement& m : r.measurements.all()) {
@@ -583,10 +639,12 @@ std::string profile_yaml(const ProfileResult& r) {
              "{} GB/s per extra slot; rms residual {:.1f}%; standalone reduce_grads ({} slots) {} GB/s",
              g3(row.reduce_gbps), 100 * row.slot_fit.rms_rel_residual, r.cpu_update.reduce_slots,
              g3(row.reduce_standalone_gbps.median));
-  for (const auto& row : r.units.fits)
-    e << YAML::Key << fmt::format("units.{}.{}", unit_kind_name(row.kind), row.op) << YAML::Value
-      << fmt::format("{} samples; rms residual {:.1f}%, max {:.1f}%", row.fit.quality.n,
-                     100 * row.fit.quality.rms_rel_residual, 100 * row.fit.quality.max_rel_residual);
+  for (const UnitComputeResult& u : r.units)
+    for (const auto& row : u.fits)
+      e << YAML::Key << fmt::format("units.{}.{}.{}", u.model, unit_kind_name(row.kind), row.op)
+        << YAML::Value
+        << fmt::format("{} samples; rms residual {:.1f}%, max {:.1f}%", row.fit.quality.n,
+                       100 * row.fit.quality.rms_rel_residual, 100 * row.fit.quality.max_rel_residual);
   e << YAML::EndMap;
   e << YAML::EndMap << YAML::EndMap;
   return text + e.c_str() + "\n";

@@ -27,14 +27,23 @@ const char* profile_scale_name(ProfileScale s);
 
 struct ProfileOptions {
   ProfileScale scale = ProfileScale::kFull;
-  ModelCard card;                                  // the model whose unit times are measured
+  // Models whose unit times are measured (unit_times entries under each card's name). The largest one's
+  // host state also sizes the working sets (see model_working_set).
+  std::vector<ModelCard> models;
   int64_t seq_len = 128;                           // T of the unit times (full also measures T/2)
   std::vector<int64_t> micro_batches{1, 2, 4, 8};  // B of the unit times
   int ranks = 2;                                   // CPU backend: emulated devices
   std::vector<int> threads;                        // CPU thread counts; empty: 1, 2, 4, ..., cores
   int reps = 0;                                    // repetitions per case; 0: by scale (2 / 3 / 5)
-  bool cpu_backend = false;                        // profile the CPU backend even with a GPU present
-  std::string command_line;                        // recorded in the sources and notes
+  // Chunk size (elements) of the written CPU rate tables: the plan's chunk_numel the profile is for.
+  // 0: the plan default (32M), capped at the update's working set.
+  int64_t chunk_numel = 0;
+  // Size the memory, update and copy working sets like the models' host state when that is smaller
+  // than the scale's DRAM-sized default: a small model's state, copies and updates sit in the cache
+  // in the executor too. false: always DRAM-sized (the machine, not the model).
+  bool model_working_set = true;
+  bool cpu_backend = false;  // profile the CPU backend even with a GPU present
+  std::string command_line;  // recorded in the sources and notes
   // Where messages go (expected duration, "no GPU", stage changes); null: silent.
   std::function<void(const std::string&)> log;
   bool progress = false;  // a progress line on stderr
@@ -60,10 +69,10 @@ struct ProfileResult {
   Measurements measurements;
   HostMemoryResult host_memory;
   CpuUpdateResult cpu_update;
-  BackendLinkResult links;  // CPU backend copies and collectives, or the GPUs' (converted)
-  GpuMeasurements gpu;      // when backend == "cuda"
-  UnitComputeResult units;
-  bool has_units = false;
+  BackendLinkResult links;               // CPU backend copies and collectives, or the GPUs' (converted)
+  GpuMeasurements gpu;                   // when backend == "cuda"
+  std::vector<UnitComputeResult> units;  // one per model (empty: no backend to run units on)
+  std::string working_set;               // how the working sets were sized, for the notes
   Spread sgemm_gflops;
 
   Hardware hw;  // the profile

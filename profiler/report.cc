@@ -151,12 +151,12 @@ std::string profile_tables(const ProfileResult& r, bool md) {
         }
     out += section("Links and fabric by size (per copy / call; collectives: bus bandwidth)", d, md);
   }
-  if (r.has_units) {
+  for (const UnitComputeResult& u : r.units) {
     Table t({"unit", "op", "B", "T", "time", "+-", "alone", "fit", "resid"},
             {"", "", "", "", "ms", "%", "ms", "ms", "%"});
     const UnitTimeProfile* prof[3] = {nullptr, nullptr, nullptr};
-    for (const auto& u : r.units.profiles) prof[static_cast<int>(u.unit)] = &u;
-    for (const UnitCase& c : r.units.cases) {
+    for (const auto& p : u.profiles) prof[static_cast<int>(p.unit)] = &p;
+    for (const UnitCase& c : u.cases) {
       const UnitTimeProfile* p = prof[static_cast<int>(c.kind)];
       const TimeFit& f = c.op == "fwd" ? p->forward : c.op == "bwd" ? p->backward : p->recompute;
       const double fit = f.eval(static_cast<double>(c.B * c.T), static_cast<double>(c.T));
@@ -167,16 +167,18 @@ std::string profile_tables(const ProfileResult& r, bool md) {
     }
     out +=
         section(fmt::format("Unit compute, {} (per device, {} device(s) at once; alone: device 0 by itself)",
-                            r.options.card.name, r.units.concurrent_devices),
+                            u.model, u.concurrent_devices),
                 t, md);
     Table f({"unit", "op", "fixed", "per token", "per token x T", "rms", "max"},
             {"", "", "ms", "us", "ns", "%", "%"});
-    for (const auto& row : r.units.fits)
+    for (const auto& row : u.fits)
       f.add_row({unit_kind_name(row.kind), row.op, f3(row.fit.fit.fixed_s * 1e3),
                  f3(row.fit.fit.per_token_s * 1e6),
                  row.fit.ctx_term ? f3(row.fit.fit.per_token_ctx_s * 1e9) : "-",
                  pct(row.fit.quality.rms_rel_residual), pct(row.fit.quality.max_rel_residual)});
-    out += section("Unit time fits: fixed + per_token x tokens + per_token_ctx x tokens x T", f, md);
+    out += section(
+        fmt::format("Unit time fits, {}: fixed + per_token x tokens + per_token_ctx x tokens x T", u.model),
+        f, md);
   }
   return out;
 }
@@ -196,7 +198,8 @@ nlohmann::json profile_json(const ProfileResult& r) {
   j["scale"] = profile_scale_name(r.options.scale);
   j["backend"] = r.backend;
   if (!r.gpu_note.empty()) j["gpu_note"] = r.gpu_note;
-  j["model"] = r.options.card.name;
+  for (const ModelCard& c : r.options.models) j["models"].push_back(c.name);
+  j["working_set"] = r.working_set;
   j["seq_len"] = r.options.seq_len;
   j["micro_batches"] = r.options.micro_batches;
   j["cores"] = r.cores;
@@ -231,13 +234,14 @@ nlohmann::json profile_json(const ProfileResult& r) {
                     {"threads", row.threads},
                     {"reduce_gbps", row.reduce_gbps},
                     {"quality", fit_json(row.slot_fit)}});
-  for (const auto& row : r.units.fits)
-    fits.push_back({{"what", fmt::format("units.{}.{}", unit_kind_name(row.kind), row.op)},
-                    {"fixed_s", row.fit.fit.fixed_s},
-                    {"per_token_s", row.fit.fit.per_token_s},
-                    {"per_token_ctx_s", row.fit.fit.per_token_ctx_s},
-                    {"ctx_term", row.fit.ctx_term},
-                    {"quality", fit_json(row.fit.quality)}});
+  for (const UnitComputeResult& u : r.units)
+    for (const auto& row : u.fits)
+      fits.push_back({{"what", fmt::format("units.{}.{}.{}", u.model, unit_kind_name(row.kind), row.op)},
+                      {"fixed_s", row.fit.fit.fixed_s},
+                      {"per_token_s", row.fit.fit.per_token_s},
+                      {"per_token_ctx_s", row.fit.fit.per_token_ctx_s},
+                      {"ctx_term", row.fit.ctx_term},
+                      {"quality", fit_json(row.fit.quality)}});
   j["fits"] = fits;
   return j;
 }

@@ -104,6 +104,7 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
   const int64_t V = card.vocab_size;
 
   UnitComputeResult res;
+  res.model = card.name;
   res.concurrent_devices = devices;
   const double total_cases = static_cast<double>(o.seq_lens.size() * o.micro_batches.size());
   double done_cases = 0;

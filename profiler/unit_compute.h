@@ -41,6 +41,7 @@ struct UnitCase {
 };
 
 struct UnitComputeResult {
+  std::string model;  // the card's name
   std::vector<UnitCase> cases;
   struct FitRow {
     UnitKind kind = UnitKind::kDecoder;

@@ -54,17 +54,31 @@ int profile_main(int argc, char** argv) {
       "the CPU backend's emulated devices (memcpy copies, shared-memory collectives, unit compute).\n"
       "Every value is the median of repeated measurements; the spread is reported next to it."};
   bool quick = false, smoke = false, json = false, quiet = false, cpu_backend = false, no_db = false;
-  std::string model = "slidedp-tiny", out = "profile.yaml", db = "runs/runs.db", micro = "1,2,4,8", threads;
+  std::vector<std::string> models{"slidedp-tiny"};
+  std::string working_set = "model";
+  int64_t chunk_numel = 0;
+  std::string out = "profile.yaml", db = "runs/runs.db", micro = "1,2,4,8", threads;
   int64_t seq = 128;
   int ranks = 2, reps = 0;
   app.add_flag("--quick", quick, "Smaller sizes and 3 repetitions: under a minute on a 2-core machine");
   app.add_flag("--smoke", smoke,
                "Tiny sizes and 2 repetitions, a few seconds: checks the whole pipeline (tests); the numbers "
                "describe nothing");
+  app.add_option("--model", models,
+                 "Models whose unit times are measured (comma-separated or repeated): preset names "
+                 "(slidedp-predict --list-presets) or model card / config.json files; written as unit_times "
+                 "entries under each card's name")
+      ->delimiter(',');
   app.add_option(
-      "--model", model,
-      "Model whose unit times are measured: a preset name (slidedp-predict --list-presets) or a model "
-      "card / config.json file; written as unit_times entries under the card's name");
+      "--chunk-numel", chunk_numel,
+      "Chunk size (elements) the CPU rate tables are written for: the plans' chunk_numel (default: "
+      "the plan default, 32M, capped at the update's working set)");
+  app.add_option(
+         "--working-set", working_set,
+         "model: memory, update and copy working sets as large as the largest model's host state when "
+         "that is smaller than the DRAM-sized default (a small model runs in the cache in the executor "
+         "too); dram: always the DRAM-sized default")
+      ->check(CLI::IsMember({"model", "dram"}));
   app.add_option("--seq", seq,
                  "Sequence length T of the unit times (a full run also measures T/2 to fit the "
                  "per-token-per-context term)");
@@ -94,7 +108,9 @@ int profile_main(int argc, char** argv) {
   o.scale = smoke   ? profiler::ProfileScale::kSmoke
             : quick ? profiler::ProfileScale::kQuick
                     : profiler::ProfileScale::kFull;
-  o.card = load_model_card(model);
+  for (const std::string& m : models) o.models.push_back(load_model_card(m));
+  o.chunk_numel = chunk_numel;
+  o.model_working_set = working_set == "model";
   o.seq_len = seq;
   o.micro_batches = parse_list<int64_t>(micro, "--micro-batches");
   o.ranks = ranks;
@@ -112,7 +128,7 @@ int profile_main(int argc, char** argv) {
     exec::RunInfo info;
     info.kind = exec::RunKind::kProfile;
     info.command_line = o.command_line;
-    info.model_name = o.card.name;
+    info.model_name = o.models.front().name;
     info.seq_len = o.seq_len;
     info.notes_json = nlohmann::json{{"scale", profiler::profile_scale_name(o.scale)}, {"out", out}}.dump();
     run_id = log->begin_run(info);

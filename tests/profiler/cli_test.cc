@@ -9,6 +9,7 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -61,10 +62,16 @@ int64_t count_rows(const std::string& db, const std::string& sql) {
 }
 
 TEST_F(ProfileCli, SmokeProfileIsWrittenLoggedAndReadBySlidedpPredict) {
-  const std::string yaml = path("profile.yaml"), db = path("runs.db");
-  Ran p =
-      run(std::string(SLIDEDP_PROFILE_BIN) + " --smoke -q --model slidedp-tiny --seq 16 --micro-batches 1,2" +
-          " --ranks 2 --threads 1,2 --cpu-backend --json --out " + yaml + " --db " + db);
+  const std::string yaml = path("profile.yaml"), db = path("runs.db"), card = path("tiny.yaml");
+  // A second model from a card file (the executor tests' tiny shape): unit times for both.
+  {
+    std::ofstream f(card);
+    f << "name: tiny\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 3\nnum_attention_heads: 4\n"
+         "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 64\nvocab_size: 256\n";
+  }
+  Ran p = run(std::string(SLIDEDP_PROFILE_BIN) + " --smoke -q --model slidedp-tiny," + card +
+              " --seq 16 --micro-batches 1,2 --ranks 2 --threads 1,2 --cpu-backend --json --out " + yaml +
+              " --db " + db);
   ASSERT_EQ(p.code, 0) << p.out;
   nlohmann::json j = nlohmann::json::parse(p.out);
   EXPECT_EQ(j["backend"], "cpu");
@@ -74,6 +81,8 @@ TEST_F(ProfileCli, SmokeProfileIsWrittenLoggedAndReadBySlidedpPredict) {
   Hardware hw = load_hardware(yaml);
   EXPECT_TRUE(hw.gpu.emulated_on_host);
   EXPECT_NE(hw.find_unit_time("slidedp-tiny", UnitKind::kDecoder), nullptr);
+  EXPECT_NE(hw.find_unit_time("tiny", UnitKind::kHead), nullptr);
+  EXPECT_EQ(hw.unit_times.size(), 6u);
 
   // Every repetition of every case is a row of profile_samples, under a finished 'profile' run.
   std::size_t values = 0;

@@ -59,6 +59,16 @@ TEST(Fit, NegativeUnconstrainedLatencyIsClampedToZero) {
   EXPECT_LT(f.gbps, 15.0);
 }
 
+TEST(Fit, SizeIndependentTimesFallBackToTheLargestSizesRate) {
+  // Noise made the bigger copy no slower: the slope is 0, so the bandwidth is that of the largest
+  // size and the fit says it did not resolve the size dependence.
+  const std::vector<XY> s = {{65536, 2e-5}, {262144, 1.9e-5}};
+  LatencyBandwidth f = fit_latency_bandwidth(s);
+  EXPECT_FALSE(f.resolved);
+  EXPECT_NEAR(f.gbps, 262144 / 1.9e-5 / 1e9, 1e-9);
+  EXPECT_TRUE(fit_latency_bandwidth(link_samples(5e-6, 10, false)).resolved);
+}
+
 TEST(Fit, NonNegativeMatchesUnconstrainedWhenThatIsFeasible) {
   // y = 2 + 3 x1 + 0.5 x2 exactly: every coefficient positive, so NNLS = least squares.
   std::vector<std::vector<double>> X;
