@@ -80,6 +80,7 @@ TEST(PlannerEndToEnd, RefineRunsTheTopPlansLogsThemAndKeepsTheMeasuredBest) {
   ro.candidates = 3;
   ro.steps = 4;
   ro.warmup_steps = 1;
+  ro.rounds = 2;
   ro.db_path = (dir.path / "runs.db").string();
   ro.command_line = "test";
   const RefineResult rr = refine_plans(w, hw, r, ro);
@@ -87,7 +88,8 @@ TEST(PlannerEndToEnd, RefineRunsTheTopPlansLogsThemAndKeepsTheMeasuredBest) {
   double best = 1e300;
   for (const RefinedRun& x : rr.runs) {
     ASSERT_TRUE(x.failed.empty()) << x.failed;
-    EXPECT_EQ(x.step_wall_s.size(), 4u);
+    EXPECT_EQ(x.step_wall_s.size(), 8u);  // 4 steps in each of 2 rounds
+    EXPECT_EQ(x.run_ids.size(), 2u);
     EXPECT_GT(x.measured_tokens_per_s, 0);
     best = std::min(best, x.measured_score);
   }
@@ -96,15 +98,15 @@ TEST(PlannerEndToEnd, RefineRunsTheTopPlansLogsThemAndKeepsTheMeasuredBest) {
   EXPECT_TRUE(std::isnan(rr.kendall_tau) || (rr.kendall_tau >= -1 && rr.kendall_tau <= 1));
   EXPECT_NE(render_refine(rr, 4).find("Kendall tau-b"), std::string::npos);
 
-  // The run log: one refine run, its candidates as training runs under it, every step with the
-  // prediction next to the measurement.
+  // The run log: one refine run, each candidate's runs (one per round) as training runs under it,
+  // every step with the prediction next to the measurement.
   exec::RunLogReader log(ro.db_path);
   const auto runs = log.list_runs();
-  ASSERT_EQ(runs.size(), 4u);
+  ASSERT_EQ(runs.size(), 7u);
   EXPECT_EQ(runs[0].kind, exec::RunKind::kRefine);
   EXPECT_EQ(runs[0].id, rr.parent_run_id);
   EXPECT_EQ(log.run_status(rr.parent_run_id), exec::RunState::kFinished);
-  for (int i = 1; i < 4; ++i) {
+  for (int i = 1; i < 7; ++i) {
     EXPECT_EQ(runs[static_cast<std::size_t>(i)].kind, exec::RunKind::kTrain);
     EXPECT_EQ(runs[static_cast<std::size_t>(i)].parent_run_id, rr.parent_run_id);
     const auto steps = log.steps(runs[static_cast<std::size_t>(i)].id);

@@ -27,6 +27,8 @@ struct Golden {
   int64_t tokens = 0;  // global batch (matched) or the largest step (throughput)
 };
 
+void PrintTo(const Golden& g, std::ostream* os) { *os << g.name; }
+
 std::vector<Golden> goldens() {
   return {
       {"h100-sxm-x8__qwen2.5-72b__matched", "qwen2.5-72b", "h100-sxm-x8", 4096, 8, Objective::kMatchedBatch, 8 * 4096 * 8},

@@ -86,6 +86,8 @@ struct Case {
   int ranks;
 };
 
+void PrintTo(const Case& c, std::ostream* os) { *os << c.model << " on " << c.hardware; }
+
 class WorkPatcherTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(WorkPatcherTest, VariantsEqualBuildStepWork) {

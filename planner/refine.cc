@@ -1,0 +1,291 @@
+// Measured refinement of the top plans on the CPU backend; see refine.h. Each candidate is a real
+// training run (exec::train) of `steps` optimizer steps from the same random initialization and data
+// order, so the candidates differ only in their plan.
+#include "planner/refine.h"
+
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+#include "common/error.h"
+#include "common/table.h"
+#include "common/units.h"
+#include "executor/run_log.h"
+#include "executor/trainer.h"
+#include "io/default_corpus.h"
+#include "io/token_dataset.h"
+#include "model/step_work.h"
+#include "planner/report.h"
+
+namespace slidedp::planner {
+namespace {
+
+double physical_ram_bytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+// Host bytes a candidate needs on the CPU backend: the host state plus every emulated device's
+// memory, which lives in host RAM too.
+double machine_bytes(const Candidate& c) {
+  return c.predicted.memory.host_bytes + c.plan.ranks * c.predicted.memory.gpu_peak_bytes;
+}
+
+}  // namespace
+
+double kendall_tau_b(const std::vector<double>& x, const std::vector<double>& y) {
+  SLIDEDP_CHECK(x.size() == y.size(), "kendall_tau_b: samples of different length");
+  double concordant = 0, discordant = 0, ties_x = 0, ties_y = 0;
+  for (std::size_t i = 0; i < x.size(); ++i)
+    for (std::size_t j = i + 1; j < x.size(); ++j) {
+      const int dx = (x[i] > x[j]) - (x[i] < x[j]);
+      const int dy = (y[i] > y[j]) - (y[i] < y[j]);
+      if (dx == 0 && dy == 0) continue;
+      if (dx == 0) ties_x += 1;
+      else if (dy == 0) ties_y += 1;
+      else if (dx == dy) concordant += 1;
+      else discordant += 1;
+    }
+  const double denom = std::sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y));
+  return denom > 0 ? (concordant - discordant) / denom : std::numeric_limits<double>::quiet_NaN();
+}
+
+RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search, const RefineOptions& o) {
+  if (!hw.gpu.emulated_on_host)
+    throw InputError("--refine",
+                     fmt::format("refinement measures plans on this machine's CPU backend (devices emulated by host "
+                                 "threads); the hardware '{}' describes real GPUs, so those measurements would not rank "
+                                 "its plans. Use --hardware cpu-dev or a slidedp-profile of this machine",
+                                 hw.name));
+  if (o.candidates < 1) throw InputError("--refine", "must be at least 1");
+  if (o.rounds < 1) throw InputError("--refine-rounds", "must be at least 1");
+  if (o.steps <= o.warmup_steps) throw InputError("--refine-steps", fmt::format("must exceed the {} warm-up steps", o.warmup_steps));
+  const int L = search.space.num_layers;
+  const double ram = physical_ram_bytes(), usable = ram * o.host_ram_fraction;
+
+  RefineResult res;
+  res.db_path = o.db_path;
+  const int K = std::min<int>(o.candidates, static_cast<int>(search.top.size()));
+  for (int i = 0; i < K; ++i) {
+    const Candidate& c = search.top[static_cast<std::size_t>(i)];
+    RefinedRun r;
+    r.predicted_rank = i + 1;
+    r.plan = c.plan;
+    r.predicted_step_s = c.simulated ? c.simulated->step_time_s : c.predicted.step_time_s;
+    r.predicted_score = c.final_score();
+    if (usable > 0 && machine_bytes(c) > usable)
+      r.failed = fmt::format("needs {} of host memory (host state + {} emulated devices), this machine has {} ({}% usable)",
+                             format_bytes(machine_bytes(c)), c.plan.ranks, format_bytes(ram),
+                             static_cast<int>(std::lround(100 * o.host_ram_fraction)));
+    res.runs.push_back(r);
+  }
+  if (std::all_of(res.runs.begin(), res.runs.end(), [](const RefinedRun& r) { return !r.failed.empty(); }))
+    throw InfeasibleError(fmt::format(
+        "--refine runs plans for real on this machine's CPU backend, which holds the host state and every emulated "
+        "device in host RAM; {} {}. Refinement applies to models that fit this machine (small models such as "
+        "slidedp-tiny or llama-3.2-1b); plan {} without --refine",
+        w.model.name, res.runs.front().failed, w.model.name));
+
+  const TokenDataset data = o.data_path.empty() ? default_corpus_dataset() : TokenDataset::open(o.data_path);
+  std::optional<exec::RunLog> log;
+  if (!o.db_path.empty()) {
+    log.emplace(exec::RunLog::open(o.db_path));
+    exec::RunInfo info;
+    info.kind = exec::RunKind::kRefine;
+    info.command_line = o.command_line;
+    info.backend = "cpu";
+    info.plan_summary = fmt::format("refine top {} of {} candidates", K, search.stats.space_size);
+    info.hardware_name = hw.name;
+    info.hardware_yaml = hardware_to_yaml(hw);
+    info.model_name = w.model.name;
+    info.seq_len = w.seq_len;
+    info.system = "slidedp";
+    nlohmann::json notes;
+    notes["objective"] = objective_name(search.space.objective);
+    notes["candidates"] = nlohmann::json::array();
+    for (const RefinedRun& r : res.runs)
+      notes["candidates"].push_back({{"predicted_rank", r.predicted_rank},
+                                     {"plan", candidate_summary(r.plan, L)},
+                                     {"predicted_step_s", r.predicted_step_s}});
+    info.notes_json = notes.dump();
+    res.parent_run_id = log->begin_run(info);
+  }
+
+  // One measured run of candidate i (one round); a refusal by the executor marks the candidate failed.
+  std::vector<std::vector<double>> measured_steps(res.runs.size());
+  auto run_once = [&](std::size_t i, int round) {
+    RefinedRun& r = res.runs[i];
+    const Candidate& c = search.top[i];
+    exec::TrainOptions t;
+    t.card = w.model;
+    t.seq_len = w.seq_len;
+    t.plan = r.plan;
+    t.backend = "cpu";
+    // The model's thread count for this plan (all free cores = cores not emulating devices), not the
+    // executor's default of every core, so the run is the plan the model scored.
+    t.update_threads = resolve_update_threads(r.plan, hw);
+    t.dataset = data;
+    t.data_seed = o.data_seed;
+    t.steps = o.steps;
+    int64_t run_id = -1;
+    if (log) {
+      exec::RunInfo info;
+      info.kind = exec::RunKind::kTrain;
+      info.parent_run_id = res.parent_run_id;
+      info.command_line = o.command_line;
+      info.backend = "cpu";
+      info.plan_yaml = plan_to_yaml(r.plan);
+      info.plan_summary = r.plan.summary(L);
+      info.hardware_name = hw.name;
+      info.hardware_yaml = hardware_to_yaml(hw);
+      info.model_name = w.model.name;
+      info.seq_len = w.seq_len;
+      info.system = "slidedp";
+      info.notes_json = nlohmann::json{{"refine_predicted_rank", r.predicted_rank}, {"refine_round", round}}.dump();
+      run_id = log->begin_run(info);
+      r.run_ids.push_back(run_id);
+      log->log_prediction(run_id, exec::prediction_record(c.predicted));
+      if (c.simulated) log->log_prediction(run_id, exec::prediction_record(*c.simulated));
+    }
+    int64_t seen = 0;
+    try {
+      exec::train(t, [&](const exec::TrainStep& s) {
+        r.step_wall_s.push_back(s.wall_s);
+        if (++seen > o.warmup_steps) measured_steps[i].push_back(s.wall_s);
+        if (log) {
+          exec::StepRecord rec;
+          rec.step = s.step;
+          rec.loss = s.loss;
+          rec.tokens = s.tokens;
+          rec.wall_s = s.wall_s;
+          rec.predicted_step_s = r.predicted_step_s;
+          rec.lr = s.lr;
+          if (s.grad_norm >= 0) rec.grad_norm = s.grad_norm;
+          rec.skipped = s.skipped;
+          rec.skip_reason = s.skipped_reason;
+          log->log_step(run_id, rec);
+        }
+      });
+    } catch (const Error& e) {
+      // One candidate that the executor refuses (its own memory accounting, a bad plan) must not stop
+      // the others: record it and go on.
+      r.failed = e.what();
+      if (log) {
+        exec::ErrorRecord er;
+        er.kind = e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
+        er.message = e.what();
+        log->log_error(run_id, er);
+        log->end_run(run_id, exec::RunStatus::kFailed);
+      }
+      if (o.on_progress) o.on_progress(fmt::format("candidate {}: failed: {}", r.predicted_rank, r.failed));
+      return;
+    }
+    if (log) log->end_run(run_id, exec::RunStatus::kFinished);
+  };
+  for (int round = 0; round < o.rounds; ++round)
+    for (std::size_t k = 0; k < res.runs.size(); ++k) {
+      const std::size_t i = round % 2 == 0 ? k : res.runs.size() - 1 - k;
+      if (res.runs[i].failed.empty()) run_once(i, round);
+    }
+  for (std::size_t i = 0; i < res.runs.size(); ++i) {
+    RefinedRun& r = res.runs[i];
+    if (!r.failed.empty()) continue;
+    r.measured_step_s = median(measured_steps[i]);
+    const BatchShape shape{r.plan.micro_batch, r.plan.accum_steps};
+    r.measured_tokens_per_s = static_cast<double>(search.space.tokens_per_step(shape)) / r.measured_step_s;
+    r.measured_score = search.space.score(r.measured_step_s, shape);
+    if (o.on_progress)
+      o.on_progress(fmt::format("candidate {}: {} measured {} per step ({:.0f} tokens/s), predicted {}", r.predicted_rank,
+                                candidate_summary(r.plan, L), format_seconds(r.measured_step_s), r.measured_tokens_per_s,
+                                format_seconds(r.predicted_step_s)));
+  }
+  if (log) log->end_run(res.parent_run_id, exec::RunStatus::kFinished);
+
+  std::vector<double> predicted, measured;
+  double best_tps = 0;
+  for (std::size_t i = 0; i < res.runs.size(); ++i) {
+    const RefinedRun& r = res.runs[i];
+    if (!r.failed.empty()) continue;
+    predicted.push_back(r.predicted_score);
+    measured.push_back(r.measured_score);
+    if (res.chosen < 0 || r.measured_score < res.runs[static_cast<std::size_t>(res.chosen)].measured_score)
+      res.chosen = static_cast<int>(i);
+    best_tps = std::max(best_tps, r.measured_tokens_per_s);
+  }
+  if (res.chosen < 0)
+    throw RuntimeError(fmt::format("--refine: none of the {} candidates ran; first failure: {}", res.runs.size(),
+                                   res.runs.front().failed));
+  res.kendall_tau = kendall_tau_b(predicted, measured);
+  res.chosen_over_best_tokens_per_s = res.chosen_run().measured_tokens_per_s / best_tps;
+  return res;
+}
+
+std::string render_refine(const RefineResult& r, int L) {
+  Table t({"pred #", "meas #", "plan", "predicted", "measured", "meas/pred", "tokens/s", "runs"},
+          {"", "", "", "s", "s", "", "", ""});
+  // Measured rank among the runs that ran.
+  std::vector<int> order;
+  for (std::size_t i = 0; i < r.runs.size(); ++i)
+    if (r.runs[i].failed.empty()) order.push_back(static_cast<int>(i));
+  std::sort(order.begin(), order.end(), [&](int a, int b) {
+    return r.runs[static_cast<std::size_t>(a)].measured_score < r.runs[static_cast<std::size_t>(b)].measured_score;
+  });
+  for (std::size_t i = 0; i < r.runs.size(); ++i) {
+    const RefinedRun& x = r.runs[i];
+    if (!x.failed.empty()) {
+      t.add_row({std::to_string(x.predicted_rank), "-", candidate_summary(x.plan, L), fmt::format("{:.4f}", x.predicted_step_s),
+                 "-", "-", "-", "failed: " + x.failed});
+      continue;
+    }
+    const int meas = static_cast<int>(std::find(order.begin(), order.end(), static_cast<int>(i)) - order.begin()) + 1;
+    t.add_row({std::to_string(x.predicted_rank), std::to_string(meas), candidate_summary(x.plan, L),
+               fmt::format("{:.4f}", x.predicted_step_s), fmt::format("{:.4f}", x.measured_step_s),
+               fmt::format("{:.2f}", x.measured_step_s / x.predicted_step_s), fmt::format("{:.0f}", x.measured_tokens_per_s),
+               x.run_ids.empty() ? "-" : fmt::format("{}", fmt::join(x.run_ids, ","))});
+  }
+  std::string out = t.render();
+  const RefinedRun& c = r.chosen_run();
+  out += fmt::format("\nchosen: the measured best, predicted #{}, {:.0f} tokens/s = {:.1f}% of the best measured",
+                     c.predicted_rank, c.measured_tokens_per_s, 100.0 * r.chosen_over_best_tokens_per_s);
+  out += std::isnan(r.kendall_tau) ? "; Kendall tau n/a (fewer than two runs)"
+                                   : fmt::format("; predicted vs measured order: Kendall tau-b {:.2f}", r.kendall_tau);
+  if (r.parent_run_id >= 0) out += fmt::format("\nlogged to {} (refine run {})", r.db_path, r.parent_run_id);
+  return out + "\n";
+}
+
+nlohmann::json refine_to_json(const RefineResult& r, int L) {
+  nlohmann::json j;
+  j["chosen"] = r.chosen;
+  j["kendall_tau"] = std::isnan(r.kendall_tau) ? nlohmann::json(nullptr) : nlohmann::json(r.kendall_tau);
+  j["chosen_over_best_tokens_per_s"] = r.chosen_over_best_tokens_per_s;
+  if (r.parent_run_id >= 0) j["parent_run_id"] = r.parent_run_id, j["db"] = r.db_path;
+  j["runs"] = nlohmann::json::array();
+  for (const RefinedRun& x : r.runs) {
+    nlohmann::json e;
+    e["predicted_rank"] = x.predicted_rank;
+    e["plan"] = candidate_summary(x.plan, L);
+    e["predicted_step_s"] = x.predicted_step_s;
+    if (x.failed.empty()) {
+      e["measured_step_s"] = x.measured_step_s;
+      e["measured_tokens_per_s"] = x.measured_tokens_per_s;
+      e["step_wall_s"] = x.step_wall_s;
+      e["run_ids"] = x.run_ids;
+    } else {
+      e["failed"] = x.failed;
+    }
+    j["runs"].push_back(e);
+  }
+  return j;
+}
+
+}  // namespace slidedp::planner

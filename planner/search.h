@@ -1,0 +1,100 @@
+// The plan search: branch and bound over a SearchSpace, ranking by the analytical model (kContention)
+// and re-scoring the top K with the discrete-event simulator. Nodes are expanded best bound first:
+//   level 1  (batch shape, activation mix)          bound: the step's GPU compute (exact lower bound)
+//   level 2  (+ routes, depth, threads)             memory checked here; bound: the critical path with
+//                                                   the finest chunks and no latencies
+//   level 3  (+ chunk)                              bound: the critical path (kCriticalPath)
+//   leaf                                            score: the full model (kContention)
+// A node whose bound exceeds the K-th best score found so far is not expanded, so the top K equal
+// those of exhaustive enumeration (tests/planner/search_test.cc checks it). Infeasible candidates are
+// counted per reason, including whole sub-spaces skipped because GPU memory only grows with
+// micro-batch, keep layers and depth.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "model/prediction.h"
+#include "planner/search_space.h"
+
+namespace slidedp::planner {
+
+// The critical path (kCriticalPath) is documented as a lower bound of the full model, but on about 1%
+// of plans the full model's two-step measurement comes out lower, by up to 1.2% on the preset machines
+// (tests/planner/search_test.cc, Search.CriticalPathUndershootStaysWithinTheMargin). Bounds derived
+// from it are lowered by this margin before they may cut a node; the GPU-compute bound is exact.
+inline constexpr double kCriticalPathMargin = 0.03;
+
+// Why a candidate cannot run (keys of SearchStats::infeasible).
+namespace reason {
+inline constexpr const char* kGpuMemory = "gpu_memory";
+inline constexpr const char* kHostRam = "host_ram";
+inline constexpr const char* kHostPinned = "host_pinned";
+inline constexpr const char* kGpuFabric = "gpu_fabric";  // a route that needs a GPU fabric on a machine without one
+}  // namespace reason
+
+struct Candidate {
+  CandidateIndex index;
+  Plan plan;
+  Prediction predicted;                 // analytical model (kContention) with the memory estimate
+  std::optional<Prediction> simulated;  // when re-scored
+  double score = 0;                     // objective by the analytical model (lower is better)
+  double simulated_score = 0;           // objective by the simulator (0 when not re-scored)
+  double final_score() const { return simulated ? simulated_score : score; }
+};
+
+struct SearchStats {
+  int64_t space_size = 0;
+  std::map<std::string, int64_t> infeasible;  // candidates per reason (first violated budget)
+  int64_t infeasible_by_monotonicity = 0;     // of those, never estimated: implied by a smaller one
+  int64_t pruned = 0;                         // candidates cut off by a bound
+  int64_t evaluated = 0;                      // candidates scored with the full model
+  int64_t memory_estimates = 0;
+  int64_t bound_evaluations = 0;              // critical-path runs (relaxed and per candidate)
+  int64_t simulations = 0;
+  int64_t nodes_expanded = 0;
+  // A candidate scored below the key of its own node (its bounds after the critical-path margin): the
+  // search may have cut a better plan. Zero unless the model loses a property the search relies on;
+  // the report prints it when not zero.
+  int64_t bound_violations = 0;
+  // A candidate's critical path below the relaxed critical path of a node above it: one of the
+  // relaxations (finest chunk, no latency, deepest buffer, fastest threads) is not one.
+  int64_t relaxation_violations = 0;
+  double search_s = 0;   // wall time of the search (analytical)
+  double rescore_s = 0;  // wall time of the simulator re-scoring
+  int64_t infeasible_total() const;
+};
+
+struct SearchOptions {
+  int top_k = 5;
+  // The top K are the best plans of K different families (batch shape, routes, activation mix), each
+  // with its own best chunk size, depth and threads; otherwise the K best plans, which often differ
+  // only in those fine knobs by hundredths of a percent.
+  bool distinct_families = true;
+  bool rescore_with_simulator = true;
+  bool exhaustive = false;  // score every feasible candidate (for checks; slow on large spaces)
+};
+
+struct SearchResult {
+  SearchSpace space;
+  std::vector<Candidate> top;  // best first: by the simulator when re-scored, else by the model
+  SearchStats stats;
+  // Per infeasibility reason, the violation of the candidate that came closest to fitting.
+  std::map<std::string, std::string> closest_miss;
+  const Candidate& best() const { return top.front(); }
+};
+
+// Searches the space. Throws InfeasibleError when no candidate fits, naming each failed budget, how
+// many candidates it excluded and by how much the closest one missed it.
+SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
+                          const SearchOptions& options = {});
+SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpace& space,
+                          const SearchOptions& options = {});
+
+// Total order of candidates by the model: score, then less GPU memory (more headroom), then index.
+bool model_order(const Candidate& a, const Candidate& b);
+
+}  // namespace slidedp::planner
