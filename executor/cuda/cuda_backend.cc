@@ -643,6 +643,7 @@ class CudaDevice final : public Device {
     const kc::UnitContext ctx = context();
     const auto& s = math_.specs;
     if (kind == UnitKind::kEmbedding) {
+      DeviceGuard guard(gpu_);  // the scratch size query asks the current device
       // The sort scratch of the deterministic scatter-add: small (about 24 bytes per token), taken
       // here because the executor gives the embedding no workspace.
       DeviceBuffer scratch = alloc(kc::embedding_backward_workspace_bytes(s.embedding, a.B, a.T), "embedding sort scratch");
