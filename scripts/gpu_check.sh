@@ -1,0 +1,221 @@
+#!/usr/bin/env bash
+# The GPU check of the CUDA backend (issue 7): ONE prepared run on a machine with a GPU that tells
+# everything -- the `gpu` tests, the streamed vs GPU-resident benchmark, the PyTorch reference and a
+# summary -- well under 8 minutes, because GPU time is scarce.
+#
+#   scripts/gpu_check.sh pack   Here, no GPU needed: builds Release binaries for sm_${SLIDEDP_GPU_ARCH:-90}
+#                               (H100/H200) into .gpu_bundle.tar.xz (git-ignored) with the shared
+#                               libraries the GPU image may lack, and prints the device command.
+#   scripts/gpu_check.sh        On the GPU machine: uses the bundle when it is there and loads, else
+#                               builds from source (needs the Debian dependencies); then runs the
+#                               phases below, each under a timeout inside an overall budget.
+#
+# Results go to $OUT when set (the device tool collects at most 8 files from there), else to
+# results/gpu/<UTC time>/: env.txt, build.log (when built), tests.log, bench.log, bench.csv,
+# torch.log, torch.json, summary.txt.
+# Knobs: SLIDEDP_GPU_CHECK_BUDGET_S (default 450: later phases are skipped, and said so, when the
+# budget runs out), SLIDEDP_GPU_BENCH_ARGS (extra bench_executor_cuda flags), SLIDEDP_GPU_ARCH.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+arch="${SLIDEDP_GPU_ARCH:-90}"
+bundle="$root/.gpu_bundle.tar.xz"
+tests_a=(test_kernels_cuda_host test_kernels_cuda_ops test_kernels_cuda_units test_executor_cuda_backend)
+tests_b=(test_executor_cuda_pipeline test_executor_cuda_training)
+targets=("${tests_a[@]}" "${tests_b[@]}" bench_executor_cuda)
+
+cmake_args() {  # cmake_args <build dir>: the configure command line of a GPU build
+  echo -S "$root" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLIDEDP_ENABLE_CUDA=ON \
+    -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
+    "-DSLIDEDP_MODULES=common;model;kernels;io;executor" -DSLIDEDP_BUILD_BENCHMARKS=ON -DSLIDEDP_WERROR=OFF
+}
+
+# ---- pack (no GPU) ---------------------------------------------------------------------------------
+if [ "${1:-}" = "pack" ]; then
+  set -e
+  build="$root/build-gpu"
+  # shellcheck disable=SC2046
+  cmake $(cmake_args "$build")
+  cmake --build "$build" -j "${SLIDEDP_JOBS:-$(nproc)}" --target "${targets[@]}"
+  stage="$(mktemp -d)/slidedp-gpu"
+  mkdir -p "$stage/bin" "$stage/lib"
+  for t in "${targets[@]}"; do
+    f="$(find "$build" -type f -name "$t" -perm -u+x | head -1)"
+    cp "$f" "$stage/bin/" && strip "$stage/bin/$t"
+  done
+  # Shared libraries beyond glibc, the compiler runtime and CUDA's own (the GPU image has those).
+  for t in "$stage"/bin/*; do ldd "$t"; done | awk '/=> \//{print $3}' | sort -u | while read -r lib; do
+    case "$(basename "$lib")" in
+      libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|ld-linux*|libgcc_s.so*|libstdc++.so*) ;;
+      libcu*|libnccl*|libnv*) ;;
+      *) cp -L "$lib" "$stage/lib/" ;;
+    esac
+  done
+  tar -C "$(dirname "$stage")" -cJf "$bundle" slidedp-gpu
+  grep -qx '/.gpu_bundle.tar.xz' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu_bundle.tar.xz' >> "$root/.git/info/exclude"
+  echo "packed $(du -h "$bundle" | cut -f1) into $bundle (sm_$arch; git-ignored)"
+  echo "device run: command 'scripts/gpu_check.sh', carry ['.gpu_bundle.tar.xz'], timeout_s 600"
+  exit 0
+fi
+
+# ---- run (GPU machine) -----------------------------------------------------------------------------
+start=$(date +%s)
+budget="${SLIDEDP_GPU_CHECK_BUDGET_S:-450}"
+out="${OUT:-$root/results/gpu/$(date -u +%Y-%m-%dT%H%M%SZ)}"
+mkdir -p "$out"
+summary="$out/summary.txt"
+: > "$summary"
+say() { echo "$*" | tee -a "$summary"; }
+left() { echo $(( budget - ($(date +%s) - start) )); }
+# run_phase <name> <cap seconds> <log> <command...>: runs under min(cap, budget left); 124 = timed out
+run_phase() {
+  local name="$1" cap="$2" log="$3"; shift 3
+  local l; l=$(left)
+  if [ "$l" -lt 20 ]; then say "SKIPPED $name: the ${budget} s budget is spent"; return 125; fi
+  [ "$cap" -gt "$l" ] && cap=$l
+  echo "== $name (timeout ${cap} s)" | tee -a "$log" >&2
+  timeout --kill-after=10 "$cap" "$@" >> "$log" 2>&1
+  local rc=$?
+  [ $rc -eq 124 ] && say "TIMEOUT $name after ${cap} s"
+  return $rc
+}
+
+{
+  echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+  echo "git: $(git -C "$root" rev-parse --short HEAD 2>/dev/null)$(git -C "$root" diff --quiet 2>/dev/null || echo +dirty)"
+  uname -a
+  nvidia-smi 2>&1
+  nvcc --version 2>&1 | tail -2
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)' 2>&1
+  ldconfig -p 2>/dev/null | grep -E 'libnccl|libcublasLt|libopenblas|libyaml-cpp' || true
+} > "$out/env.txt" 2>&1
+gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
+say "SlideDP GPU check | $(date -u +%Y-%m-%dT%H:%M:%SZ) | ${gpu:-no nvidia-smi} | git $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
+
+# Libraries the binaries may need from the image: CUDA's, and NCCL from PyTorch's wheel if the image
+# has no system NCCL.
+for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
+  [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
+done
+pylibs="$(python3 - <<'EOF' 2>/dev/null
+import importlib, os
+for m in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime"):
+    try:
+        mod = importlib.import_module(m)
+        for p in getattr(mod, "__path__", []):
+            if os.path.isdir(os.path.join(p, "lib")):
+                print(os.path.join(p, "lib"))
+    except Exception:
+        pass
+EOF
+)"
+for d in $pylibs; do export LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:$d"; done
+
+bin=""
+mode=""
+if [ -f "$bundle" ]; then
+  dest="$(mktemp -d)"
+  tar -C "$dest" -xJf "$bundle"
+  export LD_LIBRARY_PATH="$dest/slidedp-gpu/lib:${LD_LIBRARY_PATH:-}"
+  missing="$(for t in "$dest"/slidedp-gpu/bin/*; do ldd "$t" | grep 'not found'; done | sort -u)"
+  if [ -z "$missing" ]; then
+    bin="$dest/slidedp-gpu/bin"
+    mode="bundle"
+  else
+    say "the bundle's binaries miss libraries here, building instead: $(echo "$missing" | tr '\n' ' ')"
+  fi
+fi
+if [ -z "$bin" ]; then
+  build="$root/build-gpu-$arch"
+  # shellcheck disable=SC2046
+  if run_phase "configure" 120 "$out/build.log" cmake $(cmake_args "$build") &&
+     run_phase "build" 300 "$out/build.log" cmake --build "$build" -j "$(nproc)" --target "${targets[@]}"; then
+    bin="$build"
+    mode="build"
+  else
+    say "BUILD FAILED: see build.log (the Debian dependencies of scripts/install_deps.sh may be missing here; use 'scripts/gpu_check.sh pack' where they exist and carry the bundle)"
+    exit 1
+  fi
+fi
+say "binaries: $mode ($bin)"
+findbin() { find "$bin" -type f -name "$1" -perm -u+x | head -1; }
+
+# ---- tests: kernels and backend first, the benchmark, then the pipeline tests ----
+gtest_line() {  # gtest_line <binary> <log> -> "name: N passed, N failed, N skipped"
+  local t="$1" log="$2" p f s
+  p=$(awk -v t="== $t" '$0 ~ t {on=1} on && /\[  PASSED  \]/ {print $4; exit}' "$log")
+  f=$(awk -v t="== $t" '$0 ~ t {on=1} on && /\[  FAILED  \] [0-9]+ test/ {print $4; exit}' "$log")
+  s=$(awk -v t="== $t" '$0 ~ t {on=1} on && /\[  SKIPPED \] [0-9]+ test/ {print $4; exit}' "$log")
+  echo "$t: ${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+}
+run_tests() {
+  local t
+  for t in "$@"; do
+    local exe; exe="$(findbin "$t")"
+    if [ -z "$exe" ]; then say "MISSING test binary $t"; continue; fi
+    # Kernel tests run with SLIDEDP_CUDA_SYNC=1 so an asynchronous fault is reported at the launch that
+    # caused it; executor tests without (that mode blocks a driver thread on its stream, which can
+    # wait for a host counter only an aborted run's quiesce releases).
+    local sync=0
+    case "$t" in test_kernels_cuda_*) sync=1 ;; esac
+    (cd "$root" && SLIDEDP_CUDA_SYNC=$sync run_phase "$t" 240 "$out/tests.log" "$exe" --gtest_color=no)
+    local rc=$?
+    say "  $(gtest_line "$t" "$out/tests.log") (exit $rc)"
+  done
+}
+say "tests (kernels, backend):"
+run_tests "${tests_a[@]}"
+
+say "benchmark:"
+bench="$(findbin bench_executor_cuda)"
+# shellcheck disable=SC2086
+run_phase "bench_executor_cuda" 200 "$out/bench.log" "$bench" --out "$out" ${SLIDEDP_GPU_BENCH_ARGS:-}
+bench_rc=$?
+grep -v '^\[bench\]' "$out/bench.log" | grep -v '^== ' | tee -a "$summary"
+fpt="$(awk -F, '$1=="train"{print $18; exit}' "$out/bench.csv" 2>/dev/null)"
+[ $bench_rc -ne 0 ] && say "  bench_executor_cuda exit $bench_rc (see bench.log)"
+
+say "PyTorch reference:"
+run_phase "torch_reference" 150 "$out/torch.log" python3 "$root/bench/executor_cuda/torch_reference.py" \
+  --out "$out/torch.json" ${fpt:+--flops-per-token "$fpt"}
+torch_rc=$?
+[ $torch_rc -ne 0 ] && say "  torch_reference exit $torch_rc (see torch.log)"
+
+say "tests (pipeline, training):"
+run_tests "${tests_b[@]}"
+
+# ---- summary: the issue's targets ----
+python3 - "$out" <<'EOF' | tee -a "$summary"
+import csv, json, os, sys
+out = sys.argv[1]
+rows = {}
+try:
+    with open(os.path.join(out, "bench.csv")) as f:
+        for r in csv.reader(l for l in f if not l.startswith("#")):
+            if r and r[0] == "train":
+                rows[r[1]] = {"tokens_per_s": float(r[5]), "tflops": float(r[6]), "compute_s": float(r[7]),
+                              "step_s": float(r[4]), "tokens": float(r[3]), "exposed_s": float(r[11]),
+                              "h2d_gbps": float(r[14]), "d2h_gbps": float(r[15])}
+            elif r and r[0] == "link":
+                print(f"  link {r[1]}: {float(r[14]):.1f} GB/s")
+except (OSError, ValueError, IndexError) as e:
+    print(f"  no benchmark rows ({e})")
+for name, r in rows.items():
+    print(f"  {name:9s} {r['tokens_per_s']:10.0f} tokens/s {r['tflops']:7.1f} TFLOP/s  step {r['step_s']:.3f} s"
+          f"  exposed {r['exposed_s']:.3f} s  H2D {r['h2d_gbps']:.1f} GB/s  D2H {r['d2h_gbps']:.1f} GB/s")
+if "streamed" in rows and "resident" in rows:
+    ratio = rows["streamed"]["tokens_per_s"] / rows["resident"]["tokens_per_s"]
+    print(f"  target streamed >= 90% of resident: {100 * ratio:.1f}% -> {'MET' if ratio >= 0.9 else 'NOT MET'}")
+try:
+    t = json.load(open(os.path.join(out, "torch.json")))
+    print(f"  torch     {t['tokens_per_s']:10.0f} tokens/s (fwd+bwd {t['fwdbwd_s']:.3f} s, AdamW {t['optimizer_s']:.3f} s"
+          f" per step, {t['torch']})")
+    if "resident" in rows:
+        ours_step = rows["resident"]["step_s"]
+        ours_compute = rows["resident"]["compute_s"]
+        print(f"  target resident step no slower than PyTorch's: {ours_step:.3f} s vs {t['step_s']:.3f} s -> "
+              f"{'MET' if ours_step <= t['step_s'] else 'NOT MET'}"
+              f" (GPU compute alone: {ours_compute:.3f} s vs PyTorch fwd+bwd {t['fwdbwd_s']:.3f} s)")
+except (OSError, ValueError, KeyError) as e:
+    print(f"  no PyTorch reference ({e})")
+EOF
+say "elapsed $(( $(date +%s) - start )) s; results in $out"
