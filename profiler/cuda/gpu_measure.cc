@@ -2,8 +2,8 @@
 // SLIDEDP_ENABLE_CUDA only). Host API calls only, no device code, so the file is plain C++ that links
 // the CUDA libraries. Copies and collectives are timed with CUDA events around K back-to-back
 // operations per stream, all participants queued before the first synchronization, so "all" and
-// "bidir" cases overlap on the hardware. Every CUDA / NCCL / cuBLAS call goes through one check that
-// throws RuntimeError with the call, the library's error string and the location.
+// "bidir" cases overlap on the hardware. Every CUDA / NCCL / cuBLAS call goes through the project's one
+// check (SLIDEDP_CUDA_CHECK: RuntimeError with the call, the library's error and the location).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -16,35 +16,20 @@
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cuda/cuda_check.h"
 #include "profiler/gpu.h"
 
 namespace slidedp::profiler {
 namespace {
-
-[[noreturn]] void gpu_fail(const char* lib, const char* call, const std::string& what, const char* file,
-                           int line) {
-  throw RuntimeError(std::string(lib) + " call " + call + " failed: " + what + " (" + file + ":" +
-                     std::to_string(line) + ")");
-}
-void check(cudaError_t e, const char* call, const char* file, int line) {
-  if (e != cudaSuccess) gpu_fail("CUDA", call, cudaGetErrorString(e), file, line);
-}
-void check(ncclResult_t e, const char* call, const char* file, int line) {
-  if (e != ncclSuccess) gpu_fail("NCCL", call, ncclGetErrorString(e), file, line);
-}
-void check(cublasStatus_t e, const char* call, const char* file, int line) {
-  if (e != CUBLAS_STATUS_SUCCESS) gpu_fail("cuBLAS", call, cublasGetStatusString(e), file, line);
-}
-#define SLIDEDP_GPU_CHECK(call) check((call), #call, __FILE__, __LINE__)
 
 // Owning wrappers, so an exception mid-measurement frees what was allocated.
 struct DeviceMem {
   int device = 0;
   void* p = nullptr;
   DeviceMem(int dev, int64_t bytes) : device(dev) {
-    SLIDEDP_GPU_CHECK(cudaSetDevice(dev));
-    SLIDEDP_GPU_CHECK(cudaMalloc(&p, static_cast<std::size_t>(std::max<int64_t>(bytes, 256))));
-    SLIDEDP_GPU_CHECK(cudaMemset(p, 0, static_cast<std::size_t>(std::max<int64_t>(bytes, 256))));
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(dev));
+    SLIDEDP_CUDA_CHECK(cudaMalloc(&p, static_cast<std::size_t>(std::max<int64_t>(bytes, 256))));
+    SLIDEDP_CUDA_CHECK(cudaMemset(p, 0, static_cast<std::size_t>(std::max<int64_t>(bytes, 256))));
   }
   ~DeviceMem() {
     cudaSetDevice(device);
@@ -57,7 +42,7 @@ struct DeviceMem {
 struct PinnedMem {
   void* p = nullptr;
   explicit PinnedMem(int64_t bytes) {
-    SLIDEDP_GPU_CHECK(
+    SLIDEDP_CUDA_CHECK(
         cudaHostAlloc(&p, static_cast<std::size_t>(std::max<int64_t>(bytes, 256)), cudaHostAllocPortable));
     std::memset(p, 1, static_cast<std::size_t>(std::max<int64_t>(bytes, 256)));
   }
@@ -71,10 +56,10 @@ struct StreamPair {
   cudaStream_t s = nullptr;
   cudaEvent_t start = nullptr, end = nullptr;
   explicit StreamPair(int dev) : device(dev) {
-    SLIDEDP_GPU_CHECK(cudaSetDevice(dev));
-    SLIDEDP_GPU_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-    SLIDEDP_GPU_CHECK(cudaEventCreate(&start));
-    SLIDEDP_GPU_CHECK(cudaEventCreate(&end));
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(dev));
+    SLIDEDP_CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    SLIDEDP_CUDA_CHECK(cudaEventCreate(&start));
+    SLIDEDP_CUDA_CHECK(cudaEventCreate(&end));
   }
   ~StreamPair() {
     cudaSetDevice(device);
@@ -86,7 +71,7 @@ struct StreamPair {
   StreamPair& operator=(const StreamPair&) = delete;
   double elapsed_s() const {
     float ms = 0;
-    SLIDEDP_GPU_CHECK(cudaEventElapsedTime(&ms, start, end));
+    SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&ms, start, end));
     return ms * 1e-3;
   }
 };
@@ -99,8 +84,8 @@ struct PerGpu {
 
 void sync_all(int n) {
   for (int g = 0; g < n; ++g) {
-    SLIDEDP_GPU_CHECK(cudaSetDevice(g));
-    SLIDEDP_GPU_CHECK(cudaDeviceSynchronize());
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(g));
+    SLIDEDP_CUDA_CHECK(cudaDeviceSynchronize());
   }
 }
 
@@ -137,7 +122,7 @@ GpuInventory probe_gpus() {
 
 GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
   GpuMeasurements res;
-  SLIDEDP_GPU_CHECK(cudaGetDeviceCount(&res.count));
+  SLIDEDP_CUDA_CHECK(cudaGetDeviceCount(&res.count));
   const int n = res.count;
   SLIDEDP_CHECK(n >= 1, "measure_gpus without a device");
   int64_t max_size = 0;
@@ -164,17 +149,17 @@ GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
     for (const Part& p : parts) {
       PerGpu& g = G[static_cast<std::size_t>(p.gpu)];
       StreamPair& sp = p.kind == 'h' ? *g.h2d : *g.d2h;
-      SLIDEDP_GPU_CHECK(cudaSetDevice(p.gpu));
-      SLIDEDP_GPU_CHECK(cudaEventRecord(sp.start, sp.s));
+      SLIDEDP_CUDA_CHECK(cudaSetDevice(p.gpu));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
       for (int k = 0; k < K; ++k) {
         if (p.kind == 'h')
-          SLIDEDP_GPU_CHECK(cudaMemcpyAsync(g.dev_in->p, g.host_out->p, static_cast<std::size_t>(bytes),
-                                            cudaMemcpyHostToDevice, sp.s));
+          SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.dev_in->p, g.host_out->p, static_cast<std::size_t>(bytes),
+                                             cudaMemcpyHostToDevice, sp.s));
         else
-          SLIDEDP_GPU_CHECK(cudaMemcpyAsync(g.host_in->p, g.dev_out->p, static_cast<std::size_t>(bytes),
-                                            cudaMemcpyDeviceToHost, sp.s));
+          SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.host_in->p, g.dev_out->p, static_cast<std::size_t>(bytes),
+                                             cudaMemcpyDeviceToHost, sp.s));
       }
-      SLIDEDP_GPU_CHECK(cudaEventRecord(sp.end, sp.s));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
     }
     sync_all(n);
   };
@@ -265,16 +250,16 @@ GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
     const int64_t bytes = std::min(o.pageable_bytes, max_size);
     std::vector<std::byte> pageable(static_cast<std::size_t>(bytes), std::byte{1});
     PerGpu& g = G[0];
-    SLIDEDP_GPU_CHECK(cudaSetDevice(0));
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
     for (bool pinned : {true, false}) {
       std::vector<double> t = repeat_timed(ctx.repeat, [&](int inner) {
-        SLIDEDP_GPU_CHECK(cudaEventRecord(g.h2d->start, g.h2d->s));
+        SLIDEDP_CUDA_CHECK(cudaEventRecord(g.h2d->start, g.h2d->s));
         for (int k = 0; k < inner; ++k)
-          SLIDEDP_GPU_CHECK(
+          SLIDEDP_CUDA_CHECK(
               cudaMemcpyAsync(g.dev_in->p, pinned ? g.host_out->p : static_cast<void*>(pageable.data()),
                               static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, g.h2d->s));
-        SLIDEDP_GPU_CHECK(cudaEventRecord(g.h2d->end, g.h2d->s));
-        SLIDEDP_GPU_CHECK(cudaStreamSynchronize(g.h2d->s));
+        SLIDEDP_CUDA_CHECK(cudaEventRecord(g.h2d->end, g.h2d->s));
+        SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(g.h2d->s));
         return g.h2d->elapsed_s();
       });
       for (double& x : t) x = static_cast<double>(bytes) / x / 1e9;
@@ -293,16 +278,16 @@ GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
   // ---- device memory and bf16 GEMM on GPU 0 ----
   {
     ctx.report(done / cases, "device memory bandwidth");
-    SLIDEDP_GPU_CHECK(cudaSetDevice(0));
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
     DeviceMem a(0, o.hbm_bytes), b(0, o.hbm_bytes);
     StreamPair sp(0);
     std::vector<double> t = repeat_timed(ctx.repeat, [&](int inner) {
-      SLIDEDP_GPU_CHECK(cudaEventRecord(sp.start, sp.s));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
       for (int k = 0; k < inner; ++k)
-        SLIDEDP_GPU_CHECK(
+        SLIDEDP_CUDA_CHECK(
             cudaMemcpyAsync(a.p, b.p, static_cast<std::size_t>(o.hbm_bytes), cudaMemcpyDeviceToDevice, sp.s));
-      SLIDEDP_GPU_CHECK(cudaEventRecord(sp.end, sp.s));
-      SLIDEDP_GPU_CHECK(cudaStreamSynchronize(sp.s));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
+      SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(sp.s));
       return sp.elapsed_s();
     });
     for (double& x : t) x = 2.0 * static_cast<double>(o.hbm_bytes) / x / 1e9;
@@ -315,20 +300,20 @@ GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
     DeviceMem A(0, N * N * 2), B(0, N * N * 2), C(0, N * N * 2);
     StreamPair sp(0);
     cublasHandle_t h = nullptr;
-    SLIDEDP_GPU_CHECK(cublasCreate(&h));
+    SLIDEDP_CUDA_CHECK(cublasCreate(&h));
     std::unique_ptr<cublasContext, void (*)(cublasHandle_t)> guard(
         h, [](cublasHandle_t x) { cublasDestroy(x); });
-    SLIDEDP_GPU_CHECK(cublasSetStream(h, sp.s));
+    SLIDEDP_CUDA_CHECK(cublasSetStream(h, sp.s));
     const float alpha = 1.0f, beta = 0.0f;
     const int n32 = static_cast<int>(N);
     std::vector<double> t = repeat_timed(ctx.repeat, [&](int inner) {
-      SLIDEDP_GPU_CHECK(cudaEventRecord(sp.start, sp.s));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
       for (int k = 0; k < inner; ++k)
-        SLIDEDP_GPU_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n32, n32, n32, &alpha, A.p, CUDA_R_16BF,
-                                       n32, B.p, CUDA_R_16BF, n32, &beta, C.p, CUDA_R_16BF, n32,
-                                       CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      SLIDEDP_GPU_CHECK(cudaEventRecord(sp.end, sp.s));
-      SLIDEDP_GPU_CHECK(cudaStreamSynchronize(sp.s));
+        SLIDEDP_CUDA_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n32, n32, n32, &alpha, A.p, CUDA_R_16BF,
+                                        n32, B.p, CUDA_R_16BF, n32, &beta, C.p, CUDA_R_16BF, n32,
+                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
+      SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(sp.s));
       return sp.elapsed_s();
     });
     for (double& x : t) x = 2.0 * static_cast<double>(N) * N * N / x / 1e12;
@@ -343,21 +328,21 @@ GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
     for (int b = 0; b < n; ++b) {
       if (a == b) continue;
       int can = 0, atomics = 0;
-      SLIDEDP_GPU_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+      SLIDEDP_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
       if (!can) {
         res.fabric_kind = "via_host";
         continue;
       }
       // Native atomics between peers are an NVLink property (PCIe peer access lacks them); a
       // heuristic without NVML, stated in the profile's sources.
-      SLIDEDP_GPU_CHECK(cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, a, b));
+      SLIDEDP_CUDA_CHECK(cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, a, b));
       if (!atomics && res.fabric_kind == "nvlink") res.fabric_kind = "pcie_p2p";
     }
   if (n > 1 && !o.collective_sizes.empty()) {
     int64_t max_coll = 0;
     for (int64_t s : o.collective_sizes) max_coll = std::max(max_coll, s);
     std::vector<ncclComm_t> comms(static_cast<std::size_t>(n));
-    SLIDEDP_GPU_CHECK(ncclCommInitAll(comms.data(), n, nullptr));
+    SLIDEDP_CUDA_CHECK(ncclCommInitAll(comms.data(), n, nullptr));
     std::vector<std::unique_ptr<DeviceMem>> send, recv;
     std::vector<std::unique_ptr<StreamPair>> streams;
     for (int g = 0; g < n; ++g) {
@@ -375,28 +360,28 @@ GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
         const std::size_t shard = static_cast<std::size_t>(bytes / 2 / n);  // bf16 elements per rank
         std::vector<double> t = repeat_timed(ctx.repeat, [&](int inner) {
           for (int g = 0; g < n; ++g) {
-            SLIDEDP_GPU_CHECK(cudaSetDevice(g));
-            SLIDEDP_GPU_CHECK(cudaEventRecord(streams[static_cast<std::size_t>(g)]->start,
-                                              streams[static_cast<std::size_t>(g)]->s));
+            SLIDEDP_CUDA_CHECK(cudaSetDevice(g));
+            SLIDEDP_CUDA_CHECK(cudaEventRecord(streams[static_cast<std::size_t>(g)]->start,
+                                               streams[static_cast<std::size_t>(g)]->s));
           }
           for (int k = 0; k < inner; ++k) {
-            SLIDEDP_GPU_CHECK(ncclGroupStart());
+            SLIDEDP_CUDA_CHECK(ncclGroupStart());
             for (int g = 0; g < n; ++g) {
               const auto gi = static_cast<std::size_t>(g);
               if (gather)
-                SLIDEDP_GPU_CHECK(ncclAllGather(send[gi]->b() + gi * shard * 2, recv[gi]->p, shard,
-                                                ncclBfloat16, comms[gi], streams[gi]->s));
+                SLIDEDP_CUDA_CHECK(ncclAllGather(send[gi]->b() + gi * shard * 2, recv[gi]->p, shard,
+                                                 ncclBfloat16, comms[gi], streams[gi]->s));
               else
-                SLIDEDP_GPU_CHECK(ncclReduceScatter(send[gi]->p, recv[gi]->p, shard, ncclBfloat16, ncclSum,
-                                                    comms[gi], streams[gi]->s));
+                SLIDEDP_CUDA_CHECK(ncclReduceScatter(send[gi]->p, recv[gi]->p, shard, ncclBfloat16, ncclSum,
+                                                     comms[gi], streams[gi]->s));
             }
-            SLIDEDP_GPU_CHECK(ncclGroupEnd());
+            SLIDEDP_CUDA_CHECK(ncclGroupEnd());
           }
           double sum = 0;
           for (int g = 0; g < n; ++g) {
-            SLIDEDP_GPU_CHECK(cudaSetDevice(g));
-            SLIDEDP_GPU_CHECK(cudaEventRecord(streams[static_cast<std::size_t>(g)]->end,
-                                              streams[static_cast<std::size_t>(g)]->s));
+            SLIDEDP_CUDA_CHECK(cudaSetDevice(g));
+            SLIDEDP_CUDA_CHECK(cudaEventRecord(streams[static_cast<std::size_t>(g)]->end,
+                                               streams[static_cast<std::size_t>(g)]->s));
           }
           sync_all(n);
           for (int g = 0; g < n; ++g) sum += streams[static_cast<std::size_t>(g)]->elapsed_s();
