@@ -51,25 +51,32 @@ double kendall_tau_b(const std::vector<double>& x, const std::vector<double>& y)
       const int dx = (x[i] > x[j]) - (x[i] < x[j]);
       const int dy = (y[i] > y[j]) - (y[i] < y[j]);
       if (dx == 0 && dy == 0) continue;
-      if (dx == 0) ties_x += 1;
-      else if (dy == 0) ties_y += 1;
-      else if (dx == dy) concordant += 1;
-      else discordant += 1;
+      if (dx == 0)
+        ties_x += 1;
+      else if (dy == 0)
+        ties_y += 1;
+      else if (dx == dy)
+        concordant += 1;
+      else
+        discordant += 1;
     }
   const double denom = std::sqrt((concordant + discordant + ties_x) * (concordant + discordant + ties_y));
   return denom > 0 ? (concordant - discordant) / denom : std::numeric_limits<double>::quiet_NaN();
 }
 
-RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search, const RefineOptions& o) {
+RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search,
+                          const RefineOptions& o) {
   if (!hw.gpu.emulated_on_host)
-    throw InputError("--refine",
-                     fmt::format("refinement measures plans on this machine's CPU backend (devices emulated by host "
-                                 "threads); the hardware '{}' describes real GPUs, so those measurements would not rank "
-                                 "its plans. Use --hardware cpu-dev or a slidedp-profile of this machine",
-                                 hw.name));
+    throw InputError(
+        "--refine",
+        fmt::format("refinement measures plans on this machine's CPU backend (devices emulated by host "
+                    "threads); the hardware '{}' describes real GPUs, so those measurements would not rank "
+                    "its plans. Use --hardware cpu-dev or a slidedp-profile of this machine",
+                    hw.name));
   if (o.candidates < 1) throw InputError("--refine", "must be at least 1");
   if (o.rounds < 1) throw InputError("--refine-rounds", "must be at least 1");
-  if (o.steps <= o.warmup_steps) throw InputError("--refine-steps", fmt::format("must exceed the {} warm-up steps", o.warmup_steps));
+  if (o.steps <= o.warmup_steps)
+    throw InputError("--refine-steps", fmt::format("must exceed the {} warm-up steps", o.warmup_steps));
   const int L = search.space.num_layers;
   const double ram = physical_ram_bytes(), usable = ram * o.host_ram_fraction;
 
@@ -84,14 +91,16 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     r.predicted_step_s = c.simulated ? c.simulated->step_time_s : c.predicted.step_time_s;
     r.predicted_score = c.final_score();
     if (usable > 0 && machine_bytes(c) > usable)
-      r.failed = fmt::format("needs {} of host memory (host state + {} emulated devices), this machine has {} ({}% usable)",
-                             format_bytes(machine_bytes(c)), c.plan.ranks, format_bytes(ram),
-                             static_cast<int>(std::lround(100 * o.host_ram_fraction)));
+      r.failed = fmt::format(
+          "needs {} of host memory (host state + {} emulated devices), this machine has {} ({}% usable)",
+          format_bytes(machine_bytes(c)), c.plan.ranks, format_bytes(ram),
+          static_cast<int>(std::lround(100 * o.host_ram_fraction)));
     res.runs.push_back(r);
   }
   if (std::all_of(res.runs.begin(), res.runs.end(), [](const RefinedRun& r) { return !r.failed.empty(); }))
     throw InfeasibleError(fmt::format(
-        "--refine runs plans for real on this machine's CPU backend, which holds the host state and every emulated "
+        "--refine runs plans for real on this machine's CPU backend, which holds the host state and every "
+        "emulated "
         "device in host RAM; {} {}. Refinement applies to models that fit this machine (small models such as "
         "slidedp-tiny or llama-3.2-1b); plan {} without --refine",
         w.model.name, res.runs.front().failed, w.model.name));
@@ -151,7 +160,8 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
       info.model_name = w.model.name;
       info.seq_len = w.seq_len;
       info.system = "slidedp";
-      info.notes_json = nlohmann::json{{"refine_predicted_rank", r.predicted_rank}, {"refine_round", round}}.dump();
+      info.notes_json =
+          nlohmann::json{{"refine_predicted_rank", r.predicted_rank}, {"refine_round", round}}.dump();
       run_id = log->begin_run(info);
       r.run_ids.push_back(run_id);
       log->log_prediction(run_id, exec::prediction_record(c.predicted));
@@ -205,8 +215,9 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     r.measured_tokens_per_s = static_cast<double>(search.space.tokens_per_step(shape)) / r.measured_step_s;
     r.measured_score = search.space.score(r.measured_step_s, shape);
     if (o.on_progress)
-      o.on_progress(fmt::format("candidate {}: {} measured {} per step ({:.0f} tokens/s), predicted {}", r.predicted_rank,
-                                candidate_summary(r.plan, L), format_seconds(r.measured_step_s), r.measured_tokens_per_s,
+      o.on_progress(fmt::format("candidate {}: {} measured {} per step ({:.0f} tokens/s), predicted {}",
+                                r.predicted_rank, candidate_summary(r.plan, L),
+                                format_seconds(r.measured_step_s), r.measured_tokens_per_s,
                                 format_seconds(r.predicted_step_s)));
   }
   if (log) log->end_run(res.parent_run_id, exec::RunStatus::kFinished);
@@ -223,8 +234,8 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     best_tps = std::max(best_tps, r.measured_tokens_per_s);
   }
   if (res.chosen < 0)
-    throw RuntimeError(fmt::format("--refine: none of the {} candidates ran; first failure: {}", res.runs.size(),
-                                   res.runs.front().failed));
+    throw RuntimeError(fmt::format("--refine: none of the {} candidates ran; first failure: {}",
+                                   res.runs.size(), res.runs.front().failed));
   res.kendall_tau = kendall_tau_b(predicted, measured);
   res.chosen_over_best_tokens_per_s = res.chosen_run().measured_tokens_per_s / best_tps;
   return res;
@@ -238,27 +249,32 @@ std::string render_refine(const RefineResult& r, int L) {
   for (std::size_t i = 0; i < r.runs.size(); ++i)
     if (r.runs[i].failed.empty()) order.push_back(static_cast<int>(i));
   std::sort(order.begin(), order.end(), [&](int a, int b) {
-    return r.runs[static_cast<std::size_t>(a)].measured_score < r.runs[static_cast<std::size_t>(b)].measured_score;
+    return r.runs[static_cast<std::size_t>(a)].measured_score <
+           r.runs[static_cast<std::size_t>(b)].measured_score;
   });
   for (std::size_t i = 0; i < r.runs.size(); ++i) {
     const RefinedRun& x = r.runs[i];
     if (!x.failed.empty()) {
-      t.add_row({std::to_string(x.predicted_rank), "-", candidate_summary(x.plan, L), fmt::format("{:.4f}", x.predicted_step_s),
-                 "-", "-", "-", "failed: " + x.failed});
+      t.add_row({std::to_string(x.predicted_rank), "-", candidate_summary(x.plan, L),
+                 fmt::format("{:.4f}", x.predicted_step_s), "-", "-", "-", "failed: " + x.failed});
       continue;
     }
-    const int meas = static_cast<int>(std::find(order.begin(), order.end(), static_cast<int>(i)) - order.begin()) + 1;
+    const int meas =
+        static_cast<int>(std::find(order.begin(), order.end(), static_cast<int>(i)) - order.begin()) + 1;
     t.add_row({std::to_string(x.predicted_rank), std::to_string(meas), candidate_summary(x.plan, L),
                fmt::format("{:.4f}", x.predicted_step_s), fmt::format("{:.4f}", x.measured_step_s),
-               fmt::format("{:.2f}", x.measured_step_s / x.predicted_step_s), fmt::format("{:.0f}", x.measured_tokens_per_s),
+               fmt::format("{:.2f}", x.measured_step_s / x.predicted_step_s),
+               fmt::format("{:.0f}", x.measured_tokens_per_s),
                x.run_ids.empty() ? "-" : fmt::format("{}", fmt::join(x.run_ids, ","))});
   }
   std::string out = t.render();
   const RefinedRun& c = r.chosen_run();
-  out += fmt::format("\nchosen: the measured best, predicted #{}, {:.0f} tokens/s = {:.1f}% of the best measured",
-                     c.predicted_rank, c.measured_tokens_per_s, 100.0 * r.chosen_over_best_tokens_per_s);
-  out += std::isnan(r.kendall_tau) ? "; Kendall tau n/a (fewer than two runs)"
-                                   : fmt::format("; predicted vs measured order: Kendall tau-b {:.2f}", r.kendall_tau);
+  out += fmt::format(
+      "\nchosen: the measured best, predicted #{}, {:.0f} tokens/s = {:.1f}% of the best measured",
+      c.predicted_rank, c.measured_tokens_per_s, 100.0 * r.chosen_over_best_tokens_per_s);
+  out += std::isnan(r.kendall_tau)
+             ? "; Kendall tau n/a (fewer than two runs)"
+             : fmt::format("; predicted vs measured order: Kendall tau-b {:.2f}", r.kendall_tau);
   if (r.parent_run_id >= 0) out += fmt::format("\nlogged to {} (refine run {})", r.db_path, r.parent_run_id);
   return out + "\n";
 }

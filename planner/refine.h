@@ -9,10 +9,9 @@
 #include <cstdint>
 #include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "model/hardware.h"
 #include "model/workload.h"
@@ -21,16 +20,16 @@
 namespace slidedp::planner {
 
 struct RefineOptions {
-  int candidates = 3;          // the first K of the search's final order
-  int64_t steps = 8;           // optimizer steps per candidate and round
-  int64_t warmup_steps = 2;    // of each run, not measured (allocation, first-touch, thread start-up)
+  int candidates = 3;        // the first K of the search's final order
+  int64_t steps = 8;         // optimizer steps per candidate and round
+  int64_t warmup_steps = 2;  // of each run, not measured (allocation, first-touch, thread start-up)
   // Each round runs every candidate once, in the opposite order of the previous round (1..K, K..1, ...),
   // so a machine that warms up or slows down during the refinement favors no candidate.
   int rounds = 2;
-  std::string db_path;         // run log; "" = none
-  std::string command_line;    // recorded in the run log
-  std::string model_name;      // as given on the command line (recorded)
-  std::string data_path;       // token file; "" = the embedded default corpus
+  std::string db_path;       // run log; "" = none
+  std::string command_line;  // recorded in the run log
+  std::string model_name;    // as given on the command line (recorded)
+  std::string data_path;     // token file; "" = the embedded default corpus
   uint64_t data_seed = 1234;
   // A candidate runs only if its host memory plus every emulated device's peak fits in this share
   // of this machine's physical RAM (the rest is the OS, the page cache and other processes).
@@ -47,13 +46,13 @@ struct RefinedRun {
   double measured_step_s = 0;       // median of the measured steps of all rounds
   double measured_tokens_per_s = 0;
   double measured_score = 0;
-  std::vector<int64_t> run_ids;     // one per round (empty without a run log)
-  std::string failed;  // why it did not run ("" = it ran)
+  std::vector<int64_t> run_ids;  // one per round (empty without a run log)
+  std::string failed;            // why it did not run ("" = it ran)
 };
 
 struct RefineResult {
-  std::vector<RefinedRun> runs;  // in predicted order
-  int chosen = -1;               // index into runs: the measured best
+  std::vector<RefinedRun> runs;                                   // in predicted order
+  int chosen = -1;                                                // index into runs: the measured best
   double kendall_tau = std::numeric_limits<double>::quiet_NaN();  // predicted vs measured (runs that ran)
   int64_t parent_run_id = -1;
   std::string db_path;
@@ -64,7 +63,8 @@ struct RefineResult {
 
 // Throws InputError when the hardware is not a profile of this machine (devices not emulated), and
 // InfeasibleError when no candidate fits this machine's RAM (the message gives both sizes).
-RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search, const RefineOptions& o);
+RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search,
+                          const RefineOptions& o);
 
 // Kendall's tau-b of two equally long samples (ties handled); NaN for fewer than two pairs that differ.
 double kendall_tau_b(const std::vector<double>& x, const std::vector<double>& y);

@@ -25,14 +25,17 @@ std::string act_text(const Plan& p, int L) {
   return fmt::format("o{}/r{}/k{}", c.offload, c.recompute, c.keep);
 }
 
-std::string threads_text(const Plan& p) { return p.update_threads == 0 ? "all" : std::to_string(p.update_threads); }
+std::string threads_text(const Plan& p) {
+  return p.update_threads == 0 ? "all" : std::to_string(p.update_threads);
+}
 
 double percent(double a, double b) { return 100.0 * (a - b) / b; }
 
 // The breakdown part that grew the most from `a` to `b` (seconds), named for a reader.
 std::pair<std::string, double> largest_increase(const Breakdown& a, const Breakdown& b) {
   const std::pair<const char*, double> parts[] = {
-      {"GPU compute", b.compute_s - a.compute_s},          {"stall waiting for data", b.stall_s - a.stall_s},
+      {"GPU compute", b.compute_s - a.compute_s},
+      {"stall waiting for data", b.stall_s - a.stall_s},
       {"exposed tail (last update)", b.exposed_tail_s - a.exposed_tail_s},
       {"exposed head (first delivery)", b.exposed_head_s - a.exposed_head_s},
       {"sync latencies", b.sync_s - a.sync_s}};
@@ -50,14 +53,19 @@ std::string candidate_summary(const Plan& p, int num_layers) {
 std::string plan_difference(const Plan& a, const Plan& b, int L) {
   std::vector<std::string> d;
   if (a.micro_batch != b.micro_batch || a.accum_steps != b.accum_steps)
-    d.push_back(fmt::format("mb {} x acc {} -> mb {} x acc {}", a.micro_batch, a.accum_steps, b.micro_batch, b.accum_steps));
+    d.push_back(fmt::format("mb {} x acc {} -> mb {} x acc {}", a.micro_batch, a.accum_steps, b.micro_batch,
+                            b.accum_steps));
   if (a.param_route != b.param_route || a.grad_route != b.grad_route)
     d.push_back(fmt::format("{}/{} -> {}/{}", param_route_name(a.param_route), grad_route_name(a.grad_route),
                             param_route_name(b.param_route), grad_route_name(b.grad_route)));
-  if (a.chunk_numel != b.chunk_numel) d.push_back(fmt::format("chunk {} -> {}", chunk_text(a.chunk_numel), chunk_text(b.chunk_numel)));
-  if (act_text(a, L) != act_text(b, L)) d.push_back(fmt::format("act {} -> {}", act_text(a, L), act_text(b, L)));
-  if (a.gpu_buffer_depth != b.gpu_buffer_depth) d.push_back(fmt::format("depth {} -> {}", a.gpu_buffer_depth, b.gpu_buffer_depth));
-  if (a.update_threads != b.update_threads) d.push_back(fmt::format("threads {} -> {}", threads_text(a), threads_text(b)));
+  if (a.chunk_numel != b.chunk_numel)
+    d.push_back(fmt::format("chunk {} -> {}", chunk_text(a.chunk_numel), chunk_text(b.chunk_numel)));
+  if (act_text(a, L) != act_text(b, L))
+    d.push_back(fmt::format("act {} -> {}", act_text(a, L), act_text(b, L)));
+  if (a.gpu_buffer_depth != b.gpu_buffer_depth)
+    d.push_back(fmt::format("depth {} -> {}", a.gpu_buffer_depth, b.gpu_buffer_depth));
+  if (a.update_threads != b.update_threads)
+    d.push_back(fmt::format("threads {} -> {}", threads_text(a), threads_text(b)));
   std::string out;
   for (std::size_t i = 0; i < d.size(); ++i) out += (i ? ", " : "") + d[i];
   return out;
@@ -70,10 +78,12 @@ std::string render_top_table(const SearchResult& r) {
           {"", "", "s", "s", "", "", "s", "GiB"});
   for (std::size_t i = 0; i < r.top.size(); ++i) {
     const Candidate& c = r.top[i];
-    const Prediction& p = c.simulated ? *c.simulated : c.predicted;
-    t.add_row({std::to_string(i + 1), candidate_summary(c.plan, L), fmt::format("{:.4f}", c.predicted.step_time_s),
-               sim ? fmt::format("{:.4f}", c.simulated->step_time_s) : "-", fmt::format("{:.0f}", p.tokens_per_s),
-               c.predicted.bottleneck, fmt::format("{:.4f}", c.predicted.exposed_s),
+    const double tokens_per_s =
+        c.simulated ? c.simulated->tokens_per_s : c.predicted.tokens_per_step / c.ranked_step_s;
+    t.add_row({std::to_string(i + 1), candidate_summary(c.plan, L), fmt::format("{:.4f}", c.ranked_step_s),
+               sim ? fmt::format("{:.4f}", c.simulated->step_time_s) : "-",
+               fmt::format("{:.0f}", tokens_per_s), c.predicted.bottleneck,
+               fmt::format("{:.4f}", c.predicted.exposed_s),
                fmt::format("{:.2f}", c.predicted.memory.gpu_peak_bytes / kGiB)});
   }
   return t.render();
@@ -84,8 +94,9 @@ std::string explain_choice(const SearchResult& r) {
   const int L = r.space.num_layers;
   const Candidate& w = r.top.front();
   const Prediction& p = w.predicted;
-  std::string out = fmt::format("why: the winner is bound by {} ({:.0f}% busy), {:.1f}% of its step not covered by GPU compute",
-                                p.bottleneck, 100.0 * p.bottleneck_utilization, 100.0 * p.exposed_s / p.step_time_s);
+  std::string out = fmt::format(
+      "why: the winner is bound by {} ({:.0f}% busy), {:.1f}% of its step not covered by GPU compute",
+      p.bottleneck, 100.0 * p.bottleneck_utilization, 100.0 * p.exposed_s / p.step_time_s);
   if (r.top.size() < 2) return out + "; it is the only candidate that fits the budgets.";
   const Candidate& u = r.top[1];
   const char* by = w.simulated ? "by the simulator" : "by the model";
@@ -95,18 +106,22 @@ std::string explain_choice(const SearchResult& r) {
   if (delta > 0) out += fmt::format(": +{} {}", format_seconds(delta), part);
   const double mem = w.predicted.memory.gpu_peak_bytes - u.predicted.memory.gpu_peak_bytes;
   if (mem > 0) out += fmt::format(", for {} less GPU memory per rank", format_bytes(mem));
-  if (u.predicted.bottleneck != p.bottleneck) out += fmt::format(" (it is bound by {})", u.predicted.bottleneck);
+  if (u.predicted.bottleneck != p.bottleneck)
+    out += fmt::format(" (it is bound by {})", u.predicted.bottleneck);
   if (w.simulated && u.score < w.score)
-    out += fmt::format("; the analytical model alone ranks the runner-up {:.2f}% ahead", percent(w.score, u.score));
+    out += fmt::format("; the analytical model alone ranks the runner-up {:.2f}% ahead",
+                       percent(w.score, u.score));
   return out + ".";
 }
 
 std::string render_search_stats(const SearchResult& r) {
   const SearchStats& s = r.stats;
   std::string out = fmt::format(
-      "searched {} candidates in {} ({} scored with the full model, {} critical-path bounds, {} pruned by bounds, "
+      "searched {} candidates in {} ({} scored with the full model, {} critical-path bounds, {} pruned by "
+      "bounds, "
       "{} infeasible",
-      s.space_size, format_seconds(s.search_s), s.evaluated, s.bound_evaluations, s.pruned, s.infeasible_total());
+      s.space_size, format_seconds(s.search_s), s.evaluated, s.bound_evaluations, s.pruned,
+      s.infeasible_total());
   if (!s.infeasible.empty()) {
     std::vector<std::string> parts;
     for (const auto& [why, n] : s.infeasible) parts.push_back(fmt::format("{} {}", why, n));
@@ -114,11 +129,15 @@ std::string render_search_stats(const SearchResult& r) {
     for (std::size_t i = 0; i < parts.size(); ++i) out += (i ? ", " : "") + parts[i];
   }
   out += ")";
-  if (s.simulations > 0) out += fmt::format("; top {} re-scored by the simulator in {}", s.simulations, format_seconds(s.rescore_s));
+  if (s.simulations > 0)
+    out +=
+        fmt::format("; top {} re-scored by the simulator in {}", s.simulations, format_seconds(s.rescore_s));
   if (s.bound_violations > 0 || s.relaxation_violations > 0)
-    out += fmt::format("\nWARNING: {} candidates scored below a bound of their sub-space ({} below a relaxed critical path); "
-                       "the search may have missed a plan (rerun with --exhaustive to check)",
-                       s.bound_violations, s.relaxation_violations);
+    out += fmt::format(
+        "\nWARNING: {} candidates scored below a bound of their sub-space ({} below a relaxed critical "
+        "path); "
+        "the search may have missed a plan (rerun with --exhaustive to check)",
+        s.bound_violations, s.relaxation_violations);
   return out;
 }
 
@@ -137,6 +156,7 @@ nlohmann::json search_result_to_json(const SearchResult& r) {
     e["plan_yaml"] = plan_to_yaml(c.plan);
     e["score"] = c.score;
     e["step_time_s"] = c.predicted.step_time_s;
+    e["ranked_step_s"] = c.ranked_step_s;
     e["tokens_per_step"] = c.predicted.tokens_per_step;
     e["tokens_per_s"] = c.predicted.tokens_per_s;
     e["bottleneck"] = c.predicted.bottleneck;
@@ -167,14 +187,18 @@ nlohmann::json search_result_to_json(const SearchResult& r) {
                 {"search_s", s.search_s},
                 {"rescore_s", s.rescore_s}};
   j["closest_miss"] = r.closest_miss;
-  j["space"] = {{"batch_shapes", r.space.shapes.size()}, {"activation_mixes", r.space.mixes.size()},
-                {"routes", r.space.routes.size()},       {"chunks", r.space.chunks},
-                {"depths", r.space.depths},              {"threads", r.space.threads},
+  j["space"] = {{"batch_shapes", r.space.shapes.size()},
+                {"activation_mixes", r.space.mixes.size()},
+                {"routes", r.space.routes.size()},
+                {"chunks", r.space.chunks},
+                {"depths", r.space.depths},
+                {"threads", r.space.threads},
                 {"notes", r.space.notes}};
   return j;
 }
 
-PlanFile best_plan_file(const SearchResult& r, const std::string& model, const std::string& hardware, int64_t seq_len) {
+PlanFile best_plan_file(const SearchResult& r, const std::string& model, const std::string& hardware,
+                        int64_t seq_len) {
   PlanFile f;
   f.plan = r.best().plan;
   f.model = model;

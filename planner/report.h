@@ -4,9 +4,8 @@
 // file that slidedp-run and slidedp-predict accept.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 #include "model/plan.h"
 #include "planner/search.h"
@@ -28,6 +27,7 @@ std::string candidate_summary(const Plan& p, int num_layers);
 nlohmann::json search_result_to_json(const SearchResult& r);
 
 // The best plan as a plan file naming the model, hardware and sequence length.
-PlanFile best_plan_file(const SearchResult& r, const std::string& model, const std::string& hardware, int64_t seq_len);
+PlanFile best_plan_file(const SearchResult& r, const std::string& model, const std::string& hardware,
+                        int64_t seq_len);
 
 }  // namespace slidedp::planner

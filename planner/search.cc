@@ -6,11 +6,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <limits>
 #include <memory>
 #include <queue>
+#include <thread>
 #include <unordered_map>
 
 #include "common/error.h"
@@ -51,8 +54,8 @@ bool scored_order(const Scored& a, const Scored& b) {
 struct MemoryCheck {
   const char* failed = nullptr;  // reason for every chunk, or nullptr
   double gpu_peak_bytes = 0;
-  int chunk_fit = 0;             // chunks [0, chunk_fit) fit the host
-  int chunk_ram_fail = 0;        // chunks [chunk_ram_fail, C) exceed host RAM; [chunk_fit, that) only pinned
+  int chunk_fit = 0;       // chunks [0, chunk_fit) fit the host
+  int chunk_ram_fail = 0;  // chunks [chunk_ram_fail, C) exceed host RAM; [chunk_fit, that) only pinned
 };
 
 class Searcher {
@@ -67,8 +70,10 @@ class Searcher {
 
   SearchResult run() {
     const auto t0 = std::chrono::steady_clock::now();
-    if (opt_.exhaustive) enumerate_all();
-    else branch_and_bound();
+    if (opt_.exhaustive)
+      enumerate_all();
+    else
+      branch_and_bound();
     stats_.search_s = seconds_since(t0);
     return finish();
   }
@@ -84,8 +89,10 @@ class Searcher {
   bool fabric_missing(int route) const { return needs_fabric(route) && hw_.fabric.kind == "none"; }
 
   const WorkPatcher& patcher(int shape, int route, int thread) {
-    const std::size_t k = (static_cast<std::size_t>(shape) * sp_.routes.size() + static_cast<std::size_t>(route)) *
-                              sp_.threads.size() + static_cast<std::size_t>(thread);
+    const std::size_t k =
+        (static_cast<std::size_t>(shape) * sp_.routes.size() + static_cast<std::size_t>(route)) *
+            sp_.threads.size() +
+        static_cast<std::size_t>(thread);
     if (!patchers_[k]) {
       Plan p = sp_.plan({shape, 0, route, 0, thread, 0});
       patchers_[k] = std::make_unique<WorkPatcher>(w_, hw_, p);
@@ -172,8 +179,10 @@ class Searcher {
       int hi = C;
       while (lo < hi) {
         const int mid = lo + (hi - lo) / 2;
-        if (fails(mid)) hi = mid;
-        else lo = mid + 1;
+        if (fails(mid))
+          hi = mid;
+        else
+          lo = mid + 1;
       }
       return lo;
     };
@@ -195,13 +204,17 @@ class Searcher {
     const int C = static_cast<int>(sp_.chunks.size());
     const int64_t T = static_cast<int64_t>(sp_.threads.size());
     if (mc.chunk_ram_fail < C) stats_.infeasible[reason::kHostRam] += T * (C - mc.chunk_ram_fail);
-    if (mc.chunk_fit < mc.chunk_ram_fail) stats_.infeasible[reason::kHostPinned] += T * (mc.chunk_ram_fail - mc.chunk_fit);
+    if (mc.chunk_fit < mc.chunk_ram_fail)
+      stats_.infeasible[reason::kHostPinned] += T * (mc.chunk_ram_fail - mc.chunk_fit);
   }
 
   double evaluate(const StepWork& sw, ModelFidelity f) {
-    if (f == ModelFidelity::kCriticalPath) ++stats_.bound_evaluations;
-    else ++stats_.evaluated;
-    return evaluate_step_work(sw, f).step_time_s;
+    if (f == ModelFidelity::kCriticalPath)
+      ++stats_.bound_evaluations;
+    else
+      ++stats_.evaluated;
+    const Prediction p = evaluate_step_work(sw, f);
+    return f == ModelFidelity::kCriticalPath ? p.step_time_s : ranked_step_time_s(p);
   }
 
   // Keeps the K best, or with distinct families the best of K different families. The cut rule is the
@@ -209,6 +222,8 @@ class Searcher {
   // of its family (that entry scores at most the K-th score).
   void offer(const Scored& s) {
     if (opt_.distinct_families) {
+      auto [it, fresh] = family_best_.try_emplace(family(s.index), s.score);
+      if (!fresh) it->second = std::min(it->second, s.score);
       auto same = std::find_if(top_.begin(), top_.end(), [&](const Scored& t) {
         return t.index.shape == s.index.shape && t.index.mix == s.index.mix && t.index.route == s.index.route;
       });
@@ -221,7 +236,9 @@ class Searcher {
     top_.insert(std::upper_bound(top_.begin(), top_.end(), s, scored_order), s);
     if (top_.size() > static_cast<std::size_t>(top_k_)) top_.pop_back();
   }
-  double threshold() const { return top_.size() < static_cast<std::size_t>(top_k_) ? kInf : top_.back().score; }
+  double threshold() const {
+    return top_.size() < static_cast<std::size_t>(top_k_) ? kInf : top_.back().score;
+  }
   // True when no candidate under a node with this bound can enter the top K.
   bool cut(double bound) const { return bound * (1.0 - kRoundingSlack) > threshold(); }
 
@@ -267,10 +284,10 @@ class Searcher {
     int level = kShapeMix;
     double key = 0;
     // kRoute: the check of the smallest depth; from kDepth on: the node's own depth.
-    int chunk_fit = 0;          // chunks [0, chunk_fit) fit the host
+    int chunk_fit = 0;  // chunks [0, chunk_fit) fit the host
     double gpu_peak_bytes = 0;
-    // The largest relaxed critical path above (and at) this node, without the margin: a candidate's
-    // own critical path below it must not be smaller (checked: stats.relaxation_violations).
+    // The largest relaxed critical path above (and at) this node: a candidate's own critical path below
+    // it must not be smaller (checked: stats.relaxation_violations).
     double relaxed_cp = 0;
   };
   struct QEntry {
@@ -284,20 +301,34 @@ class Searcher {
     }
   };
 
+  static int64_t family(const CandidateIndex& i) { return pack(i.shape, i.mix, i.route, 0); }
+  // With distinct families, a node whose family is fixed (from the route on) is also cut when it cannot
+  // beat the best its family has already scored: it could only replace that family's entry.
+  bool family_cut(const Node& n) const {
+    if (!opt_.distinct_families || n.level < kRoute) return false;
+    auto it = family_best_.find(family(n.index));
+    return it != family_best_.end() && n.key * (1.0 - kRoundingSlack) > it->second;
+  }
+
   int64_t candidates_below(const Node& n) const {
     const int64_t D = static_cast<int64_t>(sp_.depths.size()), T = static_cast<int64_t>(sp_.threads.size());
     const int64_t C = static_cast<int64_t>(sp_.chunks.size());
     switch (n.level) {
-      case kShapeMix: return sp_.per_shape_mix();
-      case kRoute: return D * T * C - T * (C - n.chunk_fit);  // the smallest depth's host failures are counted
-      case kDepth: return T * n.chunk_fit;
-      case kThread: return n.chunk_fit;
-      default: return 1;
+      case kShapeMix:
+        return sp_.per_shape_mix();
+      case kRoute:
+        return D * T * C - T * (C - n.chunk_fit);  // the smallest depth's host failures are counted
+      case kDepth:
+        return T * n.chunk_fit;
+      case kThread:
+        return n.chunk_fit;
+      default:
+        return 1;
     }
   }
 
   void push(const Node& n) {
-    if (cut(n.key)) {
+    if (cut(n.key) || family_cut(n)) {
       stats_.pruned += candidates_below(n);
       return;
     }
@@ -400,7 +431,7 @@ class Searcher {
     const double f = sp_.score_factor(sp_.shapes[static_cast<std::size_t>(i.shape)]);
     const double cp = f * evaluate(work_, ModelFidelity::kCriticalPath);
     n.relaxed_cp = std::max(n.relaxed_cp, cp);
-    n.key = std::max(n.key, (1.0 - kCriticalPathMargin) * cp);
+    n.key = std::max(n.key, cp);
   }
 
   void branch_and_bound() {
@@ -417,8 +448,13 @@ class Searcher {
       const QEntry q = queue_.top();
       if (cut(q.key)) break;
       queue_.pop();
+      const Node& n = nodes_[static_cast<std::size_t>(q.id)];
+      if (family_cut(n)) {  // its family improved since it was queued
+        stats_.pruned += candidates_below(n);
+        continue;
+      }
       ++stats_.nodes_expanded;
-      expand(nodes_[static_cast<std::size_t>(q.id)]);
+      expand(n);
     }
     // Whatever is left can no longer reach the top K.
     while (!queue_.empty()) {
@@ -484,7 +520,7 @@ class Searcher {
           wp.set_chunk(work_, sp_.chunks[static_cast<std::size_t>(ch)]);
           const double cp = f * evaluate(work_, ModelFidelity::kCriticalPath);
           if (cp < n.relaxed_cp * (1.0 - kRoundingSlack)) ++stats_.relaxation_violations;
-          c.key = std::max(n.key, (1.0 - kCriticalPathMargin) * cp);
+          c.key = std::max(n.key, cp);
           push(c);
         }
         break;
@@ -515,10 +551,11 @@ class Searcher {
       c.index = s.index;
       c.plan = sp_.plan(s.index);
       c.predicted = predict_analytical(w_, hw_, c.plan, System::kSlideDP);
+      c.ranked_step_s = ranked_step_time_s(c.predicted);
       // The search scored a patched copy of the work; the model's own entry point must agree exactly.
-      SLIDEDP_CHECK(c.predicted.step_time_s == s.step_s,
+      SLIDEDP_CHECK(c.ranked_step_s == s.step_s,
                     fmt::format("planner: patched work scores {} but predict_analytical {} for {}", s.step_s,
-                                c.predicted.step_time_s, c.plan.summary(sp_.num_layers)));
+                                c.ranked_step_s, c.plan.summary(sp_.num_layers)));
       c.score = s.score;
       res.top.push_back(std::move(c));
     }
@@ -527,10 +564,33 @@ class Searcher {
       SimulatorOptions so;
       so.record_timeline = false;
       so.measure_sync = false;
-      for (Candidate& c : res.top) {
-        c.simulated = simulate(w_, hw_, c.plan, System::kSlideDP, so).prediction;
+      // The simulations are independent: one thread each, as many at once as the machine has cores.
+      const std::size_t n = res.top.size();
+      const std::size_t width =
+          std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), static_cast<unsigned>(n)));
+      std::vector<std::optional<Prediction>> sims(n);
+      std::vector<std::exception_ptr> errors(n);
+      std::atomic<std::size_t> next{0};
+      auto worker = [&] {
+        for (std::size_t i = next++; i < n; i = next++) {
+          try {
+            sims[i] = simulate(w_, hw_, res.top[i].plan, System::kSlideDP, so).prediction;
+          } catch (...) {
+            errors[i] = std::current_exception();
+          }
+        }
+      };
+      std::vector<std::thread> pool;
+      for (std::size_t t = 1; t < width; ++t) pool.emplace_back(worker);
+      worker();
+      for (std::thread& t : pool) t.join();
+      for (std::size_t i = 0; i < n; ++i) {
+        if (errors[i]) std::rethrow_exception(errors[i]);
+        Candidate& c = res.top[i];
+        c.simulated = std::move(sims[i]);
         c.simulated->memory = c.predicted.memory;
-        c.simulated_score = sp_.score(c.simulated->step_time_s, sp_.shapes[static_cast<std::size_t>(c.index.shape)]);
+        c.simulated_score =
+            sp_.score(c.simulated->step_time_s, sp_.shapes[static_cast<std::size_t>(c.index.shape)]);
         ++stats_.simulations;
       }
       std::stable_sort(res.top.begin(), res.top.end(), [](const Candidate& a, const Candidate& b) {
@@ -544,8 +604,9 @@ class Searcher {
   }
 
   std::string no_plan_message() const {
-    std::string msg = fmt::format("no plan for {} on {} fits ({} ranks, seq {}, {} candidates):", w_.model.name, hw_.name,
-                                  sp_.ranks, sp_.seq_len, stats_.space_size);
+    std::string msg =
+        fmt::format("no plan for {} on {} fits ({} ranks, seq {}, {} candidates):", w_.model.name, hw_.name,
+                    sp_.ranks, sp_.seq_len, stats_.space_size);
     for (const auto& [why, count] : stats_.infeasible) {
       msg += fmt::format("\n  {}: {} candidates", why, count);
       auto it = closest_.find(why);
@@ -564,7 +625,7 @@ class Searcher {
   SearchStats stats_;
   std::vector<std::unique_ptr<WorkPatcher>> patchers_;          // per (shape, route, thread)
   std::vector<std::unique_ptr<WorkPatcher>> compute_patchers_;  // per shape
-  std::vector<Scored> top_;                                      // sorted, at most top_k_
+  std::vector<Scored> top_;                                     // sorted, at most top_k_
   std::map<std::string, double> miss_excess_;
   std::map<std::string, std::string> closest_;
   std::vector<Node> nodes_;
@@ -572,9 +633,12 @@ class Searcher {
   std::vector<std::unique_ptr<ThreadRelax>> thread_relax_;  // per (shape, route)
   StepWork work_;                                           // scratch work of the node being expanded
   std::unordered_map<int64_t, int> min_bad_keep_, min_bad_mb_;
+  std::unordered_map<int64_t, double> family_best_;  // distinct families: best score per family so far
 };
 
 }  // namespace
+
+double ranked_step_time_s(const Prediction& p) { return std::max(p.step_time_s, p.critical_path_s); }
 
 int64_t SearchStats::infeasible_total() const {
   int64_t n = 0;
@@ -589,11 +653,13 @@ bool model_order(const Candidate& a, const Candidate& b) {
   return a.index < b.index;
 }
 
-SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpace& space, const SearchOptions& options) {
+SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpace& space,
+                          const SearchOptions& options) {
   return Searcher(w, hw, space, options).run();
 }
 
-SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec, const SearchOptions& options) {
+SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
+                          const SearchOptions& options) {
   const SearchSpace space = make_search_space(w, hw, spec);
   return search_space(w, hw, space, options);
 }

@@ -22,24 +22,28 @@
 
 namespace slidedp::planner {
 
-// The critical path (kCriticalPath) is documented as a lower bound of the full model, but on about 1%
-// of plans the full model's two-step measurement comes out lower, by up to 1.2% on the preset machines
-// (tests/planner/search_test.cc, Search.CriticalPathUndershootStaysWithinTheMargin). Bounds derived
-// from it are lowered by this margin before they may cut a node; the GPU-compute bound is exact.
-inline constexpr double kCriticalPathMargin = 0.03;
+// The step time the planner ranks by: the full model's (kContention), floored at its own critical path
+// (the same pipeline without contention). Contention can only slow a pipeline down, but the model
+// measures the second of two simulated steps, and on about 1% of plans a slower first step shifts the
+// second's start enough that the measured step comes out below the critical path (by up to 1.2% on the
+// preset machines; tests/planner/search_test.cc, Search.CriticalPathUndershoot). The floor makes the
+// critical path a lower bound of the score by construction, which every bound of the search relies on.
+double ranked_step_time_s(const Prediction& full_model);
 
 // Why a candidate cannot run (keys of SearchStats::infeasible).
 namespace reason {
 inline constexpr const char* kGpuMemory = "gpu_memory";
 inline constexpr const char* kHostRam = "host_ram";
 inline constexpr const char* kHostPinned = "host_pinned";
-inline constexpr const char* kGpuFabric = "gpu_fabric";  // a route that needs a GPU fabric on a machine without one
+inline constexpr const char* kGpuFabric =
+    "gpu_fabric";  // a route that needs a GPU fabric on a machine without one
 }  // namespace reason
 
 struct Candidate {
   CandidateIndex index;
   Plan plan;
   Prediction predicted;                 // analytical model (kContention) with the memory estimate
+  double ranked_step_s = 0;             // ranked_step_time_s(predicted)
   std::optional<Prediction> simulated;  // when re-scored
   double score = 0;                     // objective by the analytical model (lower is better)
   double simulated_score = 0;           // objective by the simulator (0 when not re-scored)
@@ -53,18 +57,17 @@ struct SearchStats {
   int64_t pruned = 0;                         // candidates cut off by a bound
   int64_t evaluated = 0;                      // candidates scored with the full model
   int64_t memory_estimates = 0;
-  int64_t bound_evaluations = 0;              // critical-path runs (relaxed and per candidate)
+  int64_t bound_evaluations = 0;  // critical-path runs (relaxed and per candidate)
   int64_t simulations = 0;
   int64_t nodes_expanded = 0;
-  // A candidate scored below the key of its own node (its bounds after the critical-path margin): the
-  // search may have cut a better plan. Zero unless the model loses a property the search relies on;
-  // the report prints it when not zero.
+  // A candidate scored below the key of its own node: the search may have cut a better plan. Zero
+  // unless the model loses a property the search relies on; the report prints it when not zero.
   int64_t bound_violations = 0;
   // A candidate's critical path below the relaxed critical path of a node above it: one of the
   // relaxations (finest chunk, no latency, deepest buffer, fastest threads) is not one.
   int64_t relaxation_violations = 0;
   double search_s = 0;   // wall time of the search (analytical)
-  double rescore_s = 0;  // wall time of the simulator re-scoring
+  double rescore_s = 0;  // wall time of the simulator re-scoring (one thread per candidate, up to the cores)
   int64_t infeasible_total() const;
 };
 

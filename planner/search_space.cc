@@ -35,9 +35,10 @@ std::vector<BatchShape> matched_shapes(const SearchSpec& spec, int64_t seq_len) 
   if (n <= 0) throw InputError("--global-batch-tokens", "must be positive");
   if (n % per_step != 0) {
     const int64_t lo = n / per_step * per_step, hi = lo + per_step;
-    throw InputError("--global-batch-tokens",
-                     fmt::format("{} is not a multiple of ranks x seq = {} x {} = {} tokens (nearest: {}{})", n,
-                                 spec.ranks, seq_len, per_step, lo > 0 ? fmt::format("{} or ", lo) : "", hi));
+    throw InputError(
+        "--global-batch-tokens",
+        fmt::format("{} is not a multiple of ranks x seq = {} x {} = {} tokens (nearest: {}{})", n,
+                    spec.ranks, seq_len, per_step, lo > 0 ? fmt::format("{} or ", lo) : "", hi));
   }
   // Every divisor of the per-rank sequence count is a micro-batch; the rest is accumulation.
   const int64_t per_rank = n / per_step;
@@ -51,8 +52,9 @@ std::vector<BatchShape> matched_shapes(const SearchSpec& spec, int64_t seq_len) 
     out.push_back({static_cast<int>(mb), static_cast<int>(acc)});
   }
   if (out.empty())
-    throw InputError("--max-micro-batch/--max-accum",
-                     fmt::format("no micro-batch x accumulation gives {} sequences per rank within the limits", per_rank));
+    throw InputError(
+        "--max-micro-batch/--max-accum",
+        fmt::format("no micro-batch x accumulation gives {} sequences per rank within the limits", per_rank));
   return out;
 }
 
@@ -64,8 +66,8 @@ std::vector<BatchShape> free_shapes(const SearchSpec& spec, int64_t seq_len) {
   const int64_t per_step = static_cast<int64_t>(spec.ranks) * seq_len;
   if (cap < per_step)
     throw InputError("--max-global-batch-tokens",
-                     fmt::format("{} tokens is less than one sequence per rank ({} x {} = {})", cap, spec.ranks,
-                                 seq_len, per_step));
+                     fmt::format("{} tokens is less than one sequence per rank ({} x {} = {})", cap,
+                                 spec.ranks, seq_len, per_step));
   // Powers of two: a free batch has no divisibility constraint, and doubling is the grain at which
   // step time and memory change enough to matter.
   const int64_t per_rank = cap / per_step;
@@ -85,9 +87,12 @@ std::vector<BatchShape> free_shapes(const SearchSpec& spec, int64_t seq_len) {
 
 const char* objective_name(Objective o) {
   switch (o) {
-    case Objective::kMatchedBatch: return "matched-batch";
-    case Objective::kMaxThroughput: return "max-throughput";
-    case Objective::kMinTimeToTokens: return "time-to-tokens";
+    case Objective::kMatchedBatch:
+      return "matched-batch";
+    case Objective::kMaxThroughput:
+      return "max-throughput";
+    case Objective::kMinTimeToTokens:
+      return "time-to-tokens";
   }
   return "?";
 }
@@ -100,7 +105,8 @@ std::vector<int> default_layer_counts(int num_layers) {
     for (int i = 0; i <= num_layers; ++i) out.push_back(i);
     return out;
   }
-  for (int i = 0; i <= 16; ++i) out.push_back(static_cast<int>(std::lround(static_cast<double>(i) * num_layers / 16.0)));
+  for (int i = 0; i <= 16; ++i)
+    out.push_back(static_cast<int>(std::lround(static_cast<double>(i) * num_layers / 16.0)));
   for (int i : {1, 2, 4}) out.push_back(i);
   return sorted_unique(out);
 }
@@ -123,7 +129,22 @@ std::vector<int64_t> default_chunk_numels(const ModelLayout& layout) {
     c = (c + kTensorAlignElems - 1) / kTensorAlignElems * kTensorAlignElems;
     if (c >= 1) out.push_back(c);
   }
-  return sorted_unique(out);
+  out = sorted_unique(out);
+  // Two sizes that cut every unit into the same number of chunks give the same work and the same
+  // step time; the smaller one needs less host staging memory, so the larger is never better.
+  auto counts = [&](int64_t c) {
+    std::vector<int64_t> n;
+    for (const UnitLayout& u : layout.units) n.push_back(num_chunks(u.flat_numel, c));
+    return n;
+  };
+  std::vector<int64_t> kept;
+  std::vector<int64_t> last;
+  for (int64_t c : out) {
+    std::vector<int64_t> n = counts(c);
+    if (kept.empty() || n != last) kept.push_back(c);
+    last = std::move(n);
+  }
+  return kept;
 }
 
 int64_t SearchSpace::per_shape_mix() const {
@@ -142,14 +163,19 @@ int64_t SearchSpace::tokens_per_step(const BatchShape& s) const {
 double SearchSpace::score_factor(const BatchShape& s) const {
   const double tokens = static_cast<double>(tokens_per_step(s));
   switch (objective) {
-    case Objective::kMatchedBatch: return 1.0;
-    case Objective::kMaxThroughput: return 1.0 / tokens;
-    case Objective::kMinTimeToTokens: return std::ceil(static_cast<double>(token_budget_tokens) / tokens);
+    case Objective::kMatchedBatch:
+      return 1.0;
+    case Objective::kMaxThroughput:
+      return 1.0 / tokens;
+    case Objective::kMinTimeToTokens:
+      return std::ceil(static_cast<double>(token_budget_tokens) / tokens);
   }
   return 1.0;
 }
 
-double SearchSpace::score(double step_time_s, const BatchShape& s) const { return step_time_s * score_factor(s); }
+double SearchSpace::score(double step_time_s, const BatchShape& s) const {
+  return step_time_s * score_factor(s);
+}
 
 Plan SearchSpace::plan(const CandidateIndex& i) const {
   Plan p;
@@ -186,7 +212,8 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   sp.loss_chunk_tokens = spec.loss_chunk_tokens;
   if (spec.ranks < 1) throw InputError("--ranks", "must be at least 1");
   if (!hw.gpu.emulated_on_host && spec.ranks > hw.gpu.count)
-    throw InputError("--ranks", fmt::format("{} ranks but {} has {} GPUs", spec.ranks, hw.name, hw.gpu.count));
+    throw InputError("--ranks",
+                     fmt::format("{} ranks but {} has {} GPUs", spec.ranks, hw.name, hw.gpu.count));
   if (spec.gpu_mem_budget_bytes < 0) throw InputError("--gpu-mem-budget", "must not be negative");
   if (spec.gpu_mem_reserve_bytes < 0) throw InputError("--gpu-mem-reserve", "must not be negative");
   if (spec.gpu_mem_budget_bytes == 0 && spec.gpu_mem_reserve_bytes >= hw.gpu.mem_bytes)
@@ -199,15 +226,19 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   // ---- batch shapes ----
   if (!spec.batch_shapes.empty()) {
     for (const BatchShape& s : spec.batch_shapes) {
-      if (s.micro_batch < 1 || s.accum_steps < 1) throw InputError("batch_shapes", "micro-batch and accumulation must be >= 1");
+      if (s.micro_batch < 1 || s.accum_steps < 1)
+        throw InputError("batch_shapes", "micro-batch and accumulation must be >= 1");
       if (spec.objective == Objective::kMatchedBatch &&
-          static_cast<int64_t>(spec.ranks) * s.micro_batch * s.accum_steps * w.seq_len != spec.global_batch_tokens)
-        throw InputError("batch_shapes", fmt::format("micro-batch {} x accumulation {} does not give {} tokens per step",
-                                                     s.micro_batch, s.accum_steps, spec.global_batch_tokens));
+          static_cast<int64_t>(spec.ranks) * s.micro_batch * s.accum_steps * w.seq_len !=
+              spec.global_batch_tokens)
+        throw InputError("batch_shapes",
+                         fmt::format("micro-batch {} x accumulation {} does not give {} tokens per step",
+                                     s.micro_batch, s.accum_steps, spec.global_batch_tokens));
       sp.shapes.push_back(s);
     }
   } else {
-    sp.shapes = spec.objective == Objective::kMatchedBatch ? matched_shapes(spec, w.seq_len) : free_shapes(spec, w.seq_len);
+    sp.shapes = spec.objective == Objective::kMatchedBatch ? matched_shapes(spec, w.seq_len)
+                                                           : free_shapes(spec, w.seq_len);
   }
   std::sort(sp.shapes.begin(), sp.shapes.end(), [](const BatchShape& a, const BatchShape& b) {
     return a.micro_batch != b.micro_batch ? a.micro_batch < b.micro_batch : a.accum_steps < b.accum_steps;
@@ -217,7 +248,8 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   // ---- activation mixes ----
   std::vector<int> counts = spec.layer_counts.empty() ? default_layer_counts(L) : spec.layer_counts;
   for (int c : counts)
-    if (c < 0 || c > L) throw InputError("layer_counts", fmt::format("{} is not a layer count of a {}-layer model", c, L));
+    if (c < 0 || c > L)
+      throw InputError("layer_counts", fmt::format("{} is not a layer count of a {}-layer model", c, L));
   counts = sorted_unique(counts);
   for (int k : counts)
     for (int m : counts)
@@ -230,10 +262,12 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
     sp.routes.push_back({ParamRoute::kReplicated, GradRoute::kCpu});
     sp.notes.push_back("1 rank: every route is the same, only replicated/cpu is searched");
   } else {
-    std::vector<ParamRoute> pr = spec.param_routes.empty() ? std::vector<ParamRoute>{ParamRoute::kReplicated, ParamRoute::kSharded}
-                                                           : spec.param_routes;
-    std::vector<GradRoute> gr = spec.grad_routes.empty() ? std::vector<GradRoute>{GradRoute::kCpu, GradRoute::kGpu}
-                                                         : spec.grad_routes;
+    std::vector<ParamRoute> pr = spec.param_routes.empty()
+                                     ? std::vector<ParamRoute>{ParamRoute::kReplicated, ParamRoute::kSharded}
+                                     : spec.param_routes;
+    std::vector<GradRoute> gr = spec.grad_routes.empty()
+                                    ? std::vector<GradRoute>{GradRoute::kCpu, GradRoute::kGpu}
+                                    : spec.grad_routes;
     for (ParamRoute p : sorted_unique(pr))
       for (GradRoute g : sorted_unique(gr)) sp.routes.push_back({p, g});
   }
@@ -247,7 +281,8 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   for (int d : sp.depths)
     if (d < 1 || d > 64) throw InputError("buffer_depths", "depths must be 1..64");
   // A depth beyond the number of units holds nothing more.
-  sp.depths.erase(std::remove_if(sp.depths.begin(), sp.depths.end(), [&](int d) { return d > units; }), sp.depths.end());
+  sp.depths.erase(std::remove_if(sp.depths.begin(), sp.depths.end(), [&](int d) { return d > units; }),
+                  sp.depths.end());
   if (sp.depths.empty()) sp.depths.push_back(units);
 
   Plan probe;

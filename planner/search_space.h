@@ -41,13 +41,13 @@ struct ActivationMix {
 struct SearchSpec {
   int ranks = 1;
   Objective objective = Objective::kMatchedBatch;
-  int64_t global_batch_tokens = 0;                   // kMatchedBatch: ranks x micro x accum x seq_len
-  int64_t token_budget_tokens = 0;                   // kMinTimeToTokens
+  int64_t global_batch_tokens = 0;                     // kMatchedBatch: ranks x micro x accum x seq_len
+  int64_t token_budget_tokens = 0;                     // kMinTimeToTokens
   int64_t max_global_batch_tokens = int64_t{1} << 20;  // free batch: the largest step considered
-  int max_micro_batch = 0;                           // 0: no limit (memory decides)
-  int max_accum_steps = 0;                           // 0: no limit
-  int64_t gpu_mem_budget_bytes = 0;                  // 0: the GPU's memory minus the reserve
-  int64_t gpu_mem_reserve_bytes = int64_t{2} << 30;  // CUDA context, allocator slack, fragmentation
+  int max_micro_batch = 0;                             // 0: no limit (memory decides)
+  int max_accum_steps = 0;                             // 0: no limit
+  int64_t gpu_mem_budget_bytes = 0;                    // 0: the GPU's memory minus the reserve
+  int64_t gpu_mem_reserve_bytes = int64_t{2} << 30;    // CUDA context, allocator slack, fragmentation
   int64_t loss_chunk_tokens = 4096;
   // Restrictions of single dimensions (empty: the default grid). Sweeps pin dimensions with these;
   // tests use them to make spaces small enough to enumerate.
@@ -67,13 +67,13 @@ struct CandidateIndex {
 };
 
 struct SearchSpace {
-  std::vector<BatchShape> shapes;                             // micro-batch ascending
-  std::vector<ActivationMix> mixes;                           // offload, then keep, ascending
+  std::vector<BatchShape> shapes;    // micro-batch ascending
+  std::vector<ActivationMix> mixes;  // offload, then keep, ascending
   std::vector<std::pair<ParamRoute, GradRoute>> routes;
-  std::vector<int64_t> chunks;                                // ascending
-  std::vector<int> depths;                                    // ascending
-  std::vector<int> threads;                                   // resolved thread counts, descending
-  int free_threads = 1;  // what update_threads = 0 resolves to (written to the plan as 0)
+  std::vector<int64_t> chunks;  // ascending
+  std::vector<int> depths;      // ascending
+  std::vector<int> threads;     // resolved thread counts, descending
+  int free_threads = 1;         // what update_threads = 0 resolves to (written to the plan as 0)
   int num_layers = 0;
   int ranks = 1;
   Objective objective = Objective::kMatchedBatch;

@@ -33,8 +33,8 @@ class WorkPatcher {
 
  private:
   const Workload& w_;
-  StepWork base_;        // every decoder layer offloaded, depth 2, smallest chunk of the constructor plan
-  int64_t tied_numel_;   // the embedding's flat numel when the head reads it, else 0
+  StepWork base_;       // every decoder layer offloaded, depth 2, smallest chunk of the constructor plan
+  int64_t tied_numel_;  // the embedding's flat numel when the head reads it, else 0
   double all_compute_s_ = 0;  // per micro-step with every layer recomputing
   double recompute_s_ = 0;    // one decoder layer's recompute
 };

@@ -2,9 +2,9 @@
 // routes, chunk sizes, activation policies, batch shape, buffer depth and update threads under the
 // memory budgets, prints the top K with one line on why the winner wins, writes the winner as a plan
 // file; --refine K runs the top K on this machine's CPU backend and keeps the measured best.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 #include <optional>
 
@@ -38,8 +38,10 @@ int64_t bytes_flag(const std::optional<std::string>& text, const char* flag) {
 
 int plan_main(int argc, char** argv) {
   CLI::App app{
-      "slidedp-plan: search routes, chunk sizes, activation policies and batch shape for a model on a machine,\n"
-      "under GPU and host memory budgets; print the top plans and why the winner wins; write it as a plan file\n"
+      "slidedp-plan: search routes, chunk sizes, activation policies and batch shape for a model on a "
+      "machine,\n"
+      "under GPU and host memory budgets; print the top plans and why the winner wins; write it as a plan "
+      "file\n"
       "that slidedp-run --plan and slidedp-predict --plan accept."};
   std::string hardware, model, out, maximize, db = "runs/runs.db", data;
   int64_t seq = 0;
@@ -52,39 +54,56 @@ int plan_main(int argc, char** argv) {
   std::vector<int> depths, threads;
   bool json = false, exhaustive = false, no_sim = false, no_db = false, all_variants = false;
   int refine_rounds = 2;
-  app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x8) or profile YAML")->required();
-  app.add_option("--model", model, "Model preset name (e.g. qwen2.5-72b), card YAML, config.json or HF model folder")->required();
+  app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x8) or profile YAML")
+      ->required();
+  app.add_option("--model", model,
+                 "Model preset name (e.g. qwen2.5-72b), card YAML, config.json or HF model folder")
+      ->required();
   app.add_option("--seq", seq, "Sequence length in tokens")->required()->check(CLI::PositiveNumber);
   app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs)")->required()->check(CLI::PositiveNumber);
-  auto* g = app.add_option("--global-batch-tokens", global_batch,
-                           "Matched batch: tokens per optimizer step, fixed (= ranks x micro-batch x accumulation x seq)");
-  auto* m = app.add_option("--maximize", maximize, "Free batch: maximize this (throughput)")->check(CLI::IsMember({"throughput"}));
-  auto* b = app.add_option("--token-budget", token_budget, "Free batch: minimize the time to train this many tokens");
+  auto* g = app.add_option(
+      "--global-batch-tokens", global_batch,
+      "Matched batch: tokens per optimizer step, fixed (= ranks x micro-batch x accumulation x seq)");
+  auto* m = app.add_option("--maximize", maximize, "Free batch: maximize this (throughput)")
+                ->check(CLI::IsMember({"throughput"}));
+  auto* b = app.add_option("--token-budget", token_budget,
+                           "Free batch: minimize the time to train this many tokens");
   g->excludes(m)->excludes(b);
   m->excludes(b);
-  app.add_option("--max-global-batch-tokens", max_global_batch, "Free batch: the largest tokens per step considered")
+  app.add_option("--max-global-batch-tokens", max_global_batch,
+                 "Free batch: the largest tokens per step considered")
       ->check(CLI::PositiveNumber);
-  app.add_option("--max-micro-batch", max_mb, "Largest micro-batch considered (0: memory decides)")->check(CLI::NonNegativeNumber);
-  app.add_option("--max-accum", max_acc, "Largest accumulation considered (0: no limit)")->check(CLI::NonNegativeNumber);
-  app.add_option("--gpu-mem-budget", budget, "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus the reserve");
+  app.add_option("--max-micro-batch", max_mb, "Largest micro-batch considered (0: memory decides)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--max-accum", max_acc, "Largest accumulation considered (0: no limit)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option(
+      "--gpu-mem-budget", budget,
+      "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus the reserve");
   app.add_option("--gpu-mem-reserve", reserve, "GPU memory kept free when no budget is given (default 2GiB)");
   app.add_option("--param-route", param_route, "Only this parameter route: replicated | sharded")
       ->check(CLI::IsMember({"replicated", "sharded"}));
-  app.add_option("--grad-route", grad_route, "Only this gradient route: cpu | gpu")->check(CLI::IsMember({"cpu", "gpu"}));
-  app.add_option("--chunk-numel", chunks, "Only these chunk sizes (elements; repeat the flag or give several)");
+  app.add_option("--grad-route", grad_route, "Only this gradient route: cpu | gpu")
+      ->check(CLI::IsMember({"cpu", "gpu"}));
+  app.add_option("--chunk-numel", chunks,
+                 "Only these chunk sizes (elements; repeat the flag or give several)");
   app.add_option("--depth", depths, "Only these GPU buffer depths");
   app.add_option("--update-threads", threads, "Only these update thread counts (0 = all free cores)");
   app.add_option("--top", top, "Plans to show and re-score with the simulator")->check(CLI::PositiveNumber);
   app.add_flag("--no-simulator", no_sim, "Rank by the analytical model only (no simulator re-scoring)");
-  app.add_flag("--all-variants", all_variants,
-               "List the K best plans even when they differ only in chunk size, depth or threads (default: the best "
-               "plan of K different batch-shape/route/activation families)");
-  app.add_flag("--exhaustive", exhaustive, "Score every feasible candidate (no pruning; slow, for checking the search)");
-  app.add_option("--refine", refine,
-                 "Run the top K plans for a few steps on this machine's CPU backend and keep the measured best "
-                 "(needs an emulated-device profile such as cpu-dev and a model that fits this machine)")
+  app.add_flag(
+      "--all-variants", all_variants,
+      "List the K best plans even when they differ only in chunk size, depth or threads (default: the best "
+      "plan of K different batch-shape/route/activation families)");
+  app.add_flag("--exhaustive", exhaustive,
+               "Score every feasible candidate (no pruning; slow, for checking the search)");
+  app.add_option(
+         "--refine", refine,
+         "Run the top K plans for a few steps on this machine's CPU backend and keep the measured best "
+         "(needs an emulated-device profile such as cpu-dev and a model that fits this machine)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("--refine-steps", refine_steps, "Optimizer steps per refined plan and round (the first 2 are warm-up)")
+  app.add_option("--refine-steps", refine_steps,
+                 "Optimizer steps per refined plan and round (the first 2 are warm-up)")
       ->check(CLI::PositiveNumber);
   app.add_option("--refine-rounds", refine_rounds,
                  "Rounds of refinement runs, in alternating candidate order so drift favors no one")
@@ -111,7 +130,9 @@ int plan_main(int argc, char** argv) {
     spec.objective = Objective::kMinTimeToTokens;
     spec.token_budget_tokens = *token_budget;
   } else {
-    throw InputError("", "give the goal: --global-batch-tokens N (matched batch), --maximize throughput, or --token-budget N");
+    throw InputError(
+        "",
+        "give the goal: --global-batch-tokens N (matched batch), --maximize throughput, or --token-budget N");
   }
   spec.max_global_batch_tokens = max_global_batch;
   spec.max_micro_batch = max_mb;
@@ -133,9 +154,10 @@ int plan_main(int argc, char** argv) {
   so.distinct_families = !all_variants;
   // Refinement is checked before the search so a plan that cannot be refined fails fast.
   if (refine > 0 && !hw.gpu.emulated_on_host)
-    throw InputError("--refine", fmt::format("refinement runs plans on this machine's CPU backend; '{}' describes real "
-                                             "GPUs. Use --hardware cpu-dev or a slidedp-profile of this machine",
-                                             hw.name));
+    throw InputError("--refine",
+                     fmt::format("refinement runs plans on this machine's CPU backend; '{}' describes real "
+                                 "GPUs. Use --hardware cpu-dev or a slidedp-profile of this machine",
+                                 hw.name));
   SearchResult r = search_plans(w, hw, spec, so);
   const int L = static_cast<int>(w.model.num_layers);
 
@@ -169,17 +191,24 @@ int plan_main(int argc, char** argv) {
   }
   std::string goal;
   switch (spec.objective) {
-    case Objective::kMatchedBatch: goal = fmt::format("matched batch of {} tokens per step", spec.global_batch_tokens); break;
-    case Objective::kMaxThroughput: goal = fmt::format("maximum tokens/s (up to {} tokens per step)", spec.max_global_batch_tokens); break;
-    case Objective::kMinTimeToTokens: goal = fmt::format("least time to {} tokens", spec.token_budget_tokens); break;
+    case Objective::kMatchedBatch:
+      goal = fmt::format("matched batch of {} tokens per step", spec.global_batch_tokens);
+      break;
+    case Objective::kMaxThroughput:
+      goal = fmt::format("maximum tokens/s (up to {} tokens per step)", spec.max_global_batch_tokens);
+      break;
+    case Objective::kMinTimeToTokens:
+      goal = fmt::format("least time to {} tokens", spec.token_budget_tokens);
+      break;
   }
   fmt::print("{} ({} params) on {} | seq {} | {} ranks | {}\n\n", w.model.name,
              format_count(static_cast<double>(w.model.total_params())), hw.name, seq, ranks, goal);
   std::cout << render_top_table(r) << "\n" << explain_choice(r) << "\n" << render_search_stats(r) << "\n";
   if (refined) std::cout << "\nmeasured on this machine (CPU backend):\n" << render_refine(*refined, L);
   if (!out.empty()) {
-    fmt::print("\nwrote {} ({}); run it with slidedp-run --plan {}, check it with slidedp-predict --plan {}\n", out,
-               candidate_summary(chosen.plan, L), out, out);
+    fmt::print(
+        "\nwrote {} ({}); run it with slidedp-run --plan {}, check it with slidedp-predict --plan {}\n", out,
+        candidate_summary(chosen.plan, L), out, out);
   } else {
     fmt::print("\nchosen plan:\n{}", yaml);
   }

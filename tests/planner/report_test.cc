@@ -1,11 +1,12 @@
 // The planner's report: the table and the why line name what they should, the JSON has its stable
 // keys, the plan file reads back to the same plan, and Kendall's tau-b on known rankings.
+#include "planner/report.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "planner/refine.h"
-#include "planner/report.h"
 
 namespace slidedp::planner {
 namespace {
@@ -28,9 +29,12 @@ TEST(Report, TableWhyLineAndJson) {
     EXPECT_NE(table.find(col), std::string::npos) << col;
   const std::string why = explain_choice(r);
   EXPECT_EQ(why.rfind("why: the winner is bound by " + r.best().predicted.bottleneck, 0), 0u) << why;
-  EXPECT_NE(why.find("runner-up (" + plan_difference(r.top[0].plan, r.top[1].plan, 16) + ")"), std::string::npos) << why;
+  EXPECT_NE(why.find("runner-up (" + plan_difference(r.top[0].plan, r.top[1].plan, 16) + ")"),
+            std::string::npos)
+      << why;
   const nlohmann::json j = search_result_to_json(r);
-  for (const char* key : {"top", "why", "stats", "space", "objective", "closest_miss"}) EXPECT_TRUE(j.contains(key)) << key;
+  for (const char* key : {"top", "why", "stats", "space", "objective", "closest_miss"})
+    EXPECT_TRUE(j.contains(key)) << key;
   EXPECT_EQ(j["top"].size(), r.top.size());
   EXPECT_EQ(j["stats"]["space_size"].get<int64_t>(), r.stats.space_size);
   EXPECT_NE(render_search_stats(r).find("searched"), std::string::npos);

@@ -1,9 +1,10 @@
 // The search space: batch shapes of each goal, the default grids, the plans it builds, and the input
 // errors for requests that describe no plan.
+#include "planner/search_space.h"
+
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "planner/search_space.h"
 
 namespace slidedp::planner {
 namespace {
@@ -82,7 +83,8 @@ TEST(SearchSpace, DefaultGridsAndPlans) {
   const SearchSpace sp = make_search_space(w, hardware_preset("h100-sxm-x4"), spec);
   EXPECT_EQ(sp.routes.size(), 4u);
   EXPECT_EQ(sp.threads, (std::vector<int>{112, 56, 28}));
-  EXPECT_EQ(sp.size(), static_cast<int64_t>(sp.shapes.size() * sp.mixes.size() * 4 * sp.depths.size() * 3 * sp.chunks.size()));
+  EXPECT_EQ(sp.size(), static_cast<int64_t>(sp.shapes.size() * sp.mixes.size() * 4 * sp.depths.size() * 3 *
+                                            sp.chunks.size()));
   for (int m = 0; m < static_cast<int>(sp.mixes.size()); m += 7) {
     const Plan p = sp.plan({1, m, 3, 1, 1, 2});
     EXPECT_NO_THROW(p.validate(80, "test"));

@@ -192,6 +192,7 @@ TEST(Search, BoundsHoldOnEveryCandidateOfEveryPresetMachine) {
       spec.buffer_depths = {1, 2, 3};
       SearchOptions o;
       o.top_k = 1'000'000;
+      o.distinct_families = false;  // else a family's best cuts its other variants
       o.rescore_with_simulator = false;
       SearchResult r;
       try {
@@ -205,10 +206,11 @@ TEST(Search, BoundsHoldOnEveryCandidateOfEveryPresetMachine) {
   }
 }
 
-// How far the full model comes out below its critical path, over random plans of every preset machine
-// and several models: the search's margin must cover it with room to spare. If the model makes the
-// critical path a true lower bound again, the margin can go (the test then reports 0).
-TEST(Search, CriticalPathUndershootStaysWithinTheMargin) {
+// How often and how far the full model comes out below its own critical path, over random plans of
+// every preset machine and several models. The planner floors its score there (ranked_step_time_s);
+// the floor must stay a rare, small correction -- a large undershoot would mean the model changed in a
+// way the floor should not hide.
+TEST(Search, CriticalPathUndershoot) {
   std::mt19937 rng(20261130);
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   const std::vector<std::string> hws = hardware_preset_names();
@@ -236,15 +238,17 @@ TEST(Search, CriticalPathUndershootStaysWithinTheMargin) {
     p.update_threads = pick(0, 1) ? 0 : pick(1, hw.cpu.cores);
     const StepWork sw = build_step_work(w, hw, p, System::kSlideDP);
     const double cp = evaluate_step_work(sw, ModelFidelity::kCriticalPath).step_time_s;
-    const double full = evaluate_step_work(sw, ModelFidelity::kContention).step_time_s;
-    if (cp > full) ++below;
-    worst = std::max(worst, cp / full - 1.0);
+    const Prediction full = evaluate_step_work(sw, ModelFidelity::kContention);
+    EXPECT_GE(ranked_step_time_s(full), cp);  // the bound the search relies on, by construction
+    if (cp > full.step_time_s) ++below;
+    worst = std::max(worst, cp / full.step_time_s - 1.0);
   }
   RecordProperty("undershoot_plans", below);
   RecordProperty("undershoot_worst_percent", std::to_string(100 * worst));
-  std::printf("full model below its critical path on %d of %d plans, by up to %.3f%% (margin %.1f%%)\n",
-              below, n, 100 * worst, 100 * kCriticalPathMargin);
-  EXPECT_LT(worst, kCriticalPathMargin / 2);
+  std::printf("full model below its critical path on %d of %d plans, by up to %.3f%%\n", below, n,
+              100 * worst);
+  EXPECT_LT(below, n / 20);
+  EXPECT_LT(worst, 0.05);
 }
 
 // The feasible set only shrinks as the budget tightens, and the order of candidates does not depend
@@ -327,6 +331,7 @@ TEST(Search, InfeasibleCountsAreExactWhenNothingIsPruned) {
   spec.update_threads = {0};
   SearchOptions o;
   o.rescore_with_simulator = false;
+  o.distinct_families = false;
   o.top_k = 1'000'000;
   SearchResult fast = search_plans(w, hw, spec, o);
   o.exhaustive = true;

@@ -1,12 +1,13 @@
 // The planner's WorkPatcher against build_step_work: every variant of activation mix, depth and chunk
 // it derives must equal, field for field and bit for bit, what the model builds from scratch. If the
 // model starts to use one of these knobs elsewhere, this test fails instead of the search drifting.
+#include "planner/step_work_patch.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
 
 #include "model/step_model.h"
-#include "planner/step_work_patch.h"
 
 namespace slidedp::planner {
 namespace {
@@ -150,9 +151,11 @@ TEST_P(WorkPatcherTest, ComputeBoundIsTheStepsGpuBusyTime) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, WorkPatcherTest,
-                         ::testing::Values(Case{"slidedp-tiny", "cpu-dev", 128, 2}, Case{"llama-3.2-1b", "h100-sxm-x4", 2048, 4},
+                         ::testing::Values(Case{"slidedp-tiny", "cpu-dev", 128, 2},
+                                           Case{"llama-3.2-1b", "h100-sxm-x4", 2048, 4},
                                            Case{"qwen2.5-7b", "rtx4090-x4", 4096, 4},  // via_host fabric
-                                           Case{"qwen3-8b", "a800-x4", 1024, 3}, Case{"llama-3.2-3b", "h200-x8", 4096, 8}),
+                                           Case{"qwen3-8b", "a800-x4", 1024, 3},
+                                           Case{"llama-3.2-3b", "h200-x8", 4096, 8}),
                          [](const auto& tp) {
                            std::string n = std::string(tp.param.model) + "_" + tp.param.hardware;
                            for (char& ch : n)
