@@ -31,14 +31,16 @@ std::string threads_text(const Plan& p) {
 
 double percent(double a, double b) { return 100.0 * (a - b) / b; }
 
-// The breakdown part that grew the most from `a` to `b` (seconds), named for a reader.
-std::pair<std::string, double> largest_increase(const Breakdown& a, const Breakdown& b) {
+// The breakdown part that grew the most from `a` to `b` scaled by `scale_b` (seconds), named for a
+// reader. The scale puts plans of different batch shapes on the same footing: b's parts are counted
+// for as many tokens (or to the same token budget) as a's.
+std::pair<std::string, double> largest_increase(const Breakdown& a, const Breakdown& b, double scale_b) {
   const std::pair<const char*, double> parts[] = {
-      {"GPU compute", b.compute_s - a.compute_s},
-      {"stall waiting for data", b.stall_s - a.stall_s},
-      {"exposed tail (last update)", b.exposed_tail_s - a.exposed_tail_s},
-      {"exposed head (first delivery)", b.exposed_head_s - a.exposed_head_s},
-      {"sync latencies", b.sync_s - a.sync_s}};
+      {"GPU compute", scale_b * b.compute_s - a.compute_s},
+      {"stall waiting for data", scale_b * b.stall_s - a.stall_s},
+      {"exposed tail (last update)", scale_b * b.exposed_tail_s - a.exposed_tail_s},
+      {"exposed head (first delivery)", scale_b * b.exposed_head_s - a.exposed_head_s},
+      {"sync latencies", scale_b * b.sync_s - a.sync_s}};
   auto best = std::max_element(std::begin(parts), std::end(parts),
                                [](const auto& x, const auto& y) { return x.second < y.second; });
   return {best->first, best->second};
@@ -102,8 +104,12 @@ std::string explain_choice(const SearchResult& r) {
   const char* by = w.simulated ? "by the simulator" : "by the model";
   out += fmt::format(". The runner-up ({}) is {:.2f}% worse {}", plan_difference(w.plan, u.plan, L),
                      percent(u.final_score(), w.final_score()), by);
-  auto [part, delta] = largest_increase(p.breakdown, u.predicted.breakdown);
-  if (delta > 0) out += fmt::format(": +{} {}", format_seconds(delta), part);
+  const BatchShape ws{w.plan.micro_batch, w.plan.accum_steps}, us{u.plan.micro_batch, u.plan.accum_steps};
+  const double scale = r.space.score_factor(us) / r.space.score_factor(ws);
+  auto [part, delta] = largest_increase(p.breakdown, u.predicted.breakdown, scale);
+  if (delta > 0)
+    out += fmt::format(": +{} {}{}", format_seconds(delta), part,
+                       scale != 1.0 ? fmt::format(" per {} tokens", r.space.tokens_per_step(ws)) : "");
   const double mem = w.predicted.memory.gpu_peak_bytes - u.predicted.memory.gpu_peak_bytes;
   if (mem > 0) out += fmt::format(", for {} less GPU memory per rank", format_bytes(mem));
   if (u.predicted.bottleneck != p.bottleneck)
