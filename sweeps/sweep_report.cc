@@ -1,0 +1,556 @@
+// Sweep outputs; see sweep_report.h. The README is generated in full from the rows (no number in it
+// is typed by hand); the spec's text is copied at its end so the file alone says what was swept.
+#include "sweeps/sweep_report.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "common/file_util.h"
+#include "common/provenance.h"
+#include "common/table.h"
+#include "common/units.h"
+#include "sweeps/svg_plot.h"
+#include "sweeps/sweep_analysis.h"
+
+namespace slidedp {
+namespace {
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string o = "\"";
+  for (char c : s) o += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return o + "\"";
+}
+
+// Markdown table cells may not contain '|' (plan summaries do) or newlines.
+std::string md(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '|') o += "\\|";
+    else if (c == '\n') o += ' ';
+    else o += c;
+  }
+  return o;
+}
+
+std::string shorten(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+
+// File names from labels: lowercase letters, digits, '.', '-'.
+std::string slug(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '.' || c == '-') o += static_cast<char>(std::tolower(u));
+    else if (!o.empty() && o.back() != '-') o += '-';
+  }
+  while (!o.empty() && o.back() == '-') o.pop_back();
+  return o;
+}
+
+std::string g6(double x) { return fmt::format("{:.6g}", x); }
+std::string tok_s(double x) { return fmt::format("{:.0f}", x); }
+
+// The second-busiest resource and its utilization, "host_mem 71%".
+std::string next_busiest(const Prediction& p) {
+  std::vector<std::pair<double, std::string>> v;
+  for (const auto& [k, s] : p.busy_s)
+    if (k != p.bottleneck) v.push_back({s, k});
+  if (v.empty() || p.step_time_s <= 0) return "";
+  auto it = std::max_element(v.begin(), v.end());
+  return fmt::format("{} {:.0f}%", it->second, 100.0 * it->first / p.step_time_s);
+}
+
+std::vector<System> systems_of(const SweepResult& r) {
+  std::vector<System> out;
+  for (const SweepRow& row : r.rows)
+    if (std::find(out.begin(), out.end(), row.point.system) == out.end()) out.push_back(row.point.system);
+  return out;
+}
+
+bool wants(const SweepSpec& s, const std::string& analysis) {
+  return std::find(s.analyses.begin(), s.analyses.end(), analysis) != s.analyses.end();
+}
+
+std::string group_title(const SweepRow& r) {
+  return fmt::format("{} · {} · seq {} · {} ranks", r.hardware, r.model, format_tokens(r.point.seq_len), r.point.ranks);
+}
+
+// ---- sections ----
+
+std::string claims_section(const SweepResult& res) {
+  const std::vector<ClaimResult> claims = evaluate_claims(res);
+  if (claims.empty()) return "";
+  std::string s = "## The paper's claims beside this sweep\n\n";
+  s += "The paper's numbers are measurements on real machines; the model's are predictions on the hardware presets "
+       "named below (docs/SWEEPS.md discusses where they agree and where not).\n\n";
+  Table t({"claim", "paper", "model (this sweep)"}, {"", "", ""});
+  for (const ClaimResult& c : claims) {
+    std::string scope;
+    if (!c.claim.hardware.empty() || !c.claim.model.empty())
+      scope = fmt::format(" [{}{}{}]", c.claim.hardware, !c.claim.hardware.empty() && !c.claim.model.empty() ? ", " : "",
+                          c.claim.model);
+    t.add_row({md(c.claim.claim + scope), md(c.claim.paper), md(c.model)});
+  }
+  return s + t.render_markdown() + "\n";
+}
+
+std::string method_section(const SweepResult& res) {
+  std::string s = "## How each point is scored\n\n";
+  s += "Every system gets the same tokens per optimizer step and the same GPU memory budget (the GPU's memory minus "
+       "a 2 GiB reserve). ";
+  s += "**slidedp**: the planner's plan (`planner::search_plans`, matched batch: routes, chunk size, activation mix, "
+       "buffer depth, update threads and batch shape, ranked by the analytical model). ";
+  s += "**Baselines**: the choices their implementations fix (`plan_for_system`: routes, activation policy, SlideFormer's "
+       "32M-element chunks, two buffer slots; other chunks 32M elements), with every micro-batch x accumulation split of "
+       "the step tried under the baseline's own memory model and the fastest that fits kept; FSDP2 also chooses how "
+       "many layers keep their activations (the rest recompute). ";
+  s += res.simulated ? "Each chosen plan is then re-scored by the discrete-event simulator, and the figures below are "
+                       "the simulator's (points.csv has both).\n\n"
+                     : "Figures are the analytical step model's (`--simulate` re-scores every chosen plan with the "
+                       "discrete-event simulator).\n\n";
+  return s;
+}
+
+std::string throughput_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+  const std::vector<System> systems = systems_of(res);
+  struct GroupKey {
+    int grid, hardware, model;
+    int64_t seq;
+    int ranks;
+    auto operator<=>(const GroupKey&) const = default;
+  };
+  std::map<GroupKey, std::map<int64_t, std::map<System, const SweepRow*>>> groups;
+  for (const SweepRow& r : res.rows)
+    groups[{r.point.grid, r.point.hardware, r.point.model, r.point.seq_len, r.point.ranks}][r.point.tokens_per_step]
+          [r.point.system] = &r;
+  std::string s = "## Throughput against tokens per step\n\n";
+  s += "Tokens per second of the whole machine; `-` = the system cannot fit that point (see points.csv for why).\n\n";
+  for (const auto& [g, by_tokens] : groups) {
+    const SweepRow* any = by_tokens.begin()->second.begin()->second;
+    std::vector<std::string> titles = {"tokens/step"}, units = {""};
+    for (System sys : systems) {
+      titles.push_back(system_name(sys));
+      units.push_back("tok/s");
+    }
+    titles.insert(titles.end(), {"SlideDP TFLOP/s/GPU", "SlideDP bottleneck", "SlideDP plan"});
+    units.insert(units.end(), {"", "", ""});
+    Table t(titles, units);
+    LinePlot plot;
+    plot.title = fmt::format("Throughput: {}", group_title(*any));
+    plot.caption = stamp;
+    plot.x = {"tokens per step", true};
+    plot.y = {"tokens/s", true};
+    std::map<System, PlotSeries> series;
+    for (const auto& [tokens, by_sys] : by_tokens) {
+      std::vector<std::string> cells = {format_tokens(tokens)};
+      for (System sys : systems) {
+        auto it = by_sys.find(sys);
+        if (it == by_sys.end() || !it->second->feasible) {
+          cells.push_back("-");
+          continue;
+        }
+        cells.push_back(tok_s(it->second->tokens_per_s()));
+        PlotSeries& se = series[sys];
+        se.name = system_name(sys);
+        se.x.push_back(static_cast<double>(tokens));
+        se.y.push_back(it->second->tokens_per_s());
+        se.labels.push_back(it->second->plan_summary);
+      }
+      auto sd = by_sys.find(System::kSlideDP);
+      if (sd != by_sys.end() && sd->second->feasible) {
+        cells.push_back(fmt::format("{:.0f}", sd->second->scored().tflops_per_gpu));
+        cells.push_back(fmt::format("{} {:.0f}%", sd->second->scored().bottleneck,
+                                    100 * sd->second->scored().bottleneck_utilization));
+        cells.push_back(md(sd->second->plan_summary));
+      } else {
+        cells.insert(cells.end(), {"", "", ""});
+      }
+      t.add_row(cells);
+    }
+    for (System sys : systems)
+      if (series.count(sys)) plot.series.push_back(series[sys]);
+    const std::string file = fmt::format("throughput__{}__{}__seq{}__r{}.svg", slug(any->hardware), slug(any->model),
+                                         g.seq, g.ranks);
+    files.push_back({file, svg_lines(plot)});
+    s += fmt::format("### {}\n\n{}\n![throughput]({})\n\n", group_title(*any), t.render_markdown(), file);
+  }
+  return s;
+}
+
+std::string speedup_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+  const std::vector<SpeedupStat> stats = speedup_stats(res.rows);
+  if (stats.empty()) return "";
+  std::string s = "## SlideDP's speedup over each baseline\n\n";
+  s += "Throughput of SlideDP / throughput of the baseline at the same tokens per step; geometric mean over the points "
+       "of a group where both fit. A baseline that cannot fit a point is counted, not averaged.\n\n";
+  Table t({"hardware", "model", "seq", "ranks", "baseline", "geomean", "min", "max", "points", "baseline cannot fit"},
+          {"", "", "", "", "", "x", "x", "x", "", ""});
+  BarPlot plot;
+  plot.title = fmt::format("SlideDP speedup over baselines (geometric mean, {})", res.spec.name);
+  plot.caption = stamp;
+  plot.y_label = "SlideDP / baseline throughput";
+  plot.reference_line = 1.0;
+  std::map<std::string, std::size_t> group_index, bar_index;
+  for (const SpeedupStat& st : stats) {
+    t.add_row({st.hardware, st.model, format_tokens(st.seq_len), fmt::format("{}", st.ranks), st.baseline,
+               st.points ? fmt::format("{:.2f}", st.geomean) : "-", st.points ? fmt::format("{:.2f}", st.min) : "-",
+               st.points ? fmt::format("{:.2f}", st.max) : "-", fmt::format("{}", st.points),
+               fmt::format("{}", st.baseline_infeasible)});
+    const std::string group = fmt::format("{} {}", st.hardware, st.model);
+    if (!group_index.count(group)) {
+      group_index[group] = plot.groups.size();
+      plot.groups.push_back(group);
+    }
+    if (!bar_index.count(st.baseline)) {
+      bar_index[st.baseline] = plot.bars.size();
+      plot.bars.push_back(st.baseline);
+    }
+  }
+  plot.values.assign(plot.bars.size(), std::vector<double>(plot.groups.size(), std::nan("")));
+  // With several sequence lengths or rank counts per (hardware, model), the bar is their geometric mean.
+  std::map<std::pair<std::size_t, std::size_t>, std::vector<double>> bars;
+  for (const SpeedupStat& st : stats)
+    if (st.points > 0)
+      bars[{bar_index[st.baseline], group_index[fmt::format("{} {}", st.hardware, st.model)]}].push_back(st.geomean);
+  for (const auto& [k, v] : bars) plot.values[k.first][k.second] = geometric_mean(v);
+  files.push_back({"speedups.svg", svg_bars(plot)});
+  s += t.render_markdown() + "\n";
+
+  // Totals per hardware and over the whole sweep.
+  std::set<std::string> hardware;
+  for (const SweepRow& r : res.rows) hardware.insert(r.hardware);
+  Table tot({"scope", "baseline", "geomean", "min", "max", "points", "baseline cannot fit"}, {"", "", "x", "x", "x", "", ""});
+  std::vector<std::string> scopes(hardware.begin(), hardware.end());
+  if (scopes.size() > 1) scopes.push_back("");
+  for (const std::string& h : scopes)
+    for (const SpeedupStat& st : speedup_totals(res.rows, h, ""))
+      tot.add_row({h.empty() ? "all points" : h, st.baseline, st.points ? fmt::format("{:.2f}", st.geomean) : "-",
+                   st.points ? fmt::format("{:.2f}", st.min) : "-", st.points ? fmt::format("{:.2f}", st.max) : "-",
+                   fmt::format("{}", st.points), fmt::format("{}", st.baseline_infeasible)});
+  s += "Totals (geometric mean over every matched point in scope):\n\n" + tot.render_markdown() + "\n";
+  s += "![speedups](speedups.svg)\n\n";
+  return s;
+}
+
+std::string bottleneck_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+  std::string s = "## Which resource binds SlideDP, and the route the planner picks\n\n";
+  s += "For SlideDP's chosen plan at each point: the busiest resource (and the next one), the step time not covered by "
+       "GPU compute, and the plan. `vs first` compares with the first machine of the grid at the same model, sequence, "
+       "ranks setting and batch.\n\n";
+  for (std::size_t gi = 0; gi < res.spec.grids.size(); ++gi) {
+    const SweepGrid& grid = res.spec.grids[gi];
+    std::vector<const SweepRow*> rows;
+    for (const SweepRow& r : res.rows)
+      if (r.point.grid == static_cast<int>(gi) && r.point.system == System::kSlideDP) rows.push_back(&r);
+    if (rows.empty()) continue;
+    // The first machine's throughput per (model, seq, ranks slot, batch).
+    auto slot = [&](const SweepRow& r) {
+      return std::make_tuple(r.point.model, r.point.seq_len, grid.ranks.empty() ? 0 : r.point.ranks, r.point.batch_value);
+    };
+    std::map<std::tuple<int, int64_t, int, int64_t>, double> first;
+    for (const SweepRow* r : rows)
+      if (r->point.hardware == 0 && r->feasible) first[slot(*r)] = r->tokens_per_s();
+    Table t({"hardware", "ranks", "model", "seq", "tokens/step", "tokens/s", "vs first", "bottleneck", "next", "exposed",
+             "routes", "plan"},
+            {"", "", "", "", "", "", "", "", "", "%", "", ""});
+    GridPlot plot;
+    plot.title = fmt::format("Binding resource of SlideDP's plan ({})", grid.name);
+    plot.caption = stamp;
+    plot.x_label = "model, sequence, tokens per step";
+    plot.y_label = "machine";
+    // Rows: machines (with the rank count when the grid sweeps it); columns: model, sequence, batch.
+    std::map<std::string, std::size_t> col_index;
+    std::map<std::pair<int, int>, std::size_t> row_index;
+    auto column = [&](const SweepRow& r) {
+      return fmt::format("{} {}{}", r.model, grid.seq_lens.size() > 1 ? format_tokens(r.point.seq_len) + " " : "",
+                         format_tokens(r.point.tokens_per_step));
+    };
+    auto row_key = [](const SweepRow& r) { return std::make_pair(r.point.hardware, r.point.ranks); };
+    for (const SweepRow* r : rows) {
+      if (!col_index.count(column(*r))) {
+        col_index[column(*r)] = plot.columns.size();
+        plot.columns.push_back(column(*r));
+      }
+      if (!row_index.count(row_key(*r))) {
+        row_index[row_key(*r)] = plot.rows.size();
+        plot.rows.push_back(grid.ranks.size() > 1 ? fmt::format("{} x{}", r->hardware, r->point.ranks) : r->hardware);
+      }
+    }
+    plot.cells.assign(plot.rows.size(), std::vector<std::string>(plot.columns.size()));
+    for (const SweepRow* r : rows) {
+      const std::string col = column(*r);
+      if (!r->feasible) {
+        t.add_row({r->hardware, fmt::format("{}", r->point.ranks), r->model, format_tokens(r->point.seq_len),
+                   format_tokens(r->point.tokens_per_step), "-", "", "does not fit", "", "", "", md(shorten(r->infeasible_reason, 160))});
+        plot.cells[row_index[row_key(*r)]][col_index[col]] = "does not fit";
+        continue;
+      }
+      const Prediction& p = r->scored();
+      auto f = first.find(slot(*r));
+      const std::string vs = f == first.end() ? "" : fmt::format("{:.2f}x", r->tokens_per_s() / f->second);
+      t.add_row({r->hardware, fmt::format("{}", r->point.ranks), r->model, format_tokens(r->point.seq_len),
+                 format_tokens(r->point.tokens_per_step), tok_s(r->tokens_per_s()), vs,
+                 fmt::format("{} {:.0f}%", p.bottleneck, 100 * p.bottleneck_utilization), next_busiest(p),
+                 fmt::format("{:.1f}", 100 * p.exposed_s / p.step_time_s),
+                 fmt::format("{}/{}", param_route_name(r->plan.param_route), grad_route_name(r->plan.grad_route)),
+                 md(r->plan_summary)});
+      plot.cells[row_index[row_key(*r)]][col_index[col]] = p.bottleneck;
+    }
+    const std::string file = fmt::format("bottlenecks__{}.svg", slug(grid.name));
+    files.push_back({file, svg_grid(plot)});
+    s += fmt::format("### {}\n\n{}\n![bottlenecks]({})\n\n", grid.name, t.render_markdown(), file);
+  }
+  return s;
+}
+
+std::string longest_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+  const std::vector<LongestFit> fits = longest_fits(res.rows);
+  std::string s = "## Longest sequence each system fits\n\n";
+  s += "Over the swept sequence lengths: the longest that fits the GPU and host budgets, the throughput there, and why "
+       "the next length does not fit.\n\n";
+  Table t({"hardware", "model", "ranks", "batch", "system", "longest", "tokens/s there", "plan", "next length", "why not"},
+          {"", "", "", "", "", "tokens", "", "", "tokens", ""});
+  for (const LongestFit& f : fits)
+    t.add_row({f.hardware, f.model, fmt::format("{}", f.ranks), fmt::format("{}", f.batch_value), f.system,
+               f.longest_seq ? format_tokens(f.longest_seq) : "none", f.longest_seq ? tok_s(f.tokens_per_s) : "-",
+               md(f.plan), f.first_failing_seq ? format_tokens(f.first_failing_seq) : "",
+               md(shorten(f.why, 240))});
+  s += t.render_markdown() + "\n";
+  // One plot per (hardware, model): tokens/s against sequence length, per system.
+  std::map<std::pair<std::string, std::string>, std::map<std::string, PlotSeries>> plots;
+  std::vector<std::pair<std::string, std::string>> order;
+  for (const SweepRow& r : res.rows) {
+    const auto key = std::make_pair(r.hardware, r.model);
+    if (!plots.count(key)) order.push_back(key);
+    PlotSeries& se = plots[key][r.system];
+    se.name = r.system;
+    if (!r.feasible) continue;
+    se.x.push_back(static_cast<double>(r.point.seq_len));
+    se.y.push_back(r.tokens_per_s());
+    se.labels.push_back(r.plan_summary);
+  }
+  for (const auto& key : order) {
+    LinePlot plot;
+    plot.title = fmt::format("Throughput against sequence length: {} · {}", key.first, key.second);
+    plot.caption = stamp;
+    plot.x = {"sequence length (tokens)", true};
+    plot.y = {"tokens/s", true};
+    for (System sys : systems_of(res))
+      if (plots[key].count(system_name(sys))) plot.series.push_back(plots[key][system_name(sys)]);
+    const std::string file = fmt::format("seq_len__{}__{}.svg", slug(key.first), slug(key.second));
+    files.push_back({file, svg_lines(plot)});
+    s += fmt::format("![throughput against sequence length]({})\n\n", file);
+  }
+  return s;
+}
+
+std::string scaling_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+  const std::vector<ScalingPoint> pts = scaling_points(res);
+  if (pts.empty()) return "";
+  std::string s = "## Scaling with the number of GPUs\n\n";
+  s += "Weak scaling: sequences per rank fixed, so the step grows with the ranks; strong scaling: tokens per step "
+       "fixed. Speedup and efficiency are relative to the smallest rank count swept (efficiency = speedup x base ranks "
+       "/ ranks).\n\n";
+  Table t({"hardware", "model", "seq", "kind", "batch", "system", "ranks", "tokens/s", "speedup", "efficiency", "bottleneck"},
+          {"", "", "", "", "", "", "", "", "x", "%", ""});
+  std::map<std::string, std::map<std::string, PlotSeries>> plots;  // hardware -> series
+  std::vector<std::string> order;
+  for (const ScalingPoint& p : pts) {
+    const std::string batch = p.weak ? fmt::format("{} seq/rank", p.batch_value) : format_tokens(p.batch_value) + " tok/step";
+    t.add_row({p.hardware, p.model, format_tokens(p.seq_len), p.weak ? "weak" : "strong", batch, p.system,
+               fmt::format("{}", p.ranks), p.tokens_per_s > 0 ? tok_s(p.tokens_per_s) : "-",
+               p.speedup > 0 ? fmt::format("{:.2f}", p.speedup) : "-",
+               p.efficiency > 0 ? fmt::format("{:.1f}", 100 * p.efficiency) : "-", p.bottleneck});
+    if (!plots.count(p.hardware)) order.push_back(p.hardware);
+    const std::string name = fmt::format("{} {} {} {}", p.system, p.model, p.weak ? "weak" : "strong", batch);
+    PlotSeries& se = plots[p.hardware][name];
+    se.name = name;
+    if (p.efficiency > 0) {
+      se.x.push_back(p.ranks);
+      se.y.push_back(100 * p.efficiency);
+    }
+  }
+  s += t.render_markdown() + "\n";
+  for (const std::string& h : order) {
+    LinePlot plot;
+    plot.title = fmt::format("Scaling efficiency: {}", h);
+    plot.caption = stamp;
+    plot.x = {"GPUs (ranks)", true};
+    plot.y = {"efficiency (%)", false};
+    for (auto& [name, se] : plots[h]) plot.series.push_back(se);
+    const std::string file = fmt::format("scaling__{}.svg", slug(h));
+    files.push_back({file, svg_lines(plot)});
+    s += fmt::format("![scaling]({})\n\n", file);
+  }
+  return s;
+}
+
+std::string infeasible_section(const SweepResult& res) {
+  std::vector<const SweepRow*> bad;
+  for (const SweepRow& r : res.rows)
+    if (!r.feasible) bad.push_back(&r);
+  if (bad.empty()) return "";
+  std::string s = fmt::format("## Points that do not fit ({})\n\n", bad.size());
+  Table t({"hardware", "model", "seq", "ranks", "tokens/step", "system", "why"}, {"", "", "", "", "", "", ""});
+  for (const SweepRow* r : bad)
+    t.add_row({r->hardware, r->model, format_tokens(r->point.seq_len), fmt::format("{}", r->point.ranks),
+               format_tokens(r->point.tokens_per_step), r->system, md(shorten(r->infeasible_reason, 300))});
+  return s + t.render_markdown() + "\n";
+}
+
+std::string machines_section(const SweepResult& res) {
+  std::string s = "## Machines\n\n";
+  Table t({"grid", "label", "from", "GPUs", "overrides"}, {"", "", "", "", ""});
+  for (const SweepGrid& g : res.spec.grids)
+    for (const HardwareVariant& hv : g.hardware)
+      t.add_row({g.name, hv.label, hv.base, fmt::format("{}x {}", hv.hw.gpu.count, hv.hw.gpu.model),
+                 md(hv.overrides.empty() ? "-" : fmt::format("{}", fmt::join(hv.overrides, ", ")))});
+  return s + t.render_markdown() + "\n";
+}
+
+}  // namespace
+
+std::string sweep_stamp(const SweepResult& res, const std::string& command) {
+  const Provenance& pv = provenance();
+  return fmt::format("{} | spec {} (fnv1a {}) | git {} | {} | {}", command, res.spec.file.empty() ? res.spec.name : res.spec.file,
+                     hash_hex(res.spec.text_hash), pv.git_revision, pv.cpu_model, utc_timestamp());
+}
+
+std::string sweep_plot_stamp(const SweepResult& res, const std::string& command) {
+  return fmt::format("{} | spec fnv1a {} | git {} | {}", command, hash_hex(res.spec.text_hash), provenance().git_revision,
+                     utc_timestamp().substr(0, 10));
+}
+
+std::vector<std::string> sweep_csv_columns() {
+  return {"grid", "hardware", "hardware_base", "overrides", "model", "params_b", "seq_len", "ranks", "batch_value",
+          "tokens_per_step", "system", "feasible", "step_time_s", "tokens_per_s", "tflops_per_gpu", "bottleneck",
+          "bottleneck_util", "exposed_s", "compute_s", "stall_s", "exposed_tail_s", "exposed_head_s", "post_update_s",
+          "sync_s", "gpu_peak_gib", "gpu_budget_gib", "host_gib", "micro_batch", "accum_steps", "param_route",
+          "grad_route", "chunk_numel", "offload_layers", "recompute_layers", "keep_layers", "buffer_depth",
+          "update_threads", "plan", "sim_step_time_s", "sim_tokens_per_s", "sim_bottleneck", "candidates",
+          "infeasible_reason", "eval_s"};
+}
+
+std::vector<std::string> sweep_csv_cells(const SweepRow& r) {
+  std::vector<std::string> c = {r.grid, r.hardware, r.hardware_base, r.overrides, r.model, fmt::format("{:.3f}", r.params / 1e9),
+                                fmt::format("{}", r.point.seq_len), fmt::format("{}", r.point.ranks),
+                                fmt::format("{}", r.point.batch_value), fmt::format("{}", r.point.tokens_per_step), r.system,
+                                r.feasible ? "1" : "0"};
+  if (r.feasible) {
+    const Prediction& p = r.predicted;
+    const Breakdown& b = p.breakdown;
+    const Plan::PolicyCounts pc = r.plan.policy_counts(r.num_layers);
+    c.insert(c.end(), {g6(p.step_time_s), fmt::format("{:.1f}", p.tokens_per_s), fmt::format("{:.2f}", p.tflops_per_gpu),
+                       p.bottleneck, fmt::format("{:.4f}", p.bottleneck_utilization), g6(p.exposed_s), g6(b.compute_s),
+                       g6(b.stall_s), g6(b.exposed_tail_s), g6(b.exposed_head_s), g6(b.post_update_s), g6(b.sync_s),
+                       fmt::format("{:.3f}", p.memory.gpu_peak_bytes / kGiB), fmt::format("{:.3f}", p.memory.gpu_budget_bytes / kGiB),
+                       fmt::format("{:.1f}", p.memory.host_bytes / kGiB), fmt::format("{}", r.plan.micro_batch),
+                       fmt::format("{}", r.plan.accum_steps), param_route_name(r.plan.param_route),
+                       grad_route_name(r.plan.grad_route), fmt::format("{}", r.plan.chunk_numel), fmt::format("{}", pc.offload),
+                       fmt::format("{}", pc.recompute), fmt::format("{}", pc.keep), fmt::format("{}", r.plan.gpu_buffer_depth),
+                       fmt::format("{}", r.plan.update_threads), r.plan_summary});
+    if (r.simulated)
+      c.insert(c.end(), {g6(r.simulated->step_time_s), fmt::format("{:.1f}", r.simulated->tokens_per_s), r.simulated->bottleneck});
+    else
+      c.insert(c.end(), {"", "", ""});
+  } else {
+    c.insert(c.end(), sweep_csv_columns().size() - c.size() - 3, "");
+  }
+  c.push_back(fmt::format("{}", r.candidates));
+  c.push_back(r.infeasible_reason);
+  c.push_back(fmt::format("{:.4f}", r.eval_s));
+  return c;
+}
+
+std::string sweep_csv(const SweepResult& res, const std::string& stamp) {
+  std::string csv = "# " + stamp + "\n";
+  csv += fmt::format("{}\n", fmt::join(sweep_csv_columns(), ","));
+  for (const SweepRow& r : res.rows) {
+    std::vector<std::string> cells = sweep_csv_cells(r);
+    for (std::string& c : cells) c = csv_field(c);
+    csv += fmt::format("{}\n", fmt::join(cells, ","));
+  }
+  return csv;
+}
+
+std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::string& command) {
+  const std::string stamp = sweep_plot_stamp(res, command);
+  const Provenance& pv = provenance();
+  std::vector<SweepFile> files;
+  files.push_back({"points.csv", sweep_csv(res, sweep_stamp(res, command))});
+  int feasible = 0;
+  for (const SweepRow& r : res.rows) feasible += r.feasible ? 1 : 0;
+
+  std::string readme = fmt::format("# Sweep: {}\n\n", res.spec.name);
+  if (!res.spec.description.empty()) readme += res.spec.description + "\n\n";
+  readme += fmt::format("Produced by `{}` from `{}` (spec fnv1a {}), git {}, {} ({} cores), {}.  \n", command,
+                        res.spec.file.empty() ? res.spec.name : res.spec.file, hash_hex(res.spec.text_hash),
+                        pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp());
+  readme += fmt::format("{} points ({} fit) in {} ({} per point on one core), scored by the {}.\n\n", res.rows.size(),
+                        feasible, format_seconds(res.wall_s),
+                        format_seconds(res.rows.empty() ? 0 : res.wall_s / static_cast<double>(res.rows.size())),
+                        res.simulated ? "analytical model, then re-scored by the discrete-event simulator"
+                                      : "analytical step model");
+  readme += claims_section(res);
+  readme += method_section(res);
+  readme += machines_section(res);
+  if (wants(res.spec, kAnalysisThroughput)) readme += throughput_section(res, stamp, files);
+  if (wants(res.spec, kAnalysisSpeedups)) readme += speedup_section(res, stamp, files);
+  if (wants(res.spec, kAnalysisBottlenecks)) readme += bottleneck_section(res, stamp, files);
+  if (wants(res.spec, kAnalysisLongestSequence)) readme += longest_section(res, stamp, files);
+  if (wants(res.spec, kAnalysisScaling)) readme += scaling_section(res, stamp, files);
+  readme += infeasible_section(res);
+  readme += "## Files\n\n`points.csv`: every point (system, chosen plan, step time and its breakdown, bottleneck, memory, "
+            "why a point does not fit), one row each";
+  for (const SweepFile& f : files)
+    if (f.name != "points.csv") readme += ", `" + f.name + "`";
+  readme += ".\n\n## Spec\n\n```yaml\n" + res.spec.text + (res.spec.text.empty() || res.spec.text.back() == '\n' ? "" : "\n") +
+            "```\n";
+  files.insert(files.begin(), {"README.md", readme});
+  return files;
+}
+
+std::vector<std::string> write_sweep_report(const SweepResult& res, const std::string& dir, const std::string& command) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  std::vector<std::string> names;
+  for (const SweepFile& f : render_sweep_report(res, command)) {
+    write_file_atomic((fs::path(dir) / f.name).string(), f.content);
+    names.push_back(f.name);
+  }
+  return names;
+}
+
+nlohmann::json sweep_summary_json(const SweepResult& res, const std::vector<std::string>& files, const std::string& dir) {
+  nlohmann::json j;
+  j["spec"] = res.spec.name;
+  j["spec_file"] = res.spec.file;
+  j["spec_fnv1a"] = hash_hex(res.spec.text_hash);
+  j["git_revision"] = provenance().git_revision;
+  j["points"] = res.rows.size();
+  int feasible = 0;
+  for (const SweepRow& r : res.rows) feasible += r.feasible ? 1 : 0;
+  j["feasible_points"] = feasible;
+  j["wall_s"] = res.wall_s;
+  j["method"] = res.simulated ? "simulator" : "analytical";
+  nlohmann::json claims = nlohmann::json::array();
+  for (const ClaimResult& c : evaluate_claims(res))
+    claims.push_back({{"claim", c.claim.claim}, {"paper", c.claim.paper}, {"metric", c.claim.metric}, {"model", c.model},
+                      {"low", c.low}, {"high", c.high}});
+  j["claims"] = claims;
+  nlohmann::json sp = nlohmann::json::array();
+  for (const SpeedupStat& s : speedup_totals(res.rows, "", ""))
+    sp.push_back({{"baseline", s.baseline}, {"geomean", s.geomean}, {"min", s.min}, {"max", s.max}, {"points", s.points},
+                  {"baseline_infeasible", s.baseline_infeasible}});
+  j["speedups"] = sp;
+  j["out"] = dir;
+  j["files"] = files;
+  return j;
+}
+
+}  // namespace slidedp
