@@ -12,6 +12,7 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -599,6 +600,24 @@ void backward_tc(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, 
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dk/dv (tensor cores)");
 }
 
+// Shared memory a block of the current device may opt into (H100/H200 227 KB, A100 163 KB, Ada
+// 99 KB: head_dim 128 tiles do not fit on Ada, which then takes the reference path).
+int max_shared_optin() {
+  int device = 0, bytes = 0;
+  SLIDEDP_CUDA_CHECK(cudaGetDevice(&device));
+  SLIDEDP_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+  return bytes;
+}
+
+bool tc_forward_fits(int64_t hd) {
+  return (hd == 64 ? TcDims<64>::kFwdBytes : TcDims<128>::kFwdBytes) <= max_shared_optin();
+}
+bool tc_backward_fits(int64_t hd) {
+  const int need = hd == 64 ? std::max(TcDims<64>::kDqBytes, TcDims<64>::kDkvBytes)
+                            : std::max(TcDims<128>::kDqBytes, TcDims<128>::kDkvBytes);
+  return need <= max_shared_optin();
+}
+
 }  // namespace
 
 bool attention_tensor_core_supports(int64_t hd) { return hd == 64 || hd == 128; }
@@ -621,7 +640,9 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
   check_shape(s);
   if (s.B * s.T == 0) return;
   SLIDEDP_CHECK(s.B * s.H <= 65535 && s.B * s.KV <= 65535, "attention: B * heads above 65535");
-  switch (resolve_attention_impl(impl, s.hd)) {
+  AttentionImpl chosen = resolve_attention_impl(impl, s.hd);
+  if (chosen == AttentionImpl::kTensorCore && !tc_forward_fits(s.hd)) chosen = AttentionImpl::kReference;
+  switch (chosen) {
     case AttentionImpl::kTensorCore:
       if (s.hd == 64) return forward_tc<64>(out, lse, q, k, v, s, stream);
       return forward_tc<128>(out, lse, q, k, v, s, stream);
@@ -646,7 +667,9 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf
   attention_d_kernel<<<ref_blocks(s.B * s.T * s.H), kRefWarps * 32, 0, stream>>>(D, dout, out, s.B, s.T, s.H, s.hd);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward D");
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
-  switch (resolve_attention_impl(impl, s.hd)) {
+  AttentionImpl chosen = resolve_attention_impl(impl, s.hd);
+  if (chosen == AttentionImpl::kTensorCore && !tc_backward_fits(s.hd)) chosen = AttentionImpl::kReference;
+  switch (chosen) {
     case AttentionImpl::kTensorCore:
       if (s.hd == 64) return backward_tc<64>(dq, dk, dv, dout, q, k, v, lse, D, s, scale, stream);
       return backward_tc<128>(dq, dk, dv, dout, q, k, v, lse, D, s, scale, stream);

@@ -13,7 +13,8 @@
 //    operations. Slow (O(T^2) warp reductions); the test oracle of the tensor-core path and the
 //    fallback for other head sizes.
 // SLIDEDP_CUDA_ATTENTION=reference|tensor_core|auto (default auto) overrides the choice, so tests
-// can run both on one GPU.
+// can run both on one GPU. A device whose per-block shared memory cannot hold the tensor-core tiles
+// (Ada's 99 KB for head_dim 128) runs the reference path instead.
 #pragma once
 
 #include <cuda_bf16.h>

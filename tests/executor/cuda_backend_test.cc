@@ -145,9 +145,15 @@ TEST(CudaBackend, HostFunctionsRunInStreamOrderAndAnExceptionFailsTheRun) {
     std::lock_guard<std::mutex> lock(m);
     order.push_back(99);  // skipped: the run failed before it
   });
-  EXPECT_THROW(s.backend->synchronize(), Aborted);
+  // The callbacks run on CUDA's thread: wait (bounded) for the failure to be recorded.
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!s.control.aborted() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(1ms);
+  ASSERT_TRUE(s.control.aborted()) << "the host function's exception did not fail the run";
   s.backend->quiesce();
-  EXPECT_EQ(order.size(), 3u);
+  {
+    std::lock_guard<std::mutex> lock(m);
+    EXPECT_EQ(order.size(), 3u);
+  }
   try {
     s.control.rethrow_if_failed();
     FAIL() << "expected the host function's error";
