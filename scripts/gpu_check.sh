@@ -140,12 +140,16 @@ say "binaries: $mode ($bin)"
 findbin() { find "$bin" -type f -name "$1" -perm -u+x | head -1; }
 
 # ---- tests: kernels and backend first, the benchmark, then the pipeline tests ----
-gtest_line() {  # gtest_line <binary> <log> -> "name: N passed, N failed, N skipped"
-  local t="$1" log="$2" p f s
-  p=$(awk -v t="== $t" '$0 ~ t {on=1} on && /\[  PASSED  \]/ {print $4; exit}' "$log")
-  f=$(awk -v t="== $t" '$0 ~ t {on=1} on && /\[  FAILED  \] [0-9]+ test/ {print $4; exit}' "$log")
-  s=$(awk -v t="== $t" '$0 ~ t {on=1} on && /\[  SKIPPED \] [0-9]+ test/ {print $4; exit}' "$log")
-  echo "$t: ${p:-0} passed, ${f:-0} failed, ${s:-0} skipped"
+gtest_line() {  # gtest_line <binary> <log>: "name: N passed, N failed, N skipped (failed: ...)"
+  awk -v t="== $1 " '
+    index($0, t) == 1 {on = 1; next}
+    on && /^== / {exit}
+    on && /^\[  PASSED  \] [0-9]+ test/ {p = $4}
+    on && /^\[  FAILED  \] [0-9]+ test/ {f = $4}
+    on && /^\[  SKIPPED \] [0-9]+ test/ {s = $4}
+    on && /^\[  FAILED  \] [A-Za-z]/ && !/ms\)$/ {names = names " " $4}
+    END {printf "%s: %d passed, %d failed, %d skipped%s\n", substr(t, 4, length(t) - 4), p, f, s,
+         (names != "" ? " (failed:" names ")" : "")}' "$2"
 }
 run_tests() {
   local t

@@ -199,6 +199,15 @@ int run(int argc, char** argv) {
   std::cout << fmt::format("# bench_executor_cuda | {} | {} | git {} | {} | {}\n", utc_timestamp(), gpu, pv.git_revision,
                            pv.cpu_model, pv.build_type);
 
+  {
+    // How this machine's backend runs (GPU, counter-wait mode), from a throw-away one-rank backend.
+    const ModelCard tiny = load_model_card("slidedp-tiny");
+    exec::RunControl control;
+    exec::BackendOptions bo;
+    bo.device_budget_bytes = int64_t{1} << 30;
+    auto backend = exec::make_cuda_backend(tiny, make_model_layout(tiny), bo, control);
+    std::cout << "# " << exec::describe_cuda_backend(*backend);
+  }
   std::vector<LinkRow> link = measure_link(link_mib << 20);
   Table lt({"link", "bandwidth"}, {"", "GB/s"});
   for (const LinkRow& l : link) lt.add_row({l.what, fmt::format("{:.1f}", l.gbps)});

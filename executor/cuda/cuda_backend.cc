@@ -496,7 +496,6 @@ class CudaDevice final : public Device {
         gpu_(gpu),
         budget_(budget),
         math_(math),
-        control_(control),
         wait_mode_(choose_counter_wait(gpu)),
         compute_("compute", rank, gpu, wait_mode_, control, tracer),
         h2d_("h2d", rank, gpu, wait_mode_, control, tracer),
@@ -763,7 +762,6 @@ class CudaDevice final : public Device {
   int rank_, gpu_;
   int64_t budget_;
   const SharedMath& math_;
-  RunControl& control_;
   CounterWait wait_mode_;
   CudaStream compute_, h2d_, d2h_, comm_;
   std::unique_ptr<kc::GemmContext> gemm_;
@@ -805,6 +803,13 @@ class CudaBackend final : public Backend {
 
   std::string name() const override { return "cuda"; }
   int num_devices() const override { return static_cast<int>(devices_.size()); }
+  std::string describe() const {
+    std::string s;
+    for (const auto& d : devices_)
+      s += fmt::format("rank {}: GPU {} {}, counter waits by {}\n", d->rank(), d->gpu(),
+                       kc::device_description(d->gpu()), counter_wait_name(d->counter_wait()));
+    return s;
+  }
   Device& device(int rank) override { return *devices_.at(static_cast<size_t>(rank)); }
 
   HostBuffer alloc_host(int64_t bytes, bool pinned) override {
@@ -972,6 +977,11 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelCard& card, const ModelLay
                                            const BackendOptions& options, RunControl& control) {
   kernels::cuda::prepare_cuda_environment();
   return std::make_unique<CudaBackend>(card, layout, options, control);
+}
+
+std::string describe_cuda_backend(Backend& backend) {
+  auto* cuda = dynamic_cast<CudaBackend*>(&backend);
+  return cuda != nullptr ? cuda->describe() : std::string();
 }
 
 }  // namespace slidedp::exec

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "executor/backend.h"
 #include "executor/backend_registry.h"
@@ -24,5 +25,9 @@ std::unique_ptr<Backend> make_cuda_backend(const ModelCard& card, const ModelLay
 
 // GPUs visible to this process; 0 without a driver or GPU. Never throws.
 int cuda_visible_devices();
+
+// One line per rank of a CUDA backend: its GPU and how its streams wait on host counters, for
+// reports and result provenance ("" for another backend).
+std::string describe_cuda_backend(Backend& backend);
 
 }  // namespace slidedp::exec
