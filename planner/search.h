@@ -73,10 +73,11 @@ struct SearchStats {
 
 struct SearchOptions {
   int top_k = 5;
-  // The top K are the best plans of K different families (batch shape, routes, activation mix), each
-  // with its own best chunk size, depth and threads; otherwise the K best plans, which often differ
-  // only in those fine knobs by hundredths of a percent.
-  bool distinct_families = true;
+  // false: the K best plans (they often differ only in chunk size, depth or threads, which shows how
+  // flat the optimum is). true: the best plans of K different families (batch shape, routes,
+  // activation mix), each with its own best chunk, depth and threads -- more informative, but proving
+  // each family's best costs more evaluations (several times more for large accumulation counts).
+  bool distinct_families = false;
   bool rescore_with_simulator = true;
   bool exhaustive = false;  // score every feasible candidate (for checks; slow on large spaces)
 };

@@ -52,7 +52,8 @@ int plan_main(int argc, char** argv) {
   std::optional<std::string> budget, reserve, param_route, grad_route;
   std::vector<int64_t> chunks;
   std::vector<int> depths, threads;
-  bool json = false, exhaustive = false, no_sim = false, no_db = false, all_variants = false;
+  bool json = false, exhaustive = false, no_sim = false, no_db = false;
+  std::optional<std::string> list;
   int refine_rounds = 2;
   app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x8) or profile YAML")
       ->required();
@@ -91,10 +92,11 @@ int plan_main(int argc, char** argv) {
   app.add_option("--update-threads", threads, "Only these update thread counts (0 = all free cores)");
   app.add_option("--top", top, "Plans to show and re-score with the simulator")->check(CLI::PositiveNumber);
   app.add_flag("--no-simulator", no_sim, "Rank by the analytical model only (no simulator re-scoring)");
-  app.add_flag(
-      "--all-variants", all_variants,
-      "List the K best plans even when they differ only in chunk size, depth or threads (default: the best "
-      "plan of K different batch-shape/route/activation families)");
+  app.add_option(
+         "--list", list,
+         "plans: the K best plans (default); families: the best plan of K different batch-shape/route/"
+         "activation families (slower; the default with --refine, so the measured plans differ)")
+      ->check(CLI::IsMember({"plans", "families"}));
   app.add_flag("--exhaustive", exhaustive,
                "Score every feasible candidate (no pruning; slow, for checking the search)");
   app.add_option(
@@ -151,7 +153,7 @@ int plan_main(int argc, char** argv) {
   so.top_k = std::max(top, refine);
   so.rescore_with_simulator = !no_sim;
   so.exhaustive = exhaustive;
-  so.distinct_families = !all_variants;
+  so.distinct_families = list ? *list == "families" : refine > 0;
   // Refinement is checked before the search so a plan that cannot be refined fails fast.
   if (refine > 0 && !hw.gpu.emulated_on_host)
     throw InputError("--refine",

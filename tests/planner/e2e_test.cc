@@ -74,6 +74,7 @@ TEST(PlannerEndToEnd, RefineRunsTheTopPlansLogsThemAndKeepsTheMeasuredBest) {
   const Hardware hw = hardware_preset("cpu-dev");
   SearchOptions so;
   so.top_k = 3;
+  so.distinct_families = true;  // as slidedp-plan --refine does: measure plans that differ
   const SearchResult r = search_plans(w, hw, tiny_spec(), so);
   TempDir dir("refine");
   RefineOptions ro;

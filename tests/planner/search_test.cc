@@ -192,7 +192,6 @@ TEST(Search, BoundsHoldOnEveryCandidateOfEveryPresetMachine) {
       spec.buffer_depths = {1, 2, 3};
       SearchOptions o;
       o.top_k = 1'000'000;
-      o.distinct_families = false;  // else a family's best cuts its other variants
       o.rescore_with_simulator = false;
       SearchResult r;
       try {
@@ -331,7 +330,6 @@ TEST(Search, InfeasibleCountsAreExactWhenNothingIsPruned) {
   spec.update_threads = {0};
   SearchOptions o;
   o.rescore_with_simulator = false;
-  o.distinct_families = false;
   o.top_k = 1'000'000;
   SearchResult fast = search_plans(w, hw, spec, o);
   o.exhaustive = true;
