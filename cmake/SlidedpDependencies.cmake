@@ -28,6 +28,12 @@ if(SLIDEDP_ENABLE_CUDA)
     set(CMAKE_CUDA_ARCHITECTURES 80;89;90)
   endif()
   enable_language(CUDA)
+  # CMake 3.25 does not know how to ask nvcc for C++20 (it maps CUDA standards only up to 17 for
+  # NVIDIA); nvcc >= 12 accepts -std=c++20, so name the flag once for every CUDA folder.
+  if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+    set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+    set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+  endif()
   set(CMAKE_CUDA_STANDARD 20)
   find_package(CUDAToolkit REQUIRED)
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib /usr/local/cuda/lib64 REQUIRED)
