@@ -43,6 +43,11 @@ std::vector<MemoryItem> device_memory_items(const Device& device, const ModelLay
   const double hd = hidden + static_cast<double>(head.forward_workspace_bytes);
   items.push_back({"working set of one unit", std::max({fwd, bwd, hd})});
   items.push_back({"token ids and targets", 2.0 * 2.0 * static_cast<double>(B * T) * 4.0});
+  // Backend-internal scratch: the gpu route widens each chunk's wire gradient to fp32 before the
+  // reduce-scatter (CUDA); the embedding backward sorts (token, position) pairs (CUDA, ~24 B/token).
+  if (plan.grad_route == GradRoute::kGpu && plan.ranks > 1)
+    items.push_back({"reduce-scatter fp32 staging", static_cast<double>(plan.chunk_numel) * 4.0});
+  items.push_back({"embedding backward sort scratch", 24.0 * static_cast<double>(B * T)});
   return items;
 }
 

@@ -3,6 +3,8 @@
 
 #include <cmath>
 
+#include "common/thread_pool.h"
+
 namespace slidedp::exec {
 namespace {
 
@@ -23,9 +25,18 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::vector<std::vector<float>> init_random_weights(const ModelLayout& layout, uint64_t seed, double std) {
   std::vector<std::vector<float>> units;
-  for (const UnitLayout& u : layout.units) {
-    std::vector<float> flat(static_cast<size_t>(u.flat_numel), 0.0f);
-    for (const TensorSpec& t : u.tensors) {
+  std::vector<std::pair<size_t, const TensorSpec*>> work;  // (unit, tensor): independent streams
+  for (size_t u = 0; u < layout.units.size(); ++u) {
+    units.emplace_back(static_cast<size_t>(layout.units[u].flat_numel), 0.0f);
+    for (const TensorSpec& t : layout.units[u].tensors) work.push_back({u, &t});
+  }
+  // Tensors are filled in parallel; each has its own generator, so the result is the same for any
+  // thread count.
+  ThreadPool pool(ThreadPool::available_cpus());
+  pool.parallel_for(static_cast<int64_t>(work.size()), [&](int64_t i) {
+    const TensorSpec& t = *work[static_cast<size_t>(i)].second;
+    std::vector<float>& flat = units[work[static_cast<size_t>(i)].first];
+    {
       // One independent stream per tensor, keyed by its name: adding a tensor elsewhere does not
       // change this one's values.
       uint64_t state = seed;
@@ -44,8 +55,7 @@ std::vector<std::vector<float>> init_random_weights(const ModelLayout& layout, u
         }
       }
     }
-    units.push_back(std::move(flat));
-  }
+  });
   return units;
 }
 
