@@ -34,7 +34,12 @@ std::vector<System> baselines_in(const std::vector<SweepRow>& rows) {
   return out;
 }
 
-SpeedupStat speedup_over(const std::vector<const std::map<System, const SweepRow*>*>& cases, System baseline) {
+double figure_of(const SweepRow& r, Figure f) {
+  return f == Figure::kScored ? r.tokens_per_s() : r.analytical_tokens_per_s();
+}
+
+SpeedupStat speedup_over(const std::vector<const std::map<System, const SweepRow*>*>& cases, System baseline,
+                         Figure figure) {
   SpeedupStat s;
   s.baseline = system_name(baseline);
   std::vector<double> ratios;
@@ -49,7 +54,7 @@ SpeedupStat speedup_over(const std::vector<const std::map<System, const SweepRow
       ++s.baseline_infeasible;
       continue;
     }
-    ratios.push_back(sd->second->tokens_per_s() / b->second->tokens_per_s());
+    ratios.push_back(figure_of(*sd->second, figure) / figure_of(*b->second, figure));
   }
   s.points = static_cast<int>(ratios.size());
   if (!ratios.empty()) {
@@ -83,7 +88,7 @@ std::string format_tokens(int64_t t) {
   return fmt::format("{}", t);
 }
 
-std::vector<SpeedupStat> speedup_stats(const std::vector<SweepRow>& rows) {
+std::vector<SpeedupStat> speedup_stats(const std::vector<SweepRow>& rows, Figure figure) {
   // Groups: cases sharing everything but the batch.
   struct GroupKey {
     int grid, hardware, model;
@@ -103,7 +108,7 @@ std::vector<SpeedupStat> speedup_stats(const std::vector<SweepRow>& rows) {
   const std::vector<System> baselines = baselines_in(rows);
   for (const auto& [g, cs] : groups) {
     for (System b : baselines) {
-      SpeedupStat s = speedup_over(cs, b);
+      SpeedupStat s = speedup_over(cs, b, figure);
       if (s.points == 0 && s.baseline_infeasible == 0 && s.slidedp_infeasible == 0) continue;  // not in this grid
       const SweepRow* r = any.at(g);
       s.hardware = r->hardware;
@@ -117,13 +122,13 @@ std::vector<SpeedupStat> speedup_stats(const std::vector<SweepRow>& rows) {
 }
 
 std::vector<SpeedupStat> speedup_totals(const std::vector<SweepRow>& rows, const std::string& hardware,
-                                        const std::string& model) {
+                                        const std::string& model, Figure figure) {
   const CaseMap cases = filtered_cases(rows, hardware, model);
   std::vector<const std::map<System, const SweepRow*>*> all;
   for (const auto& [k, c] : cases) all.push_back(&c);
   std::vector<SpeedupStat> out;
   for (System b : baselines_in(rows)) {
-    SpeedupStat s = speedup_over(all, b);
+    SpeedupStat s = speedup_over(all, b, figure);
     s.hardware = hardware;
     s.model = model;
     out.push_back(s);

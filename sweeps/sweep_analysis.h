@@ -37,11 +37,14 @@ struct SpeedupStat {
   int baseline_infeasible = 0;           // cases where SlideDP fits and the baseline does not
   int slidedp_infeasible = 0;            // cases where SlideDP does not fit
 };
+// Which figure a ratio is taken of: the scored one (the simulator's when the sweep re-scored), or the
+// analytical model's (to show how much the re-scoring changes a conclusion).
+enum class Figure { kScored, kAnalytical };
 // One entry per (grid, hardware, model, seq_len, ranks) group and baseline, in sweep order.
-std::vector<SpeedupStat> speedup_stats(const std::vector<SweepRow>& rows);
+std::vector<SpeedupStat> speedup_stats(const std::vector<SweepRow>& rows, Figure figure = Figure::kScored);
 // One entry per baseline over every row matching the filters ("" = any).
 std::vector<SpeedupStat> speedup_totals(const std::vector<SweepRow>& rows, const std::string& hardware,
-                                        const std::string& model);
+                                        const std::string& model, Figure figure = Figure::kScored);
 
 // The longest swept sequence a system fits, per (grid, hardware, model, ranks, batch) and system.
 struct LongestFit {

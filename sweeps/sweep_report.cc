@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -190,35 +191,49 @@ std::string speedup_section(const SweepResult& res, const std::string& stamp, st
        "of a group where both fit. A baseline that cannot fit a point is counted, not averaged.\n\n";
   Table t({"hardware", "model", "seq", "ranks", "baseline", "geomean", "min", "max", "points", "baseline cannot fit"},
           {"", "", "", "", "", "x", "x", "x", "", ""});
-  BarPlot plot;
-  plot.title = fmt::format("SlideDP speedup over baselines (geometric mean, {})", res.spec.name);
-  plot.caption = stamp;
-  plot.y_label = "SlideDP / baseline throughput";
-  plot.reference_line = 1.0;
-  std::map<std::string, std::size_t> group_index, bar_index;
+  // One bar plot per machine: groups are the models (with the sequence length and ranks when a machine
+  // has several), bars the baselines; a bar is the geometric mean over that group's points.
+  std::map<std::string, BarPlot> plots;
+  std::vector<std::string> plot_order;
+  std::map<std::string, std::map<std::string, std::size_t>> group_index, bar_index;
+  std::map<std::string, std::set<std::pair<int64_t, int>>> shapes;  // per machine: (seq, ranks) seen
+  for (const SpeedupStat& st : stats) shapes[st.hardware].insert({st.seq_len, st.ranks});
+  auto group_of = [&](const SpeedupStat& st) {
+    return shapes[st.hardware].size() > 1 ? fmt::format("{} {} x{}", st.model, format_tokens(st.seq_len), st.ranks) : st.model;
+  };
   for (const SpeedupStat& st : stats) {
     t.add_row({st.hardware, st.model, format_tokens(st.seq_len), fmt::format("{}", st.ranks), st.baseline,
                st.points ? fmt::format("{:.2f}", st.geomean) : "-", st.points ? fmt::format("{:.2f}", st.min) : "-",
                st.points ? fmt::format("{:.2f}", st.max) : "-", fmt::format("{}", st.points),
                fmt::format("{}", st.baseline_infeasible)});
-    const std::string group = fmt::format("{} {}", st.hardware, st.model);
-    if (!group_index.count(group)) {
-      group_index[group] = plot.groups.size();
-      plot.groups.push_back(group);
+    if (!plots.count(st.hardware)) {
+      plot_order.push_back(st.hardware);
+      BarPlot& p = plots[st.hardware];
+      p.title = fmt::format("SlideDP speedup over each baseline: {}", st.hardware);
+      p.caption = stamp;
+      p.y_label = "SlideDP / baseline throughput (geomean)";
+      p.reference_line = 1.0;
     }
-    if (!bar_index.count(st.baseline)) {
-      bar_index[st.baseline] = plot.bars.size();
-      plot.bars.push_back(st.baseline);
+    BarPlot& p = plots[st.hardware];
+    const std::string group = group_of(st);
+    if (!group_index[st.hardware].count(group)) {
+      group_index[st.hardware][group] = p.groups.size();
+      p.groups.push_back(group);
+    }
+    if (!bar_index[st.hardware].count(st.baseline)) {
+      bar_index[st.hardware][st.baseline] = p.bars.size();
+      p.bars.push_back(st.baseline);
     }
   }
-  plot.values.assign(plot.bars.size(), std::vector<double>(plot.groups.size(), std::nan("")));
-  // With several sequence lengths or rank counts per (hardware, model), the bar is their geometric mean.
-  std::map<std::pair<std::size_t, std::size_t>, std::vector<double>> bars;
+  for (auto& [h, p] : plots) p.values.assign(p.bars.size(), std::vector<double>(p.groups.size(), std::nan("")));
   for (const SpeedupStat& st : stats)
     if (st.points > 0)
-      bars[{bar_index[st.baseline], group_index[fmt::format("{} {}", st.hardware, st.model)]}].push_back(st.geomean);
-  for (const auto& [k, v] : bars) plot.values[k.first][k.second] = geometric_mean(v);
-  files.push_back({"speedups.svg", svg_bars(plot)});
+      plots[st.hardware].values[bar_index[st.hardware][st.baseline]][group_index[st.hardware][group_of(st)]] = st.geomean;
+  std::vector<std::string> plot_files;
+  for (const std::string& h : plot_order) {
+    plot_files.push_back(fmt::format("speedups__{}.svg", slug(h)));
+    files.push_back({plot_files.back(), svg_bars(plots[h])});
+  }
   s += t.render_markdown() + "\n";
 
   // Totals per hardware and over the whole sweep.
@@ -233,7 +248,7 @@ std::string speedup_section(const SweepResult& res, const std::string& stamp, st
                    st.points ? fmt::format("{:.2f}", st.min) : "-", st.points ? fmt::format("{:.2f}", st.max) : "-",
                    fmt::format("{}", st.points), fmt::format("{}", st.baseline_infeasible)});
   s += "Totals (geometric mean over every matched point in scope):\n\n" + tot.render_markdown() + "\n";
-  s += "![speedups](speedups.svg)\n\n";
+  for (const std::string& f : plot_files) s += fmt::format("![speedups]({})\n\n", f);
   return s;
 }
 
@@ -390,6 +405,35 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
   return s;
 }
 
+// When the sweep re-scored with the simulator: how far the two views are apart per system, and the
+// speedup totals by each, so a conclusion that depends on which view is used is visible.
+std::string simulator_section(const SweepResult& res) {
+  if (!res.simulated) return "";
+  std::string s = "## Simulator cross-check\n\n";
+  s += "Every chosen plan was scored by both views of the step model. Step time of the simulator / the analytical "
+       "model, per system (plans were chosen by the analytical model):\n\n";
+  Table t({"system", "points", "median", "min", "max"}, {"", "", "sim/model", "sim/model", "sim/model"});
+  for (System sys : systems_of(res)) {
+    std::vector<double> r;
+    for (const SweepRow& row : res.rows)
+      if (row.point.system == sys && row.feasible && row.simulated && row.predicted.step_time_s > 0)
+        r.push_back(row.simulated->step_time_s / row.predicted.step_time_s);
+    if (r.empty()) continue;
+    std::sort(r.begin(), r.end());
+    t.add_row({system_name(sys), fmt::format("{}", r.size()), fmt::format("{:.3f}", r[r.size() / 2]),
+               fmt::format("{:.3f}", r.front()), fmt::format("{:.3f}", r.back())});
+  }
+  s += t.render_markdown() + "\n";
+  const std::vector<SpeedupStat> sim = speedup_totals(res.rows, "", ""),
+                                 ana = speedup_totals(res.rows, "", "", Figure::kAnalytical);
+  Table sp({"baseline", "geomean by the simulator", "geomean by the analytical model", "points"}, {"", "x", "x", ""});
+  for (std::size_t i = 0; i < sim.size() && i < ana.size(); ++i)
+    sp.add_row({sim[i].baseline, sim[i].points ? fmt::format("{:.2f}", sim[i].geomean) : "-",
+                ana[i].points ? fmt::format("{:.2f}", ana[i].geomean) : "-", fmt::format("{}", sim[i].points)});
+  s += "SlideDP's speedup over each baseline, all points, by each view:\n\n" + sp.render_markdown() + "\n";
+  return s;
+}
+
 std::string infeasible_section(const SweepResult& res) {
   std::vector<const SweepRow*> bad;
   for (const SweepRow& r : res.rows)
@@ -487,7 +531,9 @@ std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::st
   for (const SweepRow& r : res.rows) feasible += r.feasible ? 1 : 0;
 
   std::string readme = fmt::format("# Sweep: {}\n\n", res.spec.name);
-  if (!res.spec.description.empty()) readme += res.spec.description + "\n\n";
+  std::string description = res.spec.description;
+  while (!description.empty() && std::isspace(static_cast<unsigned char>(description.back()))) description.pop_back();
+  if (!description.empty()) readme += description + "\n\n";
   readme += fmt::format("Produced by `{}` from `{}` (spec fnv1a {}), git {}, {} ({} cores), {}.  \n", command,
                         res.spec.file.empty() ? res.spec.name : res.spec.file, hash_hex(res.spec.text_hash),
                         pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp());
@@ -504,6 +550,7 @@ std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::st
   if (wants(res.spec, kAnalysisBottlenecks)) readme += bottleneck_section(res, stamp, files);
   if (wants(res.spec, kAnalysisLongestSequence)) readme += longest_section(res, stamp, files);
   if (wants(res.spec, kAnalysisScaling)) readme += scaling_section(res, stamp, files);
+  readme += simulator_section(res);
   readme += infeasible_section(res);
   readme += "## Files\n\n`points.csv`: every point (system, chosen plan, step time and its breakdown, bottleneck, memory, "
             "why a point does not fit), one row each";

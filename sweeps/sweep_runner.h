@@ -37,6 +37,8 @@ struct SweepRow {
   // The figure every analysis uses: the simulator's when present, else the analytical model's.
   const Prediction& scored() const { return simulated ? *simulated : predicted; }
   double tokens_per_s() const { return feasible ? scored().tokens_per_s : 0.0; }
+  // The analytical model's figure alone (the simulator cross-check compares the two).
+  double analytical_tokens_per_s() const { return feasible ? predicted.tokens_per_s : 0.0; }
 };
 
 struct SweepRunOptions {

@@ -50,6 +50,17 @@ bool is_rate_table(const YAML::Node& n) {
   return true;
 }
 
+// A rate table as one short line for reports: "{1: 1.4e+08, 16: 2.09e+09}".
+std::string table_text(const YAML::Node& table) {
+  std::vector<std::string> parts;
+  for (const auto& kv : table) {
+    double x = 0;
+    const bool num = YAML::convert<double>::decode(kv.second, x);
+    parts.push_back(fmt::format("{}: {}", kv.first.Scalar(), num ? fmt::format("{:.4g}", x) : kv.second.Scalar()));
+  }
+  return fmt::format("{{{}}}", fmt::join(parts, ", "));
+}
+
 // Merges `over` onto `base` leaf by leaf; every key must exist in `base`. Records "a.b=value" lines.
 void merge_overrides(YAML::Node base, const YAML::Node& over, const std::string& path, const std::string& where,
                      const std::string& preset, std::vector<std::string>& applied) {
@@ -76,7 +87,7 @@ void merge_overrides(YAML::Node base, const YAML::Node& over, const std::string&
       throw InputError(where + "." + full, "expected a table {threads: rate, ...} like the preset's");
     if (!b.IsMap() && !v.IsScalar()) throw InputError(where + "." + full, "expected a single value");
     base[key] = v;
-    applied.push_back(fmt::format("{}={}", full, v.IsScalar() ? v.Scalar() : std::string(YAML::Dump(v))));
+    applied.push_back(fmt::format("{}={}", full, v.IsScalar() ? v.Scalar() : table_text(v)));
   }
 }
 
