@@ -117,8 +117,76 @@ std::string method_section(const SweepResult& res) {
   return s;
 }
 
+// With one system (what-if sweeps), the lines compare machines: one table and plot per (grid, model,
+// sequence length), a column and a line per machine (and rank count).
+std::string machine_throughput_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+  struct GroupKey {
+    int grid, model;
+    int64_t seq;
+    auto operator<=>(const GroupKey&) const = default;
+  };
+  using MachineKey = std::pair<int, int>;  // hardware, ranks
+  std::map<GroupKey, std::map<int64_t, std::map<MachineKey, const SweepRow*>>> groups;
+  std::map<GroupKey, std::vector<MachineKey>> machines;
+  for (const SweepRow& r : res.rows) {
+    const GroupKey g{r.point.grid, r.point.model, r.point.seq_len};
+    const MachineKey m{r.point.hardware, r.point.ranks};
+    groups[g][r.point.tokens_per_step][m] = &r;
+    auto& ms = machines[g];
+    if (std::find(ms.begin(), ms.end(), m) == ms.end()) ms.push_back(m);
+  }
+  std::string s = "## Throughput against tokens per step\n\n";
+  s += fmt::format("Tokens per second of the whole machine ({}), one column per machine; `-` = does not fit.\n\n",
+                   res.rows.empty() ? "" : res.rows.front().system);
+  for (const auto& [g, by_tokens] : groups) {
+    const SweepGrid& grid = res.spec.grids[static_cast<std::size_t>(g.grid)];
+    auto label = [&](const MachineKey& m) {
+      const std::string& h = grid.hardware[static_cast<std::size_t>(m.first)].label;
+      return grid.ranks.size() > 1 ? fmt::format("{} x{}", h, m.second) : h;
+    };
+    std::vector<std::string> titles = {"tokens/step"}, units = {""};
+    for (const MachineKey& m : machines[g]) {
+      titles.push_back(label(m));
+      units.push_back("tok/s");
+    }
+    Table t(titles, units);
+    std::map<MachineKey, PlotSeries> series;
+    for (const auto& [tokens, by_m] : by_tokens) {
+      std::vector<std::string> cells = {format_tokens(tokens)};
+      for (const MachineKey& m : machines[g]) {
+        auto it = by_m.find(m);
+        if (it == by_m.end() || !it->second->feasible) {
+          cells.push_back("-");
+          continue;
+        }
+        cells.push_back(tok_s(it->second->tokens_per_s()));
+        PlotSeries& se = series[m];
+        se.name = label(m);
+        se.x.push_back(static_cast<double>(tokens));
+        se.y.push_back(it->second->tokens_per_s());
+        se.labels.push_back(it->second->plan_summary);
+      }
+      t.add_row(cells);
+    }
+    const SweepRow* any = by_tokens.begin()->second.begin()->second;
+    LinePlot plot;
+    plot.title = fmt::format("Throughput: {} · {} · seq {}", grid.name, any->model, format_tokens(g.seq));
+    plot.caption = stamp;
+    plot.x = {"tokens per step", true};
+    plot.y = {"tokens/s", true};
+    for (const MachineKey& m : machines[g])
+      if (series.count(m)) plot.series.push_back(series[m]);
+    const std::string file = fmt::format("throughput__{}__{}__seq{}.svg", slug(grid.name), slug(any->model), g.seq);
+    files.push_back({file, svg_lines(plot)});
+    s += fmt::format("### {} · {} · seq {}\n\n{}\n![throughput]({})\n\n", grid.name, any->model, format_tokens(g.seq),
+                     t.render_markdown(), file);
+  }
+  return s;
+}
+
 std::string throughput_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
   const std::vector<System> systems = systems_of(res);
+  if (systems.size() == 1) return machine_throughput_section(res, stamp, files);
   struct GroupKey {
     int grid, hardware, model;
     int64_t seq;
