@@ -30,6 +30,10 @@ std::string threads_text(const Plan& p) {
 }
 
 double percent(double a, double b) { return 100.0 * (a - b) / b; }
+// A percentage with enough digits to tell near-equal plans apart ("0.0042%", "0.07%", "12.30%").
+std::string percent_text(double p) {
+  return std::fabs(p) < 0.01 && p != 0 ? fmt::format("{:.2g}%", p) : fmt::format("{:.2f}%", p);
+}
 
 // The breakdown part that grew the most from `a` to `b` scaled by `scale_b` (seconds), named for a
 // reader. The scale puts plans of different batch shapes on the same footing: b's parts are counted
@@ -102,8 +106,8 @@ std::string explain_choice(const SearchResult& r) {
   if (r.top.size() < 2) return out + "; it is the only candidate that fits the budgets.";
   const Candidate& u = r.top[1];
   const char* by = w.simulated ? "by the simulator" : "by the model";
-  out += fmt::format(". The runner-up ({}) is {:.2f}% worse {}", plan_difference(w.plan, u.plan, L),
-                     percent(u.final_score(), w.final_score()), by);
+  out += fmt::format(". The runner-up ({}) is {} worse {}", plan_difference(w.plan, u.plan, L),
+                     percent_text(percent(u.final_score(), w.final_score())), by);
   const BatchShape ws{w.plan.micro_batch, w.plan.accum_steps}, us{u.plan.micro_batch, u.plan.accum_steps};
   const double scale = r.space.score_factor(us) / r.space.score_factor(ws);
   auto [part, delta] = largest_increase(p.breakdown, u.predicted.breakdown, scale);
@@ -115,8 +119,8 @@ std::string explain_choice(const SearchResult& r) {
   if (u.predicted.bottleneck != p.bottleneck)
     out += fmt::format(" (it is bound by {})", u.predicted.bottleneck);
   if (w.simulated && u.score < w.score)
-    out += fmt::format("; the analytical model alone ranks the runner-up {:.2f}% ahead",
-                       percent(w.score, u.score));
+    out += fmt::format("; the analytical model alone ranks the runner-up {} ahead",
+                       percent_text(percent(w.score, u.score)));
   return out + ".";
 }
 
