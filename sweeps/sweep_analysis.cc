@@ -325,7 +325,10 @@ std::vector<ClaimResult> evaluate_claims(const SweepResult& result) {
         if (!selected(s)) continue;
         lo = std::min(lo, s.efficiency);
         hi = std::max(hi, s.efficiency);
-        if (s.ranks == max_ranks) at_max.push_back(fmt::format("{} {}", s.model, pct(s.efficiency)));
+        if (s.ranks == max_ranks)
+          at_max.push_back(fmt::format("{} {} {}", s.model,
+                                       s.weak ? fmt::format("{} seq/rank", s.batch_value) : format_tokens(s.batch_value) + " tok/step",
+                                       pct(s.efficiency)));
       }
       if (hi > 0) {
         cr.low = lo;
