@@ -19,7 +19,8 @@ bool matches(const SweepRow& r, const std::string& hardware, const std::string& 
 std::string pct(double x) { return fmt::format("{:.1f}%", 100.0 * x); }
 
 // The rows of `rows` matching the filters, indexed by case.
-CaseMap filtered_cases(const std::vector<SweepRow>& rows, const std::string& hardware, const std::string& model) {
+CaseMap filtered_cases(const std::vector<SweepRow>& rows, const std::string& hardware,
+                       const std::string& model) {
   CaseMap m;
   for (const SweepRow& r : rows)
     if (matches(r, hardware, model)) m[case_key(r.point)][r.point.system] = &r;
@@ -67,7 +68,9 @@ SpeedupStat speedup_over(const std::vector<const std::map<System, const SweepRow
 
 }  // namespace
 
-CaseKey case_key(const SweepPoint& p) { return {p.grid, p.hardware, p.model, p.seq_len, p.ranks, p.batch_value}; }
+CaseKey case_key(const SweepPoint& p) {
+  return {p.grid, p.hardware, p.model, p.seq_len, p.ranks, p.batch_value};
+}
 
 CaseMap index_cases(const std::vector<SweepRow>& rows) {
   CaseMap m;
@@ -109,7 +112,8 @@ std::vector<SpeedupStat> speedup_stats(const std::vector<SweepRow>& rows, Figure
   for (const auto& [g, cs] : groups) {
     for (System b : baselines) {
       SpeedupStat s = speedup_over(cs, b, figure);
-      if (s.points == 0 && s.baseline_infeasible == 0 && s.slidedp_infeasible == 0) continue;  // not in this grid
+      if (s.points == 0 && s.baseline_infeasible == 0 && s.slidedp_infeasible == 0)
+        continue;  // not in this grid
       const SweepRow* r = any.at(g);
       s.hardware = r->hardware;
       s.model = r->model;
@@ -145,10 +149,12 @@ std::vector<LongestFit> longest_fits(const std::vector<SweepRow>& rows) {
   };
   std::map<Key, std::vector<const SweepRow*>> by;
   for (const SweepRow& r : rows)
-    by[{r.point.grid, r.point.hardware, r.point.model, r.point.ranks, r.point.batch_value, r.point.system}].push_back(&r);
+    by[{r.point.grid, r.point.hardware, r.point.model, r.point.ranks, r.point.batch_value, r.point.system}]
+        .push_back(&r);
   std::vector<LongestFit> out;
   for (auto& [k, v] : by) {
-    std::sort(v.begin(), v.end(), [](const SweepRow* a, const SweepRow* b) { return a->point.seq_len < b->point.seq_len; });
+    std::sort(v.begin(), v.end(),
+              [](const SweepRow* a, const SweepRow* b) { return a->point.seq_len < b->point.seq_len; });
     LongestFit f;
     f.hardware = v.front()->hardware;
     f.model = v.front()->model;
@@ -182,13 +188,16 @@ std::vector<ScalingPoint> scaling_points(const SweepResult& result) {
   };
   std::map<Key, std::vector<const SweepRow*>> by;
   for (const SweepRow& r : result.rows)
-    by[{r.point.grid, r.point.hardware, r.point.model, r.point.seq_len, r.point.batch_value, r.point.system}].push_back(&r);
+    by[{r.point.grid, r.point.hardware, r.point.model, r.point.seq_len, r.point.batch_value, r.point.system}]
+        .push_back(&r);
   std::vector<ScalingPoint> out;
   for (auto& [k, v] : by) {
     if (v.size() < 2) continue;  // one rank count: nothing to scale
-    std::sort(v.begin(), v.end(), [](const SweepRow* a, const SweepRow* b) { return a->point.ranks < b->point.ranks; });
+    std::sort(v.begin(), v.end(),
+              [](const SweepRow* a, const SweepRow* b) { return a->point.ranks < b->point.ranks; });
     const SweepRow* base = v.front();
-    const bool weak = result.spec.grids[static_cast<std::size_t>(k.grid)].batch_mode == BatchMode::kSequencesPerRank;
+    const bool weak =
+        result.spec.grids[static_cast<std::size_t>(k.grid)].batch_mode == BatchMode::kSequencesPerRank;
     for (const SweepRow* r : v) {
       ScalingPoint s;
       s.hardware = r->hardware;
@@ -222,14 +231,16 @@ std::vector<ClaimResult> evaluate_claims(const SweepResult& result) {
       double lo = std::numeric_limits<double>::infinity(), hi = 0;
       int points = 0;
       for (const SpeedupStat& s : speedup_totals(rows, c.hardware, c.model)) {
-        if (!c.baselines.empty() && std::find(c.baselines.begin(), c.baselines.end(), s.baseline) == c.baselines.end())
+        if (!c.baselines.empty() &&
+            std::find(c.baselines.begin(), c.baselines.end(), s.baseline) == c.baselines.end())
           continue;
         if (s.points == 0) {
           parts.push_back(fmt::format("{}: no point where both fit", s.baseline));
           continue;
         }
-        parts.push_back(fmt::format("{} {:.2f}x", s.baseline, s.geomean) +
-                        (s.baseline_infeasible ? fmt::format(" (+{} points it cannot fit)", s.baseline_infeasible) : ""));
+        parts.push_back(
+            fmt::format("{} {:.2f}x", s.baseline, s.geomean) +
+            (s.baseline_infeasible ? fmt::format(" (+{} points it cannot fit)", s.baseline_infeasible) : ""));
         lo = std::min(lo, s.geomean);
         hi = std::max(hi, s.geomean);
         points = std::max(points, s.points);
@@ -261,7 +272,8 @@ std::vector<ClaimResult> evaluate_claims(const SweepResult& result) {
         parts.push_back(fmt::format("{}: {:.2f}x", format_tokens(a.point.tokens_per_step), r));
       }
       if (hi > 0) cr.low = lo, cr.high = hi;
-      cr.model = parts.empty() ? "no point with both systems" : fmt::format("SlideDP / FSDP2 at {}", fmt::join(parts, ", "));
+      cr.model = parts.empty() ? "no point with both systems"
+                               : fmt::format("SlideDP / FSDP2 at {}", fmt::join(parts, ", "));
     } else if (c.metric == "fsdp2_peak_excess") {
       const SweepRow* peak = nullptr;
       const SweepRow* best = nullptr;
@@ -274,19 +286,21 @@ std::vector<ClaimResult> evaluate_claims(const SweepResult& result) {
       }
       if (peak && best) {
         cr.low = cr.high = best->tokens_per_s() / peak->tokens_per_s() - 1.0;
-        cr.model = fmt::format("{:+.1f}%: SlideDP {:.0f} tokens/s at {} tokens/step vs FSDP2's peak {:.0f} tokens/s at {}",
-                               100.0 * cr.low, best->tokens_per_s(), format_tokens(best->point.tokens_per_step),
-                               peak->tokens_per_s(), format_tokens(peak->point.tokens_per_step));
+        cr.model = fmt::format(
+            "{:+.1f}%: SlideDP {:.0f} tokens/s at {} tokens/step vs FSDP2's peak {:.0f} tokens/s at {}",
+            100.0 * cr.low, best->tokens_per_s(), format_tokens(best->point.tokens_per_step),
+            peak->tokens_per_s(), format_tokens(peak->point.tokens_per_step));
       } else {
         cr.model = peak ? "SlideDP fits no point at that size" : "FSDP2 fits no point";
       }
     } else if (c.metric == "longest_sequence") {
       std::vector<std::string> parts;
       for (const LongestFit& f : longest_fits(rows)) {
-        if ((!c.hardware.empty() && f.hardware != c.hardware) || (!c.model.empty() && f.model != c.model)) continue;
+        if ((!c.hardware.empty() && f.hardware != c.hardware) || (!c.model.empty() && f.model != c.model))
+          continue;
         if (f.system == "slidedp") cr.low = cr.high = static_cast<double>(f.longest_seq);
-        parts.push_back(f.longest_seq > 0 ? fmt::format("{} {} ({:.0f} tokens/s)", f.system, format_tokens(f.longest_seq),
-                                                        f.tokens_per_s)
+        parts.push_back(f.longest_seq > 0 ? fmt::format("{} {} ({:.0f} tokens/s)", f.system,
+                                                        format_tokens(f.longest_seq), f.tokens_per_s)
                                           : fmt::format("{} none", f.system));
       }
       cr.model = parts.empty() ? "no matching rows" : fmt::format("{}", fmt::join(parts, "; "));
@@ -305,9 +319,11 @@ std::vector<ClaimResult> evaluate_claims(const SweepResult& result) {
         if (!best || r.tokens_per_s() > best->tokens_per_s()) best = &r;
       }
       cr.low = cr.high = total ? static_cast<double>(fits) / total : 0.0;
-      cr.model = best ? fmt::format("fits {} of {} points; best {:.0f} tokens/s ({:.1f} TFLOP/s per GPU) at {} tokens/step: {}",
-                                    fits, total, best->tokens_per_s(), best->scored().tflops_per_gpu,
-                                    format_tokens(best->point.tokens_per_step), best->plan_summary)
+      cr.model = best ? fmt::format(
+                            "fits {} of {} points; best {:.0f} tokens/s ({:.1f} TFLOP/s per GPU) at {} "
+                            "tokens/step: {}",
+                            fits, total, best->tokens_per_s(), best->scored().tflops_per_gpu,
+                            format_tokens(best->point.tokens_per_step), best->plan_summary)
                       : fmt::format("fits none of {} points: {}", total, why);
     } else if (c.metric == "weak_scaling_efficiency" || c.metric == "strong_scaling_efficiency") {
       const bool weak = c.metric == "weak_scaling_efficiency";
@@ -326,15 +342,16 @@ std::vector<ClaimResult> evaluate_claims(const SweepResult& result) {
         lo = std::min(lo, s.efficiency);
         hi = std::max(hi, s.efficiency);
         if (s.ranks == max_ranks)
-          at_max.push_back(fmt::format("{} {} {}", s.model,
-                                       s.weak ? fmt::format("{} seq/rank", s.batch_value) : format_tokens(s.batch_value) + " tok/step",
-                                       pct(s.efficiency)));
+          at_max.push_back(fmt::format(
+              "{} {} {}", s.model,
+              s.weak ? fmt::format("{} seq/rank", s.batch_value) : format_tokens(s.batch_value) + " tok/step",
+              pct(s.efficiency)));
       }
       if (hi > 0) {
         cr.low = lo;
         cr.high = hi;
-        cr.model = fmt::format("{}-{} over every rank count > the smallest; at {} ranks: {}", pct(lo), pct(hi), max_ranks,
-                               fmt::join(at_max, ", "));
+        cr.model = fmt::format("{}-{} over every rank count > the smallest; at {} ranks: {}", pct(lo),
+                               pct(hi), max_ranks, fmt::join(at_max, ", "));
       } else {
         cr.model = "no scaling points";
       }

@@ -78,7 +78,7 @@ std::vector<ScalingPoint> scaling_points(const SweepResult& result);
 // A paper claim next to this sweep's value of its metric, in words.
 struct ClaimResult {
   PaperClaim claim;
-  std::string model;  // "slideformer-dp 5.12x, megatrain 1.31x, ... (range 1.25-5.12x over 18 points)"
+  std::string model;         // "slideformer-dp 5.12x, megatrain 1.31x, ... (range 1.25-5.12x over 18 points)"
   double low = 0, high = 0;  // the metric's range as numbers (ratios, fractions or tokens), for tests
 };
 std::vector<ClaimResult> evaluate_claims(const SweepResult& result);

@@ -32,22 +32,29 @@ std::string csv_field(const std::string& s) {
 std::string md(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == '|') o += "\\|";
-    else if (c == '\n') o += ' ';
-    else o += c;
+    if (c == '|')
+      o += "\\|";
+    else if (c == '\n')
+      o += ' ';
+    else
+      o += c;
   }
   return o;
 }
 
-std::string shorten(const std::string& s, std::size_t n) { return s.size() <= n ? s : s.substr(0, n - 3) + "..."; }
+std::string shorten(const std::string& s, std::size_t n) {
+  return s.size() <= n ? s : s.substr(0, n - 3) + "...";
+}
 
 // File names from labels: lowercase letters, digits, '.', '-'.
 std::string slug(const std::string& s) {
   std::string o;
   for (char c : s) {
     const unsigned char u = static_cast<unsigned char>(c);
-    if (std::isalnum(u) || c == '.' || c == '-') o += static_cast<char>(std::tolower(u));
-    else if (!o.empty() && o.back() != '-') o += '-';
+    if (std::isalnum(u) || c == '.' || c == '-')
+      o += static_cast<char>(std::tolower(u));
+    else if (!o.empty() && o.back() != '-')
+      o += '-';
   }
   while (!o.empty() && o.back() == '-') o.pop_back();
   return o;
@@ -78,7 +85,8 @@ bool wants(const SweepSpec& s, const std::string& analysis) {
 }
 
 std::string group_title(const SweepRow& r) {
-  return fmt::format("{} · {} · seq {} · {} ranks", r.hardware, r.model, format_tokens(r.point.seq_len), r.point.ranks);
+  return fmt::format("{} · {} · seq {} · {} ranks", r.hardware, r.model, format_tokens(r.point.seq_len),
+                     r.point.ranks);
 }
 
 // ---- sections ----
@@ -87,14 +95,15 @@ std::string claims_section(const SweepResult& res) {
   const std::vector<ClaimResult> claims = evaluate_claims(res);
   if (claims.empty()) return "";
   std::string s = "## The paper's claims beside this sweep\n\n";
-  s += "The paper's numbers are measurements on real machines; the model's are predictions on the hardware presets "
+  s += "The paper's numbers are measurements on real machines; the model's are predictions on the hardware "
+       "presets "
        "named below (docs/SWEEPS.md discusses where they agree and where not).\n\n";
   Table t({"claim", "paper", "model (this sweep)"}, {"", "", ""});
   for (const ClaimResult& c : claims) {
     std::string scope;
     if (!c.claim.hardware.empty() || !c.claim.model.empty())
-      scope = fmt::format(" [{}{}{}]", c.claim.hardware, !c.claim.hardware.empty() && !c.claim.model.empty() ? ", " : "",
-                          c.claim.model);
+      scope = fmt::format(" [{}{}{}]", c.claim.hardware,
+                          !c.claim.hardware.empty() && !c.claim.model.empty() ? ", " : "", c.claim.model);
     t.add_row({md(c.claim.claim + scope), md(c.claim.paper), md(c.model)});
   }
   return s + t.render_markdown() + "\n";
@@ -102,24 +111,31 @@ std::string claims_section(const SweepResult& res) {
 
 std::string method_section(const SweepResult& res) {
   std::string s = "## How each point is scored\n\n";
-  s += "Every system gets the same tokens per optimizer step and the same GPU memory budget (the GPU's memory minus "
+  s += "Every system gets the same tokens per optimizer step and the same GPU memory budget (the GPU's "
+       "memory minus "
        "a 2 GiB reserve). ";
-  s += "**slidedp**: the planner's plan (`planner::search_plans`, matched batch: routes, chunk size, activation mix, "
+  s += "**slidedp**: the planner's plan (`planner::search_plans`, matched batch: routes, chunk size, "
+       "activation mix, "
        "buffer depth, update threads and batch shape, ranked by the analytical model). ";
-  s += "**Baselines**: the choices their implementations fix (`plan_for_system`: routes, activation policy, SlideFormer's "
-       "32M-element chunks, two buffer slots; other chunks 32M elements), with every micro-batch x accumulation split of "
-       "the step tried under the baseline's own memory model and the fastest that fits kept; FSDP2 also chooses how "
+  s += "**Baselines**: the choices their implementations fix (`plan_for_system`: routes, activation policy, "
+       "SlideFormer's "
+       "32M-element chunks, two buffer slots; other chunks 32M elements), with every micro-batch x "
+       "accumulation split of "
+       "the step tried under the baseline's own memory model and the fastest that fits kept; FSDP2 also "
+       "chooses how "
        "many layers keep their activations (the rest recompute). ";
-  s += res.simulated ? "Each chosen plan is then re-scored by the discrete-event simulator, and the figures below are "
-                       "the simulator's (points.csv has both).\n\n"
-                     : "Figures are the analytical step model's (`--simulate` re-scores every chosen plan with the "
-                       "discrete-event simulator).\n\n";
+  s += res.simulated
+           ? "Each chosen plan is then re-scored by the discrete-event simulator, and the figures below are "
+             "the simulator's (points.csv has both).\n\n"
+           : "Figures are the analytical step model's (`--simulate` re-scores every chosen plan with the "
+             "discrete-event simulator).\n\n";
   return s;
 }
 
 // With one system (what-if sweeps), the lines compare machines: one table and plot per (grid, model,
 // sequence length), a column and a line per machine (and rank count).
-std::string machine_throughput_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+std::string machine_throughput_section(const SweepResult& res, const std::string& stamp,
+                                       std::vector<SweepFile>& files) {
   struct GroupKey {
     int grid, model;
     int64_t seq;
@@ -136,8 +152,9 @@ std::string machine_throughput_section(const SweepResult& res, const std::string
     if (std::find(ms.begin(), ms.end(), m) == ms.end()) ms.push_back(m);
   }
   std::string s = "## Throughput against tokens per step\n\n";
-  s += fmt::format("Tokens per second of the whole machine ({}), one column per machine; `-` = does not fit.\n\n",
-                   res.rows.empty() ? "" : res.rows.front().system);
+  s += fmt::format(
+      "Tokens per second of the whole machine ({}), one column per machine; `-` = does not fit.\n\n",
+      res.rows.empty() ? "" : res.rows.front().system);
   for (const auto& [g, by_tokens] : groups) {
     const SweepGrid& grid = res.spec.grids[static_cast<std::size_t>(g.grid)];
     auto label = [&](const MachineKey& m) {
@@ -176,15 +193,17 @@ std::string machine_throughput_section(const SweepResult& res, const std::string
     plot.y = {"tokens/s", true};
     for (const MachineKey& m : machines[g])
       if (series.count(m)) plot.series.push_back(series[m]);
-    const std::string file = fmt::format("throughput__{}__{}__seq{}.svg", slug(grid.name), slug(any->model), g.seq);
+    const std::string file =
+        fmt::format("throughput__{}__{}__seq{}.svg", slug(grid.name), slug(any->model), g.seq);
     files.push_back({file, svg_lines(plot)});
-    s += fmt::format("### {} · {} · seq {}\n\n{}\n![throughput]({})\n\n", grid.name, any->model, format_tokens(g.seq),
-                     t.render_markdown(), file);
+    s += fmt::format("### {} · {} · seq {}\n\n{}\n![throughput]({})\n\n", grid.name, any->model,
+                     format_tokens(g.seq), t.render_markdown(), file);
   }
   return s;
 }
 
-std::string throughput_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+std::string throughput_section(const SweepResult& res, const std::string& stamp,
+                               std::vector<SweepFile>& files) {
   const std::vector<System> systems = systems_of(res);
   if (systems.size() == 1) return machine_throughput_section(res, stamp, files);
   struct GroupKey {
@@ -195,10 +214,11 @@ std::string throughput_section(const SweepResult& res, const std::string& stamp,
   };
   std::map<GroupKey, std::map<int64_t, std::map<System, const SweepRow*>>> groups;
   for (const SweepRow& r : res.rows)
-    groups[{r.point.grid, r.point.hardware, r.point.model, r.point.seq_len, r.point.ranks}][r.point.tokens_per_step]
-          [r.point.system] = &r;
+    groups[{r.point.grid, r.point.hardware, r.point.model, r.point.seq_len, r.point.ranks}]
+          [r.point.tokens_per_step][r.point.system] = &r;
   std::string s = "## Throughput against tokens per step\n\n";
-  s += "Tokens per second of the whole machine; `-` = the system cannot fit that point (see points.csv for why).\n\n";
+  s += "Tokens per second of the whole machine; `-` = the system cannot fit that point (see points.csv for "
+       "why).\n\n";
   for (const auto& [g, by_tokens] : groups) {
     const SweepRow* any = by_tokens.begin()->second.begin()->second;
     std::vector<std::string> titles = {"tokens/step"}, units = {""};
@@ -243,8 +263,8 @@ std::string throughput_section(const SweepResult& res, const std::string& stamp,
     }
     for (System sys : systems)
       if (series.count(sys)) plot.series.push_back(series[sys]);
-    const std::string file = fmt::format("throughput__{}__{}__seq{}__r{}.svg", slug(any->hardware), slug(any->model),
-                                         g.seq, g.ranks);
+    const std::string file = fmt::format("throughput__{}__{}__seq{}__r{}.svg", slug(any->hardware),
+                                         slug(any->model), g.seq, g.ranks);
     files.push_back({file, svg_lines(plot)});
     s += fmt::format("### {}\n\n{}\n![throughput]({})\n\n", group_title(*any), t.render_markdown(), file);
   }
@@ -255,9 +275,11 @@ std::string speedup_section(const SweepResult& res, const std::string& stamp, st
   const std::vector<SpeedupStat> stats = speedup_stats(res.rows);
   if (stats.empty()) return "";
   std::string s = "## SlideDP's speedup over each baseline\n\n";
-  s += "Throughput of SlideDP / throughput of the baseline at the same tokens per step; geometric mean over the points "
+  s += "Throughput of SlideDP / throughput of the baseline at the same tokens per step; geometric mean over "
+       "the points "
        "of a group where both fit. A baseline that cannot fit a point is counted, not averaged.\n\n";
-  Table t({"hardware", "model", "seq", "ranks", "baseline", "geomean", "min", "max", "points", "baseline cannot fit"},
+  Table t({"hardware", "model", "seq", "ranks", "baseline", "geomean", "min", "max", "points",
+           "baseline cannot fit"},
           {"", "", "", "", "", "x", "x", "x", "", ""});
   // One bar plot per machine: groups are the models (with the sequence length and ranks when a machine
   // has several), bars the baselines; a bar is the geometric mean over that group's points.
@@ -267,11 +289,14 @@ std::string speedup_section(const SweepResult& res, const std::string& stamp, st
   std::map<std::string, std::set<std::pair<int64_t, int>>> shapes;  // per machine: (seq, ranks) seen
   for (const SpeedupStat& st : stats) shapes[st.hardware].insert({st.seq_len, st.ranks});
   auto group_of = [&](const SpeedupStat& st) {
-    return shapes[st.hardware].size() > 1 ? fmt::format("{} {} x{}", st.model, format_tokens(st.seq_len), st.ranks) : st.model;
+    return shapes[st.hardware].size() > 1
+               ? fmt::format("{} {} x{}", st.model, format_tokens(st.seq_len), st.ranks)
+               : st.model;
   };
   for (const SpeedupStat& st : stats) {
     t.add_row({st.hardware, st.model, format_tokens(st.seq_len), fmt::format("{}", st.ranks), st.baseline,
-               st.points ? fmt::format("{:.2f}", st.geomean) : "-", st.points ? fmt::format("{:.2f}", st.min) : "-",
+               st.points ? fmt::format("{:.2f}", st.geomean) : "-",
+               st.points ? fmt::format("{:.2f}", st.min) : "-",
                st.points ? fmt::format("{:.2f}", st.max) : "-", fmt::format("{}", st.points),
                fmt::format("{}", st.baseline_infeasible)});
     if (!plots.count(st.hardware)) {
@@ -293,10 +318,12 @@ std::string speedup_section(const SweepResult& res, const std::string& stamp, st
       p.bars.push_back(st.baseline);
     }
   }
-  for (auto& [h, p] : plots) p.values.assign(p.bars.size(), std::vector<double>(p.groups.size(), std::nan("")));
+  for (auto& [h, p] : plots)
+    p.values.assign(p.bars.size(), std::vector<double>(p.groups.size(), std::nan("")));
   for (const SpeedupStat& st : stats)
     if (st.points > 0)
-      plots[st.hardware].values[bar_index[st.hardware][st.baseline]][group_index[st.hardware][group_of(st)]] = st.geomean;
+      plots[st.hardware].values[bar_index[st.hardware][st.baseline]][group_index[st.hardware][group_of(st)]] =
+          st.geomean;
   std::vector<std::string> plot_files;
   for (const std::string& h : plot_order) {
     plot_files.push_back(fmt::format("speedups__{}.svg", slug(h)));
@@ -307,23 +334,28 @@ std::string speedup_section(const SweepResult& res, const std::string& stamp, st
   // Totals per hardware and over the whole sweep.
   std::set<std::string> hardware;
   for (const SweepRow& r : res.rows) hardware.insert(r.hardware);
-  Table tot({"scope", "baseline", "geomean", "min", "max", "points", "baseline cannot fit"}, {"", "", "x", "x", "x", "", ""});
+  Table tot({"scope", "baseline", "geomean", "min", "max", "points", "baseline cannot fit"},
+            {"", "", "x", "x", "x", "", ""});
   std::vector<std::string> scopes(hardware.begin(), hardware.end());
   if (scopes.size() > 1) scopes.push_back("");
   for (const std::string& h : scopes)
     for (const SpeedupStat& st : speedup_totals(res.rows, h, ""))
-      tot.add_row({h.empty() ? "all points" : h, st.baseline, st.points ? fmt::format("{:.2f}", st.geomean) : "-",
-                   st.points ? fmt::format("{:.2f}", st.min) : "-", st.points ? fmt::format("{:.2f}", st.max) : "-",
-                   fmt::format("{}", st.points), fmt::format("{}", st.baseline_infeasible)});
+      tot.add_row(
+          {h.empty() ? "all points" : h, st.baseline, st.points ? fmt::format("{:.2f}", st.geomean) : "-",
+           st.points ? fmt::format("{:.2f}", st.min) : "-", st.points ? fmt::format("{:.2f}", st.max) : "-",
+           fmt::format("{}", st.points), fmt::format("{}", st.baseline_infeasible)});
   s += "Totals (geometric mean over every matched point in scope):\n\n" + tot.render_markdown() + "\n";
   for (const std::string& f : plot_files) s += fmt::format("![speedups]({})\n\n", f);
   return s;
 }
 
-std::string bottleneck_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
+std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
+                               std::vector<SweepFile>& files) {
   std::string s = "## Which resource binds SlideDP, and the route the planner picks\n\n";
-  s += "For SlideDP's chosen plan at each point: the busiest resource (and the next one), the step time not covered by "
-       "GPU compute, and the plan. `vs first` compares with the first machine of the grid at the same model, sequence, "
+  s += "For SlideDP's chosen plan at each point: the busiest resource (and the next one), the step time not "
+       "covered by "
+       "GPU compute, and the plan. `vs first` compares with the first machine of the grid at the same model, "
+       "sequence, "
        "ranks setting and batch.\n\n";
   for (std::size_t gi = 0; gi < res.spec.grids.size(); ++gi) {
     const SweepGrid& grid = res.spec.grids[gi];
@@ -333,13 +365,14 @@ std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
     if (rows.empty()) continue;
     // The first machine's throughput per (model, seq, ranks slot, batch).
     auto slot = [&](const SweepRow& r) {
-      return std::make_tuple(r.point.model, r.point.seq_len, grid.ranks.empty() ? 0 : r.point.ranks, r.point.batch_value);
+      return std::make_tuple(r.point.model, r.point.seq_len, grid.ranks.empty() ? 0 : r.point.ranks,
+                             r.point.batch_value);
     };
     std::map<std::tuple<int, int64_t, int, int64_t>, double> first;
     for (const SweepRow* r : rows)
       if (r->point.hardware == 0 && r->feasible) first[slot(*r)] = r->tokens_per_s();
-    Table t({"hardware", "ranks", "model", "seq", "tokens/step", "tokens/s", "vs first", "bottleneck", "next", "exposed",
-             "routes", "plan"},
+    Table t({"hardware", "ranks", "model", "seq", "tokens/step", "tokens/s", "vs first", "bottleneck", "next",
+             "exposed", "routes", "plan"},
             {"", "", "", "", "", "", "", "", "", "%", "", ""});
     GridPlot plot;
     plot.title = fmt::format("Binding resource of SlideDP's plan ({})", grid.name);
@@ -350,7 +383,8 @@ std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
     std::map<std::string, std::size_t> col_index;
     std::map<std::pair<int, int>, std::size_t> row_index;
     auto column = [&](const SweepRow& r) {
-      return fmt::format("{} {}{}", r.model, grid.seq_lens.size() > 1 ? format_tokens(r.point.seq_len) + " " : "",
+      return fmt::format("{} {}{}", r.model,
+                         grid.seq_lens.size() > 1 ? format_tokens(r.point.seq_len) + " " : "",
                          format_tokens(r.point.tokens_per_step));
     };
     auto row_key = [](const SweepRow& r) { return std::make_pair(r.point.hardware, r.point.ranks); };
@@ -361,7 +395,8 @@ std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
       }
       if (!row_index.count(row_key(*r))) {
         row_index[row_key(*r)] = plot.rows.size();
-        plot.rows.push_back(grid.ranks.size() > 1 ? fmt::format("{} x{}", r->hardware, r->point.ranks) : r->hardware);
+        plot.rows.push_back(grid.ranks.size() > 1 ? fmt::format("{} x{}", r->hardware, r->point.ranks)
+                                                  : r->hardware);
       }
     }
     plot.cells.assign(plot.rows.size(), std::vector<std::string>(plot.columns.size()));
@@ -369,19 +404,21 @@ std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
       const std::string col = column(*r);
       if (!r->feasible) {
         t.add_row({r->hardware, fmt::format("{}", r->point.ranks), r->model, format_tokens(r->point.seq_len),
-                   format_tokens(r->point.tokens_per_step), "-", "", "does not fit", "", "", "", md(shorten(r->infeasible_reason, 160))});
+                   format_tokens(r->point.tokens_per_step), "-", "", "does not fit", "", "", "",
+                   md(shorten(r->infeasible_reason, 160))});
         plot.cells[row_index[row_key(*r)]][col_index[col]] = "does not fit";
         continue;
       }
       const Prediction& p = r->scored();
       auto f = first.find(slot(*r));
       const std::string vs = f == first.end() ? "" : fmt::format("{:.2f}x", r->tokens_per_s() / f->second);
-      t.add_row({r->hardware, fmt::format("{}", r->point.ranks), r->model, format_tokens(r->point.seq_len),
-                 format_tokens(r->point.tokens_per_step), tok_s(r->tokens_per_s()), vs,
-                 fmt::format("{} {:.0f}%", p.bottleneck, 100 * p.bottleneck_utilization), next_busiest(p),
-                 fmt::format("{:.1f}", 100 * p.exposed_s / p.step_time_s),
-                 fmt::format("{}/{}", param_route_name(r->plan.param_route), grad_route_name(r->plan.grad_route)),
-                 md(r->plan_summary)});
+      t.add_row(
+          {r->hardware, fmt::format("{}", r->point.ranks), r->model, format_tokens(r->point.seq_len),
+           format_tokens(r->point.tokens_per_step), tok_s(r->tokens_per_s()), vs,
+           fmt::format("{} {:.0f}%", p.bottleneck, 100 * p.bottleneck_utilization), next_busiest(p),
+           fmt::format("{:.1f}", 100 * p.exposed_s / p.step_time_s),
+           fmt::format("{}/{}", param_route_name(r->plan.param_route), grad_route_name(r->plan.grad_route)),
+           md(r->plan_summary)});
       plot.cells[row_index[row_key(*r)]][col_index[col]] = p.bottleneck;
     }
     const std::string file = fmt::format("bottlenecks__{}.svg", slug(grid.name));
@@ -394,15 +431,17 @@ std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
 std::string longest_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
   const std::vector<LongestFit> fits = longest_fits(res.rows);
   std::string s = "## Longest sequence each system fits\n\n";
-  s += "Over the swept sequence lengths: the longest that fits the GPU and host budgets, the throughput there, and why "
+  s += "Over the swept sequence lengths: the longest that fits the GPU and host budgets, the throughput "
+       "there, and why "
        "the next length does not fit.\n\n";
-  Table t({"hardware", "model", "ranks", "batch", "system", "longest", "tokens/s there", "plan", "next length", "why not"},
+  Table t({"hardware", "model", "ranks", "batch", "system", "longest", "tokens/s there", "plan",
+           "next length", "why not"},
           {"", "", "", "", "", "tokens", "", "", "tokens", ""});
   for (const LongestFit& f : fits)
     t.add_row({f.hardware, f.model, fmt::format("{}", f.ranks), fmt::format("{}", f.batch_value), f.system,
-               f.longest_seq ? format_tokens(f.longest_seq) : "none", f.longest_seq ? tok_s(f.tokens_per_s) : "-",
-               md(f.plan), f.first_failing_seq ? format_tokens(f.first_failing_seq) : "",
-               md(shorten(f.why, 240))});
+               f.longest_seq ? format_tokens(f.longest_seq) : "none",
+               f.longest_seq ? tok_s(f.tokens_per_s) : "-", md(f.plan),
+               f.first_failing_seq ? format_tokens(f.first_failing_seq) : "", md(shorten(f.why, 240))});
   s += t.render_markdown() + "\n";
   // One plot per (hardware, model): tokens/s against sequence length, per system.
   std::map<std::pair<std::string, std::string>, std::map<std::string, PlotSeries>> plots;
@@ -436,15 +475,19 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
   const std::vector<ScalingPoint> pts = scaling_points(res);
   if (pts.empty()) return "";
   std::string s = "## Scaling with the number of GPUs\n\n";
-  s += "Weak scaling: sequences per rank fixed, so the step grows with the ranks; strong scaling: tokens per step "
-       "fixed. Speedup and efficiency are relative to the smallest rank count swept (efficiency = speedup x base ranks "
+  s += "Weak scaling: sequences per rank fixed, so the step grows with the ranks; strong scaling: tokens per "
+       "step "
+       "fixed. Speedup and efficiency are relative to the smallest rank count swept (efficiency = speedup x "
+       "base ranks "
        "/ ranks).\n\n";
-  Table t({"hardware", "model", "seq", "kind", "batch", "system", "ranks", "tokens/s", "speedup", "efficiency", "bottleneck"},
+  Table t({"hardware", "model", "seq", "kind", "batch", "system", "ranks", "tokens/s", "speedup",
+           "efficiency", "bottleneck"},
           {"", "", "", "", "", "", "", "", "x", "%", ""});
   std::map<std::string, std::map<std::string, PlotSeries>> plots;  // hardware -> series
   std::vector<std::string> order;
   for (const ScalingPoint& p : pts) {
-    const std::string batch = p.weak ? fmt::format("{} seq/rank", p.batch_value) : format_tokens(p.batch_value) + " tok/step";
+    const std::string batch =
+        p.weak ? fmt::format("{} seq/rank", p.batch_value) : format_tokens(p.batch_value) + " tok/step";
     t.add_row({p.hardware, p.model, format_tokens(p.seq_len), p.weak ? "weak" : "strong", batch, p.system,
                fmt::format("{}", p.ranks), p.tokens_per_s > 0 ? tok_s(p.tokens_per_s) : "-",
                p.speedup > 0 ? fmt::format("{:.2f}", p.speedup) : "-",
@@ -478,7 +521,8 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
 std::string simulator_section(const SweepResult& res) {
   if (!res.simulated) return "";
   std::string s = "## Simulator cross-check\n\n";
-  s += "Every chosen plan was scored by both views of the step model. Step time of the simulator / the analytical "
+  s += "Every chosen plan was scored by both views of the step model. Step time of the simulator / the "
+       "analytical "
        "model, per system (plans were chosen by the analytical model):\n\n";
   Table t({"system", "points", "median", "min", "max"}, {"", "", "sim/model", "sim/model", "sim/model"});
   for (System sys : systems_of(res)) {
@@ -494,10 +538,12 @@ std::string simulator_section(const SweepResult& res) {
   s += t.render_markdown() + "\n";
   const std::vector<SpeedupStat> sim = speedup_totals(res.rows, "", ""),
                                  ana = speedup_totals(res.rows, "", "", Figure::kAnalytical);
-  Table sp({"baseline", "geomean by the simulator", "geomean by the analytical model", "points"}, {"", "x", "x", ""});
+  Table sp({"baseline", "geomean by the simulator", "geomean by the analytical model", "points"},
+           {"", "x", "x", ""});
   for (std::size_t i = 0; i < sim.size() && i < ana.size(); ++i)
     sp.add_row({sim[i].baseline, sim[i].points ? fmt::format("{:.2f}", sim[i].geomean) : "-",
-                ana[i].points ? fmt::format("{:.2f}", ana[i].geomean) : "-", fmt::format("{}", sim[i].points)});
+                ana[i].points ? fmt::format("{:.2f}", ana[i].geomean) : "-",
+                fmt::format("{}", sim[i].points)});
   s += "SlideDP's speedup over each baseline, all points, by each view:\n\n" + sp.render_markdown() + "\n";
   return s;
 }
@@ -508,7 +554,8 @@ std::string infeasible_section(const SweepResult& res) {
     if (!r.feasible) bad.push_back(&r);
   if (bad.empty()) return "";
   std::string s = fmt::format("## Points that do not fit ({})\n\n", bad.size());
-  Table t({"hardware", "model", "seq", "ranks", "tokens/step", "system", "why"}, {"", "", "", "", "", "", ""});
+  Table t({"hardware", "model", "seq", "ranks", "tokens/step", "system", "why"},
+          {"", "", "", "", "", "", ""});
   for (const SweepRow* r : bad)
     t.add_row({r->hardware, r->model, format_tokens(r->point.seq_len), fmt::format("{}", r->point.ranks),
                format_tokens(r->point.tokens_per_step), r->system, md(shorten(r->infeasible_reason, 300))});
@@ -529,45 +576,109 @@ std::string machines_section(const SweepResult& res) {
 
 std::string sweep_stamp(const SweepResult& res, const std::string& command) {
   const Provenance& pv = provenance();
-  return fmt::format("{} | spec {} (fnv1a {}) | git {} | {} | {}", command, res.spec.file.empty() ? res.spec.name : res.spec.file,
-                     hash_hex(res.spec.text_hash), pv.git_revision, pv.cpu_model, utc_timestamp());
+  return fmt::format("{} | spec {} (fnv1a {}) | git {} | {} | {}", command,
+                     res.spec.file.empty() ? res.spec.name : res.spec.file, hash_hex(res.spec.text_hash),
+                     pv.git_revision, pv.cpu_model, utc_timestamp());
 }
 
 std::string sweep_plot_stamp(const SweepResult& res, const std::string& command) {
-  return fmt::format("{} | spec fnv1a {} | git {} | {}", command, hash_hex(res.spec.text_hash), provenance().git_revision,
-                     utc_timestamp().substr(0, 10));
+  return fmt::format("{} | spec fnv1a {} | git {} | {}", command, hash_hex(res.spec.text_hash),
+                     provenance().git_revision, utc_timestamp().substr(0, 10));
 }
 
 std::vector<std::string> sweep_csv_columns() {
-  return {"grid", "hardware", "hardware_base", "overrides", "model", "params_b", "seq_len", "ranks", "batch_value",
-          "tokens_per_step", "system", "feasible", "step_time_s", "tokens_per_s", "tflops_per_gpu", "bottleneck",
-          "bottleneck_util", "exposed_s", "compute_s", "stall_s", "exposed_tail_s", "exposed_head_s", "post_update_s",
-          "sync_s", "gpu_peak_gib", "gpu_budget_gib", "host_gib", "micro_batch", "accum_steps", "param_route",
-          "grad_route", "chunk_numel", "offload_layers", "recompute_layers", "keep_layers", "buffer_depth",
-          "update_threads", "plan", "sim_step_time_s", "sim_tokens_per_s", "sim_bottleneck", "candidates",
-          "infeasible_reason", "eval_s"};
+  return {"grid",
+          "hardware",
+          "hardware_base",
+          "overrides",
+          "model",
+          "params_b",
+          "seq_len",
+          "ranks",
+          "batch_value",
+          "tokens_per_step",
+          "system",
+          "feasible",
+          "step_time_s",
+          "tokens_per_s",
+          "tflops_per_gpu",
+          "bottleneck",
+          "bottleneck_util",
+          "exposed_s",
+          "compute_s",
+          "stall_s",
+          "exposed_tail_s",
+          "exposed_head_s",
+          "post_update_s",
+          "sync_s",
+          "gpu_peak_gib",
+          "gpu_budget_gib",
+          "host_gib",
+          "micro_batch",
+          "accum_steps",
+          "param_route",
+          "grad_route",
+          "chunk_numel",
+          "offload_layers",
+          "recompute_layers",
+          "keep_layers",
+          "buffer_depth",
+          "update_threads",
+          "plan",
+          "sim_step_time_s",
+          "sim_tokens_per_s",
+          "sim_bottleneck",
+          "candidates",
+          "infeasible_reason",
+          "eval_s"};
 }
 
 std::vector<std::string> sweep_csv_cells(const SweepRow& r) {
-  std::vector<std::string> c = {r.grid, r.hardware, r.hardware_base, r.overrides, r.model, fmt::format("{:.3f}", r.params / 1e9),
-                                fmt::format("{}", r.point.seq_len), fmt::format("{}", r.point.ranks),
-                                fmt::format("{}", r.point.batch_value), fmt::format("{}", r.point.tokens_per_step), r.system,
+  std::vector<std::string> c = {r.grid,
+                                r.hardware,
+                                r.hardware_base,
+                                r.overrides,
+                                r.model,
+                                fmt::format("{:.3f}", r.params / 1e9),
+                                fmt::format("{}", r.point.seq_len),
+                                fmt::format("{}", r.point.ranks),
+                                fmt::format("{}", r.point.batch_value),
+                                fmt::format("{}", r.point.tokens_per_step),
+                                r.system,
                                 r.feasible ? "1" : "0"};
   if (r.feasible) {
     const Prediction& p = r.predicted;
     const Breakdown& b = p.breakdown;
     const Plan::PolicyCounts pc = r.plan.policy_counts(r.num_layers);
-    c.insert(c.end(), {g6(p.step_time_s), fmt::format("{:.1f}", p.tokens_per_s), fmt::format("{:.2f}", p.tflops_per_gpu),
-                       p.bottleneck, fmt::format("{:.4f}", p.bottleneck_utilization), g6(p.exposed_s), g6(b.compute_s),
-                       g6(b.stall_s), g6(b.exposed_tail_s), g6(b.exposed_head_s), g6(b.post_update_s), g6(b.sync_s),
-                       fmt::format("{:.3f}", p.memory.gpu_peak_bytes / kGiB), fmt::format("{:.3f}", p.memory.gpu_budget_bytes / kGiB),
-                       fmt::format("{:.1f}", p.memory.host_bytes / kGiB), fmt::format("{}", r.plan.micro_batch),
-                       fmt::format("{}", r.plan.accum_steps), param_route_name(r.plan.param_route),
-                       grad_route_name(r.plan.grad_route), fmt::format("{}", r.plan.chunk_numel), fmt::format("{}", pc.offload),
-                       fmt::format("{}", pc.recompute), fmt::format("{}", pc.keep), fmt::format("{}", r.plan.gpu_buffer_depth),
-                       fmt::format("{}", r.plan.update_threads), r.plan_summary});
+    c.insert(c.end(), {g6(p.step_time_s),
+                       fmt::format("{:.1f}", p.tokens_per_s),
+                       fmt::format("{:.2f}", p.tflops_per_gpu),
+                       p.bottleneck,
+                       fmt::format("{:.4f}", p.bottleneck_utilization),
+                       g6(p.exposed_s),
+                       g6(b.compute_s),
+                       g6(b.stall_s),
+                       g6(b.exposed_tail_s),
+                       g6(b.exposed_head_s),
+                       g6(b.post_update_s),
+                       g6(b.sync_s),
+                       fmt::format("{:.3f}", p.memory.gpu_peak_bytes / kGiB),
+                       fmt::format("{:.3f}", p.memory.gpu_budget_bytes / kGiB),
+                       fmt::format("{:.1f}", p.memory.host_bytes / kGiB),
+                       fmt::format("{}", r.plan.micro_batch),
+                       fmt::format("{}", r.plan.accum_steps),
+                       param_route_name(r.plan.param_route),
+                       grad_route_name(r.plan.grad_route),
+                       fmt::format("{}", r.plan.chunk_numel),
+                       fmt::format("{}", pc.offload),
+                       fmt::format("{}", pc.recompute),
+                       fmt::format("{}", pc.keep),
+                       fmt::format("{}", r.plan.gpu_buffer_depth),
+                       fmt::format("{}", r.plan.update_threads),
+                       r.plan_summary});
     if (r.simulated)
-      c.insert(c.end(), {g6(r.simulated->step_time_s), fmt::format("{:.1f}", r.simulated->tokens_per_s), r.simulated->bottleneck});
+      c.insert(c.end(), {g6(r.simulated->step_time_s), fmt::format("{:.1f}", r.simulated->tokens_per_s),
+                         r.simulated->bottleneck});
     else
       c.insert(c.end(), {"", "", ""});
   } else {
@@ -600,16 +711,18 @@ std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::st
 
   std::string readme = fmt::format("# Sweep: {}\n\n", res.spec.name);
   std::string description = res.spec.description;
-  while (!description.empty() && std::isspace(static_cast<unsigned char>(description.back()))) description.pop_back();
+  while (!description.empty() && std::isspace(static_cast<unsigned char>(description.back())))
+    description.pop_back();
   if (!description.empty()) readme += description + "\n\n";
   readme += fmt::format("Produced by `{}` from `{}` (spec fnv1a {}), git {}, {} ({} cores), {}.  \n", command,
                         res.spec.file.empty() ? res.spec.name : res.spec.file, hash_hex(res.spec.text_hash),
                         pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp());
-  readme += fmt::format("{} points ({} fit) in {} ({} per point on one core), scored by the {}.\n\n", res.rows.size(),
-                        feasible, format_seconds(res.wall_s),
-                        format_seconds(res.rows.empty() ? 0 : res.wall_s / static_cast<double>(res.rows.size())),
-                        res.simulated ? "analytical model, then re-scored by the discrete-event simulator"
-                                      : "analytical step model");
+  readme +=
+      fmt::format("{} points ({} fit) in {} ({} per point on one core), scored by the {}.\n\n",
+                  res.rows.size(), feasible, format_seconds(res.wall_s),
+                  format_seconds(res.rows.empty() ? 0 : res.wall_s / static_cast<double>(res.rows.size())),
+                  res.simulated ? "analytical model, then re-scored by the discrete-event simulator"
+                                : "analytical step model");
   readme += claims_section(res);
   readme += method_section(res);
   readme += machines_section(res);
@@ -620,17 +733,20 @@ std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::st
   if (wants(res.spec, kAnalysisScaling)) readme += scaling_section(res, stamp, files);
   readme += simulator_section(res);
   readme += infeasible_section(res);
-  readme += "## Files\n\n`points.csv`: every point (system, chosen plan, step time and its breakdown, bottleneck, memory, "
-            "why a point does not fit), one row each";
+  readme +=
+      "## Files\n\n`points.csv`: every point (system, chosen plan, step time and its breakdown, bottleneck, "
+      "memory, "
+      "why a point does not fit), one row each";
   for (const SweepFile& f : files)
     if (f.name != "points.csv") readme += ", `" + f.name + "`";
-  readme += ".\n\n## Spec\n\n```yaml\n" + res.spec.text + (res.spec.text.empty() || res.spec.text.back() == '\n' ? "" : "\n") +
-            "```\n";
+  readme += ".\n\n## Spec\n\n```yaml\n" + res.spec.text +
+            (res.spec.text.empty() || res.spec.text.back() == '\n' ? "" : "\n") + "```\n";
   files.insert(files.begin(), {"README.md", readme});
   return files;
 }
 
-std::vector<std::string> write_sweep_report(const SweepResult& res, const std::string& dir, const std::string& command) {
+std::vector<std::string> write_sweep_report(const SweepResult& res, const std::string& dir,
+                                            const std::string& command) {
   namespace fs = std::filesystem;
   fs::create_directories(dir);
   std::vector<std::string> names;
@@ -641,7 +757,8 @@ std::vector<std::string> write_sweep_report(const SweepResult& res, const std::s
   return names;
 }
 
-nlohmann::json sweep_summary_json(const SweepResult& res, const std::vector<std::string>& files, const std::string& dir) {
+nlohmann::json sweep_summary_json(const SweepResult& res, const std::vector<std::string>& files,
+                                  const std::string& dir) {
   nlohmann::json j;
   j["spec"] = res.spec.name;
   j["spec_file"] = res.spec.file;
@@ -655,12 +772,20 @@ nlohmann::json sweep_summary_json(const SweepResult& res, const std::vector<std:
   j["method"] = res.simulated ? "simulator" : "analytical";
   nlohmann::json claims = nlohmann::json::array();
   for (const ClaimResult& c : evaluate_claims(res))
-    claims.push_back({{"claim", c.claim.claim}, {"paper", c.claim.paper}, {"metric", c.claim.metric}, {"model", c.model},
-                      {"low", c.low}, {"high", c.high}});
+    claims.push_back({{"claim", c.claim.claim},
+                      {"paper", c.claim.paper},
+                      {"metric", c.claim.metric},
+                      {"model", c.model},
+                      {"low", c.low},
+                      {"high", c.high}});
   j["claims"] = claims;
   nlohmann::json sp = nlohmann::json::array();
   for (const SpeedupStat& s : speedup_totals(res.rows, "", ""))
-    sp.push_back({{"baseline", s.baseline}, {"geomean", s.geomean}, {"min", s.min}, {"max", s.max}, {"points", s.points},
+    sp.push_back({{"baseline", s.baseline},
+                  {"geomean", s.geomean},
+                  {"min", s.min},
+                  {"max", s.max},
+                  {"points", s.points},
                   {"baseline_infeasible", s.baseline_infeasible}});
   j["speedups"] = sp;
   j["out"] = dir;

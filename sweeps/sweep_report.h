@@ -31,9 +31,11 @@ std::string sweep_csv(const SweepResult& result, const std::string& stamp);
 // Every file of the report, in memory (tests inspect them without touching the disk).
 std::vector<SweepFile> render_sweep_report(const SweepResult& result, const std::string& command);
 // Renders and writes them into `dir` (created), atomically per file. Returns the names written.
-std::vector<std::string> write_sweep_report(const SweepResult& result, const std::string& dir, const std::string& command);
+std::vector<std::string> write_sweep_report(const SweepResult& result, const std::string& dir,
+                                            const std::string& command);
 
 // A short machine-readable summary: counts, run time, claims, speedup totals, files.
-nlohmann::json sweep_summary_json(const SweepResult& result, const std::vector<std::string>& files, const std::string& dir);
+nlohmann::json sweep_summary_json(const SweepResult& result, const std::vector<std::string>& files,
+                                  const std::string& dir);
 
 }  // namespace slidedp

@@ -30,8 +30,8 @@ std::string join_lines(const std::vector<std::string>& v) { return fmt::format("
 
 }  // namespace
 
-std::optional<BaselineChoice> best_baseline_plan(const Workload& w, const Hardware& hw, System system, int ranks,
-                                                 int64_t tokens_per_step, std::string* why) {
+std::optional<BaselineChoice> best_baseline_plan(const Workload& w, const Hardware& hw, System system,
+                                                 int ranks, int64_t tokens_per_step, std::string* why) {
   SLIDEDP_CHECK(system != System::kSlideDP, "SlideDP's plan comes from the planner");
   const int L = static_cast<int>(w.model.num_layers);
   // The planner's own resolution of "every micro-batch x accumulation split of this step" (micro-batch
@@ -62,7 +62,8 @@ std::optional<BaselineChoice> best_baseline_plan(const Workload& w, const Hardwa
       ++candidates;
       Prediction pred = predict_analytical(w, hw, p, system);
       if (!pred.feasible) {
-        const double ratio = pred.memory.gpu_budget_bytes > 0 ? pred.memory.gpu_peak_bytes / pred.memory.gpu_budget_bytes : 0;
+        const double ratio =
+            pred.memory.gpu_budget_bytes > 0 ? pred.memory.gpu_peak_bytes / pred.memory.gpu_budget_bytes : 0;
         if (ratio < closest_ratio) {
           closest_ratio = ratio;
           closest = fmt::format("closest: {}: {}", plan_for_system(p, system, w.model).summary(L),
@@ -78,7 +79,9 @@ std::optional<BaselineChoice> best_baseline_plan(const Workload& w, const Hardwa
     }
   }
   if (best) best->candidates = candidates;
-  if (!best && why) *why = fmt::format("no batch shape of {} fits ({} candidates); {}", system_name(system), candidates, closest);
+  if (!best && why)
+    *why = fmt::format("no batch shape of {} fits ({} candidates); {}", system_name(system), candidates,
+                       closest);
   return best;
 }
 
@@ -154,7 +157,8 @@ SweepResult run_sweep(const SweepSpec& spec, const SweepRunOptions& options) {
   res.rows.reserve(points.size());
   for (std::size_t i = 0; i < points.size(); ++i) {
     res.rows.push_back(evaluate_point(spec, points[i], res.simulated));
-    if (options.progress) options.progress(static_cast<int>(i + 1), static_cast<int>(points.size()), res.rows.back());
+    if (options.progress)
+      options.progress(static_cast<int>(i + 1), static_cast<int>(points.size()), res.rows.back());
   }
   res.wall_s = seconds_since(t0);
   return res;

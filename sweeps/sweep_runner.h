@@ -29,10 +29,10 @@ struct SweepRow {
   std::string infeasible_reason;  // when no plan fits: the closest miss
   Plan plan;                      // chosen plan after plan_for_system (the system's fixed choices applied)
   std::string plan_summary;
-  Prediction predicted;               // analytical model (kContention)
+  Prediction predicted;                 // analytical model (kContention)
   std::optional<Prediction> simulated;  // when the sweep re-scores with the simulator
-  int64_t candidates = 0;             // plans considered for this point
-  double eval_s = 0;                  // wall time of choosing and scoring the plan
+  int64_t candidates = 0;               // plans considered for this point
+  double eval_s = 0;                    // wall time of choosing and scoring the plan
 
   // The figure every analysis uses: the simulator's when present, else the analytical model's.
   const Prediction& scored() const { return simulated ? *simulated : predicted; }
@@ -66,7 +66,7 @@ struct BaselineChoice {
   Prediction predicted;
   int64_t candidates = 0;
 };
-std::optional<BaselineChoice> best_baseline_plan(const Workload& w, const Hardware& hw, System system, int ranks,
-                                                 int64_t tokens_per_step, std::string* why);
+std::optional<BaselineChoice> best_baseline_plan(const Workload& w, const Hardware& hw, System system,
+                                                 int ranks, int64_t tokens_per_step, std::string* why);
 
 }  // namespace slidedp

@@ -56,28 +56,31 @@ std::string table_text(const YAML::Node& table) {
   for (const auto& kv : table) {
     double x = 0;
     const bool num = YAML::convert<double>::decode(kv.second, x);
-    parts.push_back(fmt::format("{}: {}", kv.first.Scalar(), num ? fmt::format("{:.4g}", x) : kv.second.Scalar()));
+    parts.push_back(
+        fmt::format("{}: {}", kv.first.Scalar(), num ? fmt::format("{:.4g}", x) : kv.second.Scalar()));
   }
   return fmt::format("{{{}}}", fmt::join(parts, ", "));
 }
 
 // Merges `over` onto `base` leaf by leaf; every key must exist in `base`. Records "a.b=value" lines.
-void merge_overrides(YAML::Node base, const YAML::Node& over, const std::string& path, const std::string& where,
-                     const std::string& preset, std::vector<std::string>& applied) {
-  if (!over.IsMap()) throw InputError(where + (path.empty() ? "" : "." + path), "expected a map of hardware keys");
+void merge_overrides(YAML::Node base, const YAML::Node& over, const std::string& path,
+                     const std::string& where, const std::string& preset, std::vector<std::string>& applied) {
+  if (!over.IsMap())
+    throw InputError(where + (path.empty() ? "" : "." + path), "expected a map of hardware keys");
   for (const auto& kv : over) {
     const std::string key = kv.first.as<std::string>();
     const std::string full = path.empty() ? key : path + "." + key;
     if (key == "name" || key == "sources" || key == "unit_times")
-      throw InputError(where + "." + full, "cannot be overridden (the variant's label names it; sources are written "
-                                           "by the sweep; unit times come from a profile)");
+      throw InputError(where + "." + full,
+                       "cannot be overridden (the variant's label names it; sources are written "
+                       "by the sweep; unit times come from a profile)");
     // Const lookup: a non-const operator[] would insert the missing key.
     YAML::Node b = static_cast<const YAML::Node&>(base)[key];
     if (!b || b.IsNull())
-      throw InputError(where + "." + full, fmt::format("no such key in hardware '{}'{}", preset,
-                                                       base.IsMap() ? fmt::format(" (keys here: {})",
-                                                                                  fmt::join(map_keys(base), ", "))
-                                                                    : ""));
+      throw InputError(
+          where + "." + full,
+          fmt::format("no such key in hardware '{}'{}", preset,
+                      base.IsMap() ? fmt::format(" (keys here: {})", fmt::join(map_keys(base), ", ")) : ""));
     const YAML::Node& v = kv.second;
     if (b.IsMap() && !is_rate_table(b)) {
       merge_overrides(b, v, full, where, preset, applied);
@@ -92,7 +95,8 @@ void merge_overrides(YAML::Node base, const YAML::Node& over, const std::string&
 }
 
 // Numeric value of a leaf ("host.mem_bw_gbps") of the preset's YAML; throws naming `where`.
-YAML::Node find_leaf(YAML::Node root, const std::string& key, const std::string& where, const std::string& preset) {
+YAML::Node find_leaf(YAML::Node root, const std::string& key, const std::string& where,
+                     const std::string& preset) {
   YAML::Node n = root;
   for (const std::string& part : split_key(key)) {
     const YAML::Node& cn = n;  // const lookup: a non-const operator[] would insert the key
@@ -166,15 +170,20 @@ std::vector<HardwareVariant> read_hardware_entry(const YamlReader& h, const std:
     const std::string key = vary->text("key");
     const std::vector<double> values = vary->number_list("values", 0.0, 1e18, "of the key's unit");
     std::vector<std::string> scale_with;
-    if (vary->has("scale_with")) scale_with = vary->text_list("scale_with");
-    else vary->skip("scale_with");
+    if (vary->has("scale_with"))
+      scale_with = vary->text_list("scale_with");
+    else
+      vary->skip("scale_with");
     vary->done();
     if (values.empty()) throw InputError(vary->where("values"), "expected at least one value");
     // The preset's own value of the key is the reference the scale_with entries are scaled from.
     const Hardware preset_hw = load_hardware(resolved);
     YAML::Node preset_yaml = YAML::Load(hardware_to_yaml(preset_hw));
-    const double ref = leaf_number(find_leaf(preset_yaml, key, vary->where("key"), base), key, vary->where("key"));
-    if (ref <= 0) throw InputError(vary->where("key"), fmt::format("'{}' is {} in the preset; cannot scale by it", key, ref));
+    const double ref =
+        leaf_number(find_leaf(preset_yaml, key, vary->where("key"), base), key, vary->where("key"));
+    if (ref <= 0)
+      throw InputError(vary->where("key"),
+                       fmt::format("'{}' is {} in the preset; cannot scale by it", key, ref));
     for (const std::string& s : scale_with) find_leaf(preset_yaml, s, vary->where("scale_with"), base);
     for (double v : values) {
       YAML::Node over = overrides_yaml.empty() ? YAML::Node(YAML::NodeType::Map) : YAML::Load(overrides_yaml);
@@ -246,8 +255,9 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
   grid.seq_lens = positive_integers(g, "seq_lens", int64_t{1} << 24);
   const bool tokens = g.has("tokens_per_step"), seqs = g.has("sequences_per_rank");
   if (tokens == seqs)
-    throw InputError(g.where(), "give exactly one of tokens_per_step (matched batch) and sequences_per_rank "
-                                "(the step grows with ranks and seq_lens)");
+    throw InputError(g.where(),
+                     "give exactly one of tokens_per_step (matched batch) and sequences_per_rank "
+                     "(the step grows with ranks and seq_lens)");
   if (tokens) {
     grid.batch_mode = BatchMode::kTokensPerStep;
     grid.batch_values = positive_integers(g, "tokens_per_step", int64_t{1} << 40);
@@ -273,18 +283,21 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
   std::set<std::string> labels;
   for (const HardwareVariant& hv : grid.hardware) {
     if (!labels.insert(hv.label).second)
-      throw InputError(g.where("hardware"), fmt::format("two machines are labelled '{}'; give each a label", hv.label));
+      throw InputError(g.where("hardware"),
+                       fmt::format("two machines are labelled '{}'; give each a label", hv.label));
     const std::vector<int> ranks = grid.ranks.empty() ? std::vector<int>{hv.hw.gpu.count} : grid.ranks;
     for (int r : ranks) {
       if (!hv.hw.gpu.emulated_on_host && r > hv.hw.gpu.count)
-        throw InputError(g.where("ranks"), fmt::format("{} ranks but '{}' has {} GPUs", r, hv.label, hv.hw.gpu.count));
+        throw InputError(g.where("ranks"),
+                         fmt::format("{} ranks but '{}' has {} GPUs", r, hv.label, hv.hw.gpu.count));
       if (grid.batch_mode != BatchMode::kTokensPerStep) continue;
       for (int64_t seq : grid.seq_lens)
         for (int64_t t : grid.batch_values)
           if (t % (r * seq) != 0)
-            throw InputError(g.where("tokens_per_step"),
-                             fmt::format("{} tokens is not a multiple of ranks x seq_len = {} x {} (machine '{}')", t, r,
-                                         seq, hv.label));
+            throw InputError(
+                g.where("tokens_per_step"),
+                fmt::format("{} tokens is not a multiple of ranks x seq_len = {} x {} (machine '{}')", t, r,
+                            seq, hv.label));
     }
   }
   return grid;
@@ -312,12 +325,14 @@ PaperClaim read_claim(const YamlReader& c) {
 }  // namespace
 
 std::vector<std::string> analysis_names() {
-  return {kAnalysisThroughput, kAnalysisSpeedups, kAnalysisBottlenecks, kAnalysisLongestSequence, kAnalysisScaling};
+  return {kAnalysisThroughput, kAnalysisSpeedups, kAnalysisBottlenecks, kAnalysisLongestSequence,
+          kAnalysisScaling};
 }
 
 std::vector<std::string> claim_metric_names() {
-  return {"speedup_geomean", "fsdp2_ratio", "fsdp2_peak_excess", "longest_sequence", "feasible",
-          "weak_scaling_efficiency", "strong_scaling_efficiency"};
+  return {"speedup_geomean",          "fsdp2_ratio", "fsdp2_peak_excess",
+          "longest_sequence",         "feasible",    "weak_scaling_efficiency",
+          "strong_scaling_efficiency"};
 }
 
 uint64_t fnv1a(const std::string& text) {
@@ -370,12 +385,12 @@ SweepSpec sweep_spec_from_yaml(const std::string& text, const std::string& origi
   spec.file = origin;
   spec.text = text;
   spec.text_hash = fnv1a(text);
-  const std::string spec_dir =
-      origin.empty() ? "" : std::filesystem::path(origin).parent_path().string();
+  const std::string spec_dir = origin.empty() ? "" : std::filesystem::path(origin).parent_path().string();
   YamlReader r = YamlReader::load_string(text, origin);
   spec.name = r.text("name");
   if (spec.name.empty() || spec.name.find_first_of("/\\ ") != std::string::npos)
-    throw InputError(r.where("name"), "expected a non-empty name without spaces or slashes (it names the output folder)");
+    throw InputError(r.where("name"),
+                     "expected a non-empty name without spaces or slashes (it names the output folder)");
   spec.description = r.text_or("description", "");
   spec.simulate = r.boolean_or("simulate", false);
   if (r.has("analyses")) {
@@ -383,8 +398,9 @@ SweepSpec sweep_spec_from_yaml(const std::string& text, const std::string& origi
     const std::vector<std::string> known = analysis_names();
     for (std::size_t i = 0; i < spec.analyses.size(); ++i)
       if (std::find(known.begin(), known.end(), spec.analyses[i]) == known.end())
-        throw InputError(r.where("analyses") + fmt::format("[{}]", i),
-                         fmt::format("unknown analysis '{}' (one of: {})", spec.analyses[i], fmt::join(known, ", ")));
+        throw InputError(
+            r.where("analyses") + fmt::format("[{}]", i),
+            fmt::format("unknown analysis '{}' (one of: {})", spec.analyses[i], fmt::join(known, ", ")));
     reject_duplicates(spec.analyses, r.where("analyses"));
   } else {
     r.skip("analyses");
@@ -397,22 +413,27 @@ SweepSpec sweep_spec_from_yaml(const std::string& text, const std::string& origi
   }
   std::vector<YamlReader> grids = r.map_list("grids");
   if (grids.empty()) throw InputError(r.where("grids"), "expected at least one grid");
-  for (std::size_t i = 0; i < grids.size(); ++i) spec.grids.push_back(read_grid(grids[i], static_cast<int>(i), spec_dir));
+  for (std::size_t i = 0; i < grids.size(); ++i)
+    spec.grids.push_back(read_grid(grids[i], static_cast<int>(i), spec_dir));
   r.done();
   std::set<std::string> names;
   for (const SweepGrid& g : spec.grids)
-    if (!names.insert(g.name).second) throw InputError(r.where("grids"), fmt::format("two grids are named '{}'", g.name));
+    if (!names.insert(g.name).second)
+      throw InputError(r.where("grids"), fmt::format("two grids are named '{}'", g.name));
   return spec;
 }
 
-SweepSpec load_sweep_spec(const std::string& path) { return sweep_spec_from_yaml(read_text_file(path), path); }
+SweepSpec load_sweep_spec(const std::string& path) {
+  return sweep_spec_from_yaml(read_text_file(path), path);
+}
 
 std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
   std::vector<SweepPoint> out;
   for (std::size_t gi = 0; gi < spec.grids.size(); ++gi) {
     const SweepGrid& g = spec.grids[gi];
     for (std::size_t hi = 0; hi < g.hardware.size(); ++hi) {
-      const std::vector<int> ranks = g.ranks.empty() ? std::vector<int>{g.hardware[hi].hw.gpu.count} : g.ranks;
+      const std::vector<int> ranks =
+          g.ranks.empty() ? std::vector<int>{g.hardware[hi].hw.gpu.count} : g.ranks;
       for (std::size_t mi = 0; mi < g.models.size(); ++mi)
         for (int64_t seq : g.seq_lens)
           for (int r : ranks)

@@ -39,11 +39,11 @@ struct SweepGrid {
 };
 
 // Analyses a spec may ask for (sweep_analysis.h).
-inline constexpr const char* kAnalysisThroughput = "throughput";            // tokens/s vs tokens per step
-inline constexpr const char* kAnalysisSpeedups = "speedups";                // SlideDP over each baseline
-inline constexpr const char* kAnalysisBottlenecks = "bottlenecks";          // binding resource, route
+inline constexpr const char* kAnalysisThroughput = "throughput";             // tokens/s vs tokens per step
+inline constexpr const char* kAnalysisSpeedups = "speedups";                 // SlideDP over each baseline
+inline constexpr const char* kAnalysisBottlenecks = "bottlenecks";           // binding resource, route
 inline constexpr const char* kAnalysisLongestSequence = "longest_sequence";  // longest seq_len that fits
-inline constexpr const char* kAnalysisScaling = "scaling";                  // weak/strong vs ranks
+inline constexpr const char* kAnalysisScaling = "scaling";                   // weak/strong vs ranks
 std::vector<std::string> analysis_names();
 
 // Metrics a paper claim can be compared with (sweep_analysis.cc computes them).
@@ -63,8 +63,8 @@ struct PaperClaim {
 struct SweepSpec {
   std::string name;
   std::string description;
-  std::string file;  // path it was read from ("" for a string)
-  std::string text;  // the spec as written (copied into every report)
+  std::string file;        // path it was read from ("" for a string)
+  std::string text;        // the spec as written (copied into every report)
   uint64_t text_hash = 0;  // FNV-1a of text, printed as 16 hex digits
   bool simulate = false;   // re-score every chosen plan with the discrete-event simulator
   std::vector<std::string> analyses;

@@ -6,7 +6,6 @@
 #include <filesystem>
 #include <iostream>
 #include <memory>
-
 #include <nlohmann/json.hpp>
 
 #include "common/progress.h"
@@ -30,8 +29,9 @@ struct RunArgs {
 void add_run_command(CLI::App& app, int argc, char** argv) {
   auto args = std::make_shared<RunArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "run", "Evaluate a sweep spec (hardware x models x sequence lengths x batches x systems) with the step model; "
-             "write points.csv, README.md and SVG plots");
+      "run",
+      "Evaluate a sweep spec (hardware x models x sequence lengths x batches x systems) with the step model; "
+      "write points.csv, README.md and SVG plots");
   cmd->add_option("spec", args->spec, "Sweep spec YAML (see sweeps/specs/ and docs/SWEEPS.md)")->required();
   cmd->add_option("--out", args->out, "Output folder (default: results/sweeps/<spec name>)");
   cmd->add_flag("--simulate", args->simulate, "Re-score every chosen plan with the discrete-event simulator");
@@ -44,11 +44,13 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
     const SweepSpec spec = load_sweep_spec(args->spec);
     const std::string out = args->out.empty() ? "results/sweeps/" + spec.name : args->out;
     const std::size_t total = expand_points(spec).size();
-    Progress progress("sweep " + spec.name, static_cast<double>(total), "points", !args->json && !args->quiet);
+    Progress progress("sweep " + spec.name, static_cast<double>(total), "points",
+                      !args->json && !args->quiet);
     SweepRunOptions opt;
     opt.simulate = args->simulate;
     opt.progress = [&](int done, int, const SweepRow& r) {
-      progress.update(done, fmt::format("{} {} {} {}", r.hardware, r.model, format_tokens(r.point.tokens_per_step), r.system));
+      progress.update(done, fmt::format("{} {} {} {}", r.hardware, r.model,
+                                        format_tokens(r.point.tokens_per_step), r.system));
     };
     const SweepResult res = run_sweep(spec, opt);
     progress.finish();
@@ -58,8 +60,10 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
     } else {
       int feasible = 0;
       for (const SweepRow& r : res.rows) feasible += r.feasible ? 1 : 0;
-      fmt::print("{}: {} points ({} fit) in {}\n", spec.name, res.rows.size(), feasible, format_seconds(res.wall_s));
-      for (const ClaimResult& c : evaluate_claims(res)) fmt::print("  {}\n    paper: {}\n    model: {}\n", c.claim.claim, c.claim.paper, c.model);
+      fmt::print("{}: {} points ({} fit) in {}\n", spec.name, res.rows.size(), feasible,
+                 format_seconds(res.wall_s));
+      for (const ClaimResult& c : evaluate_claims(res))
+        fmt::print("  {}\n    paper: {}\n    model: {}\n", c.claim.claim, c.claim.paper, c.model);
       fmt::print("wrote {} files to {}/ (README.md, points.csv, plots)\n", files.size(), out);
     }
     set_command_status(0);

@@ -1,7 +1,8 @@
 // Golden sweep points: the spec tests/data/sweeps/golden.yaml evaluated now, against the rows stored
 // in tests/data/sweeps/golden_points.csv (every column of points.csv except the timing). A change that
 // moves a chosen plan or a prediction fails here until the file is regenerated deliberately:
-//   SLIDEDP_UPDATE_SWEEP_GOLDEN=1 ./build/tests/sweeps/test_sweeps_golden   (or tests/sweeps/update_goldens.sh)
+//   SLIDEDP_UPDATE_SWEEP_GOLDEN=1 ./build/tests/sweeps/test_sweeps_golden   (or
+//   tests/sweeps/update_goldens.sh)
 // and the diff is reviewed like code.
 #include <gtest/gtest.h>
 
@@ -25,7 +26,8 @@ std::string golden_view(const SweepResult& res) {
   std::vector<std::string> cols = sweep_csv_columns();
   EXPECT_EQ(cols.back(), "eval_s");
   cols.pop_back();
-  std::string out = "# " + std::string(kSpec) + " evaluated by the analytical model; regenerate with SLIDEDP_UPDATE_SWEEP_GOLDEN=1\n";
+  std::string out = "# " + std::string(kSpec) +
+                    " evaluated by the analytical model; regenerate with SLIDEDP_UPDATE_SWEEP_GOLDEN=1\n";
   for (std::size_t i = 0; i < cols.size(); ++i) out += (i ? "," : "") + cols[i];
   out += "\n";
   for (const SweepRow& r : res.rows) {
@@ -61,13 +63,15 @@ TEST(SweepGolden, PointsMatchTheStoredRows) {
     write_file_atomic(kGolden, got);
     GTEST_SKIP() << "wrote " << kGolden;
   }
-  ASSERT_TRUE(std::filesystem::exists(kGolden)) << kGolden << " is missing; run with SLIDEDP_UPDATE_SWEEP_GOLDEN=1";
+  ASSERT_TRUE(std::filesystem::exists(kGolden))
+      << kGolden << " is missing; run with SLIDEDP_UPDATE_SWEEP_GOLDEN=1";
   const std::vector<std::string> want = lines(read_text_file(kGolden)), have = lines(got);
   ASSERT_EQ(want.size(), have.size()) << "the golden spec's point count changed";
   ASSERT_GE(have.size(), 2u);
   for (std::size_t i = 0; i < want.size(); ++i)
     EXPECT_EQ(have[i], want[i]) << "row " << i - 1 << " of " << kGolden << " changed (columns: " << have[1]
-                                << ").\nIf the change is intended, regenerate with SLIDEDP_UPDATE_SWEEP_GOLDEN=1 and review the diff.";
+                                << ").\nIf the change is intended, regenerate with "
+                                   "SLIDEDP_UPDATE_SWEEP_GOLDEN=1 and review the diff.";
   // The stored file covers what it should: feasible and infeasible points, every system, a what-if machine.
   EXPECT_NE(got.find(",slideformer-dp,1,"), std::string::npos);
   EXPECT_NE(got.find(",fsdp2,0,"), std::string::npos);

@@ -2,9 +2,8 @@
 // consistent with the planner and the model, the report's CSV is well formed and carries its
 // provenance, the plots are complete SVG files. The analyses are checked on hand-made rows whose
 // answers are known.
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
@@ -56,9 +55,12 @@ std::vector<std::string> split_csv(const std::string& line) {
   for (std::size_t i = 0; i < line.size(); ++i) {
     const char c = line[i];
     if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') out.back() += '"', ++i;
-      else if (c == '"') quoted = false;
-      else out.back() += c;
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        out.back() += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        out.back() += c;
     } else if (c == '"') {
       quoted = true;
     } else if (c == ',') {
@@ -91,7 +93,8 @@ SweepResult* TinySweep::result_ = nullptr;
 TEST_F(TinySweep, EveryPointIsScoredOrSaysWhyNot) {
   ASSERT_EQ(result_->rows.size(), 2u * 2 * 2 * 5);
   for (const SweepRow& r : result_->rows) {
-    SCOPED_TRACE(fmt::format("{} {} r{} {} {}", r.hardware, r.model, r.point.ranks, r.point.tokens_per_step, r.system));
+    SCOPED_TRACE(fmt::format("{} {} r{} {} {}", r.hardware, r.model, r.point.ranks, r.point.tokens_per_step,
+                             r.system));
     if (!r.feasible) {
       EXPECT_FALSE(r.infeasible_reason.empty());
       continue;
@@ -136,7 +139,8 @@ TEST_F(TinySweep, SlideDPRowIsThePlannersChoiceAndBaselinesKeepTheirFixedChoices
       // The row's plan is the plan as the system runs it.
       const Plan fixed = plan_for_system(r.plan, r.point.system, w.model);
       EXPECT_EQ(fixed.summary(static_cast<int>(w.model.num_layers)), r.plan_summary);
-      EXPECT_DOUBLE_EQ(predict_analytical(w, hw, r.plan, r.point.system).step_time_s, r.predicted.step_time_s);
+      EXPECT_DOUBLE_EQ(predict_analytical(w, hw, r.plan, r.point.system).step_time_s,
+                       r.predicted.step_time_s);
     }
   }
 }
@@ -166,8 +170,8 @@ TEST(SweepRunner, BaselinePlanIsTheFastestSplitThatFits) {
   }
   // A step nobody can fit: the reason names the budget and the closest miss.
   std::string why;
-  EXPECT_FALSE(best_baseline_plan(make_workload(model_preset("qwen2.5-72b"), 4096), hardware_preset("rtx4090-x4"),
-                                  System::kFsdp2, 4, 4 * 4096, &why));
+  EXPECT_FALSE(best_baseline_plan(make_workload(model_preset("qwen2.5-72b"), 4096),
+                                  hardware_preset("rtx4090-x4"), System::kFsdp2, 4, 4 * 4096, &why));
   EXPECT_NE(why.find("closest"), std::string::npos) << why;
   EXPECT_NE(why.find("GPU memory"), std::string::npos) << why;
 }
@@ -240,7 +244,8 @@ TEST_F(TinySweep, ReportFilesAreWellFormedAndCarryTheirProvenance) {
 
   const fs::path dir = fs::temp_directory_path() / ("slidedp_sweep_run_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  const std::vector<std::string> names = write_sweep_report(*result_, dir.string(), "slidedp-sweep run tiny.yaml");
+  const std::vector<std::string> names =
+      write_sweep_report(*result_, dir.string(), "slidedp-sweep run tiny.yaml");
   EXPECT_EQ(names.size(), files.size());
   for (const std::string& n : names) EXPECT_TRUE(fs::exists(dir / n)) << n;
   // Same rows as rendered (the stamp's time of day may differ by a second).
@@ -252,7 +257,8 @@ TEST_F(TinySweep, ReportFilesAreWellFormedAndCarryTheirProvenance) {
 
 // ---- analyses on hand-made rows ----
 
-SweepRow row(int model, int64_t seq, int ranks, int64_t batch, System sys, double tokens_per_s, bool feasible = true) {
+SweepRow row(int model, int64_t seq, int ranks, int64_t batch, System sys, double tokens_per_s,
+             bool feasible = true) {
   SweepRow r;
   r.point.model = model;
   r.point.seq_len = seq;
@@ -273,9 +279,9 @@ SweepRow row(int model, int64_t seq, int ranks, int64_t batch, System sys, doubl
 
 TEST(SweepAnalysis, SpeedupsAreGeometricMeansOverPointsWhereBothFit) {
   std::vector<SweepRow> rows = {
-      row(0, 1024, 4, 100, System::kSlideDP, 400), row(0, 1024, 4, 100, System::kMegaTrain, 100),  // 4x
-      row(0, 1024, 4, 200, System::kSlideDP, 400), row(0, 1024, 4, 200, System::kMegaTrain, 400),  // 1x
-      row(0, 1024, 4, 300, System::kSlideDP, 400), row(0, 1024, 4, 300, System::kMegaTrain, 0, false),
+      row(0, 1024, 4, 100, System::kSlideDP, 400),      row(0, 1024, 4, 100, System::kMegaTrain, 100),  // 4x
+      row(0, 1024, 4, 200, System::kSlideDP, 400),      row(0, 1024, 4, 200, System::kMegaTrain, 400),  // 1x
+      row(0, 1024, 4, 300, System::kSlideDP, 400),      row(0, 1024, 4, 300, System::kMegaTrain, 0, false),
       row(0, 1024, 4, 400, System::kSlideDP, 0, false), row(0, 1024, 4, 400, System::kMegaTrain, 50),
   };
   const std::vector<SpeedupStat> s = speedup_stats(rows);
@@ -294,8 +300,9 @@ TEST(SweepAnalysis, SpeedupsAreGeometricMeansOverPointsWhereBothFit) {
 }
 
 TEST(SweepAnalysis, LongestFitIsTheLastLengthThatFitsAndSaysWhyTheNextDoesNot) {
-  std::vector<SweepRow> rows = {row(0, 4096, 4, 1, System::kSlideDP, 10), row(0, 8192, 4, 1, System::kSlideDP, 9),
-                                row(0, 16384, 4, 1, System::kSlideDP, 0, false), row(0, 32768, 4, 1, System::kSlideDP, 0, false)};
+  std::vector<SweepRow> rows = {
+      row(0, 4096, 4, 1, System::kSlideDP, 10), row(0, 8192, 4, 1, System::kSlideDP, 9),
+      row(0, 16384, 4, 1, System::kSlideDP, 0, false), row(0, 32768, 4, 1, System::kSlideDP, 0, false)};
   const std::vector<LongestFit> f = longest_fits(rows);
   ASSERT_EQ(f.size(), 1u);
   EXPECT_EQ(f[0].longest_seq, 8192);
@@ -332,7 +339,8 @@ TEST(SweepAnalysis, Fsdp2ClaimsCompareWithItsPeakAndAtEachPoint) {
   SweepResult res;
   res.spec.grids = {SweepGrid{}};
   res.rows = {row(0, 4096, 4, 1 << 18, System::kSlideDP, 90), row(0, 4096, 4, 1 << 18, System::kFsdp2, 100),
-              row(0, 4096, 4, 1 << 20, System::kSlideDP, 120), row(0, 4096, 4, 1 << 20, System::kFsdp2, 0, false)};
+              row(0, 4096, 4, 1 << 20, System::kSlideDP, 120),
+              row(0, 4096, 4, 1 << 20, System::kFsdp2, 0, false)};
   PaperClaim peak;
   peak.metric = "fsdp2_peak_excess";
   peak.min_tokens_per_step = 1 << 20;

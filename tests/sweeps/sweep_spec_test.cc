@@ -1,16 +1,16 @@
 // Sweep specs: a valid spec expands to the points it names, what-if overrides and `vary` reach the
 // hardware (and nothing else changes), and every kind of bad spec is an InputError naming the file
 // and the key path. The committed specs in sweeps/specs/ all parse and stay small enough to run.
-#include <gtest/gtest.h>
+#include "sweeps/sweep_spec.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
 #include <string>
 
 #include "common/error.h"
-#include "sweeps/sweep_spec.h"
 
 namespace slidedp {
 namespace {
@@ -60,10 +60,12 @@ std::string edited(const std::string& from, const std::string& to) {
 void expect_error(const std::string& text, const std::vector<std::string>& parts) {
   try {
     sweep_spec_from_yaml(text, "bad.yaml");
-    ADD_FAILURE() << "accepted a bad spec; wanted an error naming: " << fmt::format("{}", fmt::join(parts, ", "));
+    ADD_FAILURE() << "accepted a bad spec; wanted an error naming: "
+                  << fmt::format("{}", fmt::join(parts, ", "));
   } catch (const InputError& e) {
     const std::string m = e.what();
-    for (const std::string& p : parts) EXPECT_NE(m.find(p), std::string::npos) << "message lacks '" << p << "': " << m;
+    for (const std::string& p : parts)
+      EXPECT_NE(m.find(p), std::string::npos) << "message lacks '" << p << "': " << m;
   }
 }
 
@@ -98,7 +100,8 @@ TEST(SweepSpec, OverridesChangeOnlyTheirKeysAndAreRecorded) {
   EXPECT_DOUBLE_EQ(gen6.hw.host.mem_bw_gbps, base.host.mem_bw_gbps);
   EXPECT_EQ(gen6.hw.gpu.count, base.gpu.count);
   EXPECT_EQ(gen6.hw.name, "gen6");
-  EXPECT_EQ(gen6.overrides, (std::vector<std::string>{"host_link.h2d_gbps=110.8", "host_link.d2h_gbps=110.4"}));
+  EXPECT_EQ(gen6.overrides,
+            (std::vector<std::string>{"host_link.h2d_gbps=110.8", "host_link.d2h_gbps=110.4"}));
   EXPECT_NE(gen6.hw.sources.at("host_link.h2d_gbps").find("what-if override"), std::string::npos);
   EXPECT_TRUE(s.grids[0].hardware[0].overrides.empty());
 }
@@ -140,49 +143,99 @@ TEST_P(SweepSpecErrors, NameTheFileAndTheKey) {
 INSTANTIATE_TEST_SUITE_P(
     Spec, SweepSpecErrors,
     ::testing::Values(
-        BadSpec{"unknown_top_level_key", "description:", "descriptoin:", {"bad.yaml", "descriptoin", "unknown key"}},
-        BadSpec{"unknown_grid_key", "    seq_lens: [4096]", "    seq_lens: [4096]\n    seqlen: 5",
+        BadSpec{"unknown_top_level_key",
+                "description:",
+                "descriptoin:",
+                {"bad.yaml", "descriptoin", "unknown key"}},
+        BadSpec{"unknown_grid_key",
+                "    seq_lens: [4096]",
+                "    seq_lens: [4096]\n    seqlen: 5",
                 {"bad.yaml", "grids[0].seqlen", "unknown key"}},
-        BadSpec{"missing_grid_key", "    seq_lens: [4096]\n", "", {"bad.yaml", "grids[0].seq_lens", "missing"}},
-        BadSpec{"unknown_system", "systems: [slidedp, megatrain]", "systems: [slidedp, deepspeed]",
+        BadSpec{
+            "missing_grid_key", "    seq_lens: [4096]\n", "", {"bad.yaml", "grids[0].seq_lens", "missing"}},
+        BadSpec{"unknown_system",
+                "systems: [slidedp, megatrain]",
+                "systems: [slidedp, deepspeed]",
                 {"bad.yaml", "grids[0].systems[1]", "deepspeed"}},
-        BadSpec{"unknown_model", "models: [qwen3-14b, qwen2.5-7b]", "models: [qwen3-14b, qwen9-1t]",
+        BadSpec{"unknown_model",
+                "models: [qwen3-14b, qwen2.5-7b]",
+                "models: [qwen3-14b, qwen9-1t]",
                 {"bad.yaml", "grids[0].models[1]", "qwen9-1t"}},
-        BadSpec{"unknown_preset", "      - preset: h100-sxm-x4\n      - preset", "      - preset: h100-sxm-x5\n      - preset",
+        BadSpec{"unknown_preset",
+                "      - preset: h100-sxm-x4\n      - preset",
+                "      - preset: h100-sxm-x5\n      - preset",
                 {"bad.yaml", "grids[0].hardware[0].preset", "h100-sxm-x5"}},
-        BadSpec{"override_key_not_in_preset", "{host_link: {h2d_gbps: 110.8,", "{host_link: {h2d_gbs: 110.8,",
+        BadSpec{"override_key_not_in_preset",
+                "{host_link: {h2d_gbps: 110.8,",
+                "{host_link: {h2d_gbs: 110.8,",
                 {"bad.yaml", "grids[0].hardware[1].overrides.host_link.h2d_gbs", "no such key"}},
-        BadSpec{"override_section_not_in_preset", "overrides: {host_link:", "overrides: {hostlink:",
+        BadSpec{"override_section_not_in_preset",
+                "overrides: {host_link:",
+                "overrides: {hostlink:",
                 {"bad.yaml", "overrides.hostlink", "no such key"}},
-        BadSpec{"override_value_out_of_range", "{host_link: {h2d_gbps: 110.8,", "{host_link: {h2d_gbps: -1,",
+        BadSpec{"override_value_out_of_range",
+                "{host_link: {h2d_gbps: 110.8,",
+                "{host_link: {h2d_gbps: -1,",
                 {"bad.yaml", "grids[0].hardware[1]", "h2d_gbps"}},
-        BadSpec{"override_of_the_name", "overrides: {host_link:", "overrides: {name: x, host_link:",
+        BadSpec{"override_of_the_name",
+                "overrides: {host_link:",
+                "overrides: {name: x, host_link:",
                 {"bad.yaml", "overrides.name", "cannot be overridden"}},
-        BadSpec{"vary_key_not_in_preset", "key: host.mem_bw_gbps", "key: host.mem_bandwidth",
+        BadSpec{"vary_key_not_in_preset",
+                "key: host.mem_bw_gbps",
+                "key: host.mem_bandwidth",
                 {"bad.yaml", "grids[0].hardware[2].vary.key", "host.mem_bandwidth"}},
-        BadSpec{"vary_unknown_subkey", "scale_with: [cpu.adamw_params_per_s]}", "scale: [cpu.adamw_params_per_s]}",
+        BadSpec{"vary_unknown_subkey",
+                "scale_with: [cpu.adamw_params_per_s]}",
+                "scale: [cpu.adamw_params_per_s]}",
                 {"bad.yaml", "vary.scale", "unknown key"}},
-        BadSpec{"duplicate_labels", "label: gen6", "label: h100-sxm-x4", {"bad.yaml", "two machines", "h100-sxm-x4"}},
-        BadSpec{"tokens_not_a_multiple", "tokens_per_step: [65536, 131072]", "tokens_per_step: [65536, 100000]",
+        BadSpec{"duplicate_labels",
+                "label: gen6",
+                "label: h100-sxm-x4",
+                {"bad.yaml", "two machines", "h100-sxm-x4"}},
+        BadSpec{"tokens_not_a_multiple",
+                "tokens_per_step: [65536, 131072]",
+                "tokens_per_step: [65536, 100000]",
                 {"bad.yaml", "grids[0].tokens_per_step", "100000", "not a multiple"}},
-        BadSpec{"more_ranks_than_gpus", "ranks: [1, 2, 8]", "ranks: [1, 2, 16]", {"bad.yaml", "grids[1].ranks", "16 ranks"}},
-        BadSpec{"both_batch_keys", "sequences_per_rank: [4]", "sequences_per_rank: [4]\n    tokens_per_step: [65536]",
+        BadSpec{"more_ranks_than_gpus",
+                "ranks: [1, 2, 8]",
+                "ranks: [1, 2, 16]",
+                {"bad.yaml", "grids[1].ranks", "16 ranks"}},
+        BadSpec{"both_batch_keys",
+                "sequences_per_rank: [4]",
+                "sequences_per_rank: [4]\n    tokens_per_step: [65536]",
                 {"bad.yaml", "grids[1]", "exactly one of"}},
-        BadSpec{"no_batch_key", "    sequences_per_rank: [4]\n", "", {"bad.yaml", "grids[1]", "exactly one of"}},
-        BadSpec{"zero_seq_len", "seq_lens: [2048]", "seq_lens: [0]", {"bad.yaml", "grids[1].seq_lens", "out of range"}},
-        BadSpec{"fractional_tokens", "sequences_per_rank: [4]", "sequences_per_rank: [2.5]",
+        BadSpec{
+            "no_batch_key", "    sequences_per_rank: [4]\n", "", {"bad.yaml", "grids[1]", "exactly one of"}},
+        BadSpec{"zero_seq_len",
+                "seq_lens: [2048]",
+                "seq_lens: [0]",
+                {"bad.yaml", "grids[1].seq_lens", "out of range"}},
+        BadSpec{"fractional_tokens",
+                "sequences_per_rank: [4]",
+                "sequences_per_rank: [2.5]",
                 {"bad.yaml", "sequences_per_rank", "not an integer"}},
-        BadSpec{"duplicate_value", "seq_lens: [2048]", "seq_lens: [2048, 2048]", {"bad.yaml", "grids[1].seq_lens", "twice"}},
-        BadSpec{"unknown_analysis", "analyses: [throughput, speedups]", "analyses: [throughput, speedup]",
+        BadSpec{"duplicate_value",
+                "seq_lens: [2048]",
+                "seq_lens: [2048, 2048]",
+                {"bad.yaml", "grids[1].seq_lens", "twice"}},
+        BadSpec{"unknown_analysis",
+                "analyses: [throughput, speedups]",
+                "analyses: [throughput, speedup]",
                 {"bad.yaml", "analyses[1]", "speedup"}},
-        BadSpec{"unknown_claim_metric", "metric: speedup_geomean", "metric: speedup_mean",
+        BadSpec{"unknown_claim_metric",
+                "metric: speedup_geomean",
+                "metric: speedup_mean",
                 {"bad.yaml", "paper[0].metric", "speedup_mean"}},
-        BadSpec{"claim_unknown_baseline", "baselines: [megatrain]", "baselines: [megatron]",
+        BadSpec{"claim_unknown_baseline",
+                "baselines: [megatrain]",
+                "baselines: [megatron]",
                 {"bad.yaml", "paper[0].baselines[0]", "megatron"}},
         BadSpec{"name_with_slash", "name: t\n", "name: a/b\n", {"bad.yaml", "name", "slashes"}},
         BadSpec{"missing_grids", "grids:", "gridz:", {"bad.yaml", "grids", "missing"}},
         BadSpec{"duplicate_grid_names", "  - name: weak", "  - name: g", {"bad.yaml", "two grids", "'g'"}},
-        BadSpec{"malformed_yaml", "systems: [slidedp]\n", "systems: [slidedp\n", {"bad.yaml", "malformed YAML"}}),
+        BadSpec{
+            "malformed_yaml", "systems: [slidedp]\n", "systems: [slidedp\n", {"bad.yaml", "malformed YAML"}}),
     [](const auto& tp) { return tp.param.name; });
 
 TEST(SweepSpec, HardwareFilesResolveAgainstTheSpecFolder) {
@@ -191,8 +244,9 @@ TEST(SweepSpec, HardwareFilesResolveAgainstTheSpecFolder) {
   fs::create_directories(dir);
   {
     std::ofstream(dir / "box.yaml") << hardware_to_yaml(hardware_preset("a800-x4"));
-    std::ofstream(dir / "s.yaml") << "name: s\ngrids:\n  - hardware: [{preset: box.yaml}]\n    models: [qwen2.5-7b]\n"
-                                     "    seq_lens: [4096]\n    tokens_per_step: [16384]\n    systems: [slidedp]\n";
+    std::ofstream(dir / "s.yaml")
+        << "name: s\ngrids:\n  - hardware: [{preset: box.yaml}]\n    models: [qwen2.5-7b]\n"
+           "    seq_lens: [4096]\n    tokens_per_step: [16384]\n    systems: [slidedp]\n";
   }
   const SweepSpec s = load_sweep_spec((dir / "s.yaml").string());
   EXPECT_EQ(s.grids[0].hardware[0].hw.gpu.count, 4);
@@ -209,7 +263,8 @@ TEST(SweepSpec, CommittedSpecsParseAndStaySmall) {
     if (e.path().extension() != ".yaml") continue;
     ++specs;
     const SweepSpec s = load_sweep_spec(e.path().string());
-    EXPECT_EQ(s.name + ".yaml", e.path().filename().string()) << "a spec's name is its file name (and results folder)";
+    EXPECT_EQ(s.name + ".yaml", e.path().filename().string())
+        << "a spec's name is its file name (and results folder)";
     const std::size_t n = expand_points(s).size();
     EXPECT_GT(n, 0u) << e.path();
     EXPECT_LE(n, 600u) << e.path() << ": keep sweeps small";
