@@ -96,8 +96,7 @@ std::string claims_section(const SweepResult& res) {
   if (claims.empty()) return "";
   std::string s = "## The paper's claims beside this sweep\n\n";
   s += "The paper's numbers are measurements on real machines; the model's are predictions on the hardware "
-       "presets "
-       "named below (docs/SWEEPS.md discusses where they agree and where not).\n\n";
+       "presets named below (docs/SWEEPS.md discusses where they agree and where not).\n\n";
   Table t({"claim", "paper", "model (this sweep)"}, {"", "", ""});
   for (const ClaimResult& c : claims) {
     std::string scope;
@@ -112,23 +111,18 @@ std::string claims_section(const SweepResult& res) {
 std::string method_section(const SweepResult& res) {
   std::string s = "## How each point is scored\n\n";
   s += "Every system gets the same tokens per optimizer step and the same GPU memory budget (the GPU's "
-       "memory minus "
-       "a 2 GiB reserve). ";
+       "memory minus a 2 GiB reserve). ";
   s += "**slidedp**: the planner's plan (`planner::search_plans`, matched batch: routes, chunk size, "
-       "activation mix, "
-       "buffer depth, update threads and batch shape, ranked by the analytical model). ";
+       "activation mix, buffer depth, update threads and batch shape, ranked by the analytical model). ";
   s += "**Baselines**: the choices their implementations fix (`plan_for_system`: routes, activation policy, "
-       "SlideFormer's "
-       "32M-element chunks, two buffer slots; other chunks 32M elements), with every micro-batch x "
-       "accumulation split of "
-       "the step tried under the baseline's own memory model and the fastest that fits kept; FSDP2 also "
-       "chooses how "
-       "many layers keep their activations (the rest recompute). ";
-  s += res.simulated
-           ? "Each chosen plan is then re-scored by the discrete-event simulator, and the figures below are "
-             "the simulator's (points.csv has both).\n\n"
-           : "Figures are the analytical step model's (`--simulate` re-scores every chosen plan with the "
-             "discrete-event simulator).\n\n";
+       "SlideFormer's 32M-element chunks, two buffer slots; other chunks 32M elements), with every "
+       "micro-batch x accumulation split of the step tried under the baseline's own memory model and the "
+       "fastest that fits kept; FSDP2 also chooses how many layers keep their activations (the rest "
+       "recompute). ";
+  s += res.simulated ? "Each chosen plan is then re-scored by the discrete-event simulator, and the figures "
+                       "below are the simulator's (points.csv has both).\n\n"
+                     : "Figures are the analytical step model's (`--simulate` re-scores every chosen plan "
+                       "with the discrete-event simulator).\n\n";
   return s;
 }
 
@@ -276,8 +270,8 @@ std::string speedup_section(const SweepResult& res, const std::string& stamp, st
   if (stats.empty()) return "";
   std::string s = "## SlideDP's speedup over each baseline\n\n";
   s += "Throughput of SlideDP / throughput of the baseline at the same tokens per step; geometric mean over "
-       "the points "
-       "of a group where both fit. A baseline that cannot fit a point is counted, not averaged.\n\n";
+       "the points of a group where both fit. A baseline that cannot fit a point is counted, not "
+       "averaged.\n\n";
   Table t({"hardware", "model", "seq", "ranks", "baseline", "geomean", "min", "max", "points",
            "baseline cannot fit"},
           {"", "", "", "", "", "x", "x", "x", "", ""});
@@ -353,10 +347,8 @@ std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
                                std::vector<SweepFile>& files) {
   std::string s = "## Which resource binds SlideDP, and the route the planner picks\n\n";
   s += "For SlideDP's chosen plan at each point: the busiest resource (and the next one), the step time not "
-       "covered by "
-       "GPU compute, and the plan. `vs first` compares with the first machine of the grid at the same model, "
-       "sequence, "
-       "ranks setting and batch.\n\n";
+       "covered by GPU compute, and the plan. `vs first` compares with the first machine of the grid at the "
+       "same model, sequence, ranks setting and batch.\n\n";
   for (std::size_t gi = 0; gi < res.spec.grids.size(); ++gi) {
     const SweepGrid& grid = res.spec.grids[gi];
     std::vector<const SweepRow*> rows;
@@ -432,8 +424,7 @@ std::string longest_section(const SweepResult& res, const std::string& stamp, st
   const std::vector<LongestFit> fits = longest_fits(res.rows);
   std::string s = "## Longest sequence each system fits\n\n";
   s += "Over the swept sequence lengths: the longest that fits the GPU and host budgets, the throughput "
-       "there, and why "
-       "the next length does not fit.\n\n";
+       "there, and why the next length does not fit.\n\n";
   Table t({"hardware", "model", "ranks", "batch", "system", "longest", "tokens/s there", "plan",
            "next length", "why not"},
           {"", "", "", "", "", "tokens", "", "", "tokens", ""});
@@ -463,7 +454,8 @@ std::string longest_section(const SweepResult& res, const std::string& stamp, st
     plot.x = {"sequence length (tokens)", true};
     plot.y = {"tokens/s", true};
     for (System sys : systems_of(res))
-      if (plots[key].count(system_name(sys))) plot.series.push_back(plots[key][system_name(sys)]);
+      if (plots[key].count(system_name(sys)) && !plots[key][system_name(sys)].x.empty())
+        plot.series.push_back(plots[key][system_name(sys)]);
     const std::string file = fmt::format("seq_len__{}__{}.svg", slug(key.first), slug(key.second));
     files.push_back({file, svg_lines(plot)});
     s += fmt::format("![throughput against sequence length]({})\n\n", file);
@@ -476,25 +468,28 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
   if (pts.empty()) return "";
   std::string s = "## Scaling with the number of GPUs\n\n";
   s += "Weak scaling: sequences per rank fixed, so the step grows with the ranks; strong scaling: tokens per "
-       "step "
-       "fixed. Speedup and efficiency are relative to the smallest rank count swept (efficiency = speedup x "
-       "base ranks "
-       "/ ranks).\n\n";
+       "step fixed. Speedup and efficiency are relative to the smallest rank count swept (efficiency = "
+       "speedup x base ranks / ranks).\n\n";
   Table t({"hardware", "model", "seq", "kind", "batch", "system", "ranks", "tokens/s", "speedup",
            "efficiency", "bottleneck"},
           {"", "", "", "", "", "", "", "", "x", "%", ""});
-  std::map<std::string, std::map<std::string, PlotSeries>> plots;  // hardware -> series
-  std::vector<std::string> order;
+  // One plot per (machine, weak/strong, sequence length, batch), a line per (system, model): few
+  // enough lines for the plot's palette and legend.
+  using PlotKey = std::tuple<std::string, bool, int64_t, int64_t>;
+  std::map<PlotKey, std::map<std::string, PlotSeries>> plots;
+  std::vector<PlotKey> order;
+  auto batch_text = [](const ScalingPoint& p) {
+    return p.weak ? fmt::format("{} seq/rank", p.batch_value) : format_tokens(p.batch_value) + " tok/step";
+  };
   for (const ScalingPoint& p : pts) {
-    const std::string batch =
-        p.weak ? fmt::format("{} seq/rank", p.batch_value) : format_tokens(p.batch_value) + " tok/step";
-    t.add_row({p.hardware, p.model, format_tokens(p.seq_len), p.weak ? "weak" : "strong", batch, p.system,
-               fmt::format("{}", p.ranks), p.tokens_per_s > 0 ? tok_s(p.tokens_per_s) : "-",
+    t.add_row({p.hardware, p.model, format_tokens(p.seq_len), p.weak ? "weak" : "strong", batch_text(p),
+               p.system, fmt::format("{}", p.ranks), p.tokens_per_s > 0 ? tok_s(p.tokens_per_s) : "-",
                p.speedup > 0 ? fmt::format("{:.2f}", p.speedup) : "-",
                p.efficiency > 0 ? fmt::format("{:.1f}", 100 * p.efficiency) : "-", p.bottleneck});
-    if (!plots.count(p.hardware)) order.push_back(p.hardware);
-    const std::string name = fmt::format("{} {} {} {}", p.system, p.model, p.weak ? "weak" : "strong", batch);
-    PlotSeries& se = plots[p.hardware][name];
+    const PlotKey key{p.hardware, p.weak, p.seq_len, p.batch_value};
+    if (!plots.count(key)) order.push_back(key);
+    const std::string name = fmt::format("{} {}", p.system, p.model);
+    PlotSeries& se = plots[key][name];
     se.name = name;
     if (p.efficiency > 0) {
       se.x.push_back(p.ranks);
@@ -502,14 +497,21 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
     }
   }
   s += t.render_markdown() + "\n";
-  for (const std::string& h : order) {
+  for (const PlotKey& key : order) {
+    const auto& [hardware, weak, seq, batch] = key;
     LinePlot plot;
-    plot.title = fmt::format("Scaling efficiency: {}", h);
+    const std::string batch_label =
+        weak ? fmt::format("{} seq/rank", batch) : format_tokens(batch) + " tok/step";
+    plot.title = fmt::format("{} scaling: {} · seq {} · {}", weak ? "Weak" : "Strong", hardware,
+                             format_tokens(seq), batch_label);
     plot.caption = stamp;
     plot.x = {"GPUs (ranks)", true};
     plot.y = {"efficiency (%)", false};
-    for (auto& [name, se] : plots[h]) plot.series.push_back(se);
-    const std::string file = fmt::format("scaling__{}.svg", slug(h));
+    for (auto& [name, se] : plots[key])
+      if (!se.x.empty()) plot.series.push_back(se);
+    const std::string file =
+        fmt::format("scaling__{}__{}__seq{}__{}.svg", slug(hardware), weak ? "weak" : "strong", seq,
+                    weak ? fmt::format("{}seq", batch) : format_tokens(batch));
     files.push_back({file, svg_lines(plot)});
     s += fmt::format("![scaling]({})\n\n", file);
   }
@@ -522,8 +524,7 @@ std::string simulator_section(const SweepResult& res) {
   if (!res.simulated) return "";
   std::string s = "## Simulator cross-check\n\n";
   s += "Every chosen plan was scored by both views of the step model. Step time of the simulator / the "
-       "analytical "
-       "model, per system (plans were chosen by the analytical model):\n\n";
+       "analytical model, per system (plans were chosen by the analytical model):\n\n";
   Table t({"system", "points", "median", "min", "max"}, {"", "", "sim/model", "sim/model", "sim/model"});
   for (System sys : systems_of(res)) {
     std::vector<double> r;
@@ -735,8 +736,7 @@ std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::st
   readme += infeasible_section(res);
   readme +=
       "## Files\n\n`points.csv`: every point (system, chosen plan, step time and its breakdown, bottleneck, "
-      "memory, "
-      "why a point does not fit), one row each";
+      "memory, why a point does not fit), one row each";
   for (const SweepFile& f : files)
     if (f.name != "points.csv") readme += ", `" + f.name + "`";
   readme += ".\n\n## Spec\n\n```yaml\n" + res.spec.text +

@@ -72,8 +72,8 @@ void merge_overrides(YAML::Node base, const YAML::Node& over, const std::string&
     const std::string full = path.empty() ? key : path + "." + key;
     if (key == "name" || key == "sources" || key == "unit_times")
       throw InputError(where + "." + full,
-                       "cannot be overridden (the variant's label names it; sources are written "
-                       "by the sweep; unit times come from a profile)");
+                       "cannot be overridden (the variant's label names it; sources are written by the "
+                       "sweep; unit times come from a profile)");
     // Const lookup: a non-const operator[] would insert the missing key.
     YAML::Node b = static_cast<const YAML::Node&>(base)[key];
     if (!b || b.IsNull())
@@ -256,8 +256,8 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
   const bool tokens = g.has("tokens_per_step"), seqs = g.has("sequences_per_rank");
   if (tokens == seqs)
     throw InputError(g.where(),
-                     "give exactly one of tokens_per_step (matched batch) and sequences_per_rank "
-                     "(the step grows with ranks and seq_lens)");
+                     "give exactly one of tokens_per_step (matched batch) and sequences_per_rank (the step "
+                     "grows with ranks and seq_lens)");
   if (tokens) {
     grid.batch_mode = BatchMode::kTokensPerStep;
     grid.batch_values = positive_integers(g, "tokens_per_step", int64_t{1} << 40);

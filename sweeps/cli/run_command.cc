@@ -28,10 +28,10 @@ struct RunArgs {
 
 void add_run_command(CLI::App& app, int argc, char** argv) {
   auto args = std::make_shared<RunArgs>();
-  CLI::App* cmd = app.add_subcommand(
-      "run",
-      "Evaluate a sweep spec (hardware x models x sequence lengths x batches x systems) with the step model; "
-      "write points.csv, README.md and SVG plots");
+  CLI::App* cmd =
+      app.add_subcommand("run",
+                         "Evaluate a sweep spec (hardware x models x sequence lengths x batches x systems) "
+                         "with the step model; write points.csv, README.md and SVG plots");
   cmd->add_option("spec", args->spec, "Sweep spec YAML (see sweeps/specs/ and docs/SWEEPS.md)")->required();
   cmd->add_option("--out", args->out, "Output folder (default: results/sweeps/<spec name>)");
   cmd->add_flag("--simulate", args->simulate, "Re-score every chosen plan with the discrete-event simulator");

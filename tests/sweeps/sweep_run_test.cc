@@ -239,8 +239,8 @@ TEST_F(TinySweep, ReportFilesAreWellFormedAndCarryTheirProvenance) {
   EXPECT_TRUE(csv_seen);
   EXPECT_TRUE(readme_seen);
   // throughput: 2 machines x 2 rank counts; speedups: 2 machines; bottlenecks: 1 grid; seq_len: 2 machines;
-  // scaling: 2 machines.
-  EXPECT_EQ(svgs, 4 + 2 + 1 + 2 + 2);
+  // scaling: 2 machines x 2 batches (strong).
+  EXPECT_EQ(svgs, 4 + 2 + 1 + 2 + 4);
 
   const fs::path dir = fs::temp_directory_path() / ("slidedp_sweep_run_" + std::to_string(::getpid()));
   fs::remove_all(dir);
