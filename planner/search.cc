@@ -66,6 +66,9 @@ class Searcher {
     patchers_.resize(n);
     compute_patchers_.resize(sp.shapes.size());
     stats_.space_size = sp.size();
+    SLIDEDP_CHECK(sp.shapes.size() < 32768 && sp.mixes.size() < 65536 && sp.routes.size() < 65536 &&
+                      sp.depths.size() < 65536 && sp.num_layers < 65536,
+                  "search space too large for the planner's keys");
   }
 
   SearchResult run() {
@@ -338,8 +341,9 @@ class Searcher {
 
   // Memos of GPU-infeasible points: GPU memory only grows with keep layers (at a fixed offload count),
   // with the micro-batch (at a fixed mix) and with depth, so one infeasible point implies many.
+  // One key from four small indices (16 bits each; the constructor checks the space fits).
   static int64_t pack(int a, int b, int c, int d) {
-    return ((static_cast<int64_t>(a) * 4096 + b) * 4096 + c) * 4096 + d;
+    return ((static_cast<int64_t>(a) * 65536 + b) * 65536 + c) * 65536 + d;
   }
   bool implied_gpu_infeasible(int s, int m, int r, int d) const {
     const ActivationMix& mix = sp_.mixes[static_cast<std::size_t>(m)];
