@@ -33,9 +33,9 @@ std::vector<std::vector<float>> init_random_weights(const ModelLayout& layout, u
   // Tensors are filled in parallel; each has its own generator, so the result is the same for any
   // thread count.
   ThreadPool pool(ThreadPool::available_cpus());
-  pool.parallel_for(static_cast<int64_t>(work.size()), [&](int64_t i) {
-    const TensorSpec& t = *work[static_cast<size_t>(i)].second;
-    std::vector<float>& flat = units[work[static_cast<size_t>(i)].first];
+  pool.parallel_for(static_cast<int64_t>(work.size()), [&](int64_t w) {
+    const TensorSpec& t = *work[static_cast<size_t>(w)].second;
+    std::vector<float>& flat = units[work[static_cast<size_t>(w)].first];
     {
       // One independent stream per tensor, keyed by its name: adding a tensor elsewhere does not
       // change this one's values.
