@@ -106,6 +106,10 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
         w.model.name, res.runs.front().failed, w.model.name));
 
   const TokenDataset data = o.data_path.empty() ? default_corpus_dataset() : TokenDataset::open(o.data_path);
+  if (data.vocab_size() > w.model.vocab_size)
+    throw InputError(o.data_path.empty() ? "--data" : o.data_path,
+                     fmt::format("token vocabulary {} exceeds {}'s vocab_size {}", data.vocab_size(),
+                                 w.model.name, w.model.vocab_size));
   std::optional<exec::RunLog> log;
   if (!o.db_path.empty()) {
     log.emplace(exec::RunLog::open(o.db_path));
@@ -187,16 +191,20 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
         }
       });
     } catch (const Error& e) {
-      // One candidate that the executor refuses (its own memory accounting, a bad plan) must not stop
-      // the others: record it and go on.
-      r.failed = e.what();
+      // One candidate that the executor refuses (its own memory accounting, a failure while running)
+      // must not stop the others: record it and go on. Bad input (a token file that does not fit the
+      // model) and I/O errors concern every candidate: those stop the refinement.
+      const bool candidate_specific = e.kind() != ErrorKind::kInput && e.kind() != ErrorKind::kIo;
       if (log) {
         exec::ErrorRecord er;
         er.kind = e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
         er.message = e.what();
         log->log_error(run_id, er);
         log->end_run(run_id, exec::RunStatus::kFailed);
+        if (!candidate_specific) log->end_run(res.parent_run_id, exec::RunStatus::kFailed);
       }
+      if (!candidate_specific) throw;
+      r.failed = e.what();
       if (o.on_progress) o.on_progress(fmt::format("candidate {}: failed: {}", r.predicted_rank, r.failed));
       return;
     }

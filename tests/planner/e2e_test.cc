@@ -12,6 +12,7 @@
 #include "executor/run_log.h"
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
+#include "io/token_dataset.h"
 #include "model/step_work.h"
 #include "planner/refine.h"
 #include "planner/report.h"
@@ -115,6 +116,21 @@ TEST(PlannerEndToEnd, RefineRunsTheTopPlansLogsThemAndKeepsTheMeasuredBest) {
     EXPECT_TRUE(steps[0].record.predicted_step_s.has_value());
     EXPECT_FALSE(log.predictions(runs[static_cast<std::size_t>(i)].id).empty());
   }
+}
+
+TEST(PlannerEndToEnd, RefineStopsOnDataThatDoesNotFitTheModel) {
+  const Workload w = make_workload(model_preset("slidedp-tiny"), 64);
+  const Hardware hw = hardware_preset("cpu-dev");
+  const SearchResult r = search_plans(w, hw, tiny_spec(), {});
+  TempDir dir("data");
+  const std::string path = (dir.path / "tokens.bin").string();
+  std::vector<uint32_t> tokens(4096);
+  for (std::size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>(i % 1000);
+  write_token_file(path, tokens, {}, 1000, token_dtype_for_vocab(1000));  // vocabulary 1000 > 256
+  RefineOptions ro;
+  ro.candidates = 2;
+  ro.data_path = path;
+  EXPECT_THROW(refine_plans(w, hw, r, ro), InputError);
 }
 
 TEST(PlannerEndToEnd, RefineRefusesRealGpusAndModelsThatDoNotFitThisMachine) {
