@@ -38,7 +38,7 @@ class GraphBuilder {
       d2h_.push_back(eng_.add_resource(fmt::format("rank{}.d2h", r), c_.d2h_alone_Bps));
       duplex_.push_back(eng_.add_resource(fmt::format("rank{}.duplex", r), c_.duplex_Bps));
       fabric_.push_back(eng_.add_resource(fmt::format("rank{}.fabric", r), c_.allgather_busbw_Bps));
-      convert_.push_back(eng_.add_resource(fmt::format("rank{}.convert_thread", r), 1.0));
+      convert_.push_back(eng_.add_resource(fmt::format("rank{}.convert_threads", r), c_.convert_threads_per_rank));
     }
     h2d_root_ = eng_.add_resource("pcie_root_h2d", c_.h2d_root_Bps);
     d2h_root_ = eng_.add_resource("pcie_root_d2h", c_.d2h_root_Bps);
@@ -226,15 +226,22 @@ class GraphBuilder {
       s.unit = u;
       s.last_use = use_counter_;
     }
-    if (tr.params_resident) return ready;
     const int chunks = static_cast<int>(w.chunks);
     const std::vector<int>& gates = update_prev_[static_cast<std::size_t>(u)];
+    if (tr.params_resident) {
+      // Parameters live on the GPU; the new ones arrive with the previous step's post phase (upload
+      // and all-gather), which the first use of a unit in a step must wait for.
+      if (!gates.empty())
+        for (auto& x : ready) x = gates.back();
+      return ready;
+    }
     std::vector<int> tied_gate;
     if (w.tied_h2d_bytes > 0 && !update_prev_.front().empty()) tied_gate.push_back(update_prev_.front().back());
     if (tr.gpu_sharded_state) {
       for (int k = 0; k < chunks; ++k) {
         std::vector<int> deps;
         for (int r = 0; r < N_; ++r) dep(deps, slot_dep[static_cast<std::size_t>(r)]);
+        if (!gates.empty()) dep(deps, gates.back());  // the previous step's GPU optimizer
         int id = collective(w.deliver_allgather_bytes / chunks, c_.allgather_busbw_Bps, deps,
                             fmt::format("all-gather {} c{}", unit_name(u), k));
         for (auto& x : ready) x = id;

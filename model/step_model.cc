@@ -49,7 +49,7 @@ struct PhaseDemand {
 // because other streams share the link duplex or host memory with it, weighted by how busy those
 // other streams were in that phase on the previous iteration (see evaluate_step_work).
 struct PhaseContention {
-  double h2d = 1.0, d2h = 1.0, cpu = 1.0;
+  double h2d = 1.0, d2h = 1.0, cpu = 1.0, convert = 1.0;
   // After the last backward compute (the drain), the CPU runs with no copies beside it.
   double drain_start = std::numeric_limits<double>::infinity();
   double cpu_drain = 1.0;
@@ -58,6 +58,7 @@ struct PhaseStats {
   double start = 0, end = 0;
   double gpu_end = 0;  // last compute of the phase
   double h2d_busy = 0, d2h_busy = 0, cpu_busy = 0;  // seconds the stream was busy
+  double convert_busy = 0;                            // SlideFormer's per-rank conversion
   double cpu_thread_s = 0, cpu_host_mem_bytes = 0;
 };
 
@@ -301,6 +302,7 @@ class Recurrence {
     inv_h2d_rate_ = 1.0 / h2d_rate_;
     inv_d2h_rate_ = 1.0 / d2h_rate_;
     cpu_factor_ = f.cpu;
+    convert_factor_ = f.convert;
     drain_start_ = f.drain_start;
     cpu_drain_ = f.cpu_drain;
   }
@@ -322,7 +324,8 @@ class Recurrence {
   double delivery_time(const UnitWork& w) const {
     const UnitConst& k = konst(w);
     double h2d = k.h2d_bytes * inv_h2d_rate_ + k.h2d_latency_s;
-    return pipelined_time({w.deliver_convert_thread_s, h2d, k.allgather_s}, k.chunks);
+    return pipelined_time({w.deliver_convert_thread_s / (c_.convert_threads_per_rank * convert_factor_), h2d, k.allgather_s},
+                          k.chunks);
   }
 
   // Chunk-pipelined stages, each on its own in-order stream: stage i may start a chunk when its
@@ -351,7 +354,9 @@ class Recurrence {
     const UnitConst& k = konst(w);
     double h2d = k.h2d_bytes * inv_h2d_rate_ + k.h2d_latency_s;
     stats().h2d_busy += h2d;
-    return chain({{&convert_, w.deliver_convert_thread_s}, {&h2d_, h2d}, {&fabric_free_, k.allgather_s}}, k.chunks, gate);
+    const double conv = w.deliver_convert_thread_s / (c_.convert_threads_per_rank * convert_factor_);
+    stats().convert_busy += conv;
+    return chain({{&convert_, conv}, {&h2d_, h2d}, {&fabric_free_, k.allgather_s}}, k.chunks, gate);
   }
 
   Slot& lru_slot() {
@@ -484,7 +489,7 @@ class Recurrence {
   const Capacities& c_;
   double lat_;
   double h2d_rate0_, d2h_rate0_;  // one direction alone on a rank's link (root share and duplex cap applied)
-  double h2d_rate_ = 0, d2h_rate_ = 0, cpu_factor_ = 1;  // the current phase's rates after contention
+  double h2d_rate_ = 0, d2h_rate_ = 0, cpu_factor_ = 1, convert_factor_ = 1;  // the current phase's rates
   double inv_h2d_rate_ = 0, inv_d2h_rate_ = 0;
   std::vector<UnitConst> unit_const_;
   std::vector<double> offload_end_, grad_done_, bwd_end_;
@@ -518,6 +523,7 @@ std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult
     const double T = (drains ? p.gpu_end : p.end) - p.start;
     if (T <= 0) continue;
     const double uh = std::min(1.0, p.h2d_busy / T), ud = std::min(1.0, p.d2h_busy / T), uc = std::min(1.0, p.cpu_busy / T);
+    const double uv = std::min(1.0, p.convert_busy / T);
     const double HM = c.host_mem_Bps, X = c.duplex_Bps;
     const double cpu_rate = c.update_threads;  // thread-seconds per second with no memory limit
     const double hm_cpu = p.cpu_thread_s > 0 ? p.cpu_host_mem_bytes / p.cpu_thread_s : 0.0;  // bytes per thread-s
@@ -525,11 +531,15 @@ std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult
     // simulator's fair share starts from them; then their host-memory demand rates.
     const double sh = std::min(h, HM / (N * hm_copy)), sd = std::min(d, HM / (N * hm_copy));
     const double sc = hm_cpu > 0 ? std::min(cpu_rate, HM / hm_cpu) : cpu_rate;
+    // SlideFormer's conversion: every rank's threads read 4 and write 2 bytes per 4 bytes converted.
+    const double conv_rate = N * c.convert_threads_per_rank * c.convert_Bps_per_thread;  // fp32 bytes/s
+    const double sv = std::min(conv_rate, HM / 1.5), Dv = p.convert_busy > 0 ? sv * 1.5 : 0.0;
     const double Dh = N * sh * hm_copy, Dd = N * sd * hm_copy, Dc = sc * hm_cpu;
     PhaseContention& f = out[k];
-    f.h2d = sh / h * std::min({1.0, X / (sh + sd * ud), HM / (Dh + Dd * ud + Dc * uc)});
-    f.d2h = sd / d * std::min({1.0, X / (sd + sh * uh), HM / (Dd + Dh * uh + Dc * uc)});
-    f.cpu = sc / cpu_rate * std::min(1.0, HM / (Dc + Dh * uh + Dd * ud));
+    f.h2d = sh / h * std::min({1.0, X / (sh + sd * ud), HM / (Dh + Dd * ud + Dc * uc + Dv * uv)});
+    f.d2h = sd / d * std::min({1.0, X / (sd + sh * uh), HM / (Dd + Dh * uh + Dc * uc + Dv * uv)});
+    f.cpu = sc / cpu_rate * std::min(1.0, HM / (Dc + Dh * uh + Dd * ud + Dv * uv));
+    if (Dv > 0) f.convert = sv / conv_rate * std::min(1.0, HM / (Dv + Dh * uh + Dd * ud + Dc * uc));
     if (drains) {
       f.drain_start = p.gpu_end;
       f.cpu_drain = sc / cpu_rate;
@@ -554,6 +564,7 @@ RunResult run_with_contention(const StepWork& sw, bool latencies, RunResult* unc
         g[k].h2d = 0.5 * (g[k].h2d + f[k].h2d);
         g[k].d2h = 0.5 * (g[k].d2h + f[k].d2h);
         g[k].cpu = 0.5 * (g[k].cpu + f[k].cpu);
+        g[k].convert = 0.5 * (g[k].convert + f[k].convert);
       }
     }
     f = g;
@@ -599,9 +610,14 @@ Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity) {
     p.breakdown.sync_s = sync;
     p.breakdown.stall_s -= sync;
   }
-  if (p.lower_bound_s > p.step_time_s) {
-    p.breakdown.stall_s += p.lower_bound_s - p.step_time_s;
-    p.step_time_s = p.lower_bound_s;
+  // Contention only slows streams down, but the two-step steady-state estimate can come out a hair
+  // below the uncontended critical path (step 1's slowdown delays step 2's start more than its end).
+  // Floor it there, so the critical path is a true lower bound of the full model (the planner prunes
+  // with it), and at the resource bound.
+  const double floor = std::max(p.lower_bound_s, fidelity == ModelFidelity::kContention ? p.critical_path_s : 0.0);
+  if (floor > p.step_time_s) {
+    p.breakdown.stall_s += floor - p.step_time_s;
+    p.step_time_s = floor;
   }
   for (const auto& [name, busy] : p.busy_s) {
     double u = busy / p.step_time_s;

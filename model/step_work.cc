@@ -181,6 +181,8 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   c.adamw_params_per_thread_s = CpuSpec::interpolate(hw.cpu.adamw_params_per_s, c.update_threads) / c.update_threads;
   c.reduce_Bps_per_thread = CpuSpec::interpolate(hw.cpu.reduce_gbps, c.update_threads) * 1e9 / c.update_threads;
   c.convert_Bps_per_thread = hw.cpu.convert_gbps_per_thread * 1e9;
+  // One process per rank (torchrun), each converting with its share of the cores.
+  c.convert_threads_per_rank = std::max(1.0, std::floor(static_cast<double>(hw.cpu.cores) / N));
   c.allgather_busbw_Bps = std::max(1.0, hw.fabric.allgather_busbw_gbps * 1e9);
   c.reduce_scatter_busbw_Bps = std::max(1.0, hw.fabric.reduce_scatter_busbw_gbps * 1e9);
   c.link_latency_s = hw.link.latency_s;

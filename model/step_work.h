@@ -34,6 +34,7 @@ struct Capacities {
   double adamw_params_per_thread_s = 0;  // per thread, at update_threads
   double reduce_Bps_per_thread = 0;      // input bytes per thread-second
   double convert_Bps_per_thread = 0;     // fp32 bytes read per thread-second (SlideFormer)
+  double convert_threads_per_rank = 1;   // SlideFormer: each rank's process converts with its share of cores
   double allgather_busbw_Bps = 0;        // per rank port (nccl-tests bus bandwidth)
   double reduce_scatter_busbw_Bps = 0;
   double link_latency_s = 0;
