@@ -1,6 +1,7 @@
 // Copy and collective stage over the Backend interface; see backend_links.h. Every timed batch is
 // queued behind a gate (a host_fn waiting on a future) and released at once, so the span measures the
 // streams working, not this thread queueing work, and the devices of an "all" case start together.
+// Cases are repeated in interleaved rounds (stats.h).
 #include "profiler/backend_links.h"
 
 #include <fmt/format.h>
@@ -138,72 +139,82 @@ BackendLinkResult measure_backend_links(exec::Backend& backend, const BackendLin
     colls.push_back(g);
     colls.push_back(rs);
   }
-  const double cases =
-      static_cast<double>(modes.size() * o.sizes.size() + colls.size() * o.collective_sizes.size());
-  double done = 0;
-
-  auto measure = [&](Mode& mode, const std::vector<int64_t>& sizes, bool collective) {
-    // Curves per direction within the mode (bidir has two).
-    std::vector<LinkCurve> curves;
+  // One case per (mode, size); every case of the stage in one list so their repetitions interleave.
+  struct Plan {
+    const Mode* mode;
+    int64_t bytes;
+    bool collective;
+    std::vector<char> kinds;  // the curves of the mode (bidir has two)
+  };
+  std::vector<Plan> plans;
+  std::vector<Case> list;
+  auto add = [&](const Mode& mode, const std::vector<int64_t>& sizes, bool collective) {
     std::vector<char> kinds;
     for (const Participant& p : mode.parts)
       if (std::find(kinds.begin(), kinds.end(), p.kind) == kinds.end()) kinds.push_back(p.kind);
-    for (char k : kinds) {
+    for (int64_t bytes : sizes) {
+      plans.push_back({&mode, bytes, collective, kinds});
+      list.push_back(timed_case(fmt::format("{} {}", mode.name, bytes), ctx.repeat,
+                                [&, kinds, bytes, m = &mode](int inner) {
+                                  std::vector<Participant> parts = m->parts;
+                                  run_batch(parts, bytes, inner);
+                                  // Mean span per kind over its participants.
+                                  std::vector<double> out;
+                                  for (char k : kinds) {
+                                    double sum = 0;
+                                    int cnt = 0;
+                                    for (const Participant& p : parts)
+                                      if (p.kind == k) sum += p.end - p.start, ++cnt;
+                                    out.push_back(sum / cnt);
+                                  }
+                                  return out;
+                                }));
+    }
+  };
+  for (const Mode& m : modes) add(m, o.sizes, false);
+  for (const Mode& m : colls) add(m, o.collective_sizes, true);
+  const auto vals = run_interleaved(list, ctx.repeat.reps, 17, ctx.progress);
+
+  // Curves: for each mode and kind, the points over its sizes, then the fit.
+  std::size_t i = 0;
+  while (i < plans.size()) {
+    const Plan& first = plans[i];
+    std::vector<LinkCurve> curves;
+    for (char k : first.kinds) {
       LinkCurve c;
-      c.mode = mode.name;
-      c.direction = collective ? "" : (k == 'h' ? "h2d" : "d2h");
-      c.devices = 0;
-      for (const Participant& p : mode.parts) c.devices += p.kind == k ? 1 : 0;
+      c.mode = first.mode->name;
+      c.direction = first.collective ? "" : (k == 'h' ? "h2d" : "d2h");
+      for (const Participant& p : first.mode->parts) c.devices += p.kind == k ? 1 : 0;
       curves.push_back(c);
     }
-    for (int64_t bytes : sizes) {
-      ctx.report(done / cases,
-                 fmt::format("{} {} {}", mode.name, collective ? "" : curves.front().direction, bytes));
-      std::vector<std::vector<double>> per_kind = repeat_timed_multi(ctx.repeat, [&](int inner) {
-        std::vector<Participant> parts = mode.parts;
-        run_batch(parts, bytes, inner);
-        // Mean span per kind over its participants.
-        std::vector<double> out;
-        for (char k : kinds) {
-          double sum = 0;
-          int cnt = 0;
-          for (const Participant& p : parts)
-            if (p.kind == k) sum += p.end - p.start, ++cnt;
-          out.push_back(sum / cnt);
-        }
-        return out;
-      });
-      for (std::size_t i = 0; i < kinds.size(); ++i) {
-        LinkCurve& c = curves[i];
-        nlohmann::json params = {{"bytes", bytes}, {"mode", c.mode}, {"devices", c.devices}};
+    for (; i < plans.size() && plans[i].mode == first.mode; ++i) {
+      for (std::size_t k = 0; k < curves.size(); ++k) {
+        LinkCurve& c = curves[k];
+        nlohmann::json params = {{"bytes", plans[i].bytes}, {"mode", c.mode}, {"devices", c.devices}};
         if (!c.direction.empty()) params["direction"] = c.direction;
-        const std::string name = collective ? c.mode + "_s" : c.direction + "_s";
+        const std::string name = first.collective ? c.mode + "_s" : c.direction + "_s";
         const Spread s =
-            ctx.out.add({collective ? "fabric" : "links", name, params, "s", per_kind[i]}).spread();
-        c.points.push_back({bytes, s});
+            ctx.out.add({first.collective ? "fabric" : "links", name, params, "s", vals[i][k]}).spread();
+        c.points.push_back({plans[i].bytes, s});
       }
-      ++done;
     }
     for (LinkCurve& c : curves) {
       std::vector<XY> xy;
       for (const auto& p : c.points) {
         // Collectives: the bytes each port moves, S (N-1)/N (nccl-tests' bus bandwidth).
         const double x =
-            collective ? static_cast<double>(p.bytes) * (D - 1) / D : static_cast<double>(p.bytes);
+            first.collective ? static_cast<double>(p.bytes) * (D - 1) / D : static_cast<double>(p.bytes);
         xy.push_back({x, p.seconds.median});
       }
       c.fit = fit_latency_bandwidth(xy);
-      (collective ? res.collectives : res.links).push_back(c);
+      (first.collective ? res.collectives : res.links).push_back(c);
     }
-  };
-  for (Mode& m : modes) measure(m, o.sizes, false);
-  for (Mode& m : colls) measure(m, o.collective_sizes, true);
+  }
 
   for (int d = 0; d < used_devices; ++d) {
     backend.device(d).release(R[static_cast<std::size_t>(d)].dev_in, nullptr);
     backend.device(d).release(R[static_cast<std::size_t>(d)].dev_out, nullptr);
   }
-  ctx.report(1.0, "");
   return res;
 }
 

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 
 #include "common/bf16.h"
 #include "common/thread_pool.h"
@@ -69,57 +70,78 @@ CpuUpdateResult measure_cpu_update(const CpuUpdateOptions& o, StageContext& ctx)
       kernels::reduce_adamw_update(pool, st, gs, hyper, 0, e - b);
     }
   };
-  auto time_passes = [&](const std::function<void()>& pass) {
-    return repeat_timed(ctx.repeat, [&](int inner) {
+  auto passes = [&](std::string label, std::function<void()> pass) {
+    return timed_case(std::move(label), ctx.repeat, [pass](int inner) {
       const double t0 = now_s();
       for (int i = 0; i < inner; ++i) pass();
-      return now_s() - t0;
+      return std::vector<double>{now_s() - t0};
     });
   };
 
   CpuUpdateResult res;
   res.table_chunk_numel = o.table_chunk_numel > 0 ? o.table_chunk_numel : o.chunk_numels.back();
   res.reduce_slots = o.reduce_slots;
-  const double cases =
-      static_cast<double>(o.threads.size() * (o.chunk_numels.size() + 1 + o.slots.size() + 1) + 1);
-  double done = 0;
+  std::vector<int64_t> chunks = o.chunk_numels;  // AdamW by chunk size, the table's chunk among them
+  if (std::find(chunks.begin(), chunks.end(), res.table_chunk_numel) == chunks.end())
+    chunks.push_back(res.table_chunk_numel);
+  std::sort(chunks.begin(), chunks.end());
+  std::vector<const bf16_bits*> reduce_ptrs = slot_ptrs(o.reduce_slots, 0);
+  const kernels::GradSlots<bf16_bits> reduce_gs{std::span<const bf16_bits* const>(reduce_ptrs), 1.0f,
+                                                nullptr};
+
+  // ---- the cases, in one list so their repetitions interleave ----
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+  std::vector<Case> cases;
   for (int t : o.threads) {
-    ThreadPool pool(t);
+    pools.push_back(std::make_unique<ThreadPool>(t));
+    ThreadPool* pool = pools.back().get();
+    for (int64_t chunk : chunks)
+      cases.push_back(passes(fmt::format("AdamW, {} threads, chunk {}", t, chunk),
+                             [&, pool, chunk] { fused_pass(*pool, 1, chunk); }));
+    for (int slots : o.slots)
+      cases.push_back(passes(fmt::format("reduce + AdamW, {} threads, {} slots", t, slots),
+                             [&, pool, slots] { fused_pass(*pool, slots, res.table_chunk_numel); }));
+    // Standalone N-way reduction (what accumulation over micro-steps runs).
+    cases.push_back(passes(fmt::format("reduce {} slots, {} threads", o.reduce_slots, t), [&, pool] {
+      for (int64_t b = 0; b < n; b += res.table_chunk_numel)
+        kernels::reduce_grads(*pool, reduce_gs, out.as<float>(), b, std::min(n, b + res.table_chunk_numel));
+    }));
+  }
+  // fp32 -> bf16 conversion on one thread (SlideFormer's per-load step, and the CPU backend's
+  // gradient wire conversion).
+  cases.push_back(passes("fp32 -> bf16 conversion, 1 thread",
+                         [&] { kernels::f32_to_bf16(param.as<float>(), mirror.as<bf16_bits>(), n); }));
+  const auto vals = run_interleaved(cases, ctx.repeat.reps, 13, ctx.progress);
+
+  // ---- results ----
+  std::size_t i = 0;
+  for (int t : o.threads) {
     CpuUpdateResult::ByThreads row;
     row.threads = t;
-    // AdamW alone (one slot) by chunk size (the table's chunk among them).
-    std::vector<int64_t> chunks = o.chunk_numels;
-    if (std::find(chunks.begin(), chunks.end(), res.table_chunk_numel) == chunks.end())
-      chunks.push_back(res.table_chunk_numel);
-    std::sort(chunks.begin(), chunks.end());
     for (int64_t chunk : chunks) {
-      ctx.report(done / cases, fmt::format("AdamW, {} threads, chunk {}", t, chunk));
-      std::vector<double> s = time_passes([&] { fused_pass(pool, 1, chunk); });
-      for (double& x : s) x = static_cast<double>(n) / x;
+      std::vector<double> r = vals[i++][0];
+      for (double& x : r) x = static_cast<double>(n) / x;
       const Spread sp = ctx.out
                             .add({"cpu_update",
                                   "adamw_params_per_s",
                                   {{"threads", t}, {"chunk_numel", chunk}, {"slots", 1}, {"numel", n}},
                                   "params/s",
-                                  s})
+                                  r})
                             .spread();
       if (chunk == res.table_chunk_numel) row.adamw_params_per_s = sp;
-      ++done;
     }
     // Slot sweep at the table chunk size: seconds per pass vs extra slots.
     std::vector<std::vector<double>> X;
     std::vector<double> y;
     for (int slots : o.slots) {
-      ctx.report(done / cases, fmt::format("reduce + AdamW, {} threads, {} slots", t, slots));
-      std::vector<double> s = time_passes([&] { fused_pass(pool, slots, res.table_chunk_numel); });
+      const std::vector<double>& sec = vals[i++][0];
       ctx.out.add({"cpu_update",
                    "reduce_adamw_s",
                    {{"threads", t}, {"chunk_numel", res.table_chunk_numel}, {"slots", slots}, {"numel", n}},
                    "s",
-                   s});
+                   sec});
       X.push_back({1.0, static_cast<double>(slots - 1)});
-      y.push_back(summarize(s).median);
-      ++done;
+      y.push_back(summarize(sec).median);
     }
     if (o.slots.size() >= 2) {
       LinearFit f = fit_nonnegative(X, y);
@@ -127,14 +149,7 @@ CpuUpdateResult measure_cpu_update(const CpuUpdateOptions& o, StageContext& ctx)
       // slope = seconds per extra slot per pass = n x 2 bytes / rate.
       row.reduce_gbps = f.coef[1] > 0 ? static_cast<double>(n) * kBf16 / f.coef[1] / 1e9 : 0.0;
     }
-    // Standalone N-way reduction (what accumulation over micro-steps runs).
-    ctx.report(done / cases, fmt::format("reduce {} slots, {} threads", o.reduce_slots, t));
-    std::vector<const bf16_bits*> ptrs = slot_ptrs(o.reduce_slots, 0);
-    kernels::GradSlots<bf16_bits> gs{std::span<const bf16_bits* const>(ptrs), 1.0f, nullptr};
-    std::vector<double> rs = time_passes([&] {
-      for (int64_t b = 0; b < n; b += res.table_chunk_numel)
-        kernels::reduce_grads(pool, gs, out.as<float>(), b, std::min(n, b + res.table_chunk_numel));
-    });
+    std::vector<double> rs = vals[i++][0];
     for (double& x : rs) x = o.reduce_slots * kBf16 * static_cast<double>(n) / x / 1e9;
     row.reduce_standalone_gbps = ctx.out
                                      .add({"cpu_update",
@@ -147,22 +162,13 @@ CpuUpdateResult measure_cpu_update(const CpuUpdateOptions& o, StageContext& ctx)
                                            rs})
                                      .spread();
     if (row.reduce_gbps <= 0) row.reduce_gbps = row.reduce_standalone_gbps.median;
-    ++done;
     res.by_threads.push_back(row);
   }
-  // fp32 -> bf16 conversion on one thread (SlideFormer's per-load step, and the CPU backend's
-  // gradient wire conversion).
-  ctx.report(done / cases, "fp32 -> bf16 conversion, 1 thread");
-  std::vector<double> cs = repeat_timed(ctx.repeat, [&](int inner) {
-    const double t0 = now_s();
-    for (int i = 0; i < inner; ++i) kernels::f32_to_bf16(param.as<float>(), mirror.as<bf16_bits>(), n);
-    return now_s() - t0;
-  });
+  std::vector<double> cs = vals[i++][0];
   for (double& x : cs) x = 4.0 * static_cast<double>(n) / x / 1e9;
   res.convert_gbps_per_thread =
       ctx.out.add({"cpu_update", "convert_gbps_per_thread", {{"threads", 1}, {"numel", n}}, "GB/s", cs})
           .spread();
-  ctx.report(1.0, "");
   return res;
 }
 

@@ -1,6 +1,7 @@
 // Host-memory bandwidth stage; see host_memory.h. Copies are cut into 1 MiB tiles over a ThreadPool
 // of the measured size (the caller is one of its threads), as the optimizer kernels are; the triad is
-// kernels::stream_triad, the same code the optimizer benchmarks compare against.
+// kernels::stream_triad, the same code the optimizer benchmarks compare against. Cases are repeated
+// in interleaved rounds (stats.h).
 #include "profiler/host_memory.h"
 
 #include <fmt/format.h>
@@ -8,6 +9,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <map>
+#include <memory>
 #include <thread>
 
 #include "common/thread_pool.h"
@@ -78,39 +81,76 @@ HostMemoryResult measure_host_memory(const HostMemoryOptions& o, StageContext& c
   HostArray a(bytes, 0), b(bytes, 0), c(bytes, 0);
   std::fill_n(b.as<float>(), n, 1.0f);
   std::fill_n(c.as<float>(), n, 2.0f);
-  HostMemoryResult res;
-  const double cases = static_cast<double>(o.threads.size() * 2 + o.contention.size());
-  double done = 0;
-  auto record = [&](const std::string& name, nlohmann::json params, std::vector<double> v) {
-    return ctx.out.add({"host_memory", name, std::move(params), "GB/s", std::move(v)}).spread();
+  std::map<int, std::unique_ptr<ThreadPool>> pools;
+  auto pool = [&](int t) -> ThreadPool& {
+    auto& p = pools[t];
+    if (!p) p = std::make_unique<ThreadPool>(t);
+    return *p;
   };
-  auto rates = [](std::vector<double> seconds, double moved) {
-    for (double& s : seconds) s = moved / s / 1e9;
-    return seconds;
+  auto triad = [&](ThreadPool& p, int inner) {
+    for (int i = 0; i < inner; ++i)
+      kernels::stream_triad(p, a.as<float>(), b.as<float>(), c.as<float>(), 3.0f, n);
   };
 
+  std::vector<Case> cases;
   for (int t : o.threads) {
-    ThreadPool pool(t);
+    ThreadPool& p = pool(t);
+    cases.push_back(timed_case(fmt::format("copy, {} threads", t), ctx.repeat, [&, t](int inner) {
+      const double t0 = now_s();
+      for (int i = 0; i < inner; ++i) parallel_copy(p, a.data(), b.data(), bytes);
+      return std::vector<double>{now_s() - t0};
+    }));
+    cases.push_back(timed_case(fmt::format("triad, {} threads", t), ctx.repeat, [&](int inner) {
+      const double t0 = now_s();
+      triad(p, inner);
+      return std::vector<double>{now_s() - t0};
+    }));
+  }
+  // Contention: the copy threads run only during their own case's repetitions (started and stopped
+  // around each, so they never disturb the other cases), and the copy counter is read around the
+  // triad's window. Outputs: triad GB/s, copies GB/s.
+  for (const HostMemoryOptions::Mix& mix : o.contention) {
+    const int m = mix.dma_threads;
+    ThreadPool& p = pool(mix.triad_threads);
+    auto inner = std::make_shared<int>(1);
+    auto rep = [&, m, inner] {
+      DmaThreads dma(m, bytes);
+      const int64_t c0 = dma.copied();
+      const double t0 = now_s();
+      triad(p, *inner);
+      const double dt = now_s() - t0;
+      const double copied = static_cast<double>(dma.copied() - c0);
+      return std::vector<double>{kTriadBytesPerElem * static_cast<double>(n) * *inner / dt / 1e9,
+                                 copied / dt / 1e9};
+    };
+    Case cs;
+    cs.label = fmt::format("triad ({} threads) under {} copy threads", mix.triad_threads, m);
+    cs.warm = [&, rep, inner] {
+      const double t0 = now_s();
+      rep();
+      *inner = inner_for(ctx.repeat, now_s() - t0);
+    };
+    cs.rep = rep;
+    cases.push_back(cs);
+  }
+
+  const auto v = run_interleaved(cases, ctx.repeat.reps, 11, ctx.progress);
+  HostMemoryResult res;
+  auto record = [&](const std::string& name, nlohmann::json params, std::vector<double> values) {
+    return ctx.out.add({"host_memory", name, std::move(params), "GB/s", std::move(values)}).spread();
+  };
+  auto rates = [](std::vector<double> seconds, double moved) {
+    for (double& x : seconds) x = moved / x / 1e9;
+    return seconds;
+  };
+  std::size_t i = 0;
+  for (int t : o.threads) {
     HostMemoryResult::ByThreads row;
     row.threads = t;
-    ctx.report(done / cases, fmt::format("copy, {} threads", t));
-    std::vector<double> copy_s = repeat_timed(ctx.repeat, [&](int inner) {
-      const double t0 = now_s();
-      for (int i = 0; i < inner; ++i) parallel_copy(pool, a.data(), b.data(), bytes);
-      return now_s() - t0;
-    });
-    row.copy_gbps = record("copy_gbps", {{"threads", t}, {"array_bytes", bytes}}, rates(copy_s, 2.0 * bytes));
-    ++done;
-    ctx.report(done / cases, fmt::format("triad, {} threads", t));
-    std::vector<double> triad_s = repeat_timed(ctx.repeat, [&](int inner) {
-      const double t0 = now_s();
-      for (int i = 0; i < inner; ++i)
-        kernels::stream_triad(pool, a.as<float>(), b.as<float>(), c.as<float>(), 3.0f, n);
-      return now_s() - t0;
-    });
+    row.copy_gbps =
+        record("copy_gbps", {{"threads", t}, {"array_bytes", bytes}}, rates(v[i++][0], 2.0 * bytes));
     row.triad_gbps = record("triad_gbps", {{"threads", t}, {"array_bytes", bytes}},
-                            rates(triad_s, kTriadBytesPerElem * n));
-    ++done;
+                            rates(v[i++][0], kTriadBytesPerElem * static_cast<double>(n)));
     res.by_threads.push_back(row);
     for (auto [gbps, what] :
          {std::pair{row.copy_gbps.median, "copy"}, std::pair{row.triad_gbps.median, "triad"}}) {
@@ -120,47 +160,25 @@ HostMemoryResult measure_host_memory(const HostMemoryOptions& o, StageContext& c
       }
     }
   }
-
   for (const HostMemoryOptions::Mix& mix : o.contention) {
-    const int m = mix.dma_threads, t = mix.triad_threads;
-    ctx.report(done / cases, fmt::format("triad ({} threads) under {} copy threads", t, m));
-    ThreadPool pool(t);
-    DmaThreads dma(m, bytes);
-    // The same repetition policy, done by hand: each repetition reads the copy counter around it.
-    std::vector<double> triad, copy, total;
-    auto rep = [&](int inner) {
-      const int64_t c0 = dma.copied();
-      const double t0 = now_s();
-      for (int i = 0; i < inner; ++i)
-        kernels::stream_triad(pool, a.as<float>(), b.as<float>(), c.as<float>(), 3.0f, n);
-      const double dt = now_s() - t0;
-      const double copied = static_cast<double>(dma.copied() - c0);
-      return std::pair{kTriadBytesPerElem * static_cast<double>(n) * inner / dt / 1e9, copied / dt / 1e9};
-    };
-    const double warm_t0 = now_s();
-    rep(1);
-    const int inner = inner_for(ctx.repeat, now_s() - warm_t0);
-    for (int r = 0; r < ctx.repeat.reps; ++r) {
-      auto [tg, cg] = rep(inner);
-      triad.push_back(tg);
-      copy.push_back(cg);
-      total.push_back(tg + 2.0 * cg);
-    }
-    nlohmann::json p = {{"dma_threads", m}, {"triad_threads", t}, {"array_bytes", bytes}};
+    const auto& out = v[i++];
+    std::vector<double> total;
+    for (std::size_t k = 0; k < out[0].size(); ++k) total.push_back(out[0][k] + 2.0 * out[1][k]);
+    nlohmann::json p = {
+        {"dma_threads", mix.dma_threads}, {"triad_threads", mix.triad_threads}, {"array_bytes", bytes}};
     HostMemoryResult::Contention row;
-    row.dma_threads = m;
-    row.triad_threads = t;
-    row.triad_gbps = record("triad_under_dma_gbps", p, triad);
-    row.dma_gbps = record("dma_under_triad_gbps", p, copy);
+    row.dma_threads = mix.dma_threads;
+    row.triad_threads = mix.triad_threads;
+    row.triad_gbps = record("triad_under_dma_gbps", p, out[0]);
+    row.dma_gbps = record("dma_under_triad_gbps", p, out[1]);
     row.total_gbps = record("total_under_contention_gbps", p, total);
     res.contention.push_back(row);
     if (row.total_gbps.median > res.best_gbps) {
       res.best_gbps = row.total_gbps.median;
-      res.best_case = fmt::format("triad with {} threads + {} memcpy threads", t, m);
+      res.best_case =
+          fmt::format("triad with {} threads + {} memcpy threads", mix.triad_threads, mix.dma_threads);
     }
-    ++done;
   }
-  ctx.report(1.0, "");
   return res;
 }
 

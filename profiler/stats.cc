@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
+#include <numeric>
+#include <random>
 
 #include "common/error.h"
 
@@ -52,6 +55,55 @@ std::vector<std::vector<double>> repeat_timed_multi(const RepeatPolicy& policy,
     SLIDEDP_CHECK(v.size() == out.size());
     for (std::size_t i = 0; i < v.size(); ++i) out[i].push_back(v[i] / inner);
   }
+  return out;
+}
+
+Case timed_case(std::string label, const RepeatPolicy& policy, std::function<std::vector<double>(int)> body) {
+  auto inner = std::make_shared<int>(1);
+  Case c;
+  c.label = std::move(label);
+  c.warm = [policy, body, inner] {
+    const std::vector<double> w = body(1);
+    SLIDEDP_CHECK(!w.empty());
+    *inner = inner_for(policy, *std::max_element(w.begin(), w.end()));
+  };
+  c.rep = [body, inner] {
+    std::vector<double> v = body(*inner);
+    for (double& x : v) x /= *inner;
+    return v;
+  };
+  return c;
+}
+
+std::vector<std::vector<std::vector<double>>> run_interleaved(
+    std::vector<Case>& cases, int reps, uint64_t seed,
+    const std::function<void(double, const std::string&)>& progress) {
+  SLIDEDP_CHECK(reps >= 1);
+  const double steps = static_cast<double>(cases.size()) * (reps + 1);
+  double done = 0;
+  auto tick = [&](const Case& c) {
+    if (progress) progress(done / steps, c.label);
+    ++done;
+  };
+  for (Case& c : cases) {
+    tick(c);
+    c.warm();
+  }
+  std::vector<std::vector<std::vector<double>>> out(cases.size());
+  std::vector<std::size_t> order(cases.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::mt19937_64 rng(seed);
+  for (int r = 0; r < reps; ++r) {
+    std::shuffle(order.begin(), order.end(), rng);
+    for (std::size_t i : order) {
+      tick(cases[i]);
+      const std::vector<double> v = cases[i].rep();
+      if (out[i].empty()) out[i].resize(v.size());
+      SLIDEDP_CHECK(v.size() == out[i].size(), "a case changed its number of outputs");
+      for (std::size_t k = 0; k < v.size(); ++k) out[i][k].push_back(v[k]);
+    }
+  }
+  if (progress) progress(1.0, "");
   return out;
 }
 

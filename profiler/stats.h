@@ -1,9 +1,14 @@
 // Repeated measurements and their spread. Every profiler value is the median of several repetitions;
 // the spread (max - min) / median travels with it into the table, the JSON and the profile's notes,
-// so a re-run can be judged against it. Also the clock and the repeat loop every stage shares.
+// so a re-run can be judged against it. Also the clock and the repeat loops the stages share: a
+// stage's cases are repeated in interleaved rounds, so a case's repetitions are spread over the whole
+// stage and slow drifts (clock frequency, other tenants of the machine) widen its spread instead of
+// shifting its median unnoticed.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 namespace slidedp::profiler {
@@ -40,6 +45,29 @@ std::vector<double> repeat_timed(const RepeatPolicy& policy, const std::function
 // [thing][repetition] seconds per operation. The warm-up picks inner from the slowest thing.
 std::vector<std::vector<double>> repeat_timed_multi(
     const RepeatPolicy& policy, const std::function<std::vector<double>(int inner)>& body);
+
+// One case of a stage for run_interleaved: warm() runs once, untimed, before the first round (page
+// faults, caches, thread start-up, choosing how many operations a repetition repeats); rep() is one
+// repetition and returns the value of each of the case's outputs (both directions of a duplex copy,
+// every operation of a unit chain).
+struct Case {
+  std::string label;  // for the progress line
+  std::function<void()> warm;
+  std::function<std::vector<double>()> rep;
+};
+
+// A case from body(inner), which performs the operation `inner` times back to back and returns the
+// seconds of each output for all of them: warm() picks inner from one operation (the slowest
+// output), rep() returns seconds per operation.
+Case timed_case(std::string label, const RepeatPolicy& policy,
+                std::function<std::vector<double>(int inner)> body);
+
+// Warms every case, then runs `reps` rounds; each round runs every case once, in an order shuffled
+// per round (seeded: the same order on every run). Returns [case][output][repetition].
+// progress(fraction done, label) after each step.
+std::vector<std::vector<std::vector<double>>> run_interleaved(
+    std::vector<Case>& cases, int reps, uint64_t seed,
+    const std::function<void(double, const std::string&)>& progress);
 
 // Inner iterations repeat_timed would choose for an operation taking `seconds` (at least 1).
 int inner_for(const RepeatPolicy& policy, double seconds);

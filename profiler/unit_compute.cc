@@ -57,11 +57,10 @@ std::vector<std::byte> unit_params(const UnitLayout& u, DType dtype, uint64_t se
   return out;
 }
 
-struct DeviceState {
+// A unit's parameters on one device, uploaded once and shared by every (T, B).
+struct DeviceParams {
   exec::Device* dev = nullptr;
-  DeviceBuffer emb, dec, head;   // the units' parameters (param dtype)
-  DeviceBuffer tokens, targets;  // (B, T) int32
-  DeviceBuffer x, y, saved, dy;  // inputs of the timed operations, produced once by an untimed chain
+  DeviceBuffer emb, dec, head;  // param dtype
 };
 
 // Copies host bytes into a fresh device buffer (through pinned staging and the h2d stream).
@@ -79,7 +78,20 @@ struct Op {
   UnitKind kind;
   const char* name;     // "fwd" | "recompute" | "bwd"
   int64_t alloc_bytes;  // allocated per use (caps back-to-back repetitions)
-  std::function<void(DeviceState&)> enqueue;
+  std::function<void(int device)> enqueue;
+};
+
+// One (T, B): its inputs on every device, produced once by an untimed forward chain, and its six
+// operations as the rank driver issues them.
+struct Chain {
+  int64_t B = 0, T = 0, tokens = 0, hidden = 0;
+  exec::UnitMemory dm, hm;
+  struct Inputs {
+    DeviceBuffer tokens, targets;  // (B, T) int32
+    DeviceBuffer x, y, saved, dy;  // unit inputs: embedding output, decoder output + saved, head's dx
+  };
+  std::vector<Inputs> in;  // per device
+  std::vector<Op> ops;
 };
 
 }  // namespace
@@ -97,267 +109,297 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
   const int64_t lm_offset =
       tied ? emb_l.find("model.embed_tokens.weight")->offset : head_l.find("lm_head.weight")->offset;
   const DType pdt = backend.device(0).param_dtype();
-  const std::vector<std::byte> emb_host = unit_params(emb_l, pdt, o.seed);
-  const std::vector<std::byte> dec_host = unit_params(dec_l, pdt, o.seed + 1);
-  const std::vector<std::byte> head_host = unit_params(head_l, pdt, o.seed + 2);
   const int64_t pbytes = exec::dtype_bytes(pdt);
   const int64_t V = card.vocab_size;
+  const int64_t emb_n = emb_l.flat_numel, dec_n = dec_l.flat_numel, head_n = head_l.flat_numel;
 
-  UnitComputeResult res;
-  res.model = card.name;
-  res.concurrent_devices = devices;
-  const double total_cases = static_cast<double>(o.seq_lens.size() * o.micro_batches.size());
-  double done_cases = 0;
+  std::vector<DeviceParams> P(static_cast<std::size_t>(devices));
+  {
+    const std::vector<std::byte> emb_host = unit_params(emb_l, pdt, o.seed);
+    const std::vector<std::byte> dec_host = unit_params(dec_l, pdt, o.seed + 1);
+    const std::vector<std::byte> head_host = unit_params(head_l, pdt, o.seed + 2);
+    for (int d = 0; d < devices; ++d) {
+      DeviceParams& p = P[static_cast<std::size_t>(d)];
+      p.dev = &backend.device(d);
+      p.emb = upload(backend, *p.dev, emb_host.data(), emb_n * pbytes, "profile: embedding");
+      p.dec = upload(backend, *p.dev, dec_host.data(), dec_n * pbytes, "profile: decoder");
+      p.head = upload(backend, *p.dev, head_host.data(), head_n * pbytes, "profile: head");
+    }
+  }
+
+  // Sends a gradient: fp32 -> bf16 wire buffer on the compute stream, then both buffers go.
+  auto send = [](exec::Device& dev, const DeviceBuffer& grads, int64_t numel) {
+    DeviceBuffer wire = dev.alloc(numel * 2, "profile: gradient (wire)");
+    dev.convert_fp32(grads, 0, wire, 0, DType::kBF16, numel);
+    exec::EventPtr e = dev.compute().record();
+    dev.release(grads, e);
+    dev.release(wire, e);
+  };
+  // The head's arguments with its gradient buffers allocated and zeroed, as the rank driver does.
+  struct HeadCall {
+    UnitOpArgs a;
+    DeviceBuffer tied_grads;
+  };
+  auto head_call = [&](const Chain& ch, int d, DeviceBuffer dx) {
+    const DeviceParams& p = P[static_cast<std::size_t>(d)];
+    exec::Device& dev = *p.dev;
+    HeadCall h;
+    UnitOpArgs& a = h.a;
+    a.unit = L + 1, a.B = ch.B, a.T = ch.T, a.params = p.head, a.x = ch.in[static_cast<std::size_t>(d)].y;
+    a.targets = ch.in[static_cast<std::size_t>(d)].targets, a.dx = dx;
+    a.lm_head_params = tied ? p.emb : p.head;
+    a.lm_head_offset = lm_offset;
+    a.grad_scale = 1.0 / static_cast<double>(ch.tokens);
+    a.grads = dev.alloc(head_n * 4, "profile: head gradient");
+    dev.zero(a.grads, 0, head_n * 4);
+    if (tied) {
+      h.tied_grads = dev.alloc(emb_n * 4, "profile: tied embedding gradient");
+      dev.zero(h.tied_grads, 0, emb_n * 4);
+      a.lm_head_grads = h.tied_grads;
+    } else {
+      a.lm_head_grads = a.grads;
+    }
+    a.lm_head_grad_offset = lm_offset;
+    a.loss = dev.alloc(16, "profile: loss");
+    a.workspace = dev.alloc(ch.hm.forward_workspace_bytes, "profile: workspace");
+    return h;
+  };
+
+  // ---- every (T, B): inputs on every device and the six operations ----
+  std::vector<std::unique_ptr<Chain>> chains;
   for (int64_t T : o.seq_lens) {
     for (int64_t B : o.micro_batches) {
-      ctx.report(done_cases / total_cases, fmt::format("units, T {} B {}", T, B));
-      const int64_t tokens = B * T;
-      std::vector<int32_t> ids(static_cast<std::size_t>(tokens)), tgt(static_cast<std::size_t>(tokens));
-      uint64_t s = o.seed * 7919 + static_cast<uint64_t>(tokens);
-      for (int64_t i = 0; i < tokens; ++i) {
-        ids[static_cast<std::size_t>(i)] = static_cast<int32_t>(next_random(s) % static_cast<uint64_t>(V));
-        tgt[static_cast<std::size_t>(i)] = static_cast<int32_t>(next_random(s) % static_cast<uint64_t>(V));
+      auto ch = std::make_unique<Chain>();
+      Chain* c = ch.get();
+      c->B = B, c->T = T, c->tokens = B * T;
+      c->dm = backend.device(0).unit_memory(UnitKind::kDecoder, B, T);
+      c->hm = backend.device(0).unit_memory(UnitKind::kHead, B, T);
+      c->hidden = c->dm.hidden_bytes;
+      std::vector<int32_t> ids(static_cast<std::size_t>(c->tokens)), tgt(ids.size());
+      uint64_t seed = o.seed * 7919 + static_cast<uint64_t>(c->tokens);
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        ids[i] = static_cast<int32_t>(next_random(seed) % static_cast<uint64_t>(V));
+        tgt[i] = static_cast<int32_t>(next_random(seed) % static_cast<uint64_t>(V));
       }
-      const exec::UnitMemory dm = backend.device(0).unit_memory(UnitKind::kDecoder, B, T);
-      const exec::UnitMemory hm = backend.device(0).unit_memory(UnitKind::kHead, B, T);
-      const int64_t hidden = dm.hidden_bytes;
-
-      // ---- per device: parameters, inputs, and the untimed chain that produces x, y, saved, dy ----
-      std::vector<DeviceState> st(static_cast<std::size_t>(devices));
       for (int d = 0; d < devices; ++d) {
-        DeviceState& ds = st[static_cast<std::size_t>(d)];
-        exec::Device& dev = backend.device(d);
-        ds.dev = &dev;
-        ds.emb = upload(backend, dev, emb_host.data(), emb_l.flat_numel * pbytes, "profile: embedding");
-        ds.dec = upload(backend, dev, dec_host.data(), dec_l.flat_numel * pbytes, "profile: decoder");
-        ds.head = upload(backend, dev, head_host.data(), head_l.flat_numel * pbytes, "profile: head");
-        ds.tokens = upload(backend, dev, ids.data(), tokens * 4, "profile: tokens");
-        ds.targets = upload(backend, dev, tgt.data(), tokens * 4, "profile: targets");
-        ds.x = dev.alloc(hidden, "profile: x");
-        ds.y = dev.alloc(hidden, "profile: y");
-        ds.dy = dev.alloc(hidden, "profile: dy");
-        ds.saved = dev.alloc(dm.saved_bytes, "profile: saved");
+        exec::Device& dev = *P[static_cast<std::size_t>(d)].dev;
+        Chain::Inputs in;
+        in.tokens = upload(backend, dev, ids.data(), c->tokens * 4, "profile: tokens");
+        in.targets = upload(backend, dev, tgt.data(), c->tokens * 4, "profile: targets");
+        in.x = dev.alloc(c->hidden, "profile: x");
+        in.y = dev.alloc(c->hidden, "profile: y");
+        in.dy = dev.alloc(c->hidden, "profile: dy");
+        in.saved = dev.alloc(c->dm.saved_bytes, "profile: saved");
+        c->in.push_back(in);
       }
+      // The untimed chain: x = embedding(tokens); y, saved = decoder(x); dy = the head's dx.
+      for (int d = 0; d < devices; ++d) {
+        const DeviceParams& p = P[static_cast<std::size_t>(d)];
+        const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
+        exec::Device& dev = *p.dev;
+        UnitOpArgs e;
+        e.unit = 0, e.B = B, e.T = T, e.params = p.emb, e.tokens = in.tokens, e.y = in.x;
+        dev.forward(e);
+        UnitOpArgs f;
+        f.unit = 1, f.B = B, f.T = T, f.params = p.dec, f.x = in.x, f.y = in.y, f.saved = in.saved;
+        f.workspace = dev.alloc(c->dm.forward_workspace_bytes, "profile: workspace");
+        dev.forward(f);
+        dev.release(f.workspace, dev.compute().record());
+        HeadCall h = head_call(*c, d, in.dy);
+        dev.forward(h.a);
+        exec::EventPtr ev = dev.compute().record();
+        for (const DeviceBuffer& b : {h.a.grads, h.a.loss, h.a.workspace}) dev.release(b, ev);
+        if (tied) dev.release(h.tied_grads, ev);
+      }
+      backend.synchronize();
 
-      // ---- the operations, each as the rank driver issues it (see executor/rank_driver.cc) ----
-      auto head_args = [&](DeviceState& ds, DeviceBuffer dx) {
-        UnitOpArgs a;
-        a.unit = L + 1, a.B = B, a.T = T, a.params = ds.head, a.x = ds.y, a.targets = ds.targets, a.dx = dx;
-        a.lm_head_params = tied ? ds.emb : ds.head;
-        a.lm_head_offset = lm_offset;
-        a.grad_scale = 1.0 / static_cast<double>(tokens);
-        return a;
-      };
-      // Sends a gradient: fp32 -> bf16 wire buffer on the compute stream, then the buffers go.
-      auto send = [](exec::Device& dev, const DeviceBuffer& grads, int64_t numel) {
-        DeviceBuffer wire = dev.alloc(numel * 2, "profile: gradient (wire)");
-        dev.convert_fp32(grads, 0, wire, 0, DType::kBF16, numel);
-        exec::EventPtr e = dev.compute().record();
-        dev.release(grads, e);
-        dev.release(wire, e);
-      };
-      const int64_t emb_n = emb_l.flat_numel, dec_n = dec_l.flat_numel, head_n = head_l.flat_numel;
-      std::vector<Op> ops;
-      ops.push_back({UnitKind::kEmbedding, "fwd", hidden, [&](DeviceState& ds) {
-                       exec::Device& dev = *ds.dev;
-                       UnitOpArgs a;
-                       a.unit = 0, a.B = B, a.T = T, a.params = ds.emb, a.tokens = ds.tokens;
-                       a.y = dev.alloc(hidden, "profile: hidden state");
-                       dev.forward(a);
-                       dev.release(a.y, dev.compute().record());
-                     }});
-      ops.push_back({UnitKind::kDecoder, "fwd", hidden + dm.saved_bytes + dm.forward_workspace_bytes,
-                     [&](DeviceState& ds) {
-                       exec::Device& dev = *ds.dev;
-                       UnitOpArgs a;
-                       a.unit = 1, a.B = B, a.T = T, a.params = ds.dec, a.x = ds.x;
-                       a.y = dev.alloc(hidden, "profile: hidden state");
-                       a.saved = dev.alloc(dm.saved_bytes, "profile: saved activations");
-                       a.workspace = dev.alloc(dm.forward_workspace_bytes, "profile: workspace");
-                       dev.forward(a);
-                       exec::EventPtr e = dev.compute().record();
-                       for (const DeviceBuffer& b : {a.y, a.saved, a.workspace}) dev.release(b, e);
-                     }});
-      ops.push_back({UnitKind::kDecoder, "recompute", dm.saved_bytes + dm.forward_workspace_bytes,
-                     [&](DeviceState& ds) {
-                       exec::Device& dev = *ds.dev;
-                       UnitOpArgs a;
-                       a.unit = 1, a.B = B, a.T = T, a.params = ds.dec, a.x = ds.x;
-                       a.saved = dev.alloc(dm.saved_bytes, "profile: saved activations (recomputed)");
-                       a.workspace = dev.alloc(dm.forward_workspace_bytes, "profile: workspace");
-                       dev.recompute(a);
-                       exec::EventPtr e = dev.compute().record();
-                       dev.release(a.saved, e);
-                       dev.release(a.workspace, e);
-                     }});
-      ops.push_back({UnitKind::kHead, "fwd",
-                     hidden + (head_n + (tied ? emb_n : 0)) * 6 + hm.forward_workspace_bytes,
-                     [&](DeviceState& ds) {
-                       exec::Device& dev = *ds.dev;
-                       UnitOpArgs a = head_args(ds, dev.alloc(hidden, "profile: gradient of hidden state"));
-                       a.grads = dev.alloc(head_n * 4, "profile: head gradient");
-                       dev.zero(a.grads, 0, head_n * 4);
-                       DeviceBuffer tied_grads;
-                       if (tied) {
-                         tied_grads = dev.alloc(emb_n * 4, "profile: tied embedding gradient");
-                         dev.zero(tied_grads, 0, emb_n * 4);
-                         a.lm_head_grads = tied_grads;
-                       } else {
-                         a.lm_head_grads = a.grads;
-                       }
-                       a.lm_head_grad_offset = lm_offset;
-                       a.loss = dev.alloc(16, "profile: loss");
-                       a.workspace = dev.alloc(hm.forward_workspace_bytes, "profile: workspace");
-                       dev.forward(a);
-                       exec::EventPtr e = dev.compute().record();
-                       for (const DeviceBuffer& b : {a.dx, a.loss, a.workspace}) dev.release(b, e);
-                       send(dev, a.grads, head_n);
-                       if (tied) send(dev, tied_grads, emb_n);
-                     }});
-      ops.push_back(
-          {UnitKind::kDecoder, "bwd", hidden + dec_n * 6 + dm.backward_workspace_bytes, [&](DeviceState& ds) {
-             exec::Device& dev = *ds.dev;
+      const int64_t hidden = c->hidden;
+      const exec::UnitMemory dm = c->dm;
+      c->ops.push_back({UnitKind::kEmbedding, "fwd", hidden, [&, c](int d) {
+                          const DeviceParams& p = P[static_cast<std::size_t>(d)];
+                          exec::Device& dev = *p.dev;
+                          UnitOpArgs a;
+                          a.unit = 0, a.B = c->B, a.T = c->T, a.params = p.emb;
+                          a.tokens = c->in[static_cast<std::size_t>(d)].tokens;
+                          a.y = dev.alloc(c->hidden, "profile: hidden state");
+                          dev.forward(a);
+                          dev.release(a.y, dev.compute().record());
+                        }});
+      c->ops.push_back(
+          {UnitKind::kDecoder, "fwd", hidden + dm.saved_bytes + dm.forward_workspace_bytes, [&, c](int d) {
+             const DeviceParams& p = P[static_cast<std::size_t>(d)];
+             exec::Device& dev = *p.dev;
              UnitOpArgs a;
-             a.unit = 1, a.B = B, a.T = T, a.params = ds.dec, a.x = ds.x, a.saved = ds.saved, a.dy = ds.dy;
+             a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec;
+             a.x = c->in[static_cast<std::size_t>(d)].x;
+             a.y = dev.alloc(c->hidden, "profile: hidden state");
+             a.saved = dev.alloc(c->dm.saved_bytes, "profile: saved activations");
+             a.workspace = dev.alloc(c->dm.forward_workspace_bytes, "profile: workspace");
+             dev.forward(a);
+             exec::EventPtr e = dev.compute().record();
+             for (const DeviceBuffer& b : {a.y, a.saved, a.workspace}) dev.release(b, e);
+           }});
+      c->ops.push_back(
+          {UnitKind::kDecoder, "recompute", dm.saved_bytes + dm.forward_workspace_bytes, [&, c](int d) {
+             const DeviceParams& p = P[static_cast<std::size_t>(d)];
+             exec::Device& dev = *p.dev;
+             UnitOpArgs a;
+             a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec;
+             a.x = c->in[static_cast<std::size_t>(d)].x;
+             a.saved = dev.alloc(c->dm.saved_bytes, "profile: saved activations (recomputed)");
+             a.workspace = dev.alloc(c->dm.forward_workspace_bytes, "profile: workspace");
+             dev.recompute(a);
+             exec::EventPtr e = dev.compute().record();
+             dev.release(a.saved, e);
+             dev.release(a.workspace, e);
+           }});
+      c->ops.push_back(
+          {UnitKind::kHead, "fwd", hidden + (head_n + (tied ? emb_n : 0)) * 6 + c->hm.forward_workspace_bytes,
+           [&, c](int d) {
+             exec::Device& dev = *P[static_cast<std::size_t>(d)].dev;
+             HeadCall h = head_call(*c, d, dev.alloc(c->hidden, "profile: gradient of hidden state"));
+             dev.forward(h.a);
+             exec::EventPtr e = dev.compute().record();
+             for (const DeviceBuffer& b : {h.a.dx, h.a.loss, h.a.workspace}) dev.release(b, e);
+             send(dev, h.a.grads, head_n);
+             if (tied) send(dev, h.tied_grads, emb_n);
+           }});
+      c->ops.push_back(
+          {UnitKind::kDecoder, "bwd", hidden + dec_n * 6 + dm.backward_workspace_bytes, [&, c](int d) {
+             const DeviceParams& p = P[static_cast<std::size_t>(d)];
+             const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
+             exec::Device& dev = *p.dev;
+             UnitOpArgs a;
+             a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec, a.x = in.x, a.saved = in.saved;
+             a.dy = in.dy;
              a.grads = dev.alloc(dec_n * 4, "profile: unit gradient");
              dev.zero(a.grads, 0, dec_n * 4);
-             a.dx = dev.alloc(hidden, "profile: gradient of hidden state");
-             a.workspace = dev.alloc(dm.backward_workspace_bytes, "profile: workspace");
+             a.dx = dev.alloc(c->hidden, "profile: gradient of hidden state");
+             a.workspace = dev.alloc(c->dm.backward_workspace_bytes, "profile: workspace");
              dev.backward(a);
              exec::EventPtr e = dev.compute().record();
              dev.release(a.dx, e);
              dev.release(a.workspace, e);
              send(dev, a.grads, dec_n);
            }});
-      ops.push_back({UnitKind::kEmbedding, "bwd", emb_n * 6, [&](DeviceState& ds) {
-                       exec::Device& dev = *ds.dev;
-                       UnitOpArgs a;
-                       a.unit = 0, a.B = B, a.T = T, a.params = ds.emb, a.tokens = ds.tokens, a.dy = ds.dy;
-                       a.grads = dev.alloc(emb_n * 4, "profile: embedding gradient");
-                       dev.zero(a.grads, 0, emb_n * 4);
-                       dev.backward(a);
-                       send(dev, a.grads, emb_n);
-                     }});
-
-      // The untimed chain: x = embedding(tokens); y, saved = decoder(x); dy = head's dx.
-      for (DeviceState& ds : st) {
-        exec::Device& dev = *ds.dev;
-        UnitOpArgs e;
-        e.unit = 0, e.B = B, e.T = T, e.params = ds.emb, e.tokens = ds.tokens, e.y = ds.x;
-        dev.forward(e);
-        UnitOpArgs f;
-        f.unit = 1, f.B = B, f.T = T, f.params = ds.dec, f.x = ds.x, f.y = ds.y, f.saved = ds.saved;
-        f.workspace = dev.alloc(dm.forward_workspace_bytes, "profile: workspace");
-        dev.forward(f);
-        dev.release(f.workspace, dev.compute().record());
-        UnitOpArgs h = head_args(ds, ds.dy);
-        h.grads = dev.alloc(head_n * 4, "profile: head gradient");
-        dev.zero(h.grads, 0, head_n * 4);
-        DeviceBuffer tg;
-        if (tied) {
-          tg = dev.alloc(emb_n * 4, "profile: tied embedding gradient");
-          dev.zero(tg, 0, emb_n * 4);
-        }
-        h.lm_head_grads = tied ? tg : h.grads;
-        h.lm_head_grad_offset = lm_offset;
-        h.loss = dev.alloc(16, "profile: loss");
-        h.workspace = dev.alloc(hm.forward_workspace_bytes, "profile: workspace");
-        dev.forward(h);
-        exec::EventPtr ev = dev.compute().record();
-        for (const DeviceBuffer& b : {h.grads, h.loss, h.workspace}) dev.release(b, ev);
-        if (tied) dev.release(tg, ev);
-      }
-      backend.synchronize();
-
-      // ---- timing: each device's enqueuing thread issues every op K_op times between two stamps ----
-      const std::size_t nops = ops.size();
-      // Returns, per op, the mean over the devices of (end - start) / K_op.
-      auto run = [&](int ndev, const std::vector<int>& K) {
-        std::vector<std::vector<double>> start(static_cast<std::size_t>(ndev), std::vector<double>(nops)),
-            end = start;
-        std::vector<std::thread> threads;
-        std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ndev));
-        for (int d = 0; d < ndev; ++d) {
-          threads.emplace_back([&, d] {
-            try {
-              DeviceState& ds = st[static_cast<std::size_t>(d)];
-              exec::Stream& c = ds.dev->compute();
-              for (std::size_t i = 0; i < nops; ++i) {
-                double* s0 = &start[static_cast<std::size_t>(d)][i];
-                double* s1 = &end[static_cast<std::size_t>(d)][i];
-                // The stream waits at a gate until the whole batch is queued, so a fast operation is
-                // timed running back to back, not waiting for this thread to queue the next one.
-                // (Within a batch nothing is freed before the gate opens: K_op x alloc_bytes is capped.)
-                auto gate = std::make_shared<std::promise<void>>();
-                std::shared_future<void> opened = gate->get_future().share();
-                c.host_fn([opened] { opened.wait(); });
-                c.host_fn([s0] { *s0 = now_s(); });
-                for (int k = 0; k < K[i]; ++k) ops[i].enqueue(ds);
-                c.host_fn([s1] { *s1 = now_s(); });
-                gate->set_value();
-              }
-            } catch (...) {
-              errors[static_cast<std::size_t>(d)] =
-                  std::current_exception();  // an open gate is broken, so streams go on
-            }
-          });
-        }
-        for (auto& t : threads) t.join();
-        backend.synchronize();
-        for (const auto& e : errors)
-          if (e) std::rethrow_exception(e);
-        std::vector<double> per_op(nops, 0.0);
-        for (std::size_t i = 0; i < nops; ++i) {
-          for (int d = 0; d < ndev; ++d)
-            per_op[i] += (end[static_cast<std::size_t>(d)][i] - start[static_cast<std::size_t>(d)][i]) / K[i];
-          per_op[i] /= ndev;
-        }
-        return per_op;
-      };
-      auto measure = [&](int ndev) {
-        const std::vector<double> warm = run(ndev, std::vector<int>(nops, 1));
-        std::vector<int> K(nops);
-        for (std::size_t i = 0; i < nops; ++i) {
-          // Back-to-back uses hold their allocations until the stream reaches them: keep that under
-          // about 1 GiB per device.
-          const int mem_cap = static_cast<int>(
-              std::clamp<int64_t>((int64_t{1} << 30) / std::max<int64_t>(ops[i].alloc_bytes, 1), 1, 1 << 14));
-          K[i] = std::min(inner_for(ctx.repeat, warm[i]), mem_cap);
-        }
-        std::vector<std::vector<double>> reps(nops);
-        for (int r = 0; r < ctx.repeat.reps; ++r) {
-          const std::vector<double> v = run(ndev, K);
-          for (std::size_t i = 0; i < nops; ++i) reps[i].push_back(v[i]);
-        }
-        return reps;
-      };
-      const std::vector<std::vector<double>> conc = measure(devices);
-      std::vector<std::vector<double>> alone;
-      if (devices > 1 && o.also_alone) alone = measure(1);
-      for (std::size_t i = 0; i < nops; ++i) {
-        UnitCase c;
-        c.kind = ops[i].kind;
-        c.op = ops[i].name;
-        c.B = B;
-        c.T = T;
-        nlohmann::json p = {{"model", card.name}, {"unit", unit_kind_name(c.kind)},
-                            {"op", c.op},         {"micro_batch", B},
-                            {"seq_len", T},       {"devices", devices}};
-        c.seconds = ctx.out.add({"units", std::string(c.op) + "_s", p, "s", conc[i]}).spread();
-        if (!alone.empty()) {
-          p["devices"] = 1;
-          c.has_alone = true;
-          c.alone_seconds = ctx.out.add({"units", std::string(c.op) + "_s", p, "s", alone[i]}).spread();
-        }
-        res.cases.push_back(c);
-      }
-      for (DeviceState& ds : st)
-        for (const DeviceBuffer& b :
-             {ds.emb, ds.dec, ds.head, ds.tokens, ds.targets, ds.x, ds.y, ds.dy, ds.saved})
-          ds.dev->release(b, nullptr);
-      ++done_cases;
+      c->ops.push_back({UnitKind::kEmbedding, "bwd", emb_n * 6, [&, c](int d) {
+                          const DeviceParams& p = P[static_cast<std::size_t>(d)];
+                          const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
+                          exec::Device& dev = *p.dev;
+                          UnitOpArgs a;
+                          a.unit = 0, a.B = c->B, a.T = c->T, a.params = p.emb, a.tokens = in.tokens,
+                          a.dy = in.dy;
+                          a.grads = dev.alloc(emb_n * 4, "profile: embedding gradient");
+                          dev.zero(a.grads, 0, emb_n * 4);
+                          dev.backward(a);
+                          send(dev, a.grads, emb_n);
+                        }});
+      chains.push_back(std::move(ch));
     }
   }
+
+  // ---- timing: each device's enqueuing thread issues every op K_op times between two stamps ----
+  // Returns, per op, the mean over the devices of (end - start) / K_op.
+  auto run = [&](const Chain& ch, int ndev, const std::vector<int>& K) {
+    const std::size_t nops = ch.ops.size();
+    std::vector<std::vector<double>> start(static_cast<std::size_t>(ndev), std::vector<double>(nops)),
+        end = start;
+    std::vector<std::thread> threads;
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ndev));
+    for (int d = 0; d < ndev; ++d) {
+      threads.emplace_back([&, d] {
+        try {
+          exec::Stream& s = P[static_cast<std::size_t>(d)].dev->compute();
+          for (std::size_t i = 0; i < nops; ++i) {
+            double* s0 = &start[static_cast<std::size_t>(d)][i];
+            double* s1 = &end[static_cast<std::size_t>(d)][i];
+            // The stream waits at a gate until the whole batch is queued, so a fast operation is timed
+            // running back to back, not waiting for this thread to queue the next one. (Within a batch
+            // nothing is freed before the gate opens: K_op x alloc_bytes is capped.)
+            auto gate = std::make_shared<std::promise<void>>();
+            std::shared_future<void> opened = gate->get_future().share();
+            s.host_fn([opened] { opened.wait(); });
+            s.host_fn([s0] { *s0 = now_s(); });
+            for (int k = 0; k < K[i]; ++k) ch.ops[i].enqueue(d);
+            s.host_fn([s1] { *s1 = now_s(); });
+            gate->set_value();
+          }
+        } catch (...) {
+          errors[static_cast<std::size_t>(d)] =
+              std::current_exception();  // an open gate is broken: streams go on
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    backend.synchronize();
+    for (const auto& e : errors)
+      if (e) std::rethrow_exception(e);
+    std::vector<double> per_op(nops, 0.0);
+    for (std::size_t i = 0; i < nops; ++i) {
+      for (int d = 0; d < ndev; ++d)
+        per_op[i] += (end[static_cast<std::size_t>(d)][i] - start[static_cast<std::size_t>(d)][i]) / K[i];
+      per_op[i] /= ndev;
+    }
+    return per_op;
+  };
+  // A case: one chain on ndev devices at once; the warm-up picks each op's K.
+  auto chain_case = [&](const Chain* ch, int ndev) {
+    auto K = std::make_shared<std::vector<int>>(ch->ops.size(), 1);
+    Case c;
+    c.label =
+        fmt::format("{} T {} B {}{}", card.name, ch->T, ch->B, ndev == 1 && devices > 1 ? " alone" : "");
+    c.warm = [&, ch, ndev, K] {
+      const std::vector<double> warm = run(*ch, ndev, *K);
+      for (std::size_t i = 0; i < warm.size(); ++i) {
+        // Back-to-back uses hold their allocations until the stream reaches them: keep that under
+        // about 1 GiB per device.
+        const int mem_cap = static_cast<int>(std::clamp<int64_t>(
+            (int64_t{1} << 30) / std::max<int64_t>(ch->ops[i].alloc_bytes, 1), 1, 1 << 14));
+        (*K)[i] = std::min(inner_for(ctx.repeat, warm[i]), mem_cap);
+      }
+    };
+    c.rep = [&, ch, ndev, K] { return run(*ch, ndev, *K); };
+    return c;
+  };
+  std::vector<Case> cases;
+  for (const auto& ch : chains) {
+    cases.push_back(chain_case(ch.get(), devices));
+    if (devices > 1 && o.also_alone) cases.push_back(chain_case(ch.get(), 1));
+  }
+  const auto vals = run_interleaved(cases, ctx.repeat.reps, 19, ctx.progress);
+
+  UnitComputeResult res;
+  res.model = card.name;
+  res.concurrent_devices = devices;
+  std::size_t ci = 0;
+  for (const auto& ch : chains) {
+    const auto& conc = vals[ci++];
+    const std::vector<std::vector<double>>* alone = devices > 1 && o.also_alone ? &vals[ci++] : nullptr;
+    for (std::size_t i = 0; i < ch->ops.size(); ++i) {
+      UnitCase u;
+      u.kind = ch->ops[i].kind;
+      u.op = ch->ops[i].name;
+      u.B = ch->B;
+      u.T = ch->T;
+      nlohmann::json p = {{"model", card.name}, {"unit", unit_kind_name(u.kind)},
+                          {"op", u.op},         {"micro_batch", u.B},
+                          {"seq_len", u.T},     {"devices", devices}};
+      u.seconds = ctx.out.add({"units", u.op + "_s", p, "s", conc[i]}).spread();
+      if (alone) {
+        p["devices"] = 1;
+        u.has_alone = true;
+        u.alone_seconds = ctx.out.add({"units", u.op + "_s", p, "s", (*alone)[i]}).spread();
+      }
+      res.cases.push_back(u);
+    }
+    for (int d = 0; d < devices; ++d) {
+      const Chain::Inputs& in = ch->in[static_cast<std::size_t>(d)];
+      for (const DeviceBuffer& b : {in.tokens, in.targets, in.x, in.y, in.dy, in.saved})
+        P[static_cast<std::size_t>(d)].dev->release(b, nullptr);
+    }
+  }
+  for (const DeviceParams& p : P)
+    for (const DeviceBuffer& b : {p.emb, p.dec, p.head}) p.dev->release(b, nullptr);
 
   // ---- fits: one per (unit kind, op) over every (B, T) ----
   auto fit_of = [&](UnitKind kind, const std::string& op) {
