@@ -138,6 +138,15 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
+// Per-step figures are medians: on a shared host a single step can be stretched by the OS (a
+// preempted compute thread on an oversubscribed core, page reclaim) and the mean would carry it.
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
 
 FidelityReport run_fidelity(const FidelityConfig& cfg) {
@@ -148,6 +157,7 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
   const std::vector<FidelityPlan> plans = cfg.plans.empty() ? default_fidelity_plans() : cfg.plans;
   if (plans.size() < 2) throw InputError("fidelity", "needs at least 2 plans (one to fit, one to hold out)");
   if (cfg.steps <= cfg.warmup) throw InputError("fidelity", "steps must exceed the warm-up steps");
+  if (cfg.rounds < 1) throw InputError("fidelity", "rounds must be at least 1");
   const Workload w = make_workload(cfg.card, cfg.seq_len);
 
   // Fit / held-out split: a seeded shuffle, half each.
@@ -159,39 +169,72 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
   for (size_t i = 0; i < plans.size() / 2; ++i) fit[order[i]] = true;
 
   // ---- measure ----
+  // Every plan runs `rounds` times, each round in its own seeded order, so slow drift of the host (other
+  // tenants, frequency, page cache) spreads over all plans instead of landing on the ones that ran
+  // last; the round-to-round spread is reported as the measurement's own noise.
+  struct Samples {
+    std::vector<double> step, exposed, round_step;
+    std::map<std::string, std::vector<double>> busy;
+  };
+  std::vector<Samples> samples(plans.size());
+  const int total = cfg.rounds * static_cast<int>(plans.size());
   int done = 0;
+  std::mt19937_64 round_rng(cfg.split_seed + 1);
+  for (int round = 0; round < cfg.rounds; ++round) {
+    std::vector<size_t> run_order(plans.size());
+    for (size_t i = 0; i < run_order.size(); ++i) run_order[i] = i;
+    std::shuffle(run_order.begin(), run_order.end(), round_rng);
+    for (size_t i : run_order) {
+      const FidelityPlan& fp = plans[i];
+      if (cfg.progress) cfg.progress(done, total, fp.name);
+      exec::TrainOptions o;
+      o.card = cfg.card;
+      o.seq_len = cfg.seq_len;
+      o.plan = fp.plan;
+      o.dataset = default_corpus_dataset();
+      o.steps = cfg.steps;
+      o.lr.lr = 1e-3;
+      o.trace = true;
+      exec::TrainResult r = exec::train(o);
+      Samples& sm = samples[i];
+      std::vector<double> this_run;
+      for (size_t s = static_cast<size_t>(cfg.warmup); s < r.steps.size(); ++s) {
+        const exec::TrainStep& ts = r.steps[s];
+        sm.step.push_back(ts.wall_s);
+        this_run.push_back(ts.wall_s);
+        const double compute = ts.busy_s.count("compute") ? ts.busy_s.at("compute") : 0.0;
+        sm.exposed.push_back(std::max(0.0, ts.wall_s - compute));
+        for (const auto& [res, cat] : fidelity_resources())
+          sm.busy[res].push_back(ts.busy_s.count(cat) ? ts.busy_s.at(cat) : 0.0);
+      }
+      sm.round_step.push_back(median(this_run));
+      ++done;
+    }
+  }
+  if (cfg.progress) cfg.progress(done, total, "");
+
+  std::vector<double> spreads;
   for (size_t i = 0; i < plans.size(); ++i) {
     const FidelityPlan& fp = plans[i];
-    if (cfg.progress) cfg.progress(done, static_cast<int>(plans.size()), fp.name);
-    exec::TrainOptions o;
-    o.card = cfg.card;
-    o.seq_len = cfg.seq_len;
-    o.plan = fp.plan;
-    o.dataset = default_corpus_dataset();
-    o.steps = cfg.steps;
-    o.lr.lr = 1e-3;
-    o.trace = true;
-    exec::TrainResult r = exec::train(o);
+    const Samples& sm = samples[i];
     FidelityRow row;
     row.name = fp.name;
     row.plan_summary = fp.plan.summary(static_cast<int>(cfg.card.num_layers));
     row.ranks = fp.plan.ranks;
     row.fit = fit[i];
-    std::vector<double> step, exposed;
-    std::map<std::string, std::vector<double>> busy;
-    for (size_t s = static_cast<size_t>(cfg.warmup); s < r.steps.size(); ++s) {
-      const exec::TrainStep& ts = r.steps[s];
-      step.push_back(ts.wall_s);
-      const double compute = ts.busy_s.count("compute") ? ts.busy_s.at("compute") : 0.0;
-      exposed.push_back(std::max(0.0, ts.wall_s - compute));
-      for (const auto& [res, cat] : fidelity_resources()) busy[res].push_back(ts.busy_s.count(cat) ? ts.busy_s.at(cat) : 0.0);
-    }
-    row.measured_step_s = mean(step);
-    row.measured_exposed_s = mean(exposed);
+    row.round_step_s = sm.round_step;
+    row.measured_step_s = median(sm.step);
+    row.measured_exposed_s = median(sm.exposed);
     double best = -1;
-    for (const auto& [res, v] : busy) {
-      row.measured_busy_s[res] = mean(v);
-      if (mean(v) > best) best = mean(v), row.measured_busiest = res;
+    for (const auto& [res, v] : sm.busy) {
+      row.measured_busy_s[res] = median(v);
+      if (row.measured_busy_s[res] > best) best = row.measured_busy_s[res], row.measured_busiest = res;
+    }
+    if (sm.round_step.size() > 1) {
+      const auto [lo, hi] = std::minmax_element(sm.round_step.begin(), sm.round_step.end());
+      row.round_spread = (*hi - *lo) / median(sm.round_step);
+      spreads.push_back(row.round_spread);
+      rep.worst_round_spread = std::max(rep.worst_round_spread, row.round_spread);
     }
     Predicted p = predict(w, cfg.hardware, fp.plan);
     row.predicted_step_s = p.step;
@@ -199,9 +242,9 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
     row.predicted_busy_s = p.busy;
     row.predicted_bottleneck = p.bottleneck;
     rep.rows.push_back(row);
-    ++done;
   }
-  if (cfg.progress) cfg.progress(done, static_cast<int>(plans.size()), "");
+  rep.rounds = cfg.rounds;
+  rep.mean_round_spread = mean(spreads);
 
   // ---- calibrate on the fit half: one time scale per resource, measured / predicted busy ----
   Hardware cal = cfg.hardware;
@@ -266,14 +309,14 @@ void write_fidelity_outputs(const FidelityReport& rep, const std::string& dir, c
   // CSV: one row per plan.
   std::string csv = "# " + stamp + "\n";
   csv += "plan,summary,ranks,half,measured_step_s,predicted_step_s,calibrated_step_s,analytical_step_s,error,"
-         "measured_exposed_s,calibrated_exposed_s,measured_busiest,calibrated_bottleneck";
+         "measured_exposed_s,calibrated_exposed_s,measured_busiest,calibrated_bottleneck,round_spread";
   for (const auto& [res, cat] : fidelity_resources()) csv += ",measured_" + res + "_s,calibrated_" + res + "_s";
   csv += "\n";
   for (const auto& r : rep.rows) {
-    csv += fmt::format("{},\"{}\",{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6f},{},{}", r.name, r.plan_summary, r.ranks,
-                       r.fit ? "fit" : "heldout", r.measured_step_s, r.predicted_step_s, r.calibrated_step_s,
+    csv += fmt::format("{},\"{}\",{},{},{:.6f},{:.6f},{:.6f},{:.6f},{:.4f},{:.6f},{:.6f},{},{},{:.4f}", r.name, r.plan_summary,
+                       r.ranks, r.fit ? "fit" : "heldout", r.measured_step_s, r.predicted_step_s, r.calibrated_step_s,
                        r.analytical_step_s, r.error(), r.measured_exposed_s, r.calibrated_exposed_s, r.measured_busiest,
-                       r.calibrated_bottleneck);
+                       r.calibrated_bottleneck, r.round_spread);
     for (const auto& [res, cat] : fidelity_resources())
       csv += fmt::format(",{:.6f},{:.6f}", r.measured_busy_s.at(res), r.calibrated_busy_s.at(res));
     csv += "\n";
@@ -297,11 +340,13 @@ void write_fidelity_outputs(const FidelityReport& rep, const std::string& dir, c
   write_file_atomic((fs::path(dir) / "fidelity.svg").string(), svg_scatter(plot));
 
   // Summary.
-  Table t({"plan", "half", "measured", "predicted", "error", "exposed meas.", "exposed pred.", "busiest meas.", "bottleneck pred."},
-          {"", "", "ms", "ms", "%", "ms", "ms", "", ""});
+  Table t({"plan", "half", "measured", "run spread", "predicted", "error", "exposed meas.", "exposed pred.", "busiest meas.",
+           "bottleneck pred."},
+          {"", "", "ms", "%", "ms", "%", "ms", "ms", "", ""});
   for (const auto& r : rep.rows)
     t.add_row({r.name, r.fit ? "fit" : "held-out", fmt::format("{:.1f}", r.measured_step_s * 1e3),
-               fmt::format("{:.1f}", r.calibrated_step_s * 1e3), fmt::format("{:+.1f}", 100 * r.error()),
+               fmt::format("{:.1f}", 100 * r.round_spread), fmt::format("{:.1f}", r.calibrated_step_s * 1e3),
+               fmt::format("{:+.1f}", 100 * r.error()),
                fmt::format("{:.1f}", r.measured_exposed_s * 1e3), fmt::format("{:.1f}", r.calibrated_exposed_s * 1e3),
                r.measured_busiest, r.calibrated_bottleneck});
   std::string md = "# Model fidelity: predicted vs measured executor runs\n\n";
@@ -310,15 +355,21 @@ void write_fidelity_outputs(const FidelityReport& rep, const std::string& dir, c
   md += fmt::format(
       "{} plans of {} (seq {}) on the CPU backend, each run with the executor and predicted by the discrete-event "
       "simulator on the hardware profile `{}`. One time scale per resource was fitted on half of the plans (measured / "
-      "predicted busy time) and the errors below are reported on the other half.\n\n",
-      rep.rows.size(), rep.model_name, rep.seq_len, rep.hardware_name);
+      "predicted busy time) and the errors below are reported on the other half. Every plan ran {} times (rounds in "
+      "shuffled orders); measured figures are medians over the measured steps of all rounds.\n\n",
+      rep.rows.size(), rep.model_name, rep.seq_len, rep.hardware_name, rep.rounds);
   md += "| metric | value | target |\n|---|---|---|\n";
   md += fmt::format("| step time, mean absolute % error, held-out | {:.1f}% | <= 10% |\n", 100 * rep.heldout_mape);
   md += fmt::format("| step time, worst held-out plan | {:.1f}% | <= 20% |\n", 100 * rep.heldout_worst);
   md += fmt::format("| step time, MAPE on the fit half | {:.1f}% | |\n", 100 * rep.fit_mape);
   md += fmt::format("| step time, MAPE before calibration (all plans) | {:.1f}% | |\n", 100 * rep.raw_mape);
   md += fmt::format("| exposed time, mean absolute error, held-out | {} | |\n", format_seconds(rep.heldout_exposed_mae_s));
-  md += fmt::format("| predicted bottleneck = measured busiest resource | {:.0f}% of plans | >= 90% |\n\n", 100 * rep.bottleneck_match);
+  md += fmt::format("| predicted bottleneck = measured busiest resource | {:.0f}% of plans | >= 90% |\n", 100 * rep.bottleneck_match);
+  if (rep.rounds > 1)
+    md += fmt::format("| measurement noise: run-to-run spread of a plan's step time (max - min) / median, mean / worst | "
+                      "{:.1f}% / {:.1f}% | |\n",
+                      100 * rep.mean_round_spread, 100 * rep.worst_round_spread);
+  md += "\n";
   md += "Calibration (time multiplier per resource, fitted on the fit half): ";
   std::vector<std::string> sc;
   for (const auto& [k, v] : rep.scales) sc.push_back(fmt::format("{} x{:.2f}", k, v));

@@ -25,8 +25,11 @@ struct FidelityConfig {
   int64_t seq_len = 128;
   Hardware hardware;                 // the machine's profile (slidedp-profile), emulated devices
   std::vector<FidelityPlan> plans;   // default_fidelity_plans() when empty
-  int steps = 8;                     // per plan; the first `warmup` are not measured
-  int warmup = 2;
+  // Per plan; the first `warmup` are not measured (fresh pages, thread start-up and allocator growth
+  // stretch the first steps, most with several emulated ranks on few cores), the rest give medians.
+  int steps = 16;
+  int warmup = 4;
+  int rounds = 2;                    // runs of every plan, each round in a fresh shuffled order
   uint64_t split_seed = 7;           // which plans fit the calibration, which are held out
   std::function<void(int done, int total, const std::string& name)> progress;
 };
@@ -41,6 +44,8 @@ struct FidelityRow {
   double measured_step_s = 0, measured_exposed_s = 0;
   std::map<std::string, double> measured_busy_s;
   std::string measured_busiest;
+  std::vector<double> round_step_s;  // each round's median step
+  double round_spread = 0;           // (max - min) / median of round_step_s: the measurement's own noise
   // Model, raw (profile as measured) and calibrated.
   double predicted_step_s = 0, predicted_exposed_s = 0;
   std::map<std::string, double> predicted_busy_s;
@@ -59,6 +64,8 @@ struct FidelityReport {
   double heldout_exposed_mae_s = 0;
   double bottleneck_match = 0;  // fraction of plans whose calibrated bottleneck is the measured busiest
   std::string worst_plan, worst_reason;
+  int rounds = 1;
+  double mean_round_spread = 0, worst_round_spread = 0;  // run-to-run spread of the measured step time
   std::string model_name, hardware_name;
   int64_t seq_len = 0;
 };

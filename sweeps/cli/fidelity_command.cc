@@ -19,7 +19,7 @@ int g_status = 0;
 struct FidelityArgs {
   std::string profile = "cpu-dev", model = "slidedp-tiny", out = "results/fidelity";
   int64_t seq = 128;
-  int steps = 8, warmup = 2, plans = 0;
+  int steps = 16, warmup = 4, plans = 0, rounds = 2;
   bool json = false;
 };
 
@@ -36,8 +36,11 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--profile", args->profile, "Hardware profile of this machine (slidedp-profile output) or a preset");
   cmd->add_option("--model", args->model, "Model to train (small: every plan runs for real)");
   cmd->add_option("--seq", args->seq, "Sequence length")->check(CLI::PositiveNumber);
-  cmd->add_option("--steps", args->steps, "Steps per plan")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", args->steps, "Steps per plan (step time and busy times are medians over the measured ones)")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", args->warmup, "Steps per plan not measured")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rounds", args->rounds, "Runs of every plan, each round in a fresh shuffled order (the spread between "
+                                            "rounds is reported as the measurement's noise)")
+      ->check(CLI::PositiveNumber);
   cmd->add_option("--plans", args->plans, "Use only the first N validation plans (0: all 20)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--out", args->out, "Output folder (fidelity.csv, fidelity.svg, README.md)");
   cmd->add_flag("--json", args->json, "Print the summary as JSON");
@@ -50,22 +53,28 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
     cfg.hardware = load_hardware(args->profile);
     cfg.steps = args->steps;
     cfg.warmup = args->warmup;
+    cfg.rounds = args->rounds;
     cfg.plans = default_fidelity_plans();
     if (args->plans > 0 && static_cast<size_t>(args->plans) < cfg.plans.size()) cfg.plans.resize(static_cast<size_t>(args->plans));
-    Progress progress("fidelity", static_cast<double>(cfg.plans.size()), "plans", !args->json);
+    Progress progress("fidelity", static_cast<double>(cfg.plans.size() * static_cast<size_t>(cfg.rounds)), "runs", !args->json);
     cfg.progress = [&](int done, int, const std::string& name) { progress.update(done, name); };
     FidelityReport rep = run_fidelity(cfg);
     progress.finish();
     write_fidelity_outputs(rep, args->out, command);
     if (args->json) {
       nlohmann::json j = {{"heldout_mape", rep.heldout_mape}, {"heldout_worst", rep.heldout_worst}, {"fit_mape", rep.fit_mape},
-                          {"raw_mape", rep.raw_mape}, {"bottleneck_match", rep.bottleneck_match}, {"scales", rep.scales},
+                          {"raw_mape", rep.raw_mape}, {"bottleneck_match", rep.bottleneck_match},
+                          {"rounds", rep.rounds}, {"mean_round_spread", rep.mean_round_spread},
+                          {"worst_round_spread", rep.worst_round_spread}, {"scales", rep.scales},
                           {"worst_plan", rep.worst_plan}, {"out", args->out}};
       std::cout << j.dump(2) << "\n";
     } else {
       fmt::print("held-out MAPE {:.1f}% (worst {:.1f}%: {}), fit MAPE {:.1f}%, uncalibrated {:.1f}%, bottleneck match {:.0f}%\n",
                  100 * rep.heldout_mape, 100 * rep.heldout_worst, rep.worst_plan, 100 * rep.fit_mape, 100 * rep.raw_mape,
                  100 * rep.bottleneck_match);
+      if (rep.rounds > 1)
+        fmt::print("measurement noise: run-to-run spread {:.1f}% mean, {:.1f}% worst over {} rounds\n", 100 * rep.mean_round_spread,
+                   100 * rep.worst_round_spread, rep.rounds);
       fmt::print("wrote {}/README.md, fidelity.csv, fidelity.svg\n", args->out);
     }
     set_command_status(0);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -26,6 +27,7 @@ TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
   cfg.hardware = hardware_preset("cpu-dev");
   cfg.steps = 3;
   cfg.warmup = 1;
+  cfg.rounds = 2;  // every plan twice, so the run-to-run spread is measured
   auto plans = default_fidelity_plans();
   cfg.plans = {plans[0], plans[5], plans[16]};  // 1 rank; 2 ranks gpu route; 4 ranks sharded + offload
   for (auto& p : cfg.plans) {
@@ -41,8 +43,14 @@ TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
     EXPECT_GT(r.predicted_step_s, 0);
     EXPECT_GT(r.calibrated_step_s, 0);
     EXPECT_GT(r.measured_busy_s.at("gpu_compute"), 0);
+    ASSERT_EQ(r.round_step_s.size(), 2u);
+    // The spread is (max - min) / median of the two round medians, so it is 2|a-b|/(a+b).
+    const double a = r.round_step_s[0], b = r.round_step_s[1];
+    EXPECT_NEAR(r.round_spread, 2 * std::abs(a - b) / (a + b), 1e-12);
+    EXPECT_LE(r.round_spread, rep.worst_round_spread);
     fit += r.fit;
   }
+  EXPECT_EQ(rep.rounds, 2);
   EXPECT_EQ(fit, 1);  // half (rounded down) fits the calibration
   for (const auto& [res, s] : rep.scales) EXPECT_GT(s, 0) << res;
 
