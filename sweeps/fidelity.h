@@ -60,6 +60,13 @@ struct FidelityRow {
 struct FidelityReport {
   std::vector<FidelityRow> rows;
   std::map<std::string, double> scales;  // calibration: resource -> multiplier of its time
+  // Synchronisation term, fitted on the fit half after the resource scales: a plan of N ranks runs
+  // (1 + sync_base + sync_straggler * sqrt(2 ln N)) times its calibrated simulation. sync_base is the
+  // hand-off latency between threads that the simulator does not model; the second term is the
+  // expected maximum of N ranks' jitter (Gaussian: sigma * sqrt(2 ln N)), since a synchronous step
+  // waits for the slowest rank at every collective. Both are added as exposed time.
+  double sync_base = 0, sync_straggler = 0;
+  double heldout_mape_resources_only = 0;  // held-out MAPE with the resource scales alone
   double heldout_mape = 0, heldout_worst = 0, fit_mape = 0, raw_mape = 0;
   double heldout_exposed_mae_s = 0;
   double bottleneck_match = 0;  // fraction of plans whose calibrated bottleneck is the measured busiest

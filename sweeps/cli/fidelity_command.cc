@@ -66,6 +66,8 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
                           {"raw_mape", rep.raw_mape}, {"bottleneck_match", rep.bottleneck_match},
                           {"rounds", rep.rounds}, {"mean_round_spread", rep.mean_round_spread},
                           {"worst_round_spread", rep.worst_round_spread}, {"scales", rep.scales},
+                          {"sync_base", rep.sync_base}, {"sync_straggler", rep.sync_straggler},
+                          {"heldout_mape_resources_only", rep.heldout_mape_resources_only},
                           {"worst_plan", rep.worst_plan}, {"out", args->out}};
       std::cout << j.dump(2) << "\n";
     } else {

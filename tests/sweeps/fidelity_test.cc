@@ -51,6 +51,13 @@ TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
     fit += r.fit;
   }
   EXPECT_EQ(rep.rounds, 2);
+  // One plan fits the calibration, so the synchronisation term has one point: its base absorbs the
+  // fit plan's whole residual (the straggler slope cannot be fitted) and that plan is then exact.
+  EXPECT_EQ(rep.sync_straggler, 0.0);
+  for (const auto& r : rep.rows) {
+    if (!r.fit) continue;
+    EXPECT_NEAR(r.calibrated_step_s / r.measured_step_s, 1.0, 1e-9) << r.name;
+  }
   EXPECT_EQ(fit, 1);  // half (rounded down) fits the calibration
   for (const auto& [res, s] : rep.scales) EXPECT_GT(s, 0) << res;
 
