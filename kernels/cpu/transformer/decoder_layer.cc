@@ -30,11 +30,15 @@ struct Saved {
   Real* att;     // (N, H, hd) attention output (o_proj input)
   Real* lse;     // (B, H, T) attention row log-sum-exp
   Real* x2;      // (N, C) residual stream after attention
-  Real* rstd2;   // (N) post_attention_layernorm 1/rms
-  Real* h2;      // (N, C) post_attention_layernorm output
-  Real* g;       // (N, I) gate_proj output
-  Real* u;       // (N, I) up_proj output
+  Real* rstd2;   // (N) post_attention_layernorm 1/rms          [untiled MLP only]
+  Real* h2;      // (N, C) post_attention_layernorm output      [untiled MLP only]
+  Real* g;       // (N, I) gate_proj output                     [untiled MLP only]
+  Real* u;       // (N, I) up_proj output                       [untiled MLP only]
 };
+
+bool mlp_tiled(const DecoderSpec& s) { return s.mlp_token_tile > 0; }
+// Rows of one MLP tile for N token rows (the last tile may be shorter).
+int64_t mlp_tile_rows(const DecoderSpec& s, int64_t N) { return std::min(s.mlp_token_tile, N); }
 
 template <typename Real>
 Saved<Real> carve_saved(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
@@ -52,6 +56,10 @@ Saved<Real> carve_saved(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
   v.att = a.take<Real>(N * s.q_dim(), "att");
   v.lse = a.take<Real>(B * s.H * T, "lse");
   v.x2 = a.take<Real>(N * s.C, "x2");
+  if (mlp_tiled(s)) {  // the MLP recomputes its rows tile by tile in backward: nothing of it is saved
+    v.rstd2 = v.h2 = v.g = v.u = nullptr;
+    return v;
+  }
   v.rstd2 = a.take<Real>(N, "rstd2");
   v.h2 = a.take<Real>(N * s.C, "h2");
   v.g = a.take<Real>(N * s.I, "g");
@@ -64,7 +72,7 @@ AttentionShape attention_shape(const DecoderSpec& s, int64_t B, int64_t T) {
 }
 
 // Forward scratch, in take order. rope tables stay; the attention scratch is released before the
-// SwiGLU output is taken, so the peak is rope + max(attention, m).
+// MLP scratch is taken (m, or one MLP tile), so the peak is rope + max(attention, MLP).
 template <typename Real>
 struct ForwardScratch {
   Real* cos;  // (T, hd/2)
@@ -97,6 +105,45 @@ struct BackwardAttention {
   Real* dk_lin;  // (N, KV, hd) [qk_norm only]
   Workspace attn;
 };
+
+// One MLP token tile (R rows): what the tiled MLP computes for its rows in forward and recomputes in
+// backward. `backward` adds dm.
+template <typename Real>
+struct MlpTile {
+  Real* rstd2;  // (R) post_attention_layernorm 1/rms of the tile's rows
+  Real* h2;     // (R, C) post_attention_layernorm output
+  Real* g;      // (R, I) gate_proj output
+  Real* u;      // (R, I) up_proj output
+  Real* m_du;   // (R, I) silu(g) * u, then (backward) du
+  Real* dm_dg;  // (R, I) dm, then dg                 [backward only]
+};
+template <typename Real>
+MlpTile<Real> carve_mlp_tile(Arena& a, const DecoderSpec& s, int64_t R, bool backward) {
+  MlpTile<Real> t;
+  t.rstd2 = a.take<Real>(R, "mlp tile rstd2");
+  t.h2 = a.take<Real>(R * s.C, "mlp tile h2");
+  t.g = a.take<Real>(R * s.I, "mlp tile g");
+  t.u = a.take<Real>(R * s.I, "mlp tile u");
+  t.m_du = a.take<Real>(R * s.I, "mlp tile m / du");
+  t.dm_dg = backward ? a.take<Real>(R * s.I, "mlp tile dm / dg") : nullptr;
+  return t;
+}
+
+// The forward pass's MLP scratch: m (N, I) for the untiled MLP, or one MLP tile.
+template <typename Real>
+struct ForwardMlp {
+  Real* m = nullptr;  // (N, I) silu(g) * u               [untiled]
+  MlpTile<Real> tile{};  //                              [tiled]
+};
+template <typename Real>
+ForwardMlp<Real> carve_forward_mlp(Arena& a, const DecoderSpec& s, int64_t N) {
+  ForwardMlp<Real> f;
+  if (mlp_tiled(s))
+    f.tile = carve_mlp_tile<Real>(a, s, mlp_tile_rows(s, N), false);
+  else
+    f.m = a.take<Real>(N * s.I, "m");
+  return f;
+}
 
 template <typename Real>
 BackwardCommon<Real> carve_backward_common(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
@@ -134,6 +181,7 @@ void check_spec(const DecoderSpec& s, int64_t B, int64_t T) {
   SLIDEDP_CHECK(s.C > 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.I > 0 && s.H % s.KV == 0,
                 "bad decoder spec");
   SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
+  SLIDEDP_CHECK(s.mlp_token_tile >= 0, "mlp_token_tile must not be negative");
 }
 
 // Everything up to the saved state; y != nullptr also runs the MLP output (forward), y == nullptr
@@ -175,14 +223,67 @@ void forward_impl(const DecoderSpec& s, const Real* p, const Real* x, Real* y, W
   linear_forward(S.x2, S.att, p + s.o_w, static_cast<const Real*>(nullptr), N, Q, C, true);
 
   // MLP block
+  const Real* const no_bias = nullptr;
+  if (mlp_tiled(s)) {
+    if (y == nullptr) return;  // recompute: the saved state ends at x2 (backward recomputes the MLP)
+    const MlpTile<Real> t = carve_forward_mlp<Real>(arena, s, N).tile;
+    const int64_t R = mlp_tile_rows(s, N);
+    for (int64_t n0 = 0; n0 < N; n0 += R) {  // rows [n0, n0 + nt): the MLP is row-independent
+      const int64_t nt = std::min(R, N - n0);
+      const Real* x2 = S.x2 + n0 * C;  // (nt, C)
+      Real* yt = y + n0 * C;           // (nt, C)
+      rmsnorm_forward(t.h2, t.rstd2, x2, p + s.post_norm, nt, C, s.eps);
+      linear_forward(t.g, t.h2, p + s.gate_w, no_bias, nt, C, I, false);
+      linear_forward(t.u, t.h2, p + s.up_w, no_bias, nt, C, I, false);
+      swiglu_forward(t.m_du, t.g, t.u, nt * I, s.threads);
+      std::copy(x2, x2 + nt * C, yt);
+      linear_forward(yt, t.m_du, p + s.down_w, no_bias, nt, I, C, true);  // y = x2 + m Wd^T
+    }
+    return;
+  }
   rmsnorm_forward(S.h2, S.rstd2, S.x2, p + s.post_norm, N, C, s.eps);
-  linear_forward(S.g, S.h2, p + s.gate_w, static_cast<const Real*>(nullptr), N, C, I, false);
-  linear_forward(S.u, S.h2, p + s.up_w, static_cast<const Real*>(nullptr), N, C, I, false);
-  if (y == nullptr) return;           // recompute: the saved state is complete
-  Real* m = arena.take<Real>(N * I);  // (N, I)
+  linear_forward(S.g, S.h2, p + s.gate_w, no_bias, N, C, I, false);
+  linear_forward(S.u, S.h2, p + s.up_w, no_bias, N, C, I, false);
+  if (y == nullptr) return;  // recompute: the saved state is complete
+  Real* m = carve_forward_mlp<Real>(arena, s, N).m;  // (N, I)
   swiglu_forward(m, S.g, S.u, N * I, s.threads);
   std::copy(S.x2, S.x2 + N * C, y);
-  linear_forward(y, m, p + s.down_w, static_cast<const Real*>(nullptr), N, I, C, true);  // y = x2 + m Wd^T
+  linear_forward(y, m, p + s.down_w, no_bias, N, I, C, true);  // y = x2 + m Wd^T
+}
+
+// Backward of the tiled MLP block, tile by tile: recompute the rows' norm, gate, up and SwiGLU product
+// from the saved x2, then the same backward as the untiled block on those rows. Weight gradients
+// accumulate tile after tile (only the summation order over tokens differs from the untiled block).
+// dx (N, C) receives dx2 = dy + the post-norm backward; dh (N, C) is scratch.
+template <typename Real>
+void mlp_backward_tiled(const DecoderSpec& s, const Real* p, const Saved<Real>& S, const Real* dy, Real* dx,
+                        Real* dp, Real* dh, int64_t N, Arena& arena) {
+  const int64_t C = s.C, I = s.I, R = mlp_tile_rows(s, N);
+  const MlpTile<Real> t = carve_mlp_tile<Real>(arena, s, R, true);
+  const Real* const no_bias_in = nullptr;
+  Real* const no_bias = nullptr;
+  for (int64_t n0 = 0; n0 < N; n0 += R) {
+    const int64_t nt = std::min(R, N - n0);
+    const Real* x2 = S.x2 + n0 * C;  // (nt, C)
+    const Real* dyt = dy + n0 * C;   // (nt, C)
+    Real* dxt = dx + n0 * C;         // (nt, C)
+    Real* dht = dh + n0 * C;         // (nt, C)
+    // recompute the tile exactly as forward computed it
+    rmsnorm_forward(t.h2, t.rstd2, x2, p + s.post_norm, nt, C, s.eps);
+    linear_forward(t.g, t.h2, p + s.gate_w, no_bias_in, nt, C, I, false);
+    linear_forward(t.u, t.h2, p + s.up_w, no_bias_in, nt, C, I, false);
+    swiglu_forward(t.m_du, t.g, t.u, nt * I, s.threads);
+    // dm = dy Wd; dWd += dy^T m
+    linear_backward(t.dm_dg, dp + s.down_w, no_bias, dyt, t.m_du, p + s.down_w, nt, I, C, false);
+    // dg, du (in place over dm and m)
+    swiglu_backward(t.dm_dg, t.m_du, t.dm_dg, t.g, t.u, nt * I, s.threads);
+    // dh2 = dg Wg + du Wu; dWg += dg^T h2; dWu += du^T h2
+    linear_backward(dht, dp + s.gate_w, no_bias, t.dm_dg, t.h2, p + s.gate_w, nt, C, I, false);
+    linear_backward(dht, dp + s.up_w, no_bias, t.m_du, t.h2, p + s.up_w, nt, C, I, true);
+    // dx2 = dy (residual) + rmsnorm backward of dh2
+    std::copy(dyt, dyt + nt * C, dxt);
+    rmsnorm_backward(dxt, dp + s.post_norm, dht, x2, t.rstd2, p + s.post_norm, nt, C, true);
+  }
 }
 
 }  // namespace
@@ -209,7 +310,7 @@ int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int6
   const int64_t mark = a.mark();
   a.take_workspace(attention_forward_workspace_bytes<Real>(attention_shape(spec, B, T)));
   a.release(mark);
-  a.take<Real>(B * T * spec.I);
+  carve_forward_mlp<Real>(a, spec, B * T);
   return a.high_water_bytes();
 }
 
@@ -218,7 +319,10 @@ int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int
   Arena a;  // the take sequence of decoder_backward
   carve_backward_common<Real>(a, spec, B, T);
   const int64_t mark = a.mark();
-  carve_backward_mlp<Real>(a, spec, B * T);
+  if (mlp_tiled(spec))
+    carve_mlp_tile<Real>(a, spec, mlp_tile_rows(spec, B * T), true);
+  else
+    carve_backward_mlp<Real>(a, spec, B * T);
   a.release(mark);
   carve_backward_attention<Real>(a, spec, B, T);
   return a.high_water_bytes();
@@ -250,7 +354,11 @@ void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Worksp
   Real* dp = grads;  // same layout as p
 
   // MLP block: y = x2 + m Wd^T, m = silu(g) * u, g = h2 Wg^T, u = h2 Wu^T, h2 = rmsnorm(x2)
-  {
+  if (mlp_tiled(s)) {
+    const int64_t mark = arena.mark();
+    mlp_backward_tiled(s, p, S, dy, dx, dp, w.dh, N, arena);
+    arena.release(mark);
+  } else {
     const int64_t mark = arena.mark();
     const BackwardMlp<Real> m = carve_backward_mlp<Real>(arena, s, N);
     Real* const no_bias = nullptr;

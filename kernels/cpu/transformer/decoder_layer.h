@@ -12,6 +12,9 @@
 //    backward call recompute(params, x) into a saved buffer; it is bitwise what forward saved (same
 //    code path, same BLAS calls; recompute only skips the down projection, which nothing saved
 //    depends on).
+//  * spec.mlp_token_tile > 0: the MLP runs over that many token rows at a time; `saved` then ends at
+//    x2 (no post-norm output, gate or up: backward recomputes them per tile), and recompute stops
+//    there too. Same results as the untiled MLP up to the summation order of the weight gradients.
 //  * backward(params, x, saved, dy) overwrites dx and ACCUMULATES (+=) every parameter gradient into
 //    `grads`, a flat buffer with the params' layout (padding untouched), so micro-batches add up.
 //  * params is the unit's flat buffer in the compute type (widen_bf16 from the delivery mirror).

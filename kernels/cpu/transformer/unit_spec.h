@@ -41,6 +41,13 @@ struct DecoderSpec {
   // rank owning C cores: C; N ranks: cores / N, like the BLAS threads. Results do not depend on it.
   // See attention.h for the tile size that keeps the workers' small GEMMs single-threaded in OpenBLAS.
   int64_t threads = 1;
+  // MLP token tile: 0 runs the MLP over all B*T token rows at once and saves gate, up and the
+  // post-attention norm output for backward (N x (2I + C) values). > 0 runs post-attention RMSNorm ->
+  // gate/up -> SwiGLU -> down_proj over this many rows at a time and saves none of them: backward
+  // recomputes each tile's norm, gate and up (the MLP is row-independent) and accumulates the weight
+  // gradients tile by tile, so the MLP's memory is O(tile x I) instead of O(B*T x I). Costs the gate
+  // and up GEMMs once more in backward of a kept layer (a recomputed layer skips them in recompute).
+  int64_t mlp_token_tile = 0;
 
   int64_t q_dim() const { return H * hd; }
   int64_t kv_dim() const { return KV * hd; }
