@@ -36,6 +36,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const ModelCard& 
     o.device_budget_bytes = options.device_budget_bytes;
     o.exact_fp32 = options.exact_fp32;
     o.loss_chunk_tokens = options.loss_chunk_tokens;
+    o.mlp_token_tile = options.mlp_token_tile;
     o.blas_threads = options.blas_threads;
     return make_cpu_backend(card, layout, o, control);
   }

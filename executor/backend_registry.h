@@ -19,6 +19,7 @@ struct BackendOptions {
   int64_t device_budget_bytes = 0;
   bool exact_fp32 = false;
   int64_t loss_chunk_tokens = 256;
+  int64_t mlp_token_tile = 0;  // decoder MLP token tile (plan key mlp_token_tile); 0 = untiled
   int blas_threads = 0;  // CPU backend: cores per emulated device (0 = 1)
 };
 

@@ -184,6 +184,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   bo.devices = N;
   bo.exact_fp32 = o.exact_fp32;
   bo.loss_chunk_tokens = plan.loss_chunk_tokens;
+  bo.mlp_token_tile = plan.mlp_token_tile;
   bo.device_budget_bytes = o.device_budget_bytes > 0          ? o.device_budget_bytes
                            : plan.gpu_mem_budget_bytes > 0    ? plan.gpu_mem_budget_bytes
                                                               : int64_t{16} << 30;

@@ -59,10 +59,12 @@ std::string Plan::summary(int num_layers) const {
   PolicyCounts c = policy_counts(num_layers);
   std::string chunk = chunk_numel % (1 << 20) == 0 ? fmt::format("{}M", chunk_numel >> 20)
                                                    : fmt::format("{}", chunk_numel);
-  return fmt::format("{} rank{} x mb {} x acc {} | {}/{} | chunk {} | act o{}/r{}/k{} | depth {}", ranks,
-                     ranks > 1 ? "s" : "", micro_batch, accum_steps, param_route_name(param_route),
-                     grad_route_name(grad_route), chunk, c.offload, c.recompute, c.keep,
-                     gpu_buffer_depth);
+  std::string s = fmt::format("{} rank{} x mb {} x acc {} | {}/{} | chunk {} | act o{}/r{}/k{} | depth {}", ranks,
+                               ranks > 1 ? "s" : "", micro_batch, accum_steps, param_route_name(param_route),
+                               grad_route_name(grad_route), chunk, c.offload, c.recompute, c.keep,
+                               gpu_buffer_depth);
+  if (mlp_token_tile > 0) s += fmt::format(" | mlp tile {}", mlp_token_tile);
+  return s;
 }
 
 void Plan::validate(int num_layers, const std::string& origin) const {
@@ -83,6 +85,7 @@ void Plan::validate(int num_layers, const std::string& origin) const {
   }
   if (gpu_buffer_depth < 1) throw InputError(where("gpu_buffer_depth"), "must be at least 1");
   if (chunk_numel < 1) throw InputError(where("chunk_numel"), "must be at least 1");
+  if (mlp_token_tile < 0) throw InputError(where("mlp_token_tile"), "must be 0 (no tiling) or a number of tokens");
 }
 
 Plan plan_from_yaml_reader(const YamlReader& r) {
@@ -122,6 +125,7 @@ Plan plan_from_yaml_reader(const YamlReader& r) {
   p.gpu_buffer_depth = static_cast<int>(r.integer_or("gpu_buffer_depth", 2, 1, 64));
   p.update_threads = static_cast<int>(r.integer_or("update_threads", 0, 0, 100000));
   p.loss_chunk_tokens = r.integer_or("loss_chunk_tokens", p.loss_chunk_tokens, 1, int64_t{1} << 40);
+  p.mlp_token_tile = r.integer_or("mlp_token_tile", 0, 0, int64_t{1} << 40);
   p.gpu_mem_budget_bytes = r.bytes_or("gpu_mem_budget_bytes", 0);
   p.gpu_mem_reserve_bytes = r.bytes_or("gpu_mem_reserve_bytes", p.gpu_mem_reserve_bytes);
   p.verify_updates = r.boolean_or("verify_updates", false);
@@ -170,6 +174,7 @@ void emit_plan_keys(YAML::Emitter& e, const Plan& p) {
   e << YAML::Key << "gpu_buffer_depth" << YAML::Value << p.gpu_buffer_depth;
   e << YAML::Key << "update_threads" << YAML::Value << p.update_threads;
   e << YAML::Key << "loss_chunk_tokens" << YAML::Value << p.loss_chunk_tokens;
+  if (p.mlp_token_tile > 0) e << YAML::Key << "mlp_token_tile" << YAML::Value << p.mlp_token_tile;
   if (p.gpu_mem_budget_bytes > 0)
     e << YAML::Key << "gpu_mem_budget_bytes" << YAML::Value << p.gpu_mem_budget_bytes;
   e << YAML::Key << "gpu_mem_reserve_bytes" << YAML::Value << p.gpu_mem_reserve_bytes;

@@ -36,6 +36,10 @@ struct Plan {
   int gpu_buffer_depth = 2;      // parameter slots per rank (2 = double buffering)
   int update_threads = 0;        // CPU threads for reduction + AdamW; 0 = all free cores
   int64_t loss_chunk_tokens = 4096;  // tokens per fused cross-entropy chunk
+  // Token rows per MLP tile of every decoder layer; 0 = the whole micro-batch at once. A tile keeps
+  // gate/up/SwiGLU intermediates at tile x intermediate_size instead of B*T x intermediate_size and
+  // recomputes gate/up in backward (kernels/cpu/transformer/unit_spec.h, DecoderSpec::mlp_token_tile).
+  int64_t mlp_token_tile = 0;
   int64_t gpu_mem_budget_bytes = 0;  // 0 = the GPU's memory minus gpu_mem_reserve_bytes
   int64_t gpu_mem_reserve_bytes = int64_t{2} << 30;  // CUDA context, allocator slack, fragmentation
   // Gradient clipping or skipping non-finite steps needs the global gradient before any update, so

@@ -580,6 +580,7 @@ class CpuBackend final : public Backend {
     math_.layout = layout;
     math_.specs = kernels::make_model_specs(card, layout);
     math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
+    math_.specs.decoder.mlp_token_tile = opt.mlp_token_tile;
     math_.exact = opt.exact_fp32;
     const int threads = opt.blas_threads > 0 ? opt.blas_threads : 1;
     kernels::set_blas_threads(threads);

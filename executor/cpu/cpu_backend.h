@@ -25,6 +25,7 @@ struct CpuBackendOptions {
   // each device's compute to one host core (gpu.host_threads_per_device).
   int blas_threads = 0;
   int64_t loss_chunk_tokens = 256;
+  int64_t mlp_token_tile = 0;  // DecoderSpec::mlp_token_tile: 0 = the MLP over all tokens at once
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelCard& card, const ModelLayout& layout,

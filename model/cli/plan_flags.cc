@@ -30,6 +30,9 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
   app.add_option("--depth", depth, "GPU parameter buffer depth (slots per rank)")->check(CLI::PositiveNumber);
   app.add_option("--update-threads", update_threads, "CPU threads for reduction + AdamW (0 = all free cores)")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--mlp-token-tile", mlp_token_tile,
+                 "Token rows per MLP tile of every decoder layer (0 = the whole micro-batch at once)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--gpu-mem-budget", gpu_mem_budget,
                  "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus 2 GiB");
 }
@@ -93,6 +96,7 @@ PlanFile PlanFlags::resolve() const {
   if (activation) apply_activation_spec(*activation, p);
   if (depth) p.gpu_buffer_depth = *depth;
   if (update_threads) p.update_threads = *update_threads;
+  if (mlp_token_tile) p.mlp_token_tile = *mlp_token_tile;
   if (gpu_mem_budget) {
     try {
       p.gpu_mem_budget_bytes = parse_bytes(*gpu_mem_budget);

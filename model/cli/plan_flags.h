@@ -19,7 +19,7 @@ struct PlanFlags {
   std::optional<int64_t> seq_len;
   std::optional<int> ranks, micro_batch, accum_steps, depth, update_threads;
   std::optional<std::string> param_route, grad_route, gpu_mem_budget, activation;
-  std::optional<int64_t> chunk_numel;
+  std::optional<int64_t> chunk_numel, mlp_token_tile;
 
   // Registers the flags; `with_workload` adds --model/--hardware/--seq.
   void add_to(CLI::App& app, bool with_workload = true);

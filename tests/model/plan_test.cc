@@ -63,5 +63,28 @@ TEST(Plan, BadValuesAreErrorsNamingTheKey) {
             int64_t{70} << 30);
 }
 
+TEST(Plan, MlpTokenTileIsAStrictOptionalKey) {
+  // Absent: 0 (untiled), and not written back, so existing plan files read and write as before.
+  PlanFile f = plan_file_from_yaml("ranks: 2\n", "p.yaml");
+  EXPECT_EQ(f.plan.mlp_token_tile, 0);
+  EXPECT_EQ(plan_to_yaml(f.plan).find("mlp_token_tile"), std::string::npos);
+  EXPECT_EQ(f.plan.summary(4).find("mlp tile"), std::string::npos);
+  PlanFile g = plan_file_from_yaml("ranks: 2\nmlp_token_tile: 4096\n", "p.yaml");
+  EXPECT_EQ(g.plan.mlp_token_tile, 4096);
+  EXPECT_EQ(plan_file_from_yaml(plan_file_to_yaml(g), "again.yaml").plan.mlp_token_tile, 4096);
+  EXPECT_NE(g.plan.summary(4).find("| mlp tile 4096"), std::string::npos) << g.plan.summary(4);
+  try {
+    plan_file_from_yaml("mlp_token_tile: -1\n", "p.yaml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp_token_tile"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(plan_file_from_yaml("mlp_token_tile: 1.5\n", "p.yaml"), InputError);
+  EXPECT_THROW(plan_file_from_yaml("mlp_tile: 4096\n", "p.yaml"), InputError);
+  Plan bad;
+  bad.mlp_token_tile = -3;
+  EXPECT_THROW(bad.validate(4, "p.yaml"), InputError);
+}
+
 }  // namespace
 }  // namespace slidedp
