@@ -59,7 +59,7 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
   const auto& units = w.layout.units;
   const double P = static_cast<double>(w.layout.total_flat_numel);
   const double emb_numel = static_cast<double>(units.front().flat_numel);
-  const LayerActivationBytes act = decoder_activation_bytes_per_token(card);
+  const LayerActivationBytes act = decoder_activation_bytes_per_token(card, p.mlp_token_tile);
   const double D = p.gpu_buffer_depth;
 
   MemoryEstimate m;
@@ -102,9 +102,11 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
   const double act_keep = pc.keep * act.saved_keep * tokens;
   const double act_recompute = pc.recompute * act.unit_input * tokens;
   const double act_offload_prefetch = pc.offload > 0 ? 2.0 * act.unit_input * tokens : 0.0;
-  // Working set of one unit: a recomputed layer's activations + backward temporaries, or the head's
-  // loss chunk; plus the hidden state entering and leaving (fp32 gradient of it in backward).
-  const double layer_ws = (act.saved_keep + act.transient) * tokens + card.hidden_size * (kBf16 + kFp32) * tokens;
+  // Working set of one unit: a recomputed layer's activations + backward temporaries (+ one MLP tile's
+  // scratch when the MLP is tiled), or the head's loss chunk; plus the hidden state entering and
+  // leaving (fp32 gradient of it in backward).
+  const double layer_ws = (act.saved_keep + act.transient) * tokens + card.hidden_size * (kBf16 + kFp32) * tokens +
+                          decoder_mlp_tile_bytes(card, p.mlp_token_tile, tokens);
   const double head_ws = head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
                          card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
   double working_set = std::max(layer_ws, head_ws);

@@ -1,6 +1,8 @@
 // Unit FLOPs and activation sizes; conventions in model_costs.h.
 #include "model/model_costs.h"
 
+#include <algorithm>
+
 namespace slidedp {
 
 const char* activation_policy_name(ActivationPolicy p) {
@@ -24,6 +26,7 @@ UnitFlops unit_flops(const ModelCard& c, UnitKind kind, int64_t sequences, int64
       const double linear_params = C * c.q_dim() + 2.0 * C * c.kv_dim() + c.q_dim() * C +
                                    3.0 * C * static_cast<double>(c.intermediate_size);
       f.forward_matmul = 2.0 * linear_params * tokens;
+      f.mlp_gate_up_matmul = 2.0 * 2.0 * C * static_cast<double>(c.intermediate_size) * tokens;
       const double T = static_cast<double>(seq_len);
       const double pairs = static_cast<double>(sequences) * T * (T + 1.0) / 2.0;
       f.forward_attention = 4.0 * static_cast<double>(c.q_dim()) * pairs;
@@ -49,7 +52,7 @@ double model_flops_per_step(const ModelCard& c, int64_t sequences, int64_t seq_l
          ((1.0 + kv / heads + S / H) * qratio + 1.5 * I / H + V / (2.0 * L * H));
 }
 
-LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c) {
+LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int64_t mlp_token_tile) {
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
   const double q = static_cast<double>(c.q_dim()), kv = static_cast<double>(c.kv_dim());
   constexpr double kBf16 = 2.0, kFp32 = 4.0;
@@ -58,13 +61,22 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c) {
   // Saved for backward under `keep`: layer input, normed input, q/k/v after RoPE (and pre-norm q/k
   // for Qwen3), attention output, per-head softmax log-sum-exp (fp32), residual after attention,
   // normed residual, gate and up projections, and the SwiGLU product that feeds down_proj.
-  double elems = C + C + q + 2.0 * kv + q + C + C + 3.0 * I;
+  // With an MLP token tile, the normed residual, gate, up and product are per tile, not saved.
+  const bool tiled = mlp_token_tile > 0;
+  double elems = C + C + q + 2.0 * kv + q + C + (tiled ? 0.0 : C + 3.0 * I);
   if (c.qk_norm) elems += q + kv;
   a.saved_keep = elems * kBf16 + static_cast<double>(c.num_heads) * kFp32;
   // Peak transient of backward: gradients flowing through the widest tensors (gate/up grads in fp32
-  // before the down-projection backward) plus the recomputed activations.
-  a.transient = 2.0 * I * kFp32 + (q + 2.0 * kv) * kFp32;
+  // before the down-projection backward; per tile when tiled) plus the recomputed activations.
+  a.transient = (tiled ? 0.0 : 2.0 * I * kFp32) + (q + 2.0 * kv) * kFp32;
   return a;
+}
+
+double decoder_mlp_tile_bytes(const ModelCard& c, int64_t mlp_token_tile, double tokens) {
+  if (mlp_token_tile <= 0) return 0.0;
+  const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double rows = std::min(static_cast<double>(mlp_token_tile), tokens);
+  return rows * ((C + 3.0 * I) * 2.0 + 2.0 * I * 4.0);
 }
 
 double head_loss_chunk_bytes(const ModelCard& c, int64_t loss_chunk_tokens) {

@@ -23,6 +23,10 @@ struct UnitFlops {
   double forward_attention = 0; // QK^T + PV FLOPs of the forward pass
   double backward_matmul = 0;
   double backward_attention = 0;
+  // Decoder: FLOPs of the gate and up projections (part of forward_matmul, 2/3 of the MLP's and
+  // ~50-60% of a layer's GEMMs). With an MLP token tile nothing of the MLP is saved, so backward runs
+  // them again per tile; a layer that recomputes anyway skips them in its recompute instead.
+  double mlp_gate_up_matmul = 0;
   double forward() const { return forward_matmul + forward_attention; }
   double backward() const { return backward_matmul + backward_attention; }
 };
@@ -36,13 +40,20 @@ UnitFlops unit_flops(const ModelCard& card, UnitKind kind, int64_t sequences, in
 // recompute term; shared/reference/baselines.md): used for TFLOP/s figures so they compare.
 double model_flops_per_step(const ModelCard& card, int64_t sequences, int64_t seq_len);
 
-// Activation bytes per token of one decoder layer (bf16 = 2 bytes per element).
+// Activation bytes per token of one decoder layer (bf16 = 2 bytes per element). With an MLP token
+// tile (`mlp_token_tile` > 0) the per-token terms leave out the MLP's (its intermediates exist for
+// one tile at a time: decoder_mlp_tile_bytes).
 struct LayerActivationBytes {
   double saved_keep = 0;   // everything backward reads, when the policy is keep
   double unit_input = 0;   // the layer input alone (what recompute keeps, what offload moves)
   double transient = 0;    // peak extra bytes while the layer's forward or backward runs
 };
-LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& card);
+LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& card, int64_t mlp_token_tile = 0);
+
+// Bytes of one MLP tile's scratch for a micro-batch of `tokens` tokens: min(tile, tokens) rows of
+// the recomputed norm output, gate, up and SwiGLU product (bf16) and the gate/up gradients (fp32).
+// 0 when untiled (the whole-sequence terms are in decoder_activation_bytes_per_token).
+double decoder_mlp_tile_bytes(const ModelCard& card, int64_t mlp_token_tile, double tokens);
 
 // Peak transient bytes per token of the head: the loss works on `loss_chunk_tokens` tokens at a
 // time, so logits never exceed loss_chunk_tokens x V in fp32.

@@ -62,6 +62,8 @@ SystemTraits system_traits(System system) {
 Plan plan_for_system(const Plan& plan, System system, const ModelCard& card) {
   Plan p = plan;
   const int L = static_cast<int>(card.num_layers);
+  // The baselines' implementations run each layer's MLP over the whole micro-batch at once.
+  if (system != System::kSlideDP) p.mlp_token_tile = 0;
   switch (system) {
     case System::kSlideDP:
       break;
@@ -97,16 +99,25 @@ Plan plan_for_system(const Plan& plan, System system, const ModelCard& card) {
 }
 
 UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitKind kind,
-                                    int64_t sequences) {
+                                    int64_t sequences, int64_t mlp_token_tile) {
   UnitComputeTimes t;
   const double tokens = static_cast<double>(sequences * w.seq_len);
+  const UnitFlops f = unit_flops(w.model, kind, sequences, w.seq_len);
+  // A tiled MLP saves nothing: backward runs the gate and up projections again (one more time for a
+  // kept layer), and a recomputed layer's recompute stops before the MLP (the same total for it).
+  auto tile_mlp = [&](double gate_up_s) {
+    if (kind != UnitKind::kDecoder || mlp_token_tile <= 0) return;
+    t.bwd_s += gate_up_s;
+    t.recompute_s = std::max(0.0, t.recompute_s - gate_up_s);
+  };
   if (const UnitTimeProfile* m = hw.find_unit_time(w.model.name, kind)) {
     t.fwd_s = m->forward.eval(tokens, static_cast<double>(w.seq_len));
     t.bwd_s = m->backward.eval(tokens, static_cast<double>(w.seq_len));
     t.recompute_s = m->recompute.eval(tokens, static_cast<double>(w.seq_len));
+    // Measured times have no per-GEMM split: the gate/up share of the forward by FLOPs.
+    tile_mlp(f.forward() > 0 ? t.fwd_s * f.mlp_gate_up_matmul / f.forward() : 0.0);
     return t;
   }
-  const UnitFlops f = unit_flops(w.model, kind, sequences, w.seq_len);
   const double mm = hw.gpu.bf16_peak_flops * hw.gpu.matmul_efficiency;
   const double attn = hw.gpu.bf16_peak_flops * hw.gpu.attention_efficiency;
   const double hbm = hw.gpu.hbm_gbps * 1e9;
@@ -138,6 +149,9 @@ UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitK
     t.bwd_s = 0;
   }
   t.recompute_s = t.fwd_s;
+  // (The recomputed tile's norm and SwiGLU passes are elementwise work on tile-sized buffers; they
+  // are not charged, like the untiled backward's SwiGLU recompute.)
+  tile_mlp(f.mlp_gate_up_matmul / mm);
   return t;
 }
 
@@ -242,7 +256,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     u.grad_chunks = u.chunks;
     if (ul.reads_tied_embedding) u.grad_chunks += num_chunks(w.layout.units.front().flat_numel, p.chunk_numel);
     u.policy = ul.kind == UnitKind::kDecoder ? p.layer_policy(ul.layer, L) : ActivationPolicy::kKeep;
-    const UnitComputeTimes t = unit_compute_times(w, hw, ul.kind, p.micro_batch);
+    const UnitComputeTimes t = unit_compute_times(w, hw, ul.kind, p.micro_batch, p.mlp_token_tile);
     u.fwd_s = t.fwd_s;
     u.bwd_s = t.bwd_s;
     u.recompute_s = u.policy == ActivationPolicy::kKeep ? 0.0 : t.recompute_s;

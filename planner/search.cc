@@ -664,8 +664,25 @@ SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpa
 
 SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                           const SearchOptions& options) {
-  const SearchSpace space = make_search_space(w, hw, spec);
-  return search_space(w, hw, space, options);
+  SearchSpace space = make_search_space(w, hw, spec);
+  const std::vector<int64_t>& tiles = spec.mlp_token_tiles.empty() ? kDefaultMlpTokenTiles : spec.mlp_token_tiles;
+  for (int64_t t : tiles)
+    if (t < 0) throw InputError("mlp_token_tiles", "tiles must be 0 (untiled) or a number of tokens");
+  // Each tile only when nothing fit with the ones before: the space is the same, only the MLP's
+  // memory (and its backward FLOPs) change. The last tile's infeasibility is what is reported.
+  for (std::size_t i = 0; i < tiles.size(); ++i) {
+    space.mlp_token_tile = tiles[i];
+    if (i > 0)
+      space.notes.push_back(fmt::format("no plan fit with MLP token tile {}; searched again with {}", tiles[i - 1],
+                                        tiles[i]));
+    try {
+      return search_space(w, hw, space, options);
+    } catch (const InfeasibleError&) {
+      if (i + 1 == tiles.size()) throw;
+    }
+  }
+  SLIDEDP_CHECK(false, "search_plans: no MLP token tile to search");
+  return {};
 }
 
 }  // namespace slidedp::planner

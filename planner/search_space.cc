@@ -194,6 +194,7 @@ Plan SearchSpace::plan(const CandidateIndex& i) const {
   const int t = threads.at(static_cast<std::size_t>(i.thread));
   p.update_threads = t == free_threads ? 0 : t;
   p.loss_chunk_tokens = loss_chunk_tokens;
+  p.mlp_token_tile = mlp_token_tile;
   p.gpu_mem_budget_bytes = gpu_mem_budget_bytes;
   p.gpu_mem_reserve_bytes = gpu_mem_reserve_bytes;
   return p;

@@ -49,6 +49,10 @@ struct SearchSpec {
   int64_t gpu_mem_budget_bytes = 0;                    // 0: the GPU's memory minus the reserve
   int64_t gpu_mem_reserve_bytes = int64_t{2} << 30;    // CUDA context, allocator slack, fragmentation
   int64_t loss_chunk_tokens = 4096;
+  // MLP token tiles (Plan::mlp_token_tile), tried in this order, each only when no plan fits with
+  // the ones before (a tile never speeds a step up: it trades the gate/up GEMMs once more in
+  // backward for memory). Empty: kDefaultMlpTokenTiles.
+  std::vector<int64_t> mlp_token_tiles;
   // Restrictions of single dimensions (empty: the default grid). Sweeps pin dimensions with these;
   // tests use them to make spaces small enough to enumerate.
   std::vector<ParamRoute> param_routes;
@@ -82,6 +86,7 @@ struct SearchSpace {
   int64_t gpu_mem_budget_bytes = 0;
   int64_t gpu_mem_reserve_bytes = 0;
   int64_t loss_chunk_tokens = 4096;
+  int64_t mlp_token_tile = 0;  // every plan of this space; search_plans picks it (SearchSpec)
   std::vector<std::string> notes;  // how the grids were chosen, for the report
 
   // Candidates below one node of each level (used to count what a bound or a budget cut off).
@@ -100,6 +105,9 @@ struct SearchSpace {
 // cannot describe any plan (a global batch that is not a multiple of ranks x seq_len, more ranks than
 // GPUs, an empty dimension after restrictions).
 SearchSpace make_search_space(const Workload& w, const Hardware& hw, const SearchSpec& spec);
+
+// 0 (untiled) first, then 16384 and 4096 token rows per MLP tile.
+inline const std::vector<int64_t> kDefaultMlpTokenTiles = {0, 16384, 4096};
 
 // The default grids, exposed for tests and docs.
 std::vector<int> default_layer_counts(int num_layers);

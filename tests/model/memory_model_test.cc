@@ -62,6 +62,37 @@ TEST(MemoryModel, HandCountForATinyModel) {
   EXPECT_TRUE(m.fits_gpu());
 }
 
+TEST(MemoryModel, MlpTokenTileReplacesTheWholeSequenceMlpTermsByOneTile) {
+  // Same tiny model: C 64, I 128, q 64, kv 32, 4 heads; 2 x 32 = 64 tokens per micro-batch.
+  ModelCard c = model_card_from_yaml(
+      "name: tiny\nmodel_type: llama\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nhead_dim: 16\nintermediate_size: 128\nvocab_size: 256\n",
+      "tiny");
+  Workload w = make_workload(c, 32);
+  Hardware hw = hardware_preset("h100-sxm-x4");
+  Plan p;
+  p.micro_batch = 2;
+  p.recompute_layers = 0;
+  p.keep_layers = Plan::kRest;
+  p.loss_chunk_tokens = 8;  // so that a decoder layer, not the head's loss chunk, is the largest unit
+  Plan t = p;
+  t.mlp_token_tile = 24;  // does not divide 64
+  const MemoryEstimate a = estimate_memory(w, hw, p, System::kSlideDP);
+  const MemoryEstimate b = estimate_memory(w, hw, t, System::kSlideDP);
+  // Saved per token: untiled C+C+q+2kv+q+C+C+3I = 4*64 + 2*64 + 64 + 384 = 832 bf16 + 4 heads fp32;
+  // tiled without h2 (C) and gate/up/product (3I): 832 - 64 - 384 = 384.
+  EXPECT_DOUBLE_EQ(item(a.gpu_items, "activations: keep"), 2 * 64 * (832 * 2 + 16.0));
+  EXPECT_DOUBLE_EQ(item(b.gpu_items, "activations: keep"), 2 * 64 * (384 * 2 + 16.0));
+  // Working set: the per-token transient loses 2I fp32 (1024 B); one tile of 24 rows adds
+  // (C + 3I) bf16 + 2I fp32 = 896 + 1024 bytes per row; saved loses 448 values (896 B) per token.
+  const double per_token_drop = (448 * 2 + 2 * 128 * 4) * 64.0;
+  const double tile_bytes = 24 * ((64 + 3 * 128) * 2 + 2 * 128 * 4.0);
+  EXPECT_DOUBLE_EQ(item(a.gpu_items, "working set") - item(b.gpu_items, "working set"), per_token_drop - tile_bytes);
+  // Baselines ignore the tile (their implementations run the MLP over the whole micro-batch).
+  EXPECT_DOUBLE_EQ(estimate_memory(w, hw, t, System::kSlideFormerDP).gpu_peak_bytes,
+                   estimate_memory(w, hw, p, System::kSlideFormerDP).gpu_peak_bytes);
+}
+
 TEST(MemoryModel, OverBudgetPlanSaysWhyWithNumbers) {
   Workload w = make_workload(model_preset("qwen3-14b"), 8192);
   Hardware hw = hardware_preset("rtx4090-x4");

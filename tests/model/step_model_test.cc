@@ -13,6 +13,7 @@
 #include "model/hardware.h"
 #include "model/simulator.h"
 #include "model/step_model.h"
+#include "model/step_work.h"
 
 namespace slidedp {
 namespace {
@@ -246,6 +247,46 @@ TEST(StepModel, ChromeTraceIsWellFormedJson) {
   EXPECT_EQ(complete, static_cast<int>(s.timeline.size()));
   for (const char* t : {"rank 0 / gpu", "rank 1 / gpu", "rank 0 / h2d", "rank 0 / d2h", "fabric", "host / cpu update"})
     EXPECT_TRUE(names.count(t)) << t;
+}
+
+}  // namespace
+}  // namespace slidedp
+
+namespace slidedp {
+namespace {
+
+// An MLP token tile saves nothing of the MLP, so backward runs the gate and up projections again:
+// a kept layer pays them once more (4 C I FLOPs per token at the matmul rate); a recomputed layer
+// only moves them from its recompute into its backward. Forward and the baselines are unchanged.
+TEST(StepModel, MlpTokenTileChargesGateUpInBackwardOfKeptLayersOnly) {
+  const ModelCard c = model_card_from_yaml(
+      "name: tiny-tiled\nmodel_type: llama\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nhead_dim: 16\nintermediate_size: 128\nvocab_size: 256\n",
+      "tiny-tiled");  // no measured unit times for this name: FLOP-based compute
+  const Workload w = make_workload(c, 64);
+  const Hardware hw = hardware_preset("h100-sxm-x4");
+  Plan p;
+  p.ranks = 1;
+  p.micro_batch = 2;
+  p.per_layer = {ActivationPolicy::kRecompute, ActivationPolicy::kKeep};
+  Plan t = p;
+  t.mlp_token_tile = 48;
+  const StepWork a = build_step_work(w, hw, p, System::kSlideDP);
+  const StepWork b = build_step_work(w, hw, t, System::kSlideDP);
+  const double gate_up_s = 4.0 * 64 * 128 * 128 / (hw.gpu.bf16_peak_flops * hw.gpu.matmul_efficiency);
+  ASSERT_GT(gate_up_s, 0);
+  const UnitWork &ra = a.units[1], &rb = b.units[1], &ka = a.units[2], &kb = b.units[2];
+  EXPECT_DOUBLE_EQ(rb.fwd_s, ra.fwd_s);
+  EXPECT_NEAR(rb.bwd_s - ra.bwd_s, gate_up_s, 1e-12 * ra.bwd_s);
+  EXPECT_NEAR(rb.recompute_s + rb.bwd_s, ra.recompute_s + ra.bwd_s, 1e-12 * ra.bwd_s);
+  EXPECT_DOUBLE_EQ(kb.fwd_s, ka.fwd_s);
+  EXPECT_NEAR(kb.bwd_s - ka.bwd_s, gate_up_s, 1e-12 * ka.bwd_s);
+  EXPECT_EQ(kb.recompute_s, 0.0);
+  EXPECT_GE(predict_analytical(w, hw, t, System::kSlideDP).step_time_s,
+            predict_analytical(w, hw, p, System::kSlideDP).step_time_s);
+  // A baseline run with the same plan does not tile.
+  const StepWork fa = build_step_work(w, hw, p, System::kMegaTrain), fb = build_step_work(w, hw, t, System::kMegaTrain);
+  EXPECT_EQ(fa.units[2].bwd_s, fb.units[2].bwd_s);
 }
 
 }  // namespace
