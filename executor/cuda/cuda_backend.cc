@@ -787,6 +787,7 @@ class CudaBackend final : public Backend {
     math_.layout = layout;
     math_.specs = kernels::make_model_specs(card, layout);
     math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
+    math_.specs.decoder.mlp_token_tile = opt.mlp_token_tile;
     const int64_t budget = opt.device_budget_bytes > 0 ? opt.device_budget_bytes : int64_t{16} << 30;
     for (int r = 0; r < opt.devices; ++r)
       devices_.push_back(std::make_unique<CudaDevice>(r, r % gpus_, budget, math_, control, tracer_));

@@ -62,11 +62,16 @@ struct Saved {
   bf16* att;      // (N, H, hd) attention output (o_proj input)
   float* lse;     // (B, H, T) attention row log-sum-exp
   bf16* x2;       // (N, C) residual stream after attention
-  float* rstd2;   // (N) post_attention_layernorm 1/rms
-  bf16* h2;       // (N, C) post_attention_layernorm output
-  bf16* g;        // (N, I) gate_proj output
-  bf16* u;        // (N, I) up_proj output
+  float* rstd2;   // (N) post_attention_layernorm 1/rms          [untiled MLP only]
+  bf16* h2;       // (N, C) post_attention_layernorm output      [untiled MLP only]
+  bf16* g;        // (N, I) gate_proj output                     [untiled MLP only]
+  bf16* u;        // (N, I) up_proj output                       [untiled MLP only]
 };
+
+// DecoderSpec::mlp_token_tile > 0: the MLP runs over that many token rows at a time and saves nothing
+// (backward recomputes each tile's norm, gate and up from x2), as on the CPU backend.
+bool mlp_tiled(const DecoderSpec& s) { return s.mlp_token_tile > 0; }
+int64_t mlp_tile_rows(const DecoderSpec& s, int64_t N) { return std::min(s.mlp_token_tile, N); }
 
 Saved carve_saved(Carver& a, const DecoderSpec& s, int64_t B, int64_t T) {
   const int64_t N = B * T;
@@ -85,6 +90,7 @@ Saved carve_saved(Carver& a, const DecoderSpec& s, int64_t B, int64_t T) {
   v.att = a.take<bf16>(N * s.q_dim(), "att");
   v.lse = a.take<float>(B * s.H * T, "lse");
   v.x2 = a.take<bf16>(N * s.C, "x2");
+  if (mlp_tiled(s)) return v;  // rstd2, h2, g, u stay null: recomputed per tile in backward
   v.rstd2 = a.take<float>(N, "rstd2");
   v.h2 = a.take<bf16>(N * s.C, "h2");
   v.g = a.take<bf16>(N * s.I, "g");
@@ -92,13 +98,42 @@ Saved carve_saved(Carver& a, const DecoderSpec& s, int64_t B, int64_t T) {
   return v;
 }
 
-// Forward scratch: the cuBLASLt workspace, then m = silu(g) * u for the down projection.
+// One MLP token tile (R rows): what the tiled MLP computes for its rows in forward and recomputes
+// in backward; `backward` adds dm.
+struct MlpTile {
+  float* rstd2;  // (R) post_attention_layernorm 1/rms of the tile's rows
+  bf16* h2;      // (R, C)
+  bf16* g;       // (R, I)
+  bf16* u;       // (R, I)
+  bf16* m_du;    // (R, I) silu(g) * u, then (backward) du
+  bf16* dm_dg;   // (R, I) dm, then dg                 [backward only]
+};
+MlpTile carve_mlp_tile(Carver& a, const DecoderSpec& s, int64_t R, bool backward) {
+  MlpTile t{};
+  t.rstd2 = a.take<float>(R, "mlp tile rstd2");
+  t.h2 = a.take<bf16>(R * s.C, "mlp tile h2");
+  t.g = a.take<bf16>(R * s.I, "mlp tile g");
+  t.u = a.take<bf16>(R * s.I, "mlp tile u");
+  t.m_du = a.take<bf16>(R * s.I, "mlp tile m / du");
+  t.dm_dg = backward ? a.take<bf16>(R * s.I, "mlp tile dm / dg") : nullptr;
+  return t;
+}
+
+// Forward scratch: the cuBLASLt workspace, then m = silu(g) * u for the down projection (untiled),
+// or one MLP tile.
 struct ForwardScratch {
   void* gemm_ws;
-  bf16* m;  // (N, I)
+  bf16* m;       // (N, I)  [untiled]
+  MlpTile tile;  //         [tiled]
 };
 ForwardScratch carve_forward(Carver& a, const DecoderSpec& s, int64_t N) {
-  return ForwardScratch{a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace"), a.take<bf16>(N * s.I, "m")};
+  ForwardScratch f{};
+  f.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
+  if (mlp_tiled(s))
+    f.tile = carve_mlp_tile(a, s, mlp_tile_rows(s, N), false);
+  else
+    f.m = a.take<bf16>(N * s.I, "m");
+  return f;
 }
 
 // Backward scratch: the pieces that live throughout, then the MLP part and the attention part
@@ -250,6 +285,21 @@ void forward_impl(const UnitContext& ctx, const DecoderSpec& s, const bf16* p, c
   linear_forward(ctx, f.gemm_ws, S.x2, S.att, p + s.o_w, N, Q, C, x);
 
   // MLP block
+  if (mlp_tiled(s)) {
+    if (y == nullptr) return;  // recompute: the saved state ends at x2 (backward recomputes the MLP)
+    const MlpTile& t = f.tile;
+    const int64_t R = mlp_tile_rows(s, N);
+    for (int64_t n0 = 0; n0 < N; n0 += R) {  // rows [n0, n0 + nt): GEMMs on row offsets of the buffers
+      const int64_t nt = std::min(R, N - n0);
+      const bf16* x2 = S.x2 + n0 * C;  // (nt, C)
+      rmsnorm_forward(t.h2, t.rstd2, x2, p + s.post_norm, nt, C, s.eps, st);
+      linear_forward(ctx, f.gemm_ws, t.g, t.h2, p + s.gate_w, nt, C, I);
+      linear_forward(ctx, f.gemm_ws, t.u, t.h2, p + s.up_w, nt, C, I);
+      swiglu_forward(t.m_du, t.g, t.u, nt * I, st);
+      linear_forward(ctx, f.gemm_ws, y + n0 * C, t.m_du, p + s.down_w, nt, I, C, x2);  // y = x2 + m Wd^T
+    }
+    return;
+  }
   rmsnorm_forward(S.h2, S.rstd2, S.x2, p + s.post_norm, N, C, s.eps, st);
   linear_forward(ctx, f.gemm_ws, S.g, S.h2, p + s.gate_w, N, C, I);
   linear_forward(ctx, f.gemm_ws, S.u, S.h2, p + s.up_w, N, C, I);
@@ -276,7 +326,10 @@ int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int
   Carver a;  // the take sequence of decoder_backward
   carve_backward_common(a, spec, B * T);
   const int64_t mark = a.mark();
-  carve_backward_mlp(a, spec, B * T);
+  if (mlp_tiled(spec))
+    carve_mlp_tile(a, spec, mlp_tile_rows(spec, B * T), true);
+  else
+    carve_backward_mlp(a, spec, B * T);
   a.release(mark);
   carve_backward_attention(a, spec, B, T);
   return a.high_water();
@@ -308,7 +361,40 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
   cudaStream_t st = ctx.stream;
 
   // MLP block: y = x2 + m Wd^T, m = silu(g) * u, g = h2 Wg^T, u = h2 Wu^T, h2 = rmsnorm(x2)
-  {
+  if (mlp_tiled(s)) {
+    // Tile by tile: recompute the rows' norm, gate, up and product from x2, then the untiled block's
+    // backward on those rows; weight gradients accumulate tile after tile (beta = 1 GEMMs).
+    const int64_t mark = carver.mark();
+    const MlpTile t = carve_mlp_tile(carver, s, mlp_tile_rows(s, N), true);
+    const int64_t R = mlp_tile_rows(s, N);
+    for (int64_t n0 = 0; n0 < N; n0 += R) {
+      const int64_t nt = std::min(R, N - n0);
+      const bf16* x2 = S.x2 + n0 * C;  // (nt, C)
+      const bf16* dyt = dy + n0 * C;   // (nt, C)
+      float* dht = w.dh + n0 * C;      // (nt, C)
+      rmsnorm_forward(t.h2, t.rstd2, x2, p + s.post_norm, nt, C, s.eps, st);
+      linear_forward(ctx, w.gemm_ws, t.g, t.h2, p + s.gate_w, nt, C, I);
+      linear_forward(ctx, w.gemm_ws, t.u, t.h2, p + s.up_w, nt, C, I);
+      swiglu_forward(t.m_du, t.g, t.u, nt * I, st);
+      // dm = dy Wd; dWd += dy^T m
+      linear_backward_input_bf16(ctx, w.gemm_ws, t.dm_dg, dyt, p + s.down_w, nt, I, C);
+      linear_backward_weight(ctx, w.gemm_ws, dp + s.down_w, dyt, t.m_du, nt, I, C);
+      // dg, du (in place over dm and m)
+      swiglu_backward(t.dm_dg, t.m_du, t.dm_dg, t.g, t.u, nt * I, st);
+      // dh2 (fp32) = dg Wg + du Wu; dWg += dg^T h2; dWu += du^T h2
+      linear_backward_input_f32(ctx, w.gemm_ws, dht, t.dm_dg, p + s.gate_w, nt, C, I, false);
+      linear_backward_input_f32(ctx, w.gemm_ws, dht, t.m_du, p + s.up_w, nt, C, I, true);
+      linear_backward_weight(ctx, w.gemm_ws, dp + s.gate_w, t.dm_dg, t.h2, nt, C, I);
+      linear_backward_weight(ctx, w.gemm_ws, dp + s.up_w, t.m_du, t.h2, nt, C, I);
+      // dx2 (fp32) rows = dy (residual) + rmsnorm backward of dh2
+      RmsnormBackwardArgs nb;
+      nb.dy = dht, nb.dy_f32 = true, nb.x = x2, nb.rstd = t.rstd2, nb.w = p + s.post_norm;
+      nb.residual = dyt, nb.residual_f32 = false, nb.dx = w.dx2 + n0 * C, nb.dx_f32 = true, nb.dw = dp + s.post_norm;
+      nb.N = nt, nb.C = C;
+      rmsnorm_backward(nb, w.reduce, st);
+    }
+    carver.release(mark);
+  } else {
     const int64_t mark = carver.mark();
     const BackwardMlp m = carve_backward_mlp(carver, s, N);
     swiglu_forward(m.m_du, S.g, S.u, N * I, st);  // recompute m (not saved)

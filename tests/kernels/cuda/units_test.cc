@@ -154,6 +154,38 @@ TEST_P(CudaDecoderTest, ForwardRecomputeBackwardMatchTheCpuUnit) {
   EXPECT_EQ(again.grads, g.grads);
 }
 
+// The MLP token tile on the GPU (33 rows: does not divide B*T = 140) against the CPU's untiled unit,
+// with the same tolerances as the untiled GPU unit: bf16 storage of the tile's recomputed
+// intermediates rounds exactly as the untiled path's saved ones, only the weight gradients' token
+// sums run tile by tile.
+TEST_P(CudaDecoderTest, TiledMlpMatchesTheCpuUnit) {
+  SLIDEDP_REQUIRE_GPU();
+  const DecoderCase c = GetParam();
+  const ModelCard card = card_for(c.type, c.head_dim);
+  const ModelLayout layout = make_model_layout(card);
+  const UnitLayout& unit = layout.units[1];
+  const DecoderSpec s = make_decoder_spec(card, unit);
+  DecoderSpec tiled = s;
+  tiled.mlp_token_tile = 33;
+  const int64_t B = 2, T = 70;
+  const std::vector<float> p = bf16_params(unit, 210);
+  const std::vector<float> x = random_bf16_values(B * T * s.C, 211, -2, 2), dy = random_bf16_values(B * T * s.C, 212);
+  const std::vector<float> init = random_vector<float>(unit.flat_numel, 213);
+  std::vector<float> y_ref(x.size()), dx_ref(x.size()), grads_ref = init;
+  AlignedBuffer saved(kernels::decoder_saved_bytes<float>(s, B, T));
+  AlignedBuffer fws(kernels::decoder_forward_workspace_bytes<float>(s, B, T));
+  AlignedBuffer bws(kernels::decoder_backward_workspace_bytes<float>(s, B, T));
+  kernels::decoder_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T, fws.workspace());
+  kernels::decoder_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(), grads_ref.data(),
+                                   B, T, bws.workspace());
+  EXPECT_LT(decoder_saved_bytes(tiled, B, T), decoder_saved_bytes(s, B, T));
+  const GpuDecoder g = run_gpu_decoder(tiled, p, x, dy, init, B, T);
+  EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y (tiled MLP)"));
+  EXPECT_TRUE(close_to_scale(g.dx, dx_ref, kGradientFrac, kGradientFrac, "dx (tiled MLP)"));
+  expect_gradients_close(unit, g.grads, grads_ref, init, "grads (tiled MLP)");
+  EXPECT_EQ(g.saved, g.recomputed) << "recompute must refill the saved state bitwise";
+}
+
 INSTANTIATE_TEST_SUITE_P(Families, CudaDecoderTest,
                          ::testing::Values(DecoderCase{"llama", 8}, DecoderCase{"qwen2", 8}, DecoderCase{"qwen3", 8},
                                            DecoderCase{"llama", 64}, DecoderCase{"qwen3", 64}),
