@@ -113,7 +113,8 @@ std::string method_section(const SweepResult& res) {
   s += "Every system gets the same tokens per optimizer step and the same GPU memory budget (the GPU's "
        "memory minus a 2 GiB reserve). ";
   s += "**slidedp**: the planner's plan (`planner::search_plans`, matched batch: routes, chunk size, "
-       "activation mix, buffer depth, update threads and batch shape, ranked by the analytical model). ";
+       "activation mix, buffer depth, update threads and batch shape, ranked by the analytical model; an MLP "
+       "token tile of 16384, then 4096 tokens only when no untiled plan fits). ";
   s += "**Baselines**: the choices their implementations fix (`plan_for_system`: routes, activation policy, "
        "SlideFormer's 32M-element chunks, two buffer slots; other chunks 32M elements), with every "
        "micro-batch x accumulation split of the step tried under the baseline's own memory model and the "
