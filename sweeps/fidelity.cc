@@ -140,6 +140,8 @@ double mean(const std::vector<double>& v) {
 
 // Per-step figures are medians: on a shared host a single step can be stretched by the OS (a
 // preempted compute thread on an oversubscribed core, page reclaim) and the mean would carry it.
+std::string backend_label(const std::string& backend) { return backend == "cuda" ? "CUDA" : "CPU"; }
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -149,10 +151,16 @@ double median(std::vector<double> v) {
 
 }  // namespace
 
+std::vector<FidelityPlan> plans_within_ranks(std::vector<FidelityPlan> plans, int max_ranks) {
+  std::erase_if(plans, [&](const FidelityPlan& p) { return p.plan.ranks > max_ranks; });
+  return plans;
+}
+
 FidelityReport run_fidelity(const FidelityConfig& cfg) {
   FidelityReport rep;
   rep.model_name = cfg.card.name;
   rep.hardware_name = cfg.hardware.name;
+  rep.backend = cfg.backend;
   rep.seq_len = cfg.seq_len;
   const std::vector<FidelityPlan> plans = cfg.plans.empty() ? default_fidelity_plans() : cfg.plans;
   if (plans.size() < 2) throw InputError("fidelity", "needs at least 2 plans (one to fit, one to hold out)");
@@ -191,6 +199,7 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
       o.card = cfg.card;
       o.seq_len = cfg.seq_len;
       o.plan = fp.plan;
+      o.backend = cfg.backend;
       o.dataset = default_corpus_dataset();
       o.steps = cfg.steps;
       o.lr.lr = 1e-3;
@@ -355,7 +364,7 @@ void write_fidelity_outputs(const FidelityReport& rep, const std::string& dir, c
 
   // Plot: calibrated prediction vs measurement, fit and held-out halves.
   ScatterPlot plot;
-  plot.title = fmt::format("Predicted vs measured step time ({} on the CPU backend)", rep.model_name);
+  plot.title = fmt::format("Predicted vs measured step time ({} on the {} backend)", rep.model_name, backend_label(rep.backend));
   plot.caption = stamp;
   plot.x = {"measured step time (s)", true};
   plot.y = {"predicted step time (s, calibrated)", true};
@@ -383,11 +392,11 @@ void write_fidelity_outputs(const FidelityReport& rep, const std::string& dir, c
   md += "Produced by: `" + command + "`  \n" + fmt::format("git {}, {} ({} cores), {}\n\n", pv.git_revision, pv.cpu_model,
                                                            pv.cpu_count, utc_timestamp());
   md += fmt::format(
-      "{} plans of {} (seq {}) on the CPU backend, each run with the executor and predicted by the discrete-event "
+      "{} plans of {} (seq {}) on the {} backend, each run with the executor and predicted by the discrete-event "
       "simulator on the hardware profile `{}`. One time scale per resource was fitted on half of the plans (measured / "
       "predicted busy time) and the errors below are reported on the other half. Every plan ran {} times (rounds in "
       "shuffled orders); measured figures are medians over the measured steps of all rounds.\n\n",
-      rep.rows.size(), rep.model_name, rep.seq_len, rep.hardware_name, rep.rounds);
+      rep.rows.size(), rep.model_name, rep.seq_len, backend_label(rep.backend), rep.hardware_name, rep.rounds);
   md += "| metric | value | target |\n|---|---|---|\n";
   md += fmt::format("| step time, mean absolute % error, held-out | {:.1f}% | <= 10% |\n", 100 * rep.heldout_mape);
   md += fmt::format("| step time, worst held-out plan | {:.1f}% | <= 20% |\n", 100 * rep.heldout_worst);

@@ -23,7 +23,8 @@ struct FidelityPlan {
 struct FidelityConfig {
   ModelCard card;
   int64_t seq_len = 128;
-  Hardware hardware;                 // the machine's profile (slidedp-profile), emulated devices
+  Hardware hardware;                 // the machine's profile (slidedp-profile)
+  std::string backend = "cpu";       // executor backend: "cpu" (emulated devices) or "cuda"
   std::vector<FidelityPlan> plans;   // default_fidelity_plans() when empty
   // Per plan; the first `warmup` are not measured (fresh pages, thread start-up and allocator growth
   // stretch the first steps, most with several emulated ranks on few cores), the rest give medians.
@@ -73,11 +74,13 @@ struct FidelityReport {
   std::string worst_plan, worst_reason;
   int rounds = 1;
   double mean_round_spread = 0, worst_round_spread = 0;  // run-to-run spread of the measured step time
-  std::string model_name, hardware_name;
+  std::string model_name, hardware_name, backend;
   int64_t seq_len = 0;
 };
 
 std::vector<FidelityPlan> default_fidelity_plans();
+// The plans of at most `max_ranks` ranks (a GPU machine runs one rank per GPU).
+std::vector<FidelityPlan> plans_within_ranks(std::vector<FidelityPlan> plans, int max_ranks);
 FidelityReport run_fidelity(const FidelityConfig& config);
 
 // Writes fidelity.csv, fidelity.svg (predicted vs measured, y = x and +/-10%) and README.md into dir.

@@ -5,6 +5,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "common/progress.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
@@ -19,7 +20,8 @@ int g_status = 0;
 struct FidelityArgs {
   std::string profile = "cpu-dev", model = "slidedp-tiny", out = "results/fidelity";
   int64_t seq = 128;
-  int steps = 16, warmup = 4, plans = 0, rounds = 2;
+  std::string backend = "cpu";
+  int steps = 16, warmup = 4, plans = 0, rounds = 2, max_ranks = 0;
   bool json = false;
 };
 
@@ -31,7 +33,7 @@ void set_command_status(int s) { g_status = s; }
 void add_fidelity_command(CLI::App& app, int argc, char** argv) {
   auto args = std::make_shared<FidelityArgs>();
   CLI::App* cmd = app.add_subcommand(
-      "fidelity", "Run the validation plans with the executor (CPU backend), predict them with the model on a hardware "
+      "fidelity", "Run the validation plans with the executor, predict them with the model on a hardware "
                   "profile of this machine, calibrate on half, report on the other half");
   cmd->add_option("--profile", args->profile, "Hardware profile of this machine (slidedp-profile output) or a preset");
   cmd->add_option("--model", args->model, "Model to train (small: every plan runs for real)");
@@ -41,6 +43,10 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--rounds", args->rounds, "Runs of every plan, each round in a fresh shuffled order (the spread between "
                                             "rounds is reported as the measurement's noise)")
       ->check(CLI::PositiveNumber);
+  cmd->add_option("--backend", args->backend, "Executor backend: cpu (emulated devices) or cuda (one rank per GPU)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--max-ranks", args->max_ranks, "Keep only plans of at most N ranks (0: all; on GPUs: the GPU count)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--plans", args->plans, "Use only the first N validation plans (0: all 20)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--out", args->out, "Output folder (fidelity.csv, fidelity.svg, README.md)");
   cmd->add_flag("--json", args->json, "Print the summary as JSON");
@@ -54,7 +60,11 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
     cfg.steps = args->steps;
     cfg.warmup = args->warmup;
     cfg.rounds = args->rounds;
+    cfg.backend = args->backend;
     cfg.plans = default_fidelity_plans();
+    if (args->max_ranks > 0) cfg.plans = plans_within_ranks(cfg.plans, args->max_ranks);
+    if (cfg.plans.size() < 2)
+      throw InputError("--max-ranks", fmt::format("leaves {} validation plan(s); the calibration needs at least 2", cfg.plans.size()));
     if (args->plans > 0 && static_cast<size_t>(args->plans) < cfg.plans.size()) cfg.plans.resize(static_cast<size_t>(args->plans));
     Progress progress("fidelity", static_cast<double>(cfg.plans.size() * static_cast<size_t>(cfg.rounds)), "runs", !args->json);
     cfg.progress = [&](int done, int, const std::string& name) { progress.update(done, name); };

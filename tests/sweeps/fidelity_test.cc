@@ -88,5 +88,18 @@ TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
   fs::remove_all(dir);
 }
 
+TEST(Fidelity, PlansWithinRanksKeepsOnlyPlansAGpuMachineCanRun) {
+  const auto all = default_fidelity_plans();
+  for (int max_ranks : {1, 2, 4}) {
+    const auto kept = plans_within_ranks(all, max_ranks);
+    size_t expected = 0;
+    for (const auto& p : all) expected += p.plan.ranks <= max_ranks;
+    EXPECT_EQ(kept.size(), expected) << max_ranks;
+    for (const auto& p : kept) EXPECT_LE(p.plan.ranks, max_ranks) << p.name;
+  }
+  EXPECT_EQ(plans_within_ranks(all, 4).size(), all.size());  // the validation set spans 1-4 ranks
+  EXPECT_GE(plans_within_ranks(all, 1).size(), 2u);          // one GPU still fits and holds out a plan
+}
+
 }  // namespace
 }  // namespace slidedp
