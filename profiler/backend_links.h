@@ -44,8 +44,11 @@ struct BackendLinkResult {
   const LinkCurve* find(const std::string& mode, const std::string& direction) const;
 };
 
-BackendLinkResult measure_backend_links(exec::Backend& backend, const BackendLinkOptions& options,
-                                        StageContext& ctx);
+// Allocates the regions (4 x region_bytes per device taking part: device in / out, host in / out,
+// held until the stage's cases are destroyed, which must happen before the backend is) and builds
+// the cases; finish() records every case in ctx.out and fits the curves.
+PreparedStage<BackendLinkResult> prepare_backend_links(exec::Backend& backend,
+                                                       const BackendLinkOptions& options, StageContext& ctx);
 double estimate_backend_links_s(const BackendLinkOptions& options, int devices, const RepeatPolicy& repeat,
                                 double copy_gbps);
 

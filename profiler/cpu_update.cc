@@ -1,5 +1,6 @@
 // CPU update and reduction stage; see cpu_update.h. One set of buffers (fp32 master, m, v, bf16
-// mirror, the largest number of bf16 slots) is allocated once; every case walks it chunk by chunk.
+// mirror, the largest number of bf16 slots) is allocated once and held by the cases for the run's
+// rounds (stats.h run_rounds); every case walks it chunk by chunk.
 #include "profiler/cpu_update.h"
 
 #include <fmt/format.h>
@@ -31,45 +32,59 @@ void fill_values(float* p, int64_t n, float scale, uint64_t seed) {
 
 }  // namespace
 
-CpuUpdateResult measure_cpu_update(const CpuUpdateOptions& o, StageContext& ctx) {
+PreparedStage<CpuUpdateResult> prepare_cpu_update(const CpuUpdateOptions& o, StageContext& ctx) {
+  // The buffers and pools every case walks, shared by the cases until the run ends.
+  struct State {
+    int64_t n = 0;
+    HostArray param, m, v, mirror, out;  // fp32 master, moments; bf16 mirror; fp32 reduction output
+    std::vector<HostArray> slot_bufs;    // bf16 gradient slots, (n,) each
+    kernels::AdamwHyper hyper;
+    int64_t table_chunk = 0;
+    std::vector<const bf16_bits*> reduce_ptrs;  // the standalone reduction's slots
+    std::vector<std::unique_ptr<ThreadPool>> pools;
+
+    std::vector<const bf16_bits*> slot_ptrs(int count, int64_t offset) const {
+      std::vector<const bf16_bits*> p;
+      for (int s = 0; s < count; ++s)
+        p.push_back(slot_bufs[static_cast<std::size_t>(s)].as<bf16_bits>() + offset);
+      return p;
+    }
+    // One fused reduce + AdamW pass over all n elements, chunk by chunk, like the updater: one call
+    // per chunk (slots, state and mirror offset to the chunk), each call parallel over the pool.
+    void fused_pass(ThreadPool& pool, int slots, int64_t chunk) {
+      for (int64_t b = 0; b < n; b += chunk) {
+        const int64_t e = std::min(n, b + chunk);
+        kernels::AdamwState st{param.as<float>() + b, m.as<float>() + b, v.as<float>() + b,
+                               mirror.as<bf16_bits>() + b};
+        std::vector<const bf16_bits*> ptrs = slot_ptrs(slots, b);
+        kernels::GradSlots<bf16_bits> gs{std::span<const bf16_bits* const>(ptrs), 1.0f, nullptr};
+        kernels::reduce_adamw_update(pool, st, gs, hyper, 0, e - b);
+      }
+    }
+  };
+  auto st = std::make_shared<State>();
   const int64_t n = o.numel;
+  st->n = n;
   const int max_slots = std::max(*std::max_element(o.slots.begin(), o.slots.end()), o.reduce_slots);
-  HostArray param(n * 4, 0), m(n * 4, 0), v(n * 4, 0), mirror(n * 2, 0), out(n * 4, 0);
-  fill_values(param.as<float>(), n, 0.1f, 1);
-  fill_values(m.as<float>(), n, 1e-3f, 2);
-  fill_values(v.as<float>(), n, 1e-6f, 3);
-  for (int64_t i = 0; i < n; ++i) v.as<float>()[i] = std::abs(v.as<float>()[i]) + 1e-8f;
-  std::vector<HostArray> slot_bufs;
+  st->param = HostArray(n * 4, 0);
+  st->m = HostArray(n * 4, 0);
+  st->v = HostArray(n * 4, 0);
+  st->mirror = HostArray(n * 2, 0);
+  st->out = HostArray(n * 4, 0);
+  fill_values(st->param.as<float>(), n, 0.1f, 1);
+  fill_values(st->m.as<float>(), n, 1e-3f, 2);
+  fill_values(st->v.as<float>(), n, 1e-6f, 3);
+  for (int64_t i = 0; i < n; ++i) st->v.as<float>()[i] = std::abs(st->v.as<float>()[i]) + 1e-8f;
   {
     std::vector<float> tmp(static_cast<std::size_t>(n));
     for (int s = 0; s < max_slots; ++s) {
       fill_values(tmp.data(), n, 1e-2f, 10 + static_cast<uint64_t>(s));
-      slot_bufs.emplace_back(n * 2, 0);
-      kernels::f32_to_bf16(tmp.data(), slot_bufs.back().as<bf16_bits>(), n);
+      st->slot_bufs.emplace_back(n * 2, 0);
+      kernels::f32_to_bf16(tmp.data(), st->slot_bufs.back().as<bf16_bits>(), n);
     }
   }
-  auto slot_ptrs = [&](int count, int64_t offset) {
-    std::vector<const bf16_bits*> p;
-    for (int s = 0; s < count; ++s)
-      p.push_back(slot_bufs[static_cast<std::size_t>(s)].as<bf16_bits>() + offset);
-    return p;
-  };
-  kernels::AdamwHyper hyper;
-  hyper.lr = 1e-4;
-  hyper.step = 10;
-
-  // One fused reduce + AdamW pass over all n elements, chunk by chunk, like the updater: one call per
-  // chunk (slots, state and mirror offset to the chunk), each call parallel over the pool.
-  auto fused_pass = [&](ThreadPool& pool, int slots, int64_t chunk) {
-    for (int64_t b = 0; b < n; b += chunk) {
-      const int64_t e = std::min(n, b + chunk);
-      kernels::AdamwState st{param.as<float>() + b, m.as<float>() + b, v.as<float>() + b,
-                             mirror.as<bf16_bits>() + b};
-      std::vector<const bf16_bits*> ptrs = slot_ptrs(slots, b);
-      kernels::GradSlots<bf16_bits> gs{std::span<const bf16_bits* const>(ptrs), 1.0f, nullptr};
-      kernels::reduce_adamw_update(pool, st, gs, hyper, 0, e - b);
-    }
-  };
+  st->hyper.lr = 1e-4;
+  st->hyper.step = 10;
   auto passes = [&](std::string label, std::function<void()> pass) {
     return timed_case(std::move(label), ctx.repeat, [pass](int inner) {
       const double t0 = now_s();
@@ -78,98 +93,99 @@ CpuUpdateResult measure_cpu_update(const CpuUpdateOptions& o, StageContext& ctx)
     });
   };
 
-  CpuUpdateResult res;
-  res.table_chunk_numel = o.table_chunk_numel > 0 ? o.table_chunk_numel : o.chunk_numels.back();
-  res.reduce_slots = o.reduce_slots;
+  const int64_t table_chunk = o.table_chunk_numel > 0 ? o.table_chunk_numel : o.chunk_numels.back();
+  st->table_chunk = table_chunk;
   std::vector<int64_t> chunks = o.chunk_numels;  // AdamW by chunk size, the table's chunk among them
-  if (std::find(chunks.begin(), chunks.end(), res.table_chunk_numel) == chunks.end())
-    chunks.push_back(res.table_chunk_numel);
+  if (std::find(chunks.begin(), chunks.end(), table_chunk) == chunks.end()) chunks.push_back(table_chunk);
   std::sort(chunks.begin(), chunks.end());
-  std::vector<const bf16_bits*> reduce_ptrs = slot_ptrs(o.reduce_slots, 0);
-  const kernels::GradSlots<bf16_bits> reduce_gs{std::span<const bf16_bits* const>(reduce_ptrs), 1.0f,
-                                                nullptr};
+  st->reduce_ptrs = st->slot_ptrs(o.reduce_slots, 0);
 
-  // ---- the cases, in one list so their repetitions interleave ----
-  std::vector<std::unique_ptr<ThreadPool>> pools;
+  // ---- the cases ----
   std::vector<Case> cases;
   for (int t : o.threads) {
-    pools.push_back(std::make_unique<ThreadPool>(t));
-    ThreadPool* pool = pools.back().get();
+    st->pools.push_back(std::make_unique<ThreadPool>(t));
+    ThreadPool* pool = st->pools.back().get();
     for (int64_t chunk : chunks)
       cases.push_back(passes(fmt::format("AdamW, {} threads, chunk {}", t, chunk),
-                             [&, pool, chunk] { fused_pass(*pool, 1, chunk); }));
+                             [st, pool, chunk] { st->fused_pass(*pool, 1, chunk); }));
     for (int slots : o.slots)
       cases.push_back(passes(fmt::format("reduce + AdamW, {} threads, {} slots", t, slots),
-                             [&, pool, slots] { fused_pass(*pool, slots, res.table_chunk_numel); }));
+                             [st, pool, slots] { st->fused_pass(*pool, slots, st->table_chunk); }));
     // Standalone N-way reduction (what accumulation over micro-steps runs).
-    cases.push_back(passes(fmt::format("reduce {} slots, {} threads", o.reduce_slots, t), [&, pool] {
-      for (int64_t b = 0; b < n; b += res.table_chunk_numel)
-        kernels::reduce_grads(*pool, reduce_gs, out.as<float>(), b, std::min(n, b + res.table_chunk_numel));
+    cases.push_back(passes(fmt::format("reduce {} slots, {} threads", o.reduce_slots, t), [st, pool] {
+      const kernels::GradSlots<bf16_bits> gs{std::span<const bf16_bits* const>(st->reduce_ptrs), 1.0f,
+                                             nullptr};
+      for (int64_t b = 0; b < st->n; b += st->table_chunk)
+        kernels::reduce_grads(*pool, gs, st->out.as<float>(), b, std::min(st->n, b + st->table_chunk));
     }));
   }
   // fp32 -> bf16 conversion on one thread (SlideFormer's per-load step, and the CPU backend's
   // gradient wire conversion).
-  cases.push_back(passes("fp32 -> bf16 conversion, 1 thread",
-                         [&] { kernels::f32_to_bf16(param.as<float>(), mirror.as<bf16_bits>(), n); }));
-  const auto vals = run_interleaved(cases, ctx.repeat.reps, 13, ctx.progress);
+  cases.push_back(passes("fp32 -> bf16 conversion, 1 thread", [st] {
+    kernels::f32_to_bf16(st->param.as<float>(), st->mirror.as<bf16_bits>(), st->n);
+  }));
 
-  // ---- results ----
-  std::size_t i = 0;
-  for (int t : o.threads) {
-    CpuUpdateResult::ByThreads row;
-    row.threads = t;
-    for (int64_t chunk : chunks) {
-      std::vector<double> r = vals[i++][0];
-      for (double& x : r) x = static_cast<double>(n) / x;
-      const Spread sp = ctx.out
-                            .add({"cpu_update",
-                                  "adamw_params_per_s",
-                                  {{"threads", t}, {"chunk_numel", chunk}, {"slots", 1}, {"numel", n}},
-                                  "params/s",
-                                  r})
-                            .spread();
-      if (chunk == res.table_chunk_numel) row.adamw_params_per_s = sp;
+  PreparedStage<CpuUpdateResult> stage;
+  stage.cases = std::move(cases);
+  stage.finish = [o, n, chunks, table_chunk, &out = ctx.out](const CaseSamples& vals) {
+    CpuUpdateResult res;
+    res.table_chunk_numel = table_chunk;
+    res.reduce_slots = o.reduce_slots;
+    // ---- results ----
+    std::size_t i = 0;
+    for (int t : o.threads) {
+      CpuUpdateResult::ByThreads row;
+      row.threads = t;
+      for (int64_t chunk : chunks) {
+        std::vector<double> r = vals[i++][0];
+        for (double& x : r) x = static_cast<double>(n) / x;
+        const Spread sp = out.add({"cpu_update",
+                                   "adamw_params_per_s",
+                                   {{"threads", t}, {"chunk_numel", chunk}, {"slots", 1}, {"numel", n}},
+                                   "params/s",
+                                   r})
+                              .spread();
+        if (chunk == table_chunk) row.adamw_params_per_s = sp;
+      }
+      // Slot sweep at the table chunk size: seconds per pass vs extra slots.
+      std::vector<std::vector<double>> X;
+      std::vector<double> y;
+      for (int slots : o.slots) {
+        const std::vector<double>& sec = vals[i++][0];
+        out.add({"cpu_update",
+                 "reduce_adamw_s",
+                 {{"threads", t}, {"chunk_numel", table_chunk}, {"slots", slots}, {"numel", n}},
+                 "s",
+                 sec});
+        X.push_back({1.0, static_cast<double>(slots - 1)});
+        y.push_back(summarize(sec).median);
+      }
+      if (o.slots.size() >= 2) {
+        LinearFit f = fit_nonnegative(X, y);
+        row.slot_fit = f.quality;
+        // slope = seconds per extra slot per pass = n x 2 bytes / rate.
+        row.reduce_gbps = f.coef[1] > 0 ? static_cast<double>(n) * kBf16 / f.coef[1] / 1e9 : 0.0;
+      }
+      std::vector<double> rs = vals[i++][0];
+      for (double& x : rs) x = o.reduce_slots * kBf16 * static_cast<double>(n) / x / 1e9;
+      row.reduce_standalone_gbps =
+          out.add({"cpu_update",
+                   "reduce_grads_gbps",
+                   {{"threads", t}, {"slots", o.reduce_slots}, {"chunk_numel", table_chunk}, {"numel", n}},
+                   "GB/s",
+                   rs})
+              .spread();
+      if (row.reduce_gbps <= 0) row.reduce_gbps = row.reduce_standalone_gbps.median;
+      res.by_threads.push_back(row);
     }
-    // Slot sweep at the table chunk size: seconds per pass vs extra slots.
-    std::vector<std::vector<double>> X;
-    std::vector<double> y;
-    for (int slots : o.slots) {
-      const std::vector<double>& sec = vals[i++][0];
-      ctx.out.add({"cpu_update",
-                   "reduce_adamw_s",
-                   {{"threads", t}, {"chunk_numel", res.table_chunk_numel}, {"slots", slots}, {"numel", n}},
-                   "s",
-                   sec});
-      X.push_back({1.0, static_cast<double>(slots - 1)});
-      y.push_back(summarize(sec).median);
-    }
-    if (o.slots.size() >= 2) {
-      LinearFit f = fit_nonnegative(X, y);
-      row.slot_fit = f.quality;
-      // slope = seconds per extra slot per pass = n x 2 bytes / rate.
-      row.reduce_gbps = f.coef[1] > 0 ? static_cast<double>(n) * kBf16 / f.coef[1] / 1e9 : 0.0;
-    }
-    std::vector<double> rs = vals[i++][0];
-    for (double& x : rs) x = o.reduce_slots * kBf16 * static_cast<double>(n) / x / 1e9;
-    row.reduce_standalone_gbps = ctx.out
-                                     .add({"cpu_update",
-                                           "reduce_grads_gbps",
-                                           {{"threads", t},
-                                            {"slots", o.reduce_slots},
-                                            {"chunk_numel", res.table_chunk_numel},
-                                            {"numel", n}},
-                                           "GB/s",
-                                           rs})
-                                     .spread();
-    if (row.reduce_gbps <= 0) row.reduce_gbps = row.reduce_standalone_gbps.median;
-    res.by_threads.push_back(row);
-  }
-  std::vector<double> cs = vals[i++][0];
-  for (double& x : cs) x = 4.0 * static_cast<double>(n) / x / 1e9;
-  res.convert_gbps_per_thread =
-      ctx.out.add({"cpu_update", "convert_gbps_per_thread", {{"threads", 1}, {"numel", n}}, "GB/s", cs})
-          .spread();
-  return res;
+    std::vector<double> cs = vals[i++][0];
+    for (double& x : cs) x = 4.0 * static_cast<double>(n) / x / 1e9;
+    res.convert_gbps_per_thread =
+        out.add({"cpu_update", "convert_gbps_per_thread", {{"threads", 1}, {"numel", n}}, "GB/s", cs})
+            .spread();
+    return res;
+  };
+  return stage;
 }
 
 double estimate_cpu_update_s(const CpuUpdateOptions& o, const RepeatPolicy& rp, double copy_gbps) {

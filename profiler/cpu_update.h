@@ -37,7 +37,9 @@ struct CpuUpdateResult {
   Spread convert_gbps_per_thread;  // f32_to_bf16 on one thread, fp32 input bytes/s
 };
 
-CpuUpdateResult measure_cpu_update(const CpuUpdateOptions& options, StageContext& ctx);
+// Allocates the buffers (about (18 + 2 x max slots) bytes x numel, held until the stage's cases are
+// destroyed) and builds the cases; finish() records every case in ctx.out (which must outlive it).
+PreparedStage<CpuUpdateResult> prepare_cpu_update(const CpuUpdateOptions& options, StageContext& ctx);
 double estimate_cpu_update_s(const CpuUpdateOptions& options, const RepeatPolicy& repeat, double copy_gbps);
 
 }  // namespace slidedp::profiler

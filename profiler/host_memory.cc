@@ -1,7 +1,7 @@
 // Host-memory bandwidth stage; see host_memory.h. Copies are cut into 1 MiB tiles over a ThreadPool
 // of the measured size (the caller is one of its threads), as the optimizer kernels are; the triad is
-// kernels::stream_triad, the same code the optimizer benchmarks compare against. Cases are repeated
-// in interleaved rounds (stats.h).
+// kernels::stream_triad, the same code the optimizer benchmarks compare against. The cases run in the
+// run's rounds (stats.h run_rounds), so the arrays and pools live in state the cases share.
 #include "profiler/host_memory.h"
 
 #include <fmt/format.h>
@@ -75,111 +75,125 @@ class DmaThreads {
 
 }  // namespace
 
-HostMemoryResult measure_host_memory(const HostMemoryOptions& o, StageContext& ctx) {
-  const int64_t n = o.array_bytes / 4;  // fp32 elements per array
-  const int64_t bytes = n * 4;
-  HostArray a(bytes, 0), b(bytes, 0), c(bytes, 0);
-  std::fill_n(b.as<float>(), n, 1.0f);
-  std::fill_n(c.as<float>(), n, 2.0f);
-  std::map<int, std::unique_ptr<ThreadPool>> pools;
-  auto pool = [&](int t) -> ThreadPool& {
-    auto& p = pools[t];
-    if (!p) p = std::make_unique<ThreadPool>(t);
-    return *p;
+PreparedStage<HostMemoryResult> prepare_host_memory(const HostMemoryOptions& o, StageContext& ctx) {
+  // What the cases touch, shared by them until the run ends: three arrays of the working set and a
+  // pool per thread count.
+  struct State {
+    int64_t n = 0, bytes = 0;  // fp32 elements and bytes per array
+    HostArray a, b, c;
+    std::map<int, std::unique_ptr<ThreadPool>> pools;
+    ThreadPool& pool(int t) {
+      auto& p = pools[t];
+      if (!p) p = std::make_unique<ThreadPool>(t);
+      return *p;
+    }
+    void triad(ThreadPool& p, int inner) const {
+      for (int i = 0; i < inner; ++i)
+        kernels::stream_triad(p, a.as<float>(), b.as<float>(), c.as<float>(), 3.0f, n);
+    }
   };
-  auto triad = [&](ThreadPool& p, int inner) {
-    for (int i = 0; i < inner; ++i)
-      kernels::stream_triad(p, a.as<float>(), b.as<float>(), c.as<float>(), 3.0f, n);
-  };
+  auto st = std::make_shared<State>();
+  st->n = o.array_bytes / 4;
+  st->bytes = st->n * 4;
+  const int64_t n = st->n, bytes = st->bytes;
+  st->a = HostArray(bytes, 0);
+  st->b = HostArray(bytes, 0);
+  st->c = HostArray(bytes, 0);
+  std::fill_n(st->b.as<float>(), n, 1.0f);
+  std::fill_n(st->c.as<float>(), n, 2.0f);
 
   std::vector<Case> cases;
   for (int t : o.threads) {
-    ThreadPool& p = pool(t);
-    cases.push_back(timed_case(fmt::format("copy, {} threads", t), ctx.repeat, [&, t](int inner) {
+    ThreadPool* p = &st->pool(t);
+    cases.push_back(timed_case(fmt::format("copy, {} threads", t), ctx.repeat, [st, p](int inner) {
       const double t0 = now_s();
-      for (int i = 0; i < inner; ++i) parallel_copy(p, a.data(), b.data(), bytes);
+      for (int i = 0; i < inner; ++i) parallel_copy(*p, st->a.data(), st->b.data(), st->bytes);
       return std::vector<double>{now_s() - t0};
     }));
-    cases.push_back(timed_case(fmt::format("triad, {} threads", t), ctx.repeat, [&](int inner) {
+    cases.push_back(timed_case(fmt::format("triad, {} threads", t), ctx.repeat, [st, p](int inner) {
       const double t0 = now_s();
-      triad(p, inner);
+      st->triad(*p, inner);
       return std::vector<double>{now_s() - t0};
     }));
   }
-  // Contention: the copy threads run only during their own case's repetitions (started and stopped
-  // around each, so they never disturb the other cases), and the copy counter is read around the
-  // triad's window. Outputs: triad GB/s, copies GB/s.
+  // Contention: the copy threads (and their buffers) exist only during their own case's repetitions
+  // (started and stopped around each, so they never disturb the other cases), and the copy counter is
+  // read around the triad's window. Outputs: triad GB/s, copies GB/s.
   for (const HostMemoryOptions::Mix& mix : o.contention) {
     const int m = mix.dma_threads;
-    ThreadPool& p = pool(mix.triad_threads);
+    ThreadPool* p = &st->pool(mix.triad_threads);
     auto inner = std::make_shared<int>(1);
-    auto rep = [&, m, inner] {
-      DmaThreads dma(m, bytes);
+    auto rep = [st, p, m, inner] {
+      DmaThreads dma(m, st->bytes);
       const int64_t c0 = dma.copied();
       const double t0 = now_s();
-      triad(p, *inner);
+      st->triad(*p, *inner);
       const double dt = now_s() - t0;
       const double copied = static_cast<double>(dma.copied() - c0);
-      return std::vector<double>{kTriadBytesPerElem * static_cast<double>(n) * *inner / dt / 1e9,
+      return std::vector<double>{kTriadBytesPerElem * static_cast<double>(st->n) * *inner / dt / 1e9,
                                  copied / dt / 1e9};
     };
     Case cs;
     cs.label = fmt::format("triad ({} threads) under {} copy threads", mix.triad_threads, m);
-    cs.warm = [&, rep, inner] {
+    cs.warm = [rep, inner, policy = ctx.repeat] {
       const double t0 = now_s();
       rep();
-      *inner = inner_for(ctx.repeat, now_s() - t0);
+      *inner = inner_for(policy, now_s() - t0);
     };
     cs.rep = rep;
     cases.push_back(cs);
   }
 
-  const auto v = run_interleaved(cases, ctx.repeat.reps, 11, ctx.progress);
-  HostMemoryResult res;
-  auto record = [&](const std::string& name, nlohmann::json params, std::vector<double> values) {
-    return ctx.out.add({"host_memory", name, std::move(params), "GB/s", std::move(values)}).spread();
-  };
-  auto rates = [](std::vector<double> seconds, double moved) {
-    for (double& x : seconds) x = moved / x / 1e9;
-    return seconds;
-  };
-  std::size_t i = 0;
-  for (int t : o.threads) {
-    HostMemoryResult::ByThreads row;
-    row.threads = t;
-    row.copy_gbps =
-        record("copy_gbps", {{"threads", t}, {"array_bytes", bytes}}, rates(v[i++][0], 2.0 * bytes));
-    row.triad_gbps = record("triad_gbps", {{"threads", t}, {"array_bytes", bytes}},
-                            rates(v[i++][0], kTriadBytesPerElem * static_cast<double>(n)));
-    res.by_threads.push_back(row);
-    for (auto [gbps, what] :
-         {std::pair{row.copy_gbps.median, "copy"}, std::pair{row.triad_gbps.median, "triad"}}) {
-      if (gbps > res.best_gbps) {
-        res.best_gbps = gbps;
-        res.best_case = fmt::format("{} with {} threads", what, t);
+  PreparedStage<HostMemoryResult> stage;
+  stage.cases = std::move(cases);
+  stage.finish = [o, n, bytes, &out = ctx.out](const CaseSamples& v) {
+    HostMemoryResult res;
+    auto record = [&](const std::string& name, nlohmann::json params, std::vector<double> values) {
+      return out.add({"host_memory", name, std::move(params), "GB/s", std::move(values)}).spread();
+    };
+    auto rates = [](std::vector<double> seconds, double moved) {
+      for (double& x : seconds) x = moved / x / 1e9;
+      return seconds;
+    };
+    std::size_t i = 0;
+    for (int t : o.threads) {
+      HostMemoryResult::ByThreads row;
+      row.threads = t;
+      row.copy_gbps =
+          record("copy_gbps", {{"threads", t}, {"array_bytes", bytes}}, rates(v[i++][0], 2.0 * bytes));
+      row.triad_gbps = record("triad_gbps", {{"threads", t}, {"array_bytes", bytes}},
+                              rates(v[i++][0], kTriadBytesPerElem * static_cast<double>(n)));
+      res.by_threads.push_back(row);
+      for (auto [gbps, what] :
+           {std::pair{row.copy_gbps.median, "copy"}, std::pair{row.triad_gbps.median, "triad"}}) {
+        if (gbps > res.best_gbps) {
+          res.best_gbps = gbps;
+          res.best_case = fmt::format("{} with {} threads", what, t);
+        }
       }
     }
-  }
-  for (const HostMemoryOptions::Mix& mix : o.contention) {
-    const auto& out = v[i++];
-    std::vector<double> total;
-    for (std::size_t k = 0; k < out[0].size(); ++k) total.push_back(out[0][k] + 2.0 * out[1][k]);
-    nlohmann::json p = {
-        {"dma_threads", mix.dma_threads}, {"triad_threads", mix.triad_threads}, {"array_bytes", bytes}};
-    HostMemoryResult::Contention row;
-    row.dma_threads = mix.dma_threads;
-    row.triad_threads = mix.triad_threads;
-    row.triad_gbps = record("triad_under_dma_gbps", p, out[0]);
-    row.dma_gbps = record("dma_under_triad_gbps", p, out[1]);
-    row.total_gbps = record("total_under_contention_gbps", p, total);
-    res.contention.push_back(row);
-    if (row.total_gbps.median > res.best_gbps) {
-      res.best_gbps = row.total_gbps.median;
-      res.best_case =
-          fmt::format("triad with {} threads + {} memcpy threads", mix.triad_threads, mix.dma_threads);
+    for (const HostMemoryOptions::Mix& mix : o.contention) {
+      const auto& both = v[i++];  // triad GB/s, copies GB/s
+      std::vector<double> total;
+      for (std::size_t k = 0; k < both[0].size(); ++k) total.push_back(both[0][k] + 2.0 * both[1][k]);
+      nlohmann::json p = {
+          {"dma_threads", mix.dma_threads}, {"triad_threads", mix.triad_threads}, {"array_bytes", bytes}};
+      HostMemoryResult::Contention row;
+      row.dma_threads = mix.dma_threads;
+      row.triad_threads = mix.triad_threads;
+      row.triad_gbps = record("triad_under_dma_gbps", p, both[0]);
+      row.dma_gbps = record("dma_under_triad_gbps", p, both[1]);
+      row.total_gbps = record("total_under_contention_gbps", p, total);
+      res.contention.push_back(row);
+      if (row.total_gbps.median > res.best_gbps) {
+        res.best_gbps = row.total_gbps.median;
+        res.best_case =
+            fmt::format("triad with {} threads + {} memcpy threads", mix.triad_threads, mix.dma_threads);
+      }
     }
-  }
-  return res;
+    return res;
+  };
+  return stage;
 }
 
 double estimate_host_memory_s(const HostMemoryOptions& o, const RepeatPolicy& rp, double copy_gbps) {

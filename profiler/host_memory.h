@@ -42,7 +42,9 @@ struct HostMemoryResult {
   std::string best_case;  // which case gave it
 };
 
-HostMemoryResult measure_host_memory(const HostMemoryOptions& options, StageContext& ctx);
+// Allocates and fills the arrays (3 x array_bytes, held until the stage's cases are destroyed) and
+// builds the cases; finish() records every case in ctx.out (which must outlive the stage).
+PreparedStage<HostMemoryResult> prepare_host_memory(const HostMemoryOptions& options, StageContext& ctx);
 
 // Seconds the stage should take at `copy_gbps` single-thread memcpy speed (for the up-front estimate).
 double estimate_host_memory_s(const HostMemoryOptions& options, const RepeatPolicy& repeat, double copy_gbps);

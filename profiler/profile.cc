@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <set>
 
@@ -264,7 +265,8 @@ ProfileResult run_profile(const ProfileOptions& options) {
   exec::RunControl control;
   const int devices = r.backend == "cpu" ? options.ranks : inv.count;
   const bool cuda_backend_built = std::ranges::count(exec::available_backends(), std::string("cuda")) > 0;
-  // A backend set up for one model (the unit operations are per model); one exists at a time.
+  // A backend set up for one model (the unit operations are per model). Every model's backend exists
+  // for the whole run, since every model's unit cases take part in every round.
   auto make_backend_for = [&](const ModelCard& card,
                               const ModelLayout& layout) -> std::unique_ptr<exec::Backend> {
     if (r.backend == "cpu") {
@@ -278,8 +280,13 @@ ProfileResult run_profile(const ProfileOptions& options) {
     bo.devices = devices;
     return exec::make_backend("cuda", card, layout, bo, control);
   };
-  ModelLayout layout = make_model_layout(options.models.front());
-  std::unique_ptr<exec::Backend> backend = make_backend_for(options.models.front(), layout);
+  std::deque<ModelLayout> layouts;  // per model; a deque so references stay valid
+  std::vector<std::unique_ptr<exec::Backend>> backends;
+  for (const ModelCard& card : options.models) {
+    layouts.push_back(make_model_layout(card));
+    backends.push_back(make_backend_for(card, layouts.back()));
+  }
+  exec::Backend* backend = backends.front().get();  // the links' (null: no backend for units either)
   if (r.backend == "cpu") r.threads_per_device = kernels::blas_threads();
 
   // ---- calibration and the estimate ----
@@ -321,47 +328,79 @@ ProfileResult run_profile(const ProfileOptions& options) {
         return t;
       }()));
   say("working sets " + r.working_set);
+  {
+    // Every stage's buffers stay allocated for the whole run, since its cases take part in every
+    // round: model-sized they are a few MiB, DRAM-sized they add up (say so before allocating).
+    const auto& u = plan.update;
+    const int max_slots = std::max(*std::max_element(u.slots.begin(), u.slots.end()), u.reduce_slots);
+    const double host_b = 3.0 * static_cast<double>(plan.host.array_bytes);
+    const double update_b = static_cast<double>(u.numel) * (4 * 4 + 2 + 2 * max_slots);
+    const double links_b =
+        r.backend == "cpu" ? 4.0 * static_cast<double>(plan.links.region_bytes) * devices : 0.0;
+    say(fmt::format("held for the whole run: {} (host memory {}, cpu update {}, links {}) + unit inputs",
+                    format_bytes(host_b + update_b + links_b), format_bytes(host_b), format_bytes(update_b),
+                    format_bytes(links_b)));
+  }
 
   // ---- the stages ----
+  // Every stage first builds its cases (allocations, first touch, untimed input chains); then the
+  // run's rounds (stats.h run_rounds): round r of every stage's cases, shuffled together, before round
+  // r + 1 of any, so each case's repetitions span the whole run; then each stage computes its results
+  // from its samples, in stage order. The GPU stage (CUDA builds) runs on its own first: its
+  // measurements repeat back to back (profiler/cuda).
   Progress progress("slidedp-profile", r.expected_s, "s", options.progress);
   double before = 0;
   std::size_t si = 0;
-  // Runs stage si with a progress callback scaled to its estimate, then moves on.
-  auto stage = [&](const std::function<void(StageContext&)>& body) {
-    const PlannedStage st = r.stages[si];
+  std::vector<StageCases> rounds;
+  // Builds stage si's cases (their state is held by the cases until the rounds are destroyed).
+  auto prepare = [&](auto make) {
+    const PlannedStage& st = r.stages[si++];
+    progress.update(before, st.name + ": preparing");
+    auto prepared = make();
+    rounds.push_back({st.name, st.estimate_s, std::move(prepared.cases)});
+    return std::move(prepared.finish);
+  };
+  auto finish_host = prepare([&] { return prepare_host_memory(plan.host, base); });
+  auto finish_update = prepare([&] { return prepare_cpu_update(plan.update, base); });
+  std::function<BackendLinkResult(const CaseSamples&)> finish_links;
+  if (r.backend == "cpu") {
+    finish_links = prepare([&] { return prepare_backend_links(*backend, plan.links, base); });
+  } else {
+    const PlannedStage st = r.stages[si++];
     StageContext c = base;
     c.progress = [&, st](double f, const std::string& note) {
-      progress.update(before + f * st.estimate_s, st.name + (note.empty() ? "" : ": " + note));
+      progress.update(f * st.estimate_s, st.name + (note.empty() ? "" : ": " + note));
     };
-    body(c);
+    r.gpu = measure_gpus(plan.gpu, c);
+    r.links.links = r.gpu.links;
+    r.links.collectives = r.gpu.collectives;
     before += st.estimate_s;
-    ++si;
-  };
-  stage([&](StageContext& c) { r.host_memory = measure_host_memory(plan.host, c); });
-  stage([&](StageContext& c) { r.cpu_update = measure_cpu_update(plan.update, c); });
-  if (r.backend == "cpu") {
-    stage([&](StageContext& c) { r.links = measure_backend_links(*backend, plan.links, c); });
-  } else {
-    stage([&](StageContext& c) {
-      r.gpu = measure_gpus(plan.gpu, c);
-      r.links.links = r.gpu.links;
-      r.links.collectives = r.gpu.collectives;
-    });
   }
-  if (backend) {
-    for (std::size_t m = 0; m < options.models.size(); ++m) {
-      const ModelCard& card = options.models[m];
-      if (m > 0) {
-        backend.reset();
-        layout = make_model_layout(card);
-        backend = make_backend_for(card, layout);
-      }
-      stage([&](StageContext& c) {
-        r.units.push_back(measure_unit_compute(*backend, card, layout, plan.units, c));
-      });
-    }
+  std::vector<std::function<UnitComputeResult(const CaseSamples&)>> finish_units;
+  if (backend)
+    for (std::size_t m = 0; m < options.models.size(); ++m)
+      finish_units.push_back(prepare([&] {
+        return prepare_unit_compute(*backends[m], options.models[m], layouts[m], plan.units, base);
+      }));
+
+  {
+    const std::vector<CaseSamples> samples =
+        run_rounds(rounds, plan.repeat.reps, 11,
+                   [&](double done_s, const std::string& note) { progress.update(before + done_s, note); });
+    std::size_t k = 0;
+    r.host_memory = finish_host(samples[k++]);
+    r.cpu_update = finish_update(samples[k++]);
+    if (finish_links) r.links = finish_links(samples[k++]);
+    for (auto& finish : finish_units) r.units.push_back(finish(samples[k++]));
   }
-  backend.reset();
+  // The stages' buffers go before the backends they were allocated on.
+  rounds.clear();
+  finish_host = nullptr;
+  finish_update = nullptr;
+  finish_links = nullptr;
+  finish_units.clear();
+  backend = nullptr;
+  backends.clear();
   progress.finish();
   r.elapsed_s = now_s() - t_start;
   r.load_after = load_average_1m();

@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <memory>
-#include <numeric>
 #include <random>
 
 #include "common/error.h"
@@ -75,35 +74,47 @@ Case timed_case(std::string label, const RepeatPolicy& policy, std::function<std
   return c;
 }
 
-std::vector<std::vector<std::vector<double>>> run_interleaved(
-    std::vector<Case>& cases, int reps, uint64_t seed,
-    const std::function<void(double, const std::string&)>& progress) {
+std::vector<CaseSamples> run_rounds(std::vector<StageCases>& stages, int reps, uint64_t seed,
+                                    const std::function<void(double, const std::string&)>& progress) {
   SLIDEDP_CHECK(reps >= 1);
-  const double steps = static_cast<double>(cases.size()) * (reps + 1);
-  double done = 0;
-  auto tick = [&](const Case& c) {
-    if (progress) progress(done / steps, c.label);
-    ++done;
+  // Every case of the run as (stage, case), with the estimated seconds one of its steps takes.
+  struct Ref {
+    std::size_t stage, index;
+    double step_s;
   };
-  for (Case& c : cases) {
-    tick(c);
-    c.warm();
+  std::vector<Ref> all;
+  double total_s = 0;
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    const std::size_t n = stages[s].cases.size();
+    total_s += n > 0 ? stages[s].estimate_s : 0.0;
+    for (std::size_t i = 0; i < n; ++i)
+      all.push_back(
+          {s, i, stages[s].estimate_s / static_cast<double>(n * static_cast<std::size_t>(reps + 1))});
   }
-  std::vector<std::vector<std::vector<double>>> out(cases.size());
-  std::vector<std::size_t> order(cases.size());
-  std::iota(order.begin(), order.end(), 0);
+  double done_s = 0;
+  auto tick = [&](const Ref& ref) {
+    if (progress) progress(done_s, stages[ref.stage].name + ": " + stages[ref.stage].cases[ref.index].label);
+    done_s += ref.step_s;
+  };
+  for (const Ref& ref : all) {
+    tick(ref);
+    stages[ref.stage].cases[ref.index].warm();
+  }
+  std::vector<CaseSamples> out(stages.size());
+  for (std::size_t s = 0; s < stages.size(); ++s) out[s].resize(stages[s].cases.size());
   std::mt19937_64 rng(seed);
   for (int r = 0; r < reps; ++r) {
-    std::shuffle(order.begin(), order.end(), rng);
-    for (std::size_t i : order) {
-      tick(cases[i]);
-      const std::vector<double> v = cases[i].rep();
-      if (out[i].empty()) out[i].resize(v.size());
-      SLIDEDP_CHECK(v.size() == out[i].size(), "a case changed its number of outputs");
-      for (std::size_t k = 0; k < v.size(); ++k) out[i][k].push_back(v[k]);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (const Ref& ref : all) {
+      tick(ref);
+      const std::vector<double> v = stages[ref.stage].cases[ref.index].rep();
+      auto& dst = out[ref.stage][ref.index];
+      if (dst.empty()) dst.resize(v.size());
+      SLIDEDP_CHECK(v.size() == dst.size(), "a case changed its number of outputs");
+      for (std::size_t k = 0; k < v.size(); ++k) dst[k].push_back(v[k]);
     }
   }
-  if (progress) progress(1.0, "");
+  if (progress) progress(total_s, "");
   return out;
 }
 

@@ -1,9 +1,9 @@
 // Repeated measurements and their spread. Every profiler value is the median of several repetitions;
 // the spread (max - min) / median travels with it into the table, the JSON and the profile's notes,
-// so a re-run can be judged against it. Also the clock and the repeat loops the stages share: a
-// stage's cases are repeated in interleaved rounds, so a case's repetitions are spread over the whole
-// stage and slow drifts (clock frequency, other tenants of the machine) widen its spread instead of
-// shifting its median unnoticed.
+// so a re-run can be judged against it. Also the clock and the repeat loops the stages share: every
+// stage's cases are repeated in rounds that span the whole run (run_rounds), so a case's repetitions
+// are spread over the run's minutes, not its stage's seconds, and slow drifts (clock frequency, other
+// tenants of the machine) widen its spread instead of shifting its median unnoticed.
 #pragma once
 
 #include <cstdint>
@@ -46,10 +46,11 @@ std::vector<double> repeat_timed(const RepeatPolicy& policy, const std::function
 std::vector<std::vector<double>> repeat_timed_multi(
     const RepeatPolicy& policy, const std::function<std::vector<double>(int inner)>& body);
 
-// One case of a stage for run_interleaved: warm() runs once, untimed, before the first round (page
-// faults, caches, thread start-up, choosing how many operations a repetition repeats); rep() is one
+// One case of a stage for run_rounds: warm() runs once, untimed, before the first round (page faults,
+// caches, thread start-up, choosing how many operations a repetition repeats); rep() is one
 // repetition and returns the value of each of the case's outputs (both directions of a duplex copy,
-// every operation of a unit chain).
+// every operation of a unit chain). Both may run long after the stage built the case, so they own
+// (through shared state) everything they touch.
 struct Case {
   std::string label;  // for the progress line
   std::function<void()> warm;
@@ -62,12 +63,32 @@ struct Case {
 Case timed_case(std::string label, const RepeatPolicy& policy,
                 std::function<std::vector<double>(int inner)> body);
 
-// Warms every case, then runs `reps` rounds; each round runs every case once, in an order shuffled
-// per round (seeded: the same order on every run). Returns [case][output][repetition].
-// progress(fraction done, label) after each step.
-std::vector<std::vector<std::vector<double>>> run_interleaved(
-    std::vector<Case>& cases, int reps, uint64_t seed,
-    const std::function<void(double, const std::string&)>& progress);
+// Samples of one stage's cases: [case][output][repetition].
+using CaseSamples = std::vector<std::vector<std::vector<double>>>;
+
+// One stage's share of the run's rounds: its cases, and its estimated seconds (how much of the
+// progress line its steps advance).
+struct StageCases {
+  std::string name;  // "host memory": the progress line shows "<name>: <case label>"
+  double estimate_s = 0;
+  std::vector<Case> cases;
+};
+
+// A stage built for the run's rounds: its cases, and finish(), which turns their samples into the
+// stage's result (fits, medians, spreads) and records them, once every round has run.
+template <class Result>
+struct PreparedStage {
+  std::vector<Case> cases;
+  std::function<Result(const CaseSamples&)> finish;
+};
+
+// Warms every case of every stage (stage by stage, in order), then runs `reps` rounds: round r runs
+// every case of every stage once, in one order shuffled per round (seeded: the same on every run),
+// before any case runs round r + 1. Returns [stage] of that stage's [case][output][repetition].
+// progress(estimated seconds done, "<stage>: <case>") before each step, and (total, "") at the end;
+// each stage's estimate is shared equally by its cases' warm-ups and repetitions.
+std::vector<CaseSamples> run_rounds(std::vector<StageCases>& stages, int reps, uint64_t seed,
+                                    const std::function<void(double done_s, const std::string&)>& progress);
 
 // Inner iterations repeat_timed would choose for an operation taking `seconds` (at least 1).
 int inner_for(const RepeatPolicy& policy, double seconds);

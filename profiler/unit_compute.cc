@@ -1,5 +1,6 @@
-// Per-unit compute stage; see unit_compute.h. Layout: parameters and inputs, the six timed operations
-// (as the rank driver issues them), the timing loop over devices, fits, the SGEMM probe.
+// Per-unit compute stage; see unit_compute.h. Layout: the stage's state (parameters and inputs on the
+// devices, the timing loop over devices), the six timed operations (as the rank driver issues them),
+// the cases for the run's rounds (stats.h run_rounds), fits, the SGEMM probe.
 #include "profiler/unit_compute.h"
 
 #include <fmt/format.h>
@@ -96,24 +97,137 @@ struct Chain {
 
 }  // namespace
 
-UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& card,
-                                       const ModelLayout& layout, const UnitComputeOptions& o,
-                                       StageContext& ctx) {
+PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, const ModelCard& card,
+                                                      const ModelLayout& layout, const UnitComputeOptions& o,
+                                                      StageContext& ctx) {
+  // Everything the cases touch: the parameters and every (T, B)'s inputs on each device, held for the
+  // run's rounds and released on the devices when the last case goes (before the backend, which
+  // profile.cc destroys last).
+  struct State {
+    exec::Backend* backend = nullptr;
+    int L = 0;
+    bool tied = false;
+    int64_t lm_offset = 0;
+    int64_t emb_n = 0, dec_n = 0, head_n = 0;
+    std::vector<DeviceParams> P;                 // per device
+    std::vector<std::unique_ptr<Chain>> chains;  // per (T, B)
+    ~State() {
+      for (const auto& ch : chains)
+        for (std::size_t d = 0; d < ch->in.size(); ++d) {
+          const Chain::Inputs& in = ch->in[d];
+          for (const DeviceBuffer& b : {in.tokens, in.targets, in.x, in.y, in.dy, in.saved})
+            P[d].dev->release(b, nullptr);
+        }
+      for (const DeviceParams& p : P)
+        for (const DeviceBuffer& b : {p.emb, p.dec, p.head}) p.dev->release(b, nullptr);
+    }
+
+    // Sends a gradient: fp32 -> bf16 wire buffer on the compute stream, then both buffers go.
+    static void send(exec::Device& dev, const DeviceBuffer& grads, int64_t numel) {
+      DeviceBuffer wire = dev.alloc(numel * 2, "profile: gradient (wire)");
+      dev.convert_fp32(grads, 0, wire, 0, DType::kBF16, numel);
+      exec::EventPtr e = dev.compute().record();
+      dev.release(grads, e);
+      dev.release(wire, e);
+    }
+    // The head's arguments with its gradient buffers allocated and zeroed, as the rank driver does.
+    struct HeadCall {
+      UnitOpArgs a;
+      DeviceBuffer tied_grads;
+    };
+    HeadCall head_call(const Chain& ch, int d, DeviceBuffer dx) const {
+      const DeviceParams& p = P[static_cast<std::size_t>(d)];
+      exec::Device& dev = *p.dev;
+      HeadCall h;
+      UnitOpArgs& a = h.a;
+      a.unit = L + 1, a.B = ch.B, a.T = ch.T, a.params = p.head, a.x = ch.in[static_cast<std::size_t>(d)].y;
+      a.targets = ch.in[static_cast<std::size_t>(d)].targets, a.dx = dx;
+      a.lm_head_params = tied ? p.emb : p.head;
+      a.lm_head_offset = lm_offset;
+      a.grad_scale = 1.0 / static_cast<double>(ch.tokens);
+      a.grads = dev.alloc(head_n * 4, "profile: head gradient");
+      dev.zero(a.grads, 0, head_n * 4);
+      if (tied) {
+        h.tied_grads = dev.alloc(emb_n * 4, "profile: tied embedding gradient");
+        dev.zero(h.tied_grads, 0, emb_n * 4);
+        a.lm_head_grads = h.tied_grads;
+      } else {
+        a.lm_head_grads = a.grads;
+      }
+      a.lm_head_grad_offset = lm_offset;
+      a.loss = dev.alloc(16, "profile: loss");
+      a.workspace = dev.alloc(ch.hm.forward_workspace_bytes, "profile: workspace");
+      return h;
+    }
+
+    // Each device's enqueuing thread issues every op K_op times between two stamps. Returns, per op,
+    // the mean over the first ndev devices of (end - start) / K_op.
+    std::vector<double> run(const Chain& ch, int ndev, const std::vector<int>& K) {
+      const std::size_t nops = ch.ops.size();
+      std::vector<std::vector<double>> start(static_cast<std::size_t>(ndev), std::vector<double>(nops)),
+          end = start;
+      std::vector<std::thread> threads;
+      std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ndev));
+      for (int d = 0; d < ndev; ++d) {
+        threads.emplace_back([&, d] {
+          try {
+            exec::Stream& s = P[static_cast<std::size_t>(d)].dev->compute();
+            for (std::size_t i = 0; i < nops; ++i) {
+              double* s0 = &start[static_cast<std::size_t>(d)][i];
+              double* s1 = &end[static_cast<std::size_t>(d)][i];
+              // The stream waits at a gate until the whole batch is queued, so a fast operation is
+              // timed running back to back, not waiting for this thread to queue the next one. (Within
+              // a batch nothing is freed before the gate opens: K_op x alloc_bytes is capped.)
+              auto gate = std::make_shared<std::promise<void>>();
+              std::shared_future<void> opened = gate->get_future().share();
+              s.host_fn([opened] { opened.wait(); });
+              s.host_fn([s0] { *s0 = now_s(); });
+              for (int k = 0; k < K[i]; ++k) ch.ops[i].enqueue(d);
+              s.host_fn([s1] { *s1 = now_s(); });
+              gate->set_value();
+            }
+          } catch (...) {
+            errors[static_cast<std::size_t>(d)] =
+                std::current_exception();  // an open gate is broken: streams go on
+          }
+        });
+      }
+      for (auto& t : threads) t.join();
+      backend->synchronize();
+      for (const auto& e : errors)
+        if (e) std::rethrow_exception(e);
+      std::vector<double> per_op(nops, 0.0);
+      for (std::size_t i = 0; i < nops; ++i) {
+        for (int d = 0; d < ndev; ++d)
+          per_op[i] += (end[static_cast<std::size_t>(d)][i] - start[static_cast<std::size_t>(d)][i]) / K[i];
+        per_op[i] /= ndev;
+      }
+      return per_op;
+    }
+  };
+
   const int L = static_cast<int>(card.num_layers);
   SLIDEDP_CHECK(L >= 1 && layout.num_units() == L + 2);
   const int devices = std::clamp(o.concurrent_devices, 1, backend.num_devices());
   const UnitLayout& emb_l = layout.units.front();
   const UnitLayout& dec_l = layout.units[1];
   const UnitLayout& head_l = layout.units.back();
-  const bool tied = head_l.reads_tied_embedding;
-  const int64_t lm_offset =
+  auto st = std::make_shared<State>();
+  State* S = st.get();  // for the ops, which live inside *st
+  S->backend = &backend;
+  S->L = L;
+  S->tied = head_l.reads_tied_embedding;
+  const bool tied = S->tied;
+  S->lm_offset =
       tied ? emb_l.find("model.embed_tokens.weight")->offset : head_l.find("lm_head.weight")->offset;
   const DType pdt = backend.device(0).param_dtype();
   const int64_t pbytes = exec::dtype_bytes(pdt);
   const int64_t V = card.vocab_size;
-  const int64_t emb_n = emb_l.flat_numel, dec_n = dec_l.flat_numel, head_n = head_l.flat_numel;
+  S->emb_n = emb_l.flat_numel, S->dec_n = dec_l.flat_numel, S->head_n = head_l.flat_numel;
+  const int64_t emb_n = S->emb_n, dec_n = S->dec_n, head_n = S->head_n;
 
-  std::vector<DeviceParams> P(static_cast<std::size_t>(devices));
+  std::vector<DeviceParams>& P = S->P;
+  P.resize(static_cast<std::size_t>(devices));
   {
     const std::vector<std::byte> emb_host = unit_params(emb_l, pdt, o.seed);
     const std::vector<std::byte> dec_host = unit_params(dec_l, pdt, o.seed + 1);
@@ -127,46 +241,8 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
     }
   }
 
-  // Sends a gradient: fp32 -> bf16 wire buffer on the compute stream, then both buffers go.
-  auto send = [](exec::Device& dev, const DeviceBuffer& grads, int64_t numel) {
-    DeviceBuffer wire = dev.alloc(numel * 2, "profile: gradient (wire)");
-    dev.convert_fp32(grads, 0, wire, 0, DType::kBF16, numel);
-    exec::EventPtr e = dev.compute().record();
-    dev.release(grads, e);
-    dev.release(wire, e);
-  };
-  // The head's arguments with its gradient buffers allocated and zeroed, as the rank driver does.
-  struct HeadCall {
-    UnitOpArgs a;
-    DeviceBuffer tied_grads;
-  };
-  auto head_call = [&](const Chain& ch, int d, DeviceBuffer dx) {
-    const DeviceParams& p = P[static_cast<std::size_t>(d)];
-    exec::Device& dev = *p.dev;
-    HeadCall h;
-    UnitOpArgs& a = h.a;
-    a.unit = L + 1, a.B = ch.B, a.T = ch.T, a.params = p.head, a.x = ch.in[static_cast<std::size_t>(d)].y;
-    a.targets = ch.in[static_cast<std::size_t>(d)].targets, a.dx = dx;
-    a.lm_head_params = tied ? p.emb : p.head;
-    a.lm_head_offset = lm_offset;
-    a.grad_scale = 1.0 / static_cast<double>(ch.tokens);
-    a.grads = dev.alloc(head_n * 4, "profile: head gradient");
-    dev.zero(a.grads, 0, head_n * 4);
-    if (tied) {
-      h.tied_grads = dev.alloc(emb_n * 4, "profile: tied embedding gradient");
-      dev.zero(h.tied_grads, 0, emb_n * 4);
-      a.lm_head_grads = h.tied_grads;
-    } else {
-      a.lm_head_grads = a.grads;
-    }
-    a.lm_head_grad_offset = lm_offset;
-    a.loss = dev.alloc(16, "profile: loss");
-    a.workspace = dev.alloc(ch.hm.forward_workspace_bytes, "profile: workspace");
-    return h;
-  };
-
   // ---- every (T, B): inputs on every device and the six operations ----
-  std::vector<std::unique_ptr<Chain>> chains;
+  std::vector<std::unique_ptr<Chain>>& chains = S->chains;
   for (int64_t T : o.seq_lens) {
     for (int64_t B : o.micro_batches) {
       auto ch = std::make_unique<Chain>();
@@ -205,7 +281,7 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
         f.workspace = dev.alloc(c->dm.forward_workspace_bytes, "profile: workspace");
         dev.forward(f);
         dev.release(f.workspace, dev.compute().record());
-        HeadCall h = head_call(*c, d, in.dy);
+        State::HeadCall h = S->head_call(*c, d, in.dy);
         dev.forward(h.a);
         exec::EventPtr ev = dev.compute().record();
         for (const DeviceBuffer& b : {h.a.grads, h.a.loss, h.a.workspace}) dev.release(b, ev);
@@ -215,8 +291,8 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
 
       const int64_t hidden = c->hidden;
       const exec::UnitMemory dm = c->dm;
-      c->ops.push_back({UnitKind::kEmbedding, "fwd", hidden, [&, c](int d) {
-                          const DeviceParams& p = P[static_cast<std::size_t>(d)];
+      c->ops.push_back({UnitKind::kEmbedding, "fwd", hidden, [S, c](int d) {
+                          const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
                           exec::Device& dev = *p.dev;
                           UnitOpArgs a;
                           a.unit = 0, a.B = c->B, a.T = c->T, a.params = p.emb;
@@ -226,8 +302,8 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
                           dev.release(a.y, dev.compute().record());
                         }});
       c->ops.push_back(
-          {UnitKind::kDecoder, "fwd", hidden + dm.saved_bytes + dm.forward_workspace_bytes, [&, c](int d) {
-             const DeviceParams& p = P[static_cast<std::size_t>(d)];
+          {UnitKind::kDecoder, "fwd", hidden + dm.saved_bytes + dm.forward_workspace_bytes, [S, c](int d) {
+             const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
              exec::Device& dev = *p.dev;
              UnitOpArgs a;
              a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec;
@@ -240,8 +316,8 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
              for (const DeviceBuffer& b : {a.y, a.saved, a.workspace}) dev.release(b, e);
            }});
       c->ops.push_back(
-          {UnitKind::kDecoder, "recompute", dm.saved_bytes + dm.forward_workspace_bytes, [&, c](int d) {
-             const DeviceParams& p = P[static_cast<std::size_t>(d)];
+          {UnitKind::kDecoder, "recompute", dm.saved_bytes + dm.forward_workspace_bytes, [S, c](int d) {
+             const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
              exec::Device& dev = *p.dev;
              UnitOpArgs a;
              a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec;
@@ -253,112 +329,68 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
              dev.release(a.saved, e);
              dev.release(a.workspace, e);
            }});
+      c->ops.push_back({UnitKind::kHead, "fwd",
+                        hidden + (head_n + (tied ? emb_n : 0)) * 6 + c->hm.forward_workspace_bytes,
+                        [S, c](int d) {
+                          exec::Device& dev = *S->P[static_cast<std::size_t>(d)].dev;
+                          State::HeadCall h =
+                              S->head_call(*c, d, dev.alloc(c->hidden, "profile: gradient of hidden state"));
+                          dev.forward(h.a);
+                          exec::EventPtr e = dev.compute().record();
+                          for (const DeviceBuffer& b : {h.a.dx, h.a.loss, h.a.workspace}) dev.release(b, e);
+                          State::send(dev, h.a.grads, S->head_n);
+                          if (S->tied) State::send(dev, h.tied_grads, S->emb_n);
+                        }});
       c->ops.push_back(
-          {UnitKind::kHead, "fwd", hidden + (head_n + (tied ? emb_n : 0)) * 6 + c->hm.forward_workspace_bytes,
-           [&, c](int d) {
-             exec::Device& dev = *P[static_cast<std::size_t>(d)].dev;
-             HeadCall h = head_call(*c, d, dev.alloc(c->hidden, "profile: gradient of hidden state"));
-             dev.forward(h.a);
-             exec::EventPtr e = dev.compute().record();
-             for (const DeviceBuffer& b : {h.a.dx, h.a.loss, h.a.workspace}) dev.release(b, e);
-             send(dev, h.a.grads, head_n);
-             if (tied) send(dev, h.tied_grads, emb_n);
-           }});
-      c->ops.push_back(
-          {UnitKind::kDecoder, "bwd", hidden + dec_n * 6 + dm.backward_workspace_bytes, [&, c](int d) {
-             const DeviceParams& p = P[static_cast<std::size_t>(d)];
+          {UnitKind::kDecoder, "bwd", hidden + dec_n * 6 + dm.backward_workspace_bytes, [S, c](int d) {
+             const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
              const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
              exec::Device& dev = *p.dev;
              UnitOpArgs a;
              a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec, a.x = in.x, a.saved = in.saved;
              a.dy = in.dy;
-             a.grads = dev.alloc(dec_n * 4, "profile: unit gradient");
-             dev.zero(a.grads, 0, dec_n * 4);
+             a.grads = dev.alloc(S->dec_n * 4, "profile: unit gradient");
+             dev.zero(a.grads, 0, S->dec_n * 4);
              a.dx = dev.alloc(c->hidden, "profile: gradient of hidden state");
              a.workspace = dev.alloc(c->dm.backward_workspace_bytes, "profile: workspace");
              dev.backward(a);
              exec::EventPtr e = dev.compute().record();
              dev.release(a.dx, e);
              dev.release(a.workspace, e);
-             send(dev, a.grads, dec_n);
+             State::send(dev, a.grads, S->dec_n);
            }});
-      c->ops.push_back({UnitKind::kEmbedding, "bwd", emb_n * 6, [&, c](int d) {
-                          const DeviceParams& p = P[static_cast<std::size_t>(d)];
+      c->ops.push_back({UnitKind::kEmbedding, "bwd", emb_n * 6, [S, c](int d) {
+                          const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
                           const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
                           exec::Device& dev = *p.dev;
                           UnitOpArgs a;
                           a.unit = 0, a.B = c->B, a.T = c->T, a.params = p.emb, a.tokens = in.tokens,
                           a.dy = in.dy;
-                          a.grads = dev.alloc(emb_n * 4, "profile: embedding gradient");
-                          dev.zero(a.grads, 0, emb_n * 4);
+                          a.grads = dev.alloc(S->emb_n * 4, "profile: embedding gradient");
+                          dev.zero(a.grads, 0, S->emb_n * 4);
                           dev.backward(a);
-                          send(dev, a.grads, emb_n);
+                          State::send(dev, a.grads, S->emb_n);
                         }});
       chains.push_back(std::move(ch));
     }
   }
 
-  // ---- timing: each device's enqueuing thread issues every op K_op times between two stamps ----
-  // Returns, per op, the mean over the devices of (end - start) / K_op.
-  auto run = [&](const Chain& ch, int ndev, const std::vector<int>& K) {
-    const std::size_t nops = ch.ops.size();
-    std::vector<std::vector<double>> start(static_cast<std::size_t>(ndev), std::vector<double>(nops)),
-        end = start;
-    std::vector<std::thread> threads;
-    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ndev));
-    for (int d = 0; d < ndev; ++d) {
-      threads.emplace_back([&, d] {
-        try {
-          exec::Stream& s = P[static_cast<std::size_t>(d)].dev->compute();
-          for (std::size_t i = 0; i < nops; ++i) {
-            double* s0 = &start[static_cast<std::size_t>(d)][i];
-            double* s1 = &end[static_cast<std::size_t>(d)][i];
-            // The stream waits at a gate until the whole batch is queued, so a fast operation is timed
-            // running back to back, not waiting for this thread to queue the next one. (Within a batch
-            // nothing is freed before the gate opens: K_op x alloc_bytes is capped.)
-            auto gate = std::make_shared<std::promise<void>>();
-            std::shared_future<void> opened = gate->get_future().share();
-            s.host_fn([opened] { opened.wait(); });
-            s.host_fn([s0] { *s0 = now_s(); });
-            for (int k = 0; k < K[i]; ++k) ch.ops[i].enqueue(d);
-            s.host_fn([s1] { *s1 = now_s(); });
-            gate->set_value();
-          }
-        } catch (...) {
-          errors[static_cast<std::size_t>(d)] =
-              std::current_exception();  // an open gate is broken: streams go on
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    backend.synchronize();
-    for (const auto& e : errors)
-      if (e) std::rethrow_exception(e);
-    std::vector<double> per_op(nops, 0.0);
-    for (std::size_t i = 0; i < nops; ++i) {
-      for (int d = 0; d < ndev; ++d)
-        per_op[i] += (end[static_cast<std::size_t>(d)][i] - start[static_cast<std::size_t>(d)][i]) / K[i];
-      per_op[i] /= ndev;
-    }
-    return per_op;
-  };
   // A case: one chain on ndev devices at once; the warm-up picks each op's K.
   auto chain_case = [&](const Chain* ch, int ndev) {
     auto K = std::make_shared<std::vector<int>>(ch->ops.size(), 1);
     Case c;
-    c.label =
-        fmt::format("{} T {} B {}{}", card.name, ch->T, ch->B, ndev == 1 && devices > 1 ? " alone" : "");
-    c.warm = [&, ch, ndev, K] {
-      const std::vector<double> warm = run(*ch, ndev, *K);
+    c.label = fmt::format("T {} B {}{}", ch->T, ch->B, ndev == 1 && devices > 1 ? " alone" : "");
+    c.warm = [st, ch, ndev, K, policy = ctx.repeat] {
+      const std::vector<double> warm = st->run(*ch, ndev, *K);
       for (std::size_t i = 0; i < warm.size(); ++i) {
         // Back-to-back uses hold their allocations until the stream reaches them: keep that under
         // about 1 GiB per device.
         const int mem_cap = static_cast<int>(std::clamp<int64_t>(
             (int64_t{1} << 30) / std::max<int64_t>(ch->ops[i].alloc_bytes, 1), 1, 1 << 14));
-        (*K)[i] = std::min(inner_for(ctx.repeat, warm[i]), mem_cap);
+        (*K)[i] = std::min(inner_for(policy, warm[i]), mem_cap);
       }
     };
-    c.rep = [&, ch, ndev, K] { return run(*ch, ndev, *K); };
+    c.rep = [st, ch, ndev, K] { return st->run(*ch, ndev, *K); };
     return c;
   };
   std::vector<Case> cases;
@@ -366,64 +398,61 @@ UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& 
     cases.push_back(chain_case(ch.get(), devices));
     if (devices > 1 && o.also_alone) cases.push_back(chain_case(ch.get(), 1));
   }
-  const auto vals = run_interleaved(cases, ctx.repeat.reps, 19, ctx.progress);
 
-  UnitComputeResult res;
-  res.model = card.name;
-  res.concurrent_devices = devices;
-  std::size_t ci = 0;
-  for (const auto& ch : chains) {
-    const auto& conc = vals[ci++];
-    const std::vector<std::vector<double>>* alone = devices > 1 && o.also_alone ? &vals[ci++] : nullptr;
-    for (std::size_t i = 0; i < ch->ops.size(); ++i) {
-      UnitCase u;
-      u.kind = ch->ops[i].kind;
-      u.op = ch->ops[i].name;
-      u.B = ch->B;
-      u.T = ch->T;
-      nlohmann::json p = {{"model", card.name}, {"unit", unit_kind_name(u.kind)},
-                          {"op", u.op},         {"micro_batch", u.B},
-                          {"seq_len", u.T},     {"devices", devices}};
-      u.seconds = ctx.out.add({"units", u.op + "_s", p, "s", conc[i]}).spread();
-      if (alone) {
-        p["devices"] = 1;
-        u.has_alone = true;
-        u.alone_seconds = ctx.out.add({"units", u.op + "_s", p, "s", (*alone)[i]}).spread();
+  PreparedStage<UnitComputeResult> stage;
+  stage.cases = std::move(cases);
+  // finish() keeps the chains (their shapes) through st; the buffers go when the cases and it do.
+  stage.finish = [st, devices, also_alone = o.also_alone, card, &out = ctx.out](const CaseSamples& vals) {
+    const bool alone_too = devices > 1 && also_alone;
+    UnitComputeResult res;
+    res.model = card.name;
+    res.concurrent_devices = devices;
+    std::size_t ci = 0;
+    for (const auto& ch : st->chains) {
+      const auto& conc = vals[ci++];
+      const std::vector<std::vector<double>>* alone = alone_too ? &vals[ci++] : nullptr;
+      for (std::size_t i = 0; i < ch->ops.size(); ++i) {
+        UnitCase u;
+        u.kind = ch->ops[i].kind;
+        u.op = ch->ops[i].name;
+        u.B = ch->B;
+        u.T = ch->T;
+        nlohmann::json p = {{"model", card.name}, {"unit", unit_kind_name(u.kind)},
+                            {"op", u.op},         {"micro_batch", u.B},
+                            {"seq_len", u.T},     {"devices", devices}};
+        u.seconds = out.add({"units", u.op + "_s", p, "s", conc[i]}).spread();
+        if (alone) {
+          p["devices"] = 1;
+          u.has_alone = true;
+          u.alone_seconds = out.add({"units", u.op + "_s", p, "s", (*alone)[i]}).spread();
+        }
+        res.cases.push_back(u);
       }
-      res.cases.push_back(u);
     }
-    for (int d = 0; d < devices; ++d) {
-      const Chain::Inputs& in = ch->in[static_cast<std::size_t>(d)];
-      for (const DeviceBuffer& b : {in.tokens, in.targets, in.x, in.y, in.dy, in.saved})
-        P[static_cast<std::size_t>(d)].dev->release(b, nullptr);
-    }
-  }
-  for (const DeviceParams& p : P)
-    for (const DeviceBuffer& b : {p.emb, p.dec, p.head}) p.dev->release(b, nullptr);
-
-  // ---- fits: one per (unit kind, op) over every (B, T) ----
-  auto fit_of = [&](UnitKind kind, const std::string& op) {
-    std::vector<UnitSample> s;
-    for (const UnitCase& c : res.cases)
-      if (c.kind == kind && c.op == op)
-        s.push_back({static_cast<double>(c.B * c.T), static_cast<double>(c.T), c.seconds.median});
-    UnitFit f = fit_unit_time(s);
-    res.fits.push_back({kind, op, f});
-    return f.fit;
+    // ---- fits: one per (unit kind, op) over every (B, T) ----
+    auto fit_of = [&](UnitKind kind, const std::string& op) {
+      std::vector<UnitSample> s;
+      for (const UnitCase& c : res.cases)
+        if (c.kind == kind && c.op == op)
+          s.push_back({static_cast<double>(c.B * c.T), static_cast<double>(c.T), c.seconds.median});
+      UnitFit f = fit_unit_time(s);
+      res.fits.push_back({kind, op, f});
+      return f.fit;
+    };
+    UnitTimeProfile e{card.name,
+                      UnitKind::kEmbedding,
+                      fit_of(UnitKind::kEmbedding, "fwd"),
+                      fit_of(UnitKind::kEmbedding, "bwd"),
+                      {}};
+    e.recompute = e.forward;  // never recomputed; the schema wants a value
+    UnitTimeProfile d{card.name, UnitKind::kDecoder, fit_of(UnitKind::kDecoder, "fwd"),
+                      fit_of(UnitKind::kDecoder, "bwd"), fit_of(UnitKind::kDecoder, "recompute")};
+    UnitTimeProfile h{card.name, UnitKind::kHead, fit_of(UnitKind::kHead, "fwd"), TimeFit{}, {}};
+    h.recompute = h.forward;
+    res.profiles = {e, d, h};
+    return res;
   };
-  UnitTimeProfile e{card.name,
-                    UnitKind::kEmbedding,
-                    fit_of(UnitKind::kEmbedding, "fwd"),
-                    fit_of(UnitKind::kEmbedding, "bwd"),
-                    {}};
-  e.recompute = e.forward;  // never recomputed; the schema wants a value
-  UnitTimeProfile d{card.name, UnitKind::kDecoder, fit_of(UnitKind::kDecoder, "fwd"),
-                    fit_of(UnitKind::kDecoder, "bwd"), fit_of(UnitKind::kDecoder, "recompute")};
-  UnitTimeProfile h{card.name, UnitKind::kHead, fit_of(UnitKind::kHead, "fwd"), TimeFit{}, {}};
-  h.recompute = h.forward;
-  res.profiles = {e, d, h};
-  ctx.report(1.0, "");
-  return res;
+  return stage;
 }
 
 double estimate_unit_compute_s(const ModelCard& card, const UnitComputeOptions& o, const RepeatPolicy& rp,

@@ -53,9 +53,12 @@ struct UnitComputeResult {
   int concurrent_devices = 1;
 };
 
-UnitComputeResult measure_unit_compute(exec::Backend& backend, const ModelCard& card,
-                                       const ModelLayout& layout, const UnitComputeOptions& options,
-                                       StageContext& ctx);
+// Uploads the unit parameters and every (T, B)'s inputs to the devices (held until the stage's cases
+// are destroyed, which must happen before the backend is) and builds one case per (T, B) (and per
+// device count); finish() records every operation in ctx.out and fits the unit times.
+PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, const ModelCard& card,
+                                                      const ModelLayout& layout,
+                                                      const UnitComputeOptions& options, StageContext& ctx);
 
 // Seconds the stage should take at `gflops` per device (for the up-front estimate).
 double estimate_unit_compute_s(const ModelCard& card, const UnitComputeOptions& options,
