@@ -536,10 +536,47 @@ std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult
     const double sv = std::min(conv_rate, HM / 1.5), Dv = p.convert_busy > 0 ? sv * 1.5 : 0.0;
     const double Dh = N * sh * hm_copy, Dd = N * sd * hm_copy, Dc = sc * hm_cpu;
     PhaseContention& f = out[k];
-    f.h2d = sh / h * std::min({1.0, X / (sh + sd * ud), HM / (Dh + Dd * ud + Dc * uc + Dv * uv)});
-    f.d2h = sd / d * std::min({1.0, X / (sd + sh * uh), HM / (Dd + Dh * uh + Dc * uc + Dv * uv)});
-    f.cpu = sc / cpu_rate * std::min(1.0, HM / (Dc + Dh * uh + Dd * ud + Dv * uv));
-    if (Dv > 0) f.convert = sv / conv_rate * std::min(1.0, HM / (Dv + Dh * uh + Dd * ud + Dc * uc));
+    // Each stream's rate factor is the expectation, over whether each other stream is active (on
+    // with probability its utilization, independently), of the share the caps leave it: while a
+    // stream runs alone it gets its standalone rate, while others overlap it the duplex link and
+    // host memory are split. (Dividing by the utilization-weighted demand instead, the earlier
+    // mean field, charges a partial overlap as if it lasted the whole phase.)
+    struct Other {
+      double u, duplex, hm;  // utilization, duplex-link demand, host-memory demand
+    };
+    auto expected = [](double self_duplex, double self_hm, double cap_duplex, double cap_hm, const Other* o, int n) {
+      double e = 0;
+      for (int mask = 0; mask < (1 << n); ++mask) {
+        double prob = 1, dx = self_duplex, dh = self_hm;
+        for (int j = 0; j < n; ++j) {
+          const bool on = mask & (1 << j);
+          prob *= on ? o[j].u : 1.0 - o[j].u;
+          if (on) dx += o[j].duplex, dh += o[j].hm;
+        }
+        if (prob == 0) continue;
+        double share = 1.0;
+        if (self_duplex > 0) share = std::min(share, cap_duplex / dx);
+        if (self_hm > 0) share = std::min(share, cap_hm / dh);
+        e += prob * share;
+      }
+      return e;
+    };
+    {
+      const Other o[3] = {{ud, sd, Dd}, {uc, 0, Dc}, {uv, 0, Dv}};
+      f.h2d = sh / h * expected(sh, Dh, X, HM, o, 3);
+    }
+    {
+      const Other o[3] = {{uh, sh, Dh}, {uc, 0, Dc}, {uv, 0, Dv}};
+      f.d2h = sd / d * expected(sd, Dd, X, HM, o, 3);
+    }
+    {
+      const Other o[3] = {{uh, 0, Dh}, {ud, 0, Dd}, {uv, 0, Dv}};
+      f.cpu = sc / cpu_rate * (Dc > 0 ? expected(0, Dc, X, HM, o, 3) : 1.0);
+    }
+    if (Dv > 0) {
+      const Other o[3] = {{uh, 0, Dh}, {ud, 0, Dd}, {uc, 0, Dc}};
+      f.convert = sv / conv_rate * expected(0, Dv, X, HM, o, 3);
+    }
     if (drains) {
       f.drain_start = p.gpu_end;
       f.cpu_drain = sc / cpu_rate;
