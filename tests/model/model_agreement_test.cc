@@ -87,12 +87,14 @@ TEST(ModelAgreement, AnalyticalMatchesSimulatorOnRandomPlans) {
   int within = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e <= 0.05; }));
   RecordProperty("plans", static_cast<int>(errors.size()));
   RecordProperty("within_5pct", within);
-  // The recurrence approximates fair sharing with a mean-field contention estimate (docs/MODEL.md):
-  // nine in ten plans agree within 5%, the median within 1.5%, and no plan is off by more than 25%.
-  // The distribution is recorded in results/model/agreement.md.
-  EXPECT_LE(pct(0.5), 0.015);
-  EXPECT_LE(pct(0.9), 0.05);
-  EXPECT_LE(errors.back(), 0.25) << "worst: " << worst_desc;
+  // The recurrence approximates fair sharing with a mean-field contention estimate (docs/MODEL.md),
+  // so agreement is statistical: measured at 814ae09, median 0.71%, p90 2.87%, 492 of 500 within 5%,
+  // worst 7.6% (results/model/agreement.md). The bounds leave room for the random draw, not for a
+  // regression: median <= 1%, p90 <= 4%, at least 97% of plans within 5%, none beyond 10%.
+  EXPECT_LE(pct(0.5), 0.01);
+  EXPECT_LE(pct(0.9), 0.04);
+  EXPECT_GE(within, static_cast<int>(0.97 * static_cast<double>(errors.size())));
+  EXPECT_LE(errors.back(), 0.10) << "worst: " << worst_desc;
 }
 
 }  // namespace
