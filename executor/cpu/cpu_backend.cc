@@ -14,6 +14,7 @@
 #include "common/bf16.h"
 #include "common/error.h"
 #include "common/units.h"
+#include "executor/device_budget.h"
 #include "kernels/cpu/optim/bf16_convert.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/bf16_params.h"
@@ -294,13 +295,14 @@ class CpuDevice final : public Device {
  public:
   CpuDevice(int rank, int64_t budget, const SharedMath& math, RunControl& control, Tracer& tracer)
       : rank_(rank),
-        budget_(budget),
         math_(math),
         control_(control),
         compute_("compute", rank, control, tracer),
         h2d_("h2d", rank, control, tracer),
         d2h_("d2h", rank, control, tracer),
-        comm_("comm", rank, control, tracer) {}
+        comm_("comm", rank, control, tracer),
+        blocks_(rank),
+        budget_(rank, budget, blocks_) {}
 
   int rank() const override { return rank_; }
   Stream& compute() override { return compute_; }
@@ -317,59 +319,15 @@ class CpuDevice final : public Device {
     for (CpuStream* s : {&compute_, &h2d_, &d2h_, &comm_}) s->quiesce();
   }
 
-  // ---- memory ----
+  // ---- memory: the budget (executor/device_budget.h) over 64-byte-aligned host blocks ----
   DeviceBuffer alloc(int64_t bytes, const char* what) override {
     SLIDEDP_CHECK(bytes >= 0);
-    const int64_t need = align64(bytes);
-    if (need > budget_)
-      throw InfeasibleError(fmt::format("rank {}: {} needs {} but the device budget is {}", rank_, what,
-                                        format_bytes(static_cast<double>(need)), format_bytes(static_cast<double>(budget_))));
-    for (;;) {
-      EventPtr wait_for;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        reap_locked();
-        if (in_use_ + need <= budget_) {
-          auto* p = static_cast<std::byte*>(std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(need, 64))));
-          if (!p) throw RuntimeError(fmt::format("rank {}: out of host memory allocating {} for {}", rank_,
-                                                 format_bytes(static_cast<double>(need)), what));
-          const int64_t id = next_id_++;
-          live_[id] = Live{p, need};
-          in_use_ += need;
-          high_water_ = std::max(high_water_, in_use_);
-          return DeviceBuffer{p, bytes, id};
-        }
-        if (deferred_.empty())
-          throw InfeasibleError(fmt::format(
-              "rank {}: device memory budget {} exceeded: {} in use, {} more needed for {}", rank_,
-              format_bytes(static_cast<double>(budget_)), format_bytes(static_cast<double>(in_use_)),
-              format_bytes(static_cast<double>(need)), what));
-        wait_for = deferred_.front().after;  // frees happen in stream order: wait for the oldest
-      }
-      wait_for->wait_host();
-    }
+    return budget_.alloc(align64(bytes), bytes, what);
   }
-
-  void release(const DeviceBuffer& buffer, const EventPtr& after) override {
-    if (buffer.id < 0) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!after) {
-      free_locked(buffer.id);
-      return;
-    }
-    deferred_.push_back({buffer.id, after});
-    reap_locked();
-  }
-
-  int64_t budget_bytes() const override { return budget_; }
-  int64_t in_use_bytes() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return in_use_;
-  }
-  int64_t high_water_bytes() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return high_water_;
-  }
+  void release(const DeviceBuffer& buffer, const EventPtr& after) override { budget_.release(buffer, after); }
+  int64_t budget_bytes() const override { return budget_.budget_bytes(); }
+  int64_t in_use_bytes() const override { return budget_.in_use_bytes(); }
+  int64_t high_water_bytes() const override { return budget_.high_water_bytes(); }
 
   DType param_dtype() const override { return math_.exact ? DType::kF32 : DType::kBF16; }
   DType activation_dtype() const override { return DType::kF32; }
@@ -481,37 +439,6 @@ class CpuDevice final : public Device {
   }
 
  private:
-  struct Live {
-    std::byte* ptr;
-    int64_t bytes;
-  };
-  struct Deferred {
-    int64_t id;
-    EventPtr after;
-  };
-
-  void free_locked(int64_t id) {
-    auto it = live_.find(id);
-    SLIDEDP_CHECK(it != live_.end(), "double free of device buffer " + std::to_string(id));
-    std::free(it->second.ptr);
-    in_use_ -= it->second.bytes;
-    live_.erase(it);
-  }
-  void reap_locked() {
-    while (!deferred_.empty() && deferred_.front().after->done()) {
-      free_locked(deferred_.front().id);
-      deferred_.pop_front();
-    }
-    // Later entries may be done before earlier ones (different streams): free those too.
-    for (auto it = deferred_.begin(); it != deferred_.end();) {
-      if (it->after->done()) {
-        free_locked(it->id);
-        it = deferred_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
 
   SpanTag tag(const UnitOpArgs& a, const char* what) const {
     SpanTag t;
@@ -558,15 +485,26 @@ class CpuDevice final : public Device {
     }
   }
 
+  // The emulated device memory: 64-byte-aligned host blocks, allocated and freed with the buffers.
+  struct HostBlocks final : DeviceBlocks {
+    explicit HostBlocks(int device_rank) : rank(device_rank) {}
+    Block take(const Request& r) override {
+      auto* p = static_cast<std::byte*>(std::aligned_alloc(64, static_cast<size_t>(std::max<int64_t>(r.bytes, 64))));
+      if (!p)
+        throw RuntimeError(fmt::format("rank {}: out of host memory allocating {} for {}", rank,
+                                       format_bytes(static_cast<double>(r.bytes)), r.what));
+      return Block{p, r.bytes};
+    }
+    void give(const Block& block) override { std::free(block.ptr); }
+    int rank;
+  };
+
   int rank_;
-  int64_t budget_;
   const SharedMath& math_;
   RunControl& control_;
   CpuStream compute_, h2d_, d2h_, comm_;
-  mutable std::mutex mutex_;
-  std::map<int64_t, Live> live_;
-  std::deque<Deferred> deferred_;
-  int64_t in_use_ = 0, high_water_ = 0, next_id_ = 0;
+  HostBlocks blocks_;
+  DeviceBudget budget_;  // after blocks_, which it gives its blocks back to
 };
 
 // ---- backend ---------------------------------------------------------------------------------------

@@ -30,6 +30,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "executor/cuda/counter_wait.h"
+#include "executor/device_budget.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
@@ -494,22 +495,21 @@ class CudaDevice final : public Device {
   CudaDevice(int rank, int gpu, int64_t budget, const SharedMath& math, RunControl& control, Tracer& tracer)
       : rank_(rank),
         gpu_(gpu),
-        budget_(budget),
         math_(math),
         wait_mode_(choose_counter_wait(gpu)),
         compute_("compute", rank, gpu, wait_mode_, control, tracer),
         h2d_("h2d", rank, gpu, wait_mode_, control, tracer),
         d2h_("d2h", rank, gpu, wait_mode_, control, tracer),
-        comm_("comm", rank, gpu, wait_mode_, control, tracer) {
+        comm_("comm", rank, gpu, wait_mode_, control, tracer),
+        blocks_(rank, gpu),
+        budget_(rank, budget, blocks_) {
     DeviceGuard guard(gpu_);
     gemm_ = std::make_unique<kc::GemmContext>();
     tracer.add_device(gpu_, compute_.get());
   }
   ~CudaDevice() override {
     DeviceGuard guard(gpu_);
-    cudaDeviceSynchronize();
-    for (auto& [id, live] : live_) cudaFree(live.ptr);
-    for (auto& [capacity, ptr] : cache_) cudaFree(ptr);
+    cudaDeviceSynchronize();  // then budget_ gives its live blocks to blocks_, which frees them all
   }
 
   int rank() const override { return rank_; }
@@ -528,61 +528,16 @@ class CudaDevice final : public Device {
     for (CudaStream* s : {&compute_, &h2d_, &d2h_, &comm_}) s->drain();
   }
 
-  // ---- memory: the CPU backend's budget semantics over cached cudaMalloc blocks ----
-  // The budget counts requested bytes (256-aligned). Blocks are cudaMalloc'ed once and cached on
-  // free, because cudaFree synchronizes the whole device; a request reuses the smallest cached
-  // block that is at most 25% (or 1 MiB) larger. The pipeline asks for the same sizes every step, so
-  // after the first step no allocation reaches the driver.
+  // ---- memory: the budget (executor/device_budget.h) over cached cudaMalloc blocks ----
+  // The budget counts requested bytes (256-aligned); CachedBlocks below supplies the memory.
   DeviceBuffer alloc(int64_t bytes, const char* what) override {
     SLIDEDP_CHECK(bytes >= 0);
-    const int64_t need = align256(std::max<int64_t>(bytes, 1));
-    if (need > budget_)
-      throw InfeasibleError(fmt::format("rank {}: {} needs {} but the device budget is {}", rank_, what,
-                                        format_bytes(static_cast<double>(need)), format_bytes(static_cast<double>(budget_))));
-    for (;;) {
-      EventPtr wait_for;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        reap_locked();
-        if (in_use_ + need <= budget_) {
-          Live block = take_block_locked(need, what);
-          const int64_t id = next_id_++;
-          live_[id] = block;
-          in_use_ += need;
-          high_water_ = std::max(high_water_, in_use_);
-          return DeviceBuffer{block.ptr, bytes, id};
-        }
-        if (deferred_.empty())
-          throw InfeasibleError(fmt::format(
-              "rank {}: device memory budget {} exceeded: {} in use, {} more needed for {}", rank_,
-              format_bytes(static_cast<double>(budget_)), format_bytes(static_cast<double>(in_use_)),
-              format_bytes(static_cast<double>(need)), what));
-        wait_for = deferred_.front().after;  // frees happen in stream order: wait for the oldest
-      }
-      wait_for->wait_host();
-    }
+    return budget_.alloc(align256(std::max<int64_t>(bytes, 1)), bytes, what);
   }
-
-  void release(const DeviceBuffer& buffer, const EventPtr& after) override {
-    if (buffer.id < 0) return;
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!after) {
-      free_locked(buffer.id);
-      return;
-    }
-    deferred_.push_back({buffer.id, after});
-    reap_locked();
-  }
-
-  int64_t budget_bytes() const override { return budget_; }
-  int64_t in_use_bytes() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return in_use_;
-  }
-  int64_t high_water_bytes() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return high_water_;
-  }
+  void release(const DeviceBuffer& buffer, const EventPtr& after) override { budget_.release(buffer, after); }
+  int64_t budget_bytes() const override { return budget_.budget_bytes(); }
+  int64_t in_use_bytes() const override { return budget_.in_use_bytes(); }
+  int64_t high_water_bytes() const override { return budget_.high_water_bytes(); }
 
   DType param_dtype() const override { return DType::kBF16; }
   DType activation_dtype() const override { return DType::kBF16; }
@@ -680,65 +635,56 @@ class CudaDevice final : public Device {
   }
 
  private:
-  struct Live {
-    std::byte* ptr = nullptr;
-    int64_t capacity = 0;  // bytes of the cudaMalloc block
-    int64_t accounted = 0; // bytes counted against the budget
-  };
-  struct Deferred {
-    int64_t id;
-    EventPtr after;
-  };
-
-  Live take_block_locked(int64_t need, const char* what) {
-    const int64_t limit = std::max(need + need / 4, need + (int64_t{1} << 20));
-    auto it = cache_.lower_bound(need);
-    if (it != cache_.end() && it->first <= limit) {
-      Live b{it->second, it->first, need};
-      cache_.erase(it);
-      return b;
-    }
-    DeviceGuard guard(gpu_);
-    void* p = nullptr;
-    cudaError_t r = cudaMalloc(&p, static_cast<size_t>(need));
-    if (r == cudaErrorMemoryAllocation) {
-      // Cached blocks of other sizes may be what is missing: give them back and retry once.
-      cudaGetLastError();
+  // Blocks are cudaMalloc'ed once and cached when given back, because cudaFree synchronizes the whole
+  // device; a request reuses the smallest cached block that is at most 25% (or 1 MiB) larger. The
+  // pipeline asks for the same sizes every step, so after the first step no allocation reaches the
+  // driver. Every block, cached or not, is freed when the device goes.
+  class CachedBlocks final : public DeviceBlocks {
+   public:
+    CachedBlocks(int device_rank, int device_gpu) : rank_(device_rank), gpu_(device_gpu) {}
+    ~CachedBlocks() override {
+      DeviceGuard guard(gpu_);
       for (auto& [capacity, ptr] : cache_) cudaFree(ptr);
-      cache_.clear();
-      r = cudaMalloc(&p, static_cast<size_t>(need));
-      if (r == cudaErrorMemoryAllocation) {
+    }
+    Block take(const Request& r) override {
+      const int64_t need = r.bytes;
+      const int64_t limit = std::max(need + need / 4, need + (int64_t{1} << 20));
+      auto it = cache_.lower_bound(need);
+      if (it != cache_.end() && it->first <= limit) {
+        Block b{it->second, it->first};
+        cache_.erase(it);
+        return b;
+      }
+      DeviceGuard guard(gpu_);
+      void* p = nullptr;
+      cudaError_t e = cudaMalloc(&p, static_cast<size_t>(need));
+      if (e == cudaErrorMemoryAllocation) {
+        // Cached blocks of other sizes may be what is missing: give them back and retry once.
         cudaGetLastError();
-        size_t free_b = 0, total_b = 0;
-        cudaMemGetInfo(&free_b, &total_b);
-        throw InfeasibleError(fmt::format(
-            "rank {} (GPU {}): out of GPU memory allocating {} for {}: {} in use of the budget {}, the GPU has {} "
-            "free of {} (lower the device budget or the plan's memory)",
-            rank_, gpu_, format_bytes(static_cast<double>(need)), what, format_bytes(static_cast<double>(in_use_)),
-            format_bytes(static_cast<double>(budget_)), format_bytes(static_cast<double>(free_b)),
-            format_bytes(static_cast<double>(total_b))));
+        for (auto& [capacity, ptr] : cache_) cudaFree(ptr);
+        cache_.clear();
+        e = cudaMalloc(&p, static_cast<size_t>(need));
+        if (e == cudaErrorMemoryAllocation) {
+          cudaGetLastError();
+          size_t free_b = 0, total_b = 0;
+          cudaMemGetInfo(&free_b, &total_b);
+          throw InfeasibleError(fmt::format(
+              "rank {} (GPU {}): out of GPU memory allocating {} for {}: {} in use of the budget {}, the GPU has {} "
+              "free of {} (lower the device budget or the plan's memory)",
+              rank_, gpu_, format_bytes(static_cast<double>(need)), r.what, format_bytes(static_cast<double>(r.in_use)),
+              format_bytes(static_cast<double>(r.budget)), format_bytes(static_cast<double>(free_b)),
+              format_bytes(static_cast<double>(total_b))));
+        }
       }
+      SLIDEDP_CUDA_CHECK(e);
+      return Block{static_cast<std::byte*>(p), need};
     }
-    SLIDEDP_CUDA_CHECK(r);
-    return Live{static_cast<std::byte*>(p), need, need};
-  }
-  void free_locked(int64_t id) {
-    auto it = live_.find(id);
-    SLIDEDP_CHECK(it != live_.end(), "double free of device buffer " + std::to_string(id));
-    in_use_ -= it->second.accounted;
-    cache_.emplace(it->second.capacity, it->second.ptr);
-    live_.erase(it);
-  }
-  void reap_locked() {
-    for (auto it = deferred_.begin(); it != deferred_.end();) {
-      if (it->after->done()) {
-        free_locked(it->id);
-        it = deferred_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
+    void give(const Block& block) override { cache_.emplace(block.capacity, block.ptr); }
+
+   private:
+    int rank_, gpu_;
+    std::multimap<int64_t, std::byte*> cache_;  // capacity -> idle block
+  };
 
   kc::UnitContext context() const {
     kc::UnitContext c;
@@ -760,16 +706,14 @@ class CudaDevice final : public Device {
   static kc::DeviceWorkspace ws(const DeviceBuffer& b) { return kc::DeviceWorkspace{b.ptr, b.bytes}; }
 
   int rank_, gpu_;
-  int64_t budget_;
   const SharedMath& math_;
   CounterWait wait_mode_;
   CudaStream compute_, h2d_, d2h_, comm_;
   std::unique_ptr<kc::GemmContext> gemm_;
-  mutable std::mutex mutex_;
-  std::map<int64_t, Live> live_;
-  std::multimap<int64_t, std::byte*> cache_;  // capacity -> idle block
-  std::deque<Deferred> deferred_;
-  int64_t in_use_ = 0, high_water_ = 0, next_id_ = 0;
+  // Last, so they go first (after the destructor's device synchronize): budget_ gives its live blocks
+  // to blocks_, then blocks_ frees every block.
+  CachedBlocks blocks_;
+  DeviceBudget budget_;
 };
 
 // ---- backend ---------------------------------------------------------------------------------------

@@ -1,0 +1,85 @@
+#include "executor/device_budget.h"
+
+#include <fmt/format.h>
+
+#include <string>
+
+#include "common/error.h"
+#include "common/units.h"
+
+namespace slidedp::exec {
+
+DeviceBudget::~DeviceBudget() {
+  for (auto& [id, live] : live_) blocks_.give(live.block);
+}
+
+DeviceBuffer DeviceBudget::alloc(int64_t need, int64_t bytes, const char* what) {
+  SLIDEDP_CHECK(need >= bytes && bytes >= 0);
+  if (need > budget_)
+    throw InfeasibleError(fmt::format("rank {}: {} needs {} but the device budget is {}", rank_, what,
+                                      format_bytes(static_cast<double>(need)), format_bytes(static_cast<double>(budget_))));
+  for (;;) {
+    EventPtr wait_for;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reap_locked();
+      if (in_use_ + need <= budget_) {
+        const DeviceBlocks::Block block = blocks_.take({need, what, in_use_, budget_});
+        const int64_t id = next_id_++;
+        live_[id] = Live{block, need};
+        in_use_ += need;
+        high_water_ = std::max(high_water_, in_use_);
+        return DeviceBuffer{block.ptr, bytes, id};
+      }
+      if (deferred_.empty())
+        throw InfeasibleError(fmt::format("rank {}: device memory budget {} exceeded: {} in use, {} more needed for {}", rank_,
+                                          format_bytes(static_cast<double>(budget_)), format_bytes(static_cast<double>(in_use_)),
+                                          format_bytes(static_cast<double>(need)), what));
+      wait_for = deferred_.front().after;  // frees happen in stream order: wait for the oldest
+    }
+    wait_for->wait_host();
+  }
+}
+
+void DeviceBudget::release(const DeviceBuffer& buffer, const EventPtr& after) {
+  if (buffer.id < 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!after) {
+    free_locked(buffer.id);
+    return;
+  }
+  deferred_.push_back({buffer.id, after});
+  reap_locked();
+}
+
+int64_t DeviceBudget::in_use_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return in_use_;
+}
+
+int64_t DeviceBudget::high_water_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return high_water_;
+}
+
+void DeviceBudget::free_locked(int64_t id) {
+  auto it = live_.find(id);
+  SLIDEDP_CHECK(it != live_.end(), "double free of device buffer " + std::to_string(id));
+  blocks_.give(it->second.block);
+  in_use_ -= it->second.accounted;
+  live_.erase(it);
+}
+
+void DeviceBudget::reap_locked() {
+  // Entries may complete out of order (different streams): give back every one that is done.
+  for (auto it = deferred_.begin(); it != deferred_.end();) {
+    if (it->after->done()) {
+      free_locked(it->id);
+      it = deferred_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
+}  // namespace slidedp::exec

@@ -1,0 +1,73 @@
+// One device's memory budget, shared by the backends. The budget counts the bytes each allocation
+// asks for; a buffer released "after" an event is given back once that event has completed (frees
+// happen in stream order, as the streams consume the buffer); an allocation that does not fit waits
+// for the oldest pending free, and fails with the numbers when nothing is pending. Where the bytes
+// come from is the backend's: aligned host memory on the CPU backend, cached cudaMalloc blocks on CUDA.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+
+#include "executor/backend.h"
+
+namespace slidedp::exec {
+
+// The backend's raw blocks. Both calls run with the budget's lock held.
+class DeviceBlocks {
+ public:
+  struct Block {
+    std::byte* ptr = nullptr;
+    int64_t capacity = 0;  // bytes of the block (at least the bytes asked for)
+  };
+  struct Request {
+    int64_t bytes = 0;          // the budget's count for this allocation
+    const char* what = "";      // for messages
+    int64_t in_use = 0, budget = 0;  // the budget's state, for messages
+  };
+  virtual ~DeviceBlocks() = default;
+  virtual Block take(const Request& request) = 0;  // throws when it cannot
+  virtual void give(const Block& block) = 0;
+};
+
+class DeviceBudget {
+ public:
+  // `blocks` must outlive the budget (declare it before the budget in the owning class).
+  DeviceBudget(int rank, int64_t budget_bytes, DeviceBlocks& blocks) : rank_(rank), budget_(budget_bytes), blocks_(blocks) {}
+  ~DeviceBudget();  // gives every block still allocated back to `blocks`
+  DeviceBudget(const DeviceBudget&) = delete;
+  DeviceBudget& operator=(const DeviceBudget&) = delete;
+
+  // `need` is what the budget counts (the backend's aligned size of `bytes`); the buffer reports `bytes`.
+  DeviceBuffer alloc(int64_t need, int64_t bytes, const char* what);
+  // Without `after` the block is given back now; with it, once `after` has completed.
+  void release(const DeviceBuffer& buffer, const EventPtr& after);
+
+  int64_t budget_bytes() const { return budget_; }
+  int64_t in_use_bytes() const;
+  int64_t high_water_bytes() const;
+
+ private:
+  struct Live {
+    DeviceBlocks::Block block;
+    int64_t accounted = 0;  // bytes counted against the budget
+  };
+  struct Deferred {
+    int64_t id;
+    EventPtr after;
+  };
+  void free_locked(int64_t id);
+  void reap_locked();  // gives back every deferred block whose event has completed
+
+  int rank_;
+  int64_t budget_;
+  DeviceBlocks& blocks_;
+  mutable std::mutex mutex_;
+  std::map<int64_t, Live> live_;
+  std::deque<Deferred> deferred_;
+  int64_t in_use_ = 0, high_water_ = 0, next_id_ = 0;
+};
+
+}  // namespace slidedp::exec
