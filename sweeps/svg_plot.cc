@@ -152,7 +152,7 @@ std::string svg_scatter(const ScatterPlot& p) {
         double v = p.x.log ? xl * std::pow(xh / xl, i / double(n)) : xl + (xh - xl) * i / n;
         pts += fmt::format("{},{} ", mx(v), my(std::clamp(v * (1 - p.band), yl, yh)));
       }
-      s += fmt::format("<polygon points=\"{}\" fill=\"#2ca02c\" fill-opacity=\"0.12\" stroke=\"none\"/>\n", pts);
+      s += fmt::format("<polygon points=\"{}\" fill=\"#dff2df\" stroke=\"none\"/>\n", pts);  // solid: not every renderer has opacity
     }
     s += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"#2ca02c\" stroke-dasharray=\"5,3\"/>\n", mx(xl),
                      my(xl), mx(xh), my(xh));
@@ -162,9 +162,11 @@ std::string svg_scatter(const ScatterPlot& p) {
     const auto& se = p.series[i];
     names.push_back(se.name);
     for (size_t k = 0; k < se.x.size(); ++k) {
-      s += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\" fill-opacity=\"0.8\">", mx(se.x[k]), my(se.y[k]), kPalette[i % 10]);
-      if (k < se.labels.size()) s += "<title>" + esc(se.labels[k]) + "</title>";
-      s += "</circle>\n";
+      // The tooltip goes in a group around the point, not inside <circle>: simple SVG renderers (e.g.
+      // ImageMagick's, which turns these files into PNGs) drop a circle that has children.
+      const std::string circle = fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"4\" fill=\"{}\" fill-opacity=\"0.8\"/>",
+                                             mx(se.x[k]), my(se.y[k]), kPalette[i % 10]);
+      s += k < se.labels.size() ? "<g><title>" + esc(se.labels[k]) + "</title>" + circle + "</g>\n" : circle + "\n";
     }
   }
   if (p.identity_line) names.push_back(p.band > 0 ? fmt::format("y = x, +/-{:.0f}%", p.band * 100) : "y = x");

@@ -21,6 +21,12 @@ TEST(SvgPlot, ScatterLinesBarsAndGridAreWellFormed) {
   std::string s = svg_scatter(sc);
   EXPECT_EQ(s.rfind("<svg", 0), 0u);
   EXPECT_EQ(count(s, "<circle"), 3);
+  // Every point is a self-closed circle with its tooltip in a group around it (a circle with children
+  // is dropped by simple renderers).
+  EXPECT_EQ(count(s, "<g><title>"), 3);
+  for (size_t p = s.find("<circle"); p != std::string::npos; p = s.find("<circle", p + 1))
+    EXPECT_EQ(s.substr(s.find('>', p) - 1, 2), "/>");
+  EXPECT_EQ(s.find("</circle>"), std::string::npos);
   EXPECT_NE(s.find("a &lt; b &amp; c"), std::string::npos);
   EXPECT_NE(s.find("<polygon"), std::string::npos);  // the +/-10% band
   LinePlot lp;
