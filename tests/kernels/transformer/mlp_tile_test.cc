@@ -12,6 +12,7 @@
 #include "kernels/cpu/transformer/decoder_layer.h"
 #include "kernels/cpu/transformer/working_set.h"
 #include "model/unit_layout.h"
+#include "tests/kernels/transformer/decoder_test_util.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels {
@@ -33,61 +34,31 @@ constexpr double kTiledTol64 = 1e-10;
 // fp32, tiled vs untiled: the same argument with fp32's 6e-8 ulp; 2e-5 as in ops_test.cc.
 constexpr double kTiledTol32 = 2e-5;
 
-struct Layer {
-  ModelCard card;
-  ModelLayout layout;
-  DecoderSpec spec;
-  std::vector<double> params;
-  explicit Layer(const std::string& type) : card(tiny_card(type, false)), layout(make_model_layout(card)) {
-    spec = make_decoder_spec(card, layout.units[1]);
-    spec.attn_tile = 3;
-    params = random_unit_params(layout.units[1], 300);
-  }
-};
-
-template <typename Real>
-struct LayerRun {
-  std::vector<Real> y, dx, grads;
-};
-
-template <typename Real>
-LayerRun<Real> run(const DecoderSpec& s, const std::vector<Real>& p, const std::vector<Real>& x, const std::vector<Real>& dy,
-              int64_t B, int64_t T) {
-  LayerRun<Real> r;
-  r.y.assign(x.size(), Real(0));
-  r.dx.assign(x.size(), Real(0));
-  r.grads.assign(p.size(), Real(0));
-  AlignedBuffer saved(decoder_saved_bytes<Real>(s, B, T));
-  AlignedBuffer fws(decoder_forward_workspace_bytes<Real>(s, B, T));
-  AlignedBuffer bws(decoder_backward_workspace_bytes<Real>(s, B, T));
-  std::memset(fws.data(), 0x7F, static_cast<size_t>(fws.bytes()));  // stale scratch must not matter
-  decoder_forward(s, p.data(), x.data(), r.y.data(), saved.workspace(), B, T, fws.workspace());
-  decoder_backward(s, p.data(), x.data(), saved.workspace(), dy.data(), r.dx.data(), r.grads.data(), B, T,
-                   bws.workspace());
-  return r;
-}
+using test::Layer;
+using test::run_decoder;
+constexpr uint64_t kParamSeed = 300;
 
 class MlpTileTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MlpTileTest, TiledEqualsUntiledUpToSummationOrder) {
-  Layer l(GetParam());
+  Layer l(GetParam(), 3, kParamSeed);
   l.spec.threads = 2;
   const int64_t B = 2, T = 7;  // N = 14 token rows
   const auto x = random_vector<double>(B * T * l.spec.C, 301, -2, 2);
   const auto dy = random_vector<double>(B * T * l.spec.C, 302);
-  const LayerRun<double> ref = run<double>(l.spec, l.params, x, dy, B, T);
+  const auto ref = run_decoder<double>(l.spec, l.params, x, dy, B, T);
   const std::vector<float> pf(l.params.begin(), l.params.end()), xf(x.begin(), x.end()), dyf(dy.begin(), dy.end());
-  const LayerRun<float> ref32 = run<float>(l.spec, pf, xf, dyf, B, T);
+  const auto ref32 = run_decoder<float>(l.spec, pf, xf, dyf, B, T);
   // 4 and 5 do not divide 14 (a short last tile), 1 is a row at a time, 14 one tile, 100 > N.
   for (int64_t tile : {1, 4, 5, 14, 100}) {
     DecoderSpec s = l.spec;
     s.mlp_token_tile = tile;
     const std::string at = " (tile " + std::to_string(tile) + ")";
-    const LayerRun<double> got = run<double>(s, l.params, x, dy, B, T);
+    const auto got = run_decoder<double>(s, l.params, x, dy, B, T);
     EXPECT_TRUE(all_close(got.y, ref.y, kTiledTol64, kTiledTol64, "y" + at));
     EXPECT_TRUE(all_close(got.dx, ref.dx, kTiledTol64, kTiledTol64, "dx" + at));
     EXPECT_TRUE(all_close(got.grads, ref.grads, kTiledTol64, kTiledTol64, "dparams" + at));
-    const LayerRun<float> got32 = run<float>(s, pf, xf, dyf, B, T);
+    const auto got32 = run_decoder<float>(s, pf, xf, dyf, B, T);
     EXPECT_TRUE(all_close(got32.y, ref32.y, kTiledTol32, kTiledTol32, "y fp32" + at));
     EXPECT_TRUE(all_close(got32.dx, ref32.dx, kTiledTol32, kTiledTol32, "dx fp32" + at));
     EXPECT_TRUE(all_close(got32.grads, ref32.grads, kTiledTol32, kTiledTol32, "dparams fp32" + at));
@@ -95,12 +66,12 @@ TEST_P(MlpTileTest, TiledEqualsUntiledUpToSummationOrder) {
 }
 
 TEST_P(MlpTileTest, TiledGradientsMatchFiniteDifferences) {
-  Layer l(GetParam());
+  Layer l(GetParam(), 3, kParamSeed);
   l.spec.mlp_token_tile = 3;  // N = 10: tiles of 3, 3, 3, 1
   const int64_t B = 2, T = 5;
   auto x = random_vector<double>(B * T * l.spec.C, 303, -2, 2);
   const auto r = random_vector<double>(B * T * l.spec.C, 304);
-  const LayerRun<double> got = run<double>(l.spec, l.params, x, r, B, T);
+  const auto got = run_decoder<double>(l.spec, l.params, x, r, B, T);
   AlignedBuffer saved(decoder_saved_bytes<double>(l.spec, B, T));
   AlignedBuffer fws(decoder_forward_workspace_bytes<double>(l.spec, B, T));
   std::vector<double> y(x.size());
@@ -113,7 +84,7 @@ TEST_P(MlpTileTest, TiledGradientsMatchFiniteDifferences) {
 }
 
 TEST_P(MlpTileTest, RecomputeIsBitwiseAndGradientsAccumulate) {
-  Layer l(GetParam());
+  Layer l(GetParam(), 3, kParamSeed);
   l.spec.mlp_token_tile = 4;
   const int64_t B = 1, T = 9;
   const auto x = random_vector<double>(B * T * l.spec.C, 305, -2, 2);
@@ -189,7 +160,7 @@ TEST(MlpTile, WorkingSetDropsTheFullSequenceMlpTerms) {
 TEST(MlpTile, ReportedBytesAreExactlyWhatTheKernelCarves) {
   // Exact from both sides: the kernel runs in buffers of exactly the reported sizes, and aborts with
   // one byte less (the last piece of each carve ends at the reported high-water mark).
-  Layer l("qwen3");
+  Layer l("qwen3", 3, kParamSeed);
   l.spec.mlp_token_tile = 5;
   const int64_t B = 2, T = 6;
   const auto x = random_vector<double>(B * T * l.spec.C, 307, -2, 2);

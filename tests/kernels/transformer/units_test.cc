@@ -16,6 +16,7 @@
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "kernels/cpu/transformer/working_set.h"
 #include "model/unit_layout.h"
+#include "tests/kernels/transformer/decoder_test_util.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels {
@@ -33,41 +34,9 @@ constexpr double kTol64 = 1e-12;  // fp64 vs fp64 naive: summation order only (s
 // terms; 1e-4 on O(1) outputs is ~100x that and far below any real bug.
 constexpr double kTol32 = 1e-4;
 
-struct Layer {
-  ModelCard card;
-  ModelLayout layout;
-  DecoderSpec spec;
-  std::vector<double> params;
-  explicit Layer(const std::string& type, int64_t tile = 3)
-      : card(tiny_card(type, false)), layout(make_model_layout(card)) {
-    spec = make_decoder_spec(card, layout.units[1]);
-    spec.attn_tile = tile;
-    params = random_unit_params(layout.units[1], 100);
-  }
-};
-
-template <typename Real>
-struct DecoderRun {
-  std::vector<Real> y, dx, grads;
-  AlignedBuffer saved;
-};
-
-template <typename Real>
-DecoderRun<Real> run_decoder(const DecoderSpec& s, const std::vector<Real>& p, const std::vector<Real>& x,
-                             const std::vector<Real>& dy, int64_t B, int64_t T) {
-  DecoderRun<Real> r;
-  r.y.assign(x.size(), Real(0));
-  r.dx.assign(x.size(), Real(0));
-  r.grads.assign(p.size(), Real(0));
-  r.saved = AlignedBuffer(decoder_saved_bytes<Real>(s, B, T));
-  AlignedBuffer fws(decoder_forward_workspace_bytes<Real>(s, B, T));
-  AlignedBuffer bws(decoder_backward_workspace_bytes<Real>(s, B, T));
-  decoder_forward(s, p.data(), x.data(), r.y.data(), r.saved.workspace(), B, T, fws.workspace());
-  if (!dy.empty())
-    decoder_backward(s, p.data(), x.data(), r.saved.workspace(), dy.data(), r.dx.data(), r.grads.data(), B, T,
-                     bws.workspace());
-  return r;
-}
+using test::DecoderRun;
+using test::Layer;
+using test::run_decoder;
 
 class DecoderLayerTest : public ::testing::TestWithParam<std::string> {};
 
