@@ -11,6 +11,7 @@
 #include "model/step_model.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -79,10 +80,68 @@ struct UnitConst {
   double reduce_scatter_s = 0, grad_d2h_bytes = 0, grad_latency_s = 0;
 };
 
+// What every pass of one evaluation shares (built once, the passes differ only in latencies and
+// contention): per-unit constants with and without latencies, and the runs of identical units.
+struct RecurrenceSetup {
+  const StepWork& sw;
+  std::vector<char> same_as_prev;        // unit u has the same work as unit u - 1
+  std::vector<int> run_end, run_start;   // the last / first unit of u's run of identical units
+
+  RecurrenceCounters counters;
+
+  explicit RecurrenceSetup(const StepWork& work) : sw(work) {
+    const std::size_t U = sw.units.size();
+    same_as_prev.assign(U, 0);
+    run_end.assign(U, 0);
+    run_start.assign(U, 0);
+    for (std::size_t u = 1; u < U; ++u) same_as_prev[u] = same_work(sw.units[u], sw.units[u - 1]);
+    for (std::size_t u = 0; u < U; ++u) run_start[u] = u > 0 && same_as_prev[u] ? run_start[u - 1] : static_cast<int>(u);
+    for (std::size_t k = U; k-- > 0;) run_end[k] = k + 1 < U && same_as_prev[k + 1] ? run_end[k + 1] : static_cast<int>(k);
+  }
+
+  // Per-unit constants of the inner loop (divisions hoisted out of it), built on first use.
+  const std::vector<UnitConst>& unit_const(bool latencies) {
+    std::vector<UnitConst>& out = unit_const_[latencies ? 1 : 0];
+    if (!out.empty() || sw.units.empty()) return out;
+    const Capacities& c = sw.cap;
+    const double lat = latencies ? 1.0 : 0.0;
+    const double inv_ag = 1.0 / c.allgather_busbw_Bps, inv_rs = 1.0 / c.reduce_scatter_busbw_Bps;
+    out.reserve(sw.units.size());
+    for (const UnitWork& w : sw.units) {
+      UnitConst k;
+      k.chunks = static_cast<double>(w.chunks);
+      k.grad_chunks = static_cast<double>(w.grad_chunks);
+      k.h2d_bytes = w.deliver_h2d_bytes + w.tied_h2d_bytes;
+      k.h2d_latency_s = lat * k.chunks * c.link_latency_s;
+      const double ag = w.deliver_allgather_bytes + w.tied_allgather_bytes;
+      k.allgather_s = ag > 0 ? ag * inv_ag + lat * k.chunks * c.fabric_latency_s : 0.0;
+      k.reduce_scatter_s = w.grad_reduce_scatter_bytes > 0
+                               ? w.grad_reduce_scatter_bytes * inv_rs + lat * k.grad_chunks * c.fabric_latency_s
+                               : 0.0;
+      k.grad_d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
+      k.grad_latency_s = lat * k.grad_chunks * c.link_latency_s;
+      out.push_back(k);
+    }
+    return out;
+  }
+
+ private:
+  std::vector<UnitConst> unit_const_[2];  // [latencies]
+};
+
 class Recurrence {
+  // The jump's state (save_state): 27 scalars, 3 per slot, 6 look-back entries.
+  static constexpr std::size_t kStateFixed = 33, kStateMax = 64;
+  using State = std::array<double, kStateMax>;
+
  public:
-  Recurrence(const StepWork& sw, bool latencies, const std::vector<PhaseContention>& contention)
+  // `jump`: jump over the periodic regime of runs of identical layers (exact up to rounding; false
+  // runs every unit, the reference the tests compare the jumps against).
+  Recurrence(const StepWork& sw, RecurrenceSetup& setup, bool latencies,
+             const std::vector<PhaseContention>& contention, bool jump)
       : sw_(sw),
+        setup_(setup),
+        unit_const_(setup.unit_const(latencies)),
         c_(sw.cap),
         lat_(latencies ? 1.0 : 0.0),
         h2d_rate0_(std::min(sw.cap.h2d_link_Bps, sw.cap.duplex_Bps)),
@@ -90,25 +149,12 @@ class Recurrence {
         contention_(contention) {
     slots_.resize(static_cast<std::size_t>(std::max(1, sw.buffer_depth)));
     phases_.resize(static_cast<std::size_t>(2 * sw.accum_steps));
-    // Per-unit constants of the inner loop (divisions hoisted out of it).
-    for (const UnitWork& w : sw.units) {
-      UnitConst k;
-      k.chunks = static_cast<double>(w.chunks);
-      k.grad_chunks = static_cast<double>(w.grad_chunks);
-      k.h2d_bytes = w.deliver_h2d_bytes + w.tied_h2d_bytes;
-      k.h2d_latency_s = lat_ * k.chunks * c_.link_latency_s;
-      const double ag = w.deliver_allgather_bytes + w.tied_allgather_bytes;
-      k.allgather_s = ag > 0 ? ag / c_.allgather_busbw_Bps + lat_ * k.chunks * c_.fabric_latency_s : 0.0;
-      k.reduce_scatter_s = w.grad_reduce_scatter_bytes > 0
-                               ? w.grad_reduce_scatter_bytes / c_.reduce_scatter_busbw_Bps + lat_ * k.grad_chunks * c_.fabric_latency_s
-                               : 0.0;
-      k.grad_d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
-      k.grad_latency_s = lat_ * k.grad_chunks * c_.link_latency_s;
-      unit_const_.push_back(k);
-    }
     offload_end_.resize(sw.units.size());
     grad_done_.resize(sw.units.size());
     bwd_end_.resize(sw.units.size());
+    // The jump's state must fit its fixed-size buffers (depth <= 10); deeper buffers run every unit.
+    state_size_ = kStateFixed + 3 * slots_.size();
+    jump_ = jump && state_size_ <= kStateMax;
     set_phase(0);
   }
 
@@ -125,84 +171,38 @@ class Recurrence {
     const int U = static_cast<int>(sw_.units.size());
     const int A = sw_.accum_steps;
     const SystemTraits& tr = sw_.traits;
-    double first_compute = -1;
+    first_compute_ = -1;
 
     for (int a = 0; a < A; ++a) {
-      const bool last = a == A - 1;
+      last_ = a == A - 1;
+      micro_ = a;
       if (a == 0) invalidate_slots();  // parameters changed since the previous step
       // ---- forward ----
       set_phase(2 * a);
-      double phase_start = -1;  // the phase's first compute (after its first delivery)
-      PhaseDemand fwd;
-      std::vector<double>& offload_end = offload_end_;
-      std::fill(offload_end.begin(), offload_end.end(), 0.0);
+      begin_phase(-1.0);
+      std::fill(offload_end_.begin(), offload_end_.end(), 0.0);
       for (int u = 0; u < U; ++u) {
-        const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
-        // The step's first delivery: chunk k of unit 0 leaves once the previous step updated it.
-        double ready = (a == 0 && u == 0) ? use_params(u, next_gate_first_, fwd, next_gate_end_) : use_params(u, 0.0, fwd);
-        double start = std::max(gpu_, ready);
-        if (u >= 2) start = std::max(start, offload_end[static_cast<std::size_t>(u - 2)]);
-        if (first_compute < 0) first_compute = start;
-        if (phase_start < 0) phase_start = start;
-        gpu_ = start + w.fwd_s;
-        compute_ += w.fwd_s;
-        release(u, gpu_);
-        if (w.act_offload_bytes > 0) {
-          double dt = copy_time(w.act_offload_bytes, d2h_rate_, 1);
-          stats().d2h_busy += dt;
-          double t = std::max(d2h_, start) + dt;
-          d2h_ = t;
-          offload_end[static_cast<std::size_t>(u)] = t;
-          d2h_bytes_ += w.act_offload_bytes;
-          fwd.d2h_bytes += w.act_offload_bytes;
-          fwd.host_mem_bytes += sw_.ranks * w.act_offload_bytes * hm_per_copy();
-        }
-        if (w.kind == UnitKind::kHead) {
-          // The fused loss produced the head's gradients: they leave now.
-          grads(u, last, fwd, /*extra_gate=*/0.0);
-        }
+        forward_unit(u);
+        if (jump_) u = skip_regime(u, +1);
       }
       // A phase cannot end before its host-wide resources did its work: the bound delays the GPU
       // (max-plus, so the whole model stays monotone in every capacity).
-      gpu_ = std::max(gpu_, phase_start + phase_need(fwd));
-      close_phase(phase_start, gpu_);
+      gpu_ = std::max(gpu_, phase_start_ + phase_need(demand_));
+      close_phase(phase_start_, gpu_);
       // ---- backward ----
       set_phase(2 * a + 1);
-      phase_start = gpu_;
-      PhaseDemand bwd;
-      std::vector<double>& grad_done = grad_done_;
-      std::vector<double>& bwd_end = bwd_end_;
-      std::fill(grad_done.begin(), grad_done.end(), 0.0);
-      std::fill(bwd_end.begin(), bwd_end.end(), 0.0);
+      begin_phase(gpu_);
+      std::fill(grad_done_.begin(), grad_done_.end(), 0.0);
+      std::fill(bwd_end_.begin(), bwd_end_.end(), 0.0);
       for (int u = U - 2; u >= 0; --u) {
-        const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
-        double ready = use_params(u, 0.0, bwd);
-        if (w.act_offload_bytes > 0) {
-          // Prefetch of the offloaded input, 2 deep: its buffer frees when backward of u+2 ends.
-          double gate = u + 2 < U ? bwd_end[static_cast<std::size_t>(u + 2)] : 0.0;
-          double dt = copy_time(w.act_offload_bytes, h2d_rate_, 1);
-          stats().h2d_busy += dt;
-          double t = std::max(h2d_, gate) + dt;
-          h2d_ = t;
-          h2d_bytes_ += w.act_offload_bytes;
-          bwd.h2d_bytes += w.act_offload_bytes;
-          bwd.host_mem_bytes += sw_.ranks * w.act_offload_bytes * hm_per_copy();
-          ready = std::max(ready, t);
-        }
-        double start = std::max(gpu_, ready);
-        // Two gradient slots: unit u's gradient buffer is the one unit u+2 drained.
-        if (u + 2 <= U - 1) start = std::max(start, grad_done[static_cast<std::size_t>(u + 2)]);
-        gpu_ = start + w.recompute_s + w.bwd_s;
-        compute_ += w.recompute_s + w.bwd_s;
-        bwd_end[static_cast<std::size_t>(u)] = gpu_;
-        release(u, gpu_);
-        grad_done[static_cast<std::size_t>(u)] = grads(u, last, bwd, 0.0);
+        backward_unit(u);
+        if (jump_) u = skip_regime(u, -1);
       }
-      if (!last || tr.update_after_backward) {
-        gpu_ = std::max(gpu_, phase_start + phase_need(bwd));
-        close_phase(phase_start, std::max(gpu_, tr.update_after_backward ? gpu_ : 0.0));
+      if (!last_ || tr.update_after_backward) {
+        gpu_ = std::max(gpu_, phase_start_ + phase_need(demand_));
+        close_phase(phase_start_, std::max(gpu_, tr.update_after_backward ? gpu_ : 0.0));
       } else {
-        backward_demand_ = bwd, backward_start_ = phase_start;
+        backward_demand_ = demand_, backward_start_ = phase_start_;
       }
     }
 
@@ -260,8 +260,8 @@ class Recurrence {
       r.breakdown.post_update_s = post_end - post_start - sw_.post_gpu_s;
       r.breakdown.exposed_head_s = first;
     }
-    r.first_compute_s = first_compute;
-    r.step_s = next_compute - first_compute;
+    r.first_compute_s = first_compute_;
+    r.step_s = next_compute - first_compute_;
     r.breakdown.compute_s = compute_;
     r.breakdown.stall_s = r.step_s - r.breakdown.compute_s - r.breakdown.exposed_tail_s -
                           r.breakdown.exposed_head_s - r.breakdown.post_update_s;
@@ -276,6 +276,225 @@ class Recurrence {
     r.compute_s = compute_;
     r.phases = phases_;
     return r;
+  }
+
+  void begin_phase(double phase_start) {
+    demand_ = PhaseDemand{};
+    phase_start_ = phase_start;
+    history_ = 0;
+    skip_attempts_ = 0;
+  }
+
+  // Forward of unit u on the rank's compute stream, with its parameter delivery and offload.
+  void forward_unit(int u) {
+    ++setup_.counters.unit_visits;
+    const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+    // The step's first delivery: chunk k of unit 0 leaves once the previous step updated it.
+    double ready = (micro_ == 0 && u == 0) ? use_params(u, next_gate_first_, demand_, next_gate_end_)
+                                           : use_params(u, 0.0, demand_);
+    double start = std::max(gpu_, ready);
+    if (u >= 2) start = std::max(start, offload_end_[static_cast<std::size_t>(u - 2)]);
+    if (first_compute_ < 0) first_compute_ = start;
+    if (phase_start_ < 0) phase_start_ = start;
+    gpu_ = start + w.fwd_s;
+    compute_ += w.fwd_s;
+    release(u, gpu_);
+    if (w.act_offload_bytes > 0) {
+      double dt = copy_time(w.act_offload_bytes, d2h_rate_, 1);
+      stats().d2h_busy += dt;
+      double t = std::max(d2h_, start) + dt;
+      d2h_ = t;
+      offload_end_[static_cast<std::size_t>(u)] = t;
+      d2h_bytes_ += w.act_offload_bytes;
+      demand_.d2h_bytes += w.act_offload_bytes;
+      demand_.host_mem_bytes += sw_.ranks * w.act_offload_bytes * hm_per_copy();
+    }
+    // The fused loss produced the head's gradients: they leave now.
+    if (w.kind == UnitKind::kHead) grads(u, last_, demand_, /*extra_gate=*/0.0);
+  }
+
+  // Recompute + backward of unit u, with its delivery, the prefetch of its offloaded input and
+  // the departure of its gradients.
+  void backward_unit(int u) {
+    ++setup_.counters.unit_visits;
+    const int U = static_cast<int>(sw_.units.size());
+    const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+    double ready = use_params(u, 0.0, demand_);
+    if (w.act_offload_bytes > 0) {
+      // Prefetch of the offloaded input, 2 deep: its buffer frees when backward of u+2 ends.
+      double gate = u + 2 < U ? bwd_end_[static_cast<std::size_t>(u + 2)] : 0.0;
+      double dt = copy_time(w.act_offload_bytes, h2d_rate_, 1);
+      stats().h2d_busy += dt;
+      double t = std::max(h2d_, gate) + dt;
+      h2d_ = t;
+      h2d_bytes_ += w.act_offload_bytes;
+      demand_.h2d_bytes += w.act_offload_bytes;
+      demand_.host_mem_bytes += sw_.ranks * w.act_offload_bytes * hm_per_copy();
+      ready = std::max(ready, t);
+    }
+    double start = std::max(gpu_, ready);
+    // Two gradient slots: unit u's gradient buffer is the one unit u+2 drained.
+    if (u + 2 <= U - 1) start = std::max(start, grad_done_[static_cast<std::size_t>(u + 2)]);
+    gpu_ = start + w.recompute_s + w.bwd_s;
+    compute_ += w.recompute_s + w.bwd_s;
+    bwd_end_[static_cast<std::size_t>(u)] = gpu_;
+    release(u, gpu_);
+    grad_done_[static_cast<std::size_t>(u)] = grads(u, last_, demand_, 0.0);
+  }
+
+  // ---- Skipping the periodic regime (docs/MODEL.md, "Skipping the periodic regime") ----
+  //
+  // Over a run of identical decoder layers the per-unit map F (forward_unit or backward_unit) is
+  // piecewise affine with unit slopes: every stream time is a max of other times plus constants.
+  // Once two consecutive layers change the whole state x (stream times, slot times and unit ids,
+  // the look-back entries, every accumulated demand and busy time) by the same vector d, the
+  // branches every max takes are those of the regime, and they stay so for as long as each compared
+  // difference, affine in the layer index, keeps its sign. So the state after layer j is
+  // x(u) + (j - u) d. The jump is verified by running layer j for real from the extrapolated state
+  // x(u) + (j - u - 1) d: a comparison that changed sign anywhere in between has the changed sign
+  // there too (it is affine), so the verified step shows a different d. A failed verification
+  // halves the jump. An 80-layer model then costs a few layers per phase instead of 80.
+
+  // The state after unit u (processed in direction dir); slots in least-recently-used order.
+  void save_state(State& x, int u, int dir) const {
+    std::size_t i = 0;
+    const auto put = [&](double v) { x[i++] = v; };
+    for (double v : {gpu_, h2d_, d2h_, cpu_, fabric_free_, convert_, static_cast<double>(use_counter_), compute_,
+                     h2d_bytes_, d2h_bytes_, fabric_s_, h2d_copies_, d2h_copies_, host_mem_bytes_,
+                     cpu_update_thread_s_, cpu_core_thread_s_, demand_.h2d_bytes, demand_.d2h_bytes,
+                     demand_.host_mem_bytes, demand_.cpu_update_thread_s, demand_.cpu_core_thread_s})
+      put(v);
+    const PhaseStats& p = phases_[static_cast<std::size_t>(phase_)];
+    for (double v : {p.h2d_busy, p.d2h_busy, p.cpu_busy, p.convert_busy, p.cpu_thread_s, p.cpu_host_mem_bytes}) put(v);
+    // Slots by last use (insertion sort of a handful of indices).
+    std::array<int, kStateMax> order;
+    const int D = static_cast<int>(slots_.size());
+    for (int k = 0; k < D; ++k) {
+      int m = k;
+      for (; m > 0 && slots_[static_cast<std::size_t>(order[m - 1])].last_use > slots_[static_cast<std::size_t>(k)].last_use; --m)
+        order[m] = order[m - 1];
+      order[m] = k;
+    }
+    for (int k = 0; k < D; ++k) {
+      const Slot& sl = slots_[static_cast<std::size_t>(order[k])];
+      put(sl.unit), put(sl.free_at), put(static_cast<double>(sl.last_use));
+    }
+    // The look-back entries the next units read (u - 2 forward, u + 2 backward).
+    const auto at = [](const std::vector<double>& v, int k) { return v[static_cast<std::size_t>(k)]; };
+    if (dir > 0) {
+      put(at(offload_end_, u)), put(at(offload_end_, u - 1));
+      put(0), put(0), put(0), put(0);
+    } else {
+      put(at(bwd_end_, u)), put(at(bwd_end_, u + 1)), put(at(grad_done_, u)), put(at(grad_done_, u + 1));
+      put(0), put(0);
+    }
+  }
+
+  // Sets the state to x + n d: the state after unit j = u + dir n if x is the state after unit u
+  // and d one layer's change (save_state's layout). n = 0 restores x.
+  void load_state(const State& x, const State& d, int n, int u, int dir) {
+    std::size_t i = 0;
+    const double nd = n;
+    const auto next = [&] {
+      const double v = x[i] + nd * d[i];
+      ++i;
+      return v;
+    };
+    gpu_ = next(), h2d_ = next(), d2h_ = next(), cpu_ = next(), fabric_free_ = next(), convert_ = next();
+    use_counter_ = static_cast<long>(std::floor(next() + 0.5));
+    compute_ = next(), h2d_bytes_ = next(), d2h_bytes_ = next(), fabric_s_ = next(), h2d_copies_ = next();
+    d2h_copies_ = next(), host_mem_bytes_ = next(), cpu_update_thread_s_ = next(), cpu_core_thread_s_ = next();
+    demand_.h2d_bytes = next(), demand_.d2h_bytes = next(), demand_.host_mem_bytes = next();
+    demand_.cpu_update_thread_s = next(), demand_.cpu_core_thread_s = next();
+    PhaseStats& p = stats();
+    p.h2d_busy = next(), p.d2h_busy = next(), p.cpu_busy = next(), p.convert_busy = next();
+    p.cpu_thread_s = next(), p.cpu_host_mem_bytes = next();
+    for (Slot& sl : slots_) {  // any order: only last_use orders them
+      sl.unit = static_cast<int>(std::floor(next() + 0.5));  // whole numbers, exact in a double
+      sl.free_at = next();
+      sl.last_use = static_cast<long>(std::floor(next() + 0.5));
+    }
+    // Look-back arrays: the two entries the next units read. (Entries between u and j keep what
+    // they held; nothing reads them again.)
+    const int j = u + dir * n;
+    const auto set = [&](std::vector<double>& v, std::size_t at) {
+      v[static_cast<std::size_t>(j)] = x[at] + nd * d[at];
+      v[static_cast<std::size_t>(j - dir)] = x[at + 1] + nd * d[at + 1];
+    };
+    if (dir > 0) {
+      set(offload_end_, i);
+    } else {
+      set(bwd_end_, i);
+      set(grad_done_, i + 2);
+    }
+  }
+
+  // Called after unit u was processed in direction dir; returns the last unit processed (u, or the
+  // end of a verified jump).
+  int skip_regime(int u, int dir) {
+    const int U = static_cast<int>(sw_.units.size());
+    // The maps of units u - dir .. j must be the same: identical units, and the loops' index tests
+    // (forward reads u - 2 from u >= 2 on; backward reads u + 2 up to U - 3) constant over them.
+    const int prev = u - dir;
+    const bool eligible = dir > 0 ? prev >= 2 && setup_.same_as_prev[static_cast<std::size_t>(u)]
+                                  : prev <= U - 3 && setup_.same_as_prev[static_cast<std::size_t>(prev)];
+    if (!eligible || skip_attempts_ >= kMaxSkipAttempts) {
+      history_ = 0;
+      return u;
+    }
+    State& x = hist_[history_ % 3];
+    save_state(x, u, dir);
+    ++history_;
+    if (history_ < 3) return u;
+    const State& x1 = hist_[(history_ - 2) % 3];
+    const State& x0 = hist_[(history_ - 3) % 3];
+    const std::size_t n_state = state_size_;
+    for (std::size_t i = 0; i < n_state; ++i) {
+      d_[i] = x[i] - x1[i];
+      if (!same_delta(d_[i], x1[i] - x0[i], x[i])) return u;
+    }
+    // The run of identical units ahead: u + dir .. last. (Backward never jumps onto unit 0, whose
+    // update gates the next step; it is never identical to a decoder layer anyway.)
+    const int last = dir > 0 ? setup_.run_end[static_cast<std::size_t>(u)]
+                             : std::max(1, setup_.run_start[static_cast<std::size_t>(u)]);
+    const int n = std::abs(last - u);
+    // Bisection for the last layer of the run that follows the regime: `good` layers past u are
+    // verified (the state there is x + good d), the regime breaks at or before `bad`.
+    int good = 0, bad = n + 1, try_n = n;
+    while (bad - good > 2 && skip_attempts_ < kMaxSkipAttempts) {
+      ++skip_attempts_;
+      const int j = u + dir * try_n;
+      load_state(x, d_, try_n - 1, u, dir);
+      if (dir > 0) {
+        forward_unit(j);
+      } else {
+        backward_unit(j);
+      }
+      save_state(y_, j, dir);
+      bool ok = true;
+      for (std::size_t i = 0; ok && i < n_state; ++i)
+        ok = same_delta(y_[i] - (x[i] + (try_n - 1) * d_[i]), d_[i], y_[i]);
+      if (ok) {
+        good = try_n;
+      } else {
+        bad = try_n;
+      }
+      try_n = (good + bad) / 2;
+    }
+    if (good < 2) {
+      load_state(x, d_, 0, u, dir);  // nothing worth the jump: back to unit u
+      return u;
+    }
+    load_state(x, d_, good, u, dir);
+    history_ = 0;
+    ++setup_.counters.jumps;
+    setup_.counters.layers_jumped += good;
+    return u + dir * good;
+  }
+
+  // Two per-layer changes of one state component are the same up to rounding of its magnitude.
+  static bool same_delta(double a, double b, double magnitude) {
+    return std::fabs(a - b) <= 1e-12 * (std::fabs(magnitude) + std::fabs(a) + std::fabs(b));
   }
 
   void reset_counters() {
@@ -486,12 +705,14 @@ class Recurrence {
   }
 
   const StepWork& sw_;
+  RecurrenceSetup& setup_;
+  const std::vector<UnitConst>& unit_const_;
+  bool jump_ = false;
   const Capacities& c_;
   double lat_;
   double h2d_rate0_, d2h_rate0_;  // one direction alone on a rank's link (root share and duplex cap applied)
   double h2d_rate_ = 0, d2h_rate_ = 0, cpu_factor_ = 1, convert_factor_ = 1;  // the current phase's rates
   double inv_h2d_rate_ = 0, inv_d2h_rate_ = 0;
-  std::vector<UnitConst> unit_const_;
   std::vector<double> offload_end_, grad_done_, bwd_end_;
   double drain_start_ = std::numeric_limits<double>::infinity(), cpu_drain_ = 1;
   std::vector<PhaseContention> contention_;
@@ -502,6 +723,16 @@ class Recurrence {
   double gpu_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0, fabric_free_ = 0, convert_ = 0;
   double cpu0_start_ = 0, cpu0_end_ = 0, cpu0_s_ = 0;
   double next_gate_first_ = 0, next_gate_end_ = 0;  // gating of the next step's first delivery
+  // The phase being run.
+  int micro_ = 0;
+  bool last_ = false;  // the step's last micro-step
+  double first_compute_ = -1, phase_start_ = -1;
+  PhaseDemand demand_;
+  // Regime jumps: identical-unit runs, the last three states, one layer's change, a verified state.
+  static constexpr int kMaxSkipAttempts = 24;
+  std::size_t state_size_ = 0;
+  State hist_[3], d_, y_;
+  int history_ = 0, skip_attempts_ = 0;
   PhaseDemand backward_demand_;
   double backward_start_ = 0;
   double h2d_bytes_ = 0, d2h_bytes_ = 0, fabric_s_ = 0, h2d_copies_ = 0, d2h_copies_ = 0;
@@ -589,9 +820,10 @@ constexpr int kContentionIterations = 4;
 
 // Runs the recurrence with mean-field contention; `uncontended` receives the first run (no
 // contention: the critical path).
-RunResult run_with_contention(const StepWork& sw, bool latencies, RunResult* uncontended) {
+RunResult run_with_contention(const StepWork& sw, RecurrenceSetup& setup, bool latencies, bool jump,
+                              RunResult* uncontended) {
   std::vector<PhaseContention> f;
-  RunResult r = Recurrence(sw, latencies, f).run();
+  RunResult r = Recurrence(sw, setup, latencies, f, jump).run();
   if (uncontended) *uncontended = r;
   for (int it = 0; it < kContentionIterations; ++it) {
     std::vector<PhaseContention> g = contention_from(sw, r);
@@ -605,33 +837,39 @@ RunResult run_with_contention(const StepWork& sw, bool latencies, RunResult* unc
       }
     }
     f = g;
-    r = Recurrence(sw, latencies, f).run();
+    r = Recurrence(sw, setup, latencies, f, jump).run();
   }
   return r;
 }
 
 }  // namespace
 
-Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity) {
+Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity, bool jump_regime,
+                              RecurrenceCounters* counters) {
+  RecurrenceSetup setup(sw);
   RunResult critical;
-  RunResult with = fidelity == ModelFidelity::kContention ? run_with_contention(sw, true, &critical)
-                                                          : Recurrence(sw, true, {}).run();
+  RunResult with = fidelity == ModelFidelity::kContention ? run_with_contention(sw, setup, true, jump_regime, &critical)
+                                                          : Recurrence(sw, setup, true, {}, jump_regime).run();
   if (fidelity == ModelFidelity::kCriticalPath) critical = with;
   const Capacities& c = sw.cap;
   Prediction p;
   p.method = "analytical";
-  // Busy time per resource (rank 0 for per-rank resources), with latencies.
-  double emulated_compute_threads = c.emulated ? sw.ranks * with.compute_s * c.host_threads_per_device : 0.0;
-  p.busy_s[resource::kGpuCompute] = with.compute_s;
-  p.busy_s[resource::kH2D] = with.h2d_bytes / c.h2d_link_Bps + with.h2d_copies * c.link_latency_s;
-  p.busy_s[resource::kD2H] = with.d2h_bytes / c.d2h_link_Bps + with.d2h_copies * c.link_latency_s;
-  p.busy_s[resource::kDuplex] = (with.h2d_bytes + with.d2h_bytes) / c.duplex_Bps;
-  p.busy_s[resource::kH2DRoot] = sw.ranks * with.h2d_bytes / c.h2d_root_Bps;
-  p.busy_s[resource::kD2HRoot] = sw.ranks * with.d2h_bytes / c.d2h_root_Bps;
-  p.busy_s[resource::kHostMem] = with.host_mem_bytes / c.host_mem_Bps;
-  p.busy_s[resource::kCpuUpdate] = with.cpu_update_thread_s / c.update_threads;
-  p.busy_s[resource::kCpuCores] = (with.cpu_update_thread_s + with.cpu_core_thread_s + emulated_compute_threads) / c.cpu_cores;
-  if (sw.ranks > 1) p.busy_s[resource::kFabric] = with.fabric_s;
+  // Busy time per resource (rank 0 for per-rank resources), with latencies. It is the work, the
+  // same in every pass; taking it from the uncontended pass gives both fidelities the same lower
+  // bound bit for bit (the passes' jumps sum it in different orders), which the planner's pruning
+  // by the critical path relies on.
+  const RunResult& work = critical;
+  double emulated_compute_threads = c.emulated ? sw.ranks * work.compute_s * c.host_threads_per_device : 0.0;
+  p.busy_s[resource::kGpuCompute] = work.compute_s;
+  p.busy_s[resource::kH2D] = work.h2d_bytes / c.h2d_link_Bps + work.h2d_copies * c.link_latency_s;
+  p.busy_s[resource::kD2H] = work.d2h_bytes / c.d2h_link_Bps + work.d2h_copies * c.link_latency_s;
+  p.busy_s[resource::kDuplex] = (work.h2d_bytes + work.d2h_bytes) / c.duplex_Bps;
+  p.busy_s[resource::kH2DRoot] = sw.ranks * work.h2d_bytes / c.h2d_root_Bps;
+  p.busy_s[resource::kD2HRoot] = sw.ranks * work.d2h_bytes / c.d2h_root_Bps;
+  p.busy_s[resource::kHostMem] = work.host_mem_bytes / c.host_mem_Bps;
+  p.busy_s[resource::kCpuUpdate] = work.cpu_update_thread_s / c.update_threads;
+  p.busy_s[resource::kCpuCores] = (work.cpu_update_thread_s + work.cpu_core_thread_s + emulated_compute_threads) / c.cpu_cores;
+  if (sw.ranks > 1) p.busy_s[resource::kFabric] = work.fabric_s;
   for (const auto& [name, busy] : p.busy_s) p.lower_bound_s = std::max(p.lower_bound_s, busy);
 
   // The critical path without contention (a max-plus recurrence plus the phase bounds) is monotone
@@ -642,7 +880,7 @@ Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity) {
   if (fidelity == ModelFidelity::kContention) {
     // Latency on the critical path: the uncontended pipeline with and without per-copy and
     // per-collective latencies. It is taken out of the stall (where latencies show up), never more.
-    double sync = critical.step_s - Recurrence(sw, false, {}).run().step_s;
+    double sync = critical.step_s - Recurrence(sw, setup, false, {}, jump_regime).run().step_s;
     sync = std::clamp(sync, 0.0, std::max(0.0, p.breakdown.stall_s));
     p.breakdown.sync_s = sync;
     p.breakdown.stall_s -= sync;
@@ -667,6 +905,7 @@ Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity) {
   p.tokens_per_s = p.tokens_per_step / p.step_time_s;
   p.tflops_per_gpu = sw.model_flops_per_step / p.step_time_s / sw.ranks / 1e12;
   p.exposed_s = p.step_time_s - with.compute_s;
+  if (counters) *counters = setup.counters;
   return p;
 }
 

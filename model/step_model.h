@@ -24,8 +24,17 @@ Prediction predict_analytical(const Workload& w, const Hardware& hw, const Plan&
 // about five times faster, so the planner prunes with it.
 enum class ModelFidelity { kCriticalPath, kContention };
 
+// What one evaluation did, for tests and benchmarks: units the recurrence ran, jumps taken over
+// runs of identical layers and the layers they covered.
+struct RecurrenceCounters {
+  long unit_visits = 0, jumps = 0, layers_jumped = 0;
+};
+
 // Step time and breakdown of prebuilt work (no memory estimate): the planner's inner loop.
-Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity = ModelFidelity::kContention);
+// `jump_regime` = false runs the recurrence through every layer: the reference for the jump over
+// runs of identical layers, which gives the same result up to rounding (docs/MODEL.md, section 2).
+Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity = ModelFidelity::kContention,
+                              bool jump_regime = true, RecurrenceCounters* counters = nullptr);
 
 // Time for `chunks` equal chunks to flow through stages whose whole-unit durations are given:
 // sum(s)/c + (c-1)/c * max(s). Exact for a chunk-pipelined chain of dedicated stages.

@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
+#include <cstring>
 
 #include "common/error.h"
 #include "model/model_costs.h"
@@ -21,6 +23,20 @@ constexpr double kFp32 = 4.0;
 constexpr double kAdamwHostBytesPerParam = 28.0;
 
 }  // namespace
+
+bool same_work(const UnitWork& a, const UnitWork& b) {
+  // Byte-wise over every field but the index, skipping the padding after `policy` (the model
+  // evaluates this for every unit of every plan, so it must be cheap). Bit-equal doubles are
+  // equal values; 0.0 against -0.0 compares unequal, which only costs a jump.
+  static_assert(sizeof(UnitWork) == 192 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
+                    offsetof(UnitWork, policy) == 32 && offsetof(UnitWork, fwd_s) == 40,
+                "UnitWork changed: update same_work");
+  const auto* pa = reinterpret_cast<const unsigned char*>(&a);
+  const auto* pb = reinterpret_cast<const unsigned char*>(&b);
+  return a.kind == b.kind && a.policy == b.policy &&
+         std::memcmp(pa + offsetof(UnitWork, numel), pb + offsetof(UnitWork, numel), offsetof(UnitWork, policy) - offsetof(UnitWork, numel)) == 0 &&
+         std::memcmp(pa + offsetof(UnitWork, fwd_s), pb + offsetof(UnitWork, fwd_s), sizeof(UnitWork) - offsetof(UnitWork, fwd_s)) == 0;
+}
 
 int resolve_update_threads(const Plan& plan, const Hardware& hw) {
   // The executor's default pool has one thread per core. On the CPU backend those threads share the

@@ -91,6 +91,10 @@ struct UnitWork {
   double act_offload_bytes = 0;
 };
 
+// Equal in all the work (everything but the index): the recurrence's per-unit maps of two such
+// units are the same, which is what lets it jump over runs of identical layers (step_model.cc).
+bool same_work(const UnitWork& a, const UnitWork& b);
+
 struct StepWork {
   Capacities cap;
   SystemTraits traits;
