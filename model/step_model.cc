@@ -52,7 +52,9 @@ struct PhaseDemand {
 struct PhaseContention {
   double h2d = 1.0, d2h = 1.0, cpu = 1.0, convert = 1.0;
   // After the last backward compute (the drain), the CPU runs with no copies beside it.
-  double drain_start = std::numeric_limits<double>::infinity();
+  // Seconds after the phase's start (its first compute) when the drain begins: relative, so it
+  // carries over to a step at another time.
+  double drain_after = std::numeric_limits<double>::infinity();
   double cpu_drain = 1.0;
 };
 struct PhaseStats {
@@ -162,6 +164,12 @@ class Recurrence {
   // delivery gated by the previous step's updates), so the second's period is the steady state.
   RunResult run() {
     step();
+    return step();
+  }
+
+  // One more step with new contention factors, from where the previous step ended.
+  RunResult step_with(const std::vector<PhaseContention>& contention) {
+    contention_ = contention;
     return step();
   }
 
@@ -281,6 +289,7 @@ class Recurrence {
   void begin_phase(double phase_start) {
     demand_ = PhaseDemand{};
     phase_start_ = phase_start;
+    if (phase_start >= 0) drain_start_ = phase_start + drain_after_;  // backward phases start known
     history_ = 0;
     skip_attempts_ = 0;
   }
@@ -522,7 +531,8 @@ class Recurrence {
     inv_d2h_rate_ = 1.0 / d2h_rate_;
     cpu_factor_ = f.cpu;
     convert_factor_ = f.convert;
-    drain_start_ = f.drain_start;
+    drain_after_ = f.drain_after;
+    drain_start_ = std::numeric_limits<double>::infinity();
     cpu_drain_ = f.cpu_drain;
   }
   void close_phase(double start, double end) {
@@ -714,7 +724,7 @@ class Recurrence {
   double h2d_rate_ = 0, d2h_rate_ = 0, cpu_factor_ = 1, convert_factor_ = 1;  // the current phase's rates
   double inv_h2d_rate_ = 0, inv_d2h_rate_ = 0;
   std::vector<double> offload_end_, grad_done_, bwd_end_;
-  double drain_start_ = std::numeric_limits<double>::infinity(), cpu_drain_ = 1;
+  double drain_after_ = std::numeric_limits<double>::infinity(), drain_start_ = drain_after_, cpu_drain_ = 1;
   std::vector<PhaseContention> contention_;
   std::vector<PhaseStats> phases_;
   int phase_ = 0;
@@ -809,7 +819,7 @@ std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult
       f.convert = sv / conv_rate * expected(0, Dv, X, HM, o, 3);
     }
     if (drains) {
-      f.drain_start = p.gpu_end;
+      f.drain_after = p.gpu_end - p.start;
       f.cpu_drain = sc / cpu_rate;
     }
   }
@@ -823,7 +833,8 @@ constexpr int kContentionIterations = 4;
 RunResult run_with_contention(const StepWork& sw, RecurrenceSetup& setup, bool latencies, bool jump,
                               RunResult* uncontended) {
   std::vector<PhaseContention> f;
-  RunResult r = Recurrence(sw, setup, latencies, f, jump).run();
+  Recurrence rec(sw, setup, latencies, f, jump);
+  RunResult r = rec.run();
   if (uncontended) *uncontended = r;
   for (int it = 0; it < kContentionIterations; ++it) {
     std::vector<PhaseContention> g = contention_from(sw, r);
@@ -837,7 +848,7 @@ RunResult run_with_contention(const StepWork& sw, RecurrenceSetup& setup, bool l
       }
     }
     f = g;
-    r = Recurrence(sw, setup, latencies, f, jump).run();
+    r = rec.step_with(f);
   }
   return r;
 }
