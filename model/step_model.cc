@@ -143,7 +143,7 @@ class Recurrence {
              const std::vector<PhaseContention>& contention, bool jump)
       : sw_(sw),
         setup_(setup),
-        unit_const_(setup.unit_const(latencies)),
+        unit_const_(&setup.unit_const(latencies)),
         c_(sw.cap),
         lat_(latencies ? 1.0 : 0.0),
         h2d_rate0_(std::min(sw.cap.h2d_link_Bps, sw.cap.duplex_Bps)),
@@ -171,6 +171,12 @@ class Recurrence {
   RunResult step_with(const std::vector<PhaseContention>& contention) {
     contention_ = contention;
     return step();
+  }
+
+  // The same recurrence from here on with or without per-copy and per-collective latencies.
+  void set_latencies(bool latencies) {
+    lat_ = latencies ? 1.0 : 0.0;
+    unit_const_ = &setup_.unit_const(latencies);
   }
 
  private:
@@ -292,6 +298,7 @@ class Recurrence {
     if (phase_start >= 0) drain_start_ = phase_start + drain_after_;  // backward phases start known
     history_ = 0;
     skip_attempts_ = 0;
+    armed_ = false;
   }
 
   // Forward of unit u on the rank's compute stream, with its parameter delivery and offload.
@@ -351,18 +358,19 @@ class Recurrence {
     grad_done_[static_cast<std::size_t>(u)] = grads(u, last_, demand_, 0.0);
   }
 
-  // ---- Skipping the periodic regime (docs/MODEL.md, "Skipping the periodic regime") ----
+  // ---- Jumping the periodic regime (docs/MODEL.md section 2, "jumping the periodic regime") ----
   //
   // Over a run of identical decoder layers the per-unit map F (forward_unit or backward_unit) is
   // piecewise affine with unit slopes: every stream time is a max of other times plus constants.
-  // Once two consecutive layers change the whole state x (stream times, slot times and unit ids,
-  // the look-back entries, every accumulated demand and busy time) by the same vector d, the
-  // branches every max takes are those of the regime, and they stay so for as long as each compared
-  // difference, affine in the layer index, keeps its sign. So the state after layer j is
-  // x(u) + (j - u) d. The jump is verified by running layer j for real from the extrapolated state
-  // x(u) + (j - u - 1) d: a comparison that changed sign anywhere in between has the changed sign
-  // there too (it is affine), so the verified step shows a different d. A failed verification
-  // halves the jump. An 80-layer model then costs a few layers per phase instead of 80.
+  // Once the stream times moved alike over two consecutive units, the whole state x (stream times,
+  // slot times and unit ids, the look-back entries, every accumulated demand and busy time) is
+  // taken after this unit and the next; d is their difference. While every max takes the branch it
+  // took for d, the state after n more layers is x + n d, and each compared difference is affine in
+  // the layer index, so it keeps its sign between two points where it has the same sign. The jump
+  // to layer j is verified by running j for real from x + (j - u - 1) d: a branch that changed
+  // anywhere in between is changed there too, and the verified step shows a different d (which
+  // also catches a d that was not yet the regime's). A failed verification bisects for the last
+  // layer that follows the regime. An 80-layer model then costs a few layers per phase, not 80.
 
   // The state after unit u (processed in direction dir); slots in least-recently-used order.
   void save_state(State& x, int u, int dir) const {
@@ -449,19 +457,31 @@ class Recurrence {
                                   : prev <= U - 3 && setup_.same_as_prev[static_cast<std::size_t>(prev)];
     if (!eligible || skip_attempts_ >= kMaxSkipAttempts) {
       history_ = 0;
+      armed_ = false;
       return u;
     }
-    State& x = hist_[history_ % 3];
-    save_state(x, u, dir);
-    ++history_;
-    if (history_ < 3) return u;
-    const State& x1 = hist_[(history_ - 2) % 3];
-    const State& x0 = hist_[(history_ - 3) % 3];
-    const std::size_t n_state = state_size_;
-    for (std::size_t i = 0; i < n_state; ++i) {
-      d_[i] = x[i] - x1[i];
-      if (!same_delta(d_[i], x1[i] - x0[i], x[i])) return u;
+    if (!armed_) {
+      // Watch the stream times (cheap): once two consecutive units moved them alike, take the
+      // whole state here and after the next unit, and try the jump with that change.
+      std::array<double, 6>& k = keys_[history_ % 3];
+      k = {gpu_, h2d_, d2h_, cpu_, fabric_free_, convert_};
+      ++history_;
+      if (history_ < 3) return u;
+      const std::array<double, 6>& k1 = keys_[(history_ - 2) % 3];
+      const std::array<double, 6>& k0 = keys_[(history_ - 3) % 3];
+      bool settled = true;
+      for (std::size_t i = 0; i < k.size(); ++i) settled &= same_delta(k[i] - k1[i], k1[i] - k0[i], k[i]);
+      if (!settled) return u;
+      save_state(hist_[0], u, dir);
+      armed_ = true;
+      return u;
     }
+    armed_ = false;
+    history_ = 0;
+    State& x = hist_[1];
+    save_state(x, u, dir);
+    const std::size_t n_state = state_size_;
+    for (std::size_t i = 0; i < n_state; ++i) d_[i] = x[i] - hist_[0][i];
     // The run of identical units ahead: u + dir .. last. (Backward never jumps onto unit 0, whose
     // update gates the next step; it is never identical to a decoder layer anyway.)
     const int last = dir > 0 ? setup_.run_end[static_cast<std::size_t>(u)]
@@ -470,8 +490,9 @@ class Recurrence {
     // Bisection for the last layer of the run that follows the regime: `good` layers past u are
     // verified (the state there is x + good d), the regime breaks at or before `bad`.
     int good = 0, bad = n + 1, try_n = n;
-    while (bad - good > 2 && skip_attempts_ < kMaxSkipAttempts) {
+    while (bad - good > kMinJump && skip_attempts_ < kMaxSkipAttempts) {
       ++skip_attempts_;
+      ++setup_.counters.verifications;
       const int j = u + dir * try_n;
       load_state(x, d_, try_n - 1, u, dir);
       if (dir > 0) {
@@ -480,17 +501,17 @@ class Recurrence {
         backward_unit(j);
       }
       save_state(y_, j, dir);
-      bool ok = true;
-      for (std::size_t i = 0; ok && i < n_state; ++i)
-        ok = same_delta(y_[i] - (x[i] + (try_n - 1) * d_[i]), d_[i], y_[i]);
-      if (ok) {
+      double worst = 0;  // how far past its tolerance the worst component is (no branch: vectorizes)
+      for (std::size_t i = 0; i < n_state; ++i)
+        worst = std::max(worst, delta_excess(y_[i] - (x[i] + (try_n - 1) * d_[i]), d_[i], y_[i]));
+      if (worst <= 0) {
         good = try_n;
       } else {
         bad = try_n;
       }
       try_n = (good + bad) / 2;
     }
-    if (good < 2) {
+    if (good < kMinJump) {
       load_state(x, d_, 0, u, dir);  // nothing worth the jump: back to unit u
       return u;
     }
@@ -501,10 +522,12 @@ class Recurrence {
     return u + dir * good;
   }
 
-  // Two per-layer changes of one state component are the same up to rounding of its magnitude.
-  static bool same_delta(double a, double b, double magnitude) {
-    return std::fabs(a - b) <= 1e-12 * (std::fabs(magnitude) + std::fabs(a) + std::fabs(b));
+  // Two per-layer changes of one state component are the same up to rounding of its magnitude:
+  // same_delta, or delta_excess <= 0.
+  static double delta_excess(double a, double b, double magnitude) {
+    return std::fabs(a - b) - 1e-12 * (std::fabs(magnitude) + std::fabs(a) + std::fabs(b));
   }
+  static bool same_delta(double a, double b, double magnitude) { return delta_excess(a, b, magnitude) <= 0; }
 
   void reset_counters() {
     h2d_bytes_ = d2h_bytes_ = fabric_s_ = h2d_copies_ = d2h_copies_ = 0;
@@ -548,7 +571,7 @@ class Recurrence {
     return bytes / rate + lat_ * copies * c_.link_latency_s;
   }
 
-  const UnitConst& konst(const UnitWork& w) const { return unit_const_[static_cast<std::size_t>(w.index)]; }
+  const UnitConst& konst(const UnitWork& w) const { return (*unit_const_)[static_cast<std::size_t>(w.index)]; }
 
   double delivery_time(const UnitWork& w) const {
     const UnitConst& k = konst(w);
@@ -716,7 +739,7 @@ class Recurrence {
 
   const StepWork& sw_;
   RecurrenceSetup& setup_;
-  const std::vector<UnitConst>& unit_const_;
+  const std::vector<UnitConst>* unit_const_;
   bool jump_ = false;
   const Capacities& c_;
   double lat_;
@@ -740,9 +763,14 @@ class Recurrence {
   PhaseDemand demand_;
   // Regime jumps: identical-unit runs, the last three states, one layer's change, a verified state.
   static constexpr int kMaxSkipAttempts = 24;
+  // A verification (save, load, one unit, compare) costs about what five units do: shorter jumps
+  // and finer bisection do not pay.
+  static constexpr int kMinJump = 6;
   std::size_t state_size_ = 0;
-  State hist_[3], d_, y_;
+  State hist_[2], d_, y_;  // the state after two consecutive units, one unit's change, a verified state
+  std::array<double, 6> keys_[3];  // stream times after the last three units
   int history_ = 0, skip_attempts_ = 0;
+  bool armed_ = false;  // hist_[0] holds the state after the previous unit
   PhaseDemand backward_demand_;
   double backward_start_ = 0;
   double h2d_bytes_ = 0, d2h_bytes_ = 0, fabric_s_ = 0, h2d_copies_ = 0, d2h_copies_ = 0;
@@ -828,14 +856,25 @@ std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult
 
 constexpr int kContentionIterations = 4;
 
-// Runs the recurrence with mean-field contention; `uncontended` receives the first run (no
-// contention: the critical path).
-RunResult run_with_contention(const StepWork& sw, RecurrenceSetup& setup, bool latencies, bool jump,
-                              RunResult* uncontended) {
+// The passes of one evaluation, all one recurrence continued from where the last ended: two steps
+// without contention (the first starts cold; the second is the critical path), then, for
+// kContention, one step without latencies from there (the synchronisation figure) and one step
+// per contention iteration (mean field: each re-derives the phases' sharing factors from the
+// previous step's utilizations, damped).
+struct Passes {
+  RunResult critical, no_latency, contended;
+};
+
+Passes run_passes(const StepWork& sw, RecurrenceSetup& setup, ModelFidelity fidelity, bool jump) {
+  Passes out;
   std::vector<PhaseContention> f;
-  Recurrence rec(sw, setup, latencies, f, jump);
-  RunResult r = rec.run();
-  if (uncontended) *uncontended = r;
+  Recurrence rec(sw, setup, true, f, jump);
+  out.critical = rec.run();
+  if (fidelity == ModelFidelity::kCriticalPath) return out;
+  Recurrence no_latency = rec;
+  no_latency.set_latencies(false);
+  out.no_latency = no_latency.step_with(f);
+  RunResult r = out.critical;
   for (int it = 0; it < kContentionIterations; ++it) {
     std::vector<PhaseContention> g = contention_from(sw, r);
     if (!f.empty()) {
@@ -850,7 +889,8 @@ RunResult run_with_contention(const StepWork& sw, RecurrenceSetup& setup, bool l
     f = g;
     r = rec.step_with(f);
   }
-  return r;
+  out.contended = r;
+  return out;
 }
 
 }  // namespace
@@ -858,10 +898,9 @@ RunResult run_with_contention(const StepWork& sw, RecurrenceSetup& setup, bool l
 Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity, bool jump_regime,
                               RecurrenceCounters* counters) {
   RecurrenceSetup setup(sw);
-  RunResult critical;
-  RunResult with = fidelity == ModelFidelity::kContention ? run_with_contention(sw, setup, true, jump_regime, &critical)
-                                                          : Recurrence(sw, setup, true, {}, jump_regime).run();
-  if (fidelity == ModelFidelity::kCriticalPath) critical = with;
+  const Passes passes = run_passes(sw, setup, fidelity, jump_regime);
+  const RunResult& critical = passes.critical;
+  const RunResult& with = fidelity == ModelFidelity::kContention ? passes.contended : passes.critical;
   const Capacities& c = sw.cap;
   Prediction p;
   p.method = "analytical";
@@ -891,7 +930,7 @@ Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity, bool j
   if (fidelity == ModelFidelity::kContention) {
     // Latency on the critical path: the uncontended pipeline with and without per-copy and
     // per-collective latencies. It is taken out of the stall (where latencies show up), never more.
-    double sync = critical.step_s - Recurrence(sw, setup, false, {}, jump_regime).run().step_s;
+    double sync = critical.step_s - passes.no_latency.step_s;
     sync = std::clamp(sync, 0.0, std::max(0.0, p.breakdown.stall_s));
     p.breakdown.sync_s = sync;
     p.breakdown.stall_s -= sync;

@@ -24,10 +24,11 @@ Prediction predict_analytical(const Workload& w, const Hardware& hw, const Plan&
 // about five times faster, so the planner prunes with it.
 enum class ModelFidelity { kCriticalPath, kContention };
 
-// What one evaluation did, for tests and benchmarks: units the recurrence ran, jumps taken over
-// runs of identical layers and the layers they covered.
+// What one evaluation did, for tests and benchmarks: units the recurrence ran (verifications
+// included), jumps taken over runs of identical layers, the layers they covered, and the units run
+// to verify a jump (failed ones included).
 struct RecurrenceCounters {
-  long unit_visits = 0, jumps = 0, layers_jumped = 0;
+  long unit_visits = 0, jumps = 0, layers_jumped = 0, verifications = 0;
 };
 
 // Step time and breakdown of prebuilt work (no memory estimate): the planner's inner loop.
