@@ -843,45 +843,72 @@ std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult
     const double Dh = N * sh * hm_copy, Dd = N * sd * hm_copy, Dc = sc * hm_cpu;
     PhaseContention& f = out[k];
     // Each stream's rate factor is the expectation, over whether each other stream is active (on
-    // with probability its utilization, independently), of the share the caps leave it: while a
+    // with probability its utilization, independently), of the share it gets in that state: while a
     // stream runs alone it gets its standalone rate, while others overlap it the duplex link and
-    // host memory are split. (Dividing by the utilization-weighted demand instead, the earlier
-    // mean field, charges a partial overlap as if it lasted the whole phase.)
-    struct Other {
-      double u, duplex, hm;  // utilization, duplex-link demand, host-memory demand
+    // host memory are shared by progressive filling, as the simulator shares them
+    // (fluid_engine.cc): every active stream rises by the same fraction of its standalone rate
+    // until a resource saturates; the streams on it stop there, the rest rise on. So two copies
+    // held to half rate by the duplex link use half their host-memory bandwidth, and the CPU gets
+    // the rest. (Dividing by the utilization-weighted demand instead, the earlier mean field,
+    // charges a partial overlap as if it lasted the whole phase; taking each stream's share as
+    // min(cap / total demand) over both resources charges the CPU for copy traffic the duplex
+    // link never lets through.)
+    struct Flow {
+      double u, duplex, hm;  // utilization, duplex-link demand (one rank), host-memory demand (all)
     };
-    auto expected = [](double self_duplex, double self_hm, double cap_duplex, double cap_hm, const Other* o, int n) {
+    const auto filled = [X, HM](const Flow* a, int n) {  // the fraction flow a[0] gets
+      double lambda = 0, rem_dx = X, rem_hm = HM;
+      bool frozen[4] = {false, false, false, false};
+      for (int round = 0; round < n; ++round) {
+        double load_dx = 0, load_hm = 0;
+        for (int i = 0; i < n; ++i)
+          if (!frozen[i]) load_dx += a[i].duplex, load_hm += a[i].hm;
+        double step = 1.0 - lambda;
+        if (load_dx > 0) step = std::min(step, rem_dx / load_dx);
+        if (load_hm > 0) step = std::min(step, rem_hm / load_hm);
+        step = std::max(0.0, step);
+        if (step >= 1.0 - lambda) return 1.0;  // nothing saturates before everyone runs alone
+        lambda += step;
+        rem_dx -= load_dx * step;
+        rem_hm -= load_hm * step;
+        const bool full_dx = load_dx > 0 && rem_dx <= 1e-12 * X, full_hm = load_hm > 0 && rem_hm <= 1e-12 * HM;
+        for (int i = 0; i < n; ++i)
+          if ((full_dx && a[i].duplex > 0) || (full_hm && a[i].hm > 0)) frozen[i] = true;
+        if (frozen[0]) return lambda;
+      }
+      return lambda;
+    };
+    const auto expected = [&filled](const Flow& self, const Flow* o, int n) {
       double e = 0;
       for (int mask = 0; mask < (1 << n); ++mask) {
-        double prob = 1, dx = self_duplex, dh = self_hm;
+        double prob = 1;
+        Flow active[4] = {self};
+        int m = 1;
         for (int j = 0; j < n; ++j) {
           const bool on = mask & (1 << j);
           prob *= on ? o[j].u : 1.0 - o[j].u;
-          if (on) dx += o[j].duplex, dh += o[j].hm;
+          if (on) active[m++] = o[j];
         }
-        if (prob == 0) continue;
-        double share = 1.0;
-        if (self_duplex > 0) share = std::min(share, cap_duplex / dx);
-        if (self_hm > 0) share = std::min(share, cap_hm / dh);
-        e += prob * share;
+        if (prob > 0) e += prob * filled(active, m);
       }
       return e;
     };
+    const Flow fh{uh, sh, Dh}, fd{ud, sd, Dd}, fc{uc, 0, Dc}, fv{uv, 0, Dv};
     {
-      const Other o[3] = {{ud, sd, Dd}, {uc, 0, Dc}, {uv, 0, Dv}};
-      f.h2d = sh / h * expected(sh, Dh, X, HM, o, 3);
+      const Flow o[3] = {fd, fc, fv};
+      f.h2d = sh / h * expected(fh, o, 3);
     }
     {
-      const Other o[3] = {{uh, sh, Dh}, {uc, 0, Dc}, {uv, 0, Dv}};
-      f.d2h = sd / d * expected(sd, Dd, X, HM, o, 3);
+      const Flow o[3] = {fh, fc, fv};
+      f.d2h = sd / d * expected(fd, o, 3);
     }
     {
-      const Other o[3] = {{uh, 0, Dh}, {ud, 0, Dd}, {uv, 0, Dv}};
-      f.cpu = sc / cpu_rate * (Dc > 0 ? expected(0, Dc, X, HM, o, 3) : 1.0);
+      const Flow o[3] = {fh, fd, fv};
+      f.cpu = sc / cpu_rate * (Dc > 0 ? expected(fc, o, 3) : 1.0);
     }
     if (Dv > 0) {
-      const Other o[3] = {{uh, 0, Dh}, {ud, 0, Dd}, {uc, 0, Dc}};
-      f.convert = sv / conv_rate * expected(0, Dv, X, HM, o, 3);
+      const Flow o[3] = {fh, fd, fc};
+      f.convert = sv / conv_rate * expected(fv, o, 3);
     }
     if (drains) {
       f.drain_after = p.gpu_end - p.start;
