@@ -88,13 +88,14 @@ TEST(ModelAgreement, AnalyticalMatchesSimulatorOnRandomPlans) {
   RecordProperty("plans", static_cast<int>(errors.size()));
   RecordProperty("within_5pct", within);
   // The recurrence approximates fair sharing with a mean-field contention estimate (docs/MODEL.md),
-  // so agreement is statistical: measured at 814ae09, median 0.71%, p90 2.87%, 492 of 500 within 5%,
-  // worst 7.6% (results/model/agreement.md). The bounds leave room for the random draw, not for a
-  // regression: median <= 1%, p90 <= 4%, at least 97% of plans within 5%, none beyond 10%.
+  // so agreement is statistical: measured at 5ab6cdf, median 0.73%, p90 2.56%, 499 of 500 within
+  // 5%, worst 5.06% (results/model/agreement.md; 492 of 500 and 7.6% at 814ae09). The bounds leave
+  // room for a harmless change of the draw, not for a regression: median <= 1%, p90 <= 3%, at
+  // least 99% of plans within 5%, none beyond 7%.
   EXPECT_LE(pct(0.5), 0.01);
-  EXPECT_LE(pct(0.9), 0.04);
-  EXPECT_GE(within, static_cast<int>(0.97 * static_cast<double>(errors.size())));
-  EXPECT_LE(errors.back(), 0.10) << "worst: " << worst_desc;
+  EXPECT_LE(pct(0.9), 0.03);
+  EXPECT_GE(within, static_cast<int>(0.99 * static_cast<double>(errors.size())));
+  EXPECT_LE(errors.back(), 0.07) << "worst: " << worst_desc;
 }
 
 }  // namespace
