@@ -28,6 +28,13 @@ void BM_Analytical(benchmark::State& state, const char* hw_name, int ranks, Mode
   for (auto _ : state) benchmark::DoNotOptimize(evaluate_step_work(sw, fidelity).step_time_s);
   state.SetItemsProcessed(state.iterations());
   state.counters["plans_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  // How much of the recurrence one evaluation runs: unit visits with the jumps over the periodic
+  // regime, and without them (every layer of every pass).
+  RecurrenceCounters jumped, full;
+  evaluate_step_work(sw, fidelity, true, &jumped);
+  evaluate_step_work(sw, fidelity, false, &full);
+  state.counters["unit_visits"] = static_cast<double>(jumped.unit_visits);
+  state.counters["visits_no_jumps"] = static_cast<double>(full.unit_visits);
 }
 
 // Building the per-unit work is part of evaluating a new plan in the planner.
