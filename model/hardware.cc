@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "common/embedded_file.h"
@@ -92,6 +93,11 @@ const UnitTimeProfile* Hardware::find_unit_time(const std::string& model, UnitKi
   return nullptr;
 }
 
+double SyncSpec::factor(int ranks) const {
+  const double x = ranks > 1 ? std::sqrt(2.0 * std::log(static_cast<double>(ranks))) : 0.0;
+  return 1.0 + base + straggler * x;
+}
+
 void Hardware::validate(const std::string& origin) const {
   auto need = [&](bool ok, const std::string& key, const std::string& what) {
     if (!ok) throw InputError(origin + ": " + key, what);
@@ -175,6 +181,11 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
   } else {
     r.skip("unit_times");
   }
+  if (auto y = r.optional_map("sync")) {
+    hw.sync.base = y->number_or("base", 0.0, 0.0, 1.0, "fraction of the step");
+    hw.sync.straggler = y->number_or("straggler", 0.0, 0.0, 1.0, "fraction of the step per sqrt(2 ln N)");
+    y->done();
+  }
   if (auto s = r.optional_map("sources")) {
     for (const std::string& k : s->keys()) hw.sources[k] = s->text(k);
     s->done();
@@ -247,6 +258,12 @@ std::string hardware_to_yaml(const Hardware& hw) {
       e << YAML::EndMap;
     }
     e << YAML::EndSeq;
+  }
+  if (hw.sync.base != 0 || hw.sync.straggler != 0) {
+    e << YAML::Key << "sync" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "base" << YAML::Value << hw.sync.base;
+    e << YAML::Key << "straggler" << YAML::Value << hw.sync.straggler;
+    e << YAML::EndMap;
   }
   if (!hw.sources.empty()) {
     e << YAML::Key << "sources" << YAML::Value << YAML::BeginMap;

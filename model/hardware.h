@@ -87,6 +87,18 @@ struct UnitTimeProfile {
   TimeFit recompute;
 };
 
+// What a synchronous step pays beyond the pipeline the model schedules: the hand-off latency
+// between the ranks' threads and the straggler effect (every collective waits for the slowest of N
+// ranks, and the expected maximum of N Gaussian jitters grows as sqrt(2 ln N)). A step of N ranks
+// takes (1 + base + straggler * sqrt(2 ln N)) times its pipeline time; the difference is reported
+// as synchronisation. Presets and fresh profiles leave both 0 (not measured); `slidedp-sweep
+// fidelity` fits them against measured runs and writes them into its calibrated profile.
+struct SyncSpec {
+  double base = 0;       // fraction of the step, any rank count
+  double straggler = 0;  // fraction of the step per unit of sqrt(2 ln N)
+  double factor(int ranks) const;
+};
+
 struct Hardware {
   std::string name;
   std::string description;
@@ -96,6 +108,7 @@ struct Hardware {
   HostSpec host;
   CpuSpec cpu;
   std::vector<UnitTimeProfile> unit_times;
+  SyncSpec sync;
   std::map<std::string, std::string> sources;  // key path -> where the value came from
 
   const UnitTimeProfile* find_unit_time(const std::string& model, UnitKind unit) const;

@@ -18,7 +18,7 @@ struct Breakdown {
   double exposed_tail_s = 0;   // after the last backward: reduction + update of the last chunks
   double exposed_head_s = 0;   // before the first forward: delivery of the first unit's chunks
   double post_update_s = 0;    // baselines that update after backward: the serial update phase
-  double sync_s = 0;           // per-chunk and per-collective latencies on the critical path
+  double sync_s = 0;           // latencies on the critical path and the hardware's synchronisation term
   double total() const {
     return compute_s + stall_s + exposed_tail_s + exposed_head_s + post_update_s + sync_s;
   }
@@ -59,5 +59,10 @@ struct Prediction {
   double exposed_s = 0;                  // step time not covered by GPU compute
   MemoryEstimate memory;
 };
+
+// Stretches a predicted step by the hardware's synchronisation factor (Hardware::sync at the plan's
+// rank count, >= 1), the difference counted as synchronisation; the critical path stretches with it
+// (it is a pipeline time too), the resource bound does not (it is work over capacity).
+void add_sync_term(Prediction& p, double factor);
 
 }  // namespace slidedp

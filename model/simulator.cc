@@ -580,6 +580,7 @@ Simulation simulate_step_work(const StepWork& sw, const SimulatorOptions& option
     p.breakdown = without.breakdown;
     p.breakdown.sync_s = with.step_s - without.step_s;
   }
+  add_sync_term(p, sw.cap.sync_factor);
   for (const auto& [name, busy] : p.busy_s) p.lower_bound_s = std::max(p.lower_bound_s, busy);
   for (const auto& [name, busy] : p.busy_s) {
     double u = busy / p.step_time_s;

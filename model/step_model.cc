@@ -1008,6 +1008,7 @@ Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity, bool j
     p.breakdown.stall_s += floor - p.step_time_s;
     p.step_time_s = floor;
   }
+  add_sync_term(p, c.sync_factor);
   for (const auto& [name, busy] : p.busy_s) {
     double u = busy / p.step_time_s;
     if (u > p.bottleneck_utilization) {

@@ -221,6 +221,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   c.emulated = hw.gpu.emulated_on_host;
   c.host_threads_per_device = hw.gpu.host_threads_per_device;
   c.gpu_hbm_Bps = hw.gpu.hbm_gbps * 1e9;
+  c.sync_factor = hw.sync.factor(N);
 
   sw.ranks = N;
   sw.accum_steps = p.accum_steps;

@@ -43,6 +43,7 @@ struct Capacities {
   bool emulated = false;       // CPU backend: device compute and copies run on host cores
   double host_threads_per_device = 1;
   double gpu_hbm_Bps = 0;
+  double sync_factor = 1;      // Hardware::sync at this rank count: the step's stretch (>= 1)
 };
 
 // How a system runs the pipeline (derived from System; SlideDP's values come from the plan).

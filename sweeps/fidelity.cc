@@ -132,6 +132,29 @@ Predicted predict(const Workload& w, const Hardware& hw, const Plan& plan) {
   return p;
 }
 
+}  // namespace
+
+std::pair<double, double> fit_sync_term(const std::vector<double>& x, const std::vector<double>& y) {
+  const double n = static_cast<double>(x.size());
+  if (x.empty()) return {0.0, 0.0};
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) sx += x[i], sy += y[i], sxx += x[i] * x[i], sxy += x[i] * y[i];
+  const double det = n * sxx - sx * sx;
+  double a = sy / n, b = 0;  // the base alone (one rank count, or the straggler pinned at 0)
+  if (std::fabs(det) > 1e-12 * std::max(1.0, n * sxx)) {
+    b = (n * sxy - sx * sy) / det;
+    a = (sy - b * sx) / n;
+    if (b < 0) {
+      b = 0, a = sy / n;
+    } else if (a < 0) {
+      a = 0, b = sxx > 0 ? std::max(0.0, sxy / sxx) : 0.0;  // the straggler alone, through the origin
+    }
+  }
+  return {std::max(0.0, a), b};
+}
+
+namespace {
+
 double mean(const std::vector<double>& v) {
   double s = 0;
   for (double x : v) s += x;
@@ -257,6 +280,7 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
 
   // ---- calibrate on the fit half: one time scale per resource, measured / predicted busy ----
   Hardware cal = cfg.hardware;
+  cal.sync = {};  // fitted below, on top of the scaled pipeline
   for (const auto& [res, cat] : fidelity_resources()) {
     double m = 0, pr = 0;
     for (const auto& row : rep.rows)
@@ -267,34 +291,49 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
     scale_resource(cal, res, s);
   }
 
-  // ---- predict again with the calibrated profile ----
-  std::vector<Predicted> calibrated;
-  for (size_t i = 0; i < plans.size(); ++i) calibrated.push_back(predict(w, cal, plans[i].plan));
+  // ---- predict again with the scaled profile ----
+  std::vector<Predicted> scaled;
+  for (size_t i = 0; i < plans.size(); ++i) scaled.push_back(predict(w, cal, plans[i].plan));
 
-  // ---- the synchronisation term, least squares on the fit half: measured / calibrated - 1 = a + b x,
-  // x = sqrt(2 ln N). With one rank count in the fit half only the base a can be fitted. ----
+  // ---- the synchronisation term, least squares on the fit half: measured / scaled - 1 = a + b x,
+  // x = sqrt(2 ln N), with a, b >= 0 (synchronisation only costs time): when the unconstrained fit
+  // makes one negative, it is 0 and the other is fitted alone. With one rank count in the fit half
+  // only the base a can be fitted. ----
   {
-    double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
-    std::vector<double> resources_only;
+    std::vector<double> xs, ys, resources_only;
     for (size_t i = 0; i < plans.size(); ++i) {
       const FidelityRow& row = rep.rows[i];
       if (!row.fit) {
-        resources_only.push_back(std::fabs(calibrated[i].step - row.measured_step_s) / row.measured_step_s);
+        resources_only.push_back(std::fabs(scaled[i].step - row.measured_step_s) / row.measured_step_s);
         continue;
       }
-      const double x = std::sqrt(2.0 * std::log(static_cast<double>(row.ranks)));
-      const double y = row.measured_step_s / calibrated[i].step - 1.0;
-      n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+      xs.push_back(std::sqrt(2.0 * std::log(static_cast<double>(row.ranks))));
+      ys.push_back(row.measured_step_s / scaled[i].step - 1.0);
     }
     rep.heldout_mape_resources_only = mean(resources_only);
-    const double det = n * sxx - sx * sx;
-    if (n > 0 && std::fabs(det) > 1e-12 * std::max(1.0, n * sxx)) {
-      rep.sync_straggler = (n * sxy - sx * sy) / det;
-      rep.sync_base = (sy - rep.sync_straggler * sx) / n;
-    } else if (n > 0) {
-      rep.sync_base = sy / n;
-    }
+    const auto [a, b] = fit_sync_term(xs, ys);
+    rep.sync_base = a;
+    rep.sync_straggler = b;
   }
+  cal.sync = {rep.sync_base, rep.sync_straggler};
+  cal.name = cfg.hardware.name + "-calibrated";
+  cal.description = fmt::format("{} calibrated against measured executor runs by slidedp-sweep fidelity",
+                                cfg.hardware.name);
+  cal.sources["calibration"] = fmt::format(
+      "slidedp-sweep fidelity on {} plans of {} (seq {}): resource time scales {}; synchronisation term "
+      "base {:.4f}, straggler {:.4f}",
+      rep.rows.size(), cfg.card.name, cfg.seq_len,
+      [&] {
+        std::string t;
+        for (const auto& [res, sc] : rep.scales) t += fmt::format("{}{} x{:.3f}", t.empty() ? "" : ", ", res, sc);
+        return t;
+      }(),
+      rep.sync_base, rep.sync_straggler);
+  rep.calibrated_hardware = cal;
+
+  // ---- the calibrated profile's own predictions (the model applies its synchronisation term) ----
+  std::vector<Predicted> calibrated;
+  for (size_t i = 0; i < plans.size(); ++i) calibrated.push_back(predict(w, cal, plans[i].plan));
 
   // ---- report on the held-out half ----
   std::vector<double> held, fitted, raw, exp_err;
@@ -302,9 +341,8 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
   for (size_t i = 0; i < plans.size(); ++i) {
     FidelityRow& row = rep.rows[i];
     const Predicted& p = calibrated[i];
-    const double sync = p.step * (rep.sync_base + rep.sync_straggler * std::sqrt(2.0 * std::log(static_cast<double>(row.ranks))));
-    row.calibrated_step_s = p.step + sync;
-    row.calibrated_exposed_s = std::max(0.0, p.exposed + sync);
+    row.calibrated_step_s = p.step;
+    row.calibrated_exposed_s = p.exposed;
     row.calibrated_busy_s = p.busy;
     row.calibrated_bottleneck = p.bottleneck;
     row.analytical_step_s = p.analytical;
@@ -377,6 +415,7 @@ void write_fidelity_outputs(const FidelityReport& rep, const std::string& dir, c
   }
   plot.series = {held, fit};
   write_file_atomic((fs::path(dir) / "fidelity.svg").string(), svg_scatter(plot));
+  write_file_atomic((fs::path(dir) / "calibrated_profile.yaml").string(), hardware_to_yaml(rep.calibrated_hardware));
 
   // Summary.
   Table t({"plan", "half", "measured", "run spread", "predicted", "error", "exposed meas.", "exposed pred.", "busiest meas.",
@@ -420,10 +459,14 @@ void write_fidelity_outputs(const FidelityReport& rep, const std::string& dir, c
       "(1 + {:.3f} + {:.3f} * sqrt(2 ln N)) times its calibrated simulation, the difference counted as exposed time. "
       "The first number is the hand-off latency between the emulated devices' threads that the simulator does not "
       "model; the second is the straggler effect: a synchronous step waits for the slowest of N ranks at every "
-      "collective, and the expected maximum of N Gaussian jitters grows as sqrt(2 ln N).\n\n",
+      "collective, and the expected maximum of N Gaussian jitters grows as sqrt(2 ln N). Both are fitted >= 0.\n\n",
       rep.sync_base, rep.sync_straggler);
+  md += "`calibrated_profile.yaml` is the profile with both applied (the resource scales to its rates, the term as "
+        "`sync:`, which the model applies itself): `slidedp-predict --hardware` and `slidedp-plan --hardware` with it "
+        "predict the calibrated figures above.\n\n";
   md += "Worst held-out plan: " + rep.worst_plan + ": " + rep.worst_reason + ".\n\n";
-  md += "Files: `fidelity.csv` (every plan, every resource), `fidelity.svg` (predicted vs measured, y = x and +/-10%).\n\n";
+  md += "Files: `fidelity.csv` (every plan, every resource), `fidelity.svg` (predicted vs measured, y = x and +/-10%), "
+        "`calibrated_profile.yaml`.\n\n";
   md += "```\n" + t.render() + "```\n";
   write_file_atomic((fs::path(dir) / "README.md").string(), md);
 }

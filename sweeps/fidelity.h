@@ -7,6 +7,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model/hardware.h"
@@ -65,8 +66,12 @@ struct FidelityReport {
   // (1 + sync_base + sync_straggler * sqrt(2 ln N)) times its calibrated simulation. sync_base is the
   // hand-off latency between threads that the simulator does not model; the second term is the
   // expected maximum of N ranks' jitter (Gaussian: sigma * sqrt(2 ln N)), since a synchronous step
-  // waits for the slowest rank at every collective. Both are added as exposed time.
+  // waits for the slowest rank at every collective. Both are added as exposed time (the model applies
+  // them from the profile: Hardware::sync). Fitted with a, b >= 0.
   double sync_base = 0, sync_straggler = 0;
+  // The profile with the scales and the synchronisation term applied (Hardware::sync): what
+  // slidedp-predict and slidedp-plan should use on this machine; written as calibrated_profile.yaml.
+  Hardware calibrated_hardware;
   double heldout_mape_resources_only = 0;  // held-out MAPE with the resource scales alone
   double heldout_mape = 0, heldout_worst = 0, fit_mape = 0, raw_mape = 0;
   double heldout_exposed_mae_s = 0;
@@ -78,12 +83,17 @@ struct FidelityReport {
   int64_t seq_len = 0;
 };
 
+// The synchronisation term's fit: least squares of y = a + b x with a, b >= 0 (when the free fit
+// makes one negative, it is 0 and the other is fitted alone; one distinct x fits a alone).
+std::pair<double, double> fit_sync_term(const std::vector<double>& x, const std::vector<double>& y);
+
 std::vector<FidelityPlan> default_fidelity_plans();
 // The plans of at most `max_ranks` ranks (a GPU machine runs one rank per GPU).
 std::vector<FidelityPlan> plans_within_ranks(std::vector<FidelityPlan> plans, int max_ranks);
 FidelityReport run_fidelity(const FidelityConfig& config);
 
-// Writes fidelity.csv, fidelity.svg (predicted vs measured, y = x and +/-10%) and README.md into dir.
+// Writes fidelity.csv, fidelity.svg (predicted vs measured, y = x and +/-10%), calibrated_profile.yaml
+// and README.md into dir.
 void write_fidelity_outputs(const FidelityReport& report, const std::string& dir, const std::string& command);
 
 }  // namespace slidedp

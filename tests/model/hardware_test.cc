@@ -49,6 +49,31 @@ TEST(Hardware, OutOfRangeValueNamesTheUnit) {
   }
 }
 
+TEST(Hardware, SyncTermRoundTripsAndGrowsAsSqrtTwoLogRanks) {
+  Hardware a = hardware_preset("h100-sxm-x4");
+  EXPECT_EQ(a.sync.factor(8), 1.0);  // presets do not claim a measured term
+  EXPECT_EQ(hardware_to_yaml(a).find("sync:"), std::string::npos);
+  a.sync = {0.06, 0.075};
+  const std::string y = hardware_to_yaml(a);
+  const Hardware b = hardware_from_yaml(y, "calibrated.yaml");
+  EXPECT_EQ(b.sync.base, 0.06);
+  EXPECT_EQ(b.sync.straggler, 0.075);
+  EXPECT_EQ(hardware_to_yaml(b), y);
+  // 1 + base + straggler sqrt(2 ln N), by hand: sqrt(2 ln 4) = 1.66511.
+  EXPECT_DOUBLE_EQ(b.sync.factor(1), 1.06);
+  EXPECT_NEAR(b.sync.factor(4), 1.06 + 0.075 * 1.6651092223153954, 1e-15);
+  // A negative term is not synchronisation: the schema refuses it, naming the key and the unit.
+  std::string bad = y;
+  bad.replace(bad.find("base: 0.06"), 10, "base: -0.1");
+  try {
+    hardware_from_yaml(bad, "calibrated.yaml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("calibrated.yaml: sync.base"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("fraction of the step"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Hardware, RateTableInterpolatesLinearlyAndIsFlatBeyondTheEnd) {
   std::vector<RatePoint> t = {{1, 1.0}, {4, 4.0}, {8, 6.0}};
   EXPECT_DOUBLE_EQ(CpuSpec::interpolate(t, 1), 1.0);

@@ -83,6 +83,32 @@ TEST(StepModel, ComputeBoundStepIsComputePlusBoundaryChain) {
   EXPECT_NEAR(s.prediction.breakdown.exposed_tail_s, d2h0 + cpu0, 1e-9);
 }
 
+// The hardware's synchronisation term (Hardware::sync) stretches the step of both views by
+// 1 + base + straggler sqrt(2 ln N), counted as synchronisation; everything else is unchanged.
+TEST(StepModel, SyncTermStretchesTheStepByItsFactorInBothViews) {
+  const Workload w = make_workload(tiny_card(), 128);
+  Hardware hw = synthetic_hw(1.0, 0.001, 0.002, 1e6);
+  Plan p = one_rank_plan(4);
+  p.ranks = 4;
+  const Prediction a0 = predict_analytical(w, hw, p);
+  const Prediction s0 = simulate(w, hw, p, System::kSlideDP).prediction;
+  hw.sync = {0.05, 0.1};
+  const double factor = 1.05 + 0.1 * std::sqrt(2.0 * std::log(4.0));
+  const Prediction a = predict_analytical(w, hw, p);
+  const Prediction s = simulate(w, hw, p, System::kSlideDP).prediction;
+  for (const auto& [with, without] : {std::pair{a, a0}, std::pair{s, s0}}) {
+    SCOPED_TRACE(with.method);
+    EXPECT_NEAR(with.step_time_s, factor * without.step_time_s, 1e-12 * with.step_time_s);
+    EXPECT_NEAR(with.breakdown.sync_s - without.breakdown.sync_s, (factor - 1) * without.step_time_s,
+                1e-12 * with.step_time_s);
+    EXPECT_NEAR(with.breakdown.total(), with.step_time_s, 1e-12 * with.step_time_s);
+    EXPECT_EQ(with.breakdown.compute_s, without.breakdown.compute_s);
+    EXPECT_EQ(with.lower_bound_s, without.lower_bound_s);  // work over capacity: no synchronisation
+    EXPECT_NEAR(with.tokens_per_s, without.tokens_per_s / factor, 1e-9 * with.tokens_per_s);
+  }
+  EXPECT_NEAR(a.critical_path_s, factor * a0.critical_path_s, 1e-12 * a.critical_path_s);
+}
+
 TEST(StepModel, LinkSaturatedStepIsTotalBytesOverBandwidth) {
   // Compute is free and the H2D link is the only slow resource: the step is every delivered byte
   // over the link. Depth 2: forward delivers all 4 units; backward reuses L1 (still resident with the

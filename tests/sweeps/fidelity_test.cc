@@ -8,8 +8,10 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "model/hardware.h"
+#include "model/simulator.h"
 #include "sweeps/fidelity.h"
 
 namespace slidedp {
@@ -52,11 +54,26 @@ TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
   }
   EXPECT_EQ(rep.rounds, 2);
   // One plan fits the calibration, so the synchronisation term has one point: its base absorbs the
-  // fit plan's whole residual (the straggler slope cannot be fitted) and that plan is then exact.
+  // fit plan's whole residual (the straggler slope cannot be fitted) and that plan is then exact,
+  // unless the residual is negative (the scaled simulation already too slow), when the base is 0.
   EXPECT_EQ(rep.sync_straggler, 0.0);
   for (const auto& r : rep.rows) {
     if (!r.fit) continue;
-    EXPECT_NEAR(r.calibrated_step_s / r.measured_step_s, 1.0, 1e-9) << r.name;
+    if (rep.sync_base > 0)
+      EXPECT_NEAR(r.calibrated_step_s / r.measured_step_s, 1.0, 1e-9) << r.name;
+    else
+      EXPECT_GE(r.calibrated_step_s, r.measured_step_s) << r.name;
+  }
+  // The calibrated profile carries the term and reproduces every calibrated figure by itself.
+  EXPECT_EQ(rep.calibrated_hardware.sync.base, rep.sync_base);
+  EXPECT_EQ(rep.calibrated_hardware.sync.straggler, rep.sync_straggler);
+  for (std::size_t i = 0; i < rep.rows.size(); ++i) {
+    const Workload w = make_workload(cfg.card, cfg.seq_len);
+    SimulatorOptions opt;
+    opt.record_timeline = false;
+    opt.measure_sync = false;
+    const double step = simulate(w, rep.calibrated_hardware, cfg.plans[i].plan, System::kSlideDP, opt).prediction.step_time_s;
+    EXPECT_NEAR(step, rep.rows[i].calibrated_step_s, 1e-12 * step) << rep.rows[i].name;
   }
   EXPECT_EQ(fit, 1);  // half (rounded down) fits the calibration
   for (const auto& [res, s] : rep.scales) EXPECT_GT(s, 0) << res;
@@ -77,6 +94,10 @@ TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
     ++rows;
   }
   EXPECT_EQ(rows, 3);
+  // The calibrated profile is written and loads.
+  const Hardware cal = load_hardware((dir / "calibrated_profile.yaml").string());
+  EXPECT_NEAR(cal.sync.base, rep.sync_base, 1e-14);  // YAML keeps 15 digits
+  EXPECT_EQ(cal.name, rep.calibrated_hardware.name);
   std::stringstream svg;
   svg << std::ifstream(dir / "fidelity.svg").rdbuf();
   EXPECT_EQ(svg.str().rfind("<svg", 0), 0u);
@@ -86,6 +107,32 @@ TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
   EXPECT_EQ(circles, 3);
   EXPECT_TRUE(fs::exists(dir / "README.md"));
   fs::remove_all(dir);
+}
+
+TEST(Fidelity, SyncTermFitIsLeastSquaresWithNonNegativeTerms) {
+  // Exact data y = 0.06 + 0.075 x comes back exactly.
+  const std::vector<double> x = {0.0, 1.1774, 1.6651, 0.0, 1.6651};
+  std::vector<double> y;
+  for (double v : x) y.push_back(0.06 + 0.075 * v);
+  auto [a, b] = fit_sync_term(x, y);
+  EXPECT_NEAR(a, 0.06, 1e-12);
+  EXPECT_NEAR(b, 0.075, 1e-12);
+  // A falling trend: the straggler is pinned at 0 and the base is the mean.
+  std::tie(a, b) = fit_sync_term({0.0, 1.0, 2.0}, {0.3, 0.2, 0.1});
+  EXPECT_EQ(b, 0.0);
+  EXPECT_NEAR(a, 0.2, 1e-12);
+  // A negative intercept: the base is pinned at 0 and the slope fitted through the origin,
+  // sum(xy) / sum(x^2) = (0.1 + 0.6) / (1 + 4) = 0.14.
+  std::tie(a, b) = fit_sync_term({0.0, 1.0, 2.0}, {-0.1, 0.1, 0.3});
+  EXPECT_EQ(a, 0.0);
+  EXPECT_NEAR(b, 0.14, 1e-12);
+  // One distinct x: the base alone; all negative: nothing.
+  std::tie(a, b) = fit_sync_term({0.0, 0.0}, {0.1, 0.3});
+  EXPECT_NEAR(a, 0.2, 1e-12);
+  EXPECT_EQ(b, 0.0);
+  std::tie(a, b) = fit_sync_term({0.0}, {-0.2});
+  EXPECT_EQ(a, 0.0);
+  EXPECT_EQ(b, 0.0);
 }
 
 TEST(Fidelity, PlansWithinRanksKeepsOnlyPlansAGpuMachineCanRun) {
