@@ -43,8 +43,10 @@ struct GpuMeasurements {
   int count = 0;
 };
 
-// Throws RuntimeError naming the failing CUDA / NCCL / cuBLAS call. Only called when probe_gpus()
-// found a device.
-GpuMeasurements measure_gpus(const GpuMeasureOptions& options, StageContext& ctx);
+// The GPU stage for the run's rounds (stats.h run_rounds): allocates and probes now (throws
+// RuntimeError naming the failing CUDA / NCCL / cuBLAS call), measures in the cases; finish() turns
+// the samples into the curves, fits and rates and records them. Only called when probe_gpus() found
+// a device.
+PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& options, StageContext& ctx);
 
 }  // namespace slidedp::profiler

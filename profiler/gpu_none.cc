@@ -10,8 +10,8 @@ GpuInventory probe_gpus() {
   return g;
 }
 
-GpuMeasurements measure_gpus(const GpuMeasureOptions&, StageContext&) {
-  SLIDEDP_CHECK(false, "measure_gpus called in a build without CUDA; probe_gpus() reported no device");
+PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions&, StageContext&) {
+  SLIDEDP_CHECK(false, "prepare_gpus called in a build without CUDA; probe_gpus() reported no device");
   return {};
 }
 

@@ -346,8 +346,7 @@ ProfileResult run_profile(const ProfileOptions& options) {
   // Every stage first builds its cases (allocations, first touch, untimed input chains); then the
   // run's rounds (stats.h run_rounds): round r of every stage's cases, shuffled together, before round
   // r + 1 of any, so each case's repetitions span the whole run; then each stage computes its results
-  // from its samples, in stage order. The GPU stage (CUDA builds) runs on its own first: its
-  // measurements repeat back to back (profiler/cuda).
+  // from its samples, in stage order. The GPU stage (CUDA builds) takes part like the others.
   Progress progress("slidedp-profile", r.expected_s, "s", options.progress);
   double before = 0;
   std::size_t si = 0;
@@ -363,18 +362,11 @@ ProfileResult run_profile(const ProfileOptions& options) {
   auto finish_host = prepare([&] { return prepare_host_memory(plan.host, base); });
   auto finish_update = prepare([&] { return prepare_cpu_update(plan.update, base); });
   std::function<BackendLinkResult(const CaseSamples&)> finish_links;
+  std::function<GpuMeasurements(const CaseSamples&)> finish_gpus;
   if (r.backend == "cpu") {
     finish_links = prepare([&] { return prepare_backend_links(*backend, plan.links, base); });
   } else {
-    const PlannedStage st = r.stages[si++];
-    StageContext c = base;
-    c.progress = [&, st](double f, const std::string& note) {
-      progress.update(f * st.estimate_s, st.name + (note.empty() ? "" : ": " + note));
-    };
-    r.gpu = measure_gpus(plan.gpu, c);
-    r.links.links = r.gpu.links;
-    r.links.collectives = r.gpu.collectives;
-    before += st.estimate_s;
+    finish_gpus = prepare([&] { return prepare_gpus(plan.gpu, base); });
   }
   std::vector<std::function<UnitComputeResult(const CaseSamples&)>> finish_units;
   if (backend)
@@ -391,6 +383,11 @@ ProfileResult run_profile(const ProfileOptions& options) {
     r.host_memory = finish_host(samples[k++]);
     r.cpu_update = finish_update(samples[k++]);
     if (finish_links) r.links = finish_links(samples[k++]);
+    if (finish_gpus) {
+      r.gpu = finish_gpus(samples[k++]);
+      r.links.links = r.gpu.links;
+      r.links.collectives = r.gpu.collectives;
+    }
     for (auto& finish : finish_units) r.units.push_back(finish(samples[k++]));
   }
   // The stages' buffers go before the backends they were allocated on.
@@ -398,6 +395,7 @@ ProfileResult run_profile(const ProfileOptions& options) {
   finish_host = nullptr;
   finish_update = nullptr;
   finish_links = nullptr;
+  finish_gpus = nullptr;
   finish_units.clear();
   backend = nullptr;
   backends.clear();

@@ -2,7 +2,8 @@
 // SLIDEDP_ENABLE_CUDA only). Host API calls only, no device code, so the file is plain C++ that links
 // the CUDA libraries. Copies and collectives are timed with CUDA events around K back-to-back
 // operations per stream, all participants queued before the first synchronization, so "all" and
-// "bidir" cases overlap on the hardware. Every CUDA / NCCL / cuBLAS call goes through the project's one
+// "bidir" cases overlap on the hardware. Every measurement is a case of the run's rounds (stats.h
+// run_rounds), so its repetitions span the whole run like the host stages'. Every CUDA / NCCL / cuBLAS call goes through the project's one
 // check (SLIDEDP_CUDA_CHECK: RuntimeError with the call, the library's error and the location).
 #include <cublas_v2.h>
 #include <cuda_bf16.h>
@@ -120,16 +121,37 @@ GpuInventory probe_gpus() {
   return g;
 }
 
-GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
-  GpuMeasurements res;
-  SLIDEDP_CUDA_CHECK(cudaGetDeviceCount(&res.count));
-  const int n = res.count;
-  SLIDEDP_CHECK(n >= 1, "measure_gpus without a device");
+PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
+  // Everything the cases touch, held by them for the run's rounds (stats.h run_rounds) and freed
+  // when the last case goes: buffers, streams, the cuBLAS handle and the NCCL communicators.
+  struct State {
+    int n = 0;
+    std::vector<PerGpu> G;
+    std::vector<std::byte> pageable;
+    std::unique_ptr<DeviceMem> hbm_a, hbm_b, gemm_a, gemm_b, gemm_c;
+    std::unique_ptr<StreamPair> hbm_stream, gemm_stream;
+    cublasHandle_t cublas = nullptr;
+    std::vector<ncclComm_t> comms;
+    std::vector<std::unique_ptr<DeviceMem>> send, recv;
+    std::vector<std::unique_ptr<StreamPair>> coll_streams;
+    ~State() {
+      for (ncclComm_t c : comms) ncclCommDestroy(c);
+      if (cublas) cublasDestroy(cublas);
+    }
+  };
+  struct Part {
+    int gpu;
+    char kind;  // 'h' h2d, 'd' d2h
+  };
+  auto st = std::make_shared<State>();
+  SLIDEDP_CUDA_CHECK(cudaGetDeviceCount(&st->n));
+  const int n = st->n;
+  SLIDEDP_CHECK(n >= 1, "prepare_gpus without a device");
   int64_t max_size = 0;
   for (int64_t s : o.sizes) max_size = std::max(max_size, s);
-  std::vector<PerGpu> G(static_cast<std::size_t>(n));
+  st->G.resize(static_cast<std::size_t>(n));
   for (int g = 0; g < n; ++g) {
-    PerGpu& p = G[static_cast<std::size_t>(g)];
+    PerGpu& p = st->G[static_cast<std::size_t>(g)];
     p.dev_in = std::make_unique<DeviceMem>(g, max_size);
     p.dev_out = std::make_unique<DeviceMem>(g, max_size);
     p.host_out = std::make_unique<PinnedMem>(max_size);
@@ -137,93 +159,66 @@ GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
     p.h2d = std::make_unique<StreamPair>(g);
     p.d2h = std::make_unique<StreamPair>(g);
   }
-  const double cases = static_cast<double>(o.sizes.size() * (n + 3) + o.collective_sizes.size() * 2 + 3);
-  double done = 0;
+  const int64_t pageable_bytes = std::min(o.pageable_bytes, max_size);
+  st->pageable.assign(static_cast<std::size_t>(pageable_bytes), std::byte{1});
+  st->hbm_a = std::make_unique<DeviceMem>(0, o.hbm_bytes);
+  st->hbm_b = std::make_unique<DeviceMem>(0, o.hbm_bytes);
+  st->hbm_stream = std::make_unique<StreamPair>(0);
+  const int64_t N = o.gemm_n;
+  st->gemm_a = std::make_unique<DeviceMem>(0, N * N * 2);
+  st->gemm_b = std::make_unique<DeviceMem>(0, N * N * 2);
+  st->gemm_c = std::make_unique<DeviceMem>(0, N * N * 2);
+  st->gemm_stream = std::make_unique<StreamPair>(0);
+  SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
+  SLIDEDP_CUDA_CHECK(cublasCreate(&st->cublas));
+  SLIDEDP_CUDA_CHECK(cublasSetStream(st->cublas, st->gemm_stream->s));
 
-  // ---- host links: participants (gpu, 'h' | 'd'), K copies each between two events ----
-  struct Part {
-    int gpu;
-    char kind;
-  };
-  auto run_copies = [&](const std::vector<Part>& parts, int64_t bytes, int K) {
-    for (const Part& p : parts) {
-      PerGpu& g = G[static_cast<std::size_t>(p.gpu)];
-      StreamPair& sp = p.kind == 'h' ? *g.h2d : *g.d2h;
-      SLIDEDP_CUDA_CHECK(cudaSetDevice(p.gpu));
-      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
-      for (int k = 0; k < K; ++k) {
-        if (p.kind == 'h')
-          SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.dev_in->p, g.host_out->p, static_cast<std::size_t>(bytes),
-                                             cudaMemcpyHostToDevice, sp.s));
-        else
-          SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.host_in->p, g.dev_out->p, static_cast<std::size_t>(bytes),
-                                             cudaMemcpyDeviceToHost, sp.s));
+  // The fabric, probed once (untimed): NVLink when every pair has peer access with native atomics.
+  std::string fabric_kind = n > 1 ? "nvlink" : "none";
+  for (int a = 0; a < n; ++a)
+    for (int b = 0; b < n; ++b) {
+      if (a == b) continue;
+      int can = 0, atomics = 0;
+      SLIDEDP_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
+      if (!can) {
+        fabric_kind = "via_host";
+        continue;
       }
-      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
+      // Native atomics between peers are an NVLink property (PCIe peer access lacks them); a
+      // heuristic without NVML, stated in the profile's sources.
+      SLIDEDP_CUDA_CHECK(cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, a, b));
+      if (!atomics && fabric_kind == "nvlink") fabric_kind = "pcie_p2p";
     }
-    sync_all(n);
-  };
-  // Measures one mode over every size: a curve per direction present in `parts`.
-  auto measure_mode = [&](const std::string& mode, const std::vector<Part>& parts,
-                          const std::string& gpu_label) {
-    std::vector<char> kinds;
-    for (const Part& p : parts)
-      if (std::find(kinds.begin(), kinds.end(), p.kind) == kinds.end()) kinds.push_back(p.kind);
-    std::vector<LinkCurve> curves;
-    for (char k : kinds) {
-      LinkCurve c;
-      c.mode = mode;
-      c.direction = k == 'h' ? "h2d" : "d2h";
-      c.devices = static_cast<int>(
-          std::count_if(parts.begin(), parts.end(), [&](const Part& p) { return p.kind == k; }));
-      curves.push_back(c);
+  const bool collectives = n > 1 && !o.collective_sizes.empty();
+  if (collectives) {
+    int64_t max_coll = 0;
+    for (int64_t s : o.collective_sizes) max_coll = std::max(max_coll, s);
+    st->comms.resize(static_cast<std::size_t>(n));
+    SLIDEDP_CUDA_CHECK(ncclCommInitAll(st->comms.data(), n, nullptr));
+    for (int g = 0; g < n; ++g) {
+      st->send.push_back(std::make_unique<DeviceMem>(g, max_coll));
+      st->recv.push_back(std::make_unique<DeviceMem>(g, max_coll));
+      st->coll_streams.push_back(std::make_unique<StreamPair>(g));
     }
-    for (int64_t bytes : o.sizes) {
-      ctx.report(done / cases, mode + " " + gpu_label + " " + std::to_string(bytes));
-      std::vector<std::vector<double>> v = repeat_timed_multi(ctx.repeat, [&](int inner) {
-        run_copies(parts, bytes, inner);
-        std::vector<double> out;
-        for (char k : kinds) {
-          double sum = 0;
-          int cnt = 0;
-          for (const Part& p : parts) {
-            if (p.kind != k) continue;
-            PerGpu& g = G[static_cast<std::size_t>(p.gpu)];
-            sum += (k == 'h' ? *g.h2d : *g.d2h).elapsed_s();
-            ++cnt;
-          }
-          out.push_back(sum / cnt);
-        }
-        return out;
-      });
-      for (std::size_t i = 0; i < kinds.size(); ++i) {
-        nlohmann::json params = {{"bytes", bytes},
-                                 {"mode", mode},
-                                 {"direction", curves[i].direction},
-                                 {"devices", curves[i].devices},
-                                 {"gpus", gpu_label},
-                                 {"pinned", true}};
-        curves[i].points.push_back(
-            {bytes, ctx.out.add({"links", curves[i].direction + "_s", params, "s", v[i]}).spread()});
-      }
-      ++done;
-    }
-    return curves;
-  };
-  // Alone: every GPU by itself; the curve is the mean over GPUs of each size's median.
-  for (char k : {'h', 'd'}) {
-    std::vector<LinkCurve> per_gpu;
-    for (int g = 0; g < n; ++g)
-      per_gpu.push_back(measure_mode("alone", {{g, k}}, "gpu " + std::to_string(g)).front());
-    LinkCurve mean = per_gpu.front();
-    for (std::size_t i = 0; i < mean.points.size(); ++i) {
-      double s = 0;
-      for (const LinkCurve& c : per_gpu) s += c.points[i].seconds.median;
-      mean.points[i].seconds.median = s / n;
-    }
-    mean.fit = fit_points(mean, 1.0);
-    res.links.push_back(mean);
   }
+
+  // ---- the cases: one per (link mode, size), pageable and pinned, device memory, GEMM, and one per
+  // (collective, size). Copies and collectives are K back-to-back operations per stream between
+  // two events, all participants queued before the first synchronization. ----
+  struct Mode {
+    std::string name, label;  // "alone" | "all" | "bidir"; "gpu 2" | "all"
+    std::vector<Part> parts;
+    std::vector<char> kinds;  // the curves of the mode (bidir has two)
+  };
+  auto modes = std::make_shared<std::vector<Mode>>();
+  const auto add_mode = [&](std::string name, std::string label, std::vector<Part> parts) {
+    Mode m{std::move(name), std::move(label), std::move(parts), {}};
+    for (const Part& p : m.parts)
+      if (std::find(m.kinds.begin(), m.kinds.end(), p.kind) == m.kinds.end()) m.kinds.push_back(p.kind);
+    modes->push_back(std::move(m));
+  };
+  for (char k : {'h', 'd'})
+    for (int g = 0; g < n; ++g) add_mode("alone", "gpu " + std::to_string(g), {{g, k}});
   if (n > 1) {
     std::vector<Part> ah, ad, bi;
     for (int g = 0; g < n; ++g) {
@@ -232,178 +227,215 @@ GpuMeasurements measure_gpus(const GpuMeasureOptions& o, StageContext& ctx) {
       bi.push_back({g, 'h'});
       bi.push_back({g, 'd'});
     }
-    for (const auto& [mode, parts] : {std::pair{"all", ah}, std::pair{"all", ad}, std::pair{"bidir", bi}})
-      for (LinkCurve& c : measure_mode(mode, parts, "all")) {
+    add_mode("all", "all", ah);
+    add_mode("all", "all", ad);
+    add_mode("bidir", "all", bi);
+  } else {
+    add_mode("bidir", "gpu 0", {{0, 'h'}, {0, 'd'}});
+  }
+  std::vector<Case> cases;
+  for (const Mode& m : *modes)
+    for (int64_t bytes : o.sizes)
+      cases.push_back(timed_case(m.name + " " + m.label + " " + std::to_string(bytes), ctx.repeat,
+                                 [st, parts = m.parts, kinds = m.kinds, bytes](int K) {
+                                   for (const Part& p : parts) {
+                                     PerGpu& g = st->G[static_cast<std::size_t>(p.gpu)];
+                                     StreamPair& sp = p.kind == 'h' ? *g.h2d : *g.d2h;
+                                     SLIDEDP_CUDA_CHECK(cudaSetDevice(p.gpu));
+                                     SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
+                                     for (int k = 0; k < K; ++k) {
+                                       if (p.kind == 'h')
+                                         SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.dev_in->p, g.host_out->p,
+                                                                            static_cast<std::size_t>(bytes),
+                                                                            cudaMemcpyHostToDevice, sp.s));
+                                       else
+                                         SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.host_in->p, g.dev_out->p,
+                                                                            static_cast<std::size_t>(bytes),
+                                                                            cudaMemcpyDeviceToHost, sp.s));
+                                     }
+                                     SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
+                                   }
+                                   sync_all(st->n);
+                                   // Mean span per direction over its participants.
+                                   std::vector<double> out;
+                                   for (char k : kinds) {
+                                     double sum = 0;
+                                     int cnt = 0;
+                                     for (const Part& p : parts) {
+                                       if (p.kind != k) continue;
+                                       PerGpu& g = st->G[static_cast<std::size_t>(p.gpu)];
+                                       sum += (k == 'h' ? *g.h2d : *g.d2h).elapsed_s();
+                                       ++cnt;
+                                     }
+                                     out.push_back(sum / cnt);
+                                   }
+                                   return out;
+                                 }));
+  const std::size_t link_cases = cases.size();
+  for (bool pinned : {true, false})
+    cases.push_back(timed_case(pinned ? "pinned h2d" : "pageable h2d", ctx.repeat, [st, pinned, pageable_bytes](int K) {
+      PerGpu& g = st->G[0];
+      SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(g.h2d->start, g.h2d->s));
+      for (int k = 0; k < K; ++k)
+        SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.dev_in->p, pinned ? g.host_out->p : static_cast<void*>(st->pageable.data()),
+                                           static_cast<std::size_t>(pageable_bytes), cudaMemcpyHostToDevice, g.h2d->s));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(g.h2d->end, g.h2d->s));
+      SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(g.h2d->s));
+      return std::vector<double>{g.h2d->elapsed_s()};
+    }));
+  cases.push_back(timed_case("device memory bandwidth", ctx.repeat, [st, bytes = o.hbm_bytes](int K) {
+    StreamPair& sp = *st->hbm_stream;
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
+    for (int k = 0; k < K; ++k)
+      SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(st->hbm_a->p, st->hbm_b->p, static_cast<std::size_t>(bytes),
+                                         cudaMemcpyDeviceToDevice, sp.s));
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
+    SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(sp.s));
+    return std::vector<double>{sp.elapsed_s()};
+  }));
+  cases.push_back(timed_case("bf16 GEMM", ctx.repeat, [st, N](int K) {
+    StreamPair& sp = *st->gemm_stream;
+    const float alpha = 1.0f, beta = 0.0f;
+    const int n32 = static_cast<int>(N);
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
+    for (int k = 0; k < K; ++k)
+      SLIDEDP_CUDA_CHECK(cublasGemmEx(st->cublas, CUBLAS_OP_N, CUBLAS_OP_N, n32, n32, n32, &alpha, st->gemm_a->p,
+                                      CUDA_R_16BF, n32, st->gemm_b->p, CUDA_R_16BF, n32, &beta, st->gemm_c->p,
+                                      CUDA_R_16BF, n32, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
+    SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(sp.s));
+    return std::vector<double>{sp.elapsed_s()};
+  }));
+  const std::size_t collective_cases = cases.size();
+  if (collectives)
+    for (const bool gather : {true, false})
+      for (int64_t bytes : o.collective_sizes)
+        cases.push_back(timed_case(std::string(gather ? "all_gather " : "reduce_scatter ") + std::to_string(bytes),
+                                   ctx.repeat, [st, gather, bytes](int K) {
+                                     const int ranks = st->n;
+                                     const std::size_t shard = static_cast<std::size_t>(bytes / 2 / ranks);  // bf16 per rank
+                                     for (int g = 0; g < ranks; ++g) {
+                                       SLIDEDP_CUDA_CHECK(cudaSetDevice(g));
+                                       StreamPair& sp = *st->coll_streams[static_cast<std::size_t>(g)];
+                                       SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
+                                     }
+                                     for (int k = 0; k < K; ++k) {
+                                       SLIDEDP_CUDA_CHECK(ncclGroupStart());
+                                       for (int g = 0; g < ranks; ++g) {
+                                         const auto gi = static_cast<std::size_t>(g);
+                                         if (gather)
+                                           SLIDEDP_CUDA_CHECK(ncclAllGather(st->send[gi]->b() + gi * shard * 2,
+                                                                            st->recv[gi]->p, shard, ncclBfloat16,
+                                                                            st->comms[gi], st->coll_streams[gi]->s));
+                                         else
+                                           SLIDEDP_CUDA_CHECK(ncclReduceScatter(st->send[gi]->p, st->recv[gi]->p, shard,
+                                                                                ncclBfloat16, ncclSum, st->comms[gi],
+                                                                                st->coll_streams[gi]->s));
+                                       }
+                                       SLIDEDP_CUDA_CHECK(ncclGroupEnd());
+                                     }
+                                     for (int g = 0; g < ranks; ++g) {
+                                       SLIDEDP_CUDA_CHECK(cudaSetDevice(g));
+                                       StreamPair& sp = *st->coll_streams[static_cast<std::size_t>(g)];
+                                       SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
+                                     }
+                                     sync_all(ranks);
+                                     double sum = 0;
+                                     for (int g = 0; g < ranks; ++g) sum += st->coll_streams[static_cast<std::size_t>(g)]->elapsed_s();
+                                     return std::vector<double>{sum / ranks};
+                                   }));
+
+  PreparedStage<GpuMeasurements> stage;
+  stage.cases = std::move(cases);
+  stage.finish = [o, n, modes, link_cases, collective_cases, collectives, fabric_kind, pageable_bytes,
+                  &out = ctx.out](const CaseSamples& vals) {
+    GpuMeasurements res;
+    res.count = n;
+    res.fabric_kind = fabric_kind;
+    // Links: each mode's curves over the sizes; "alone" is the mean over GPUs of each size's median.
+    std::size_t i = 0;
+    std::vector<LinkCurve> alone_h, alone_d;
+    for (const Mode& m : *modes) {
+      std::vector<LinkCurve> curves;
+      for (char k : m.kinds) {
+        LinkCurve c;
+        c.mode = m.name;
+        c.direction = k == 'h' ? "h2d" : "d2h";
+        c.devices = static_cast<int>(std::count_if(m.parts.begin(), m.parts.end(), [&](const Part& p) { return p.kind == k; }));
+        curves.push_back(c);
+      }
+      for (int64_t bytes : o.sizes) {
+        for (std::size_t k = 0; k < curves.size(); ++k) {
+          const nlohmann::json params = {{"bytes", bytes},          {"mode", m.name}, {"direction", curves[k].direction},
+                                         {"devices", curves[k].devices}, {"gpus", m.label}, {"pinned", true}};
+          curves[k].points.push_back(
+              {bytes, out.add({"links", curves[k].direction + "_s", params, "s", vals[i][k]}).spread()});
+        }
+        ++i;
+      }
+      if (m.name == "alone") {
+        (m.kinds.front() == 'h' ? alone_h : alone_d).push_back(curves.front());
+        continue;
+      }
+      for (LinkCurve& c : curves) {
         c.fit = fit_points(c, 1.0);
         res.links.push_back(c);
       }
-  } else {
-    for (LinkCurve& c : measure_mode("bidir", {{0, 'h'}, {0, 'd'}}, "gpu 0")) {
-      c.fit = fit_points(c, 1.0);
-      res.links.push_back(c);
     }
-  }
-
-  // ---- pageable vs pinned, once, GPU 0 ----
-  {
-    ctx.report(done / cases, "pageable vs pinned");
-    const int64_t bytes = std::min(o.pageable_bytes, max_size);
-    std::vector<std::byte> pageable(static_cast<std::size_t>(bytes), std::byte{1});
-    PerGpu& g = G[0];
-    SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
-    for (bool pinned : {true, false}) {
-      std::vector<double> t = repeat_timed(ctx.repeat, [&](int inner) {
-        SLIDEDP_CUDA_CHECK(cudaEventRecord(g.h2d->start, g.h2d->s));
-        for (int k = 0; k < inner; ++k)
-          SLIDEDP_CUDA_CHECK(
-              cudaMemcpyAsync(g.dev_in->p, pinned ? g.host_out->p : static_cast<void*>(pageable.data()),
-                              static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, g.h2d->s));
-        SLIDEDP_CUDA_CHECK(cudaEventRecord(g.h2d->end, g.h2d->s));
-        SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(g.h2d->s));
-        return g.h2d->elapsed_s();
-      });
-      for (double& x : t) x = static_cast<double>(bytes) / x / 1e9;
-      const Spread s = ctx.out
-                           .add({"links",
-                                 pinned ? "pinned_h2d_gbps" : "pageable_h2d_gbps",
-                                 {{"bytes", bytes}, {"gpu", 0}},
-                                 "GB/s",
-                                 t})
-                           .spread();
-      (pinned ? res.pinned_h2d_gbps : res.pageable_h2d_gbps) = s;
-    }
-    ++done;
-  }
-
-  // ---- device memory and bf16 GEMM on GPU 0 ----
-  {
-    ctx.report(done / cases, "device memory bandwidth");
-    SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
-    DeviceMem a(0, o.hbm_bytes), b(0, o.hbm_bytes);
-    StreamPair sp(0);
-    std::vector<double> t = repeat_timed(ctx.repeat, [&](int inner) {
-      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
-      for (int k = 0; k < inner; ++k)
-        SLIDEDP_CUDA_CHECK(
-            cudaMemcpyAsync(a.p, b.p, static_cast<std::size_t>(o.hbm_bytes), cudaMemcpyDeviceToDevice, sp.s));
-      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
-      SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(sp.s));
-      return sp.elapsed_s();
-    });
-    for (double& x : t) x = 2.0 * static_cast<double>(o.hbm_bytes) / x / 1e9;
-    res.hbm_gbps = ctx.out.add({"gpu", "hbm_gbps", {{"bytes", o.hbm_bytes}, {"gpu", 0}}, "GB/s", t}).spread();
-    ++done;
-  }
-  {
-    ctx.report(done / cases, "bf16 GEMM");
-    const int64_t N = o.gemm_n;
-    DeviceMem A(0, N * N * 2), B(0, N * N * 2), C(0, N * N * 2);
-    StreamPair sp(0);
-    cublasHandle_t h = nullptr;
-    SLIDEDP_CUDA_CHECK(cublasCreate(&h));
-    std::unique_ptr<cublasContext, void (*)(cublasHandle_t)> guard(
-        h, [](cublasHandle_t x) { cublasDestroy(x); });
-    SLIDEDP_CUDA_CHECK(cublasSetStream(h, sp.s));
-    const float alpha = 1.0f, beta = 0.0f;
-    const int n32 = static_cast<int>(N);
-    std::vector<double> t = repeat_timed(ctx.repeat, [&](int inner) {
-      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
-      for (int k = 0; k < inner; ++k)
-        SLIDEDP_CUDA_CHECK(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n32, n32, n32, &alpha, A.p, CUDA_R_16BF,
-                                        n32, B.p, CUDA_R_16BF, n32, &beta, C.p, CUDA_R_16BF, n32,
-                                        CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-      SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
-      SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(sp.s));
-      return sp.elapsed_s();
-    });
-    for (double& x : t) x = 2.0 * static_cast<double>(N) * N * N / x / 1e12;
-    res.bf16_gemm_tflops =
-        ctx.out.add({"gpu", "bf16_gemm_tflops", {{"n", N}, {"gpu", 0}}, "TFLOP/s", t}).spread();
-    ++done;
-  }
-
-  // ---- fabric: peer access and NCCL collectives ----
-  res.fabric_kind = n > 1 ? "nvlink" : "none";
-  for (int a = 0; a < n; ++a)
-    for (int b = 0; b < n; ++b) {
-      if (a == b) continue;
-      int can = 0, atomics = 0;
-      SLIDEDP_CUDA_CHECK(cudaDeviceCanAccessPeer(&can, a, b));
-      if (!can) {
-        res.fabric_kind = "via_host";
-        continue;
+    SLIDEDP_CHECK(i == link_cases);
+    for (std::vector<LinkCurve>* per_gpu : {&alone_h, &alone_d}) {
+      LinkCurve mean = per_gpu->front();
+      for (std::size_t p = 0; p < mean.points.size(); ++p) {
+        double s = 0;
+        for (const LinkCurve& c : *per_gpu) s += c.points[p].seconds.median;
+        mean.points[p].seconds.median = s / static_cast<double>(per_gpu->size());
       }
-      // Native atomics between peers are an NVLink property (PCIe peer access lacks them); a
-      // heuristic without NVML, stated in the profile's sources.
-      SLIDEDP_CUDA_CHECK(cudaDeviceGetP2PAttribute(&atomics, cudaDevP2PAttrNativeAtomicSupported, a, b));
-      if (!atomics && res.fabric_kind == "nvlink") res.fabric_kind = "pcie_p2p";
+      mean.fit = fit_points(mean, 1.0);
+      res.links.insert(res.links.begin() + (per_gpu == &alone_h ? 0 : 1), mean);
     }
-  if (n > 1 && !o.collective_sizes.empty()) {
-    int64_t max_coll = 0;
-    for (int64_t s : o.collective_sizes) max_coll = std::max(max_coll, s);
-    std::vector<ncclComm_t> comms(static_cast<std::size_t>(n));
-    SLIDEDP_CUDA_CHECK(ncclCommInitAll(comms.data(), n, nullptr));
-    std::vector<std::unique_ptr<DeviceMem>> send, recv;
-    std::vector<std::unique_ptr<StreamPair>> streams;
-    for (int g = 0; g < n; ++g) {
-      send.push_back(std::make_unique<DeviceMem>(g, max_coll));
-      recv.push_back(std::make_unique<DeviceMem>(g, max_coll));
-      streams.push_back(std::make_unique<StreamPair>(g));
-    }
-    for (const char* what : {"all_gather", "reduce_scatter"}) {
-      const bool gather = std::string(what) == "all_gather";
-      LinkCurve c;
-      c.mode = what;
-      c.devices = n;
-      for (int64_t bytes : o.collective_sizes) {
-        ctx.report(done / cases, std::string(what) + " " + std::to_string(bytes));
-        const std::size_t shard = static_cast<std::size_t>(bytes / 2 / n);  // bf16 elements per rank
-        std::vector<double> t = repeat_timed(ctx.repeat, [&](int inner) {
-          for (int g = 0; g < n; ++g) {
-            SLIDEDP_CUDA_CHECK(cudaSetDevice(g));
-            SLIDEDP_CUDA_CHECK(cudaEventRecord(streams[static_cast<std::size_t>(g)]->start,
-                                               streams[static_cast<std::size_t>(g)]->s));
-          }
-          for (int k = 0; k < inner; ++k) {
-            SLIDEDP_CUDA_CHECK(ncclGroupStart());
-            for (int g = 0; g < n; ++g) {
-              const auto gi = static_cast<std::size_t>(g);
-              if (gather)
-                SLIDEDP_CUDA_CHECK(ncclAllGather(send[gi]->b() + gi * shard * 2, recv[gi]->p, shard,
-                                                 ncclBfloat16, comms[gi], streams[gi]->s));
-              else
-                SLIDEDP_CUDA_CHECK(ncclReduceScatter(send[gi]->p, recv[gi]->p, shard, ncclBfloat16, ncclSum,
-                                                     comms[gi], streams[gi]->s));
-            }
-            SLIDEDP_CUDA_CHECK(ncclGroupEnd());
-          }
-          double sum = 0;
-          for (int g = 0; g < n; ++g) {
-            SLIDEDP_CUDA_CHECK(cudaSetDevice(g));
-            SLIDEDP_CUDA_CHECK(cudaEventRecord(streams[static_cast<std::size_t>(g)]->end,
-                                               streams[static_cast<std::size_t>(g)]->s));
-          }
-          sync_all(n);
-          for (int g = 0; g < n; ++g) sum += streams[static_cast<std::size_t>(g)]->elapsed_s();
-          return sum / n;
-        });
-        c.points.push_back({bytes, ctx.out
-                                       .add({"fabric",
-                                             std::string(what) + "_s",
-                                             {{"bytes", bytes}, {"devices", n}, {"dtype", "bf16"}},
-                                             "s",
-                                             t})
-                                       .spread()});
-        ++done;
+    // Pageable vs pinned, device memory, GEMM: seconds per operation into rates.
+    const auto rates = [](std::vector<double> seconds, double work) {
+      for (double& x : seconds) x = work / x;
+      return seconds;
+    };
+    const double pb = static_cast<double>(pageable_bytes);
+    res.pinned_h2d_gbps =
+        out.add({"links", "pinned_h2d_gbps", {{"bytes", pageable_bytes}, {"gpu", 0}}, "GB/s", rates(vals[i++][0], pb / 1e9)})
+            .spread();
+    res.pageable_h2d_gbps =
+        out.add({"links", "pageable_h2d_gbps", {{"bytes", pageable_bytes}, {"gpu", 0}}, "GB/s", rates(vals[i++][0], pb / 1e9)})
+            .spread();
+    res.hbm_gbps = out.add({"gpu", "hbm_gbps", {{"bytes", o.hbm_bytes}, {"gpu", 0}}, "GB/s",
+                            rates(vals[i++][0], 2.0 * static_cast<double>(o.hbm_bytes) / 1e9)})
+                       .spread();
+    const double gemm_n = static_cast<double>(o.gemm_n);
+    res.bf16_gemm_tflops = out.add({"gpu", "bf16_gemm_tflops", {{"n", o.gemm_n}, {"gpu", 0}}, "TFLOP/s",
+                                    rates(vals[i++][0], 2.0 * gemm_n * gemm_n * gemm_n / 1e12)})
+                               .spread();
+    SLIDEDP_CHECK(i == collective_cases);
+    if (collectives)
+      for (const char* what : {"all_gather", "reduce_scatter"}) {
+        LinkCurve c;
+        c.mode = what;
+        c.devices = n;
+        for (int64_t bytes : o.collective_sizes)
+          c.points.push_back({bytes, out.add({"fabric",
+                                              std::string(what) + "_s",
+                                              {{"bytes", bytes}, {"devices", n}, {"dtype", "bf16"}},
+                                              "s",
+                                              vals[i++][0]})
+                                         .spread()});
+        // nccl-tests' bus bandwidth: each port moves S (N-1)/N bytes.
+        c.fit = fit_points(c, static_cast<double>(n - 1) / n);
+        res.collectives.push_back(c);
       }
-      // nccl-tests' bus bandwidth: each port moves S (N-1)/N bytes.
-      c.fit = fit_points(c, static_cast<double>(n - 1) / n);
-      res.collectives.push_back(c);
-    }
-    for (ncclComm_t comm : comms) ncclCommDestroy(comm);
-  }
-  ctx.report(1.0, "");
-  return res;
+    SLIDEDP_CHECK(i == vals.size());
+    return res;
+  };
+  return stage;
 }
 
 }  // namespace slidedp::profiler
