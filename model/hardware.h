@@ -94,6 +94,7 @@ struct UnitTimeProfile {
 // as synchronisation. Presets and fresh profiles leave both 0 (not measured); `slidedp-sweep
 // fidelity` fits them against measured runs and writes them into its calibrated profile.
 struct SyncSpec {
+  static constexpr double kMax = 10.0;  // the schema's limit on either term
   double base = 0;       // fraction of the step, any rank count
   double straggler = 0;  // fraction of the step per unit of sqrt(2 ln N)
   double factor(int ranks) const;

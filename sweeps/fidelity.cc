@@ -315,20 +315,29 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
     rep.sync_base = a;
     rep.sync_straggler = b;
   }
+  // The profile's schema stops at SyncSpec::kMax (a step 11x its pipeline); a fit beyond it is the
+  // measurement, not the machine: keep the file readable and say so.
+  std::string sync_note;
+  if (rep.sync_base > SyncSpec::kMax || rep.sync_straggler > SyncSpec::kMax) {
+    sync_note = fmt::format(" (fitted base {:.3f}, straggler {:.3f}, clamped to {})", rep.sync_base,
+                            rep.sync_straggler, SyncSpec::kMax);
+    rep.sync_base = std::min(rep.sync_base, SyncSpec::kMax);
+    rep.sync_straggler = std::min(rep.sync_straggler, SyncSpec::kMax);
+  }
   cal.sync = {rep.sync_base, rep.sync_straggler};
   cal.name = cfg.hardware.name + "-calibrated";
   cal.description = fmt::format("{} calibrated against measured executor runs by slidedp-sweep fidelity",
                                 cfg.hardware.name);
   cal.sources["calibration"] = fmt::format(
       "slidedp-sweep fidelity on {} plans of {} (seq {}): resource time scales {}; synchronisation term "
-      "base {:.4f}, straggler {:.4f}",
+      "base {:.4f}, straggler {:.4f}{}",
       rep.rows.size(), cfg.card.name, cfg.seq_len,
       [&] {
         std::string t;
         for (const auto& [res, sc] : rep.scales) t += fmt::format("{}{} x{:.3f}", t.empty() ? "" : ", ", res, sc);
         return t;
       }(),
-      rep.sync_base, rep.sync_straggler);
+      rep.sync_base, rep.sync_straggler, sync_note);
   rep.calibrated_hardware = cal;
 
   // ---- the calibrated profile's own predictions (the model applies its synchronisation term) ----

@@ -62,6 +62,9 @@ TEST(Hardware, SyncTermRoundTripsAndGrowsAsSqrtTwoLogRanks) {
   // 1 + base + straggler sqrt(2 ln N), by hand: sqrt(2 ln 4) = 1.66511.
   EXPECT_DOUBLE_EQ(b.sync.factor(1), 1.06);
   EXPECT_NEAR(b.sync.factor(4), 1.06 + 0.075 * 1.6651092223153954, 1e-15);
+  // A term above 1 (a step more than twice its pipeline, as on an oversubscribed host) reads back.
+  a.sync = {1.79, 0.2};
+  EXPECT_EQ(hardware_from_yaml(hardware_to_yaml(a), "busy.yaml").sync.base, 1.79);
   // A negative term is not synchronisation: the schema refuses it, naming the key and the unit.
   std::string bad = y;
   bad.replace(bad.find("base: 0.06"), 10, "base: -0.1");
