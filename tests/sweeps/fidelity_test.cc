@@ -59,11 +59,11 @@ TEST(Fidelity, SmallValidationRunsEndToEndAndWritesWellFormedOutputs) {
   EXPECT_EQ(rep.sync_straggler, 0.0);
   for (const auto& r : rep.rows) {
     if (!r.fit) continue;
-    if (rep.sync_base > 0 && rep.sync_base < SyncSpec::kMax)
+    if (rep.sync_base > 0 && rep.sync_base < SyncSpec::kMax) {
       EXPECT_NEAR(r.calibrated_step_s / r.measured_step_s, 1.0, 1e-9) << r.name;
-    else if (rep.sync_base == 0)
+    } else if (rep.sync_base == 0) {
       EXPECT_GE(r.calibrated_step_s, r.measured_step_s) << r.name;
-    // (At kMax the fit was clamped: a step 11x its pipeline, a machine too busy to calibrate.)
+    }  // (at kMax the fit was clamped: a step 11x its pipeline, a machine too busy to calibrate)
   }
   // The calibrated profile carries the term and reproduces every calibrated figure by itself.
   EXPECT_EQ(rep.calibrated_hardware.sync.base, rep.sync_base);
