@@ -1,7 +1,8 @@
 // Analytical step-time model; see step_model.h and docs/MODEL.md for the derivation.
 //
 // The recurrence follows one rank (all ranks do the same work at the same time; shared resources
-// are accounted for through the effective per-rank link rates and the per-phase bounds). Streams:
+// are accounted for through the effective per-rank link rates, the per-phase link bounds, the host
+// work's queue across phases and, at contention fidelity, per-phase sharing factors). Streams:
 //   gpu    - compute, in order: forward 0..U-1, backward U-2..0 per micro-step
 //   h2d    - parameter deliveries (into D slots, LRU) and offloaded-activation prefetches
 //   d2h    - activation offloads and gradient chunks
@@ -230,7 +231,7 @@ class Recurrence {
     const double last_compute = gpu_;
     double next_compute = 0;
     if (!tr.update_after_backward) {
-      // Phase bound for the last backward including the drain of the updates.
+      // The last backward's link bound and the host queue (the drain of the updates included).
       double drain_end = std::max(gpu_, cpu_);
       queue_host_work(backward_demand_, backward_start_);
       const double bound_end = std::max(backward_start_ + link_need(backward_demand_), host_queue_end());

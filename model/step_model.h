@@ -1,7 +1,8 @@
 // The analytical step-time model: a per-unit recurrence over the GPU's compute stream, each rank's
 // H2D and D2H copy streams, the fabric and the CPU update stream (ranks are symmetric, chunks are
-// pipelined in closed form), checked against resource bounds: time >= max_r demand_r / capacity_r,
-// per phase. It is O(units x micro-steps) so the planner can score ~10^5 plans/s. The
+// pipelined in closed form), checked against resource bounds (the links per phase, host memory and
+// CPU as a queue across the step). It is O(units x micro-steps), and runs of identical layers are
+// jumped once their periodic regime sets in, so the planner can score ~10^5 plans/s. The
 // discrete-event simulator (simulator.h) schedules the same work per chunk and per rank with fair
 // sharing and is the reference this model is tested against.
 #pragma once
