@@ -13,6 +13,7 @@
 #include "model/hardware.h"
 #include "model/simulator.h"
 #include "model/step_model.h"
+#include "tests/model/random_plan.h"
 
 namespace slidedp {
 namespace {
@@ -23,24 +24,6 @@ struct Case {
   Plan plan;
 };
 
-Plan random_plan(std::mt19937_64& rng, const Hardware& hw, const ModelCard& card) {
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  Plan p;
-  p.ranks = pick(1, std::min(hw.gpu.count, 8));
-  p.micro_batch = 1 << pick(0, 2);
-  p.accum_steps = pick(1, 3);
-  p.param_route = pick(0, 1) ? ParamRoute::kSharded : ParamRoute::kReplicated;
-  p.grad_route = pick(0, 1) ? GradRoute::kGpu : GradRoute::kCpu;
-  if (hw.fabric.kind == "none") p.param_route = ParamRoute::kReplicated, p.grad_route = GradRoute::kCpu;
-  const int64_t layer = card.decoder_layer_params();
-  p.chunk_numel = std::max<int64_t>(1 << 20, layer >> pick(0, 2));
-  const int L = static_cast<int>(card.num_layers);
-  p.offload_layers = pick(0, L / 2);
-  p.recompute_layers = Plan::kRest;
-  p.keep_layers = pick(0, L - p.offload_layers);
-  p.gpu_buffer_depth = pick(2, 3);
-  return p;
-}
 
 TEST(ModelAgreement, AnalyticalMatchesSimulatorOnRandomPlans) {
   std::mt19937_64 rng(20261129);

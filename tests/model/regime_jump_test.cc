@@ -13,27 +13,11 @@
 #include "model/hardware.h"
 #include "model/step_model.h"
 #include "model/step_work.h"
+#include "tests/model/random_plan.h"
 
 namespace slidedp {
 namespace {
 
-Plan random_plan(std::mt19937_64& rng, const Hardware& hw, const ModelCard& card) {
-  auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
-  Plan p;
-  p.ranks = pick(1, std::min(hw.gpu.count, 8));
-  p.micro_batch = 1 << pick(0, 2);
-  p.accum_steps = pick(1, 3);
-  p.param_route = pick(0, 1) ? ParamRoute::kSharded : ParamRoute::kReplicated;
-  p.grad_route = pick(0, 1) ? GradRoute::kGpu : GradRoute::kCpu;
-  if (hw.fabric.kind == "none") p.param_route = ParamRoute::kReplicated, p.grad_route = GradRoute::kCpu;
-  p.chunk_numel = std::max<int64_t>(1 << 20, card.decoder_layer_params() >> pick(0, 3));
-  const int L = static_cast<int>(card.num_layers);
-  p.offload_layers = pick(0, L / 2);
-  p.recompute_layers = Plan::kRest;
-  p.keep_layers = pick(0, L - p.offload_layers);
-  p.gpu_buffer_depth = pick(1, 4);
-  return p;
-}
 
 // Same up to rounding: relative 1e-9 of the step (the jumps extrapolate sums of ~100 terms).
 void expect_same(double jumped, double full, double scale, const std::string& what, const std::string& where) {
@@ -54,7 +38,7 @@ TEST(RegimeJump, MatchesTheFullRecurrenceOnRandomPlans) {
     const Hardware hw = hardware_preset(hwname);
     const std::string& mname = models[std::uniform_int_distribution<std::size_t>(0, models.size() - 1)(rng)];
     const Workload w = make_workload(model_preset(mname), int64_t{1024} << std::uniform_int_distribution<int>(0, 3)(rng));
-    const Plan plan = random_plan(rng, hw, w.model);
+    const Plan plan = random_plan(rng, hw, w.model, RandomPlanRanges{3, 1, 4});
     const System system = i < 200 ? System::kSlideDP : systems[static_cast<std::size_t>(i) % systems.size()];
     StepWork sw;
     try {
