@@ -48,7 +48,9 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--max-ranks", args->max_ranks, "Keep only plans of at most N ranks (0: all; on GPUs: the GPU count)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--plans", args->plans, "Use only the first N validation plans (0: all 20)")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--out", args->out, "Output folder (fidelity.csv, fidelity.svg, README.md)");
+  cmd->add_option("--out", args->out,
+                  "Output folder (fidelity.csv, fidelity.svg, README.md, and calibrated_profile.yaml: the profile with "
+                  "the fitted scales and synchronisation term, for slidedp-predict / slidedp-plan --hardware)");
   cmd->add_flag("--json", args->json, "Print the summary as JSON");
   std::string command;
   for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
@@ -78,7 +80,8 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
                           {"worst_round_spread", rep.worst_round_spread}, {"scales", rep.scales},
                           {"sync_base", rep.sync_base}, {"sync_straggler", rep.sync_straggler},
                           {"heldout_mape_resources_only", rep.heldout_mape_resources_only},
-                          {"worst_plan", rep.worst_plan}, {"out", args->out}};
+                          {"worst_plan", rep.worst_plan}, {"out", args->out},
+                          {"calibrated_profile", args->out + "/calibrated_profile.yaml"}};
       std::cout << j.dump(2) << "\n";
     } else {
       fmt::print("held-out MAPE {:.1f}% (worst {:.1f}%: {}), fit MAPE {:.1f}%, uncalibrated {:.1f}%, bottleneck match {:.0f}%\n",
@@ -87,7 +90,7 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
       if (rep.rounds > 1)
         fmt::print("measurement noise: run-to-run spread {:.1f}% mean, {:.1f}% worst over {} rounds\n", 100 * rep.mean_round_spread,
                    100 * rep.worst_round_spread, rep.rounds);
-      fmt::print("wrote {}/README.md, fidelity.csv, fidelity.svg\n", args->out);
+      fmt::print("wrote {}/README.md, fidelity.csv, fidelity.svg, calibrated_profile.yaml\n", args->out);
     }
     set_command_status(0);
   });
