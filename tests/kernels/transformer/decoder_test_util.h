@@ -53,4 +53,23 @@ DecoderRun<Real> run_decoder(const DecoderSpec& s, const std::vector<Real>& p, c
   return r;
 }
 
+// Backward of the layer (dx and every parameter) against central finite differences of the scalar
+// loss dot(forward(x), r), for a B x T batch drawn from the two seeds; `what` names the case. The
+// check perturbs x and the layer's parameters in place and restores them.
+inline void expect_decoder_gradients_match_finite_differences(Layer& l, int64_t B, int64_t T, uint64_t x_seed,
+                                                              uint64_t r_seed, const std::string& what) {
+  auto x = random_vector<double>(B * T * l.spec.C, x_seed, -2, 2);
+  const auto r = random_vector<double>(B * T * l.spec.C, r_seed);
+  const auto run = run_decoder<double>(l.spec, l.params, x, r, B, T);
+  AlignedBuffer saved(decoder_saved_bytes<double>(l.spec, B, T));
+  AlignedBuffer fws(decoder_forward_workspace_bytes<double>(l.spec, B, T));
+  std::vector<double> y(x.size());
+  auto loss = [&] {
+    decoder_forward(l.spec, l.params.data(), x.data(), y.data(), saved.workspace(), B, T, fws.workspace());
+    return dot(y, r);
+  };
+  EXPECT_TRUE(check_finite_differences(x, run.dx, loss, "dx" + what));
+  EXPECT_TRUE(check_finite_differences(l.params, run.grads, loss, "dparams" + what));
+}
+
 }  // namespace slidedp::kernels::test

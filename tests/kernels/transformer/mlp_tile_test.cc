@@ -68,19 +68,7 @@ TEST_P(MlpTileTest, TiledEqualsUntiledUpToSummationOrder) {
 TEST_P(MlpTileTest, TiledGradientsMatchFiniteDifferences) {
   Layer l(GetParam(), 3, kParamSeed);
   l.spec.mlp_token_tile = 3;  // N = 10: tiles of 3, 3, 3, 1
-  const int64_t B = 2, T = 5;
-  auto x = random_vector<double>(B * T * l.spec.C, 303, -2, 2);
-  const auto r = random_vector<double>(B * T * l.spec.C, 304);
-  const auto got = run_decoder<double>(l.spec, l.params, x, r, B, T);
-  AlignedBuffer saved(decoder_saved_bytes<double>(l.spec, B, T));
-  AlignedBuffer fws(decoder_forward_workspace_bytes<double>(l.spec, B, T));
-  std::vector<double> y(x.size());
-  auto loss = [&] {
-    decoder_forward(l.spec, l.params.data(), x.data(), y.data(), saved.workspace(), B, T, fws.workspace());
-    return dot(y, r);
-  };
-  EXPECT_TRUE(check_finite_differences(x, got.dx, loss, "dx (tiled MLP)"));
-  EXPECT_TRUE(check_finite_differences(l.params, got.grads, loss, "dparams (tiled MLP)"));
+  expect_decoder_gradients_match_finite_differences(l, 2, 5, 303, 304, " (tiled MLP)");
 }
 
 TEST_P(MlpTileTest, RecomputeIsBitwiseAndGradientsAccumulate) {

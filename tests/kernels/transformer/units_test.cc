@@ -77,19 +77,7 @@ TEST_P(DecoderLayerTest, ForwardMatchesNaiveComposition) {
 
 TEST_P(DecoderLayerTest, BackwardMatchesFiniteDifferencesForInputAndEveryParameter) {
   Layer l(GetParam());
-  const int64_t B = 2, T = 5;
-  auto x = random_vector<double>(B * T * l.spec.C, 102, -2, 2);
-  auto r = random_vector<double>(B * T * l.spec.C, 103);
-  const auto run = run_decoder<double>(l.spec, l.params, x, r, B, T);
-  AlignedBuffer saved(decoder_saved_bytes<double>(l.spec, B, T));
-  AlignedBuffer fws(decoder_forward_workspace_bytes<double>(l.spec, B, T));
-  std::vector<double> y(x.size());
-  auto loss = [&] {
-    decoder_forward(l.spec, l.params.data(), x.data(), y.data(), saved.workspace(), B, T, fws.workspace());
-    return dot(y, r);
-  };
-  EXPECT_TRUE(check_finite_differences(x, run.dx, loss, "dx"));
-  EXPECT_TRUE(check_finite_differences(l.params, run.grads, loss, "dparams"));
+  expect_decoder_gradients_match_finite_differences(l, 2, 5, 102, 103, "");
 }
 
 TEST_P(DecoderLayerTest, GradientsAccumulateAndPaddingStaysUntouched) {
