@@ -3,6 +3,7 @@
 
 #include "model/memory_model.h"
 #include "model/model_costs.h"
+#include "tests/model/tiny_card.h"
 
 namespace slidedp {
 namespace {
@@ -15,10 +16,7 @@ double item(const std::vector<MemoryItem>& items, const std::string& prefix) {
 
 TEST(MemoryModel, HandCountForATinyModel) {
   // hidden 64, 2 layers, 4 heads of 16, 2 kv heads, intermediate 128, vocab 256, untied.
-  ModelCard c = model_card_from_yaml(
-      "name: tiny\nmodel_type: llama\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
-      "num_key_value_heads: 2\nhead_dim: 16\nintermediate_size: 128\nvocab_size: 256\n",
-      "tiny");
+  ModelCard c = tiny_card();
   Workload w = make_workload(c, 32);
   Hardware hw = hardware_preset("h100-sxm-x4");
   Plan p;
@@ -64,10 +62,7 @@ TEST(MemoryModel, HandCountForATinyModel) {
 
 TEST(MemoryModel, MlpTokenTileReplacesTheWholeSequenceMlpTermsByOneTile) {
   // Same tiny model: C 64, I 128, q 64, kv 32, 4 heads; 2 x 32 = 64 tokens per micro-batch.
-  ModelCard c = model_card_from_yaml(
-      "name: tiny\nmodel_type: llama\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
-      "num_key_value_heads: 2\nhead_dim: 16\nintermediate_size: 128\nvocab_size: 256\n",
-      "tiny");
+  ModelCard c = tiny_card();
   Workload w = make_workload(c, 32);
   Hardware hw = hardware_preset("h100-sxm-x4");
   Plan p;

@@ -14,17 +14,10 @@
 #include "model/simulator.h"
 #include "model/step_model.h"
 #include "model/step_work.h"
+#include "tests/model/tiny_card.h"
 
 namespace slidedp {
 namespace {
-
-// 2 layers, hidden 64, vocab 256: unit 0 (embedding) has 256 x 64 = 16384 elements.
-ModelCard tiny_card() {
-  return model_card_from_yaml(
-      "name: tiny\nmodel_type: llama\nhidden_size: 64\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
-      "num_key_value_heads: 2\nhead_dim: 16\nintermediate_size: 128\nvocab_size: 256\n",
-      "tiny");
-}
 
 // One GPU; every unit pass takes exactly `unit_s` (measured-time profile); links, host memory and
 // the CPU have round numbers and no latency.
