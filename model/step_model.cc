@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "common/error.h"
+#include <cstdio>
+#include <cstdlib>
 
 namespace slidedp {
 
@@ -817,15 +819,15 @@ class Recurrence {
 
 // Contention factors of every phase from the stream utilizations of a previous run (mean field:
 // another stream slows this one in proportion to how often it is active alongside it).
-std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult& r) {
+void contention_from(const StepWork& sw, const std::vector<PhaseStats>& phases, std::vector<PhaseContention>& out) {
   const Capacities& c = sw.cap;
   const double N = sw.ranks;
   const double hm_copy = c.emulated ? 2.0 : 1.0;
   const double h = std::min(c.h2d_link_Bps, c.duplex_Bps), d = std::min(c.d2h_link_Bps, c.duplex_Bps);
-  std::vector<PhaseContention> out(r.phases.size());
-  for (std::size_t k = 0; k < r.phases.size(); ++k) {
-    const PhaseStats& p = r.phases[k];
-    const bool drains = k + 1 == r.phases.size() && !sw.traits.update_after_backward;
+  out.assign(phases.size(), PhaseContention{});
+  for (std::size_t k = 0; k < phases.size(); ++k) {
+    const PhaseStats& p = phases[k];
+    const bool drains = k + 1 == phases.size() && !sw.traits.update_after_backward;
     // The last backward phase is judged up to its last compute; the drain after it is separate.
     const double T = (drains ? p.gpu_end : p.end) - p.start;
     if (T <= 0) continue;
@@ -916,45 +918,87 @@ std::vector<PhaseContention> contention_from(const StepWork& sw, const RunResult
       f.cpu_drain = sc / cpu_rate;
     }
   }
-  return out;
 }
 
-constexpr int kContentionIterations = 4;
+// The phase-level fixed point (solve_contention) stops once no factor moves by more than the
+// tolerance: 2-6 iterations, at most the cap (a factor of 1e-4 is about 1e-4 of the step time).
+constexpr int kMaxContentionIterations = 16;
+constexpr double kContentionTolerance = 1e-4;
+constexpr double kContractionWanted = 0.7;  // a change that shrinks less than this halves the step
+
+// The phases' statistics if the streams ran at contention factors `f` instead of none: every
+// stream does the same work at the reduced rate, and a phase lasts as long as it did or as long
+// as its busiest stream now needs, whichever is longer (contention never shortens a phase, and a
+// phase cannot end before its streams' work is done).
+void stretch_phases(const StepWork& sw, const std::vector<PhaseStats>& base, const std::vector<PhaseContention>& f,
+                    std::vector<PhaseStats>& out) {
+  out = base;
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    PhaseStats& p = out[k];
+    p.h2d_busy /= f[k].h2d;
+    p.d2h_busy /= f[k].d2h;
+    p.cpu_busy /= f[k].cpu;
+    p.convert_busy /= f[k].convert;
+    // The last backward is judged up to its last compute (contention_from); the drain follows it.
+    const bool drains = k + 1 == out.size() && !sw.traits.update_after_backward;
+    double& end = drains ? p.gpu_end : p.end;
+    end = p.start + std::max({end - p.start, p.h2d_busy, p.d2h_busy, p.cpu_busy, p.convert_busy});
+  }
+}
+
+// The contention factors of every phase: the fixed point of sharing <-> utilization (mean field,
+// contention_from) solved on the phase level, from the uncontended run `r`: each iteration
+// re-derives the factors from r's phases stretched by the previous factors (stretch_phases).
+// The recurrence then runs once with the fixed point. (The earlier scheme re-ran the recurrence
+// for each of 4 damped iterations, a step each, and stopped short of the fixed point; solving it
+// here is cheaper and agrees better with the simulator, results/model/agreement.md.) Full steps
+// while they contract; the step halves whenever the change does not shrink, since the map can
+// oscillate between over- and under-contended.
+std::vector<PhaseContention> solve_contention(const StepWork& sw, const RunResult& r) {
+  std::vector<PhaseContention> f, g;
+  std::vector<PhaseStats> stretched;
+  contention_from(sw, r.phases, f);
+  double step = 1.0, last_change = std::numeric_limits<double>::infinity();
+  for (int it = 1; it < kMaxContentionIterations; ++it) {
+    stretch_phases(sw, r.phases, f, stretched);
+    contention_from(sw, stretched, g);
+    double change = 0;
+    for (std::size_t k = 0; k < g.size(); ++k)
+      change = std::max({change, std::fabs(g[k].h2d - f[k].h2d), std::fabs(g[k].d2h - f[k].d2h),
+                         std::fabs(g[k].cpu - f[k].cpu), std::fabs(g[k].convert - f[k].convert)});
+    if (change > kContractionWanted * last_change) step *= 0.5;
+    last_change = change;
+    for (std::size_t k = 0; k < g.size(); ++k) {
+      const auto move = [step](double& to, double from) { to = from + step * (to - from); };
+      move(g[k].h2d, f[k].h2d);
+      move(g[k].d2h, f[k].d2h);
+      move(g[k].cpu, f[k].cpu);
+      move(g[k].convert, f[k].convert);
+    }
+    std::swap(f, g);
+    if (step * change < kContentionTolerance) break;
+  }
+  return f;
+}
 
 // The passes of one evaluation, all one recurrence continued from where the last ended: two steps
 // without contention (the first starts cold; the second is the critical path), then, for
 // kContention, one step without latencies from there (the synchronisation figure) and one step
-// per contention iteration (mean field: each re-derives the phases' sharing factors from the
-// previous step's utilizations, damped).
+// with the phases' contention factors (solve_contention).
 struct Passes {
   RunResult critical, no_latency, contended;
 };
 
 Passes run_passes(const StepWork& sw, RecurrenceSetup& setup, ModelFidelity fidelity, bool jump) {
   Passes out;
-  std::vector<PhaseContention> f;
-  Recurrence rec(sw, setup, true, f, jump);
+  std::vector<PhaseContention> none;
+  Recurrence rec(sw, setup, true, none, jump);
   out.critical = rec.run();
   if (fidelity == ModelFidelity::kCriticalPath) return out;
   Recurrence no_latency = rec;
   no_latency.set_latencies(false);
-  out.no_latency = no_latency.step_with(f);
-  RunResult r = out.critical;
-  for (int it = 0; it < kContentionIterations; ++it) {
-    std::vector<PhaseContention> g = contention_from(sw, r);
-    if (!f.empty()) {
-      // Damped update: the fixed point of utilization <-> contention oscillates otherwise.
-      for (std::size_t k = 0; k < g.size(); ++k) {
-        g[k].h2d = 0.5 * (g[k].h2d + f[k].h2d);
-        g[k].d2h = 0.5 * (g[k].d2h + f[k].d2h);
-        g[k].cpu = 0.5 * (g[k].cpu + f[k].cpu);
-        g[k].convert = 0.5 * (g[k].convert + f[k].convert);
-      }
-    }
-    f = g;
-    r = rec.step_with(f);
-  }
-  out.contended = r;
+  out.no_latency = no_latency.step_with(none);
+  out.contended = rec.step_with(solve_contention(sw, out.critical));
   return out;
 }
 
