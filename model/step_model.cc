@@ -817,107 +817,126 @@ class Recurrence {
   double host_mem_bytes_ = 0, cpu_update_thread_s_ = 0, cpu_core_thread_s_ = 0, compute_ = 0;
 };
 
-// Contention factors of every phase from the stream utilizations of a previous run (mean field:
-// another stream slows this one in proportion to how often it is active alongside it).
-void contention_from(const StepWork& sw, const std::vector<PhaseStats>& phases, std::vector<PhaseContention>& out) {
+// Mean-field contention (docs/MODEL.md, section 2). Each stream's rate factor in a phase is the
+// expectation, over whether each other stream is active (on with probability its utilization,
+// independently), of the share it gets in that state: while a stream runs alone it gets its
+// standalone rate, while others overlap it the duplex link and host memory are shared by
+// progressive filling, as the simulator shares them (fluid_engine.cc): every active stream rises
+// by the same fraction of its standalone rate until a resource saturates; the streams on it stop
+// there, the rest rise on. So two copies held to half rate by the duplex link use half their
+// host-memory bandwidth, and the CPU gets the rest. (Dividing by the utilization-weighted demand
+// instead, the earlier mean field, charges a partial overlap as if it lasted the whole phase;
+// taking each stream's share as min(cap / total demand) over both resources charges the CPU for
+// copy traffic the duplex link never lets through.)
+//
+// The streams' demands in a phase do not change with the utilizations, so the share of every
+// stream in every combination of active streams is computed once per phase (PhaseSharing) and
+// each fixed-point iteration only re-weighs the combinations.
+enum SharedStream { kSharedH2D, kSharedD2H, kSharedCpu, kSharedConvert, kSharedStreams };
+
+struct PhaseSharing {
+  // level[mask][i]: the fraction of its standalone rate stream i gets while the streams in `mask`
+  // (bit i = stream i) are active.
+  std::array<std::array<double, kSharedStreams>, 1 << kSharedStreams> level{};
+  // Standalone rate over the rate the recurrence's unit factor stands for (host memory may cap a
+  // stream running alone); 1 for a stream the phase does not have.
+  std::array<double, kSharedStreams> standalone{1, 1, 1, 1};
+  bool has_cpu_memory = false, has_convert = false;
+};
+
+// Progressive filling of the duplex link (capacity X) and host memory (HM) among the streams in
+// `mask`, whose demands at their standalone rates are duplex[i] and hm[i].
+void fill_levels(int mask, const double* duplex, const double* hm, double X, double HM,
+                 std::array<double, kSharedStreams>& level) {
+  double lambda = 0, rem_dx = X, rem_hm = HM;
+  int rising = mask;
+  while (rising) {
+    double load_dx = 0, load_hm = 0;
+    for (int i = 0; i < kSharedStreams; ++i)
+      if (rising & (1 << i)) load_dx += duplex[i], load_hm += hm[i];
+    double step = 1.0 - lambda;
+    if (load_dx > 0) step = std::min(step, rem_dx / load_dx);
+    if (load_hm > 0) step = std::min(step, rem_hm / load_hm);
+    step = std::max(0.0, step);
+    if (step >= 1.0 - lambda) break;  // nothing saturates before the rest run at their standalone rate
+    lambda += step;
+    rem_dx -= load_dx * step;
+    rem_hm -= load_hm * step;
+    const bool full_dx = load_dx > 0 && rem_dx <= 1e-12 * X, full_hm = load_hm > 0 && rem_hm <= 1e-12 * HM;
+    for (int i = 0; i < kSharedStreams; ++i)
+      if ((rising & (1 << i)) && ((full_dx && duplex[i] > 0) || (full_hm && hm[i] > 0))) {
+        level[static_cast<std::size_t>(i)] = lambda;
+        rising &= ~(1 << i);
+      }
+  }
+  for (int i = 0; i < kSharedStreams; ++i)
+    if (rising & (1 << i)) level[static_cast<std::size_t>(i)] = 1.0;
+}
+
+PhaseSharing phase_sharing(const StepWork& sw, const PhaseStats& p) {
   const Capacities& c = sw.cap;
   const double N = sw.ranks;
   const double hm_copy = c.emulated ? 2.0 : 1.0;
   const double h = std::min(c.h2d_link_Bps, c.duplex_Bps), d = std::min(c.d2h_link_Bps, c.duplex_Bps);
-  out.assign(phases.size(), PhaseContention{});
-  for (std::size_t k = 0; k < phases.size(); ++k) {
-    const PhaseStats& p = phases[k];
-    const bool drains = k + 1 == phases.size() && !sw.traits.update_after_backward;
-    // The last backward phase is judged up to its last compute; the drain after it is separate.
-    const double T = (drains ? p.gpu_end : p.end) - p.start;
-    if (T <= 0) continue;
-    const double uh = std::min(1.0, p.h2d_busy / T), ud = std::min(1.0, p.d2h_busy / T), uc = std::min(1.0, p.cpu_busy / T);
-    const double uv = std::min(1.0, p.convert_busy / T);
-    const double HM = c.host_mem_Bps, X = c.duplex_Bps;
-    const double cpu_rate = c.update_threads;  // thread-seconds per second with no memory limit
-    const double hm_cpu = p.cpu_thread_s > 0 ? p.cpu_host_mem_bytes / p.cpu_thread_s : 0.0;  // bytes per thread-s
-    // Standalone rates (each stream alone, already capped by its own host-memory need), as the
-    // simulator's fair share starts from them; then their host-memory demand rates.
-    const double sh = std::min(h, HM / (N * hm_copy)), sd = std::min(d, HM / (N * hm_copy));
-    const double sc = hm_cpu > 0 ? std::min(cpu_rate, HM / hm_cpu) : cpu_rate;
-    // SlideFormer's conversion: every rank's threads read 4 and write 2 bytes per 4 bytes converted.
-    const double conv_rate = N * c.convert_threads_per_rank * c.convert_Bps_per_thread;  // fp32 bytes/s
-    const double sv = std::min(conv_rate, HM / 1.5), Dv = p.convert_busy > 0 ? sv * 1.5 : 0.0;
-    const double Dh = N * sh * hm_copy, Dd = N * sd * hm_copy, Dc = sc * hm_cpu;
-    PhaseContention& f = out[k];
-    // Each stream's rate factor is the expectation, over whether each other stream is active (on
-    // with probability its utilization, independently), of the share it gets in that state: while a
-    // stream runs alone it gets its standalone rate, while others overlap it the duplex link and
-    // host memory are shared by progressive filling, as the simulator shares them
-    // (fluid_engine.cc): every active stream rises by the same fraction of its standalone rate
-    // until a resource saturates; the streams on it stop there, the rest rise on. So two copies
-    // held to half rate by the duplex link use half their host-memory bandwidth, and the CPU gets
-    // the rest. (Dividing by the utilization-weighted demand instead, the earlier mean field,
-    // charges a partial overlap as if it lasted the whole phase; taking each stream's share as
-    // min(cap / total demand) over both resources charges the CPU for copy traffic the duplex
-    // link never lets through.)
-    struct Flow {
-      double u, duplex, hm;  // utilization, duplex-link demand (one rank), host-memory demand (all)
-    };
-    const auto filled = [X, HM](const Flow* a, int n) {  // the fraction flow a[0] gets
-      double lambda = 0, rem_dx = X, rem_hm = HM;
-      bool frozen[4] = {false, false, false, false};
-      for (int round = 0; round < n; ++round) {
-        double load_dx = 0, load_hm = 0;
-        for (int i = 0; i < n; ++i)
-          if (!frozen[i]) load_dx += a[i].duplex, load_hm += a[i].hm;
-        double step = 1.0 - lambda;
-        if (load_dx > 0) step = std::min(step, rem_dx / load_dx);
-        if (load_hm > 0) step = std::min(step, rem_hm / load_hm);
-        step = std::max(0.0, step);
-        if (step >= 1.0 - lambda) return 1.0;  // nothing saturates before everyone runs alone
-        lambda += step;
-        rem_dx -= load_dx * step;
-        rem_hm -= load_hm * step;
-        const bool full_dx = load_dx > 0 && rem_dx <= 1e-12 * X, full_hm = load_hm > 0 && rem_hm <= 1e-12 * HM;
-        for (int i = 0; i < n; ++i)
-          if ((full_dx && a[i].duplex > 0) || (full_hm && a[i].hm > 0)) frozen[i] = true;
-        if (frozen[0]) return lambda;
+  const double HM = c.host_mem_Bps, X = c.duplex_Bps;
+  const double cpu_rate = c.update_threads;  // thread-seconds per second with no memory limit
+  const double hm_cpu = p.cpu_thread_s > 0 ? p.cpu_host_mem_bytes / p.cpu_thread_s : 0.0;  // bytes per thread-s
+  // Standalone rates (each stream alone, already capped by its own host-memory need), as the
+  // simulator's fair share starts from them; then their host-memory demand rates.
+  const double sh = std::min(h, HM / (N * hm_copy)), sd = std::min(d, HM / (N * hm_copy));
+  const double sc = hm_cpu > 0 ? std::min(cpu_rate, HM / hm_cpu) : cpu_rate;
+  // SlideFormer's conversion: every rank's threads read 4 and write 2 bytes per 4 bytes converted.
+  const double conv_rate = N * c.convert_threads_per_rank * c.convert_Bps_per_thread;  // fp32 bytes/s
+  const double sv = std::min(conv_rate, HM / 1.5);
+  PhaseSharing s;
+  s.has_convert = p.convert_busy > 0;
+  s.has_cpu_memory = sc * hm_cpu > 0;
+  const double duplex[kSharedStreams] = {sh, sd, 0, 0};
+  const double hm[kSharedStreams] = {N * sh * hm_copy, N * sd * hm_copy, sc * hm_cpu, s.has_convert ? sv * 1.5 : 0.0};
+  s.standalone = {sh / h, sd / d, sc / cpu_rate, s.has_convert ? sv / conv_rate : 1.0};
+  for (int mask = 1; mask < (1 << kSharedStreams); ++mask) fill_levels(mask, duplex, hm, X, HM, s.level[static_cast<std::size_t>(mask)]);
+  return s;
+}
+
+// The contention factors of phase `p` (`drains`: the step's last backward, after which the CPU
+// drains alone) at the utilizations p's busy times give.
+PhaseContention contention_at(const PhaseSharing& s, const PhaseStats& p, bool drains) {
+  PhaseContention f;
+  // The last backward phase is judged up to its last compute; the drain after it is separate.
+  const double T = (drains ? p.gpu_end : p.end) - p.start;
+  if (T <= 0) return f;
+  const double u[kSharedStreams] = {std::min(1.0, p.h2d_busy / T), std::min(1.0, p.d2h_busy / T),
+                                    std::min(1.0, p.cpu_busy / T), std::min(1.0, p.convert_busy / T)};
+  // Each stream's expected share given that it is active itself: the combinations that contain
+  // it, weighed by the other streams' probabilities.
+  const auto expected = [&](int self) {
+    // The other streams' combinations and their probabilities, one stream at a time.
+    std::array<double, 1 << (kSharedStreams - 1)> weight;
+    std::array<int, 1 << (kSharedStreams - 1)> mask;
+    weight[0] = 1, mask[0] = 1 << self;
+    std::size_t n = 1;
+    for (int j = 0; j < kSharedStreams; ++j) {
+      if (j == self) continue;
+      for (std::size_t t = 0; t < n; ++t) {
+        weight[n + t] = weight[t] * u[j];
+        mask[n + t] = mask[t] | (1 << j);
+        weight[t] *= 1.0 - u[j];
       }
-      return lambda;
-    };
-    const auto expected = [&filled](const Flow& self, const Flow* o, int n) {
-      double e = 0;
-      for (int mask = 0; mask < (1 << n); ++mask) {
-        double prob = 1;
-        Flow active[4] = {self};
-        int m = 1;
-        for (int j = 0; j < n; ++j) {
-          const bool on = mask & (1 << j);
-          prob *= on ? o[j].u : 1.0 - o[j].u;
-          if (on) active[m++] = o[j];
-        }
-        if (prob > 0) e += prob * filled(active, m);
-      }
-      return e;
-    };
-    const Flow fh{uh, sh, Dh}, fd{ud, sd, Dd}, fc{uc, 0, Dc}, fv{uv, 0, Dv};
-    {
-      const Flow o[3] = {fd, fc, fv};
-      f.h2d = sh / h * expected(fh, o, 3);
+      n *= 2;
     }
-    {
-      const Flow o[3] = {fh, fc, fv};
-      f.d2h = sd / d * expected(fd, o, 3);
-    }
-    {
-      const Flow o[3] = {fh, fd, fv};
-      f.cpu = sc / cpu_rate * (Dc > 0 ? expected(fc, o, 3) : 1.0);
-    }
-    if (Dv > 0) {
-      const Flow o[3] = {fh, fd, fc};
-      f.convert = sv / conv_rate * expected(fv, o, 3);
-    }
-    if (drains) {
-      f.drain_after = p.gpu_end - p.start;
-      f.cpu_drain = sc / cpu_rate;
-    }
+    double e = 0;
+    for (std::size_t t = 0; t < n; ++t) e += weight[t] * s.level[static_cast<std::size_t>(mask[t])][static_cast<std::size_t>(self)];
+    return s.standalone[static_cast<std::size_t>(self)] * e;
+  };
+  f.h2d = expected(kSharedH2D);
+  f.d2h = expected(kSharedD2H);
+  f.cpu = s.has_cpu_memory ? expected(kSharedCpu) : s.standalone[kSharedCpu];
+  if (s.has_convert) f.convert = expected(kSharedConvert);
+  if (drains) {
+    f.drain_after = p.gpu_end - p.start;
+    f.cpu_drain = s.standalone[kSharedCpu];
   }
+  return f;
 }
 
 // The phase-level fixed point (solve_contention) stops once no factor moves by more than the
@@ -926,49 +945,50 @@ constexpr int kMaxContentionIterations = 16;
 constexpr double kContentionTolerance = 1e-4;
 constexpr double kContractionWanted = 0.7;  // a change that shrinks less than this halves the step
 
-// The phases' statistics if the streams ran at contention factors `f` instead of none: every
+// A phase's statistics if its streams ran at contention factors `f` instead of none: every
 // stream does the same work at the reduced rate, and a phase lasts as long as it did or as long
 // as its busiest stream now needs, whichever is longer (contention never shortens a phase, and a
 // phase cannot end before its streams' work is done).
-void stretch_phases(const StepWork& sw, const std::vector<PhaseStats>& base, const std::vector<PhaseContention>& f,
-                    std::vector<PhaseStats>& out) {
-  out = base;
-  for (std::size_t k = 0; k < out.size(); ++k) {
-    PhaseStats& p = out[k];
-    p.h2d_busy /= f[k].h2d;
-    p.d2h_busy /= f[k].d2h;
-    p.cpu_busy /= f[k].cpu;
-    p.convert_busy /= f[k].convert;
-    // The last backward is judged up to its last compute (contention_from); the drain follows it.
-    const bool drains = k + 1 == out.size() && !sw.traits.update_after_backward;
-    double& end = drains ? p.gpu_end : p.end;
-    end = p.start + std::max({end - p.start, p.h2d_busy, p.d2h_busy, p.cpu_busy, p.convert_busy});
-  }
+PhaseStats stretched(const PhaseStats& base, const PhaseContention& f, bool drains) {
+  PhaseStats p = base;
+  p.h2d_busy /= f.h2d;
+  p.d2h_busy /= f.d2h;
+  p.cpu_busy /= f.cpu;
+  p.convert_busy /= f.convert;
+  // The last backward is judged up to its last compute (contention_at); the drain follows it.
+  double& end = drains ? p.gpu_end : p.end;
+  end = p.start + std::max({end - p.start, p.h2d_busy, p.d2h_busy, p.cpu_busy, p.convert_busy});
+  return p;
 }
 
 // The contention factors of every phase: the fixed point of sharing <-> utilization (mean field,
-// contention_from) solved on the phase level, from the uncontended run `r`: each iteration
-// re-derives the factors from r's phases stretched by the previous factors (stretch_phases).
+// contention_at) solved on the phase level, from the uncontended run `r`: each iteration
+// re-derives the factors from r's phases stretched by the previous factors (stretched).
 // The recurrence then runs once with the fixed point. (The earlier scheme re-ran the recurrence
 // for each of 4 damped iterations, a step each, and stopped short of the fixed point; solving it
 // here is cheaper and agrees better with the simulator, results/model/agreement.md.) Full steps
 // while they contract; the step halves whenever the change does not shrink, since the map can
 // oscillate between over- and under-contended.
 std::vector<PhaseContention> solve_contention(const StepWork& sw, const RunResult& r) {
-  std::vector<PhaseContention> f, g;
-  std::vector<PhaseStats> stretched;
-  contention_from(sw, r.phases, f);
+  const std::size_t P = r.phases.size();
+  const auto drains = [&](std::size_t k) { return k + 1 == P && !sw.traits.update_after_backward; };
+  std::vector<PhaseSharing> sharing(P);
+  std::vector<PhaseContention> f(P), g(P);
+  for (std::size_t k = 0; k < P; ++k) {
+    sharing[k] = phase_sharing(sw, r.phases[k]);
+    f[k] = contention_at(sharing[k], r.phases[k], drains(k));
+  }
   double step = 1.0, last_change = std::numeric_limits<double>::infinity();
   for (int it = 1; it < kMaxContentionIterations; ++it) {
-    stretch_phases(sw, r.phases, f, stretched);
-    contention_from(sw, stretched, g);
     double change = 0;
-    for (std::size_t k = 0; k < g.size(); ++k)
+    for (std::size_t k = 0; k < P; ++k) {
+      g[k] = contention_at(sharing[k], stretched(r.phases[k], f[k], drains(k)), drains(k));
       change = std::max({change, std::fabs(g[k].h2d - f[k].h2d), std::fabs(g[k].d2h - f[k].d2h),
                          std::fabs(g[k].cpu - f[k].cpu), std::fabs(g[k].convert - f[k].convert)});
+    }
     if (change > kContractionWanted * last_change) step *= 0.5;
     last_change = change;
-    for (std::size_t k = 0; k < g.size(); ++k) {
+    for (std::size_t k = 0; k < P; ++k) {
       const auto move = [step](double& to, double from) { to = from + step * (to - from); };
       move(g[k].h2d, f[k].h2d);
       move(g[k].d2h, f[k].d2h);
