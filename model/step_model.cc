@@ -18,8 +18,6 @@
 #include <vector>
 
 #include "common/error.h"
-#include <cstdio>
-#include <cstdlib>
 
 namespace slidedp {
 
@@ -580,6 +578,21 @@ class Recurrence {
     // at most the time from the phase's end to when the stream frees.
     if (static_cast<std::size_t>(phase_) + 1 < phases_.size()) {
       PhaseStats& next = phases_[static_cast<std::size_t>(phase_) + 1];
+      // A stream's backlog at the phase end was timed at this phase's rate; it runs at the next
+      // phase's (the CPU's accumulation spilling into the next forward shares host memory with
+      // that forward's deliveries, not with this backward's gradients).
+      if (static_cast<std::size_t>(phase_) + 1 < contention_.size()) {
+        const PhaseContention& next_f = contention_[static_cast<std::size_t>(phase_) + 1];
+        const auto retime = [end](double& stream_free, double& busy, double ratio) {
+          if (stream_free <= end) return;
+          const double left = stream_free - end;
+          busy += std::min(left, busy) * (ratio - 1);
+          stream_free = end + left * ratio;
+        };
+        retime(cpu_, p.cpu_busy, cpu_factor_ / next_f.cpu);
+        retime(h2d_, p.h2d_busy, h2d_rate_ / (h2d_rate0_ * next_f.h2d));
+        retime(d2h_, p.d2h_busy, d2h_rate_ / (d2h_rate0_ * next_f.d2h));
+      }
       const auto spill = [end](double& busy, double& next_busy, double stream_free) {
         const double left = std::clamp(stream_free - end, 0.0, busy);
         busy -= left;
@@ -845,45 +858,43 @@ struct PhaseSharing {
 };
 
 // Progressive filling of the duplex link (capacity X) and host memory (HM) among the streams in
-// `mask`, whose demands at their standalone rates are duplex[i] and hm[i].
-void fill_levels(int mask, const double* duplex, const double* hm, double X, double HM,
+// `mask`, whose demands at their standalone rates are duplex[i] and hm[i]; stream i cannot rise
+// beyond cap[i] (its own PCIe root complex's share: all ranks' copies in one direction).
+void fill_levels(int mask, const double* duplex, const double* hm, const double* cap, double X, double HM,
                  std::array<double, kSharedStreams>& level) {
   double lambda = 0, rem_dx = X, rem_hm = HM;
   int rising = mask;
   while (rising) {
-    double load_dx = 0, load_hm = 0;
+    double load_dx = 0, load_hm = 0, step = 1.0;
     for (int i = 0; i < kSharedStreams; ++i)
-      if (rising & (1 << i)) load_dx += duplex[i], load_hm += hm[i];
-    double step = 1.0 - lambda;
+      if (rising & (1 << i)) load_dx += duplex[i], load_hm += hm[i], step = std::min(step, cap[i] - lambda);
     if (load_dx > 0) step = std::min(step, rem_dx / load_dx);
     if (load_hm > 0) step = std::min(step, rem_hm / load_hm);
     step = std::max(0.0, step);
-    if (step >= 1.0 - lambda) break;  // nothing saturates before the rest run at their standalone rate
     lambda += step;
     rem_dx -= load_dx * step;
     rem_hm -= load_hm * step;
     const bool full_dx = load_dx > 0 && rem_dx <= 1e-12 * X, full_hm = load_hm > 0 && rem_hm <= 1e-12 * HM;
     for (int i = 0; i < kSharedStreams; ++i)
-      if ((rising & (1 << i)) && ((full_dx && duplex[i] > 0) || (full_hm && hm[i] > 0))) {
+      if ((rising & (1 << i)) &&
+          ((full_dx && duplex[i] > 0) || (full_hm && hm[i] > 0) || lambda >= cap[i] * (1 - 1e-12))) {
         level[static_cast<std::size_t>(i)] = lambda;
         rising &= ~(1 << i);
       }
   }
-  for (int i = 0; i < kSharedStreams; ++i)
-    if (rising & (1 << i)) level[static_cast<std::size_t>(i)] = 1.0;
 }
 
 PhaseSharing phase_sharing(const StepWork& sw, const PhaseStats& p) {
   const Capacities& c = sw.cap;
   const double N = sw.ranks;
   const double hm_copy = c.emulated ? 2.0 : 1.0;
-  const double h = std::min(c.h2d_link_Bps, c.duplex_Bps), d = std::min(c.d2h_link_Bps, c.duplex_Bps);
   const double HM = c.host_mem_Bps, X = c.duplex_Bps;
   const double cpu_rate = c.update_threads;  // thread-seconds per second with no memory limit
   const double hm_cpu = p.cpu_thread_s > 0 ? p.cpu_host_mem_bytes / p.cpu_thread_s : 0.0;  // bytes per thread-s
-  // Standalone rates (each stream alone, already capped by its own host-memory need), as the
-  // simulator's fair share starts from them; then their host-memory demand rates.
-  const double sh = std::min(h, HM / (N * hm_copy)), sd = std::min(d, HM / (N * hm_copy));
+  // Standalone rates, as the simulator's fair share starts from them: one rank's copy alone on its
+  // link (the duplex cap and host memory included; the PCIe root complex is shared by all ranks'
+  // copies, a cap on the stream's level), the CPU capped by its own host-memory need.
+  const double sh = std::min({c.h2d_alone_Bps, X, HM / hm_copy}), sd = std::min({c.d2h_alone_Bps, X, HM / hm_copy});
   const double sc = hm_cpu > 0 ? std::min(cpu_rate, HM / hm_cpu) : cpu_rate;
   // SlideFormer's conversion: every rank's threads read 4 and write 2 bytes per 4 bytes converted.
   const double conv_rate = N * c.convert_threads_per_rank * c.convert_Bps_per_thread;  // fp32 bytes/s
@@ -893,8 +904,13 @@ PhaseSharing phase_sharing(const StepWork& sw, const PhaseStats& p) {
   s.has_cpu_memory = sc * hm_cpu > 0;
   const double duplex[kSharedStreams] = {sh, sd, 0, 0};
   const double hm[kSharedStreams] = {N * sh * hm_copy, N * sd * hm_copy, sc * hm_cpu, s.has_convert ? sv * 1.5 : 0.0};
+  const double cap[kSharedStreams] = {std::min(1.0, c.h2d_root_Bps / (N * sh)), std::min(1.0, c.d2h_root_Bps / (N * sd)), 1, 1};
+  // The recurrence's unit factor stands for one direction alone on a rank's link with every
+  // rank's copy in that direction active (h2d_rate0_, d2h_rate0_), the CPU at all its threads.
+  const double h = std::min(c.h2d_link_Bps, c.duplex_Bps), d = std::min(c.d2h_link_Bps, c.duplex_Bps);
   s.standalone = {sh / h, sd / d, sc / cpu_rate, s.has_convert ? sv / conv_rate : 1.0};
-  for (int mask = 1; mask < (1 << kSharedStreams); ++mask) fill_levels(mask, duplex, hm, X, HM, s.level[static_cast<std::size_t>(mask)]);
+  for (int mask = 1; mask < (1 << kSharedStreams); ++mask)
+    fill_levels(mask, duplex, hm, cap, X, HM, s.level[static_cast<std::size_t>(mask)]);
   return s;
 }
 
@@ -945,20 +961,33 @@ constexpr int kMaxContentionIterations = 16;
 constexpr double kContentionTolerance = 1e-4;
 constexpr double kContractionWanted = 0.7;  // a change that shrinks less than this halves the step
 
-// A phase's statistics if its streams ran at contention factors `f` instead of none: every
-// stream does the same work at the reduced rate, and a phase lasts as long as it did or as long
-// as its busiest stream now needs, whichever is longer (contention never shortens a phase, and a
-// phase cannot end before its streams' work is done).
-PhaseStats stretched(const PhaseStats& base, const PhaseContention& f, bool drains) {
-  PhaseStats p = base;
-  p.h2d_busy /= f.h2d;
-  p.d2h_busy /= f.d2h;
-  p.cpu_busy /= f.cpu;
-  p.convert_busy /= f.convert;
-  // The last backward is judged up to its last compute (contention_at); the drain follows it.
-  double& end = drains ? p.gpu_end : p.end;
-  end = p.start + std::max({end - p.start, p.h2d_busy, p.d2h_busy, p.cpu_busy, p.convert_busy});
-  return p;
+// The phases' statistics if their streams ran at contention factors `f` instead of none (`base`
+// is the uncontended run): every stream does the same work at the reduced rate, first what it
+// carried over from earlier phases. A phase lasts as long as it did or as long as its copies now
+// need, whichever is longer (contention never shortens a phase; the computes wait for the
+// copies); the CPU's work that does not fit carries into the next phase, as in the recurrence.
+void stretch_phases(const std::vector<PhaseStats>& base, const std::vector<PhaseContention>& f, bool last_drains,
+                    std::vector<PhaseStats>& out) {
+  out = base;
+  // Work left over from earlier phases, per stream, in seconds at the uncontended rate.
+  std::array<double, kSharedStreams> carry{};
+  for (std::size_t k = 0; k < out.size(); ++k) {
+    PhaseStats& p = out[k];
+    double& end = last_drains && k + 1 == out.size() ? p.gpu_end : p.end;
+    const std::array<double*, kSharedStreams> busy = {&p.h2d_busy, &p.d2h_busy, &p.cpu_busy, &p.convert_busy};
+    const std::array<double, kSharedStreams> factor = {f[k].h2d, f[k].d2h, f[k].cpu, f[k].convert};
+    std::array<double, kSharedStreams> need;
+    for (std::size_t i = 0; i < kSharedStreams; ++i) need[i] = (carry[i] + *busy[i]) / factor[i];
+    // The copies (and SlideFormer's conversion) feed the computes: they hold the phase. The CPU
+    // does not: its work queues on into the next phase.
+    const double T = std::max({end - p.start, need[kSharedH2D], need[kSharedD2H], need[kSharedConvert]});
+    end = p.start + T;
+    for (std::size_t i = 0; i < kSharedStreams; ++i) {
+      const double b = std::min(T, need[i]);
+      carry[i] = std::max(0.0, carry[i] + *busy[i] - b * factor[i]);
+      *busy[i] = b;
+    }
+  }
 }
 
 // The contention factors of every phase: the fixed point of sharing <-> utilization (mean field,
@@ -979,10 +1008,12 @@ std::vector<PhaseContention> solve_contention(const StepWork& sw, const RunResul
     f[k] = contention_at(sharing[k], r.phases[k], drains(k));
   }
   double step = 1.0, last_change = std::numeric_limits<double>::infinity();
+  std::vector<PhaseStats> st;
   for (int it = 1; it < kMaxContentionIterations; ++it) {
     double change = 0;
+    stretch_phases(r.phases, f, !sw.traits.update_after_backward, st);
     for (std::size_t k = 0; k < P; ++k) {
-      g[k] = contention_at(sharing[k], stretched(r.phases[k], f[k], drains(k)), drains(k));
+      g[k] = contention_at(sharing[k], st[k], drains(k));
       change = std::max({change, std::fabs(g[k].h2d - f[k].h2d), std::fabs(g[k].d2h - f[k].d2h),
                          std::fabs(g[k].cpu - f[k].cpu), std::fabs(g[k].convert - f[k].convert)});
     }
