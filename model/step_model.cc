@@ -52,10 +52,7 @@ struct PhaseDemand {
 // other streams were in that phase on the previous iteration (see evaluate_step_work).
 struct PhaseContention {
   double h2d = 1.0, d2h = 1.0, cpu = 1.0, convert = 1.0;
-  // After the last backward compute (the drain), the CPU runs with no copies beside it.
-  // Seconds after the phase's start (its first compute) when the drain begins: relative, so it
-  // carries over to a step at another time.
-  double drain_after = std::numeric_limits<double>::infinity();
+  // After the step's last backward compute (the drain) the CPU runs with no copies beside it.
   double cpu_drain = 1.0;
 };
 struct PhaseStats {
@@ -78,17 +75,18 @@ struct RunResult {
 
 // Per-unit constants of the recurrence's inner loop.
 struct UnitConst {
-  double chunks = 1, grad_chunks = 1;
+  double chunks = 1, grad_chunks = 1, inv_chunks = 1, inv_grad_chunks = 1;
   double h2d_bytes = 0, h2d_latency_s = 0, allgather_s = 0;
   double reduce_scatter_s = 0, grad_d2h_bytes = 0, grad_latency_s = 0;
 };
 
 // What every pass of one evaluation shares (built once, the passes differ only in latencies and
-// contention): per-unit constants with and without latencies, and the runs of identical units.
+// contention): the runs of identical units and per-run constants with and without latencies.
 struct RecurrenceSetup {
   const StepWork& sw;
   std::vector<char> same_as_prev;        // unit u has the same work as unit u - 1
   std::vector<int> run_end, run_start;   // the last / first unit of u's run of identical units
+  std::vector<int> run_of;               // index of u's run (its constants are the run's)
 
   RecurrenceCounters counters;
 
@@ -97,23 +95,31 @@ struct RecurrenceSetup {
     same_as_prev.assign(U, 0);
     run_end.assign(U, 0);
     run_start.assign(U, 0);
-    for (std::size_t u = 1; u < U; ++u) same_as_prev[u] = same_work(sw.units[u], sw.units[u - 1]);
-    for (std::size_t u = 0; u < U; ++u) run_start[u] = u > 0 && same_as_prev[u] ? run_start[u - 1] : static_cast<int>(u);
+    run_of.assign(U, 0);
+    int runs = 0;
+    for (std::size_t u = 0; u < U; ++u) {
+      same_as_prev[u] = u > 0 && same_work(sw.units[u], sw.units[u - 1]);
+      run_start[u] = same_as_prev[u] ? run_start[u - 1] : static_cast<int>(u);
+      run_of[u] = same_as_prev[u] ? runs - 1 : runs++;
+    }
     for (std::size_t k = U; k-- > 0;) run_end[k] = k + 1 < U && same_as_prev[k + 1] ? run_end[k + 1] : static_cast<int>(k);
   }
 
-  // Per-unit constants of the inner loop (divisions hoisted out of it), built on first use.
+  // Constants of the inner loop (divisions hoisted out of it), one per run, built on first use.
   const std::vector<UnitConst>& unit_const(bool latencies) {
     std::vector<UnitConst>& out = unit_const_[latencies ? 1 : 0];
     if (!out.empty() || sw.units.empty()) return out;
     const Capacities& c = sw.cap;
     const double lat = latencies ? 1.0 : 0.0;
     const double inv_ag = 1.0 / c.allgather_busbw_Bps, inv_rs = 1.0 / c.reduce_scatter_busbw_Bps;
-    out.reserve(sw.units.size());
-    for (const UnitWork& w : sw.units) {
+    for (std::size_t u = 0; u < sw.units.size(); ++u) {
+      if (same_as_prev[u]) continue;
+      const UnitWork& w = sw.units[u];
       UnitConst k;
       k.chunks = static_cast<double>(w.chunks);
       k.grad_chunks = static_cast<double>(w.grad_chunks);
+      k.inv_chunks = 1.0 / k.chunks;
+      k.inv_grad_chunks = 1.0 / k.grad_chunks;
       k.h2d_bytes = w.deliver_h2d_bytes + w.tied_h2d_bytes;
       k.h2d_latency_s = lat * k.chunks * c.link_latency_s;
       const double ag = w.deliver_allgather_bytes + w.tied_allgather_bytes;
@@ -129,7 +135,7 @@ struct RecurrenceSetup {
   }
 
  private:
-  std::vector<UnitConst> unit_const_[2];  // [latencies]
+  std::vector<UnitConst> unit_const_[2];  // [latencies], per run
 };
 
 class Recurrence {
@@ -157,7 +163,8 @@ class Recurrence {
     bwd_end_.resize(sw.units.size());
     // The jump's state must fit its fixed-size buffers (depth <= 10); deeper buffers run every unit.
     state_size_ = kStateFixed + 3 * slots_.size();
-    jump_ = jump && state_size_ <= kStateMax;
+    state_padded_ = (state_size_ + 3) / 4 * 4;
+    jump_ = jump && state_padded_ <= kStateMax;
     set_phase(0);
   }
 
@@ -302,7 +309,6 @@ class Recurrence {
     demand_ = PhaseDemand{};
     if (phase_start >= 0) std::swap(demand_, head_demand_);  // a backward: the head's gradients
     phase_start_ = phase_start;
-    if (phase_start >= 0) drain_start_ = phase_start + drain_after_;  // backward phases start known
     history_ = 0;
     skip_attempts_ = 0;
     armed_ = false;
@@ -363,7 +369,20 @@ class Recurrence {
     compute_ += w.recompute_s + w.bwd_s;
     bwd_end_[static_cast<std::size_t>(u)] = gpu_;
     release(u, gpu_);
+    if (u == 0 && last_ && !sw_.traits.update_after_backward) begin_drain();
     grad_done_[static_cast<std::size_t>(u)] = grads(u, last_, demand_, 0.0);
+  }
+
+  // The step's last compute has ended: the CPU's backlog, timed at the backward's rate, runs at
+  // the drain's from here on (no copies beside it), and so does the work still to come.
+  void begin_drain() {
+    const double ratio = cpu_factor_ / cpu_drain_;
+    if (cpu_ > gpu_) {
+      const double left = cpu_ - gpu_;
+      stats().cpu_busy += std::min(left, stats().cpu_busy) * (ratio - 1);
+      cpu_ = gpu_ + left * ratio;
+    }
+    cpu_factor_ = cpu_drain_;
   }
 
   // ---- Jumping the periodic regime (docs/MODEL.md section 2, "jumping the periodic regime") ----
@@ -413,6 +432,7 @@ class Recurrence {
       put(at(bwd_end_, u)), put(at(bwd_end_, u + 1)), put(at(grad_done_, u)), put(at(grad_done_, u + 1));
       put(0), put(0);
     }
+    while (i < state_padded_) put(0);  // the comparison runs over groups of four
   }
 
   // Sets the state to x + n d: the state after unit j = u + dir n if x is the state after unit u
@@ -488,7 +508,7 @@ class Recurrence {
     history_ = 0;
     State& x = hist_[1];
     save_state(x, u, dir);
-    const std::size_t n_state = state_size_;
+    const std::size_t n_state = state_padded_;
     for (std::size_t i = 0; i < n_state; ++i) d_[i] = x[i] - hist_[0][i];
     // The run of identical units ahead: u + dir .. last. (Backward never jumps onto unit 0, whose
     // update gates the next step; it is never identical to a decoder layer anyway.)
@@ -509,9 +529,14 @@ class Recurrence {
         backward_unit(j);
       }
       save_state(y_, j, dir);
-      double worst = 0;  // how far past its tolerance the worst component is (no branch: vectorizes)
-      for (std::size_t i = 0; i < n_state; ++i)
-        worst = std::max(worst, delta_excess(y_[i] - (x[i] + (try_n - 1) * d_[i]), d_[i], y_[i]));
+      // How far past its tolerance the worst component is: four running maxima, so the
+      // comparisons do not wait on each other (the state is padded with zeros to a multiple of 4).
+      double worst4[4] = {0, 0, 0, 0};
+      const double steps = try_n - 1;
+      for (std::size_t i = 0; i < n_state; i += 4)
+        for (std::size_t l = 0; l < 4; ++l)
+          worst4[l] = std::max(worst4[l], delta_excess(y_[i + l] - (x[i + l] + steps * d_[i + l]), d_[i + l], y_[i + l]));
+      const double worst = std::max(std::max(worst4[0], worst4[1]), std::max(worst4[2], worst4[3]));
       if (worst <= 0) {
         good = try_n;
       } else {
@@ -563,8 +588,6 @@ class Recurrence {
     inv_d2h_rate_ = 1.0 / d2h_rate_;
     cpu_factor_ = f.cpu;
     convert_factor_ = f.convert;
-    drain_after_ = f.drain_after;
-    drain_start_ = std::numeric_limits<double>::infinity();
     cpu_drain_ = f.cpu_drain;
   }
   void close_phase(double start, double end) {
@@ -611,7 +634,9 @@ class Recurrence {
     return bytes / rate + lat_ * copies * c_.link_latency_s;
   }
 
-  const UnitConst& konst(const UnitWork& w) const { return (*unit_const_)[static_cast<std::size_t>(w.index)]; }
+  const UnitConst& konst(const UnitWork& w) const {
+    return (*unit_const_)[static_cast<std::size_t>(setup_.run_of[static_cast<std::size_t>(w.index)])];
+  }
 
   double delivery_time(const UnitWork& w) const {
     const UnitConst& k = konst(w);
@@ -627,13 +652,14 @@ class Recurrence {
     double* stream_free;
     double duration;
   };
-  static double chain(std::initializer_list<Stage> stages, double chunks, double gate, double* first_chunk_out = nullptr) {
+  static double chain(std::initializer_list<Stage> stages, double inv_chunks, double gate, double* first_chunk_out = nullptr) {
     double prev_first = gate, prev_end = gate;
     for (const Stage& st : stages) {
       if (st.duration <= 0) continue;
       double start = std::max(*st.stream_free, prev_first);
-      double end = std::max(start + st.duration, prev_end + st.duration / chunks);
-      prev_first = start + st.duration / chunks;
+      const double per_chunk = st.duration * inv_chunks;
+      double end = std::max(start + st.duration, prev_end + per_chunk);
+      prev_first = start + per_chunk;
       prev_end = end;
       *st.stream_free = end;
     }
@@ -648,7 +674,7 @@ class Recurrence {
     stats().h2d_busy += h2d;
     const double conv = w.deliver_convert_thread_s / (c_.convert_threads_per_rank * convert_factor_);
     stats().convert_busy += conv;
-    return chain({{&convert_, conv}, {&h2d_, h2d}, {&fabric_free_, k.allgather_s}}, k.chunks, gate);
+    return chain({{&convert_, conv}, {&h2d_, h2d}, {&fabric_free_, k.allgather_s}}, k.inv_chunks, gate);
   }
 
   Slot& lru_slot() {
@@ -727,7 +753,7 @@ class Recurrence {
     double gate = std::max(gpu_, extra_gate);
     if (tr.shared_grad_buffer) gate = std::max(gate, cpu_);  // waits for the previous unit's update
     double first_chunk = gate;
-    double end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, chunks, gate, &first_chunk);
+    double end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
     d2h_bytes_ += d2h_bytes;
     ph.d2h_bytes += d2h_bytes;
     d2h_copies_ += chunks;
@@ -738,22 +764,12 @@ class Recurrence {
     double thread_s = last ? w.cpu_last_thread_s : w.cpu_accum_thread_s;
     double hm = last ? w.cpu_last_host_mem_bytes : w.cpu_accum_host_mem_bytes;
     double cpu_s = thread_s / (c_.update_threads * cpu_factor_);
-    {
-      // Piecewise rate: work left when the drain begins runs at the drain's (uncontended) rate.
-      const double t0 = std::max(cpu_, first_chunk);
-      const double sw_at = drain_start_;
-      if (t0 + cpu_s > sw_at) {
-        const double before = std::max(0.0, sw_at - t0);
-        const double done = before * c_.update_threads * cpu_factor_;
-        cpu_s = before + (thread_s - done) / (c_.update_threads * cpu_drain_);
-      }
-    }
     stats().cpu_busy += cpu_s;
     stats().cpu_thread_s += thread_s;
     stats().cpu_host_mem_bytes += hm;
     if (tr.barriers_per_chunk > 0) cpu_s += lat_ * tr.barriers_per_chunk * chunks * c_.link_latency_s;
     double cpu_start = std::max(cpu_, first_chunk);
-    double cpu_end = std::max(cpu_start + cpu_s, end + cpu_s / chunks);
+    double cpu_end = std::max(cpu_start + cpu_s, end + cpu_s * k.inv_grad_chunks);
     if (thread_s > 0) cpu_ = cpu_end;
     ph.cpu_update_thread_s += thread_s;
     ph.host_mem_bytes += hm;
@@ -799,7 +815,7 @@ class Recurrence {
   double h2d_rate_ = 0, d2h_rate_ = 0, cpu_factor_ = 1, convert_factor_ = 1;  // the current phase's rates
   double inv_h2d_rate_ = 0, inv_d2h_rate_ = 0;
   std::vector<double> offload_end_, grad_done_, bwd_end_;
-  double drain_after_ = std::numeric_limits<double>::infinity(), drain_start_ = drain_after_, cpu_drain_ = 1;
+  double cpu_drain_ = 1;
   std::vector<PhaseContention> contention_;
   std::vector<PhaseStats> phases_;
   int phase_ = 0;
@@ -819,7 +835,7 @@ class Recurrence {
   // A verification (save, load, one unit, compare) costs about what five units do: shorter jumps
   // and finer bisection do not pay.
   static constexpr int kMinJump = 6;
-  std::size_t state_size_ = 0;
+  std::size_t state_size_ = 0, state_padded_ = 0;
   State hist_[2], d_, y_;  // the state after two consecutive units, one unit's change, a verified state
   std::array<double, 6> keys_[3];  // stream times after the last three units
   int history_ = 0, skip_attempts_ = 0;
@@ -910,7 +926,8 @@ PhaseSharing phase_sharing(const StepWork& sw, const PhaseStats& p) {
   const double h = std::min(c.h2d_link_Bps, c.duplex_Bps), d = std::min(c.d2h_link_Bps, c.duplex_Bps);
   s.standalone = {sh / h, sd / d, sc / cpu_rate, s.has_convert ? sv / conv_rate : 1.0};
   for (int mask = 1; mask < (1 << kSharedStreams); ++mask)
-    fill_levels(mask, duplex, hm, cap, X, HM, s.level[static_cast<std::size_t>(mask)]);
+    if (s.has_convert || !(mask & (1 << kSharedConvert)))  // combinations with no conversion weigh 0
+      fill_levels(mask, duplex, hm, cap, X, HM, s.level[static_cast<std::size_t>(mask)]);
   return s;
 }
 
@@ -948,10 +965,7 @@ PhaseContention contention_at(const PhaseSharing& s, const PhaseStats& p, bool d
   f.d2h = expected(kSharedD2H);
   f.cpu = s.has_cpu_memory ? expected(kSharedCpu) : s.standalone[kSharedCpu];
   if (s.has_convert) f.convert = expected(kSharedConvert);
-  if (drains) {
-    f.drain_after = p.gpu_end - p.start;
-    f.cpu_drain = s.standalone[kSharedCpu];
-  }
+  if (drains) f.cpu_drain = s.standalone[kSharedCpu];
   return f;
 }
 
