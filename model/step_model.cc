@@ -49,7 +49,7 @@ struct PhaseDemand {
 
 // Mean-field contention: the factor by which a stream's standalone rate is reduced in one phase
 // because other streams share the link duplex or host memory with it, weighted by how busy those
-// other streams were in that phase on the previous iteration (see evaluate_step_work).
+// other streams are in that phase (solve_contention).
 struct PhaseContention {
   double h2d = 1.0, d2h = 1.0, cpu = 1.0, convert = 1.0;
   // After the step's last backward compute (the drain) the CPU runs with no copies beside it.
