@@ -71,14 +71,13 @@ TEST(ModelAgreement, AnalyticalMatchesSimulatorOnRandomPlans) {
   RecordProperty("plans", static_cast<int>(errors.size()));
   RecordProperty("within_5pct", within);
   // The recurrence approximates fair sharing with a mean-field contention estimate (docs/MODEL.md),
-  // so agreement is statistical: median 0.53%, p90 1.95%, p99 3.24%, all 500 within 5%, worst
-  // 4.45% (results/model/agreement.md has the history). The bounds leave room for a harmless
-  // change of the draw, not for a regression: median <= 1%, p90 <= 3%, at least 99% of plans
-  // within 5%, none beyond 7%.
+  // so agreement is statistical: median 0.53%, p90 1.95%, p99 3.24%, worst 4.45%
+  // (results/model/agreement.md has the history). Issue 2 asks for every plan within 5%; the
+  // median and p90 bounds leave room for a harmless change of the draw, not for a regression.
   EXPECT_LE(pct(0.5), 0.01);
   EXPECT_LE(pct(0.9), 0.03);
-  EXPECT_GE(within, static_cast<int>(0.99 * static_cast<double>(errors.size())));
-  EXPECT_LE(errors.back(), 0.07) << "worst: " << worst_desc;
+  EXPECT_EQ(within, static_cast<int>(errors.size())) << "plans beyond 5%; worst: " << worst_desc;
+  EXPECT_LE(errors.back(), 0.05) << "worst: " << worst_desc;
 }
 
 }  // namespace
