@@ -416,13 +416,17 @@ class GraphBuilder {
       if (sw_.post_allgather_bytes > 0) last = collective(sw_.post_allgather_bytes, c_.allgather_busbw_Bps, up, "all-gather params");
     }
     if (sw_.post_gpu_s > 0) {
+      // Every rank updates its own shard on its own GPU, all at once; the next step's use of the
+      // parameters waits for all of them (a task with no work joins them).
+      FluidEngine::Task join;
       for (int r = 0; r < N_; ++r) {
         std::vector<int> d;
         dep(d, last);
         int id = compute_task(r, sw_.post_gpu_s, d, "gpu optimizer", kPostCompute);
         if (r == 0 && step_ == measured_step_ && post_first_ < 0) post_first_ = id;
-        if (r == 0) last = id;
+        join.deps.push_back(id);
       }
+      last = add(std::move(join));
     }
     if (step_ == measured_step_) post_last_ = last;
     for (auto& v : update_cur_) v.assign(1, last);

@@ -251,7 +251,9 @@ class Recurrence {
       }
       double upload = 0;
       if (sw_.post_upload_h2d_bytes > 0) {
-        upload += copy_time(sw_.post_upload_h2d_bytes, h2d_rate_, 1);
+        // The update is done and nothing else moves: the upload has the link to itself (the
+        // backward's contention factor, still in h2d_rate_, does not apply).
+        upload += copy_time(sw_.post_upload_h2d_bytes, h2d_rate0_, 1);
         h2d_bytes_ += sw_.post_upload_h2d_bytes;
         host_mem_bytes_ += sw_.ranks * sw_.post_upload_h2d_bytes;
       }

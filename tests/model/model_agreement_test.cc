@@ -87,8 +87,8 @@ namespace slidedp {
 namespace {
 
 // The baselines are the same pipeline with other routes and placements: the two views should agree
-// on them too. Reported per system; bounded loosely (their host-memory-saturated regimes are where the
-// mean-field contention is weakest, see results/model/agreement.md).
+// on them too. Reported per system; SlideFormer is bounded loosely (its host-memory-saturated regime,
+// with the CPU on the critical path, is where the mean-field contention is weakest).
 TEST(ModelAgreement, BaselinesAgreeWithTheSimulator) {
   std::mt19937_64 rng(99);
   const std::vector<std::string> models = {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b", "llama-3.1-8b"};
@@ -117,8 +117,12 @@ TEST(ModelAgreement, BaselinesAgreeWithTheSimulator) {
     auto pct = [&](double q) { return errors[static_cast<std::size_t>(q * (errors.size() - 1))]; };
     std::printf("%-15s %zu plans: median %.2f%%, p90 %.2f%%, max %.2f%%\n", sysname.c_str(), errors.size(), 100 * pct(0.5),
                 100 * pct(0.9), 100 * errors.back());
-    EXPECT_LE(pct(0.5), 0.08) << sysname;
-    EXPECT_LE(errors.back(), 0.35) << sysname;
+    // Measured at 5d3af49 + the two baseline fixes (results/model/agreement.md): ZeRO-Offload median
+    // 0.08% / max 1.4%, MegaTrain 0.32% / 4.5%, FSDP2 0.21% / 3.6%; SlideFormer 3.1% / 21.8%, whose
+    // gradient copies wait on the CPU so the mean field's error lands on its critical path.
+    const bool slideformer = sysname == "slideformer-dp";
+    EXPECT_LE(pct(0.5), slideformer ? 0.08 : 0.01) << sysname;
+    EXPECT_LE(errors.back(), slideformer ? 0.35 : 0.07) << sysname;
   }
 }
 
