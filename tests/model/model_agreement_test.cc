@@ -128,3 +128,54 @@ TEST(ModelAgreement, BaselinesAgreeWithTheSimulator) {
 
 }  // namespace
 }  // namespace slidedp
+
+namespace slidedp {
+namespace {
+
+// Beyond the main draw (depth 2-3, chunks of 1/4 to 1 layer): one parameter slot, and smaller
+// chunks with deeper buffers. With one slot the next unit's delivery starts exactly as the last
+// one's gradients leave, so H2D and D2H overlap far more than the mean field's independent
+// activity assumes, and the model under-predicts the duplex contention. Measured (this test's
+// draws): one slot median 1.72%, p90 6.46%, worst 11.2%, 16 of 100 beyond 5%; small chunks with
+// depth 2-4 median 0.59%, p90 2.66%, worst 7.5%, 2 of 100 beyond 5% (results/model/agreement.md).
+// The bounds record the gap so that it does not grow unnoticed.
+TEST(ModelAgreement, OutsideTheMainDraw) {
+  struct Draw {
+    const char* name;
+    RandomPlanRanges ranges;
+    double median, worst;
+  };
+  const Draw draws[] = {{"one slot", {2, 1, 1}, 0.03, 0.15}, {"chunks to 1/32 layer, depth 2-4", {5, 2, 4}, 0.015, 0.10}};
+  const std::vector<std::string> models = {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b", "llama-3.1-8b", "qwen3-32b"};
+  for (const Draw& d : draws) {
+    std::mt19937_64 rng(20261130);
+    std::vector<double> errors;
+    int tried = 0;
+    while (errors.size() < 100 && tried < 2000) {
+      ++tried;
+      const auto& names = hardware_preset_names();
+      Hardware hw = hardware_preset(names[std::uniform_int_distribution<std::size_t>(0, names.size() - 1)(rng)]);
+      Workload w = make_workload(model_preset(models[std::uniform_int_distribution<std::size_t>(0, models.size() - 1)(rng)]),
+                                 1024 << std::uniform_int_distribution<int>(0, 3)(rng));
+      Plan p = random_plan(rng, hw, w.model, d.ranges);
+      Prediction a = predict_analytical(w, hw, p, System::kSlideDP);
+      if (!a.feasible) continue;
+      SimulatorOptions opt;
+      opt.record_timeline = false;
+      opt.measure_sync = false;
+      Simulation s = simulate_step_work(build_step_work(w, hw, p, System::kSlideDP), opt);
+      errors.push_back(std::fabs(a.step_time_s - s.prediction.step_time_s) / s.prediction.step_time_s);
+    }
+    ASSERT_EQ(errors.size(), 100u) << d.name;
+    std::sort(errors.begin(), errors.end());
+    const double median = errors[errors.size() / 2];
+    const int beyond = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e > 0.05; }));
+    std::printf("%-32s 100 plans: median %.2f%%, p90 %.2f%%, max %.2f%%, %d beyond 5%%\n", d.name, 100 * median,
+                100 * errors[89], 100 * errors.back(), beyond);
+    EXPECT_LE(median, d.median) << d.name;
+    EXPECT_LE(errors.back(), d.worst) << d.name;
+  }
+}
+
+}  // namespace
+}  // namespace slidedp
