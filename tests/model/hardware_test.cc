@@ -1,11 +1,24 @@
 // Hardware profiles: every preset loads and validates, YAML round trips, strict errors, interpolation.
 #include <gtest/gtest.h>
 
+#include <initializer_list>
+#include <string>
+
 #include "common/error.h"
 #include "model/hardware.h"
 
 namespace slidedp {
 namespace {
+
+// Parsing `yaml` (as file `file`) must throw an InputError whose message holds every one of `parts`.
+void expect_yaml_error(const std::string& yaml, const std::string& file, std::initializer_list<const char*> parts) {
+  try {
+    hardware_from_yaml(yaml, file);
+    ADD_FAILURE() << "no error for " << file;
+  } catch (const InputError& e) {
+    for (const char* part : parts) EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
 
 TEST(Hardware, AllRequiredPresetsExistAndValidate) {
   for (const char* name : {"h100-sxm-x4", "h100-sxm-x8", "rtx4090-x4", "a800-x4", "h200-x8", "gh200-x4",
@@ -29,24 +42,13 @@ TEST(Hardware, YamlRoundTripIsLossless) {
 TEST(Hardware, UnknownKeyIsAnErrorWithThePath) {
   std::string y = hardware_to_yaml(hardware_preset("h100-sxm-x4"));
   y.replace(y.find("hbm_gbps"), 8, "hbm_gbs");
-  try {
-    hardware_from_yaml(y, "hw.yaml");
-    FAIL();
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("hw.yaml: gpu.hbm_gbs"), std::string::npos) << e.what();
-  }
+  expect_yaml_error(y, "hw.yaml", {"hw.yaml: gpu.hbm_gbs"});
 }
 
 TEST(Hardware, OutOfRangeValueNamesTheUnit) {
   std::string y = hardware_to_yaml(hardware_preset("rtx4090-x4"));
   y.replace(y.find("h2d_gbps: 23.7"), 14, "h2d_gbps: -3");
-  try {
-    hardware_from_yaml(y, "hw.yaml");
-    FAIL();
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("host_link.h2d_gbps"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("GB/s"), std::string::npos) << e.what();
-  }
+  expect_yaml_error(y, "hw.yaml", {"host_link.h2d_gbps", "GB/s"});
 }
 
 TEST(Hardware, SyncTermRoundTripsAndGrowsAsSqrtTwoLogRanks) {
@@ -68,13 +70,7 @@ TEST(Hardware, SyncTermRoundTripsAndGrowsAsSqrtTwoLogRanks) {
   // A negative term is not synchronisation: the schema refuses it, naming the key and the unit.
   std::string bad = y;
   bad.replace(bad.find("base: 0.06"), 10, "base: -0.1");
-  try {
-    hardware_from_yaml(bad, "calibrated.yaml");
-    FAIL();
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("calibrated.yaml: sync.base"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("fraction of the step"), std::string::npos) << e.what();
-  }
+  expect_yaml_error(bad, "calibrated.yaml", {"calibrated.yaml: sync.base", "fraction of the step"});
 }
 
 TEST(Hardware, RateTableInterpolatesLinearlyAndIsFlatBeyondTheEnd) {
