@@ -155,8 +155,9 @@ namespace {
 // chunks with deeper buffers. With one slot the next unit's delivery starts exactly as the last
 // one's gradients leave, so H2D and D2H overlap far more than the mean field's independent
 // activity assumes, and the model under-predicts the duplex contention. Measured (this test's
-// draws): one slot median 1.69%, p90 6.32%, worst 11.0%, 14 of 100 beyond 5%; small chunks with
-// depth 2-4 median 0.65%, p90 2.39%, worst 6.0%, 2 of 100 beyond 5% (results/model/agreement.md).
+// draws, 200 plans each): one slot median 1.88%, p90 6.37%, worst 11.0%, 27 beyond 5%; small chunks
+// with depth 2-4 median 0.73%, p90 2.23%, worst 6.0%, 3 beyond; the main ranges with this seed
+// median 0.69%, p90 2.45%, worst 6.3%, 3 beyond (results/model/agreement.md).
 // The bounds record the gap so that it does not grow unnoticed.
 TEST(ModelAgreement, OutsideTheMainDraw) {
   struct Draw {
@@ -164,18 +165,22 @@ TEST(ModelAgreement, OutsideTheMainDraw) {
     RandomPlanRanges ranges;
     double median, worst;
   };
-  const Draw draws[] = {{"one slot", {2, 1, 1}, 0.03, 0.15}, {"chunks to 1/32 layer, depth 2-4", {5, 2, 4}, 0.015, 0.10}};
+  // The third is the main draw's own ranges with another seed: how much "all 500 within 5%" owes
+  // to the seed.
+  const Draw draws[] = {{"one slot", {2, 1, 1}, 0.03, 0.15},
+                        {"chunks to 1/32 layer, depth 2-4", {5, 2, 4}, 0.015, 0.10},
+                        {"the main draw, another seed", {}, 0.01, 0.08}};
   for (const Draw& d : draws) {
     std::mt19937_64 rng(20261130);
     std::vector<double> errors;
-    for (int tried = 0; errors.size() < 100 && tried < 2000; ++tried)
+    for (int tried = 0; errors.size() < 200 && tried < 4000; ++tried)
       if (const std::optional<Compared> c = draw_and_compare(rng, d.ranges)) errors.push_back(std::fabs(c->error()));
-    ASSERT_EQ(errors.size(), 100u) << d.name;
+    ASSERT_EQ(errors.size(), 200u) << d.name;
     std::sort(errors.begin(), errors.end());
     const double median = errors[errors.size() / 2];
     const int beyond = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e > 0.05; }));
-    std::printf("%-32s 100 plans: median %.2f%%, p90 %.2f%%, max %.2f%%, %d beyond 5%%\n", d.name, 100 * median,
-                100 * errors[89], 100 * errors.back(), beyond);
+    std::printf("%-32s 200 plans: median %.2f%%, p90 %.2f%%, max %.2f%%, %d beyond 5%%\n", d.name, 100 * median,
+                100 * errors[179], 100 * errors.back(), beyond);
     EXPECT_LE(median, d.median) << d.name;
     EXPECT_LE(errors.back(), d.worst) << d.name;
   }
