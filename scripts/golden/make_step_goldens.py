@@ -1,0 +1,506 @@
+#!/usr/bin/python3
+"""Golden files for whole training steps (tests/executor/step_reference_test.cc).
+
+Writes tiny random Hugging Face model folders, token files in SlideDP's format, and what an
+independent float64 PyTorch implementation of the model, trained with torch.optim.AdamW and
+torch.nn.utils.clip_grad_norm_, gives for 3 optimizer steps with slidedp-run's hyper-parameters:
+the loss of every step, and the master weights and AdamW moments after steps 1 and 3.
+
+Conventions (those of slidedp-run; executor/updater.cc, kernels/cpu/optim/adamw.h,
+executor/lr_schedule.h, docs/EXECUTOR.md):
+  loss      token mean over the global batch: sum of the masked cross-entropy over all sequences of
+            the step / number of unmasked targets of the step; the gradient is that of this mean.
+  clipping  torch.nn.utils.clip_grad_norm_ over all parameters (coefficient max / (norm + 1e-6),
+            capped at 1), before the update.
+  AdamW     torch.optim.AdamW: betas (0.9, 0.999), eps 1e-8, decoupled weight decay on every tensor
+            (unless a case names no-decay groups), bias correction with the 1-based step.
+  lr        lr_at(step), 1-based: warm-up lr * step / W for step <= W; cosine
+            min + (lr - min) * (1 + cos(pi * (step - W) / (N - W))) / 2 for W < step <= N, with
+            N = --steps (slidedp-run's total for a run that is not resumed).
+
+Data order: each token file holds exactly S = G sequences of T tokens (N = G*T + 1 tokens), G the
+global batch in sequences. io/sequence_sampler.h gives each epoch floor(S / G) = 1 step and skips the
+S mod G = 0 last positions, so every step takes all G sequences (in a seeded order that differs per
+step); any split over ranks, micro-batches and accumulation then sums the same terms, and the
+reference needs no sampler: each step is the whole data set.
+
+The model parameters are drawn in float64 and rounded to bf16 (stored as bf16: the folder is what a
+user would download), so the float64 reference starts from exactly the weights slidedp-run loads.
+
+Files (under OUT, default tests/data/step_golden):
+  models/<model>/config.json, model.safetensors   the initial model (bf16)
+  data/<data>.tok                                 token file (io/token_dataset.h, docs/FORMATS.md)
+  <case>.safetensors                              expected results of one case:
+     __metadata__: model, data, run_flags (the slidedp-run optimizer flags of the case), steps,
+                   loss (JSON list, per step), lr (per step), grad_norm (per step, before clipping),
+                   clip_coef (per step), targets (unmasked targets per step), betas, eps,
+                   weight_decay, no_decay, seq, global_batch, generator, torch
+     step1.master.<hf name>, step1.exp_avg.<..>, step1.exp_avg_sq.<..>   F32, after step 1
+     step3.master.<hf name>, step3.exp_avg.<..>, step3.exp_avg_sq.<..>   F32, after step 3
+     (the float64 results rounded to nearest fp32)
+
+Run with Debian's interpreter and python3-torch:
+  /usr/bin/python3 scripts/golden/make_step_goldens.py tests/data/step_golden
+  /usr/bin/python3 scripts/golden/make_step_goldens.py /tmp/x --compare tests/data/step_golden
+The second form regenerates into /tmp/x (emptied first) and checks that the committed files are what
+this script makes (ctest StepGoldens.Regenerate; exit code 77, "skipped", without torch). Models and
+token files must be bitwise equal, so a torch whose random generator differs (another Debian release)
+fails it: regenerate then.
+"""
+import argparse
+import json
+import math
+import shutil
+import struct
+import sys
+from pathlib import Path
+
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError:  # ctest reports the regeneration check as skipped, not failed, without torch
+    print("make_step_goldens.py needs Debian's python3-torch (apt-get install python3-torch)")
+    sys.exit(77)
+
+IGNORE_INDEX = -100
+SEQ = 12           # T
+GLOBAL_BATCH = 6   # G: 1x6, 2x3, 3x2, 3x1 accum 2, 1x3 accum 2, 2x1 accum 3 are all the same batch
+STEPS = 3
+
+# Tiny models. Every family's switches are on: llama: tied embeddings + llama3 RoPE scaling whose
+# bands (original context 64, factors 1 and 4) put the 4 frequencies of head_dim 8 at wavelengths
+# 6.3 (kept), 63 (interpolated), 628 and 6283 (divided); qwen2: q/k/v biases, 2:1 GQA, untied;
+# qwen3: q/k norms, head_dim 12 != hidden / heads = 8 (written explicitly: transformers' default
+# would be 128), tied; mistral: a single kv head, untied.
+BASE = dict(hidden_size=16, intermediate_size=20, vocab_size=48, max_position_embeddings=128,
+            hidden_act="silu", torch_dtype="bfloat16", bos_token_id=1, eos_token_id=2)
+MODELS = {
+    "llama": dict(BASE, architectures=["LlamaForCausalLM"], model_type="llama", num_hidden_layers=3,
+                  num_attention_heads=2, num_key_value_heads=2, head_dim=8, rope_theta=10000.0,
+                  rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 4.0, "original_max_position_embeddings": 64},
+                  rms_norm_eps=1e-5, tie_word_embeddings=True, attention_bias=False, mlp_bias=False),
+    "qwen2": dict(BASE, architectures=["Qwen2ForCausalLM"], model_type="qwen2", num_hidden_layers=2,
+                  num_attention_heads=4, num_key_value_heads=2, rope_theta=1000000.0, rope_scaling=None,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False, use_sliding_window=False),
+    "qwen3": dict(BASE, architectures=["Qwen3ForCausalLM"], model_type="qwen3", num_hidden_layers=2,
+                  num_attention_heads=2, num_key_value_heads=1, head_dim=12, rope_theta=1000000.0,
+                  rope_scaling=None, rms_norm_eps=1e-6, tie_word_embeddings=True, attention_bias=False),
+    "mistral": dict(BASE, architectures=["MistralForCausalLM"], model_type="mistral", num_hidden_layers=2,
+                    num_attention_heads=4, num_key_value_heads=1, head_dim=4, rope_theta=1000000.0,
+                    rope_scaling=None, rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None),
+}
+
+# Token files: G*T + 1 tokens. "masked": runs of masked tokens like prompts (39 of the 72 targets
+# count), and sequence 4 has no target at all, so with micro-batch 1 some rank
+# has a micro-batch that contributes nothing to the loss but still runs.
+DATA = {
+    "plain": dict(seed=7, mask=False),
+    "masked": dict(seed=8, mask=True),
+}
+
+# Cases: a model, a token file and slidedp-run's optimizer settings. Each (mask, clip) pair appears
+# once; two cases use warm-up + cosine (W=2: rates lr/2, lr, min; W=1: lr, (lr+min)/2, min). The
+# qwen2 case also takes non-default AdamW settings (--adam-betas, --adam-eps, --no-decay-on: no weight
+# decay on norms, biases and the embedding; qwen2 is the family with biases) and weight decay 0.1.
+# clip "auto": half the step-1 gradient norm, so clipping is active at least at step 1.
+DEFAULT_OPT = dict(lr=1e-2, schedule="constant", warmup=0, min_lr=0.0, weight_decay=0.01, clip=0.0,
+                   betas=(0.9, 0.999), eps=1e-8, no_decay=())
+CASES = {
+    "llama_masked_clip_cosine": dict(model="llama", data="masked",
+                                     opt=dict(schedule="cosine", warmup=2, min_lr=2e-3, clip="auto")),
+    "qwen2_plain_clip_adam_flags": dict(model="qwen2", data="plain",
+                                        opt=dict(clip="auto", weight_decay=0.1, betas=(0.8, 0.95), eps=1e-6,
+                                                 no_decay=("norms", "biases", "embeddings"))),
+    "qwen3_plain_cosine": dict(model="qwen3", data="plain", opt=dict(schedule="cosine", warmup=1, min_lr=1e-3)),
+    "mistral_masked_constant": dict(model="mistral", data="masked", opt=dict(lr=5e-3)),
+}
+
+
+def tensor_names(cfg):
+    """(name, shape) of every parameter in checkpoint order (model/unit_layout.cc's order)."""
+    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
+    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    hd = cfg.get("head_dim") or C // H
+    bias, qk_norm = cfg["model_type"] == "qwen2", cfg["model_type"] == "qwen3"
+    out = [("model.embed_tokens.weight", (V, C))]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        out.append((p + "input_layernorm.weight", (C,)))
+        for proj, rows in (("q_proj", H * hd), ("k_proj", KV * hd), ("v_proj", KV * hd)):
+            out.append((p + f"self_attn.{proj}.weight", (rows, C)))
+            if bias:
+                out.append((p + f"self_attn.{proj}.bias", (rows,)))
+        out.append((p + "self_attn.o_proj.weight", (C, H * hd)))
+        if qk_norm:
+            out.append((p + "self_attn.q_norm.weight", (hd,)))
+            out.append((p + "self_attn.k_norm.weight", (hd,)))
+        out.append((p + "post_attention_layernorm.weight", (C,)))
+        out.append((p + "mlp.gate_proj.weight", (I, C)))
+        out.append((p + "mlp.up_proj.weight", (I, C)))
+        out.append((p + "mlp.down_proj.weight", (C, I)))
+    out.append(("model.norm.weight", (C,)))
+    if not cfg["tie_word_embeddings"]:
+        out.append(("lm_head.weight", (V, C)))
+    return out
+
+
+def random_params(cfg, gen):
+    """Random weights rounded to bf16 (returned as bf16 tensors)."""
+    params = {}
+    for name, shape in tensor_names(cfg):
+        if name.endswith("norm.weight"):
+            t = 1.0 + 0.2 * torch.randn(shape, generator=gen, dtype=torch.float64)
+        elif name.endswith(".bias"):
+            t = 0.3 * torch.randn(shape, generator=gen, dtype=torch.float64)
+        elif name == "model.embed_tokens.weight":  # std 0.5: tied logits stay O(1)-O(10)
+            t = 0.5 * torch.randn(shape, generator=gen, dtype=torch.float64)
+        else:  # nn.Linear (out, in): std 1/sqrt(fan_in) keeps activations O(1)
+            t = torch.randn(shape, generator=gen, dtype=torch.float64) / math.sqrt(shape[1])
+        params[name] = t.to(torch.bfloat16)
+    return params
+
+
+# ---- the model: transformers' modeling code (LlamaRMSNorm, rotate_half RoPE, llama3 inv_freq,
+# repeat_kv, Qwen2 q/k/v bias, Qwen3 q_norm/k_norm before RoPE, SiLU-gated MLP), eager attention with
+# a full softmax and full logits, all in float64.
+
+def rms_norm(x, w, eps):
+    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def inv_freq(cfg, hd):
+    base = cfg["rope_theta"]
+    f = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=torch.int64).to(torch.float64) / hd))
+    rs = cfg.get("rope_scaling")
+    if rs and rs["rope_type"] == "llama3":
+        factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+        old = rs["original_max_position_embeddings"]
+        low_wl, high_wl = old / low, old / high
+        wavelen = 2 * math.pi / f
+        f_llama = torch.where(wavelen > low_wl, f / factor, f)
+        smooth = (old / wavelen - low) / (high - low)
+        smoothed = (1 - smooth) * f_llama / factor + smooth * f_llama
+        is_medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
+        f = torch.where(is_medium, smoothed, f_llama)
+    return f
+
+
+def rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+def loss_sum(cfg, P, input_ids, targets):
+    """Sum of the cross-entropy over unmasked targets; input_ids, targets (B, T)."""
+    B, T = input_ids.shape
+    H, KV, C = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"]
+    hd = cfg.get("head_dim") or C // H
+    eps = cfg["rms_norm_eps"]
+    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq(cfg, hd))
+    emb = torch.cat((freqs, freqs), dim=-1)
+    cos, sin = emb.cos(), emb.sin()
+    causal = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
+
+    def lin(x, name):
+        return F.linear(x, P[name + ".weight"], P.get(name + ".bias"))
+
+    h = P["model.embed_tokens.weight"][input_ids]
+    for l in range(cfg["num_hidden_layers"]):
+        p = f"model.layers.{l}."
+        x = rms_norm(h, P[p + "input_layernorm.weight"], eps)
+        q = lin(x, p + "self_attn.q_proj").view(B, T, H, hd)
+        k = lin(x, p + "self_attn.k_proj").view(B, T, KV, hd)
+        v = lin(x, p + "self_attn.v_proj").view(B, T, KV, hd)
+        if cfg["model_type"] == "qwen3":
+            q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps)
+            k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        q = q * cos + rotate_half(q) * sin
+        k = k * cos + rotate_half(k) * sin
+        k = k.repeat_interleave(H // KV, dim=1)
+        v = v.repeat_interleave(H // KV, dim=1)
+        o = torch.softmax(q @ k.transpose(2, 3) * hd ** -0.5 + causal, dim=-1) @ v
+        h = h + lin(o.transpose(1, 2).reshape(B, T, H * hd), p + "self_attn.o_proj")
+        x = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
+        h = h + lin(F.silu(lin(x, p + "mlp.gate_proj")) * lin(x, p + "mlp.up_proj"), p + "mlp.down_proj")
+    h = rms_norm(h, P["model.norm.weight"], eps)
+    w = P["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else P["lm_head.weight"]
+    logits = h @ w.T
+    return F.cross_entropy(logits.reshape(-1, w.shape[0]), targets.reshape(-1), ignore_index=IGNORE_INDEX,
+                           reduction="sum")
+
+
+# ---- data
+
+def make_tokens(spec, vocab):
+    """G*T + 1 token ids and the mask (None without one)."""
+    gen = torch.Generator().manual_seed(spec["seed"])
+    n = GLOBAL_BATCH * SEQ + 1
+    tokens = torch.randint(0, vocab, (n,), generator=gen)
+    if not spec["mask"]:
+        return tokens, None
+    mask = torch.ones(n, dtype=torch.uint8)
+    i = 0
+    while i < n:  # alternate runs: masked 1..3 tokens, then counted 1..6 tokens
+        r = int(torch.randint(1, 4, (1,), generator=gen))
+        mask[i:i + r] = 0
+        i += r + int(torch.randint(1, 7, (1,), generator=gen))
+    s = 4  # sequence 4: its targets are tokens [4T + 1, 5T]; none counts
+    mask[s * SEQ + 1:(s + 1) * SEQ + 1] = 0
+    return tokens, mask
+
+
+def pack(tokens, mask):
+    """docs/FORMATS.md 'Training sequences': sequence k is tokens [kT, kT + T + 1); inputs the first T,
+    targets the last T, -100 where the target token's mask byte is 0. Returns (G, T) inputs, targets."""
+    S = (len(tokens) - 1) // SEQ
+    assert S == GLOBAL_BATCH
+    inputs = torch.stack([tokens[k * SEQ:k * SEQ + SEQ] for k in range(S)])
+    targets = torch.stack([tokens[k * SEQ + 1:k * SEQ + SEQ + 1] for k in range(S)]).clone()
+    if mask is not None:
+        m = torch.stack([mask[k * SEQ + 1:k * SEQ + SEQ + 1] for k in range(S)])
+        targets[m == 0] = IGNORE_INDEX
+    return inputs, targets
+
+
+def write_token_file(path, tokens, mask, vocab):
+    """docs/FORMATS.md 'Token files': 64-byte header, uint16 tokens, optional mask bytes."""
+    header = b"SDPTOKNS" + struct.pack("<IIQQI", 1, 2, len(tokens), vocab, 1 if mask is not None else 0)
+    header += b"\0" * (64 - len(header))
+    body = struct.pack(f"<{len(tokens)}H", *[int(t) for t in tokens])
+    if mask is not None:
+        body += bytes(int(m) for m in mask)
+    Path(path).write_bytes(header + body)
+
+
+# ---- safetensors
+
+def write_safetensors(path, tensors, metadata):
+    dtypes = {torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64"}
+    header, blobs, offset = {"__metadata__": metadata}, [], 0
+    for name, t in tensors.items():
+        t = t.contiguous()
+        raw = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes()
+        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
+        blobs.append(raw)
+        offset += len(raw)
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    """(metadata, {name: float64 tensor or raw bytes for BF16}) of a file written above."""
+    data = Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    out = {}
+    for name, e in header.items():
+        raw = data[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]]
+        if e["dtype"] == "F32":
+            out[name] = torch.tensor(struct.unpack(f"<{len(raw) // 4}f", raw), dtype=torch.float64)
+        elif e["dtype"] == "F64":
+            out[name] = torch.tensor(struct.unpack(f"<{len(raw) // 8}d", raw), dtype=torch.float64)
+        else:
+            out[name] = raw
+    return meta, out
+
+
+# ---- training
+
+def lr_at(opt, step):
+    """executor/lr_schedule.h: 1-based step; cosine total = STEPS (slidedp-run: --steps)."""
+    W = opt["warmup"]
+    if step <= W:
+        return opt["lr"] * step / W
+    if opt["schedule"] == "constant":
+        return opt["lr"]
+    N = max(STEPS, W + 1)
+    if step > N:
+        return opt["min_lr"]
+    return opt["min_lr"] + (opt["lr"] - opt["min_lr"]) * (1 + math.cos(math.pi * (step - W) / (N - W))) / 2
+
+
+def no_decay_group(name, groups):
+    """--no-decay-on groups: norms = every *norm.weight (q_norm/k_norm too), biases = every *.bias,
+    embeddings = model.embed_tokens.weight."""
+    return (("norms" in groups and name.endswith("norm.weight")) or
+            ("biases" in groups and name.endswith(".bias")) or
+            ("embeddings" in groups and name == "model.embed_tokens.weight"))
+
+
+def run_flags(opt):
+    """The slidedp-run flags that select these optimizer settings (the test appends them)."""
+    f = [f"--lr {opt['lr']!r}", f"--weight-decay {opt['weight_decay']!r}"]
+    if opt["schedule"] == "cosine":
+        f += ["--schedule cosine", f"--min-lr {opt['min_lr']!r}"]
+    if opt["warmup"]:
+        f.append(f"--warmup {opt['warmup']}")
+    if opt["clip"]:
+        f.append(f"--clip-grad-norm {opt['clip']!r}")
+    if tuple(opt["betas"]) != DEFAULT_OPT["betas"]:
+        f.append(f"--adam-betas {opt['betas'][0]!r},{opt['betas'][1]!r}")
+    if opt["eps"] != DEFAULT_OPT["eps"]:
+        f.append(f"--adam-eps {opt['eps']!r}")
+    if opt["no_decay"]:
+        f.append("--no-decay-on " + ",".join(opt["no_decay"]))
+    return " ".join(f)
+
+
+def train(cfg, params_bf16, inputs, targets, opt):
+    """STEPS steps of AdamW on the whole data set. Returns per-step records and the state after steps
+    1 and 3 as {name: float64 tensor} dicts."""
+    P = {n: torch.nn.Parameter(t.to(torch.float64)) for n, t in params_bf16.items()}
+    num_targets = int((targets != IGNORE_INDEX).sum())
+
+    def grads_at():
+        for p in P.values():
+            p.grad = None
+        ls = loss_sum(cfg, P, inputs, targets)
+        (ls / num_targets).backward()
+        return float(ls) / num_targets
+
+    if opt["clip"] == "auto":  # half the step-1 norm, 3 significant digits
+        grads_at()
+        norm = math.sqrt(sum(float((p.grad ** 2).sum()) for p in P.values()))
+        opt = dict(opt, clip=float(f"{0.5 * norm:.3g}"))
+    groups = [{"params": [P[n] for n in P if not no_decay_group(n, opt["no_decay"])],
+               "weight_decay": opt["weight_decay"]},
+              {"params": [P[n] for n in P if no_decay_group(n, opt["no_decay"])], "weight_decay": 0.0}]
+    adamw = torch.optim.AdamW(groups, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"])
+    records, states = [], {}
+    for step in range(1, STEPS + 1):
+        loss = grads_at()
+        norm = torch.nn.utils.clip_grad_norm_(list(P.values()), opt["clip"] if opt["clip"] else float("inf"))
+        coef = min(1.0, opt["clip"] / (float(norm) + 1e-6)) if opt["clip"] else 1.0
+        lr = lr_at(opt, step)
+        for g in adamw.param_groups:
+            g["lr"] = lr
+        adamw.step()
+        records.append(dict(loss=loss, lr=lr, grad_norm=float(norm), clip_coef=coef, targets=num_targets))
+        if step in (1, 3):
+            st = {}
+            for n, p in P.items():
+                s = adamw.state[p]
+                st[f"step{step}.master.{n}"] = p.detach().clone()
+                st[f"step{step}.exp_avg.{n}"] = s["exp_avg"].clone()
+                st[f"step{step}.exp_avg_sq.{n}"] = s["exp_avg_sq"].clone()
+                assert int(s["step"]) == step
+            states.update(st)
+    if opt["clip"]:
+        assert records[0]["clip_coef"] < 1, "clipping must be active at step 1"
+    return records, states, opt
+
+
+def generate(out_dir):
+    out = Path(out_dir)
+    (out / "models").mkdir(parents=True, exist_ok=True)
+    (out / "data").mkdir(parents=True, exist_ok=True)
+    params = {}
+    for i, (name, cfg) in enumerate(MODELS.items()):
+        gen = torch.Generator().manual_seed(2000 + i)
+        params[name] = random_params(cfg, gen)
+        d = out / "models" / name
+        d.mkdir(parents=True, exist_ok=True)
+        (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+        write_safetensors(d / "model.safetensors", params[name], {"format": "pt"})
+    vocab = {cfg["vocab_size"] for cfg in MODELS.values()}
+    assert len(vocab) == 1
+    vocab = vocab.pop()
+    data = {}
+    for name, spec in DATA.items():
+        tokens, mask = make_tokens(spec, vocab)
+        write_token_file(out / "data" / f"{name}.tok", tokens, mask, vocab)
+        data[name] = pack(tokens, mask)
+    for name, case in CASES.items():
+        cfg = MODELS[case["model"]]
+        opt = dict(DEFAULT_OPT, **case["opt"])
+        records, states, opt = train(cfg, params[case["model"]], *data[case["data"]], opt)
+        meta = {
+            "model": f"models/{case['model']}", "data": f"data/{case['data']}.tok", "run_flags": run_flags(opt),
+            "steps": str(STEPS), "seq": str(SEQ), "global_batch": str(GLOBAL_BATCH),
+            "betas": json.dumps(list(opt["betas"])), "eps": repr(opt["eps"]),
+            "weight_decay": repr(opt["weight_decay"]), "no_decay": ",".join(opt["no_decay"]),
+            "generator": "scripts/golden/make_step_goldens.py", "torch": torch.__version__,
+        }
+        for k in ("loss", "lr", "grad_norm", "clip_coef", "targets"):
+            meta[k] = json.dumps([r[k] for r in records])
+        path = out / f"{name}.safetensors"
+        write_safetensors(path, {k: v.to(torch.float32) for k, v in states.items()}, meta)
+        print(f"{path}: loss {[round(r['loss'], 6) for r in records]} lr {[r['lr'] for r in records]} "
+              f"clip {[round(r['clip_coef'], 4) for r in records]} targets {records[0]['targets']}, "
+              f"{path.stat().st_size} bytes")
+
+
+def compare(new_dir, committed_dir):
+    """True when the committed goldens are what generate() made in new_dir: models and token files
+    bitwise equal; expected values within one fp32 rounding (the float64 results may differ in the last
+    bits across BLAS builds, which moves the fp32 rounding by at most one ulp) plus 1e-12 of the
+    tensor's scale; metadata equal, per-step numbers within 1e-12 relative."""
+    new, old = Path(new_dir), Path(committed_dir)
+    ok = True
+    files = sorted(p.relative_to(new) for p in new.rglob("*") if p.is_file())
+    old_files = sorted(p.relative_to(old) for p in old.rglob("*") if p.is_file())
+    if files != old_files:
+        print(f"file lists differ: generated {files}, committed {old_files}")
+        return False
+    for rel in files:
+        a, b = (new / rel).read_bytes(), (old / rel).read_bytes()
+        if a == b:
+            continue
+        if rel.parent != Path(".") or rel.suffix != ".safetensors":
+            print(f"{rel}: differs (must be bitwise equal)")
+            ok = False
+            continue
+        ma, ta = read_safetensors(new / rel)
+        mb, tb = read_safetensors(old / rel)
+        for k in sorted(set(ma) | set(mb)):
+            va, vb = ma.get(k), mb.get(k)
+            if va == vb:
+                continue
+            try:
+                xa, xb = json.loads(va), json.loads(vb)
+                close = len(xa) == len(xb) and all(abs(x - y) <= 1e-12 * max(abs(x), abs(y)) for x, y in zip(xa, xb))
+            except (TypeError, ValueError):
+                close = False
+            if k == "torch" or close:
+                continue
+            print(f"{rel}: metadata {k}: generated {va}, committed {vb}")
+            ok = False
+        if set(ta) != set(tb):
+            print(f"{rel}: tensor names differ")
+            ok = False
+            continue
+        for k in ta:
+            x, y = ta[k], tb[k]
+            tol = 2.0 ** -23 * x.abs() + 1e-12 * float(x.abs().max())
+            bad = ((x - y).abs() > tol).sum()
+            if x.shape != y.shape or bad:
+                print(f"{rel}: {k}: {int(bad)} elements beyond one fp32 ulp, max diff {float((x - y).abs().max()):.3g}")
+                ok = False
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out", nargs="?", default="tests/data/step_golden")
+    ap.add_argument("--compare", metavar="COMMITTED", help="after generating, compare OUT with this folder")
+    args = ap.parse_args()
+    torch.set_num_threads(1)  # deterministic float64 sums
+    if args.compare:
+        shutil.rmtree(args.out, ignore_errors=True)  # no stale files in the comparison
+    generate(args.out)
+    if args.compare:
+        if not compare(args.out, args.compare):
+            sys.exit(1)
+        print(f"{args.compare}: every file matches the regenerated one")
+
+
+if __name__ == "__main__":
+    main()
