@@ -1,6 +1,7 @@
 // Hugging Face config.json <-> ModelCard for the llama, qwen2, qwen3 and mistral model types.
 // Architecture facts that config.json does not state are filled in as transformers does:
-// Qwen2 always has q/k/v biases; Qwen3 always has q/k norms; head_dim defaults to hidden/heads.
+// Qwen2 always has q/k/v biases; Qwen3 always has q/k norms. A missing head_dim is 128 for Qwen3
+// (Qwen3Config's default) and hidden/heads for the others (Llama, Mistral; Qwen2 has no such key).
 #include <fmt/format.h>
 
 #include <map>
@@ -62,7 +63,8 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   c.num_heads = get_int(j, "num_attention_heads", origin, true, 0);
   c.num_kv_heads = get_int(j, "num_key_value_heads", origin, false, c.num_heads);
   if (c.num_heads <= 0) throw InputError(origin + ": num_attention_heads", "must be positive");
-  c.head_dim = get_int(j, "head_dim", origin, false, c.hidden_size / c.num_heads);
+  const int64_t default_head_dim = c.model_type == "qwen3" ? 128 : c.hidden_size / c.num_heads;
+  c.head_dim = get_int(j, "head_dim", origin, false, default_head_dim);
   c.intermediate_size = get_int(j, "intermediate_size", origin, true, 0);
   c.vocab_size = get_int(j, "vocab_size", origin, true, 0);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", origin, false, 4096);

@@ -121,6 +121,18 @@ TEST(HfConfig, Qwen2HasBiasAndDefaultHeadDim) {
   EXPECT_EQ(c.total_params(), 7615616512);
 }
 
+// transformers' Qwen3Config defaults head_dim to 128, not hidden/heads (Qwen3-0.6B/1.7B/4B have
+// hidden/heads = 64/128/80): a config.json without the key must still load the released shapes.
+TEST(HfConfig, Qwen3MissingHeadDimIs128LikeTransformers) {
+  const std::string json = R"({"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 2,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 3072, "vocab_size": 1000})";
+  EXPECT_EQ(model_card_from_hf_config(json, "config.json").head_dim, 128);
+  // Llama and Mistral keep hidden/heads (their configs' default when the key is absent).
+  const std::string llama = R"({"model_type": "llama", "hidden_size": 1024, "num_hidden_layers": 2,
+    "num_attention_heads": 16, "intermediate_size": 3072, "vocab_size": 1000})";
+  EXPECT_EQ(model_card_from_hf_config(llama, "config.json").head_dim, 64);
+}
+
 TEST(HfConfig, LlamaRopeScalingAndRoundTrip) {
   ModelCard a = model_preset("llama-3.2-1b");
   ModelCard b = model_card_from_hf_config(model_card_to_hf_config(a), "config.json");
