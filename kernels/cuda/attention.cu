@@ -655,7 +655,7 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
   }
 }
 
-int64_t attention_backward_workspace_bytes(const AttentionShape& s) { return s.B * s.H * s.T * 4; }
+int64_t attention_backward_workspace_bytes(const AttentionShape& s) { return attention_backward_workspace_bytes(s.B, s.H, s.T); }
 
 void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                         const bf16* out, const float* lse, const AttentionShape& s, AttentionImpl impl,

@@ -22,6 +22,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/scratch_sizes.h"  // attention_backward_workspace_bytes(B, H, T)
+
 namespace slidedp::kernels::cuda {
 
 struct AttentionShape {

@@ -12,7 +12,6 @@ namespace slidedp::kernels::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kColsumRowsPerSegment = 256;  // rows one thread sums before the second stage
 
 __global__ void f32_to_bf16_kernel(const float* __restrict__ src, bf16* __restrict__ dst, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
@@ -146,11 +145,6 @@ void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stre
   if (N * C <= 0) return;
   add_bias_kernel<<<grid_for(N * C, kThreads), kThreads, 0, stream>>>(x, bias, N, C);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "add_bias");
-}
-
-int64_t colsum_workspace_bytes(int64_t N, int64_t C) {
-  const int64_t S = (N + kColsumRowsPerSegment - 1) / kColsumRowsPerSegment;
-  return S * C * static_cast<int64_t>(sizeof(float));
 }
 
 void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {

@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/cuda/scratch_sizes.h"  // colsum_workspace_bytes
+
 namespace slidedp::kernels::cuda {
 
 using bf16 = __nv_bfloat16;
@@ -30,7 +32,6 @@ void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stre
 
 // out (C) += sum over rows of in (N, C), in a fixed order (row segments, then segments in order), so
 // the result is bitwise reproducible. Scratch: colsum_workspace_bytes(N, C) bytes.
-int64_t colsum_workspace_bytes(int64_t N, int64_t C);
 void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream);
 
 // RoPE inverse frequencies passed by value (head_dim <= 2 * kMaxRopeHalf).

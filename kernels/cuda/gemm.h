@@ -14,10 +14,9 @@
 #include <cstdint>
 #include <memory>
 
-namespace slidedp::kernels::cuda {
+#include "kernels/cuda/scratch_sizes.h"  // kGemmWorkspaceBytes
 
-// cuBLASLt workspace per GEMM call: 32 MiB is what NVIDIA recommends for Hopper.
-inline constexpr int64_t kGemmWorkspaceBytes = int64_t{32} << 20;
+namespace slidedp::kernels::cuda {
 
 struct GemmArgs {
   bool trans_a = false, trans_b = false;

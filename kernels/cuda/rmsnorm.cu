@@ -13,7 +13,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 constexpr int kWarpsPerBlock = 8;
-constexpr int64_t kRowsPerSegment = 256;  // rows per partial of the weight gradient
+constexpr int64_t kRowsPerSegment = kRmsnormRowsPerSegment;
 
 __global__ void rmsnorm_forward_kernel(bf16* __restrict__ y, float* __restrict__ rstd, const bf16* __restrict__ x,
                                        const bf16* __restrict__ w, int64_t N, int64_t C, double eps) {
@@ -130,10 +130,6 @@ void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* w, int64_t
   const unsigned blocks = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   rmsnorm_forward_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(y, rstd, x, w, N, C, eps);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "rmsnorm_forward");
-}
-
-int64_t rmsnorm_backward_workspace_bytes(int64_t N, int64_t C) {
-  return (N + kRowsPerSegment - 1) / kRowsPerSegment * C * static_cast<int64_t>(sizeof(float));
 }
 
 void rmsnorm_backward(const RmsnormBackwardArgs& a, void* workspace, cudaStream_t stream) {

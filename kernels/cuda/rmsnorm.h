@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/scratch_sizes.h"  // rmsnorm_backward_workspace_bytes
+
 namespace slidedp::kernels::cuda {
 
 // y (N, C) = rmsnorm(x (N, C)) * w (C); rstd (N) fp32 saved for backward. y may not alias x.
@@ -33,7 +35,6 @@ struct RmsnormBackwardArgs {
   float* dw = nullptr;  // (C) accumulated, or nullptr
   int64_t N = 0, C = 0;
 };
-int64_t rmsnorm_backward_workspace_bytes(int64_t N, int64_t C);
 void rmsnorm_backward(const RmsnormBackwardArgs& a, void* workspace, cudaStream_t stream);
 
 }  // namespace slidedp::kernels::cuda

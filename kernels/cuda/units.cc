@@ -1,7 +1,6 @@
 // The GPU units; see units.h. The file reads like kernels/cpu/transformer/decoder_layer.cc: carve the
-// saved state and the scratch, then the ops in order. The carve functions are the single source of
-// the buffer sizes (the *_bytes queries run them on a measuring carver), 256-byte aligned so
-// cuBLASLt sees well-aligned operands.
+// saved state and the scratch, then the ops in order. The carve sequences live in unit_scratch.h,
+// which the size queries run too (in every build, CUDA or not), so sizes and use cannot drift.
 #include "kernels/cuda/units.h"
 
 #include <algorithm>
@@ -16,182 +15,6 @@
 
 namespace slidedp::kernels::cuda {
 namespace {
-
-// Hands out 256-byte-aligned pieces of a device block in LIFO order; over a null block it only
-// measures (kernels/cpu/transformer/arena.h does the same for host memory).
-class Carver {
- public:
-  Carver() = default;
-  explicit Carver(DeviceWorkspace ws) : base_(static_cast<std::byte*>(ws.data)), capacity_(ws.bytes), measuring_(false) {
-    SLIDEDP_CHECK(ws.bytes >= 0 && (ws.data != nullptr || ws.bytes == 0), "device workspace has bytes but no memory");
-    SLIDEDP_CHECK(reinterpret_cast<uintptr_t>(ws.data) % 256 == 0, "device workspace must be 256-byte aligned");
-  }
-  template <typename U>
-  U* take(int64_t n, const char* what) {
-    SLIDEDP_CHECK(n >= 0, "negative allocation");
-    const int64_t start = (used_ + 255) / 256 * 256;
-    used_ = start + n * static_cast<int64_t>(sizeof(U));
-    high_water_ = std::max(high_water_, used_);
-    if (measuring_) return nullptr;
-    SLIDEDP_CHECK(used_ <= capacity_, std::string("device workspace too small at ") + what + ": need " +
-                                          std::to_string(used_) + " bytes, have " + std::to_string(capacity_));
-    return reinterpret_cast<U*>(base_ + start);
-  }
-  int64_t mark() const { return used_; }
-  void release(int64_t mark) { used_ = mark; }
-  int64_t high_water() const { return high_water_; }
-
- private:
-  std::byte* base_ = nullptr;
-  int64_t capacity_ = 0;
-  bool measuring_ = true;
-  int64_t used_ = 0, high_water_ = 0;
-};
-
-// Views of the decoder's saved state (N = B*T tokens).
-struct Saved {
-  float* rstd1;   // (N) input_layernorm 1/rms
-  bf16* h1;       // (N, C) input_layernorm output
-  bf16* q_lin;    // (N, H, hd) q_proj output before q_norm        [qk_norm only]
-  bf16* k_lin;    // (N, KV, hd) k_proj output before k_norm       [qk_norm only]
-  float* rstd_q;  // (N, H) q_norm 1/rms                            [qk_norm only]
-  float* rstd_k;  // (N, KV) k_norm 1/rms                           [qk_norm only]
-  bf16* q;        // (N, H, hd) queries after norm and RoPE
-  bf16* k;        // (N, KV, hd) keys after norm and RoPE
-  bf16* v;        // (N, KV, hd) values
-  bf16* att;      // (N, H, hd) attention output (o_proj input)
-  float* lse;     // (B, H, T) attention row log-sum-exp
-  bf16* x2;       // (N, C) residual stream after attention
-  float* rstd2;   // (N) post_attention_layernorm 1/rms          [untiled MLP only]
-  bf16* h2;       // (N, C) post_attention_layernorm output      [untiled MLP only]
-  bf16* g;        // (N, I) gate_proj output                     [untiled MLP only]
-  bf16* u;        // (N, I) up_proj output                       [untiled MLP only]
-};
-
-// DecoderSpec::mlp_token_tile > 0: the MLP runs over that many token rows at a time and saves nothing
-// (backward recomputes each tile's norm, gate and up from x2), as on the CPU backend.
-bool mlp_tiled(const DecoderSpec& s) { return s.mlp_token_tile > 0; }
-int64_t mlp_tile_rows(const DecoderSpec& s, int64_t N) { return std::min(s.mlp_token_tile, N); }
-
-Saved carve_saved(Carver& a, const DecoderSpec& s, int64_t B, int64_t T) {
-  const int64_t N = B * T;
-  Saved v{};
-  v.rstd1 = a.take<float>(N, "rstd1");
-  v.h1 = a.take<bf16>(N * s.C, "h1");
-  if (s.qk_norm) {
-    v.q_lin = a.take<bf16>(N * s.q_dim(), "q_lin");
-    v.k_lin = a.take<bf16>(N * s.kv_dim(), "k_lin");
-    v.rstd_q = a.take<float>(N * s.H, "rstd_q");
-    v.rstd_k = a.take<float>(N * s.KV, "rstd_k");
-  }
-  v.q = a.take<bf16>(N * s.q_dim(), "q");
-  v.k = a.take<bf16>(N * s.kv_dim(), "k");
-  v.v = a.take<bf16>(N * s.kv_dim(), "v");
-  v.att = a.take<bf16>(N * s.q_dim(), "att");
-  v.lse = a.take<float>(B * s.H * T, "lse");
-  v.x2 = a.take<bf16>(N * s.C, "x2");
-  if (mlp_tiled(s)) return v;  // rstd2, h2, g, u stay null: recomputed per tile in backward
-  v.rstd2 = a.take<float>(N, "rstd2");
-  v.h2 = a.take<bf16>(N * s.C, "h2");
-  v.g = a.take<bf16>(N * s.I, "g");
-  v.u = a.take<bf16>(N * s.I, "u");
-  return v;
-}
-
-// One MLP token tile (R rows): what the tiled MLP computes for its rows in forward and recomputes
-// in backward; `backward` adds dm.
-struct MlpTile {
-  float* rstd2;  // (R) post_attention_layernorm 1/rms of the tile's rows
-  bf16* h2;      // (R, C)
-  bf16* g;       // (R, I)
-  bf16* u;       // (R, I)
-  bf16* m_du;    // (R, I) silu(g) * u, then (backward) du
-  bf16* dm_dg;   // (R, I) dm, then dg                 [backward only]
-};
-MlpTile carve_mlp_tile(Carver& a, const DecoderSpec& s, int64_t R, bool backward) {
-  MlpTile t{};
-  t.rstd2 = a.take<float>(R, "mlp tile rstd2");
-  t.h2 = a.take<bf16>(R * s.C, "mlp tile h2");
-  t.g = a.take<bf16>(R * s.I, "mlp tile g");
-  t.u = a.take<bf16>(R * s.I, "mlp tile u");
-  t.m_du = a.take<bf16>(R * s.I, "mlp tile m / du");
-  t.dm_dg = backward ? a.take<bf16>(R * s.I, "mlp tile dm / dg") : nullptr;
-  return t;
-}
-
-// Forward scratch: the cuBLASLt workspace, then m = silu(g) * u for the down projection (untiled),
-// or one MLP tile.
-struct ForwardScratch {
-  void* gemm_ws;
-  bf16* m;       // (N, I)  [untiled]
-  MlpTile tile;  //         [tiled]
-};
-ForwardScratch carve_forward(Carver& a, const DecoderSpec& s, int64_t N) {
-  ForwardScratch f{};
-  f.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
-  if (mlp_tiled(s))
-    f.tile = carve_mlp_tile(a, s, mlp_tile_rows(s, N), false);
-  else
-    f.m = a.take<bf16>(N * s.I, "m");
-  return f;
-}
-
-// Backward scratch: the pieces that live throughout, then the MLP part and the attention part
-// reusing the same bytes.
-struct BackwardCommon {
-  void* gemm_ws;
-  float* dh;      // (N, C) fp32 gradient of h2, later of h1 (sums of GEMMs)
-  float* dx2;     // (N, C) fp32 gradient of the residual stream after attention
-  bf16* dx2_bf;   // (N, C) dx2 rounded, the GEMM input of the attention block
-  void* reduce;   // partials of the norm-weight and bias gradients
-};
-struct BackwardMlp {
-  bf16* m_du;   // (N, I) recomputed silu(g) * u, then du
-  bf16* dm_dg;  // (N, I) dm, then dg
-};
-struct BackwardAttention {
-  bf16* datt;    // (N, H, hd) gradient of the attention output, later of q_lin (qk_norm)
-  bf16* dq;      // (N, H, hd)
-  bf16* dk;      // (N, KV, hd)
-  bf16* dv;      // (N, KV, hd)
-  bf16* dk_lin;  // (N, KV, hd) [qk_norm only]
-  float* attn;   // attention backward scratch (B, H, T)
-};
-
-int64_t reduce_bytes(const DecoderSpec& s, int64_t N) {
-  int64_t b = rmsnorm_backward_workspace_bytes(N, s.C);
-  if (s.qk_norm) {
-    b = std::max(b, rmsnorm_backward_workspace_bytes(N * s.H, s.hd));
-    b = std::max(b, rmsnorm_backward_workspace_bytes(N * s.KV, s.hd));
-  }
-  if (s.attention_bias) b = std::max(b, colsum_workspace_bytes(N, std::max(s.q_dim(), s.kv_dim())));
-  return b;
-}
-
-BackwardCommon carve_backward_common(Carver& a, const DecoderSpec& s, int64_t N) {
-  BackwardCommon c{};
-  c.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
-  c.dh = a.take<float>(N * s.C, "dh");
-  c.dx2 = a.take<float>(N * s.C, "dx2");
-  c.dx2_bf = a.take<bf16>(N * s.C, "dx2 bf16");
-  c.reduce = a.take<std::byte>(reduce_bytes(s, N), "gradient reduction partials");
-  return c;
-}
-BackwardMlp carve_backward_mlp(Carver& a, const DecoderSpec& s, int64_t N) {
-  return BackwardMlp{a.take<bf16>(N * s.I, "m / du"), a.take<bf16>(N * s.I, "dm / dg")};
-}
-BackwardAttention carve_backward_attention(Carver& a, const DecoderSpec& s, int64_t B, int64_t T) {
-  const int64_t N = B * T;
-  BackwardAttention v{};
-  v.datt = a.take<bf16>(N * s.q_dim(), "datt");
-  v.dq = a.take<bf16>(N * s.q_dim(), "dq");
-  v.dk = a.take<bf16>(N * s.kv_dim(), "dk");
-  v.dv = a.take<bf16>(N * s.kv_dim(), "dv");
-  v.dk_lin = s.qk_norm ? a.take<bf16>(N * s.kv_dim(), "dk_lin") : nullptr;
-  v.attn = reinterpret_cast<float*>(
-      a.take<std::byte>(attention_backward_workspace_bytes(AttentionShape{B, T, s.H, s.KV, s.hd}), "attention D"));
-  return v;
-}
 
 void check_spec(const DecoderSpec& s, int64_t B, int64_t T) {
   SLIDEDP_CHECK(B >= 0 && T >= 0, "negative batch or sequence length");
@@ -255,10 +78,10 @@ void forward_impl(const UnitContext& ctx, const DecoderSpec& s, const bf16* p, c
   check_spec(s, B, T);
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   if (N == 0) return;
-  Carver saved_carver(saved);
-  const Saved S = carve_saved(saved_carver, s, B, T);
-  Carver carver(ws);
-  const ForwardScratch f = carve_forward(carver, s, N);
+  Carver saved_carver(saved.data, saved.bytes);
+  const Saved<bf16> S = carve_saved<bf16>(saved_carver, s, B, T);
+  Carver carver(ws.data, ws.bytes);
+  const ForwardScratch<bf16> f = carve_forward<bf16>(carver, s, N);
   cudaStream_t st = ctx.stream;
 
   // attention block
@@ -287,7 +110,7 @@ void forward_impl(const UnitContext& ctx, const DecoderSpec& s, const bf16* p, c
   // MLP block
   if (mlp_tiled(s)) {
     if (y == nullptr) return;  // recompute: the saved state ends at x2 (backward recomputes the MLP)
-    const MlpTile& t = f.tile;
+    const MlpTile<bf16>& t = f.tile;
     const int64_t R = mlp_tile_rows(s, N);
     for (int64_t n0 = 0; n0 < N; n0 += R) {  // rows [n0, n0 + nt): GEMMs on row offsets of the buffers
       const int64_t nt = std::min(R, N - n0);
@@ -310,31 +133,6 @@ void forward_impl(const UnitContext& ctx, const DecoderSpec& s, const bf16* p, c
 
 }  // namespace
 
-int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
-  Carver a;
-  carve_saved(a, spec, B, T);
-  return a.high_water();
-}
-
-int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
-  Carver a;
-  carve_forward(a, spec, B * T);
-  return a.high_water();
-}
-
-int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
-  Carver a;  // the take sequence of decoder_backward
-  carve_backward_common(a, spec, B * T);
-  const int64_t mark = a.mark();
-  if (mlp_tiled(spec))
-    carve_mlp_tile(a, spec, mlp_tile_rows(spec, B * T), true);
-  else
-    carve_backward_mlp(a, spec, B * T);
-  a.release(mark);
-  carve_backward_attention(a, spec, B, T);
-  return a.high_water();
-}
-
 void decoder_forward(const UnitContext& ctx, const DecoderSpec& spec, const bf16* params, const bf16* x, bf16* y,
                      DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
   SLIDEDP_CHECK(y != nullptr && y != x, "decoder_forward needs an output buffer distinct from x");
@@ -353,10 +151,10 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   if (N == 0) return;
-  Carver saved_carver(saved);
-  const Saved S = carve_saved(saved_carver, s, B, T);
-  Carver carver(ws);
-  const BackwardCommon w = carve_backward_common(carver, s, N);
+  Carver saved_carver(saved.data, saved.bytes);
+  const Saved<bf16> S = carve_saved<bf16>(saved_carver, s, B, T);
+  Carver carver(ws.data, ws.bytes);
+  const BackwardCommon<bf16> w = carve_backward_common<bf16>(carver, s, N);
   float* dp = grads;  // same layout as p
   cudaStream_t st = ctx.stream;
 
@@ -365,7 +163,7 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
     // Tile by tile: recompute the rows' norm, gate, up and product from x2, then the untiled block's
     // backward on those rows; weight gradients accumulate tile after tile (beta = 1 GEMMs).
     const int64_t mark = carver.mark();
-    const MlpTile t = carve_mlp_tile(carver, s, mlp_tile_rows(s, N), true);
+    const MlpTile<bf16> t = carve_mlp_tile<bf16>(carver, s, mlp_tile_rows(s, N), true);
     const int64_t R = mlp_tile_rows(s, N);
     for (int64_t n0 = 0; n0 < N; n0 += R) {
       const int64_t nt = std::min(R, N - n0);
@@ -396,7 +194,7 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
     carver.release(mark);
   } else {
     const int64_t mark = carver.mark();
-    const BackwardMlp m = carve_backward_mlp(carver, s, N);
+    const BackwardMlp<bf16> m = carve_backward_mlp<bf16>(carver, s, N);
     swiglu_forward(m.m_du, S.g, S.u, N * I, st);  // recompute m (not saved)
     // dm = dy Wd; dWd += dy^T m
     linear_backward_input_bf16(ctx, w.gemm_ws, m.dm_dg, dy, p + s.down_w, N, I, C);
@@ -419,7 +217,7 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
   f32_to_bf16(w.dx2, w.dx2_bf, N * C, st);
 
   // attention block: x2 = x + att Wo^T
-  const BackwardAttention a = carve_backward_attention(carver, s, B, T);
+  const BackwardAttention<bf16> a = carve_backward_attention<bf16>(carver, s, B, T);
   // datt = dx2 Wo; dWo += dx2^T att
   linear_backward_input_bf16(ctx, w.gemm_ws, a.datt, w.dx2_bf, p + s.o_w, N, Q, C);
   linear_backward_weight(ctx, w.gemm_ws, dp + s.o_w, w.dx2_bf, S.att, N, Q, C);
@@ -466,43 +264,6 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
 
 // ---- head ----
 
-namespace {
-
-struct HeadScratch {
-  void* gemm_ws;
-  bf16* hn;           // (N, C) final norm output
-  float* rstd;        // (N)
-  float* dhn;         // (N, C) fp32 gradient of hn
-  double* loss_rows;  // (N) per-token loss
-  float* logits;      // (chunk, V)
-  bf16* dlogits;      // (chunk, V)
-  void* reduce;       // norm-weight gradient partials
-};
-
-int64_t chunk_rows(const HeadSpec& s, int64_t N) { return std::max<int64_t>(1, std::min(s.loss_chunk_tokens, N)); }
-
-HeadScratch carve_head(Carver& a, const HeadSpec& s, int64_t N) {
-  const int64_t chunk = chunk_rows(s, N);
-  HeadScratch h{};
-  h.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
-  h.hn = a.take<bf16>(N * s.C, "hn");
-  h.rstd = a.take<float>(N, "rstd");
-  h.dhn = a.take<float>(N * s.C, "dhn");
-  h.loss_rows = a.take<double>(N, "loss rows");
-  h.logits = a.take<float>(chunk * s.V, "logits");
-  h.dlogits = a.take<bf16>(chunk * s.V, "dlogits");
-  h.reduce = a.take<std::byte>(rmsnorm_backward_workspace_bytes(N, s.C), "norm gradient partials");
-  return h;
-}
-
-}  // namespace
-
-int64_t head_workspace_bytes(const HeadSpec& spec, int64_t B, int64_t T) {
-  Carver a;
-  carve_head(a, spec, B * T);
-  return a.high_water();
-}
-
 void head_forward_backward(const UnitContext& ctx, const HeadSpec& s, const bf16* params, const bf16* lm_head_w,
                            const bf16* x, const int32_t* targets, int64_t B, int64_t T, double grad_scale, bf16* dx,
                            float* grads, float* lm_head_grad, double* loss, DeviceWorkspace ws) {
@@ -515,8 +276,8 @@ void head_forward_backward(const UnitContext& ctx, const HeadSpec& s, const bf16
     SLIDEDP_CUDA_CHECK(cudaMemsetAsync(loss, 0, 2 * sizeof(double), st));
     return;
   }
-  Carver carver(ws);
-  const HeadScratch h = carve_head(carver, s, N);
+  Carver carver(ws.data, ws.bytes);
+  const HeadScratch<bf16> h = carve_head<bf16>(carver, s, N);
   const int64_t chunk = chunk_rows(s, N);
 
   rmsnorm_forward(h.hn, h.rstd, x, params + s.norm_w, N, C, s.eps, st);

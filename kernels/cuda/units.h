@@ -18,6 +18,7 @@
 #include "kernels/cpu/transformer/unit_spec.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/unit_scratch.h"
 
 namespace slidedp::kernels::cuda {
 
@@ -35,11 +36,7 @@ struct DeviceWorkspace {
   int64_t bytes = 0;
 };
 
-// ---- sizes (bytes) ----
-int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
-int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T);  // also recompute
-int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
-int64_t head_workspace_bytes(const HeadSpec& spec, int64_t B, int64_t T);
+// ---- sizes (bytes): decoder and head in unit_scratch.h; the embedding's sort scratch needs CUB ----
 int64_t embedding_backward_workspace_bytes(const EmbeddingSpec& spec, int64_t B, int64_t T);
 
 // ---- decoder layer ----

@@ -1,0 +1,46 @@
+// Size queries of the GPU units: the carve sequences of unit_scratch.h run over a measuring Carver.
+// Built in every configuration (no CUDA needed); kernels/cuda/units.cc carves with the same templates.
+#include "kernels/cuda/unit_scratch.h"
+
+namespace slidedp::kernels::cuda {
+namespace {
+
+struct Bf16Size {  // the size of __nv_bfloat16, without CUDA's header
+  uint16_t bits;
+};
+static_assert(sizeof(Bf16Size) == 2);
+
+}  // namespace
+
+int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Carver a;
+  carve_saved<Bf16Size>(a, spec, B, T);
+  return a.high_water();
+}
+
+int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Carver a;
+  carve_forward<Bf16Size>(a, spec, B * T);
+  return a.high_water();
+}
+
+int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  Carver a;  // the take sequence of decoder_backward
+  carve_backward_common<Bf16Size>(a, spec, B * T);
+  const int64_t mark = a.mark();
+  if (mlp_tiled(spec))
+    carve_mlp_tile<Bf16Size>(a, spec, mlp_tile_rows(spec, B * T), true);
+  else
+    carve_backward_mlp<Bf16Size>(a, spec, B * T);
+  a.release(mark);
+  carve_backward_attention<Bf16Size>(a, spec, B, T);
+  return a.high_water();
+}
+
+int64_t head_workspace_bytes(const HeadSpec& spec, int64_t B, int64_t T) {
+  Carver a;
+  carve_head<Bf16Size>(a, spec, B * T);
+  return a.high_water();
+}
+
+}  // namespace slidedp::kernels::cuda
