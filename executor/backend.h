@@ -15,8 +15,10 @@
 #include <string>
 #include <vector>
 
+#include "model/memory_account.h"
 #include "model/model_card.h"
 #include "model/unit_layout.h"
+#include "model/unit_memory.h"
 
 namespace slidedp::exec {
 
@@ -118,14 +120,6 @@ struct UnitOpArgs {
   int step = -1;            // for the measured timeline
 };
 
-// Memory one unit operation needs on this backend (bytes).
-struct UnitMemory {
-  int64_t hidden_bytes = 0;     // one (B, T, C) activation buffer
-  int64_t saved_bytes = 0;      // decoder saved state
-  int64_t forward_workspace_bytes = 0;
-  int64_t backward_workspace_bytes = 0;
-};
-
 class Device {
  public:
   virtual ~Device() = default;
@@ -141,14 +135,21 @@ class Device {
   // Frees `buffer` once `after` is done (null: now). Stream-ordered, like cudaFreeAsync.
   virtual void release(const DeviceBuffer& buffer, const EventPtr& after) = 0;
   virtual int64_t budget_bytes() const = 0;
-  virtual int64_t in_use_bytes() const = 0;
+  virtual int64_t in_use_bytes() const = 0;     // allocated and not yet given back (deferred frees count)
   virtual int64_t high_water_bytes() const = 0;
+  // The most bytes allocated and not yet released at once, a deferred free counting as released at
+  // its release() call: what the allocation order alone holds, independent of stream timing (the
+  // memory account's driver_peak_bytes, model/memory_account.h).
+  virtual int64_t held_high_water_bytes() const = 0;
+  // What the memory account needs of this backend for micro-batches of (B, T): its units' memory, the
+  // allocator's rounding and the scratch its operations allocate on their own.
+  virtual RankMemorySpec memory_spec(int64_t B, int64_t T) const = 0;
 
   // Dtypes of this backend: delivered parameters, activations, gradients on the wire to the host.
   virtual DType param_dtype() const = 0;
   virtual DType activation_dtype() const = 0;
 
-  // Unit operations, enqueued on compute().
+  // Unit operations, enqueued on compute(). unit_memory answers from model/unit_memory.h.
   virtual UnitMemory unit_memory(UnitKind kind, int64_t B, int64_t T) const = 0;
   virtual void forward(const UnitOpArgs& args) = 0;    // embedding, decoder; head = fused fwd + bwd
   virtual void recompute(const UnitOpArgs& args) = 0;  // decoder: refill `saved` from x
@@ -202,17 +203,5 @@ class Backend {
   // running work gives up), so host memory can be freed safely. Never throws.
   virtual void quiesce() = 0;
 };
-
-// Rank r's share of `count` elements split over `ranks`: [begin, end), contiguous, the first
-// count % ranks shards one element longer.
-struct ShardRange {
-  int64_t begin = 0, end = 0;
-  int64_t size() const { return end - begin; }
-};
-inline ShardRange shard_range(int64_t count, int ranks, int rank) {
-  const int64_t base = count / ranks, extra = count % ranks;
-  const int64_t begin = rank * base + std::min<int64_t>(rank, extra);
-  return {begin, begin + base + (rank < extra ? 1 : 0)};
-}
 
 }  // namespace slidedp::exec

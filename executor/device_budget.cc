@@ -29,6 +29,8 @@ DeviceBuffer DeviceBudget::alloc(int64_t need, int64_t bytes, const char* what) 
         live_[id] = Live{block, need};
         in_use_ += need;
         high_water_ = std::max(high_water_, in_use_);
+        held_ += need;
+        held_high_water_ = std::max(held_high_water_, held_);
         return DeviceBuffer{block.ptr, bytes, id};
       }
       if (deferred_.empty())
@@ -44,6 +46,9 @@ DeviceBuffer DeviceBudget::alloc(int64_t need, int64_t bytes, const char* what) 
 void DeviceBudget::release(const DeviceBuffer& buffer, const EventPtr& after) {
   if (buffer.id < 0) return;
   std::lock_guard<std::mutex> lock(mutex_);
+  auto it = live_.find(buffer.id);
+  SLIDEDP_CHECK(it != live_.end(), "release of unknown device buffer " + std::to_string(buffer.id));
+  held_ -= it->second.accounted;
   if (!after) {
     free_locked(buffer.id);
     return;
@@ -60,6 +65,11 @@ int64_t DeviceBudget::in_use_bytes() const {
 int64_t DeviceBudget::high_water_bytes() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return high_water_;
+}
+
+int64_t DeviceBudget::held_high_water_bytes() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return held_high_water_;
 }
 
 void DeviceBudget::free_locked(int64_t id) {

@@ -48,6 +48,9 @@ class DeviceBudget {
   int64_t budget_bytes() const { return budget_; }
   int64_t in_use_bytes() const;
   int64_t high_water_bytes() const;
+  // High-water mark of the bytes allocated and not yet released, a deferred free counting as given
+  // back at its release() call (Device::held_high_water_bytes).
+  int64_t held_high_water_bytes() const;
 
  private:
   struct Live {
@@ -68,6 +71,7 @@ class DeviceBudget {
   std::map<int64_t, Live> live_;
   std::deque<Deferred> deferred_;
   int64_t in_use_ = 0, high_water_ = 0, next_id_ = 0;
+  int64_t held_ = 0, held_high_water_ = 0;
 };
 
 }  // namespace slidedp::exec

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <nlohmann/json.hpp>
+
 #include <charconv>
 #include <cmath>
 #include <functional>
@@ -120,6 +122,18 @@ std::string lr_schedule_to_yaml(const LrScheduleConfig& c) {
   }
   e << YAML::EndMap;
   return std::string(e.c_str()) + "\n";
+}
+
+std::string lr_schedule_to_json(const LrScheduleConfig& c) {
+  nlohmann::ordered_json j;  // doubles print as the shortest text that reads back the same
+  j["kind"] = lr_schedule_kind_name(c.kind);
+  j["lr"] = c.lr;
+  j["warmup_steps"] = c.warmup_steps;
+  if (c.kind == LrScheduleKind::kCosine) {
+    j["total_steps"] = c.total_steps;
+    j["min_lr"] = c.min_lr;
+  }
+  return j.dump();
 }
 
 }  // namespace slidedp::exec

@@ -48,5 +48,8 @@ LrScheduleConfig lr_schedule_from_yaml_reader(const YamlReader& r);
 LrScheduleConfig lr_schedule_from_yaml(const std::string& yaml_text, const std::string& origin);
 // The YAML form above; lr_schedule_from_yaml(lr_schedule_to_yaml(c)) == c for a valid c.
 std::string lr_schedule_to_yaml(const LrScheduleConfig& config);
+// The same keys as one compact JSON object (what a checkpoint records); being JSON it is also YAML, so
+// lr_schedule_from_yaml reads it back exactly.
+std::string lr_schedule_to_json(const LrScheduleConfig& config);
 
 }  // namespace slidedp::exec

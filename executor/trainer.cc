@@ -15,11 +15,11 @@
 #include "common/error.h"
 #include "common/thread_pool.h"
 #include "executor/backend_registry.h"
-#include "executor/device_memory.h"
 #include "executor/host_state.h"
 #include "executor/init_weights.h"
 #include "executor/rank_driver.h"
 #include "executor/run_control.h"
+#include "executor/weight_decay_groups.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "io/sequence_sampler.h"
@@ -71,15 +71,13 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
                                                    o.dataset.vocab_size(), o.card.vocab_size));
   if (o.steps < 0) throw InputError("steps", "must be non-negative");
   o.lr.validate("lr schedule");
+  const OptimizerConfig& opt = o.optimizer;
+  for (auto [name, beta] : {std::pair{"beta1", opt.beta1}, std::pair{"beta2", opt.beta2}})
+    if (!(beta >= 0 && beta < 1)) throw InputError(fmt::format("optimizer: {}", name), fmt::format("{} must be in [0, 1)", beta));
+  if (!(std::isfinite(opt.eps) && opt.eps >= 0)) throw InputError("optimizer: eps", fmt::format("{} must be finite and >= 0", opt.eps));
+  if (!(std::isfinite(opt.weight_decay) && opt.weight_decay >= 0))
+    throw InputError("optimizer: weight_decay", fmt::format("{} must be finite and >= 0", opt.weight_decay));
   (void)layout;
-}
-
-std::string resolve_resume(const std::string& path) {
-  namespace fs = std::filesystem;
-  if (fs::exists(fs::path(path) / "trainer_state.json")) return path;
-  auto latest = find_latest_checkpoint(path);
-  if (!latest) throw IoError(path, "no complete checkpoint to resume from (expected step-* folders or a checkpoint folder)");
-  return *latest;
 }
 
 // Union of intervals (seconds): busy time of a resource whose spans may overlap (comm collectives).
@@ -166,7 +164,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   std::optional<LoadedCheckpoint> ckpt;
   UnitBuffers weights;
   if (!o.resume_dir.empty()) {
-    ckpt = load_checkpoint(resolve_resume(o.resume_dir));
+    ckpt = load_checkpoint(resolve_checkpoint_dir(o.resume_dir));
     if (ckpt->layout.total_flat_numel != layout.total_flat_numel)
       throw InputError(ckpt->dir, "the checkpoint's model does not match the run's model");
     result.start_step = ckpt->state.optimizer_step;
@@ -191,10 +189,14 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   std::unique_ptr<Backend> backend = make_backend(o.backend, o.card, layout, bo, control);
   result.device_budget_bytes = bo.device_budget_bytes;
   {
-    // Reject a plan that cannot fit before anything runs, with the numbers.
+    // Reject a plan that cannot fit before anything runs, with the numbers: the same account the
+    // planner uses, over this backend's units and allocator (model/memory_account.h).
+    const RankMemoryAccount account = rank_memory_account(layout, plan, o.seq_len, o.card.tie_word_embeddings,
+                                                          backend->device(0).memory_spec(plan.micro_batch, o.seq_len));
+    result.device_account = account;
     MemoryEstimate m;
-    m.gpu_items = device_memory_items(backend->device(0), layout, plan, o.seq_len, o.card.tie_word_embeddings);
-    m.gpu_peak_bytes = device_memory_peak(m.gpu_items);
+    m.gpu_items = account.items;
+    m.gpu_peak_bytes = account.peak_bytes;
     m.gpu_budget_bytes = static_cast<double>(bo.device_budget_bytes);
     m.host_ram_bytes = m.host_pinned_limit_bytes = 1e30;
     auto v = m.violations();
@@ -209,6 +211,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   uc.wire_dtype = wire;
   uc.tied = o.card.tie_word_embeddings;
   uc.optimizer = o.optimizer;
+  if (o.optimizer.no_decay.any()) uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
+  if (ckpt && ckpt->state.adamw_step >= 0) uc.skipped_steps_before = ckpt->state.optimizer_step - ckpt->state.adamw_step;
   const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
 
   HostStateOptions hso;
@@ -362,7 +366,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
           cd.adam_v.emplace_back(us.v_f32(), n);
         }
         cd.state.optimizer_step = s + 1;
+        cd.state.adamw_step = s + 1 - updater.skipped_steps();
         cd.state.lr_schedule_step = s + 1;
+        cd.state.lr_schedule_json = lr_schedule_to_json(o.lr);
         cd.state.learning_rate = rec.lr;
         cd.state.data_cursor = sampler.cursor_at_step(s + 1);
         cd.state.metadata_json = o.metadata_json;
@@ -403,7 +409,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     result.spans = std::move(spans);
   }
   for (auto& d : drivers) d->release_all();
-  for (int r = 0; r < N; ++r) result.device_high_water_bytes.push_back(backend->device(r).high_water_bytes());
+  for (int r = 0; r < N; ++r) {
+    result.device_high_water_bytes.push_back(backend->device(r).high_water_bytes());
+    result.device_held_high_water_bytes.push_back(backend->device(r).held_high_water_bytes());
+  }
   for (int u = 0; u < U; ++u) {
     const UnitState& us = state.unit(u);
     result.master.emplace_back(us.master_f32(), us.master_f32() + us.numel);

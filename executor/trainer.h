@@ -17,6 +17,7 @@
 #include "executor/run_log.h"
 #include "executor/updater.h"
 #include "io/token_dataset.h"
+#include "model/memory_account.h"
 #include "model/model_card.h"
 #include "model/plan.h"
 #include "model/simulator.h"
@@ -80,7 +81,9 @@ struct TrainStep {
 struct TrainResult {
   std::vector<TrainStep> steps;
   std::vector<std::vector<float>> master;  // final fp32 master weights per unit
-  std::vector<int64_t> device_high_water_bytes;
+  std::vector<int64_t> device_high_water_bytes;       // per rank, deferred frees counted until done
+  std::vector<int64_t> device_held_high_water_bytes;  // per rank, as the allocation order holds them
+  RankMemoryAccount device_account;                   // what the up-front check charged rank 0
   int64_t device_budget_bytes = 0;
   int64_t host_state_bytes = 0;
   std::vector<MeasuredSpan> spans;         // the whole run's timeline when tracing

@@ -23,6 +23,9 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
       config_(config),
       verify_(config.optimizer.clip_grad_norm > 0 || config.optimizer.on_nonfinite == NonFinitePolicy::kSkip) {
   SLIDEDP_CHECK(static_cast<int>(rings_.size()) == config.ranks, "one staging ring per rank");
+  SLIDEDP_CHECK(config.no_decay_ranges.empty() || static_cast<int>(config.no_decay_ranges.size()) == state.num_units(),
+                "no-decay ranges: one list per unit");
+  skipped_steps_.store(config.skipped_steps_before);
   const int64_t per_chunk = config.route == GradRouteKind::kGpu ? config.ranks : 1;
   for (int u = 0; u < state.num_units(); ++u) expected_chunks_ += state.unit(u).chunks;
   expected_accumulations_ = expected_chunks_ * config.accum_steps * per_chunk;
@@ -158,10 +161,22 @@ kernels::AdamwHyper Updater::hyper(int64_t step, double lr, double clip_coef) co
   h.beta2 = config_.optimizer.beta2;
   h.eps = config_.optimizer.eps;
   h.weight_decay = config_.optimizer.weight_decay;
-  h.step = step + 1;
+  // Bias correction counts the updates applied to the state: a skipped step applied none. Skips
+  // happen only in verify mode, where step s's verify pass runs after step s-1's has finished (its
+  // deliveries wait for every chunk of s-1), so the count is final whenever this is read.
+  h.step = step + 1 - skipped_steps_.load();
   h.grad_scale = 1.0;  // the head already scaled the loss gradient by 1 / global unmasked targets
   h.clip_coef = clip_coef;
   return h;
+}
+
+template <class Fn>
+void Updater::by_decay(int unit, int64_t b, int64_t e, const kernels::AdamwHyper& h, Fn&& fn) const {
+  if (config_.no_decay_ranges.empty()) return fn(b, e, h);
+  kernels::AdamwHyper none = h;
+  none.weight_decay = 0.0;
+  for_each_decay_piece(config_.no_decay_ranges[static_cast<size_t>(unit)], b, e,
+                       [&](int64_t pb, int64_t pe, bool decays) { fn(pb, pe, decays ? h : none); });
 }
 
 void Updater::run_job(Job& job) {
@@ -257,7 +272,10 @@ void Updater::update(Job& job) {
                                        "(use --on-nonfinite skip to skip such steps)",
                                        job.step + 1, job.unit, job.chunk, b, b + n));
     }
-    kernels::reduce_adamw_update(pool_, st, slots, h, 0, n);
+    // Pieces are offsets into the chunk (the slots and the state pointers start at element b).
+    by_decay(job.unit, b, b + n, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
+      kernels::reduce_adamw_update(pool_, st, slots, ph, pb - b, pe - b);
+    });
   };
   if (dt == DType::kBF16) run(bf16_bits{});
   else run(float{});
@@ -305,6 +323,7 @@ void Updater::verify_pass(int64_t step) {
     std::lock_guard<std::mutex> lock(mutex_);
     StepInfo& info = steps_.at(step);
     info.outcome.skipped = true;
+    skipped_steps_.fetch_add(1);  // before any chunk is released: the next step's updates see it
     for (int u = 0; u < state_.num_units(); ++u)
       for (int64_t k = 0; k < state_.unit(u).chunks; ++k) finish_chunk(info, u, k, step);
     return;
@@ -323,7 +342,9 @@ void Updater::verify_pass(int64_t step) {
       st.exp_avg = s.m_f32() + b;
       st.exp_avg_sq = s.v_f32() + b;
       st.param_bf16 = state_.mirror_dtype() == DType::kBF16 ? reinterpret_cast<bf16_bits*>(s.mirror.ptr) + b : nullptr;
-      kernels::adamw_update(pool_, st, s.accum_f32() + b, h, 0, e - b);
+      by_decay(u, b, e, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
+        kernels::adamw_update(pool_, st, s.accum_f32() + b, ph, pb - b, pe - b);
+      });
       if (state_.mirror_dtype() == DType::kF32)
         std::memcpy(reinterpret_cast<float*>(s.mirror.ptr) + b, st.param, static_cast<size_t>(e - b) * 4);
       std::lock_guard<std::mutex> lock(mutex_);

@@ -13,6 +13,7 @@
 //    step can start). This exposes the whole update after backward: that is the price of clipping.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -26,6 +27,7 @@
 #include "kernels/cpu/optim/adamw.h"
 #include "executor/host_state.h"
 #include "executor/run_control.h"
+#include "executor/weight_decay_groups.h"
 
 namespace slidedp::exec {
 
@@ -35,6 +37,7 @@ enum class GradPart { kOwn, kTiedHead };  // kTiedHead: the head's contribution 
 
 struct OptimizerConfig {
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  NoDecayGroups no_decay;       // tensors exempt from weight decay (default: none, as torch's AdamW)
   double clip_grad_norm = 0.0;  // > 0: clip the global gradient norm (verify mode)
   NonFinitePolicy on_nonfinite = NonFinitePolicy::kAbort;
   bool check_grads = true;      // overlapped mode: check each chunk's gradient for NaN/Inf
@@ -47,6 +50,11 @@ struct UpdaterConfig {
   DType wire_dtype = DType::kBF16;  // cpu route slot dtype (the gpu route lands fp32 shards)
   bool tied = false;
   OptimizerConfig optimizer;
+  // Per unit, the element ranges that take no weight decay (no_decay_ranges of optimizer.no_decay).
+  std::vector<std::vector<ElementRange>> no_decay_ranges;
+  // Steps skipped before this run (a resumed run): AdamW's bias correction counts applied updates
+  // only, as torch's optimizer.step() does when a step is skipped.
+  int64_t skipped_steps_before = 0;
   // Called after every job with what it was and when it ran (for the measured timeline and the
   // CPU's busy time); may be empty.
   std::function<void(const char* what, int unit, int64_t chunk, int64_t step, double start_s, double end_s)> on_job;
@@ -92,6 +100,9 @@ class Updater {
   // Updates of steps > `step` wait until this is raised (checkpoint gate).
   void allow_updates_through(int64_t step);
   bool verify_mode() const { return verify_; }
+  // Steps skipped so far, those before this run included. Exact once wait_step(s) returned for the
+  // last step s of interest (a skip is decided before any chunk of the step is released).
+  int64_t skipped_steps() const { return skipped_steps_.load(); }
 
  private:
   struct Job {
@@ -124,6 +135,9 @@ class Updater {
   void verify_pass(int64_t step);
   void finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step);
   kernels::AdamwHyper hyper(int64_t step, double lr, double clip_coef) const;
+  // AdamW over elements [b, e) of `unit` (offsets into the unit), cut where weight decay changes.
+  template <class Fn>
+  void by_decay(int unit, int64_t b, int64_t e, const kernels::AdamwHyper& h, Fn&& fn) const;
 
   HostState& state_;
   std::vector<StagingRing*> rings_;
@@ -139,6 +153,7 @@ class Updater {
   std::deque<Job> jobs_;
   std::map<int64_t, StepInfo> steps_;
   int64_t allowed_step_ = -1;
+  std::atomic<int64_t> skipped_steps_{0};
   bool stop_ = false;
   std::thread thread_;
 };

@@ -22,7 +22,8 @@ using json = nlohmann::ordered_json;  // keeps key order: metadata round-trips b
 
 namespace {
 
-constexpr int kCheckpointFormatVersion = 1;
+// 2 added adamw_step and lr_schedule; version 1 files still load.
+constexpr int kCheckpointFormatVersion = 2;
 constexpr const char* kExpAvg = ".exp_avg";
 constexpr const char* kExpAvgSq = ".exp_avg_sq";
 
@@ -67,14 +68,14 @@ class StateReader {
  public:
   explicit StateReader(std::string path) : path_(std::move(path)) {}
 
-  void keys(const json& obj, const std::string& at, std::initializer_list<const char*> allowed) const {
+  void keys(const json& obj, const std::string& at, const std::vector<std::string>& allowed) const {
     if (!obj.is_object()) throw InputError(where(at), "expected an object");
     for (const auto& [k, _] : obj.items()) {
       bool ok = false;
-      for (const char* a : allowed) ok = ok || k == a;
+      for (const std::string& a : allowed) ok = ok || k == a;
       if (!ok) throw InputError(where(at.empty() ? k : at + "." + k), "unknown key");
     }
-    for (const char* a : allowed)
+    for (const std::string& a : allowed)
       if (!obj.contains(a)) throw InputError(where(at.empty() ? a : at + "." + a), "missing key");
   }
   int64_t integer(const json& obj, const std::string& at, const char* key) const {
@@ -112,17 +113,30 @@ TrainerState parse_trainer_state(const std::string& path) {
     throw InputError(path, fmt::format("malformed JSON: {}", e.what()));
   }
   StateReader r(path);
-  r.keys(j, "",
-         {"format", "format_version", "optimizer_step", "lr_schedule_step", "learning_rate", "data_cursor",
-          "rng_state", "metadata"});
+  const int64_t version = j.is_object() && j.contains("format_version") ? r.integer(j, "", "format_version") : 0;
+  if (version < 1 || version > kCheckpointFormatVersion)
+    throw InputError(path + ": format_version",
+                     fmt::format("{} is not supported (this build reads 1 to {})",
+                                 j.is_object() && j.contains("format_version") ? j["format_version"].dump() : "missing",
+                                 kCheckpointFormatVersion));
+  std::vector<std::string> keys = {"format", "format_version", "optimizer_step", "lr_schedule_step", "learning_rate",
+                                   "data_cursor", "rng_state", "metadata"};
+  if (version >= 2) keys.insert(keys.end(), {"adamw_step", "lr_schedule"});
+  r.keys(j, "", keys);
   if (j["format"] != "slidedp-checkpoint")
     throw InputError(path + ": format", "expected \"slidedp-checkpoint\"");
-  if (r.integer(j, "", "format_version") != kCheckpointFormatVersion)
-    throw InputError(path + ": format_version",
-                     fmt::format("{} is not supported (this build reads {})", j["format_version"].dump(),
-                                 kCheckpointFormatVersion));
   TrainerState s;
   s.optimizer_step = r.integer(j, "", "optimizer_step");
+  if (version >= 2) {
+    s.adamw_step = r.integer(j, "", "adamw_step");
+    if (s.adamw_step < 0 || s.adamw_step > s.optimizer_step)
+      throw InputError(path + ": adamw_step", fmt::format("{} must be in [0, optimizer_step = {}]", s.adamw_step,
+                                                          s.optimizer_step));
+    if (!j["lr_schedule"].is_null()) {
+      if (!j["lr_schedule"].is_object()) throw InputError(path + ": lr_schedule", "expected an object or null");
+      s.lr_schedule_json = j["lr_schedule"].dump();
+    }
+  }
   s.lr_schedule_step = r.integer(j, "", "lr_schedule_step");
   s.learning_rate = r.number(j, "", "learning_rate");
   const json& c = j["data_cursor"];
@@ -158,6 +172,17 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
     metadata = json::parse(st.metadata_json.empty() ? std::string("null") : st.metadata_json);
   } catch (const json::parse_error& e) {
     throw InputError("checkpoint: metadata_json", fmt::format("not valid JSON: {}", e.what()));
+  }
+  if (st.adamw_step > st.optimizer_step)
+    throw InputError("checkpoint: adamw_step", fmt::format("{} exceeds optimizer_step {}", st.adamw_step, st.optimizer_step));
+  json lr_schedule;  // null when not recorded
+  if (!st.lr_schedule_json.empty()) {
+    try {
+      lr_schedule = json::parse(st.lr_schedule_json);
+    } catch (const json::parse_error& e) {
+      throw InputError("checkpoint: lr_schedule_json", fmt::format("not valid JSON: {}", e.what()));
+    }
+    if (!lr_schedule.is_object()) throw InputError("checkpoint: lr_schedule_json", "expected a JSON object");
   }
   ModelLayout layout = make_model_layout(data.card);
   check_unit_sizes(layout, data.master, "checkpoint: master weights");
@@ -196,10 +221,16 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
     write_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, opt_options);
     done("optimizer.safetensors");
 
-    json state = {{"format", "slidedp-checkpoint"},      {"format_version", kCheckpointFormatVersion},
-                  {"optimizer_step", st.optimizer_step}, {"lr_schedule_step", st.lr_schedule_step},
-                  {"learning_rate", st.learning_rate},   {"data_cursor", cursor_to_json(st.data_cursor)},
-                  {"rng_state", json::array()},          {"metadata", metadata}};
+    json state = {{"format", "slidedp-checkpoint"},
+                  {"format_version", kCheckpointFormatVersion},
+                  {"optimizer_step", st.optimizer_step},
+                  {"adamw_step", st.adamw_step < 0 ? st.optimizer_step : st.adamw_step},
+                  {"lr_schedule_step", st.lr_schedule_step},
+                  {"lr_schedule", lr_schedule},
+                  {"learning_rate", st.learning_rate},
+                  {"data_cursor", cursor_to_json(st.data_cursor)},
+                  {"rng_state", json::array()},
+                  {"metadata", metadata}};
     for (uint64_t w : st.rng_state) state["rng_state"].push_back(hex64(w));
     write_text(fs::path(tmp) / "trainer_state.json", state.dump(2) + "\n");
     done("trainer_state.json");
@@ -285,6 +316,20 @@ std::optional<std::string> find_latest_checkpoint(const std::string& root_dir) {
   auto all = list_checkpoints(root_dir);
   if (all.empty()) return std::nullopt;
   return all.back().second;
+}
+
+TrainerState load_trainer_state(const std::string& dir) {
+  const fs::path path = fs::path(dir) / "trainer_state.json";
+  if (!fs::exists(path)) throw IoError(path.string(), "missing (not a checkpoint folder)");
+  return parse_trainer_state(path.string());
+}
+
+std::string resolve_checkpoint_dir(const std::string& path) {
+  if (fs::exists(fs::path(path) / "trainer_state.json")) return path;
+  auto latest = find_latest_checkpoint(path);
+  if (!latest)
+    throw IoError(path, "no complete checkpoint to resume from (expected step-* folders or a checkpoint folder)");
+  return *latest;
 }
 
 }  // namespace slidedp

@@ -22,9 +22,14 @@
 namespace slidedp {
 
 struct TrainerState {
-  int64_t optimizer_step = 0;        // AdamW steps taken (names the folder; bias correction uses it)
+  int64_t optimizer_step = 0;        // optimizer steps taken, skipped ones included (names the folder)
+  int64_t adamw_step = -1;           // AdamW updates applied (bias correction): optimizer_step minus the
+                                     // skipped steps; -1 in files written before the key existed, read
+                                     // as optimizer_step (no step could be skipped then without it)
   int64_t lr_schedule_step = 0;      // position in the learning-rate schedule
   double learning_rate = 0.0;        // the rate of the last step (informational; restored bit-exactly)
+  std::string lr_schedule_json;      // the run's schedule as a JSON object ("" if not recorded), so a
+                                     // resumed run continues the same schedule
   DataCursor data_cursor;            // where the next step's data starts
   std::vector<uint64_t> rng_state;   // any generator words (dropout, sampling), restored verbatim
   std::string metadata_json = "{}";  // any JSON value (plan, hardware, run configuration); stored as
@@ -69,6 +74,13 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
 // Reads and validates a checkpoint folder (every tensor present, fp32, right shape; trainer_state.json
 // strict). Throws InputError / IoError naming the file and the tensor or key.
 LoadedCheckpoint load_checkpoint(const std::string& dir);
+
+// Only trainer_state.json of a checkpoint folder (cheap: no tensors), validated like load_checkpoint.
+TrainerState load_trainer_state(const std::string& dir);
+
+// A checkpoint folder itself, or the newest complete one under a checkpoint root. Throws IoError naming
+// `path` when it is neither.
+std::string resolve_checkpoint_dir(const std::string& path);
 
 // Complete checkpoints under root_dir, oldest first: (step, folder). Temp folders are not listed.
 std::vector<std::pair<int64_t, std::string>> list_checkpoints(const std::string& root_dir);

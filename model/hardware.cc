@@ -93,6 +93,13 @@ const UnitTimeProfile* Hardware::find_unit_time(const std::string& model, UnitKi
   return nullptr;
 }
 
+int64_t default_runtime_bytes(const GpuSpec& gpu) { return gpu.emulated_on_host ? 0 : int64_t{512} << 20; }
+
+int64_t default_collective_bytes(const GpuSpec& gpu, const std::string& fabric_kind) {
+  if (gpu.emulated_on_host || gpu.count < 2 || fabric_kind == "none") return 0;
+  return fabric_kind == "nvlink" ? int64_t{1} << 30 : int64_t{256} << 20;
+}
+
 double SyncSpec::factor(int ranks) const {
   const double x = ranks > 1 ? std::sqrt(2.0 * std::log(static_cast<double>(ranks))) : 0.0;
   return 1.0 + base + straggler * x;
@@ -132,6 +139,9 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
   hw.gpu.kernel_overhead_s = g.number_or("kernel_overhead_s", 0.0, 0.0, 10.0, "seconds");
   hw.gpu.emulated_on_host = g.boolean_or("emulated_on_host", false);
   hw.gpu.host_threads_per_device = static_cast<int>(g.integer_or("host_threads_per_device", 1, 1, 1024));
+  const bool runtime_given = g.has("runtime_bytes"), collective_given = g.has("collective_bytes");
+  hw.gpu.runtime_bytes = g.bytes_or("runtime_bytes", -1);
+  hw.gpu.collective_bytes = g.bytes_or("collective_bytes", -1);
   g.done();
 
   YamlReader l = r.map("host_link");
@@ -192,6 +202,15 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
     for (const std::string& k : s->keys()) hw.sources[k] = s->text(k);
     s->done();
   }
+  // Not stated (presets before these keys, profiles made without a GPU): the published figures.
+  if (!runtime_given) {
+    hw.gpu.runtime_bytes = default_runtime_bytes(hw.gpu);
+    hw.sources.try_emplace("gpu.runtime_bytes", "default: CUDA context + cuBLASLt handle, ~0.5 GiB on Hopper (model/hardware.h)");
+  }
+  if (!collective_given) {
+    hw.gpu.collective_bytes = default_collective_bytes(hw.gpu, hw.fabric.kind);
+    hw.sources.try_emplace("gpu.collective_bytes", "default: one NCCL communicator's buffers, NVIDIA/nccl issues 864 and 1685 (model/hardware.h)");
+  }
   r.skip("measured");  // free-form notes a profile may carry about how values were measured
   r.done();
   hw.validate(origin);
@@ -215,6 +234,8 @@ std::string hardware_to_yaml(const Hardware& hw) {
   e << YAML::Key << "kernel_overhead_s" << YAML::Value << hw.gpu.kernel_overhead_s;
   e << YAML::Key << "emulated_on_host" << YAML::Value << hw.gpu.emulated_on_host;
   e << YAML::Key << "host_threads_per_device" << YAML::Value << hw.gpu.host_threads_per_device;
+  e << YAML::Key << "runtime_bytes" << YAML::Value << hw.gpu.runtime_bytes;
+  e << YAML::Key << "collective_bytes" << YAML::Value << hw.gpu.collective_bytes;
   e << YAML::EndMap;
   e << YAML::Key << "host_link" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "h2d_gbps" << YAML::Value << hw.link.h2d_gbps;

@@ -26,7 +26,19 @@ struct GpuSpec {
   // copies are memcpy through host memory, so the model charges those shared resources as well.
   bool emulated_on_host = false;
   int host_threads_per_device = 1;
+  // Device memory outside our buffers, which only a GPU can measure (slidedp-profile writes them; the
+  // defaults are published figures, see default_runtime_bytes): the CUDA context with the libraries'
+  // handles, and NCCL's buffers of one communicator (its channels x peers x protocols).
+  int64_t runtime_bytes = 0;
+  int64_t collective_bytes = 0;
 };
+
+// Published figures used until a profile measures them. CUDA context and cuBLASLt handle: about 0.5
+// GiB on Hopper with lazy module loading (CUDA 12+). NCCL: 1-1.6 GB for one communicator doing
+// collectives over NVLink's many channels (NVIDIA/nccl issues 864 and 1685); a PCIe ring uses few
+// channels, so a quarter of that. Emulated devices: none.
+int64_t default_runtime_bytes(const GpuSpec& gpu);
+int64_t default_collective_bytes(const GpuSpec& gpu, const std::string& fabric_kind);
 
 struct HostLinkSpec {
   double h2d_gbps = 0;        // one GPU copying alone, pinned memory

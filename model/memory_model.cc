@@ -50,6 +50,27 @@ double gpu_budget_bytes(const Plan& plan, const Hardware& hw) {
   return std::max(0.0, static_cast<double>(hw.gpu.mem_bytes - plan.gpu_mem_reserve_bytes));
 }
 
+RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Plan& p) {
+  UnitMemoryOptions o;
+  o.code = hw.gpu.emulated_on_host ? UnitCode::kCpu : UnitCode::kCuda;
+  o.loss_chunk_tokens = p.loss_chunk_tokens;
+  o.mlp_token_tile = p.mlp_token_tile;
+  o.cpu_threads = hw.gpu.host_threads_per_device;
+  const int64_t B = p.micro_batch, T = w.seq_len;
+  RankMemorySpec s;
+  s.decoder = unit_memory(w.model, w.layout, UnitKind::kDecoder, B, T, o);
+  s.head = unit_memory(w.model, w.layout, UnitKind::kHead, B, T, o);
+  s.param_bytes = s.wire_bytes = 2;
+  const bool cuda = o.code == UnitCode::kCuda;
+  s.align_bytes = cuda ? 256 : 64;
+  s.zero_bytes_take_one = cuda;
+  s.embedding_backward_scratch_bytes = embedding_backward_scratch_estimate(o.code, B * T);
+  s.reduce_scatter_fp32_staging = cuda;
+  s.runtime_bytes = hw.gpu.runtime_bytes;
+  s.collective_bytes = hw.gpu.collective_bytes;
+  return s;
+}
+
 MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan& plan_in, System system) {
   const ModelCard& card = w.model;
   const Plan p = plan_for_system(plan_in, system, card);
@@ -59,7 +80,8 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
   const auto& units = w.layout.units;
   const double P = static_cast<double>(w.layout.total_flat_numel);
   const double emb_numel = static_cast<double>(units.front().flat_numel);
-  const LayerActivationBytes act = decoder_activation_bytes_per_token(card, p.mlp_token_tile);
+  // The baselines' layers are PyTorch's (SlideDP's own memory is the account's, from its units).
+  const LayerActivationBytes act = torch_decoder_activation_bytes_per_token(card);
   const double D = p.gpu_buffer_depth;
 
   MemoryEstimate m;
@@ -102,11 +124,9 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
   const double act_keep = pc.keep * act.saved_keep * tokens;
   const double act_recompute = pc.recompute * act.unit_input * tokens;
   const double act_offload_prefetch = pc.offload > 0 ? 2.0 * act.unit_input * tokens : 0.0;
-  // Working set of one unit: a recomputed layer's activations + backward temporaries (+ one MLP tile's
-  // scratch when the MLP is tiled), or the head's loss chunk; plus the hidden state entering and
-  // leaving (fp32 gradient of it in backward).
-  const double layer_ws = (act.saved_keep + act.transient) * tokens + card.hidden_size * (kBf16 + kFp32) * tokens +
-                          decoder_mlp_tile_bytes(card, p.mlp_token_tile, tokens);
+  // Working set of one unit: a recomputed layer's saved state and its backward transient, or the
+  // head's loss chunk with the hidden state, its norm and their gradients.
+  const double layer_ws = (act.saved_keep + act.transient) * tokens;
   const double head_ws = head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
                          card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
   double working_set = std::max(layer_ws, head_ws);
@@ -119,6 +139,7 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
 
   switch (system) {
     case System::kSlideDP:
+      break;  // the memory account, below
     case System::kMegaTrain: {
       gpu(fmt::format("parameter slots ({} deep, bf16)", p.gpu_buffer_depth), max_window * kBf16);
       if (p.param_route == ParamRoute::kSharded && N > 1) gpu("all-gather shard staging", max_unit * kBf16 / N);
@@ -127,9 +148,9 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       break;
     }
     case System::kSlideFormerDP:
-      // Slots sized by the largest unit, each holding bf16 params and bf16 grads.
+      // Slots sized by the largest unit, each holding bf16 params and bf16 grads (its gradients go to
+      // the host in bf16 straight from the slot).
       gpu("unit slots sized by the largest unit (bf16 params + grads)", D * max_unit * 2.0 * kBf16);
-      gpu("gradient accumulation (fp32 unit)", max_unit * kFp32);
       break;
     case System::kZeroOffload:
       gpu("resident bf16 parameters", P * kBf16);
@@ -143,27 +164,29 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       gpu("unsharded unit gradient (fp32)", max_unit * kFp32);
       break;
   }
-  gpu("activations: keep layers", act_keep);
-  gpu("activations: recompute layers (unit inputs)", act_recompute_used);
-  gpu("activations: offload prefetch buffers", act_offload_prefetch);
-  gpu("working set of one unit", working_set);
-  gpu("workspace", kWorkspaceBytes);
+  if (system == System::kSlideDP) {
+    m.gpu_items = rank_memory_account(w.layout, p, w.seq_len, card.tie_word_embeddings, rank_memory_spec(w, hw, p)).items;
+  } else {
+    gpu("activations: keep layers", act_keep);
+    gpu("activations: recompute layers (unit inputs)", act_recompute_used);
+    gpu("activations: offload prefetch buffers", act_offload_prefetch);
+    gpu("working set of one unit", working_set);
+    gpu("workspace", kWorkspaceBytes);
+  }
   m.gpu_peak_bytes = sum_items(m.gpu_items);
 
   // Host.
-  const double chunk = static_cast<double>(std::min<int64_t>(p.chunk_numel, w.layout.total_flat_numel));
   const double offloaded = N * pc.offload * act.unit_input * tokens;
   switch (system) {
     case System::kSlideDP: {
-      host("fp32 master weights", P * kFp32, false);
-      host("fp32 AdamW m and v", P * 2.0 * kFp32, false);
-      host("bf16 delivery mirror", P * kBf16, true);
-      const bool accum = p.accum_steps > 1;
-      if (accum) host("fp32 gradient accumulator", P * kFp32, false);
-      else if (card.tie_word_embeddings) host("fp32 tied-embedding gradient accumulator", emb_numel * kFp32, false);
-      double slots = (p.grad_route == GradRoute::kCpu ? N : 1.0) * kGradStagingChunksPerRank * chunk * kBf16;
-      host("gradient staging ring", slots, true);
-      host("offloaded activations", offloaded, true);
+      const int64_t act_bytes = hw.gpu.emulated_on_host ? 4 : 2;  // the offloaded inputs' dtype
+      for (const MemoryItem& i : host_memory_items(w.layout, p, w.seq_len, card.hidden_size * act_bytes, 2,
+                                                   card.tie_word_embeddings, p.verify_updates)) {
+        const bool pinned = i.name.find("(pinned)") != std::string::npos;
+        m.host_items.push_back(i);
+        m.host_bytes += i.bytes;
+        if (pinned) m.host_pinned_bytes += i.bytes;
+      }
       break;
     }
     case System::kSlideFormerDP:

@@ -7,16 +7,13 @@
 #include <vector>
 
 #include "model/hardware.h"
+#include "model/memory_account.h"
 #include "model/plan.h"
 #include "model/system.h"
 #include "model/workload.h"
 
 namespace slidedp {
 
-struct MemoryItem {
-  std::string name;   // "param slots", "activations (keep)", ...
-  double bytes = 0;
-};
 
 struct MemoryEstimate {
   std::vector<MemoryItem> gpu_items;   // per rank, at the peak
@@ -35,6 +32,11 @@ struct MemoryEstimate {
 
 // The GPU budget of a plan: its explicit budget, or the GPU's memory minus the reserve.
 double gpu_budget_bytes(const Plan& plan, const Hardware& hw);
+
+// The memory account's view of `hw` for a plan: the CUDA backend's units (the CPU backend's when the
+// devices are emulated on the host, with its threads per device), its allocator, and the runtime's
+// memory the profile states.
+RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Plan& plan);
 
 // Itemized estimate. Activation bytes follow model_costs.h; the plan is taken as the system runs it
 // (plan_for_system), so baselines are charged for their own buffers.

@@ -72,6 +72,21 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int6
   return a;
 }
 
+LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c) {
+  const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
+  const double q = static_cast<double>(c.q_dim()), kv = static_cast<double>(c.kv_dim());
+  const double H = static_cast<double>(c.num_heads), KV = static_cast<double>(c.num_kv_heads);
+  constexpr double kBf16 = 2.0, kFp32 = 4.0;
+  LayerActivationBytes a;
+  a.unit_input = C * kBf16;
+  double elems = 4.0 * C + 2.0 * q + 2.0 * kv + 3.0 * I;  // x, h1, h, h2; q, att; k, v; gate, up, product
+  double rows = 2.0;                                       // 1/rms of the two layer norms
+  if (c.qk_norm) elems += q + kv, rows += H + KV;          // q and k before their norms; per-head 1/rms
+  a.saved_keep = elems * kBf16 + (H + rows) * kFp32;      // + log-sum-exp per head
+  a.transient = (I + 2.0 * C) * kBf16;
+  return a;
+}
+
 double decoder_mlp_tile_bytes(const ModelCard& c, int64_t mlp_token_tile, double tokens) {
   if (mlp_token_tile <= 0) return 0.0;
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);

@@ -40,15 +40,28 @@ UnitFlops unit_flops(const ModelCard& card, UnitKind kind, int64_t sequences, in
 // recompute term; shared/reference/baselines.md): used for TFLOP/s figures so they compare.
 double model_flops_per_step(const ModelCard& card, int64_t sequences, int64_t seq_len);
 
-// Activation bytes per token of one decoder layer (bf16 = 2 bytes per element). With an MLP token
-// tile (`mlp_token_tile` > 0) the per-token terms leave out the MLP's (its intermediates exist for
-// one tile at a time: decoder_mlp_tile_bytes).
+// Activation bytes per token of one decoder layer (bf16 = 2 bytes per element), the count the step
+// model's elementwise HBM traffic uses. With an MLP token tile (`mlp_token_tile` > 0) the per-token
+// terms leave out the MLP's (its intermediates exist for one tile at a time: decoder_mlp_tile_bytes).
+// SlideDP's memory is not sized from these but from its units' carve code (memory_account.h).
 struct LayerActivationBytes {
   double saved_keep = 0;   // everything backward reads, when the policy is keep
   double unit_input = 0;   // the layer input alone (what recompute keeps, what offload moves)
   double transient = 0;    // peak extra bytes while the layer's forward or backward runs
 };
 LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& card, int64_t mlp_token_tile = 0);
+
+// Activation bytes per token of a Hugging Face decoder layer as the baselines run it: PyTorch
+// autograd, bf16, Liger's fused RMSNorm, RoPE and SwiGLU, a flash attention kernel (SlideFormer pins
+// liger-kernel; the FSDP2 and ZeRO recipes use the same layers).
+//   saved_keep: what autograd saves -- the layer input (norm 1's input), norm 1's output, q and k after
+//     RoPE (and before the q/k norms for Qwen3), v, the attention output, the residual after attention
+//     (norm 2's input), norm 2's output, gate and up (Liger's SwiGLU recomputes silu), their product
+//     (down_proj's input); fp32 the attention log-sum-exp per head and 1/rms per norm row;
+//   unit_input: the layer input (bf16);
+//   transient: the peak of backward beyond that -- the product's gradient (Liger's SwiGLU backward
+//     writes the gate/up gradients over the saved gate and up) and the gradients entering and leaving.
+LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& card);
 
 // Bytes of one MLP tile's scratch for a micro-batch of `tokens` tokens: min(tile, tokens) rows of
 // the recomputed norm output, gate, up and SwiGLU product (bf16) and the gate/up gradients (fp32).

@@ -41,7 +41,9 @@ struct Plan {
   // recomputes gate/up in backward (kernels/cpu/transformer/unit_spec.h, DecoderSpec::mlp_token_tile).
   int64_t mlp_token_tile = 0;
   int64_t gpu_mem_budget_bytes = 0;  // 0 = the GPU's memory minus gpu_mem_reserve_bytes
-  int64_t gpu_mem_reserve_bytes = int64_t{2} << 30;  // CUDA context, allocator slack, fragmentation
+  // Allocator slack and fragmentation; the CUDA context and NCCL buffers are the hardware profile's
+  // (gpu.runtime_bytes, gpu.collective_bytes) and items of the memory account.
+  int64_t gpu_mem_reserve_bytes = int64_t{512} << 20;
   // Gradient clipping or skipping non-finite steps needs the global gradient before any update, so
   // chunks are accumulated during backward and all updated after it (docs/EXECUTOR.md).
   bool verify_updates = false;
@@ -83,5 +85,17 @@ std::string plan_to_yaml(const Plan& plan);
 ParamRoute parse_param_route(const std::string& s, const std::string& where);
 GradRoute parse_grad_route(const std::string& s, const std::string& where);
 ActivationPolicy parse_activation_policy(const std::string& s, const std::string& where);
+
+// Rank r's share of `count` elements split over `ranks`: [begin, end), contiguous, the first
+// count % ranks shards one element longer (the sharded route's deliveries and reduced gradients).
+struct ShardRange {
+  int64_t begin = 0, end = 0;
+  int64_t size() const { return end - begin; }
+};
+inline ShardRange shard_range(int64_t count, int ranks, int rank) {
+  const int64_t base = count / ranks, extra = count % ranks;
+  const int64_t begin = rank * base + (rank < extra ? rank : extra);
+  return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
 
 }  // namespace slidedp

@@ -47,7 +47,7 @@ struct SearchSpec {
   int max_micro_batch = 0;                             // 0: no limit (memory decides)
   int max_accum_steps = 0;                             // 0: no limit
   int64_t gpu_mem_budget_bytes = 0;                    // 0: the GPU's memory minus the reserve
-  int64_t gpu_mem_reserve_bytes = int64_t{2} << 30;    // CUDA context, allocator slack, fragmentation
+  int64_t gpu_mem_reserve_bytes = int64_t{512} << 20;  // allocator slack, fragmentation (model/plan.h)
   int64_t loss_chunk_tokens = 4096;
   // MLP token tiles (Plan::mlp_token_tile), tried in this order, each only when no plan fits with
   // the ones before (a tile never speeds a step up: it trades the gate/up GEMMs once more in

@@ -19,6 +19,9 @@ struct GpuInventory {
   int count = 0;
   std::string model;      // device 0's name
   int64_t mem_bytes = 0;  // device 0's memory
+  // Device 0's memory in use once its context exists and before we allocate anything: the CUDA
+  // context and libraries (and anything other processes hold, which the profile cannot tell apart).
+  int64_t runtime_bytes = 0;
   std::string why_none;   // when count == 0: "built without CUDA", "no CUDA device: ..."
 };
 
@@ -41,6 +44,9 @@ struct GpuMeasurements {
   Spread hbm_gbps;          // device-to-device copy, read + write bytes
   std::string fabric_kind;  // "nvlink" when every pair has peer access over NVLink, "pcie_p2p", "via_host"
   int count = 0;
+  // GPU 0's memory taken by its NCCL communicator: free memory before ncclCommInitAll minus after it
+  // (-1: not measured, one GPU). NCCL sizes its buffers by channels, peers and protocols at init.
+  int64_t collective_bytes = -1;
 };
 
 // The GPU stage for the run's rounds (stats.h run_rounds): allocates and probes now (throws

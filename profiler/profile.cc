@@ -549,6 +549,17 @@ ProfileResult run_profile(const ProfileOptions& options) {
                     plan.gpu.gemm_n);
     hw.sources["gpu.hbm_gbps"] = by + ": device-to-device cudaMemcpyAsync, read + write bytes";
     hw.sources["gpu.mem_bytes"] = "cudaGetDeviceProperties totalGlobalMem of GPU 0";
+    hw.gpu.runtime_bytes = inv.runtime_bytes;
+    hw.sources["gpu.runtime_bytes"] =
+        "cudaMemGetInfo of GPU 0 once its context exists, before any allocation (total - free; includes other "
+        "processes' memory)";
+    if (r.gpu.collective_bytes >= 0) {
+      hw.gpu.collective_bytes = r.gpu.collective_bytes;
+      hw.sources["gpu.collective_bytes"] = "cudaMemGetInfo of GPU 0 before and after ncclCommInitAll over every GPU";
+    } else {
+      hw.gpu.collective_bytes = default_collective_bytes(hw.gpu, r.gpu.fabric_kind);
+      hw.sources["gpu.collective_bytes"] = "one GPU: no communicator (default_collective_bytes)";
+    }
     hw.sources["host.pinned_limit_bytes"] =
         "RAM (not measured: page-locking limits depend on the system's settings)";
     hw.sources["host_link.h2d_gbps"] =

@@ -86,7 +86,7 @@ struct Op {
 // operations as the rank driver issues them.
 struct Chain {
   int64_t B = 0, T = 0, tokens = 0, hidden = 0;
-  exec::UnitMemory dm, hm;
+  UnitMemory dm, hm;
   struct Inputs {
     DeviceBuffer tokens, targets;  // (B, T) int32
     DeviceBuffer x, y, saved, dy;  // unit inputs: embedding output, decoder output + saved, head's dx
@@ -290,7 +290,7 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
       backend.synchronize();
 
       const int64_t hidden = c->hidden;
-      const exec::UnitMemory dm = c->dm;
+      const UnitMemory dm = c->dm;
       c->ops.push_back({UnitKind::kEmbedding, "fwd", hidden, [S, c](int d) {
                           const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
                           exec::Device& dev = *p.dev;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <csignal>
 #include <iostream>
+#include <optional>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +24,8 @@
 #include "executor/backend_registry.h"
 #include "executor/run_log.h"
 #include "executor/trainer.h"
+#include "executor/weight_decay_groups.h"
+#include "io/checkpoint.h"
 #include "io/default_corpus.h"
 #include "io/hf_model.h"
 #include "model/chrome_trace.h"
@@ -53,7 +56,10 @@ int run_main(int argc, char** argv) {
   std::string on_nonfinite = "abort";
   int64_t steps = 40, checkpoint_every = 0, warmup = 0, device_budget = 0;
   int keep = 3, update_threads_flag = 0;
-  double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0;
+  double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8;
+  std::vector<double> adam_betas = {0.9, 0.999};
+  std::string no_decay_on = "none";
+  int64_t total_steps = 0;
   uint64_t data_seed = 1234, init_seed = 42;
   bool json = false, bench = false, exact = false, no_db = false, quiet = false;
   std::string schedule = "constant";
@@ -64,8 +70,18 @@ int run_main(int argc, char** argv) {
       ->check(CLI::IsMember({"constant", "cosine"}));
   app.add_option("--warmup", warmup, "Linear warm-up steps")->check(CLI::NonNegativeNumber);
   app.add_option("--min-lr", min_lr, "Cosine schedule floor")->check(CLI::NonNegativeNumber);
+  app.add_option("--total-steps", total_steps,
+                 "Cosine: the optimizer step at which the rate reaches --min-lr (default: the last step of this run, "
+                 "resumed steps included)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--lr-schedule", lr_file, "Learning-rate schedule YAML (kind, lr, warmup_steps, total_steps, min_lr); overrides the flags above");
   app.add_option("--weight-decay", weight_decay, "AdamW decoupled weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--no-decay-on", no_decay_on,
+                 "Parameter groups without weight decay: any of norms,biases,embeddings (comma-separated) or none "
+                 "(default: decay on every tensor, as torch.optim.AdamW over model.parameters())");
+  app.add_option("--adam-betas", adam_betas, "AdamW beta1,beta2 (default 0.9,0.999)")->expected(2)->delimiter(',');
+  app.add_option("--adam-eps", adam_eps, "AdamW epsilon, added outside the square root as in torch (default 1e-8)")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--clip-grad-norm", clip, "Clip the global gradient norm to this value (0: off; costs the update overlap)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
@@ -80,7 +96,9 @@ int run_main(int argc, char** argv) {
   app.add_option("--checkpoint-dir", checkpoint_dir, "Write checkpoints here (step-XXXXXXXX folders)");
   app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every K steps (0: at the end only)")->check(CLI::NonNegativeNumber);
   app.add_option("--keep-checkpoints", keep, "Keep the last K checkpoints")->check(CLI::PositiveNumber);
-  app.add_option("--resume", resume, "Resume from a checkpoint folder, or the newest one under a checkpoint root");
+  app.add_option("--resume", resume,
+                 "Resume from a checkpoint folder, or the newest one under a checkpoint root; the recorded learning-rate "
+                 "schedule continues unless a schedule flag is given");
   app.add_option("--save-model", save_model, "Save the trained weights as a Hugging Face model folder (bf16 safetensors)");
   app.add_option("--data-seed", data_seed, "Seed of the data shuffle");
   app.add_option("--init-seed", init_seed, "Seed of the random initialization (when no model folder is given)");
@@ -123,18 +141,37 @@ int run_main(int argc, char** argv) {
   o.data_seed = data_seed;
   o.init_seed = init_seed;
   o.steps = steps;
+  // The schedule: a YAML file, else the one a resumed checkpoint recorded (unless a schedule flag is
+  // given), else the flags. Its steps count from the start of training, so a resumed cosine decays
+  // to the end of this run: K steps + resume + N-K steps give the rates of N straight steps.
+  std::optional<TrainerState> resumed;
+  if (!resume.empty()) {
+    resume = resolve_checkpoint_dir(resume);
+    resumed = load_trainer_state(resume);
+  }
+  const int64_t start_step = resumed ? resumed->optimizer_step : 0;
+  bool schedule_flags = false;
+  for (const char* f : {"--lr", "--schedule", "--warmup", "--min-lr", "--total-steps"}) schedule_flags |= app.count(f) > 0;
   if (!lr_file.empty()) {
     o.lr = exec::lr_schedule_from_yaml(read_text_file(lr_file), lr_file);
+  } else if (resumed && !schedule_flags && !resumed->lr_schedule_json.empty()) {
+    o.lr = exec::lr_schedule_from_yaml(resumed->lr_schedule_json, resume + "/trainer_state.json: lr_schedule");
   } else {
     o.lr.kind = schedule == "cosine" ? exec::LrScheduleKind::kCosine : exec::LrScheduleKind::kConstant;
     o.lr.lr = lr;
     o.lr.warmup_steps = warmup;
     if (o.lr.kind == exec::LrScheduleKind::kCosine) {
-      o.lr.total_steps = std::max<int64_t>(steps, warmup + 1);
+      o.lr.total_steps = total_steps > 0 ? total_steps : std::max<int64_t>(start_step + steps, warmup + 1);
       o.lr.min_lr = min_lr;
+    } else if (total_steps > 0) {
+      throw InputError("--total-steps", "only for --schedule cosine (a constant schedule has no end)");
     }
   }
   o.optimizer.weight_decay = weight_decay;
+  o.optimizer.beta1 = adam_betas.at(0);
+  o.optimizer.beta2 = adam_betas.at(1);
+  o.optimizer.eps = adam_eps;
+  o.optimizer.no_decay = exec::parse_no_decay_groups(no_decay_on, "--no-decay-on");
   o.optimizer.clip_grad_norm = clip;
   o.optimizer.on_nonfinite = on_nonfinite == "skip" ? exec::NonFinitePolicy::kSkip : exec::NonFinitePolicy::kAbort;
   o.plan.verify_updates = clip > 0 || on_nonfinite == "skip";
@@ -197,7 +234,7 @@ int run_main(int argc, char** argv) {
   auto on_step = [&](const exec::TrainStep& s) {
     tokens_total += static_cast<double>(s.tokens);
     time_total += s.wall_s;
-    progress.update(static_cast<double>(s.step - (resume.empty() ? 0 : 0)),
+    progress.update(static_cast<double>(s.step - start_step),
                     fmt::format("step {} loss {:.4f} | {:.0f} tokens/s{}", s.step, s.loss,
                                 static_cast<double>(s.tokens) / s.wall_s, s.skipped ? " | SKIPPED: " + s.skipped_reason : ""));
     if (log) {
@@ -272,7 +309,14 @@ int run_main(int argc, char** argv) {
     j["tokens_per_s"] = tps;
     j["final_loss"] = result.steps.empty() ? 0.0 : result.steps.back().loss;
     j["device_high_water_bytes"] = result.device_high_water_bytes;
+    j["device_held_high_water_bytes"] = result.device_held_high_water_bytes;
     j["device_budget_bytes"] = result.device_budget_bytes;
+    nlohmann::json account = {{"peak_bytes", result.device_account.peak_bytes},
+                              {"driver_peak_bytes", result.device_account.driver_peak_bytes},
+                              {"peak_at", result.device_account.peak_at},
+                              {"items", nlohmann::json::array()}};
+    for (const MemoryItem& i : result.device_account.items) account["items"].push_back({{"name", i.name}, {"bytes", i.bytes}});
+    j["device_memory_account"] = account;
     if (predicted) j["predicted_step_time_s"] = predicted->step_time_s;
     if (run_id >= 0) j["run_id"] = run_id, j["db"] = db;
     if (!result.last_checkpoint.empty()) j["checkpoint"] = result.last_checkpoint;
@@ -287,8 +331,10 @@ int run_main(int argc, char** argv) {
              result.steps.empty() ? 0.0 : result.steps.back().loss);
   int64_t hw = 0;
   for (auto h : result.device_high_water_bytes) hw = std::max(hw, h);
-  fmt::print("device memory high water {} of {} budget per rank; host state {}\n", format_bytes(static_cast<double>(hw)),
-             format_bytes(static_cast<double>(result.device_budget_bytes)), format_bytes(static_cast<double>(result.host_state_bytes)));
+  fmt::print("device memory high water {} of {} budget per rank (account: {}, peak at {}); host state {}\n",
+             format_bytes(static_cast<double>(hw)), format_bytes(static_cast<double>(result.device_budget_bytes)),
+             format_bytes(result.device_account.peak_bytes), result.device_account.peak_at,
+             format_bytes(static_cast<double>(result.host_state_bytes)));
   if (run_id >= 0) fmt::print("run {} logged to {}\n", run_id, db);
   if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
   if (!trace.empty()) fmt::print("timeline: {} (open in Perfetto)\n", trace);

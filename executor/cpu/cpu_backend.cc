@@ -328,32 +328,30 @@ class CpuDevice final : public Device {
   int64_t budget_bytes() const override { return budget_.budget_bytes(); }
   int64_t in_use_bytes() const override { return budget_.in_use_bytes(); }
   int64_t high_water_bytes() const override { return budget_.high_water_bytes(); }
+  int64_t held_high_water_bytes() const override { return budget_.held_high_water_bytes(); }
 
   DType param_dtype() const override { return math_.exact ? DType::kF32 : DType::kBF16; }
   DType activation_dtype() const override { return DType::kF32; }
 
+  RankMemorySpec memory_spec(int64_t B, int64_t T) const override {
+    RankMemorySpec m;
+    m.decoder = unit_memory(UnitKind::kDecoder, B, T);
+    m.head = unit_memory(UnitKind::kHead, B, T);
+    m.param_bytes = m.wire_bytes = dtype_bytes(param_dtype());
+    m.align_bytes = 64;  // alloc() rounds to 64 bytes; an empty request takes none
+    m.zero_bytes_take_one = false;
+    return m;  // the emulated devices' operations allocate nothing of their own
+  }
+
   // ---- unit operations ----
   UnitMemory unit_memory(UnitKind kind, int64_t B, int64_t T) const override {
-    const auto& s = math_.specs;
-    UnitMemory m;
-    m.hidden_bytes = B * T * s.embedding.C * 4;
-    switch (kind) {
-      case UnitKind::kEmbedding:
-        break;
-      case UnitKind::kDecoder:
-        m.saved_bytes = kernels::decoder_saved_bytes<float>(s.decoder, B, T);
-        m.forward_workspace_bytes = param_scratch(s.decoder.flat_numel) +
-                                    align64(kernels::decoder_forward_workspace_bytes<float>(s.decoder, B, T));
-        m.backward_workspace_bytes = param_scratch(s.decoder.flat_numel) +
-                                     align64(kernels::decoder_backward_workspace_bytes<float>(s.decoder, B, T));
-        break;
-      case UnitKind::kHead:
-        m.forward_workspace_bytes = param_scratch(s.head.flat_numel) +
-                                    (s.head.tied ? param_scratch(s.embedding.V * s.embedding.C) : 0) +
-                                    align64(kernels::head_workspace_bytes<float>(s.head, B, T, true));
-        break;
-    }
-    return m;
+    UnitMemoryOptions o;
+    o.code = UnitCode::kCpu;
+    o.exact_fp32 = math_.exact;
+    o.loss_chunk_tokens = math_.specs.head.loss_chunk_tokens;
+    o.mlp_token_tile = math_.specs.decoder.mlp_token_tile;
+    o.cpu_threads = static_cast<int>(math_.specs.decoder.threads);
+    return slidedp::unit_memory(math_.card, math_.layout, kind, B, T, o);
   }
 
   void forward(const UnitOpArgs& a) override {
@@ -456,7 +454,6 @@ class CpuDevice final : public Device {
     const int64_t used = kernels::Arena::align_up(arena.mark());
     return kernels::Workspace{b.ptr + used, b.bytes - used};
   }
-  int64_t param_scratch(int64_t n) const { return math_.exact ? 0 : align64(n * 4); }
   // The unit's parameters as fp32: the buffer itself in exact mode, else widened into the arena.
   const float* params_f32(const DeviceBuffer& p, int64_t n, kernels::Arena& arena) const {
     return params_f32_at(p, 0, n, arena);

@@ -538,28 +538,34 @@ class CudaDevice final : public Device {
   int64_t budget_bytes() const override { return budget_.budget_bytes(); }
   int64_t in_use_bytes() const override { return budget_.in_use_bytes(); }
   int64_t high_water_bytes() const override { return budget_.high_water_bytes(); }
+  int64_t held_high_water_bytes() const override { return budget_.held_high_water_bytes(); }
 
   DType param_dtype() const override { return DType::kBF16; }
   DType activation_dtype() const override { return DType::kBF16; }
 
+  // The arena's part of the account: the CUDA context and NCCL's buffers live outside the budget.
+  RankMemorySpec memory_spec(int64_t B, int64_t T) const override {
+    RankMemorySpec m;
+    m.decoder = unit_memory(UnitKind::kDecoder, B, T);
+    m.head = unit_memory(UnitKind::kHead, B, T);
+    m.param_bytes = m.wire_bytes = 2;
+    m.align_bytes = 256;  // alloc() rounds to 256 bytes and an empty request to one block
+    m.zero_bytes_take_one = true;
+    {
+      DeviceGuard guard(gpu_);  // CUB sizes its sort scratch for the current device
+      m.embedding_backward_scratch_bytes = kc::embedding_backward_workspace_bytes(math_.specs.embedding, B, T);
+    }
+    m.reduce_scatter_fp32_staging = true;
+    return m;
+  }
+
   // ---- unit operations ----
   UnitMemory unit_memory(UnitKind kind, int64_t B, int64_t T) const override {
-    const auto& s = math_.specs;
-    UnitMemory m;
-    m.hidden_bytes = B * T * s.embedding.C * 2;  // bf16
-    switch (kind) {
-      case UnitKind::kEmbedding:
-        break;
-      case UnitKind::kDecoder:
-        m.saved_bytes = kc::decoder_saved_bytes(s.decoder, B, T);
-        m.forward_workspace_bytes = kc::decoder_forward_workspace_bytes(s.decoder, B, T);
-        m.backward_workspace_bytes = kc::decoder_backward_workspace_bytes(s.decoder, B, T);
-        break;
-      case UnitKind::kHead:
-        m.forward_workspace_bytes = kc::head_workspace_bytes(s.head, B, T);
-        break;
-    }
-    return m;
+    UnitMemoryOptions o;
+    o.code = UnitCode::kCuda;
+    o.loss_chunk_tokens = math_.specs.head.loss_chunk_tokens;
+    o.mlp_token_tile = math_.specs.decoder.mlp_token_tile;
+    return slidedp::unit_memory(math_.card, math_.layout, kind, B, T, o);
   }
 
   void forward(const UnitOpArgs& a) override {

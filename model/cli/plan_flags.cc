@@ -34,7 +34,7 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
                  "Token rows per MLP tile of every decoder layer (0 = the whole micro-batch at once)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--gpu-mem-budget", gpu_mem_budget,
-                 "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus 2 GiB");
+                 "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus the plan's reserve (512 MiB; the CUDA context and NCCL buffers are charged from the hardware profile)");
 }
 
 void apply_activation_spec(const std::string& spec, Plan& plan) {

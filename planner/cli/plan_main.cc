@@ -81,7 +81,7 @@ int plan_main(int argc, char** argv) {
   app.add_option(
       "--gpu-mem-budget", budget,
       "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus the reserve");
-  app.add_option("--gpu-mem-reserve", reserve, "GPU memory kept free when no budget is given (default 2GiB)");
+  app.add_option("--gpu-mem-reserve", reserve, "GPU memory kept free for allocator slack and fragmentation when no budget is given (default 512MiB; the CUDA context and NCCL buffers are items of the memory account, from the hardware profile)");
   app.add_option("--param-route", param_route, "Only this parameter route: replicated | sharded")
       ->check(CLI::IsMember({"replicated", "sharded"}));
   app.add_option("--grad-route", grad_route, "Only this gradient route: cpu | gpu")

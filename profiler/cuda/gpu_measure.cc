@@ -118,6 +118,9 @@ GpuInventory probe_gpus() {
   g.count = n;
   g.model = prop.name;
   g.mem_bytes = static_cast<int64_t>(prop.totalGlobalMem);
+  size_t free_b = 0, total_b = 0;
+  if (cudaSetDevice(0) == cudaSuccess && cudaFree(nullptr) == cudaSuccess && cudaMemGetInfo(&free_b, &total_b) == cudaSuccess)
+    g.runtime_bytes = static_cast<int64_t>(total_b - free_b);  // the context exists, nothing of ours yet
   return g;
 }
 
@@ -190,11 +193,18 @@ PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& o, StageCon
       if (!atomics && fabric_kind == "nvlink") fabric_kind = "pcie_p2p";
     }
   const bool collectives = n > 1 && !o.collective_sizes.empty();
+  int64_t collective_bytes = -1;
   if (collectives) {
     int64_t max_coll = 0;
     for (int64_t s : o.collective_sizes) max_coll = std::max(max_coll, s);
     st->comms.resize(static_cast<std::size_t>(n));
+    size_t free_before = 0, free_after = 0, total_b = 0;
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
+    SLIDEDP_CUDA_CHECK(cudaMemGetInfo(&free_before, &total_b));
     SLIDEDP_CUDA_CHECK(ncclCommInitAll(st->comms.data(), n, nullptr));
+    SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
+    SLIDEDP_CUDA_CHECK(cudaMemGetInfo(&free_after, &total_b));
+    collective_bytes = static_cast<int64_t>(free_before) - static_cast<int64_t>(free_after);
     for (int g = 0; g < n; ++g) {
       st->send.push_back(std::make_unique<DeviceMem>(g, max_coll));
       st->recv.push_back(std::make_unique<DeviceMem>(g, max_coll));
@@ -350,10 +360,11 @@ PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& o, StageCon
 
   PreparedStage<GpuMeasurements> stage;
   stage.cases = std::move(cases);
-  stage.finish = [o, n, modes, link_cases, collective_cases, collectives, fabric_kind, pageable_bytes,
+  stage.finish = [o, n, modes, link_cases, collective_cases, collectives, collective_bytes, fabric_kind, pageable_bytes,
                   &out = ctx.out](const CaseSamples& vals) {
     GpuMeasurements res;
     res.count = n;
+    res.collective_bytes = collective_bytes;
     res.fabric_kind = fabric_kind;
     // Links: each mode's curves over the sizes; "alone" is the mean over GPUs of each size's median.
     std::size_t i = 0;

@@ -3,9 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
 
 #include "common/error.h"
 #include "executor/trainer.h"
+#include "io/checkpoint.h"
 #include "tests/executor/executor_test_util.h"
 
 namespace slidedp::exec {
@@ -43,9 +45,9 @@ TEST(Faults, NanGradientAbortsByDefault) {
   }
 }
 
-// With --on-nonfinite skip the step with the NaN leaves every weight untouched: the run equals one
-// that simply has no such step... which we check directly: weights after the skipped step equal the
-// weights before it (run 1 step vs run 2 steps with the second poisoned).
+// With --on-nonfinite skip the step with the NaN leaves every weight untouched: weights after the
+// skipped step equal the weights before it (run 1 step vs run 2 steps with the second poisoned). That
+// the steps after it also update as if the step had never been is checked below.
 TEST(Faults, NanGradientSkipsTheStepAndLeavesTheStateUntouched) {
   for (GradRoute gr : {GradRoute::kCpu, GradRoute::kGpu}) {
     TrainOptions one = tiny_options(2, 1, 1, 1);
@@ -63,6 +65,76 @@ TEST(Faults, NanGradientSkipsTheStepAndLeavesTheStateUntouched) {
     EXPECT_EQ(b.steps[1].skipped_reason, "non-finite gradient");
     EXPECT_TRUE(testing::bitwise_equal(a, b));
   }
+}
+
+// A skipped step applies no AdamW update, so -- as torch's optimizer, whose step() is simply not called
+// -- it must not advance the bias-correction count: the update after it is AdamW's 2nd, not its 3rd.
+// Step 1 updates, step 2 is poisoned and skipped, step 3 updates; from the checkpoint after step 3
+// (m3, v3 and the weights) and the weights after step 1 (p1 = p2) the 3rd step's change is, in closed
+// form with t = 2 and no weight decay:  p3 - p1 = -lr / (1 - b1^t) * m3 / (sqrt(v3 / (1 - b2^t)) + eps).
+// Tolerance: the kernel evaluates this in fp32 (a handful of roundings of the update, < 1e-5 relative
+// to it) and rounds p3 once (half an ulp of |p|, we allow 4 ulps). Counting the skipped step (t = 3)
+// changes the update by (1 - b1^2) / (1 - b1^3) * sqrt((1 - b2^3) / (1 - b2^2)) = 0.86, i.e. by 14%.
+TEST(Faults, ASkippedStepDoesNotAdvanceAdamwBiasCorrection) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("slidedp_skipcount_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  TrainOptions one = tiny_options(2, 1, 1, 1);
+  one.exact_fp32 = true;
+  one.optimizer.weight_decay = 0;
+  one.optimizer.on_nonfinite = NonFinitePolicy::kSkip;
+  one.lr.lr = 1e-2;
+  TrainOptions three = one;
+  three.steps = 3;
+  three.inject_rank = 0;
+  three.inject_nan_step = 1;
+  three.inject_nan_unit = 2;
+  three.checkpoint_dir = root.string();
+  const TrainResult p1 = train(one), p3 = train(three);
+  ASSERT_TRUE(p3.steps[1].skipped);
+  const LoadedCheckpoint ck = load_checkpoint(p3.last_checkpoint);
+  EXPECT_EQ(ck.state.optimizer_step, 3);
+  EXPECT_EQ(ck.state.adamw_step, 2);
+  const double lr = one.lr.lr, b1 = one.optimizer.beta1, b2 = one.optimizer.beta2, eps = one.optimizer.eps;
+  const double t = 2;
+  int64_t checked = 0;
+  for (size_t u = 0; u < p1.master.size(); ++u)
+    for (size_t i = 0; i < p1.master[u].size(); ++i) {
+      const double m = ck.adam_m[u][i], v = ck.adam_v[u][i];
+      if (v == 0) continue;  // padding and rows no batch touched
+      const double expect = -lr / (1 - std::pow(b1, t)) * m / (std::sqrt(v / (1 - std::pow(b2, t))) + eps);
+      const double got = static_cast<double>(p3.master[u][i]) - p1.master[u][i];
+      const double ulp = std::ldexp(std::fabs(static_cast<double>(p1.master[u][i])), -23);
+      ASSERT_NEAR(got, expect, 1e-5 * std::fabs(expect) + 4 * ulp) << "unit " << u << " element " << i;
+      ++checked;
+    }
+  EXPECT_GT(checked, 1000);
+  fs::remove_all(root);
+}
+
+// Resuming after a skipped step continues the same count (the checkpoint records adamw_step): 4 steps
+// with the 2nd skipped equal 2 steps + resume + 2 steps bitwise.
+TEST(Faults, ResumeAfterASkippedStepKeepsTheUpdateCount) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("slidedp_skipresume_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  TrainOptions base = tiny_options(2, 1, 1, 4);
+  base.optimizer.on_nonfinite = NonFinitePolicy::kSkip;
+  base.inject_rank = 1;
+  base.inject_nan_step = 1;
+  base.inject_nan_unit = 3;
+  const TrainResult straight = train(base);
+  TrainOptions first = base;
+  first.steps = 2;
+  first.checkpoint_dir = root.string();
+  train(first);
+  TrainOptions second = base;
+  second.steps = 2;
+  second.inject_rank = -1;
+  second.resume_dir = root.string();
+  const TrainResult resumed = train(second);
+  EXPECT_TRUE(testing::bitwise_equal(resumed, straight));
+  fs::remove_all(root);
 }
 
 // Clipping (verify mode): with a bound above the gradient norm, the result is bitwise that of the

@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/file_util.h"
 #include "io/hf_model.h"
 #include "io_test_util.h"
 
@@ -44,7 +45,9 @@ State make_state(const ModelCard& card, uint64_t seed, int64_t step) {
   for (auto& u : s.v)
     for (auto& x : u) x = x * x;  // second moments are non-negative
   s.trainer.optimizer_step = step;
+  s.trainer.adamw_step = step - step / 10;  // some steps skipped
   s.trainer.lr_schedule_step = step + 3;
+  s.trainer.lr_schedule_json = R"({"kind":"cosine","lr":0.0003,"warmup_steps":2,"total_steps":200,"min_lr":1e-05})";
   s.trainer.learning_rate = 2.9999999e-4 * (1.0 + 1.0 / 3.0);  // not a short decimal: must round-trip exactly
   s.trainer.data_cursor = {2, 48, 100, 256, 0xfedcba9876543210ull};
   s.trainer.rng_state = {0x0123456789abcdefull, ~0ull, 0, seed};
@@ -120,6 +123,7 @@ TEST(Checkpoint, KeepsTheLastKAndFindsTheLatest) {
 TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
   TempDir root;
   State s = make_state(tiny_card("llama"), 40, 1);
+  s.trainer.lr_schedule_json.clear();  // written as null
   State bad = s;
   bad.m[2].pop_back();
   EXPECT_THROW(save_checkpoint(root.path(), bad.view(), 3), InputError);
@@ -150,7 +154,9 @@ TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
       {"\"optimizer_step\": 1", "\"optimizer_step\": \"1\"", "optimizer_step"},
       {"\"lr_schedule_step\"", "\"lr_schedule_stepp\"", "lr_schedule_stepp"},
       {"\"0xfedcba9876543210\"", "\"fedcba\"", "data_cursor.seed"},
-      {"\"format_version\": 1", "\"format_version\": 2", "format_version"},
+      {"\"format_version\": 2", "\"format_version\": 3", "format_version"},
+      {"\"adamw_step\": 1", "\"adamw_step\": 2", "adamw_step"},  // more updates than steps
+      {"\"lr_schedule\": null", "\"lr_schedule\": 3", "lr_schedule"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.to);
@@ -180,6 +186,31 @@ TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
     EXPECT_NE(std::string(e.what()).find("exp_avg"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("F32"), std::string::npos) << e.what();
   }
+}
+
+// Files of format version 1 (before adamw_step and lr_schedule existed) still load: every step then
+// applied its update, so adamw_step reads as optimizer_step, and no schedule is recorded.
+TEST(Checkpoint, ReadsVersion1StateFiles) {
+  TempDir root;
+  State s = make_state(tiny_card("llama"), 40, 7);
+  s.trainer.adamw_step = 7;
+  s.trainer.lr_schedule_json.clear();
+  const std::string dir = save_checkpoint(root.path(), s.view(), 3);
+  std::string text = read_text_file(dir + "/trainer_state.json");
+  for (const char* line : {"  \"adamw_step\": 7,\n", "  \"lr_schedule\": null,\n"}) {
+    ASSERT_NE(text.find(line), std::string::npos) << text;
+    text.erase(text.find(line), std::string(line).size());
+  }
+  text.replace(text.find("\"format_version\": 2"), 19, "\"format_version\": 1");
+  testing::write_bytes(dir + "/trainer_state.json", text);
+  const LoadedCheckpoint ck = load_checkpoint(dir);
+  EXPECT_EQ(ck.state.optimizer_step, 7);
+  EXPECT_EQ(ck.state.adamw_step, -1);  // "not recorded": the trainer reads it as optimizer_step
+  EXPECT_TRUE(ck.state.lr_schedule_json.empty());
+  // A version-1 file may not carry the version-2 keys.
+  text.insert(text.find("\"optimizer_step\""), "\"adamw_step\": 7, ");
+  testing::write_bytes(dir + "/trainer_state.json", text);
+  EXPECT_THROW(load_checkpoint(dir), InputError);
 }
 
 // A child process writes checkpoint 2 and is SIGKILLed while doing it; the parent then finds

@@ -70,6 +70,35 @@ TEST(PlannerEndToEnd, PlanATinyModelOnEmulatedDevicesThenRunThePlan) {
   for (int64_t hw_bytes : t.device_high_water_bytes) EXPECT_LE(hw_bytes, t.device_budget_bytes);
 }
 
+// Every plan the planner returns under a budget is accepted by the executor's up-front check under the
+// same budget, and both charge it the same bytes (one memory account, model/memory_account.h). The
+// budget is tight: the smallest plan's peak plus a little, so the planner must choose among plans that
+// barely fit.
+TEST(PlannerEndToEnd, EveryReturnedPlanPassesTheExecutorsCheckUnderTheSameBudget) {
+  const Workload w = make_workload(model_preset("slidedp-tiny"), 64);
+  const Hardware hw = hardware_preset("cpu-dev");
+  SearchSpec spec = tiny_spec();
+  spec.gpu_mem_budget_bytes = int64_t{24} << 20;
+  SearchOptions so;
+  so.top_k = 8;
+  const SearchResult r = search_plans(w, hw, spec, so);
+  ASSERT_FALSE(r.top.empty());
+  for (const Candidate& c : r.top) {
+    SCOPED_TRACE(c.plan.summary(static_cast<int>(w.model.num_layers)));
+    exec::TrainOptions o;
+    o.card = w.model;
+    o.seq_len = w.seq_len;
+    o.plan = c.plan;
+    o.dataset = default_corpus_dataset();
+    o.steps = 0;  // the up-front check only
+    o.device_budget_bytes = spec.gpu_mem_budget_bytes;
+    exec::TrainResult t;
+    ASSERT_NO_THROW(t = exec::train(o));
+    EXPECT_NEAR(c.predicted.memory.gpu_peak_bytes, t.device_account.peak_bytes, 0.01 * t.device_account.peak_bytes);
+    EXPECT_LE(t.device_account.peak_bytes, static_cast<double>(spec.gpu_mem_budget_bytes));
+  }
+}
+
 TEST(PlannerEndToEnd, RefineRunsTheTopPlansLogsThemAndKeepsTheMeasuredBest) {
   const Workload w = make_workload(model_preset("slidedp-tiny"), 64);
   const Hardware hw = hardware_preset("cpu-dev");

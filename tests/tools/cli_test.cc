@@ -101,6 +101,48 @@ TEST(Cli, RunErrorsHaveDistinctExitCodes) {
   fs::remove_all(d);
 }
 
+// A cosine run of 4 steps equals 2 steps + --resume + 2 steps, rate for rate and bit for bit: the
+// schedule's steps count from the start of training, the first part records the schedule in its
+// checkpoint (the resumed part continues it), and schedule flags given again at the resume decay to
+// the end of the resumed run (start step + --steps), not over the remaining steps alone.
+TEST(Cli, CosineRunEqualsPartsWithResume) {
+  fs::path d = scratch("cosine");
+  const std::string common = bin("slidedp-run") + " --no-db --json -q --schedule cosine --lr 0.01 --warmup 1";
+  auto run = [&](const std::string& args) {
+    Result r = sh(common + " " + args);
+    EXPECT_EQ(r.code, 0) << r.out;
+    return nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  };
+  auto rates = [](const nlohmann::json& j) {
+    std::vector<double> v;
+    for (const auto& s : j["steps"]) v.push_back(s["lr"].get<double>());
+    return v;
+  };
+  const nlohmann::json straight = run("--steps 4 --checkpoint-dir " + (d / "straight").string());
+  const std::vector<double> all = rates(straight);
+  ASSERT_EQ(all.size(), 4u);
+  EXPECT_EQ(all[0], 0.01);  // warm-up reaches the peak at step 1
+  EXPECT_GT(all[2], 0.0);   // the decay ends at step 4, not earlier
+  EXPECT_EQ(all[3], 0.0);
+  const LoadedCheckpoint want = load_checkpoint(straight["checkpoint"].get<std::string>());
+  for (const char* resume_args : {"", "--schedule cosine --lr 0.01 --warmup 1"}) {
+    SCOPED_TRACE(resume_args);
+    const fs::path ck = d / (std::string("parts") + (resume_args[0] ? "-flags" : ""));
+    const nlohmann::json a = run("--steps 2 --total-steps 4 --checkpoint-dir " + ck.string());
+    Result r = sh(bin("slidedp-run") + " --no-db --json -q --steps 2 --resume " + ck.string() + " --checkpoint-dir " +
+                  ck.string() + " " + resume_args);
+    ASSERT_EQ(r.code, 0) << r.out;
+    const nlohmann::json b = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    std::vector<double> parts = rates(a), rest = rates(b);
+    parts.insert(parts.end(), rest.begin(), rest.end());
+    EXPECT_EQ(parts, all);
+    const LoadedCheckpoint got = load_checkpoint(b["checkpoint"].get<std::string>());
+    EXPECT_EQ(got.state.optimizer_step, 4);
+    EXPECT_TRUE(got.master == want.master && got.adam_m == want.adam_m && got.adam_v == want.adam_v);
+  }
+  fs::remove_all(d);
+}
+
 // Kill -9 while a checkpoint is being written (a .tmp-* folder exists), then resume.
 TEST(Cli, KilledDuringCheckpointWriteResumesFromThePreviousCompleteOne) {
   fs::path d = scratch("kill");

@@ -1,0 +1,323 @@
+// The rank memory account; see memory_account.h. The replay below follows RankDriver::micro_step line
+// by line (same order of acquire / alloc / release), so the two read side by side; a Ledger counts the
+// live bytes by category and keeps the breakdown at the peak.
+#include "model/memory_account.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <map>
+
+#include "common/error.h"
+#include "model/memory_model.h"
+
+namespace slidedp {
+namespace {
+
+// Categories, in report order.
+enum Category {
+  kSlots,
+  kTokens,
+  kHiddenKept,     // unit inputs kept from forward to backward (keep and recompute layers)
+  kSavedKept,      // saved state of keep layers
+  kHiddenMoving,   // the hidden states a unit reads and writes right now (x, y, dy, dx)
+  kOffload,        // offload: inputs being copied out, prefetched inputs
+  kUnitScratch,    // saved state being (re)built and the unit's workspace
+  kGradients,      // the unit's fp32 gradient and its wire copy
+  kDraining,       // the previous unit's wire gradient still draining to the host
+  kBackendScratch, // the backend's own scratch (embedding sort, reduce-scatter staging, shards)
+  kCategories
+};
+const char* category_name(int c) {
+  switch (c) {
+    case kSlots: return "parameter slots";
+    case kTokens: return "token ids and targets";
+    case kHiddenKept: return "activations: unit inputs kept for backward";
+    case kSavedKept: return "activations: saved state of keep layers";
+    case kHiddenMoving: return "hidden states in use (x, y, dy, dx)";
+    case kOffload: return "activations: offload in flight and prefetched";
+    case kUnitScratch: return "unit scratch (saved state rebuilt, workspace)";
+    case kGradients: return "gradient of the unit (fp32 + wire copy)";
+    case kDraining: return "gradient draining to the host (previous unit)";
+    case kBackendScratch: return "backend scratch (sort, reduce-scatter staging, shards)";
+  }
+  return "?";
+}
+
+class Ledger {
+ public:
+  explicit Ledger(const RankMemorySpec& spec) : spec_(spec) {}
+  int alloc(Category c, int64_t bytes, const std::string& where) {
+    if (bytes == 0 && spec_.zero_bytes_take_one) bytes = 1;
+    const int64_t need = (bytes + spec_.align_bytes - 1) / spec_.align_bytes * spec_.align_bytes;
+    const int id = next_++;
+    live_[id] = {c, need};
+    by_[c] += need;
+    total_ += need;
+    if (total_ - by_[kDraining] - in_flight_offload_ > driver_peak_) driver_peak_ = total_ - by_[kDraining] - in_flight_offload_;
+    if (total_ > peak_) {
+      peak_ = total_;
+      at_peak_.assign(by_, by_ + kCategories);
+      peak_at_ = where;
+    }
+    return id;
+  }
+  void release(int id) {
+    if (id < 0) return;
+    auto it = live_.find(id);
+    SLIDEDP_CHECK(it != live_.end(), "memory account: released twice");
+    by_[it->second.first] -= it->second.second;
+    total_ -= it->second.second;
+    live_.erase(it);
+  }
+  // The driver has released the buffer; the pipeline keeps it busy a while longer (category `c`).
+  int keep_in_flight(int id, Category c) {
+    if (id < 0) return -1;
+    auto& e = live_.at(id);
+    by_[e.first] -= e.second;
+    e.first = c;
+    by_[c] += e.second;
+    if (c == kOffload) in_flight_offload_ += e.second;
+    return id;
+  }
+  void release_in_flight(int id) {
+    if (id < 0) return;
+    const auto& e = live_.at(id);
+    if (e.first == kOffload) in_flight_offload_ -= e.second;
+    release(id);
+  }
+  int64_t size(int id) const { return live_.at(id).second; }
+  int64_t peak() const { return peak_; }
+  int64_t driver_peak() const { return driver_peak_; }
+  const std::vector<int64_t>& at_peak() const { return at_peak_; }
+  const std::string& peak_at() const { return peak_at_; }
+
+ private:
+  const RankMemorySpec& spec_;
+  std::map<int, std::pair<Category, int64_t>> live_;
+  int64_t by_[kCategories] = {};
+  int64_t total_ = 0, peak_ = 0, driver_peak_ = 0, in_flight_offload_ = 0;
+  std::vector<int64_t> at_peak_ = std::vector<int64_t>(kCategories, 0);
+  std::string peak_at_;
+  int next_ = 0;
+};
+
+// The driver's parameter slots: LRU over gpu_buffer_depth buffers, each sized by the unit it holds.
+struct Slots {
+  struct Slot {
+    int unit = -1;
+    int id = -1;
+    int64_t last_use = -1;
+  };
+  std::vector<Slot> slots;
+  int64_t clock = 0;
+  void acquire(Ledger& ledger, int unit, int64_t bytes, const std::string& where) {
+    for (Slot& s : slots)
+      if (s.unit == unit) {
+        s.last_use = ++clock;
+        return;
+      }
+    Slot* victim = &slots[0];
+    for (Slot& s : slots)
+      if (s.last_use < victim->last_use) victim = &s;
+    ledger.release(victim->id);
+    *victim = Slot{unit, ledger.alloc(kSlots, bytes, where), ++clock};
+  }
+  void release_all(Ledger& ledger) {
+    for (Slot& s : slots) ledger.release(s.id), s = Slot{};
+  }
+};
+
+}  // namespace
+
+RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied,
+                                      const RankMemorySpec& spec) {
+  const int U = layout.num_units(), L = U - 2, N = plan.ranks;
+  const int64_t B = plan.micro_batch, T = seq_len, tokens = B * T;
+  const int64_t hidden = spec.decoder.hidden_bytes;
+  const bool gpu_route = plan.grad_route == GradRoute::kGpu && N > 1;
+  auto numel = [&](int u) { return layout.units[static_cast<size_t>(u)].flat_numel; };
+  auto policy = [&](int l) { return plan.layer_policy(l, L); };
+
+  Ledger led(spec);
+  Slots slots;
+  slots.slots.resize(static_cast<size_t>(std::max(1, plan.gpu_buffer_depth)));
+  // Wire gradients released by the driver but still draining: the backward of unit u waits for the
+  // drain of unit u+2 (two gradient buffers), so at most the latest one is in flight when it allocates.
+  std::deque<int> draining;
+  auto settle_drains = [&](size_t keep) {
+    while (draining.size() > keep) led.release_in_flight(draining.front()), draining.pop_front();
+  };
+  std::map<int, int> offload_in_flight;  // layer -> its input being copied out
+
+  // RankDriver::send_grads: the fp32 gradient becomes a wire copy, which drains to the host.
+  auto send_grads = [&](int grads, int64_t n, const std::string& where) {
+    const int wire = led.alloc(kGradients, n * spec.wire_bytes, where);
+    led.release(grads);
+    if (!gpu_route) {
+      draining.push_back(led.keep_in_flight(wire, kDraining));
+      return;
+    }
+    const int64_t chunk = plan.chunk_numel;
+    int64_t shard_total = 0;
+    for (int64_t b = 0; b < n; b += chunk) shard_total += shard_range(std::min(n, b + chunk) - b, N, 0).size();
+    // Rank 0's shards are the largest (shard_range gives the remainder to the first ranks).
+    const int shards = led.alloc(kBackendScratch, std::max<int64_t>(shard_total, 1) * 4, where);
+    if (spec.reduce_scatter_fp32_staging && spec.wire_bytes == 2)
+      for (int64_t b = 0; b < n; b += chunk) led.release(led.alloc(kBackendScratch, (std::min(n, b + chunk) - b) * 4, where));
+    led.release(wire);
+    draining.push_back(led.keep_in_flight(shards, kDraining));
+  };
+
+  std::vector<int> out(static_cast<size_t>(U), -1), saved(static_cast<size_t>(std::max(L, 1)), -1);
+  for (int a = 0; a < plan.accum_steps; ++a) {
+    if (a == 0) slots.release_all(led);
+    const int ids = led.alloc(kTokens, tokens * 4, "token ids");
+    const int targets = led.alloc(kTokens, tokens * 4, "targets");
+    int dy = -1;
+    // ---- forward ----
+    for (int u = 0; u < U; ++u) {
+      const UnitLayout& ul = layout.units[static_cast<size_t>(u)];
+      const std::string where = ul.kind == UnitKind::kHead ? "the head (fused loss and backward)"
+                                : ul.kind == UnitKind::kEmbedding ? "the embedding's forward"
+                                                                  : fmt::format("forward of layer {}", u - 1);
+      slots.acquire(led, u, numel(u) * spec.param_bytes, where);
+      if (ul.kind == UnitKind::kEmbedding) {
+        out[0] = led.alloc(kHiddenMoving, hidden, where);
+      } else if (ul.kind == UnitKind::kDecoder) {
+        const int l = u - 1;
+        if (l >= 2 && offload_in_flight.count(l - 2)) {  // the forward waits for the offload two back
+          led.release_in_flight(offload_in_flight[l - 2]);
+          offload_in_flight.erase(l - 2);
+        }
+        out[static_cast<size_t>(u)] = led.alloc(kHiddenMoving, hidden, where);
+        const int s = led.alloc(kUnitScratch, spec.decoder.saved_bytes, where);
+        led.release(led.alloc(kUnitScratch, spec.decoder.forward_workspace_bytes, where));
+        const int x = out[static_cast<size_t>(u - 1)];
+        if (policy(l) == ActivationPolicy::kKeep) {
+          saved[static_cast<size_t>(l)] = led.keep_in_flight(s, kSavedKept);
+        } else {
+          led.release(s);
+        }
+        if (policy(l) == ActivationPolicy::kOffload) {
+          offload_in_flight[l] = led.keep_in_flight(x, kOffload);
+          out[static_cast<size_t>(u - 1)] = -1;
+        } else {
+          led.keep_in_flight(x, kHiddenKept);
+        }
+      } else {
+        if (tied) slots.acquire(led, 0, numel(0) * spec.param_bytes, where);
+        const int dx = led.alloc(kHiddenMoving, hidden, where);
+        const int grads = led.alloc(kGradients, numel(u) * 4, where);
+        const int tied_grads = tied ? led.alloc(kGradients, numel(0) * 4, where) : -1;
+        const int loss = led.alloc(kBackendScratch, 16, where);
+        led.release(led.alloc(kUnitScratch, spec.head.forward_workspace_bytes, where));
+        led.release(out[static_cast<size_t>(u - 1)]);
+        out[static_cast<size_t>(u - 1)] = -1;
+        led.release(loss);
+        send_grads(grads, numel(u), where);
+        if (tied) send_grads(tied_grads, numel(0), where);
+        dy = dx;
+      }
+    }
+    // ---- backward ----
+    std::map<int, int> prefetched;
+    auto prefetch = [&](int l, const std::string& where) {
+      if (l < 0 || policy(l) != ActivationPolicy::kOffload || prefetched.count(l)) return;
+      if (offload_in_flight.count(l)) {  // the prefetch waits for the offload of the same input
+        led.release_in_flight(offload_in_flight[l]);
+        offload_in_flight.erase(l);
+      }
+      prefetched[l] = led.alloc(kOffload, hidden, where);
+    };
+    for (int u = L; u >= 1; --u) {
+      const int l = u - 1;
+      const std::string where = fmt::format("backward of layer {}", l);
+      slots.acquire(led, u, numel(u) * spec.param_bytes, where);
+      prefetch(l, where);
+      prefetch(l - 1, where);
+      int x;
+      if (policy(l) == ActivationPolicy::kOffload) {
+        x = prefetched[l];
+        prefetched.erase(l);
+      } else {
+        x = out[static_cast<size_t>(u - 1)];
+      }
+      int s;
+      if (policy(l) == ActivationPolicy::kKeep) {
+        s = saved[static_cast<size_t>(l)];
+      } else {
+        s = led.alloc(kUnitScratch, spec.decoder.saved_bytes, where);
+        led.release(led.alloc(kUnitScratch, spec.decoder.forward_workspace_bytes, where));
+      }
+      settle_drains(1);
+      const int grads = led.alloc(kGradients, numel(u) * 4, where);
+      const int dx = led.alloc(kHiddenMoving, hidden, where);
+      const int ws = led.alloc(kUnitScratch, spec.decoder.backward_workspace_bytes, where);
+      led.release(x);
+      led.release(s);
+      led.release(ws);
+      led.release(dy);
+      out[static_cast<size_t>(u - 1)] = -1;
+      send_grads(grads, numel(u), where);
+      dy = dx;
+    }
+    {
+      const std::string where = "the embedding's backward";
+      slots.acquire(led, 0, numel(0) * spec.param_bytes, where);
+      settle_drains(1);
+      const int grads = led.alloc(kGradients, numel(0) * 4, where);
+      if (spec.embedding_backward_scratch_bytes > 0)
+        led.release(led.alloc(kBackendScratch, spec.embedding_backward_scratch_bytes, where));
+      led.release(dy);
+      led.release(ids);
+      led.release(targets);
+      send_grads(grads, numel(0), where);
+    }
+  }
+
+  RankMemoryAccount acc;
+  const std::vector<int64_t>& by = led.at_peak();
+  for (int c = 0; c < kCategories; ++c) {
+    if (by[static_cast<size_t>(c)] <= 0) continue;
+    std::string name = category_name(c);
+    if (c == kSlots) name = fmt::format("parameter slots ({} deep)", plan.gpu_buffer_depth);
+    acc.items.push_back({name, static_cast<double>(by[static_cast<size_t>(c)])});
+  }
+  acc.driver_peak_bytes = static_cast<double>(led.driver_peak());
+  acc.peak_at = led.peak_at();
+  if (spec.runtime_bytes > 0) acc.items.push_back({"CUDA context and libraries (hardware profile)", static_cast<double>(spec.runtime_bytes)});
+  if (spec.collective_bytes > 0 && N > 1)
+    acc.items.push_back({"NCCL communicator buffers (hardware profile)", static_cast<double>(spec.collective_bytes)});
+  for (const MemoryItem& i : acc.items) acc.peak_bytes += i.bytes;
+  return acc;
+}
+
+std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan& plan, int64_t seq_len,
+                                          int64_t hidden_bytes_per_token, int64_t wire_bytes, bool tied, bool verify) {
+  const double P = static_cast<double>(layout.total_flat_numel), N = plan.ranks;
+  const double emb = static_cast<double>(layout.units.front().flat_numel);
+  const double chunk = static_cast<double>(plan.chunk_numel);
+  const double tokens = static_cast<double>(plan.micro_batch * seq_len);
+  const int L = layout.num_units() - 2;
+  std::vector<MemoryItem> items;
+  items.push_back({"fp32 master weights", P * 4});
+  items.push_back({"fp32 AdamW m and v", P * 8});
+  items.push_back({fmt::format("delivery mirror ({}) (pinned)", wire_bytes == 2 ? "bf16" : "fp32"), P * static_cast<double>(wire_bytes)});
+  if (plan.accum_steps > 1 || verify)
+    items.push_back({"fp32 gradient accumulator", P * 4});
+  else if (tied)
+    items.push_back({"fp32 tied-embedding gradient accumulator", emb * 4});
+  const bool gpu_route = plan.grad_route == GradRoute::kGpu && plan.ranks > 1;
+  const double slot = gpu_route ? std::ceil(chunk / N) * 4 : chunk * static_cast<double>(wire_bytes);
+  items.push_back({"gradient staging rings (pinned)", N * kGradStagingChunksPerRank * slot});
+  const double offload = static_cast<double>(plan.policy_counts(L).offload);
+  if (offload > 0)
+    items.push_back({"offloaded activations (pinned)", N * offload * tokens * static_cast<double>(hidden_bytes_per_token)});
+  items.push_back({"token and loss buffers (pinned)", N * 2 * (tokens * 8 + 16)});
+  return items;
+}
+
+}  // namespace slidedp

@@ -1,0 +1,58 @@
+// The one account of a SlideDP rank's device memory: what the planner, the model and both backends'
+// up-front checks charge a plan for. It replays the rank driver's allocation order over one step
+// (executor/rank_driver.cc: parameter slots in LRU order, hidden states by activation policy, saved
+// state, unit scratch, gradient buffers in fp32 and in the wire dtype, the backend's own scratch), with
+// every buffer rounded as the backend's allocator rounds it, and reports the largest set held at once.
+// To that come the buffers the pipeline keeps in flight by design -- the previous unit's gradient
+// draining to the host while the next one computes, offloaded inputs still being copied out -- and the
+// runtime's own memory (CUDA context, NCCL's buffers), which only a GPU can measure and the hardware
+// profile states. tests/executor/memory_account_test.cc checks the replay against the driver's
+// measured allocations.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "model/plan.h"
+#include "model/unit_layout.h"
+#include "model/unit_memory.h"
+
+namespace slidedp {
+
+struct MemoryItem {
+  std::string name;  // "parameter slots (2 deep)", "fp32 master weights", ...
+  double bytes = 0;
+};
+
+// What the account needs to know about the backend running the plan.
+struct RankMemorySpec {
+  UnitMemory decoder, head;          // the backend's units at the plan's (micro-batch, seq_len)
+  int64_t param_bytes = 2;           // per parameter-slot element (bf16; fp32 for --exact)
+  int64_t wire_bytes = 2;            // per gradient element sent to the host (bf16; fp32 for --exact)
+  int64_t align_bytes = 256;         // every buffer rounded up to this (CUDA 256, CPU 64)
+  bool zero_bytes_take_one = true;   // CUDA rounds an empty request up to one aligned block
+  int64_t embedding_backward_scratch_bytes = 0;  // CUDA: the deterministic scatter-add's sort scratch
+  bool reduce_scatter_fp32_staging = false;      // CUDA: the gpu route widens each bf16 chunk to fp32
+  int64_t runtime_bytes = 0;         // CUDA context and libraries (hardware profile)
+  int64_t collective_bytes = 0;      // NCCL's buffers of the rank's communicator, when ranks > 1
+};
+
+struct RankMemoryAccount {
+  std::vector<MemoryItem> items;  // by category, at the peak; they sum to peak_bytes
+  double peak_bytes = 0;          // items' sum: the plan's device memory per rank
+  double driver_peak_bytes = 0;   // the largest set of buffers the rank driver holds at once
+                                  // (what the backend's live-bytes high-water mark measures)
+  std::string peak_at;            // where in the step the peak falls, e.g. "backward of layer 31"
+};
+
+// Per-rank device memory of `plan` for the model of `layout`. `tied`: the head reads unit 0.
+RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied,
+                                      const RankMemorySpec& spec);
+
+// Host memory of SlideDP for the plan (the executor's HostState and staging): items and their sum.
+// wire_bytes as in RankMemorySpec; `verify`: clipping or skipping needs an fp32 accumulator of every unit.
+std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan& plan, int64_t seq_len,
+                                          int64_t hidden_bytes_per_token, int64_t wire_bytes, bool tied, bool verify);
+
+}  // namespace slidedp
