@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
-#include <map>
 
 #include "common/error.h"
 #include "model/memory_model.h"
@@ -46,62 +45,78 @@ const char* category_name(int c) {
   return "?";
 }
 
+// Where in the step an allocation happens (formatted only for the peak).
+struct Where {
+  enum Phase { kForward, kHead, kBackward } phase = kForward;
+  int unit = 0;
+};
+std::string where_text(const Where& w) {
+  if (w.phase == Where::kHead) return "the head (fused loss and backward)";
+  if (w.unit == 0) return w.phase == Where::kForward ? "the embedding's forward" : "the embedding's backward";
+  return fmt::format("{} of layer {}", w.phase == Where::kForward ? "forward" : "backward", w.unit - 1);
+}
+
+// Live bytes by category. Ids index a vector (buffers are few and short-lived); the planner evaluates
+// this for every candidate, so nothing here allocates per buffer beyond the vector's growth.
 class Ledger {
  public:
-  explicit Ledger(const RankMemorySpec& spec) : spec_(spec) {}
-  int alloc(Category c, int64_t bytes, const std::string& where) {
+  Ledger(const RankMemorySpec& spec, size_t buffers) : spec_(spec) { entries_.reserve(buffers); }
+  int alloc(Category c, int64_t bytes, const Where& where) {
     if (bytes == 0 && spec_.zero_bytes_take_one) bytes = 1;
     const int64_t need = (bytes + spec_.align_bytes - 1) / spec_.align_bytes * spec_.align_bytes;
-    const int id = next_++;
-    live_[id] = {c, need};
+    const int id = static_cast<int>(entries_.size());
+    entries_.push_back({c, need, true});
     by_[c] += need;
     total_ += need;
-    if (total_ - by_[kDraining] - in_flight_offload_ > driver_peak_) driver_peak_ = total_ - by_[kDraining] - in_flight_offload_;
+    const int64_t held = total_ - by_[kDraining] - in_flight_offload_;
+    if (held > driver_peak_) driver_peak_ = held;
     if (total_ > peak_) {
       peak_ = total_;
-      at_peak_.assign(by_, by_ + kCategories);
+      std::copy(by_, by_ + kCategories, at_peak_);
       peak_at_ = where;
     }
     return id;
   }
   void release(int id) {
     if (id < 0) return;
-    auto it = live_.find(id);
-    SLIDEDP_CHECK(it != live_.end(), "memory account: released twice");
-    by_[it->second.first] -= it->second.second;
-    total_ -= it->second.second;
-    live_.erase(it);
+    Entry& e = entries_[static_cast<size_t>(id)];
+    SLIDEDP_CHECK(e.live, "memory account: released twice");
+    e.live = false;
+    by_[e.category] -= e.bytes;
+    total_ -= e.bytes;
   }
   // The driver has released the buffer; the pipeline keeps it busy a while longer (category `c`).
   int keep_in_flight(int id, Category c) {
     if (id < 0) return -1;
-    auto& e = live_.at(id);
-    by_[e.first] -= e.second;
-    e.first = c;
-    by_[c] += e.second;
-    if (c == kOffload) in_flight_offload_ += e.second;
+    Entry& e = entries_[static_cast<size_t>(id)];
+    by_[e.category] -= e.bytes;
+    e.category = c;
+    by_[c] += e.bytes;
+    if (c == kOffload) in_flight_offload_ += e.bytes;
     return id;
   }
   void release_in_flight(int id) {
     if (id < 0) return;
-    const auto& e = live_.at(id);
-    if (e.first == kOffload) in_flight_offload_ -= e.second;
+    const Entry& e = entries_[static_cast<size_t>(id)];
+    if (e.category == kOffload) in_flight_offload_ -= e.bytes;
     release(id);
   }
-  int64_t size(int id) const { return live_.at(id).second; }
-  int64_t peak() const { return peak_; }
   int64_t driver_peak() const { return driver_peak_; }
-  const std::vector<int64_t>& at_peak() const { return at_peak_; }
-  const std::string& peak_at() const { return peak_at_; }
+  const int64_t* at_peak() const { return at_peak_; }
+  const Where& peak_at() const { return peak_at_; }
 
  private:
+  struct Entry {
+    Category category;
+    int64_t bytes;
+    bool live;
+  };
   const RankMemorySpec& spec_;
-  std::map<int, std::pair<Category, int64_t>> live_;
+  std::vector<Entry> entries_;
   int64_t by_[kCategories] = {};
   int64_t total_ = 0, peak_ = 0, driver_peak_ = 0, in_flight_offload_ = 0;
-  std::vector<int64_t> at_peak_ = std::vector<int64_t>(kCategories, 0);
-  std::string peak_at_;
-  int next_ = 0;
+  int64_t at_peak_[kCategories] = {};
+  Where peak_at_;
 };
 
 // The driver's parameter slots: LRU over gpu_buffer_depth buffers, each sized by the unit it holds.
@@ -113,7 +128,7 @@ struct Slots {
   };
   std::vector<Slot> slots;
   int64_t clock = 0;
-  void acquire(Ledger& ledger, int unit, int64_t bytes, const std::string& where) {
+  void acquire(Ledger& ledger, int unit, int64_t bytes, const Where& where) {
     for (Slot& s : slots)
       if (s.unit == unit) {
         s.last_use = ++clock;
@@ -141,7 +156,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   auto numel = [&](int u) { return layout.units[static_cast<size_t>(u)].flat_numel; };
   auto policy = [&](int l) { return plan.layer_policy(l, L); };
 
-  Ledger led(spec);
+  Ledger led(spec, static_cast<size_t>(16 * U * plan.accum_steps + 64));
   Slots slots;
   slots.slots.resize(static_cast<size_t>(std::max(1, plan.gpu_buffer_depth)));
   // Wire gradients released by the driver but still draining: the backward of unit u waits for the
@@ -150,10 +165,10 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   auto settle_drains = [&](size_t keep) {
     while (draining.size() > keep) led.release_in_flight(draining.front()), draining.pop_front();
   };
-  std::map<int, int> offload_in_flight;  // layer -> its input being copied out
+  std::vector<int> offload_in_flight(static_cast<size_t>(std::max(L, 1)), -1);  // layer -> input being copied out
 
   // RankDriver::send_grads: the fp32 gradient becomes a wire copy, which drains to the host.
-  auto send_grads = [&](int grads, int64_t n, const std::string& where) {
+  auto send_grads = [&](int grads, int64_t n, const Where& where) {
     const int wire = led.alloc(kGradients, n * spec.wire_bytes, where);
     led.release(grads);
     if (!gpu_route) {
@@ -174,23 +189,21 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   std::vector<int> out(static_cast<size_t>(U), -1), saved(static_cast<size_t>(std::max(L, 1)), -1);
   for (int a = 0; a < plan.accum_steps; ++a) {
     if (a == 0) slots.release_all(led);
-    const int ids = led.alloc(kTokens, tokens * 4, "token ids");
-    const int targets = led.alloc(kTokens, tokens * 4, "targets");
+    const int ids = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
+    const int targets = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
     int dy = -1;
     // ---- forward ----
     for (int u = 0; u < U; ++u) {
       const UnitLayout& ul = layout.units[static_cast<size_t>(u)];
-      const std::string where = ul.kind == UnitKind::kHead ? "the head (fused loss and backward)"
-                                : ul.kind == UnitKind::kEmbedding ? "the embedding's forward"
-                                                                  : fmt::format("forward of layer {}", u - 1);
+      const Where where{ul.kind == UnitKind::kHead ? Where::kHead : Where::kForward, u};
       slots.acquire(led, u, numel(u) * spec.param_bytes, where);
       if (ul.kind == UnitKind::kEmbedding) {
         out[0] = led.alloc(kHiddenMoving, hidden, where);
       } else if (ul.kind == UnitKind::kDecoder) {
         const int l = u - 1;
-        if (l >= 2 && offload_in_flight.count(l - 2)) {  // the forward waits for the offload two back
-          led.release_in_flight(offload_in_flight[l - 2]);
-          offload_in_flight.erase(l - 2);
+        if (l >= 2 && offload_in_flight[static_cast<size_t>(l - 2)] >= 0) {  // waits for the offload two back
+          led.release_in_flight(offload_in_flight[static_cast<size_t>(l - 2)]);
+          offload_in_flight[static_cast<size_t>(l - 2)] = -1;
         }
         out[static_cast<size_t>(u)] = led.alloc(kHiddenMoving, hidden, where);
         const int s = led.alloc(kUnitScratch, spec.decoder.saved_bytes, where);
@@ -202,7 +215,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
           led.release(s);
         }
         if (policy(l) == ActivationPolicy::kOffload) {
-          offload_in_flight[l] = led.keep_in_flight(x, kOffload);
+          offload_in_flight[static_cast<size_t>(l)] = led.keep_in_flight(x, kOffload);
           out[static_cast<size_t>(u - 1)] = -1;
         } else {
           led.keep_in_flight(x, kHiddenKept);
@@ -223,25 +236,25 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
       }
     }
     // ---- backward ----
-    std::map<int, int> prefetched;
-    auto prefetch = [&](int l, const std::string& where) {
-      if (l < 0 || policy(l) != ActivationPolicy::kOffload || prefetched.count(l)) return;
-      if (offload_in_flight.count(l)) {  // the prefetch waits for the offload of the same input
-        led.release_in_flight(offload_in_flight[l]);
-        offload_in_flight.erase(l);
+    std::vector<int> prefetched(static_cast<size_t>(std::max(L, 1)), -1);  // layer -> its input, back on the device
+    auto prefetch = [&](int l, const Where& where) {
+      if (l < 0 || policy(l) != ActivationPolicy::kOffload || prefetched[static_cast<size_t>(l)] >= 0) return;
+      if (offload_in_flight[static_cast<size_t>(l)] >= 0) {  // the prefetch waits for the offload of the same input
+        led.release_in_flight(offload_in_flight[static_cast<size_t>(l)]);
+        offload_in_flight[static_cast<size_t>(l)] = -1;
       }
-      prefetched[l] = led.alloc(kOffload, hidden, where);
+      prefetched[static_cast<size_t>(l)] = led.alloc(kOffload, hidden, where);
     };
     for (int u = L; u >= 1; --u) {
       const int l = u - 1;
-      const std::string where = fmt::format("backward of layer {}", l);
+      const Where where{Where::kBackward, u};
       slots.acquire(led, u, numel(u) * spec.param_bytes, where);
       prefetch(l, where);
       prefetch(l - 1, where);
       int x;
       if (policy(l) == ActivationPolicy::kOffload) {
-        x = prefetched[l];
-        prefetched.erase(l);
+        x = prefetched[static_cast<size_t>(l)];
+        prefetched[static_cast<size_t>(l)] = -1;
       } else {
         x = out[static_cast<size_t>(u - 1)];
       }
@@ -265,7 +278,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
       dy = dx;
     }
     {
-      const std::string where = "the embedding's backward";
+      const Where where{Where::kBackward, 0};
       slots.acquire(led, 0, numel(0) * spec.param_bytes, where);
       settle_drains(1);
       const int grads = led.alloc(kGradients, numel(0) * 4, where);
@@ -279,15 +292,15 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   }
 
   RankMemoryAccount acc;
-  const std::vector<int64_t>& by = led.at_peak();
+  const int64_t* by = led.at_peak();
   for (int c = 0; c < kCategories; ++c) {
-    if (by[static_cast<size_t>(c)] <= 0) continue;
+    if (by[c] <= 0) continue;
     std::string name = category_name(c);
     if (c == kSlots) name = fmt::format("parameter slots ({} deep)", plan.gpu_buffer_depth);
-    acc.items.push_back({name, static_cast<double>(by[static_cast<size_t>(c)])});
+    acc.items.push_back({name, static_cast<double>(by[c])});
   }
   acc.driver_peak_bytes = static_cast<double>(led.driver_peak());
-  acc.peak_at = led.peak_at();
+  acc.peak_at = where_text(led.peak_at());
   if (spec.runtime_bytes > 0) acc.items.push_back({"CUDA context and libraries (hardware profile)", static_cast<double>(spec.runtime_bytes)});
   if (spec.collective_bytes > 0 && N > 1)
     acc.items.push_back({"NCCL communicator buffers (hardware profile)", static_cast<double>(spec.collective_bytes)});

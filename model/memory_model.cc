@@ -5,6 +5,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <array>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "common/units.h"
 #include "model/model_costs.h"
@@ -50,6 +55,75 @@ double gpu_budget_bytes(const Plan& plan, const Hardware& hw) {
   return std::max(0.0, static_cast<double>(hw.gpu.mem_bytes - plan.gpu_mem_reserve_bytes));
 }
 
+namespace {
+
+// The units' memory for (model, B, T, options): the planner asks for the same few shapes hundreds of
+// thousands of times, and building the kernels' specs each time dominated its search. Keyed by every
+// input the carve sequences read; a few entries per thread suffice.
+struct UnitMemoryKey {
+  int64_t C, L, H, KV, hd, I, V, B, T, tile, loss_chunk;
+  bool qk_norm, bias, tied;
+  UnitCode code;
+  int threads;
+  bool operator==(const UnitMemoryKey&) const = default;
+};
+
+std::pair<UnitMemory, UnitMemory> decoder_and_head_memory(const Workload& w, const UnitMemoryOptions& o, int64_t B,
+                                                          int64_t T) {
+  const ModelCard& c = w.model;
+  const UnitMemoryKey key{c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
+                          c.vocab_size, B, T, o.mlp_token_tile, o.loss_chunk_tokens, c.qk_norm, c.attention_bias,
+                          c.tie_word_embeddings, o.code, o.cpu_threads};
+  thread_local std::vector<std::pair<UnitMemoryKey, std::pair<UnitMemory, UnitMemory>>> cache;
+  for (const auto& [k, v] : cache)
+    if (k == key) return v;
+  std::pair<UnitMemory, UnitMemory> v{unit_memory(c, w.layout, UnitKind::kDecoder, B, T, o),
+                                      unit_memory(c, w.layout, UnitKind::kHead, B, T, o)};
+  if (cache.size() >= 64) cache.erase(cache.begin());
+  cache.emplace_back(key, v);
+  return v;
+}
+
+// The account of a SlideDP plan, remembered by what it depends on: the planner varies knobs the
+// account does not read (update threads, the parameter route, chunks on the cpu route) across tens
+// of thousands of candidates that share their memory.
+struct AccountKey {
+  std::array<int64_t, 30> v{};
+  bool operator==(const AccountKey&) const = default;
+};
+struct AccountKeyHash {
+  size_t operator()(const AccountKey& k) const {
+    uint64_t h = 1469598103934665603ull;  // FNV-1a over the words
+    for (int64_t x : k.v) h = (h ^ static_cast<uint64_t>(x)) * 1099511628211ull;
+    return static_cast<size_t>(h);
+  }
+};
+
+const RankMemoryAccount& cached_account(const Workload& w, const Plan& p, const RankMemorySpec& s) {
+  const int L = static_cast<int>(w.model.num_layers);
+  const bool gpu_route = p.grad_route == GradRoute::kGpu && p.ranks > 1;
+  // Layer policies: the counts (offload first, recompute, keep last), or a hash of an explicit list.
+  const Plan::PolicyCounts pc = p.policy_counts(L);
+  uint64_t per_layer = 0;
+  for (ActivationPolicy a : p.per_layer) per_layer = (per_layer ^ static_cast<uint64_t>(a)) * 1099511628211ull + 1;
+  const AccountKey key{{w.layout.total_flat_numel, w.layout.units.front().flat_numel, w.layout.units.back().flat_numel,
+                        w.layout.units.size() > 2 ? w.layout.units[1].flat_numel : 0, L, w.model.tie_word_embeddings,
+                        w.seq_len, p.micro_batch, p.accum_steps, p.ranks, gpu_route, gpu_route ? p.chunk_numel : 0,
+                        p.gpu_buffer_depth, s.decoder.hidden_bytes, s.decoder.saved_bytes,
+                        s.decoder.forward_workspace_bytes, s.decoder.backward_workspace_bytes,
+                        s.head.forward_workspace_bytes, s.param_bytes, s.wire_bytes, s.align_bytes,
+                        s.zero_bytes_take_one, s.embedding_backward_scratch_bytes, s.reduce_scatter_fp32_staging,
+                        s.runtime_bytes, s.collective_bytes, pc.offload, pc.recompute, pc.keep,
+                        static_cast<int64_t>(per_layer)}};
+  thread_local std::unordered_map<AccountKey, RankMemoryAccount, AccountKeyHash> cache;
+  if (auto it = cache.find(key); it != cache.end()) return it->second;
+  if (cache.size() >= 4096) cache.clear();
+  return cache.emplace(key, rank_memory_account(w.layout, p, w.seq_len, w.model.tie_word_embeddings, s))
+      .first->second;
+}
+
+}  // namespace
+
 RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Plan& p) {
   UnitMemoryOptions o;
   o.code = hw.gpu.emulated_on_host ? UnitCode::kCpu : UnitCode::kCuda;
@@ -58,8 +132,7 @@ RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Pla
   o.cpu_threads = hw.gpu.host_threads_per_device;
   const int64_t B = p.micro_batch, T = w.seq_len;
   RankMemorySpec s;
-  s.decoder = unit_memory(w.model, w.layout, UnitKind::kDecoder, B, T, o);
-  s.head = unit_memory(w.model, w.layout, UnitKind::kHead, B, T, o);
+  std::tie(s.decoder, s.head) = decoder_and_head_memory(w, o, B, T);
   s.param_bytes = s.wire_bytes = 2;
   const bool cuda = o.code == UnitCode::kCuda;
   s.align_bytes = cuda ? 256 : 64;
@@ -165,7 +238,7 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       break;
   }
   if (system == System::kSlideDP) {
-    m.gpu_items = rank_memory_account(w.layout, p, w.seq_len, card.tie_word_embeddings, rank_memory_spec(w, hw, p)).items;
+    m.gpu_items = cached_account(w, p, rank_memory_spec(w, hw, p)).items;
   } else {
     gpu("activations: keep layers", act_keep);
     gpu("activations: recompute layers (unit inputs)", act_recompute_used);

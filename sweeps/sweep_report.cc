@@ -111,7 +111,7 @@ std::string claims_section(const SweepResult& res) {
 std::string method_section(const SweepResult& res) {
   std::string s = "## How each point is scored\n\n";
   s += "Every system gets the same tokens per optimizer step and the same GPU memory budget (the GPU's "
-       "memory minus a 2 GiB reserve). ";
+       "memory minus a 512 MiB reserve for allocator slack; the CUDA context and NCCL buffers are charged as items of the memory account). ";
   s += "**slidedp**: the planner's plan (`planner::search_plans`, matched batch: routes, chunk size, "
        "activation mix, buffer depth, update threads and batch shape, ranked by the analytical model; an MLP "
        "token tile of 16384, then 4096 tokens only when no untiled plan fits). ";

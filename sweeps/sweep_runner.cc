@@ -1,5 +1,5 @@
 // Sweep evaluation; see sweep_runner.h. The key decision is fairness: every system gets the same
-// tokens per step and the same GPU budget (the GPU's memory minus the planner's 2 GiB reserve), and
+// tokens per step and the same GPU budget (the GPU's memory minus the planner's 512 MiB reserve; context and NCCL buffers are items of the memory account), and
 // each gets the best batch shape it can fit under its own memory model. SlideDP additionally chooses
 // routes, chunks, activation mix, depth and threads (the planner); baselines keep the choices their
 // implementations hard-code (model/step_work.cc, plan_for_system).
