@@ -175,13 +175,13 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
       draining.push_back(led.keep_in_flight(wire, kDraining));
       return;
     }
-    const int64_t chunk = plan.chunk_numel;
-    int64_t shard_total = 0;
-    for (int64_t b = 0; b < n; b += chunk) shard_total += shard_range(std::min(n, b + chunk) - b, N, 0).size();
-    // Rank 0's shards are the largest (shard_range gives the remainder to the first ranks).
+    // Rank 0's shards (the largest: shard_range gives the remainder to the first ranks) of the unit's
+    // full chunks and its last, shorter one; the staging holds one chunk at a time (the largest counts).
+    const int64_t chunk = plan.chunk_numel, full = n / chunk, rest = n % chunk;
+    const int64_t shard_total = full * shard_range(chunk, N, 0).size() + (rest > 0 ? shard_range(rest, N, 0).size() : 0);
     const int shards = led.alloc(kBackendScratch, std::max<int64_t>(shard_total, 1) * 4, where);
-    if (spec.reduce_scatter_fp32_staging && spec.wire_bytes == 2)
-      for (int64_t b = 0; b < n; b += chunk) led.release(led.alloc(kBackendScratch, (std::min(n, b + chunk) - b) * 4, where));
+    if (spec.reduce_scatter_fp32_staging && spec.wire_bytes == 2 && n > 0)
+      led.release(led.alloc(kBackendScratch, std::min(n, chunk) * 4, where));
     led.release(wire);
     draining.push_back(led.keep_in_flight(shards, kDraining));
   };
