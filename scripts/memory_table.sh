@@ -71,7 +71,8 @@ echo "| SlideDP plan at seq 1024, micro-batch 64, 1 rank, rtx4090-x4 | model | p
 echo "|---|---|---|---|"
 for point in "qwen3-8b 36" "qwen3-14b 40"; do
   set -- $point
-  for act in "--activation recompute:rest" "--activation offload:$(($2 - 1)),recompute:rest --mlp-token-tile 4096"; do
+  for act in "--activation recompute:rest" "--activation offload:$(($2 - 1)),recompute:rest" \
+             "--activation offload:$(($2 - 1)),recompute:rest --mlp-token-tile 4096"; do
     # shellcheck disable=SC2086
     if "$bin/slidedp-predict" --hardware rtx4090-x4 --ranks 1 --model "$1" --seq 1024 --micro-batch 64 $act --json \
         > dp.json 2> dp.err; then
