@@ -2,7 +2,8 @@
 """Golden files for whole training steps (tests/executor/step_reference_test.cc).
 
 Writes tiny random Hugging Face model folders, token files in SlideDP's format, and what an
-independent float64 PyTorch implementation of the model, trained with torch.optim.AdamW and
+independent float64 PyTorch implementation of the model (hf_reference.py, shared with
+make_transformer_goldens.py), trained with torch.optim.AdamW and
 torch.nn.utils.clip_grad_norm_, gives for 3 optimizer steps with slidedp-run's hyper-parameters:
 the loss of every step, and the master weights and AdamW moments after steps 1 and 3.
 
@@ -57,12 +58,12 @@ from pathlib import Path
 
 try:
     import torch
-    import torch.nn.functional as F
 except ImportError:  # ctest reports the regeneration check as skipped, not failed, without torch
     print("make_step_goldens.py needs Debian's python3-torch (apt-get install python3-torch)")
     sys.exit(77)
 
-IGNORE_INDEX = -100
+from hf_reference import IGNORE_INDEX, loss_sum, random_params, read_safetensors, write_safetensors
+
 SEQ = 12           # T
 GLOBAL_BATCH = 6   # G: 1x6, 2x3, 3x2, 3x1 accum 2, 1x3 accum 2, 2x1 accum 3 are all the same batch
 STEPS = 3
@@ -117,120 +118,6 @@ CASES = {
 }
 
 
-def tensor_names(cfg):
-    """(name, shape) of every parameter in checkpoint order (model/unit_layout.cc's order)."""
-    C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
-    H, KV = cfg["num_attention_heads"], cfg["num_key_value_heads"]
-    hd = cfg.get("head_dim") or C // H
-    bias, qk_norm = cfg["model_type"] == "qwen2", cfg["model_type"] == "qwen3"
-    out = [("model.embed_tokens.weight", (V, C))]
-    for l in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{l}."
-        out.append((p + "input_layernorm.weight", (C,)))
-        for proj, rows in (("q_proj", H * hd), ("k_proj", KV * hd), ("v_proj", KV * hd)):
-            out.append((p + f"self_attn.{proj}.weight", (rows, C)))
-            if bias:
-                out.append((p + f"self_attn.{proj}.bias", (rows,)))
-        out.append((p + "self_attn.o_proj.weight", (C, H * hd)))
-        if qk_norm:
-            out.append((p + "self_attn.q_norm.weight", (hd,)))
-            out.append((p + "self_attn.k_norm.weight", (hd,)))
-        out.append((p + "post_attention_layernorm.weight", (C,)))
-        out.append((p + "mlp.gate_proj.weight", (I, C)))
-        out.append((p + "mlp.up_proj.weight", (I, C)))
-        out.append((p + "mlp.down_proj.weight", (C, I)))
-    out.append(("model.norm.weight", (C,)))
-    if not cfg["tie_word_embeddings"]:
-        out.append(("lm_head.weight", (V, C)))
-    return out
-
-
-def random_params(cfg, gen):
-    """Random weights rounded to bf16 (returned as bf16 tensors)."""
-    params = {}
-    for name, shape in tensor_names(cfg):
-        if name.endswith("norm.weight"):
-            t = 1.0 + 0.2 * torch.randn(shape, generator=gen, dtype=torch.float64)
-        elif name.endswith(".bias"):
-            t = 0.3 * torch.randn(shape, generator=gen, dtype=torch.float64)
-        elif name == "model.embed_tokens.weight":  # std 0.5: tied logits stay O(1)-O(10)
-            t = 0.5 * torch.randn(shape, generator=gen, dtype=torch.float64)
-        else:  # nn.Linear (out, in): std 1/sqrt(fan_in) keeps activations O(1)
-            t = torch.randn(shape, generator=gen, dtype=torch.float64) / math.sqrt(shape[1])
-        params[name] = t.to(torch.bfloat16)
-    return params
-
-
-# ---- the model: transformers' modeling code (LlamaRMSNorm, rotate_half RoPE, llama3 inv_freq,
-# repeat_kv, Qwen2 q/k/v bias, Qwen3 q_norm/k_norm before RoPE, SiLU-gated MLP), eager attention with
-# a full softmax and full logits, all in float64.
-
-def rms_norm(x, w, eps):
-    return w * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
-
-
-def inv_freq(cfg, hd):
-    base = cfg["rope_theta"]
-    f = 1.0 / (base ** (torch.arange(0, hd, 2, dtype=torch.int64).to(torch.float64) / hd))
-    rs = cfg.get("rope_scaling")
-    if rs and rs["rope_type"] == "llama3":
-        factor, low, high = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
-        old = rs["original_max_position_embeddings"]
-        low_wl, high_wl = old / low, old / high
-        wavelen = 2 * math.pi / f
-        f_llama = torch.where(wavelen > low_wl, f / factor, f)
-        smooth = (old / wavelen - low) / (high - low)
-        smoothed = (1 - smooth) * f_llama / factor + smooth * f_llama
-        is_medium = ~(wavelen < high_wl) * ~(wavelen > low_wl)
-        f = torch.where(is_medium, smoothed, f_llama)
-    return f
-
-
-def rotate_half(x):
-    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
-    return torch.cat((-x2, x1), dim=-1)
-
-
-def loss_sum(cfg, P, input_ids, targets):
-    """Sum of the cross-entropy over unmasked targets; input_ids, targets (B, T)."""
-    B, T = input_ids.shape
-    H, KV, C = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["hidden_size"]
-    hd = cfg.get("head_dim") or C // H
-    eps = cfg["rms_norm_eps"]
-    freqs = torch.outer(torch.arange(T, dtype=torch.float64), inv_freq(cfg, hd))
-    emb = torch.cat((freqs, freqs), dim=-1)
-    cos, sin = emb.cos(), emb.sin()
-    causal = torch.full((T, T), float("-inf"), dtype=torch.float64).triu(1)
-
-    def lin(x, name):
-        return F.linear(x, P[name + ".weight"], P.get(name + ".bias"))
-
-    h = P["model.embed_tokens.weight"][input_ids]
-    for l in range(cfg["num_hidden_layers"]):
-        p = f"model.layers.{l}."
-        x = rms_norm(h, P[p + "input_layernorm.weight"], eps)
-        q = lin(x, p + "self_attn.q_proj").view(B, T, H, hd)
-        k = lin(x, p + "self_attn.k_proj").view(B, T, KV, hd)
-        v = lin(x, p + "self_attn.v_proj").view(B, T, KV, hd)
-        if cfg["model_type"] == "qwen3":
-            q = rms_norm(q, P[p + "self_attn.q_norm.weight"], eps)
-            k = rms_norm(k, P[p + "self_attn.k_norm.weight"], eps)
-        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
-        k = k.repeat_interleave(H // KV, dim=1)
-        v = v.repeat_interleave(H // KV, dim=1)
-        o = torch.softmax(q @ k.transpose(2, 3) * hd ** -0.5 + causal, dim=-1) @ v
-        h = h + lin(o.transpose(1, 2).reshape(B, T, H * hd), p + "self_attn.o_proj")
-        x = rms_norm(h, P[p + "post_attention_layernorm.weight"], eps)
-        h = h + lin(F.silu(lin(x, p + "mlp.gate_proj")) * lin(x, p + "mlp.up_proj"), p + "mlp.down_proj")
-    h = rms_norm(h, P["model.norm.weight"], eps)
-    w = P["model.embed_tokens.weight"] if cfg["tie_word_embeddings"] else P["lm_head.weight"]
-    logits = h @ w.T
-    return F.cross_entropy(logits.reshape(-1, w.shape[0]), targets.reshape(-1), ignore_index=IGNORE_INDEX,
-                           reduction="sum")
-
-
 # ---- data
 
 def make_tokens(spec, vocab):
@@ -272,44 +159,6 @@ def write_token_file(path, tokens, mask, vocab):
     if mask is not None:
         body += bytes(int(m) for m in mask)
     Path(path).write_bytes(header + body)
-
-
-# ---- safetensors
-
-def write_safetensors(path, tensors, metadata):
-    dtypes = {torch.bfloat16: "BF16", torch.float32: "F32", torch.float64: "F64"}
-    header, blobs, offset = {"__metadata__": metadata}, [], 0
-    for name, t in tensors.items():
-        t = t.contiguous()
-        raw = t.view(torch.int16).numpy().tobytes() if t.dtype == torch.bfloat16 else t.numpy().tobytes()
-        header[name] = {"dtype": dtypes[t.dtype], "shape": list(t.shape), "data_offsets": [offset, offset + len(raw)]}
-        blobs.append(raw)
-        offset += len(raw)
-    text = json.dumps(header, separators=(",", ":")).encode()
-    text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    """(metadata, {name: float64 tensor or raw bytes for BF16}) of a file written above."""
-    data = Path(path).read_bytes()
-    n = struct.unpack("<Q", data[:8])[0]
-    header = json.loads(data[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    out = {}
-    for name, e in header.items():
-        raw = data[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]]
-        if e["dtype"] == "F32":
-            out[name] = torch.tensor(struct.unpack(f"<{len(raw) // 4}f", raw), dtype=torch.float64)
-        elif e["dtype"] == "F64":
-            out[name] = torch.tensor(struct.unpack(f"<{len(raw) // 8}d", raw), dtype=torch.float64)
-        else:
-            out[name] = raw
-    return meta, out
 
 
 # ---- training
@@ -405,7 +254,7 @@ def generate(out_dir):
     params = {}
     for i, (name, cfg) in enumerate(MODELS.items()):
         gen = torch.Generator().manual_seed(2000 + i)
-        params[name] = random_params(cfg, gen)
+        params[name] = random_params(cfg, gen, embed_std=0.5)  # tied logits stay O(1)-O(10)
         d = out / "models" / name
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
