@@ -38,8 +38,11 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const ModelCard& 
     o.loss_chunk_tokens = options.loss_chunk_tokens;
     o.mlp_token_tile = options.mlp_token_tile;
     o.blas_threads = options.blas_threads;
+    o.pacing = options.pacing;
     return make_cpu_backend(card, layout, o, control);
   }
+  if (options.pacing)
+    throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
 #if SLIDEDP_HAVE_CUDA
   if (name == "cuda") return make_cuda_backend(card, layout, options, control);
 #endif

@@ -9,6 +9,7 @@
 
 #include "executor/backend.h"
 #include "executor/run_control.h"
+#include "executor/target_pacing.h"
 #include "model/model_card.h"
 #include "model/unit_layout.h"
 
@@ -21,6 +22,8 @@ struct BackendOptions {
   int64_t loss_chunk_tokens = 256;
   int64_t mlp_token_tile = 0;  // decoder MLP token tile (plan key mlp_token_tile); 0 = untiled
   int blas_threads = 0;  // CPU backend: cores per emulated device (0 = 1)
+  // CPU backend: run at a target machine's ratios (slidedp-run --emulate); null: at this host's speed.
+  std::shared_ptr<const TargetPacing> pacing;
 };
 
 // "cpu" or "cuda". Throws InputError for an unknown or unavailable backend, naming the ones built in.

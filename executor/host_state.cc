@@ -98,4 +98,10 @@ void StagingRing::release(int index) {
   c.advance_to(c.value() + 1);
 }
 
+int64_t HostState::total_numel() const {
+  int64_t n = 0;
+  for (const auto& u : units_) n += u.numel;
+  return n;
+}
+
 }  // namespace slidedp::exec

@@ -52,6 +52,7 @@ class HostState {
   void write_mirror(int unit, int64_t begin, int64_t end);
 
   int num_units() const { return static_cast<int>(units_.size()); }
+  int64_t total_numel() const;  // every unit's flat elements together
   UnitState& unit(int u) { return units_.at(static_cast<size_t>(u)); }
   const UnitState& unit(int u) const { return units_.at(static_cast<size_t>(u)); }
   int64_t chunk_numel() const { return options_.chunk_numel; }

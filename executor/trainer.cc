@@ -23,7 +23,9 @@
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "io/sequence_sampler.h"
+#include "model/hardware.h"
 #include "model/memory_model.h"
+#include "model/workload.h"
 #include "model/simulator.h"
 #include "model/step_work.h"
 
@@ -177,8 +179,22 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     weights = init_random_weights(layout, o.init_seed);
   }
 
+  // Pacing to a target machine: the model's work for this plan on it, one pacer for every stream and
+  // the updater.
+  std::shared_ptr<const TargetPacing> pacing;
+  if (!o.emulate.empty()) {
+    const Workload w = make_workload(o.card, o.seq_len);
+    const Hardware target = load_hardware(o.emulate);
+    Hardware host = hardware_preset("cpu-dev");
+    host.gpu.host_threads_per_device = 1;
+    const double scale = o.time_scale > 0 ? o.time_scale : TargetPacing::suggest_time_scale(w, target, host, plan);
+    pacing = std::make_shared<TargetPacing>(w, target, plan, scale);
+    result.time_scale = scale;
+  }
+
   RunControl control;
   BackendOptions bo;
+  bo.pacing = pacing;
   bo.devices = N;
   bo.exact_fp32 = o.exact_fp32;
   bo.loss_chunk_tokens = plan.loss_chunk_tokens;
@@ -211,6 +227,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   uc.wire_dtype = wire;
   uc.tied = o.card.tie_word_embeddings;
   uc.optimizer = o.optimizer;
+  uc.pacing = pacing.get();
   if (o.optimizer.no_decay.any()) uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
   if (ckpt && ckpt->state.adamw_step >= 0) uc.skipped_steps_before = ckpt->state.optimizer_step - ckpt->state.adamw_step;
   const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
@@ -416,6 +433,11 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   for (int u = 0; u < U; ++u) {
     const UnitState& us = state.unit(u);
     result.master.emplace_back(us.master_f32(), us.master_f32() + us.numel);
+  }
+  if (pacing) {
+    result.paced_ops = pacing->pacer().flows();
+    result.paced_overruns = pacing->pacer().overruns();
+    result.paced_overrun_s = pacing->pacer().overrun_s();
   }
   return result;
 }

@@ -53,6 +53,11 @@ struct TrainOptions {
   int64_t sample_spans_every = 0;      // > 0: keep the detailed spans of every k-th step in TrainStep
   // Set from another thread (a signal handler) to stop after the current step, cleanly.
   const std::atomic<bool>* stop = nullptr;
+  // Run at a target machine's ratios (CPU backend): a hardware preset or profile; every operation is
+  // held until the target would be done, with time stretched by time_scale (<= 0: suggested from the
+  // cpu-dev profile, TargetPacing::suggest_time_scale).
+  std::string emulate;
+  double time_scale = 0;
   // Fault injection for tests (see DriverConfig).
   int inject_rank = -1;
   int64_t inject_nan_step = -1;
@@ -89,6 +94,11 @@ struct TrainResult {
   std::vector<MeasuredSpan> spans;         // the whole run's timeline when tracing
   std::string last_checkpoint;
   int64_t start_step = 0;                  // optimizer step the run started from (resume)
+  // Pacing (emulate): the scale used, the operations paced, and those whose real work outlasted the
+  // target's time (the scale was too small for this host), with the wall seconds they ran over.
+  double time_scale = 0;
+  int64_t paced_ops = 0, paced_overruns = 0;
+  double paced_overrun_s = 0;
   bool stopped_early = false;              // options.stop was raised
 };
 

@@ -170,6 +170,20 @@ kernels::AdamwHyper Updater::hyper(int64_t step, double lr, double clip_coef) co
   return h;
 }
 
+// A job's flow on the target's CPU threads and host memory, begun when the job starts; the job holds
+// its results (ring slots, chunk counters) until the flow ends (hold_paced), as the target's slower
+// update would. -1 without pacing.
+int Updater::begin_paced(const Job& job) const {
+  if (!config_.pacing) return -1;
+  const ChunkArrival& a = job.parts.front();
+  const PacedWork p = config_.pacing->update(job.unit, a.end - a.begin, job.kind == Job::kUpdate);
+  return config_.pacing->pacer().begin(p.usages, p.work, p.delay_s);
+}
+
+void Updater::hold_paced(int flow) const {
+  if (flow >= 0) config_.pacing->pacer().finish(flow);
+}
+
 template <class Fn>
 void Updater::by_decay(int unit, int64_t b, int64_t e, const kernels::AdamwHyper& h, Fn&& fn) const {
   if (config_.no_decay_ranges.empty()) return fn(b, e, h);
@@ -202,6 +216,7 @@ std::vector<const T*> slot_ptrs(const std::vector<ChunkArrival>& parts) {
 }  // namespace
 
 void Updater::accumulate(Job& job) {
+  const int flow = begin_paced(job);
   const ChunkArrival& first = job.parts.front();
   const int64_t b = first.begin, n = first.end - first.begin;
   float* acc = state_.unit(job.unit).accum_f32();
@@ -222,6 +237,7 @@ void Updater::accumulate(Job& job) {
   };
   if (dt == DType::kBF16) run(bf16_bits{});
   else run(float{});
+  hold_paced(flow);
   for (const auto& a : job.parts) rings_[static_cast<size_t>(a.rank)]->release(a.slot);
   if (verify_) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -237,6 +253,7 @@ void Updater::accumulate(Job& job) {
 }
 
 void Updater::update(Job& job) {
+  const int flow = begin_paced(job);
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const StepInfo& info = steps_.at(job.step);
@@ -281,6 +298,7 @@ void Updater::update(Job& job) {
   else run(float{});
   if (state_.mirror_dtype() == DType::kF32)
     std::memcpy(reinterpret_cast<float*>(u.mirror.ptr) + b, st.param, static_cast<size_t>(n) * 4);
+  hold_paced(flow);
   for (const auto& a : job.parts) rings_[static_cast<size_t>(a.rank)]->release(a.slot);
 
   std::lock_guard<std::mutex> lock(mutex_);
@@ -337,6 +355,13 @@ void Updater::verify_pass(int64_t step) {
     UnitState& s = state_.unit(u);
     for (int64_t k = 0; k < s.chunks; ++k) {
       auto [b, e] = state_.chunk_range(u, k);
+      // Paced: this chunk's share of the target's update after the backward.
+      int flow = -1;
+      if (config_.pacing) {
+        const PacedWork p = config_.pacing->post_backward_update();
+        const double share = static_cast<double>(e - b) / static_cast<double>(state_.total_numel());
+        flow = config_.pacing->pacer().begin(p.usages, p.work * share, 0.0);
+      }
       kernels::AdamwState st;
       st.param = s.master_f32() + b;
       st.exp_avg = s.m_f32() + b;
@@ -347,6 +372,7 @@ void Updater::verify_pass(int64_t step) {
       });
       if (state_.mirror_dtype() == DType::kF32)
         std::memcpy(reinterpret_cast<float*>(s.mirror.ptr) + b, st.param, static_cast<size_t>(e - b) * 4);
+      hold_paced(flow);
       std::lock_guard<std::mutex> lock(mutex_);
       finish_chunk(steps_.at(step), u, k, step);
     }

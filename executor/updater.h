@@ -27,6 +27,7 @@
 #include "kernels/cpu/optim/adamw.h"
 #include "executor/host_state.h"
 #include "executor/run_control.h"
+#include "executor/target_pacing.h"
 #include "executor/weight_decay_groups.h"
 
 namespace slidedp::exec {
@@ -59,6 +60,8 @@ struct UpdaterConfig {
   // CPU's busy time); may be empty.
   std::function<void(const char* what, int unit, int64_t chunk, int64_t step, double start_s, double end_s)> on_job;
   std::function<double()> clock;  // time base of on_job (the backend's trace clock)
+  // Run at a target machine's CPU and host-memory rates (slidedp-run --emulate); null: this host's.
+  const TargetPacing* pacing = nullptr;
 };
 
 // One rank's gradient payload in a staging slot: elements [begin, end) of `unit`.
@@ -135,6 +138,8 @@ class Updater {
   void verify_pass(int64_t step);
   void finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step);
   kernels::AdamwHyper hyper(int64_t step, double lr, double clip_coef) const;
+  int begin_paced(const Job& job) const;  // the job's flow on the target's CPU and host memory
+  void hold_paced(int flow) const;         // waits until the target would be done with it
   // AdamW over elements [b, e) of `unit` (offsets into the unit), cut where weight decay changes.
   template <class Fn>
   void by_decay(int unit, int64_t b, int64_t e, const kernels::AdamwHyper& h, Fn&& fn) const;

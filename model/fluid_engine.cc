@@ -29,31 +29,28 @@ double FluidEngine::resource_busy_s(int r) const {
   return res.used / res.capacity;
 }
 
-// Weighted max-min fairness by progressive filling: every unfrozen task runs at lambda times its
-// standalone speed; raise lambda until a resource saturates, freeze the tasks on it, repeat.
-void FluidEngine::allocate_rates(const std::vector<int>& active, std::vector<double>& rate) {
-  const std::size_t R = resources_.size();
-  std::vector<double> remaining(R);
-  for (std::size_t r = 0; r < R; ++r) remaining[r] = resources_[r].capacity;
-  std::vector<double> standalone(active.size());
-  for (std::size_t i = 0; i < active.size(); ++i) {
-    const Task& t = tasks_[static_cast<std::size_t>(active[i])];
+void progressive_fill(const std::vector<double>& capacity, const std::vector<const std::vector<FluidEngine::Usage>*>& flows,
+                      std::vector<double>& rate) {
+  using Usage = FluidEngine::Usage;
+  const std::size_t R = capacity.size();
+  std::vector<double> remaining(capacity);
+  std::vector<double> standalone(flows.size());
+  for (std::size_t i = 0; i < flows.size(); ++i) {
     double s = std::numeric_limits<double>::infinity();
-    for (const Usage& u : t.usages)
-      if (u.per_work > 0) s = std::min(s, resources_[static_cast<std::size_t>(u.resource)].capacity / u.per_work);
+    for (const Usage& u : *flows[i])
+      if (u.per_work > 0) s = std::min(s, capacity[static_cast<std::size_t>(u.resource)] / u.per_work);
     standalone[i] = s;
   }
-  std::vector<char> frozen(active.size(), 0);
-  std::vector<double> lambda(active.size(), 0.0);
-  std::size_t unfrozen = active.size();
+  std::vector<char> frozen(flows.size(), 0);
+  std::vector<double> lambda(flows.size(), 0.0);
+  std::size_t unfrozen = flows.size();
   double lambda_now = 0;
   std::vector<double> load(R);
   while (unfrozen > 0) {
     std::fill(load.begin(), load.end(), 0.0);
-    for (std::size_t i = 0; i < active.size(); ++i) {
+    for (std::size_t i = 0; i < flows.size(); ++i) {
       if (frozen[i]) continue;
-      const Task& t = tasks_[static_cast<std::size_t>(active[i])];
-      for (const Usage& u : t.usages) load[static_cast<std::size_t>(u.resource)] += u.per_work * standalone[i];
+      for (const Usage& u : *flows[i]) load[static_cast<std::size_t>(u.resource)] += u.per_work * standalone[i];
     }
     // How much further lambda can rise before the first resource saturates (capped at 1 = alone).
     double step = 1.0 - lambda_now;
@@ -70,18 +67,16 @@ void FluidEngine::allocate_rates(const std::vector<int>& active, std::vector<dou
     lambda_now += step;
     for (std::size_t r = 0; r < R; ++r) remaining[r] -= load[r] * step;
     if (binding < 0) {
-      for (std::size_t i = 0; i < active.size(); ++i)
+      for (std::size_t i = 0; i < flows.size(); ++i)
         if (!frozen[i]) lambda[i] = lambda_now, frozen[i] = 1;
       break;
     }
-    // Freeze every task that uses a saturated resource.
-    for (std::size_t i = 0; i < active.size(); ++i) {
+    // Freeze every flow that uses a saturated resource.
+    for (std::size_t i = 0; i < flows.size(); ++i) {
       if (frozen[i]) continue;
-      const Task& t = tasks_[static_cast<std::size_t>(active[i])];
       bool saturated = false;
-      for (const Usage& u : t.usages)
-        if (u.per_work > 0 && remaining[static_cast<std::size_t>(u.resource)] <=
-                                  1e-12 * resources_[static_cast<std::size_t>(u.resource)].capacity)
+      for (const Usage& u : *flows[i])
+        if (u.per_work > 0 && remaining[static_cast<std::size_t>(u.resource)] <= 1e-12 * capacity[static_cast<std::size_t>(u.resource)])
           saturated = true;
       if (saturated) {
         lambda[i] = lambda_now;
@@ -90,7 +85,18 @@ void FluidEngine::allocate_rates(const std::vector<int>& active, std::vector<dou
       }
     }
   }
-  for (std::size_t i = 0; i < active.size(); ++i) rate[i] = lambda[i] * standalone[i];
+  rate.resize(flows.size());
+  for (std::size_t i = 0; i < flows.size(); ++i) rate[i] = lambda[i] * standalone[i];
+}
+
+void FluidEngine::allocate_rates(const std::vector<int>& active, std::vector<double>& rate) {
+  if (capacity_.size() != resources_.size()) {
+    capacity_.resize(resources_.size());
+    for (std::size_t r = 0; r < resources_.size(); ++r) capacity_[r] = resources_[r].capacity;
+  }
+  flow_usages_.resize(active.size());
+  for (std::size_t i = 0; i < active.size(); ++i) flow_usages_[i] = &tasks_[static_cast<std::size_t>(active[i])].usages;
+  progressive_fill(capacity_, flow_usages_, rate);
 }
 
 void FluidEngine::run() {

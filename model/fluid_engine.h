@@ -55,6 +55,15 @@ class FluidEngine {
 
   std::vector<Resource> resources_;
   std::vector<Task> tasks_;
+  std::vector<double> capacity_;                       // allocate_rates' scratch, reused
+  std::vector<const std::vector<Usage>*> flow_usages_;
 };
+
+// Weighted max-min fairness by progressive filling: every unfrozen flow runs at lambda times its
+// standalone speed (the speed its tightest resource allows it alone); lambda rises until a resource
+// saturates, the flows on it freeze, and so on. rate[i]: flow i's work per second. Shared by the
+// simulator and the CPU backend's pacing (executor/cpu/pacer.h), so both share resources alike.
+void progressive_fill(const std::vector<double>& capacity, const std::vector<const std::vector<FluidEngine::Usage>*>& flows,
+                      std::vector<double>& rate);
 
 }  // namespace slidedp

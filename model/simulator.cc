@@ -15,6 +15,7 @@
 
 #include "common/error.h"
 #include "model/fluid_engine.h"
+#include "model/machine_resources.h"
 #include "model/memory_model.h"
 
 namespace slidedp {
@@ -31,20 +32,13 @@ struct Slot {
 class GraphBuilder {
  public:
   GraphBuilder(const StepWork& sw, bool latencies, bool timeline)
-      : sw_(sw), c_(sw.cap), lat_(latencies ? 1.0 : 0.0), timeline_(timeline), N_(sw.ranks) {
-    for (int r = 0; r < N_; ++r) {
-      gpu_.push_back(eng_.add_resource(fmt::format("rank{}.gpu", r), 1.0));
-      h2d_.push_back(eng_.add_resource(fmt::format("rank{}.h2d", r), c_.h2d_alone_Bps));
-      d2h_.push_back(eng_.add_resource(fmt::format("rank{}.d2h", r), c_.d2h_alone_Bps));
-      duplex_.push_back(eng_.add_resource(fmt::format("rank{}.duplex", r), c_.duplex_Bps));
-      fabric_.push_back(eng_.add_resource(fmt::format("rank{}.fabric", r), c_.allgather_busbw_Bps));
-      convert_.push_back(eng_.add_resource(fmt::format("rank{}.convert_threads", r), c_.convert_threads_per_rank));
-    }
-    h2d_root_ = eng_.add_resource("pcie_root_h2d", c_.h2d_root_Bps);
-    d2h_root_ = eng_.add_resource("pcie_root_d2h", c_.d2h_root_Bps);
-    host_mem_ = eng_.add_resource("host_mem", c_.host_mem_Bps);
-    cpu_update_ = eng_.add_resource("cpu_update", c_.update_threads);
-    cpu_cores_ = eng_.add_resource("cpu_cores", c_.cpu_cores);
+      : sw_(sw), c_(sw.cap), lat_(latencies ? 1.0 : 0.0), timeline_(timeline), N_(sw.ranks), res_(sw.cap) {
+    SLIDEDP_CHECK(sw.cap.ranks == N_, "capacities describe another rank count");
+    for (std::size_t i = 0; i < res_.names.size(); ++i) eng_.add_resource(res_.names[i], res_.capacity[i]);
+    gpu_ = res_.gpu, h2d_ = res_.h2d, d2h_ = res_.d2h, duplex_ = res_.duplex, fabric_ = res_.fabric;
+    convert_ = res_.convert;
+    h2d_root_ = res_.h2d_root, d2h_root_ = res_.d2h_root, host_mem_ = res_.host_mem;
+    cpu_update_ = res_.cpu_update, cpu_cores_ = res_.cpu_cores;
     gpu_last_.assign(static_cast<std::size_t>(N_), -1);
     h2d_last_ = d2h_last_ = fabric_last_ = convert_last_ = gpu_last_;
     slots_.assign(static_cast<std::size_t>(N_), std::vector<Slot>(static_cast<std::size_t>(std::max(1, sw.buffer_depth))));
@@ -123,15 +117,8 @@ class GraphBuilder {
     t.work = bytes;
     t.delay_s = lat_ * c_.link_latency_s;
     const std::size_t k = static_cast<std::size_t>(r);
-    if (h2d) {
-      t.usages = {{h2d_[k], 1.0}, {h2d_root_, 1.0}, {duplex_[k], 1.0}, {host_mem_, hm_per_copy()}};
-      if (c_.emulated) t.usages.push_back({cpu_cores_, 1.0 / c_.h2d_alone_Bps});
-      dep(deps, h2d_last_[k]);
-    } else {
-      t.usages = {{d2h_[k], 1.0}, {d2h_root_, 1.0}, {duplex_[k], 1.0}, {host_mem_, hm_per_copy()}};
-      if (c_.emulated) t.usages.push_back({cpu_cores_, 1.0 / c_.d2h_alone_Bps});
-      dep(deps, d2h_last_[k]);
-    }
+    t.usages = res_.copy(r, h2d);
+    dep(deps, (h2d ? h2d_last_ : d2h_last_)[k]);
     t.deps = std::move(deps);
     t.tag = h2d ? kH2D : kD2H;
     if (timeline_) {
@@ -148,10 +135,8 @@ class GraphBuilder {
     FluidEngine::Task t;
     t.work = bytes;
     t.delay_s = lat_ * c_.fabric_latency_s;
-    for (int r = 0; r < N_; ++r) {
-      t.usages.push_back({fabric_[static_cast<std::size_t>(r)], c_.allgather_busbw_Bps / busbw});
-      dep(deps, fabric_last_[static_cast<std::size_t>(r)]);
-    }
+    t.usages = res_.collective(busbw);
+    for (int r = 0; r < N_; ++r) dep(deps, fabric_last_[static_cast<std::size_t>(r)]);
     t.deps = std::move(deps);
     t.tag = kFabric;
     if (timeline_) {
@@ -166,8 +151,7 @@ class GraphBuilder {
   int compute_task(int r, double seconds, std::vector<int> deps, const std::string& label, int tag = kCompute) {
     FluidEngine::Task t;
     t.work = seconds;
-    t.usages = {{gpu_[static_cast<std::size_t>(r)], 1.0}};
-    if (c_.emulated) t.usages.push_back({cpu_cores_, c_.host_threads_per_device});
+    t.usages = res_.compute(r);
     dep(deps, gpu_last_[static_cast<std::size_t>(r)]);
     t.deps = std::move(deps);
     t.tag = tag;
@@ -184,10 +168,7 @@ class GraphBuilder {
     FluidEngine::Task t;
     t.work = thread_s;
     t.delay_s = delay;
-    if (thread_s > 0) {
-      t.usages = {{cpu_update_, 1.0}, {cpu_cores_, 1.0}};
-      if (host_mem_bytes > 0) t.usages.push_back({host_mem_, host_mem_bytes / thread_s});
-    }
+    t.usages = res_.cpu(thread_s, host_mem_bytes);
     dep(deps, cpu_last_);
     t.deps = std::move(deps);
     t.tag = kCpu;
@@ -449,6 +430,7 @@ class GraphBuilder {
   FluidEngine eng_;
   std::vector<int> gpu_, h2d_, d2h_, duplex_, fabric_, convert_;
   int h2d_root_ = -1, d2h_root_ = -1, host_mem_ = -1, cpu_update_ = -1, cpu_cores_ = -1;
+  MachineResources res_;
   std::vector<int> gpu_last_, h2d_last_, d2h_last_, fabric_last_, convert_last_;
   int cpu_last_ = -1;
   std::vector<std::vector<Slot>> slots_;

@@ -23,6 +23,7 @@
 #include "common/units.h"
 #include "executor/backend_registry.h"
 #include "executor/run_log.h"
+#include "executor/target_pacing.h"
 #include "executor/trainer.h"
 #include "executor/weight_decay_groups.h"
 #include "io/checkpoint.h"
@@ -58,7 +59,8 @@ int run_main(int argc, char** argv) {
   int keep = 3, update_threads_flag = 0;
   double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8;
   std::vector<double> adam_betas = {0.9, 0.999};
-  std::string no_decay_on = "none";
+  std::string no_decay_on = "none", emulate;
+  double time_scale = 0;
   int64_t total_steps = 0;
   uint64_t data_seed = 1234, init_seed = 42;
   bool json = false, bench = false, exact = false, no_db = false, quiet = false;
@@ -87,6 +89,15 @@ int run_main(int argc, char** argv) {
   app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
       ->check(CLI::IsMember({"abort", "skip"}));
   app.add_option("--backend", backend, "cpu (emulated devices) | cuda");
+  app.add_option("--emulate", emulate,
+                 "CPU backend at a target machine's ratios: a hardware preset or profile (e.g. h100-sxm-x4). Every "
+                 "operation is done for real, then held until the target would be done (its GPU time, links, root "
+                 "complex, fabric, host memory and CPU update, shared as the simulator shares them), time stretched by "
+                 "--time-scale; the model's prediction for the target, times the scale, is what the run should measure");
+  app.add_option("--time-scale", time_scale,
+                 "With --emulate: seconds here per second of the target (default: twice this host's slowest unit pass "
+                 "relative to the target's, from the cpu-dev profile)")
+      ->check(CLI::PositiveNumber);
   app.add_option("--device-budget", device_budget, "Device memory budget per rank in bytes (default: the plan's, else 16 GiB on the CPU backend)");
   app.add_flag("--exact", exact, "Deliver fp32 parameters and gradients (no bf16 rounding; for exact comparisons)");
   app.add_option("--db", db, "SQLite run log (created if missing)");
@@ -184,8 +195,26 @@ int run_main(int argc, char** argv) {
   o.stop = &g_stop;
   o.metadata_json = nlohmann::json{{"plan", plan_to_yaml(o.plan)}, {"model", o.card.name}, {"seq_len", o.seq_len}}.dump();
 
+  // Emulating a target: its prediction times the scale is what the run should measure.
+  if (!emulate.empty()) {
+    if (backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
+    o.emulate = emulate;
+    if (time_scale <= 0) {
+      Hardware host = hardware_preset("cpu-dev");
+      host.gpu.host_threads_per_device = 1;
+      time_scale = exec::TargetPacing::suggest_time_scale(make_workload(o.card, o.seq_len), load_hardware(emulate),
+                                                          host, o.plan);
+    }
+    o.time_scale = time_scale;
+  } else if (app.count("--time-scale")) {
+    throw InputError("--time-scale", "only with --emulate");
+  }
+  const double scale = emulate.empty() ? 1.0 : time_scale;
+
   // What the model predicts for this plan on this machine's profile (a run is also a model check).
-  const std::string hw_name = !pf.hardware.empty() ? pf.hardware : (backend == "cpu" ? "cpu-dev" : "");
+  const std::string hw_name = !emulate.empty()       ? emulate
+                              : !pf.hardware.empty() ? pf.hardware
+                                                     : (backend == "cpu" ? "cpu-dev" : "");
   std::optional<Prediction> predicted;
   std::string hw_yaml;
   if (!hw_name.empty()) {
@@ -223,8 +252,10 @@ int run_main(int argc, char** argv) {
                                          o.plan.global_batch_sequences() * o.seq_len);
   if (!json) fmt::print("{}\n", header);
   if (predicted && !json)
-    fmt::print("model prediction on {}: {} per step, bottleneck {}\n", hw_name, format_seconds(predicted->step_time_s),
-               predicted->bottleneck);
+    fmt::print("model prediction on {}: {} per step, bottleneck {}{}\n", hw_name, format_seconds(predicted->step_time_s),
+               predicted->bottleneck,
+               emulate.empty() ? "" : fmt::format(" (paced at time scale {:.4g}: {} per step here)", scale,
+                                                  format_seconds(predicted->step_time_s * scale)));
 
   std::signal(SIGINT, on_sigint);
   Progress progress("train", static_cast<double>(steps), "steps", !quiet && !json);
@@ -243,7 +274,7 @@ int run_main(int argc, char** argv) {
       r.loss = s.loss;
       r.tokens = s.tokens;
       r.wall_s = s.wall_s;
-      if (predicted) r.predicted_step_s = predicted->step_time_s;
+      if (predicted) r.predicted_step_s = predicted->step_time_s * scale;
       r.lr = s.lr;
       if (s.grad_norm >= 0) r.grad_norm = s.grad_norm;
       r.skipped = s.skipped;
@@ -317,7 +348,13 @@ int run_main(int argc, char** argv) {
                               {"items", nlohmann::json::array()}};
     for (const MemoryItem& i : result.device_account.items) account["items"].push_back({{"name", i.name}, {"bytes", i.bytes}});
     j["device_memory_account"] = account;
-    if (predicted) j["predicted_step_time_s"] = predicted->step_time_s;
+    if (predicted) j["predicted_step_time_s"] = predicted->step_time_s * scale;
+    if (!emulate.empty()) {
+      j["emulate"] = emulate;
+      j["time_scale"] = scale;
+      j["paced_ops"] = result.paced_ops;
+      j["paced_overruns"] = result.paced_overruns;
+    }
     if (run_id >= 0) j["run_id"] = run_id, j["db"] = db;
     if (!result.last_checkpoint.empty()) j["checkpoint"] = result.last_checkpoint;
     std::cout << j.dump(2) << "\n";
@@ -326,7 +363,7 @@ int run_main(int argc, char** argv) {
   if (bench) std::cout << "\n" << bench_table.render();
   fmt::print("\n{} steps, steady state {:.0f} tokens/s, {} per step", result.steps.size(), tps,
              format_seconds(result.steps.size() > 1 ? steady_t / static_cast<double>(result.steps.size() - 1) : steady_t));
-  if (predicted) fmt::print(" (model predicted {})", format_seconds(predicted->step_time_s));
+  if (predicted) fmt::print(" (model predicted {})", format_seconds(predicted->step_time_s * scale));
   fmt::print("\nloss {:.4f} -> {:.4f}\n", result.steps.empty() ? 0.0 : result.steps.front().loss,
              result.steps.empty() ? 0.0 : result.steps.back().loss);
   int64_t hw = 0;
@@ -339,6 +376,11 @@ int run_main(int argc, char** argv) {
   if (!result.last_checkpoint.empty()) fmt::print("checkpoint: {}\n", result.last_checkpoint);
   if (!trace.empty()) fmt::print("timeline: {} (open in Perfetto)\n", trace);
   if (result.stopped_early) fmt::print("stopped early on request\n");
+  if (result.paced_overruns > 0)
+    fmt::print(stderr,
+               "warning: {} of {} paced operations took longer here than the target would at time scale {:.4g} (by {} "
+               "together): the run is slower than the target's ratios; raise --time-scale\n",
+               result.paced_overruns, result.paced_ops, scale, format_seconds(result.paced_overrun_s));
   return 0;
 }
 

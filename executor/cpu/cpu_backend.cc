@@ -9,13 +9,16 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "common/bf16.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "executor/device_budget.h"
+#include "executor/target_pacing.h"
 #include "kernels/cpu/optim/bf16_convert.h"
+#include "kernels/cpu/optim/grad_reduce.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/bf16_params.h"
 #include "kernels/cpu/transformer/blas.h"
@@ -120,8 +123,13 @@ class CpuCounter final : public HostCounter {
 
 class CpuStream final : public Stream {
  public:
-  CpuStream(std::string name, int rank, RunControl& control, Tracer& tracer)
-      : name_(std::move(name)), rank_(rank), control_(control), tracer_(tracer) {
+  // `pacing` (may be null): hold each operation until the target machine would have finished it.
+  // `param_bytes`: bytes per delivered parameter here (bf16, or fp32 with --exact), so copies are paced
+  // with the bytes the target moves.
+  CpuStream(std::string name, int rank, RunControl& control, Tracer& tracer, const TargetPacing* pacing,
+            int64_t param_bytes)
+      : name_(std::move(name)), rank_(rank), control_(control), tracer_(tracer), pacing_(pacing),
+        param_bytes_(param_bytes) {
     worker_ = std::thread([this] { loop(); });
   }
   ~CpuStream() override {
@@ -144,13 +152,16 @@ class CpuStream final : public Stream {
     cv_.notify_all();
   }
 
-  // Runs `fn` as a traced span when tracing is on.
-  void enqueue_traced(const SpanTag& tag, std::function<void()> fn) {
-    enqueue([this, tag, fn = std::move(fn)] {
-      if (!tracer_.on()) return fn();
-      const double start = tracer_.now();
+  // Runs `fn` as a traced span when tracing is on; with pacing, the span lasts until the target
+  // would be done with `paced` (the work itself is done first, in full).
+  void enqueue_traced(const SpanTag& tag, std::function<void()> fn, std::optional<PacedWork> paced = std::nullopt) {
+    if (!pacing_) paced.reset();
+    enqueue([this, tag, fn = std::move(fn), paced = std::move(paced)] {
+      const double start = tracer_.on() ? tracer_.now() : 0.0;
+      const int flow = paced ? pacing_->pacer().begin(paced->usages, paced->work, paced->delay_s) : -1;
       fn();
-      tracer_.add(rank_, name_.c_str(), tag, start, tracer_.now());
+      if (flow >= 0) pacing_->pacer().finish(flow);
+      if (tracer_.on()) tracer_.add(rank_, name_.c_str(), tag, start, tracer_.now());
     });
   }
 
@@ -171,13 +182,13 @@ class CpuStream final : public Stream {
                 const SpanTag& tag) override {
     SLIDEDP_CHECK(dst_offset >= 0 && dst_offset + bytes <= dst.bytes, "copy_h2d past the end of the buffer");
     std::byte* d = dst.ptr + dst_offset;
-    enqueue_traced(tag, [d, src, bytes] { std::memcpy(d, src, static_cast<size_t>(bytes)); });
+    enqueue_traced(tag, [d, src, bytes] { std::memcpy(d, src, static_cast<size_t>(bytes)); }, paced_copy(true, bytes, tag));
   }
   void copy_d2h(std::byte* dst, const DeviceBuffer& src, int64_t src_offset, int64_t bytes,
                 const SpanTag& tag) override {
     SLIDEDP_CHECK(src_offset >= 0 && src_offset + bytes <= src.bytes, "copy_d2h past the end of the buffer");
     const std::byte* s = src.ptr + src_offset;
-    enqueue_traced(tag, [dst, s, bytes] { std::memcpy(dst, s, static_cast<size_t>(bytes)); });
+    enqueue_traced(tag, [dst, s, bytes] { std::memcpy(dst, s, static_cast<size_t>(bytes)); }, paced_copy(false, bytes, tag));
   }
   void host_fn(std::function<void()> fn) override { enqueue(std::move(fn)); }
 
@@ -193,6 +204,18 @@ class CpuStream final : public Stream {
   }
 
  private:
+  // What the target moves for a copy of `bytes` here: parameters and gradients in bf16 (the exact
+  // mode's fp32 and the gpu route's fp32 shards count as bf16), activations in bf16 (the CPU
+  // backend's are fp32), token ids and the loss as they are.
+  std::optional<PacedWork> paced_copy(bool h2d, int64_t bytes, const SpanTag& tag) const {
+    if (!pacing_) return std::nullopt;
+    const std::string what = tag.what;
+    double target = static_cast<double>(bytes);
+    if (what == "params" || what == "params shard" || what == "grad") target = target / static_cast<double>(param_bytes_) * 2.0;
+    else if (what == "grad shard" || what == "offload" || what == "prefetch") target /= 2.0;  // fp32 here
+    return pacing_->copy(rank_, h2d, target);
+  }
+
   void loop() {
     for (;;) {
       std::function<void()> task;
@@ -224,6 +247,8 @@ class CpuStream final : public Stream {
   int rank_;
   RunControl& control_;
   Tracer& tracer_;
+  const TargetPacing* pacing_;
+  int64_t param_bytes_;
   std::mutex mutex_;
   std::condition_variable cv_, idle_cv_;
   std::deque<std::function<void()>> queue_;
@@ -289,6 +314,7 @@ struct SharedMath {
   ModelLayout layout;
   kernels::ModelSpecs specs;
   bool exact = false;
+  const TargetPacing* pacing = nullptr;  // null: run at this host's speed
 };
 
 class CpuDevice final : public Device {
@@ -297,10 +323,10 @@ class CpuDevice final : public Device {
       : rank_(rank),
         math_(math),
         control_(control),
-        compute_("compute", rank, control, tracer),
-        h2d_("h2d", rank, control, tracer),
-        d2h_("d2h", rank, control, tracer),
-        comm_("comm", rank, control, tracer),
+        compute_("compute", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
+        h2d_("h2d", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
+        d2h_("d2h", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
+        comm_("comm", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
         blocks_(rank),
         budget_(rank, budget, blocks_) {}
 
@@ -388,7 +414,7 @@ class CpuDevice final : public Device {
           break;
         }
       }
-    });
+    }, paced_compute(a, "fwd"));
   }
 
   void recompute(const UnitOpArgs& a) override {
@@ -397,7 +423,7 @@ class CpuDevice final : public Device {
       kernels::Arena arena(ws(a.workspace));
       const float* p = params_f32(a.params, s.decoder.flat_numel, arena);
       kernels::decoder_recompute<float>(s.decoder, p, f32(a.x), ws(a.saved), a.B, a.T, rest(arena, a.workspace));
-    });
+    }, paced_compute(a, "recompute"));
   }
 
   void backward(const UnitOpArgs& a) override {
@@ -413,7 +439,7 @@ class CpuDevice final : public Device {
       const float* p = params_f32(a.params, s.decoder.flat_numel, arena);
       kernels::decoder_backward<float>(s.decoder, p, f32(a.x), ws(a.saved), f32(a.dy), f32(a.dx), f32(a.grads), a.B,
                                        a.T, rest(arena, a.workspace));
-    });
+    }, paced_compute(a, "bwd"));
   }
 
   void zero(const DeviceBuffer& buffer, int64_t offset_bytes, int64_t bytes) override {
@@ -437,6 +463,11 @@ class CpuDevice final : public Device {
   }
 
  private:
+
+  std::optional<PacedWork> paced_compute(const UnitOpArgs& a, const char* op) const {
+    if (!math_.pacing) return std::nullopt;
+    return math_.pacing->compute(rank_, a.unit, op);
+  }
 
   SpanTag tag(const UnitOpArgs& a, const char* what) const {
     SpanTag t;
@@ -517,6 +548,8 @@ class CpuBackend final : public Backend {
     math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
     math_.specs.decoder.mlp_token_tile = opt.mlp_token_tile;
     math_.exact = opt.exact_fp32;
+    math_.pacing = opt.pacing.get();
+    pacing_ = opt.pacing;
     const int threads = opt.blas_threads > 0 ? opt.blas_threads : 1;
     kernels::set_blas_threads(threads);
     math_.specs.decoder.threads = threads;
@@ -552,11 +585,14 @@ class CpuBackend final : public Backend {
     SLIDEDP_CHECK((offset + count) * esize <= buffer.bytes, "all_gather past the end of the buffer");
     devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, base, count, esize] {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, base);
+      // Paced from the rendezvous on: the target's all-gather moves (N-1)/N of the bf16 buffer per port.
+      const int flow = begin_collective(true, count, ranks);
       for (int r = 0; r < ranks; ++r) {
         if (r == rank) continue;
         ShardRange s = shard_range(count, ranks, r);
         std::memcpy(base + s.begin * esize, ptrs[static_cast<size_t>(r)] + s.begin * esize, static_cast<size_t>(s.size() * esize));
       }
+      if (flow >= 0) math_.pacing->pacer().finish(flow);
       comm_.finish(seq);
     });
   }
@@ -571,22 +607,32 @@ class CpuBackend final : public Backend {
     SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
     const std::byte* in = input.ptr + in_offset * esize;
     float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
-    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, in, in_dtype, mine, out] {
+    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, in, in_dtype, mine, out, count] {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, in);
-      // Sum in rank order, in fp32, exactly as the host's reduction of per-rank slots does, so the
-      // gpu and cpu gradient routes give bitwise identical results.
-      for (int64_t i = 0; i < mine.size(); ++i) {
-        float acc = 0.0f;
-        for (int r = 0; r < ranks; ++r) {
-          const std::byte* p = ptrs[static_cast<size_t>(r)];
-          const float v = in_dtype == DType::kBF16 ? bf16_to_float(reinterpret_cast<const bf16_bits*>(p)[mine.begin + i])
-                                                  : reinterpret_cast<const float*>(p)[mine.begin + i];
-          acc = r == 0 ? v : acc + v;
-        }
-        out[i] = acc;
-      }
+      const int flow = begin_collective(false, count, ranks);
+      // Sum in rank order, in fp32, with the host reduction's own kernel (SIMD; the updater sums per-rank
+      // slots with it), so the gpu and cpu gradient routes give bitwise identical results.
+      auto reduce = [&](auto element) {
+        using T = decltype(element);
+        std::vector<const T*> shard(static_cast<size_t>(ranks));
+        for (int r = 0; r < ranks; ++r)
+          shard[static_cast<size_t>(r)] = reinterpret_cast<const T*>(ptrs[static_cast<size_t>(r)]) + mine.begin;
+        kernels::GradSlots<T> slots{std::span<const T* const>(shard), 1.0f, nullptr};
+        kernels::reduce_grads(slots, out, 0, mine.size());
+      };
+      if (in_dtype == DType::kBF16) reduce(bf16_bits{});
+      else reduce(float{});
+      if (flow >= 0) math_.pacing->pacer().finish(flow);
       comm_.finish(seq);
     });
+  }
+
+  // A paced collective's flow for one rank's port: (N-1)/N of `count` bf16 elements (-1: not paced).
+  int begin_collective(bool all_gather, int64_t count, int ranks) const {
+    if (!math_.pacing) return -1;
+    const double per_port = static_cast<double>(count) * 2.0 * (ranks - 1) / ranks;
+    const PacedWork p = math_.pacing->collective(all_gather, per_port);
+    return math_.pacing->pacer().begin(p.usages, p.work, p.delay_s);
   }
 
   void set_tracing(bool on) override { tracer_.set(on); }
@@ -604,6 +650,7 @@ class CpuBackend final : public Backend {
  private:
   RunControl& control_;
   SharedMath math_;
+  std::shared_ptr<const TargetPacing> pacing_;  // keeps math_.pacing alive
   Tracer tracer_;
   CpuComm comm_;
   std::vector<std::unique_ptr<CpuDevice>> devices_;

@@ -11,6 +11,7 @@
 
 #include "executor/backend.h"
 #include "executor/run_control.h"
+#include "executor/target_pacing.h"
 #include "model/model_card.h"
 #include "model/unit_layout.h"
 
@@ -26,6 +27,8 @@ struct CpuBackendOptions {
   int blas_threads = 0;
   int64_t loss_chunk_tokens = 256;
   int64_t mlp_token_tile = 0;  // DecoderSpec::mlp_token_tile: 0 = the MLP over all tokens at once
+  // Run at a target machine's ratios (executor/target_pacing.h); null: at this host's speed.
+  std::shared_ptr<const TargetPacing> pacing;
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelCard& card, const ModelLayout& layout,

@@ -143,6 +143,28 @@ TEST(Cli, CosineRunEqualsPartsWithResume) {
   fs::remove_all(d);
 }
 
+// Paced emulation: a run at a target's ratios reports its scale and its paced operations; bad input
+// names the flag or the profile's field and exits 2.
+TEST(Cli, EmulateRunsPacedAndRejectsBadInput) {
+  Result r = sh(bin("slidedp-run") + " --no-db --json -q --steps 2 --emulate h100-sxm-x4 --time-scale 20");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+  EXPECT_EQ(j["emulate"], "h100-sxm-x4");
+  EXPECT_EQ(j["time_scale"].get<double>(), 20.0);
+  EXPECT_GT(j["paced_ops"].get<int64_t>(), 50);
+  EXPECT_GT(j["predicted_step_time_s"].get<double>(), 0.0);
+  struct Bad {
+    std::string args, must_say;
+  };
+  for (const Bad& b : {Bad{"--emulate h100-sxm-x9", "h100-sxm-x9"}, Bad{"--emulate h100-sxm-x4 --time-scale 0", "--time-scale"},
+                       Bad{"--time-scale 10", "--time-scale"}, Bad{"--emulate cpu-dev", "emulated_on_host"}}) {
+    SCOPED_TRACE(b.args);
+    Result e = sh(bin("slidedp-run") + " --no-db -q --steps 1 " + b.args);
+    EXPECT_EQ(e.code, 2) << e.out;
+    EXPECT_NE(e.out.find(b.must_say), std::string::npos) << e.out;
+  }
+}
+
 // Kill -9 while a checkpoint is being written (a .tmp-* folder exists), then resume.
 TEST(Cli, KilledDuringCheckpointWriteResumesFromThePreviousCompleteOne) {
   fs::path d = scratch("kill");

@@ -1,0 +1,60 @@
+// What each operation of a run would cost on a target machine, so the CPU backend can run at that
+// machine's ratios (slidedp-run --emulate): the step model's own per-unit work for the plan on the
+// target hardware (model/step_work.h) -- GPU seconds per unit pass, bytes per delivery and gradient,
+// CPU thread-seconds and host-memory bytes per update -- turned into flows for the pacer
+// (executor/cpu/pacer.h). A paced run does every operation for real and then holds it until the
+// target would be done, with time stretched by the scale S; the model's prediction for the target,
+// times S, is what it should measure. What this checks and what it cannot: docs/EXECUTOR.md.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "executor/cpu/pacer.h"
+#include "model/hardware.h"
+#include "model/plan.h"
+#include "model/step_work.h"
+#include "model/workload.h"
+
+namespace slidedp::exec {
+
+struct PacedWork {
+  Pacer::Usages usages;
+  double work = 0;     // units of the usages: GPU seconds, bytes or thread-seconds on the target
+  double delay_s = 0;  // fixed latency on the target (per copy, per collective)
+};
+
+class TargetPacing {
+ public:
+  // Throws InputError naming `target.name` when the profile lacks a rate the pacing needs.
+  TargetPacing(const Workload& w, const Hardware& target, const Plan& plan, double time_scale);
+
+  const std::string& target_name() const { return target_name_; }
+  double time_scale() const { return pacer_->time_scale(); }
+  Pacer& pacer() const { return *pacer_; }
+  const StepWork& work() const { return sw_; }
+
+  // One pass of unit `unit` on `rank`: "fwd" (the head's includes its fused backward), "bwd", "recompute".
+  PacedWork compute(int rank, int unit, const std::string& op) const;
+  // A copy of `target_bytes` (the bytes the target moves: bf16 parameters, gradients and activations).
+  PacedWork copy(int rank, bool h2d, double target_bytes) const;
+  // A collective's share on every fabric port: `bytes_per_port` at the all-gather's or the
+  // reduce-scatter's bus bandwidth.
+  PacedWork collective(bool all_gather, double bytes_per_port) const;
+  // The host's update work for `elements` of `unit` (all ranks' contributions): the fused reduce +
+  // AdamW on the last micro-step, the accumulation on earlier ones.
+  PacedWork update(int unit, int64_t elements, bool last_micro) const;
+  // Verify mode (clipping, skipping): the whole update after the backward, every parameter at once.
+  PacedWork post_backward_update() const;
+
+  // A time scale at which this host's real work should fit inside the paced time: 2x the largest
+  // ratio of a unit pass's time on `host` (this machine's profile, e.g. cpu-dev) to the target's.
+  static double suggest_time_scale(const Workload& w, const Hardware& target, const Hardware& host, const Plan& plan);
+
+ private:
+  std::string target_name_;
+  StepWork sw_;
+  std::unique_ptr<Pacer> pacer_;
+};
+
+}  // namespace slidedp::exec
