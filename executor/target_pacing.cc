@@ -4,9 +4,19 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
 #include <cmath>
+#include <thread>
+#include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/blas.h"
+#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/model_step.h"
 
 namespace slidedp::exec {
 namespace {
@@ -44,20 +54,79 @@ PacedWork TargetPacing::post_backward_update() const {
   return p;
 }
 
-double TargetPacing::suggest_time_scale(const Workload& w, const Hardware& target, const Hardware& host,
-                                        const Plan& plan) {
-  const StepWork t = build_step_work(w, target, plan, System::kSlideDP);
-  Plan host_plan = plan;
-  host_plan.update_threads = 0;
-  Hardware h = host;
-  h.gpu.count = std::max(h.gpu.count, plan.ranks);
-  const StepWork m = build_step_work(w, h, host_plan, System::kSlideDP);
-  double ratio = 1.0;
-  for (std::size_t u = 0; u < t.units.size(); ++u) {
-    if (t.units[u].fwd_s > 0) ratio = std::max(ratio, m.units[u].fwd_s / t.units[u].fwd_s);
-    if (t.units[u].bwd_s > 0) ratio = std::max(ratio, m.units[u].bwd_s / t.units[u].bwd_s);
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+// This host's time for a decoder layer's forward, its backward, and the head's fused pass, with the
+// CPU backend's kernels on one thread (parameters and inputs are small constants: only time matters).
+struct HostPassTimes {
+  double decoder_fwd_s = 0, decoder_bwd_s = 0, head_s = 0;
+};
+HostPassTimes time_host_passes(const Workload& w, const Plan& plan) {
+  kernels::ModelSpecs s = kernels::make_model_specs(w.model, w.layout);
+  s.head.loss_chunk_tokens = plan.loss_chunk_tokens;
+  s.decoder.mlp_token_tile = plan.mlp_token_tile;
+  s.decoder.threads = 1;
+  kernels::set_blas_threads(1);
+  const int64_t B = plan.micro_batch, T = w.seq_len, N = B * T, C = s.embedding.C;
+  auto filled = [](int64_t n, float v) {
+    std::vector<float> b(static_cast<size_t>(std::max<int64_t>(n, 1)), v);
+    return b;
+  };
+  auto aligned = [](int64_t bytes) {
+    kernels::AlignedBuffer b(std::max<int64_t>(bytes, 64));
+    std::memset(b.data(), 0, static_cast<size_t>(b.bytes()));
+    return b;
+  };
+  HostPassTimes t;
+  if (w.model.num_layers > 0) {
+    std::vector<float> p = filled(s.decoder.flat_numel, 0.01f), g = filled(s.decoder.flat_numel, 0.0f);
+    std::vector<float> x = filled(N * C, 0.1f), y = filled(N * C, 0.0f), dx = filled(N * C, 0.0f);
+    kernels::AlignedBuffer saved = aligned(kernels::decoder_saved_bytes<float>(s.decoder, B, T));
+    kernels::AlignedBuffer ws = aligned(std::max(kernels::decoder_forward_workspace_bytes<float>(s.decoder, B, T),
+                                                 kernels::decoder_backward_workspace_bytes<float>(s.decoder, B, T)));
+    auto t0 = std::chrono::steady_clock::now();
+    kernels::decoder_forward<float>(s.decoder, p.data(), x.data(), y.data(), saved.workspace(), B, T, ws.workspace());
+    t.decoder_fwd_s = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    kernels::decoder_backward<float>(s.decoder, p.data(), x.data(), saved.workspace(), y.data(), dx.data(), g.data(), B,
+                                     T, ws.workspace());
+    t.decoder_bwd_s = seconds_since(t0);
   }
-  return 2.0 * ratio;
+  {
+    std::vector<float> p = filled(s.head.flat_numel, 1.0f), g = filled(s.head.flat_numel, 0.0f);
+    std::vector<float> lm = filled(s.embedding.V * C, 0.01f), lg = filled(s.embedding.V * C, 0.0f);
+    std::vector<float> x = filled(N * C, 0.1f), dx = filled(N * C, 0.0f);
+    std::vector<int32_t> targets(static_cast<size_t>(std::max<int64_t>(N, 1)), 1);
+    kernels::AlignedBuffer ws = aligned(kernels::head_workspace_bytes<float>(s.head, B, T, true));
+    const auto t0 = std::chrono::steady_clock::now();
+    kernels::head_forward_backward<float>(s.head, p.data(), lm.data(), x.data(), targets.data(), B, T, 1.0, dx.data(),
+                                          g.data(), lg.data(), ws.workspace());
+    t.head_s = seconds_since(t0);
+  }
+  return t;
+}
+
+}  // namespace
+
+double TargetPacing::measured_time_scale(const Workload& w, const Hardware& target, const Plan& plan) {
+  const StepWork t = build_step_work(w, target, plan, System::kSlideDP);
+  const HostPassTimes h = time_host_passes(w, plan);
+  double ratio = 1.0;
+  for (const UnitWork& u : t.units) {
+    if (u.kind == UnitKind::kDecoder) {
+      if (u.fwd_s > 0) ratio = std::max(ratio, h.decoder_fwd_s / u.fwd_s);
+      if (u.bwd_s > 0) ratio = std::max(ratio, h.decoder_bwd_s / u.bwd_s);
+    } else if (u.kind == UnitKind::kHead && u.fwd_s > 0) {
+      ratio = std::max(ratio, h.head_s / u.fwd_s);
+    }
+  }
+  const double cores = std::max(1u, std::thread::hardware_concurrency());
+  const double share = std::max(1.0, (plan.ranks + 1.0) / cores);
+  return 1.5 * share * ratio;
 }
 
 PacedWork TargetPacing::compute(int rank, int unit, const std::string& op) const {

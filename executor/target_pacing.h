@@ -47,9 +47,11 @@ class TargetPacing {
   // Verify mode (clipping, skipping): the whole update after the backward, every parameter at once.
   PacedWork post_backward_update() const;
 
-  // A time scale at which this host's real work should fit inside the paced time: 2x the largest
-  // ratio of a unit pass's time on `host` (this machine's profile, e.g. cpu-dev) to the target's.
-  static double suggest_time_scale(const Workload& w, const Hardware& target, const Hardware& host, const Plan& plan);
+  // A time scale at which this host's real work fits inside the paced time: one decoder layer's
+  // forward and backward and the head's pass are timed here (the CPU backend's kernels, one thread,
+  // the plan's micro-batch), their largest ratio to the target's time is taken, times the share of a
+  // core each emulated device gets (ranks + the updater on this host's cores), times 1.5 for noise.
+  static double measured_time_scale(const Workload& w, const Hardware& target, const Plan& plan);
 
  private:
   std::string target_name_;

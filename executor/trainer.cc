@@ -185,9 +185,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   if (!o.emulate.empty()) {
     const Workload w = make_workload(o.card, o.seq_len);
     const Hardware target = load_hardware(o.emulate);
-    Hardware host = hardware_preset("cpu-dev");
-    host.gpu.host_threads_per_device = 1;
-    const double scale = o.time_scale > 0 ? o.time_scale : TargetPacing::suggest_time_scale(w, target, host, plan);
+    const double scale = o.time_scale > 0 ? o.time_scale : TargetPacing::measured_time_scale(w, target, plan);
     pacing = std::make_shared<TargetPacing>(w, target, plan, scale);
     result.time_scale = scale;
   }

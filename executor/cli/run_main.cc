@@ -95,8 +95,9 @@ int run_main(int argc, char** argv) {
                  "complex, fabric, host memory and CPU update, shared as the simulator shares them), time stretched by "
                  "--time-scale; the model's prediction for the target, times the scale, is what the run should measure");
   app.add_option("--time-scale", time_scale,
-                 "With --emulate: seconds here per second of the target (default: twice this host's slowest unit pass "
-                 "relative to the target's, from the cpu-dev profile)")
+                 "With --emulate: seconds here per second of the target (default: measured: 1.5x the largest ratio of "
+                 "a decoder layer's or the head's pass timed on this host to the target's, times the share of a core "
+                 "each emulated device gets)")
       ->check(CLI::PositiveNumber);
   app.add_option("--device-budget", device_budget, "Device memory budget per rank in bytes (default: the plan's, else 16 GiB on the CPU backend)");
   app.add_flag("--exact", exact, "Deliver fp32 parameters and gradients (no bf16 rounding; for exact comparisons)");
@@ -199,12 +200,8 @@ int run_main(int argc, char** argv) {
   if (!emulate.empty()) {
     if (backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
     o.emulate = emulate;
-    if (time_scale <= 0) {
-      Hardware host = hardware_preset("cpu-dev");
-      host.gpu.host_threads_per_device = 1;
-      time_scale = exec::TargetPacing::suggest_time_scale(make_workload(o.card, o.seq_len), load_hardware(emulate),
-                                                          host, o.plan);
-    }
+    if (time_scale <= 0)
+      time_scale = exec::TargetPacing::measured_time_scale(make_workload(o.card, o.seq_len), load_hardware(emulate), o.plan);
     o.time_scale = time_scale;
   } else if (app.count("--time-scale")) {
     throw InputError("--time-scale", "only with --emulate");
