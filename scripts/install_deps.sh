@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs SlideDP's build and test dependencies from Debian packages. Safe to run repeatedly.
-# Set SLIDEDP_SKIP_APT=1 to skip (e.g. on a machine where they are already present).
+# Set SLIDEDP_SKIP_APT=1 to skip (e.g. on a machine where they are already present), SLIDEDP_TEST_DEPS=0 to
+# leave out what only the tests need.
 set -euo pipefail
 [ "${SLIDEDP_SKIP_APT:-0}" = "1" ] && exit 0
 
@@ -9,10 +10,11 @@ packages=(
   libyaml-cpp-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev libbenchmark-dev
   libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
   python3
-  # Regenerates tests/data/step_golden in ctest (StepGoldens.Regenerate) to prove the committed files
-  # come from scripts/golden/make_step_goldens.py: ~80 s and ~600 MiB (178 packages) on Debian 12.
-  python3-torch
 )
+# Tests only (SLIDEDP_TEST_DEPS=0 skips it, as the quickstart does): regenerates tests/data/step_golden
+# in ctest (StepGoldens.Regenerate) to prove the committed files come from
+# scripts/golden/make_step_goldens.py: ~80 s and ~600 MiB (178 packages) on Debian 12.
+if [ "${SLIDEDP_TEST_DEPS:-1}" = "1" ]; then packages+=(python3-torch); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
