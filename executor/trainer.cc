@@ -182,9 +182,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   // Pacing to a target machine: the model's work for this plan on it, one pacer for every stream and
   // the updater.
   std::shared_ptr<const TargetPacing> pacing;
-  if (!o.emulate.empty()) {
+  if (o.emulate) {
     const Workload w = make_workload(o.card, o.seq_len);
-    const Hardware target = load_hardware(o.emulate);
+    const Hardware& target = *o.emulate;
     const double scale = o.time_scale > 0 ? o.time_scale : TargetPacing::measured_time_scale(w, target, plan);
     pacing = std::make_shared<TargetPacing>(w, target, plan, scale);
     result.time_scale = scale;

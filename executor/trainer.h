@@ -53,10 +53,9 @@ struct TrainOptions {
   int64_t sample_spans_every = 0;      // > 0: keep the detailed spans of every k-th step in TrainStep
   // Set from another thread (a signal handler) to stop after the current step, cleanly.
   const std::atomic<bool>* stop = nullptr;
-  // Run at a target machine's ratios (CPU backend): a hardware preset or profile; every operation is
-  // held until the target would be done, with time stretched by time_scale (<= 0: suggested from the
-  // cpu-dev profile, TargetPacing::suggest_time_scale).
-  std::string emulate;
+  // Run at a target machine's ratios (CPU backend): every operation is held until the target would be
+  // done, with time stretched by time_scale (<= 0: measured, TargetPacing::measured_time_scale).
+  std::optional<Hardware> emulate;
   double time_scale = 0;
   // Fault injection for tests (see DriverConfig).
   int inject_rank = -1;

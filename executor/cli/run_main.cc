@@ -199,9 +199,9 @@ int run_main(int argc, char** argv) {
   // Emulating a target: its prediction times the scale is what the run should measure.
   if (!emulate.empty()) {
     if (backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
-    o.emulate = emulate;
+    o.emulate = load_hardware(emulate);
     if (time_scale <= 0)
-      time_scale = exec::TargetPacing::measured_time_scale(make_workload(o.card, o.seq_len), load_hardware(emulate), o.plan);
+      time_scale = exec::TargetPacing::measured_time_scale(make_workload(o.card, o.seq_len), *o.emulate, o.plan);
     o.time_scale = time_scale;
   } else if (app.count("--time-scale")) {
     throw InputError("--time-scale", "only with --emulate");

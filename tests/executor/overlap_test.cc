@@ -13,12 +13,9 @@
 // No absolute wall-clock time is asserted; the time scale (20) keeps the pacer's wake-up latency a
 // few percent of each operation.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 
-#include "common/file_util.h"
 #include "executor/trainer.h"
 #include "model/hardware.h"
 #include "tests/executor/executor_test_util.h"
@@ -26,11 +23,9 @@
 namespace slidedp::exec {
 namespace {
 
-namespace fs = std::filesystem;
-
 // A target slow enough that this host's real work fits inside its time at scale 1: a 4-"GPU" machine
 // whose GPUs do 4 GFLOP/s, with the link and CPU rates of the case.
-std::string target_yaml(double link_gbps, double adamw_params_per_s) {
+Hardware paced_target(double link_gbps, double adamw_params_per_s) {
   Hardware hw = hardware_preset("h100-sxm-x4");
   hw.name = "paced-test";
   hw.gpu.bf16_peak_flops = 4e9;
@@ -45,13 +40,10 @@ std::string target_yaml(double link_gbps, double adamw_params_per_s) {
   hw.cpu.adamw_params_per_s = {{1, adamw_params_per_s}};
   hw.cpu.reduce_gbps = {{1, 1000}};
   hw.sources.clear();
-  const fs::path path = fs::temp_directory_path() / ("slidedp_paced_" + std::to_string(::getpid()) + "_" +
-                                                    std::to_string(static_cast<int64_t>(link_gbps * 1e3)) + ".yaml");
-  write_file_atomic(path.string(), hardware_to_yaml(hw));
-  return path.string();
+  return hw;
 }
 
-TrainOptions paced_options(const std::string& target, bool serial) {
+TrainOptions paced_options(const Hardware& target, bool serial) {
   TrainOptions o = testing::tiny_options(2, 2, 1, 4);
   o.card = model_card_from_yaml(
       "name: tiny16\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 16\nnum_attention_heads: 4\n"
@@ -96,7 +88,7 @@ double exposed_s(const TrainResult& r) {
 
 enum class Reference { kVerifyRun, kSerializedSum };
 
-void expect_overlap(const std::string& target, Reference reference) {
+void expect_overlap(const Hardware& target, Reference reference) {
   const TrainResult over = train(paced_options(target, false));
   const TrainResult serial = train(paced_options(target, true));
   ASSERT_EQ(over.steps.size(), 4u);
@@ -137,13 +129,13 @@ void expect_overlap(const std::string& target, Reference reference) {
 TEST(Overlap, UpdateBoundPacedRunOverlapsUpdatesWithBackward) {
   // 15 M parameters/s on one thread: the 90K parameters' update takes a little longer than the GPU
   // compute of a step (slidedp-predict on this target: bottleneck cpu_update, 79% busy).
-  expect_overlap(target_yaml(10.0, 1.5e7), Reference::kVerifyRun);
+  expect_overlap(paced_target(10.0, 1.5e7), Reference::kVerifyRun);
 }
 
 TEST(Overlap, LinkBoundPacedRunOverlapsDeliveryWithComputeAndUpdates) {
   // 60 MB/s links: every layer's 18 KB of bf16 parameters, delivered twice a step, and its gradients
   // keep the H2D link busier than the GPU.
-  expect_overlap(target_yaml(0.06, 1e8), Reference::kSerializedSum);
+  expect_overlap(paced_target(0.06, 1e8), Reference::kSerializedSum);
 }
 
 }  // namespace
