@@ -152,9 +152,10 @@ PacedWork TargetPacing::copy(int rank, bool h2d, double target_bytes) const {
   return p;
 }
 
-PacedWork TargetPacing::collective(bool all_gather, double bytes_per_port) const {
+PacedWork TargetPacing::collective(int rank, bool all_gather, double bytes_per_port) const {
   PacedWork p;
-  p.usages = pacer_->resources().collective(all_gather ? sw_.cap.allgather_busbw_Bps : sw_.cap.reduce_scatter_busbw_Bps);
+  p.usages = pacer_->resources().collective_port(
+      rank, all_gather ? sw_.cap.allgather_busbw_Bps : sw_.cap.reduce_scatter_busbw_Bps);
   p.work = bytes_per_port;
   p.delay_s = sw_.cap.fabric_latency_s;
   return p;

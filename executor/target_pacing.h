@@ -38,9 +38,10 @@ class TargetPacing {
   PacedWork compute(int rank, int unit, const std::string& op) const;
   // A copy of `target_bytes` (the bytes the target moves: bf16 parameters, gradients and activations).
   PacedWork copy(int rank, bool h2d, double target_bytes) const;
-  // A collective's share on every fabric port: `bytes_per_port` at the all-gather's or the
-  // reduce-scatter's bus bandwidth.
-  PacedWork collective(bool all_gather, double bytes_per_port) const;
+  // One rank's part of a collective: `bytes_per_port` on that rank's fabric port at the all-gather's
+  // or the reduce-scatter's bus bandwidth. Every rank paces its own part (after the rendezvous), so a
+  // collective takes as long as the simulator's one task over all ports.
+  PacedWork collective(int rank, bool all_gather, double bytes_per_port) const;
   // The host's update work for `elements` of `unit` (all ranks' contributions): the fused reduce +
   // AdamW on the last micro-step, the accumulation on earlier ones.
   PacedWork update(int unit, int64_t elements, bool last_micro) const;

@@ -42,6 +42,10 @@ MachineResources::Usages MachineResources::collective(double busbw) const {
   return u;
 }
 
+MachineResources::Usages MachineResources::collective_port(int rank, double busbw) const {
+  return {{fabric[static_cast<std::size_t>(rank)], cap.allgather_busbw_Bps / busbw}};
+}
+
 MachineResources::Usages MachineResources::compute(int rank) const {
   Usages u{{gpu[static_cast<std::size_t>(rank)], 1.0}};
   if (cap.emulated) u.push_back({cpu_cores, cap.host_threads_per_device});

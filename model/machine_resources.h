@@ -32,6 +32,9 @@ struct MachineResources {
   // A collective on every rank's fabric port, per byte per port, at `busbw` (all-gather or
   // reduce-scatter bus bandwidth; ports are sized by the all-gather's).
   Usages collective(double busbw) const;
+  // One rank's part of a collective, on its own port only (per byte of that port): what one rank's
+  // stream runs when every rank paces its own part, all of them together being collective(busbw).
+  Usages collective_port(int rank, double busbw) const;
   // One rank's GPU compute, per second of it (on emulated devices also its threads' cores).
   Usages compute(int rank) const;
   // Host CPU work of the update (reduce + AdamW), per thread-second: the update threads, the cores, and

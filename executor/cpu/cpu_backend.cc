@@ -586,7 +586,7 @@ class CpuBackend final : public Backend {
     devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, base, count, esize] {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, base);
       // Paced from the rendezvous on: the target's all-gather moves (N-1)/N of the bf16 buffer per port.
-      const int flow = begin_collective(true, count, ranks);
+      const int flow = begin_collective(rank, true, count, ranks);
       for (int r = 0; r < ranks; ++r) {
         if (r == rank) continue;
         ShardRange s = shard_range(count, ranks, r);
@@ -609,7 +609,7 @@ class CpuBackend final : public Backend {
     float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
     devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, in, in_dtype, mine, out, count] {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, in);
-      const int flow = begin_collective(false, count, ranks);
+      const int flow = begin_collective(rank, false, count, ranks);
       // Sum in rank order, in fp32, with the host reduction's own kernel (SIMD; the updater sums per-rank
       // slots with it), so the gpu and cpu gradient routes give bitwise identical results.
       auto reduce = [&](auto element) {
@@ -628,10 +628,10 @@ class CpuBackend final : public Backend {
   }
 
   // A paced collective's flow for one rank's port: (N-1)/N of `count` bf16 elements (-1: not paced).
-  int begin_collective(bool all_gather, int64_t count, int ranks) const {
+  int begin_collective(int rank, bool all_gather, int64_t count, int ranks) const {
     if (!math_.pacing) return -1;
     const double per_port = static_cast<double>(count) * 2.0 * (ranks - 1) / ranks;
-    const PacedWork p = math_.pacing->collective(all_gather, per_port);
+    const PacedWork p = math_.pacing->collective(rank, all_gather, per_port);
     return math_.pacing->pacer().begin(p.usages, p.work, p.delay_s);
   }
 

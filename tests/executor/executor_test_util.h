@@ -8,6 +8,7 @@
 
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
+#include "model/hardware.h"
 #include "model/model_card.h"
 
 namespace slidedp::exec::testing {
@@ -52,6 +53,35 @@ inline double weight_error(const TrainResult& a, const TrainResult& b, double at
 
 inline bool bitwise_equal(const TrainResult& a, const TrainResult& b) {
   return a.master == b.master;
+}
+
+// For paced runs: 16 small layers, so a step's pipeline fill and drain are a small part of it.
+inline ModelCard tiny16_card() {
+  return model_card_from_yaml(
+      "name: tiny16\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 16\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 64\nvocab_size: 256\nrope_theta: 10000\n",
+      "tiny16");
+}
+
+// A paced target slow enough that this host's real work fits inside its time at a small scale (20):
+// the h100-sxm-x4 preset with GPUs of 4 GFLOP/s, and the host links and CPU update rate of the case
+// (the same machine as results/executor/targets/*.yaml).
+inline Hardware paced_target(double link_gbps, double adamw_params_per_s) {
+  Hardware hw = hardware_preset("h100-sxm-x4");
+  hw.name = "paced-test";
+  hw.gpu.bf16_peak_flops = 4e9;
+  hw.gpu.matmul_efficiency = 1.0;
+  hw.gpu.attention_efficiency = 1.0;
+  hw.gpu.kernel_overhead_s = 0;
+  hw.gpu.runtime_bytes = hw.gpu.collective_bytes = 0;
+  hw.link = HostLinkSpec{link_gbps, link_gbps, link_gbps, link_gbps, link_gbps, link_gbps, 0.0};
+  hw.fabric.latency_s = 0;
+  hw.host.mem_bw_gbps = 1000;
+  hw.cpu.cores = 4;
+  hw.cpu.adamw_params_per_s = {{1, adamw_params_per_s}};
+  hw.cpu.reduce_gbps = {{1, 1000}};
+  hw.sources.clear();
+  return hw;
 }
 
 }  // namespace slidedp::exec::testing

@@ -23,32 +23,9 @@
 namespace slidedp::exec {
 namespace {
 
-// A target slow enough that this host's real work fits inside its time at scale 1: a 4-"GPU" machine
-// whose GPUs do 4 GFLOP/s, with the link and CPU rates of the case.
-Hardware paced_target(double link_gbps, double adamw_params_per_s) {
-  Hardware hw = hardware_preset("h100-sxm-x4");
-  hw.name = "paced-test";
-  hw.gpu.bf16_peak_flops = 4e9;
-  hw.gpu.matmul_efficiency = 1.0;
-  hw.gpu.attention_efficiency = 1.0;
-  hw.gpu.kernel_overhead_s = 0;
-  hw.gpu.runtime_bytes = hw.gpu.collective_bytes = 0;
-  hw.link = HostLinkSpec{link_gbps, link_gbps, link_gbps, link_gbps, link_gbps, link_gbps, 0.0};
-  hw.fabric.latency_s = 0;
-  hw.host.mem_bw_gbps = 1000;
-  hw.cpu.cores = 4;
-  hw.cpu.adamw_params_per_s = {{1, adamw_params_per_s}};
-  hw.cpu.reduce_gbps = {{1, 1000}};
-  hw.sources.clear();
-  return hw;
-}
-
 TrainOptions paced_options(const Hardware& target, bool serial) {
   TrainOptions o = testing::tiny_options(2, 2, 1, 4);
-  o.card = model_card_from_yaml(
-      "name: tiny16\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 16\nnum_attention_heads: 4\n"
-      "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 64\nvocab_size: 256\nrope_theta: 10000\n",
-      "tiny16");
+  o.card = testing::tiny16_card();
   o.plan.chunk_numel = 4096;  // several chunks per unit, so updates and deliveries interleave
   o.plan.update_threads = 1;
   o.update_threads = 1;
@@ -129,13 +106,13 @@ void expect_overlap(const Hardware& target, Reference reference) {
 TEST(Overlap, UpdateBoundPacedRunOverlapsUpdatesWithBackward) {
   // 15 M parameters/s on one thread: the 90K parameters' update takes a little longer than the GPU
   // compute of a step (slidedp-predict on this target: bottleneck cpu_update, 79% busy).
-  expect_overlap(paced_target(10.0, 1.5e7), Reference::kVerifyRun);
+  expect_overlap(testing::paced_target(10.0, 1.5e7), Reference::kVerifyRun);
 }
 
 TEST(Overlap, LinkBoundPacedRunOverlapsDeliveryWithComputeAndUpdates) {
   // 60 MB/s links: every layer's 18 KB of bf16 parameters, delivered twice a step, and its gradients
   // keep the H2D link busier than the GPU.
-  expect_overlap(paced_target(0.06, 1e8), Reference::kSerializedSum);
+  expect_overlap(testing::paced_target(0.06, 1e8), Reference::kSerializedSum);
 }
 
 }  // namespace
