@@ -14,6 +14,7 @@
 #include "common/table.h"
 #include "common/units.h"
 #include "executor/run_log.h"
+#include "executor/target_pacing.h"
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
 #include "io/token_dataset.h"
@@ -66,13 +67,8 @@ double kendall_tau_b(const std::vector<double>& x, const std::vector<double>& y)
 
 RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search,
                           const RefineOptions& o) {
-  if (!hw.gpu.emulated_on_host)
-    throw InputError(
-        "--refine",
-        fmt::format("refinement measures plans on this machine's CPU backend (devices emulated by host "
-                    "threads); the hardware '{}' describes real GPUs, so those measurements would not rank "
-                    "its plans. Use --hardware cpu-dev or a slidedp-profile of this machine",
-                    hw.name));
+  // A profile of real GPUs is reached by pacing this machine's runs to its ratios.
+  const bool paced = !hw.gpu.emulated_on_host;
   if (o.candidates < 1) throw InputError("--refine", "must be at least 1");
   if (o.rounds < 1) throw InputError("--refine-rounds", "must be at least 1");
   if (o.steps <= o.warmup_steps)
@@ -150,6 +146,7 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     t.dataset = data;
     t.data_seed = o.data_seed;
     t.steps = o.steps;
+    if (paced) t.emulate = hw, t.time_scale = r.time_scale;
     int64_t run_id = -1;
     if (log) {
       exec::RunInfo info;
@@ -164,8 +161,9 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
       info.model_name = w.model.name;
       info.seq_len = w.seq_len;
       info.system = "slidedp";
-      info.notes_json =
-          nlohmann::json{{"refine_predicted_rank", r.predicted_rank}, {"refine_round", round}}.dump();
+      nlohmann::json notes = {{"refine_predicted_rank", r.predicted_rank}, {"refine_round", round}};
+      if (paced) notes["emulate"] = hw.name, notes["time_scale"] = r.time_scale;
+      info.notes_json = notes.dump();
       run_id = log->begin_run(info);
       r.run_ids.push_back(run_id);
       log->log_prediction(run_id, exec::prediction_record(c.predicted));
@@ -174,15 +172,16 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     int64_t seen = 0;
     try {
       exec::train(t, [&](const exec::TrainStep& s) {
-        r.step_wall_s.push_back(s.wall_s);
-        if (++seen > o.warmup_steps) measured_steps[i].push_back(s.wall_s);
+        const double step_s = s.wall_s / r.time_scale;  // the target's seconds when paced
+        r.step_wall_s.push_back(step_s);
+        if (++seen > o.warmup_steps) measured_steps[i].push_back(step_s);
         if (log) {
           exec::StepRecord rec;
           rec.step = s.step;
           rec.loss = s.loss;
           rec.tokens = s.tokens;
           rec.wall_s = s.wall_s;
-          rec.predicted_step_s = r.predicted_step_s;
+          rec.predicted_step_s = r.predicted_step_s * r.time_scale;  // what this run should take here
           rec.lr = s.lr;
           if (s.grad_norm >= 0) rec.grad_norm = s.grad_norm;
           rec.skipped = s.skipped;
@@ -210,6 +209,10 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     }
     if (log) log->end_run(run_id, exec::RunStatus::kFinished);
   };
+  if (paced)
+    for (RefinedRun& r : res.runs)
+      if (r.failed.empty())
+        r.time_scale = o.time_scale > 0 ? o.time_scale : exec::TargetPacing::measured_time_scale(w, hw, r.plan);
   for (int round = 0; round < o.rounds; ++round)
     for (std::size_t k = 0; k < res.runs.size(); ++k) {
       const std::size_t i = round % 2 == 0 ? k : res.runs.size() - 1 - k;

@@ -1,9 +1,12 @@
 // Refinement with measurements (--refine K): runs the search's top K plans for a few steps with the
 // executor on this machine's CPU backend, logs each run to the run database under one parent 'refine'
 // run, picks the measured best and reports how the measured order compares with the predicted one
-// (Kendall's tau-b). The CPU backend emulates the plan's devices with host threads and host memory, so
-// refinement applies to hardware profiles of this machine (emulated devices, e.g. cpu-dev) and to
-// models that fit in its RAM: small models only; big-model plans are refused with the numbers.
+// (Kendall's tau-b). The CPU backend emulates the plan's devices with host threads and host memory.
+// On a profile of this machine (emulated devices, e.g. cpu-dev) the runs are measured as they are; on
+// a profile of real GPUs they are paced at its ratios (executor/target_pacing.h, each plan at its own
+// measured time scale) and their step times divided by the scale, so the candidates are compared in
+// that machine's seconds. Either way the model must fit this machine's RAM: small models only;
+// big-model plans are refused with the numbers.
 #pragma once
 
 #include <cstdint>
@@ -34,6 +37,8 @@ struct RefineOptions {
   // A candidate runs only if its host memory plus every emulated device's peak fits in this share
   // of this machine's physical RAM (the rest is the OS, the page cache and other processes).
   double host_ram_fraction = 0.75;
+  // Paced runs (hardware of real GPUs): seconds here per second of the target; <= 0: measured per plan.
+  double time_scale = 0;
   std::function<void(const std::string&)> on_progress;  // one line per finished candidate
 };
 
@@ -42,7 +47,8 @@ struct RefinedRun {
   Plan plan;
   double predicted_step_s = 0;  // the step time the final order used (simulator when re-scored)
   double predicted_score = 0;
-  std::vector<double> step_wall_s;  // every step of every round, warm-up included
+  std::vector<double> step_wall_s;  // every step of every round, warm-up included (the target's seconds when paced)
+  double time_scale = 1;            // paced runs: the scale they ran at
   double measured_step_s = 0;       // median of the measured steps of all rounds
   double measured_tokens_per_s = 0;
   double measured_score = 0;
@@ -61,8 +67,7 @@ struct RefineResult {
   const RefinedRun& chosen_run() const { return runs.at(static_cast<std::size_t>(chosen)); }
 };
 
-// Throws InputError when the hardware is not a profile of this machine (devices not emulated), and
-// InfeasibleError when no candidate fits this machine's RAM (the message gives both sizes).
+// Throws InfeasibleError when no candidate fits this machine's RAM (the message gives both sizes).
 RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search,
                           const RefineOptions& o);
 
