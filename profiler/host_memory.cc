@@ -14,12 +14,14 @@
 #include <thread>
 
 #include "common/thread_pool.h"
+#include "kernels/cpu/optim/stream_bandwidth.h"
 #include "kernels/cpu/optim/triad.h"
 
 namespace slidedp::profiler {
 namespace {
 
 constexpr int64_t kCopyTile = int64_t{1} << 20;
+volatile unsigned char g_read_sink = 0;  // where the DRAM read's result goes, so it is computed
 constexpr int64_t kDmaPiece = int64_t{64} << 10;
 constexpr double kTriadBytesPerElem = 12.0;  // read b, c; write a (STREAM does not count write-allocate)
 
@@ -81,6 +83,7 @@ PreparedStage<HostMemoryResult> prepare_host_memory(const HostMemoryOptions& o, 
   struct State {
     int64_t n = 0, bytes = 0;  // fp32 elements and bytes per array
     HostArray a, b, c;
+    HostArray dram_src, dram_dst;  // the DRAM cases' buffers
     std::map<int, std::unique_ptr<ThreadPool>> pools;
     ThreadPool& pool(int t) {
       auto& p = pools[t];
@@ -102,6 +105,12 @@ PreparedStage<HostMemoryResult> prepare_host_memory(const HostMemoryOptions& o, 
   std::fill_n(st->b.as<float>(), n, 1.0f);
   std::fill_n(st->c.as<float>(), n, 2.0f);
 
+  const int64_t dram = o.dram_bytes;
+  if (dram > 0) {
+    st->dram_src = HostArray(dram, 1);
+    st->dram_dst = HostArray(dram, 0);
+  }
+
   std::vector<Case> cases;
   for (int t : o.threads) {
     ThreadPool* p = &st->pool(t);
@@ -113,6 +122,24 @@ PreparedStage<HostMemoryResult> prepare_host_memory(const HostMemoryOptions& o, 
     cases.push_back(timed_case(fmt::format("triad, {} threads", t), ctx.repeat, [st, p](int inner) {
       const double t0 = now_s();
       st->triad(*p, inner);
+      return std::vector<double>{now_s() - t0};
+    }));
+    if (dram <= 0) continue;
+    cases.push_back(timed_case(fmt::format("DRAM read, {} threads", t), ctx.repeat, [st, p, dram](int inner) {
+      const double t0 = now_s();
+      unsigned char x = 0;
+      for (int i = 0; i < inner; ++i) x ^= kernels::stream_read(*p, st->dram_src.data(), dram);
+      g_read_sink = x;
+      return std::vector<double>{now_s() - t0};
+    }));
+    cases.push_back(timed_case(fmt::format("DRAM write (non-temporal), {} threads", t), ctx.repeat, [st, p, dram](int inner) {
+      const double t0 = now_s();
+      for (int i = 0; i < inner; ++i) kernels::stream_write_nontemporal(*p, st->dram_dst.data(), dram, static_cast<unsigned char>(i));
+      return std::vector<double>{now_s() - t0};
+    }));
+    cases.push_back(timed_case(fmt::format("DRAM copy, {} threads", t), ctx.repeat, [st, p, dram](int inner) {
+      const double t0 = now_s();
+      for (int i = 0; i < inner; ++i) kernels::stream_copy(*p, st->dram_dst.data(), st->dram_src.data(), dram);
       return std::vector<double>{now_s() - t0};
     }));
   }
@@ -146,8 +173,9 @@ PreparedStage<HostMemoryResult> prepare_host_memory(const HostMemoryOptions& o, 
 
   PreparedStage<HostMemoryResult> stage;
   stage.cases = std::move(cases);
-  stage.finish = [o, n, bytes, &out = ctx.out](const CaseSamples& v) {
+  stage.finish = [o, n, bytes, dram, &out = ctx.out](const CaseSamples& v) {
     HostMemoryResult res;
+    res.dram_bytes = dram;
     auto record = [&](const std::string& name, nlohmann::json params, std::vector<double> values) {
       return out.add({"host_memory", name, std::move(params), "GB/s", std::move(values)}).spread();
     };
@@ -163,6 +191,12 @@ PreparedStage<HostMemoryResult> prepare_host_memory(const HostMemoryOptions& o, 
           record("copy_gbps", {{"threads", t}, {"array_bytes", bytes}}, rates(v[i++][0], 2.0 * bytes));
       row.triad_gbps = record("triad_gbps", {{"threads", t}, {"array_bytes", bytes}},
                               rates(v[i++][0], kTriadBytesPerElem * static_cast<double>(n)));
+      if (dram > 0) {
+        const nlohmann::json p = {{"threads", t}, {"buffer_bytes", dram}};
+        row.dram_read_gbps = record("dram_read_gbps", p, rates(v[i++][0], static_cast<double>(dram)));
+        row.dram_write_gbps = record("dram_write_nontemporal_gbps", p, rates(v[i++][0], static_cast<double>(dram)));
+        row.dram_copy_gbps = record("dram_copy_gbps", p, rates(v[i++][0], 2.0 * static_cast<double>(dram)));
+      }
       res.by_threads.push_back(row);
       for (auto [gbps, what] :
            {std::pair{row.copy_gbps.median, "copy"}, std::pair{row.triad_gbps.median, "triad"}}) {
@@ -204,7 +238,11 @@ double estimate_host_memory_s(const HostMemoryOptions& o, const RepeatPolicy& rp
   int dma = 0;
   for (const auto& m : o.contention) dma += m.dma_threads;
   const double setup = (3.0 + 2.0 * dma) * bytes / (copy_gbps * 1e9);
-  return cases * (rp.reps + 1) * per + setup;
+  // The DRAM cases: read, write, copy (about 1, 1 and 2 buffers' traffic) per thread count.
+  const double dram = static_cast<double>(o.dram_bytes);
+  const double dram_per = std::max(rp.min_rep_s, 2.0 * dram / (copy_gbps * 1e9));
+  const double dram_s = o.dram_bytes > 0 ? 3.0 * o.threads.size() * (rp.reps + 1) * dram_per + 2.0 * dram / (copy_gbps * 1e9) : 0.0;
+  return cases * (rp.reps + 1) * per + setup + dram_s;
 }
 
 }  // namespace slidedp::profiler

@@ -81,6 +81,7 @@ StagePlan plan_for(const ProfileOptions& o, int cores, const std::vector<int>& t
     case ProfileScale::kSmoke:
       p.repeat = {2, 0.002, 64};
       p.host.array_bytes = 1 * MiB;
+      p.host.dram_bytes = 1 * MiB;
       p.host.contention = {{1, 1}};
       p.update.numel = 64 * KiB;
       p.update.chunk_numels = {16 * KiB, 64 * KiB};
@@ -100,6 +101,7 @@ StagePlan plan_for(const ProfileOptions& o, int cores, const std::vector<int>& t
     case ProfileScale::kQuick:
       p.repeat = {3, 0.02, 1 << 14};
       p.host.array_bytes = std::max(64 * MiB, 2 * llc);
+      p.host.dram_bytes = std::max(256 * MiB, 8 * llc);
       p.host.contention = mixes();
       p.host.contention.resize(1);
       p.update.numel = 8 * MiB;
@@ -117,6 +119,7 @@ StagePlan plan_for(const ProfileOptions& o, int cores, const std::vector<int>& t
     case ProfileScale::kFull:
       p.repeat = {5, 0.05, 1 << 14};
       p.host.array_bytes = std::max(256 * MiB, 8 * llc);
+      p.host.dram_bytes = p.host.array_bytes;
       p.host.contention = mixes();
       p.update.numel = 32 * MiB;
       p.update.chunk_numels = {64 * KiB, 1 * MiB, 32 * MiB};
@@ -443,6 +446,13 @@ ProfileResult run_profile(const ProfileOptions& options) {
   hw.sources["cpu.cores"] = "sched_getaffinity of the profiling process";
   hw.sources["host.mem_bw_gbps"] = fmt::format(
       "{}: highest host-memory rate of any case ({}); STREAM counting", by, r.host_memory.best_case);
+  if (r.host_memory.dram_bytes > 0 && !r.host_memory.by_threads.empty()) {
+    const auto& all = r.host_memory.by_threads.back();
+    hw.sources["host.mem_bw_gbps"] += fmt::format(
+        "; in DRAM ({} buffers, {} threads): read {:.1f}, non-temporal write {:.1f}, copy {:.1f} GB/s",
+        format_bytes(static_cast<double>(r.host_memory.dram_bytes)), all.threads, all.dram_read_gbps.median,
+        all.dram_write_gbps.median, all.dram_copy_gbps.median);
+  }
   hw.sources["host.ram_bytes"] = "sysconf(_SC_PHYS_PAGES) x page size";
 
   auto fit_source = [&](const LinkCurve& c, const std::string& what) {

@@ -96,7 +96,18 @@ std::string profile_tables(const ProfileResult& r, bool md) {
     for (const auto& row : r.host_memory.by_threads)
       t.add_row({std::to_string(row.threads), f3(row.copy_gbps.median), pct(row.copy_gbps.relative()),
                  f3(row.triad_gbps.median), pct(row.triad_gbps.relative())});
-    out += section("Host memory (copy counts read + write; triad 12 B/element)", t, md);
+    out += section("Host memory, profile working set (copy counts read + write; triad 12 B/element)", t, md);
+  }
+  if (r.host_memory.dram_bytes > 0) {
+    Table t({"threads", "read", "+-", "write (non-temporal)", "+-", "copy", "+-"},
+            {"", "GB/s", "%", "GB/s", "%", "GB/s", "%"});
+    for (const auto& row : r.host_memory.by_threads)
+      t.add_row({std::to_string(row.threads), f3(row.dram_read_gbps.median), pct(row.dram_read_gbps.relative()),
+                 f3(row.dram_write_gbps.median), pct(row.dram_write_gbps.relative()), f3(row.dram_copy_gbps.median),
+                 pct(row.dram_copy_gbps.relative())});
+    out += section(fmt::format("Host memory in DRAM ({} buffers; copy counts read + write)",
+                               format_bytes(static_cast<double>(r.host_memory.dram_bytes))),
+                   t, md);
   }
   if (!r.host_memory.contention.empty()) {
     Table t({"copy threads", "triad threads", "triad", "+-", "copies", "+-", "total", "+-"},

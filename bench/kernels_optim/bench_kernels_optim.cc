@@ -1,9 +1,13 @@
-// bench_kernels_optim: params/s and GB/s of the CPU optimizer kernels next to a STREAM-like triad
-// measured by this binary in the same run, at 16M, 64M and 256M elements, on 1 and all threads.
-// GB/s counts the bytes each kernel must move (reads + writes, STREAM convention: write-allocate
-// reads not counted), from the per-element formulas in kBytes* below. At exit a summary table gives
-// each kernel's GB/s as a fraction of the triad at the same size and thread count; --summary_csv=PATH
-// writes it with provenance (date, git revision, CPU, SIMD level).
+// bench_kernels_optim: params/s and GB/s of the CPU optimizer kernels next to the host-memory
+// roofline measured by this binary in the same run, at 16M, 64M and 256M elements (every buffer
+// several times the last-level cache), on 1 and all threads. GB/s counts the bytes each kernel must
+// move (reads + writes; write-allocate reads not counted), from the per-element splits in kBytes*
+// below. The roofline of a kernel is the time DRAM needs for its bytes at this run's own probe rates
+// (kernels/cpu/optim/stream_bandwidth.h, over buffers of the same size and thread count):
+//   reads / read GB/s + writes / non-temporal write GB/s,
+// and each kernel's "of roofline" is that time over its measured time. The STREAM triad is kept as one
+// more kernel (its own roofline applies to it too). --summary_csv=PATH writes the summary with
+// provenance (date, git revision, CPU, SIMD level).
 //
 //   build/bin/bench_kernels_optim [--sizes=16M,64M,256M] [--summary_csv=results/...csv]
 //                                 [google benchmark flags, e.g. --benchmark_filter=adamw]
@@ -28,22 +32,30 @@
 #include "kernels/cpu/optim/bf16_convert.h"
 #include "kernels/cpu/optim/grad_reduce.h"
 #include "kernels/cpu/optim/simd_level.h"
+#include "kernels/cpu/optim/stream_bandwidth.h"
 #include "kernels/cpu/optim/sum_squares.h"
 #include "kernels/cpu/optim/triad.h"
 
 namespace slidedp::kernels {
 namespace {
 
-// Bytes per element each kernel must move. Reads first, then writes.
-constexpr double kBytesTriad = (4 + 4) + 4;                                    // b, c -> a
-constexpr double kBytesAdamwBf16Grad = (4 + 2 + 4 + 4) + (4 + 4 + 4 + 2);      // p g m v -> p m v mirror = 28
-constexpr double kBytesAdamwFp32Grad = (4 + 4 + 4 + 4) + (4 + 4 + 4 + 2);      // = 30
-constexpr double kBytesAdamwFp32GradNoMirror = (4 + 4 + 4 + 4) + (4 + 4 + 4);  // torch's work = 28
-constexpr int kSlots = 4;                                                      // ranks of the reduction cases
-constexpr double kBytesReduceBf16 = 2.0 * kSlots + 4;                          // N bf16 slots -> fp32 = 12
-constexpr double kBytesFusedBf16 = (4 + 2.0 * kSlots + 4 + 4) + (4 + 4 + 4 + 2);  // = 34
-constexpr double kBytesConvert = 4 + 2;                                           // either direction
-constexpr double kBytesSumSquaresF32 = 4;
+// Bytes per element each kernel must read and write.
+struct Bytes {
+  double read, write;
+  double total() const { return read + write; }
+};
+constexpr Bytes kBytesRead{4, 0};                                   // the read probe over an fp32 array
+constexpr Bytes kBytesWrite{0, 4};                                  // the non-temporal write probe
+constexpr Bytes kBytesTriad{4 + 4, 4};                              // b, c -> a
+constexpr Bytes kBytesAdamwBf16Grad{4 + 2 + 4 + 4, 4 + 4 + 4 + 2};  // p g m v -> p m v mirror = 28
+constexpr Bytes kBytesAdamwFp32Grad{4 + 4 + 4 + 4, 4 + 4 + 4 + 2};  // = 30
+constexpr Bytes kBytesAdamwFp32GradNoMirror{4 + 4 + 4 + 4, 4 + 4 + 4};  // torch's work = 28
+constexpr int kSlots = 4;                                               // ranks of the reduction cases
+constexpr Bytes kBytesReduceBf16{2.0 * kSlots, 4};                      // N bf16 slots -> fp32 = 12
+constexpr Bytes kBytesFusedBf16{4 + 2.0 * kSlots + 4 + 4, 4 + 4 + 4 + 2};  // = 34
+constexpr Bytes kBytesToBf16{4, 2};
+constexpr Bytes kBytesToF32{2, 4};
+constexpr Bytes kBytesSumSquaresF32{4, 0};
 
 // A host array, 2 MiB aligned with transparent huge pages requested (fewer TLB misses for every
 // kernel alike, including the triad), first touched by the pool that will use it.
@@ -114,12 +126,13 @@ Workspace& workspace(int64_t n) {
 
 struct Case {
   std::string kernel;
-  double bytes_per_element;
+  Bytes bytes;
   int order;  // registration order: the summary lists rows in it, whatever order they ran in
 };
 std::map<std::string, Case> g_cases;  // benchmark name -> case
 
-void set_counters(benchmark::State& state, int64_t n, double bytes_per_element) {
+void set_counters(benchmark::State& state, int64_t n, Bytes bytes) {
+  const double bytes_per_element = bytes.total();
   const double elements = static_cast<double>(n) * static_cast<double>(state.iterations());
   state.counters["params_per_s"] = benchmark::Counter(elements, benchmark::Counter::kIsRate);
   state.counters["bytes_per_s"] = benchmark::Counter(elements * bytes_per_element, benchmark::Counter::kIsRate,
@@ -133,14 +146,33 @@ AdamwHyper bench_hyper() {
   return h;
 }
 
-// Runs `call` as the timed body and reports the counters of `bytes_per_element`.
+// Runs `call` as the timed body and reports the counters of `bytes` per element.
 template <class Call>
-void run(benchmark::State& state, int64_t n, double bytes_per_element, const Call& call) {
+void run(benchmark::State& state, int64_t n, Bytes bytes, const Call& call) {
   for (auto _ : state) {
     call();
     benchmark::ClobberMemory();
   }
-  set_counters(state, n, bytes_per_element);
+  set_counters(state, n, bytes);
+}
+
+void bench_read(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace(n);
+  ThreadPool& pool = pool_of(threads);
+  unsigned char x = 0;
+  run(state, n, kBytesRead, [&] {
+    x ^= stream_read(pool, w.m->data, n * 4);
+    benchmark::DoNotOptimize(x);
+  });
+}
+
+// Writes the fp32 output buffer the triad and the reductions write (their values do not matter to
+// the kernels that read it next: the triad and reductions overwrite it, AdamW's fp32-gradient cases
+// read it, and 0x3C bytes are 0.0115 as fp32, a normal gradient).
+void bench_write(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace(n);
+  ThreadPool& pool = pool_of(threads);
+  run(state, n, kBytesWrite, [&] { stream_write_nontemporal(pool, w.g32->data, n * 4, 0x3C); });
 }
 
 void bench_triad(benchmark::State& state, int64_t n, int threads) {
@@ -182,13 +214,13 @@ void bench_fused_bf16(benchmark::State& state, int64_t n, int threads) {
 void bench_to_bf16(benchmark::State& state, int64_t n, int threads) {
   Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
-  run(state, n, kBytesConvert, [&] { f32_to_bf16(pool, w.p->data, w.mirror->data, n); });
+  run(state, n, kBytesToBf16, [&] { f32_to_bf16(pool, w.p->data, w.mirror->data, n); });
 }
 
 void bench_to_f32(benchmark::State& state, int64_t n, int threads) {
   Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
-  run(state, n, kBytesConvert, [&] { bf16_to_f32(pool, w.slot[0]->data, w.g32->data, n); });
+  run(state, n, kBytesToF32, [&] { bf16_to_f32(pool, w.slot[0]->data, w.g32->data, n); });
 }
 
 void bench_sum_squares(benchmark::State& state, int64_t n, int threads) {
@@ -212,10 +244,12 @@ void register_all(const std::vector<int64_t>& sizes) {
   using Fn = void (*)(benchmark::State&, int64_t, int);
   struct Kernel {
     const char* name;
-    double bytes;
+    Bytes bytes;
     Fn fn;
   };
   const Kernel kernels[] = {
+      {"read", kBytesRead, bench_read},
+      {"write_nontemporal", kBytesWrite, bench_write},
       {"triad", kBytesTriad, bench_triad},
       {"adamw_bf16grad_mirror", kBytesAdamwBf16Grad, bench_adamw_bf16},
       {"adamw_fp32grad_mirror", kBytesAdamwFp32Grad,
@@ -224,8 +258,8 @@ void register_all(const std::vector<int64_t>& sizes) {
        [](benchmark::State& s, int64_t n, int t) { bench_adamw_fp32(s, n, t, false); }},
       {"reduce_4xbf16", kBytesReduceBf16, bench_reduce_bf16},
       {"fused_reduce_4xbf16_adamw", kBytesFusedBf16, bench_fused_bf16},
-      {"f32_to_bf16", kBytesConvert, bench_to_bf16},
-      {"bf16_to_f32", kBytesConvert, bench_to_f32},
+      {"f32_to_bf16", kBytesToBf16, bench_to_bf16},
+      {"bf16_to_f32", kBytesToF32, bench_to_f32},
       {"sum_squares_f32", kBytesSumSquaresF32, bench_sum_squares},
   };
   for (int64_t n : sizes) {
@@ -277,11 +311,13 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     std::FILE* out = stdout;
     std::fprintf(out, "\nRoofline summary (%s, simd %s, %s)\n", prov.cpu_model.c_str(),
                  simd_description().c_str(), date.c_str());
-    std::fprintf(out, "%-28s %6s %7s %6s %12s %9s %9s %9s\n", "kernel", "size", "threads", "B/elem",
-                 "Gparams/s", "GB/s", "triadGB/s", "of triad");
+    std::fprintf(out, "%-28s %6s %7s %8s %12s %9s %12s %11s\n", "kernel", "size", "threads", "B/elem",
+                 "Gparams/s", "GB/s", "roofline G/s", "of roofline");
+    std::fprintf(out, "%-28s %6s %7s %8s\n", "", "", "", "(r+w)");
     std::string csv =
-        "date_utc,git_revision,host,cpu_model,simd,kernel,numel,threads,bytes_per_element,seconds_per_call,"
-        "params_per_s,gb_per_s,triad_gb_per_s,fraction_of_triad\n";
+        "date_utc,git_revision,host,cpu_model,simd,kernel,numel,threads,read_bytes_per_element,"
+        "write_bytes_per_element,seconds_per_call,params_per_s,gb_per_s,dram_read_gb_per_s,"
+        "dram_write_gb_per_s,roofline_params_per_s,fraction_of_roofline\n";
     std::sort(order_.begin(), order_.end(),
               [](const std::string& a, const std::string& b) { return g_cases.at(a).order < g_cases.at(b).order; });
     for (const std::string& name : order_) {
@@ -293,18 +329,27 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       const std::string threads = name.substr(b + 9);
       const int64_t numel = parse_size(size);
       const double params_per_s = static_cast<double>(numel) / row.seconds;
-      const double gbps = params_per_s * c.bytes_per_element / 1e9;
-      double triad_gbps = 0;
-      auto t = rows_.find("triad/" + size + "/threads:" + threads);
-      if (t != rows_.end()) triad_gbps = static_cast<double>(numel) / t->second.seconds * kBytesTriad / 1e9;
-      const double frac = triad_gbps > 0 ? gbps / triad_gbps : 0.0;
-      std::fprintf(out, "%-28s %6s %7s %6.0f %12.3f %9.1f %9.1f %8.0f%%\n", c.kernel.c_str(), size.c_str(),
-                   threads.c_str(), c.bytes_per_element, params_per_s / 1e9, gbps, triad_gbps, 100 * frac);
+      const double gbps = params_per_s * c.bytes.total() / 1e9;
+      // This run's DRAM rates at the same size and thread count (GB/s; 0 when a probe was filtered out).
+      auto probe = [&](const char* kernel, double bytes_per_element) {
+        auto t = rows_.find(std::string(kernel) + "/" + size + "/threads:" + threads);
+        return t == rows_.end() ? 0.0 : static_cast<double>(numel) / t->second.seconds * bytes_per_element / 1e9;
+      };
+      const double read_gbps = probe("read", kBytesRead.read), write_gbps = probe("write_nontemporal", kBytesWrite.write);
+      double roofline = 0;  // params/s
+      if ((c.bytes.read == 0 || read_gbps > 0) && (c.bytes.write == 0 || write_gbps > 0)) {
+        const double s_per_param = (c.bytes.read > 0 ? c.bytes.read / (read_gbps * 1e9) : 0.0) +
+                                   (c.bytes.write > 0 ? c.bytes.write / (write_gbps * 1e9) : 0.0);
+        roofline = s_per_param > 0 ? 1.0 / s_per_param : 0.0;
+      }
+      const double frac = roofline > 0 ? params_per_s / roofline : 0.0;
+      std::fprintf(out, "%-28s %6s %7s %4.0f+%-3.0f %12.3f %9.1f %12.3f %10.0f%%\n", c.kernel.c_str(), size.c_str(),
+                   threads.c_str(), c.bytes.read, c.bytes.write, params_per_s / 1e9, gbps, roofline / 1e9, 100 * frac);
       char line[1024];
-      std::snprintf(line, sizeof(line), "%s,%s,%s,\"%s\",%s,%s,%lld,%s,%.0f,%.6g,%.6g,%.4g,%.4g,%.4f\n",
+      std::snprintf(line, sizeof(line), "%s,%s,%s,\"%s\",%s,%s,%lld,%s,%.0f,%.0f,%.6g,%.6g,%.4g,%.4g,%.4g,%.6g,%.4f\n",
                     date.c_str(), prov.git_revision.c_str(), prov.host.c_str(), prov.cpu_model.c_str(),
-                    simd_description().c_str(), c.kernel.c_str(), static_cast<long long>(numel),
-                    threads.c_str(), c.bytes_per_element, row.seconds, params_per_s, gbps, triad_gbps, frac);
+                    simd_description().c_str(), c.kernel.c_str(), static_cast<long long>(numel), threads.c_str(),
+                    c.bytes.read, c.bytes.write, row.seconds, params_per_s, gbps, read_gbps, write_gbps, roofline, frac);
       csv += line;
     }
     if (!csv_path_.empty()) {

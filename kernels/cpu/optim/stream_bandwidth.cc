@@ -1,0 +1,95 @@
+// Host-memory bandwidth probes; see stream_bandwidth.h.
+#include "kernels/cpu/optim/stream_bandwidth.h"
+
+#include <atomic>
+#include <cstring>
+
+#if defined(__x86_64__) || defined(_M_X64)
+#include <emmintrin.h>
+#define SLIDEDP_STREAM_SSE2 1
+#else
+#define SLIDEDP_STREAM_SSE2 0
+#endif
+
+namespace slidedp::kernels {
+namespace {
+
+// XOR of the 64-bit words of [p, p + bytes), the ragged ends byte by byte; every byte lands in one
+// byte lane of the result, so folding the lanes (fold_bytes) gives the XOR of all bytes.
+uint64_t read_tile(const std::byte* p, int64_t bytes) {
+  uint64_t acc = 0;
+  int64_t i = 0;
+#if SLIDEDP_STREAM_SSE2
+  // Four independent 16-byte accumulators: one cache line per iteration, no dependency chain that
+  // would limit the loads.
+  const auto head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(p) % 16) % 16);
+  for (; i < head && i < bytes; ++i) acc ^= static_cast<uint64_t>(p[i]);
+  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+  for (; i + 64 <= bytes; i += 64) {
+    const auto* q = reinterpret_cast<const __m128i*>(p + i);
+    a0 = _mm_xor_si128(a0, _mm_load_si128(q));
+    a1 = _mm_xor_si128(a1, _mm_load_si128(q + 1));
+    a2 = _mm_xor_si128(a2, _mm_load_si128(q + 2));
+    a3 = _mm_xor_si128(a3, _mm_load_si128(q + 3));
+  }
+  alignas(16) uint64_t lanes[2];
+  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), _mm_xor_si128(_mm_xor_si128(a0, a1), _mm_xor_si128(a2, a3)));
+  acc ^= lanes[0] ^ lanes[1];
+#endif
+  for (; i + 8 <= bytes; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    acc ^= w;
+  }
+  for (; i < bytes; ++i) acc ^= static_cast<uint64_t>(p[i]);
+  return acc;
+}
+
+void write_tile(std::byte* p, int64_t bytes, unsigned char value) {
+  int64_t i = 0;
+#if SLIDEDP_STREAM_SSE2
+  const auto head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(p) % 16) % 16);
+  for (; i < head && i < bytes; ++i) p[i] = static_cast<std::byte>(value);
+  const __m128i v = _mm_set1_epi8(static_cast<char>(value));
+  for (; i + 64 <= bytes; i += 64) {
+    auto* q = reinterpret_cast<__m128i*>(p + i);
+    _mm_stream_si128(q, v);
+    _mm_stream_si128(q + 1, v);
+    _mm_stream_si128(q + 2, v);
+    _mm_stream_si128(q + 3, v);
+  }
+  _mm_sfence();  // the streaming stores are weakly ordered: make them visible before returning
+#endif
+  for (; i < bytes; ++i) p[i] = static_cast<std::byte>(value);
+}
+
+unsigned char fold_bytes(uint64_t x) {
+  x ^= x >> 32;
+  x ^= x >> 16;
+  x ^= x >> 8;
+  return static_cast<unsigned char>(x);
+}
+
+}  // namespace
+
+unsigned char stream_read(ThreadPool& pool, const void* src, int64_t bytes) {
+  const auto* p = static_cast<const std::byte*>(src);
+  std::atomic<unsigned> acc{0};
+  pool.parallel_for_range(0, bytes, kStreamTileBytes,
+                          [&](int64_t b, int64_t e) { acc.fetch_xor(fold_bytes(read_tile(p + b, e - b)), std::memory_order_relaxed); });
+  return static_cast<unsigned char>(acc.load());
+}
+
+void stream_write_nontemporal(ThreadPool& pool, void* dst, int64_t bytes, unsigned char value) {
+  auto* p = static_cast<std::byte*>(dst);
+  pool.parallel_for_range(0, bytes, kStreamTileBytes, [&](int64_t b, int64_t e) { write_tile(p + b, e - b, value); });
+}
+
+void stream_copy(ThreadPool& pool, void* dst, const void* src, int64_t bytes) {
+  auto* d = static_cast<std::byte*>(dst);
+  const auto* s = static_cast<const std::byte*>(src);
+  pool.parallel_for_range(0, bytes, kStreamTileBytes,
+                          [&](int64_t b, int64_t e) { std::memcpy(d + b, s + b, static_cast<std::size_t>(e - b)); });
+}
+
+}  // namespace slidedp::kernels
