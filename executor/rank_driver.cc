@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "kernels/cpu/optim/bf16_convert.h"
 
 namespace slidedp::exec {
 
@@ -34,6 +35,12 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
   for (int l = 0; l < L_; ++l)
     if (config.plan.layer_policy(l, L_) == ActivationPolicy::kOffload)
       offload_host_[l] = backend.alloc_host(hidden, true);
+  if (config.convert_on_load) {
+    SLIDEDP_CHECK(config.plan.param_route == ParamRoute::kReplicated || config.ranks == 1,
+                  "conversion on load is SlideFormer's replicated delivery");
+    const int64_t bytes = std::min(state.chunk_numel(), layout.max_unit_numel()) * dtype_bytes(device_.param_dtype());
+    for (HostBuffer& b : convert_staging_) b = backend.alloc_host(bytes, true);
+  }
 }
 
 RankDriver::~RankDriver() = default;
@@ -89,7 +96,36 @@ RankDriver::Delivered RankDriver::acquire(int64_t step, int unit) {
   for (int64_t k = 0; k < us.chunks; ++k) {
     auto [b, e] = state_.chunk_range(unit, k);
     h2d.wait_counter(*us.updated[static_cast<size_t>(k)], static_cast<uint64_t>(step));
-    if (!sharded) {
+    if (config_.convert_on_load) {
+      // This rank converts the chunk from the fp32 master into its staging buffer, then copies it.
+      Stream& conv = device_.comm();
+      conv.wait_counter(*us.updated[static_cast<size_t>(k)], static_cast<uint64_t>(step));
+      const int sb = static_cast<int>(convert_counter_++ % 2);
+      conv.wait(staging_copied_[sb]);  // the buffer's previous copy has read it
+      std::byte* staging = convert_staging_[sb].ptr;
+      const float* src = us.master_f32() + b;
+      const int64_t n = e - b;
+      const bool to_bf16 = device_.param_dtype() == DType::kBF16;
+      const TargetPacing* pacing = config_.pacing;
+      const int rank = config_.rank;
+      Backend* backend = &backend_;
+      const SpanTag span_tag = tag("convert", "fp32->bf16", step, unit, k);
+      conv.host_fn([=] {
+        const double t0 = backend->tracing() ? backend->trace_clock_s() : 0.0;
+        int flow = -1;
+        if (pacing) {
+          const PacedWork w = pacing->convert(rank, unit, n);
+          flow = pacing->pacer().begin(w.usages, w.work, w.delay_s);
+        }
+        if (to_bf16) kernels::f32_to_bf16(src, reinterpret_cast<bf16_bits*>(staging), n);
+        else std::memcpy(staging, src, static_cast<size_t>(n) * 4);
+        if (flow >= 0) pacing->pacer().finish(flow);
+        if (backend->tracing()) backend->add_span({rank, "convert", span_tag, t0, backend->trace_clock_s()});
+      });
+      h2d.wait(conv.record());
+      h2d.copy_h2d(buf, b * pbytes, staging, n * pbytes, tag("h2d", "params", step, unit, k));
+      staging_copied_[sb] = h2d.record();
+    } else if (!sharded) {
       h2d.copy_h2d(buf, b * pbytes, us.mirror.ptr + b * pbytes, (e - b) * pbytes, tag("h2d", "params", step, unit, k));
     } else {
       ShardRange s = shard_range(e - b, config_.ranks, config_.rank);
@@ -118,6 +154,13 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
   const bool gpu_route = config_.plan.grad_route == GradRoute::kGpu && config_.ranks > 1;
   if (!gpu_route) {
     d2h.wait(converted);
+    // SlideFormer's one shared gradient buffer: unit u's gradient leaves once unit u+1 is updated
+    // (on the last micro-step, the one that updates).
+    const bool last_micro = micro == config_.plan.accum_steps - 1;
+    if (config_.shared_grad_buffer && last_micro && part == GradPart::kOwn && unit + 1 < U_) {
+      const UnitState& next = state_.unit(unit + 1);
+      for (const auto& counter : next.updated) d2h.wait_counter(*counter, static_cast<uint64_t>(step + 1));
+    }
     for (int64_t k = 0; k < chunks; ++k) {
       const int64_t b = k * chunk, e = std::min(numel, b + chunk);
       StagingRing::Slot slot = ring_.next();

@@ -14,6 +14,7 @@
 #include "executor/backend.h"
 #include "executor/host_state.h"
 #include "executor/run_control.h"
+#include "executor/target_pacing.h"
 #include "executor/updater.h"
 #include "io/sequence_sampler.h"
 #include "model/plan.h"
@@ -34,6 +35,13 @@ struct DriverConfig {
   // Test hook: throw from this rank's compute stream at (step, unit) of backward; -1 disables.
   int64_t inject_throw_step = -1;
   int inject_throw_unit = -1;
+  // SlideFormer's data movement (executor --system slideformer-dp): each delivery chunk is converted
+  // from the fp32 master into this rank's own pinned staging on a host thread (the comm stream's: the
+  // route uses no collectives), then copied; and the gradient of unit u leaves only after unit u+1 has
+  // been updated (one shared pinned gradient buffer).
+  bool convert_on_load = false;
+  bool shared_grad_buffer = false;
+  const TargetPacing* pacing = nullptr;  // paces the conversions (slidedp-run --emulate); may be null
 };
 
 class RankDriver {
@@ -90,6 +98,10 @@ class RankDriver {
   std::map<int, HostBuffer> offload_host_;
   std::map<int, EventPtr> offload_read_;  // layer -> the last prefetch that read its host buffer
   std::map<int, EventPtr> drain_;  // unit -> event after which its gradient buffers drained
+  // convert_on_load: two staging buffers of one chunk, and the copy that last read each.
+  HostBuffer convert_staging_[2];
+  EventPtr staging_copied_[2];
+  int64_t convert_counter_ = 0;
 };
 
 }  // namespace slidedp::exec

@@ -1,5 +1,5 @@
-// Target pacing; see target_pacing.h. Every figure comes from build_step_work for SlideDP on the
-// target, the same numbers the analytical model and the simulator schedule.
+// Target pacing; see target_pacing.h. Every figure comes from build_step_work for the run's system on
+// the target, the same numbers the analytical model and the simulator schedule.
 #include "executor/target_pacing.h"
 
 #include <fmt/format.h>
@@ -27,14 +27,15 @@ void require(bool ok, const std::string& origin, const std::string& key, const s
 
 }  // namespace
 
-TargetPacing::TargetPacing(const Workload& w, const Hardware& target, const Plan& plan, double time_scale)
+TargetPacing::TargetPacing(const Workload& w, const Hardware& target, const Plan& plan, double time_scale,
+                           System system)
     : target_name_(target.name) {
   if (!(time_scale > 0) || !std::isfinite(time_scale))
     throw InputError("--time-scale", fmt::format("{} must be a positive number", time_scale));
   if (target.gpu.emulated_on_host)
     throw InputError(target.name + ": gpu.emulated_on_host",
                      "the target is itself the CPU backend; emulate a machine with GPUs (e.g. h100-sxm-x4)");
-  sw_ = build_step_work(w, target, plan, System::kSlideDP);
+  sw_ = build_step_work(w, target, plan, system);
   const Capacities& c = sw_.cap;
   require(c.h2d_alone_Bps > 0 && c.d2h_alone_Bps > 0, target.name, "host_link", "positive h2d_gbps and d2h_gbps");
   require(c.h2d_root_Bps > 0 && c.d2h_root_Bps > 0 && c.duplex_Bps > 0, target.name, "host_link",
@@ -112,8 +113,9 @@ HostPassTimes time_host_passes(const Workload& w, const Plan& plan) {
 
 }  // namespace
 
-double TargetPacing::measured_time_scale(const Workload& w, const Hardware& target, const Plan& plan) {
-  const StepWork t = build_step_work(w, target, plan, System::kSlideDP);
+double TargetPacing::measured_time_scale(const Workload& w, const Hardware& target, const Plan& plan,
+                                         System system) {
+  const StepWork t = build_step_work(w, target, plan, system);
   const HostPassTimes h = time_host_passes(w, plan);
   double ratio = 1.0;
   for (const UnitWork& u : t.units) {
@@ -161,14 +163,28 @@ PacedWork TargetPacing::collective(int rank, bool all_gather, double bytes_per_p
   return p;
 }
 
-PacedWork TargetPacing::update(int unit, int64_t elements, bool last_micro) const {
+PacedWork TargetPacing::update(int unit, int64_t elements, bool last_micro, double rank_share) const {
   const UnitWork& u = sw_.units.at(static_cast<std::size_t>(unit));
-  const double share = u.numel > 0 ? static_cast<double>(elements) / static_cast<double>(u.numel) : 0.0;
+  const double share = u.numel > 0 ? rank_share * static_cast<double>(elements) / static_cast<double>(u.numel) : 0.0;
   PacedWork p;
   const double thread_s = (last_micro ? u.cpu_last_thread_s : u.cpu_accum_thread_s) * share;
   const double host_mem = (last_micro ? u.cpu_last_host_mem_bytes : u.cpu_accum_host_mem_bytes) * share;
   p.usages = pacer_->resources().cpu(thread_s, host_mem);
   p.work = thread_s;
+  p.delay_s = sw_.traits.barriers_per_chunk * sw_.cap.link_latency_s;
+  return p;
+}
+
+PacedWork TargetPacing::convert(int rank, int unit, int64_t elements) const {
+  const UnitWork& u = sw_.units.at(static_cast<std::size_t>(unit));
+  PacedWork p;
+  if (u.deliver_convert_thread_s <= 0 || u.numel <= 0) return p;
+  const double share = static_cast<double>(elements) / static_cast<double>(u.numel);
+  // Host-memory traffic of the conversion itself: the delivery's, less the DMA's read of the result
+  // (a real target's copy reads host memory once).
+  const double host_mem = u.deliver_host_mem_bytes - u.deliver_h2d_bytes;
+  p.usages = pacer_->resources().conversion(rank, host_mem / u.deliver_convert_thread_s);
+  p.work = u.deliver_convert_thread_s * share;
   return p;
 }
 

@@ -14,6 +14,7 @@
 #include "model/hardware.h"
 #include "model/plan.h"
 #include "model/step_work.h"
+#include "model/system.h"
 #include "model/workload.h"
 
 namespace slidedp::exec {
@@ -26,8 +27,10 @@ struct PacedWork {
 
 class TargetPacing {
  public:
-  // Throws InputError naming `target.name` when the profile lacks a rate the pacing needs.
-  TargetPacing(const Workload& w, const Hardware& target, const Plan& plan, double time_scale);
+  // Throws InputError naming `target.name` when the profile lacks a rate the pacing needs. `system`:
+  // whose data movement the run does (the baselines' work differs, model/step_work.h).
+  TargetPacing(const Workload& w, const Hardware& target, const Plan& plan, double time_scale,
+               System system = System::kSlideDP);
 
   const std::string& target_name() const { return target_name_; }
   double time_scale() const { return pacer_->time_scale(); }
@@ -42,9 +45,13 @@ class TargetPacing {
   // or the reduce-scatter's bus bandwidth. Every rank paces its own part (after the rendezvous), so a
   // collective takes as long as the simulator's one task over all ports.
   PacedWork collective(int rank, bool all_gather, double bytes_per_port) const;
-  // The host's update work for `elements` of `unit` (all ranks' contributions): the fused reduce +
-  // AdamW on the last micro-step, the accumulation on earlier ones.
-  PacedWork update(int unit, int64_t elements, bool last_micro) const;
+  // The host's update work for `elements` of `unit`: the fused reduce + AdamW on the last micro-step,
+  // the accumulation on earlier ones; `rank_share` of it (1: all ranks' contributions at once; 1/N: one
+  // rank's, when ranks add their gradients one at a time). SlideFormer's two barriers per chunk add
+  // their latency.
+  PacedWork update(int unit, int64_t elements, bool last_micro, double rank_share = 1.0) const;
+  // SlideFormer: one rank's conversion of `elements` of `unit`'s fp32 master to bf16 before delivery.
+  PacedWork convert(int rank, int unit, int64_t elements) const;
   // Verify mode (clipping, skipping): the whole update after the backward, every parameter at once.
   PacedWork post_backward_update() const;
 
@@ -52,7 +59,8 @@ class TargetPacing {
   // forward and backward and the head's pass are timed here (the CPU backend's kernels, one thread,
   // the plan's micro-batch), their largest ratio to the target's time is taken, times the share of a
   // core each emulated device gets (ranks + the updater on this host's cores), times 1.5 for noise.
-  static double measured_time_scale(const Workload& w, const Hardware& target, const Plan& plan);
+  static double measured_time_scale(const Workload& w, const Hardware& target, const Plan& plan,
+                                    System system = System::kSlideDP);
 
  private:
   std::string target_name_;

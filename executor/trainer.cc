@@ -156,7 +156,12 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
-  Plan plan = o.plan;
+  if (o.system == System::kZeroOffload || o.system == System::kFsdp2)
+    throw InputError("--system", fmt::format("the executor does not run {} yet (GPU-resident parameters); "
+                                             "slidedp-predict --system {} predicts it",
+                                             system_name(o.system), system_name(o.system)));
+  const SystemTraits traits = system_traits(o.system);
+  Plan plan = plan_for_system(o.plan, o.system, o.card);
   plan.verify_updates = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
   const int N = plan.ranks;
   const int U = layout.num_units();
@@ -185,8 +190,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   if (o.emulate) {
     const Workload w = make_workload(o.card, o.seq_len);
     const Hardware& target = *o.emulate;
-    const double scale = o.time_scale > 0 ? o.time_scale : TargetPacing::measured_time_scale(w, target, plan);
-    pacing = std::make_shared<TargetPacing>(w, target, plan, scale);
+    const double scale = o.time_scale > 0 ? o.time_scale : TargetPacing::measured_time_scale(w, target, plan, o.system);
+    pacing = std::make_shared<TargetPacing>(w, target, plan, scale, o.system);
     result.time_scale = scale;
   }
 
@@ -226,9 +231,12 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   uc.tied = o.card.tie_word_embeddings;
   uc.optimizer = o.optimizer;
   uc.pacing = pacing.get();
+  uc.update_after_backward = traits.update_after_backward;
+  uc.serial_accumulation = traits.lock_serialized_accumulation && uc.route == GradRouteKind::kCpu;
   if (o.optimizer.no_decay.any()) uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
   if (ckpt && ckpt->state.adamw_step >= 0) uc.skipped_steps_before = ckpt->state.optimizer_step - ckpt->state.adamw_step;
-  const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
+  const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
+                      traits.update_after_backward;
 
   HostStateOptions hso;
   hso.chunk_numel = plan.chunk_numel;
@@ -253,8 +261,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   }
   weights.clear();
 
-  const int64_t slot_bytes = uc.route == GradRouteKind::kGpu ? (plan.chunk_numel + N - 1) / N * 4
-                                                              : plan.chunk_numel * dtype_bytes(wire);
+  // A chunk never holds more than the largest unit (SlideFormer's 32M-element chunks on a small model).
+  const int64_t slot_numel = std::min(plan.chunk_numel, layout.max_unit_numel());
+  const int64_t slot_bytes = uc.route == GradRouteKind::kGpu ? (slot_numel + N - 1) / N * 4
+                                                              : slot_numel * dtype_bytes(wire);
   std::vector<std::unique_ptr<StagingRing>> rings;
   std::vector<StagingRing*> ring_ptrs;
   for (int r = 0; r < N; ++r) {
@@ -262,8 +272,11 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     ring_ptrs.push_back(rings.back().get());
   }
 
-  const int threads = o.update_threads > 0 ? o.update_threads
+  // SlideFormer's rank 0 and MegaTrain's main process update with one process's share of the cores.
+  const bool one_process = o.system == System::kSlideFormerDP || o.system == System::kMegaTrain;
+  const int threads = o.update_threads > 0     ? o.update_threads
                       : plan.update_threads > 0 ? plan.update_threads
+                      : one_process             ? std::max(1, ThreadPool::available_cpus() / N)
                                                 : ThreadPool::available_cpus();
   ThreadPool pool(threads);
 
@@ -301,6 +314,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.seq_len = o.seq_len;
     dc.wire_dtype = wire;
     dc.tied = o.card.tie_word_embeddings;
+    dc.convert_on_load = traits.convert_on_load;
+    // (With the update after the backward, waiting for an update inside the backward would deadlock.)
+    dc.shared_grad_buffer = traits.shared_grad_buffer && !verify;
+    dc.pacing = pacing.get();
     if (r == o.inject_rank) {
       dc.inject_nan_step = o.inject_nan_step;
       dc.inject_nan_unit = o.inject_nan_unit;

@@ -21,6 +21,7 @@
 #include "model/model_card.h"
 #include "model/plan.h"
 #include "model/simulator.h"
+#include "model/system.h"
 
 namespace slidedp::exec {
 
@@ -28,6 +29,10 @@ struct TrainOptions {
   ModelCard card;
   int64_t seq_len = 128;
   Plan plan;                           // routes, batch shape, chunking, activation policies, depth
+  // Whose data movement and update placement to run: SlideDP's, or a baseline's as the step model
+  // describes it (model/system.h; plan_for_system overrides the plan's routes, chunk and policies).
+  // The executor runs SlideDP, SlideFormer-DP and MegaTrain; ZeRO-Offload and FSDP2 are refused.
+  System system = System::kSlideDP;
   std::string backend = "cpu";         // "cpu" | "cuda"
   bool exact_fp32 = false;             // fp32 delivery and gradients (exact tests)
   int64_t device_budget_bytes = 0;     // 0: the plan's budget, else 16 GiB per emulated device

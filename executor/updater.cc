@@ -21,12 +21,16 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
       pool_(pool),
       control_(control),
       config_(config),
-      verify_(config.optimizer.clip_grad_norm > 0 || config.optimizer.on_nonfinite == NonFinitePolicy::kSkip) {
+      verify_(config.optimizer.clip_grad_norm > 0 || config.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
+              config.update_after_backward) {
   SLIDEDP_CHECK(static_cast<int>(rings_.size()) == config.ranks, "one staging ring per rank");
   SLIDEDP_CHECK(config.no_decay_ranges.empty() || static_cast<int>(config.no_decay_ranges.size()) == state.num_units(),
                 "no-decay ranges: one list per unit");
   skipped_steps_.store(config.skipped_steps_before);
-  const int64_t per_chunk = config.route == GradRouteKind::kGpu ? config.ranks : 1;
+  SLIDEDP_CHECK(!config.serial_accumulation || (verify_ && config.route == GradRouteKind::kCpu),
+                "serial accumulation is MegaTrain's: the cpu route with the update after the backward");
+  // Accumulation jobs per chunk and micro-step: one per rank's shard (gpu route) or per rank (serial).
+  const int64_t per_chunk = config.route == GradRouteKind::kGpu || config.serial_accumulation ? config.ranks : 1;
   for (int u = 0; u < state.num_units(); ++u) expected_chunks_ += state.unit(u).chunks;
   expected_accumulations_ = expected_chunks_ * config.accum_steps * per_chunk;
   if (config.tied) expected_accumulations_ += state.unit(0).chunks * config.accum_steps * per_chunk;
@@ -96,6 +100,24 @@ void Updater::arrive(const ChunkArrival& a) {
   };
   if (config_.route == GradRouteKind::kGpu) {
     make_job({a}, a.rank);  // a reduced shard: independent of the other ranks' shards
+  } else if (config_.serial_accumulation) {
+    // One job per rank, queued in rank order (the single updater thread runs them in queue order):
+    // rank r's gradient is added once ranks 0..r-1 have been queued, whatever order they landed in.
+    const auto key = std::make_tuple(a.micro, a.unit, a.chunk, static_cast<int>(a.part));
+    auto& parts = info.pending[key];
+    parts.push_back(a);
+    int& next = info.serial_next[key];
+    for (bool found = true; found && next < config_.ranks;) {
+      found = false;
+      for (auto p = parts.begin(); p != parts.end(); ++p)
+        if (p->rank == next) {
+          make_job({*p}, -1);  // every rank adds into the one accumulator
+          parts.erase(p);
+          ++next, found = true;
+          break;
+        }
+    }
+    if (next == config_.ranks) info.pending.erase(key), info.serial_next.erase(key);
   } else {
     auto& parts = info.pending[{a.micro, a.unit, a.chunk, static_cast<int>(a.part)}];
     parts.push_back(a);
@@ -176,7 +198,9 @@ kernels::AdamwHyper Updater::hyper(int64_t step, double lr, double clip_coef) co
 int Updater::begin_paced(const Job& job) const {
   if (!config_.pacing) return -1;
   const ChunkArrival& a = job.parts.front();
-  const PacedWork p = config_.pacing->update(job.unit, a.end - a.begin, job.kind == Job::kUpdate);
+  // A job of one rank's gradient (serial accumulation) is that rank's share of the unit's host work.
+  const double rank_share = config_.serial_accumulation ? 1.0 / config_.ranks : 1.0;
+  const PacedWork p = config_.pacing->update(job.unit, a.end - a.begin, job.kind == Job::kUpdate, rank_share);
   return config_.pacing->pacer().begin(p.usages, p.work, p.delay_s);
 }
 

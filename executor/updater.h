@@ -8,9 +8,10 @@
 //  * overlapped (default): the last micro-step's chunks are reduced and updated in one fused pass;
 //    earlier micro-steps accumulate into fp32. The loss of every rank is checked before the first
 //    update; with check_grads, each chunk's reduced gradient is checked before it is applied.
-//  * verify (gradient clipping, or skipping non-finite steps): every chunk is first accumulated and
-//    the global gradient norm measured; only then are all chunks updated (unit 0 first, so the next
-//    step can start). This exposes the whole update after backward: that is the price of clipping.
+//  * verify (gradient clipping, or skipping non-finite steps; and MegaTrain's schedule): every chunk is
+//    first accumulated and the global gradient norm measured; only then are all chunks updated (unit 0
+//    first, so the next step can start). This exposes the whole update after backward: that is the
+//    price of clipping.
 #pragma once
 
 #include <atomic>
@@ -62,6 +63,11 @@ struct UpdaterConfig {
   std::function<double()> clock;  // time base of on_job (the backend's trace clock)
   // Run at a target machine's CPU and host-memory rates (slidedp-run --emulate); null: this host's.
   const TargetPacing* pacing = nullptr;
+  // Baselines' update placement (executor --system): MegaTrain accumulates every micro-step's
+  // gradients and runs one optimizer step after the backward (the verify mode's schedule), and adds
+  // each rank's gradient on its own, one at a time (its global lock), in rank order.
+  bool update_after_backward = false;
+  bool serial_accumulation = false;
 };
 
 // One rank's gradient payload in a staging slot: elements [begin, end) of `unit`.
@@ -120,6 +126,7 @@ class Updater {
   struct StepInfo {
     double lr = 0;
     std::map<std::tuple<int, int, int64_t, int>, std::vector<ChunkArrival>> pending;  // (micro, unit, chunk, part)
+    std::map<std::tuple<int, int, int64_t, int>, int> serial_next;  // serial accumulation: next rank to queue
     std::map<std::pair<int, int64_t>, int> written;       // (unit, chunk) -> accumulations applied
     std::map<std::pair<int, int64_t>, int> shards_done;   // gpu route: shards updated per chunk
     int64_t chunks_left = 0;        // own-part chunks of the last micro-step not yet updated

@@ -46,6 +46,10 @@ MachineResources::Usages MachineResources::collective_port(int rank, double busb
   return {{fabric[static_cast<std::size_t>(rank)], cap.allgather_busbw_Bps / busbw}};
 }
 
+MachineResources::Usages MachineResources::conversion(int rank, double host_mem_per_thread_s) const {
+  return {{convert[static_cast<std::size_t>(rank)], 1.0}, {cpu_cores, 1.0}, {host_mem, host_mem_per_thread_s}};
+}
+
 MachineResources::Usages MachineResources::compute(int rank) const {
   Usages u{{gpu[static_cast<std::size_t>(rank)], 1.0}};
   if (cap.emulated) u.push_back({cpu_cores, cap.host_threads_per_device});

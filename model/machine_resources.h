@@ -37,6 +37,9 @@ struct MachineResources {
   Usages collective_port(int rank, double busbw) const;
   // One rank's GPU compute, per second of it (on emulated devices also its threads' cores).
   Usages compute(int rank) const;
+  // SlideFormer's per-rank conversion of the fp32 master to bf16 before a delivery, per thread-second:
+  // the rank's conversion threads, the cores, and host memory at `host_mem_per_thread_s`.
+  Usages conversion(int rank, double host_mem_per_thread_s) const;
   // Host CPU work of the update (reduce + AdamW), per thread-second: the update threads, the cores, and
   // host memory at `host_mem_bytes` over the work's `thread_s` (0: none).
   Usages cpu(double thread_s, double host_mem_bytes) const;

@@ -312,7 +312,8 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
                                           int64_t hidden_bytes_per_token, int64_t wire_bytes, bool tied, bool verify) {
   const double P = static_cast<double>(layout.total_flat_numel), N = plan.ranks;
   const double emb = static_cast<double>(layout.units.front().flat_numel);
-  const double chunk = static_cast<double>(plan.chunk_numel);
+  // A staging slot never holds more than the largest unit (a chunk size beyond it is the whole unit).
+  const double chunk = static_cast<double>(std::min(plan.chunk_numel, layout.max_unit_numel()));
   const double tokens = static_cast<double>(plan.micro_batch * seq_len);
   const int L = layout.num_units() - 2;
   std::vector<MemoryItem> items;

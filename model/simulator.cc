@@ -240,8 +240,7 @@ class GraphBuilder {
         if (w.deliver_convert_thread_s > 0) {
           FluidEngine::Task t;
           t.work = w.deliver_convert_thread_s / chunks;
-          t.usages = {{convert_[rk], 1.0}, {cpu_cores_, 1.0},
-                      {host_mem_, (w.deliver_host_mem_bytes - w.deliver_h2d_bytes * hm_per_copy()) / w.deliver_convert_thread_s}};
+          t.usages = res_.conversion(r, (w.deliver_host_mem_bytes - w.deliver_h2d_bytes * hm_per_copy()) / w.deliver_convert_thread_s);
           std::vector<int> cdeps = deps;
           dep(cdeps, convert_last_[rk]);
           t.deps = cdeps;

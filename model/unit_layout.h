@@ -7,6 +7,7 @@
 // reduction and update.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -49,6 +50,11 @@ struct ModelLayout {
   int64_t total_flat_numel = 0;
   int64_t total_params = 0;
   int num_units() const { return static_cast<int>(units.size()); }
+  int64_t max_unit_numel() const {
+    int64_t m = 0;
+    for (const UnitLayout& u : units) m = std::max(m, u.flat_numel);
+    return m;
+  }
 };
 
 ModelLayout make_model_layout(const ModelCard& card);

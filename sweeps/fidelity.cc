@@ -19,6 +19,7 @@
 #include "io/default_corpus.h"
 #include "model/simulator.h"
 #include "model/step_model.h"
+#include "model/step_work.h"
 #include "sweeps/svg_plot.h"
 
 namespace slidedp {
@@ -110,11 +111,11 @@ void scale_resource(Hardware& hw, const std::string& r, double s) {
 
 }  // namespace
 
-FidelityPrediction predict_for_fidelity(const Workload& w, const Hardware& hw, const Plan& plan) {
+FidelityPrediction predict_for_fidelity(const Workload& w, const Hardware& hw, const Plan& plan, System system) {
   SimulatorOptions opt;
   opt.record_timeline = false;
   opt.measure_sync = false;
-  Simulation sim = simulate(w, hw, plan, System::kSlideDP, opt);
+  Simulation sim = simulate(w, hw, plan, system, opt);
   FidelityPrediction p;
   p.step = sim.prediction.step_time_s;
   const double compute = sim.prediction.span_busy_s.count(resource::kGpuCompute) ? sim.prediction.span_busy_s.at(resource::kGpuCompute) : 0.0;
@@ -125,7 +126,7 @@ FidelityPrediction predict_for_fidelity(const Workload& w, const Hardware& hw, c
     p.busy[r] = b;
     if (b > best) best = b, p.bottleneck = r;
   }
-  const Prediction closed_form = predict_analytical(w, hw, plan);
+  const Prediction closed_form = predict_analytical(w, hw, plan, system);
   p.analytical = closed_form.step_time_s;
   p.feasible = closed_form.feasible;
   return p;
@@ -211,7 +212,8 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
   if (cfg.paced) {
     if (cfg.backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend");
     for (size_t i = 0; i < plans.size(); ++i)
-      scale[i] = cfg.time_scale > 0 ? cfg.time_scale : exec::TargetPacing::measured_time_scale(w, cfg.hardware, plans[i].plan);
+      scale[i] = cfg.time_scale > 0 ? cfg.time_scale
+                                    : exec::TargetPacing::measured_time_scale(w, cfg.hardware, plans[i].plan, plans[i].system);
   }
   std::vector<int64_t> paced_ops(plans.size(), 0), paced_overruns(plans.size(), 0);
   const int total = cfg.rounds * static_cast<int>(plans.size());
@@ -228,6 +230,7 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
       o.card = cfg.card;
       o.seq_len = cfg.seq_len;
       o.plan = fp.plan;
+      o.system = fp.system;
       o.backend = cfg.backend;
       o.dataset = default_corpus_dataset();
       o.steps = cfg.steps;
@@ -262,7 +265,8 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
     const Samples& sm = samples[i];
     FidelityRow row;
     row.name = fp.name;
-    row.plan_summary = fp.plan.summary(static_cast<int>(cfg.card.num_layers));
+    row.plan_summary = plan_for_system(fp.plan, fp.system, cfg.card).summary(static_cast<int>(cfg.card.num_layers));
+    if (fp.system != System::kSlideDP) row.plan_summary = std::string(system_name(fp.system)) + ": " + row.plan_summary;
     if (fp.plan.update_threads > 0) row.plan_summary += fmt::format(" | {} update threads", fp.plan.update_threads);
     row.time_scale = scale[i];
     row.paced_ops = paced_ops[i];
@@ -285,7 +289,7 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
       spreads.push_back(row.round_spread);
       rep.worst_round_spread = std::max(rep.worst_round_spread, row.round_spread);
     }
-    const FidelityPrediction p = predict_for_fidelity(w, cfg.hardware, fp.plan);
+    const FidelityPrediction p = predict_for_fidelity(w, cfg.hardware, fp.plan, fp.system);
     row.predicted_step_s = p.step;
     row.predicted_exposed_s = p.exposed;
     row.predicted_busy_s = p.busy;
@@ -310,7 +314,7 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
 
   // ---- predict again with the scaled profile ----
   std::vector<FidelityPrediction> scaled;
-  for (size_t i = 0; i < plans.size(); ++i) scaled.push_back(predict_for_fidelity(w, cal, plans[i].plan));
+  for (size_t i = 0; i < plans.size(); ++i) scaled.push_back(predict_for_fidelity(w, cal, plans[i].plan, plans[i].system));
 
   // ---- the synchronisation term, least squares on the fit half: measured / scaled - 1 = a + b x,
   // x = sqrt(2 ln N), with a, b >= 0 (synchronisation only costs time): when the unconstrained fit
@@ -359,7 +363,7 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
 
   // ---- the calibrated profile's own predictions (the model applies its synchronisation term) ----
   std::vector<FidelityPrediction> calibrated;
-  for (size_t i = 0; i < plans.size(); ++i) calibrated.push_back(predict_for_fidelity(w, cal, plans[i].plan));
+  for (size_t i = 0; i < plans.size(); ++i) calibrated.push_back(predict_for_fidelity(w, cal, plans[i].plan, plans[i].system));
 
   // ---- report on the held-out half ----
   std::vector<double> held, fitted, raw, raw_held, exp_err, exp_rel, exp_rel_raw;

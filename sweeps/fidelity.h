@@ -15,6 +15,7 @@
 #include "model/hardware.h"
 #include "model/model_card.h"
 #include "model/plan.h"
+#include "model/system.h"
 #include "model/workload.h"
 
 namespace slidedp {
@@ -22,6 +23,7 @@ namespace slidedp {
 struct FidelityPlan {
   std::string name;
   Plan plan;
+  System system = System::kSlideDP;  // whose data movement runs and is predicted
 };
 
 struct FidelityConfig {
@@ -54,7 +56,8 @@ struct FidelityPrediction {
   std::map<std::string, double> busy;
   std::string bottleneck;
 };
-FidelityPrediction predict_for_fidelity(const Workload& w, const Hardware& hw, const Plan& plan);
+FidelityPrediction predict_for_fidelity(const Workload& w, const Hardware& hw, const Plan& plan,
+                                        System system = System::kSlideDP);
 
 struct FidelityRow {
   std::string name, plan_summary;

@@ -33,6 +33,8 @@
 #include "model/cli/plan_flags.h"
 #include "model/hardware.h"
 #include "model/step_model.h"
+#include "model/step_work.h"
+#include "model/system.h"
 
 namespace slidedp {
 namespace {
@@ -59,7 +61,7 @@ int run_main(int argc, char** argv) {
   int keep = 3, update_threads_flag = 0;
   double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8;
   std::vector<double> adam_betas = {0.9, 0.999};
-  std::string no_decay_on = "none", emulate;
+  std::string no_decay_on = "none", emulate, system = "slidedp";
   double time_scale = 0;
   int64_t total_steps = 0;
   uint64_t data_seed = 1234, init_seed = 42;
@@ -89,6 +91,12 @@ int run_main(int argc, char** argv) {
   app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
       ->check(CLI::IsMember({"abort", "skip"}));
   app.add_option("--backend", backend, "cpu (emulated devices) | cuda");
+  app.add_option("--system", system,
+                 "Whose data movement and update placement to run: slidedp (default), or a baseline as the step "
+                 "model describes it: slideformer-dp (per-rank fp32->bf16 conversion, rank-0 update, layer-boundary "
+                 "offload), megatrain (full recompute, host accumulation one rank at a time, update after the "
+                 "backward); overrides the plan's routes, chunk and activation policies as slidedp-predict "
+                 "--system does");
   app.add_option("--emulate", emulate,
                  "CPU backend at a target machine's ratios: a hardware preset or profile (e.g. h100-sxm-x4). Every "
                  "operation is done for real, then held until the target would be done (its GPU time, links, root "
@@ -145,6 +153,9 @@ int run_main(int argc, char** argv) {
   }
   o.seq_len = pf.seq_len;
   o.plan = pf.plan;
+  o.system = parse_system(system, "--system");
+  // What will run: the plan as the system overrides it (routes, chunk, activation policies).
+  const Plan run_plan = plan_for_system(o.plan, o.system, o.card);
   o.backend = backend;
   o.exact_fp32 = exact;
   o.device_budget_bytes = device_budget;
@@ -194,14 +205,15 @@ int run_main(int argc, char** argv) {
   o.trace = bench || !trace.empty() || !no_db;
   o.sample_spans_every = 10;
   o.stop = &g_stop;
-  o.metadata_json = nlohmann::json{{"plan", plan_to_yaml(o.plan)}, {"model", o.card.name}, {"seq_len", o.seq_len}}.dump();
+  o.metadata_json = nlohmann::json{{"plan", plan_to_yaml(o.plan)}, {"system", system_name(o.system)}, {"model", o.card.name},
+                                   {"seq_len", o.seq_len}}.dump();
 
   // Emulating a target: its prediction times the scale is what the run should measure.
   if (!emulate.empty()) {
     if (backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
     o.emulate = load_hardware(emulate);
     if (time_scale <= 0)
-      time_scale = exec::TargetPacing::measured_time_scale(make_workload(o.card, o.seq_len), *o.emulate, o.plan);
+      time_scale = exec::TargetPacing::measured_time_scale(make_workload(o.card, o.seq_len), *o.emulate, o.plan, o.system);
     o.time_scale = time_scale;
   } else if (app.count("--time-scale")) {
     throw InputError("--time-scale", "only with --emulate");
@@ -218,7 +230,7 @@ int run_main(int argc, char** argv) {
     Hardware hw = load_hardware(hw_name);
     hw_yaml = hardware_to_yaml(hw);
     try {
-      predicted = predict_analytical(make_workload(o.card, o.seq_len), hw, o.plan);
+      predicted = predict_analytical(make_workload(o.card, o.seq_len), hw, o.plan, o.system);
     } catch (const InputError&) {
       // A plan the preset cannot describe (e.g. more ranks than its GPUs): no prediction.
     }
@@ -232,20 +244,21 @@ int run_main(int argc, char** argv) {
     info.kind = exec::RunKind::kTrain;
     info.command_line = command_line(argc, argv);
     info.backend = backend;
-    info.plan_yaml = plan_to_yaml(o.plan);
-    info.plan_summary = o.plan.summary(static_cast<int>(o.card.num_layers));
+    info.plan_yaml = plan_to_yaml(run_plan);
+    info.plan_summary = run_plan.summary(static_cast<int>(o.card.num_layers));
     info.hardware_name = hw_name;
     info.hardware_yaml = hw_yaml;
     info.model_name = o.card.name;
     info.seq_len = o.seq_len;
-    info.system = "slidedp";
+    info.system = system_name(o.system);
     run_id = log->begin_run(info);
     if (predicted) log->log_prediction(run_id, exec::prediction_record(*predicted));
   }
 
-  const std::string header = fmt::format("{} ({} params) | seq {} | {} | {} backend | {} | {} tokens/step",
+  const std::string header = fmt::format("{} ({} params) | seq {} | {}{} | {} backend | {} | {} tokens/step",
                                          o.card.name, format_count(static_cast<double>(o.card.total_params())), o.seq_len,
-                                         o.plan.summary(static_cast<int>(o.card.num_layers)), backend, o.lr.summary(),
+                                         o.system == System::kSlideDP ? "" : std::string(system_name(o.system)) + ": ",
+                                         run_plan.summary(static_cast<int>(o.card.num_layers)), backend, o.lr.summary(),
                                          o.plan.global_batch_sequences() * o.seq_len);
   if (!json) fmt::print("{}\n", header);
   if (predicted && !json)
@@ -328,7 +341,8 @@ int run_main(int argc, char** argv) {
   if (json) {
     nlohmann::json j;
     j["model"] = o.card.name;
-    j["plan"] = o.plan.summary(static_cast<int>(o.card.num_layers));
+    j["plan"] = run_plan.summary(static_cast<int>(o.card.num_layers));
+    j["system"] = system_name(o.system);
     j["backend"] = backend;
     j["steps"] = nlohmann::json::array();
     for (const auto& s : result.steps)

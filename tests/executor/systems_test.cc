@@ -1,0 +1,154 @@
+// The baselines' data movement on the executor (slidedp-run --system): each is the same math as
+// SlideDP over the plan the system imposes, so after a few steps its weights equal a SlideDP run of
+// that plan -- bitwise where the reduction order is the same (SlideFormer-DP: the fused rank-ordered
+// reduce + AdamW; MegaTrain without accumulation), within a few fp32 ulps where it is not
+// (MegaTrain adds every rank's gradient separately, micro-step by micro-step). And each shows its own
+// schedule in the measured timeline: MegaTrain's optimizer runs after the backward with one
+// accumulation per rank; SlideFormer converts every delivered chunk on the host before copying it,
+// and a unit's gradient leaves only after the next unit's update.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "executor/trainer.h"
+#include "model/step_work.h"
+#include "tests/executor/executor_test_util.h"
+
+namespace slidedp::exec {
+namespace {
+
+TrainOptions options(System system, int accum, bool exact) {
+  TrainOptions o = testing::tiny_options(2, 2, accum, 3);
+  o.system = system;
+  o.exact_fp32 = exact;
+  o.trace = true;
+  return o;
+}
+
+// SlideDP over the plan `system` imposes: the same routes, chunks and activation policies.
+TrainResult slidedp_reference(const TrainOptions& o) {
+  TrainOptions r = o;
+  r.system = System::kSlideDP;
+  r.plan = plan_for_system(o.plan, o.system, o.card);
+  return train(r);
+}
+
+struct Span {
+  double start, end;
+};
+std::vector<Span> spans(const TrainResult& r, const std::string& category, const std::string& what, int step, int rank,
+                        int unit = -2) {
+  std::vector<Span> out;
+  for (const MeasuredSpan& s : r.spans)
+    if (s.tag.category == category && s.tag.what == what && s.tag.step == step && (rank < 0 || s.rank == rank) &&
+        (unit == -2 || s.tag.unit == unit))
+      out.push_back({s.start_s, s.end_s});
+  return out;
+}
+double last_end(const std::vector<Span>& v) {
+  double e = -1;
+  for (const Span& s : v) e = std::max(e, s.end);
+  return e;
+}
+double first_start(const std::vector<Span>& v) {
+  double t = 1e300;
+  for (const Span& s : v) t = std::min(t, s.start);
+  return t;
+}
+
+TEST(Systems, SlideFormerReachesSlideDPsWeightsBitwise) {
+  for (bool exact : {false, true})
+    for (int accum : {1, 2}) {
+      const TrainOptions o = options(System::kSlideFormerDP, accum, exact);
+      EXPECT_TRUE(testing::bitwise_equal(train(o), slidedp_reference(o))) << "exact " << exact << " accum " << accum;
+    }
+}
+
+TEST(Systems, MegaTrainReachesSlideDPsWeights) {
+  // Without accumulation the sums are the same fp32 additions in the same rank order: bitwise.
+  const TrainOptions one = options(System::kMegaTrain, 1, true);
+  EXPECT_TRUE(testing::bitwise_equal(train(one), slidedp_reference(one)));
+  // With accumulation MegaTrain adds (((r0 m0 + r1 m0) + r0 m1) + r1 m1) where SlideDP adds
+  // (r0 m1 + r1 m1) + (r0 m0 + r1 m0): the gradients differ by a few ulps. AdamW moves a weight by
+  // lr g / (|g| + eps), so a gradient that cancels to rounding residue (3e-12 in one order, 0 in the
+  // other) moves it by up to lr |g| / eps: 9e-7 after one step at eps 1e-8 (measured). With eps 1e-3
+  // that amplification is gone and the runs differ by 1-2 ulps of the weights (7e-9 measured over 3
+  // steps): inside 1e-7 absolute + 1e-6 relative.
+  TrainOptions two = options(System::kMegaTrain, 2, true);
+  two.optimizer.eps = 1e-3;
+  EXPECT_LE(testing::weight_error(train(two), slidedp_reference(two), 1e-7, 1e-6), 1.0);
+}
+
+TEST(Systems, MegaTrainUpdatesAfterTheBackwardAddingOneRankAtATime) {
+  const TrainOptions o = options(System::kMegaTrain, 2, false);
+  const TrainResult r = train(o);
+  const int U = static_cast<int>(o.card.num_layers) + 2;
+  int64_t chunks = 0;
+  for (const auto& unit : r.master) chunks += (static_cast<int64_t>(unit.size()) + o.plan.chunk_numel - 1) / o.plan.chunk_numel;
+  for (int step = 1; step < 3; ++step) {
+    const auto updates = spans(r, "cpu_update", "verify+adamw", step, -1);
+    ASSERT_FALSE(updates.empty());
+    double backward_end = 0;
+    for (int rank = 0; rank < 2; ++rank) backward_end = std::max(backward_end, last_end(spans(r, "compute", "bwd", step, rank)));
+    EXPECT_GE(first_start(updates), backward_end) << "step " << step << ": an update ran during a backward";
+    // One accumulation per rank, chunk and micro-step (ranks 2, micro-steps 2).
+    EXPECT_EQ(static_cast<int64_t>(spans(r, "cpu_update", "reduce", step, -1).size()), chunks * 2 * 2) << U;
+  }
+}
+
+TEST(Systems, SlideFormerConvertsEachDeliveryAndWaitsForTheNextUnitsUpdate) {
+  // Paced at a slow CPU update (the overlap tests' update-bound target), so that a gradient that did
+  // not wait would visibly leave before the next unit's update ends.
+  TrainOptions o = options(System::kSlideFormerDP, 1, false);
+  o.card = testing::tiny16_card();
+  o.plan.update_threads = 1;
+  o.update_threads = 1;
+  o.emulate = testing::paced_target(10.0, 1.5e7);
+  o.time_scale = 20;
+  const TrainResult r = train(o);
+  const int U = static_cast<int>(o.card.num_layers) + 2;
+  for (int step = 1; step < 3; ++step)
+    for (int rank = 0; rank < 2; ++rank) {
+      // Every delivered chunk was converted by this rank just before its copy.
+      for (const MeasuredSpan& copy : r.spans) {
+        if (copy.rank != rank || copy.tag.step != step || copy.tag.category != std::string("h2d") ||
+            copy.tag.what != std::string("params"))
+          continue;
+        bool converted = false;
+        for (const MeasuredSpan& c : r.spans)
+          if (c.rank == rank && c.tag.category == std::string("convert") && c.tag.step == step &&
+              c.tag.unit == copy.tag.unit && c.tag.chunk == copy.tag.chunk && c.end_s <= copy.start_s + 1e-9)
+            converted = true;
+        EXPECT_TRUE(converted) << "rank " << rank << " step " << step << " unit " << copy.tag.unit;
+      }
+      // Decoder units' gradients leave after the next unit's update (one shared gradient buffer). The
+      // update's span ends when its job has returned, a few microseconds after it released the
+      // gradient: 1 ms of slack, against paced updates of tens of milliseconds.
+      for (int u = 1; u < U - 1; ++u) {
+        const double leaves = first_start(spans(r, "d2h", "grad", step, rank, u));
+        const double next_updated = last_end(spans(r, "cpu_update", "adamw", step, -1, u + 1));
+        EXPECT_GE(leaves, next_updated - 1e-3) << "rank " << rank << " step " << step << " unit " << u;
+      }
+    }
+}
+
+TEST(Systems, UnsupportedAndUnknownSystemsAreRefused) {
+  for (System s : {System::kZeroOffload, System::kFsdp2}) {
+    try {
+      train(options(s, 1, false));
+      FAIL() << system_name(s);
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("does not run"), std::string::npos) << e.what();
+    }
+  }
+  try {
+    parse_system("deepspeed", "--system");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("megatrain"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace slidedp::exec
