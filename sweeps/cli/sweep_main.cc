@@ -2,6 +2,7 @@
 //   fidelity   run a validation set of plans with the executor on this machine and compare them
 //              with the model's predictions (issue 10)
 //   run        evaluate a sweep spec (hardware x models x sequence lengths x batches x systems)
+//   measured   run a spec's points paced on the executor, each with its system's data movement
 #include <CLI/CLI.hpp>
 
 #include "common/cli_main.h"
@@ -14,6 +15,7 @@ int main(int argc, char** argv) {
     app.require_subcommand(1);
     slidedp::add_fidelity_command(app, argc, argv);
     slidedp::add_run_command(app, argc, argv);
+    slidedp::add_measured_command(app, argc, argv);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {

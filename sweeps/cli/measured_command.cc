@@ -1,0 +1,86 @@
+// `slidedp-sweep measured SPEC.yaml [--out DIR] [--steps N] [--warmup W] [--time-scale S] [--json]`:
+// every point of a sweep spec chosen by the model, then run paced on the executor with its system's
+// own data movement (sweeps/measured_sweep.h); writes points.csv, README.md and SVG plots.
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <iostream>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "common/progress.h"
+#include "common/units.h"
+#include "sweeps/cli/commands.h"
+#include "sweeps/measured_sweep.h"
+#include "sweeps/sweep_analysis.h"
+#include "sweeps/sweep_spec.h"
+
+namespace slidedp {
+namespace {
+
+struct MeasuredArgs {
+  std::string spec, out;
+  int steps = 8, warmup = 3;
+  double time_scale = 0;
+  bool json = false, quiet = false;
+};
+
+}  // namespace
+
+void add_measured_command(CLI::App& app, int argc, char** argv) {
+  auto args = std::make_shared<MeasuredArgs>();
+  CLI::App* cmd = app.add_subcommand(
+      "measured",
+      "Run a sweep spec's points for real: the model chooses each system's plan at matched tokens per step, the "
+      "executor runs it on the CPU backend paced at the point's hardware with the system's data movement; "
+      "measured speedups beside the modelled ones and the paper's claims");
+  cmd->add_option("spec", args->spec, "Sweep spec YAML with models small enough to run here (sweeps/specs/measured_matched_batch.yaml)")
+      ->required();
+  cmd->add_option("--out", args->out, "Output folder (default: results/sweeps/<spec name>)");
+  cmd->add_option("--steps", args->steps, "Optimizer steps per point")->check(CLI::PositiveNumber);
+  cmd->add_option("--warmup", args->warmup, "Of them, steps not measured")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--time-scale", args->time_scale, "Seconds here per second of the target (default: measured per plan)")
+      ->check(CLI::PositiveNumber);
+  cmd->add_flag("--json", args->json, "Print a JSON summary instead of the readable one");
+  cmd->add_flag("--quiet", args->quiet, "No progress line");
+  std::string command = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "slidedp-sweep";
+  for (int i = 1; i < argc; ++i) command += " " + std::string(argv[i]);
+  cmd->callback([args, command] {
+    const SweepSpec spec = load_sweep_spec(args->spec);
+    const std::string out = args->out.empty() ? "results/sweeps/" + spec.name : args->out;
+    Progress progress("measured " + spec.name, static_cast<double>(expand_points(spec).size()), "points",
+                      !args->json && !args->quiet);
+    MeasuredOptions o;
+    o.steps = args->steps;
+    o.warmup = args->warmup;
+    o.time_scale = args->time_scale;
+    o.progress = [&](int done, int, const MeasuredPoint& m) {
+      progress.update(done, fmt::format("{} {} {}", m.row.hardware, format_tokens(m.row.point.tokens_per_step), m.row.system));
+    };
+    const MeasuredSweep s = run_measured_sweep(spec, o);
+    progress.finish();
+    const std::vector<std::string> files = write_measured_report(s, out, command);
+    nlohmann::json j;
+    j["points"] = s.points.size();
+    j["out"] = out;
+    j["files"] = files;
+    j["wall_s"] = s.wall_s;
+    nlohmann::json pts = nlohmann::json::array();
+    for (const MeasuredPoint& m : s.points)
+      pts.push_back({{"hardware", m.row.hardware}, {"system", m.row.system}, {"tokens_per_step", m.row.point.tokens_per_step},
+                     {"ran", m.ran}, {"not_run", m.not_run}, {"predicted_step_s", m.row.feasible ? m.predicted_step_s() : 0.0},
+                     {"measured_step_s", m.step_s}, {"error", m.error()}});
+    j["rows"] = pts;
+    if (args->json) {
+      std::cout << j.dump(2) << "\n";
+    } else {
+      int ran = 0;
+      for (const MeasuredPoint& m : s.points) ran += m.ran;
+      fmt::print("{}: {} points, {} run paced, in {}\nwrote {} files to {}/\n", spec.name, s.points.size(), ran,
+                 format_seconds(s.wall_s), files.size(), out);
+    }
+    set_command_status(0);
+  });
+}
+
+}  // namespace slidedp

@@ -1,0 +1,278 @@
+// The measured matched-batch sweep; see measured_sweep.h.
+#include "sweeps/measured_sweep.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include "common/error.h"
+#include "common/file_util.h"
+#include "common/provenance.h"
+#include "common/table.h"
+#include "common/units.h"
+#include "executor/target_pacing.h"
+#include "executor/trainer.h"
+#include "io/default_corpus.h"
+#include "sweeps/svg_plot.h"
+#include "sweeps/sweep_analysis.h"
+#include "sweeps/sweep_report.h"
+
+namespace slidedp {
+namespace {
+
+// Systems whose data movement the executor runs (exec::TrainOptions::system).
+bool executor_runs(System s) {
+  return s == System::kSlideDP || s == System::kSlideFormerDP || s == System::kMegaTrain;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+MeasuredPoint measure(const SweepSpec& spec, const SweepRow& row, const MeasuredOptions& o) {
+  MeasuredPoint m;
+  m.row = row;
+  if (!row.feasible) {
+    m.not_run = "no plan fits: " + row.infeasible_reason;
+    return m;
+  }
+  const System system = row.point.system;
+  if (!executor_runs(system)) {
+    m.not_run = fmt::format("the executor does not run {} yet: modelled only", system_name(system));
+    return m;
+  }
+  const SweepGrid& g = spec.grids[static_cast<std::size_t>(row.point.grid)];
+  const Hardware& hw = g.hardware[static_cast<std::size_t>(row.point.hardware)].hw;
+  const ModelCard& card = g.models[static_cast<std::size_t>(row.point.model)];
+  const Workload w = make_workload(card, row.point.seq_len);
+  exec::TrainOptions t;
+  t.card = card;
+  t.seq_len = row.point.seq_len;
+  t.plan = row.plan;  // after plan_for_system, which the trainer applies again (idempotent)
+  t.system = system;
+  t.dataset = default_corpus_dataset();
+  t.steps = o.steps;
+  t.lr.lr = 1e-3;
+  t.emulate = hw;
+  t.time_scale = o.time_scale > 0 ? o.time_scale : exec::TargetPacing::measured_time_scale(w, hw, row.plan, system);
+  // The emulated devices hold what the plan puts on the target's GPUs; this host's RAM is the limit.
+  t.device_budget_bytes = static_cast<int64_t>(std::min(row.scored().memory.gpu_budget_bytes, 16.0 * (int64_t{1} << 30)));
+  const exec::TrainResult r = exec::train(t);
+  std::vector<double> steps;
+  for (std::size_t i = static_cast<std::size_t>(o.warmup); i < r.steps.size(); ++i) steps.push_back(r.steps[i].wall_s);
+  m.ran = true;
+  m.time_scale = r.time_scale;
+  m.step_s = median(steps) / r.time_scale;
+  m.tokens_per_s = m.step_s > 0 ? static_cast<double>(row.point.tokens_per_step) / m.step_s : 0.0;
+  m.paced_ops = r.paced_ops;
+  m.paced_overruns = r.paced_overruns;
+  return m;
+}
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+SweepResult MeasuredSweep::measured_as_rows() const {
+  SweepResult r = modelled;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    SweepRow& row = r.rows[i];
+    const MeasuredPoint& m = points[i];
+    if (!m.ran) {
+      row.feasible = false;
+      row.infeasible_reason = m.not_run;
+      continue;
+    }
+    Prediction p = row.scored();
+    p.step_time_s = m.step_s;
+    p.tokens_per_s = m.tokens_per_s;
+    row.simulated = p;
+  }
+  return r;
+}
+
+MeasuredSweep run_measured_sweep(const SweepSpec& spec, const MeasuredOptions& o) {
+  if (o.steps <= o.warmup) throw InputError("--steps", "must exceed the warm-up steps");
+  const auto t0 = std::chrono::steady_clock::now();
+  MeasuredSweep s;
+  SweepRunOptions ro;
+  ro.simulate = true;  // the pacing shares resources as the simulator does: compare with it
+  s.modelled = run_sweep(spec, ro);
+  const int total = static_cast<int>(s.modelled.rows.size());
+  for (int i = 0; i < total; ++i) {
+    s.points.push_back(measure(spec, s.modelled.rows[static_cast<std::size_t>(i)], o));
+    if (o.progress) o.progress(i + 1, total, s.points.back());
+  }
+  s.wall_s = seconds_since(t0);
+  return s;
+}
+
+std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std::string& dir,
+                                               const std::string& command) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const SweepResult& mod = s.modelled;
+  const SweepResult meas = s.measured_as_rows();
+  const std::string stamp = sweep_stamp(mod, command);
+  std::vector<std::string> written;
+  auto write = [&](const std::string& name, const std::string& text) {
+    write_file_atomic((fs::path(dir) / name).string(), text);
+    written.push_back(name);
+  };
+
+  // ---- points.csv ----
+  std::string csv = "# " + stamp + "\n";
+  csv += "hardware,model,seq_len,ranks,tokens_per_step,system,plan,ran,not_run,predicted_step_s,measured_step_s,error,"
+         "predicted_tokens_per_s,measured_tokens_per_s,predicted_bottleneck,time_scale,paced_ops,paced_overruns\n";
+  for (const MeasuredPoint& m : s.points) {
+    const SweepRow& r = m.row;
+    csv += fmt::format("{},{},{},{},{},{},\"{}\",{},\"{}\",{:.6g},{:.6g},{:.4f},{:.6g},{:.6g},{},{:.4g},{},{}\n", r.hardware,
+                       r.model, r.point.seq_len, r.point.ranks, r.point.tokens_per_step, r.system, r.plan_summary,
+                       m.ran ? 1 : 0, m.not_run, r.feasible ? m.predicted_step_s() : 0.0, m.step_s, m.error(),
+                       r.tokens_per_s(), m.tokens_per_s, r.feasible ? r.scored().bottleneck : "", m.time_scale,
+                       m.paced_ops, m.paced_overruns);
+  }
+  write("points.csv", csv);
+
+  // ---- the model's error per system and hardware ----
+  std::map<std::pair<std::string, std::string>, std::vector<double>> errors;  // (hardware, system) -> |error|
+  for (const MeasuredPoint& m : s.points)
+    if (m.ran) errors[{m.row.hardware, m.row.system}].push_back(std::fabs(m.error()));
+  Table err({"hardware", "system", "points", "MAPE", "worst"}, {"", "", "", "%", "%"});
+  for (const auto& [key, v] : errors) {
+    double sum = 0;
+    for (double e : v) sum += e;
+    err.add_row({key.first, key.second, std::to_string(v.size()), fmt::format("{:.1f}", 100 * sum / v.size()),
+                 fmt::format("{:.1f}", 100 * *std::max_element(v.begin(), v.end()))});
+  }
+
+  // ---- speedups: measured beside modelled, over the baselines that ran ----
+  std::set<std::string> ran_systems;
+  for (const MeasuredPoint& m : s.points)
+    if (m.ran) ran_systems.insert(m.row.system);
+  std::set<std::string> hardware;
+  for (const SweepRow& r : mod.rows) hardware.insert(r.hardware);
+  Table sp({"hardware", "baseline", "points", "measured", "modelled (same points)", "modelled (all points)"},
+           {"", "", "", "geomean x", "geomean x", "geomean x"});
+  for (const std::string& h : hardware) {
+    const auto measured = speedup_totals(meas.rows, h, "");
+    // The model on exactly the measured cases: the modelled rows of systems that did not run are
+    // marked infeasible too.
+    SweepResult same = mod;
+    for (std::size_t i = 0; i < same.rows.size(); ++i)
+      if (!s.points[i].ran) same.rows[i].feasible = false;
+    const auto modelled_same = speedup_totals(same.rows, h, "");
+    const auto modelled_all = speedup_totals(mod.rows, h, "");
+    for (const SpeedupStat& st : modelled_all) {
+      auto find = [&](const std::vector<SpeedupStat>& v) -> const SpeedupStat* {
+        for (const SpeedupStat& x : v)
+          if (x.baseline == st.baseline) return &x;
+        return nullptr;
+      };
+      const SpeedupStat* me = find(measured);
+      const SpeedupStat* ms = find(modelled_same);
+      const bool ran = ran_systems.count(st.baseline) > 0;
+      sp.add_row({h, st.baseline, ran && me ? std::to_string(me->points) : "0",
+                  ran && me && me->points ? fmt::format("{:.2f} ({:.2f}-{:.2f})", me->geomean, me->min, me->max) : "not run",
+                  ran && ms && ms->points ? fmt::format("{:.2f}", ms->geomean) : "-",
+                  st.points ? fmt::format("{:.2f}", st.geomean) : "-"});
+    }
+  }
+
+  // ---- plots ----
+  ScatterPlot sc;
+  sc.title = "Matched batch: predicted vs measured step time (paced CPU backend, target seconds)";
+  sc.caption = sweep_plot_stamp(mod, command);
+  sc.x = {"measured step time (s)", true};
+  sc.y = {"predicted step time (s, simulator)", true};
+  std::map<std::string, PlotSeries> by_system;
+  for (const MeasuredPoint& m : s.points) {
+    if (!m.ran) continue;
+    PlotSeries& ps = by_system[m.row.system];
+    ps.name = m.row.system;
+    ps.x.push_back(m.step_s);
+    ps.y.push_back(m.predicted_step_s());
+    ps.labels.push_back(fmt::format("{} {} {} tokens: {}", m.row.hardware, m.row.model,
+                                    format_tokens(m.row.point.tokens_per_step), m.row.plan_summary));
+  }
+  for (auto& [name, ps] : by_system) sc.series.push_back(ps);
+  write("measured_vs_predicted.svg", svg_scatter(sc));
+  for (const std::string& h : hardware) {
+    BarPlot bp;
+    bp.title = fmt::format("SlideDP's measured speedup over each baseline, {} (paced)", h);
+    bp.caption = sweep_plot_stamp(mod, command);
+    bp.y_label = "tokens/s ratio (geomean)";
+    bp.bars = {"measured", "modelled"};
+    std::vector<double> measured_v, modelled_v;
+    SweepResult same = mod;
+    for (std::size_t i = 0; i < same.rows.size(); ++i)
+      if (!s.points[i].ran) same.rows[i].feasible = false;
+    const auto ms = speedup_totals(same.rows, h, "");
+    for (const SpeedupStat& st : speedup_totals(meas.rows, h, "")) {
+      if (!ran_systems.count(st.baseline) || st.points == 0) continue;
+      bp.groups.push_back(st.baseline);
+      measured_v.push_back(st.geomean);
+      double m = 0;
+      for (const SpeedupStat& x : ms)
+        if (x.baseline == st.baseline) m = x.geomean;
+      modelled_v.push_back(m);
+    }
+    bp.values = {measured_v, modelled_v};
+    bp.reference_line = 1.0;
+    if (!bp.groups.empty()) write(fmt::format("speedups_measured__{}.svg", h), svg_bars(bp));
+  }
+
+  // ---- README ----
+  int ran = 0, overruns = 0;
+  int64_t ops = 0;
+  for (const MeasuredPoint& m : s.points) ran += m.ran, overruns += static_cast<int>(m.paced_overruns), ops += m.paced_ops;
+  const Provenance& pv = provenance();
+  std::string md = "# Matched batch, measured: " + mod.spec.name + "\n\n";
+  md += "Produced by: `" + command + "`  \n" +
+        fmt::format("spec {} (hash {}), git {}, {} ({} cores), {}, {}\n\n", mod.spec.file, hash_hex(mod.spec.text_hash),
+                    pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp(), format_seconds(s.wall_s));
+  md += fmt::format(
+      "{} points; {} ran on the executor, each on the CPU backend paced at its hardware's ratios with the "
+      "system's own data movement (`slidedp-run --emulate HW --system S`), each plan at its own measured time "
+      "scale, the median of the measured steps divided by it; {} of {} paced operations ran over their time. "
+      "Every plan is the one the model chose for its system at that many tokens per step (as `slidedp-sweep "
+      "run --simulate`); the prediction beside each measurement is the simulator's. What a paced measurement "
+      "checks and cannot check: docs/EXECUTOR.md (paced emulation).\n\n",
+      s.points.size(), ran, overruns, ops);
+  md += "## SlideDP's speedup, measured and modelled\n\n```\n" + sp.render() + "```\n\n";
+  const auto claims_measured = evaluate_claims(meas);
+  const auto claims_modelled = evaluate_claims(mod);
+  if (!claims_measured.empty()) {
+    md += "## The paper's claims\n\n| claim | paper | measured here | modelled |\n|---|---|---|---|\n";
+    for (std::size_t i = 0; i < claims_measured.size(); ++i)
+      md += fmt::format("| {} | {} | {} | {} |\n", claims_measured[i].claim.claim, claims_measured[i].claim.paper,
+                        claims_measured[i].model, claims_modelled[i].model);
+    md += "\n(Baselines the executor does not run count as points they cannot fit in the measured column.)\n\n";
+  }
+  md += "## The model against the measurements\n\n```\n" + err.render() + "```\n\n";
+  Table pts({"hardware", "tokens", "system", "plan", "predicted", "measured", "error", "scale"},
+            {"", "", "", "", "ms", "ms", "%", ""});
+  for (const MeasuredPoint& m : s.points)
+    pts.add_row({m.row.hardware, format_tokens(m.row.point.tokens_per_step), m.row.system,
+                 m.row.feasible ? m.row.plan_summary : "-",
+                 m.row.feasible ? fmt::format("{:.2f}", 1e3 * m.predicted_step_s()) : "-",
+                 m.ran ? fmt::format("{:.2f}", 1e3 * m.step_s) : m.not_run, m.ran ? fmt::format("{:+.1f}", 100 * m.error()) : "-",
+                 m.ran ? fmt::format("{:.0f}", m.time_scale) : "-"});
+  md += "## Every point\n\n```\n" + pts.render() + "```\n\n";
+  md += "Files: `points.csv`, `measured_vs_predicted.svg`, `speedups_measured__<hardware>.svg`.\n\n";
+  md += "The spec:\n\n```yaml\n" + mod.spec.text + "```\n";
+  write("README.md", md);
+  return written;
+}
+
+}  // namespace slidedp
