@@ -80,18 +80,27 @@ RankDriver::Delivered RankDriver::acquire(int64_t step, int unit) {
   for (Slot& s : slots_)
     if (s.unit == unit) {
       s.last_use_seq = ++use_seq_;
-      return {s.buffer, nullptr};
+      if (!s.stale) return {s.buffer, nullptr};
+      // Resident parameters of the previous step: overwritten once their last reader is done.
+      s.stale = false;
+      device_.h2d().wait(s.last_use);
+      return {s.buffer, deliver(step, unit, s.buffer)};
     }
   Slot* victim = &slots_[0];
   for (Slot& s : slots_)
     if (s.last_use_seq < victim->last_use_seq) victim = &s;
+  SLIDEDP_CHECK(!config_.resident_params || victim->unit < 0, "resident parameters need a slot per unit");
   if (victim->buffer.id >= 0) release(victim->buffer, victim->last_use);
   const UnitState& us = state_.unit(unit);
-  const int64_t pbytes = dtype_bytes(device_.param_dtype());
-  DeviceBuffer buf = alloc(us.numel * pbytes, "parameter slot");
+  DeviceBuffer buf = alloc(us.numel * dtype_bytes(device_.param_dtype()), "parameter slot");
   *victim = Slot{unit, buf, nullptr, ++use_seq_};
+  return {buf, deliver(step, unit, buf)};
+}
 
-  const bool sharded = config_.plan.param_route == ParamRoute::kSharded && config_.ranks > 1;
+EventPtr RankDriver::deliver(int64_t step, int unit, const DeviceBuffer& buf) {
+  const UnitState& us = state_.unit(unit);
+  const int64_t pbytes = dtype_bytes(device_.param_dtype());
+  const bool sharded = (config_.plan.param_route == ParamRoute::kSharded || config_.resident_params) && config_.ranks > 1;
   Stream& h2d = device_.h2d();
   for (int64_t k = 0; k < us.chunks; ++k) {
     auto [b, e] = state_.chunk_range(unit, k);
@@ -135,7 +144,7 @@ RankDriver::Delivered RankDriver::acquire(int64_t step, int unit) {
       backend_.all_gather(config_.rank, buf, b, e - b, device_.param_dtype(), tag("fabric", "all-gather", step, unit, k));
     }
   }
-  return {buf, sharded ? device_.comm().record() : h2d.record()};
+  return sharded ? device_.comm().record() : h2d.record();
 }
 
 EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part, const DeviceBuffer& grads,
@@ -214,8 +223,12 @@ void RankDriver::micro_step(int64_t step, int a) {
   Stream& d2h = dev.d2h();
 
   if (a == 0) {
-    // The parameters changed since the last step: nothing resident can be reused.
+    // The parameters changed since the last step: nothing resident can be reused as it is.
     for (Slot& s : slots_) {
+      if (config_.resident_params) {
+        s.stale = s.unit >= 0;
+        continue;
+      }
       if (s.buffer.id >= 0) release(s.buffer, s.last_use);
       s = Slot{};
     }

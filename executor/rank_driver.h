@@ -41,6 +41,10 @@ struct DriverConfig {
   // been updated (one shared pinned gradient buffer).
   bool convert_on_load = false;
   bool shared_grad_buffer = false;
+  // ZeRO-Offload's (--system zero-offload): every unit's parameters stay on the device in their own
+  // slot (the plan's depth covers all units); each step, once the updater has applied a chunk, the
+  // rank uploads its partition of it into the resident buffer and the ranks all-gather the rest.
+  bool resident_params = false;
   const TargetPacing* pacing = nullptr;  // paces the conversions (slidedp-run --emulate); may be null
 };
 
@@ -61,6 +65,7 @@ class RankDriver {
     DeviceBuffer buffer;
     EventPtr last_use;
     int64_t last_use_seq = -1;
+    bool stale = false;  // resident_params: holds the previous step's values until re-delivered
   };
   struct Delivered {
     DeviceBuffer buffer;
@@ -69,6 +74,9 @@ class RankDriver {
 
   void micro_step(int64_t step, int micro);
   Delivered acquire(int64_t step, int unit);
+  // Copies `unit`'s parameters of step `step` into `buf` by the route; returns the event after which
+  // they are there.
+  EventPtr deliver(int64_t step, int unit, const DeviceBuffer& buf);
   void mark_use(int unit, const EventPtr& e);
   // Converts `grads` (fp32, device) to the wire dtype and sends it by the route; returns the event
   // after which the rank's gradient buffers for this unit are free again.

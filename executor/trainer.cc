@@ -156,12 +156,14 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
-  if (o.system == System::kZeroOffload || o.system == System::kFsdp2)
-    throw InputError("--system", fmt::format("the executor does not run {} yet (GPU-resident parameters); "
-                                             "slidedp-predict --system {} predicts it",
+  if (o.system == System::kFsdp2)
+    throw InputError("--system", fmt::format("the executor does not run {} yet (sharded state and AdamW on the "
+                                             "GPUs); slidedp-predict --system {} predicts it",
                                              system_name(o.system), system_name(o.system)));
   const SystemTraits traits = system_traits(o.system);
   Plan plan = plan_for_system(o.plan, o.system, o.card);
+  // ZeRO-Offload keeps every unit's parameters on the device: one slot per unit, charged as such.
+  if (traits.params_resident) plan.gpu_buffer_depth = layout.num_units();
   plan.verify_updates = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
   const int N = plan.ranks;
   const int U = layout.num_units();
@@ -315,6 +317,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.wire_dtype = wire;
     dc.tied = o.card.tie_word_embeddings;
     dc.convert_on_load = traits.convert_on_load;
+    dc.resident_params = traits.params_resident;
     // (With the update after the backward, waiting for an update inside the backward would deadlock.)
     dc.shared_grad_buffer = traits.shared_grad_buffer && !verify;
     dc.pacing = pacing.get();

@@ -27,7 +27,7 @@ namespace {
 
 // Systems whose data movement the executor runs (exec::TrainOptions::system).
 bool executor_runs(System s) {
-  return s == System::kSlideDP || s == System::kSlideFormerDP || s == System::kMegaTrain;
+  return s != System::kFsdp2;
 }
 
 double median(std::vector<double> v) {

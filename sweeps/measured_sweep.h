@@ -4,7 +4,7 @@
 // CPU backend paced at the point's hardware (slidedp-run --emulate: each plan at its own measured time
 // scale, the measured step divided by it), with the system's own data movement (TrainOptions::system).
 // Models must be small enough to run on this host (sweeps/specs/measured_matched_batch.yaml uses
-// slidedp-small). Systems the executor does not run yet keep their modelled figures only.
+// slidedp-small). FSDP2, which the executor does not run yet, keeps its modelled figures only.
 #pragma once
 
 #include <cstdint>

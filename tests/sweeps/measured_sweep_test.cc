@@ -33,7 +33,7 @@ grids:
     seq_lens: [16]
     tokens_per_step: [64]
     ranks: [2]
-    systems: [slidedp, slideformer-dp, megatrain, zero-offload]
+    systems: [slidedp, slideformer-dp, megatrain, zero-offload, fsdp2]
 )",
                                               "test");
   MeasuredOptions o;
@@ -41,9 +41,9 @@ grids:
   o.warmup = 1;
   o.time_scale = 20;
   const MeasuredSweep s = run_measured_sweep(spec, o);
-  ASSERT_EQ(s.points.size(), 4u);
+  ASSERT_EQ(s.points.size(), 5u);
   for (const MeasuredPoint& m : s.points) {
-    if (m.row.system == "zero-offload") {
+    if (m.row.system == "fsdp2") {
       EXPECT_FALSE(m.ran);
       EXPECT_NE(m.not_run.find("does not run"), std::string::npos) << m.not_run;
       continue;
