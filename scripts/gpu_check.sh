@@ -12,7 +12,7 @@
 #
 # Results go to $OUT when set (the device tool collects at most 8 files from there), else to
 # results/gpu/<UTC time>/: env.txt, build.log (when built), tests.log, bench.log, bench.csv,
-# torch.log, torch.json, summary.txt.
+# torch.log, torch.json, measured.log, measured/ (slidedp-sweep measured --backend cuda), summary.txt.
 # Knobs: SLIDEDP_GPU_CHECK_BUDGET_S (default 450: later phases are skipped, and said so, when the
 # budget runs out), SLIDEDP_GPU_BENCH_ARGS (extra bench_executor_cuda flags), SLIDEDP_GPU_ARCH.
 set -uo pipefail
@@ -21,12 +21,12 @@ arch="${SLIDEDP_GPU_ARCH:-90}"
 bundle="$root/.gpu_bundle.tar.xz"
 tests_a=(test_kernels_cuda_host test_kernels_cuda_ops test_kernels_cuda_units test_executor_cuda_backend)
 tests_b=(test_executor_cuda_pipeline test_executor_cuda_training)
-targets=("${tests_a[@]}" "${tests_b[@]}" bench_executor_cuda)
+targets=("${tests_a[@]}" "${tests_b[@]}" bench_executor_cuda slidedp-sweep)
 
 cmake_args() {  # cmake_args <build dir>: the configure command line of a GPU build
   echo -S "$root" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLIDEDP_ENABLE_CUDA=ON \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
-    "-DSLIDEDP_MODULES=common;model;kernels;io;executor" -DSLIDEDP_BUILD_BENCHMARKS=ON -DSLIDEDP_WERROR=OFF
+    "-DSLIDEDP_MODULES=common;model;kernels;io;executor;profiler;planner;sweeps" -DSLIDEDP_BUILD_BENCHMARKS=ON -DSLIDEDP_WERROR=OFF
 }
 
 # ---- pack (no GPU) ---------------------------------------------------------------------------------
@@ -186,6 +186,15 @@ torch_rc=$?
 
 say "tests (pipeline, training):"
 run_tests "${tests_b[@]}"
+
+# ---- the matched-batch comparison measured on this GPU (issue 19 part 4) ----
+say "measured matched batch, one GPU (sweeps/specs/measured_one_gpu.yaml):"
+sweep="$(findbin slidedp-sweep)"
+run_phase "measured_one_gpu" 150 "$out/measured.log" "$sweep" measured "$root/sweeps/specs/measured_one_gpu.yaml" \
+  --backend cuda --steps 6 --warmup 2 --quiet --out "$out/measured"
+measured_rc=$?
+[ $measured_rc -ne 0 ] && say "  slidedp-sweep measured exit $measured_rc (see measured.log)"
+[ -f "$out/measured/README.md" ] && awk '/^## (SlideDP|The model)/{on=1} /^## Every/{on=0} on' "$out/measured/README.md" | tee -a "$summary"
 
 # ---- summary: the issue's targets ----
 python3 - "$out" <<'EOF' | tee -a "$summary"

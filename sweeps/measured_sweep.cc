@@ -61,16 +61,21 @@ MeasuredPoint measure(const SweepSpec& spec, const SweepRow& row, const Measured
   t.dataset = default_corpus_dataset();
   t.steps = o.steps;
   t.lr.lr = 1e-3;
-  t.emulate = hw;
-  t.time_scale = o.time_scale > 0 ? o.time_scale : exec::TargetPacing::measured_time_scale(w, hw, row.plan, system);
-  // The emulated devices hold what the plan puts on the target's GPUs; this host's RAM is the limit.
-  t.device_budget_bytes = static_cast<int64_t>(std::min(row.scored().memory.gpu_budget_bytes, 16.0 * (int64_t{1} << 30)));
+  t.backend = o.backend;
+  if (o.backend == "cpu") {
+    t.emulate = hw;
+    t.time_scale = o.time_scale > 0 ? o.time_scale : exec::TargetPacing::measured_time_scale(w, hw, row.plan, system);
+    // The emulated devices hold what the plan puts on the target's GPUs; this host's RAM is the limit.
+    t.device_budget_bytes = static_cast<int64_t>(std::min(row.scored().memory.gpu_budget_bytes, 16.0 * (int64_t{1} << 30)));
+  } else {
+    t.device_budget_bytes = static_cast<int64_t>(row.scored().memory.gpu_budget_bytes);
+  }
   const exec::TrainResult r = exec::train(t);
   std::vector<double> steps;
   for (std::size_t i = static_cast<std::size_t>(o.warmup); i < r.steps.size(); ++i) steps.push_back(r.steps[i].wall_s);
   m.ran = true;
-  m.time_scale = r.time_scale;
-  m.step_s = median(steps) / r.time_scale;
+  m.time_scale = o.backend == "cpu" ? r.time_scale : 1.0;
+  m.step_s = median(steps) / m.time_scale;
   m.tokens_per_s = m.step_s > 0 ? static_cast<double>(row.point.tokens_per_step) / m.step_s : 0.0;
   m.paced_ops = r.paced_ops;
   m.paced_overruns = r.paced_overruns;
@@ -103,8 +108,11 @@ SweepResult MeasuredSweep::measured_as_rows() const {
 
 MeasuredSweep run_measured_sweep(const SweepSpec& spec, const MeasuredOptions& o) {
   if (o.steps <= o.warmup) throw InputError("--steps", "must exceed the warm-up steps");
+  if (o.backend != "cpu" && o.backend != "cuda") throw InputError("--backend", "cpu or cuda, not '" + o.backend + "'");
+  if (o.backend != "cpu" && o.time_scale > 0) throw InputError("--time-scale", "only for the paced CPU backend");
   const auto t0 = std::chrono::steady_clock::now();
   MeasuredSweep s;
+  s.backend = o.backend;
   SweepRunOptions ro;
   ro.simulate = true;  // the pacing shares resources as the simulator does: compare with it
   s.modelled = run_sweep(spec, ro);
@@ -191,7 +199,8 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
 
   // ---- plots ----
   ScatterPlot sc;
-  sc.title = "Matched batch: predicted vs measured step time (paced CPU backend, target seconds)";
+  sc.title = s.backend == "cpu" ? "Matched batch: predicted vs measured step time (paced CPU backend, target seconds)"
+                                 : "Matched batch: predicted vs measured step time (" + s.backend + " backend)";
   sc.caption = sweep_plot_stamp(mod, command);
   sc.x = {"measured step time (s)", true};
   sc.y = {"predicted step time (s, simulator)", true};
@@ -209,7 +218,8 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
   write("measured_vs_predicted.svg", svg_scatter(sc));
   for (const std::string& h : hardware) {
     BarPlot bp;
-    bp.title = fmt::format("SlideDP's measured speedup over each baseline, {} (paced)", h);
+    bp.title = fmt::format("SlideDP's measured speedup over each baseline, {} ({})", h,
+                           s.backend == "cpu" ? "paced" : s.backend + " backend");
     bp.caption = sweep_plot_stamp(mod, command);
     bp.y_label = "tokens/s ratio (geomean)";
     bp.bars = {"measured", "modelled"};
@@ -241,14 +251,21 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
   md += "Produced by: `" + command + "`  \n" +
         fmt::format("spec {} (hash {}), git {}, {} ({} cores), {}, {}\n\n", mod.spec.file, hash_hex(mod.spec.text_hash),
                     pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp(), format_seconds(s.wall_s));
+  if (s.backend == "cpu")
+    md += fmt::format(
+        "{} points; {} ran on the executor, each on the CPU backend paced at its hardware's ratios with the "
+        "system's own data movement (`slidedp-run --emulate HW --system S`), each plan at its own measured time "
+        "scale, the median of the measured steps divided by it; {} of {} paced operations ran over their time. ",
+        s.points.size(), ran, overruns, ops);
+  else
+    md += fmt::format(
+        "{} points; {} ran on the executor's {} backend on this machine's GPUs with the system's own data movement "
+        "(`slidedp-run --backend {} --system S`), the median of the measured steps. ",
+        s.points.size(), ran, s.backend, s.backend);
   md += fmt::format(
-      "{} points; {} ran on the executor, each on the CPU backend paced at its hardware's ratios with the "
-      "system's own data movement (`slidedp-run --emulate HW --system S`), each plan at its own measured time "
-      "scale, the median of the measured steps divided by it; {} of {} paced operations ran over their time. "
       "Every plan is the one the model chose for its system at that many tokens per step (as `slidedp-sweep "
       "run --simulate`); the prediction beside each measurement is the simulator's. What a paced measurement "
-      "checks and cannot check: docs/EXECUTOR.md (paced emulation).\n\n",
-      s.points.size(), ran, overruns, ops);
+      "checks and cannot check: docs/EXECUTOR.md (paced emulation).\n\n");
   md += "## SlideDP's speedup, measured and modelled\n\n```\n" + sp.render() + "```\n\n";
   const auto claims_measured = evaluate_claims(meas);
   const auto claims_modelled = evaluate_claims(mod);

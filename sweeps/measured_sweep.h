@@ -33,11 +33,15 @@ struct MeasuredPoint {
 struct MeasuredOptions {
   int steps = 8;    // per point
   int warmup = 3;   // of them, not measured
-  double time_scale = 0;  // <= 0: measured per plan
+  // "cpu": the CPU backend paced at each point's hardware; "cuda": this machine's GPUs, unpaced, so
+  // the spec's hardware must describe this machine (sweeps/specs/measured_one_gpu.yaml).
+  std::string backend = "cpu";
+  double time_scale = 0;  // cpu: <= 0 measured per plan
   std::function<void(int done, int total, const MeasuredPoint&)> progress;
 };
 
 struct MeasuredSweep {
+  std::string backend = "cpu";
   SweepResult modelled;              // the model's sweep (simulated), as `slidedp-sweep run` writes it
   std::vector<MeasuredPoint> points; // same order as modelled.rows
   double wall_s = 0;

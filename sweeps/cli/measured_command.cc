@@ -1,6 +1,6 @@
-// `slidedp-sweep measured SPEC.yaml [--out DIR] [--steps N] [--warmup W] [--time-scale S] [--json]`:
-// every point of a sweep spec chosen by the model, then run paced on the executor with its system's
-// own data movement (sweeps/measured_sweep.h); writes points.csv, README.md and SVG plots.
+// `slidedp-sweep measured SPEC.yaml [--out DIR] [--steps N] [--warmup W] [--backend cpu|cuda]
+// [--time-scale S] [--json]`: every point of a sweep spec chosen by the model, then run on the executor
+// (paced on the CPU backend, or on this machine's GPUs) with its system's own data movement (sweeps/measured_sweep.h); writes points.csv, README.md and SVG plots.
 #include <fmt/format.h>
 
 #include <filesystem>
@@ -21,6 +21,7 @@ namespace {
 struct MeasuredArgs {
   std::string spec, out;
   int steps = 8, warmup = 3;
+  std::string backend = "cpu";
   double time_scale = 0;
   bool json = false, quiet = false;
 };
@@ -39,7 +40,12 @@ void add_measured_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--out", args->out, "Output folder (default: results/sweeps/<spec name>)");
   cmd->add_option("--steps", args->steps, "Optimizer steps per point")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", args->warmup, "Of them, steps not measured")->check(CLI::NonNegativeNumber);
-  cmd->add_option("--time-scale", args->time_scale, "Seconds here per second of the target (default: measured per plan)")
+  cmd->add_option("--backend", args->backend,
+                  "cpu: the CPU backend paced at each point's hardware (default); cuda: this machine's GPUs, unpaced "
+                  "(the spec's hardware must describe this machine: sweeps/specs/measured_one_gpu.yaml)")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  cmd->add_option("--time-scale", args->time_scale,
+                  "With the CPU backend: seconds here per second of the target (default: measured per plan)")
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", args->json, "Print a JSON summary instead of the readable one");
   cmd->add_flag("--quiet", args->quiet, "No progress line");
@@ -53,6 +59,7 @@ void add_measured_command(CLI::App& app, int argc, char** argv) {
     MeasuredOptions o;
     o.steps = args->steps;
     o.warmup = args->warmup;
+    o.backend = args->backend;
     o.time_scale = args->time_scale;
     o.progress = [&](int done, int, const MeasuredPoint& m) {
       progress.update(done, fmt::format("{} {} {}", m.row.hardware, format_tokens(m.row.point.tokens_per_step), m.row.system));
@@ -76,8 +83,8 @@ void add_measured_command(CLI::App& app, int argc, char** argv) {
     } else {
       int ran = 0;
       for (const MeasuredPoint& m : s.points) ran += m.ran;
-      fmt::print("{}: {} points, {} run paced, in {}\nwrote {} files to {}/\n", spec.name, s.points.size(), ran,
-                 format_seconds(s.wall_s), files.size(), out);
+      fmt::print("{}: {} points, {} run on the {} backend{}, in {}\nwrote {} files to {}/\n", spec.name, s.points.size(), ran,
+                 s.backend, s.backend == "cpu" ? " paced" : "", format_seconds(s.wall_s), files.size(), out);
     }
     set_command_status(0);
   });
