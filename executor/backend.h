@@ -120,6 +120,18 @@ struct UnitOpArgs {
   int step = -1;            // for the measured timeline
 };
 
+// FSDP2's optimizer on the device (executor --system fsdp2): AdamW over elements [offset, offset + n)
+// of this rank's sharded fp32 state, in kernels/cpu/optim/adamw.h's exact per-element arithmetic.
+struct DeviceAdamwArgs {
+  DeviceBuffer param, exp_avg, exp_avg_sq, grad;  // fp32, indexed alike
+  int64_t offset = 0, n = 0;                      // elements
+  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  int64_t adam_step = 1;  // 1-based count of updates applied including this one (bias correction)
+  double grad_scale = 1.0, clip_coef = 1.0;
+  int unit = -1;  // for the measured timeline and the pacing
+  int step = -1;
+};
+
 class Device {
  public:
   virtual ~Device() = default;
@@ -156,8 +168,14 @@ class Device {
   virtual void backward(const UnitOpArgs& args) = 0;   // embedding, decoder
   // Elementwise helpers on compute(): zero bytes; convert n fp32 values to the wire dtype.
   virtual void zero(const DeviceBuffer& buffer, int64_t offset_bytes, int64_t bytes) = 0;
+  // `on`: another of this device's streams to run it on (null: compute()).
   virtual void convert_fp32(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
-                            DType dst_dtype, int64_t n) = 0;
+                            DType dst_dtype, int64_t n, Stream* on = nullptr) = 0;
+  // dst[dst_offset + i] += src[src_offset + i], n fp32 values (FSDP2's gradient accumulation).
+  virtual void add_fp32(const DeviceBuffer& dst, int64_t dst_offset, const DeviceBuffer& src, int64_t src_offset,
+                        int64_t n) = 0;
+  // FSDP2's AdamW, on compute().
+  virtual void adamw(const DeviceAdamwArgs& args) = 0;
 };
 
 // Timeline spans measured by a backend (start and end relative to the backend's epoch).

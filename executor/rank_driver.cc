@@ -41,6 +41,58 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
     const int64_t bytes = std::min(state.chunk_numel(), layout.max_unit_numel()) * dtype_bytes(device_.param_dtype());
     for (HostBuffer& b : convert_staging_) b = backend.alloc_host(bytes, true);
   }
+  if (config.device_optimizer) load_state();
+}
+
+void RankDriver::load_state() {
+  Stream& h2d = device_.h2d();
+  for (int u = 0; u < U_; ++u) {
+    const UnitState& us = state_.unit(u);
+    Shard sh;
+    for (int64_t k = 0; k < us.chunks; ++k) {
+      auto [b, e] = state_.chunk_range(u, k);
+      sh.offset.push_back(sh.numel);
+      sh.numel += shard_range(e - b, config_.ranks, config_.rank).size();
+    }
+    const int64_t bytes = std::max<int64_t>(sh.numel, 1) * 4;
+    sh.master = alloc(bytes, "sharded fp32 master (FSDP2)");
+    sh.exp_avg = alloc(bytes, "sharded AdamW m (FSDP2)");
+    sh.exp_avg_sq = alloc(bytes, "sharded AdamW v (FSDP2)");
+    sh.grad = alloc(bytes, "sharded fp32 gradient (FSDP2)");
+    for (int64_t k = 0; k < us.chunks; ++k) {
+      auto [b, e] = state_.chunk_range(u, k);
+      const ShardRange r = shard_range(e - b, config_.ranks, config_.rank);
+      const int64_t off = sh.offset[static_cast<size_t>(k)] * 4, n = r.size() * 4;
+      const SpanTag t = tag("h2d", "load state", -1, u, k);
+      h2d.copy_h2d(sh.master, off, reinterpret_cast<const std::byte*>(us.master_f32() + b + r.begin), n, t);
+      h2d.copy_h2d(sh.exp_avg, off, reinterpret_cast<const std::byte*>(us.m_f32() + b + r.begin), n, t);
+      h2d.copy_h2d(sh.exp_avg_sq, off, reinterpret_cast<const std::byte*>(us.v_f32() + b + r.begin), n, t);
+    }
+    shards_.push_back(sh);
+  }
+  device_updated_ = h2d.record();
+  device_.compute().wait(device_updated_);
+  grad_contributions_.assign(static_cast<size_t>(U_), 0);
+}
+
+void RankDriver::store_state() {
+  if (!config_.device_optimizer) return;
+  Stream& d2h = device_.d2h();
+  d2h.wait(device_.compute().record());
+  for (int u = 0; u < U_; ++u) {
+    const UnitState& us = state_.unit(u);
+    const Shard& sh = shards_[static_cast<size_t>(u)];
+    for (int64_t k = 0; k < us.chunks; ++k) {
+      auto [b, e] = state_.chunk_range(u, k);
+      const ShardRange r = shard_range(e - b, config_.ranks, config_.rank);
+      const int64_t off = sh.offset[static_cast<size_t>(k)] * 4, n = r.size() * 4;
+      const SpanTag t = tag("d2h", "store state", -1, u, k);
+      d2h.copy_d2h(reinterpret_cast<std::byte*>(us.master_f32() + b + r.begin), sh.master, off, n, t);
+      d2h.copy_d2h(reinterpret_cast<std::byte*>(us.m_f32() + b + r.begin), sh.exp_avg, off, n, t);
+      d2h.copy_d2h(reinterpret_cast<std::byte*>(us.v_f32() + b + r.begin), sh.exp_avg_sq, off, n, t);
+    }
+  }
+  d2h.record()->wait_host();
 }
 
 RankDriver::~RankDriver() = default;
@@ -64,6 +116,9 @@ void RankDriver::release_all() {
     if (s.unit >= 0 || s.buffer.id >= 0) release(s.buffer, nullptr);
     s = Slot{};
   }
+  for (Shard& sh : shards_)
+    for (const DeviceBuffer* b : {&sh.master, &sh.exp_avg, &sh.exp_avg_sq, &sh.grad}) release(*b, nullptr);
+  shards_.clear();
 }
 
 void RankDriver::mark_use(int unit, const EventPtr& e) {
@@ -102,6 +157,22 @@ EventPtr RankDriver::deliver(int64_t step, int unit, const DeviceBuffer& buf) {
   const int64_t pbytes = dtype_bytes(device_.param_dtype());
   const bool sharded = (config_.plan.param_route == ParamRoute::kSharded || config_.resident_params) && config_.ranks > 1;
   Stream& h2d = device_.h2d();
+  if (config_.device_optimizer) {
+    // FSDP2: this rank's shard, cast from its fp32 master on the comm stream (so the cast and the
+    // all-gather run ahead of the compute, as FSDP2's prefetch does), then the others' shards.
+    Stream& comm = device_.comm();
+    comm.wait(device_updated_);  // the previous step's AdamW of these shards
+    const Shard& sh = shards_[static_cast<size_t>(unit)];
+    for (int64_t k = 0; k < us.chunks; ++k) {
+      auto [b, e] = state_.chunk_range(unit, k);
+      const ShardRange r = shard_range(e - b, config_.ranks, config_.rank);
+      device_.convert_fp32(sh.master, sh.offset[static_cast<size_t>(k)], buf, b + r.begin, device_.param_dtype(), r.size(),
+                           &comm);
+      if (config_.ranks > 1)
+        backend_.all_gather(config_.rank, buf, b, e - b, device_.param_dtype(), tag("fabric", "all-gather", step, unit, k));
+    }
+    return comm.record();
+  }
   for (int64_t k = 0; k < us.chunks; ++k) {
     auto [b, e] = state_.chunk_range(unit, k);
     h2d.wait_counter(*us.updated[static_cast<size_t>(k)], static_cast<uint64_t>(step));
@@ -160,6 +231,7 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
   Stream& d2h = device_.d2h();
   const int rank = config_.rank;
   Updater* updater = &updater_;
+  if (config_.device_optimizer) return send_grads_to_shard(step, unit, wirebuf, converted, numel);
   const bool gpu_route = config_.plan.grad_route == GradRoute::kGpu && config_.ranks > 1;
   if (!gpu_route) {
     d2h.wait(converted);
@@ -429,6 +501,66 @@ void RankDriver::micro_step(int64_t step, int a) {
     drain_[0] = send_grads(step, a, 0, GradPart::kOwn, args.grads, numel);
   }
   drain_.clear();
+  if (config_.device_optimizer && a == plan.accum_steps - 1) device_update(step);
+}
+
+// FSDP2: each chunk reduce-scattered (fp32 sums in rank order, as the gpu route), then added into
+// the unit's shard accumulator on the compute stream; the step's first contribution overwrites it.
+// Returns the event after which the wire buffer is free.
+EventPtr RankDriver::send_grads_to_shard(int64_t step, int unit, const DeviceBuffer& wirebuf, const EventPtr& converted,
+                                         int64_t numel) {
+  const Shard& sh = shards_[static_cast<size_t>(unit)];
+  const int64_t chunk = state_.chunk_numel();
+  DeviceBuffer reduced = alloc(std::max<int64_t>(sh.numel, 1) * 4, "reduced gradient shards");
+  Stream& comm = device_.comm();
+  comm.wait(converted);
+  for (int64_t k = 0; k * chunk < numel; ++k) {
+    const int64_t b = k * chunk, e = std::min(numel, b + chunk);
+    backend_.reduce_scatter(config_.rank, wirebuf, b, config_.wire_dtype, e - b, reduced, sh.offset[static_cast<size_t>(k)],
+                            tag("fabric", "reduce-scatter", step, unit, k));
+  }
+  EventPtr scattered = comm.record();
+  release(wirebuf, scattered);
+  Stream& compute = device_.compute();
+  compute.wait(scattered);
+  int& contributions = grad_contributions_[static_cast<size_t>(unit)];
+  if (contributions++ == 0) device_.convert_fp32(reduced, 0, sh.grad, 0, DType::kF32, sh.numel);
+  else device_.add_fp32(sh.grad, 0, reduced, 0, sh.numel);
+  release(reduced, compute.record());
+  return scattered;
+}
+
+// FSDP2: AdamW on this rank's shards once every gradient of the step is in, on the compute stream
+// (the next step's casts wait for it), then the report to the updater.
+void RankDriver::device_update(int64_t step) {
+  Stream& compute = device_.compute();
+  const kernels::AdamwHyper h = updater_.step_hyper(step);
+  for (int u = 0; u < U_; ++u) {
+    const UnitState& us = state_.unit(u);
+    const Shard& sh = shards_[static_cast<size_t>(u)];
+    for (int64_t k = 0; k < us.chunks; ++k) {
+      auto [b, e] = state_.chunk_range(u, k);
+      const ShardRange r = shard_range(e - b, config_.ranks, config_.rank);
+      const int64_t base = sh.offset[static_cast<size_t>(k)];
+      // Weight decay by element of the unit: shard element i is unit element b + r.begin + i.
+      updater_.for_decay_ranges(u, b + r.begin, b + r.end, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
+        DeviceAdamwArgs args;
+        args.param = sh.master, args.exp_avg = sh.exp_avg, args.exp_avg_sq = sh.exp_avg_sq, args.grad = sh.grad;
+        args.offset = base + (pb - b - r.begin);
+        args.n = pe - pb;
+        args.lr = ph.lr, args.beta1 = ph.beta1, args.beta2 = ph.beta2, args.eps = ph.eps;
+        args.weight_decay = ph.weight_decay;
+        args.adam_step = ph.step, args.grad_scale = ph.grad_scale, args.clip_coef = ph.clip_coef;
+        args.unit = u;
+        args.step = static_cast<int>(step);
+        device_.adamw(args);
+      });
+    }
+  }
+  std::fill(grad_contributions_.begin(), grad_contributions_.end(), 0);
+  device_updated_ = compute.record();
+  Updater* updater = &updater_;
+  compute.host_fn([updater, step, r = config_.rank] { updater->device_step_done(step, r); });
 }
 
 }  // namespace slidedp::exec

@@ -45,6 +45,12 @@ struct DriverConfig {
   // slot (the plan's depth covers all units); each step, once the updater has applied a chunk, the
   // rank uploads its partition of it into the resident buffer and the ranks all-gather the rest.
   bool resident_params = false;
+  // FSDP2's (--system fsdp2): this rank holds its shard of every chunk's fp32 master, AdamW moments
+  // and gradient on the device (loaded from the host state at the start, written back by
+  // store_state); a delivery converts the shard to the parameter dtype and all-gathers the rest; a
+  // gradient is reduce-scattered into the shard's accumulator; after the last micro-step the rank
+  // runs AdamW on its shard on the device and reports it to the updater.
+  bool device_optimizer = false;
   const TargetPacing* pacing = nullptr;  // paces the conversions (slidedp-run --emulate); may be null
 };
 
@@ -58,6 +64,9 @@ class RankDriver {
   void issue_step(int64_t step);
   // Frees the device buffers still held (parameter slots) once the streams are idle.
   void release_all();
+  // device_optimizer: copies this rank's shards of the master weights and moments back into the host
+  // state and waits for them (after the last step, streams idle).
+  void store_state();
 
  private:
   struct Slot {
@@ -84,6 +93,11 @@ class RankDriver {
   DeviceBuffer alloc(int64_t bytes, const char* what) { return device_.alloc(bytes, what); }
   void release(const DeviceBuffer& b, const EventPtr& e) { device_.release(b, e); }
   SpanTag tag(const char* category, const char* what, int64_t step, int unit, int64_t chunk = -1) const;
+  // device_optimizer: this rank's sharded state, the gradient accumulation and the update.
+  void load_state();
+  EventPtr send_grads_to_shard(int64_t step, int unit, const DeviceBuffer& wirebuf, const EventPtr& converted,
+                               int64_t numel);
+  void device_update(int64_t step);
 
   Backend& backend_;
   Device& device_;
@@ -106,6 +120,15 @@ class RankDriver {
   std::map<int, HostBuffer> offload_host_;
   std::map<int, EventPtr> offload_read_;  // layer -> the last prefetch that read its host buffer
   std::map<int, EventPtr> drain_;  // unit -> event after which its gradient buffers drained
+  // device_optimizer: per unit, this rank's shard of each chunk, concatenated in chunk order.
+  struct Shard {
+    DeviceBuffer master, exp_avg, exp_avg_sq, grad;  // fp32
+    std::vector<int64_t> offset;                     // per chunk: where its shard starts
+    int64_t numel = 0;
+  };
+  std::vector<Shard> shards_;
+  std::vector<int> grad_contributions_;  // per unit, this step: 0 -> the next one overwrites
+  EventPtr device_updated_;              // the last AdamW of the shards (or their loading)
   // convert_on_load: two staging buffers of one chunk, and the copy that last read each.
   HostBuffer convert_staging_[2];
   EventPtr staging_copied_[2];

@@ -146,6 +146,16 @@ PacedWork TargetPacing::compute(int rank, int unit, const std::string& op) const
   return p;
 }
 
+PacedWork TargetPacing::device_update(int rank, int64_t elements) const {
+  PacedWork p;
+  p.usages = pacer_->resources().compute(rank);
+  double total = 0;  // parameters of all units; each rank updates 1/ranks of them in post_gpu_s
+  for (const UnitWork& u : sw_.units) total += static_cast<double>(u.numel);
+  const double per_rank = total / std::max(1, sw_.cap.ranks);
+  p.work = per_rank > 0 ? sw_.post_gpu_s * static_cast<double>(elements) / per_rank : 0.0;
+  return p;
+}
+
 PacedWork TargetPacing::copy(int rank, bool h2d, double target_bytes) const {
   PacedWork p;
   p.usages = pacer_->resources().copy(rank, h2d);

@@ -52,6 +52,9 @@ class TargetPacing {
   PacedWork update(int unit, int64_t elements, bool last_micro, double rank_share = 1.0) const;
   // SlideFormer: one rank's conversion of `elements` of `unit`'s fp32 master to bf16 before delivery.
   PacedWork convert(int rank, int unit, int64_t elements) const;
+  // FSDP2: AdamW of `elements` of `rank`'s sharded state on its GPU (its share of the model's
+  // post-backward GPU optimizer time).
+  PacedWork device_update(int rank, int64_t elements) const;
   // Verify mode (clipping, skipping): the whole update after the backward, every parameter at once.
   PacedWork post_backward_update() const;
 

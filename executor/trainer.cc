@@ -156,11 +156,16 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
-  if (o.system == System::kFsdp2)
-    throw InputError("--system", fmt::format("the executor does not run {} yet (sharded state and AdamW on the "
-                                             "GPUs); slidedp-predict --system {} predicts it",
-                                             system_name(o.system), system_name(o.system)));
   const SystemTraits traits = system_traits(o.system);
+  if (traits.gpu_optimizer) {
+    // FSDP2's optimizer state lives on the devices: the host-side features that read it mid-run
+    // (checkpoints, the global-norm clip, skipping a step) are not part of this baseline's run.
+    if (!o.checkpoint_dir.empty())
+      throw InputError("--checkpoint-dir", "--system fsdp2 keeps the optimizer state on the devices; the executor "
+                                           "checkpoints host state: run it without checkpoints");
+    if (o.optimizer.clip_grad_norm > 0) throw InputError("--clip-grad-norm", "not with --system fsdp2");
+    if (o.optimizer.on_nonfinite == NonFinitePolicy::kSkip) throw InputError("--on-nonfinite", "skip: not with --system fsdp2");
+  }
   Plan plan = plan_for_system(o.plan, o.system, o.card);
   // ZeRO-Offload keeps every unit's parameters on the device: one slot per unit, charged as such.
   if (traits.params_resident) plan.gpu_buffer_depth = layout.num_units();
@@ -212,8 +217,18 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   {
     // Reject a plan that cannot fit before anything runs, with the numbers: the same account the
     // planner uses, over this backend's units and allocator (model/memory_account.h).
-    const RankMemoryAccount account = rank_memory_account(layout, plan, o.seq_len, o.card.tie_word_embeddings,
-                                                          backend->device(0).memory_spec(plan.micro_batch, o.seq_len));
+    RankMemoryAccount account = rank_memory_account(layout, plan, o.seq_len, o.card.tie_word_embeddings,
+                                                    backend->device(0).memory_spec(plan.micro_batch, o.seq_len));
+    if (traits.gpu_sharded_state) {
+      // FSDP2's sharded fp32 master, moments and gradient (rank 0's shards are the largest).
+      int64_t shard = 0;
+      for (int u = 0; u < U; ++u) {
+        const int64_t n = layout.units[static_cast<size_t>(u)].flat_numel;
+        for (int64_t b = 0; b < n; b += plan.chunk_numel) shard += shard_range(std::min(n, b + plan.chunk_numel) - b, N, 0).size();
+      }
+      account.items.insert(account.items.begin(), MemoryItem{"sharded fp32 master + AdamW m, v + gradient (FSDP2)", 16.0 * static_cast<double>(shard)});
+      account.peak_bytes += 16.0 * static_cast<double>(shard);
+    }
     result.device_account = account;
     MemoryEstimate m;
     m.gpu_items = account.items;
@@ -235,6 +250,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   uc.pacing = pacing.get();
   uc.update_after_backward = traits.update_after_backward;
   uc.serial_accumulation = traits.lock_serialized_accumulation && uc.route == GradRouteKind::kCpu;
+  uc.device_optimizer = traits.gpu_optimizer;
   if (o.optimizer.no_decay.any()) uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
   if (ckpt && ckpt->state.adamw_step >= 0) uc.skipped_steps_before = ckpt->state.optimizer_step - ckpt->state.adamw_step;
   const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
@@ -243,7 +259,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   HostStateOptions hso;
   hso.chunk_numel = plan.chunk_numel;
   hso.mirror_dtype = o.exact_fp32 ? DType::kF32 : DType::kBF16;
-  hso.accumulate_all = plan.accum_steps > 1 || verify;
+  hso.accumulate_all = (plan.accum_steps > 1 || verify) && !traits.gpu_optimizer;
   hso.accumulate_unit0 = o.card.tie_word_embeddings;
   HostState state(*backend, layout, hso);
   result.host_state_bytes = state.host_bytes();
@@ -318,6 +334,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.tied = o.card.tie_word_embeddings;
     dc.convert_on_load = traits.convert_on_load;
     dc.resident_params = traits.params_resident;
+    dc.device_optimizer = traits.gpu_optimizer;
     // (With the update after the backward, waiting for an update inside the backward would deadlock.)
     dc.shared_grad_buffer = traits.shared_grad_buffer && !verify;
     dc.pacing = pacing.get();
@@ -443,6 +460,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     spans.insert(spans.end(), more.begin(), more.end());
     result.spans = std::move(spans);
   }
+  // FSDP2's final state comes back from the devices (a run stopped early keeps its initial host state).
+  if (!result.stopped_early)
+    for (auto& d : drivers) d->store_state();
   for (auto& d : drivers) d->release_all();
   for (int r = 0; r < N; ++r) {
     result.device_high_water_bytes.push_back(backend->device(r).high_water_bytes());

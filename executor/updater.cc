@@ -21,8 +21,9 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
       pool_(pool),
       control_(control),
       config_(config),
-      verify_(config.optimizer.clip_grad_norm > 0 || config.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
-              config.update_after_backward) {
+      verify_(!config.device_optimizer &&
+              (config.optimizer.clip_grad_norm > 0 || config.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
+               config.update_after_backward)) {
   SLIDEDP_CHECK(static_cast<int>(rings_.size()) == config.ranks, "one staging ring per rank");
   SLIDEDP_CHECK(config.no_decay_ranges.empty() || static_cast<int>(config.no_decay_ranges.size()) == state.num_units(),
                 "no-decay ranges: one list per unit");
@@ -34,6 +35,10 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
   for (int u = 0; u < state.num_units(); ++u) expected_chunks_ += state.unit(u).chunks;
   expected_accumulations_ = expected_chunks_ * config.accum_steps * per_chunk;
   if (config.tied) expected_accumulations_ += state.unit(0).chunks * config.accum_steps * per_chunk;
+  SLIDEDP_CHECK(!config.device_optimizer || (config.optimizer.clip_grad_norm <= 0 &&
+                                              config.optimizer.on_nonfinite == NonFinitePolicy::kAbort),
+                "the device optimizer neither clips nor skips");
+  if (config.device_optimizer) expected_chunks_ = expected_accumulations_ = 0;
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -74,7 +79,37 @@ void Updater::report_loss(int64_t step, int micro, int rank, double loss_sum, do
     if (info.outcome.skipped_reason.empty())
       info.outcome.skipped_reason = fmt::format("non-finite loss ({}) on rank {}", loss_sum, rank);
   }
+  if (config_.device_optimizer) finish_device_step(info, step);
   cv_.notify_all();
+}
+
+void Updater::device_step_done(int64_t step, int rank) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SLIDEDP_CHECK(config_.device_optimizer, "device_step_done without the device optimizer");
+  StepInfo& info = steps_.at(step);
+  ++info.devices_done;
+  (void)rank;
+  finish_device_step(info, step);
+  cv_.notify_all();
+}
+
+void Updater::finish_device_step(StepInfo& info, int64_t step) {
+  if (info.devices_done < config_.ranks || info.losses < config_.ranks * config_.accum_steps) return;
+  // The devices have updated already: a non-finite loss cannot be skipped any more, only reported.
+  if (!info.loss_finite)
+    control_.fail(std::make_exception_ptr(NumericError(fmt::format("step {}: {}; stopping", step + 1,
+                                                                   info.outcome.skipped_reason))));
+  info.done = true;
+}
+
+kernels::AdamwHyper Updater::step_hyper(int64_t step) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return hyper(step, steps_.at(step).lr, 1.0);
+}
+
+void Updater::for_decay_ranges(int unit, int64_t b, int64_t e, const kernels::AdamwHyper& h,
+                               const std::function<void(int64_t, int64_t, const kernels::AdamwHyper&)>& fn) const {
+  by_decay(unit, b, e, h, fn);
 }
 
 void Updater::arrive(const ChunkArrival& a) {

@@ -68,6 +68,11 @@ struct UpdaterConfig {
   // each rank's gradient on its own, one at a time (its global lock), in rank order.
   bool update_after_backward = false;
   bool serial_accumulation = false;
+  // FSDP2 (--system fsdp2): the ranks run AdamW on their devices over sharded state; no gradient
+  // reaches the host. The updater only collects the losses and each rank's report that its update
+  // of the step is enqueued behind the step's work (device_step_done), and hands out the step's
+  // hyper-parameters.
+  bool device_optimizer = false;
 };
 
 // One rank's gradient payload in a staging slot: elements [begin, end) of `unit`.
@@ -106,6 +111,14 @@ class Updater {
   void report_loss(int64_t step, int micro, int rank, double loss_sum, double count);
   // Blocks until every chunk of `step` is updated (or the step is skipped). Throws Aborted on abort.
   StepOutcome wait_step(int64_t step);
+  // device_optimizer: `rank` has finished step `step`'s update on its device (called on a stream
+  // thread once it has).
+  void device_step_done(int64_t step, int rank);
+  // The AdamW hyper-parameters of step `step` (after begin_step) and how weight decay splits
+  // elements [b, e) of `unit`: fn(b', e', hyper) per piece, in order.
+  kernels::AdamwHyper step_hyper(int64_t step);
+  void for_decay_ranges(int unit, int64_t b, int64_t e, const kernels::AdamwHyper& h,
+                        const std::function<void(int64_t, int64_t, const kernels::AdamwHyper&)>& fn) const;
   // Updates of steps > `step` wait until this is raised (checkpoint gate).
   void allow_updates_through(int64_t step);
   bool verify_mode() const { return verify_; }
@@ -132,6 +145,7 @@ class Updater {
     int64_t chunks_left = 0;        // own-part chunks of the last micro-step not yet updated
     int64_t accumulations_left = 0; // verify mode: accumulations left before the verify pass
     int losses = 0;
+    int devices_done = 0;  // device_optimizer: ranks whose update of the step has run
     std::vector<double> loss_sums, counts;  // [micro * ranks + rank]: summed in this order, not arrival order
     bool loss_finite = true;
     bool done = false;
@@ -144,6 +158,7 @@ class Updater {
   void update(Job& job);
   void verify_pass(int64_t step);
   void finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step);
+  void finish_device_step(StepInfo& info, int64_t step);  // device_optimizer; under mutex_
   kernels::AdamwHyper hyper(int64_t step, double lr, double clip_coef) const;
   int begin_paced(const Job& job) const;  // the job's flow on the target's CPU and host memory
   void hold_paced(int flow) const;         // waits until the target would be done with it

@@ -25,11 +25,6 @@
 namespace slidedp {
 namespace {
 
-// Systems whose data movement the executor runs (exec::TrainOptions::system).
-bool executor_runs(System s) {
-  return s != System::kFsdp2;
-}
-
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -45,10 +40,6 @@ MeasuredPoint measure(const SweepSpec& spec, const SweepRow& row, const Measured
     return m;
   }
   const System system = row.point.system;
-  if (!executor_runs(system)) {
-    m.not_run = fmt::format("the executor does not run {} yet: modelled only", system_name(system));
-    return m;
-  }
   const SweepGrid& g = spec.grids[static_cast<std::size_t>(row.point.grid)];
   const Hardware& hw = g.hardware[static_cast<std::size_t>(row.point.hardware)].hw;
   const ModelCard& card = g.models[static_cast<std::size_t>(row.point.model)];

@@ -4,7 +4,7 @@
 // CPU backend paced at the point's hardware (slidedp-run --emulate: each plan at its own measured time
 // scale, the measured step divided by it), with the system's own data movement (TrainOptions::system).
 // Models must be small enough to run on this host (sweeps/specs/measured_matched_batch.yaml uses
-// slidedp-small). FSDP2, which the executor does not run yet, keeps its modelled figures only.
+// slidedp-small).
 #pragma once
 
 #include <cstdint>
@@ -19,7 +19,7 @@ namespace slidedp {
 struct MeasuredPoint {
   SweepRow row;             // the model's choice and prediction (simulated)
   bool ran = false;
-  std::string not_run;      // why not ("" when it ran): infeasible, or a system the executor lacks
+  std::string not_run;      // why not ("" when it ran): no plan of the system fits
   double time_scale = 0;    // seconds here per second of the target
   double step_s = 0;        // measured, the target's seconds (median of the measured steps)
   double tokens_per_s = 0;  // measured

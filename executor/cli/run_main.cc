@@ -96,8 +96,8 @@ int run_main(int argc, char** argv) {
                  "model describes it: slideformer-dp (per-rank fp32->bf16 conversion, rank-0 update, layer-boundary "
                  "offload), zero-offload (parameters resident on the devices, reduce-scatter, each rank's partition "
                  "updated on the host after the backward, uploaded and all-gathered, full recompute), megatrain "
-                 "(full recompute, host accumulation one rank at a time, update after the backward); fsdp2 is "
-                 "predicted only; overrides the plan's routes, chunk and activation policies as slidedp-predict "
+                 "(full recompute, host accumulation one rank at a time, update after the backward), fsdp2 "
+                 "(sharded state and AdamW on the devices, all-gather and reduce-scatter; no checkpoints); overrides the plan's routes, chunk and activation policies as slidedp-predict "
                  "--system does");
   app.add_option("--emulate", emulate,
                  "CPU backend at a target machine's ratios: a hardware preset or profile (e.g. h100-sxm-x4). Every "

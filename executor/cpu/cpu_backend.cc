@@ -17,6 +17,7 @@
 #include "common/units.h"
 #include "executor/device_budget.h"
 #include "executor/target_pacing.h"
+#include "kernels/cpu/optim/adamw.h"
 #include "kernels/cpu/optim/bf16_convert.h"
 #include "kernels/cpu/optim/grad_reduce.h"
 #include "kernels/cpu/transformer/arena.h"
@@ -449,20 +450,60 @@ class CpuDevice final : public Device {
   }
 
   void convert_fp32(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
-                    DType dst_dtype, int64_t n) override {
+                    DType dst_dtype, int64_t n, Stream* on) override {
     SLIDEDP_CHECK((src_offset + n) * 4 <= src.bytes && (dst_offset + n) * dtype_bytes(dst_dtype) <= dst.bytes);
+    CpuStream& stream = own(on);
     const float* s = reinterpret_cast<const float*>(src.ptr) + src_offset;
     if (dst_dtype == DType::kBF16) {
       bf16_bits* d = reinterpret_cast<bf16_bits*>(dst.ptr) + dst_offset;
-      compute_.enqueue([s, d, n] { kernels::f32_to_bf16(s, d, n); });
+      stream.enqueue([s, d, n] { kernels::f32_to_bf16(s, d, n); });
     } else {
       SLIDEDP_CHECK(dst_dtype == DType::kF32);
       float* d = reinterpret_cast<float*>(dst.ptr) + dst_offset;
-      compute_.enqueue([s, d, n] { std::memcpy(d, s, static_cast<size_t>(n) * 4); });
+      stream.enqueue([s, d, n] { std::memcpy(d, s, static_cast<size_t>(n) * 4); });
     }
   }
 
+  void add_fp32(const DeviceBuffer& dst, int64_t dst_offset, const DeviceBuffer& src, int64_t src_offset,
+                int64_t n) override {
+    SLIDEDP_CHECK((dst_offset + n) * 4 <= dst.bytes && (src_offset + n) * 4 <= src.bytes);
+    float* d = f32(dst) + dst_offset;
+    const float* x = f32(src) + src_offset;
+    compute_.enqueue([d, x, n] {
+      for (int64_t i = 0; i < n; ++i) d[i] += x[i];
+    });
+  }
+
+  void adamw(const DeviceAdamwArgs& a) override {
+    for (const DeviceBuffer* b : {&a.param, &a.exp_avg, &a.exp_avg_sq, &a.grad})
+      SLIDEDP_CHECK((a.offset + a.n) * 4 <= b->bytes, "device AdamW range outside its buffer");
+    kernels::AdamwHyper h;
+    h.lr = a.lr, h.beta1 = a.beta1, h.beta2 = a.beta2, h.eps = a.eps, h.weight_decay = a.weight_decay;
+    h.step = a.adam_step, h.grad_scale = a.grad_scale, h.clip_coef = a.clip_coef;
+    kernels::AdamwState st;
+    st.param = f32(a.param) + a.offset;
+    st.exp_avg = f32(a.exp_avg) + a.offset;
+    st.exp_avg_sq = f32(a.exp_avg_sq) + a.offset;
+    const float* g = f32(a.grad) + a.offset;
+    const int64_t n = a.n;
+    SpanTag t;
+    t.category = "compute";
+    t.unit = a.unit;
+    t.step = a.step;
+    t.what = "adamw";
+    std::optional<PacedWork> paced;
+    if (math_.pacing) paced = math_.pacing->device_update(rank_, n);
+    compute_.enqueue_traced(t, [st, g, h, n] { kernels::adamw_update(st, g, h, 0, n); }, paced);
+  }
+
  private:
+  // One of this device's streams (null: compute).
+  CpuStream& own(Stream* s) {
+    for (CpuStream* c : {&compute_, &h2d_, &d2h_, &comm_})
+      if (s == nullptr ? c == &compute_ : s == c) return *c;
+    SLIDEDP_CHECK(false, "a stream of another device");
+    return compute_;
+  }
 
   std::optional<PacedWork> paced_compute(const UnitOpArgs& a, const char* op) const {
     if (!math_.pacing) return std::nullopt;

@@ -32,6 +32,8 @@
 #include "executor/cuda/counter_wait.h"
 #include "executor/device_budget.h"
 #include "kernels/cpu/transformer/model_step.h"
+#include "kernels/cpu/optim/adamw.h"
+#include "kernels/cuda/adamw.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
@@ -520,6 +522,13 @@ class CudaDevice final : public Device {
   Stream& d2h() override { return d2h_; }
   Stream& comm() override { return comm_; }
   CudaStream& comm_stream() { return comm_; }
+  // One of this device's streams (null: compute).
+  CudaStream& own(Stream* s) {
+    for (CudaStream* c : {&compute_, &h2d_, &d2h_, &comm_})
+      if (s == nullptr ? c == &compute_ : s == c) return *c;
+    SLIDEDP_CHECK(false, "a stream of another device");
+    return compute_;
+  }
 
   void synchronize() {
     for (CudaStream* s : {&compute_, &h2d_, &d2h_, &comm_}) s->synchronize();
@@ -627,17 +636,42 @@ class CudaDevice final : public Device {
   }
 
   void convert_fp32(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
-                    DType dst_dtype, int64_t n) override {
+                    DType dst_dtype, int64_t n, Stream* on) override {
     SLIDEDP_CHECK((src_offset + n) * 4 <= src.bytes && (dst_offset + n) * dtype_bytes(dst_dtype) <= dst.bytes);
     DeviceGuard guard(gpu_);
+    cudaStream_t stream = own(on).get();
     const float* s = reinterpret_cast<const float*>(src.ptr) + src_offset;
     if (dst_dtype == DType::kBF16) {
-      kc::f32_to_bf16(s, reinterpret_cast<kc::bf16*>(dst.ptr) + dst_offset, n, compute_.get());
+      kc::f32_to_bf16(s, reinterpret_cast<kc::bf16*>(dst.ptr) + dst_offset, n, stream);
     } else {
       SLIDEDP_CHECK(dst_dtype == DType::kF32);
       SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(reinterpret_cast<float*>(dst.ptr) + dst_offset, s, static_cast<size_t>(n) * 4,
-                                         cudaMemcpyDeviceToDevice, compute_.get()));
+                                         cudaMemcpyDeviceToDevice, stream));
     }
+  }
+
+  void add_fp32(const DeviceBuffer& dst, int64_t dst_offset, const DeviceBuffer& src, int64_t src_offset,
+                int64_t n) override {
+    SLIDEDP_CHECK((dst_offset + n) * 4 <= dst.bytes && (src_offset + n) * 4 <= src.bytes);
+    DeviceGuard guard(gpu_);
+    kc::add_f32(reinterpret_cast<float*>(dst.ptr) + dst_offset, reinterpret_cast<const float*>(src.ptr) + src_offset, n,
+                compute_.get());
+  }
+
+  void adamw(const DeviceAdamwArgs& a) override {
+    for (const DeviceBuffer* b : {&a.param, &a.exp_avg, &a.exp_avg_sq, &a.grad})
+      SLIDEDP_CHECK((a.offset + a.n) * 4 <= b->bytes, "device AdamW range outside its buffer");
+    kernels::AdamwHyper h;
+    h.lr = a.lr, h.beta1 = a.beta1, h.beta2 = a.beta2, h.eps = a.eps, h.weight_decay = a.weight_decay;
+    h.step = a.adam_step, h.grad_scale = a.grad_scale, h.clip_coef = a.clip_coef;
+    const kernels::AdamwConstants c = kernels::adamw_constants(h);
+    SpanTag t;
+    t.category = "compute";
+    t.unit = a.unit;
+    t.step = a.step;
+    t.what = "adamw";
+    auto at = [&](const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr) + a.offset; };
+    compute_.traced(t, [&] { kc::adamw(at(a.param), at(a.exp_avg), at(a.exp_avg_sq), at(a.grad), a.n, c, compute_.get()); });
   }
 
  private:

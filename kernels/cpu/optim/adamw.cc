@@ -20,12 +20,14 @@ void require(bool ok, const char* field, const std::string& expected, double val
   }
 }
 
-detail::AdamwConstants constants(const AdamwHyper& h) {
+}  // namespace
+
+AdamwConstants adamw_constants(const AdamwHyper& h) {
   validate(h);
   const double steps = static_cast<double>(h.step);
   const double bias_correction1 = 1.0 - std::pow(h.beta1, steps);
   const double bias_correction2 = 1.0 - std::pow(h.beta2, steps);
-  detail::AdamwConstants c{};
+  AdamwConstants c{};
   c.beta1 = static_cast<float>(h.beta1);
   c.one_minus_beta1 = static_cast<float>(1.0 - h.beta1);
   c.beta2 = static_cast<float>(h.beta2);
@@ -38,6 +40,8 @@ detail::AdamwConstants constants(const AdamwHyper& h) {
   c.clip_coef = static_cast<float>(h.clip_coef);
   return c;
 }
+
+namespace {
 
 void check_state(const AdamwState& s, int64_t begin, int64_t end) {
   detail::check_range(begin, end);
@@ -52,7 +56,7 @@ template <class G>
 void update(ThreadPool* pool, const AdamwState& s, const G* grad, const AdamwHyper& h, int64_t begin,
             int64_t end, int64_t tile_numel) {
   check_state(s, begin, end);
-  const detail::AdamwConstants c = constants(h);
+  const AdamwConstants c = adamw_constants(h);
   SLIDEDP_CHECK(grad != nullptr || end == begin, "null gradient");
   const detail::KernelTable& t = detail::active_kernel_table();
   detail::run_tiled(pool, begin, end, tile_numel, [&](int64_t b, int64_t e) {
@@ -69,7 +73,7 @@ void fused(ThreadPool* pool, const AdamwState& s, const GradSlots<T>& slots, con
            int64_t begin, int64_t end, int64_t tile_numel) {
   check_state(s, begin, end);
   const detail::SlotArgs<T> a = detail::slot_args(slots, begin, end);
-  const detail::AdamwConstants c = constants(h);
+  const AdamwConstants c = adamw_constants(h);
   const detail::KernelTable& t = detail::active_kernel_table();
   detail::run_tiled(pool, begin, end, tile_numel, [&](int64_t b, int64_t e) {
     if constexpr (std::is_same_v<T, float>) {

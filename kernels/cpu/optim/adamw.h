@@ -35,6 +35,22 @@ struct AdamwHyper {
 // Throws InputError naming the field ("adamw: beta1 ...") when a value is outside its range above.
 void validate(const AdamwHyper& hyper);
 
+// The fp32 constants of one AdamW call, derived once (in double, then rounded) from a validated
+// AdamwHyper; every kernel, the CUDA one included (kernels/cuda/adamw.h), uses exactly these.
+struct AdamwConstants {
+  float beta1;
+  float one_minus_beta1;
+  float beta2;
+  float one_minus_beta2;
+  float eps;
+  float decay;                      // 1 - lr * weight_decay
+  float neg_step_size;              // -lr / (1 - beta1^step)
+  float inv_sqrt_bias_correction2;  // 1 / sqrt(1 - beta2^step)
+  float grad_scale;
+  float clip_coef;
+};
+AdamwConstants adamw_constants(const AdamwHyper& hyper);  // validates
+
 // torch.nn.utils.clip_grad_norm_'s coefficient: min(1, max_norm / (sqrt(sum_squares) + 1e-6)).
 // sum_squares is the global sum of squared (already grad_scale-d) gradient elements; a NaN or Inf
 // sum throws NumericError (torch's error_if_nonfinite) since clipping cannot repair it.

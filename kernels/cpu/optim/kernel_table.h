@@ -12,19 +12,7 @@
 
 namespace slidedp::kernels::detail {
 
-// fp32 constants of one AdamW call, derived once (in double, then rounded) from AdamwHyper.
-struct AdamwConstants {
-  float beta1;
-  float one_minus_beta1;
-  float beta2;
-  float one_minus_beta2;
-  float eps;
-  float decay;                      // 1 - lr * weight_decay
-  float neg_step_size;              // -lr / (1 - beta1^step)
-  float inv_sqrt_bias_correction2;  // 1 / sqrt(1 - beta2^step)
-  float grad_scale;
-  float clip_coef;
-};
+using kernels::AdamwConstants;  // adamw.h
 
 // Slot pointers as the kernels see them: `num` pointers, each indexed by chunk element offset.
 template <class T>
