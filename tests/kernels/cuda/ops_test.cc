@@ -28,6 +28,8 @@
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
+#include "kernels/cpu/optim/adamw.h"
+#include "kernels/cuda/adamw.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/elementwise.h"
@@ -503,6 +505,39 @@ TEST(CudaCrossEntropy, ATargetOutsideTheVocabularyGivesANanLoss) {
   cross_entropy_chunk(d_logits.get(), bf(d_dl), d_rows.get(), d_t.get(), nc, V, 1.0, kStream);
   cross_entropy_finish(d_out.get(), d_rows.get(), d_t.get(), nc, kStream);
   EXPECT_TRUE(std::isnan(d_out.download()[0]));
+}
+
+// ---- FSDP2's optimizer ----
+
+// The GPU AdamW is the CPU kernel's arithmetic operation for operation (fmaf, IEEE sqrt and division,
+// no contraction), with the same fp32 constants: bitwise equal, over several steps, with weight decay,
+// a gradient scale and a clip coefficient; and the accumulation is one fp32 add.
+TEST(CudaAdamw, IsBitwiseTheCpuKernelOverSeveralSteps) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t n : kOddSizes) {
+    std::vector<float> p = random_vector<float>(n, 11 + n, -1.0, 1.0), m(static_cast<size_t>(n), 0.0f),
+                       v(static_cast<size_t>(n), 0.0f);
+    DeviceArray<float> dp(p), dm(m), dv(v);
+    for (int step = 1; step <= 3; ++step) {
+      const std::vector<float> g = random_vector<float>(n, 100 * step + n, -0.1, 0.1);
+      const std::vector<float> extra = random_vector<float>(n, 200 * step + n, -0.1, 0.1);
+      DeviceArray<float> dg(g), dx(extra);
+      add_f32(dg.get(), dx.get(), n, kStream);
+      std::vector<float> gsum(g);
+      for (int64_t i = 0; i < n; ++i) gsum[static_cast<size_t>(i)] = g[static_cast<size_t>(i)] + extra[static_cast<size_t>(i)];
+      kernels::AdamwHyper h;
+      h.lr = 1e-3 * step, h.weight_decay = 0.1, h.step = step, h.grad_scale = 0.5, h.clip_coef = 0.75;
+      adamw(dp.get(), dm.get(), dv.get(), dg.get(), n, kernels::adamw_constants(h), kStream);
+      kernels::AdamwState st{p.data(), m.data(), v.data(), nullptr};
+      kernels::adamw_update(st, gsum.data(), h, 0, n);
+      EXPECT_EQ(dg.download(), gsum) << "n " << n << " step " << step;
+      EXPECT_TRUE(dg.check_guards("gradient"));
+    }
+    EXPECT_EQ(dp.download(), p) << "n " << n;
+    EXPECT_EQ(dm.download(), m) << "n " << n;
+    EXPECT_EQ(dv.download(), v) << "n " << n;
+    for (const DeviceArray<float>* a : {&dp, &dm, &dv}) EXPECT_TRUE(a->check_guards("state"));
+  }
 }
 
 }  // namespace
