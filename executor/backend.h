@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cpu/optim/adamw.h"
 #include "model/memory_account.h"
 #include "model/model_card.h"
 #include "model/unit_layout.h"
@@ -125,10 +126,8 @@ struct UnitOpArgs {
 struct DeviceAdamwArgs {
   DeviceBuffer param, exp_avg, exp_avg_sq, grad;  // fp32, indexed alike
   int64_t offset = 0, n = 0;                      // elements
-  double lr = 0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-  int64_t adam_step = 1;  // 1-based count of updates applied including this one (bias correction)
-  double grad_scale = 1.0, clip_coef = 1.0;
-  int unit = -1;  // for the measured timeline and the pacing
+  kernels::AdamwHyper hyper;
+  int unit = -1;  // for the measured timeline
   int step = -1;
 };
 

@@ -59,16 +59,14 @@ void RankDriver::load_state() {
     sh.exp_avg = alloc(bytes, "sharded AdamW m (FSDP2)");
     sh.exp_avg_sq = alloc(bytes, "sharded AdamW v (FSDP2)");
     sh.grad = alloc(bytes, "sharded fp32 gradient (FSDP2)");
-    for (int64_t k = 0; k < us.chunks; ++k) {
-      auto [b, e] = state_.chunk_range(u, k);
-      const ShardRange r = shard_range(e - b, config_.ranks, config_.rank);
-      const int64_t off = sh.offset[static_cast<size_t>(k)] * 4, n = r.size() * 4;
+    shards_.push_back(sh);
+    for_each_chunk_shard(u, [&](int64_t k, int64_t b, ShardRange r, int64_t offset) {
+      const int64_t off = offset * 4, n = r.size() * 4;
       const SpanTag t = tag("h2d", "load state", -1, u, k);
       h2d.copy_h2d(sh.master, off, reinterpret_cast<const std::byte*>(us.master_f32() + b + r.begin), n, t);
       h2d.copy_h2d(sh.exp_avg, off, reinterpret_cast<const std::byte*>(us.m_f32() + b + r.begin), n, t);
       h2d.copy_h2d(sh.exp_avg_sq, off, reinterpret_cast<const std::byte*>(us.v_f32() + b + r.begin), n, t);
-    }
-    shards_.push_back(sh);
+    });
   }
   device_updated_ = h2d.record();
   device_.compute().wait(device_updated_);
@@ -82,15 +80,13 @@ void RankDriver::store_state() {
   for (int u = 0; u < U_; ++u) {
     const UnitState& us = state_.unit(u);
     const Shard& sh = shards_[static_cast<size_t>(u)];
-    for (int64_t k = 0; k < us.chunks; ++k) {
-      auto [b, e] = state_.chunk_range(u, k);
-      const ShardRange r = shard_range(e - b, config_.ranks, config_.rank);
-      const int64_t off = sh.offset[static_cast<size_t>(k)] * 4, n = r.size() * 4;
+    for_each_chunk_shard(u, [&](int64_t k, int64_t b, ShardRange r, int64_t offset) {
+      const int64_t off = offset * 4, n = r.size() * 4;
       const SpanTag t = tag("d2h", "store state", -1, u, k);
       d2h.copy_d2h(reinterpret_cast<std::byte*>(us.master_f32() + b + r.begin), sh.master, off, n, t);
       d2h.copy_d2h(reinterpret_cast<std::byte*>(us.m_f32() + b + r.begin), sh.exp_avg, off, n, t);
       d2h.copy_d2h(reinterpret_cast<std::byte*>(us.v_f32() + b + r.begin), sh.exp_avg_sq, off, n, t);
-    }
+    });
   }
   d2h.record()->wait_host();
 }
@@ -163,14 +159,13 @@ EventPtr RankDriver::deliver(int64_t step, int unit, const DeviceBuffer& buf) {
     Stream& comm = device_.comm();
     comm.wait(device_updated_);  // the previous step's AdamW of these shards
     const Shard& sh = shards_[static_cast<size_t>(unit)];
-    for (int64_t k = 0; k < us.chunks; ++k) {
-      auto [b, e] = state_.chunk_range(unit, k);
-      const ShardRange r = shard_range(e - b, config_.ranks, config_.rank);
-      device_.convert_fp32(sh.master, sh.offset[static_cast<size_t>(k)], buf, b + r.begin, device_.param_dtype(), r.size(),
-                           &comm);
-      if (config_.ranks > 1)
+    for_each_chunk_shard(unit, [&](int64_t k, int64_t b, ShardRange r, int64_t offset) {
+      device_.convert_fp32(sh.master, offset, buf, b + r.begin, device_.param_dtype(), r.size(), &comm);
+      if (config_.ranks > 1) {
+        const int64_t e = state_.chunk_range(unit, k).second;
         backend_.all_gather(config_.rank, buf, b, e - b, device_.param_dtype(), tag("fabric", "all-gather", step, unit, k));
-    }
+      }
+    });
     return comm.record();
   }
   for (int64_t k = 0; k < us.chunks; ++k) {
@@ -536,26 +531,20 @@ void RankDriver::device_update(int64_t step) {
   Stream& compute = device_.compute();
   const kernels::AdamwHyper h = updater_.step_hyper(step);
   for (int u = 0; u < U_; ++u) {
-    const UnitState& us = state_.unit(u);
     const Shard& sh = shards_[static_cast<size_t>(u)];
-    for (int64_t k = 0; k < us.chunks; ++k) {
-      auto [b, e] = state_.chunk_range(u, k);
-      const ShardRange r = shard_range(e - b, config_.ranks, config_.rank);
-      const int64_t base = sh.offset[static_cast<size_t>(k)];
+    for_each_chunk_shard(u, [&](int64_t, int64_t b, ShardRange r, int64_t offset) {
       // Weight decay by element of the unit: shard element i is unit element b + r.begin + i.
       updater_.for_decay_ranges(u, b + r.begin, b + r.end, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
         DeviceAdamwArgs args;
         args.param = sh.master, args.exp_avg = sh.exp_avg, args.exp_avg_sq = sh.exp_avg_sq, args.grad = sh.grad;
-        args.offset = base + (pb - b - r.begin);
+        args.offset = offset + (pb - b - r.begin);
         args.n = pe - pb;
-        args.lr = ph.lr, args.beta1 = ph.beta1, args.beta2 = ph.beta2, args.eps = ph.eps;
-        args.weight_decay = ph.weight_decay;
-        args.adam_step = ph.step, args.grad_scale = ph.grad_scale, args.clip_coef = ph.clip_coef;
+        args.hyper = ph;
         args.unit = u;
         args.step = static_cast<int>(step);
         device_.adamw(args);
       });
-    }
+    });
   }
   std::fill(grad_contributions_.begin(), grad_contributions_.end(), 0);
   device_updated_ = compute.record();

@@ -127,6 +127,15 @@ class RankDriver {
     int64_t numel = 0;
   };
   std::vector<Shard> shards_;
+  // fn(chunk begin b, this rank's range r within it, the shard's offset of it) for each chunk of `unit`.
+  template <class Fn>
+  void for_each_chunk_shard(int unit, Fn&& fn) const {
+    const Shard& sh = shards_[static_cast<size_t>(unit)];
+    for (int64_t k = 0; k < static_cast<int64_t>(sh.offset.size()); ++k) {
+      auto [b, e] = state_.chunk_range(unit, k);
+      fn(k, b, shard_range(e - b, config_.ranks, config_.rank), sh.offset[static_cast<size_t>(k)]);
+    }
+  }
   std::vector<int> grad_contributions_;  // per unit, this step: 0 -> the next one overwrites
   EventPtr device_updated_;              // the last AdamW of the shards (or their loading)
   // convert_on_load: two staging buffers of one chunk, and the copy that last read each.

@@ -477,9 +477,7 @@ class CpuDevice final : public Device {
   void adamw(const DeviceAdamwArgs& a) override {
     for (const DeviceBuffer* b : {&a.param, &a.exp_avg, &a.exp_avg_sq, &a.grad})
       SLIDEDP_CHECK((a.offset + a.n) * 4 <= b->bytes, "device AdamW range outside its buffer");
-    kernels::AdamwHyper h;
-    h.lr = a.lr, h.beta1 = a.beta1, h.beta2 = a.beta2, h.eps = a.eps, h.weight_decay = a.weight_decay;
-    h.step = a.adam_step, h.grad_scale = a.grad_scale, h.clip_coef = a.clip_coef;
+    const kernels::AdamwHyper h = a.hyper;
     kernels::AdamwState st;
     st.param = f32(a.param) + a.offset;
     st.exp_avg = f32(a.exp_avg) + a.offset;

@@ -32,7 +32,6 @@
 #include "executor/cuda/counter_wait.h"
 #include "executor/device_budget.h"
 #include "kernels/cpu/transformer/model_step.h"
-#include "kernels/cpu/optim/adamw.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
@@ -661,10 +660,7 @@ class CudaDevice final : public Device {
   void adamw(const DeviceAdamwArgs& a) override {
     for (const DeviceBuffer* b : {&a.param, &a.exp_avg, &a.exp_avg_sq, &a.grad})
       SLIDEDP_CHECK((a.offset + a.n) * 4 <= b->bytes, "device AdamW range outside its buffer");
-    kernels::AdamwHyper h;
-    h.lr = a.lr, h.beta1 = a.beta1, h.beta2 = a.beta2, h.eps = a.eps, h.weight_decay = a.weight_decay;
-    h.step = a.adam_step, h.grad_scale = a.grad_scale, h.clip_coef = a.clip_coef;
-    const kernels::AdamwConstants c = kernels::adamw_constants(h);
+    const kernels::AdamwConstants c = kernels::adamw_constants(a.hyper);
     SpanTag t;
     t.category = "compute";
     t.unit = a.unit;

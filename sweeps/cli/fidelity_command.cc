@@ -70,6 +70,12 @@ void print_summary(const FidelityReport& rep, const std::string& out) {
 int last_command_status() { return g_status; }
 void set_command_status(int s) { g_status = s; }
 
+std::string command_line(int argc, char** argv) {
+  std::string command = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "slidedp-sweep";
+  for (int i = 1; i < argc; ++i) command += " " + std::string(argv[i]);
+  return command;
+}
+
 void add_fidelity_command(CLI::App& app, int argc, char** argv) {
   auto args = std::make_shared<FidelityArgs>();
   CLI::App* cmd = app.add_subcommand(
@@ -104,8 +110,7 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
                   "Output folder (fidelity.csv, fidelity.svg, README.md, and calibrated_profile.yaml: the profile with "
                   "the fitted scales and synchronisation term, for slidedp-predict / slidedp-plan --hardware)");
   cmd->add_flag("--json", args->json, "Print the summary as JSON");
-  std::string command;
-  for (int i = 0; i < argc; ++i) command += (i ? " " : "") + std::string(argv[i]);
+  const std::string command = command_line(argc, argv);
   cmd->callback([args, command, cmd] {
     if (args->emulate.empty()) {
       for (const char* flag : {"--time-scale", "--per-resource", "--dry-run"})

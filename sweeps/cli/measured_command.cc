@@ -49,8 +49,7 @@ void add_measured_command(CLI::App& app, int argc, char** argv) {
       ->check(CLI::PositiveNumber);
   cmd->add_flag("--json", args->json, "Print a JSON summary instead of the readable one");
   cmd->add_flag("--quiet", args->quiet, "No progress line");
-  std::string command = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "slidedp-sweep";
-  for (int i = 1; i < argc; ++i) command += " " + std::string(argv[i]);
+  const std::string command = command_line(argc, argv);
   cmd->callback([args, command] {
     const SweepSpec spec = load_sweep_spec(args->spec);
     const std::string out = args->out.empty() ? "results/sweeps/" + spec.name : args->out;

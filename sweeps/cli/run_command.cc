@@ -37,9 +37,7 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   cmd->add_flag("--simulate", args->simulate, "Re-score every chosen plan with the discrete-event simulator");
   cmd->add_flag("--json", args->json, "Print a JSON summary instead of the readable one");
   cmd->add_flag("--quiet", args->quiet, "No progress line");
-  // The command as reports print it: the tool's name without the build folder it ran from.
-  std::string command = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "slidedp-sweep";
-  for (int i = 1; i < argc; ++i) command += " " + std::string(argv[i]);
+  const std::string command = command_line(argc, argv);
   cmd->callback([args, command] {
     const SweepSpec spec = load_sweep_spec(args->spec);
     const std::string out = args->out.empty() ? "results/sweeps/" + spec.name : args->out;
