@@ -166,6 +166,19 @@ class CpuStream final : public Stream {
     });
   }
 
+  // A collective: `fn` calls `started()` once every rank has arrived, and the span starts there, not
+  // when this rank began waiting for the others: that wait is synchronisation (the model's collective
+  // starts when all ranks are ready), the span is the fabric's busy time.
+  void enqueue_collective(const SpanTag& tag, std::function<void(const std::function<void()>& started)> fn) {
+    enqueue([this, tag, fn = std::move(fn)] {
+      double start = tracer_.on() ? tracer_.now() : 0.0;
+      fn([&] {
+        if (tracer_.on()) start = tracer_.now();
+      });
+      if (tracer_.on()) tracer_.add(rank_, name_.c_str(), tag, start, tracer_.now());
+    });
+  }
+
   EventPtr record() override {
     auto e = std::make_shared<CpuEvent>(control_);
     enqueue([e] { e->set(); });
@@ -622,8 +635,9 @@ class CpuBackend final : public Backend {
     const int64_t esize = dtype_bytes(dtype);
     std::byte* base = buffer.ptr + offset * esize;
     SLIDEDP_CHECK((offset + count) * esize <= buffer.bytes, "all_gather past the end of the buffer");
-    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, base, count, esize] {
+    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_collective(tag, [this, seq, rank, ranks, base, count, esize](const auto& started) {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, base);
+      started();
       // Paced from the rendezvous on: the target's all-gather moves (N-1)/N of the bf16 buffer per port.
       const int flow = begin_collective(rank, true, count, ranks);
       for (int r = 0; r < ranks; ++r) {
@@ -646,8 +660,9 @@ class CpuBackend final : public Backend {
     SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
     const std::byte* in = input.ptr + in_offset * esize;
     float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
-    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_traced(tag, [this, seq, rank, ranks, in, in_dtype, mine, out, count] {
+    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_collective(tag, [this, seq, rank, ranks, in, in_dtype, mine, out, count](const auto& started) {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, in);
+      started();
       const int flow = begin_collective(rank, false, count, ranks);
       // Sum in rank order, in fp32, with the host reduction's own kernel (SIMD; the updater sums per-rank
       // slots with it), so the gpu and cpu gradient routes give bitwise identical results.
