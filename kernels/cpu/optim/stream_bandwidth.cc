@@ -1,6 +1,7 @@
 // Host-memory bandwidth probes; see stream_bandwidth.h.
 #include "kernels/cpu/optim/stream_bandwidth.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 
@@ -16,26 +17,9 @@ namespace {
 
 // XOR of the 64-bit words of [p, p + bytes), the ragged ends byte by byte; every byte lands in one
 // byte lane of the result, so folding the lanes (fold_bytes) gives the XOR of all bytes.
-uint64_t read_tile(const std::byte* p, int64_t bytes) {
+uint64_t read_tail(const std::byte* p, int64_t bytes) {
   uint64_t acc = 0;
   int64_t i = 0;
-#if SLIDEDP_STREAM_SSE2
-  // Four independent 16-byte accumulators: one cache line per iteration, no dependency chain that
-  // would limit the loads.
-  const auto head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(p) % 16) % 16);
-  for (; i < head && i < bytes; ++i) acc ^= static_cast<uint64_t>(p[i]);
-  __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
-  for (; i + 64 <= bytes; i += 64) {
-    const auto* q = reinterpret_cast<const __m128i*>(p + i);
-    a0 = _mm_xor_si128(a0, _mm_load_si128(q));
-    a1 = _mm_xor_si128(a1, _mm_load_si128(q + 1));
-    a2 = _mm_xor_si128(a2, _mm_load_si128(q + 2));
-    a3 = _mm_xor_si128(a3, _mm_load_si128(q + 3));
-  }
-  alignas(16) uint64_t lanes[2];
-  _mm_store_si128(reinterpret_cast<__m128i*>(lanes), _mm_xor_si128(_mm_xor_si128(a0, a1), _mm_xor_si128(a2, a3)));
-  acc ^= lanes[0] ^ lanes[1];
-#endif
   for (; i + 8 <= bytes; i += 8) {
     uint64_t w;
     std::memcpy(&w, p + i, 8);
@@ -43,6 +27,36 @@ uint64_t read_tile(const std::byte* p, int64_t bytes) {
   }
   for (; i < bytes; ++i) acc ^= static_cast<uint64_t>(p[i]);
   return acc;
+}
+
+uint64_t read_tile(const std::byte* p, int64_t bytes) {
+  uint64_t acc = 0;
+  int64_t done = 0;
+#if SLIDEDP_STREAM_SSE2
+  // Four streams at once, a cache line of each per iteration, like the optimizer kernels' four
+  // arrays: one stream per core is bound by the misses one stream keeps in flight, not by DRAM.
+  const auto head = static_cast<int64_t>((16 - reinterpret_cast<uintptr_t>(p) % 16) % 16);
+  acc ^= read_tail(p, std::min(head, bytes));
+  done = std::min(head, bytes);
+  const int64_t quarter = (bytes - done) / 4 / 64 * 64;
+  if (quarter > 0) {
+    const std::byte* q[4] = {p + done, p + done + quarter, p + done + 2 * quarter, p + done + 3 * quarter};
+    __m128i a0 = _mm_setzero_si128(), a1 = a0, a2 = a0, a3 = a0;
+    for (int64_t i = 0; i < quarter; i += 64)
+      for (const std::byte* s : q) {
+        const auto* v = reinterpret_cast<const __m128i*>(s + i);
+        a0 = _mm_xor_si128(a0, _mm_load_si128(v));
+        a1 = _mm_xor_si128(a1, _mm_load_si128(v + 1));
+        a2 = _mm_xor_si128(a2, _mm_load_si128(v + 2));
+        a3 = _mm_xor_si128(a3, _mm_load_si128(v + 3));
+      }
+    alignas(16) uint64_t lanes[2];
+    _mm_store_si128(reinterpret_cast<__m128i*>(lanes), _mm_xor_si128(_mm_xor_si128(a0, a1), _mm_xor_si128(a2, a3)));
+    acc ^= lanes[0] ^ lanes[1];
+    done += 4 * quarter;
+  }
+#endif
+  return acc ^ read_tail(p + done, bytes - done);
 }
 
 void write_tile(std::byte* p, int64_t bytes, unsigned char value) {

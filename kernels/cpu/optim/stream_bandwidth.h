@@ -1,6 +1,7 @@
 // Host-memory bandwidth probes: the three ways a kernel can touch DRAM, each as fast as this code can
 // make it, so a kernel's roofline is built from what the memory delivers, not from another kernel:
-//   read  -- the XOR of every byte of a buffer (returned, so no load can be skipped), 64 bytes a step;
+//   read  -- the XOR of every byte of a buffer (returned, so no load can be skipped), four streams of
+//            64 bytes a step per thread (as many as the optimizer kernels read at once);
 //   write -- a buffer filled with non-temporal stores (no read-for-ownership of the destination);
 //   copy  -- memcpy (its read plus its write, counted 2x the bytes).
 // SSE2 on x86-64 (part of the baseline ISA, so no dispatch), plain C++ elsewhere. Buffers are cut into
