@@ -168,6 +168,8 @@ EventPtr RankDriver::deliver(int64_t step, int unit, const DeviceBuffer& buf) {
     });
     return comm.record();
   }
+  // The updater's pass after the backward ends with the last unit's last chunk (updater.cc).
+  if (config_.whole_update_gate) h2d.wait_counter(*state_.unit(U_ - 1).updated.back(), static_cast<uint64_t>(step));
   for (int64_t k = 0; k < us.chunks; ++k) {
     auto [b, e] = state_.chunk_range(unit, k);
     h2d.wait_counter(*us.updated[static_cast<size_t>(k)], static_cast<uint64_t>(step));

@@ -45,6 +45,10 @@ struct DriverConfig {
   // slot (the plan's depth covers all units); each step, once the updater has applied a chunk, the
   // rank uploads its partition of it into the resident buffer and the ranks all-gather the rest.
   bool resident_params = false;
+  // MegaTrain's and ZeRO-Offload's: the optimizer step after the backward finishes before the next
+  // step moves any parameter (their training loop calls step() and only then the next forward), so
+  // every delivery of step s waits for the last chunk of step s-1's update, not only its own chunk.
+  bool whole_update_gate = false;
   // FSDP2's (--system fsdp2): this rank holds its shard of every chunk's fp32 master, AdamW moments
   // and gradient on the device (loaded from the host state at the start, written back by
   // store_state); a delivery converts the shard to the parameter dtype and all-gathers the rest; a

@@ -334,6 +334,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.tied = o.card.tie_word_embeddings;
     dc.convert_on_load = traits.convert_on_load;
     dc.resident_params = traits.params_resident;
+    dc.whole_update_gate = traits.update_after_backward && !traits.gpu_optimizer;
     dc.device_optimizer = traits.gpu_optimizer;
     // (With the update after the backward, waiting for an update inside the backward would deadlock.)
     dc.shared_grad_buffer = traits.shared_grad_buffer && !verify;

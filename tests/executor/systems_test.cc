@@ -170,6 +170,31 @@ TEST(Systems, ZeroOffloadUploadsEachPartitionOncePerStepAfterTheUpdate) {
   }
 }
 
+TEST(Systems, MegaTrainAndZeroOffloadMoveNoParameterBeforeTheWholeUpdate) {
+  // Their training loops call step() and only then the next forward, so no delivery of step s+1 may
+  // start before the last chunk of step s is updated (SlideDP's verify mode releases each chunk as
+  // it is updated). Paced at a slow CPU update so the update lasts tens of milliseconds: a delivery
+  // that waited only for its own chunk would start near the update's beginning; 1 ms of slack for
+  // the update span ending after its job returned.
+  for (System system : {System::kMegaTrain, System::kZeroOffload}) {
+    TrainOptions o = options(system, 1, false);
+    o.card = testing::tiny16_card();
+    o.plan.update_threads = 1;
+    o.update_threads = 1;
+    o.emulate = testing::paced_target(10.0, 1.5e7);
+    o.time_scale = 20;
+    const TrainResult r = train(o);
+    const char* what = system == System::kMegaTrain ? "params" : "params shard";
+    for (int step = 1; step < 3; ++step) {
+      const auto updates = spans(r, "cpu_update", "verify+adamw", step - 1, -1);
+      ASSERT_FALSE(updates.empty()) << system_name(system);
+      for (int rank = 0; rank < 2; ++rank)
+        EXPECT_GE(first_start(spans(r, "h2d", what, step, rank)), last_end(updates) - 1e-3)
+            << system_name(system) << " step " << step << " rank " << rank;
+    }
+  }
+}
+
 TEST(Systems, Fsdp2ReachesSlideDPsWeightsBitwise) {
   // AdamW on the device is the same kernel arithmetic over the same reduce-scattered fp32 sums (and
   // the same accumulation order), and the all-gathered parameters are the same bf16 roundings of the
