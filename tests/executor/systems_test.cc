@@ -58,13 +58,29 @@ double first_start(const std::vector<Span>& v) {
   return t;
 }
 
-TEST(Systems, SlideFormerReachesSlideDPsWeightsBitwise) {
+// Every combination of dtype and accumulation: the system's weights equal SlideDP's bitwise.
+void expect_bitwise_like_slidedp(System system) {
   for (bool exact : {false, true})
     for (int accum : {1, 2}) {
-      const TrainOptions o = options(System::kSlideFormerDP, accum, exact);
-      EXPECT_TRUE(testing::bitwise_equal(train(o), slidedp_reference(o))) << "exact " << exact << " accum " << accum;
+      const TrainOptions o = options(system, accum, exact);
+      EXPECT_TRUE(testing::bitwise_equal(train(o), slidedp_reference(o)))
+          << system_name(system) << " exact " << exact << " accum " << accum;
     }
 }
+
+// Paced at a slow CPU update (the overlap tests' update-bound target, 16 small layers, one update
+// thread), so that whatever waits for an update visibly waits.
+TrainOptions paced_slow_update(System system) {
+  TrainOptions o = options(system, 1, false);
+  o.card = testing::tiny16_card();
+  o.plan.update_threads = 1;
+  o.update_threads = 1;
+  o.emulate = testing::paced_target(10.0, 1.5e7);
+  o.time_scale = 20;
+  return o;
+}
+
+TEST(Systems, SlideFormerReachesSlideDPsWeightsBitwise) { expect_bitwise_like_slidedp(System::kSlideFormerDP); }
 
 TEST(Systems, MegaTrainReachesSlideDPsWeights) {
   // Without accumulation the sums are the same fp32 additions in the same rank order: bitwise.
@@ -101,12 +117,7 @@ TEST(Systems, MegaTrainUpdatesAfterTheBackwardAddingOneRankAtATime) {
 TEST(Systems, SlideFormerConvertsEachDeliveryAndWaitsForTheNextUnitsUpdate) {
   // Paced at a slow CPU update (the overlap tests' update-bound target), so that a gradient that did
   // not wait would visibly leave before the next unit's update ends.
-  TrainOptions o = options(System::kSlideFormerDP, 1, false);
-  o.card = testing::tiny16_card();
-  o.plan.update_threads = 1;
-  o.update_threads = 1;
-  o.emulate = testing::paced_target(10.0, 1.5e7);
-  o.time_scale = 20;
+  const TrainOptions o = paced_slow_update(System::kSlideFormerDP);
   const TrainResult r = train(o);
   const int U = static_cast<int>(o.card.num_layers) + 2;
   for (int step = 1; step < 3; ++step)
@@ -137,11 +148,7 @@ TEST(Systems, SlideFormerConvertsEachDeliveryAndWaitsForTheNextUnitsUpdate) {
 TEST(Systems, ZeroOffloadReachesSlideDPsWeightsBitwise) {
   // The same rank-ordered reduce-scatter, the same host accumulation and AdamW per chunk, and the
   // all-gathered partitions hold the same bf16 mirror bits a replicated delivery copies.
-  for (bool exact : {false, true})
-    for (int accum : {1, 2}) {
-      const TrainOptions o = options(System::kZeroOffload, accum, exact);
-      EXPECT_TRUE(testing::bitwise_equal(train(o), slidedp_reference(o))) << "exact " << exact << " accum " << accum;
-    }
+  expect_bitwise_like_slidedp(System::kZeroOffload);
 }
 
 TEST(Systems, ZeroOffloadUploadsEachPartitionOncePerStepAfterTheUpdate) {
@@ -177,13 +184,7 @@ TEST(Systems, MegaTrainAndZeroOffloadMoveNoParameterBeforeTheWholeUpdate) {
   // that waited only for its own chunk would start near the update's beginning; 1 ms of slack for
   // the update span ending after its job returned.
   for (System system : {System::kMegaTrain, System::kZeroOffload}) {
-    TrainOptions o = options(system, 1, false);
-    o.card = testing::tiny16_card();
-    o.plan.update_threads = 1;
-    o.update_threads = 1;
-    o.emulate = testing::paced_target(10.0, 1.5e7);
-    o.time_scale = 20;
-    const TrainResult r = train(o);
+    const TrainResult r = train(paced_slow_update(system));
     const char* what = system == System::kMegaTrain ? "params" : "params shard";
     for (int step = 1; step < 3; ++step) {
       const auto updates = spans(r, "cpu_update", "verify+adamw", step - 1, -1);
@@ -200,11 +201,7 @@ TEST(Systems, Fsdp2ReachesSlideDPsWeightsBitwise) {
   // the same accumulation order), and the all-gathered parameters are the same bf16 roundings of the
   // master that the host mirror holds. One rank too (a reduce-scatter of one) and weight-decay groups
   // (the shard cut where decay changes).
-  for (bool exact : {false, true})
-    for (int accum : {1, 2}) {
-      const TrainOptions o = options(System::kFsdp2, accum, exact);
-      EXPECT_TRUE(testing::bitwise_equal(train(o), slidedp_reference(o))) << "exact " << exact << " accum " << accum;
-    }
+  expect_bitwise_like_slidedp(System::kFsdp2);
   TrainOptions one = testing::tiny_options(1, 2, 2, 3);
   one.system = System::kFsdp2;
   EXPECT_TRUE(testing::bitwise_equal(train(one), slidedp_reference(one))) << "one rank";
