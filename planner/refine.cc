@@ -10,6 +10,7 @@
 #include <cmath>
 #include <optional>
 
+#include "common/median.h"
 #include "common/error.h"
 #include "common/table.h"
 #include "common/units.h"
@@ -27,13 +28,6 @@ namespace {
 double physical_ram_bytes() {
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
   return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Host bytes a candidate needs on the CPU backend: the host state plus every emulated device's

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 
+#include "common/median.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/provenance.h"
@@ -159,16 +160,7 @@ double mean(const std::vector<double>& v) {
   return v.empty() ? 0 : s / static_cast<double>(v.size());
 }
 
-// Per-step figures are medians: on a shared host a single step can be stretched by the OS (a
-// preempted compute thread on an oversubscribed core, page reclaim) and the mean would carry it.
 std::string backend_label(const std::string& backend) { return backend == "cuda" ? "CUDA" : "CPU"; }
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 }  // namespace
 

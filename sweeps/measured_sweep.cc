@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "common/median.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/provenance.h"
@@ -24,13 +25,6 @@
 
 namespace slidedp {
 namespace {
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 MeasuredPoint measure(const SweepSpec& spec, const SweepRow& row, const MeasuredOptions& o) {
   MeasuredPoint m;
