@@ -1,4 +1,4 @@
-// Hugging Face config.json <-> ModelCard for the llama, qwen2, qwen3 and mistral model types.
+// Hugging Face config.json <-> ModelCard for the llama, qwen2, qwen3, mistral and gemma4 model types.
 // Architecture facts that config.json does not state are filled in as transformers does:
 // Qwen2 always has q/k/v biases; Qwen3 always has q/k norms. A missing head_dim is 128 for Qwen3
 // (Qwen3Config's default) and hidden/heads for the others (Llama, Mistral; Qwen2 has no such key).
@@ -37,6 +37,83 @@ bool get_bool(const json& j, const std::string& key, const std::string& origin, 
   return j[key].get<bool>();
 }
 
+// Gemma 4's text model: `t` is the text_config of a gemma4 config (or a whole gemma4_text config).
+// Defaults are Gemma4TextConfig's; variants we do not train are refused naming their key.
+ModelCard gemma4_card(const json& t, const std::string& origin, const std::string& where) {
+  const std::string at = origin + ": " + where;
+  if (!t.is_object()) throw InputError(at, "expected an object");
+  ModelCard c;
+  c.model_type = "gemma4";
+  c.name = origin;
+  c.hidden_size = get_int(t, "hidden_size", at, false, 2304);
+  c.num_layers = get_int(t, "num_hidden_layers", at, false, 30);
+  c.num_heads = get_int(t, "num_attention_heads", at, false, 8);
+  c.num_kv_heads = get_int(t, "num_key_value_heads", at, false, 4);
+  c.head_dim = get_int(t, "head_dim", at, false, 256);
+  c.global_head_dim = get_int(t, "global_head_dim", at, false, 512);
+  c.num_global_kv_heads = get_int(t, "num_global_key_value_heads", at, false, 0);
+  c.attention_k_eq_v = get_bool(t, "attention_k_eq_v", at, false);
+  c.intermediate_size = get_int(t, "intermediate_size", at, false, 9216);
+  c.vocab_size = get_int(t, "vocab_size", at, false, 262144);
+  c.max_position_embeddings = get_int(t, "max_position_embeddings", at, false, 131072);
+  c.rms_norm_eps = get_number(t, "rms_norm_eps", at, 1e-6);
+  c.tie_word_embeddings = get_bool(t, "tie_word_embeddings", at, true);
+  c.sliding_window = get_int(t, "sliding_window", at, false, 512);
+  c.final_logit_softcapping = get_number(t, "final_logit_softcapping", at, 0.0);
+  if (get_int(t, "hidden_size_per_layer_input", at, false, 256) != 0)
+    throw InputError(at + ".hidden_size_per_layer_input",
+                     "per-layer embeddings (Gemma 4 E2B/E4B) are not supported; the 26B-A4B and 31B set it to 0");
+  if (get_int(t, "num_kv_shared_layers", at, false, 0) != 0)
+    throw InputError(at + ".num_kv_shared_layers", "KV sharing across layers (Gemma 4 E2B/E4B) is not supported");
+  if (get_bool(t, "use_double_wide_mlp", at, false))
+    throw InputError(at + ".use_double_wide_mlp", "double-wide MLPs (Gemma 4 E2B) are not supported");
+  if (get_bool(t, "attention_bias", at, false))
+    throw InputError(at + ".attention_bias", "projection biases are not supported for gemma4");
+  if (t.contains("use_bidirectional_attention") && t["use_bidirectional_attention"] == "all")
+    throw InputError(at + ".use_bidirectional_attention", "'all' (bidirectional text) is not supported; text is causal");
+  if (t.contains("hidden_activation") && t["hidden_activation"] != "gelu_pytorch_tanh")
+    throw InputError(at + ".hidden_activation", "only gelu_pytorch_tanh is supported");
+  if (t.contains("layer_types") && !t["layer_types"].is_null()) {
+    if (!t["layer_types"].is_array()) throw InputError(at + ".layer_types", "expected an array");
+    for (const json& k : t["layer_types"]) {
+      if (k != "sliding_attention" && k != "full_attention")
+        throw InputError(at + ".layer_types", fmt::format("{} is not sliding_attention or full_attention", k.dump()));
+      c.layer_types.push_back(k == "sliding_attention" ? AttentionKind::kSliding : AttentionKind::kFull);
+    }
+    if (!c.layer_types.empty()) c.layer_types.back() = AttentionKind::kFull;  // as Gemma4TextConfig forces
+  } else {
+    c.layer_types = gemma4_default_layer_types(c.num_layers);
+  }
+  c.rope_theta = 10000.0;
+  c.global_rope_theta = 1e6;
+  c.global_partial_rotary_factor = 0.25;
+  if (t.contains("rope_parameters") && !t["rope_parameters"].is_null()) {
+    const json& rp = t["rope_parameters"];
+    const std::string rat = at + ".rope_parameters";
+    if (!rp.is_object()) throw InputError(rat, "expected an object");
+    if (rp.contains("sliding_attention")) {
+      const json& s = rp["sliding_attention"];
+      if (!s.is_object() || s.value("rope_type", "default") != "default")
+        throw InputError(rat + ".sliding_attention.rope_type", "only 'default' is supported");
+      c.rope_theta = get_number(s, "rope_theta", rat + ".sliding_attention", 10000.0);
+    }
+    if (rp.contains("full_attention")) {
+      const json& f = rp["full_attention"];
+      if (!f.is_object() || f.value("rope_type", "proportional") != "proportional")
+        throw InputError(rat + ".full_attention.rope_type", "only 'proportional' is supported");
+      c.global_rope_theta = get_number(f, "rope_theta", rat + ".full_attention", 1e6);
+      c.global_partial_rotary_factor = get_number(f, "partial_rotary_factor", rat + ".full_attention", 1.0);
+    }
+  }
+  if (get_bool(t, "enable_moe_block", at, false)) {
+    c.num_experts = get_int(t, "num_experts", at, true, 0);
+    c.num_experts_per_tok = get_int(t, "top_k_experts", at, true, 0);
+    c.moe_intermediate_size = get_int(t, "moe_intermediate_size", at, true, 0);
+  }
+  c.validate(at);
+  return c;
+}
+
 }  // namespace
 
 ModelCard model_card_from_hf_config(const std::string& json_text, const std::string& origin) {
@@ -51,10 +128,25 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   if (!j.contains("model_type") || !j["model_type"].is_string())
     throw InputError(origin + ": model_type", "missing or not a string");
   c.model_type = j["model_type"].get<std::string>();
+  if (c.model_type == "gemma4" || c.model_type == "gemma4_text") {
+    // The released checkpoints are Gemma4ForConditionalGeneration: the text model under text_config;
+    // the vision (and audio) towers are not trained and their tensors are not read.
+    const bool outer = c.model_type == "gemma4";
+    if (outer && (!j.contains("text_config") || !j["text_config"].is_object()))
+      throw InputError(origin + ": text_config", "missing or not an object (a gemma4 config holds the text model there)");
+    ModelCard g = gemma4_card(outer ? j["text_config"] : j, origin, outer ? "text_config" : "config");
+    if (outer && j.contains("tie_word_embeddings")) g.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, true);
+    if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) g.hf_repo = j["_name_or_path"].get<std::string>();
+    g.source = "config.json " + origin + (outer && j.contains("vision_config") && !j["vision_config"].is_null()
+                                              ? " (text model; the vision tower is not trained)"
+                                              : "");
+    g.validate(origin);
+    return g;
+  }
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
       c.model_type != "mistral")
     throw InputError(origin + ": model_type",
-                     fmt::format("'{}' is not supported (llama, qwen2, qwen3, mistral)", c.model_type));
+                     fmt::format("'{}' is not supported (llama, qwen2, qwen3, mistral, gemma4)", c.model_type));
   c.name = origin;
   if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
     c.hf_repo = j["_name_or_path"].get<std::string>();
@@ -112,7 +204,60 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   return c;
 }
 
+namespace {
+
+// A gemma4 config.json as Gemma4ForConditionalGeneration's save_pretrained writes its text part (no
+// vision tower: a text-only folder that transformers' Gemma4ForCausalLM and we both load).
+std::string gemma4_hf_config(const ModelCard& c) {
+  json t;
+  t["model_type"] = "gemma4_text";
+  t["hidden_size"] = c.hidden_size;
+  t["num_hidden_layers"] = c.num_layers;
+  t["num_attention_heads"] = c.num_heads;
+  t["num_key_value_heads"] = c.num_kv_heads;
+  t["head_dim"] = c.head_dim;
+  t["global_head_dim"] = c.global_head_dim;
+  if (c.num_global_kv_heads > 0) t["num_global_key_value_heads"] = c.num_global_kv_heads;
+  t["attention_k_eq_v"] = c.attention_k_eq_v;
+  t["intermediate_size"] = c.intermediate_size;
+  t["vocab_size"] = c.vocab_size;
+  t["max_position_embeddings"] = c.max_position_embeddings;
+  t["rms_norm_eps"] = c.rms_norm_eps;
+  t["sliding_window"] = c.sliding_window;
+  json types = json::array();
+  for (AttentionKind k : c.layer_types) types.push_back(attention_kind_name(k));
+  t["layer_types"] = types;
+  t["rope_parameters"] = {
+      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
+      {"full_attention",
+       {{"rope_type", "proportional"}, {"partial_rotary_factor", c.global_partial_rotary_factor},
+        {"rope_theta", c.global_rope_theta}}}};
+  t["final_logit_softcapping"] = c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr);
+  t["hidden_activation"] = "gelu_pytorch_tanh";
+  t["hidden_size_per_layer_input"] = 0;
+  t["num_kv_shared_layers"] = 0;
+  t["use_double_wide_mlp"] = false;
+  t["attention_bias"] = false;
+  t["tie_word_embeddings"] = c.tie_word_embeddings;
+  t["enable_moe_block"] = c.moe();
+  if (c.moe()) {
+    t["num_experts"] = c.num_experts;
+    t["top_k_experts"] = c.num_experts_per_tok;
+    t["moe_intermediate_size"] = c.moe_intermediate_size;
+  }
+  json j;
+  j["architectures"] = json::array({"Gemma4ForConditionalGeneration"});
+  j["model_type"] = "gemma4";
+  j["text_config"] = t;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = "bfloat16";
+  return j.dump(2) + "\n";
+}
+
+}  // namespace
+
 std::string model_card_to_hf_config(const ModelCard& c) {
+  if (c.gemma4()) return gemma4_hf_config(c);
   static const std::map<std::string, std::string> kArch = {{"llama", "LlamaForCausalLM"},
                                                            {"qwen2", "Qwen2ForCausalLM"},
                                                            {"qwen3", "Qwen3ForCausalLM"},

@@ -206,8 +206,8 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
           offload_in_flight[static_cast<size_t>(l - 2)] = -1;
         }
         out[static_cast<size_t>(u)] = led.alloc(kHiddenMoving, hidden, where);
-        const int s = led.alloc(kUnitScratch, spec.decoder.saved_bytes, where);
-        led.release(led.alloc(kUnitScratch, spec.decoder.forward_workspace_bytes, where));
+        const int s = led.alloc(kUnitScratch, spec.layer_memory(l).saved_bytes, where);
+        led.release(led.alloc(kUnitScratch, spec.layer_memory(l).forward_workspace_bytes, where));
         const int x = out[static_cast<size_t>(u - 1)];
         if (policy(l) == ActivationPolicy::kKeep) {
           saved[static_cast<size_t>(l)] = led.keep_in_flight(s, kSavedKept);
@@ -262,13 +262,13 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
       if (policy(l) == ActivationPolicy::kKeep) {
         s = saved[static_cast<size_t>(l)];
       } else {
-        s = led.alloc(kUnitScratch, spec.decoder.saved_bytes, where);
-        led.release(led.alloc(kUnitScratch, spec.decoder.forward_workspace_bytes, where));
+        s = led.alloc(kUnitScratch, spec.layer_memory(l).saved_bytes, where);
+        led.release(led.alloc(kUnitScratch, spec.layer_memory(l).forward_workspace_bytes, where));
       }
       settle_drains(1);
       const int grads = led.alloc(kGradients, numel(u) * 4, where);
       const int dx = led.alloc(kHiddenMoving, hidden, where);
-      const int ws = led.alloc(kUnitScratch, spec.decoder.backward_workspace_bytes, where);
+      const int ws = led.alloc(kUnitScratch, spec.layer_memory(l).backward_workspace_bytes, where);
       led.release(x);
       led.release(s);
       led.release(ws);

@@ -28,6 +28,11 @@ struct MemoryItem {
 // What the account needs to know about the backend running the plan.
 struct RankMemorySpec {
   UnitMemory decoder, head;          // the backend's units at the plan's (micro-batch, seq_len)
+  std::vector<UnitMemory> decoder_by_layer;  // layers of different shapes (Gemma 4): one per layer;
+                                             // empty: `decoder` for every layer
+  const UnitMemory& layer_memory(int layer) const {
+    return decoder_by_layer.empty() ? decoder : decoder_by_layer.at(static_cast<size_t>(layer));
+  }
   int64_t param_bytes = 2;           // per parameter-slot element (bf16; fp32 for --exact)
   int64_t wire_bytes = 2;            // per gradient element sent to the host (bf16; fp32 for --exact)
   int64_t align_bytes = 256;         // every buffer rounded up to this (CUDA 256, CPU 64)

@@ -61,8 +61,8 @@ namespace {
 // thousands of times, and building the kernels' specs each time dominated its search. Keyed by every
 // input the carve sequences read; a few entries per thread suffice.
 struct UnitMemoryKey {
-  int64_t C, L, H, KV, hd, I, V, B, T, tile, loss_chunk;
-  bool qk_norm, bias, tied;
+  int64_t C, L, H, KV, hd, I, V, B, T, tile, loss_chunk, experts, window, global_hd;
+  bool qk_norm, bias, tied, gemma4;
   UnitCode code;
   int threads;
   bool operator==(const UnitMemoryKey&) const = default;
@@ -72,8 +72,9 @@ std::pair<UnitMemory, UnitMemory> decoder_and_head_memory(const Workload& w, con
                                                           int64_t T) {
   const ModelCard& c = w.model;
   const UnitMemoryKey key{c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
-                          c.vocab_size, B, T, o.mlp_token_tile, o.loss_chunk_tokens, c.qk_norm, c.attention_bias,
-                          c.tie_word_embeddings, o.code, o.cpu_threads};
+                          c.vocab_size, B, T, o.mlp_token_tile, o.loss_chunk_tokens, c.num_experts,
+                          c.sliding_window, c.global_head_dim, c.qk_norm, c.attention_bias,
+                          c.tie_word_embeddings, c.gemma4(), o.code, o.cpu_threads};
   thread_local std::vector<std::pair<UnitMemoryKey, std::pair<UnitMemory, UnitMemory>>> cache;
   for (const auto& [k, v] : cache)
     if (k == key) return v;
@@ -106,6 +107,11 @@ const RankMemoryAccount& cached_account(const Workload& w, const Plan& p, const 
   const Plan::PolicyCounts pc = p.policy_counts(L);
   uint64_t per_layer = 0;
   for (ActivationPolicy a : p.per_layer) per_layer = (per_layer ^ static_cast<uint64_t>(a)) * 1099511628211ull + 1;
+  if (!s.decoder_by_layer.empty())
+    for (const UnitLayout& u : w.layout.units) per_layer = (per_layer ^ static_cast<uint64_t>(u.flat_numel)) * 1099511628211ull + 5;
+  for (const UnitMemory& m : s.decoder_by_layer)
+    for (int64_t b : {m.saved_bytes, m.forward_workspace_bytes, m.backward_workspace_bytes})
+      per_layer = (per_layer ^ static_cast<uint64_t>(b)) * 1099511628211ull + 3;
   const AccountKey key{{w.layout.total_flat_numel, w.layout.units.front().flat_numel, w.layout.units.back().flat_numel,
                         w.layout.units.size() > 2 ? w.layout.units[1].flat_numel : 0, L, w.model.tie_word_embeddings,
                         w.seq_len, p.micro_batch, p.accum_steps, p.ranks, gpu_route, gpu_route ? p.chunk_numel : 0,
@@ -133,6 +139,9 @@ RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Pla
   const int64_t B = p.micro_batch, T = w.seq_len;
   RankMemorySpec s;
   std::tie(s.decoder, s.head) = decoder_and_head_memory(w, o, B, T);
+  if (!w.model.uniform_layers())
+    for (int l = 0; l < w.model.num_layers; ++l)
+      s.decoder_by_layer.push_back(decoder_unit_memory(w.model, w.layout, l, B, T, o));
   s.param_bytes = s.wire_bytes = 2;
   const bool cuda = o.code == UnitCode::kCuda;
   s.align_bytes = cuda ? 256 : 64;
@@ -154,7 +163,18 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
   const double P = static_cast<double>(w.layout.total_flat_numel);
   const double emb_numel = static_cast<double>(units.front().flat_numel);
   // The baselines' layers are PyTorch's (SlideDP's own memory is the account's, from its units).
-  const LayerActivationBytes act = torch_decoder_activation_bytes_per_token(card);
+  // Layers of different shapes (Gemma 4's sliding and global layers): kept and recomputed layers are
+  // charged the mean (the policies' counts multiply it), the one-layer working set the largest.
+  LayerActivationBytes act = torch_decoder_activation_bytes_per_token(card, 0), act_max = act;
+  if (!card.uniform_layers()) {
+    act = {};
+    for (int l = 0; l < L; ++l) {
+      const LayerActivationBytes a = torch_decoder_activation_bytes_per_token(card, l);
+      act.saved_keep += a.saved_keep / L, act.unit_input += a.unit_input / L, act.transient += a.transient / L;
+      act_max.saved_keep = std::max(act_max.saved_keep, a.saved_keep);
+      act_max.transient = std::max(act_max.transient, a.transient);
+    }
+  }
   const double D = p.gpu_buffer_depth;
 
   MemoryEstimate m;
@@ -199,7 +219,7 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
   const double act_offload_prefetch = pc.offload > 0 ? 2.0 * act.unit_input * tokens : 0.0;
   // Working set of one unit: a recomputed layer's saved state and its backward transient, or the
   // head's loss chunk with the hidden state, its norm and their gradients.
-  const double layer_ws = (act.saved_keep + act.transient) * tokens;
+  const double layer_ws = (act_max.saved_keep + act_max.transient) * tokens;
   const double head_ws = head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
                          card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
   double working_set = std::max(layer_ws, head_ws);

@@ -1,6 +1,7 @@
 // The model card: the architecture numbers of a Hugging Face decoder-only config.json (Llama, Qwen2,
-// Qwen2.5, Qwen3, Mistral), from a named preset, a config.json, or a model directory. Everything
-// downstream (unit layout, FLOPs, memory, the executor's math) reads only this struct.
+// Qwen2.5, Qwen3, Mistral; Gemma 4's text model), from a named preset, a config.json, or a model
+// directory. Everything downstream (unit layout, FLOPs, memory, the executor's math) reads only this
+// struct, and reads a decoder layer's shape through layer(l): Gemma 4's layers are not all alike.
 #pragma once
 
 #include <cstdint>
@@ -17,16 +18,36 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
+enum class AttentionKind { kFull, kSliding };
+const char* attention_kind_name(AttentionKind kind);  // "full_attention" | "sliding_attention"
+
+// The shape of one decoder layer, derived from the card (ModelCard::layer).
+struct LayerShape {
+  AttentionKind attention = AttentionKind::kFull;
+  int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  int64_t window = 0;         // sliding window: a query sees itself and the window - 1 keys before it; 0 = all
+  bool k_eq_v = false;        // values are v_norm(k_proj(x)) (Gemma 4 global layers): no v_proj
+  double rope_theta = 0;
+  int64_t rope_angles = 0;    // frequency slots that rotate, of head_dim / 2 (the rest have frequency 0)
+  int64_t intermediate_size = 0;         // the dense MLP
+  int64_t num_experts = 0;               // MoE block beside the dense MLP (0: none)
+  int64_t experts_per_token = 0;
+  int64_t expert_intermediate_size = 0;
+  int64_t q_dim() const { return num_heads * head_dim; }
+  int64_t kv_dim() const { return num_kv_heads * head_dim; }
+  bool moe() const { return num_experts > 0; }
+};
+
 struct ModelCard {
   std::string name;        // preset name ("qwen3-14b") or the folder/file it came from
   std::string hf_repo;     // "Qwen/Qwen3-14B" where known
-  std::string model_type;  // "llama" | "qwen2" | "qwen3" | "mistral"
+  std::string model_type;  // "llama" | "qwen2" | "qwen3" | "mistral" | "gemma4"
   int64_t hidden_size = 0;        // C
   int64_t num_layers = 0;         // L
   int64_t num_heads = 0;          // H (query heads)
   int64_t num_kv_heads = 0;       // KV heads (GQA)
-  int64_t head_dim = 0;           // hd
-  int64_t intermediate_size = 0;  // I (SwiGLU)
+  int64_t head_dim = 0;           // hd (Gemma 4: of the sliding layers)
+  int64_t intermediate_size = 0;  // I (SwiGLU; Gemma 4: the dense GeGLU MLP)
   int64_t vocab_size = 0;         // V
   int64_t max_position_embeddings = 0;
   double rope_theta = 10000.0;
@@ -38,18 +59,49 @@ struct ModelCard {
   double published_params = 0;  // the figure the publisher states (0 when unknown)
   std::string source;           // where the numbers came from
 
+  // Gemma 4 (model_type "gemma4", the text model of Gemma4ForConditionalGeneration). The family's fixed
+  // facts (sandwich norms, x*w RMSNorm, q/k norm and the weightless v norm, attention scale 1, GeGLU
+  // with tanh GELU, embedding times sqrt(C) in bf16, layer_scalar, tied head) follow from model_type.
+  std::vector<AttentionKind> layer_types;  // one per layer; empty: every layer full attention
+  int64_t sliding_window = 0;
+  int64_t global_head_dim = 0;             // head_dim of the full-attention layers
+  int64_t num_global_kv_heads = 0;         // their KV heads (with attention_k_eq_v; else num_kv_heads)
+  bool attention_k_eq_v = false;           // full-attention layers take values from k_proj
+  double global_rope_theta = 0;            // full-attention layers' "proportional" RoPE
+  double global_partial_rotary_factor = 1.0;
+  int64_t num_experts = 0;                 // MoE block in every layer (0: dense)
+  int64_t num_experts_per_tok = 0;
+  int64_t moe_intermediate_size = 0;
+  double final_logit_softcapping = 0;      // logits = cap * tanh(z / cap); 0: none
+
+  bool gemma4() const { return model_type == "gemma4"; }
+  bool moe() const { return num_experts > 0; }
+  LayerShape layer(int64_t l) const;
+  // Whether every decoder layer has the same shape (and the same unit size).
+  bool uniform_layers() const;
+  // Where the text model's tensors live in the checkpoint: "model." or "model.language_model.".
+  std::string tensor_prefix() const { return gemma4() ? "model.language_model." : "model."; }
+
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   // Parameter count from the config numbers (weights, biases, norm vectors), as in
   // shared/reference/model-configs.md section 2.
   int64_t embedding_params() const { return vocab_size * hidden_size; }
-  int64_t decoder_layer_params() const;
+  int64_t decoder_layer_params(int64_t layer = 0) const;
   int64_t head_params() const;  // final norm + untied lm_head
   int64_t total_params() const;
+  // Parameters one token computes with: all of them for a dense model; a MoE layer's router, dense
+  // MLP and experts_per_token of its experts (the reference's "active" count, embedding included).
+  int64_t active_params() const;
+  // "14.77 B params", or "25.23 B params, 3.82 B active" for a mixture of experts.
+  std::string params_summary() const;
 
   // Throws InputError (naming `origin`) when numbers are inconsistent (heads % kv_heads, ...).
   void validate(const std::string& origin) const;
 };
+
+// Gemma4TextConfig's default layer_types: (five sliding, one full) repeated, the last layer full.
+std::vector<AttentionKind> gemma4_default_layer_types(int64_t num_layers);
 
 // Named presets (model/presets/models/*.yaml, compiled in).
 std::vector<std::string> model_preset_names();

@@ -14,7 +14,30 @@ const char* activation_policy_name(ActivationPolicy p) {
   return "?";
 }
 
-UnitFlops unit_flops(const ModelCard& c, UnitKind kind, int64_t sequences, int64_t seq_len) {
+double causal_pairs(int64_t T, int64_t window) {
+  const double t = static_cast<double>(T);
+  if (window <= 0 || window >= T) return t * (t + 1.0) / 2.0;
+  const double w = static_cast<double>(window);
+  return w * (w + 1.0) / 2.0 + (t - w) * w;
+}
+
+namespace {
+
+// Weights a token multiplies with in one decoder layer (norm vectors and scalars excluded): the
+// attention projections, the dense MLP, and on MoE layers the router and experts_per_token experts.
+double decoder_linear_params_per_token(const ModelCard& c, const LayerShape& s) {
+  const double C = static_cast<double>(c.hidden_size);
+  const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
+  double n = C * q + C * kv + (s.k_eq_v ? 0.0 : C * kv) + q * C + 3.0 * C * static_cast<double>(s.intermediate_size);
+  if (s.moe())
+    n += static_cast<double>(s.num_experts) * C +
+         static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size) * C;
+  return n;
+}
+
+}  // namespace
+
+UnitFlops unit_flops(const ModelCard& c, UnitKind kind, int layer, int64_t sequences, int64_t seq_len) {
   const double tokens = static_cast<double>(sequences) * static_cast<double>(seq_len);
   const double C = static_cast<double>(c.hidden_size);
   UnitFlops f;
@@ -23,13 +46,11 @@ UnitFlops unit_flops(const ModelCard& c, UnitKind kind, int64_t sequences, int64
       // A gather forward and a scatter-add backward: no multiply-adds worth counting.
       break;
     case UnitKind::kDecoder: {
-      const double linear_params = C * c.q_dim() + 2.0 * C * c.kv_dim() + c.q_dim() * C +
-                                   3.0 * C * static_cast<double>(c.intermediate_size);
-      f.forward_matmul = 2.0 * linear_params * tokens;
-      f.mlp_gate_up_matmul = 2.0 * 2.0 * C * static_cast<double>(c.intermediate_size) * tokens;
-      const double T = static_cast<double>(seq_len);
-      const double pairs = static_cast<double>(sequences) * T * (T + 1.0) / 2.0;
-      f.forward_attention = 4.0 * static_cast<double>(c.q_dim()) * pairs;
+      const LayerShape s = c.layer(layer);
+      f.forward_matmul = 2.0 * decoder_linear_params_per_token(c, s) * tokens;
+      f.mlp_gate_up_matmul = 2.0 * 2.0 * C * static_cast<double>(s.intermediate_size) * tokens;
+      const double pairs = static_cast<double>(sequences) * causal_pairs(seq_len, s.window);
+      f.forward_attention = 4.0 * static_cast<double>(s.q_dim()) * pairs;
       f.backward_matmul = 2.0 * f.forward_matmul;
       f.backward_attention = 2.5 * f.forward_attention;
       break;
@@ -45,16 +66,29 @@ UnitFlops unit_flops(const ModelCard& c, UnitKind kind, int64_t sequences, int64
 double model_flops_per_step(const ModelCard& c, int64_t sequences, int64_t seq_len) {
   const double B = static_cast<double>(sequences), S = static_cast<double>(seq_len);
   const double L = static_cast<double>(c.num_layers), H = static_cast<double>(c.hidden_size);
+  const double V = static_cast<double>(c.vocab_size);
+  if (c.gemma4()) {
+    // The same convention layer by layer: 3x the forward (backward = 2x), 6 FLOPs per token and
+    // active weight, attention over min(S, window) keys per query (no causal halving), the head.
+    double f = 6.0 * B * S * H * V;
+    for (int64_t l = 0; l < c.num_layers; ++l) {
+      const LayerShape s = c.layer(l);
+      const double keys = s.window > 0 ? std::min(S, static_cast<double>(s.window)) : S;
+      f += 6.0 * B * S * decoder_linear_params_per_token(c, s) + 12.0 * B * S * keys * static_cast<double>(s.q_dim());
+    }
+    return f;
+  }
   const double heads = static_cast<double>(c.num_heads), kv = static_cast<double>(c.num_kv_heads);
-  const double I = static_cast<double>(c.intermediate_size), V = static_cast<double>(c.vocab_size);
+  const double I = static_cast<double>(c.intermediate_size);
   const double qratio = static_cast<double>(c.q_dim()) / H;
   return 12.0 * B * S * L * H * H *
          ((1.0 + kv / heads + S / H) * qratio + 1.5 * I / H + V / (2.0 * L * H));
 }
 
-LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int64_t mlp_token_tile) {
-  const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
-  const double q = static_cast<double>(c.q_dim()), kv = static_cast<double>(c.kv_dim());
+LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int layer, int64_t mlp_token_tile) {
+  const LayerShape s = c.layer(layer);
+  const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
+  const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   constexpr double kBf16 = 2.0, kFp32 = 4.0;
   LayerActivationBytes a;
   a.unit_input = C * kBf16;
@@ -65,23 +99,48 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int6
   const bool tiled = mlp_token_tile > 0;
   double elems = C + C + q + 2.0 * kv + q + C + (tiled ? 0.0 : C + 3.0 * I);
   if (c.qk_norm) elems += q + kv;
-  a.saved_keep = elems * kBf16 + static_cast<double>(c.num_heads) * kFp32;
+  if (c.gemma4()) {
+    // Gemma 4 adds: q and k before their norms, v before its norm (the raw k on K=V layers is the
+    // pre-norm k), the attention block's output before post_attention_layernorm, the MLP's output
+    // before its post-norm, and the residual before layer_scalar. A MoE layer adds the router's
+    // normed input and probabilities, the experts' normed input, per token experts_per_token
+    // expert intermediates (gate, up, product), the experts' combined output and the sum of the
+    // two paths before post_feedforward_layernorm.
+    elems += q + kv + (s.k_eq_v ? 0.0 : kv) + C + C + C;
+    if (s.moe())
+      elems += C + static_cast<double>(s.num_experts) + C +
+               static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size) +
+               C + C;
+  }
+  a.saved_keep = elems * kBf16 + static_cast<double>(s.num_heads) * kFp32;
   // Peak transient of backward: gradients flowing through the widest tensors (gate/up grads in fp32
   // before the down-projection backward; per tile when tiled) plus the recomputed activations.
   a.transient = (tiled ? 0.0 : 2.0 * I * kFp32) + (q + 2.0 * kv) * kFp32;
+  if (s.moe())
+    a.transient += static_cast<double>(s.experts_per_token) * 2.0 * static_cast<double>(s.expert_intermediate_size) * kFp32;
   return a;
 }
 
-LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c) {
-  const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(c.intermediate_size);
-  const double q = static_cast<double>(c.q_dim()), kv = static_cast<double>(c.kv_dim());
-  const double H = static_cast<double>(c.num_heads), KV = static_cast<double>(c.num_kv_heads);
+LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c, int layer) {
+  const LayerShape s = c.layer(layer);
+  const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
+  const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
+  const double H = static_cast<double>(s.num_heads), KV = static_cast<double>(s.num_kv_heads);
   constexpr double kBf16 = 2.0, kFp32 = 4.0;
   LayerActivationBytes a;
   a.unit_input = C * kBf16;
   double elems = 4.0 * C + 2.0 * q + 2.0 * kv + 3.0 * I;  // x, h1, h, h2; q, att; k, v; gate, up, product
   double rows = 2.0;                                       // 1/rms of the two layer norms
-  if (c.qk_norm) elems += q + kv, rows += H + KV;          // q and k before their norms; per-head 1/rms
+  if (c.qk_norm || c.gemma4()) elems += q + kv, rows += H + KV;  // q and k before their norms; per-head 1/rms
+  if (c.gemma4()) {
+    // Sandwich norms (two more inputs and 1/rms rows), v's norm, layer_scalar's input; a MoE layer's
+    // router and expert inputs and outputs and the routed tokens' expert intermediates.
+    elems += 3.0 * C + kv, rows += 2.0 + KV;
+    if (s.moe())
+      elems += 4.0 * C + static_cast<double>(s.num_experts) +
+               static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size),
+          rows += 3.0;
+  }
   a.saved_keep = elems * kBf16 + (H + rows) * kFp32;      // + log-sum-exp per head
   a.transient = (I + 2.0 * C) * kBf16;
   return a;

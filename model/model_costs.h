@@ -31,10 +31,16 @@ struct UnitFlops {
   double backward() const { return backward_matmul + backward_attention; }
 };
 
-// FLOPs of one unit for `sequences` sequences of `seq_len` tokens. The head's forward includes the
-// fused loss, which also computes the input and weight gradients (counted in backward_*; the
-// executor runs them during the forward pass).
-UnitFlops unit_flops(const ModelCard& card, UnitKind kind, int64_t sequences, int64_t seq_len);
+// FLOPs of one unit for `sequences` sequences of `seq_len` tokens; `layer` is the decoder layer (its
+// shape: window, head dims, experts), ignored for the embedding and the head. The head's forward
+// includes the fused loss, which also computes the input and weight gradients (counted in
+// backward_*; the executor runs them during the forward pass). A sliding-window layer does
+// min(t + 1, window) query-key pairs for the query at t; a MoE layer computes its router over all
+// experts and experts_per_token experts per token.
+UnitFlops unit_flops(const ModelCard& card, UnitKind kind, int layer, int64_t sequences, int64_t seq_len);
+
+// Query-key pairs of one causal sequence of T tokens under a window of W keys (0: no window).
+double causal_pairs(int64_t T, int64_t window);
 
 // Model FLOPs per step as SlideFormer reports them (Megatron's formula with GQA and SwiGLU, no
 // recompute term; shared/reference/baselines.md): used for TFLOP/s figures so they compare.
@@ -49,7 +55,7 @@ struct LayerActivationBytes {
   double unit_input = 0;   // the layer input alone (what recompute keeps, what offload moves)
   double transient = 0;    // peak extra bytes while the layer's forward or backward runs
 };
-LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& card, int64_t mlp_token_tile = 0);
+LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& card, int layer, int64_t mlp_token_tile = 0);
 
 // Activation bytes per token of a Hugging Face decoder layer as the baselines run it: PyTorch
 // autograd, bf16, Liger's fused RMSNorm, RoPE and SwiGLU, a flash attention kernel (SlideFormer pins
@@ -61,7 +67,7 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& card, i
 //   unit_input: the layer input (bf16);
 //   transient: the peak of backward beyond that -- the product's gradient (Liger's SwiGLU backward
 //     writes the gate/up gradients over the saved gate and up) and the gradients entering and leaving.
-LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& card);
+LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& card, int layer);
 
 // Bytes of one MLP tile's scratch for a micro-batch of `tokens` tokens: min(tile, tokens) rows of
 // the recomputed norm output, gate, up and SwiGLU product (bf16) and the gate/up gradients (fp32).

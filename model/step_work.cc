@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "model/expert_routing.h"
 #include "model/model_costs.h"
 
 namespace slidedp {
@@ -21,6 +22,35 @@ constexpr double kFp32 = 4.0;
 // delivery mirror written in the same pass: read p 4 + g 2 + m 4 + v 4, write p 4 + m 4 + v 4 +
 // mirror 2 (shared/reference/hardware-facts.md).
 constexpr double kAdamwHostBytesPerParam = 28.0;
+
+// Parameters of decoder layer `layer` that expert-aware delivery leaves on the host for a micro-batch
+// of `tokens` tokens: the experts no token is expected to route to (0 when off or dense).
+double unrouted_expert_params(const Workload& w, int layer, int64_t tokens) {
+  if (!w.expert_aware_delivery || layer < 0) return 0.0;
+  const LayerShape s = w.model.layer(layer);
+  if (!s.moe()) return 0.0;
+  // The marginals of a skewed router are sampled once per router and remembered (the planner asks
+  // for the same few thousands of times). 200k tokens measure a marginal of k / E = 1/16 within
+  // about 1% (relative standard error sqrt((1 - pi) / (pi n))).
+  struct Entry {
+    RouterModel router;
+    std::vector<double> pi;
+  };
+  thread_local std::vector<Entry> cache;
+  const RouterModel r{s.num_experts, s.experts_per_token, w.router_skew};
+  const std::vector<double>* pi = nullptr;
+  for (const Entry& e : cache)
+    if (e.router.experts == r.experts && e.router.experts_per_token == r.experts_per_token && e.router.skew == r.skew)
+      pi = &e.pi;
+  if (pi == nullptr) {
+    if (cache.size() >= 16) cache.clear();
+    cache.push_back({r, expert_selection_probabilities(r, 200000, 0x5eed)});
+    pi = &cache.back().pi;
+  }
+  const double miss = 1.0 - expected_hit_fraction(*pi, static_cast<double>(tokens));
+  const double per_expert = 3.0 * static_cast<double>(s.expert_intermediate_size) * static_cast<double>(w.model.hidden_size);
+  return miss * static_cast<double>(s.num_experts) * per_expert;
+}
 
 }  // namespace
 
@@ -114,11 +144,11 @@ Plan plan_for_system(const Plan& plan, System system, const ModelCard& card) {
   return p;
 }
 
-UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitKind kind,
+UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitKind kind, int layer,
                                     int64_t sequences, int64_t mlp_token_tile) {
   UnitComputeTimes t;
   const double tokens = static_cast<double>(sequences * w.seq_len);
-  const UnitFlops f = unit_flops(w.model, kind, sequences, w.seq_len);
+  const UnitFlops f = unit_flops(w.model, kind, layer, sequences, w.seq_len);
   // A tiled MLP saves nothing: backward runs the gate and up projections again (one more time for a
   // kept layer), and a recomputed layer's recompute stops before the MLP (the same total for it).
   auto tile_mlp = [&](double gate_up_s) {
@@ -147,7 +177,7 @@ UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitK
       break;
     case UnitKind::kDecoder: {
       // Norms, RoPE, SwiGLU, residuals: each saved activation is written once and read about once.
-      const double act = decoder_activation_bytes_per_token(w.model).saved_keep * tokens;
+      const double act = decoder_activation_bytes_per_token(w.model, layer).saved_keep * tokens;
       elementwise_fwd = 2.0 * act / hbm;
       elementwise_bwd = 4.0 * act / hbm;
       break;
@@ -273,7 +303,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     u.grad_chunks = u.chunks;
     if (ul.reads_tied_embedding) u.grad_chunks += num_chunks(w.layout.units.front().flat_numel, p.chunk_numel);
     u.policy = ul.kind == UnitKind::kDecoder ? p.layer_policy(ul.layer, L) : ActivationPolicy::kKeep;
-    const UnitComputeTimes t = unit_compute_times(w, hw, ul.kind, p.micro_batch, p.mlp_token_tile);
+    const UnitComputeTimes t = unit_compute_times(w, hw, ul.kind, ul.layer, p.micro_batch, p.mlp_token_tile);
     u.fwd_s = t.fwd_s;
     u.bwd_s = t.bwd_s;
     u.recompute_s = u.policy == ActivationPolicy::kKeep ? 0.0 : t.recompute_s;
@@ -281,7 +311,9 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.recompute_s = p.layer_policy(ul.layer, L) == ActivationPolicy::kKeep ? 0.0 : t.recompute_s;
 
     const double n = static_cast<double>(u.numel);
-    const double bytes = n * kBf16;
+    // Expert-aware what-if: the experts no token of the micro-batch routes to stay on the host.
+    const double moved = n - (ul.kind == UnitKind::kDecoder ? unrouted_expert_params(w, ul.layer, sw.tokens_per_rank_micro) : 0.0);
+    const double bytes = moved * kBf16;
     Delivery d = deliver(bytes);
     u.deliver_h2d_bytes = d.h2d;
     u.deliver_allgather_bytes = d.allgather;
@@ -349,7 +381,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.cpu_accum_host_mem_bytes += hm;
     }
     if (u.policy == ActivationPolicy::kOffload)
-      u.act_offload_bytes = decoder_activation_bytes_per_token(card).unit_input * static_cast<double>(sw.tokens_per_rank_micro);
+      u.act_offload_bytes = decoder_activation_bytes_per_token(card, ul.layer).unit_input * static_cast<double>(sw.tokens_per_rank_micro);
     sw.units.push_back(u);
   }
 

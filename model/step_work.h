@@ -126,8 +126,9 @@ struct UnitComputeTimes {
   double fwd_s = 0, bwd_s = 0, recompute_s = 0;
 };
 // `mlp_token_tile` > 0 (decoder): the gate/up GEMMs move from recompute into backward and a kept
-// layer runs them once more (model_costs.h, UnitFlops::mlp_gate_up_matmul).
-UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitKind kind,
+// layer runs them once more (model_costs.h, UnitFlops::mlp_gate_up_matmul). `layer`: the decoder
+// layer whose shape counts (ignored for the embedding and the head).
+UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitKind kind, int layer,
                                     int64_t sequences, int64_t mlp_token_tile = 0);
 
 }  // namespace slidedp

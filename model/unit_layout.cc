@@ -6,6 +6,7 @@
 namespace slidedp {
 namespace {
 
+// Appends tensors to a unit's flat buffer, each at an aligned offset.
 class LayoutBuilder {
  public:
   LayoutBuilder(UnitLayout& unit, std::string prefix) : unit_(unit), prefix_(std::move(prefix)) {}
@@ -43,25 +44,78 @@ const TensorSpec* UnitLayout::find(const std::string& name) const {
   return nullptr;
 }
 
-std::string UnitLayout::prefix() const {
-  if (kind == UnitKind::kDecoder) return "model.layers." + std::to_string(layer) + ".";
-  return "";
-}
-
 const TensorSpec& UnitLayout::at(const std::string& short_name) const {
   const TensorSpec* t = find(prefix() + short_name);
   SLIDEDP_CHECK(t != nullptr, "unit has no tensor " + prefix() + short_name);
   return *t;
 }
 
+namespace {
+
+// A Llama-family decoder layer: attention (optional q/k/v biases, optional q/k norms) and SwiGLU.
+void add_llama_decoder(LayoutBuilder& b, const ModelCard& c, const LayerShape& s) {
+  const int64_t C = c.hidden_size, I = s.intermediate_size;
+  b.add("input_layernorm.weight", {C});
+  b.add("self_attn.q_proj.weight", {s.q_dim(), C});
+  if (c.attention_bias) b.add("self_attn.q_proj.bias", {s.q_dim()});
+  b.add("self_attn.k_proj.weight", {s.kv_dim(), C});
+  if (c.attention_bias) b.add("self_attn.k_proj.bias", {s.kv_dim()});
+  b.add("self_attn.v_proj.weight", {s.kv_dim(), C});
+  if (c.attention_bias) b.add("self_attn.v_proj.bias", {s.kv_dim()});
+  b.add("self_attn.o_proj.weight", {C, s.q_dim()});
+  if (c.qk_norm) {
+    b.add("self_attn.q_norm.weight", {s.head_dim});
+    b.add("self_attn.k_norm.weight", {s.head_dim});
+  }
+  b.add("post_attention_layernorm.weight", {C});
+  b.add("mlp.gate_proj.weight", {I, C});
+  b.add("mlp.up_proj.weight", {I, C});
+  b.add("mlp.down_proj.weight", {C, I});
+}
+
+// A Gemma 4 decoder layer in Gemma4TextDecoderLayer's order: sandwich-normed attention (no v_proj on
+// K=V layers), the dense GeGLU MLP, and on MoE models the router and the packed experts (3-D
+// parameters without a .weight suffix, as the checkpoint stores them).
+void add_gemma4_decoder(LayoutBuilder& b, const ModelCard& c, const LayerShape& s) {
+  const int64_t C = c.hidden_size, I = s.intermediate_size;
+  b.add("input_layernorm.weight", {C});
+  b.add("self_attn.q_proj.weight", {s.q_dim(), C});
+  b.add("self_attn.k_proj.weight", {s.kv_dim(), C});
+  if (!s.k_eq_v) b.add("self_attn.v_proj.weight", {s.kv_dim(), C});
+  b.add("self_attn.o_proj.weight", {C, s.q_dim()});
+  b.add("self_attn.q_norm.weight", {s.head_dim});
+  b.add("self_attn.k_norm.weight", {s.head_dim});
+  b.add("post_attention_layernorm.weight", {C});
+  b.add("pre_feedforward_layernorm.weight", {C});
+  b.add("mlp.gate_proj.weight", {I, C});
+  b.add("mlp.up_proj.weight", {I, C});
+  b.add("mlp.down_proj.weight", {C, I});
+  if (s.moe()) {
+    const int64_t E = s.num_experts, Ie = s.expert_intermediate_size;
+    b.add("post_feedforward_layernorm_1.weight", {C});
+    b.add("router.proj.weight", {E, C});
+    b.add("router.scale", {C});
+    b.add("router.per_expert_scale", {E});
+    b.add("pre_feedforward_layernorm_2.weight", {C});
+    b.add("experts.gate_up_proj", {E, 2 * Ie, C});
+    b.add("experts.down_proj", {E, C, Ie});
+    b.add("post_feedforward_layernorm_2.weight", {C});
+  }
+  b.add("post_feedforward_layernorm.weight", {C});
+  b.add("layer_scalar", {1});
+}
+
+}  // namespace
+
 ModelLayout make_model_layout(const ModelCard& c) {
   ModelLayout m;
-  const int64_t C = c.hidden_size, I = c.intermediate_size, V = c.vocab_size, hd = c.head_dim;
+  const int64_t C = c.hidden_size, V = c.vocab_size;
+  const std::string model = c.tensor_prefix();
 
   UnitLayout emb;
   emb.kind = UnitKind::kEmbedding;
   emb.index = 0;
-  LayoutBuilder(emb, "").add("model.embed_tokens.weight", {V, C});
+  LayoutBuilder(emb, "").add(model + "embed_tokens.weight", {V, C});
   m.units.push_back(std::move(emb));
 
   for (int64_t l = 0; l < c.num_layers; ++l) {
@@ -69,23 +123,13 @@ ModelLayout make_model_layout(const ModelCard& c) {
     u.kind = UnitKind::kDecoder;
     u.index = static_cast<int>(l + 1);
     u.layer = static_cast<int>(l);
+    u.name_prefix = model + "layers." + std::to_string(l) + ".";
     LayoutBuilder b(u, u.prefix());
-    b.add("input_layernorm.weight", {C});
-    b.add("self_attn.q_proj.weight", {c.q_dim(), C});
-    if (c.attention_bias) b.add("self_attn.q_proj.bias", {c.q_dim()});
-    b.add("self_attn.k_proj.weight", {c.kv_dim(), C});
-    if (c.attention_bias) b.add("self_attn.k_proj.bias", {c.kv_dim()});
-    b.add("self_attn.v_proj.weight", {c.kv_dim(), C});
-    if (c.attention_bias) b.add("self_attn.v_proj.bias", {c.kv_dim()});
-    b.add("self_attn.o_proj.weight", {C, c.q_dim()});
-    if (c.qk_norm) {
-      b.add("self_attn.q_norm.weight", {hd});
-      b.add("self_attn.k_norm.weight", {hd});
+    if (c.gemma4()) {
+      add_gemma4_decoder(b, c, c.layer(l));
+    } else {
+      add_llama_decoder(b, c, c.layer(l));
     }
-    b.add("post_attention_layernorm.weight", {C});
-    b.add("mlp.gate_proj.weight", {I, C});
-    b.add("mlp.up_proj.weight", {I, C});
-    b.add("mlp.down_proj.weight", {C, I});
     m.units.push_back(std::move(u));
   }
 
@@ -93,7 +137,7 @@ ModelLayout make_model_layout(const ModelCard& c) {
   head.kind = UnitKind::kHead;
   head.index = static_cast<int>(c.num_layers + 1);
   LayoutBuilder hb(head, "");
-  hb.add("model.norm.weight", {C});
+  hb.add(model + "norm.weight", {C});
   if (c.tie_word_embeddings) {
     head.reads_tied_embedding = true;
   } else {

@@ -23,6 +23,7 @@ inline constexpr int64_t kTensorAlignElems = 64;
 
 struct TensorSpec {
   std::string name;            // Hugging Face tensor name, e.g. "model.layers.3.mlp.up_proj.weight"
+                               // (Gemma 4: "model.language_model.layers.3.mlp.up_proj.weight")
   std::vector<int64_t> shape;  // row-major, as in the checkpoint ([out, in] for nn.Linear weights)
   int64_t offset = 0;          // element offset inside the unit's flat buffer (aligned)
   int64_t numel = 0;
@@ -32,6 +33,7 @@ struct UnitLayout {
   UnitKind kind = UnitKind::kDecoder;
   int index = 0;   // position in execution order: 0 .. L+1
   int layer = -1;  // decoder layer number, -1 for embedding and head
+  std::string name_prefix;  // what short names are relative to: "model.layers.3." for decoders, else ""
   std::vector<TensorSpec> tensors;
   int64_t flat_numel = 0;    // including alignment padding
   int64_t param_count = 0;   // real parameters (sum of tensor numels)
@@ -42,7 +44,7 @@ struct UnitLayout {
   const TensorSpec* find(const std::string& name) const;
   // Like find(), but the short name relative to the unit ("mlp.up_proj.weight"); aborts if absent.
   const TensorSpec& at(const std::string& short_name) const;
-  std::string prefix() const;  // "model.layers.3." for decoders, "model." or "" otherwise
+  const std::string& prefix() const { return name_prefix; }
 };
 
 struct ModelLayout {

@@ -1,11 +1,14 @@
 // Per-unit device memory from the units' own size queries; see unit_memory.h.
 #include "model/unit_memory.h"
 
+#include <cmath>
+
 #include "common/error.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cuda/unit_scratch.h"
+#include "model/model_costs.h"
 
 namespace slidedp {
 namespace {
@@ -69,9 +72,39 @@ UnitMemory cuda_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int64_t
 
 const char* unit_code_name(UnitCode code) { return code == UnitCode::kCpu ? "cpu" : "cuda"; }
 
+UnitMemory decoder_unit_memory(const ModelCard& card, const ModelLayout& layout, int layer, int64_t B, int64_t T,
+                               const UnitMemoryOptions& options) {
+  SLIDEDP_CHECK(B >= 0 && T >= 0, "negative micro-batch or sequence length");
+  if (!card.gemma4()) return unit_memory(card, layout, UnitKind::kDecoder, B, T, options);
+  const bool cpu = options.code == UnitCode::kCpu;
+  const int64_t elem = cpu ? 4 : 2;  // the CPU units compute in fp32; the bf16 counts double there
+  const LayerActivationBytes a = decoder_activation_bytes_per_token(card, layer, options.mlp_token_tile);
+  const double tokens = static_cast<double>(B) * static_cast<double>(T);
+  const int64_t params = cpu ? cpu_param_scratch(layout.units.at(static_cast<size_t>(layer) + 1).flat_numel,
+                                                 options.exact_fp32)
+                             : 0;
+  const int64_t transient = align_up(static_cast<int64_t>(std::ceil(a.transient * tokens)), 64);
+  UnitMemory m;
+  m.hidden_bytes = B * T * card.hidden_size * elem;
+  m.saved_bytes = align_up(static_cast<int64_t>(std::ceil(a.saved_keep * tokens * static_cast<double>(elem) / 2.0)), 64);
+  m.forward_workspace_bytes = params + transient;
+  m.backward_workspace_bytes = params + 2 * transient;  // the gradients of the widest tensors and the recomputed ones
+  return m;
+}
+
 UnitMemory unit_memory(const ModelCard& card, const ModelLayout& layout, UnitKind kind, int64_t B, int64_t T,
                        const UnitMemoryOptions& options) {
   SLIDEDP_CHECK(B >= 0 && T >= 0, "negative micro-batch or sequence length");
+  if (card.gemma4()) {
+    if (kind == UnitKind::kDecoder) return decoder_unit_memory(card, layout, 0, B, T, options);
+    // The embedding and the head are the Llama family's (plus the logit softcap, in place).
+    kernels::ModelSpecs s;
+    s.embedding = kernels::make_embedding_spec(card, layout.units.front());
+    s.head = kernels::make_head_spec(card, layout.units.back());
+    s.head.loss_chunk_tokens = options.loss_chunk_tokens;
+    return options.code == UnitCode::kCpu ? cpu_unit_memory(s, kind, B, T, options.exact_fp32)
+                                          : cuda_unit_memory(s, kind, B, T);
+  }
   const kernels::ModelSpecs s = specs_for(card, layout, options);
   return options.code == UnitCode::kCpu ? cpu_unit_memory(s, kind, B, T, options.exact_fp32)
                                         : cuda_unit_memory(s, kind, B, T);

@@ -34,8 +34,14 @@ struct UnitMemory {
   int64_t backward_workspace_bytes = 0;  // decoder backward
 };
 
+// For kDecoder: layer 0's (every layer's, for the models whose layers are all alike).
 UnitMemory unit_memory(const ModelCard& card, const ModelLayout& layout, UnitKind kind, int64_t B, int64_t T,
                        const UnitMemoryOptions& options);
+// One decoder layer's. Gemma 4's units are not built yet: until their carve code exists a layer is
+// charged model_costs' per-token activation count (decoder_activation_bytes_per_token) -- an estimate
+// the model and the planner use for what-if studies; no Gemma 4 plan runs.
+UnitMemory decoder_unit_memory(const ModelCard& card, const ModelLayout& layout, int layer, int64_t B, int64_t T,
+                               const UnitMemoryOptions& options);
 
 // The CUDA embedding backward's sort scratch for N tokens: four int32 arrays (exact) and CUB's radix
 // sort temp storage, which only a device can size (CUB picks its tuning from the GPU), estimated as

@@ -13,6 +13,12 @@ struct Workload {
   ModelCard model;
   int64_t seq_len = 2048;  // T
   ModelLayout layout;      // derived from model; fill with make_workload()
+  // What-if for MoE models (expert_routing.h): deliver to a rank only the experts its micro-batch
+  // routes to, and send back only their gradients, under a router whose expert popularity follows a
+  // Zipf law of this skew (0: uniform). The host still updates every expert (their AdamW moments
+  // decay), so CPU work is unchanged. Off: every expert travels every micro-step, as SlideDP does.
+  bool expert_aware_delivery = false;
+  double router_skew = 0.0;
 };
 
 Workload make_workload(const ModelCard& model, int64_t seq_len);

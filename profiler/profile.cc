@@ -626,7 +626,7 @@ ProfileResult run_profile(const ProfileOptions& options) {
       for (const UnitCase& c : big->cases)
         if (c.kind == UnitKind::kDecoder && c.op == "fwd" && (!best || c.B * c.T > best->B * best->T))
           best = &c;
-      const UnitFlops f = unit_flops(card, UnitKind::kDecoder, best->B, best->T);
+      const UnitFlops f = unit_flops(card, UnitKind::kDecoder, 0, best->B, best->T);
       const double eff = std::clamp(f.forward() / best->seconds.median / hw.gpu.bf16_peak_flops, 1e-3, 1.0);
       hw.gpu.matmul_efficiency = eff;
       hw.gpu.attention_efficiency = eff;

@@ -464,7 +464,7 @@ double estimate_unit_compute_s(const ModelCard& card, const UnitComputeOptions& 
     for (int64_t B : o.micro_batches) {
       double case_s = 0;
       for (UnitKind k : {UnitKind::kEmbedding, UnitKind::kDecoder, UnitKind::kHead}) {
-        const UnitFlops f = unit_flops(card, k, B, T);
+        const UnitFlops f = unit_flops(card, k, 0, B, T);
         const double fwd = f.forward() / rate, bwd = f.backward() / rate;
         if (k == UnitKind::kDecoder)
           case_s += 2 * std::max(rp.min_rep_s, fwd) + std::max(rp.min_rep_s, bwd);

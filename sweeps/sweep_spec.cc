@@ -144,9 +144,9 @@ std::string format_number(double x) {
   return s;
 }
 
-// A hardware name or a path: paths are resolved against the spec's folder.
-std::string resolve_hardware(const std::string& name, const std::string& spec_dir) {
-  if (is_hardware_preset(name)) return name;
+// A preset name or a path: relative paths are resolved against the spec's folder.
+std::string resolve_in_spec_dir(const std::string& name, bool is_preset, const std::string& spec_dir) {
+  if (is_preset) return name;
   std::filesystem::path p(name);
   if (p.is_relative() && !spec_dir.empty() && std::filesystem::exists(std::filesystem::path(spec_dir) / p))
     return (std::filesystem::path(spec_dir) / p).string();
@@ -155,7 +155,7 @@ std::string resolve_hardware(const std::string& name, const std::string& spec_di
 
 std::vector<HardwareVariant> read_hardware_entry(const YamlReader& h, const std::string& spec_dir) {
   const std::string base = h.text("preset");
-  const std::string resolved = resolve_hardware(base, spec_dir);
+  const std::string resolved = resolve_in_spec_dir(base, is_hardware_preset(base), spec_dir);
   std::string overrides_yaml;
   if (h.has("overrides")) {
     YAML::Node o = h.raw("overrides");
@@ -247,7 +247,7 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
   reject_duplicates(models, g.where("models"));
   for (std::size_t i = 0; i < models.size(); ++i) {
     try {
-      grid.models.push_back(load_model_card(models[i]));
+      grid.models.push_back(load_model_card(resolve_in_spec_dir(models[i], is_model_preset(models[i]), spec_dir)));
     } catch (const Error& e) {
       throw InputError(g.where("models") + fmt::format("[{}]", i), e.what());
     }

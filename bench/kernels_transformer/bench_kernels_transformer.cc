@@ -153,7 +153,7 @@ void layer_counters(benchmark::State& st, const LayerSetup& s, double flops, dou
 // One decoder layer, forward then backward (the `keep` policy's work per micro-batch).
 void BM_DecoderLayerFwdBwd(benchmark::State& st) {
   LayerSetup s(st.range(0), st.range(1), st.range(2));
-  const UnitFlops f = unit_flops(s.card, UnitKind::kDecoder, s.B, s.T);
+  const UnitFlops f = unit_flops(s.card, UnitKind::kDecoder, 0, s.B, s.T);
   s.forward();  // warm: page in every buffer once
   s.backward();
   double seconds = 0;
@@ -168,7 +168,7 @@ void BM_DecoderLayerFwdBwd(benchmark::State& st) {
 
 void BM_DecoderLayerForward(benchmark::State& st) {
   LayerSetup s(st.range(0), st.range(1), st.range(2));
-  const UnitFlops f = unit_flops(s.card, UnitKind::kDecoder, s.B, s.T);
+  const UnitFlops f = unit_flops(s.card, UnitKind::kDecoder, 0, s.B, s.T);
   s.forward();
   double seconds = 0;
   for (auto _ : st) {
@@ -181,7 +181,7 @@ void BM_DecoderLayerForward(benchmark::State& st) {
 
 void BM_DecoderLayerBackward(benchmark::State& st) {
   LayerSetup s(st.range(0), st.range(1), st.range(2));
-  const UnitFlops f = unit_flops(s.card, UnitKind::kDecoder, s.B, s.T);
+  const UnitFlops f = unit_flops(s.card, UnitKind::kDecoder, 0, s.B, s.T);
   s.forward();
   s.backward();
   double seconds = 0;

@@ -89,8 +89,8 @@ int predict_main(int argc, char** argv) {
         j["plan"] = pf.plan.summary(static_cast<int>(w.model.num_layers));
         out.push_back(j);
       } else {
-        std::string ctx = fmt::format("{} ({} params) on {} | seq {} | {}", w.model.name,
-                                      format_count(static_cast<double>(w.model.total_params())), hw.name, w.seq_len,
+        std::string ctx = fmt::format("{} ({}) on {} | seq {} | {}", w.model.name, w.model.params_summary(), hw.name,
+                                      w.seq_len,
                                       plan_for_system(pf.plan, s, w.model).summary(static_cast<int>(w.model.num_layers)));
         std::cout << prediction_to_text(p, ctx) << "\n";
       }

@@ -198,8 +198,8 @@ int plan_main(int argc, char** argv) {
       goal = fmt::format("least time to {} tokens", spec.token_budget_tokens);
       break;
   }
-  fmt::print("{} ({} params) on {} | seq {} | {} ranks | {}\n\n", w.model.name,
-             format_count(static_cast<double>(w.model.total_params())), hw.name, seq, ranks, goal);
+  fmt::print("{} ({}) on {} | seq {} | {} ranks | {}\n\n", w.model.name, w.model.params_summary(), hw.name, seq,
+             ranks, goal);
   std::cout << render_top_table(r) << "\n" << explain_choice(r) << "\n" << render_search_stats(r) << "\n";
   if (refined) std::cout << "\nmeasured on this machine (CPU backend):\n" << render_refine(*refined, L);
   if (!out.empty()) {

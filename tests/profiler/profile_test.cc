@@ -148,7 +148,7 @@ TEST(Profile, TheModelAcceptsTheProfileAndUsesItsUnitTimes) {
   const Workload w = make_workload(model_preset("slidedp-tiny"), 16);
   const UnitTimeProfile* dec = r.hw.find_unit_time("slidedp-tiny", UnitKind::kDecoder);
   ASSERT_NE(dec, nullptr);
-  const UnitComputeTimes t = unit_compute_times(w, r.hw, UnitKind::kDecoder, 2);
+  const UnitComputeTimes t = unit_compute_times(w, r.hw, UnitKind::kDecoder, 0, 2);
   EXPECT_DOUBLE_EQ(t.fwd_s, dec->forward.eval(32, 16));
   EXPECT_DOUBLE_EQ(t.bwd_s, dec->backward.eval(32, 16));
   EXPECT_DOUBLE_EQ(t.recompute_s, dec->recompute.eval(32, 16));

@@ -14,6 +14,10 @@ namespace slidedp::kernels {
 
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
   SLIDEDP_CHECK(layout.num_units() == card.num_layers + 2, "layout does not match the card");
+  if (card.gemma4())
+    throw InputError(card.name + ": model_type",
+                     "gemma4 cannot run yet: its units (sliding/global attention, GeGLU, the MoE block) are not "
+                     "built; slidedp-predict, slidedp-plan and the sweeps model it");
   ModelSpecs s;
   s.num_layers = card.num_layers;
   s.embedding = make_embedding_spec(card, layout.units.front());

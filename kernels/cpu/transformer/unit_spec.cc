@@ -60,7 +60,7 @@ EmbeddingSpec make_embedding_spec(const ModelCard& card, const UnitLayout& unit)
   EmbeddingSpec s;
   s.V = card.vocab_size;
   s.C = card.hidden_size;
-  s.weight = offset_of(unit, "model.embed_tokens.weight", {s.V, s.C});
+  s.weight = offset_of(unit, card.tensor_prefix() + "embed_tokens.weight", {s.V, s.C});
   s.flat_numel = unit.flat_numel;
   return s;
 }
@@ -71,7 +71,7 @@ HeadSpec make_head_spec(const ModelCard& card, const UnitLayout& unit) {
   s.V = card.vocab_size;
   s.C = card.hidden_size;
   s.eps = card.rms_norm_eps;
-  s.norm_w = offset_of(unit, "model.norm.weight", {s.C});
+  s.norm_w = offset_of(unit, card.tensor_prefix() + "norm.weight", {s.C});
   s.tied = unit.reads_tied_embedding;
   SLIDEDP_CHECK(s.tied == card.tie_word_embeddings, "layout and card disagree on tied embeddings");
   s.lm_head_w = optional_offset(unit, "lm_head.weight", !s.tied, {s.V, s.C});
