@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <set>
+#include <tuple>
 
 namespace slidedp {
 namespace {
@@ -174,6 +176,44 @@ std::vector<LongestFit> longest_fits(const std::vector<SweepRow>& rows) {
       }
     }
     out.push_back(f);
+  }
+  return out;
+}
+
+std::vector<ComputeBound> compute_bound_thresholds(const std::vector<SweepRow>& rows) {
+  std::map<std::tuple<int, int, int, int, int64_t>, std::vector<const SweepRow*>> by;
+  for (const SweepRow& r : rows)
+    if (r.point.system == System::kSlideDP && r.feasible)
+      by[{r.point.grid, r.point.hardware, r.point.ranks, r.point.model, r.point.seq_len}].push_back(&r);
+  std::vector<ComputeBound> out;
+  for (auto& [k, v] : by) {
+    std::sort(v.begin(), v.end(), [](const SweepRow* a, const SweepRow* b) {
+      return a->point.tokens_per_step < b->point.tokens_per_step;
+    });
+    ComputeBound c;
+    c.grid = v.front()->grid;
+    c.hardware = v.front()->hardware;
+    c.model = v.front()->model;
+    c.ranks = std::get<2>(k);
+    c.seq_len = std::get<4>(k);
+    c.smallest_tokens = v.front()->point.tokens_per_step;
+    c.smallest_tokens_per_s = v.front()->tokens_per_s();
+    c.smallest_binding = v.front()->scored().bottleneck;
+    // Walk down from the largest point while GPU compute binds.
+    std::size_t first = v.size();
+    while (first > 0 && v[first - 1]->scored().bottleneck == "gpu_compute") --first;
+    if (first < v.size()) {
+      c.from_tokens = v[first]->point.tokens_per_step;
+      c.tokens_per_s_from = v[first]->tokens_per_s();
+    }
+    const SweepRow* below = first > 0 ? v[first - 1] : nullptr;
+    if (below != nullptr) {
+      const Prediction& p = below->scored();
+      c.below_tokens = below->point.tokens_per_step;
+      c.below_binding = p.bottleneck;
+      c.below_exposed_share = p.step_time_s > 0 ? p.exposed_s / p.step_time_s : 0.0;
+    }
+    out.push_back(c);
   }
   return out;
 }

@@ -59,6 +59,24 @@ struct LongestFit {
 };
 std::vector<LongestFit> longest_fits(const std::vector<SweepRow>& rows);
 
+// Where streaming stops being exposed: per (grid, hardware, ranks, model, seq_len), SlideDP's points
+// in tokens-per-step order and the smallest swept size from which every larger swept point is bound
+// by GPU compute.
+struct ComputeBound {
+  std::string grid, hardware, model;
+  int ranks = 0;
+  int64_t seq_len = 0;
+  int64_t from_tokens = 0;        // 0: no swept size is (the largest point is bound elsewhere)
+  double tokens_per_s_from = 0;   // at from_tokens
+  int64_t below_tokens = 0;       // the largest swept size below from_tokens (0: none)
+  std::string below_binding;      // what binds there (or at the largest point when from_tokens is 0)
+  double below_exposed_share = 0; // its step time not covered by GPU compute
+  int64_t smallest_tokens = 0;    // the smallest feasible point, its throughput and what binds it
+  double smallest_tokens_per_s = 0;
+  std::string smallest_binding;
+};
+std::vector<ComputeBound> compute_bound_thresholds(const std::vector<SweepRow>& rows);
+
 // Throughput against ranks: speedup and efficiency relative to the smallest rank count swept.
 // Weak scaling (sequences_per_rank grids): the step grows with ranks; strong (tokens_per_step): fixed.
 struct ScalingPoint {

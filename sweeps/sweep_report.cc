@@ -10,11 +10,13 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <tuple>
 
 #include "common/file_util.h"
 #include "common/provenance.h"
 #include "common/table.h"
 #include "common/units.h"
+#include "model/expert_routing.h"
 #include "sweeps/svg_plot.h"
 #include "sweeps/sweep_analysis.h"
 
@@ -421,6 +423,52 @@ std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
   return s;
 }
 
+std::string compute_bound_section(const SweepResult& res) {
+  std::string s = "## Where streaming hides behind compute\n\n";
+  s += "For SlideDP's chosen plans, per machine, model and sequence length: the smallest swept tokens per step "
+       "from which every larger swept point is bound by GPU compute, and what binds just below it (with the "
+       "share of the step not covered by GPU compute there). `never` means the largest swept point is still "
+       "bound elsewhere.\n\n";
+  Table t({"grid", "hardware", "ranks", "model", "seq", "compute-bound from", "tokens/s there", "below it",
+           "binds below", "exposed below", "smallest point", "its tokens/s", "binds there"},
+          {"", "", "", "", "", "tokens/step", "", "tokens/step", "", "%", "tokens/step", "", ""});
+  for (const ComputeBound& c : compute_bound_thresholds(res.rows))
+    t.add_row({c.grid, c.hardware, fmt::format("{}", c.ranks), c.model, format_tokens(c.seq_len),
+               c.from_tokens > 0 ? format_tokens(c.from_tokens) : "never",
+               c.from_tokens > 0 ? tok_s(c.tokens_per_s_from) : "-",
+               c.below_tokens > 0 ? format_tokens(c.below_tokens) : "-", c.below_binding,
+               c.below_tokens > 0 ? fmt::format("{:.1f}", 100 * c.below_exposed_share) : "-",
+               format_tokens(c.smallest_tokens), tok_s(c.smallest_tokens_per_s), c.smallest_binding});
+  return s + t.render_markdown() + "\n";
+}
+
+// For grids that deliver only routed experts: how many experts a micro-batch hits, the expectation the
+// step work uses (from the router's marginals) beside a direct sampling of the same router.
+std::string expert_hits_section(const SweepResult& res) {
+  std::set<std::tuple<int64_t, int64_t, double>> routers;
+  for (const SweepGrid& g : res.spec.grids)
+    if (g.expert_aware_delivery)
+      for (const ModelCard& m : g.models)
+        if (m.moe()) routers.insert({m.num_experts, m.num_experts_per_tok, g.router_skew});
+  if (routers.empty()) return "";
+  std::string s = "## Experts a micro-batch routes to\n\n";
+  s += "Expert-aware delivery moves only the experts some token of the rank's micro-batch is routed to. The "
+       "router is modelled by its experts' popularity (a Zipf law of the given skew; 0 = uniform), each token "
+       "choosing its experts independently (model/expert_routing.h). `expected` is what the step work uses, "
+       "1 - (1 - pi_e)^N averaged over experts with the marginals pi_e (exact k/E when uniform, else sampled "
+       "from 200k tokens); `sampled` is the mean over 200 draws of N tokens of the fraction actually hit.\n\n";
+  Table t({"experts", "top-k", "skew", "tokens per micro-batch", "expected hit", "sampled hit"}, {"", "", "", "", "%", "%"});
+  for (const auto& [e, k, skew] : routers) {
+    const RouterModel r{e, k, skew};
+    const std::vector<double> pi = expert_selection_probabilities(r, 200000, 0x5eed);
+    for (int64_t n : {1, 4, 16, 64, 256, 1024, 4096, 16384})
+      t.add_row({fmt::format("{}", e), fmt::format("{}", k), fmt::format("{:g}", skew), format_tokens(n),
+                 fmt::format("{:.2f}", 100 * expected_hit_fraction(pi, static_cast<double>(n))),
+                 fmt::format("{:.2f}", 100 * sampled_hit_fraction(r, n, 200, 0xface + static_cast<uint64_t>(n)))});
+  }
+  return s + t.render_markdown() + "\n";
+}
+
 std::string longest_section(const SweepResult& res, const std::string& stamp, std::vector<SweepFile>& files) {
   const std::vector<LongestFit> fits = longest_fits(res.rows);
   std::string s = "## Longest sequence each system fits\n\n";
@@ -733,6 +781,8 @@ std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::st
   if (wants(res.spec, kAnalysisBottlenecks)) readme += bottleneck_section(res, stamp, files);
   if (wants(res.spec, kAnalysisLongestSequence)) readme += longest_section(res, stamp, files);
   if (wants(res.spec, kAnalysisScaling)) readme += scaling_section(res, stamp, files);
+  if (wants(res.spec, kAnalysisComputeBound)) readme += compute_bound_section(res);
+  readme += expert_hits_section(res);
   readme += simulator_section(res);
   readme += infeasible_section(res);
   readme +=

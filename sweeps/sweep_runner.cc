@@ -90,7 +90,9 @@ SweepRow evaluate_point(const SweepSpec& spec, const SweepPoint& pt, bool simula
   const SweepGrid& g = spec.grids[static_cast<std::size_t>(pt.grid)];
   const HardwareVariant& hv = g.hardware[static_cast<std::size_t>(pt.hardware)];
   const ModelCard& card = g.models[static_cast<std::size_t>(pt.model)];
-  const Workload w = make_workload(card, pt.seq_len);
+  Workload w = make_workload(card, pt.seq_len);
+  w.expert_aware_delivery = g.expert_aware_delivery;
+  w.router_skew = g.router_skew;
   const int L = static_cast<int>(card.num_layers);
 
   SweepRow row;

@@ -277,6 +277,10 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
   reject_duplicates(systems, g.where("systems"));
   for (std::size_t i = 0; i < systems.size(); ++i)
     grid.systems.push_back(parse_system(systems[i], g.where("systems") + fmt::format("[{}]", i)));
+  grid.expert_aware_delivery = g.text_or("expert_delivery", "all", {"all", "routed"}) == "routed";
+  grid.router_skew = g.number_or("router_skew", 0.0, 0.0, 10.0, "");
+  if (g.has("router_skew") && !grid.expert_aware_delivery)
+    throw InputError(g.where("router_skew"), "only means something with expert_delivery: routed");
   g.done();
 
   // Every point must be expressible: ranks within each machine, tokens a multiple of ranks x seq_len.
@@ -326,7 +330,7 @@ PaperClaim read_claim(const YamlReader& c) {
 
 std::vector<std::string> analysis_names() {
   return {kAnalysisThroughput, kAnalysisSpeedups, kAnalysisBottlenecks, kAnalysisLongestSequence,
-          kAnalysisScaling};
+          kAnalysisScaling, kAnalysisComputeBound};
 }
 
 std::vector<std::string> claim_metric_names() {

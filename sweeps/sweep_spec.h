@@ -36,6 +36,10 @@ struct SweepGrid {
   std::vector<int64_t> batch_values;  // tokens per step, or sequences per rank
   std::vector<int> ranks;             // empty: every GPU of each hardware variant
   std::vector<System> systems;
+  // MoE what-if (model/workload.h): deliver only the experts each micro-batch routes to, under a
+  // router of this Zipf skew. Whole grids, so a study sets "all" and "routed" side by side.
+  bool expert_aware_delivery = false;
+  double router_skew = 0.0;
 };
 
 // Analyses a spec may ask for (sweep_analysis.h).
@@ -44,6 +48,7 @@ inline constexpr const char* kAnalysisSpeedups = "speedups";                 // 
 inline constexpr const char* kAnalysisBottlenecks = "bottlenecks";           // binding resource, route
 inline constexpr const char* kAnalysisLongestSequence = "longest_sequence";  // longest seq_len that fits
 inline constexpr const char* kAnalysisScaling = "scaling";                   // weak/strong vs ranks
+inline constexpr const char* kAnalysisComputeBound = "compute_bound";        // where compute hides streaming
 std::vector<std::string> analysis_names();
 
 // Metrics a paper claim can be compared with (sweep_analysis.cc computes them).

@@ -311,6 +311,36 @@ TEST(SweepAnalysis, LongestFitIsTheLastLengthThatFitsAndSaysWhyTheNextDoesNot) {
   EXPECT_EQ(f[0].why, "GPU memory");
 }
 
+// Compute-bound from the smallest size whose every larger swept size binds GPU compute: a compute-
+// bound point below a streaming-bound one does not count.
+TEST(SweepAnalysis, ComputeBoundFromIsWhereEveryLargerPointBindsCompute) {
+  std::vector<SweepRow> rows;
+  const std::vector<std::pair<int64_t, const char*>> binds = {
+      {16, "gpu_compute"}, {32, "host_mem"}, {64, "h2d_link"}, {128, "gpu_compute"}, {256, "gpu_compute"}};
+  for (const auto& [tokens, b] : binds) {
+    rows.push_back(row(0, 8, 2, tokens, System::kSlideDP, static_cast<double>(tokens)));
+    rows.back().predicted.bottleneck = b;
+    rows.back().predicted.exposed_s = 0.25;
+  }
+  rows.push_back(row(0, 8, 2, 512, System::kSlideDP, 0, false));    // does not fit: ignored
+  rows.push_back(row(0, 8, 2, 64, System::kMegaTrain, 5));          // a baseline: ignored
+  std::vector<ComputeBound> c = compute_bound_thresholds(rows);
+  ASSERT_EQ(c.size(), 1u);
+  EXPECT_EQ(c[0].from_tokens, 128);
+  EXPECT_DOUBLE_EQ(c[0].tokens_per_s_from, 128);
+  EXPECT_EQ(c[0].below_tokens, 64);
+  EXPECT_EQ(c[0].below_binding, "h2d_link");
+  EXPECT_DOUBLE_EQ(c[0].below_exposed_share, 0.25);
+  EXPECT_EQ(c[0].smallest_tokens, 16);
+  EXPECT_EQ(c[0].smallest_binding, "gpu_compute");
+  // The largest point bound elsewhere: never.
+  rows[4].predicted.bottleneck = "host_mem";
+  c = compute_bound_thresholds(rows);
+  EXPECT_EQ(c[0].from_tokens, 0);
+  EXPECT_EQ(c[0].below_tokens, 256);
+  EXPECT_EQ(c[0].below_binding, "host_mem");
+}
+
 TEST(SweepAnalysis, ScalingEfficiencyIsRelativeToTheSmallestRankCount) {
   SweepResult res;
   SweepGrid g;
