@@ -17,6 +17,7 @@ void check_shape(const AttentionShape& s) {
   SLIDEDP_CHECK(s.B >= 0 && s.T >= 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.tile > 0 && s.threads > 0,
                 "bad attention shape");
   SLIDEDP_CHECK(s.H % s.KV == 0, "query heads must be a multiple of key/value heads");
+  SLIDEDP_CHECK(s.window >= 0 && s.scale >= 0 && std::isfinite(s.scale), "bad attention window or scale");
 }
 
 template <typename Real>
@@ -80,9 +81,30 @@ int64_t active_workers(const AttentionShape& s) {
   return gemm_runs_single_threaded(s.tile, s.tile, s.hd) ? s.threads : 1;
 }
 
-// Number of keys of tile [j0, j0 + nj) that query row `row` may see (causal: key <= row).
-inline int64_t visible_keys(int64_t row, int64_t j0, int64_t nj) {
-  return std::clamp<int64_t>(row - j0 + 1, 0, nj);
+// The keys of tile [j0, j0 + nj) that query row `row` may see, as a range [lo, hi) of tile columns:
+// causal (key <= row) and, with a window, key > row - window.
+struct Visible {
+  int64_t lo, hi;
+  bool empty() const { return hi <= lo; }
+};
+inline Visible visible_keys(int64_t row, int64_t j0, int64_t nj, int64_t window) {
+  const int64_t hi = std::clamp<int64_t>(row - j0 + 1, 0, nj);
+  const int64_t lo = window > 0 ? std::clamp<int64_t>(row - window + 1 - j0, 0, nj) : 0;
+  return {lo, hi};
+}
+
+// The first key tile any row of [i0, ...) can see: with a window, the tiles before row i0's window.
+inline int64_t first_key_tile(int64_t i0, int64_t window, int64_t tile) {
+  return window > 0 ? std::max<int64_t>(0, i0 - window + 1) / tile * tile : 0;
+}
+
+// One past the last query row that sees any key of the tile [j0, j0 + nj) (T without a window).
+inline int64_t query_rows_end(int64_t j0, int64_t nj, int64_t window, int64_t T) {
+  return window > 0 ? std::min(T, j0 + nj - 1 + window) : T;
+}
+
+double score_scale(const AttentionShape& s) {
+  return s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.hd));
 }
 
 }  // namespace
@@ -108,8 +130,8 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
   Arena arena(ws);
   const std::vector<ForwardScratch<Real>> scratch = carve_forward<Real>(arena, s);
   const int64_t B = s.B, T = s.T, H = s.H, KV = s.KV, hd = s.hd, tile = s.tile;
-  const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd;
-  const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd, W = s.window;
+  const Real scale = static_cast<Real>(score_scale(s));
   const Real neg_inf = -std::numeric_limits<Real>::infinity();
 
   // one item = one (b, h): all its query tiles
@@ -123,7 +145,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
       std::fill(f.l, f.l + mi, Real(0));
       std::fill(f.acc, f.acc + mi * hd, Real(0));
       const int64_t last_row = i0 + mi - 1;
-      for (int64_t j0 = 0; j0 <= last_row; j0 += tile) {
+      for (int64_t j0 = first_key_tile(i0, W, tile); j0 <= last_row; j0 += tile) {
         const int64_t nj = std::min(tile, last_row + 1 - j0);  // keys past the last row are all masked
         const Real* K = k + ((b * T + j0) * KV + g) * hd;      // (nj, hd), row stride ldk
         const Real* V = v + ((b * T + j0) * KV + g) * hd;      // (nj, hd), row stride ldk
@@ -132,20 +154,21 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
         // online softmax: rescale what was accumulated by exp(m_old - m_new), add this tile
         for (int64_t r = 0; r < mi; ++r) {
           Real* Sr = f.S + r * tile;
-          const int64_t nvis = visible_keys(i0 + r, j0, nj);
-          if (nvis == 0) {  // a row that sees no key of this tile contributes nothing
+          const Visible vis = visible_keys(i0 + r, j0, nj, W);
+          if (vis.empty()) {  // a row that sees no key of this tile contributes nothing
             std::fill(Sr, Sr + nj, Real(0));
             continue;
           }
           Real mx = f.m[r];
-          for (int64_t c = 0; c < nvis; ++c) mx = std::max(mx, Sr[c]);
+          for (int64_t c = vis.lo; c < vis.hi; ++c) mx = std::max(mx, Sr[c]);
           const Real corr = std::exp(f.m[r] - mx);  // exp(-inf) = 0 on the first visible tile
           Real sum = 0;
-          for (int64_t c = 0; c < nvis; ++c) {
+          for (int64_t c = vis.lo; c < vis.hi; ++c) {
             Sr[c] = std::exp(Sr[c] - mx);
             sum += Sr[c];
           }
-          std::fill(Sr + nvis, Sr + nj, Real(0));
+          std::fill(Sr, Sr + vis.lo, Real(0));
+          std::fill(Sr + vis.hi, Sr + nj, Real(0));
           f.l[r] = f.l[r] * corr + sum;
           f.m[r] = mx;
           Real* acc_r = f.acc + r * hd;
@@ -172,8 +195,8 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
   Arena arena(ws);
   const BackwardScratchAll<Real> scratch = carve_backward<Real>(arena, s);
   const int64_t B = s.B, T = s.T, H = s.H, KV = s.KV, hd = s.hd, tile = s.tile;
-  const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd;
-  const Real scale = static_cast<Real>(1.0 / std::sqrt(static_cast<double>(hd)));
+  const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd, W = s.window;
+  const Real scale = static_cast<Real>(score_scale(s));
 
   // D[b, h, t] = dout . out over hd: d(softmax)/d(score) folds into dS = P * (dP - D).
   for (int64_t b = 0; b < B; ++b)
@@ -203,7 +226,9 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         const Real* lse_h = lse + (b * H + h) * T;      // (T)
         const Real* D_h = scratch.D + (b * H + h) * T;  // (T)
-        for (int64_t i0 = j0; i0 < T; i0 += tile) {     // query rows < j0 see none of these keys
+        // query rows < j0 see none of these keys, nor (with a window) rows >= j0 + nj - 1 + window
+        const int64_t rows_end = query_rows_end(j0, nj, W, T);
+        for (int64_t i0 = j0; i0 < rows_end; i0 += tile) {
           const int64_t mi = std::min(tile, T - i0);
           const Real* Q = q + ((b * T + i0) * H + h) * hd;      // (mi, hd), row stride ldq
           const Real* dO = dout + ((b * T + i0) * H + h) * hd;  // (mi, hd), row stride ldq
@@ -212,10 +237,15 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
           gemm<Real>(false, true, mi, nj, hd, scale, Q, ldq, K, ldk, Real(0), w.P, tile);
           for (int64_t r = 0; r < mi; ++r) {
             Real* Pr = w.P + r * tile;
-            const int64_t nvis = visible_keys(i0 + r, j0, nj);
+            const Visible vis = visible_keys(i0 + r, j0, nj, W);
+            if (vis.empty()) {  // past the window: a row of the last query tile that sees none of these keys
+              std::fill(Pr, Pr + nj, Real(0));
+              continue;
+            }
             const Real l = lse_h[i0 + r];
-            for (int64_t c = 0; c < nvis; ++c) Pr[c] = std::exp(Pr[c] - l);
-            std::fill(Pr + nvis, Pr + nj, Real(0));
+            for (int64_t c = vis.lo; c < vis.hi; ++c) Pr[c] = std::exp(Pr[c] - l);
+            std::fill(Pr, Pr + vis.lo, Real(0));
+            std::fill(Pr + vis.hi, Pr + nj, Real(0));
           }
           // dV (nj, hd) += P^T dO
           gemm<Real>(true, false, nj, hd, mi, Real(1), w.P, tile, dO, ldq, Real(1), w.dV, hd);

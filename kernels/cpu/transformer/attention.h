@@ -22,9 +22,14 @@ struct AttentionShape {
   int64_t B = 0, T = 0;
   int64_t H = 0;   // query heads
   int64_t KV = 0;  // key/value heads, H % KV == 0
-  int64_t hd = 0;  // head dim; scores are scaled by 1/sqrt(hd)
+  int64_t hd = 0;  // head dim
   int64_t tile = 64;
   int64_t threads = 1;  // worker threads of this call (the caller is one of them)
+  double scale = 0;     // scores are q.k x scale; 0 means 1/sqrt(hd) (Gemma 4 uses 1)
+  // Sliding window (Gemma 4's sliding layers): the query at t sees keys t - window < j <= t. Key
+  // tiles entirely outside every row's window are skipped, so the cost is linear in the window, not
+  // in T. 0: every key j <= t.
+  int64_t window = 0;
 };
 
 // Workspace bytes for one call (measured by running the same carve code as the kernels).
@@ -33,8 +38,8 @@ int64_t attention_forward_workspace_bytes(const AttentionShape& s);
 template <typename Real>
 int64_t attention_backward_workspace_bytes(const AttentionShape& s);
 
-// out (B, T, H, hd) = softmax(q k^T / sqrt(hd) + causal mask) v, lse (B, H, T) = log-sum-exp of the
-// scaled scores of each row. q (B, T, H, hd), k and v (B, T, KV, hd).
+// out (B, T, H, hd) = softmax(scale q k^T + causal (windowed) mask) v, lse (B, H, T) = log-sum-exp of
+// the scaled scores of each row. q (B, T, H, hd), k and v (B, T, KV, hd).
 template <typename Real>
 void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v,
                        const AttentionShape& s, Workspace ws);

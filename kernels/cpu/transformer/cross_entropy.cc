@@ -60,8 +60,10 @@ int64_t fused_cross_entropy_workspace_bytes(int64_t N, int64_t C, int64_t V, int
 template <typename Real>
 LossResult fused_linear_cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N,
                                       int64_t C, int64_t V, int64_t chunk_tokens, double grad_scale, Real* dh,
-                                      Real* dw, Workspace ws) {
+                                      Real* dw, Workspace ws, double softcap) {
   SLIDEDP_CHECK(chunk_tokens > 0, "loss_chunk_tokens must be positive");
+  SLIDEDP_CHECK(softcap >= 0 && std::isfinite(softcap), "the logit softcap must be finite and >= 0");
+  const Real cap = static_cast<Real>(softcap);
   const bool with_grad = dh != nullptr;
   SLIDEDP_CHECK(!with_grad || dw != nullptr, "dw is required with dh");
   Arena arena(ws);
@@ -88,6 +90,8 @@ LossResult fused_linear_cross_entropy(const Real* h, const Real* w, const int32_
     gemm<Real>(false, true, nc, V, C, Real(1), s.hc, C, w, C, Real(0), s.logits, V);
     for (int64_t r = 0; r < nc; ++r) {
       Real* row = s.logits + r * V;  // (V)
+      if (softcap > 0)
+        for (int64_t c = 0; c < V; ++c) row[c] = cap * std::tanh(row[c] / cap);
       const int32_t target = targets[s.rows[r]];
       const Real target_logit = row[target];
       const Real mx = *std::max_element(row, row + V);
@@ -105,7 +109,16 @@ LossResult fused_linear_cross_entropy(const Real* h, const Real* w, const int32_
       const double lse = static_cast<double>(mx) + std::log(sum);
       result.loss_sum += lse - static_cast<double>(target_logit);
       ++result.num_tokens;
-      if (with_grad) {  // dlogits = grad_scale * (softmax - onehot), in place
+      if (with_grad && softcap > 0) {
+        // d/dz of cap tanh(z / cap) is 1 - tanh^2 = 1 - (logit / cap)^2, and the capped logit is
+        // log(e) + max: capped logits lie in [-cap, cap], so e >= exp(-2 cap) never underflows for
+        // the caps in use (30: e >= 8.8e-27) and no second (chunk x V) buffer is needed.
+        const Real factor = static_cast<Real>(grad_scale / sum);
+        for (int64_t c = 0; c < V; ++c) {
+          const Real t = (std::log(row[c]) + mx) / cap;
+          row[c] = (row[c] * factor - (c == target ? scale : Real(0))) * (Real(1) - t * t);
+        }
+      } else if (with_grad) {  // dlogits = grad_scale * (softmax - onehot), in place
         const Real factor = static_cast<Real>(grad_scale / sum);
         for (int64_t c = 0; c < V; ++c) row[c] *= factor;
         row[target] -= scale;
@@ -125,9 +138,9 @@ template int64_t fused_cross_entropy_workspace_bytes<float>(int64_t, int64_t, in
 template int64_t fused_cross_entropy_workspace_bytes<double>(int64_t, int64_t, int64_t, int64_t, bool);
 template LossResult fused_linear_cross_entropy<float>(const float*, const float*, const int32_t*, int64_t,
                                                       int64_t, int64_t, int64_t, double, float*, float*,
-                                                      Workspace);
+                                                      Workspace, double);
 template LossResult fused_linear_cross_entropy<double>(const double*, const double*, const int32_t*, int64_t,
                                                        int64_t, int64_t, int64_t, double, double*, double*,
-                                                       Workspace);
+                                                       Workspace, double);
 
 }  // namespace slidedp::kernels

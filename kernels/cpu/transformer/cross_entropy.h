@@ -34,10 +34,11 @@ int64_t fused_cross_entropy_workspace_bytes(int64_t N, int64_t C, int64_t V, int
 
 // h (N, C), w (V, C), targets (N). With dh != nullptr also: dh (N, C) = d(grad_scale * loss_sum)/dh
 // (overwritten) and dw (V, C) += d(grad_scale * loss_sum)/dw (accumulated). dh == nullptr: loss only
-// (dw is then ignored).
+// (dw is then ignored). softcap > 0 (Gemma 4's final_logit_softcapping): the logits are
+// softcap * tanh(h W^T / softcap), and the gradient passes through the tanh.
 template <typename Real>
 LossResult fused_linear_cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N,
                                       int64_t C, int64_t V, int64_t chunk_tokens, double grad_scale, Real* dh,
-                                      Real* dw, Workspace ws);
+                                      Real* dw, Workspace ws, double softcap = 0);
 
 }  // namespace slidedp::kernels

@@ -123,10 +123,13 @@ void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Re
   }
 }
 
+// The first key the query at t sees.
+inline int64_t first_key(int64_t t, int64_t window) { return window > 0 ? std::max<int64_t>(0, t - window + 1) : 0; }
+
 template <typename Real>
 void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B,
-                       int64_t T, int64_t H, int64_t KV, int64_t hd) {
-  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hd));
+                       int64_t T, int64_t H, int64_t KV, int64_t hd, double score_scale, int64_t window) {
+  const Real scale = score_scale > 0 ? static_cast<Real>(score_scale) : Real(1) / std::sqrt(static_cast<Real>(hd));
   std::vector<Real> p(static_cast<size_t>(T));
   for (int64_t b = 0; b < B; ++b)
     for (int64_t h = 0; h < H; ++h) {
@@ -134,7 +137,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
       for (int64_t t = 0; t < T; ++t) {
         const Real* qt = q + ((b * T + t) * H + h) * hd;
         Real mx = -std::numeric_limits<Real>::infinity();
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = first_key(t, window); j <= t; ++j) {
           const Real* kj = k + ((b * T + j) * KV + g) * hd;
           Real s = 0;
           for (int64_t d = 0; d < hd; ++d) s += qt[d] * kj[d];
@@ -142,11 +145,11 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
           mx = std::max(mx, p[j]);
         }
         Real sum = 0;
-        for (int64_t j = 0; j <= t; ++j) sum += std::exp(p[j] - mx);
+        for (int64_t j = first_key(t, window); j <= t; ++j) sum += std::exp(p[j] - mx);
         if (lse != nullptr) lse[(b * H + h) * T + t] = mx + std::log(sum);
         Real* o = out + ((b * T + t) * H + h) * hd;
         for (int64_t d = 0; d < hd; ++d) o[d] = 0;
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = first_key(t, window); j <= t; ++j) {
           const Real pj = std::exp(p[j] - mx) / sum;
           const Real* vj = v + ((b * T + j) * KV + g) * hd;
           for (int64_t d = 0; d < hd; ++d) o[d] += pj * vj[d];
@@ -157,8 +160,9 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
 
 template <typename Real>
 void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k,
-                        const Real* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd) {
-  const Real scale = Real(1) / std::sqrt(static_cast<Real>(hd));
+                        const Real* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, double score_scale,
+                        int64_t window) {
+  const Real scale = score_scale > 0 ? static_cast<Real>(score_scale) : Real(1) / std::sqrt(static_cast<Real>(hd));
   std::fill(dq, dq + B * T * H * hd, Real(0));
   std::fill(dk, dk + B * T * KV * hd, Real(0));
   std::fill(dv, dv + B * T * KV * hd, Real(0));
@@ -171,24 +175,24 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
         const Real* dot = dout + ((b * T + t) * H + h) * hd;
         // probabilities of row t
         Real mx = -std::numeric_limits<Real>::infinity();
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = first_key(t, window); j <= t; ++j) {
           Real s = 0;
           for (int64_t d = 0; d < hd; ++d) s += qt[d] * k[((b * T + j) * KV + g) * hd + d];
           p[j] = s * scale;
           mx = std::max(mx, p[j]);
         }
         Real sum = 0;
-        for (int64_t j = 0; j <= t; ++j) sum += std::exp(p[j] - mx);
-        for (int64_t j = 0; j <= t; ++j) p[j] = std::exp(p[j] - mx) / sum;
+        for (int64_t j = first_key(t, window); j <= t; ++j) sum += std::exp(p[j] - mx);
+        for (int64_t j = first_key(t, window); j <= t; ++j) p[j] = std::exp(p[j] - mx) / sum;
         // dp_j = dout . v_j ; softmax Jacobian: ds_j = p_j (dp_j - sum_i p_i dp_i)
         Real pdp = 0;
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = first_key(t, window); j <= t; ++j) {
           Real s = 0;
           for (int64_t d = 0; d < hd; ++d) s += dot[d] * v[((b * T + j) * KV + g) * hd + d];
           dp[j] = s;
           pdp += p[j] * s;
         }
-        for (int64_t j = 0; j <= t; ++j) {
+        for (int64_t j = first_key(t, window); j <= t; ++j) {
           const Real ds = p[j] * (dp[j] - pdp);
           for (int64_t d = 0; d < hd; ++d) {
             dq[((b * T + t) * H + h) * hd + d] += scale * ds * k[((b * T + j) * KV + g) * hd + d];
@@ -202,9 +206,11 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
 
 template <typename Real>
 LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C,
-                         int64_t V, double grad_scale, Real* dh, Real* dw) {
-  std::vector<Real> logits(static_cast<size_t>(N * V));
-  linear_forward(logits.data(), h, w, static_cast<const Real*>(nullptr), N, C, V);
+                         int64_t V, double grad_scale, Real* dh, Real* dw, double softcap) {
+  std::vector<Real> logits(static_cast<size_t>(N * V)), raw(static_cast<size_t>(N * V));
+  linear_forward(raw.data(), h, w, static_cast<const Real*>(nullptr), N, C, V);
+  const Real cap = static_cast<Real>(softcap);
+  for (size_t i = 0; i < raw.size(); ++i) logits[i] = softcap > 0 ? cap * std::tanh(raw[i] / cap) : raw[i];
   LossResult r;
   std::vector<Real> dlogits(static_cast<size_t>(N * V), Real(0));
   for (int64_t n = 0; n < N; ++n) {
@@ -216,9 +222,14 @@ LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, i
     const Real lse = mx + std::log(sum);
     r.loss_sum += static_cast<double>(lse - row[targets[n]]);
     ++r.num_tokens;
-    for (int64_t c = 0; c < V; ++c)
+    for (int64_t c = 0; c < V; ++c) {
       dlogits[n * V + c] =
           static_cast<Real>(grad_scale) * (std::exp(row[c] - lse) - (c == targets[n] ? 1 : 0));
+      if (softcap > 0) {  // d logit / d raw = sech^2(raw / cap)
+        const Real ch = std::cosh(raw[n * V + c] / cap);
+        dlogits[n * V + c] /= ch * ch;
+      }
+    }
   }
   if (dh != nullptr) linear_backward(dh, dw, static_cast<Real*>(nullptr), dlogits.data(), h, w, N, C, V);
   return r;
@@ -268,11 +279,12 @@ void decoder_forward(const DecoderSpec& s, const Real* p, const Real* x, Real* y
   template void swiglu_forward<Real>(Real*, const Real*, const Real*, int64_t);                             \
   template void swiglu_backward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t);        \
   template void attention_forward<Real>(Real*, Real*, const Real*, const Real*, const Real*, int64_t,       \
-                                        int64_t, int64_t, int64_t, int64_t);                                \
+                                        int64_t, int64_t, int64_t, int64_t, double, int64_t);               \
   template void attention_backward<Real>(Real*, Real*, Real*, const Real*, const Real*, const Real*,        \
-                                         const Real*, int64_t, int64_t, int64_t, int64_t, int64_t);         \
+                                         const Real*, int64_t, int64_t, int64_t, int64_t, int64_t, double,  \
+                                         int64_t);                                                          \
   template LossResult cross_entropy<Real>(const Real*, const Real*, const int32_t*, int64_t, int64_t,       \
-                                          int64_t, double, Real*, Real*);                                   \
+                                          int64_t, double, Real*, Real*, double);                           \
   template void decoder_forward<Real>(const DecoderSpec&, const Real*, const Real*, Real*, int64_t, int64_t);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)

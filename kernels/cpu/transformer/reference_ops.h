@@ -40,19 +40,22 @@ template <typename Real>
 void swiglu_backward(Real* dg, Real* du, const Real* dm, const Real* g, const Real* u, int64_t n);
 
 // Full-matrix causal GQA attention. q (B, T, H, hd), k, v (B, T, KV, hd), out (B, T, H, hd),
-// lse (B, H, T) (nullable).
+// lse (B, H, T) (nullable). Scores q.k x scale (0: 1/sqrt(hd)); window > 0: the query at t sees the
+// keys t - window < j <= t.
 template <typename Real>
 void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v, int64_t B,
-                       int64_t T, int64_t H, int64_t KV, int64_t hd);
+                       int64_t T, int64_t H, int64_t KV, int64_t hd, double scale = 0, int64_t window = 0);
 // dq, dk, dv overwritten.
 template <typename Real>
 void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Real* q, const Real* k,
-                        const Real* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd);
+                        const Real* v, int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                        double scale = 0, int64_t window = 0);
 
 // Full (N x V) logits, then loss and gradients of grad_scale * loss_sum (dh overwritten, dw +=).
+// softcap > 0: logits = softcap * tanh(h W^T / softcap), its Jacobian applied explicitly.
 template <typename Real>
 LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C,
-                         int64_t V, double grad_scale, Real* dh, Real* dw);
+                         int64_t V, double grad_scale, Real* dh, Real* dw, double softcap = 0);
 
 // A whole decoder layer forward from the naive ops (no saved state), for the unit tests.
 template <typename Real>

@@ -11,6 +11,7 @@
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/cross_entropy.h"
 #include "kernels/cpu/transformer/embedding.h"
+#include "kernels/cpu/transformer/geglu.h"
 #include "kernels/cpu/transformer/linear.h"
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
@@ -260,6 +261,45 @@ TEST(SwiGlu, ThreadedSlicesAreBitwiseEqualToOneThread) {
   EXPECT_EQ(du1, du3);
 }
 
+// ---- GeGLU (Gemma 4) ----------------------------------------------------------------------------
+
+TEST(GeGlu, GeluMatchesTorchAndBackwardMatchesFiniteDifferences) {
+  // torch.nn.functional.gelu(x, approximate="tanh") in float64 (python3-torch 1.13), printed by repr.
+  const std::vector<std::pair<double, double>> torch_values = {{1.0, 0.8411919906082768},
+                                                               {-2.5, -0.015084266089998577},
+                                                               {0.3, 0.18537092354275922},
+                                                               {4.0, 3.9999297540518075},
+                                                               {-7.0, -2.3314683517128287e-15}};
+  for (const auto& [x, y] : torch_values) EXPECT_NEAR(gelu_tanh(x), y, 1e-15 + 1e-14 * std::fabs(y)) << x;
+  const int64_t n = 41;
+  auto g = random_vector<double>(n, 56, -6, 6);
+  g[0] = 40.0;  // tanh saturates at both ends
+  g[1] = -40.0;
+  auto u = random_vector<double>(n, 57, -2, 2);
+  auto r = random_vector<double>(n, 58);
+  std::vector<double> m(n), dg(n), du(n);
+  geglu_forward(m.data(), g.data(), u.data(), n);
+  for (int64_t i = 0; i < n; ++i) EXPECT_DOUBLE_EQ(m[i], gelu_tanh(g[i]) * u[i]);
+  geglu_backward(dg.data(), du.data(), r.data(), g.data(), u.data(), n);
+  auto loss = [&] {
+    std::vector<double> mm(n);
+    geglu_forward(mm.data(), g.data(), u.data(), n);
+    return dot(mm, r);
+  };
+  EXPECT_TRUE(check_finite_differences(g, dg, loss, "geglu dg"));
+  EXPECT_TRUE(check_finite_differences(u, du, loss, "geglu du"));
+  // Threads split the elements without changing any value.
+  auto gf = random_vector<float>(50001, 59, -8, 8), uf = random_vector<float>(50001, 60);
+  std::vector<float> m1(50001), m3(50001), dg1(50001), du1(50001), dg3(50001), du3(50001);
+  geglu_forward(m1.data(), gf.data(), uf.data(), 50001, 1);
+  geglu_forward(m3.data(), gf.data(), uf.data(), 50001, 3);
+  geglu_backward(dg1.data(), du1.data(), uf.data(), gf.data(), uf.data(), 50001, 1);
+  geglu_backward(dg3.data(), du3.data(), uf.data(), gf.data(), uf.data(), 50001, 3);
+  EXPECT_EQ(m1, m3);
+  EXPECT_EQ(dg1, dg3);
+  EXPECT_EQ(du1, du3);
+}
+
 // ---- Embedding -----------------------------------------------------------------------------------
 
 TEST(Embedding, GatherAndScatterAddWithRepeatedTokens) {
@@ -289,11 +329,17 @@ TEST(Embedding, GatherAndScatterAddWithRepeatedTokens) {
 
 struct AttnCase {
   int64_t B, T, H, KV, hd, tile;
+  double scale = 0;    // 0: 1/sqrt(hd)
+  int64_t window = 0;  // 0: full causal
 };
 
+// The last five are Gemma 4's sliding-window attention (scale 1): windows shorter than a tile, equal
+// to one, spanning several, of one key (the row sees itself only), and as long as the sequence.
 std::vector<AttnCase> attention_cases() {
-  return {{1, 1, 1, 1, 4, 4},  {2, 13, 4, 2, 8, 4}, {1, 17, 6, 2, 4, 5}, {2, 8, 2, 1, 6, 8},
-          {1, 9, 3, 3, 4, 16}, {1, 33, 4, 1, 8, 7}, {1, 12, 2, 2, 2, 1}};
+  return {{1, 1, 1, 1, 4, 4},         {2, 13, 4, 2, 8, 4},        {1, 17, 6, 2, 4, 5},
+          {2, 8, 2, 1, 6, 8},         {1, 9, 3, 3, 4, 16},        {1, 33, 4, 1, 8, 7},
+          {1, 12, 2, 2, 2, 1},        {2, 37, 4, 2, 8, 4, 1.0, 3}, {1, 40, 2, 1, 4, 8, 1.0, 8},
+          {1, 50, 4, 2, 4, 8, 0.5, 19}, {1, 21, 2, 1, 4, 4, 1.0, 1}, {1, 20, 2, 2, 4, 4, 1.0, 20}};
 }
 
 template <typename Real>
@@ -301,7 +347,9 @@ void run_flash(const AttnCase& c, const std::vector<Real>& q, const std::vector<
                const std::vector<Real>& v, const std::vector<Real>& dout, std::vector<Real>& out,
                std::vector<Real>& lse, std::vector<Real>& dq, std::vector<Real>& dk, std::vector<Real>& dv,
                int64_t threads = 1) {
-  const AttentionShape s{c.B, c.T, c.H, c.KV, c.hd, c.tile, threads};
+  AttentionShape s{c.B, c.T, c.H, c.KV, c.hd, c.tile, threads};
+  s.scale = c.scale;
+  s.window = c.window;
   out.assign(c.B * c.T * c.H * c.hd, Real(0));
   lse.assign(c.B * c.H * c.T, Real(0));
   dq.assign(q.size(), Real(0));
@@ -317,7 +365,8 @@ void run_flash(const AttnCase& c, const std::vector<Real>& q, const std::vector<
 TEST(Attention, FlashMatchesFullSoftmaxForwardAndBackward) {
   for (const AttnCase& c : attention_cases()) {
     SCOPED_TRACE(::testing::Message() << "B=" << c.B << " T=" << c.T << " H=" << c.H << " KV=" << c.KV
-                                      << " hd=" << c.hd << " tile=" << c.tile);
+                                      << " hd=" << c.hd << " tile=" << c.tile << " scale=" << c.scale
+                                      << " window=" << c.window);
     // scores of a few units so the softmax is far from uniform
     auto q = random_vector<double>(c.B * c.T * c.H * c.hd, 70, -2, 2);
     auto k = random_vector<double>(c.B * c.T * c.KV * c.hd, 71, -2, 2);
@@ -326,9 +375,9 @@ TEST(Attention, FlashMatchesFullSoftmaxForwardAndBackward) {
     std::vector<double> out_ref(q.size()), lse_ref(c.B * c.H * c.T), dq_ref(q.size()), dk_ref(k.size()),
         dv_ref(v.size());
     naive::attention_forward(out_ref.data(), lse_ref.data(), q.data(), k.data(), v.data(), c.B, c.T, c.H,
-                             c.KV, c.hd);
+                             c.KV, c.hd, c.scale, c.window);
     naive::attention_backward(dq_ref.data(), dk_ref.data(), dv_ref.data(), dout.data(), q.data(), k.data(),
-                              v.data(), c.B, c.T, c.H, c.KV, c.hd);
+                              v.data(), c.B, c.T, c.H, c.KV, c.hd, c.scale, c.window);
     std::vector<double> out, lse, dq, dk, dv;
     run_flash(c, q, k, v, dout, out, lse, dq, dk, dv);
     EXPECT_TRUE(all_close(out, out_ref, kTol64, kTol64, "out"));
@@ -388,6 +437,31 @@ TEST(Attention, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(check_finite_differences(v, dv, loss, "dv"));
 }
 
+// Gemma 4's sliding layers: the windowed flash kernel's gradients against finite differences of its
+// own forward (a window shorter than a tile and one spanning tiles, scale 1).
+TEST(Attention, WindowedBackwardMatchesFiniteDifferences) {
+  for (const AttnCase& c : {AttnCase{1, 11, 2, 1, 4, 4, 1.0, 3}, AttnCase{2, 9, 2, 2, 4, 2, 1.0, 5}}) {
+    auto q = random_vector<double>(c.B * c.T * c.H * c.hd, 84, -1, 1);
+    auto k = random_vector<double>(c.B * c.T * c.KV * c.hd, 85, -1, 1);
+    auto v = random_vector<double>(c.B * c.T * c.KV * c.hd, 86);
+    auto r = random_vector<double>(c.B * c.T * c.H * c.hd, 87);
+    std::vector<double> out, lse, dq, dk, dv;
+    run_flash(c, q, k, v, r, out, lse, dq, dk, dv);
+    AttentionShape s{c.B, c.T, c.H, c.KV, c.hd, c.tile};
+    s.scale = c.scale;
+    s.window = c.window;
+    AlignedBuffer fws(attention_forward_workspace_bytes<double>(s));
+    auto loss = [&] {
+      std::vector<double> o(out.size()), l(lse.size());
+      attention_forward(o.data(), l.data(), q.data(), k.data(), v.data(), s, fws.workspace());
+      return dot(o, r);
+    };
+    EXPECT_TRUE(check_finite_differences(q, dq, loss, "dq"));
+    EXPECT_TRUE(check_finite_differences(k, dk, loss, "dk"));
+    EXPECT_TRUE(check_finite_differences(v, dv, loss, "dv"));
+  }
+}
+
 TEST(Attention, WorkingSetDoesNotGrowAsTSquared) {
   // Scratch = O(tile^2 + tile*hd) for forward (no T at all) and O(B*H*T) more for backward (one
   // value per row). Checked exactly: doubling T adds nothing to forward and exactly the row terms
@@ -424,10 +498,10 @@ struct CeData {
 
 template <typename Real>
 LossResult run_fused(const CeData& d, const std::vector<Real>& h, const std::vector<Real>& w, int64_t chunk,
-                     double scale, std::vector<Real>* dh, std::vector<Real>* dw) {
+                     double scale, std::vector<Real>* dh, std::vector<Real>* dw, double softcap = 0) {
   AlignedBuffer ws(fused_cross_entropy_workspace_bytes<Real>(d.N, d.C, d.V, chunk, dh != nullptr));
   return fused_linear_cross_entropy(h.data(), w.data(), d.targets.data(), d.N, d.C, d.V, chunk, scale,
-                                    dh ? dh->data() : nullptr, dw ? dw->data() : nullptr, ws.workspace());
+                                    dh ? dh->data() : nullptr, dw ? dw->data() : nullptr, ws.workspace(), softcap);
 }
 
 TEST(CrossEntropy, ChunkedEqualsUnchunkedAndNaiveForEveryChunkSize) {
@@ -472,6 +546,38 @@ TEST(CrossEntropy, GradientsMatchFiniteDifferencesOfScaledLossSum) {
   auto loss = [&] { return scale * run_fused<double>(d, d.h, d.w, 3, scale, nullptr, nullptr).loss_sum; };
   EXPECT_TRUE(check_finite_differences(d.h, dh, loss, "dh"));
   EXPECT_TRUE(check_finite_differences(d.w, dw, loss, "dw"));
+}
+
+// Gemma 4's final logit softcap, cap * tanh(z / cap): against the naive reference (which applies the
+// sech^2 Jacobian explicitly) and finite differences. Large h makes raw logits of +-10 and more, so
+// the cap of 3 bends them hard and a missing tanh or Jacobian shows.
+TEST(CrossEntropy, SoftcappedLogitsMatchNaiveAndFiniteDifferences) {
+  CeData d;
+  for (double& x : d.h) x *= 4.0;
+  const double scale = 0.25, cap = 3.0;
+  std::vector<double> dh_ref(d.N * d.C), dw_ref(d.V * d.C, 0.0);
+  const LossResult ref = naive::cross_entropy(d.h.data(), d.w.data(), d.targets.data(), d.N, d.C, d.V, scale,
+                                              dh_ref.data(), dw_ref.data(), cap);
+  const LossResult uncapped = naive::cross_entropy(d.h.data(), d.w.data(), d.targets.data(), d.N, d.C, d.V, scale,
+                                                   static_cast<double*>(nullptr), static_cast<double*>(nullptr));
+  EXPECT_GT(std::abs(ref.loss_sum - uncapped.loss_sum), 0.1 * std::abs(ref.loss_sum));  // the cap matters here
+  for (int64_t chunk : {1, 3, 11}) {
+    std::vector<double> dh(d.N * d.C), dw(d.V * d.C, 0.0);
+    const LossResult r = run_fused<double>(d, d.h, d.w, chunk, scale, &dh, &dw, cap);
+    EXPECT_NEAR(r.loss_sum, ref.loss_sum, kTol64 * std::abs(ref.loss_sum));
+    EXPECT_TRUE(all_close(dh, dh_ref, kTol64, kTol64, "dh softcap"));
+    EXPECT_TRUE(all_close(dw, dw_ref, kTol64, kTol64, "dw softcap"));
+    std::vector<float> hf(d.h.begin(), d.h.end()), wf(d.w.begin(), d.w.end()), dhf(d.N * d.C), dwf(d.V * d.C, 0.f);
+    const LossResult rf = run_fused<float>(d, hf, wf, chunk, scale, &dhf, &dwf, cap);
+    EXPECT_NEAR(rf.loss_sum, ref.loss_sum, kTol32 * std::abs(ref.loss_sum));
+    EXPECT_TRUE(all_close(dhf, dh_ref, kTol32, kTol32, "dh softcap fp32"));
+    EXPECT_TRUE(all_close(dwf, dw_ref, kTol32, kTol32, "dw softcap fp32"));
+  }
+  std::vector<double> dh(d.N * d.C), dw(d.V * d.C, 0.0);
+  run_fused<double>(d, d.h, d.w, 4, scale, &dh, &dw, cap);
+  auto loss = [&] { return scale * run_fused<double>(d, d.h, d.w, 4, scale, nullptr, nullptr, cap).loss_sum; };
+  EXPECT_TRUE(check_finite_differences(d.h, dh, loss, "dh softcap"));
+  EXPECT_TRUE(check_finite_differences(d.w, dw, loss, "dw softcap"));
 }
 
 TEST(CrossEntropy, AllMaskedAndBadTargets) {
