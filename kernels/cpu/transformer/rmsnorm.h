@@ -9,7 +9,8 @@
 
 namespace slidedp::kernels {
 
-// y (N, C) = rmsnorm(x (N, C)) * w (C); rstd (N) saved for backward. y may not alias x.
+// y (N, C) = rmsnorm(x (N, C)) * w (C); rstd (N) saved for backward. y may not alias x. w == nullptr:
+// the weightless norm (w = 1; Gemma 4's v_norm and router norm), and backward then takes dw == nullptr.
 template <typename Real>
 void rmsnorm_forward(Real* y, Real* rstd, const Real* x, const Real* w, int64_t N, int64_t C, double eps);
 

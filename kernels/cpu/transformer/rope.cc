@@ -43,6 +43,14 @@ std::vector<double> rope_inv_freq(const ModelCard& card) {
   return rope_inv_freq(card.head_dim, card.rope_theta, card.rope_scaling);
 }
 
+std::vector<double> rope_inv_freq(const ModelCard& card, int layer) {
+  if (!card.gemma4()) return rope_inv_freq(card);
+  const LayerShape s = card.layer(layer);
+  std::vector<double> f = rope_inv_freq(s.head_dim, s.rope_theta, RopeScaling{});
+  for (size_t i = static_cast<size_t>(s.rope_angles); i < f.size(); ++i) f[i] = 0.0;
+  return f;
+}
+
 template <typename Real>
 void rope_tables(Real* cos, Real* sin, const std::vector<double>& inv_freq, int64_t T) {
   const int64_t half = static_cast<int64_t>(inv_freq.size());

@@ -17,6 +17,7 @@
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
+#include "model/model_card.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels {
@@ -121,6 +122,30 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
   EXPECT_TRUE(check_finite_differences(w, dw, loss, "rmsnorm dw"));
 }
 
+// Gemma 4's v_norm and router norm: no weight. Equal to the weighted norm with w = 1 (forward and dx)
+// and against finite differences; the weighted path's dw is never touched.
+TEST(RmsNorm, WeightlessNormIsTheNormWithUnitWeight) {
+  const int64_t N = 4, C = 7;
+  const double eps = 1e-6;
+  auto x = random_vector<double>(N * C, 23, -2, 2);
+  auto r = random_vector<double>(N * C, 24);
+  const std::vector<double> ones(C, 1.0);
+  std::vector<double> y(N * C), y1(N * C), rs(N), rs1(N), dx(N * C), dx1(N * C), dw1(C, 0.0);
+  rmsnorm_forward(y.data(), rs.data(), x.data(), static_cast<const double*>(nullptr), N, C, eps);
+  rmsnorm_forward(y1.data(), rs1.data(), x.data(), ones.data(), N, C, eps);
+  EXPECT_EQ(y, y1);
+  rmsnorm_backward(dx.data(), static_cast<double*>(nullptr), r.data(), x.data(), rs.data(),
+                   static_cast<const double*>(nullptr), N, C, false);
+  rmsnorm_backward(dx1.data(), dw1.data(), r.data(), x.data(), rs1.data(), ones.data(), N, C, false);
+  EXPECT_TRUE(all_close(dx, dx1, kTol64, kTol64, "weightless dx"));
+  auto loss = [&] {
+    std::vector<double> yy(N * C), rr(N);
+    rmsnorm_forward(yy.data(), rr.data(), x.data(), static_cast<const double*>(nullptr), N, C, eps);
+    return dot(yy, r);
+  };
+  EXPECT_TRUE(check_finite_differences(x, dx, loss, "weightless rmsnorm dx"));
+}
+
 // ---- Linear --------------------------------------------------------------------------------------
 
 TEST(Linear, ForwardBackwardMatchNaiveAndFiniteDifferences) {
@@ -186,6 +211,30 @@ TEST(Rope, InvFreqFollowsTransformersLlama3Formula) {
   linear.type = "linear";
   linear.factor = 4.0;
   EXPECT_NEAR(rope_inv_freq(8, 10000.0, linear)[1], 0.025, 1e-16);
+}
+
+// Gemma 4: sliding layers rotate all 128 pairs at theta 1e4; full layers use "proportional" RoPE,
+// inv_freq_i = 1e6^(-2i/512) for i < 64 and 0 after (shared/reference/model-families.md 2.4), so
+// channels 64..255 and 320..511 pass through unrotated.
+TEST(Rope, Gemma4ProportionalRopeRotatesOnlyTheFirstAngles) {
+  const ModelCard c = model_preset("gemma-4-31b");
+  const std::vector<double> sliding = rope_inv_freq(c, 0), full = rope_inv_freq(c, 5);
+  ASSERT_EQ(sliding.size(), 128u);
+  ASSERT_EQ(full.size(), 256u);
+  for (size_t i = 0; i < 128; ++i) EXPECT_DOUBLE_EQ(sliding[i], std::pow(1e4, -2.0 * i / 256.0)) << i;
+  for (size_t i = 0; i < 256; ++i) EXPECT_DOUBLE_EQ(full[i], i < 64 ? std::pow(1e6, -2.0 * i / 512.0) : 0.0) << i;
+  const int64_t T = 5, hd = 512;
+  std::vector<double> cos(T * hd / 2), sin(T * hd / 2);
+  rope_tables(cos.data(), sin.data(), full, T);
+  auto x = random_vector<double>(T * hd, 42);
+  std::vector<double> y = x;
+  rope_forward(y.data(), cos.data(), sin.data(), 1, T, 1, hd);
+  for (int64_t t = 1; t < T; ++t)
+    for (int64_t ch = 0; ch < hd; ++ch) {
+      const bool rotated = ch % 256 < 64;
+      if (rotated) EXPECT_NE(y[t * hd + ch], x[t * hd + ch]) << t << " " << ch;
+      else EXPECT_EQ(y[t * hd + ch], x[t * hd + ch]) << t << " " << ch;
+    }
 }
 
 TEST(Rope, ForwardBackwardMatchNaiveAndFiniteDifferences) {
