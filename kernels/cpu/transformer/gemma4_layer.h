@@ -1,0 +1,67 @@
+// One Gemma 4 decoder layer (Gemma4TextDecoderLayer, text path) as a unit the executor streams:
+//
+//   h  = norm_in(x)                                   RMSNorm x * w (w near 1, no +1)
+//   q  = RoPE(q_norm(h Wq^T)), k = RoPE(k_norm(h Wk^T))        per head, over head_dim
+//   v  = v_norm(h Wv^T), or v_norm(h Wk^T) on K=V layers      weightless norm; the raw k projection
+//   att = attention(q, k, v), scale 1, sliding window on sliding layers, GQA
+//   h1 = x + norm_post_attn(att Wo^T)
+//   d  = down(gelu_tanh(z Wg^T) * (z Wu^T)),  z = norm_pre_ff(h1)
+//   h2 = h1 + norm_post_ff(d)
+//   y  = h2 * layer_scalar
+//
+// shared/reference/model-families.md section 2.4 is the source of every step. The unit follows the
+// Llama unit's contract (decoder_layer.h): forward writes y and the saved state (everything backward
+// needs but x), recompute refills the saved state bitwise, backward overwrites dx and ACCUMULATES
+// every parameter gradient into the flat gradient buffer. layer_scalar is a buffer in transformers
+// (loaded from the checkpoint, never trained): its gradient stays zero, so AdamW leaves it as it is.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/unit_spec.h"
+
+namespace slidedp::kernels {
+
+struct Gemma4LayerSpec {
+  int64_t C = 0, H = 0, KV = 0, hd = 0, I = 0;
+  double eps = 1e-6;
+  int64_t window = 0;            // sliding window (0: full attention)
+  bool k_eq_v = false;           // values from k_proj (global layers of 31B / 26B-A4B)
+  std::vector<double> inv_freq;  // (hd/2), zeros for the unrotated pairs of proportional RoPE
+  int64_t flat_numel = 0;
+  // Element offsets in the unit's flat buffer (kAbsent when absent).
+  int64_t input_norm = 0, q_w = 0, k_w = 0, v_w = kAbsent, o_w = 0, q_norm = 0, k_norm = 0,
+          post_attn_norm = 0, pre_ff_norm = 0, gate_w = 0, up_w = 0, down_w = 0, post_ff_norm = 0,
+          layer_scalar = 0;
+  int64_t attn_tile = 64;  // as DecoderSpec::attn_tile
+  int64_t threads = 1;     // as DecoderSpec::threads
+
+  int64_t q_dim() const { return H * hd; }
+  int64_t kv_dim() const { return KV * hd; }
+};
+
+// The spec of decoder unit `unit` (its layer's shape from card.layer()).
+Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& unit);
+
+template <typename Real>
+int64_t gemma4_saved_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
+template <typename Real>
+int64_t gemma4_forward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
+template <typename Real>
+int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
+
+// x, y (B, T, C); saved: gemma4_saved_bytes() bytes.
+template <typename Real>
+void gemma4_forward(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
+                    int64_t B, int64_t T, Workspace ws);
+template <typename Real>
+void gemma4_recompute(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
+                      int64_t T, Workspace ws);
+// dx (B, T, C) overwritten; grads (flat) += dL/dparams (layer_scalar's stays untouched).
+template <typename Real>
+void gemma4_backward(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Workspace saved,
+                     const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws);
+
+}  // namespace slidedp::kernels
