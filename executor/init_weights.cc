@@ -17,9 +17,6 @@ uint64_t splitmix64(uint64_t& state) {
 
 double uniform01(uint64_t& state) { return (static_cast<double>(splitmix64(state) >> 11) + 0.5) * 0x1.0p-53; }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 }  // namespace
 
@@ -42,9 +39,9 @@ std::vector<std::vector<float>> init_random_weights(const ModelLayout& layout, u
       uint64_t state = seed;
       for (char c : t.name) state = state * 1099511628211ull + static_cast<unsigned char>(c);
       float* p = flat.data() + t.offset;
-      if (ends_with(t.name, "norm.weight") || ends_with(t.name, "layernorm.weight")) {
+      if (is_norm_weight(t.name) || is_frozen_buffer(t.name)) {  // x * w norms and layer_scalar start at 1
         for (int64_t i = 0; i < t.numel; ++i) p[i] = 1.0f;
-      } else if (ends_with(t.name, ".bias")) {
+      } else if (t.name.ends_with(".bias")) {
         // zeros
       } else {
         for (int64_t i = 0; i < t.numel; i += 2) {

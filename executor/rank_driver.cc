@@ -283,9 +283,9 @@ void RankDriver::micro_step(int64_t step, int a) {
   const Plan& plan = config_.plan;
   const int64_t T = config_.seq_len;
   const int64_t tokens = B_ * T;
-  const UnitMemory dec = device_.unit_memory(UnitKind::kDecoder, B_, T);
-  const UnitMemory head_mem = device_.unit_memory(UnitKind::kHead, B_, T);
-  const int64_t hidden = dec.hidden_bytes;
+  const RankMemorySpec mem = device_.memory_spec(B_, T);  // every unit's sizes (layers may differ: Gemma 4)
+  const UnitMemory& head_mem = mem.head;
+  const int64_t hidden = mem.decoder.hidden_bytes;
   Device& dev = device_;
   Stream& compute = dev.compute();
   Stream& h2d = dev.h2d();
@@ -339,8 +339,8 @@ void RankDriver::micro_step(int64_t step, int a) {
       args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
       args.x = out[static_cast<size_t>(u - 1)];
       args.y = out[static_cast<size_t>(u)] = alloc(hidden, "hidden state");
-      args.saved = alloc(dec.saved_bytes, "saved activations");
-      args.workspace = alloc(dec.forward_workspace_bytes, "workspace");
+      args.saved = alloc(mem.layer_memory(l).saved_bytes, "saved activations");
+      args.workspace = alloc(mem.layer_memory(l).forward_workspace_bytes, "workspace");
       dev.forward(args);
       EventPtr done = compute.record();
       mark_use(u, done);
@@ -367,7 +367,7 @@ void RankDriver::micro_step(int64_t step, int a) {
         Delivered e = acquire(step, 0);
         compute.wait(e.ready);
         lm_params = e.buffer;
-        lm_offset = layout_.units[0].find("model.embed_tokens.weight")->offset;
+        lm_offset = layout_.embedding_weight().offset;
       }
       UnitOpArgs args;
       args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
@@ -443,8 +443,8 @@ void RankDriver::micro_step(int64_t step, int a) {
     if (policy == ActivationPolicy::kKeep) {
       args.saved = saved[static_cast<size_t>(l)];
     } else {
-      args.saved = alloc(dec.saved_bytes, "saved activations (recomputed)");
-      args.workspace = alloc(dec.forward_workspace_bytes, "workspace");
+      args.saved = alloc(mem.layer_memory(l).saved_bytes, "saved activations (recomputed)");
+      args.workspace = alloc(mem.layer_memory(l).forward_workspace_bytes, "workspace");
       dev.recompute(args);
       release(args.workspace, compute.record());
     }
@@ -455,7 +455,7 @@ void RankDriver::micro_step(int64_t step, int a) {
     dev.zero(args.grads, 0, numel * 4);
     args.dy = dy;
     args.dx = alloc(hidden, "gradient of hidden state");
-    args.workspace = alloc(dec.backward_workspace_bytes, "workspace");
+    args.workspace = alloc(mem.layer_memory(l).backward_workspace_bytes, "workspace");
     dev.backward(args);
     if (step == config_.inject_throw_step && u == config_.inject_throw_unit) {
       auto* s = &compute;

@@ -16,6 +16,7 @@
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/layer_dispatch.h"
 #include "kernels/cpu/transformer/model_step.h"
 
 namespace slidedp::exec {
@@ -69,8 +70,8 @@ struct HostPassTimes {
 HostPassTimes time_host_passes(const Workload& w, const Plan& plan) {
   kernels::ModelSpecs s = kernels::make_model_specs(w.model, w.layout);
   s.head.loss_chunk_tokens = plan.loss_chunk_tokens;
-  s.decoder.mlp_token_tile = plan.mlp_token_tile;
-  s.decoder.threads = 1;
+  s.set_mlp_token_tile(plan.mlp_token_tile);
+  s.set_threads(1);
   kernels::set_blas_threads(1);
   const int64_t B = plan.micro_batch, T = w.seq_len, N = B * T, C = s.embedding.C;
   auto filled = [](int64_t n, float v) {
@@ -84,17 +85,19 @@ HostPassTimes time_host_passes(const Workload& w, const Plan& plan) {
   };
   HostPassTimes t;
   if (w.model.num_layers > 0) {
-    std::vector<float> p = filled(s.decoder.flat_numel, 0.01f), g = filled(s.decoder.flat_numel, 0.0f);
+    // layer 0 stands for every layer (Gemma 4's differ; the ratio below is taken over every unit)
+    const int64_t n = kernels::layer_flat_numel(s, 0);
+    std::vector<float> p = filled(n, 0.01f), g = filled(n, 0.0f);
     std::vector<float> x = filled(N * C, 0.1f), y = filled(N * C, 0.0f), dx = filled(N * C, 0.0f);
-    kernels::AlignedBuffer saved = aligned(kernels::decoder_saved_bytes<float>(s.decoder, B, T));
-    kernels::AlignedBuffer ws = aligned(std::max(kernels::decoder_forward_workspace_bytes<float>(s.decoder, B, T),
-                                                 kernels::decoder_backward_workspace_bytes<float>(s.decoder, B, T)));
+    kernels::AlignedBuffer saved = aligned(kernels::layer_saved_bytes<float>(s, 0, B, T));
+    kernels::AlignedBuffer ws = aligned(std::max(kernels::layer_forward_workspace_bytes<float>(s, 0, B, T),
+                                                 kernels::layer_backward_workspace_bytes<float>(s, 0, B, T)));
     auto t0 = std::chrono::steady_clock::now();
-    kernels::decoder_forward<float>(s.decoder, p.data(), x.data(), y.data(), saved.workspace(), B, T, ws.workspace());
+    kernels::layer_forward<float>(s, 0, p.data(), x.data(), y.data(), saved.workspace(), B, T, ws.workspace());
     t.decoder_fwd_s = seconds_since(t0);
     t0 = std::chrono::steady_clock::now();
-    kernels::decoder_backward<float>(s.decoder, p.data(), x.data(), saved.workspace(), y.data(), dx.data(), g.data(), B,
-                                     T, ws.workspace());
+    kernels::layer_backward<float>(s, 0, p.data(), x.data(), saved.workspace(), y.data(), dx.data(), g.data(), B, T,
+                                   ws.workspace());
     t.decoder_bwd_s = seconds_since(t0);
   }
   {

@@ -251,7 +251,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   uc.update_after_backward = traits.update_after_backward;
   uc.serial_accumulation = traits.lock_serialized_accumulation && uc.route == GradRouteKind::kCpu;
   uc.device_optimizer = traits.gpu_optimizer;
-  if (o.optimizer.no_decay.any()) uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
+  // Frozen buffers (Gemma 4's layer_scalar) are never decayed, whatever the groups say.
+  if (o.optimizer.no_decay.any() || has_frozen_buffers(layout))
+    uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
   if (ckpt && ckpt->state.adamw_step >= 0) uc.skipped_steps_before = ckpt->state.optimizer_step - ckpt->state.adamw_step;
   const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
                       traits.update_after_backward;

@@ -9,13 +9,6 @@
 #include "common/error.h"
 
 namespace slidedp::exec {
-namespace {
-
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
-}  // namespace
 
 NoDecayGroups parse_no_decay_groups(const std::string& text, const std::string& origin) {
   NoDecayGroups g;
@@ -44,9 +37,12 @@ std::string no_decay_groups_text(const NoDecayGroups& g) {
 }
 
 bool takes_no_decay(const std::string& name, const NoDecayGroups& g) {
-  if (g.norms && ends_with(name, "norm.weight")) return true;
-  if (g.biases && ends_with(name, ".bias")) return true;
-  if (g.embeddings && name == "model.embed_tokens.weight") return true;
+  // Gemma 4's layer_scalar is a buffer transformers never trains: its gradient is zero, and without
+  // decay AdamW leaves it exactly as loaded.
+  if (is_frozen_buffer(name)) return true;
+  if (g.norms && is_norm_weight(name)) return true;
+  if (g.biases && name.ends_with(".bias")) return true;
+  if (g.embeddings && name.ends_with("embed_tokens.weight")) return true;
   return false;
 }
 

@@ -67,6 +67,10 @@ HfModel load_hf_model(const std::string& dir) {
   for (int64_t l = 0; l < m.card.num_layers; ++l)
     ignorable.insert(fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", l));
   if (m.card.tie_word_embeddings) ignorable.insert("lm_head.weight");
+  if (m.card.gemma4())  // Gemma4ForConditionalGeneration's vision and audio towers: not trained, not read
+    for (const auto& ref : src.all())
+      for (const char* tower : {"model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio."})
+        if (ref.entry->name.starts_with(tower)) ignorable.insert(ref.entry->name);
   check_no_unexpected_tensors(src, expected, ignorable);
   if (!m.card.tie_word_embeddings && !src.find("lm_head.weight"))
     throw InputError(src.origin(),
@@ -79,16 +83,15 @@ HfModel load_hf_model(const std::string& dir) {
 
   if (m.card.tie_word_embeddings) {
     if (auto lm = src.find("lm_head.weight")) {
-      const TensorSpec& emb = m.layout.units[0].at("model.embed_tokens.weight");
+      const TensorSpec& emb = m.layout.embedding_weight();
       const std::string where = fmt::format("{}: tensor 'lm_head.weight'", lm->file->path());
-      if (lm->entry->shape != emb.shape)
-        throw InputError(where, "shape differs from model.embed_tokens.weight");
+      if (lm->entry->shape != emb.shape) throw InputError(where, "shape differs from " + emb.name);
       std::vector<float> head(static_cast<std::size_t>(lm->entry->numel));
       lm->file->read_fp32(*lm->entry, head);
       const float* e = m.units[0].data() + emb.offset;
       if (std::memcmp(head.data(), e, head.size() * sizeof(float)) != 0)
         throw InputError(
-            where, "tie_word_embeddings is true but lm_head.weight differs from model.embed_tokens.weight");
+            where, "tie_word_embeddings is true but lm_head.weight differs from " + emb.name);
     }
   }
   return m;

@@ -139,9 +139,7 @@ RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Pla
   const int64_t B = p.micro_batch, T = w.seq_len;
   RankMemorySpec s;
   std::tie(s.decoder, s.head) = decoder_and_head_memory(w, o, B, T);
-  if (!w.model.uniform_layers())
-    for (int l = 0; l < w.model.num_layers; ++l)
-      s.decoder_by_layer.push_back(decoder_unit_memory(w.model, w.layout, l, B, T, o));
+  if (!w.model.uniform_layers()) s.decoder_by_layer = decoder_unit_memories(w.model, w.layout, B, T, o);
   s.param_bytes = s.wire_bytes = 2;
   const bool cuda = o.code == UnitCode::kCuda;
   s.align_bytes = cuda ? 256 : 64;

@@ -38,6 +38,22 @@ const char* unit_kind_name(UnitKind kind) {
   return "?";
 }
 
+bool is_norm_weight(const std::string& name) {
+  if (!name.ends_with(".weight")) return false;
+  const std::string stem = name.substr(0, name.size() - 7);  // the module's dotted path
+  const size_t dot = stem.rfind('.');
+  return stem.substr(dot == std::string::npos ? 0 : dot + 1).find("norm") != std::string::npos;
+}
+
+bool is_frozen_buffer(const std::string& name) { return name.ends_with("layer_scalar"); }
+
+bool has_frozen_buffers(const ModelLayout& layout) {
+  for (const UnitLayout& u : layout.units)
+    for (const TensorSpec& t : u.tensors)
+      if (is_frozen_buffer(t.name)) return true;
+  return false;
+}
+
 const TensorSpec* UnitLayout::find(const std::string& name) const {
   for (const auto& t : tensors)
     if (t.name == name) return &t;

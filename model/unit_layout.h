@@ -52,6 +52,8 @@ struct ModelLayout {
   int64_t total_flat_numel = 0;
   int64_t total_params = 0;
   int num_units() const { return static_cast<int>(units.size()); }
+  // The token embedding (unit 0's one tensor; the tied head's weight too), whatever its prefix.
+  const TensorSpec& embedding_weight() const { return units.front().tensors.front(); }
   int64_t max_unit_numel() const {
     int64_t m = 0;
     for (const UnitLayout& u : units) m = std::max(m, u.flat_numel);
@@ -60,6 +62,14 @@ struct ModelLayout {
 };
 
 ModelLayout make_model_layout(const ModelCard& card);
+
+// Tensor roles by Hugging Face name, for initialization and weight-decay groups.
+// A norm's weight: "input_layernorm.weight", "self_attn.q_norm.weight", Gemma 4's
+// "post_feedforward_layernorm_1.weight", "model.norm.weight".
+bool is_norm_weight(const std::string& hf_name);
+// Gemma 4's "layer_scalar": a buffer loaded from the checkpoint that transformers never trains.
+bool is_frozen_buffer(const std::string& hf_name);
+bool has_frozen_buffers(const ModelLayout& layout);
 
 // Number of chunks a unit of `numel` elements is cut into (at least 1, even for an empty unit).
 inline int64_t num_chunks(int64_t numel, int64_t chunk_numel) {

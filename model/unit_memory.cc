@@ -6,6 +6,7 @@
 #include "common/error.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/layer_dispatch.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cuda/unit_scratch.h"
 #include "model/model_costs.h"
@@ -15,11 +16,20 @@ namespace {
 
 int64_t align_up(int64_t bytes, int64_t align) { return (bytes + align - 1) / align * align; }
 
+// The kernels' specs with the options' tunables. A mixture-of-experts card has no decoder units yet:
+// its specs hold the embedding and the head only.
 kernels::ModelSpecs specs_for(const ModelCard& card, const ModelLayout& layout, const UnitMemoryOptions& o) {
-  kernels::ModelSpecs s = kernels::make_model_specs(card, layout);
+  kernels::ModelSpecs s;
+  if (card.moe()) {
+    s.num_layers = card.num_layers;
+    s.embedding = kernels::make_embedding_spec(card, layout.units.front());
+    s.head = kernels::make_head_spec(card, layout.units.back());
+  } else {
+    s = kernels::make_model_specs(card, layout);
+  }
   s.head.loss_chunk_tokens = o.loss_chunk_tokens;
-  s.decoder.mlp_token_tile = o.mlp_token_tile;
-  s.decoder.threads = o.cpu_threads > 0 ? o.cpu_threads : 1;
+  if (!s.gemma4()) s.set_mlp_token_tile(o.mlp_token_tile);  // Gemma 4's layers are never tiled
+  s.set_threads(o.cpu_threads > 0 ? o.cpu_threads : 1);
   return s;
 }
 
@@ -27,25 +37,45 @@ kernels::ModelSpecs specs_for(const ModelCard& card, const ModelLayout& layout, 
 // (kernels::Arena alignment, 64 bytes); --exact delivers fp32 and needs no copy.
 int64_t cpu_param_scratch(int64_t numel, bool exact) { return exact ? 0 : align_up(numel * 4, 64); }
 
-UnitMemory cpu_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int64_t B, int64_t T, bool exact) {
+// `layer`: the decoder layer whose unit is sized (kind kDecoder).
+UnitMemory cpu_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int layer, int64_t B, int64_t T, bool exact) {
   UnitMemory m;
   m.hidden_bytes = B * T * s.embedding.C * 4;
   switch (kind) {
     case UnitKind::kEmbedding:
       break;
-    case UnitKind::kDecoder:
-      m.saved_bytes = kernels::decoder_saved_bytes<float>(s.decoder, B, T);
-      m.forward_workspace_bytes = cpu_param_scratch(s.decoder.flat_numel, exact) +
-                                  align_up(kernels::decoder_forward_workspace_bytes<float>(s.decoder, B, T), 64);
-      m.backward_workspace_bytes = cpu_param_scratch(s.decoder.flat_numel, exact) +
-                                   align_up(kernels::decoder_backward_workspace_bytes<float>(s.decoder, B, T), 64);
+    case UnitKind::kDecoder: {
+      const int64_t params = cpu_param_scratch(kernels::layer_flat_numel(s, layer), exact);
+      m.saved_bytes = kernels::layer_saved_bytes<float>(s, layer, B, T);
+      m.forward_workspace_bytes = params + align_up(kernels::layer_forward_workspace_bytes<float>(s, layer, B, T), 64);
+      m.backward_workspace_bytes = params + align_up(kernels::layer_backward_workspace_bytes<float>(s, layer, B, T), 64);
       break;
+    }
     case UnitKind::kHead:
       m.forward_workspace_bytes = cpu_param_scratch(s.head.flat_numel, exact) +
                                   (s.head.tied ? cpu_param_scratch(s.embedding.V * s.embedding.C, exact) : 0) +
                                   align_up(kernels::head_workspace_bytes<float>(s.head, B, T, true), 64);
       break;
   }
+  return m;
+}
+
+// Gemma 4 layers without built units (the CUDA code; the MoE block): model_costs' per-token count of
+// the activations, in the backend's element size, plus the CPU backend's fp32 parameter copy.
+UnitMemory estimated_decoder_memory(const ModelCard& card, const ModelLayout& layout, int layer, int64_t B,
+                                    int64_t T, const UnitMemoryOptions& options) {
+  const bool cpu = options.code == UnitCode::kCpu;
+  const int64_t elem = cpu ? 4 : 2;  // the CPU units compute in fp32; the bf16 counts double there
+  const LayerActivationBytes a = decoder_activation_bytes_per_token(card, layer, options.mlp_token_tile);
+  const double tokens = static_cast<double>(B) * static_cast<double>(T);
+  const int64_t params =
+      cpu ? cpu_param_scratch(layout.units.at(static_cast<size_t>(layer) + 1).flat_numel, options.exact_fp32) : 0;
+  const int64_t transient = align_up(static_cast<int64_t>(std::ceil(a.transient * tokens)), 64);
+  UnitMemory m;
+  m.hidden_bytes = B * T * card.hidden_size * elem;
+  m.saved_bytes = align_up(static_cast<int64_t>(std::ceil(a.saved_keep * tokens * static_cast<double>(elem) / 2.0)), 64);
+  m.forward_workspace_bytes = params + transient;
+  m.backward_workspace_bytes = params + 2 * transient;  // the gradients of the widest tensors and the recomputed ones
   return m;
 }
 
@@ -72,41 +102,28 @@ UnitMemory cuda_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int64_t
 
 const char* unit_code_name(UnitCode code) { return code == UnitCode::kCpu ? "cpu" : "cuda"; }
 
-UnitMemory decoder_unit_memory(const ModelCard& card, const ModelLayout& layout, int layer, int64_t B, int64_t T,
-                               const UnitMemoryOptions& options) {
+std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const ModelLayout& layout, int64_t B, int64_t T,
+                                              const UnitMemoryOptions& options) {
   SLIDEDP_CHECK(B >= 0 && T >= 0, "negative micro-batch or sequence length");
-  if (!card.gemma4()) return unit_memory(card, layout, UnitKind::kDecoder, B, T, options);
-  const bool cpu = options.code == UnitCode::kCpu;
-  const int64_t elem = cpu ? 4 : 2;  // the CPU units compute in fp32; the bf16 counts double there
-  const LayerActivationBytes a = decoder_activation_bytes_per_token(card, layer, options.mlp_token_tile);
-  const double tokens = static_cast<double>(B) * static_cast<double>(T);
-  const int64_t params = cpu ? cpu_param_scratch(layout.units.at(static_cast<size_t>(layer) + 1).flat_numel,
-                                                 options.exact_fp32)
-                             : 0;
-  const int64_t transient = align_up(static_cast<int64_t>(std::ceil(a.transient * tokens)), 64);
-  UnitMemory m;
-  m.hidden_bytes = B * T * card.hidden_size * elem;
-  m.saved_bytes = align_up(static_cast<int64_t>(std::ceil(a.saved_keep * tokens * static_cast<double>(elem) / 2.0)), 64);
-  m.forward_workspace_bytes = params + transient;
-  m.backward_workspace_bytes = params + 2 * transient;  // the gradients of the widest tensors and the recomputed ones
-  return m;
+  std::vector<UnitMemory> out;
+  const bool built = options.code == UnitCode::kCpu && !card.moe();
+  if (!card.gemma4() || built) {
+    const kernels::ModelSpecs s = specs_for(card, layout, options);
+    for (int l = 0; l < card.num_layers; ++l)
+      out.push_back(options.code == UnitCode::kCpu ? cpu_unit_memory(s, UnitKind::kDecoder, l, B, T, options.exact_fp32)
+                                                   : cuda_unit_memory(s, UnitKind::kDecoder, B, T));
+    return out;
+  }
+  for (int l = 0; l < card.num_layers; ++l) out.push_back(estimated_decoder_memory(card, layout, l, B, T, options));
+  return out;
 }
 
 UnitMemory unit_memory(const ModelCard& card, const ModelLayout& layout, UnitKind kind, int64_t B, int64_t T,
                        const UnitMemoryOptions& options) {
   SLIDEDP_CHECK(B >= 0 && T >= 0, "negative micro-batch or sequence length");
-  if (card.gemma4()) {
-    if (kind == UnitKind::kDecoder) return decoder_unit_memory(card, layout, 0, B, T, options);
-    // The embedding and the head are the Llama family's (plus the logit softcap, in place).
-    kernels::ModelSpecs s;
-    s.embedding = kernels::make_embedding_spec(card, layout.units.front());
-    s.head = kernels::make_head_spec(card, layout.units.back());
-    s.head.loss_chunk_tokens = options.loss_chunk_tokens;
-    return options.code == UnitCode::kCpu ? cpu_unit_memory(s, kind, B, T, options.exact_fp32)
-                                          : cuda_unit_memory(s, kind, B, T);
-  }
+  if (card.gemma4() && kind == UnitKind::kDecoder) return decoder_unit_memories(card, layout, B, T, options).at(0);
   const kernels::ModelSpecs s = specs_for(card, layout, options);
-  return options.code == UnitCode::kCpu ? cpu_unit_memory(s, kind, B, T, options.exact_fp32)
+  return options.code == UnitCode::kCpu ? cpu_unit_memory(s, kind, 0, B, T, options.exact_fp32)
                                         : cuda_unit_memory(s, kind, B, T);
 }
 

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/model_card.h"
 #include "model/unit_layout.h"
@@ -37,11 +38,12 @@ struct UnitMemory {
 // For kDecoder: layer 0's (every layer's, for the models whose layers are all alike).
 UnitMemory unit_memory(const ModelCard& card, const ModelLayout& layout, UnitKind kind, int64_t B, int64_t T,
                        const UnitMemoryOptions& options);
-// One decoder layer's. Gemma 4's units are not built yet: until their carve code exists a layer is
-// charged model_costs' per-token activation count (decoder_activation_bytes_per_token) -- an estimate
-// the model and the planner use for what-if studies; no Gemma 4 plan runs.
-UnitMemory decoder_unit_memory(const ModelCard& card, const ModelLayout& layout, int layer, int64_t B, int64_t T,
-                               const UnitMemoryOptions& options);
+// Every decoder layer's, in order. Gemma 4's layers differ by type. Where their units are not built
+// (the CUDA code, the MoE block) a layer is charged model_costs' per-token activation count
+// (decoder_activation_bytes_per_token): an estimate the model and the planner use for what-if
+// studies, which no backend runs.
+std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const ModelLayout& layout, int64_t B, int64_t T,
+                                              const UnitMemoryOptions& options);
 
 // The CUDA embedding backward's sort scratch for N tokens: four int32 arrays (exact) and CUB's radix
 // sort temp storage, which only a device can size (CUB picks its tuning from the GPU), estimated as

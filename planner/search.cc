@@ -665,7 +665,11 @@ SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpa
 SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                           const SearchOptions& options) {
   SearchSpace space = make_search_space(w, hw, spec);
-  const std::vector<int64_t>& tiles = spec.mlp_token_tiles.empty() ? kDefaultMlpTokenTiles : spec.mlp_token_tiles;
+  // Gemma 4's layers have no MLP token tile: untiled only.
+  static const std::vector<int64_t> kUntiled = {0};
+  const std::vector<int64_t>& tiles = w.model.gemma4()               ? kUntiled
+                                      : spec.mlp_token_tiles.empty() ? kDefaultMlpTokenTiles
+                                                                     : spec.mlp_token_tiles;
   for (int64_t t : tiles)
     if (t < 0) throw InputError("mlp_token_tiles", "tiles must be 0 (untiled) or a number of tokens");
   // Each tile only when nothing fit with the ones before: the space is the same, only the MLP's

@@ -100,6 +100,9 @@ struct Chain {
 PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, const ModelCard& card,
                                                       const ModelLayout& layout, const UnitComputeOptions& o,
                                                       StageContext& ctx) {
+  if (!card.uniform_layers())  // a profile's unit times are per unit kind
+    throw InputError(card.name + ": layer_types",
+                     "unit times of models whose decoder layers differ (Gemma 4) are not measured yet");
   // Everything the cases touch: the parameters and every (T, B)'s inputs on each device, held for the
   // run's rounds and released on the devices when the last case goes (before the backend, which
   // profile.cc destroys last).
@@ -219,7 +222,7 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
   S->tied = head_l.reads_tied_embedding;
   const bool tied = S->tied;
   S->lm_offset =
-      tied ? emb_l.find("model.embed_tokens.weight")->offset : head_l.find("lm_head.weight")->offset;
+      tied ? layout.embedding_weight().offset : head_l.find("lm_head.weight")->offset;
   const DType pdt = backend.device(0).param_dtype();
   const int64_t pbytes = exec::dtype_bytes(pdt);
   const int64_t V = card.vocab_size;

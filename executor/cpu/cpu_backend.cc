@@ -27,6 +27,7 @@
 #include "kernels/cpu/transformer/decoder_layer.h"
 #include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/layer_dispatch.h"
 #include "kernels/cpu/transformer/model_step.h"
 
 namespace slidedp::exec {
@@ -377,6 +378,7 @@ class CpuDevice final : public Device {
     RankMemorySpec m;
     m.decoder = unit_memory(UnitKind::kDecoder, B, T);
     m.head = unit_memory(UnitKind::kHead, B, T);
+    if (!math_.card.uniform_layers()) m.decoder_by_layer = decoder_unit_memories(math_.card, math_.layout, B, T, memory_options());
     m.param_bytes = m.wire_bytes = dtype_bytes(param_dtype());
     m.align_bytes = 64;  // alloc() rounds to 64 bytes; an empty request takes none
     m.zero_bytes_take_one = false;
@@ -385,13 +387,7 @@ class CpuDevice final : public Device {
 
   // ---- unit operations ----
   UnitMemory unit_memory(UnitKind kind, int64_t B, int64_t T) const override {
-    UnitMemoryOptions o;
-    o.code = UnitCode::kCpu;
-    o.exact_fp32 = math_.exact;
-    o.loss_chunk_tokens = math_.specs.head.loss_chunk_tokens;
-    o.mlp_token_tile = math_.specs.decoder.mlp_token_tile;
-    o.cpu_threads = static_cast<int>(math_.specs.decoder.threads);
-    return slidedp::unit_memory(math_.card, math_.layout, kind, B, T, o);
+    return slidedp::unit_memory(math_.card, math_.layout, kind, B, T, memory_options());
   }
 
   void forward(const UnitOpArgs& a) override {
@@ -403,10 +399,10 @@ class CpuDevice final : public Device {
           embedding_gather(a);
           break;
         case UnitKind::kDecoder: {
+          const int layer = a.unit - 1;
           kernels::Arena arena(ws(a.workspace));
-          const float* p = params_f32(a.params, s.decoder.flat_numel, arena);
-          kernels::decoder_forward<float>(s.decoder, p, f32(a.x), f32(a.y), ws(a.saved), a.B, a.T,
-                                          rest(arena, a.workspace));
+          const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
+          kernels::layer_forward<float>(s, layer, p, f32(a.x), f32(a.y), ws(a.saved), a.B, a.T, rest(arena, a.workspace));
           break;
         }
         case UnitKind::kHead: {
@@ -434,9 +430,10 @@ class CpuDevice final : public Device {
   void recompute(const UnitOpArgs& a) override {
     compute_.enqueue_traced(tag(a, "recompute"), [this, a] {
       const auto& s = math_.specs;
+      const int layer = a.unit - 1;
       kernels::Arena arena(ws(a.workspace));
-      const float* p = params_f32(a.params, s.decoder.flat_numel, arena);
-      kernels::decoder_recompute<float>(s.decoder, p, f32(a.x), ws(a.saved), a.B, a.T, rest(arena, a.workspace));
+      const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
+      kernels::layer_recompute<float>(s, layer, p, f32(a.x), ws(a.saved), a.B, a.T, rest(arena, a.workspace));
     }, paced_compute(a, "recompute"));
   }
 
@@ -449,10 +446,11 @@ class CpuDevice final : public Device {
         return;
       }
       SLIDEDP_CHECK(kind == UnitKind::kDecoder, "backward of the head is fused into its forward");
+      const int layer = a.unit - 1;
       kernels::Arena arena(ws(a.workspace));
-      const float* p = params_f32(a.params, s.decoder.flat_numel, arena);
-      kernels::decoder_backward<float>(s.decoder, p, f32(a.x), ws(a.saved), f32(a.dy), f32(a.dx), f32(a.grads), a.B,
-                                       a.T, rest(arena, a.workspace));
+      const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
+      kernels::layer_backward<float>(s, layer, p, f32(a.x), ws(a.saved), f32(a.dy), f32(a.dx), f32(a.grads), a.B,
+                                     a.T, rest(arena, a.workspace));
     }, paced_compute(a, "bwd"));
   }
 
@@ -537,6 +535,16 @@ class CpuDevice final : public Device {
     const int64_t used = kernels::Arena::align_up(arena.mark());
     return kernels::Workspace{b.ptr + used, b.bytes - used};
   }
+  // How model/unit_memory.h sizes this backend's units.
+  UnitMemoryOptions memory_options() const {
+    UnitMemoryOptions o;
+    o.code = UnitCode::kCpu;
+    o.exact_fp32 = math_.exact;
+    o.loss_chunk_tokens = math_.specs.head.loss_chunk_tokens;
+    o.mlp_token_tile = math_.specs.decoder.mlp_token_tile;
+    o.cpu_threads = static_cast<int>(math_.specs.decoder.threads);
+    return o;
+  }
   // The unit's parameters as fp32: the buffer itself in exact mode, else widened into the arena.
   const float* params_f32(const DeviceBuffer& p, int64_t n, kernels::Arena& arena) const {
     return params_f32_at(p, 0, n, arena);
@@ -562,6 +570,10 @@ class CpuDevice final : public Device {
       } else {
         kernels::widen_bf16<float>(reinterpret_cast<const bf16_bits*>(a.params.ptr) + e.weight + id * e.C, x + i * e.C, e.C);
       }
+    }
+    if (e.scale != 1.0) {  // Gemma 4: rows times sqrt(C) in bf16
+      const float scale = static_cast<float>(e.scale);
+      for (int64_t i = 0; i < a.B * a.T * e.C; ++i) x[i] *= scale;
     }
   }
 
@@ -598,13 +610,13 @@ class CpuBackend final : public Backend {
     math_.layout = layout;
     math_.specs = kernels::make_model_specs(card, layout);
     math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
-    math_.specs.decoder.mlp_token_tile = opt.mlp_token_tile;
+    math_.specs.set_mlp_token_tile(opt.mlp_token_tile);
     math_.exact = opt.exact_fp32;
     math_.pacing = opt.pacing.get();
     pacing_ = opt.pacing;
     const int threads = opt.blas_threads > 0 ? opt.blas_threads : 1;
     kernels::set_blas_threads(threads);
-    math_.specs.decoder.threads = threads;
+    math_.specs.set_threads(threads);
     for (int r = 0; r < opt.devices; ++r)
       devices_.push_back(std::make_unique<CpuDevice>(r, opt.device_budget_bytes, math_, control, tracer_));
   }

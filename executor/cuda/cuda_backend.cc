@@ -763,11 +763,13 @@ class CudaBackend final : public Backend {
       throw InputError("--exact", "the CUDA backend delivers and computes in bf16; the exact fp32 mode is CPU-only");
     gpus_ = cuda_visible_devices();
     if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
+    if (card.gemma4())
+      throw InputError(card.name + ": model_type", "the CUDA units of Gemma 4 are not built yet; the CPU backend runs it");
     math_.card = card;
     math_.layout = layout;
     math_.specs = kernels::make_model_specs(card, layout);
     math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
-    math_.specs.decoder.mlp_token_tile = opt.mlp_token_tile;
+    math_.specs.set_mlp_token_tile(opt.mlp_token_tile);
     const int64_t budget = opt.device_budget_bytes > 0 ? opt.device_budget_bytes : int64_t{16} << 30;
     for (int r = 0; r < opt.devices; ++r)
       devices_.push_back(std::make_unique<CudaDevice>(r, r % gpus_, budget, math_, control, tracer_));

@@ -22,6 +22,19 @@ inline ModelCard tiny_card(bool tied = false, const std::string& type = "llama")
   return model_card_from_yaml(y, "tiny");
 }
 
+// A tiny Gemma 4 (dense): hidden 32, 3 layers (sliding, sliding, full), window 5, 4 query heads;
+// sliding layers 2 KV heads of 8, the global one 1 KV head of 16 with K=V and proportional RoPE; tied
+// and softcapped head; byte vocabulary.
+inline ModelCard tiny_gemma4_card() {
+  return model_card_from_yaml(
+      "name: tiny-gemma4\nmodel_type: gemma4\nhidden_size: 32\nnum_hidden_layers: 3\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 48\nvocab_size: 256\n"
+      "layer_types: [sliding_attention, sliding_attention, full_attention]\nsliding_window: 5\n"
+      "global_head_dim: 16\nnum_global_key_value_heads: 1\nattention_k_eq_v: true\nrope_theta: 10000\n"
+      "global_rope_theta: 1000000\nglobal_partial_rotary_factor: 0.25\nfinal_logit_softcapping: 30.0\n",
+      "tiny-gemma4");
+}
+
 inline TrainOptions tiny_options(int ranks, int micro_batch, int accum, int64_t steps = 3) {
   TrainOptions o;
   o.card = tiny_card();

@@ -49,7 +49,7 @@ LossResult head_forward_backward(const HeadSpec& s, const Real* params, const Re
 
   rmsnorm_forward(w.hn, w.rstd, x, params + s.norm_w, N, C, s.eps);
   const LossResult r = fused_linear_cross_entropy(w.hn, lm_head_w, targets, N, C, s.V, s.loss_chunk_tokens,
-                                                  grad_scale, w.dhn, lm_head_grad, w.ce);
+                                                  grad_scale, w.dhn, lm_head_grad, w.ce, s.logit_softcap);
   if (with_grad) rmsnorm_backward(dx, grads + s.norm_w, w.dhn, x, w.rstd, params + s.norm_w, N, C, false);
   return r;
 }

@@ -9,21 +9,38 @@
 #include "kernels/cpu/transformer/decoder_layer.h"
 #include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/layer_dispatch.h"
 
 namespace slidedp::kernels {
 
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
   SLIDEDP_CHECK(layout.num_units() == card.num_layers + 2, "layout does not match the card");
-  if (card.gemma4())
-    throw InputError(card.name + ": model_type",
-                     "gemma4 cannot run yet: its units (sliding/global attention, GeGLU, the MoE block) are not "
-                     "built; slidedp-predict, slidedp-plan and the sweeps model it");
+  if (card.moe())
+    throw InputError(card.name + ": num_experts",
+                     "Gemma 4's mixture-of-experts block cannot run yet (the dense 31B-shaped layers can); "
+                     "slidedp-predict, slidedp-plan and the sweeps model it");
   ModelSpecs s;
   s.num_layers = card.num_layers;
   s.embedding = make_embedding_spec(card, layout.units.front());
-  if (card.num_layers > 0) s.decoder = make_decoder_spec(card, layout.units[1]);
+  if (card.gemma4()) {
+    for (int64_t l = 0; l < card.num_layers; ++l)
+      s.gemma4_layers.push_back(make_gemma4_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]));
+  } else if (card.num_layers > 0) {
+    s.decoder = make_decoder_spec(card, layout.units[1]);
+  }
   s.head = make_head_spec(card, layout.units.back());
   return s;
+}
+
+void ModelSpecs::set_threads(int64_t threads) {
+  decoder.threads = threads;
+  for (Gemma4LayerSpec& g : gemma4_layers) g.threads = threads;
+}
+
+void ModelSpecs::set_mlp_token_tile(int64_t rows) {
+  if (rows > 0 && gemma4())
+    throw InputError("mlp_token_tile", "MLP token tiles are not built for Gemma 4 layers; use 0");
+  decoder.mlp_token_tile = rows;
 }
 
 template <typename Real>
@@ -39,18 +56,20 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
   std::vector<AlignedBuffer> hidden;
   for (int64_t u = 0; u <= L; ++u) hidden.emplace_back(hidden_bytes);
   std::vector<AlignedBuffer> saved;
-  for (int64_t l = 0; l < L; ++l) saved.emplace_back(decoder_saved_bytes<Real>(s.decoder, B, T));
-  const int64_t ws_bytes = std::max({L > 0 ? decoder_forward_workspace_bytes<Real>(s.decoder, B, T) : 0,
-                                     L > 0 ? decoder_backward_workspace_bytes<Real>(s.decoder, B, T) : 0,
-                                     head_workspace_bytes<Real>(s.head, B, T, true)});
+  int64_t ws_bytes = head_workspace_bytes<Real>(s.head, B, T, true);
+  for (int l = 0; l < L; ++l) {
+    saved.emplace_back(layer_saved_bytes<Real>(s, l, B, T));
+    ws_bytes = std::max({ws_bytes, layer_forward_workspace_bytes<Real>(s, l, B, T),
+                         layer_backward_workspace_bytes<Real>(s, l, B, T)});
+  }
   AlignedBuffer ws(ws_bytes);
   AlignedBuffer grad_a(hidden_bytes), grad_b(hidden_bytes);
 
   // forward
   embedding_unit_forward(s.embedding, params[0], tokens, B, T, hidden[0].as<Real>());
-  for (int64_t l = 0; l < L; ++l)
-    decoder_forward(s.decoder, params[l + 1], hidden[l].as<Real>(), hidden[l + 1].as<Real>(),
-                    saved[l].workspace(), B, T, ws.workspace());
+  for (int l = 0; l < L; ++l)
+    layer_forward(s, l, params[l + 1], hidden[l].as<Real>(), hidden[l + 1].as<Real>(), saved[l].workspace(), B, T,
+                  ws.workspace());
 
   // head: tied -> lm_head is unit 0's embed_tokens weight and its gradient goes to unit 0's grads
   const Real* lm_w = s.head.tied ? params[0] + s.embedding.weight : params[L + 1] + s.head.lm_head_w;
@@ -61,9 +80,9 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
                                                 T, grad_scale, dy, grads[L + 1], lm_g, ws.workspace());
 
   // backward
-  for (int64_t l = L - 1; l >= 0; --l) {
-    decoder_backward(s.decoder, params[l + 1], hidden[l].as<Real>(), saved[l].workspace(), dy, dx,
-                     grads[l + 1], B, T, ws.workspace());
+  for (int l = static_cast<int>(L) - 1; l >= 0; --l) {
+    layer_backward(s, l, params[l + 1], hidden[l].as<Real>(), saved[l].workspace(), dy, dx, grads[l + 1], B, T,
+                   ws.workspace());
     std::swap(dy, dx);
   }
   embedding_unit_backward(s.embedding, tokens, dy, grads[0], B, T);

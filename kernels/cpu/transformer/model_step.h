@@ -6,8 +6,10 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "kernels/cpu/transformer/cross_entropy.h"
+#include "kernels/cpu/transformer/gemma4_layer.h"
 #include "kernels/cpu/transformer/unit_spec.h"
 #include "model/model_card.h"
 #include "model/unit_layout.h"
@@ -16,9 +18,14 @@ namespace slidedp::kernels {
 
 struct ModelSpecs {
   EmbeddingSpec embedding;
-  DecoderSpec decoder;  // shared by all layers
+  DecoderSpec decoder;  // the Llama family: shared by all layers
+  std::vector<Gemma4LayerSpec> gemma4_layers;  // Gemma 4: one per layer (decoder unused)
   HeadSpec head;
   int64_t num_layers = 0;
+  bool gemma4() const { return !gemma4_layers.empty(); }
+  // The CPU tunables of every layer: worker threads and the MLP token tile (Llama family only).
+  void set_threads(int64_t threads);
+  void set_mlp_token_tile(int64_t rows);
 };
 
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout);

@@ -2,6 +2,9 @@
 // layout change (order, alignment) can never silently shift what the math reads.
 #include "kernels/cpu/transformer/unit_spec.h"
 
+#include <cmath>
+
+#include "common/bf16.h"
 #include "common/error.h"
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/rope.h"
@@ -62,6 +65,7 @@ EmbeddingSpec make_embedding_spec(const ModelCard& card, const UnitLayout& unit)
   s.C = card.hidden_size;
   s.weight = offset_of(unit, card.tensor_prefix() + "embed_tokens.weight", {s.V, s.C});
   s.flat_numel = unit.flat_numel;
+  if (card.gemma4()) s.scale = round_to_bf16(std::sqrt(static_cast<float>(card.hidden_size)));
   return s;
 }
 
@@ -72,6 +76,7 @@ HeadSpec make_head_spec(const ModelCard& card, const UnitLayout& unit) {
   s.C = card.hidden_size;
   s.eps = card.rms_norm_eps;
   s.norm_w = offset_of(unit, card.tensor_prefix() + "norm.weight", {s.C});
+  s.logit_softcap = card.final_logit_softcapping;
   s.tied = unit.reads_tied_embedding;
   SLIDEDP_CHECK(s.tied == card.tie_word_embeddings, "layout and card disagree on tied embeddings");
   s.lm_head_w = optional_offset(unit, "lm_head.weight", !s.tied, {s.V, s.C});

@@ -57,6 +57,9 @@ struct EmbeddingSpec {
   int64_t V = 0, C = 0;
   int64_t weight = 0;  // model.embed_tokens.weight (V, C)
   int64_t flat_numel = 0;
+  // The rows are multiplied by this (Gemma 4: sqrt(C) rounded to bf16, as its scaled embedding's
+  // buffer is cast to the weights' dtype: 73.5 for C = 5376, 53.0 for 2816; 1 for the Llama family).
+  double scale = 1.0;
 };
 
 struct HeadSpec {
@@ -68,6 +71,7 @@ struct HeadSpec {
   int64_t flat_numel = 0;
   // Fused cross-entropy: (tokens x V) logits exist only for this many unmasked tokens at a time.
   int64_t loss_chunk_tokens = 256;  // 256 x 151936 fp32 logits = 156 MB
+  double logit_softcap = 0;         // Gemma 4's final_logit_softcapping (0: none)
 };
 
 // `unit` must be a decoder unit of make_model_layout(card); any layer gives the same spec.

@@ -1,0 +1,32 @@
+// The decoder layer of any supported family behind one set of calls: the Llama family's unit
+// (decoder_layer.h, one spec for every layer) or Gemma 4's (gemma4_layer.h, a spec per layer).
+// The executor, the unstreamed model step and the memory queries call these, so a family is added
+// in one place.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/transformer/model_step.h"
+
+namespace slidedp::kernels {
+
+int64_t layer_flat_numel(const ModelSpecs& s, int layer);
+
+template <typename Real>
+int64_t layer_saved_bytes(const ModelSpecs& s, int layer, int64_t B, int64_t T);
+template <typename Real>
+int64_t layer_forward_workspace_bytes(const ModelSpecs& s, int layer, int64_t B, int64_t T);
+template <typename Real>
+int64_t layer_backward_workspace_bytes(const ModelSpecs& s, int layer, int64_t B, int64_t T);
+
+template <typename Real>
+void layer_forward(const ModelSpecs& s, int layer, const Real* params, const Real* x, Real* y, Workspace saved,
+                   int64_t B, int64_t T, Workspace ws);
+template <typename Real>
+void layer_recompute(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved, int64_t B,
+                     int64_t T, Workspace ws);
+template <typename Real>
+void layer_backward(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved,
+                    const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws);
+
+}  // namespace slidedp::kernels
