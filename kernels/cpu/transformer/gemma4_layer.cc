@@ -15,12 +15,6 @@
 namespace slidedp::kernels {
 namespace {
 
-int64_t offset_of(const UnitLayout& unit, const std::string& short_name, std::vector<int64_t> shape) {
-  const TensorSpec& t = unit.at(short_name);
-  SLIDEDP_CHECK(t.shape == shape, "tensor " + t.name + " has an unexpected shape");
-  return t.offset;
-}
-
 // Views of the saved state (N = B*T tokens).
 template <typename Real>
 struct Saved {
@@ -231,20 +225,20 @@ Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& 
   while (s.attn_tile > 8 && s.attn_tile * s.attn_tile * s.hd > kBlasSingleThreadMaxMnk) s.attn_tile /= 2;
   s.flat_numel = unit.flat_numel;
   const int64_t C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
-  s.input_norm = offset_of(unit, "input_layernorm.weight", {C});
-  s.q_w = offset_of(unit, "self_attn.q_proj.weight", {Q, C});
-  s.k_w = offset_of(unit, "self_attn.k_proj.weight", {K, C});
-  s.v_w = s.k_eq_v ? kAbsent : offset_of(unit, "self_attn.v_proj.weight", {K, C});
-  s.o_w = offset_of(unit, "self_attn.o_proj.weight", {C, Q});
-  s.q_norm = offset_of(unit, "self_attn.q_norm.weight", {s.hd});
-  s.k_norm = offset_of(unit, "self_attn.k_norm.weight", {s.hd});
-  s.post_attn_norm = offset_of(unit, "post_attention_layernorm.weight", {C});
-  s.pre_ff_norm = offset_of(unit, "pre_feedforward_layernorm.weight", {C});
-  s.gate_w = offset_of(unit, "mlp.gate_proj.weight", {I, C});
-  s.up_w = offset_of(unit, "mlp.up_proj.weight", {I, C});
-  s.down_w = offset_of(unit, "mlp.down_proj.weight", {C, I});
-  s.post_ff_norm = offset_of(unit, "post_feedforward_layernorm.weight", {C});
-  s.layer_scalar = offset_of(unit, "layer_scalar", {1});
+  s.input_norm = tensor_offset(unit, "input_layernorm.weight", {C});
+  s.q_w = tensor_offset(unit, "self_attn.q_proj.weight", {Q, C});
+  s.k_w = tensor_offset(unit, "self_attn.k_proj.weight", {K, C});
+  s.v_w = s.k_eq_v ? kAbsent : tensor_offset(unit, "self_attn.v_proj.weight", {K, C});
+  s.o_w = tensor_offset(unit, "self_attn.o_proj.weight", {C, Q});
+  s.q_norm = tensor_offset(unit, "self_attn.q_norm.weight", {s.hd});
+  s.k_norm = tensor_offset(unit, "self_attn.k_norm.weight", {s.hd});
+  s.post_attn_norm = tensor_offset(unit, "post_attention_layernorm.weight", {C});
+  s.pre_ff_norm = tensor_offset(unit, "pre_feedforward_layernorm.weight", {C});
+  s.gate_w = tensor_offset(unit, "mlp.gate_proj.weight", {I, C});
+  s.up_w = tensor_offset(unit, "mlp.up_proj.weight", {I, C});
+  s.down_w = tensor_offset(unit, "mlp.down_proj.weight", {C, I});
+  s.post_ff_norm = tensor_offset(unit, "post_feedforward_layernorm.weight", {C});
+  s.layer_scalar = tensor_offset(unit, "layer_scalar", {1});
   return s;
 }
 

@@ -12,18 +12,18 @@
 namespace slidedp::kernels {
 namespace {
 
-int64_t offset_of(const UnitLayout& unit, const std::string& short_name, std::vector<int64_t> shape) {
+int64_t optional_offset(const UnitLayout& unit, const std::string& short_name, bool present,
+                        const std::vector<int64_t>& shape) {
+  return present ? tensor_offset(unit, short_name, shape) : kAbsent;
+}
+
+}  // namespace
+
+int64_t tensor_offset(const UnitLayout& unit, const std::string& short_name, const std::vector<int64_t>& shape) {
   const TensorSpec& t = unit.at(short_name);
   SLIDEDP_CHECK(t.shape == shape, "tensor " + t.name + " has an unexpected shape");
   return t.offset;
 }
-
-int64_t optional_offset(const UnitLayout& unit, const std::string& short_name, bool present,
-                        std::vector<int64_t> shape) {
-  return present ? offset_of(unit, short_name, std::move(shape)) : kAbsent;
-}
-
-}  // namespace
 
 DecoderSpec make_decoder_spec(const ModelCard& card, const UnitLayout& unit) {
   SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder, "make_decoder_spec needs a decoder unit");
@@ -41,20 +41,20 @@ DecoderSpec make_decoder_spec(const ModelCard& card, const UnitLayout& unit) {
   while (s.attn_tile > 8 && s.attn_tile * s.attn_tile * s.hd > kBlasSingleThreadMaxMnk) s.attn_tile /= 2;
   s.flat_numel = unit.flat_numel;
   const int64_t C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
-  s.input_norm = offset_of(unit, "input_layernorm.weight", {C});
-  s.q_w = offset_of(unit, "self_attn.q_proj.weight", {Q, C});
+  s.input_norm = tensor_offset(unit, "input_layernorm.weight", {C});
+  s.q_w = tensor_offset(unit, "self_attn.q_proj.weight", {Q, C});
   s.q_b = optional_offset(unit, "self_attn.q_proj.bias", s.attention_bias, {Q});
-  s.k_w = offset_of(unit, "self_attn.k_proj.weight", {K, C});
+  s.k_w = tensor_offset(unit, "self_attn.k_proj.weight", {K, C});
   s.k_b = optional_offset(unit, "self_attn.k_proj.bias", s.attention_bias, {K});
-  s.v_w = offset_of(unit, "self_attn.v_proj.weight", {K, C});
+  s.v_w = tensor_offset(unit, "self_attn.v_proj.weight", {K, C});
   s.v_b = optional_offset(unit, "self_attn.v_proj.bias", s.attention_bias, {K});
-  s.o_w = offset_of(unit, "self_attn.o_proj.weight", {C, Q});
+  s.o_w = tensor_offset(unit, "self_attn.o_proj.weight", {C, Q});
   s.q_norm = optional_offset(unit, "self_attn.q_norm.weight", s.qk_norm, {s.hd});
   s.k_norm = optional_offset(unit, "self_attn.k_norm.weight", s.qk_norm, {s.hd});
-  s.post_norm = offset_of(unit, "post_attention_layernorm.weight", {C});
-  s.gate_w = offset_of(unit, "mlp.gate_proj.weight", {I, C});
-  s.up_w = offset_of(unit, "mlp.up_proj.weight", {I, C});
-  s.down_w = offset_of(unit, "mlp.down_proj.weight", {C, I});
+  s.post_norm = tensor_offset(unit, "post_attention_layernorm.weight", {C});
+  s.gate_w = tensor_offset(unit, "mlp.gate_proj.weight", {I, C});
+  s.up_w = tensor_offset(unit, "mlp.up_proj.weight", {I, C});
+  s.down_w = tensor_offset(unit, "mlp.down_proj.weight", {C, I});
   return s;
 }
 
@@ -63,7 +63,7 @@ EmbeddingSpec make_embedding_spec(const ModelCard& card, const UnitLayout& unit)
   EmbeddingSpec s;
   s.V = card.vocab_size;
   s.C = card.hidden_size;
-  s.weight = offset_of(unit, card.tensor_prefix() + "embed_tokens.weight", {s.V, s.C});
+  s.weight = tensor_offset(unit, card.tensor_prefix() + "embed_tokens.weight", {s.V, s.C});
   s.flat_numel = unit.flat_numel;
   if (card.gemma4()) s.scale = round_to_bf16(std::sqrt(static_cast<float>(card.hidden_size)));
   return s;
@@ -75,7 +75,7 @@ HeadSpec make_head_spec(const ModelCard& card, const UnitLayout& unit) {
   s.V = card.vocab_size;
   s.C = card.hidden_size;
   s.eps = card.rms_norm_eps;
-  s.norm_w = offset_of(unit, card.tensor_prefix() + "norm.weight", {s.C});
+  s.norm_w = tensor_offset(unit, card.tensor_prefix() + "norm.weight", {s.C});
   s.logit_softcap = card.final_logit_softcapping;
   s.tied = unit.reads_tied_embedding;
   SLIDEDP_CHECK(s.tied == card.tie_word_embeddings, "layout and card disagree on tied embeddings");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "model/model_card.h"
@@ -73,6 +74,10 @@ struct HeadSpec {
   int64_t loss_chunk_tokens = 256;  // 256 x 151936 fp32 logits = 156 MB
   double logit_softcap = 0;         // Gemma 4's final_logit_softcapping (0: none)
 };
+
+// The element offset of the unit's tensor `short_name` (relative to the unit's prefix), checking its
+// shape: a layout change can never silently shift what the math reads.
+int64_t tensor_offset(const UnitLayout& unit, const std::string& short_name, const std::vector<int64_t>& shape);
 
 // `unit` must be a decoder unit of make_model_layout(card); any layer gives the same spec.
 DecoderSpec make_decoder_spec(const ModelCard& card, const UnitLayout& unit);
