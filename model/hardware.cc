@@ -36,6 +36,7 @@ std::vector<RatePoint> read_rate_table(const YamlReader& r, const std::string& k
       throw InputError(m.where(k), "keys of a rate table are thread counts (positive integers)");
     }
     p.rate = m.number(k, 0.0, 1e15, unit);
+    if (p.rate <= 0) throw InputError(m.where(k), "must be positive (at a rate of 0 the work would never finish)");
     out.push_back(p);
   }
   m.done();
@@ -117,6 +118,10 @@ void Hardware::validate(const std::string& origin) const {
   need(cpu.cores >= 1, "cpu.cores", "must be at least 1");
   need(!cpu.adamw_params_per_s.empty(), "cpu.adamw_params_per_s", "needs at least one thread count");
   need(!cpu.reduce_gbps.empty(), "cpu.reduce_gbps", "needs at least one thread count");
+  for (const RatePoint& p : cpu.adamw_params_per_s)
+    need(p.rate > 0 && std::isfinite(p.rate), "cpu.adamw_params_per_s", "every rate must be positive and finite");
+  for (const RatePoint& p : cpu.reduce_gbps)
+    need(p.rate > 0 && std::isfinite(p.rate), "cpu.reduce_gbps", "every rate must be positive and finite");
   if (gpu.count > 1 && fabric.kind != "none")
     need(fabric.allgather_busbw_gbps > 0 && fabric.reduce_scatter_busbw_gbps > 0, "fabric",
          "bus bandwidths must be positive when there is more than one GPU");

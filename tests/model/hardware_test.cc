@@ -51,6 +51,19 @@ TEST(Hardware, OutOfRangeValueNamesTheUnit) {
   expect_yaml_error(y, "hw.yaml", {"host_link.h2d_gbps", "GB/s"});
 }
 
+// A zero in a CPU rate table would make the update take forever (the planner and the simulator
+// then met NaN and aborted): refused naming the table and the thread count.
+TEST(Hardware, ZeroRateInACpuTableIsRefusedNamingIt) {
+  for (const std::string table : {"adamw_params_per_s", "reduce_gbps"}) {
+    Hardware hw = hardware_preset("h100-sxm-x4");
+    auto& points = table == "adamw_params_per_s" ? hw.cpu.adamw_params_per_s : hw.cpu.reduce_gbps;
+    points.front().rate = 0;
+    EXPECT_THROW(hw.validate("hw"), InputError) << table;
+    const std::string key = "cpu." + table + "." + std::to_string(points.front().threads);
+    expect_yaml_error(hardware_to_yaml(hw), "hw.yaml", {key.c_str(), "must be positive"});
+  }
+}
+
 TEST(Hardware, SyncTermRoundTripsAndGrowsAsSqrtTwoLogRanks) {
   Hardware a = hardware_preset("h100-sxm-x4");
   EXPECT_EQ(a.sync.factor(8), 1.0);  // presets do not claim a measured term
