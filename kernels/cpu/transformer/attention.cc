@@ -109,6 +109,12 @@ double score_scale(const AttentionShape& s) {
 
 }  // namespace
 
+int64_t attention_tile_for(int64_t head_dim) {
+  int64_t tile = 64;
+  while (tile > 8 && tile * tile * head_dim > kBlasSingleThreadMaxMnk) tile /= 2;
+  return tile;
+}
+
 template <typename Real>
 int64_t attention_forward_workspace_bytes(const AttentionShape& s) {
   Arena a;

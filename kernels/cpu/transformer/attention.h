@@ -32,6 +32,10 @@ struct AttentionShape {
   int64_t window = 0;
 };
 
+// The largest power-of-two tile <= 64 (and >= 8) whose tile GEMMs (tile^2 * hd) stay single-threaded
+// in OpenBLAS, so the attention workers run in parallel (64 for hd <= 64, 32 for hd = 128).
+int64_t attention_tile_for(int64_t head_dim);
+
 // Workspace bytes for one call (measured by running the same carve code as the kernels).
 template <typename Real>
 int64_t attention_forward_workspace_bytes(const AttentionShape& s);

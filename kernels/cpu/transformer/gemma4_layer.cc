@@ -6,7 +6,6 @@
 
 #include "common/error.h"
 #include "kernels/cpu/transformer/attention.h"
-#include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/geglu.h"
 #include "kernels/cpu/transformer/linear.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
@@ -221,8 +220,7 @@ Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& 
   s.window = l.window;
   s.k_eq_v = l.k_eq_v;
   s.inv_freq = rope_inv_freq(card, unit.layer);
-  s.attn_tile = 64;
-  while (s.attn_tile > 8 && s.attn_tile * s.attn_tile * s.hd > kBlasSingleThreadMaxMnk) s.attn_tile /= 2;
+  s.attn_tile = attention_tile_for(s.hd);
   s.flat_numel = unit.flat_numel;
   const int64_t C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   s.input_norm = tensor_offset(unit, "input_layernorm.weight", {C});

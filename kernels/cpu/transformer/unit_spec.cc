@@ -6,7 +6,7 @@
 
 #include "common/bf16.h"
 #include "common/error.h"
-#include "kernels/cpu/transformer/blas.h"
+#include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/rope.h"
 
 namespace slidedp::kernels {
@@ -37,8 +37,7 @@ DecoderSpec make_decoder_spec(const ModelCard& card, const UnitLayout& unit) {
   s.attention_bias = card.attention_bias;
   s.qk_norm = card.qk_norm;
   s.inv_freq = rope_inv_freq(card);
-  s.attn_tile = 64;
-  while (s.attn_tile > 8 && s.attn_tile * s.attn_tile * s.hd > kBlasSingleThreadMaxMnk) s.attn_tile /= 2;
+  s.attn_tile = attention_tile_for(s.hd);
   s.flat_numel = unit.flat_numel;
   const int64_t C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   s.input_norm = tensor_offset(unit, "input_layernorm.weight", {C});
