@@ -58,6 +58,20 @@ std::vector<double> expert_selection_probabilities(const RouterModel& r, int64_t
   return p;
 }
 
+const std::vector<double>& router_marginals(const RouterModel& r) {
+  struct Entry {
+    RouterModel router;
+    std::vector<double> pi;
+  };
+  thread_local std::vector<Entry> cache;
+  for (const Entry& e : cache)
+    if (e.router.experts == r.experts && e.router.experts_per_token == r.experts_per_token && e.router.skew == r.skew)
+      return e.pi;
+  if (cache.size() >= 16) cache.clear();
+  cache.push_back({r, expert_selection_probabilities(r, 200000, 0x5eed)});
+  return cache.back().pi;
+}
+
 double expected_hit_fraction(const std::vector<double>& pi, double tokens) {
   if (pi.empty()) return 0.0;
   double hit = 0;

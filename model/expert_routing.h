@@ -24,6 +24,11 @@ struct RouterModel {
 // `samples` sampled tokens (the uniform router's exact k / E when skew is 0).
 std::vector<double> expert_selection_probabilities(const RouterModel& router, int64_t samples, uint64_t seed);
 
+// The marginals the model uses: exact for a uniform router, else sampled from 200k tokens with a fixed
+// seed (a marginal of k / E = 1/16 within about 1%: relative standard error sqrt((1 - pi) / (pi n))),
+// remembered per router, since the planner asks for the same few thousands of times.
+const std::vector<double>& router_marginals(const RouterModel& router);
+
 // Expected fraction of experts hit by `tokens` independent tokens, from the marginals.
 double expected_hit_fraction(const std::vector<double>& selection_probabilities, double tokens);
 

@@ -29,25 +29,8 @@ double unrouted_expert_params(const Workload& w, int layer, int64_t tokens) {
   if (!w.expert_aware_delivery || layer < 0) return 0.0;
   const LayerShape s = w.model.layer(layer);
   if (!s.moe()) return 0.0;
-  // The marginals of a skewed router are sampled once per router and remembered (the planner asks
-  // for the same few thousands of times). 200k tokens measure a marginal of k / E = 1/16 within
-  // about 1% (relative standard error sqrt((1 - pi) / (pi n))).
-  struct Entry {
-    RouterModel router;
-    std::vector<double> pi;
-  };
-  thread_local std::vector<Entry> cache;
   const RouterModel r{s.num_experts, s.experts_per_token, w.router_skew};
-  const std::vector<double>* pi = nullptr;
-  for (const Entry& e : cache)
-    if (e.router.experts == r.experts && e.router.experts_per_token == r.experts_per_token && e.router.skew == r.skew)
-      pi = &e.pi;
-  if (pi == nullptr) {
-    if (cache.size() >= 16) cache.clear();
-    cache.push_back({r, expert_selection_probabilities(r, 200000, 0x5eed)});
-    pi = &cache.back().pi;
-  }
-  const double miss = 1.0 - expected_hit_fraction(*pi, static_cast<double>(tokens));
+  const double miss = 1.0 - expected_hit_fraction(router_marginals(r), static_cast<double>(tokens));
   const double per_expert = 3.0 * static_cast<double>(s.expert_intermediate_size) * static_cast<double>(w.model.hidden_size);
   return miss * static_cast<double>(s.num_experts) * per_expert;
 }
