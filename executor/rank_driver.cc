@@ -31,7 +31,8 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
     data_host_[i] = backend.alloc_host(2 * tokens * 4, true);
     loss_host_[i] = backend.alloc_host(16, true);
   }
-  const int64_t hidden = device_.unit_memory(UnitKind::kDecoder, B_, config.seq_len).hidden_bytes;
+  mem_ = device_.memory_spec(B_, config.seq_len);
+  const int64_t hidden = mem_.decoder.hidden_bytes;
   for (int l = 0; l < L_; ++l)
     if (config.plan.layer_policy(l, L_) == ActivationPolicy::kOffload)
       offload_host_[l] = backend.alloc_host(hidden, true);
@@ -283,7 +284,7 @@ void RankDriver::micro_step(int64_t step, int a) {
   const Plan& plan = config_.plan;
   const int64_t T = config_.seq_len;
   const int64_t tokens = B_ * T;
-  const RankMemorySpec mem = device_.memory_spec(B_, T);  // every unit's sizes (layers may differ: Gemma 4)
+  const RankMemorySpec& mem = mem_;
   const UnitMemory& head_mem = mem.head;
   const int64_t hidden = mem.decoder.hidden_bytes;
   Device& dev = device_;

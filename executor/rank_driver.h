@@ -113,6 +113,7 @@ class RankDriver {
   DriverConfig config_;
   int L_ = 0, U_ = 0;
   int64_t B_ = 0;
+  RankMemorySpec mem_;  // every unit's device memory at (B_, seq_len), once per run (layers may differ)
   std::vector<Slot> slots_;
   int64_t use_seq_ = 0;
   // Host staging of token ids, targets and losses, two micro-steps deep.
