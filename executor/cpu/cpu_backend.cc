@@ -571,10 +571,7 @@ class CpuDevice final : public Device {
         kernels::widen_bf16<float>(reinterpret_cast<const bf16_bits*>(a.params.ptr) + e.weight + id * e.C, x + i * e.C, e.C);
       }
     }
-    if (e.scale != 1.0) {  // Gemma 4: rows times sqrt(C) in bf16
-      const float scale = static_cast<float>(e.scale);
-      for (int64_t i = 0; i < a.B * a.T * e.C; ++i) x[i] *= scale;
-    }
+    kernels::scale_embedding_rows(e, x, a.B * a.T);
   }
 
   // The emulated device memory: 64-byte-aligned host blocks, allocated and freed with the buffers.

@@ -26,18 +26,25 @@ void embedding_forward(Real* x, const int32_t* tokens, const Real* w, int64_t N,
 }
 
 template <typename Real>
-void embedding_backward(Real* dw, const int32_t* tokens, const Real* dx, int64_t N, int64_t C, int64_t V) {
+void embedding_backward(Real* dw, const int32_t* tokens, const Real* dx, int64_t N, int64_t C, int64_t V,
+                        double scale) {
   check_token_ids(tokens, N, V);
+  const Real s = static_cast<Real>(scale);
   for (int64_t n = 0; n < N; ++n) {
     Real* row = dw + static_cast<int64_t>(tokens[n]) * C;  // (C)
     const Real* g = dx + n * C;                            // (C)
-    for (int64_t c = 0; c < C; ++c) row[c] += g[c];
+    if (scale == 1.0) {
+      for (int64_t c = 0; c < C; ++c) row[c] += g[c];
+    } else {
+      for (int64_t c = 0; c < C; ++c) row[c] += s * g[c];
+    }
   }
 }
 
 template void embedding_forward<float>(float*, const int32_t*, const float*, int64_t, int64_t, int64_t);
 template void embedding_forward<double>(double*, const int32_t*, const double*, int64_t, int64_t, int64_t);
-template void embedding_backward<float>(float*, const int32_t*, const float*, int64_t, int64_t, int64_t);
-template void embedding_backward<double>(double*, const int32_t*, const double*, int64_t, int64_t, int64_t);
+template void embedding_backward<float>(float*, const int32_t*, const float*, int64_t, int64_t, int64_t, double);
+template void embedding_backward<double>(double*, const int32_t*, const double*, int64_t, int64_t, int64_t,
+                                          double);
 
 }  // namespace slidedp::kernels

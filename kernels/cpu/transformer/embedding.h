@@ -14,8 +14,10 @@ void check_token_ids(const int32_t* tokens, int64_t N, int64_t V);
 template <typename Real>
 void embedding_forward(Real* x, const int32_t* tokens, const Real* w, int64_t N, int64_t C, int64_t V);
 
-// dw (V, C) += scatter of dx (N, C) rows to rows tokens (N), in token order.
+// dw (V, C) += scale * scatter of dx (N, C) rows to rows tokens (N), in token order (scale: the
+// forward's row scale, Gemma 4's sqrt(C)).
 template <typename Real>
-void embedding_backward(Real* dw, const int32_t* tokens, const Real* dx, int64_t N, int64_t C, int64_t V);
+void embedding_backward(Real* dw, const int32_t* tokens, const Real* dx, int64_t N, int64_t C, int64_t V,
+                        double scale = 1.0);
 
 }  // namespace slidedp::kernels

@@ -16,7 +16,12 @@ template <typename Real>
 void embedding_unit_forward(const EmbeddingSpec& spec, const Real* params, const int32_t* tokens, int64_t B,
                             int64_t T, Real* x);
 
-// grads (flat) += scatter of dx (B, T, C) to the rows of tokens.
+// x (rows, C) *= the spec's row scale (Gemma 4's sqrt(C) in bf16; nothing when it is 1): the forward's
+// last step, for callers that gather the rows themselves.
+template <typename Real>
+void scale_embedding_rows(const EmbeddingSpec& spec, Real* x, int64_t rows);
+
+// grads (flat) += scatter of dx (B, T, C) to the rows of tokens (times the row scale).
 template <typename Real>
 void embedding_unit_backward(const EmbeddingSpec& spec, const int32_t* tokens, const Real* dx, Real* grads,
                              int64_t B, int64_t T);
