@@ -27,47 +27,6 @@ class LayoutBuilder {
   std::string prefix_;
 };
 
-}  // namespace
-
-const char* unit_kind_name(UnitKind kind) {
-  switch (kind) {
-    case UnitKind::kEmbedding: return "embedding";
-    case UnitKind::kDecoder: return "decoder";
-    case UnitKind::kHead: return "head";
-  }
-  return "?";
-}
-
-bool is_norm_weight(const std::string& name) {
-  if (!name.ends_with(".weight")) return false;
-  const std::string stem = name.substr(0, name.size() - 7);  // the module's dotted path
-  const size_t dot = stem.rfind('.');
-  return stem.substr(dot == std::string::npos ? 0 : dot + 1).find("norm") != std::string::npos;
-}
-
-bool is_frozen_buffer(const std::string& name) { return name.ends_with("layer_scalar"); }
-
-bool has_frozen_buffers(const ModelLayout& layout) {
-  for (const UnitLayout& u : layout.units)
-    for (const TensorSpec& t : u.tensors)
-      if (is_frozen_buffer(t.name)) return true;
-  return false;
-}
-
-const TensorSpec* UnitLayout::find(const std::string& name) const {
-  for (const auto& t : tensors)
-    if (t.name == name) return &t;
-  return nullptr;
-}
-
-const TensorSpec& UnitLayout::at(const std::string& short_name) const {
-  const TensorSpec* t = find(prefix() + short_name);
-  SLIDEDP_CHECK(t != nullptr, "unit has no tensor " + prefix() + short_name);
-  return *t;
-}
-
-namespace {
-
 // A Llama-family decoder layer: attention (optional q/k/v biases, optional q/k norms) and SwiGLU.
 void add_llama_decoder(LayoutBuilder& b, const ModelCard& c, const LayerShape& s) {
   const int64_t C = c.hidden_size, I = s.intermediate_size;
@@ -122,6 +81,44 @@ void add_gemma4_decoder(LayoutBuilder& b, const ModelCard& c, const LayerShape& 
 }
 
 }  // namespace
+
+const char* unit_kind_name(UnitKind kind) {
+  switch (kind) {
+    case UnitKind::kEmbedding: return "embedding";
+    case UnitKind::kDecoder: return "decoder";
+    case UnitKind::kHead: return "head";
+  }
+  return "?";
+}
+
+bool is_norm_weight(const std::string& name) {
+  if (!name.ends_with(".weight")) return false;
+  const std::string stem = name.substr(0, name.size() - 7);  // the module's dotted path
+  const size_t dot = stem.rfind('.');
+  return stem.substr(dot == std::string::npos ? 0 : dot + 1).find("norm") != std::string::npos;
+}
+
+bool is_frozen_buffer(const std::string& name) { return name.ends_with("layer_scalar"); }
+
+bool has_frozen_buffers(const ModelLayout& layout) {
+  for (const UnitLayout& u : layout.units)
+    for (const TensorSpec& t : u.tensors)
+      if (is_frozen_buffer(t.name)) return true;
+  return false;
+}
+
+const TensorSpec* UnitLayout::find(const std::string& name) const {
+  for (const auto& t : tensors)
+    if (t.name == name) return &t;
+  return nullptr;
+}
+
+const TensorSpec& UnitLayout::at(const std::string& short_name) const {
+  const TensorSpec* t = find(prefix() + short_name);
+  SLIDEDP_CHECK(t != nullptr, "unit has no tensor " + prefix() + short_name);
+  return *t;
+}
+
 
 ModelLayout make_model_layout(const ModelCard& c) {
   ModelLayout m;
