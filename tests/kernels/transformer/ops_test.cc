@@ -18,6 +18,8 @@
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
 #include "model/model_card.h"
+#include "kernels/cpu/transformer/embedding_unit.h"
+#include "model/unit_layout.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels {
@@ -350,6 +352,28 @@ TEST(GeGlu, GeluMatchesTorchAndBackwardMatchesFiniteDifferences) {
 }
 
 // ---- Embedding -----------------------------------------------------------------------------------
+
+// Gemma 4's scaled embedding: rows times sqrt(C) rounded to bf16 (53.0 for C = 2816), the gradient
+// through the same scale (finite differences of the unit's forward), and the card's scale itself.
+TEST(Embedding, GemmaScaleMultipliesRowsAndTheirGradient) {
+  EXPECT_EQ(make_embedding_spec(model_preset("gemma-4-26b-a4b"), make_model_layout(model_preset("gemma-4-26b-a4b")).units[0]).scale, 53.0);
+  EXPECT_EQ(make_embedding_spec(model_preset("gemma-4-31b"), make_model_layout(model_preset("gemma-4-31b")).units[0]).scale, 73.5);
+  EmbeddingSpec spec;
+  spec.V = 5, spec.C = 3, spec.weight = 0, spec.flat_numel = 15, spec.scale = 53.0;
+  const std::vector<int32_t> tokens = {4, 0, 4, 2};
+  auto w = random_vector<double>(spec.V * spec.C, 61);
+  auto r = random_vector<double>(4 * spec.C, 62);
+  std::vector<double> x(4 * spec.C), dw(spec.V * spec.C, 0.0);
+  embedding_unit_forward(spec, w.data(), tokens.data(), 1, 4, x.data());
+  for (int64_t c = 0; c < spec.C; ++c) EXPECT_EQ(x[c], 53.0 * w[4 * spec.C + c]);
+  embedding_unit_backward(spec, tokens.data(), r.data(), dw.data(), 1, 4);
+  auto loss = [&] {
+    std::vector<double> y(4 * spec.C);
+    embedding_unit_forward(spec, w.data(), tokens.data(), 1, 4, y.data());
+    return dot(y, r);
+  };
+  EXPECT_TRUE(check_finite_differences(w, dw, loss, "scaled embedding dw"));
+}
 
 TEST(Embedding, GatherAndScatterAddWithRepeatedTokens) {
   const int64_t V = 5, C = 3, N = 6;
