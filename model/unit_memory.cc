@@ -16,17 +16,9 @@ namespace {
 
 int64_t align_up(int64_t bytes, int64_t align) { return (bytes + align - 1) / align * align; }
 
-// The kernels' specs with the options' tunables. A mixture-of-experts card has no decoder units yet:
-// its specs hold the embedding and the head only.
+// The kernels' specs with the options' tunables.
 kernels::ModelSpecs specs_for(const ModelCard& card, const ModelLayout& layout, const UnitMemoryOptions& o) {
-  kernels::ModelSpecs s;
-  if (card.moe()) {
-    s.num_layers = card.num_layers;
-    s.embedding = kernels::make_embedding_spec(card, layout.units.front());
-    s.head = kernels::make_head_spec(card, layout.units.back());
-  } else {
-    s = kernels::make_model_specs(card, layout);
-  }
+  kernels::ModelSpecs s = kernels::make_model_specs(card, layout);
   s.head.loss_chunk_tokens = o.loss_chunk_tokens;
   if (!s.gemma4()) s.set_mlp_token_tile(o.mlp_token_tile);  // Gemma 4's layers are never tiled
   s.set_threads(o.cpu_threads > 0 ? o.cpu_threads : 1);
@@ -60,7 +52,7 @@ UnitMemory cpu_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int laye
   return m;
 }
 
-// Gemma 4 layers without built units (the CUDA code; the MoE block): model_costs' per-token count of
+// Gemma 4 layers without built units (the CUDA code): model_costs' per-token count of
 // the activations, in the backend's element size, plus the CPU backend's fp32 parameter copy.
 UnitMemory estimated_decoder_memory(const ModelCard& card, const ModelLayout& layout, int layer, int64_t B,
                                     int64_t T, const UnitMemoryOptions& options) {
@@ -106,7 +98,7 @@ std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const Model
                                               const UnitMemoryOptions& options) {
   SLIDEDP_CHECK(B >= 0 && T >= 0, "negative micro-batch or sequence length");
   std::vector<UnitMemory> out;
-  const bool built = options.code == UnitCode::kCpu && !card.moe();
+  const bool built = options.code == UnitCode::kCpu;
   if (!card.gemma4() || built) {
     const kernels::ModelSpecs s = specs_for(card, layout, options);
     for (int l = 0; l < card.num_layers; ++l)

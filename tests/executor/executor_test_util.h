@@ -35,6 +35,17 @@ inline ModelCard tiny_gemma4_card() {
       "tiny-gemma4");
 }
 
+// The same with the 26B-A4B block in miniature: 8 experts, 2 per token, intermediate size 12.
+inline ModelCard tiny_gemma4_moe_card() {
+  ModelCard c = tiny_gemma4_card();
+  c.name = "tiny-gemma4-moe";
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 12;
+  c.validate("tiny_gemma4_moe_card");
+  return c;
+}
+
 inline TrainOptions tiny_options(int ranks, int micro_batch, int accum, int64_t steps = 3) {
   TrainOptions o;
   o.card = tiny_card();

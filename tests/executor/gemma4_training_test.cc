@@ -1,5 +1,6 @@
-// A tiny Gemma 4 (dense: sliding and K=V global layers, sandwich norms, GeGLU, layer_scalar, scaled
-// embedding, softcapped tied head) trained by the executor on the CPU backend: every route pair and
+// A tiny Gemma 4 (sliding and K=V global layers, sandwich norms, GeGLU, layer_scalar, scaled
+// embedding, softcapped tied head), dense and with the mixture-of-experts block (router, packed
+// experts beside the dense MLP), trained by the executor on the CPU backend: every route pair and
 // every activation policy give bitwise the same weights, N ranks equal one rank with N times the
 // micro-batch or N accumulation steps within fp32 summation order, layer_scalar never moves, and
 // the loss falls on the embedded text.
@@ -17,32 +18,40 @@ using testing::bitwise_equal;
 using testing::tiny_options;
 using testing::weight_error;
 
-TrainOptions gemma_options(int ranks, int micro_batch, int accum, int64_t steps = 3) {
+TrainOptions gemma_options(const ModelCard& card, int ranks, int micro_batch, int accum, int64_t steps = 3) {
   TrainOptions o = tiny_options(ranks, micro_batch, accum, steps);
-  o.card = testing::tiny_gemma4_card();
+  o.card = card;
   o.plan.gpu_buffer_depth = 2;  // tied: the head reads unit 0 while it holds its own slot
   return o;
 }
 
+std::vector<ModelCard> gemma_cards() {
+  return {testing::tiny_gemma4_card(), testing::tiny_gemma4_moe_card()};
+}
+
 TEST(Gemma4Training, EveryRouteAndPolicyGivesBitwiseIdenticalWeights) {
-  std::vector<TrainResult> results;
-  for (ParamRoute pr : {ParamRoute::kReplicated, ParamRoute::kSharded})
-    for (GradRoute gr : {GradRoute::kCpu, GradRoute::kGpu}) {
-      TrainOptions o = gemma_options(2, 1, 2);
-      o.plan.param_route = pr;
-      o.plan.grad_route = gr;
-      results.push_back(train(o));
+  for (const ModelCard& card : gemma_cards()) {
+    SCOPED_TRACE(card.name);
+    std::vector<TrainResult> results;
+    for (ParamRoute pr : {ParamRoute::kReplicated, ParamRoute::kSharded})
+      for (GradRoute gr : {GradRoute::kCpu, GradRoute::kGpu}) {
+        TrainOptions o = gemma_options(card, 2, 1, 2);
+        o.plan.param_route = pr;
+        o.plan.grad_route = gr;
+        results.push_back(train(o));
+      }
+    TrainOptions keep = gemma_options(card, 2, 1, 2);
+    keep.plan.recompute_layers = 0;
+    keep.plan.keep_layers = Plan::kRest;
+    results.push_back(train(keep));
+    TrainOptions mixed = keep;
+    mixed.plan.per_layer = {ActivationPolicy::kOffload, ActivationPolicy::kRecompute,
+                            ActivationPolicy::kKeep};
+    results.push_back(train(mixed));
+    for (size_t i = 1; i < results.size(); ++i) {
+      EXPECT_TRUE(bitwise_equal(results[0], results[i])) << "variant " << i;
+      EXPECT_EQ(results[0].steps.back().loss, results[i].steps.back().loss) << "variant " << i;
     }
-  TrainOptions keep = gemma_options(2, 1, 2);
-  keep.plan.recompute_layers = 0;
-  keep.plan.keep_layers = Plan::kRest;
-  results.push_back(train(keep));
-  TrainOptions mixed = keep;
-  mixed.plan.per_layer = {ActivationPolicy::kOffload, ActivationPolicy::kRecompute, ActivationPolicy::kKeep};
-  results.push_back(train(mixed));
-  for (size_t i = 1; i < results.size(); ++i) {
-    EXPECT_TRUE(bitwise_equal(results[0], results[i])) << "variant " << i;
-    EXPECT_EQ(results[0].steps.back().loss, results[i].steps.back().loss) << "variant " << i;
   }
 }
 
@@ -51,40 +60,46 @@ TEST(Gemma4Training, EveryRouteAndPolicyGivesBitwiseIdenticalWeights) {
 // and the hidden states it starts are that much larger, so the same relative fp32 summation-order
 // differences give absolute weight differences that much larger near zero (1e-7 fails at 2x).
 TEST(Gemma4Training, RanksTimesMicroBatchEqualsOneRankAndAccumulation) {
-  TrainOptions ranks = gemma_options(3, 1, 1);
-  ranks.exact_fp32 = true;
-  ranks.optimizer.eps = 1.0;
-  ranks.lr.lr = 0.1;
-  TrainOptions single = ranks;
-  single.plan.ranks = 1;
-  single.plan.micro_batch = 3;
-  TrainOptions accum = ranks;
-  accum.plan.ranks = 1;
-  accum.plan.accum_steps = 3;
-  TrainResult a = train(ranks), b = train(single), c = train(accum);
-  EXPECT_NEAR(a.steps[0].loss, b.steps[0].loss, 1e-6 * std::fabs(b.steps[0].loss));
-  const double atol = 1e-7 * std::sqrt(32.0);
-  EXPECT_LE(weight_error(a, b, atol, 1e-5), 1.0);
-  EXPECT_LE(weight_error(a, c, atol, 1e-5), 1.0);
+  for (const ModelCard& card : gemma_cards()) {
+    SCOPED_TRACE(card.name);
+    TrainOptions ranks = gemma_options(card, 3, 1, 1);
+    ranks.exact_fp32 = true;
+    ranks.optimizer.eps = 1.0;
+    ranks.lr.lr = 0.1;
+    TrainOptions single = ranks;
+    single.plan.ranks = 1;
+    single.plan.micro_batch = 3;
+    TrainOptions accum = ranks;
+    accum.plan.ranks = 1;
+    accum.plan.accum_steps = 3;
+    TrainResult a = train(ranks), b = train(single), c = train(accum);
+    EXPECT_NEAR(a.steps[0].loss, b.steps[0].loss, 1e-6 * std::fabs(b.steps[0].loss));
+    const double atol = 1e-7 * std::sqrt(32.0);
+    EXPECT_LE(weight_error(a, b, atol, 1e-5), 1.0);
+    EXPECT_LE(weight_error(a, c, atol, 1e-5), 1.0);
+  }
 }
 
 TEST(Gemma4Training, LayerScalarStaysAsLoadedAndTheLossFalls) {
-  TrainOptions o = gemma_options(2, 4, 1, 50);
-  o.seq_len = 32;
-  o.lr.lr = 1e-2;
-  o.optimizer.weight_decay = 0.1;  // decay everything decayable: layer_scalar must still not move
-  TrainResult r = train(o);
-  ASSERT_EQ(r.steps.size(), 50u);
-  const ModelLayout layout = make_model_layout(o.card);
-  for (const UnitLayout& u : layout.units)
-    for (const TensorSpec& t : u.tensors)
-      if (is_frozen_buffer(t.name)) {
-        EXPECT_EQ(r.master[static_cast<size_t>(u.index)][static_cast<size_t>(t.offset)], 1.0f) << t.name;
-      }
-  double first = 0, last = 0;
-  for (int i = 0; i < 5; ++i) first += r.steps[static_cast<size_t>(i)].loss / 5;
-  for (int i = 45; i < 50; ++i) last += r.steps[static_cast<size_t>(i)].loss / 5;
-  EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
+  for (const ModelCard& card : gemma_cards()) {
+    SCOPED_TRACE(card.name);
+    TrainOptions o = gemma_options(card, 2, 4, 1, 50);
+    o.seq_len = 32;
+    o.lr.lr = 1e-2;
+    o.optimizer.weight_decay = 0.1;  // decay everything decayable: layer_scalar must still not move
+    TrainResult r = train(o);
+    ASSERT_EQ(r.steps.size(), 50u);
+    const ModelLayout layout = make_model_layout(o.card);
+    for (const UnitLayout& u : layout.units)
+      for (const TensorSpec& t : u.tensors)
+        if (is_frozen_buffer(t.name)) {
+          EXPECT_EQ(r.master[static_cast<size_t>(u.index)][static_cast<size_t>(t.offset)], 1.0f) << t.name;
+        }
+    double first = 0, last = 0;
+    for (int i = 0; i < 5; ++i) first += r.steps[static_cast<size_t>(i)].loss / 5;
+    for (int i = 45; i < 50; ++i) last += r.steps[static_cast<size_t>(i)].loss / 5;
+    EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
+  }
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #include "kernels/cpu/transformer/gemma4_layer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "common/error.h"
 #include "kernels/cpu/transformer/attention.h"
@@ -37,8 +38,22 @@ struct Saved {
   Real* z;          // (N, C) its output
   Real* g;          // (N, I) gate_proj output
   Real* u;          // (N, I) up_proj output
-  Real* d;          // (N, C) down_proj output (post_feedforward_layernorm's input)
+  Real* d;          // (N, C) down_proj output (post_feedforward_layernorm's input on dense layers)
   Real* rstd_post;  // (N)
+  // MoE layers only
+  Real* rstd_p1;      // (N) post_feedforward_layernorm_1 1/rms (its input is d)
+  Real* rstd_r;       // (N) the router's norm 1/rms
+  Real* r;            // (N, C) the router's input: rmsnorm(h1) * router.scale * C^-1/2
+  Real* probs;        // (N, E) router softmax
+  int32_t* idx;       // (N, K) chosen experts
+  Real* w_renorm;     // (N, K) their renormalised probabilities
+  Real* w;            // (N, K) times per_expert_scale: the experts' weights
+  Real* rstd_z2;      // (N) pre_feedforward_layernorm_2 1/rms
+  Real* z2;           // (N, C) its output, the experts' input
+  Workspace experts;  // moe_experts.h's saved rows
+  Real* eo;           // (N, C) experts' output (post_feedforward_layernorm_2's input)
+  Real* rstd_p2;      // (N)
+  Real* dsum;         // (N, C) dense + routed branch (post_feedforward_layernorm's input)
 };
 
 template <typename Real>
@@ -67,7 +82,35 @@ Saved<Real> carve_saved(Arena& a, const Gemma4LayerSpec& s, int64_t B, int64_t T
   v.u = a.take<Real>(N * s.I, "u");
   v.d = a.take<Real>(N * s.C, "d");
   v.rstd_post = a.take<Real>(N, "rstd_post");
+  if (s.has_moe()) {
+    const int64_t E = s.moe.E, top_k = s.moe.K;
+    v.rstd_p1 = a.take<Real>(N, "rstd_p1");
+    v.rstd_r = a.take<Real>(N, "rstd_r");
+    v.r = a.take<Real>(N * s.C, "r");
+    v.probs = a.take<Real>(N * E, "probs");
+    v.idx = a.take<int32_t>(N * top_k, "idx");
+    v.w_renorm = a.take<Real>(N * top_k, "w_renorm");
+    v.w = a.take<Real>(N * top_k, "w");
+    v.rstd_z2 = a.take<Real>(N, "rstd_z2");
+    v.z2 = a.take<Real>(N * s.C, "z2");
+    v.experts = a.take_workspace(experts_saved_bytes<Real>(s.moe, N));
+    v.eo = a.take<Real>(N * s.C, "eo");
+    v.rstd_p2 = a.take<Real>(N, "rstd_p2");
+    v.dsum = a.take<Real>(N * s.C, "dsum");
+  }
   return v;
+}
+
+MoeSpec moe_spec(const Gemma4LayerSpec& s) {
+  MoeSpec m = s.moe;
+  m.threads = s.threads;
+  return m;
+}
+
+// The router's input is rmsnorm(h1) * scale, times this.
+template <typename Real>
+Real router_input_scale(const Gemma4LayerSpec& s) {
+  return static_cast<Real>(1.0 / std::sqrt(static_cast<double>(s.C)));
 }
 
 AttentionShape attention_shape(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
@@ -104,13 +147,47 @@ BackwardCommon<Real> carve_backward_common(Arena& a, const Gemma4LayerSpec& s, i
 }
 template <typename Real>
 struct BackwardMlp {
-  Real* m_du;   // (N, I) recomputed gelu(g) * u, then du
-  Real* dm_dg;  // (N, I) dm, then dg
-  Real* dd;     // (N, C) gradient of d
+  Real* m_du;      // (N, I) recomputed gelu(g) * u, then du
+  Real* dm_dg;     // (N, I) dm, then dg
+  Real* dd;        // (N, C) gradient of post_feedforward_layernorm's input
+  Real* dd_dense;  // (N, C) gradient of the dense MLP's output (MoE layers; dd on dense ones)
 };
 template <typename Real>
 BackwardMlp<Real> carve_backward_mlp(Arena& a, const Gemma4LayerSpec& s, int64_t N) {
-  return {a.take<Real>(N * s.I), a.take<Real>(N * s.I), a.take<Real>(N * s.C)};
+  BackwardMlp<Real> m{a.take<Real>(N * s.I), a.take<Real>(N * s.I), a.take<Real>(N * s.C), nullptr};
+  m.dd_dense = s.has_moe() ? a.take<Real>(N * s.C) : m.dd;
+  return m;
+}
+// The routed branch's backward, between the post-norm and the dense MLP.
+template <typename Real>
+struct BackwardMoe {
+  Real* deo_dr;   // (N, C) gradient of the experts' output, then of the router's input
+  Real* dz2;      // (N, C) gradient of the experts' input
+  Real* dw;       // (N, K) of the experts' weights, then of the renormalised ones
+  Real* dlogits;  // (N, E)
+  Workspace experts;
+};
+template <typename Real>
+BackwardMoe<Real> carve_backward_moe(Arena& a, const Gemma4LayerSpec& s, int64_t N) {
+  BackwardMoe<Real> m;
+  m.deo_dr = a.take<Real>(N * s.C);
+  m.dz2 = a.take<Real>(N * s.C);
+  m.dw = a.take<Real>(N * s.moe.K);
+  m.dlogits = a.take<Real>(N * s.moe.E);
+  m.experts = a.take_workspace(experts_backward_workspace_bytes<Real>(s.moe, N));
+  return m;
+}
+// The routed branch's forward scratch: the router logits and the experts' scratch, then the
+// post-norm's output.
+template <typename Real>
+int64_t take_forward_moe(Arena& a, const Gemma4LayerSpec& s, int64_t N) {
+  const int64_t mark = a.mark();
+  a.take<Real>(N * s.moe.E, "router logits");
+  a.take_workspace(experts_forward_workspace_bytes<Real>(s.moe, N));
+  a.release(mark);
+  a.take<Real>(N * s.C, "routed branch after its norm");
+  a.release(mark);
+  return a.high_water_bytes();
 }
 template <typename Real>
 struct BackwardAttention {
@@ -142,6 +219,68 @@ void check_spec(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
                 "bad Gemma 4 layer spec");
   SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
   SLIDEDP_CHECK(s.k_eq_v == (s.v_w == kAbsent), "K=V layers have no v_proj, the others have one");
+  SLIDEDP_CHECK(!s.has_moe() || (s.moe.C == s.C && s.moe.K <= s.moe.E && s.experts_down != kAbsent),
+                "bad Gemma 4 MoE spec");
+}
+
+// The routed branch: d_sum = norm_post_ff_1(d) + norm_post_ff_2(experts(norm_pre_ff_2(h1))), with
+// the router on h1 (saved state complete on return).
+template <typename Real>
+void moe_forward(const Gemma4LayerSpec& s, const Real* p, const Saved<Real>& S, int64_t N, Arena& arena) {
+  const int64_t C = s.C, E = s.moe.E, K = s.moe.K;
+  const Real* const no_bias = nullptr;
+  rmsnorm_forward(S.dsum, S.rstd_p1, S.d, p + s.post_ff_norm_1, N, C, s.eps);
+  rmsnorm_forward(S.r, S.rstd_r, S.h1, p + s.router_scale, N, C, s.eps);
+  const Real c = router_input_scale<Real>(s);
+  for (int64_t i = 0; i < N * C; ++i) S.r[i] *= c;
+  rmsnorm_forward(S.z2, S.rstd_z2, S.h1, p + s.pre_ff_norm_2, N, C, s.eps);
+  const int64_t mark = arena.mark();
+  Real* logits = arena.take<Real>(N * E, "router logits");
+  linear_forward(logits, S.r, p + s.router_w, no_bias, N, C, E, false);
+  router_topk_forward(S.probs, S.idx, S.w_renorm, logits, N, E, K);
+  for (int64_t i = 0; i < N * K; ++i) S.w[i] = S.w_renorm[i] * p[s.per_expert_scale + S.idx[i]];
+  const MoeSpec m = moe_spec(s);
+  experts_forward(m, p + s.experts_gate_up, p + s.experts_down, S.z2, S.idx, S.w, S.eo, S.experts, N,
+                  arena.take_workspace(experts_forward_workspace_bytes<Real>(m, N)));
+  arena.release(mark);
+  Real* routed = arena.take<Real>(N * C, "routed branch after its norm");
+  rmsnorm_forward(routed, S.rstd_p2, S.eo, p + s.post_ff_norm_2, N, C, s.eps);
+  for (int64_t i = 0; i < N * C; ++i) S.dsum[i] += routed[i];
+  arena.release(mark);
+}
+
+// From dd (the gradient of d_sum): the routed branch's parameter gradients, its input gradients
+// added to dh1 (the experts' norm and the router's norm both read h1), and dd_dense (the dense MLP
+// output's gradient through norm_post_ff_1).
+template <typename Real>
+void moe_backward(const Gemma4LayerSpec& s, const Real* p, const Saved<Real>& S, const Real* dd, Real* dd_dense,
+                  Real* dh1, Real* dp, int64_t N, Arena& arena) {
+  const int64_t C = s.C, E = s.moe.E, K = s.moe.K;
+  Real* const no_bias = nullptr;
+  const int64_t mark = arena.mark();
+  const BackwardMoe<Real> b = carve_backward_moe<Real>(arena, s, N);
+  rmsnorm_backward(b.deo_dr, dp + s.post_ff_norm_2, dd, S.eo, S.rstd_p2, p + s.post_ff_norm_2, N, C, false);
+  experts_backward(moe_spec(s), p + s.experts_gate_up, p + s.experts_down, S.z2, S.idx, S.w, S.experts, b.deo_dr,
+                   b.dz2, b.dw, dp + s.experts_gate_up, dp + s.experts_down, N, b.experts);
+  rmsnorm_backward(dh1, dp + s.pre_ff_norm_2, b.dz2, S.h1, S.rstd_z2, p + s.pre_ff_norm_2, N, C, true);
+  // w = w_renorm * per_expert_scale[idx], summed over tokens in order (deterministic)
+  for (int64_t i = 0; i < N * K; ++i) {
+    const int64_t e = S.idx[i];
+    dp[s.per_expert_scale + e] += b.dw[i] * S.w_renorm[i];
+    b.dw[i] *= p[s.per_expert_scale + e];
+  }
+  router_topk_backward(b.dlogits, b.dw, S.probs, S.idx, N, E, K);
+  linear_backward(b.deo_dr, dp + s.router_w, no_bias, b.dlogits, S.r, p + s.router_w, N, C, E, false);
+  const Real c = router_input_scale<Real>(s);
+  for (int64_t i = 0; i < N * C; ++i) b.deo_dr[i] *= c;
+  rmsnorm_backward(dh1, dp + s.router_scale, b.deo_dr, S.h1, S.rstd_r, p + s.router_scale, N, C, true);
+  arena.release(mark);
+  rmsnorm_backward(dd_dense, dp + s.post_ff_norm_1, dd, S.d, S.rstd_p1, p + s.post_ff_norm_1, N, C, false);
+}
+
+template <typename Real>
+const Real* post_ff_norm_input(const Gemma4LayerSpec& s, const Saved<Real>& S) {
+  return s.has_moe() ? S.dsum : S.d;
 }
 
 // Everything up to the saved state; y != nullptr also runs the rest (forward), y == nullptr stops
@@ -193,13 +332,15 @@ void forward_impl(const Gemma4LayerSpec& s, const Real* p, const Real* x, Real* 
     linear_forward(S.d, m, p + s.down_w, no_bias, N, I, C, false);
     arena.release(mark);
   }
+  if (s.has_moe()) moe_forward(s, p, S, N, arena);
+  const Real* post_in = post_ff_norm_input(s, S);
   if (y == nullptr) {  // recompute: the saved state needs only the post-norm's 1/rms
     Real* scratch = arena.take<Real>(N * C, "post-norm output");
-    rmsnorm_forward(scratch, S.rstd_post, S.d, p + s.post_ff_norm, N, C, s.eps);
+    rmsnorm_forward(scratch, S.rstd_post, post_in, p + s.post_ff_norm, N, C, s.eps);
     return;
   }
   // y = (h1 + norm_post_ff(d)) * layer_scalar
-  rmsnorm_forward(y, S.rstd_post, S.d, p + s.post_ff_norm, N, C, s.eps);
+  rmsnorm_forward(y, S.rstd_post, post_in, p + s.post_ff_norm, N, C, s.eps);
   const Real scalar = p[s.layer_scalar];
   for (int64_t i = 0; i < N * C; ++i) y[i] = (S.h1[i] + y[i]) * scalar;
 }
@@ -209,7 +350,6 @@ void forward_impl(const Gemma4LayerSpec& s, const Real* p, const Real* x, Real* 
 Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& unit) {
   SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder && card.gemma4(), "make_gemma4_layer_spec needs a Gemma 4 decoder");
   const LayerShape l = card.layer(unit.layer);
-  SLIDEDP_CHECK(!l.moe(), "the Gemma 4 MoE block is not built yet");
   Gemma4LayerSpec s;
   s.C = card.hidden_size;
   s.H = l.num_heads;
@@ -237,6 +377,18 @@ Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& 
   s.down_w = tensor_offset(unit, "mlp.down_proj.weight", {C, I});
   s.post_ff_norm = tensor_offset(unit, "post_feedforward_layernorm.weight", {C});
   s.layer_scalar = tensor_offset(unit, "layer_scalar", {1});
+  if (l.moe()) {
+    const int64_t E = l.num_experts, Ie = l.expert_intermediate_size;
+    s.moe = MoeSpec{C, E, l.experts_per_token, Ie, ExpertActivation::kGeluTanh, 1};
+    s.post_ff_norm_1 = tensor_offset(unit, "post_feedforward_layernorm_1.weight", {C});
+    s.router_w = tensor_offset(unit, "router.proj.weight", {E, C});
+    s.router_scale = tensor_offset(unit, "router.scale", {C});
+    s.per_expert_scale = tensor_offset(unit, "router.per_expert_scale", {E});
+    s.pre_ff_norm_2 = tensor_offset(unit, "pre_feedforward_layernorm_2.weight", {C});
+    s.experts_gate_up = tensor_offset(unit, "experts.gate_up_proj", {E, 2 * Ie, C});
+    s.experts_down = tensor_offset(unit, "experts.down_proj", {E, C, Ie});
+    s.post_ff_norm_2 = tensor_offset(unit, "post_feedforward_layernorm_2.weight", {C});
+  }
   return s;
 }
 
@@ -257,6 +409,7 @@ int64_t gemma4_forward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, i
   const int64_t mlp = a.mark();
   a.take<Real>(B * T * spec.I);  // m
   a.release(mlp);
+  if (spec.has_moe()) take_forward_moe<Real>(a, spec, B * T);
   a.take<Real>(B * T * spec.C);  // recompute's post-norm output
   return a.high_water_bytes();
 }
@@ -267,6 +420,11 @@ int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, 
   carve_backward_common<Real>(a, spec, B, T);
   const int64_t mark = a.mark();
   carve_backward_mlp<Real>(a, spec, B * T);
+  if (spec.has_moe()) {
+    const int64_t moe = a.mark();
+    carve_backward_moe<Real>(a, spec, B * T);
+    a.release(moe);
+  }
   a.release(mark);
   carve_backward_attention<Real>(a, spec, B, T);
   return a.high_water_bytes();
@@ -306,10 +464,12 @@ void gemma4_backward(const Gemma4LayerSpec& s, const Real* p, const Real* x, Wor
   {
     const int64_t mark = arena.mark();
     const BackwardMlp<Real> m = carve_backward_mlp<Real>(arena, s, N);
-    rmsnorm_backward(m.dd, dp + s.post_ff_norm, w.dh1, S.d, S.rstd_post, p + s.post_ff_norm, N, C, false);
+    rmsnorm_backward(m.dd, dp + s.post_ff_norm, w.dh1, post_ff_norm_input(s, S), S.rstd_post, p + s.post_ff_norm,
+                     N, C, false);
+    if (s.has_moe()) moe_backward(s, p, S, m.dd, m.dd_dense, w.dh1, dp, N, arena);
     // d = m Wd^T, m = gelu(g) * u recomputed (not saved: an elementwise pass costs less than N*I memory)
     geglu_forward(m.m_du, S.g, S.u, N * I, s.threads);
-    linear_backward(m.dm_dg, dp + s.down_w, no_bias, m.dd, m.m_du, p + s.down_w, N, I, C, false);
+    linear_backward(m.dm_dg, dp + s.down_w, no_bias, m.dd_dense, m.m_du, p + s.down_w, N, I, C, false);
     geglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I, s.threads);
     // dz = dg Wg + du Wu; dWg += dg^T z; dWu += du^T z
     linear_backward(w.dc, dp + s.gate_w, no_bias, m.dm_dg, S.z, p + s.gate_w, N, C, I, false);

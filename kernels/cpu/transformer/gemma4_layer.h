@@ -9,6 +9,12 @@
 //   h2 = h1 + norm_post_ff(d)
 //   y  = h2 * layer_scalar
 //
+// On mixture-of-experts layers (26B-A4B) the feed-forward branch is the dense MLP plus the experts:
+//   r  = rmsnorm_noscale(h1) * router_scale * C^-1/2;  p = softmax(r Wr^T);  top-k, renormalised
+//   w  = w_topk * per_expert_scale[idx]
+//   d  = norm_post_ff_1(d_dense) + norm_post_ff_2(experts(norm_pre_ff_2(h1), idx, w))
+// The router sees the un-normalised h1 (moe_experts.h holds the routed part).
+//
 // shared/reference/model-families.md section 2.4 is the source of every step. The unit follows the
 // Llama unit's contract (decoder_layer.h): forward writes y and the saved state (everything backward
 // needs but x), recompute refills the saved state bitwise, backward overwrites dx and ACCUMULATES
@@ -20,6 +26,7 @@
 #include <vector>
 
 #include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/moe_experts.h"
 #include "kernels/cpu/transformer/unit_spec.h"
 
 namespace slidedp::kernels {
@@ -35,11 +42,16 @@ struct Gemma4LayerSpec {
   int64_t input_norm = 0, q_w = 0, k_w = 0, v_w = kAbsent, o_w = 0, q_norm = 0, k_norm = 0,
           post_attn_norm = 0, pre_ff_norm = 0, gate_w = 0, up_w = 0, down_w = 0, post_ff_norm = 0,
           layer_scalar = 0;
+  // The MoE block (moe.E == 0: a dense layer) and its tensors' offsets.
+  MoeSpec moe;
+  int64_t post_ff_norm_1 = kAbsent, router_w = kAbsent, router_scale = kAbsent, per_expert_scale = kAbsent,
+          pre_ff_norm_2 = kAbsent, experts_gate_up = kAbsent, experts_down = kAbsent, post_ff_norm_2 = kAbsent;
   int64_t attn_tile = 64;  // as DecoderSpec::attn_tile
   int64_t threads = 1;     // as DecoderSpec::threads
 
   int64_t q_dim() const { return H * hd; }
   int64_t kv_dim() const { return KV * hd; }
+  bool has_moe() const { return moe.E > 0; }
 };
 
 // The spec of decoder unit `unit` (its layer's shape from card.layer()).

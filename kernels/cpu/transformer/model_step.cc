@@ -15,10 +15,6 @@ namespace slidedp::kernels {
 
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
   SLIDEDP_CHECK(layout.num_units() == card.num_layers + 2, "layout does not match the card");
-  if (card.moe())
-    throw InputError(card.name + ": num_experts",
-                     "Gemma 4's mixture-of-experts block cannot run yet (the dense 31B-shaped layers can); "
-                     "slidedp-predict, slidedp-plan and the sweeps model it");
   ModelSpecs s;
   s.num_layers = card.num_layers;
   s.embedding = make_embedding_spec(card, layout.units.front());

@@ -266,6 +266,56 @@ void decoder_forward(const DecoderSpec& s, const Real* p, const Real* x, Real* y
   for (int64_t i = 0; i < N * C; ++i) y[i] = x2[i] + d[i];
 }
 
+Routing route_topk(const std::vector<double>& logits, int64_t N, int64_t E, int64_t K) {
+  Routing r{std::vector<double>(N * E), std::vector<double>(N * K), std::vector<int32_t>(N * K),
+            std::numeric_limits<double>::infinity()};
+  for (int64_t t = 0; t < N; ++t) {
+    double z = 0;
+    for (int64_t e = 0; e < E; ++e) z += std::exp(logits[t * E + e]);
+    for (int64_t e = 0; e < E; ++e) r.probs[t * E + e] = std::exp(logits[t * E + e]) / z;
+    std::vector<int32_t> order(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) order[static_cast<size_t>(e)] = static_cast<int32_t>(e);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return r.probs[t * E + a] > r.probs[t * E + b]; });
+    double top = 0;
+    for (int64_t k = 0; k < K; ++k) top += r.probs[t * E + order[k]];
+    for (int64_t k = 0; k < K; ++k) {
+      r.idx[t * K + k] = order[k];
+      r.w[t * K + k] = r.probs[t * E + order[k]] / top;
+    }
+    if (K < E) r.min_gap = std::min(r.min_gap, r.probs[t * E + order[K - 1]] - r.probs[t * E + order[K]]);
+  }
+  return r;
+}
+
+std::vector<double> moe_experts(const MoeSpec& s, const std::vector<double>& gate_up, const std::vector<double>& down,
+                                const std::vector<double>& z, const std::vector<int32_t>& idx,
+                                const std::vector<double>& w, int64_t N) {
+  const int64_t C = s.C, Ie = s.Ie, K = s.K;
+  std::vector<double> y(N * C, 0.0), m(Ie);
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t k = 0; k < K; ++k) {
+      const int64_t e = idx[t * K + k];
+      for (int64_t i = 0; i < Ie; ++i) {
+        double g = 0, u = 0;
+        for (int64_t c = 0; c < C; ++c) {
+          g += gate_up[(e * 2 * Ie + i) * C + c] * z[t * C + c];
+          u += gate_up[(e * 2 * Ie + Ie + i) * C + c] * z[t * C + c];
+        }
+        const double act = s.activation == ExpertActivation::kGeluTanh
+                               ? 0.5 * g * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (g + 0.044715 * g * g * g)))
+                               : g / (1.0 + std::exp(-g));
+        m[i] = act * u;
+      }
+      for (int64_t c = 0; c < C; ++c) {
+        double o = 0;
+        for (int64_t i = 0; i < Ie; ++i) o += down[(e * C + c) * Ie + i] * m[i];
+        y[t * C + c] += w[t * K + k] * o;
+      }
+    }
+  return y;
+}
+
 #define SLIDEDP_INSTANTIATE(Real)                                                                           \
   template void linear_forward<Real>(Real*, const Real*, const Real*, const Real*, int64_t, int64_t,        \
                                      int64_t);                                                              \

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/transformer/cross_entropy.h"
+#include "kernels/cpu/transformer/moe_experts.h"
 #include "kernels/cpu/transformer/unit_spec.h"
 
 namespace slidedp::kernels::naive {
@@ -56,6 +57,21 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
 template <typename Real>
 LossResult cross_entropy(const Real* h, const Real* w, const int32_t* targets, int64_t N, int64_t C,
                          int64_t V, double grad_scale, Real* dh, Real* dw, double softcap = 0);
+
+// Mixture-of-experts routing in fp64: softmax over E, the K largest probabilities (first index on
+// ties, by a stable sort), renormalised. min_gap: the smallest distance between a token's K-th and
+// (K+1)-th probability (how far the choice is from flipping; infinity when K == E).
+struct Routing {
+  std::vector<double> probs, w;
+  std::vector<int32_t> idx;
+  double min_gap = 0;
+};
+Routing route_topk(const std::vector<double>& logits, int64_t N, int64_t E, int64_t K);
+// y (N, C) = sum_k w[t,k] down_e(act(gate_e z) * up_e z), e = idx[t,k], one token and slot at a time,
+// with the experts packed as moe_experts.h says.
+std::vector<double> moe_experts(const MoeSpec& s, const std::vector<double>& gate_up, const std::vector<double>& down,
+                                const std::vector<double>& z, const std::vector<int32_t>& idx,
+                                const std::vector<double>& w, int64_t N);
 
 // A whole decoder layer forward from the naive ops (no saved state), for the unit tests.
 template <typename Real>

@@ -19,53 +19,67 @@
 namespace slidedp::kernels::test {
 namespace {
 
-ModelCard tiny_gemma4() {
-  return model_card_from_yaml(
-      "name: tiny-gemma4\nmodel_type: gemma4\nhidden_size: 12\nnum_hidden_layers: 2\n"
-      "num_attention_heads: 4\nnum_key_value_heads: 2\nhead_dim: 4\nintermediate_size: 10\nvocab_size: 23\n"
-      "rms_norm_eps: 1e-6\nlayer_types: [sliding_attention, full_attention]\nsliding_window: 3\n"
-      "global_head_dim: 8\nnum_global_key_value_heads: 1\nattention_k_eq_v: true\nglobal_rope_theta: 100.0\n"
-      "global_partial_rotary_factor: 0.5\nrope_theta: 50.0\nfinal_logit_softcapping: 30.0\n",
-      "tiny-gemma4");
+constexpr const char* kTinyGemma4 =
+    "name: tiny-gemma4\nmodel_type: gemma4\nhidden_size: 12\nnum_hidden_layers: 2\n"
+    "num_attention_heads: 4\nnum_key_value_heads: 2\nhead_dim: 4\nintermediate_size: 10\nvocab_size: 23\n"
+    "rms_norm_eps: 1e-6\nlayer_types: [sliding_attention, full_attention]\nsliding_window: 3\n"
+    "global_head_dim: 8\nnum_global_key_value_heads: 1\nattention_k_eq_v: true\nglobal_rope_theta: 100.0\n"
+    "global_partial_rotary_factor: 0.5\nrope_theta: 50.0\nfinal_logit_softcapping: 30.0\n";
+
+ModelCard tiny_gemma4(bool moe) {
+  // the 26B-A4B shape in miniature: 5 experts, 2 per token, each with intermediate size 3
+  const std::string experts = moe ? "num_experts: 5\nnum_experts_per_tok: 2\nmoe_intermediate_size: 3\n" : "";
+  return model_card_from_yaml(std::string(kTinyGemma4) + experts, moe ? "tiny-gemma4-moe" : "tiny-gemma4");
 }
 
 struct Layer {
-  ModelCard card = tiny_gemma4();
-  ModelLayout layout = make_model_layout(card);
+  ModelCard card;
+  ModelLayout layout;
   Gemma4LayerSpec spec;
   std::vector<double> params;
-  explicit Layer(int layer, int64_t tile = 2) {
+  explicit Layer(int layer, bool moe = false, int64_t tile = 2)
+      : card(tiny_gemma4(moe)), layout(make_model_layout(card)) {
     const UnitLayout& u = layout.units[static_cast<size_t>(layer) + 1];
     spec = make_gemma4_layer_spec(card, u);
     spec.attn_tile = tile;
     params = random_unit_params(u, 300 + static_cast<uint64_t>(layer));
     params[static_cast<size_t>(spec.layer_scalar)] = 0.7;  // a checkpoint value, not 1
+    // a confident router (logits of a few units, as trained ones are): the top-k choices sit far
+    // from ties, which finite differences need
+    if (moe)
+      for (int64_t c = 0; c < spec.C; ++c) params[static_cast<size_t>(spec.router_scale + c)] *= 12.0;
   }
 };
 
-double gelu(double x) { return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x))); }
+double gelu(double x) {
+  return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
+}
 
-// The layer from the reference's math, naive ops only.
-std::vector<double> naive_forward(const Gemma4LayerSpec& s, const std::vector<double>& P, const std::vector<double>& x,
-                                  int64_t B, int64_t T) {
+// The layer from the reference's math, naive ops only. min_gap (if given): how far the router's
+// top-k choice is from a tie (naive::Routing::min_gap).
+std::vector<double> naive_forward(const Gemma4LayerSpec& s, const std::vector<double>& P,
+                                  const std::vector<double>& x, int64_t B, int64_t T,
+                                  double* min_gap = nullptr) {
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   const double* p = P.data();
   const std::vector<double> ones(static_cast<size_t>(s.hd), 1.0);
   const double* none = nullptr;
-  std::vector<double> h(N * C), ql(N * Q), kl(N * K), vl(N * K), q(N * Q), k(N * K), v(N * K), att(N * Q), a(N * C),
-      an(N * C), h1(N * C), z(N * C), g(N * I), u(N * I), m(N * I), d(N * C), dn(N * C), y(N * C);
+  std::vector<double> h(N * C), ql(N * Q), kl(N * K), vl(N * K), q(N * Q), k(N * K), v(N * K), att(N * Q),
+      a(N * C), an(N * C), h1(N * C), z(N * C), g(N * I), u(N * I), m(N * I), d(N * C), dn(N * C), y(N * C);
   naive::rmsnorm_forward(h.data(), x.data(), p + s.input_norm, N, C, s.eps);
   naive::linear_forward(ql.data(), h.data(), p + s.q_w, none, N, C, Q);
   naive::linear_forward(kl.data(), h.data(), p + s.k_w, none, N, C, K);
-  if (s.k_eq_v) vl = kl;  // v = v_norm(k_proj(h)): the raw projection
-  else naive::linear_forward(vl.data(), h.data(), p + s.v_w, none, N, C, K);
+  if (s.k_eq_v)
+    vl = kl;  // v = v_norm(k_proj(h)): the raw projection
+  else
+    naive::linear_forward(vl.data(), h.data(), p + s.v_w, none, N, C, K);
   naive::rmsnorm_forward(q.data(), ql.data(), p + s.q_norm, N * s.H, s.hd, s.eps);
   naive::rmsnorm_forward(k.data(), kl.data(), p + s.k_norm, N * s.KV, s.hd, s.eps);
   naive::rmsnorm_forward(v.data(), vl.data(), ones.data(), N * s.KV, s.hd, s.eps);
   naive::rope_forward(q.data(), s.inv_freq, B, T, s.H, s.hd);
   naive::rope_forward(k.data(), s.inv_freq, B, T, s.KV, s.hd);
-  naive::attention_forward(att.data(), static_cast<double*>(nullptr), q.data(), k.data(), v.data(), B, T, s.H, s.KV,
-                           s.hd, 1.0, s.window);
+  naive::attention_forward(att.data(), static_cast<double*>(nullptr), q.data(), k.data(), v.data(), B, T, s.H,
+                           s.KV, s.hd, 1.0, s.window);
   naive::linear_forward(a.data(), att.data(), p + s.o_w, none, N, Q, C);
   naive::rmsnorm_forward(an.data(), a.data(), p + s.post_attn_norm, N, C, s.eps);
   for (int64_t i = 0; i < N * C; ++i) h1[i] = x[i] + an[i];
@@ -74,6 +88,27 @@ std::vector<double> naive_forward(const Gemma4LayerSpec& s, const std::vector<do
   naive::linear_forward(u.data(), z.data(), p + s.up_w, none, N, C, I);
   for (int64_t i = 0; i < N * I; ++i) m[i] = gelu(g[i]) * u[i];
   naive::linear_forward(d.data(), m.data(), p + s.down_w, none, N, I, C);
+  if (s.has_moe()) {  // d = norm_post_ff_1(d) + norm_post_ff_2(experts(norm_pre_ff_2(h1)))
+    const int64_t E = s.moe.E, Kr = s.moe.K;
+    const std::vector<double> ones_c(static_cast<size_t>(C), 1.0);
+    std::vector<double> d1(N * C), r(N * C), logits(N * E), z2(N * C), eo_n(N * C);
+    naive::rmsnorm_forward(d1.data(), d.data(), p + s.post_ff_norm_1, N, C, s.eps);
+    naive::rmsnorm_forward(r.data(), h1.data(), ones_c.data(), N, C,
+                           s.eps);  // weightless, then scale, then H^-1/2
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t c = 0; c < C; ++c)
+        r[t * C + c] *= p[s.router_scale + c] / std::sqrt(static_cast<double>(C));
+    naive::linear_forward(logits.data(), r.data(), p + s.router_w, none, N, C, E);
+    naive::Routing route = naive::route_topk(logits, N, E, Kr);
+    if (min_gap != nullptr) *min_gap = route.min_gap;
+    for (int64_t i = 0; i < N * Kr; ++i) route.w[i] *= p[s.per_expert_scale + route.idx[i]];
+    naive::rmsnorm_forward(z2.data(), h1.data(), p + s.pre_ff_norm_2, N, C, s.eps);
+    const std::vector<double> gate_up(p + s.experts_gate_up, p + s.experts_gate_up + E * 2 * s.moe.Ie * C),
+        down(p + s.experts_down, p + s.experts_down + E * C * s.moe.Ie);
+    const std::vector<double> eo = naive::moe_experts(s.moe, gate_up, down, z2, route.idx, route.w, N);
+    naive::rmsnorm_forward(eo_n.data(), eo.data(), p + s.post_ff_norm_2, N, C, s.eps);
+    for (int64_t i = 0; i < N * C; ++i) d[i] = d1[i] + eo_n[i];
+  }
   naive::rmsnorm_forward(dn.data(), d.data(), p + s.post_ff_norm, N, C, s.eps);
   for (int64_t i = 0; i < N * C; ++i) y[i] = (h1[i] + dn[i]) * p[s.layer_scalar];
   return y;
@@ -88,7 +123,7 @@ struct LayerRun {
 // Forward and (with dy) backward; the scratch starts as garbage so a read of unwritten scratch shows.
 template <typename Real>
 LayerRun<Real> run(const Gemma4LayerSpec& s, const std::vector<Real>& p, const std::vector<Real>& x,
-              const std::vector<Real>& dy, int64_t B, int64_t T) {
+                   const std::vector<Real>& dy, int64_t B, int64_t T) {
   LayerRun<Real> r;
   r.y.assign(x.size(), Real(0));
   r.saved = AlignedBuffer(gemma4_saved_bytes<Real>(s, B, T));
@@ -123,10 +158,21 @@ TEST(Gemma4Layer, SpecsFollowTheLayerShapes) {
   EXPECT_EQ(global.spec.inv_freq[3], 0.0);
 }
 
+// Every layer kind: sliding and global, dense and with the MoE block.
+struct Kind {
+  int layer;
+  bool moe;
+  const char* name;
+};
+constexpr Kind kKinds[] = {{0, false, "sliding"},
+                           {1, false, "global, K=V"},
+                           {0, true, "sliding, MoE"},
+                           {1, true, "global, K=V, MoE"}};
+
 TEST(Gemma4Layer, ForwardMatchesTheNaiveLayerInBothPrecisions) {
-  for (int layer : {0, 1}) {
-    SCOPED_TRACE(layer == 0 ? "sliding" : "global, K=V");
-    const Layer l(layer);
+  for (const Kind& kind : kKinds) {
+    SCOPED_TRACE(kind.name);
+    const Layer l(kind.layer, kind.moe);
     const auto x = random_vector<double>(kB * kT * l.spec.C, 310, -2, 2);
     const std::vector<double> ref = naive_forward(l.spec, l.params, x, kB, kT);
     EXPECT_TRUE(all_close(run<double>(l.spec, l.params, x, {}, kB, kT).y, ref, 1e-12, 1e-12, "y fp64"));
@@ -136,10 +182,15 @@ TEST(Gemma4Layer, ForwardMatchesTheNaiveLayerInBothPrecisions) {
 }
 
 TEST(Gemma4Layer, BackwardMatchesFiniteDifferencesForEveryParameterAndTheInput) {
-  for (int layer : {0, 1}) {
-    SCOPED_TRACE(layer == 0 ? "sliding" : "global, K=V");
-    Layer l(layer);
+  for (const Kind& kind : kKinds) {
+    SCOPED_TRACE(kind.name);
+    Layer l(kind.layer, kind.moe);
     auto x = random_vector<double>(kB * kT * l.spec.C, 311, -2, 2);
+    if (kind.moe) {  // top-k is not differentiable: a 1e-5 step must not flip any token's choice
+      double gap = 0;
+      naive_forward(l.spec, l.params, x, kB, kT, &gap);
+      ASSERT_GT(gap, 1e-3) << "a token's router choice is near a tie; pick another seed";
+    }
     const auto r = random_vector<double>(kB * kT * l.spec.C, 312);
     const LayerRun<double> res = run<double>(l.spec, l.params, x, r, kB, kT);
     auto loss = [&] { return dot(run<double>(l.spec, l.params, x, {}, kB, kT).y, r); };
@@ -164,8 +215,9 @@ TEST(Gemma4Layer, BackwardMatchesFiniteDifferencesForEveryParameterAndTheInput) 
 }
 
 TEST(Gemma4Layer, RecomputeIsBitwiseTheSavedStateAndThreadsChangeNothing) {
-  for (int layer : {0, 1}) {
-    const Layer l(layer);
+  for (const Kind& kind : kKinds) {
+    SCOPED_TRACE(kind.name);
+    const Layer l(kind.layer, kind.moe);
     const std::vector<float> p(l.params.begin(), l.params.end());
     const auto x = random_vector<float>(kB * kT * l.spec.C, 313, -2, 2);
     const auto dy = random_vector<float>(kB * kT * l.spec.C, 314);

@@ -120,14 +120,14 @@ inline ModelCard tiny_card(const std::string& model_type, bool tied) {
   return c;
 }
 
-// A unit's flat parameters: norm weights in [0.5, 1.5], biases in [-0.5, 0.5], matrices uniform
-// with std ~ 1/sqrt(fan_in) so activations stay O(1) through a few layers; padding stays zero.
+// A unit's flat parameters: norm weights in [0.5, 1.5], biases in [-0.5, 0.5], matrices (and packed
+// experts, fan-in the last dimension) uniform with std ~ 1/sqrt(fan_in) so activations stay O(1) through a few layers; padding stays zero.
 inline std::vector<double> random_unit_params(const UnitLayout& unit, uint64_t seed) {
   std::vector<double> p(static_cast<size_t>(unit.flat_numel), 0.0);
   std::mt19937_64 rng(seed);
   for (const TensorSpec& t : unit.tensors) {
     const bool is_norm = t.name.find("norm") != std::string::npos;
-    const double a = t.shape.size() == 2 ? 1.7 / std::sqrt(static_cast<double>(t.shape[1])) : 0.5;
+    const double a = t.shape.size() >= 2 ? 1.7 / std::sqrt(static_cast<double>(t.shape.back())) : 0.5;
     std::uniform_real_distribution<double> dist(is_norm ? 0.5 : -a, is_norm ? 1.5 : a);
     for (int64_t i = 0; i < t.numel; ++i) p[static_cast<size_t>(t.offset + i)] = dist(rng);
   }
