@@ -4,9 +4,10 @@ An independent implementation of the Llama / Qwen2 / Qwen3 / Mistral decoder wri
 PyTorch, following transformers' modeling code: LlamaRMSNorm, rotate_half RoPE with
 _compute_llama3_parameters, repeat_kv GQA, Qwen2 q/k/v bias, Qwen3 q_norm/k_norm before RoPE,
 SiLU-gated MLP, tied or untied lm_head, CrossEntropyLoss(ignore_index=-100); eager attention with a
-full softmax and full logits, in float64 when given float64 parameters. Also: what a Hugging Face
-config.json implies (head_dim default, family switches, parameter names and shapes in checkpoint
-order), random bf16 parameters, and safetensors writing and reading.
+full softmax and full logits, in float64 when given float64 parameters. Gemma 4's text model (dense
+and mixture of experts) is written from shared/reference/model-families.md section 2.4 (gemma4.py).
+Also: what a Hugging Face config.json implies (head_dim default, family switches, parameter names
+and shapes in checkpoint order), random bf16 parameters, and safetensors writing and reading.
 
 Needs torch (Debian's python3-torch); not a script of its own.
 """
@@ -36,8 +37,15 @@ def has_qk_norm(cfg):  # Qwen3
     return cfg["model_type"] == "qwen3"
 
 
+def is_gemma4(cfg):
+    return cfg["model_type"] in ("gemma4", "gemma4_text")
+
+
 def tensor_names(cfg):
     """(name, shape) of every parameter in checkpoint order (model/unit_layout.cc's order)."""
+    if is_gemma4(cfg):
+        from gemma4 import gemma4_tensor_names  # noqa: E402 (a family of its own file)
+        return gemma4_tensor_names(cfg)
     C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
     out = [("model.embed_tokens.weight", (V, C))]
@@ -67,6 +75,12 @@ def random_params(cfg, gen, embed_std=1.0):
     executor delivers); returned as bf16 tensors."""
     params = {}
     for name, shape in tensor_names(cfg):
+        if is_gemma4(cfg):
+            from gemma4 import gemma4_random_tensor
+            t = gemma4_random_tensor(cfg, name, shape, gen, embed_std)
+            if t is not None:
+                params[name] = t.to(torch.bfloat16)
+                continue
         if name.endswith("norm.weight"):
             t = 1.0 + 0.2 * torch.randn(shape, generator=gen, dtype=torch.float64)
         elif name.endswith(".bias"):
@@ -111,6 +125,9 @@ def rotate_half(x):
 def loss_sum(cfg, P, input_ids, targets):
     """Sum of the cross-entropy over the unmasked targets (!= IGNORE_INDEX); P {hf name: tensor},
     input_ids and targets (B, T), targets already shifted."""
+    if is_gemma4(cfg):
+        from gemma4 import gemma4_loss_sum
+        return gemma4_loss_sum(cfg, P, input_ids, targets)
     B, T = input_ids.shape
     H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
     eps = cfg["rms_norm_eps"]

@@ -62,7 +62,14 @@ except ImportError:  # ctest reports the regeneration check as skipped, not fail
     print("make_step_goldens.py needs Debian's python3-torch (apt-get install python3-torch)")
     sys.exit(77)
 
+import gemma4
 from hf_reference import IGNORE_INDEX, loss_sum, random_params, read_safetensors, write_safetensors
+
+# Buffers: loaded from the checkpoint, never trained (Gemma 4's layer_scalar). The reference keeps them
+# out of the optimizer; their expected state is the loaded value with zero moments, which is what an
+# AdamW that never sees a gradient for them holds.
+def is_buffer(name):
+    return name.endswith("layer_scalar")
 
 SEQ = 12           # T
 GLOBAL_BATCH = 6   # G: 1x6, 2x3, 3x2, 3x1 accum 2, 1x3 accum 2, 2x1 accum 3 are all the same batch
@@ -91,6 +98,25 @@ MODELS = {
                     num_attention_heads=4, num_key_value_heads=1, head_dim=4, rope_theta=1000000.0,
                     rope_scaling=None, rms_norm_eps=1e-5, tie_word_embeddings=False, sliding_window=None),
 }
+# Gemma 4 as released (Gemma4ForConditionalGeneration: the text model under text_config, tensors under
+# model.language_model.): two sliding layers (window 5 < SEQ) and a global one with its own head_dim,
+# one KV head, K=V and proportional RoPE (2 of 8 pairs rotate); scaled embedding, softcapped tied head.
+# gemma4_moe adds the 26B-A4B block in miniature: 8 experts, top 2, intermediate size 6.
+GEMMA4_TEXT = dict(model_type="gemma4_text", hidden_size=16, intermediate_size=20, vocab_size=48,
+                   num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=2, head_dim=8,
+                   global_head_dim=16, num_global_key_value_heads=1, attention_k_eq_v=True,
+                   layer_types=["sliding_attention", "sliding_attention", "full_attention"], sliding_window=5,
+                   rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                    "full_attention": {"rope_type": "proportional", "rope_theta": 1000000.0,
+                                                       "partial_rotary_factor": 0.25}},
+                   rms_norm_eps=1e-6, final_logit_softcapping=30.0, hidden_activation="gelu_pytorch_tanh",
+                   hidden_size_per_layer_input=0, num_kv_shared_layers=0, max_position_embeddings=128,
+                   tie_word_embeddings=True, enable_moe_block=False)
+MODELS["gemma4"] = dict(architectures=["Gemma4ForConditionalGeneration"], model_type="gemma4",
+                        text_config=GEMMA4_TEXT, vision_config=None, tie_word_embeddings=True,
+                        torch_dtype="bfloat16")
+MODELS["gemma4_moe"] = dict(MODELS["gemma4"], text_config=dict(GEMMA4_TEXT, enable_moe_block=True, num_experts=8,
+                                                                 top_k_experts=2, moe_intermediate_size=6))
 
 # Token files: G*T + 1 tokens. "masked": runs of masked tokens like prompts (39 of the 72 targets
 # count), and sequence 4 has no target at all, so with micro-batch 1 some rank
@@ -105,6 +131,7 @@ DATA = {
 # qwen2 case also takes non-default AdamW settings (--adam-betas, --adam-eps, --no-decay-on: no weight
 # decay on norms, biases and the embedding; qwen2 is the family with biases) and weight decay 0.1.
 # clip "auto": half the step-1 gradient norm, so clipping is active at least at step 1.
+# The Gemma 4 cases: the dense model with clipping, the MoE model with the mask and warm-up + cosine.
 DEFAULT_OPT = dict(lr=1e-2, schedule="constant", warmup=0, min_lr=0.0, weight_decay=0.01, clip=0.0,
                    betas=(0.9, 0.999), eps=1e-8, no_decay=())
 CASES = {
@@ -115,6 +142,9 @@ CASES = {
                                                  no_decay=("norms", "biases", "embeddings"))),
     "qwen3_plain_cosine": dict(model="qwen3", data="plain", opt=dict(schedule="cosine", warmup=1, min_lr=1e-3)),
     "mistral_masked_constant": dict(model="mistral", data="masked", opt=dict(lr=5e-3)),
+    "gemma4_plain_clip": dict(model="gemma4", data="plain", opt=dict(clip="auto")),
+    "gemma4_moe_masked_cosine": dict(model="gemma4_moe", data="masked",
+                                     opt=dict(schedule="cosine", warmup=1, min_lr=1e-3)),
 }
 
 
@@ -205,11 +235,12 @@ def run_flags(opt):
 def train(cfg, params_bf16, inputs, targets, opt):
     """STEPS steps of AdamW on the whole data set. Returns per-step records and the state after steps
     1 and 3 as {name: float64 tensor} dicts."""
-    P = {n: torch.nn.Parameter(t.to(torch.float64)) for n, t in params_bf16.items()}
+    P = {n: torch.nn.Parameter(t.to(torch.float64), requires_grad=not is_buffer(n)) for n, t in params_bf16.items()}
+    trained = {n: p for n, p in P.items() if not is_buffer(n)}
     num_targets = int((targets != IGNORE_INDEX).sum())
 
     def grads_at():
-        for p in P.values():
+        for p in trained.values():
             p.grad = None
         ls = loss_sum(cfg, P, inputs, targets)
         (ls / num_targets).backward()
@@ -217,16 +248,16 @@ def train(cfg, params_bf16, inputs, targets, opt):
 
     if opt["clip"] == "auto":  # half the step-1 norm, 3 significant digits
         grads_at()
-        norm = math.sqrt(sum(float((p.grad ** 2).sum()) for p in P.values()))
+        norm = math.sqrt(sum(float((p.grad ** 2).sum()) for p in trained.values()))
         opt = dict(opt, clip=float(f"{0.5 * norm:.3g}"))
-    groups = [{"params": [P[n] for n in P if not no_decay_group(n, opt["no_decay"])],
+    groups = [{"params": [P[n] for n in trained if not no_decay_group(n, opt["no_decay"])],
                "weight_decay": opt["weight_decay"]},
-              {"params": [P[n] for n in P if no_decay_group(n, opt["no_decay"])], "weight_decay": 0.0}]
+              {"params": [P[n] for n in trained if no_decay_group(n, opt["no_decay"])], "weight_decay": 0.0}]
     adamw = torch.optim.AdamW(groups, lr=opt["lr"], betas=tuple(opt["betas"]), eps=opt["eps"])
     records, states = [], {}
     for step in range(1, STEPS + 1):
         loss = grads_at()
-        norm = torch.nn.utils.clip_grad_norm_(list(P.values()), opt["clip"] if opt["clip"] else float("inf"))
+        norm = torch.nn.utils.clip_grad_norm_(list(trained.values()), opt["clip"] if opt["clip"] else float("inf"))
         coef = min(1.0, opt["clip"] / (float(norm) + 1e-6)) if opt["clip"] else 1.0
         lr = lr_at(opt, step)
         for g in adamw.param_groups:
@@ -236,8 +267,12 @@ def train(cfg, params_bf16, inputs, targets, opt):
         if step in (1, 3):
             st = {}
             for n, p in P.items():
-                s = adamw.state[p]
                 st[f"step{step}.master.{n}"] = p.detach().clone()
+                if is_buffer(n):
+                    st[f"step{step}.exp_avg.{n}"] = torch.zeros_like(p.detach())
+                    st[f"step{step}.exp_avg_sq.{n}"] = torch.zeros_like(p.detach())
+                    continue
+                s = adamw.state[p]
                 st[f"step{step}.exp_avg.{n}"] = s["exp_avg"].clone()
                 st[f"step{step}.exp_avg_sq.{n}"] = s["exp_avg_sq"].clone()
                 assert int(s["step"]) == step
@@ -259,7 +294,8 @@ def generate(out_dir):
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         write_safetensors(d / "model.safetensors", params[name], {"format": "pt"})
-    vocab = {cfg["vocab_size"] for cfg in MODELS.values()}
+    vocab = {gemma4.text_config(cfg)["vocab_size"] if "text_config" in cfg else cfg["vocab_size"]
+             for cfg in MODELS.values()}
     assert len(vocab) == 1
     vocab = vocab.pop()
     data = {}
@@ -270,7 +306,11 @@ def generate(out_dir):
     for name, case in CASES.items():
         cfg = MODELS[case["model"]]
         opt = dict(DEFAULT_OPT, **case["opt"])
+        gemma4.router_min_gap[0] = math.inf
         records, states, opt = train(cfg, params[case["model"]], *data[case["data"]], opt)
+        # fp32 and float64 routes agree only where no top-k choice is near a tie (the executor's
+        # weights differ from these by ~1e-7 after a step)
+        assert gemma4.router_min_gap[0] > 1e-4, f"{name}: a router choice is near a tie ({gemma4.router_min_gap[0]:.2g})"
         meta = {
             "model": f"models/{case['model']}", "data": f"data/{case['data']}.tok", "run_flags": run_flags(opt),
             "steps": str(STEPS), "seq": str(SEQ), "global_batch": str(GLOBAL_BATCH),
