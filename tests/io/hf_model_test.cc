@@ -254,6 +254,48 @@ TEST(HfModel, EveryMismatchWithTheConfigNamesFileAndTensor) {
   }
 }
 
+// Gemma 4's packed experts (3-D tensors) checked against the config: a folder whose experts are
+// packed for another expert count or intermediate size is refused naming the tensor and both shapes.
+TEST(HfModel, ExpertsPackedDifferentlyFromTheConfigAreRefusedNamingBothShapes) {
+  TempDir dir;
+  const ModelCard card = model_card_from_yaml(
+      "name: moe\nmodel_type: gemma4\nhidden_size: 16\nnum_hidden_layers: 2\nnum_attention_heads: 2\n"
+      "num_key_value_heads: 1\nhead_dim: 8\nintermediate_size: 20\nvocab_size: 48\n"
+      "layer_types: [sliding_attention, full_attention]\nsliding_window: 4\nglobal_head_dim: 16\n"
+      "num_experts: 8\nnum_experts_per_tok: 2\nmoe_intermediate_size: 6\nfinal_logit_softcapping: 30.0\n",
+      "moe");
+  const ModelLayout layout = make_model_layout(card);
+  const UnitBuffers units = random_units(layout, 9, true);
+  save_hf_model(dir / "good", card, unit_spans(units));
+  const HfModel back = load_hf_model(dir / "good");  // the writer's folder loads, names and all
+  EXPECT_TRUE(bitwise_equal(back.units, units));
+  const nlohmann::json config = nlohmann::json::parse(testing::read_bytes(dir / "good/config.json"));
+  const nlohmann::json& text = config.contains("text_config") ? config["text_config"] : config;
+  ASSERT_EQ(text.at("num_experts"), 8);
+  struct Case {
+    const char* key;
+    int value;
+    const char* tensor;
+    const char* have;
+    const char* want;
+  };
+  for (const Case& c : {Case{"moe_intermediate_size", 3, "model.language_model.layers.0.experts.gate_up_proj",
+                             "[8, 12, 16]", "[8, 6, 16]"},
+                        Case{"num_experts", 4, "model.language_model.layers.0.router.proj.weight", "[8, 16]",
+                             "[4, 16]"}}) {
+    SCOPED_TRACE(c.key);
+    const fs::path d = dir / c.key;
+    fs::create_directories(d);
+    fs::copy_file(dir / "good/model.safetensors", d / "model.safetensors");
+    nlohmann::json edited = config;
+    (edited.contains("text_config") ? edited["text_config"] : edited)[c.key] = c.value;
+    write_file_atomic(d / "config.json", edited.dump(2));
+    const std::string msg = error_of([&] { load_hf_model(d); });
+    for (const char* s : {c.tensor, c.have, c.want, "model.safetensors"})
+      EXPECT_NE(msg.find(s), std::string::npos) << "missing '" << s << "' in: " << msg;
+  }
+}
+
 TEST(HfModel, IgnoresOldRotaryInvFreqBuffers) {
   TempDir dir;
   ModelCard card = tiny_card("llama");
