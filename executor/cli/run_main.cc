@@ -40,7 +40,9 @@ namespace slidedp {
 namespace {
 
 std::atomic<bool> g_stop{false};
-extern "C" void on_sigint(int) { g_stop.store(true); }
+// SIGINT (a user's Ctrl-C) and SIGTERM (what docker, systemd and Slurm send before SIGKILL): finish
+// the step, checkpoint, log the run as interrupted.
+extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 std::string command_line(int argc, char** argv) {
   std::string s;
@@ -269,7 +271,8 @@ int run_main(int argc, char** argv) {
                emulate.empty() ? "" : fmt::format(" (paced at time scale {:.4g}: {} per step here)", scale,
                                                   format_seconds(predicted->step_time_s * scale)));
 
-  std::signal(SIGINT, on_sigint);
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
   Progress progress("train", static_cast<double>(steps), "steps", !quiet && !json);
   double tokens_total = 0, time_total = 0;
   Table bench_table({"step", "loss", "step time", "compute", "h2d", "d2h", "fabric", "cpu update", "exposed", "tokens/s"},

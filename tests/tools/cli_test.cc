@@ -213,5 +213,43 @@ TEST(Cli, KilledDuringCheckpointWriteResumesFromThePreviousCompleteOne) {
   fs::remove_all(d);
 }
 
+// SIGTERM, what container runtimes and schedulers send before SIGKILL, stops like SIGINT: the step
+// finishes, a checkpoint is written, the run is logged as interrupted, exit 0.
+TEST(Cli, SigtermFinishesTheStepCheckpointsAndLogsTheRunInterrupted) {
+  fs::path d = scratch("sigterm");
+  const std::string ckpt = (d / "ckpt").string(), db = (d / "runs.db").string();
+  pid_t child = fork();
+  if (child == 0) {
+    const std::string cmd = bin("slidedp-run") + " --steps 1000000 -q --checkpoint-dir " + ckpt +
+                            " --checkpoint-every 1000000 --db " + db + " > /dev/null 2>&1";
+    execl("/bin/sh", "sh", "-c", ("exec " + cmd).c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  bool stepped = false;  // wait for a logged step, so the run is inside its training loop
+  for (int i = 0; i < 12000 && !stepped; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (!fs::exists(db)) continue;
+    try {
+      exec::RunLogReader log(db);
+      const auto runs = log.list_runs();
+      stepped = !runs.empty() && !log.steps(runs.front().id).empty();
+    } catch (const std::exception&) {  // the writer may still be creating the schema
+    }
+  }
+  kill(child, SIGTERM);
+  int status = 0;
+  waitpid(child, &status, 0);
+  ASSERT_TRUE(stepped) << "the run never logged a step";
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  exec::RunLogReader log(db);
+  const int64_t run = log.list_runs().front().id;
+  EXPECT_EQ(log.run_status(run), exec::RunState::kInterrupted);
+  const auto checkpoints = list_checkpoints(ckpt);
+  ASSERT_EQ(checkpoints.size(), 1u);
+  EXPECT_EQ(checkpoints.back().first, static_cast<int64_t>(log.steps(run).size()));
+  fs::remove_all(d);
+}
+
 }  // namespace
 }  // namespace slidedp
