@@ -179,6 +179,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   UnitBuffers weights;
   if (!o.resume_dir.empty()) {
     ckpt = load_checkpoint(resolve_checkpoint_dir(o.resume_dir));
+    // The whole architecture, not a size: another model with the same unit sizes would load and train
+    // with the wrong math (other heads, eps, RoPE).
+    const std::vector<std::string> differ = architecture_differences(o.card, ckpt->card);
+    if (!differ.empty())
+      throw InputError(ckpt->dir + "/config.json",
+                       fmt::format("the checkpoint is of another model than the run's ({}): {}{}", o.card.name,
+                                   differ.front(), differ.size() > 1 ? fmt::format(" (and {} more)", differ.size() - 1) : ""));
     if (ckpt->layout.total_flat_numel != layout.total_flat_numel)
       throw InputError(ckpt->dir, "the checkpoint's model does not match the run's model");
     result.start_step = ckpt->state.optimizer_step;

@@ -321,4 +321,22 @@ ModelCard load_model_card(const std::string& name_or_path) {
   return model_card_from_yaml(text, p.string());
 }
 
+std::vector<std::string> architecture_differences(const ModelCard& a, const ModelCard& b) {
+  const YAML::Node ya = YAML::Load(model_card_to_yaml(a)), yb = YAML::Load(model_card_to_yaml(b));
+  auto text = [](const YAML::Node& n) { return n ? YAML::Dump(n) : std::string("(absent)"); };
+  std::vector<std::string> keys;
+  for (const YAML::Node* y : {&ya, &yb})
+    for (const auto& kv : *y) {
+      const std::string k = kv.first.as<std::string>();
+      if (std::find(keys.begin(), keys.end(), k) == keys.end()) keys.push_back(k);
+    }
+  std::vector<std::string> out;
+  for (const std::string& k : keys) {
+    if (k == "name" || k == "hf_repo" || k == "source" || k == "published_params") continue;
+    const std::string va = text(ya[k]), vb = text(yb[k]);
+    if (va != vb) out.push_back(fmt::format("{}: {} vs {}", k, va, vb));
+  }
+  return out;
+}
+
 }  // namespace slidedp

@@ -121,4 +121,9 @@ std::string model_card_to_hf_config(const ModelCard& card);
 ModelCard model_card_from_yaml(const std::string& yaml_text, const std::string& origin);
 std::string model_card_to_yaml(const ModelCard& card);
 
+// The architecture fields in which two cards differ (everything model_card_to_yaml writes but the
+// name, hf_repo, source and published_params), as "key: <a's value> vs <b's value>", in the order
+// the YAML lists them. Empty: the same model. What resume checks against the checkpoint's config.
+std::vector<std::string> architecture_differences(const ModelCard& a, const ModelCard& b);
+
 }  // namespace slidedp

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 
+#include "common/error.h"
 #include "executor/trainer.h"
 #include "io/checkpoint.h"
 #include "tests/executor/executor_test_util.h"
@@ -47,6 +48,39 @@ TEST(Resume, TenStepsEqualFivePlusResumePlusFive) {
     EXPECT_TRUE(testing::bitwise_equal(b, straight)) << ranks << " ranks";
     fs::remove_all(root);
   }
+}
+
+// A checkpoint of another model whose units have the same sizes (heads 4 x 8 vs 2 x 16, another eps)
+// loads without complaint if only sizes are compared, then trains with the wrong math. Resume
+// compares the whole architecture and names the first difference in the checkpoint's config.json.
+TEST(Resume, ACheckpointOfAnotherModelWithTheSameSizesIsRefusedNamingTheField) {
+  const fs::path root = fs::temp_directory_path() / ("slidedp_other_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  TrainOptions first = testing::tiny_options(1, 1, 1, 1);
+  first.checkpoint_dir = root.string();
+  train(first);
+  TrainOptions other = first;
+  other.checkpoint_dir.clear();
+  other.resume_dir = root.string();
+  other.card.num_heads = 2;
+  other.card.num_kv_heads = 1;
+  other.card.head_dim = 16;
+  other.card.rms_norm_eps = 1e-5;
+  ASSERT_EQ(make_model_layout(other.card).total_flat_numel, make_model_layout(first.card).total_flat_numel);
+  try {
+    train(other);
+    FAIL() << "resumed another model's checkpoint";
+  } catch (const InputError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("config.json"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("num_attention_heads: 2 vs 4"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("and 3 more"), std::string::npos) << msg;  // kv heads, head_dim, eps
+  }
+  TrainOptions same = first;  // the model that wrote it resumes
+  same.checkpoint_dir.clear();
+  same.resume_dir = root.string();
+  EXPECT_EQ(train(same).start_step, 1);
+  fs::remove_all(root);
 }
 
 TEST(Resume, KeepsOnlyTheLastCheckpoints) {
