@@ -8,7 +8,9 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <cmath>
 #include <filesystem>
+#include <tuple>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -47,6 +49,19 @@ void check_padding_zero(const ModelLayout& layout, const UnitSpans& units, const
     }
     check_range(pos, layout.units[u].flat_numel);
   }
+}
+
+// The first element of a state tensor that no AdamW step can produce: not finite, or (second moments)
+// negative. Returns "TENSOR<suffix>[i] is VALUE", or "" when every element is fine.
+std::string first_impossible_value(const ModelLayout& layout, const UnitSpans& units, bool second_moment,
+                                   const char* suffix = "") {
+  for (std::size_t u = 0; u < layout.units.size(); ++u)
+    for (const auto& t : layout.units[u].tensors)
+      for (int64_t i = 0; i < t.numel; ++i) {
+        const float x = units[u][static_cast<std::size_t>(t.offset + i)];
+        if (!std::isfinite(x) || (second_moment && x < 0.0f)) return fmt::format("{}{}[{}] is {}", t.name, suffix, i, x);
+      }
+  return "";
 }
 
 void write_text(const fs::path& path, const std::string& text) {
@@ -191,6 +206,16 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
   check_padding_zero(layout, data.master, "checkpoint: master weights");
   check_padding_zero(layout, data.adam_m, "checkpoint: AdamW m");
   check_padding_zero(layout, data.adam_v, "checkpoint: AdamW v");
+  // A poisoned update (a weight decay that overflows, a NaN the step did not catch) never reaches disk:
+  // the previous checkpoint stays the newest.
+  for (const auto& [spans, what, second] : {std::tuple{&data.master, "master weight", false},
+                                           std::tuple{&data.adam_m, "AdamW first moment", false},
+                                           std::tuple{&data.adam_v, "AdamW second moment", true}}) {
+    const std::string bad = first_impossible_value(layout, *spans, second);
+    if (!bad.empty())
+      throw NumericError(fmt::format("step {}: {} {}; the checkpoint is not written (the previous one stays the newest)",
+                                     st.optimizer_step, what, bad));
+  }
 
   std::error_code ec;
   fs::create_directories(root_dir, ec);
@@ -288,6 +313,16 @@ LoadedCheckpoint load_checkpoint(const std::string& dir) {
   ck.adam_v = zero_unit_buffers(ck.layout);
   read_unit_tensors(opt, ck.layout, kExpAvg, ck.adam_m, TensorDtype::kF32, &pool);
   read_unit_tensors(opt, ck.layout, kExpAvgSq, ck.adam_v, TensorDtype::kF32, &pool);
+  // Values no training step writes (a hand-edited or corrupted file) would train on silently: a negative
+  // second moment makes sqrt(v) NaN at the first update.
+  const std::string model_path = (fs::path(dir) / "model.safetensors").string();
+  const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
+  for (const auto& [buffers, path, suffix, second] :
+       {std::tuple{&ck.master, model_path, "", false}, std::tuple{&ck.adam_m, opt_path, kExpAvg, false},
+        std::tuple{&ck.adam_v, opt_path, kExpAvgSq, true}}) {
+    const std::string bad = first_impossible_value(ck.layout, unit_spans(*buffers), second, suffix);
+    if (!bad.empty()) throw InputError(path, fmt::format("{} (must be finite{})", bad, second ? " and >= 0" : ""));
+  }
 
   ck.state = parse_trainer_state((fs::path(dir) / "trainer_state.json").string());
   return ck;

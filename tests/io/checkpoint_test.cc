@@ -11,6 +11,7 @@
 #include <bit>
 #include <chrono>
 #include <filesystem>
+#include <limits>
 #include <thread>
 
 #include "common/error.h"
@@ -185,6 +186,70 @@ TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
   } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("exp_avg"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("F32"), std::string::npos) << e.what();
+  }
+}
+
+// State no training step writes: a non-finite weight or moment, a negative second moment. Saving it
+// is refused (exit 5: a poisoned update never reaches disk, the previous checkpoint stays the newest);
+// loading a file that holds it is refused naming the file and the tensor element.
+TEST(Checkpoint, ImpossibleStateIsNeitherWrittenNorLoaded) {
+  TempDir root;
+  const State s = make_state(tiny_card("llama"), 50, 4);
+  const ModelLayout layout = make_model_layout(s.card);
+  const TensorSpec& up = layout.units[2].tensors.back();  // layer 1's down_proj
+  const auto at = static_cast<std::size_t>(up.offset + 3);
+  struct Bad {
+    UnitBuffers State::*field;
+    float value;
+    const char* must_say;
+  };
+  for (const Bad& b : {Bad{&State::master, std::numeric_limits<float>::infinity(), "master weight"},
+                       Bad{&State::m, std::numeric_limits<float>::quiet_NaN(), "AdamW first moment"},
+                       Bad{&State::v, -0.25f, "AdamW second moment"}}) {
+    SCOPED_TRACE(b.must_say);
+    State bad = s;
+    (bad.*b.field)[2][at] = b.value;
+    try {
+      save_checkpoint(root / "save", bad.view(), 3);
+      ADD_FAILURE() << "written";
+    } catch (const NumericError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(b.must_say), std::string::npos) << msg;
+      EXPECT_NE(msg.find(up.name + "[3]"), std::string::npos) << msg;
+    }
+  }
+  EXPECT_FALSE(find_latest_checkpoint(root / "save").has_value());
+
+  // The same values in files (written around the check, as a corrupted or hand-edited file would be).
+  struct File {
+    const char* file;
+    const char* suffix;
+    float value;
+  };
+  for (const File& f : {File{"model.safetensors", "", -std::numeric_limits<float>::infinity()},
+                        File{"optimizer.safetensors", ".exp_avg_sq", -1.5f}}) {
+    SCOPED_TRACE(f.file);
+    const std::string dir = save_checkpoint(root / f.file, s.view(), 3);
+    State bad = s;
+    const bool model = std::string(f.file) == "model.safetensors";
+    (model ? bad.master : bad.v)[2][at] = f.value;
+    SafetensorsWriteOptions fp32;
+    fp32.dtype = TensorDtype::kF32;
+    if (model) {
+      write_safetensors(dir + "/model.safetensors", unit_tensors_to_write(layout, unit_spans(bad.master), ""), fp32);
+    } else {
+      auto moments = unit_tensors_to_write(layout, unit_spans(bad.m), ".exp_avg");
+      for (auto& t : unit_tensors_to_write(layout, unit_spans(bad.v), ".exp_avg_sq")) moments.push_back(t);
+      write_safetensors(dir + "/optimizer.safetensors", moments, fp32);
+    }
+    try {
+      load_checkpoint(dir);
+      ADD_FAILURE() << "loaded";
+    } catch (const InputError& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find(f.file), std::string::npos) << msg;
+      EXPECT_NE(msg.find(up.name + f.suffix + "[3]"), std::string::npos) << msg;
+    }
   }
 }
 
