@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <csignal>
@@ -308,8 +309,26 @@ int run_main(int argc, char** argv) {
   };
 
   exec::TrainResult result;
+  // Everything that can fail after the first step is inside: the run is logged failed, with an error
+  // row, whenever the process exits non-zero (a save or trace that fails after training included).
   try {
     result = exec::train(o, on_step);
+    const auto skipped = std::count_if(result.steps.begin(), result.steps.end(), [](const auto& s) { return s.skipped; });
+    if (!result.steps.empty() && skipped == static_cast<std::ptrdiff_t>(result.steps.size()))
+      throw NumericError(fmt::format("every one of the {} steps was skipped (--on-nonfinite skip; the last: {}): the "
+                                     "weights are as loaded",
+                                     result.steps.size(), result.steps.back().skipped_reason));
+    progress.finish(result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss));
+    if (!trace.empty())
+      write_chrome_trace(trace, exec::timeline_spans(result.spans),
+                         fmt::format("measured: slidedp-run {} ({} backend)", o.card.name, backend));
+    if (!save_model.empty()) {
+      UnitSpans spans;
+      for (const auto& u : result.master) spans.emplace_back(u);
+      HfSaveOptions so;
+      so.overwrite = true;
+      save_hf_model(save_model, o.card, spans, so);
+    }
   } catch (const Error& e) {
     if (log) {
       exec::ErrorRecord er;
@@ -323,18 +342,7 @@ int run_main(int argc, char** argv) {
     if (log) log->end_run(run_id, exec::RunStatus::kFailed);
     throw;
   }
-  progress.finish(result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss));
   if (log) log->end_run(run_id, result.stopped_early ? exec::RunStatus::kInterrupted : exec::RunStatus::kFinished);
-
-  if (!trace.empty())
-    write_chrome_trace(trace, exec::timeline_spans(result.spans), fmt::format("measured: slidedp-run {} ({} backend)", o.card.name, backend));
-  if (!save_model.empty()) {
-    UnitSpans spans;
-    for (const auto& u : result.master) spans.emplace_back(u);
-    HfSaveOptions so;
-    so.overwrite = true;
-    save_hf_model(save_model, o.card, spans, so);
-  }
 
   // Steady state: every step but the first (it pays start-up).
   double steady_t = 0, steady_tok = 0;

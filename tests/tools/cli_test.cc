@@ -10,13 +10,17 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <thread>
 
 #include <nlohmann/json.hpp>
 
+#include "executor/init_weights.h"
 #include "executor/run_log.h"
 #include "io/checkpoint.h"
+#include "io/hf_model.h"
+#include "model/model_card.h"
 
 namespace slidedp {
 namespace {
@@ -248,6 +252,32 @@ TEST(Cli, SigtermFinishesTheStepCheckpointsAndLogsTheRunInterrupted) {
   const auto checkpoints = list_checkpoints(ckpt);
   ASSERT_EQ(checkpoints.size(), 1u);
   EXPECT_EQ(checkpoints.back().first, static_cast<int64_t>(log.steps(run).size()));
+  fs::remove_all(d);
+}
+
+// --on-nonfinite skip on a model whose every step is non-finite (an inf weight): skipping all of them
+// is not training. Exit 5 naming the cause, the run logged failed with an error row, no model saved.
+TEST(Cli, EveryStepSkippedIsAFailedRun) {
+  fs::path d = scratch("allskipped");
+  const ModelCard card = model_card_from_yaml(
+      "name: poisoned\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nintermediate_size: 64\nvocab_size: 256\n",
+      "poisoned");
+  std::vector<std::vector<float>> weights = exec::init_random_weights(make_model_layout(card), 1);
+  weights[1][0] = std::numeric_limits<float>::infinity();  // layer 0's input norm: every token's output is NaN
+  UnitSpans spans(weights.begin(), weights.end());
+  save_hf_model((d / "model").string(), card, spans);
+  const std::string db = (d / "runs.db").string();
+  Result r = sh(bin("slidedp-run") + " --model " + (d / "model").string() + " --steps 2 --seq 16 --ranks 1 -q " +
+                "--on-nonfinite skip --db " + db + " --save-model " + (d / "out").string());
+  EXPECT_EQ(r.code, 5) << r.out;
+  EXPECT_NE(r.out.find("every one of the 2 steps was skipped"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(d / "out"));
+  exec::RunLogReader log(db);
+  const int64_t run = log.list_runs().front().id;
+  EXPECT_EQ(log.run_status(run), exec::RunState::kFailed);
+  ASSERT_EQ(log.errors(run).size(), 1u);
+  EXPECT_EQ(log.steps(run).size(), 2u);
   fs::remove_all(d);
 }
 
