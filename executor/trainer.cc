@@ -329,6 +329,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   Updater updater(state, ring_ptrs, pool, control, uc);
 
   const int64_t global_batch = plan.global_batch_sequences();
+  if (o.dataset.has_loss_mask()) {  // a mask of zeros would "train" at loss 0 without a gradient
+    bool any_target = false;
+    for (int64_t i = 1; i < o.dataset.num_tokens() && !any_target; ++i) any_target = o.dataset.counts_in_loss(i);
+    if (!any_target)
+      throw InputError(o.dataset.name() + ": loss mask", "every target is masked out (no mask byte is 1 after the first "
+                                                         "token): there is nothing to train on");
+  }
   SequenceSampler sampler(o.dataset, o.seq_len, global_batch, o.data_seed);
   if (ckpt) sampler.resume(ckpt->state.data_cursor, result.start_step);
 

@@ -175,5 +175,24 @@ TEST(Faults, GradientClippingScalesTheUpdateByTheClosedFormCoefficient) {
   EXPECT_GT(checked, 1000);
 }
 
+// A loss mask of zeros has no target: the run would log loss 0 and apply no gradient. Refused up front
+// naming the data set and the mask; one counted target is enough to train.
+TEST(Faults, AMaskWithoutATargetIsRefused) {
+  std::vector<uint32_t> tokens(4000);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 7) % 256);
+  TrainOptions o = testing::tiny_options(1, 1, 1, 1);
+  o.dataset = TokenDataset::from_tokens("all-masked", tokens, std::vector<uint8_t>(tokens.size(), 0), 256);
+  try {
+    train(o);
+    FAIL() << "trained on no target";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("all-masked: loss mask"), std::string::npos) << e.what();
+  }
+  std::vector<uint8_t> one(tokens.size(), 0);
+  one[17] = 1;
+  o.dataset = TokenDataset::from_tokens("one-target", tokens, one, 256);
+  EXPECT_EQ(train(o).steps.size(), 1u);
+}
+
 }  // namespace
 }  // namespace slidedp::exec
