@@ -156,7 +156,12 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   auto numel = [&](int u) { return layout.units[static_cast<size_t>(u)].flat_numel; };
   auto policy = [&](int l) { return plan.layer_policy(l, L); };
 
-  Ledger led(spec, static_cast<size_t>(16 * U * plan.accum_steps + 64));
+  // The driver repeats one allocation pattern every micro-step after the first (only the first
+  // releases the slots of the previous step), so three micro-steps reach every peak a longer
+  // accumulation does; the replay costs O(units), not O(units x accumulation) (the planner asks for
+  // every candidate, up to 2^20 micro-steps).
+  const int micro_steps = std::min(plan.accum_steps, 3);
+  Ledger led(spec, static_cast<size_t>(16 * U * micro_steps + 64));
   Slots slots;
   slots.slots.resize(static_cast<size_t>(std::max(1, plan.gpu_buffer_depth)));
   // Wire gradients released by the driver but still draining: the backward of unit u waits for the
@@ -187,7 +192,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   };
 
   std::vector<int> out(static_cast<size_t>(U), -1), saved(static_cast<size_t>(std::max(L, 1)), -1);
-  for (int a = 0; a < plan.accum_steps; ++a) {
+  for (int a = 0; a < micro_steps; ++a) {
     if (a == 0) slots.release_all(led);
     const int ids = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
     const int targets = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});

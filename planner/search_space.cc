@@ -40,15 +40,22 @@ std::vector<BatchShape> matched_shapes(const SearchSpec& spec, int64_t seq_len) 
         fmt::format("{} is not a multiple of ranks x seq = {} x {} = {} tokens (nearest: {}{})", n,
                     spec.ranks, seq_len, per_step, lo > 0 ? fmt::format("{} or ", lo) : "", hi));
   }
-  // Every divisor of the per-rank sequence count is a micro-batch; the rest is accumulation.
+  // Every divisor of the per-rank sequence count is a micro-batch; the rest is accumulation. Divisors
+  // come in pairs (d, per_rank / d), so sqrt(per_rank) trials find them all: 2^20 at 2^40 tokens.
   const int64_t per_rank = n / per_step;
+  std::vector<int64_t> divisors;
+  for (int64_t d = 1; d <= per_rank / d; ++d)
+    if (per_rank % d == 0) {
+      divisors.push_back(d);
+      if (d != per_rank / d) divisors.push_back(per_rank / d);
+    }
+  std::sort(divisors.begin(), divisors.end());
   std::vector<BatchShape> out;
-  for (int64_t mb = 1; mb <= per_rank; ++mb) {
-    if (per_rank % mb != 0) continue;
+  for (int64_t mb : divisors) {
     const int64_t acc = per_rank / mb;
     if (spec.max_micro_batch > 0 && mb > spec.max_micro_batch) continue;
     if (spec.max_accum_steps > 0 && acc > spec.max_accum_steps) continue;
-    if (acc > (int64_t{1} << 20)) continue;
+    if (acc > (int64_t{1} << 20) || mb > (int64_t{1} << 30)) continue;  // the plan's own limits
     out.push_back({static_cast<int>(mb), static_cast<int>(acc)});
   }
   if (out.empty())

@@ -23,7 +23,8 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
   app.add_option("--param-route", param_route, "Parameter delivery: replicated | sharded")
       ->check(CLI::IsMember({"replicated", "sharded"}));
   app.add_option("--grad-route", grad_route, "Gradient reduction: cpu | gpu")->check(CLI::IsMember({"cpu", "gpu"}));
-  app.add_option("--chunk-numel", chunk_numel, "Elements per transfer/reduction/update chunk")->check(CLI::PositiveNumber);
+  app.add_option("--chunk-numel", chunk_numel, "Elements per transfer/reduction/update chunk")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));  // as plan YAML's chunk_numel
   app.add_option("--activation", activation,
                  "Activation policy counts over decoder layers in order, e.g. offload:4,recompute:rest "
                  "or offload:2,recompute:10,keep:rest");

@@ -64,7 +64,8 @@ int plan_main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs)")->required()->check(CLI::PositiveNumber);
   auto* g = app.add_option(
       "--global-batch-tokens", global_batch,
-      "Matched batch: tokens per optimizer step, fixed (= ranks x micro-batch x accumulation x seq)");
+      "Matched batch: tokens per optimizer step, fixed (= ranks x micro-batch x accumulation x seq)")
+                ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   auto* m = app.add_option("--maximize", maximize, "Free batch: maximize this (throughput)")
                 ->check(CLI::IsMember({"throughput"}));
   auto* b = app.add_option("--token-budget", token_budget,
@@ -73,7 +74,7 @@ int plan_main(int argc, char** argv) {
   m->excludes(b);
   app.add_option("--max-global-batch-tokens", max_global_batch,
                  "Free batch: the largest tokens per step considered")
-      ->check(CLI::PositiveNumber);
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   app.add_option("--max-micro-batch", max_mb, "Largest micro-batch considered (0: memory decides)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--max-accum", max_acc, "Largest accumulation considered (0: no limit)")

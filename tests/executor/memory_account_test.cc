@@ -77,6 +77,9 @@ const Case kCases[] = {
     {2, 1, 2, 3, ParamRoute::kSharded, GradRoute::kGpu, 1, 0, 0, true, true, false},
     {3, 2, 1, 2, ParamRoute::kReplicated, GradRoute::kGpu, 0, 2, 0, false, true, true},
     {2, 1, 1, 2, ParamRoute::kSharded, GradRoute::kCpu, 0, 0, 0, true, true, true},
+    // more micro-steps than the replay walks (it stops at three: the pattern repeats)
+    {2, 1, 6, 2, ParamRoute::kSharded, GradRoute::kGpu, 1, 1, 0, false},
+    {1, 2, 5, 3, ParamRoute::kReplicated, GradRoute::kCpu, 0, 2, 0, true},
 };
 
 // The replay equals the driver: exactly, because both count the same aligned requests in the same order.

@@ -281,5 +281,21 @@ TEST(Cli, EveryStepSkippedIsAFailedRun) {
   fs::remove_all(d);
 }
 
+// Flags bounded like their YAML twins: sizes that overflowed byte counts (--chunk-numel 2^62 aborted
+// slidedp-run) or made the planner loop for hours (--global-batch-tokens 2^62) are refused, exit 2.
+TEST(Cli, HugeSizesAreRefusedLikeTheirYamlTwins) {
+  const std::string huge = " 4611686018427387904";  // 2^62
+  for (const std::string& cmd :
+       {bin("slidedp-run") + " --no-db -q --steps 1 --chunk-numel" + huge,
+        bin("slidedp-plan") + " --model qwen3-14b --hardware h100-sxm-x4 --seq 4096 --ranks 4 --global-batch-tokens" + huge,
+        bin("slidedp-plan") + " --model qwen3-14b --hardware h100-sxm-x4 --seq 4096 --ranks 4 --maximize throughput "
+                              "--max-global-batch-tokens" + huge}) {
+    SCOPED_TRACE(cmd);
+    const Result r = sh(cmd);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find("4611686018427387904"), std::string::npos) << r.out;
+  }
+}
+
 }  // namespace
 }  // namespace slidedp
