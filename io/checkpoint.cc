@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/strict_json.h"
 #include "common/file_util.h"
 #include "io/posix_file.h"
 #include "io/safetensors.h"
@@ -121,12 +122,7 @@ class StateReader {
 };
 
 TrainerState parse_trainer_state(const std::string& path) {
-  json j;
-  try {
-    j = json::parse(read_text_file(path));
-  } catch (const json::parse_error& e) {
-    throw InputError(path, fmt::format("malformed JSON: {}", e.what()));
-  }
+  const json j = parse_json_strict<json>(read_text_file(path), path);
   StateReader r(path);
   const int64_t version = j.is_object() && j.contains("format_version") ? r.integer(j, "", "format_version") : 0;
   if (version < 1 || version > kCheckpointFormatVersion)

@@ -16,6 +16,7 @@
 
 #include "common/bf16.h"
 #include "common/error.h"
+#include "common/strict_json.h"
 #include "common/file_util.h"
 #include "io/fp16.h"
 
@@ -141,28 +142,9 @@ SafetensorsHeader parse_safetensors(std::span<const uint8_t> file, const std::st
   std::string_view text(reinterpret_cast<const char*>(file.data()) + 8, static_cast<std::size_t>(n));
   if (text.front() != '{') throw InputError(path, "header does not start with '{' (not a safetensors file?)");
 
-  // Duplicate keys: nlohmann keeps the last one silently; the reference parser rejects them, and a
-  // duplicate tensor name would make two tensors share one name. Track keys per open object.
-  std::vector<std::set<std::string>> open_objects;
-  std::string duplicate;
-  json::parser_callback_t on_event = [&](int, json::parse_event_t event, json& parsed) {
-    if (event == json::parse_event_t::object_start) {
-      open_objects.emplace_back();
-    } else if (event == json::parse_event_t::object_end) {
-      if (!open_objects.empty()) open_objects.pop_back();
-    } else if (event == json::parse_event_t::key && !open_objects.empty()) {
-      const std::string& key = parsed.get_ref<const std::string&>();
-      if (!open_objects.back().insert(key).second && duplicate.empty()) duplicate = key;
-    }
-    return true;
-  };
-  json header;
-  try {
-    header = json::parse(text.begin(), text.end(), on_event);
-  } catch (const json::exception& e) {
-    throw InputError(path, fmt::format("malformed JSON header: {}", e.what()));
-  }
-  if (!duplicate.empty()) throw InputError(path, fmt::format("header repeats the key '{}'", duplicate));
+  // The reference parser rejects duplicate keys, and a duplicate tensor name would make two tensors
+  // share one name: the strict parse refuses them.
+  const json header = parse_json_strict<json>(text, path + " (header)");
   if (!header.is_object()) throw InputError(path, "header is not a JSON object");
 
   SafetensorsHeader h;
@@ -321,12 +303,7 @@ SafetensorsSet SafetensorsSet::open_file(const std::string& path) {
 
 SafetensorsSet SafetensorsSet::open_index(const std::string& index_path) {
   namespace fs = std::filesystem;
-  json index;
-  try {
-    index = json::parse(read_text_file(index_path));
-  } catch (const json::exception& e) {
-    throw InputError(index_path, fmt::format("malformed JSON: {}", e.what()));
-  }
+  const json index = parse_json_strict<json>(read_text_file(index_path), index_path);
   if (!index.is_object()) throw InputError(index_path, "expected a JSON object");
   for (const auto& [key, _] : index.items())
     if (key != "metadata" && key != "weight_map")

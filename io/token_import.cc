@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/strict_json.h"
 
 namespace slidedp {
 namespace {
@@ -207,12 +208,7 @@ void append_jsonl(TokenStream& out, std::string_view text, const std::string& pa
     ++line_no;
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines separate nothing
     const std::string where = fmt::format("{}: line {}", path, line_no);
-    json j;
-    try {
-      j = json::parse(line);
-    } catch (const json::parse_error& e) {
-      throw InputError(where, fmt::format("malformed JSON: {}", e.what()));
-    }
+    const json j = parse_json_strict<json>(line, where);
     const json* ids = &j;
     const json* mask = nullptr;
     if (j.is_object()) {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/strict_json.h"
 #include "model/model_card.h"
 
 namespace slidedp {
@@ -117,12 +118,7 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
 }  // namespace
 
 ModelCard model_card_from_hf_config(const std::string& json_text, const std::string& origin) {
-  json j;
-  try {
-    j = json::parse(json_text);
-  } catch (const json::parse_error& e) {
-    throw InputError(origin, fmt::format("malformed JSON: {}", e.what()));
-  }
+  const json j = parse_json_strict(json_text, origin);
   if (!j.is_object()) throw InputError(origin, "expected a JSON object");
   ModelCard c;
   if (!j.contains("model_type") || !j["model_type"].is_string())

@@ -142,6 +142,29 @@ TEST(HfConfig, LlamaRopeScalingAndRoundTrip) {
   EXPECT_EQ(b.total_params(), a.total_params());
 }
 
+// What nlohmann accepts or throws out_of_range for is bad input here: a number beyond double range
+// (was exit 1, "internal error") and a key given twice (was: the last one silently won).
+TEST(HfConfig, OutOfRangeNumbersAndRepeatedKeysAreBadInputNamingTheFile) {
+  const std::string base = model_card_to_hf_config(model_preset("qwen3-8b"));
+  struct Case {
+    std::string from, to, must_say;
+  };
+  for (const Case& c : {Case{"\"rms_norm_eps\": 1e-06", "\"rms_norm_eps\": 1e400", "1e400"},
+                        Case{"\"rope_theta\":", "\"rope_theta\": 5.0, \"rope_theta\":", "'rope_theta'"}}) {
+    SCOPED_TRACE(c.to);
+    std::string text = base;
+    ASSERT_NE(text.find(c.from), std::string::npos) << text;
+    text.replace(text.find(c.from), c.from.size(), c.to);
+    try {
+      model_card_from_hf_config(text, "/m/config.json");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("/m/config.json"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find(c.must_say), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(HfConfig, ErrorsNameTheFileAndKey) {
   try {
     model_card_from_hf_config(R"({"model_type": "llama", "hidden_size": 64})", "/m/config.json");
