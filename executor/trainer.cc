@@ -13,7 +13,9 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/thread_pool.h"
+#include "common/units.h"
 #include "executor/backend_registry.h"
 #include "executor/host_state.h"
 #include "executor/init_weights.h"
@@ -23,6 +25,7 @@
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "io/sequence_sampler.h"
+#include "kernels/cpu/transformer/model_step.h"
 #include "model/hardware.h"
 #include "model/memory_model.h"
 #include "model/workload.h"
@@ -156,6 +159,18 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
+  // Refused before any allocation, not by the OOM killer: a model whose units are not built, or whose
+  // host state cannot fit this host's RAM (fp32 master and AdamW m and v, 12 bytes per parameter, are
+  // a lower bound of it).
+  kernels::check_units_exist(o.card);
+  const double state_bytes = 12.0 * static_cast<double>(layout.total_flat_numel);
+  const int64_t ram = physical_ram_bytes();
+  if (ram > 0 && state_bytes > static_cast<double>(ram))
+    throw InfeasibleError(fmt::format(
+        "{}: the host state needs at least {} (fp32 master weights and AdamW moments: 12 bytes x {} parameters) "
+        "but this host has {} of RAM",
+        o.card.name, format_bytes(state_bytes), format_count(static_cast<double>(layout.total_flat_numel)),
+        format_bytes(static_cast<double>(ram))));
   const SystemTraits traits = system_traits(o.system);
   if (traits.gpu_optimizer) {
     // FSDP2's optimizer state lives on the devices: the host-side features that read it mid-run

@@ -71,6 +71,10 @@ HfModel load_hf_model(const std::string& dir) {
     for (const auto& ref : src.all())
       for (const char* tower : {"model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio."})
         if (ref.entry->name.starts_with(tower)) ignorable.insert(ref.entry->name);
+  if (m.card.qwen3_5())  // the vision tower and the MTP head (transformers drops mtp.* on load too)
+    for (const auto& ref : src.all())
+      for (const char* part : {"model.visual.", "mtp."})
+        if (ref.entry->name.starts_with(part)) ignorable.insert(ref.entry->name);
   check_no_unexpected_tensors(src, expected, ignorable);
   if (!m.card.tie_word_embeddings && !src.find("lm_head.weight"))
     throw InputError(src.origin(),

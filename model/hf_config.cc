@@ -115,6 +115,106 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
   return c;
 }
 
+// Qwen3.5/3.6's text model: `t` is the text_config of a qwen3_5 / qwen3_5_moe config (or a whole
+// *_text config). Keys and defaults are Qwen3_5TextConfig's / Qwen3_5MoeTextConfig's; the DeltaNet's
+// dimensions are required (a config without them is not one of these models).
+ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const std::string& where) {
+  const std::string at = origin + ": " + where;
+  if (!t.is_object()) throw InputError(at, "expected an object");
+  ModelCard c;
+  c.model_type = moe ? "qwen3_5_moe" : "qwen3_5";
+  c.name = origin;
+  c.hidden_size = get_int(t, "hidden_size", at, true, 0);
+  c.num_layers = get_int(t, "num_hidden_layers", at, true, 0);
+  c.num_heads = get_int(t, "num_attention_heads", at, true, 0);
+  c.num_kv_heads = get_int(t, "num_key_value_heads", at, true, 0);
+  c.head_dim = get_int(t, "head_dim", at, false, 256);
+  c.intermediate_size = moe ? 0 : get_int(t, "intermediate_size", at, true, 0);
+  c.vocab_size = get_int(t, "vocab_size", at, true, 0);
+  c.max_position_embeddings = get_int(t, "max_position_embeddings", at, false, 32768);
+  c.rms_norm_eps = get_number(t, "rms_norm_eps", at, 1e-6);
+  c.tie_word_embeddings = get_bool(t, "tie_word_embeddings", at, false);
+  if (get_bool(t, "attention_bias", at, false))
+    throw InputError(at + ".attention_bias", "projection biases are not supported for " + c.model_type);
+  if (t.contains("attn_output_gate") && !get_bool(t, "attn_output_gate", at, true))
+    throw InputError(at + ".attn_output_gate", "false is not supported: the released models gate the attention output");
+  if (t.contains("hidden_act") && t["hidden_act"] != "silu") throw InputError(at + ".hidden_act", "only silu is supported");
+  c.linear_num_key_heads = get_int(t, "linear_num_key_heads", at, true, 0);
+  c.linear_num_value_heads = get_int(t, "linear_num_value_heads", at, true, 0);
+  c.linear_key_head_dim = get_int(t, "linear_key_head_dim", at, true, 0);
+  c.linear_value_head_dim = get_int(t, "linear_value_head_dim", at, true, 0);
+  c.linear_conv_kernel_dim = get_int(t, "linear_conv_kernel_dim", at, false, 4);
+  if (t.contains("layer_types") && !t["layer_types"].is_null()) {
+    if (!t["layer_types"].is_array()) throw InputError(at + ".layer_types", "expected an array");
+    for (const json& k : t["layer_types"]) {
+      if (k != "linear_attention" && k != "full_attention")
+        throw InputError(at + ".layer_types", fmt::format("{} is not linear_attention or full_attention", k.dump()));
+      c.layer_types.push_back(k == "linear_attention" ? AttentionKind::kLinear : AttentionKind::kFull);
+    }
+  } else {
+    c.layer_types = qwen3_5_default_layer_types(c.num_layers, get_int(t, "full_attention_interval", at, false, 4));
+  }
+  // rope_parameters (transformers 5) or the older top-level keys; mrope_section collapses to 1-D RoPE
+  // for text, whose three position streams are equal.
+  const json& rp = t.contains("rope_parameters") && t["rope_parameters"].is_object() ? t["rope_parameters"] : t;
+  const std::string rat = &rp == &t ? at : at + ".rope_parameters";
+  if (rp.contains("rope_type") && rp["rope_type"] != "default")
+    throw InputError(rat + ".rope_type", "only 'default' is supported");
+  c.rope_theta = get_number(rp, "rope_theta", rat, 10000000.0);
+  c.partial_rotary_factor = get_number(rp, "partial_rotary_factor", rat, 0.25);
+  if (moe) {
+    c.num_experts = get_int(t, "num_experts", at, true, 0);
+    c.num_experts_per_tok = get_int(t, "num_experts_per_tok", at, true, 0);
+    c.moe_intermediate_size = get_int(t, "moe_intermediate_size", at, true, 0);
+    c.shared_expert_intermediate_size = get_int(t, "shared_expert_intermediate_size", at, true, 0);
+  }
+  c.validate(at);
+  return c;
+}
+
+// A qwen3_5 / qwen3_5_moe config.json as the released ForConditionalGeneration checkpoints have it,
+// the text part only (no vision tower, no MTP head: not trained here).
+std::string qwen3_5_hf_config(const ModelCard& c) {
+  const bool moe = c.model_type == "qwen3_5_moe";
+  json t;
+  t["model_type"] = c.model_type + "_text";
+  t["hidden_size"] = c.hidden_size;
+  t["num_hidden_layers"] = c.num_layers;
+  t["num_attention_heads"] = c.num_heads;
+  t["num_key_value_heads"] = c.num_kv_heads;
+  t["head_dim"] = c.head_dim;
+  if (!moe) t["intermediate_size"] = c.intermediate_size;
+  t["vocab_size"] = c.vocab_size;
+  t["max_position_embeddings"] = c.max_position_embeddings;
+  t["rms_norm_eps"] = c.rms_norm_eps;
+  json types = json::array();
+  for (AttentionKind k : c.layer_types) types.push_back(attention_kind_name(k));
+  t["layer_types"] = types;
+  t["linear_num_key_heads"] = c.linear_num_key_heads;
+  t["linear_num_value_heads"] = c.linear_num_value_heads;
+  t["linear_key_head_dim"] = c.linear_key_head_dim;
+  t["linear_value_head_dim"] = c.linear_value_head_dim;
+  t["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
+  t["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta},
+                          {"partial_rotary_factor", c.partial_rotary_factor}};
+  t["attn_output_gate"] = true;
+  t["hidden_act"] = "silu";
+  t["tie_word_embeddings"] = c.tie_word_embeddings;
+  if (moe) {
+    t["num_experts"] = c.num_experts;
+    t["num_experts_per_tok"] = c.num_experts_per_tok;
+    t["moe_intermediate_size"] = c.moe_intermediate_size;
+    t["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
+  }
+  json j;
+  j["architectures"] = json::array({moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"});
+  j["model_type"] = c.model_type;
+  j["text_config"] = t;
+  j["tie_word_embeddings"] = c.tie_word_embeddings;
+  j["torch_dtype"] = "bfloat16";
+  return j.dump(2) + "\n";
+}
+
 }  // namespace
 
 ModelCard model_card_from_hf_config(const std::string& json_text, const std::string& origin) {
@@ -139,10 +239,27 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
     g.validate(origin);
     return g;
   }
+  if (c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_text" ||
+      c.model_type == "qwen3_5_moe_text") {
+    // Qwen3.6 is loaded with the Qwen3.5 classes. The released checkpoints hold the text model under
+    // text_config; the vision tower and the MTP head (mtp.*) are not trained and their tensors not read.
+    const bool outer = c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe";
+    const bool moe = c.model_type.rfind("qwen3_5_moe", 0) == 0;
+    if (outer && (!j.contains("text_config") || !j["text_config"].is_object()))
+      throw InputError(origin + ": text_config",
+                       fmt::format("missing or not an object (a {} config holds the text model there)", c.model_type));
+    ModelCard q = qwen3_5_card(outer ? j["text_config"] : j, moe, origin, outer ? "text_config" : "config");
+    if (outer && j.contains("tie_word_embeddings")) q.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, false);
+    if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) q.hf_repo = j["_name_or_path"].get<std::string>();
+    q.source = "config.json " + origin + (outer ? " (text model; the vision tower and the MTP head are not trained)" : "");
+    q.validate(origin);
+    return q;
+  }
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
       c.model_type != "mistral")
     throw InputError(origin + ": model_type",
-                     fmt::format("'{}' is not supported (llama, qwen2, qwen3, mistral, gemma4)", c.model_type));
+                     fmt::format("'{}' is not supported (llama, qwen2, qwen3, mistral, gemma4, qwen3_5, qwen3_5_moe)",
+                                 c.model_type));
   c.name = origin;
   if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
     c.hf_repo = j["_name_or_path"].get<std::string>();
@@ -254,6 +371,7 @@ std::string gemma4_hf_config(const ModelCard& c) {
 
 std::string model_card_to_hf_config(const ModelCard& c) {
   if (c.gemma4()) return gemma4_hf_config(c);
+  if (c.qwen3_5()) return qwen3_5_hf_config(c);
   static const std::map<std::string, std::string> kArch = {{"llama", "LlamaForCausalLM"},
                                                            {"qwen2", "Qwen2ForCausalLM"},
                                                            {"qwen3", "Qwen3ForCausalLM"},

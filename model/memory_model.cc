@@ -62,7 +62,10 @@ namespace {
 // input the carve sequences read; a few entries per thread suffice.
 struct UnitMemoryKey {
   int64_t C, L, H, KV, hd, I, V, B, T, tile, loss_chunk, experts, window, global_hd;
-  bool qk_norm, bias, tied, gemma4;
+  int64_t top_k, expert_I, shared_I, global_kv, linear_heads;  // MoE and the hybrid families' layers
+  std::string model_type;
+  std::vector<AttentionKind> layer_types;
+  bool qk_norm, bias, tied, k_eq_v;
   UnitCode code;
   int threads;
   bool operator==(const UnitMemoryKey&) const = default;
@@ -73,8 +76,10 @@ std::pair<UnitMemory, UnitMemory> decoder_and_head_memory(const Workload& w, con
   const ModelCard& c = w.model;
   const UnitMemoryKey key{c.hidden_size, c.num_layers, c.num_heads, c.num_kv_heads, c.head_dim, c.intermediate_size,
                           c.vocab_size, B, T, o.mlp_token_tile, o.loss_chunk_tokens, c.num_experts,
-                          c.sliding_window, c.global_head_dim, c.qk_norm, c.attention_bias,
-                          c.tie_word_embeddings, c.gemma4(), o.code, o.cpu_threads};
+                          c.sliding_window, c.global_head_dim, c.num_experts_per_tok, c.moe_intermediate_size,
+                          c.shared_expert_intermediate_size, c.num_global_kv_heads, c.linear_num_value_heads,
+                          c.model_type, c.layer_types, c.qk_norm, c.attention_bias,
+                          c.tie_word_embeddings, c.attention_k_eq_v, o.code, o.cpu_threads};
   thread_local std::vector<std::pair<UnitMemoryKey, std::pair<UnitMemory, UnitMemory>>> cache;
   for (const auto& [k, v] : cache)
     if (k == key) return v;

@@ -1,7 +1,8 @@
 // The model card: the architecture numbers of a Hugging Face decoder-only config.json (Llama, Qwen2,
-// Qwen2.5, Qwen3, Mistral; Gemma 4's text model), from a named preset, a config.json, or a model
-// directory. Everything downstream (unit layout, FLOPs, memory, the executor's math) reads only this
-// struct, and reads a decoder layer's shape through layer(l): Gemma 4's layers are not all alike.
+// Qwen2.5, Qwen3, Mistral; the text models of Gemma 4 and Qwen3.5/3.6), from a named preset, a
+// config.json, or a model directory. Everything downstream (unit layout, FLOPs, memory, the executor's
+// math) reads only this struct, and reads a decoder layer's shape through layer(l): Gemma 4's and
+// Qwen3.6's layers are not all alike.
 #pragma once
 
 #include <cstdint>
@@ -18,8 +19,10 @@ struct RopeScaling {
   int64_t original_max_position_embeddings = 8192;
 };
 
-enum class AttentionKind { kFull, kSliding };
-const char* attention_kind_name(AttentionKind kind);  // "full_attention" | "sliding_attention"
+// kLinear: Qwen3.5/3.6's Gated DeltaNet token mixer (linear attention: a state, no T x T scores).
+enum class AttentionKind { kFull, kSliding, kLinear };
+// "full_attention" | "sliding_attention" | "linear_attention"
+const char* attention_kind_name(AttentionKind kind);
 
 // The shape of one decoder layer, derived from the card (ModelCard::layer).
 struct LayerShape {
@@ -33,15 +36,25 @@ struct LayerShape {
   int64_t num_experts = 0;               // MoE block beside the dense MLP (0: none)
   int64_t experts_per_token = 0;
   int64_t expert_intermediate_size = 0;
+  int64_t shared_expert_intermediate_size = 0;  // Qwen3.6 MoE: one sigmoid-gated shared SwiGLU expert
+  bool output_gate = false;   // Qwen3.6 full attention: q_proj also yields a per-channel gate (2 q_dim rows)
+  int64_t rotary_dim = 0;     // Qwen3.6: the leading channels that rotate (partial RoPE); 0: see rope_angles
+  // Gated DeltaNet (attention kLinear): key heads, value heads (a multiple), their head dims, the
+  // depthwise conv's kernel.
+  int64_t linear_k_heads = 0, linear_v_heads = 0, linear_k_dim = 0, linear_v_dim = 0, conv_kernel = 0;
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
   bool moe() const { return num_experts > 0; }
+  bool linear() const { return attention == AttentionKind::kLinear; }
+  int64_t linear_key_dim() const { return linear_k_heads * linear_k_dim; }
+  int64_t linear_value_dim() const { return linear_v_heads * linear_v_dim; }
+  int64_t linear_conv_dim() const { return 2 * linear_key_dim() + linear_value_dim(); }  // q | k | v
 };
 
 struct ModelCard {
   std::string name;        // preset name ("qwen3-14b") or the folder/file it came from
   std::string hf_repo;     // "Qwen/Qwen3-14B" where known
-  std::string model_type;  // "llama" | "qwen2" | "qwen3" | "mistral" | "gemma4"
+  std::string model_type;  // "llama" | "qwen2" | "qwen3" | "mistral" | "gemma4" | "qwen3_5" | "qwen3_5_moe"
   int64_t hidden_size = 0;        // C
   int64_t num_layers = 0;         // L
   int64_t num_heads = 0;          // H (query heads)
@@ -74,13 +87,26 @@ struct ModelCard {
   int64_t moe_intermediate_size = 0;
   double final_logit_softcapping = 0;      // logits = cap * tanh(z / cap); 0: none
 
+  // Qwen3.5 / Qwen3.6 ("qwen3_5" dense, "qwen3_5_moe"; the text model of the released
+  // ForConditionalGeneration checkpoints). layer_types holds linear_attention (Gated DeltaNet) and
+  // full_attention (gated attention, partial RoPE) layers. Fixed facts of the family: zero-centred
+  // RMSNorm x*(1+w) (a plain w norm inside the DeltaNet), q/k norm, the attention output gate, conv
+  // SiLU, untied head. The MoE variant has no dense MLP: intermediate_size is 0 there.
+  int64_t linear_num_key_heads = 0, linear_num_value_heads = 0, linear_key_head_dim = 0,
+          linear_value_head_dim = 0, linear_conv_kernel_dim = 0;
+  double partial_rotary_factor = 1.0;      // of head_dim, the leading channels that rotate
+  int64_t shared_expert_intermediate_size = 0;
+
   bool gemma4() const { return model_type == "gemma4"; }
+  bool qwen3_5() const { return model_type == "qwen3_5" || model_type == "qwen3_5_moe"; }
+  // Families whose layers differ by type (read through layer(l), per-layer costs and memory).
+  bool hybrid_layers() const { return gemma4() || qwen3_5(); }
   bool moe() const { return num_experts > 0; }
   LayerShape layer(int64_t l) const;
   // Whether every decoder layer has the same shape (and the same unit size).
   bool uniform_layers() const;
   // Where the text model's tensors live in the checkpoint: "model." or "model.language_model.".
-  std::string tensor_prefix() const { return gemma4() ? "model.language_model." : "model."; }
+  std::string tensor_prefix() const { return hybrid_layers() ? "model.language_model." : "model."; }
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
@@ -98,10 +124,13 @@ struct ModelCard {
 
   // Throws InputError (naming `origin`) when numbers are inconsistent (heads % kv_heads, ...).
   void validate(const std::string& origin) const;
+  void validate_qwen3_5(const std::string& origin) const;
 };
 
 // Gemma4TextConfig's default layer_types: (five sliding, one full) repeated, the last layer full.
 std::vector<AttentionKind> gemma4_default_layer_types(int64_t num_layers);
+// Qwen3.5's: full attention every full_attention_interval-th layer (3, 7, 11, ... for 4), linear otherwise.
+std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers, int64_t full_attention_interval = 4);
 
 // Named presets (model/presets/models/*.yaml, compiled in).
 std::vector<std::string> model_preset_names();

@@ -23,9 +23,45 @@ double causal_pairs(int64_t T, int64_t window) {
 
 namespace {
 
+// Qwen3.6 (model-families.md section 3.4): the token mixer's projections (the DeltaNet's four input
+// projections and out_proj, or the gated attention's q+gate, k, v, o) and the FFN (the dense SwiGLU,
+// or the router, k experts, the shared expert and its gate).
+double qwen3_5_linear_params_per_token(const ModelCard& c, const LayerShape& s) {
+  const double C = static_cast<double>(c.hidden_size);
+  double n = 0;
+  if (s.linear()) {
+    const double vd = static_cast<double>(s.linear_value_dim());
+    n += static_cast<double>(s.linear_conv_dim()) * C + vd * C + 2.0 * static_cast<double>(s.linear_v_heads) * C + C * vd;
+  } else {
+    const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
+    n += 2.0 * q * C + 2.0 * kv * C + q * C;
+  }
+  if (s.moe())
+    n += static_cast<double>(s.num_experts) * C +
+         static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size) * C +
+         3.0 * static_cast<double>(s.shared_expert_intermediate_size) * C + C;
+  else
+    n += 3.0 * C * static_cast<double>(s.intermediate_size);
+  return n;
+}
+
+// Forward FLOPs of one Gated DeltaNet layer's mixer besides its projections, per token: the causal
+// depthwise conv (2 k per channel) and the chunked delta-rule scan (chunk Cc = 64, the released
+// kernels' and the reference's), per value head with d_k = d_v = d: K_beta K^T and Q K^T (2 Cc d
+// each), the two unit-triangular solves for U and W (Cc (d_k + d_v)), P V' (2 Cc d_v), W S, Q S and
+// the state update K^T V' (2 d_k d_v each). Linear in T: no T x T term.
+double gated_deltanet_flops_per_token(const LayerShape& s) {
+  constexpr double kChunk = 64;
+  const double dk = static_cast<double>(s.linear_k_dim), dv = static_cast<double>(s.linear_v_dim);
+  const double per_head = 4.0 * kChunk * dk + kChunk * (dk + dv) + 2.0 * kChunk * dv + 6.0 * dk * dv;
+  return static_cast<double>(s.linear_v_heads) * per_head +
+         2.0 * static_cast<double>(s.conv_kernel) * static_cast<double>(s.linear_conv_dim());
+}
+
 // Weights a token multiplies with in one decoder layer (norm vectors and scalars excluded): the
 // attention projections, the dense MLP, and on MoE layers the router and experts_per_token experts.
 double decoder_linear_params_per_token(const ModelCard& c, const LayerShape& s) {
+  if (c.qwen3_5()) return qwen3_5_linear_params_per_token(c, s);
   const double C = static_cast<double>(c.hidden_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   double n = C * q + C * kv + (s.k_eq_v ? 0.0 : C * kv) + q * C + 3.0 * C * static_cast<double>(s.intermediate_size);
@@ -50,7 +86,9 @@ UnitFlops unit_flops(const ModelCard& c, UnitKind kind, int layer, int64_t seque
       f.forward_matmul = 2.0 * decoder_linear_params_per_token(c, s) * tokens;
       f.mlp_gate_up_matmul = 2.0 * 2.0 * C * static_cast<double>(s.intermediate_size) * tokens;
       const double pairs = static_cast<double>(sequences) * causal_pairs(seq_len, s.window);
-      f.forward_attention = 4.0 * static_cast<double>(s.q_dim()) * pairs;
+      // a Gated DeltaNet layer's scan takes the attention's place (backward charged alike: 2.5x)
+      f.forward_attention =
+          s.linear() ? gated_deltanet_flops_per_token(s) * tokens : 4.0 * static_cast<double>(s.q_dim()) * pairs;
       f.backward_matmul = 2.0 * f.forward_matmul;
       f.backward_attention = 2.5 * f.forward_attention;
       break;
@@ -67,14 +105,17 @@ double model_flops_per_step(const ModelCard& c, int64_t sequences, int64_t seq_l
   const double B = static_cast<double>(sequences), S = static_cast<double>(seq_len);
   const double L = static_cast<double>(c.num_layers), H = static_cast<double>(c.hidden_size);
   const double V = static_cast<double>(c.vocab_size);
-  if (c.gemma4()) {
+  if (c.hybrid_layers()) {
     // The same convention layer by layer: 3x the forward (backward = 2x), 6 FLOPs per token and
-    // active weight, attention over min(S, window) keys per query (no causal halving), the head.
+    // active weight, attention over min(S, window) keys per query (no causal halving), a Gated
+    // DeltaNet's scan 3x its forward, the head.
     double f = 6.0 * B * S * H * V;
     for (int64_t l = 0; l < c.num_layers; ++l) {
       const LayerShape s = c.layer(l);
       const double keys = s.window > 0 ? std::min(S, static_cast<double>(s.window)) : S;
-      f += 6.0 * B * S * decoder_linear_params_per_token(c, s) + 12.0 * B * S * keys * static_cast<double>(s.q_dim());
+      f += 6.0 * B * S * decoder_linear_params_per_token(c, s) +
+           (s.linear() ? 3.0 * B * S * gated_deltanet_flops_per_token(s)
+                       : 12.0 * B * S * keys * static_cast<double>(s.q_dim()));
     }
     return f;
   }
@@ -85,8 +126,56 @@ double model_flops_per_step(const ModelCard& c, int64_t sequences, int64_t seq_l
          ((1.0 + kv / heads + S / H) * qratio + 1.5 * I / H + V / (2.0 * L * H));
 }
 
+namespace {
+
+// Qwen3.6 layers (no unit built yet: an estimate from the reference's forward, section 3.4). Saved
+// under `keep`, in bf16 unless noted: the layer input and its norm; a DeltaNet layer's q|k|v before
+// and after the conv + SiLU, z, beta and the decay (fp32, per value head), the L2-normed q and k, the
+// scan output and the gated norm's output; a gated-attention layer's q+gate and k before their norms,
+// v, q and k after norm and RoPE, the attention output and its gated copy, the log-sum-exp (fp32); the
+// residual after the mixer and its norm; the dense MLP's gate, up and product, or the router's
+// probabilities, k experts' gate, up and product, the shared expert's and its gate, and the routed
+// and shared outputs. Transient: the chunk states of one layer's scan (fp32, d_k x d_v per value head
+// every 64 tokens; recomputed in backward, as the released kernels do) and the widest gradients.
+LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, const LayerShape& s) {
+  const double C = static_cast<double>(c.hidden_size);
+  constexpr double kBf16 = 2.0, kFp32 = 4.0, kChunk = 64;
+  LayerActivationBytes a;
+  a.unit_input = C * kBf16;
+  double elems = 2.0 * C, fp32 = 0, transient = 0;
+  if (s.linear()) {
+    const double conv = static_cast<double>(s.linear_conv_dim()), vd = static_cast<double>(s.linear_value_dim());
+    const double kd = static_cast<double>(s.linear_key_dim()), nv = static_cast<double>(s.linear_v_heads);
+    elems += 2.0 * conv + vd + 2.0 * kd + 2.0 * vd;
+    fp32 += 2.0 * nv;
+    transient += nv * static_cast<double>(s.linear_k_dim) * static_cast<double>(s.linear_v_dim) * kFp32 / kChunk +
+                 conv * kFp32;
+  } else {
+    const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
+    elems += 2.0 * q + kv + kv + q + kv + 2.0 * q;
+    fp32 += static_cast<double>(s.num_heads);
+    transient += (2.0 * q + 2.0 * kv) * kFp32;
+  }
+  elems += 2.0 * C;
+  if (s.moe()) {
+    const double k = static_cast<double>(s.experts_per_token), Ie = static_cast<double>(s.expert_intermediate_size);
+    const double Is = static_cast<double>(s.shared_expert_intermediate_size);
+    elems += static_cast<double>(s.num_experts) + k * 3.0 * Ie + 3.0 * Is + 1.0 + 2.0 * C;
+    transient += (k * 2.0 * Ie + 2.0 * Is) * kFp32;
+  } else {
+    elems += 3.0 * static_cast<double>(s.intermediate_size);
+    transient += 2.0 * static_cast<double>(s.intermediate_size) * kFp32;
+  }
+  a.saved_keep = elems * kBf16 + fp32 * kFp32;
+  a.transient = transient;
+  return a;
+}
+
+}  // namespace
+
 LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int layer, int64_t mlp_token_tile) {
   const LayerShape s = c.layer(layer);
+  if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s);
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   constexpr double kBf16 = 2.0, kFp32 = 4.0;
@@ -123,6 +212,9 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int 
 
 LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c, int layer) {
   const LayerShape s = c.layer(layer);
+  // Qwen3.6: the baselines are charged the same per-token estimate (their saved tensors are the
+  // reference's forward too; no separate PyTorch accounting of the hybrid layers yet).
+  if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s);
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   const double H = static_cast<double>(s.num_heads), KV = static_cast<double>(s.num_kv_heads);

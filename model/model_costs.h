@@ -20,7 +20,7 @@ const char* activation_policy_name(ActivationPolicy p);
 
 struct UnitFlops {
   double forward_matmul = 0;    // GEMM FLOPs of the forward pass
-  double forward_attention = 0; // QK^T + PV FLOPs of the forward pass
+  double forward_attention = 0; // QK^T + PV FLOPs of the forward pass (a Gated DeltaNet: conv and scan)
   double backward_matmul = 0;
   double backward_attention = 0;
   // Decoder: FLOPs of the gate and up projections (part of forward_matmul, 2/3 of the MLP's and

@@ -80,6 +80,49 @@ void add_gemma4_decoder(LayoutBuilder& b, const ModelCard& c, const LayerShape& 
   b.add("layer_scalar", {1});
 }
 
+// A Qwen3.5/3.6 decoder layer (Qwen3_5DecoderLayer; names and shapes: model-families.md section 3.3):
+// the Gated DeltaNet or the gated full attention, then the dense SwiGLU MLP or the MoE block with its
+// packed experts (3-D, gate rows first) and the gated shared expert.
+void add_qwen3_5_decoder(LayoutBuilder& b, const ModelCard& c, const LayerShape& s) {
+  const int64_t C = c.hidden_size;
+  b.add("input_layernorm.weight", {C});
+  if (s.linear()) {
+    const int64_t conv = s.linear_conv_dim(), vd = s.linear_value_dim(), nv = s.linear_v_heads;
+    b.add("linear_attn.in_proj_qkv.weight", {conv, C});  // rows q | k | v
+    b.add("linear_attn.in_proj_z.weight", {vd, C});
+    b.add("linear_attn.in_proj_b.weight", {nv, C});
+    b.add("linear_attn.in_proj_a.weight", {nv, C});
+    b.add("linear_attn.conv1d.weight", {conv, 1, s.conv_kernel});
+    b.add("linear_attn.dt_bias", {nv});
+    b.add("linear_attn.A_log", {nv});
+    b.add("linear_attn.norm.weight", {s.linear_v_dim});
+    b.add("linear_attn.out_proj.weight", {C, vd});
+  } else {
+    b.add("self_attn.q_proj.weight", {2 * s.q_dim(), C});  // per head: the query rows, then the gate rows
+    b.add("self_attn.k_proj.weight", {s.kv_dim(), C});
+    b.add("self_attn.v_proj.weight", {s.kv_dim(), C});
+    b.add("self_attn.o_proj.weight", {C, s.q_dim()});
+    b.add("self_attn.q_norm.weight", {s.head_dim});
+    b.add("self_attn.k_norm.weight", {s.head_dim});
+  }
+  b.add("post_attention_layernorm.weight", {C});
+  if (s.moe()) {
+    const int64_t E = s.num_experts, Ie = s.expert_intermediate_size, Is = s.shared_expert_intermediate_size;
+    b.add("mlp.gate.weight", {E, C});
+    b.add("mlp.experts.gate_up_proj", {E, 2 * Ie, C});
+    b.add("mlp.experts.down_proj", {E, C, Ie});
+    b.add("mlp.shared_expert.gate_proj.weight", {Is, C});
+    b.add("mlp.shared_expert.up_proj.weight", {Is, C});
+    b.add("mlp.shared_expert.down_proj.weight", {C, Is});
+    b.add("mlp.shared_expert_gate.weight", {1, C});
+  } else {
+    const int64_t I = s.intermediate_size;
+    b.add("mlp.gate_proj.weight", {I, C});
+    b.add("mlp.up_proj.weight", {I, C});
+    b.add("mlp.down_proj.weight", {C, I});
+  }
+}
+
 }  // namespace
 
 const char* unit_kind_name(UnitKind kind) {
@@ -140,6 +183,8 @@ ModelLayout make_model_layout(const ModelCard& c) {
     LayoutBuilder b(u, u.prefix());
     if (c.gemma4()) {
       add_gemma4_decoder(b, c, c.layer(l));
+    } else if (c.qwen3_5()) {
+      add_qwen3_5_decoder(b, c, c.layer(l));
     } else {
       add_llama_decoder(b, c, c.layer(l));
     }

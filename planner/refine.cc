@@ -12,6 +12,7 @@
 
 #include "common/median.h"
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/table.h"
 #include "common/units.h"
 #include "executor/run_log.h"
@@ -24,11 +25,6 @@
 
 namespace slidedp::planner {
 namespace {
-
-double physical_ram_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0.0;
-}
 
 // Host bytes a candidate needs on the CPU backend: the host state plus every emulated device's
 // memory, which lives in host RAM too.
@@ -68,7 +64,7 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
   if (o.steps <= o.warmup_steps)
     throw InputError("--refine-steps", fmt::format("must exceed the {} warm-up steps", o.warmup_steps));
   const int L = search.space.num_layers;
-  const double ram = physical_ram_bytes(), usable = ram * o.host_ram_fraction;
+  const double ram = static_cast<double>(physical_ram_bytes()), usable = ram * o.host_ram_fraction;
 
   RefineResult res;
   res.db_path = o.db_path;

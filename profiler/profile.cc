@@ -14,6 +14,7 @@
 #include <set>
 
 #include "common/error.h"
+#include "common/host_memory.h"
 #include "common/progress.h"
 #include "common/provenance.h"
 #include "common/thread_pool.h"
@@ -37,11 +38,6 @@ double load_average_1m() {
   double l = 0;
   in >> l;
   return l;
-}
-
-int64_t physical_ram_bytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
 }
 
 std::vector<int64_t> geometric(int64_t from, int64_t to, int64_t factor) {

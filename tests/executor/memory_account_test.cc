@@ -147,6 +147,7 @@ TEST(MemoryAccount, PlannerEqualsTheExecutorsAccountForEveryPreset) {
     SCOPED_TRACE(name);
     const ModelCard card = model_preset(name);
     const ModelLayout layout = make_model_layout(card);
+    if (card.qwen3_5()) continue;  // no backend builds its units (Qwen36Card.NoBackendRunsItYet)
     for (const Case& c : kCases) {
       Plan p;
       p.ranks = c.ranks;

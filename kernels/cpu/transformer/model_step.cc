@@ -1,6 +1,8 @@
 // Unstreamed whole-model step: embedding -> L decoder layers -> head, then backward in reverse.
 #include "kernels/cpu/transformer/model_step.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -13,8 +15,17 @@
 
 namespace slidedp::kernels {
 
+void check_units_exist(const ModelCard& card) {
+  if (card.qwen3_5())
+    throw InputError(card.name + ": model_type",
+                     fmt::format("the {} units (Gated DeltaNet, gated attention, shared-expert MoE) are not built "
+                                 "yet; slidedp-predict, slidedp-plan and the sweeps model it",
+                                 card.model_type));
+}
+
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
   SLIDEDP_CHECK(layout.num_units() == card.num_layers + 2, "layout does not match the card");
+  check_units_exist(card);
   ModelSpecs s;
   s.num_layers = card.num_layers;
   s.embedding = make_embedding_spec(card, layout.units.front());

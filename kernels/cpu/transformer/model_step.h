@@ -28,6 +28,9 @@ struct ModelSpecs {
   void set_mlp_token_tile(int64_t rows);
 };
 
+// Throws InputError naming the model type when no unit code exists for the card's layers (Qwen3.6:
+// modelled, not built), so a run stops before it allocates anything.
+void check_units_exist(const ModelCard& card);
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout);
 
 // params[u], grads[u], u = 0 .. L+1: every unit's flat buffer in the compute type (layout order).
