@@ -137,7 +137,10 @@ namespace {
 // probabilities, k experts' gate, up and product, the shared expert's and its gate, and the routed
 // and shared outputs. Transient: the chunk states of one layer's scan (fp32, d_k x d_v per value head
 // every 64 tokens; recomputed in backward, as the released kernels do) and the widest gradients.
-LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, const LayerShape& s) {
+// An MLP token tile (dense layers, as in the Llama unit) saves none of the MLP's normed input, gate,
+// up and product: they live per tile (decoder_mlp_tile_bytes) and backward recomputes them.
+LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, const LayerShape& s,
+                                                        int64_t mlp_token_tile) {
   const double C = static_cast<double>(c.hidden_size);
   constexpr double kBf16 = 2.0, kFp32 = 4.0, kChunk = 64;
   LayerActivationBytes a;
@@ -156,13 +159,14 @@ LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, cons
     fp32 += static_cast<double>(s.num_heads);
     transient += (2.0 * q + 2.0 * kv) * kFp32;
   }
-  elems += 2.0 * C;
+  const bool tiled = mlp_token_tile > 0 && !s.moe();
+  elems += tiled ? C : 2.0 * C;
   if (s.moe()) {
     const double k = static_cast<double>(s.experts_per_token), Ie = static_cast<double>(s.expert_intermediate_size);
     const double Is = static_cast<double>(s.shared_expert_intermediate_size);
     elems += static_cast<double>(s.num_experts) + k * 3.0 * Ie + 3.0 * Is + 1.0 + 2.0 * C;
     transient += (k * 2.0 * Ie + 2.0 * Is) * kFp32;
-  } else {
+  } else if (!tiled) {
     elems += 3.0 * static_cast<double>(s.intermediate_size);
     transient += 2.0 * static_cast<double>(s.intermediate_size) * kFp32;
   }
@@ -175,7 +179,7 @@ LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, cons
 
 LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int layer, int64_t mlp_token_tile) {
   const LayerShape s = c.layer(layer);
-  if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s);
+  if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s, mlp_token_tile);
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   constexpr double kBf16 = 2.0, kFp32 = 4.0;
@@ -214,7 +218,7 @@ LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c
   const LayerShape s = c.layer(layer);
   // Qwen3.6: the baselines are charged the same per-token estimate (their saved tensors are the
   // reference's forward too; no separate PyTorch accounting of the hybrid layers yet).
-  if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s);
+  if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s, 0);
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   const double H = static_cast<double>(s.num_heads), KV = static_cast<double>(s.num_kv_heads);

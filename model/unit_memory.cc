@@ -31,7 +31,7 @@ kernels::ModelSpecs specs_for(const ModelCard& card, const ModelLayout& layout, 
     s.head = kernels::make_head_spec(card, layout.units.back());
   }
   s.head.loss_chunk_tokens = o.loss_chunk_tokens;
-  if (!card.hybrid_layers()) s.set_mlp_token_tile(o.mlp_token_tile);  // Gemma 4's (and Qwen3.6's) layers are never tiled
+  if (!card.hybrid_layers()) s.set_mlp_token_tile(o.mlp_token_tile);  // Gemma 4's are never tiled; Qwen3.6's have no units
   s.set_threads(o.cpu_threads > 0 ? o.cpu_threads : 1);
   return s;
 }
@@ -73,7 +73,9 @@ UnitMemory estimated_decoder_memory(const ModelCard& card, const ModelLayout& la
   const double tokens = static_cast<double>(B) * static_cast<double>(T);
   const int64_t params =
       cpu ? cpu_param_scratch(layout.units.at(static_cast<size_t>(layer) + 1).flat_numel, options.exact_fp32) : 0;
-  const int64_t transient = align_up(static_cast<int64_t>(std::ceil(a.transient * tokens)), 64);
+  // plus, with an MLP token tile, one tile's MLP (the tiled layers' estimate saves none of it)
+  const double tile = card.layer(layer).moe() ? 0.0 : decoder_mlp_tile_bytes(card, options.mlp_token_tile, tokens);
+  const int64_t transient = align_up(static_cast<int64_t>(std::ceil(a.transient * tokens + tile)), 64);
   UnitMemory m;
   m.hidden_bytes = B * T * card.hidden_size * elem;
   m.saved_bytes = align_up(static_cast<int64_t>(std::ceil(a.saved_keep * tokens * static_cast<double>(elem) / 2.0)), 64);

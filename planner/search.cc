@@ -665,9 +665,9 @@ SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpa
 SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                           const SearchOptions& options) {
   SearchSpace space = make_search_space(w, hw, spec);
-  // Gemma 4's and Qwen3.6's layers have no MLP token tile: untiled only.
+  // Gemma 4's layers and mixture-of-experts layers have no MLP token tile: untiled only.
   static const std::vector<int64_t> kUntiled = {0};
-  const std::vector<int64_t>& tiles = w.model.hybrid_layers()        ? kUntiled
+  const std::vector<int64_t>& tiles = w.model.gemma4() || w.model.moe() ? kUntiled
                                       : spec.mlp_token_tiles.empty() ? kDefaultMlpTokenTiles
                                                                      : spec.mlp_token_tiles;
   for (int64_t t : tiles)
