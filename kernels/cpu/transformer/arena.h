@@ -94,6 +94,14 @@ class Arena {
   std::vector<ArenaPiece> trace_;
 };
 
+// The bytes a carve sequence takes: carve(arena) run on a measuring arena (the *_bytes() queries).
+template <typename Carve>
+int64_t measured_bytes(const Carve& carve) {
+  Arena a;
+  carve(a);
+  return a.high_water_bytes();
+}
+
 // Owning, 64-byte-aligned, uninitialized host bytes (for tests, benchmarks and the CPU backend).
 class AlignedBuffer {
  public:

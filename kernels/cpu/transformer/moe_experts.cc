@@ -175,23 +175,17 @@ void router_topk_backward(Real* dlogits, const Real* dw, const Real* probs, cons
 
 template <typename Real>
 int64_t experts_saved_bytes(const MoeSpec& s, int64_t N) {
-  Arena a;
-  carve_saved<Real>(a, s, N);
-  return a.high_water_bytes();
+  return measured_bytes([&](Arena& a) { carve_saved<Real>(a, s, N); });
 }
 
 template <typename Real>
 int64_t experts_forward_workspace_bytes(const MoeSpec& s, int64_t N) {
-  Arena a;
-  carve_forward<Real>(a, s, N);
-  return a.high_water_bytes();
+  return measured_bytes([&](Arena& a) { carve_forward<Real>(a, s, N); });
 }
 
 template <typename Real>
 int64_t experts_backward_workspace_bytes(const MoeSpec& s, int64_t N) {
-  Arena a;
-  carve_backward<Real>(a, s, N);
-  return a.high_water_bytes();
+  return measured_bytes([&](Arena& a) { carve_backward<Real>(a, s, N); });
 }
 
 template <typename Real>
