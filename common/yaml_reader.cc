@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "common/error.h"
@@ -41,7 +42,21 @@ YamlReader YamlReader::load_string(const std::string& text, const std::string& o
 }
 
 YamlReader::YamlReader(YAML::Node node, std::string file, std::string path)
-    : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {}
+    : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {
+  // yaml-cpp keeps the first of a repeated key silently and takes any node as a key; every map here
+  // is a record of named fields, so both are bad input (the key's line, 1-based, in the message).
+  if (!node_.IsMap()) return;
+  std::map<std::string, int> line_of;
+  for (const auto& kv : node_) {
+    const int line = kv.first.Mark().line + 1;
+    if (!kv.first.IsScalar())
+      throw InputError(where(""), fmt::format("line {}: a key must be a plain name, not a {}", line,
+                                              kv.first.IsSequence() ? "sequence" : "map"));
+    const std::string key = kv.first.Scalar();
+    const auto [it, fresh] = line_of.emplace(key, line);
+    if (!fresh) throw InputError(where(key), fmt::format("given twice (lines {} and {})", it->second, line));
+  }
+}
 
 std::string YamlReader::where(const std::string& key) const {
   std::string p = join_path(path_, key);

@@ -80,6 +80,29 @@ TEST(ModelCard, YamlRejectsUnknownKeysNamingFileAndKey) {
   }
 }
 
+// yaml-cpp keeps the first of a repeated key silently and accepts a sequence as a key (which then
+// failed as an internal error, exit 1). Every reader goes through YamlReader, which refuses both,
+// naming the file, the key and its lines; nested maps too.
+TEST(ModelCard, YamlRejectsRepeatedAndNonScalarKeysWithTheirLines) {
+  const std::string body = "model_type: llama\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+                           "intermediate_size: 64\nvocab_size: 256\n";
+  struct Case {
+    std::string yaml, must_say;
+  };
+  for (const Case& c : {Case{"name: x\nname: y\n" + body, "card.yaml: name: given twice (lines 1 and 2)"},
+                        Case{"name: x\n? [a, b]\n: 3\n" + body, "line 2: a key must be a plain name, not a sequence"},
+                        Case{"name: x\n" + body + "rope_scaling:\n  rope_type: linear\n  factor: 2\n  factor: 4\n",
+                             "rope_scaling.factor: given twice (lines 10 and 11)"}}) {
+    SCOPED_TRACE(c.yaml);
+    try {
+      model_card_from_yaml(c.yaml, "card.yaml");
+      ADD_FAILURE() << "accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(c.must_say), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(ModelCard, YamlRejectsOutOfRangeAndBadTypes) {
   EXPECT_THROW(model_card_from_yaml("name: x\nmodel_type: llama\nhidden_size: -5\nnum_hidden_layers: 2\n"
                                     "num_attention_heads: 4\nintermediate_size: 8\nvocab_size: 10\n",
