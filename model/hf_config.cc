@@ -77,9 +77,9 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
   if (t.contains("layer_types") && !t["layer_types"].is_null()) {
     if (!t["layer_types"].is_array()) throw InputError(at + ".layer_types", "expected an array");
     for (const json& k : t["layer_types"]) {
-      if (k != "sliding_attention" && k != "full_attention")
-        throw InputError(at + ".layer_types", fmt::format("{} is not sliding_attention or full_attention", k.dump()));
-      c.layer_types.push_back(k == "sliding_attention" ? AttentionKind::kSliding : AttentionKind::kFull);
+      if (!k.is_string()) throw InputError(at + ".layer_types", fmt::format("{} is not a layer type name", k.dump()));
+      c.layer_types.push_back(
+          attention_kind_from_name(k.get<std::string>(), AttentionKind::kSliding, AttentionKind::kFull, at + ".layer_types"));
     }
     if (!c.layer_types.empty()) c.layer_types.back() = AttentionKind::kFull;  // as Gemma4TextConfig forces
   } else {
@@ -115,6 +115,26 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
   return c;
 }
 
+// The card's layer_types as config.json names.
+json layer_types_json(const ModelCard& c) {
+  json types = json::array();
+  for (AttentionKind k : c.layer_types) types.push_back(attention_kind_name(k));
+  return types;
+}
+
+// The released multimodal wrapper around a text_config (no vision part: a text-only folder that
+// transformers' text model class and we both load).
+std::string wrapped_text_config(const char* architecture, const std::string& model_type, const json& text,
+                                bool tied) {
+  json j;
+  j["architectures"] = json::array({architecture});
+  j["model_type"] = model_type;
+  j["text_config"] = text;
+  j["tie_word_embeddings"] = tied;
+  j["torch_dtype"] = "bfloat16";
+  return j.dump(2) + "\n";
+}
+
 // Qwen3.5/3.6's text model: `t` is the text_config of a qwen3_5 / qwen3_5_moe config (or a whole
 // *_text config). Keys and defaults are Qwen3_5TextConfig's / Qwen3_5MoeTextConfig's; the DeltaNet's
 // dimensions are required (a config without them is not one of these models).
@@ -147,9 +167,9 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
   if (t.contains("layer_types") && !t["layer_types"].is_null()) {
     if (!t["layer_types"].is_array()) throw InputError(at + ".layer_types", "expected an array");
     for (const json& k : t["layer_types"]) {
-      if (k != "linear_attention" && k != "full_attention")
-        throw InputError(at + ".layer_types", fmt::format("{} is not linear_attention or full_attention", k.dump()));
-      c.layer_types.push_back(k == "linear_attention" ? AttentionKind::kLinear : AttentionKind::kFull);
+      if (!k.is_string()) throw InputError(at + ".layer_types", fmt::format("{} is not a layer type name", k.dump()));
+      c.layer_types.push_back(
+          attention_kind_from_name(k.get<std::string>(), AttentionKind::kLinear, AttentionKind::kFull, at + ".layer_types"));
     }
   } else {
     c.layer_types = qwen3_5_default_layer_types(c.num_layers, get_int(t, "full_attention_interval", at, false, 4));
@@ -187,9 +207,7 @@ std::string qwen3_5_hf_config(const ModelCard& c) {
   t["vocab_size"] = c.vocab_size;
   t["max_position_embeddings"] = c.max_position_embeddings;
   t["rms_norm_eps"] = c.rms_norm_eps;
-  json types = json::array();
-  for (AttentionKind k : c.layer_types) types.push_back(attention_kind_name(k));
-  t["layer_types"] = types;
+  t["layer_types"] = layer_types_json(c);
   t["linear_num_key_heads"] = c.linear_num_key_heads;
   t["linear_num_value_heads"] = c.linear_num_value_heads;
   t["linear_key_head_dim"] = c.linear_key_head_dim;
@@ -206,13 +224,8 @@ std::string qwen3_5_hf_config(const ModelCard& c) {
     t["moe_intermediate_size"] = c.moe_intermediate_size;
     t["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
   }
-  json j;
-  j["architectures"] = json::array({moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration"});
-  j["model_type"] = c.model_type;
-  j["text_config"] = t;
-  j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["torch_dtype"] = "bfloat16";
-  return j.dump(2) + "\n";
+  return wrapped_text_config(moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration",
+                             c.model_type, t, c.tie_word_embeddings);
 }
 
 }  // namespace
@@ -224,36 +237,31 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   if (!j.contains("model_type") || !j["model_type"].is_string())
     throw InputError(origin + ": model_type", "missing or not a string");
   c.model_type = j["model_type"].get<std::string>();
-  if (c.model_type == "gemma4" || c.model_type == "gemma4_text") {
-    // The released checkpoints are Gemma4ForConditionalGeneration: the text model under text_config;
-    // the vision (and audio) towers are not trained and their tensors are not read.
-    const bool outer = c.model_type == "gemma4";
-    if (outer && (!j.contains("text_config") || !j["text_config"].is_object()))
-      throw InputError(origin + ": text_config", "missing or not an object (a gemma4 config holds the text model there)");
-    ModelCard g = gemma4_card(outer ? j["text_config"] : j, origin, outer ? "text_config" : "config");
-    if (outer && j.contains("tie_word_embeddings")) g.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, true);
-    if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) g.hf_repo = j["_name_or_path"].get<std::string>();
-    g.source = "config.json " + origin + (outer && j.contains("vision_config") && !j["vision_config"].is_null()
-                                              ? " (text model; the vision tower is not trained)"
-                                              : "");
-    g.validate(origin);
-    return g;
-  }
-  if (c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_text" ||
-      c.model_type == "qwen3_5_moe_text") {
-    // Qwen3.6 is loaded with the Qwen3.5 classes. The released checkpoints hold the text model under
-    // text_config; the vision tower and the MTP head (mtp.*) are not trained and their tensors not read.
-    const bool outer = c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe";
-    const bool moe = c.model_type.rfind("qwen3_5_moe", 0) == 0;
+  const bool gemma4 = c.model_type == "gemma4" || c.model_type == "gemma4_text";
+  const bool qwen3_5 = c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_text" ||
+                       c.model_type == "qwen3_5_moe_text";
+  if (gemma4 || qwen3_5) {
+    // The released checkpoints are ...ForConditionalGeneration: the text model under text_config; the
+    // vision (and audio) towers and Qwen's MTP head are not trained and their tensors are not read.
+    // Qwen3.6 is loaded with the Qwen3.5 classes.
+    const bool outer = c.model_type == "gemma4" || c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe";
     if (outer && (!j.contains("text_config") || !j["text_config"].is_object()))
       throw InputError(origin + ": text_config",
                        fmt::format("missing or not an object (a {} config holds the text model there)", c.model_type));
-    ModelCard q = qwen3_5_card(outer ? j["text_config"] : j, moe, origin, outer ? "text_config" : "config");
-    if (outer && j.contains("tie_word_embeddings")) q.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, false);
-    if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) q.hf_repo = j["_name_or_path"].get<std::string>();
-    q.source = "config.json " + origin + (outer ? " (text model; the vision tower and the MTP head are not trained)" : "");
-    q.validate(origin);
-    return q;
+    const json& t = outer ? j["text_config"] : j;
+    const std::string where = outer ? "text_config" : "config";
+    ModelCard m = gemma4 ? gemma4_card(t, origin, where)
+                         : qwen3_5_card(t, c.model_type.rfind("qwen3_5_moe", 0) == 0, origin, where);
+    if (outer && j.contains("tie_word_embeddings"))
+      m.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, m.tie_word_embeddings);
+    if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) m.hf_repo = j["_name_or_path"].get<std::string>();
+    const bool towers = gemma4 ? j.contains("vision_config") && !j["vision_config"].is_null() : outer;
+    m.source = "config.json " + origin +
+               (towers ? (gemma4 ? " (text model; the vision tower is not trained)"
+                                 : " (text model; the vision tower and the MTP head are not trained)")
+                       : "");
+    m.validate(origin);
+    return m;
   }
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
       c.model_type != "mistral")
@@ -337,9 +345,7 @@ std::string gemma4_hf_config(const ModelCard& c) {
   t["max_position_embeddings"] = c.max_position_embeddings;
   t["rms_norm_eps"] = c.rms_norm_eps;
   t["sliding_window"] = c.sliding_window;
-  json types = json::array();
-  for (AttentionKind k : c.layer_types) types.push_back(attention_kind_name(k));
-  t["layer_types"] = types;
+  t["layer_types"] = layer_types_json(c);
   t["rope_parameters"] = {
       {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
       {"full_attention",
@@ -358,13 +364,7 @@ std::string gemma4_hf_config(const ModelCard& c) {
     t["top_k_experts"] = c.num_experts_per_tok;
     t["moe_intermediate_size"] = c.moe_intermediate_size;
   }
-  json j;
-  j["architectures"] = json::array({"Gemma4ForConditionalGeneration"});
-  j["model_type"] = "gemma4";
-  j["text_config"] = t;
-  j["tie_word_embeddings"] = c.tie_word_embeddings;
-  j["torch_dtype"] = "bfloat16";
-  return j.dump(2) + "\n";
+  return wrapped_text_config("Gemma4ForConditionalGeneration", "gemma4", t, c.tie_word_embeddings);
 }
 
 }  // namespace

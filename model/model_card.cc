@@ -28,6 +28,13 @@ const char* attention_kind_name(AttentionKind kind) {
   return "?";
 }
 
+AttentionKind attention_kind_from_name(const std::string& name, AttentionKind first, AttentionKind second,
+                                       const std::string& where) {
+  for (AttentionKind k : {first, second})
+    if (name == attention_kind_name(k)) return k;
+  throw InputError(where, fmt::format("'{}' is not {} or {}", name, attention_kind_name(first), attention_kind_name(second)));
+}
+
 std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers, int64_t full_attention_interval) {
   std::vector<AttentionKind> t(static_cast<size_t>(std::max<int64_t>(num_layers, 0)));
   for (size_t i = 0; i < t.size(); ++i)
@@ -260,11 +267,9 @@ namespace {
 void read_gemma4_fields(const YamlReader& r, ModelCard& c) {
   constexpr int64_t kMax = int64_t{1} << 40;
   if (r.has("layer_types")) {
-    for (const std::string& t : r.text_list("layer_types")) {
-      if (t != "sliding_attention" && t != "full_attention")
-        throw InputError(r.where("layer_types"), fmt::format("'{}' is not sliding_attention or full_attention", t));
-      c.layer_types.push_back(t == "sliding_attention" ? AttentionKind::kSliding : AttentionKind::kFull);
-    }
+    for (const std::string& t : r.text_list("layer_types"))
+      c.layer_types.push_back(
+          attention_kind_from_name(t, AttentionKind::kSliding, AttentionKind::kFull, r.where("layer_types")));
   } else {
     c.layer_types = gemma4_default_layer_types(c.num_layers);
   }
@@ -285,11 +290,9 @@ void read_gemma4_fields(const YamlReader& r, ModelCard& c) {
 void read_qwen3_5_fields(const YamlReader& r, ModelCard& c) {
   constexpr int64_t kMax = int64_t{1} << 40;
   if (r.has("layer_types")) {
-    for (const std::string& t : r.text_list("layer_types")) {
-      if (t != "linear_attention" && t != "full_attention")
-        throw InputError(r.where("layer_types"), fmt::format("'{}' is not linear_attention or full_attention", t));
-      c.layer_types.push_back(t == "linear_attention" ? AttentionKind::kLinear : AttentionKind::kFull);
-    }
+    for (const std::string& t : r.text_list("layer_types"))
+      c.layer_types.push_back(
+          attention_kind_from_name(t, AttentionKind::kLinear, AttentionKind::kFull, r.where("layer_types")));
   } else {
     c.layer_types = qwen3_5_default_layer_types(c.num_layers);
   }

@@ -23,6 +23,10 @@ struct RopeScaling {
 enum class AttentionKind { kFull, kSliding, kLinear };
 // "full_attention" | "sliding_attention" | "linear_attention"
 const char* attention_kind_name(AttentionKind kind);
+// The kind a config's layer_types entry names, if it is one of `allowed` (the family's two kinds);
+// otherwise InputError at `where`, naming the entry and the accepted names.
+AttentionKind attention_kind_from_name(const std::string& name, AttentionKind first, AttentionKind second,
+                                       const std::string& where);
 
 // The shape of one decoder layer, derived from the card (ModelCard::layer).
 struct LayerShape {
