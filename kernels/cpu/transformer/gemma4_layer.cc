@@ -177,17 +177,20 @@ BackwardMoe<Real> carve_backward_moe(Arena& a, const Gemma4LayerSpec& s, int64_t
   m.experts = a.take_workspace(experts_backward_workspace_bytes<Real>(s.moe, N));
   return m;
 }
-// The routed branch's forward scratch: the router logits and the experts' scratch, then the
-// post-norm's output.
+// The routed branch's forward scratch: the router logits and the experts' scratch; once they are
+// released, the post-norm's output (carve_forward_routed).
 template <typename Real>
-int64_t take_forward_moe(Arena& a, const Gemma4LayerSpec& s, int64_t N) {
-  const int64_t mark = a.mark();
-  a.take<Real>(N * s.moe.E, "router logits");
-  a.take_workspace(experts_forward_workspace_bytes<Real>(s.moe, N));
-  a.release(mark);
-  a.take<Real>(N * s.C, "routed branch after its norm");
-  a.release(mark);
-  return a.high_water_bytes();
+struct ForwardMoe {
+  Real* logits;  // (N, E)
+  Workspace experts;
+};
+template <typename Real>
+ForwardMoe<Real> carve_forward_moe(Arena& a, const Gemma4LayerSpec& s, int64_t N) {
+  return {a.take<Real>(N * s.moe.E, "router logits"), a.take_workspace(experts_forward_workspace_bytes<Real>(s.moe, N))};
+}
+template <typename Real>
+Real* carve_forward_routed(Arena& a, const Gemma4LayerSpec& s, int64_t N) {
+  return a.take<Real>(N * s.C, "routed branch after its norm");
 }
 template <typename Real>
 struct BackwardAttention {
@@ -235,15 +238,14 @@ void moe_forward(const Gemma4LayerSpec& s, const Real* p, const Saved<Real>& S, 
   for (int64_t i = 0; i < N * C; ++i) S.r[i] *= c;
   rmsnorm_forward(S.z2, S.rstd_z2, S.h1, p + s.pre_ff_norm_2, N, C, s.eps);
   const int64_t mark = arena.mark();
-  Real* logits = arena.take<Real>(N * E, "router logits");
-  linear_forward(logits, S.r, p + s.router_w, no_bias, N, C, E, false);
-  router_topk_forward(S.probs, S.idx, S.w_renorm, logits, N, E, K);
+  const ForwardMoe<Real> f = carve_forward_moe<Real>(arena, s, N);
+  linear_forward(f.logits, S.r, p + s.router_w, no_bias, N, C, E, false);
+  router_topk_forward(S.probs, S.idx, S.w_renorm, f.logits, N, E, K);
   for (int64_t i = 0; i < N * K; ++i) S.w[i] = S.w_renorm[i] * p[s.per_expert_scale + S.idx[i]];
-  const MoeSpec m = moe_spec(s);
-  experts_forward(m, p + s.experts_gate_up, p + s.experts_down, S.z2, S.idx, S.w, S.eo, S.experts, N,
-                  arena.take_workspace(experts_forward_workspace_bytes<Real>(m, N)));
+  experts_forward(moe_spec(s), p + s.experts_gate_up, p + s.experts_down, S.z2, S.idx, S.w, S.eo, S.experts, N,
+                  f.experts);
   arena.release(mark);
-  Real* routed = arena.take<Real>(N * C, "routed branch after its norm");
+  Real* routed = carve_forward_routed<Real>(arena, s, N);
   rmsnorm_forward(routed, S.rstd_p2, S.eo, p + s.post_ff_norm_2, N, C, s.eps);
   for (int64_t i = 0; i < N * C; ++i) S.dsum[i] += routed[i];
   arena.release(mark);
@@ -409,7 +411,13 @@ int64_t gemma4_forward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, i
   const int64_t mlp = a.mark();
   a.take<Real>(B * T * spec.I);  // m
   a.release(mlp);
-  if (spec.has_moe()) take_forward_moe<Real>(a, spec, B * T);
+  if (spec.has_moe()) {  // moe_forward's sequence
+    const int64_t moe = a.mark();
+    carve_forward_moe<Real>(a, spec, B * T);
+    a.release(moe);
+    carve_forward_routed<Real>(a, spec, B * T);
+    a.release(moe);
+  }
   a.take<Real>(B * T * spec.C);  // recompute's post-norm output
   return a.high_water_bytes();
 }
