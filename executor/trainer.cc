@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -509,6 +510,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     result.paced_overruns = pacing->pacer().overruns();
     result.paced_overrun_s = pacing->pacer().overrun_s();
   }
+  // Skipping every step is not training (the weights are as loaded): an error for every caller, the
+  // CLI, the planner's measured runs and the sweeps alike.
+  const auto skipped = std::count_if(result.steps.begin(), result.steps.end(), [](const TrainStep& s) { return s.skipped; });
+  if (!result.steps.empty() && skipped == static_cast<std::ptrdiff_t>(result.steps.size()))
+    throw NumericError(fmt::format("every one of the {} steps was skipped (--on-nonfinite skip; the last: {}): the "
+                                   "weights are as loaded",
+                                   result.steps.size(), result.steps.back().skipped_reason));
   return result;
 }
 

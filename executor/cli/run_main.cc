@@ -312,12 +312,7 @@ int run_main(int argc, char** argv) {
   // Everything that can fail after the first step is inside: the run is logged failed, with an error
   // row, whenever the process exits non-zero (a save or trace that fails after training included).
   try {
-    result = exec::train(o, on_step);
-    const auto skipped = std::count_if(result.steps.begin(), result.steps.end(), [](const auto& s) { return s.skipped; });
-    if (!result.steps.empty() && skipped == static_cast<std::ptrdiff_t>(result.steps.size()))
-      throw NumericError(fmt::format("every one of the {} steps was skipped (--on-nonfinite skip; the last: {}): the "
-                                     "weights are as loaded",
-                                     result.steps.size(), result.steps.back().skipped_reason));
+    result = exec::train(o, on_step);  // throws when every step was skipped, too
     progress.finish(result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss));
     if (!trace.empty())
       write_chrome_trace(trace, exec::timeline_spans(result.spans),
