@@ -4,8 +4,9 @@
 // move (reads + writes; write-allocate reads not counted), from the per-element splits in kBytes*
 // below. The roofline of a kernel is the time DRAM needs for its bytes at this run's own probe rates
 // (kernels/cpu/optim/stream_bandwidth.h, over buffers of the same size and thread count): the
-// largest of reads / read GB/s, writes / non-temporal write GB/s and (reads + writes) / copy GB/s
-// (the copy probe moves reads and writes at once, the memory's shared limit for both),
+// largest of reads / read GB/s, writes / non-temporal write GB/s and (reads + writes) / the faster of
+// the copy and in-place update probes' GB/s (each moves reads and writes at once: the memory's shared
+// limit for both, to separate buffers or in place as AdamW writes),
 // and each kernel's "of roofline" is that time over its measured time. The STREAM triad is kept as one
 // more kernel (its own roofline applies to it too). --summary_csv=PATH writes the summary with
 // provenance (date, git revision, CPU, SIMD level).
@@ -183,6 +184,15 @@ void bench_copy(benchmark::State& state, int64_t n, int threads) {
   run(state, n, kBytesCopy, [&] { stream_copy(pool, w.g32->data, w.m->data, n * 4); });
 }
 
+// XOR 0x01 into every byte of the fp32 output buffer: applied an odd or even number of times it
+// leaves each float finite and positive (it toggles bit 1 of the exponent and low mantissa bits),
+// so AdamW's fp32-gradient cases still read normal gradients.
+void bench_update(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace(n);
+  ThreadPool& pool = pool_of(threads);
+  run(state, n, kBytesCopy, [&] { stream_update(pool, w.g32->data, n * 4, 0x01); });
+}
+
 void bench_triad(benchmark::State& state, int64_t n, int threads) {
   Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
@@ -259,6 +269,7 @@ void register_all(const std::vector<int64_t>& sizes) {
       {"read", kBytesRead, bench_read},
       {"write_nontemporal", kBytesWrite, bench_write},
       {"copy", kBytesCopy, bench_copy},
+      {"update_inplace", kBytesCopy, bench_update},
       {"triad", kBytesTriad, bench_triad},
       {"adamw_bf16grad_mirror", kBytesAdamwBf16Grad, bench_adamw_bf16},
       {"adamw_fp32grad_mirror", kBytesAdamwFp32Grad,
@@ -326,7 +337,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     std::string csv =
         "date_utc,git_revision,host,cpu_model,simd,kernel,numel,threads,read_bytes_per_element,"
         "write_bytes_per_element,seconds_per_call,params_per_s,gb_per_s,dram_read_gb_per_s,"
-        "dram_write_gb_per_s,dram_copy_gb_per_s,roofline_params_per_s,fraction_of_roofline\n";
+        "dram_write_gb_per_s,dram_copy_gb_per_s,dram_update_gb_per_s,roofline_params_per_s,fraction_of_roofline\n";
     std::sort(order_.begin(), order_.end(),
               [](const std::string& a, const std::string& b) { return g_cases.at(a).order < g_cases.at(b).order; });
     for (const std::string& name : order_) {
@@ -346,21 +357,23 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       };
       const double read_gbps = probe("read", kBytesRead.read), write_gbps = probe("write_nontemporal", kBytesWrite.write);
       const double copy_gbps = probe("copy", kBytesCopy.total());
+      const double update_gbps = probe("update_inplace", kBytesCopy.total());
+      const double mixed_gbps = std::max(copy_gbps, update_gbps);
       double roofline = 0;  // params/s
-      if ((c.bytes.read == 0 || read_gbps > 0) && (c.bytes.write == 0 || write_gbps > 0) && copy_gbps > 0) {
+      if ((c.bytes.read == 0 || read_gbps > 0) && (c.bytes.write == 0 || write_gbps > 0) && mixed_gbps > 0) {
         const double s_per_param = std::max({c.bytes.read > 0 ? c.bytes.read / (read_gbps * 1e9) : 0.0,
                                              c.bytes.write > 0 ? c.bytes.write / (write_gbps * 1e9) : 0.0,
-                                             c.bytes.total() / (copy_gbps * 1e9)});
+                                             c.bytes.total() / (mixed_gbps * 1e9)});
         roofline = s_per_param > 0 ? 1.0 / s_per_param : 0.0;
       }
       const double frac = roofline > 0 ? params_per_s / roofline : 0.0;
       std::fprintf(out, "%-28s %6s %7s %4.0f+%-3.0f %12.3f %9.1f %12.3f %10.0f%%\n", c.kernel.c_str(), size.c_str(),
                    threads.c_str(), c.bytes.read, c.bytes.write, params_per_s / 1e9, gbps, roofline / 1e9, 100 * frac);
       char line[1024];
-      std::snprintf(line, sizeof(line), "%s,%s,%s,\"%s\",%s,%s,%lld,%s,%.0f,%.0f,%.6g,%.6g,%.4g,%.4g,%.4g,%.4g,%.6g,%.4f\n",
+      std::snprintf(line, sizeof(line), "%s,%s,%s,\"%s\",%s,%s,%lld,%s,%.0f,%.0f,%.6g,%.6g,%.4g,%.4g,%.4g,%.4g,%.4g,%.6g,%.4f\n",
                     date.c_str(), prov.git_revision.c_str(), prov.host.c_str(), prov.cpu_model.c_str(),
                     simd_description().c_str(), c.kernel.c_str(), static_cast<long long>(numel), threads.c_str(),
-                    c.bytes.read, c.bytes.write, row.seconds, params_per_s, gbps, read_gbps, write_gbps, copy_gbps, roofline, frac);
+                    c.bytes.read, c.bytes.write, row.seconds, params_per_s, gbps, read_gbps, write_gbps, copy_gbps, update_gbps, roofline, frac);
       csv += line;
     }
     if (!csv_path_.empty()) {

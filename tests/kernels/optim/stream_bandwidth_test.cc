@@ -1,11 +1,12 @@
 // The bandwidth probes do exactly their contract on awkward buffers (every start alignment mod 16,
 // lengths that end mid-word and span several 1 MiB tiles), against a byte-by-byte reference: the read
 // is the XOR of every byte, the non-temporal write sets every byte of its range and none outside it,
-// the copy is memcpy's result.
+// the copy is memcpy's result, the in-place update XORs every byte of its range and none outside it.
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "common/thread_pool.h"
@@ -50,12 +51,28 @@ TEST(StreamBandwidth, NonTemporalWriteSetsItsRangeAndNothingElse) {
 TEST(StreamBandwidth, CopyEqualsMemcpy) {
   ThreadPool pool(2);
   const auto src = random_bytes((size_t{3} << 20) + 64, 2);
-  for (int64_t n : kLengths) {
-    std::vector<unsigned char> got(src.size(), 0), want(src.size(), 0);
-    stream_copy(pool, got.data() + 5, src.data() + 3, n);
-    std::memcpy(want.data() + 5, src.data() + 3, static_cast<std::size_t>(n));
-    EXPECT_EQ(got, want) << n;
-  }
+  // Source and destination misaligned differently: the streaming stores align on the destination.
+  for (auto [to, from] : {std::pair{5, 3}, std::pair{0, 7}, std::pair{16, 0}, std::pair{9, 9}})
+    for (int64_t n : kLengths) {
+      std::vector<unsigned char> got(src.size(), 0), want(src.size(), 0);
+      stream_copy(pool, got.data() + to, src.data() + from, n);
+      std::memcpy(want.data() + to, src.data() + from, static_cast<std::size_t>(n));
+      EXPECT_EQ(got, want) << n << " bytes, to +" << to << " from +" << from;
+    }
+}
+
+TEST(StreamBandwidth, UpdateXorsItsRangeInPlaceAndNothingElse) {
+  ThreadPool pool(2);
+  const auto src = random_bytes((size_t{3} << 20) + 64, 3);
+  for (int offset = 0; offset < 16; ++offset)
+    for (int64_t n : kLengths) {
+      auto buf = src;
+      stream_update(pool, buf.data() + offset, n, 0x5A);
+      for (std::size_t i = 0; i < buf.size(); ++i) {
+        const bool inside = static_cast<int64_t>(i) >= offset && static_cast<int64_t>(i) < offset + n;
+        ASSERT_EQ(buf[i], inside ? (src[i] ^ 0x5A) : src[i]) << "byte " << i << " offset " << offset << " bytes " << n;
+      }
+    }
 }
 
 }  // namespace
