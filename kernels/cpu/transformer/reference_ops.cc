@@ -288,6 +288,113 @@ Routing route_topk(const std::vector<double>& logits, int64_t N, int64_t E, int6
   return r;
 }
 
+std::vector<double> gated_delta_rule(const DeltaRuleSpec& s, const std::vector<int64_t>& segment_offsets,
+                                     const std::vector<double>& q, const std::vector<double>& k,
+                                     const std::vector<double>& v, const std::vector<double>& g,
+                                     const std::vector<double>& b) {
+  const int64_t N = segment_offsets.back(), dk = s.dk, dv = s.dv, r = s.nv / s.nk;
+  std::vector<double> o(static_cast<size_t>(N * s.nv * dv));
+  std::vector<double> S(static_cast<size_t>(dk * dv)), delta(static_cast<size_t>(dv));
+  for (size_t seg = 0; seg + 1 < segment_offsets.size(); ++seg)
+    for (int64_t h = 0; h < s.nv; ++h) {
+      std::fill(S.begin(), S.end(), 0.0);
+      for (int64_t t = segment_offsets[seg]; t < segment_offsets[seg + 1]; ++t) {
+        const double* qt = &q[static_cast<size_t>((t * s.nk + h / r) * dk)];
+        const double* kt = &k[static_cast<size_t>((t * s.nk + h / r) * dk)];
+        const double* vt = &v[static_cast<size_t>((t * s.nv + h) * dv)];
+        const double decay = std::exp(g[static_cast<size_t>(t * s.nv + h)]), beta = b[static_cast<size_t>(t * s.nv + h)];
+        for (double& x : S) x *= decay;
+        for (int64_t c = 0; c < dv; ++c) {
+          double stk = 0;
+          for (int64_t i = 0; i < dk; ++i) stk += S[static_cast<size_t>(i * dv + c)] * kt[i];
+          delta[static_cast<size_t>(c)] = beta * (vt[c] - stk);
+        }
+        for (int64_t i = 0; i < dk; ++i)
+          for (int64_t c = 0; c < dv; ++c) S[static_cast<size_t>(i * dv + c)] += kt[i] * delta[static_cast<size_t>(c)];
+        for (int64_t c = 0; c < dv; ++c) {
+          double acc = 0;
+          for (int64_t i = 0; i < dk; ++i) acc += S[static_cast<size_t>(i * dv + c)] * qt[i];
+          o[static_cast<size_t>((t * s.nv + h) * dv + c)] = acc;
+        }
+      }
+    }
+  return o;
+}
+
+std::vector<double> gated_deltanet(const DeltaNetSpec& s, const std::vector<int64_t>& segment_offsets,
+                                   const DeltaNetParams& w, const std::vector<double>& h) {
+  const int64_t N = segment_offsets.back(), C = s.C, D = s.qkv_dim(), Kd = s.key_dim(), Vd = s.value_dim();
+  const int64_t K = s.conv_kernel;
+  auto at = [](const std::vector<double>& x, int64_t i) { return x[static_cast<size_t>(i)]; };
+  auto project = [&](const std::vector<double>& W, int64_t out) {
+    std::vector<double> y(static_cast<size_t>(N * out));
+    for (int64_t t = 0; t < N; ++t)
+      for (int64_t o = 0; o < out; ++o) {
+        double acc = 0;
+        for (int64_t c = 0; c < C; ++c) acc += at(h, t * C + c) * at(W, o * C + c);
+        y[static_cast<size_t>(t * out + o)] = acc;
+      }
+    return y;
+  };
+  const std::vector<double> mixed = project(w.in_proj_qkv, D), z = project(w.in_proj_z, Vd);
+  const std::vector<double> braw = project(w.in_proj_b, s.nv), araw = project(w.in_proj_a, s.nv);
+  // causal depthwise conv, zero before each segment, then SiLU
+  std::vector<double> act(static_cast<size_t>(N * D));
+  for (size_t sg = 0; sg + 1 < segment_offsets.size(); ++sg)
+    for (int64_t t = segment_offsets[sg]; t < segment_offsets[sg + 1]; ++t)
+      for (int64_t c = 0; c < D; ++c) {
+        double x = 0;
+        for (int64_t i = 0; i < K; ++i) {
+          const int64_t src = t - (K - 1) + i;
+          if (src >= segment_offsets[sg]) x += at(w.conv, c * K + i) * at(mixed, src * D + c);
+        }
+        act[static_cast<size_t>(t * D + c)] = x / (1 + std::exp(-x));
+      }
+  std::vector<double> q(static_cast<size_t>(N * Kd)), k(static_cast<size_t>(N * Kd)), v(static_cast<size_t>(N * Vd));
+  std::vector<double> g(static_cast<size_t>(N * s.nv)), beta(static_cast<size_t>(N * s.nv));
+  for (int64_t t = 0; t < N; ++t) {
+    for (int64_t hd = 0; hd < s.nk; ++hd)
+      for (int64_t which = 0; which < 2; ++which) {
+        const int64_t from = t * D + which * Kd + hd * s.dk;
+        double ss = 0;
+        for (int64_t i = 0; i < s.dk; ++i) ss += at(act, from + i) * at(act, from + i);
+        const double scale = (which == 0 ? 1 / std::sqrt(static_cast<double>(s.dk)) : 1.0) / std::sqrt(ss + 1e-6);
+        for (int64_t i = 0; i < s.dk; ++i)
+          (which == 0 ? q : k)[static_cast<size_t>(t * Kd + hd * s.dk + i)] = at(act, from + i) * scale;
+      }
+    for (int64_t i = 0; i < Vd; ++i) v[static_cast<size_t>(t * Vd + i)] = at(act, t * D + 2 * Kd + i);
+    for (int64_t hd = 0; hd < s.nv; ++hd) {
+      const int64_t i = t * s.nv + hd;
+      beta[static_cast<size_t>(i)] = 1 / (1 + std::exp(-at(braw, i)));
+      const double u = at(araw, i) + at(w.dt_bias, hd);
+      g[static_cast<size_t>(i)] = -std::exp(at(w.A_log, hd)) * (u > 20 ? u : std::log1p(std::exp(u)));
+    }
+  }
+  const std::vector<double> o = gated_delta_rule(DeltaRuleSpec{s.nk, s.nv, s.dk, s.dv, s.chunk, 1}, segment_offsets,
+                                                 q, k, v, g, beta);
+  // w * rmsnorm(o) * silu(z) per value head, then out_proj
+  std::vector<double> gated(static_cast<size_t>(N * Vd));
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t hd = 0; hd < s.nv; ++hd) {
+      const int64_t from = t * Vd + hd * s.dv;
+      double ms = 0;
+      for (int64_t i = 0; i < s.dv; ++i) ms += at(o, from + i) * at(o, from + i);
+      const double rstd = 1 / std::sqrt(ms / static_cast<double>(s.dv) + s.norm_eps);
+      for (int64_t i = 0; i < s.dv; ++i) {
+        const double zi = at(z, from + i);
+        gated[static_cast<size_t>(from + i)] = at(w.norm, i) * at(o, from + i) * rstd * zi / (1 + std::exp(-zi));
+      }
+    }
+  std::vector<double> y(static_cast<size_t>(N * C));
+  for (int64_t t = 0; t < N; ++t)
+    for (int64_t c = 0; c < C; ++c) {
+      double acc = 0;
+      for (int64_t i = 0; i < Vd; ++i) acc += at(gated, t * Vd + i) * at(w.out_proj, c * Vd + i);
+      y[static_cast<size_t>(t * C + c)] = acc;
+    }
+  return y;
+}
+
 std::vector<double> moe_experts(const MoeSpec& s, const std::vector<double>& gate_up, const std::vector<double>& down,
                                 const std::vector<double>& z, const std::vector<int32_t>& idx,
                                 const std::vector<double>& w, int64_t N) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "kernels/cpu/transformer/cross_entropy.h"
+#include "kernels/cpu/transformer/gated_deltanet.h"
 #include "kernels/cpu/transformer/moe_experts.h"
 #include "kernels/cpu/transformer/unit_spec.h"
 
@@ -72,6 +73,22 @@ Routing route_topk(const std::vector<double>& logits, int64_t N, int64_t E, int6
 std::vector<double> moe_experts(const MoeSpec& s, const std::vector<double>& gate_up, const std::vector<double>& down,
                                 const std::vector<double>& z, const std::vector<int32_t>& idx,
                                 const std::vector<double>& w, int64_t N);
+
+// The gated delta rule token by token in fp64, as the reference's recurrent form writes it: per value
+// head h (key head h / (nv / nk)) and segment, S = 0 at the segment's start, then for every token
+// S <- exp(g) S;  delta = b (v - S^T k);  S <- S + k delta^T;  o = S^T q. Layouts as gated_delta_rule.h.
+std::vector<double> gated_delta_rule(const DeltaRuleSpec& s, const std::vector<int64_t>& segment_offsets,
+                                     const std::vector<double>& q, const std::vector<double>& k,
+                                     const std::vector<double>& v, const std::vector<double>& g,
+                                     const std::vector<double>& b);
+
+// The Gated DeltaNet mixer in fp64 as gated_deltanet.h writes it, step by step with plain loops and
+// the token-by-token recurrence above. Weights as DeltaNetWeights (checkpoint layouts); h (N, C).
+struct DeltaNetParams {
+  std::vector<double> in_proj_qkv, in_proj_z, in_proj_b, in_proj_a, conv, dt_bias, A_log, norm, out_proj;
+};
+std::vector<double> gated_deltanet(const DeltaNetSpec& s, const std::vector<int64_t>& segment_offsets,
+                                   const DeltaNetParams& w, const std::vector<double>& h);
 
 // A whole decoder layer forward from the naive ops (no saved state), for the unit tests.
 template <typename Real>
