@@ -160,10 +160,8 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
-  // Refused before any allocation, not by the OOM killer: a model whose units are not built, or whose
-  // host state cannot fit this host's RAM (fp32 master and AdamW m and v, 12 bytes per parameter, are
-  // a lower bound of it).
-  kernels::check_units_exist(o.card);
+  // Refused before any allocation, not by the OOM killer: a model whose host state cannot fit this
+  // host's RAM (fp32 master and AdamW m and v, 12 bytes per parameter, are a lower bound of it).
   const double state_bytes = 12.0 * static_cast<double>(layout.total_flat_numel);
   const int64_t ram = physical_ram_bytes();
   if (ram > 0 && state_bytes > static_cast<double>(ram))

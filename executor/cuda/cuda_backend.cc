@@ -763,8 +763,9 @@ class CudaBackend final : public Backend {
       throw InputError("--exact", "the CUDA backend delivers and computes in bf16; the exact fp32 mode is CPU-only");
     gpus_ = cuda_visible_devices();
     if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
-    if (card.gemma4())
-      throw InputError(card.name + ": model_type", "the CUDA units of Gemma 4 are not built yet; the CPU backend runs it");
+    if (card.gemma4() || card.qwen3_5())
+      throw InputError(card.name + ": model_type",
+                       fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));
     math_.card = card;
     math_.layout = layout;
     math_.specs = kernels::make_model_specs(card, layout);

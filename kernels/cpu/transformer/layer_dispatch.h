@@ -1,5 +1,6 @@
 // The decoder layer of any supported family behind one set of calls: the Llama family's unit
-// (decoder_layer.h, one spec for every layer) or Gemma 4's (gemma4_layer.h, a spec per layer).
+// (decoder_layer.h, one spec for every layer), Gemma 4's (gemma4_layer.h) or Qwen3.5 / 3.6's
+// (qwen3_5_layer.h), a spec per layer.
 // The executor, the unstreamed model step and the memory queries call these, so a family is added
 // in one place.
 #pragma once

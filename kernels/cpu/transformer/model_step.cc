@@ -15,23 +15,17 @@
 
 namespace slidedp::kernels {
 
-void check_units_exist(const ModelCard& card) {
-  if (card.qwen3_5())
-    throw InputError(card.name + ": model_type",
-                     fmt::format("the {} units (Gated DeltaNet, gated attention, shared-expert MoE) are not built "
-                                 "yet; slidedp-predict, slidedp-plan and the sweeps model it",
-                                 card.model_type));
-}
-
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
   SLIDEDP_CHECK(layout.num_units() == card.num_layers + 2, "layout does not match the card");
-  check_units_exist(card);
   ModelSpecs s;
   s.num_layers = card.num_layers;
   s.embedding = make_embedding_spec(card, layout.units.front());
   if (card.gemma4()) {
     for (int64_t l = 0; l < card.num_layers; ++l)
       s.gemma4_layers.push_back(make_gemma4_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]));
+  } else if (card.qwen3_5()) {
+    for (int64_t l = 0; l < card.num_layers; ++l)
+      s.qwen3_5_layers.push_back(make_qwen3_5_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]));
   } else if (card.num_layers > 0) {
     s.decoder = make_decoder_spec(card, layout.units[1]);
   }
@@ -42,11 +36,15 @@ ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
 void ModelSpecs::set_threads(int64_t threads) {
   decoder.threads = threads;
   for (Gemma4LayerSpec& g : gemma4_layers) g.threads = threads;
+  for (Qwen35LayerSpec& q : qwen3_5_layers) {
+    q.threads = threads;
+    q.gdn.threads = threads;
+  }
 }
 
 void ModelSpecs::set_mlp_token_tile(int64_t rows) {
-  if (rows > 0 && gemma4())
-    throw InputError("mlp_token_tile", "MLP token tiles are not built for Gemma 4 layers; use 0");
+  if (rows > 0 && (gemma4() || qwen3_5()))
+    throw InputError("mlp_token_tile", "MLP token tiles are built for the Llama family's layers only; use 0");
   decoder.mlp_token_tile = rows;
 }
 

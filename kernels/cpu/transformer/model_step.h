@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/transformer/cross_entropy.h"
 #include "kernels/cpu/transformer/gemma4_layer.h"
+#include "kernels/cpu/transformer/qwen3_5_layer.h"
 #include "kernels/cpu/transformer/unit_spec.h"
 #include "model/model_card.h"
 #include "model/unit_layout.h"
@@ -20,17 +21,16 @@ struct ModelSpecs {
   EmbeddingSpec embedding;
   DecoderSpec decoder;  // the Llama family: shared by all layers
   std::vector<Gemma4LayerSpec> gemma4_layers;  // Gemma 4: one per layer (decoder unused)
+  std::vector<Qwen35LayerSpec> qwen3_5_layers;  // Qwen3.5 / 3.6: one per layer (decoder unused)
   HeadSpec head;
   int64_t num_layers = 0;
   bool gemma4() const { return !gemma4_layers.empty(); }
+  bool qwen3_5() const { return !qwen3_5_layers.empty(); }
   // The CPU tunables of every layer: worker threads and the MLP token tile (Llama family only).
   void set_threads(int64_t threads);
   void set_mlp_token_tile(int64_t rows);
 };
 
-// Throws InputError naming the model type when no unit code exists for the card's layers (Qwen3.6:
-// modelled, not built), so a run stops before it allocates anything.
-void check_units_exist(const ModelCard& card);
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout);
 
 // params[u], grads[u], u = 0 .. L+1: every unit's flat buffer in the compute type (layout order).
