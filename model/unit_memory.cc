@@ -16,22 +16,11 @@ namespace {
 
 int64_t align_up(int64_t bytes, int64_t align) { return (bytes + align - 1) / align * align; }
 
-// Whether the CPU units of the card's decoder layers exist (Qwen3.6's do not yet).
-bool cpu_layers_built(const ModelCard& card) { return !card.qwen3_5(); }
-
-// The kernels' specs with the options' tunables. Without built decoder units the specs hold the
-// embedding and the head only.
+// The kernels' specs with the options' tunables.
 kernels::ModelSpecs specs_for(const ModelCard& card, const ModelLayout& layout, const UnitMemoryOptions& o) {
-  kernels::ModelSpecs s;
-  if (cpu_layers_built(card)) {
-    s = kernels::make_model_specs(card, layout);
-  } else {
-    s.num_layers = card.num_layers;
-    s.embedding = kernels::make_embedding_spec(card, layout.units.front());
-    s.head = kernels::make_head_spec(card, layout.units.back());
-  }
+  kernels::ModelSpecs s = kernels::make_model_specs(card, layout);
   s.head.loss_chunk_tokens = o.loss_chunk_tokens;
-  if (!card.hybrid_layers()) s.set_mlp_token_tile(o.mlp_token_tile);  // Gemma 4's are never tiled; Qwen3.6's have no units
+  if (!card.hybrid_layers()) s.set_mlp_token_tile(o.mlp_token_tile);  // Gemma 4's and Qwen3.6's are never tiled
   s.set_threads(o.cpu_threads > 0 ? o.cpu_threads : 1);
   return s;
 }
@@ -63,7 +52,7 @@ UnitMemory cpu_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int laye
   return m;
 }
 
-// Layers without built units (Gemma 4's CUDA code, Qwen3.6 everywhere): model_costs' per-token count of
+// Layers without built units (the CUDA code of Gemma 4 and Qwen3.6): model_costs' per-token count of
 // the activations, in the backend's element size, plus the CPU backend's fp32 parameter copy.
 UnitMemory estimated_decoder_memory(const ModelCard& card, const ModelLayout& layout, int layer, int64_t B,
                                     int64_t T, const UnitMemoryOptions& options) {
@@ -111,7 +100,7 @@ std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const Model
                                               const UnitMemoryOptions& options) {
   SLIDEDP_CHECK(B >= 0 && T >= 0, "negative micro-batch or sequence length");
   std::vector<UnitMemory> out;
-  const bool built = options.code == UnitCode::kCpu && cpu_layers_built(card);
+  const bool built = options.code == UnitCode::kCpu;
   if (!card.hybrid_layers() || built) {
     const kernels::ModelSpecs s = specs_for(card, layout, options);
     for (int l = 0; l < card.num_layers; ++l)

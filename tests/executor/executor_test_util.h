@@ -46,6 +46,31 @@ inline ModelCard tiny_gemma4_moe_card() {
   return c;
 }
 
+// A tiny Qwen3.6: three Gated DeltaNet layers and one gated full-attention layer (the 3:1 schedule),
+// partial RoPE on 2 of 8 channels, grouped value heads, untied head.
+inline ModelCard tiny_qwen3_5_card() {
+  return model_card_from_yaml(
+      "name: tiny-qwen3-5\nmodel_type: qwen3_5\nhidden_size: 32\nnum_hidden_layers: 4\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 48\nvocab_size: 256\nrope_theta: 10000000\n"
+      "partial_rotary_factor: 0.25\nlinear_num_key_heads: 2\nlinear_num_value_heads: 4\nlinear_key_head_dim: 8\n"
+      "linear_value_head_dim: 8\nlinear_conv_kernel_dim: 4\n",
+      "tiny-qwen3-5");
+}
+
+// The 35B-A3B block in miniature: 8 experts, 2 per token, intermediate size 12, a shared expert of 16.
+inline ModelCard tiny_qwen3_5_moe_card() {
+  ModelCard c = tiny_qwen3_5_card();
+  c.name = "tiny-qwen3-5-moe";
+  c.model_type = "qwen3_5_moe";
+  c.intermediate_size = 0;
+  c.num_experts = 8;
+  c.num_experts_per_tok = 2;
+  c.moe_intermediate_size = 12;
+  c.shared_expert_intermediate_size = 16;
+  c.validate("tiny_qwen3_5_moe_card");
+  return c;
+}
+
 inline TrainOptions tiny_options(int ranks, int micro_batch, int accum, int64_t steps = 3) {
   TrainOptions o;
   o.card = tiny_card();

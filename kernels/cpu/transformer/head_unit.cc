@@ -12,6 +12,7 @@ struct Scratch {
   Real* hn;    // (N, C) final norm output
   Real* rstd;  // (N)
   Real* dhn;   // (N, C) gradient of hn [with_grad only]
+  Real* w1;    // (C) 1 + norm weight [zero-centred norm only]
   Workspace ce;
 };
 
@@ -21,6 +22,7 @@ Scratch<Real> carve(Arena& a, const HeadSpec& s, int64_t N, bool with_grad) {
   v.hn = a.take<Real>(N * s.C);
   v.rstd = a.take<Real>(N);
   v.dhn = with_grad ? a.take<Real>(N * s.C) : nullptr;
+  v.w1 = s.norm_zero_centred ? a.take<Real>(s.C) : nullptr;
   v.ce = a.take_workspace(
       fused_cross_entropy_workspace_bytes<Real>(N, s.C, s.V, s.loss_chunk_tokens, with_grad));
   return v;
@@ -47,10 +49,15 @@ LossResult head_forward_backward(const HeadSpec& s, const Real* params, const Re
   Arena arena(ws);
   const Scratch<Real> w = carve<Real>(arena, s, N, with_grad);
 
-  rmsnorm_forward(w.hn, w.rstd, x, params + s.norm_w, N, C, s.eps);
+  const Real* norm_w = params + s.norm_w;
+  if (s.norm_zero_centred) {  // x * rsqrt(mean x^2 + eps) * (1 + w); d(1 + w) = dw
+    for (int64_t c = 0; c < C; ++c) w.w1[c] = Real(1) + norm_w[c];
+    norm_w = w.w1;
+  }
+  rmsnorm_forward(w.hn, w.rstd, x, norm_w, N, C, s.eps);
   const LossResult r = fused_linear_cross_entropy(w.hn, lm_head_w, targets, N, C, s.V, s.loss_chunk_tokens,
                                                   grad_scale, w.dhn, lm_head_grad, w.ce, s.logit_softcap);
-  if (with_grad) rmsnorm_backward(dx, grads + s.norm_w, w.dhn, x, w.rstd, params + s.norm_w, N, C, false);
+  if (with_grad) rmsnorm_backward(dx, grads + s.norm_w, w.dhn, x, w.rstd, norm_w, N, C, false);
   return r;
 }
 

@@ -76,6 +76,7 @@ HeadSpec make_head_spec(const ModelCard& card, const UnitLayout& unit) {
   s.eps = card.rms_norm_eps;
   s.norm_w = tensor_offset(unit, card.tensor_prefix() + "norm.weight", {s.C});
   s.logit_softcap = card.final_logit_softcapping;
+  s.norm_zero_centred = card.qwen3_5();
   s.tied = unit.reads_tied_embedding;
   SLIDEDP_CHECK(s.tied == card.tie_word_embeddings, "layout and card disagree on tied embeddings");
   s.lm_head_w = optional_offset(unit, "lm_head.weight", !s.tied, {s.V, s.C});

@@ -73,6 +73,7 @@ struct HeadSpec {
   // Fused cross-entropy: (tokens x V) logits exist only for this many unmasked tokens at a time.
   int64_t loss_chunk_tokens = 256;  // 256 x 151936 fp32 logits = 156 MB
   double logit_softcap = 0;         // Gemma 4's final_logit_softcapping (0: none)
+  bool norm_zero_centred = false;   // Qwen3.5 / 3.6: the final norm scales by (1 + w)
 };
 
 // The element offset of the unit's tensor `short_name` (relative to the unit's prefix), checking its
