@@ -46,6 +46,9 @@ def tensor_names(cfg):
     if is_gemma4(cfg):
         from gemma4 import gemma4_tensor_names  # noqa: E402 (a family of its own file)
         return gemma4_tensor_names(cfg)
+    from qwen3_5 import is_qwen3_5, qwen3_5_tensor_names  # noqa: E402
+    if is_qwen3_5(cfg):
+        return qwen3_5_tensor_names(cfg)
     C, I, V = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"]
     H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
     out = [("model.embed_tokens.weight", (V, C))]
@@ -78,6 +81,12 @@ def random_params(cfg, gen, embed_std=1.0):
         if is_gemma4(cfg):
             from gemma4 import gemma4_random_tensor
             t = gemma4_random_tensor(cfg, name, shape, gen, embed_std)
+            if t is not None:
+                params[name] = t.to(torch.bfloat16)
+                continue
+        from qwen3_5 import is_qwen3_5, qwen3_5_random_tensor
+        if is_qwen3_5(cfg):
+            t = qwen3_5_random_tensor(cfg, name, shape, gen, embed_std)
             if t is not None:
                 params[name] = t.to(torch.bfloat16)
                 continue
@@ -128,6 +137,9 @@ def loss_sum(cfg, P, input_ids, targets):
     if is_gemma4(cfg):
         from gemma4 import gemma4_loss_sum
         return gemma4_loss_sum(cfg, P, input_ids, targets)
+    from qwen3_5 import is_qwen3_5, qwen3_5_loss_sum
+    if is_qwen3_5(cfg):
+        return qwen3_5_loss_sum(cfg, P, input_ids, targets)
     B, T = input_ids.shape
     H, KV, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], head_dim(cfg)
     eps = cfg["rms_norm_eps"]

@@ -63,6 +63,7 @@ except ImportError:  # ctest reports the regeneration check as skipped, not fail
     sys.exit(77)
 
 import gemma4
+import qwen3_5
 from hf_reference import IGNORE_INDEX, loss_sum, random_params, read_safetensors, write_safetensors
 
 # Buffers: loaded from the checkpoint, never trained (Gemma 4's layer_scalar). The reference keeps them
@@ -117,6 +118,25 @@ MODELS["gemma4"] = dict(architectures=["Gemma4ForConditionalGeneration"], model_
                         torch_dtype="bfloat16")
 MODELS["gemma4_moe"] = dict(MODELS["gemma4"], text_config=dict(GEMMA4_TEXT, enable_moe_block=True, num_experts=8,
                                                                  top_k_experts=2, moe_intermediate_size=6))
+# Qwen3.6 as released (Qwen3_5ForConditionalGeneration: text_config, model.language_model.): the 3:1
+# schedule in miniature (two Gated DeltaNet layers, then a gated full-attention layer), grouped value
+# heads (2 key heads, 4 value heads), partial RoPE on 2 of 8 channels, zero-centred norms, untied head.
+# qwen3_5_moe adds the 35B-A3B block in miniature: 8 experts, top 2, intermediate size 6, a shared expert of 8.
+QWEN3_5_TEXT = dict(model_type="qwen3_5_text", hidden_size=16, intermediate_size=20, vocab_size=48,
+                    num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                    layer_types=["linear_attention", "linear_attention", "full_attention"],
+                    linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=4, linear_value_head_dim=4,
+                    linear_conv_kernel_dim=4, rope_parameters={"rope_type": "default", "rope_theta": 10000000.0,
+                                                               "partial_rotary_factor": 0.25},
+                    attn_output_gate=True, hidden_act="silu", rms_norm_eps=1e-6, max_position_embeddings=128,
+                    tie_word_embeddings=False)
+MODELS["qwen3_5"] = dict(architectures=["Qwen3_5ForConditionalGeneration"], model_type="qwen3_5",
+                         text_config=QWEN3_5_TEXT, tie_word_embeddings=False, torch_dtype="bfloat16")
+QWEN3_5_MOE_TEXT = {k: v for k, v in QWEN3_5_TEXT.items() if k != "intermediate_size"}
+QWEN3_5_MOE_TEXT.update(model_type="qwen3_5_moe_text", num_experts=8, num_experts_per_tok=2, moe_intermediate_size=6,
+                        shared_expert_intermediate_size=8)
+MODELS["qwen3_5_moe"] = dict(architectures=["Qwen3_5MoeForConditionalGeneration"], model_type="qwen3_5_moe",
+                             text_config=QWEN3_5_MOE_TEXT, tie_word_embeddings=False, torch_dtype="bfloat16")
 
 # Token files: G*T + 1 tokens. "masked": runs of masked tokens like prompts (39 of the 72 targets
 # count), and sequence 4 has no target at all, so with micro-batch 1 some rank
@@ -131,7 +151,13 @@ DATA = {
 # qwen2 case also takes non-default AdamW settings (--adam-betas, --adam-eps, --no-decay-on: no weight
 # decay on norms, biases and the embedding; qwen2 is the family with biases) and weight decay 0.1.
 # clip "auto": half the step-1 gradient norm, so clipping is active at least at step 1.
-# The Gemma 4 cases: the dense model with clipping, the MoE model with the mask and warm-up + cosine.
+# The Gemma 4 cases: the dense model with clipping, the MoE model with the mask and warm-up + cosine;
+# Qwen3.6's: the dense model with clipping, the MoE model with warm-up + cosine, both on the plain data.
+# With the masked data both Qwen3.6 models have a few elements whose step-1 gradient is ~1e-7 of their
+# tensor's scale (e.g. a row of in_proj_b, a gate row of q_proj): AdamW turns the fp32 rounding of
+# such a gradient into weight differences of up to 5e-4 after one step, and the later steps' bound
+# assumes weights exact to fp32 rounding (step_reference_test.cc, tolerance note (1)). The loss mask
+# is the head's code, the same for every family; the Llama and Gemma 4 cases cover it.
 DEFAULT_OPT = dict(lr=1e-2, schedule="constant", warmup=0, min_lr=0.0, weight_decay=0.01, clip=0.0,
                    betas=(0.9, 0.999), eps=1e-8, no_decay=())
 CASES = {
@@ -145,6 +171,9 @@ CASES = {
     "gemma4_plain_clip": dict(model="gemma4", data="plain", opt=dict(clip="auto")),
     "gemma4_moe_masked_cosine": dict(model="gemma4_moe", data="masked",
                                      opt=dict(schedule="cosine", warmup=1, min_lr=1e-3)),
+    "qwen3_5_plain_clip": dict(model="qwen3_5", data="plain", opt=dict(clip="auto")),
+    "qwen3_5_moe_plain_cosine": dict(model="qwen3_5_moe", data="plain",
+                                     opt=dict(schedule="cosine", warmup=2, min_lr=2e-3)),
 }
 
 
@@ -294,8 +323,7 @@ def generate(out_dir):
         d.mkdir(parents=True, exist_ok=True)
         (d / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
         write_safetensors(d / "model.safetensors", params[name], {"format": "pt"})
-    vocab = {gemma4.text_config(cfg)["vocab_size"] if "text_config" in cfg else cfg["vocab_size"]
-             for cfg in MODELS.values()}
+    vocab = {cfg.get("text_config", cfg)["vocab_size"] for cfg in MODELS.values()}
     assert len(vocab) == 1
     vocab = vocab.pop()
     data = {}
@@ -306,11 +334,12 @@ def generate(out_dir):
     for name, case in CASES.items():
         cfg = MODELS[case["model"]]
         opt = dict(DEFAULT_OPT, **case["opt"])
-        gemma4.router_min_gap[0] = math.inf
+        gemma4.router_min_gap[0] = qwen3_5.router_min_gap[0] = math.inf
         records, states, opt = train(cfg, params[case["model"]], *data[case["data"]], opt)
         # fp32 and float64 routes agree only where no top-k choice is near a tie (the executor's
         # weights differ from these by ~1e-7 after a step)
-        assert gemma4.router_min_gap[0] > 1e-4, f"{name}: a router choice is near a tie ({gemma4.router_min_gap[0]:.2g})"
+        gap = min(gemma4.router_min_gap[0], qwen3_5.router_min_gap[0])
+        assert gap > 1e-4, f"{name}: a router choice is near a tie ({gap:.2g})"
         meta = {
             "model": f"models/{case['model']}", "data": f"data/{case['data']}.tok", "run_flags": run_flags(opt),
             "steps": str(STEPS), "seq": str(SEQ), "global_batch": str(GLOBAL_BATCH),

@@ -60,16 +60,26 @@ constexpr double kU = 0x1p-24;
 // and layer_scalar (one each), and with the MoE block the router (its norm and logits over C, the
 // softmax over E, the renormalisation over K), the experts' norm and gate/up dots (C, C), their
 // down_proj (Ie), the slot sum (K) and the two branch norms (C, C); the head's softcap (two).
+// Qwen3.6 adds on Gated DeltaNet layers the conv taps, the q/k l2 norms (dk), the recurrent state's
+// chain through all T tokens (dk + 2 per token), the output S^T q (dk), the gated norm (dv) and
+// out_proj (nv dv); on full-attention layers the zero-centred q/k norms (hd each) and the output gate
+// (two); with the MoE block also the shared expert (its dots over C and Is, its sigmoid gate).
 double depth_bound(const ModelCard& c, int64_t T, int64_t G) {
   const int64_t C = c.hidden_size;
   int64_t layers = 0;
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerShape s = c.layer(l);
     layers += 2 * C + 2 * C + s.head_dim + 2 * T + s.q_dim() + s.intermediate_size +
-              (c.qk_norm || c.gemma4() ? 2 * s.head_dim : 0);
+              (c.qk_norm || c.gemma4() || (c.qwen3_5() && !s.linear()) ? 2 * s.head_dim : 0);
     if (c.gemma4()) layers += 2 * C + s.head_dim + 2;
+    if (c.qwen3_5() && !s.linear()) layers += 2;  // the output gate's sigmoid and product
+    if (s.linear())  // conv taps, q/k l2 norms, the state's chain through T tokens (S^T k and the
+                     // update, dk each), the output S^T q, the gated norm over dv, out_proj
+      layers += s.conv_kernel + s.linear_k_dim + T * (s.linear_k_dim + 2) + s.linear_k_dim + s.linear_v_dim +
+                s.linear_value_dim();
     if (s.moe()) layers += 2 * C + s.num_experts + s.experts_per_token + 2 * C + s.expert_intermediate_size +
                            s.experts_per_token + 2 * C;
+    if (s.shared_expert_intermediate_size > 0) layers += 2 * C + s.shared_expert_intermediate_size + 2;
   }
   const int64_t head = 2 * C + c.vocab_size + (c.final_logit_softcapping > 0 ? 2 : 0);
   return static_cast<double>(2 * (layers + head) + G * T + G);
@@ -115,7 +125,8 @@ double depth_bound(const ModelCard& c, int64_t T, int64_t G) {
 // of the Llama family: loss 3.8e-4 (|err| <= 7e-8); master 0.064, except 0.46 on the structural zeros
 // of (6) whose bound is only the decay's rounding; exp_avg 0.025; exp_avg_sq 0.026. The 5 Gemma 4 runs
 // (3 with the MoE block): loss 3.5e-4, master 0.076, exp_avg 0.2, exp_avg_sq 0.24 (layer_scalar, a
-// buffer, is the structural zero there: never decayed, moments exactly 0).
+// buffer, is the structural zero there: never decayed, moments exactly 0). The 5 Qwen3.6 runs (3 with
+// the MoE block): loss 7.3e-4, master 0.5, exp_avg 0.27, exp_avg_sq 0.32.
 // ---------------------------------------------------------------------------------------------------
 
 // A case's AdamW settings and the reference's per-step record (metadata of the golden file).
@@ -341,6 +352,11 @@ const RunConfig kRuns[] = {
     {"gemma4_moe_masked_cosine", 1, 6, 1, "replicated", "cpu", "keep:rest", 1000, 0, true},
     {"gemma4_moe_masked_cosine", 2, 1, 3, "sharded", "cpu", "offload:1,recompute:rest", 1000, 0, false},
     {"gemma4_moe_masked_cosine", 3, 2, 1, "replicated", "gpu", "recompute:1,keep:rest", 256, 3, false},
+    {"qwen3_5_plain_clip", 2, 3, 1, "sharded", "gpu", "recompute:1,keep:rest", 1000, 0, true},
+    {"qwen3_5_plain_clip", 3, 1, 2, "replicated", "cpu", "offload:1,keep:rest", 512, 0, false},
+    {"qwen3_5_moe_plain_cosine", 1, 6, 1, "replicated", "cpu", "keep:rest", 1000, 0, true},
+    {"qwen3_5_moe_plain_cosine", 2, 1, 3, "sharded", "cpu", "offload:1,recompute:rest", 1000, 0, false},
+    {"qwen3_5_moe_plain_cosine", 3, 2, 1, "replicated", "gpu", "recompute:1,keep:rest", 256, 3, false},
 };
 
 std::string config_name(const RunConfig& c) {
