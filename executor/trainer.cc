@@ -68,6 +68,9 @@ class StepPermits {
 void validate(const TrainOptions& o, const ModelLayout& layout) {
   const int L = static_cast<int>(o.card.num_layers);
   o.plan.validate(L, "plan");
+  if (o.plan.nodes > 1)
+    throw InputError("plan: nodes", fmt::format("{} nodes: the executor runs one node; multi-node plans are predicted "
+                                                "and planned (slidedp-predict, slidedp-plan), not run yet", o.plan.nodes));
   if (o.card.tie_word_embeddings && o.plan.gpu_buffer_depth < 2)
     throw InputError("plan: gpu_buffer_depth",
                      "tied embeddings need at least 2 parameter slots (the head reads unit 0 as lm_head)");

@@ -173,6 +173,12 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
   hw.host.pinned_limit_bytes = h.bytes_or("pinned_limit_bytes", hw.host.ram_bytes, 0);
   h.done();
 
+  if (auto n = r.optional_map("network")) {
+    hw.network.nic_gbps = n->number("nic_gbps", 1e-3, kMaxGbps, "GB/s");
+    hw.network.latency_s = n->number_or("latency_us", 5.0, 0.0, 1e6, "microseconds") * 1e-6;
+    n->done();
+  }
+
   YamlReader c = r.map("cpu");
   hw.cpu.model = c.text_or("model", "unknown");
   hw.cpu.cores = static_cast<int>(c.integer("cores", 1, 100000));
@@ -262,6 +268,12 @@ std::string hardware_to_yaml(const Hardware& hw) {
   e << YAML::Key << "ram_bytes" << YAML::Value << hw.host.ram_bytes;
   e << YAML::Key << "pinned_limit_bytes" << YAML::Value << hw.host.pinned_limit_bytes;
   e << YAML::EndMap;
+  if (hw.network.nic_gbps > 0) {
+    e << YAML::Key << "network" << YAML::Value << YAML::BeginMap;
+    e << YAML::Key << "nic_gbps" << YAML::Value << hw.network.nic_gbps;
+    e << YAML::Key << "latency_us" << YAML::Value << hw.network.latency_s * 1e6;
+    e << YAML::EndMap;
+  }
   e << YAML::Key << "cpu" << YAML::Value << YAML::BeginMap;
   e << YAML::Key << "model" << YAML::Value << hw.cpu.model;
   e << YAML::Key << "cores" << YAML::Value << hw.cpu.cores;

@@ -59,6 +59,13 @@ struct FabricSpec {
   bool via_host() const { return kind == "via_host"; }
 };
 
+// The network between nodes of a cluster of such hosts (slidedp-plan's `nodes`): what one node's NICs
+// carry together, per direction, and the latency of one message. 0: no network described (one node).
+struct NetworkSpec {
+  double nic_gbps = 0;
+  double latency_s = 5e-6;
+};
+
 struct HostSpec {
   double mem_bw_gbps = 0;        // sustained host-memory bandwidth shared by DMA, reduction, AdamW
   int64_t ram_bytes = 0;
@@ -120,6 +127,7 @@ struct Hardware {
   FabricSpec fabric;
   HostSpec host;
   CpuSpec cpu;
+  NetworkSpec network;
   std::vector<UnitTimeProfile> unit_times;
   SyncSpec sync;
   std::map<std::string, std::string> sources;  // key path -> where the value came from

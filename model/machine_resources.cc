@@ -25,6 +25,7 @@ MachineResources::MachineResources(const Capacities& c) : cap(c) {
   host_mem = add("host_mem", c.host_mem_Bps);
   cpu_update = add("cpu_update", c.update_threads);
   cpu_cores = add("cpu_cores", c.cpu_cores);
+  if (c.nodes > 1) network = add("network", c.nic_Bps);
 }
 
 MachineResources::Usages MachineResources::copy(int rank, bool to_device) const {
@@ -60,6 +61,12 @@ MachineResources::Usages MachineResources::cpu(double thread_s, double host_mem_
   if (thread_s <= 0) return {};
   Usages u{{cpu_update, 1.0}, {cpu_cores, 1.0}};
   if (host_mem_bytes > 0) u.push_back({host_mem, host_mem_bytes / thread_s});
+  return u;
+}
+
+MachineResources::Usages MachineResources::network_exchange(double host_mem_per_byte) const {
+  Usages u{{network, 1.0}};
+  if (host_mem_per_byte > 0) u.push_back({host_mem, host_mem_per_byte});
   return u;
 }
 

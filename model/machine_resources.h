@@ -21,6 +21,7 @@ struct MachineResources {
   std::vector<double> capacity;
   std::vector<int> gpu, h2d, d2h, duplex, fabric, convert;  // per rank
   int h2d_root = -1, d2h_root = -1, host_mem = -1, cpu_update = -1, cpu_cores = -1;
+  int network = -1;  // this node's NICs (several nodes only)
   Capacities cap;
 
   explicit MachineResources(const Capacities& c);
@@ -43,6 +44,9 @@ struct MachineResources {
   // Host CPU work of the update (reduce + AdamW), per thread-second: the update threads, the cores, and
   // host memory at `host_mem_bytes` over the work's `thread_s` (0: none).
   Usages cpu(double thread_s, double host_mem_bytes) const;
+  // An exchange between nodes, per byte this node sends (and receives, full duplex): the NICs and
+  // host memory at `host_mem_per_byte` (the DMA reads of what is sent and writes of what arrives).
+  Usages network_exchange(double host_mem_per_byte) const;
 
  private:
   int add(const std::string& name, double cap);

@@ -322,8 +322,16 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   const double tokens = static_cast<double>(plan.micro_batch * seq_len);
   const int L = layout.num_units() - 2;
   std::vector<MemoryItem> items;
-  items.push_back({"fp32 master weights", P * 4});
-  items.push_back({"fp32 AdamW m and v", P * 8});
+  // Several nodes with a sharded host state: each node holds 1/M of the fp32 master and moments (the
+  // delivery mirror stays whole: every node's GPUs need every unit). Across nodes, each node also keeps
+  // the reduced fp32 chunk it sends and the one it receives, two chunks in flight.
+  const double M = plan.nodes;
+  const bool sharded = plan.nodes > 1 && plan.host_state == HostState::kSharded;
+  items.push_back({sharded ? fmt::format("fp32 master weights (1/{} shard)", plan.nodes) : "fp32 master weights",
+                   sharded ? std::ceil(P / M) * 4 : P * 4});
+  items.push_back({sharded ? fmt::format("fp32 AdamW m and v (1/{} shard)", plan.nodes) : "fp32 AdamW m and v",
+                   sharded ? std::ceil(P / M) * 8 : P * 8});
+  if (plan.nodes > 1) items.push_back({"network exchange buffers (pinned)", 2 * 2 * chunk * 4});
   items.push_back({fmt::format("delivery mirror ({}) (pinned)", wire_bytes == 2 ? "bf16" : "fp32"), P * static_cast<double>(wire_bytes)});
   if (plan.accum_steps > 1 || verify)
     items.push_back({"fp32 gradient accumulator", P * 4});

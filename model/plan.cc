@@ -15,6 +15,13 @@ const char* param_route_name(ParamRoute r) {
   return r == ParamRoute::kReplicated ? "replicated" : "sharded";
 }
 const char* grad_route_name(GradRoute r) { return r == GradRoute::kCpu ? "cpu" : "gpu"; }
+const char* host_state_name(HostState s) { return s == HostState::kReplicated ? "replicated" : "sharded"; }
+
+HostState parse_host_state(const std::string& s, const std::string& where) {
+  if (s == "replicated") return HostState::kReplicated;
+  if (s == "sharded") return HostState::kSharded;
+  throw InputError(where, fmt::format("'{}' is not a host state placement (replicated, sharded)", s));
+}
 
 ParamRoute parse_param_route(const std::string& s, const std::string& where) {
   if (s == "replicated") return ParamRoute::kReplicated;
@@ -64,6 +71,7 @@ std::string Plan::summary(int num_layers) const {
                                grad_route_name(grad_route), chunk, c.offload, c.recompute, c.keep,
                                gpu_buffer_depth);
   if (mlp_token_tile > 0) s += fmt::format(" | mlp tile {}", mlp_token_tile);
+  if (nodes > 1) s = fmt::format("{} nodes ({} host state) x ", nodes, host_state_name(host_state)) + s;
   return s;
 }
 
@@ -84,6 +92,9 @@ void Plan::validate(int num_layers, const std::string& origin) const {
                                    keep_layers == kRest ? "rest" : std::to_string(keep_layers), num_layers));
   }
   if (gpu_buffer_depth < 1) throw InputError(where("gpu_buffer_depth"), "must be at least 1");
+  if (nodes < 1) throw InputError(where("nodes"), "must be at least 1");
+  if (nodes > 1 && verify_updates)
+    throw InputError(where("verify_updates"), "is not modelled across nodes (the update runs per chunk as gradients arrive)");
   if (chunk_numel < 1 || chunk_numel > (int64_t{1} << 40))
     throw InputError(where("chunk_numel"), "must be in 1..2^40 elements");
   if (mlp_token_tile < 0) throw InputError(where("mlp_token_tile"), "must be 0 (no tiling) or a number of tokens");
@@ -91,6 +102,8 @@ void Plan::validate(int num_layers, const std::string& origin) const {
 
 Plan plan_from_yaml_reader(const YamlReader& r) {
   Plan p;
+  p.nodes = static_cast<int>(r.integer_or("nodes", 1, 1, 4096));
+  p.host_state = parse_host_state(r.text_or("host_state", "replicated"), r.where("host_state"));
   p.ranks = static_cast<int>(r.integer_or("ranks", 1, 1, 4096));
   p.micro_batch = static_cast<int>(r.integer_or("micro_batch", 1, 1, 1 << 20));
   p.accum_steps = static_cast<int>(r.integer_or("accum_steps", 1, 1, 1 << 20));
@@ -154,6 +167,10 @@ PlanFile load_plan_file(const std::string& path) {
 namespace {
 
 void emit_plan_keys(YAML::Emitter& e, const Plan& p) {
+  if (p.nodes > 1) {
+    e << YAML::Key << "nodes" << YAML::Value << p.nodes;
+    e << YAML::Key << "host_state" << YAML::Value << host_state_name(p.host_state);
+  }
   e << YAML::Key << "ranks" << YAML::Value << p.ranks;
   e << YAML::Key << "micro_batch" << YAML::Value << p.micro_batch;
   e << YAML::Key << "accum_steps" << YAML::Value << p.accum_steps;

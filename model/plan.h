@@ -14,11 +14,20 @@ namespace slidedp {
 
 enum class ParamRoute { kReplicated, kSharded };  // every rank DMAs the unit | 1/N each + all-gather
 enum class GradRoute { kCpu, kGpu };  // per-rank host slots summed by CPU | reduce-scatter on GPU
+// Where the authoritative host state lives across nodes: whole on every node, or 1/M on each.
+enum class HostState { kReplicated, kSharded };
 const char* param_route_name(ParamRoute r);
+const char* host_state_name(HostState s);
 const char* grad_route_name(GradRoute r);
 
 struct Plan {
-  int ranks = 1;
+  // Nodes of the cluster, each a host like the hardware profile's with `ranks` GPUs. With more than
+  // one, each node reduces its ranks' gradients, the nodes exchange the reduced fp32 chunks over the
+  // network (all-reduce when the host state is replicated, reduce-scatter when sharded), and with a
+  // sharded state each node updates its 1/M and all-gathers the updated bf16 mirror.
+  int nodes = 1;
+  HostState host_state = HostState::kReplicated;
+  int ranks = 1;  // per node
   int micro_batch = 1;   // sequences per rank per micro-step
   int accum_steps = 1;   // micro-steps per optimizer step
   ParamRoute param_route = ParamRoute::kReplicated;
@@ -49,7 +58,7 @@ struct Plan {
   bool verify_updates = false;
 
   int64_t global_batch_sequences() const {
-    return static_cast<int64_t>(ranks) * micro_batch * accum_steps;
+    return static_cast<int64_t>(nodes) * ranks * micro_batch * accum_steps;
   }
   // The policy of decoder layer `layer` of `num_layers`.
   ActivationPolicy layer_policy(int layer, int num_layers) const;
@@ -84,6 +93,7 @@ std::string plan_to_yaml(const Plan& plan);
 
 ParamRoute parse_param_route(const std::string& s, const std::string& where);
 GradRoute parse_grad_route(const std::string& s, const std::string& where);
+HostState parse_host_state(const std::string& s, const std::string& where);
 ActivationPolicy parse_activation_policy(const std::string& s, const std::string& where);
 
 // Rank r's share of `count` elements split over `ranks`: [begin, end), contiguous, the first

@@ -36,6 +36,7 @@ inline constexpr const char* kHostMem = "host_mem";
 inline constexpr const char* kCpuUpdate = "cpu_update";
 inline constexpr const char* kCpuCores = "cpu_cores";
 inline constexpr const char* kFabric = "gpu_fabric";
+inline constexpr const char* kNetwork = "network";  // between nodes
 }  // namespace resource
 
 struct Prediction {

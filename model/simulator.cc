@@ -21,7 +21,7 @@
 namespace slidedp {
 namespace {
 
-enum Tag { kCompute = 1, kH2D, kD2H, kFabric, kCpu, kConvert, kPostCompute };
+enum Tag { kCompute = 1, kH2D, kD2H, kFabric, kCpu, kConvert, kPostCompute, kNetwork };
 
 struct Slot {
   int unit = -1;
@@ -81,6 +81,7 @@ class GraphBuilder {
   int host_mem() const { return host_mem_; }
   int cpu_update() const { return cpu_update_; }
   int cpu_cores() const { return cpu_cores_; }
+  int network() const { return res_.network; }
   const std::vector<std::string>& tracks() const { return tracks_; }
 
  private:
@@ -315,12 +316,61 @@ class GraphBuilder {
     const double hm = last ? w.cpu_last_host_mem_bytes : w.cpu_accum_host_mem_bytes;
     if (thread_s <= 0) return;
     const double delay = lat_ * tr.barriers_per_chunk * c_.link_latency_s;
+    const bool across_nodes = last && c_.nodes > 1;
+    std::vector<int> reduced;
     for (int k = 0; k < chunks; ++k) {
       int id = cpu_task(thread_s / chunks, hm / chunks, delay, arrived[static_cast<std::size_t>(k)],
-                        fmt::format("{} {} c{}", last && !tr.update_after_backward ? "adamw" : "reduce", unit_name(u), k));
+                        fmt::format("{} {} c{}", across_nodes ? "reduce" : last && !tr.update_after_backward ? "adamw" : "reduce",
+                                    unit_name(u), k));
+      if (across_nodes) {
+        reduced.push_back(id);
+        continue;
+      }
       if (last) update_cur_[static_cast<std::size_t>(u)].push_back(id);
       if (last && u == 0 && step_ == measured_step_) unit0_last_update_ = id;
     }
+    if (!across_nodes) return;
+    // The CPU reduces the next unit while the network exchanges this one: this unit's exchanges start
+    // now, its after-exchange work is queued behind the next unit's reductions (flush_exchanges).
+    flush_exchanges();
+    for (int k = 0; k < chunks; ++k)
+      pending_.push_back({u, k, network_task(w.nic_exchange_bytes / chunks, w.nic_messages / 2, {reduced[static_cast<std::size_t>(k)]},
+                                              fmt::format("exchange {} c{}", unit_name(u), k))});
+    pending_chunks_ = chunks;
+  }
+
+  // One exchange between nodes (the network runs them one after another, as the CPU its tasks).
+  int network_task(double bytes, double messages, std::vector<int> deps, const std::string& label) {
+    FluidEngine::Task t;
+    t.work = bytes;
+    t.delay_s = lat_ * messages * c_.nic_latency_s;
+    const double hm_per_byte = bytes > 0 ? 2.0 : 0.0;  // DMA read of what is sent, write of what arrives
+    t.usages = res_.network_exchange(hm_per_byte);
+    dep(deps, network_last_);
+    t.deps = std::move(deps);
+    t.tag = kNetwork;
+    if (timeline_) {
+      t.track = track("node / network");
+      t.label = label;
+    }
+    network_last_ = add(std::move(t));
+    return network_last_;
+  }
+
+  // The work after each pending exchange: adding what arrived and AdamW on the owned part, then (a
+  // sharded host state) the all-gather of the updated bf16 mirror, which the next delivery waits for.
+  void flush_exchanges() {
+    for (const Pending& pe : pending_) {
+      const UnitWork& w = sw_.units[static_cast<std::size_t>(pe.unit)];
+      const double n = static_cast<double>(pending_chunks_);
+      int id = cpu_task(w.cpu_after_exchange_thread_s / n, w.cpu_after_exchange_host_mem_bytes / n, 0.0, {pe.exchange},
+                        fmt::format("adamw {} c{}", unit_name(pe.unit), pe.chunk));
+      if (w.nic_gather_bytes > 0)
+        id = network_task(w.nic_gather_bytes / n, w.nic_messages / 2, {id}, fmt::format("gather {} c{}", unit_name(pe.unit), pe.chunk));
+      update_cur_[static_cast<std::size_t>(pe.unit)].push_back(id);
+      if (pe.unit == 0 && step_ == measured_step_) unit0_last_update_ = id;
+    }
+    pending_.clear();
   }
 
   void micro_step(int a, bool last) {
@@ -374,6 +424,7 @@ class GraphBuilder {
       note_compute(u, ids);
       grads(u, last, ids);
     }
+    flush_exchanges();
   }
 
   void post_phase() {
@@ -432,6 +483,12 @@ class GraphBuilder {
   MachineResources res_;
   std::vector<int> gpu_last_, h2d_last_, d2h_last_, fabric_last_, convert_last_;
   int cpu_last_ = -1;
+  int network_last_ = -1;
+  struct Pending {
+    int unit, chunk, exchange;
+  };
+  std::vector<Pending> pending_;
+  int pending_chunks_ = 1;
   std::vector<std::vector<Slot>> slots_;
   long use_counter_ = 0;
   std::vector<std::vector<int>> update_prev_, update_cur_;
@@ -513,12 +570,13 @@ RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
       if (t.tag == kD2H && front == g.resource_d2h(0)) iv[resource::kD2H].push_back(span);
       if (t.tag == kFabric) iv[resource::kFabric].push_back(span);
       if (t.tag == kCpu) iv[resource::kCpuUpdate].push_back(span);
+      if (t.tag == kNetwork) iv[resource::kNetwork].push_back(span);
     }
     for (auto& [k, v] : iv) out.span_busy[k] = union_length(std::move(v));
   }
   // Latencies are paid per copy and per collective: counted as busy time of the rank-0 link/port.
   std::map<int, double> used;
-  double h2d_latency = 0, d2h_latency = 0, fabric_latency = 0;
+  double h2d_latency = 0, d2h_latency = 0, fabric_latency = 0, network_latency = 0;
   for (int id : g.step0_tasks()) {
     const auto& t = e.task(id);
     for (const auto& u : t.usages) used[u.resource] += u.per_work * t.work;
@@ -527,6 +585,7 @@ RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
     if (t.tag == kH2D && front == g.resource_h2d(0)) h2d_latency += t.delay_s;
     if (t.tag == kD2H && front == g.resource_d2h(0)) d2h_latency += t.delay_s;
     if (t.tag == kFabric) fabric_latency += t.delay_s;
+    if (t.tag == kNetwork) network_latency += t.delay_s;
   }
   auto busy = [&](int r, double cap) { return used.count(r) ? used[r] / cap : 0.0; };
   const Capacities& c = sw.cap;
@@ -540,6 +599,7 @@ RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
   out.busy[resource::kCpuUpdate] = busy(g.cpu_update(), c.update_threads);
   out.busy[resource::kCpuCores] = busy(g.cpu_cores(), c.cpu_cores);
   if (sw.ranks > 1) out.busy[resource::kFabric] = busy(g.resource_fabric(0), c.allgather_busbw_Bps) + fabric_latency;
+  if (c.nodes > 1) out.busy[resource::kNetwork] = busy(g.network(), c.nic_Bps) + network_latency;
   return out;
 }
 
@@ -576,14 +636,14 @@ Simulation simulate_step_work(const StepWork& sw, const SimulatorOptions& option
   }
   p.tokens_per_step = static_cast<double>(sw.tokens_per_step);
   p.tokens_per_s = p.tokens_per_step / p.step_time_s;
-  p.tflops_per_gpu = sw.model_flops_per_step / p.step_time_s / sw.ranks / 1e12;
+  p.tflops_per_gpu = sw.model_flops_per_step / p.step_time_s / (sw.ranks * sw.cap.nodes) / 1e12;
   p.exposed_s = p.step_time_s - p.busy_s[resource::kGpuCompute];
   if (options.record_timeline) {
     const FluidEngine& e = g.engine();
     for (int i = 0; i < e.num_tasks(); ++i) {
       const auto& t = e.task(i);
       if (t.track < 0) continue;
-      static const char* kCategory[] = {"", "compute", "h2d", "d2h", "fabric", "cpu", "convert", "compute"};
+      static const char* kCategory[] = {"", "compute", "h2d", "d2h", "fabric", "cpu", "convert", "compute", "network"};
       sim.timeline.push_back({g.tracks()[static_cast<std::size_t>(t.track)], t.label, kCategory[t.tag], t.start_s, t.end_s});
     }
   }

@@ -55,6 +55,7 @@ struct RunResult {
   // Totals for the busy times.
   double h2d_bytes = 0, d2h_bytes = 0, fabric_s = 0, h2d_copies = 0, d2h_copies = 0;
   double host_mem_bytes = 0, cpu_update_thread_s = 0, cpu_core_thread_s = 0, compute_s = 0;
+  double network_s = 0;  // several nodes: this node's network busy time (latencies included)
   std::vector<PhaseStats> phases;  // 2 per micro-step: forward, backward (+ drain)
 };
 
@@ -149,7 +150,8 @@ class Recurrence {
     // The jump's state must fit its fixed-size buffers (depth <= 10); deeper buffers run every unit.
     state_size_ = kStateFixed + 3 * slots_.size();
     state_padded_ = (state_size_ + 3) / 4 * 4;
-    jump_ = jump && state_padded_ <= kStateMax;
+    // The network's queue is not part of the jump state: plans over several nodes run every layer.
+    jump_ = jump && state_padded_ <= kStateMax && sw.cap.nodes == 1;
     set_phase(0);
   }
 
@@ -282,6 +284,7 @@ class Recurrence {
     r.h2d_bytes = h2d_bytes_;
     r.d2h_bytes = d2h_bytes_;
     r.fabric_s = fabric_s_;
+    r.network_s = network_s_;
     r.h2d_copies = h2d_copies_;
     r.d2h_copies = d2h_copies_;
     r.host_mem_bytes = host_mem_bytes_;
@@ -551,7 +554,7 @@ class Recurrence {
 
   void reset_counters() {
     queue_host_mem_ = queue_cpu_update_ = queue_cpu_cores_ = 0;
-    h2d_bytes_ = d2h_bytes_ = fabric_s_ = h2d_copies_ = d2h_copies_ = 0;
+    h2d_bytes_ = d2h_bytes_ = fabric_s_ = h2d_copies_ = d2h_copies_ = network_s_ = 0;
     host_mem_bytes_ = cpu_update_thread_s_ = cpu_core_thread_s_ = compute_ = 0;
     for (auto& p : phases_) p = PhaseStats{};
   }
@@ -758,6 +761,7 @@ class Recurrence {
     double cpu_start = std::max(cpu_, first_chunk);
     double cpu_end = std::max(cpu_start + cpu_s, end + cpu_s * k.inv_grad_chunks);
     if (thread_s > 0) cpu_ = cpu_end;
+    if (last && c_.nodes > 1 && thread_s > 0) cpu_end = across_nodes(w, k, cpu_start, cpu_s, cpu_end, ph);
     ph.cpu_update_thread_s += thread_s;
     ph.host_mem_bytes += hm;
     cpu_update_thread_s_ += thread_s;
@@ -768,6 +772,44 @@ class Recurrence {
       cpu0_s_ = cpu_s;
     }
     return end;
+  }
+
+  // Several nodes: after the node's reduction (cpu_start .. reduce_end, chunk by chunk) each chunk is
+  // exchanged over the network (a queue of its own), then added up and updated on the CPU, and with a
+  // sharded state its updated mirror all-gathered. The CPU works on the next unit while the network
+  // carries this one; the unit counts as updated when its last chunk's after-exchange work (and
+  // gather) is done. Returns that time; the CPU queue (cpu_) advances by the after-exchange work only,
+  // so the next unit's reduction is not held behind this unit's exchange.
+  double across_nodes(const UnitWork& w, const UnitConst& k, double cpu_start, double reduce_s, double reduce_end,
+                      PhaseDemand& ph) {
+    const double inv = k.inv_grad_chunks, chunks = k.grad_chunks;
+    const double lat = lat_ * w.nic_messages / 2 * c_.nic_latency_s;  // per chunk and exchange
+    const double xchg = w.nic_exchange_bytes / c_.nic_Bps + chunks * lat;
+    const double gather = w.nic_gather_bytes > 0 ? w.nic_gather_bytes / c_.nic_Bps + chunks * lat : 0.0;
+    const double after_s = w.cpu_after_exchange_thread_s / (c_.update_threads * cpu_factor_);
+    stats().cpu_busy += after_s;
+    stats().cpu_thread_s += w.cpu_after_exchange_thread_s;
+    stats().cpu_host_mem_bytes += w.cpu_after_exchange_host_mem_bytes;
+    const double hm = w.cpu_after_exchange_host_mem_bytes + w.nic_host_mem_bytes;
+    ph.cpu_update_thread_s += w.cpu_after_exchange_thread_s;
+    ph.host_mem_bytes += hm;
+    cpu_update_thread_s_ += w.cpu_after_exchange_thread_s;
+    host_mem_bytes_ += hm;
+    network_s_ += xchg + gather;
+    // exchange: starts with the first reduced chunk, ends no earlier than the last one plus a chunk's
+    const double x_start = std::max(network_, cpu_start + reduce_s * inv);
+    const double x_end = std::max(x_start + xchg, reduce_end + xchg * inv);
+    // after-exchange CPU work: behind the exchange, and sharing the CPU with the reductions
+    const double a_end = std::max({x_end + after_s * inv, reduce_end + after_s, x_start + xchg * inv + after_s});
+    double done = a_end;
+    cpu_ += after_s;
+    network_ = x_end;
+    if (gather > 0) {
+      const double g_start = std::max(network_, x_start + xchg * inv + after_s * inv);
+      done = std::max(g_start + gather, a_end + gather * inv);
+      network_ = done;
+    }
+    return done;
   }
 
   // The shortest time in which the host links can carry a phase's transfers: the GPU cannot end
@@ -809,6 +851,7 @@ class Recurrence {
   std::vector<Slot> slots_;
   long use_counter_ = 0;
   double gpu_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0, fabric_free_ = 0, convert_ = 0;
+  double network_ = 0;  // several nodes: when this node's network is free
   double cpu0_start_ = 0, cpu0_end_ = 0, cpu0_s_ = 0;
   double next_gate_first_ = 0, next_gate_end_ = 0;  // gating of the next step's first delivery
   // The phase being run.
@@ -829,7 +872,7 @@ class Recurrence {
   bool armed_ = false;  // hist_[0] holds the state after the previous unit
   PhaseDemand backward_demand_;
   double backward_start_ = 0;
-  double h2d_bytes_ = 0, d2h_bytes_ = 0, fabric_s_ = 0, h2d_copies_ = 0, d2h_copies_ = 0;
+  double h2d_bytes_ = 0, d2h_bytes_ = 0, fabric_s_ = 0, h2d_copies_ = 0, d2h_copies_ = 0, network_s_ = 0;
   double host_mem_bytes_ = 0, cpu_update_thread_s_ = 0, cpu_core_thread_s_ = 0, compute_ = 0;
 };
 
@@ -881,6 +924,7 @@ Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity, bool j
   p.busy_s[resource::kCpuUpdate] = work.cpu_update_thread_s / c.update_threads;
   p.busy_s[resource::kCpuCores] = (work.cpu_update_thread_s + work.cpu_core_thread_s + emulated_compute_threads) / c.cpu_cores;
   if (sw.ranks > 1) p.busy_s[resource::kFabric] = work.fabric_s;
+  if (c.nodes > 1) p.busy_s[resource::kNetwork] = work.network_s;
   for (const auto& [name, busy] : p.busy_s) p.lower_bound_s = std::max(p.lower_bound_s, busy);
 
   // The critical path without contention (a max-plus recurrence plus the phase bounds) is monotone
@@ -915,7 +959,7 @@ Prediction evaluate_step_work(const StepWork& sw, ModelFidelity fidelity, bool j
   }
   p.tokens_per_step = static_cast<double>(sw.tokens_per_step);
   p.tokens_per_s = p.tokens_per_step / p.step_time_s;
-  p.tflops_per_gpu = sw.model_flops_per_step / p.step_time_s / sw.ranks / 1e12;
+  p.tflops_per_gpu = sw.model_flops_per_step / p.step_time_s / (sw.ranks * c.nodes) / 1e12;
   p.exposed_s = p.step_time_s - with.compute_s;
   if (counters) *counters = setup.counters;
   return p;

@@ -41,7 +41,7 @@ bool same_work(const UnitWork& a, const UnitWork& b) {
   // Byte-wise over every field but the index, skipping the padding after `policy` (the model
   // evaluates this for every unit of every plan, so it must be cheap). Bit-equal doubles are
   // equal values; 0.0 against -0.0 compares unequal, which only costs a jump.
-  static_assert(sizeof(UnitWork) == 192 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
+  static_assert(sizeof(UnitWork) == 240 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
                     offsetof(UnitWork, policy) == 32 && offsetof(UnitWork, fwd_s) == 40,
                 "UnitWork changed: update same_work");
   const auto* pa = reinterpret_cast<const unsigned char*>(&a);
@@ -235,6 +235,20 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   c.host_threads_per_device = hw.gpu.host_threads_per_device;
   c.gpu_hbm_Bps = hw.gpu.hbm_gbps * 1e9;
   c.sync_factor = hw.sync.factor(N);
+  const int M = p.nodes;
+  c.nodes = M;
+  if (M > 1) {
+    if (system != System::kSlideDP)
+      throw InputError("plan: nodes", fmt::format("{} runs on one node here; multi-node plans are SlideDP's", system_name(system)));
+    if (hw.network.nic_gbps <= 0)
+      throw InputError("plan: nodes",
+                       fmt::format("{} nodes, but {} describes no network between nodes (hardware key network.nic_gbps)",
+                                   M, hw.name));
+    if (sw.traits.update_after_backward)
+      throw InputError("plan: verify_updates", "is not modelled across nodes");
+    c.nic_Bps = hw.network.nic_gbps * 1e9;
+    c.nic_latency_s = hw.network.latency_s;
+  }
 
   sw.ranks = N;
   sw.accum_steps = p.accum_steps;
@@ -362,6 +376,25 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.cpu_accum_thread_s += work;
       u.cpu_last_host_mem_bytes += hm;
       u.cpu_accum_host_mem_bytes += hm;
+    }
+    if (M > 1) {
+      // The node reduces its ranks' gradients (and the accumulator) into one fp32 chunk, exchanges it
+      // (ring all-reduce: 2 (M-1)/M of it out and in; reduce-scatter: (M-1)/M), adds what arrives,
+      // and runs AdamW with the fp32 gradient on the part it owns; a sharded state then all-gathers
+      // the updated bf16 mirror. Host memory: the exchanges are DMA reads and writes of host buffers.
+      const double frac = (M - 1.0) / M;
+      const bool sharded = p.host_state == HostState::kSharded;
+      const double owned = sharded ? n / M : n;
+      const double tied_e = ul.reads_tied_embedding ? static_cast<double>(w.layout.units.front().flat_numel) : 0.0;
+      u.cpu_last_thread_s = slots * n * kBf16 / r + (A > 1 ? n * kFp32 / r : 0.0) + (tied_e > 0 ? slots * tied_e * kBf16 / r : 0.0);
+      u.cpu_last_host_mem_bytes = n * (slots * kBf16 + kFp32 + (A > 1 ? kFp32 : 0.0)) + tied_e * (slots * kBf16 + 2.0 * kFp32);
+      u.nic_exchange_bytes = (sharded ? 1.0 : 2.0) * frac * n * kFp32;
+      u.nic_gather_bytes = sharded ? frac * n * kBf16 : 0.0;
+      u.nic_messages = 2.0 * (M - 1);  // ring steps: the all-reduce's two phases, or reduce-scatter + all-gather
+      u.nic_host_mem_bytes = 2.0 * (u.nic_exchange_bytes + u.nic_gather_bytes);
+      const double combine = frac * n;  // fp32 partial sums added on arrival
+      u.cpu_after_exchange_thread_s = combine * kFp32 / r + owned / a;
+      u.cpu_after_exchange_host_mem_bytes = combine * 3.0 * kFp32 + owned * (kAdamwHostBytesPerParam + kFp32 - kBf16);
     }
     if (u.policy == ActivationPolicy::kOffload)
       u.act_offload_bytes = decoder_activation_bytes_per_token(card, ul.layer).unit_input * static_cast<double>(sw.tokens_per_rank_micro);

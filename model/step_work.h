@@ -44,6 +44,9 @@ struct Capacities {
   double host_threads_per_device = 1;
   double gpu_hbm_Bps = 0;
   double sync_factor = 1;      // Hardware::sync at this rank count: the step's stretch (>= 1)
+  int nodes = 1;               // the plan's nodes (each a host like this one)
+  double nic_Bps = 0;          // one node's network, per direction
+  double nic_latency_s = 0;    // per message
 };
 
 // How a system runs the pipeline (derived from System; SlideDP's values come from the plan).
@@ -90,6 +93,14 @@ struct UnitWork {
   double cpu_last_host_mem_bytes = 0, cpu_accum_host_mem_bytes = 0;
   // Activation offload (offload policy): bytes of the unit input out in forward, back in backward.
   double act_offload_bytes = 0;
+  // Several nodes, the last micro-step: cpu_last_* is then the node-local reduction of the ranks'
+  // gradients into fp32 (before the exchange); the node sends and receives `nic_exchange_bytes` of it
+  // (all-reduce or reduce-scatter), then runs `cpu_after_exchange_*` (combining what arrived, and
+  // AdamW on its owned part); a sharded host state then all-gathers the updated bf16 mirror
+  // (`nic_gather_bytes` per node). `nic_host_mem_bytes`: the exchanges' host-memory traffic.
+  double nic_exchange_bytes = 0, nic_gather_bytes = 0, nic_host_mem_bytes = 0;
+  double cpu_after_exchange_thread_s = 0, cpu_after_exchange_host_mem_bytes = 0;
+  double nic_messages = 0;  // messages of one chunk's exchange and gather (their latency)
 };
 
 // Equal in all the work (everything but the index): the recurrence's per-unit maps of two such

@@ -17,7 +17,11 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
     app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x4) or profile YAML from slidedp-profile");
     app.add_option("--seq", seq_len, "Sequence length in tokens")->check(CLI::PositiveNumber);
   }
-  app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs)")->check(CLI::PositiveNumber);
+  app.add_option("--nodes", nodes, "Nodes, each a host like the hardware profile's (model and planner; the executor runs one)")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--host-state", host_state, "Host state across nodes: replicated | sharded (1/nodes of the fp32 state per node)")
+      ->check(CLI::IsMember({"replicated", "sharded"}));
+  app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")->check(CLI::PositiveNumber);
   app.add_option("--micro-batch", micro_batch, "Sequences per rank per micro-step")->check(CLI::PositiveNumber);
   app.add_option("--accum", accum_steps, "Micro-steps (gradient accumulation) per optimizer step")->check(CLI::PositiveNumber);
   app.add_option("--param-route", param_route, "Parameter delivery: replicated | sharded")
@@ -88,6 +92,8 @@ PlanFile PlanFlags::resolve() const {
   if (!hardware.empty()) f.hardware = hardware;
   if (seq_len) f.seq_len = *seq_len;
   Plan& p = f.plan;
+  if (nodes) p.nodes = *nodes;
+  if (host_state) p.host_state = parse_host_state(*host_state, "--host-state");
   if (ranks) p.ranks = *ranks;
   if (micro_batch) p.micro_batch = *micro_batch;
   if (accum_steps) p.accum_steps = *accum_steps;
