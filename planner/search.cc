@@ -390,7 +390,7 @@ class Searcher {
 
   // Per unit, the least CPU time over the thread counts (thread-seconds / threads), per (shape, route).
   struct ThreadRelax {
-    std::vector<double> last_s, accum_s;
+    std::vector<double> last_s, accum_s, after_exchange_s;
   };
   const ThreadRelax& thread_relax(int s, int r) {
     auto& slot = thread_relax_[static_cast<std::size_t>(s) * sp_.routes.size() + static_cast<std::size_t>(r)];
@@ -399,11 +399,14 @@ class Searcher {
       const std::size_t U = static_cast<std::size_t>(w_.layout.num_units());
       slot->last_s.assign(U, kInf);
       slot->accum_s.assign(U, kInf);
+      slot->after_exchange_s.assign(U, kInf);
       for (int t = 0; t < static_cast<int>(sp_.threads.size()); ++t) {
         const StepWork& b = patcher(s, r, t).all_offload();
         for (std::size_t u = 0; u < U; ++u) {
           slot->last_s[u] = std::min(slot->last_s[u], b.units[u].cpu_last_thread_s / b.cap.update_threads);
           slot->accum_s[u] = std::min(slot->accum_s[u], b.units[u].cpu_accum_thread_s / b.cap.update_threads);
+          slot->after_exchange_s[u] =
+              std::min(slot->after_exchange_s[u], b.units[u].cpu_after_exchange_thread_s / b.cap.update_threads);
         }
       }
     }
@@ -424,12 +427,14 @@ class Searcher {
     patcher(i.shape, i.route, i.thread).make(sp_.plan(i), work_);
     work_.cap.link_latency_s = 0;
     work_.cap.fabric_latency_s = 0;
+    work_.cap.nic_latency_s = 0;
     if (threads_free && sp_.threads.size() > 1) {
       const ThreadRelax& tr = thread_relax(i.shape, i.route);
       work_.cap.update_threads = 1;
       for (std::size_t u = 0; u < work_.units.size(); ++u) {
         work_.units[u].cpu_last_thread_s = tr.last_s[u];
         work_.units[u].cpu_accum_thread_s = tr.accum_s[u];
+        work_.units[u].cpu_after_exchange_thread_s = tr.after_exchange_s[u];
       }
     }
     const double f = sp_.score_factor(sp_.shapes[static_cast<std::size_t>(i.shape)]);
@@ -662,8 +667,56 @@ SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpa
   return Searcher(w, hw, space, options).run();
 }
 
+namespace {
+SearchResult search_one_placement(const Workload& w, const Hardware& hw, const SearchSpec& spec,
+                                  const SearchOptions& options);
+}  // namespace
+
 SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                           const SearchOptions& options) {
+  // Several nodes: the host state's placement is one more choice; each is searched on its own and
+  // the best plans of both are merged (the spaces are otherwise identical).
+  std::vector<HostState> states = spec.host_states;
+  if (states.empty()) states = spec.nodes > 1 ? std::vector<HostState>{HostState::kReplicated, HostState::kSharded}
+                                              : std::vector<HostState>{HostState::kReplicated};
+  if (states.size() == 1) {
+    SearchSpec one = spec;
+    one.host_states = states;
+    return search_one_placement(w, hw, one, options);
+  }
+  std::optional<SearchResult> merged;
+  std::optional<InfeasibleError> last_error;
+  for (HostState hs : states) {
+    SearchSpec one = spec;
+    one.host_states = {hs};
+    try {
+      SearchResult r = search_one_placement(w, hw, one, options);
+      r.space.notes.push_back(fmt::format("host state {}: {} candidates", host_state_name(hs), r.stats.space_size));
+      if (!merged) {
+        merged = std::move(r);
+        continue;
+      }
+      for (Candidate& c : r.top) merged->top.push_back(std::move(c));
+      merged->stats.space_size += r.stats.space_size;
+      merged->stats.pruned += r.stats.pruned;
+      merged->stats.evaluated += r.stats.evaluated;
+      merged->stats.simulations += r.stats.simulations;
+      for (const auto& [k, v] : r.stats.infeasible) merged->stats.infeasible[k] += v;
+      for (const std::string& n : r.space.notes) merged->space.notes.push_back(n);
+    } catch (const InfeasibleError& e) {
+      last_error = e;
+    }
+  }
+  if (!merged) throw *last_error;
+  std::stable_sort(merged->top.begin(), merged->top.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.final_score() < b.final_score(); });
+  if (static_cast<int>(merged->top.size()) > options.top_k) merged->top.resize(static_cast<std::size_t>(options.top_k));
+  return *merged;
+}
+
+namespace {
+SearchResult search_one_placement(const Workload& w, const Hardware& hw, const SearchSpec& spec,
+                                  const SearchOptions& options) {
   SearchSpace space = make_search_space(w, hw, spec);
   // Gemma 4's layers and mixture-of-experts layers have no MLP token tile: untiled only.
   static const std::vector<int64_t> kUntiled = {0};
@@ -688,5 +741,6 @@ SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpe
   SLIDEDP_CHECK(false, "search_plans: no MLP token tile to search");
   return {};
 }
+}  // namespace
 
 }  // namespace slidedp::planner

@@ -30,15 +30,15 @@ std::vector<int> powers_of_two_up_to(int64_t limit) {
 }
 
 std::vector<BatchShape> matched_shapes(const SearchSpec& spec, int64_t seq_len) {
-  const int64_t per_step = static_cast<int64_t>(spec.ranks) * seq_len;
+  const int64_t per_step = static_cast<int64_t>(spec.nodes) * spec.ranks * seq_len;
   const int64_t n = spec.global_batch_tokens;
   if (n <= 0) throw InputError("--global-batch-tokens", "must be positive");
   if (n % per_step != 0) {
     const int64_t lo = n / per_step * per_step, hi = lo + per_step;
     throw InputError(
         "--global-batch-tokens",
-        fmt::format("{} is not a multiple of ranks x seq = {} x {} = {} tokens (nearest: {}{})", n,
-                    spec.ranks, seq_len, per_step, lo > 0 ? fmt::format("{} or ", lo) : "", hi));
+        fmt::format("{} is not a multiple of nodes x ranks x seq = {} x {} x {} = {} tokens (nearest: {}{})", n,
+                    spec.nodes, spec.ranks, seq_len, per_step, lo > 0 ? fmt::format("{} or ", lo) : "", hi));
   }
   // Every divisor of the per-rank sequence count is a micro-batch; the rest is accumulation. Divisors
   // come in pairs (d, per_rank / d), so sqrt(per_rank) trials find them all: 2^20 at 2^40 tokens.
@@ -70,11 +70,11 @@ std::vector<BatchShape> free_shapes(const SearchSpec& spec, int64_t seq_len) {
   if (spec.objective == Objective::kMinTimeToTokens) {
     if (spec.token_budget_tokens <= 0) throw InputError("--token-budget", "must be positive");
   }
-  const int64_t per_step = static_cast<int64_t>(spec.ranks) * seq_len;
+  const int64_t per_step = static_cast<int64_t>(spec.nodes) * spec.ranks * seq_len;
   if (cap < per_step)
     throw InputError("--max-global-batch-tokens",
-                     fmt::format("{} tokens is less than one sequence per rank ({} x {} = {})", cap,
-                                 spec.ranks, seq_len, per_step));
+                     fmt::format("{} tokens is less than one sequence per rank ({} x {} x {} = {})", cap,
+                                 spec.nodes, spec.ranks, seq_len, per_step));
   // Powers of two: a free batch has no divisibility constraint, and doubling is the grain at which
   // step time and memory change enough to matter.
   const int64_t per_rank = cap / per_step;
@@ -164,7 +164,7 @@ int64_t SearchSpace::size() const {
 }
 
 int64_t SearchSpace::tokens_per_step(const BatchShape& s) const {
-  return static_cast<int64_t>(ranks) * s.micro_batch * s.accum_steps * seq_len;
+  return static_cast<int64_t>(nodes) * ranks * s.micro_batch * s.accum_steps * seq_len;
 }
 
 double SearchSpace::score_factor(const BatchShape& s) const {
@@ -188,6 +188,8 @@ Plan SearchSpace::plan(const CandidateIndex& i) const {
   Plan p;
   const BatchShape& s = shapes.at(static_cast<std::size_t>(i.shape));
   const ActivationMix& m = mixes.at(static_cast<std::size_t>(i.mix));
+  p.nodes = nodes;
+  p.host_state = host_state;
   p.ranks = ranks;
   p.micro_batch = s.micro_batch;
   p.accum_steps = s.accum_steps;
@@ -211,6 +213,8 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   SearchSpace sp;
   const int L = static_cast<int>(w.model.num_layers);
   sp.num_layers = L;
+  sp.nodes = spec.nodes;
+  sp.host_state = spec.host_states.empty() ? HostState::kReplicated : spec.host_states.front();
   sp.ranks = spec.ranks;
   sp.objective = spec.objective;
   sp.seq_len = w.seq_len;
@@ -219,6 +223,10 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   sp.gpu_mem_reserve_bytes = spec.gpu_mem_reserve_bytes;
   sp.loss_chunk_tokens = spec.loss_chunk_tokens;
   if (spec.ranks < 1) throw InputError("--ranks", "must be at least 1");
+  if (spec.nodes < 1) throw InputError("--nodes", "must be at least 1");
+  if (spec.nodes > 1 && hw.network.nic_gbps <= 0)
+    throw InputError("--nodes", fmt::format("{} nodes, but {} describes no network between nodes (hardware key "
+                                            "network.nic_gbps)", spec.nodes, hw.name));
   if (!hw.gpu.emulated_on_host && spec.ranks > hw.gpu.count)
     throw InputError("--ranks",
                      fmt::format("{} ranks but {} has {} GPUs", spec.ranks, hw.name, hw.gpu.count));
@@ -237,7 +245,7 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
       if (s.micro_batch < 1 || s.accum_steps < 1)
         throw InputError("batch_shapes", "micro-batch and accumulation must be >= 1");
       if (spec.objective == Objective::kMatchedBatch &&
-          static_cast<int64_t>(spec.ranks) * s.micro_batch * s.accum_steps * w.seq_len !=
+          static_cast<int64_t>(spec.nodes) * spec.ranks * s.micro_batch * s.accum_steps * w.seq_len !=
               spec.global_batch_tokens)
         throw InputError("batch_shapes",
                          fmt::format("micro-batch {} x accumulation {} does not give {} tokens per step",

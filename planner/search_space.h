@@ -39,7 +39,9 @@ struct ActivationMix {
 };
 
 struct SearchSpec {
-  int ranks = 1;
+  int nodes = 1;  // several nodes: each plan's host state is searched too (host_states)
+  std::vector<HostState> host_states;  // empty: both placements when nodes > 1
+  int ranks = 1;  // per node
   Objective objective = Objective::kMatchedBatch;
   int64_t global_batch_tokens = 0;                     // kMatchedBatch: ranks x micro x accum x seq_len
   int64_t token_budget_tokens = 0;                     // kMinTimeToTokens
@@ -79,6 +81,8 @@ struct SearchSpace {
   std::vector<int> threads;     // resolved thread counts, descending
   int free_threads = 1;         // what update_threads = 0 resolves to (written to the plan as 0)
   int num_layers = 0;
+  int nodes = 1;
+  HostState host_state = HostState::kReplicated;
   int ranks = 1;
   Objective objective = Objective::kMatchedBatch;
   int64_t seq_len = 0;

@@ -45,7 +45,8 @@ int plan_main(int argc, char** argv) {
       "that slidedp-run --plan and slidedp-predict --plan accept."};
   std::string hardware, model, out, maximize, db = "runs/runs.db", data;
   int64_t seq = 0;
-  int ranks = 0, top = 5, refine = 0, max_mb = 0, max_acc = 0;
+  int ranks = 0, nodes = 1, top = 5, refine = 0, max_mb = 0, max_acc = 0;
+  std::optional<std::string> host_state;
   int64_t refine_steps = 8;
   std::optional<int64_t> global_batch, token_budget;
   int64_t max_global_batch = int64_t{1} << 20;
@@ -61,10 +62,16 @@ int plan_main(int argc, char** argv) {
                  "Model preset name (e.g. qwen2.5-72b), card YAML, config.json or HF model folder")
       ->required();
   app.add_option("--seq", seq, "Sequence length in tokens")->required()->check(CLI::PositiveNumber);
-  app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs)")->required()->check(CLI::PositiveNumber);
+  app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")->required()->check(CLI::PositiveNumber);
+  app.add_option("--nodes", nodes,
+                 "Nodes like this machine, joined by its network (hardware key network.nic_gbps); the host state's "
+                 "placement across them is searched too. Multi-node plans are predicted; the executor runs one node")
+      ->check(CLI::Range(1, 4096));
+  app.add_option("--host-state", host_state, "Only this host state placement across nodes: replicated | sharded")
+      ->check(CLI::IsMember({"replicated", "sharded"}));
   auto* g = app.add_option(
       "--global-batch-tokens", global_batch,
-      "Matched batch: tokens per optimizer step, fixed (= ranks x micro-batch x accumulation x seq)")
+      "Matched batch: tokens per optimizer step, fixed (= nodes x ranks x micro-batch x accumulation x seq)")
                 ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
   auto* m = app.add_option("--maximize", maximize, "Free batch: maximize this (throughput)")
                 ->check(CLI::IsMember({"throughput"}));
@@ -125,6 +132,8 @@ int plan_main(int argc, char** argv) {
 
   SearchSpec spec;
   spec.ranks = ranks;
+  spec.nodes = nodes;
+  if (host_state) spec.host_states = {parse_host_state(*host_state, "--host-state")};
   if (global_batch) {
     spec.objective = Objective::kMatchedBatch;
     spec.global_batch_tokens = *global_batch;

@@ -80,6 +80,18 @@ std::vector<Case> cases() {
     out.push_back(c);
   }
   {
+    // Two nodes with a sharded host state: the exchange between nodes in every bound.
+    Case c{"qwen7b_h100x8_two_nodes_sharded", "qwen2.5-7b", "h100-sxm-x8", 2048, {}, 3};
+    c.spec.nodes = 2;
+    c.spec.host_states = {HostState::kSharded};
+    c.spec.ranks = 8;
+    c.spec.global_batch_tokens = 2 * 8 * 2048 * 4;
+    c.spec.layer_counts = {0, 1, 7, 28};
+    c.spec.chunk_numels = {1 << 22, 1 << 25};
+    c.spec.update_threads = {0, 16};
+    out.push_back(c);
+  }
+  {
     Case c{"tiny_no_fabric", "slidedp-tiny", "h100-sxm-x4", 256, {}, 1, true};
     c.spec.ranks = 4;
     c.spec.global_batch_tokens = 4 * 256 * 2;
@@ -202,6 +214,31 @@ TEST(Search, BoundsHoldOnEveryCandidateOfEveryPresetMachine) {
       EXPECT_EQ(r.stats.pruned, 0);
       expect_accounted(r.stats);
     }
+  }
+}
+
+// The same across nodes, both placements of the host state, on the preset that describes a network.
+TEST(Search, BoundsHoldOnEveryCandidateAcrossNodes) {
+  for (HostState hs : {HostState::kReplicated, HostState::kSharded}) {
+    SCOPED_TRACE(host_state_name(hs));
+    const Workload w = make_workload(model_preset("qwen2.5-7b"), 2048);
+    const Hardware hw = hardware_preset("h100-sxm-x8");
+    SearchSpec spec;
+    spec.nodes = 4;
+    spec.host_states = {hs};
+    spec.ranks = 8;
+    spec.objective = Objective::kMaxThroughput;
+    spec.max_global_batch_tokens = int64_t{4} * 8 * 2048 * 4;
+    spec.layer_counts = {0, 1, 7, 14, 28};
+    spec.chunk_numels = {1 << 20, 1 << 23, 1 << 26};
+    spec.buffer_depths = {1, 2, 3};
+    SearchOptions o;
+    o.top_k = 1'000'000;
+    o.rescore_with_simulator = false;
+    const SearchResult r = search_plans(w, hw, spec, o);
+    EXPECT_EQ(r.stats.pruned, 0);
+    expect_accounted(r.stats);
+    for (const Candidate& c : r.top) EXPECT_EQ(c.plan.nodes, 4);
   }
 }
 
