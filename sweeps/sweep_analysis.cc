@@ -233,8 +233,8 @@ std::vector<ScalingPoint> scaling_points(const SweepResult& result) {
   std::vector<ScalingPoint> out;
   for (auto& [k, v] : by) {
     if (v.size() < 2) continue;  // one rank count: nothing to scale
-    std::sort(v.begin(), v.end(),
-              [](const SweepRow* a, const SweepRow* b) { return a->point.ranks < b->point.ranks; });
+    const auto gpus = [](const SweepRow* r) { return r->point.nodes * r->point.ranks; };
+    std::sort(v.begin(), v.end(), [&](const SweepRow* a, const SweepRow* b) { return gpus(a) < gpus(b); });
     const SweepRow* base = v.front();
     const bool weak =
         result.spec.grids[static_cast<std::size_t>(k.grid)].batch_mode == BatchMode::kSequencesPerRank;
@@ -246,13 +246,18 @@ std::vector<ScalingPoint> scaling_points(const SweepResult& result) {
       s.seq_len = k.seq;
       s.weak = weak;
       s.batch_value = k.batch;
-      s.ranks = r->point.ranks;
-      s.base_ranks = base->point.ranks;
+      s.ranks = gpus(r);
+      s.base_ranks = gpus(base);
+      s.nodes = r->point.nodes;
       s.tokens_per_s = r->tokens_per_s();
       s.bottleneck = r->feasible ? r->scored().bottleneck : "";
+      if (r->feasible) {
+        s.host_state = r->point.nodes > 1 ? host_state_name(r->plan.host_state) : "";
+        s.host_gib = r->predicted.memory.host_bytes / (1024.0 * 1024 * 1024);
+      }
       if (base->feasible && r->feasible) {
         s.speedup = r->tokens_per_s() / base->tokens_per_s();
-        s.efficiency = s.speedup * base->point.ranks / r->point.ranks;
+        s.efficiency = s.speedup * s.base_ranks / s.ranks;
       }
       out.push_back(s);
     }

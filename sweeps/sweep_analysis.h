@@ -84,8 +84,11 @@ struct ScalingPoint {
   int64_t seq_len = 0;
   bool weak = false;
   int64_t batch_value = 0;
-  int ranks = 0;
+  int ranks = 0;       // GPUs: nodes x ranks per node
   int base_ranks = 0;
+  int nodes = 1;
+  std::string host_state;  // the chosen plan's ("" when infeasible)
+  double host_gib = 0;     // its host RAM per node
   double tokens_per_s = 0;
   double speedup = 0;     // tokens_per_s / base's
   double efficiency = 0;  // speedup x base_ranks / ranks

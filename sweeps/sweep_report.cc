@@ -517,11 +517,15 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
   if (pts.empty()) return "";
   std::string s = "## Scaling with the number of GPUs\n\n";
   s += "Weak scaling: sequences per rank fixed, so the step grows with the ranks; strong scaling: tokens per "
-       "step fixed. Speedup and efficiency are relative to the smallest rank count swept (efficiency = "
-       "speedup x base ranks / ranks).\n\n";
-  Table t({"hardware", "model", "seq", "kind", "batch", "system", "ranks", "tokens/s", "speedup",
-           "efficiency", "bottleneck"},
-          {"", "", "", "", "", "", "", "", "x", "%", ""});
+       "step fixed. Speedup and efficiency are relative to the smallest GPU count swept (efficiency = "
+       "speedup x base GPUs / GPUs).\n\n";
+  const bool nodes = std::any_of(pts.begin(), pts.end(), [](const ScalingPoint& p) { return p.nodes > 1; });
+  if (nodes)
+    s += "Across nodes, GPUs = nodes x ranks; host RAM is per node (the chosen plan's host state: replicated, "
+         "or sharded 1/nodes of the fp32 master and moments per node).\n\n";
+  Table t({"hardware", "model", "seq", "kind", "batch", "system", "nodes", "GPUs", "host state", "host RAM/node",
+           "tokens/s", "speedup", "efficiency", "bottleneck"},
+          {"", "", "", "", "", "", "", "", "", "GiB", "", "x", "%", ""});
   // One plot per (machine, weak/strong, sequence length, batch), a line per (system, model): few
   // enough lines for the plot's palette and legend.
   using PlotKey = std::tuple<std::string, bool, int64_t, int64_t>;
@@ -532,7 +536,8 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
   };
   for (const ScalingPoint& p : pts) {
     t.add_row({p.hardware, p.model, format_tokens(p.seq_len), p.weak ? "weak" : "strong", batch_text(p),
-               p.system, fmt::format("{}", p.ranks), p.tokens_per_s > 0 ? tok_s(p.tokens_per_s) : "-",
+               p.system, fmt::format("{}", p.nodes), fmt::format("{}", p.ranks), p.host_state.empty() ? "-" : p.host_state,
+               p.host_gib > 0 ? fmt::format("{:.0f}", p.host_gib) : "-", p.tokens_per_s > 0 ? tok_s(p.tokens_per_s) : "-",
                p.speedup > 0 ? fmt::format("{:.2f}", p.speedup) : "-",
                p.efficiency > 0 ? fmt::format("{:.1f}", 100 * p.efficiency) : "-", p.bottleneck});
     const PlotKey key{p.hardware, p.weak, p.seq_len, p.batch_value};
@@ -554,7 +559,7 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
     plot.title = fmt::format("{} scaling: {} · seq {} · {}", weak ? "Weak" : "Strong", hardware,
                              format_tokens(seq), batch_label);
     plot.caption = stamp;
-    plot.x = {"GPUs (ranks)", true};
+    plot.x = {"GPUs (nodes x ranks)", true};
     plot.y = {"efficiency (%)", false};
     for (auto& [name, se] : plots[key])
       if (!se.x.empty()) plot.series.push_back(se);
@@ -644,6 +649,7 @@ std::vector<std::string> sweep_csv_columns() {
           "model",
           "params_b",
           "seq_len",
+          "nodes",
           "ranks",
           "batch_value",
           "tokens_per_step",
@@ -668,6 +674,7 @@ std::vector<std::string> sweep_csv_columns() {
           "accum_steps",
           "param_route",
           "grad_route",
+          "host_state",
           "chunk_numel",
           "offload_layers",
           "recompute_layers",
@@ -691,6 +698,7 @@ std::vector<std::string> sweep_csv_cells(const SweepRow& r) {
                                 r.model,
                                 fmt::format("{:.3f}", r.params / 1e9),
                                 fmt::format("{}", r.point.seq_len),
+                                fmt::format("{}", r.point.nodes),
                                 fmt::format("{}", r.point.ranks),
                                 fmt::format("{}", r.point.batch_value),
                                 fmt::format("{}", r.point.tokens_per_step),
@@ -719,6 +727,7 @@ std::vector<std::string> sweep_csv_cells(const SweepRow& r) {
                        fmt::format("{}", r.plan.accum_steps),
                        param_route_name(r.plan.param_route),
                        grad_route_name(r.plan.grad_route),
+                       host_state_name(r.plan.host_state),
                        fmt::format("{}", r.plan.chunk_numel),
                        fmt::format("{}", pc.offload),
                        fmt::format("{}", pc.recompute),

@@ -109,6 +109,7 @@ SweepRow evaluate_point(const SweepSpec& spec, const SweepPoint& pt, bool simula
   if (pt.system == System::kSlideDP) {
     planner::SearchSpec s;
     s.ranks = pt.ranks;
+    s.nodes = pt.nodes;
     s.objective = planner::Objective::kMatchedBatch;
     s.global_batch_tokens = pt.tokens_per_step;
     planner::SearchOptions o;
@@ -124,6 +125,8 @@ SweepRow evaluate_point(const SweepSpec& spec, const SweepPoint& pt, bool simula
       row.feasible = false;
       row.infeasible_reason = e.what();
     }
+  } else if (pt.nodes > 1) {
+    row.infeasible_reason = fmt::format("{} runs on one node (multi-node plans are SlideDP's)", system_name(pt.system));
   } else {
     std::string why;
     if (auto c = best_baseline_plan(w, hv.hw, pt.system, pt.ranks, pt.tokens_per_step, &why)) {

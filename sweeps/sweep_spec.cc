@@ -272,6 +272,12 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
   } else {
     g.skip("ranks");
   }
+  if (g.has("nodes")) {
+    grid.nodes.clear();
+    for (int64_t n : positive_integers(g, "nodes", 4096)) grid.nodes.push_back(static_cast<int>(n));
+  } else {
+    g.skip("nodes");
+  }
   std::vector<std::string> systems = g.text_list("systems");
   if (systems.empty()) throw InputError(g.where("systems"), "expected at least one system");
   reject_duplicates(systems, g.where("systems"));
@@ -290,6 +296,9 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
       throw InputError(g.where("hardware"),
                        fmt::format("two machines are labelled '{}'; give each a label", hv.label));
     const std::vector<int> ranks = grid.ranks.empty() ? std::vector<int>{hv.hw.gpu.count} : grid.ranks;
+    const int most_nodes = *std::max_element(grid.nodes.begin(), grid.nodes.end());
+    if (most_nodes > 1 && hv.hw.network.nic_gbps <= 0)
+      throw InputError(g.where("nodes"), fmt::format("'{}' describes no network between nodes (network.nic_gbps)", hv.label));
     for (int r : ranks) {
       if (!hv.hw.gpu.emulated_on_host && r > hv.hw.gpu.count)
         throw InputError(g.where("ranks"),
@@ -297,11 +306,11 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
       if (grid.batch_mode != BatchMode::kTokensPerStep) continue;
       for (int64_t seq : grid.seq_lens)
         for (int64_t t : grid.batch_values)
-          if (t % (r * seq) != 0)
-            throw InputError(
-                g.where("tokens_per_step"),
-                fmt::format("{} tokens is not a multiple of ranks x seq_len = {} x {} (machine '{}')", t, r,
-                            seq, hv.label));
+          for (int n : grid.nodes)
+            if (t % (n * r * seq) != 0)
+              throw InputError(g.where("tokens_per_step"),
+                               fmt::format("{} tokens is not a multiple of nodes x ranks x seq_len = {} x {} x {} "
+                                           "(machine '{}')", t, n, r, seq, hv.label));
     }
   }
   return grid;
@@ -440,20 +449,22 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec) {
           g.ranks.empty() ? std::vector<int>{g.hardware[hi].hw.gpu.count} : g.ranks;
       for (std::size_t mi = 0; mi < g.models.size(); ++mi)
         for (int64_t seq : g.seq_lens)
-          for (int r : ranks)
-            for (int64_t b : g.batch_values)
-              for (System s : g.systems) {
-                SweepPoint p;
-                p.grid = static_cast<int>(gi);
-                p.hardware = static_cast<int>(hi);
-                p.model = static_cast<int>(mi);
-                p.seq_len = seq;
-                p.ranks = r;
-                p.batch_value = b;
-                p.tokens_per_step = g.batch_mode == BatchMode::kTokensPerStep ? b : b * r * seq;
-                p.system = s;
-                out.push_back(p);
-              }
+          for (int n : g.nodes)
+            for (int r : ranks)
+              for (int64_t b : g.batch_values)
+                for (System s : g.systems) {
+                  SweepPoint p;
+                  p.grid = static_cast<int>(gi);
+                  p.hardware = static_cast<int>(hi);
+                  p.model = static_cast<int>(mi);
+                  p.seq_len = seq;
+                  p.nodes = n;
+                  p.ranks = r;
+                  p.batch_value = b;
+                  p.tokens_per_step = g.batch_mode == BatchMode::kTokensPerStep ? b : b * n * r * seq;
+                  p.system = s;
+                  out.push_back(p);
+                }
     }
   }
   return out;

@@ -34,7 +34,8 @@ struct SweepGrid {
   std::vector<int64_t> seq_lens;
   BatchMode batch_mode = BatchMode::kTokensPerStep;
   std::vector<int64_t> batch_values;  // tokens per step, or sequences per rank
-  std::vector<int> ranks;             // empty: every GPU of each hardware variant
+  std::vector<int> ranks;             // empty: every GPU of each hardware variant (per node)
+  std::vector<int> nodes{1};          // nodes like the hardware variant (SlideDP only when > 1)
   std::vector<System> systems;
   // MoE what-if (model/workload.h): deliver only the experts each micro-batch routes to, under a
   // router of this Zipf skew. Whole grids, so a study sets "all" and "routed" side by side.
@@ -83,7 +84,8 @@ struct SweepPoint {
   int hardware = 0;  // index into grids[grid].hardware
   int model = 0;     // index into grids[grid].models
   int64_t seq_len = 0;
-  int ranks = 1;
+  int ranks = 1;             // per node
+  int nodes = 1;
   int64_t batch_value = 0;  // as the grid states it
   int64_t tokens_per_step = 0;
   System system = System::kSlideDP;
@@ -94,7 +96,7 @@ SweepSpec sweep_spec_from_yaml(const std::string& text, const std::string& origi
 // Throws IoError when the file cannot be read. Relative hardware paths resolve against its folder.
 SweepSpec load_sweep_spec(const std::string& path);
 
-// Every point in spec order: grid, hardware, model, seq_len, ranks, batch, system (innermost).
+// Every point in spec order: grid, hardware, model, seq_len, nodes, ranks, batch, system (innermost).
 std::vector<SweepPoint> expand_points(const SweepSpec& spec);
 
 // A hardware preset (or file) with overrides: `overrides` is a YAML map merged leaf by leaf onto the
