@@ -130,6 +130,8 @@ int plan_main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
   }
 
+  if (nodes > 1 && refine > 0)
+    throw InputError("--refine", "measures plans on this machine, which runs one node; drop --nodes or --refine");
   SearchSpec spec;
   spec.ranks = ranks;
   spec.nodes = nodes;
