@@ -2,7 +2,11 @@
 // the plan knobs the tests vary. Models are small enough that every run takes well under a second.
 #pragma once
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
 #include <cmath>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -102,6 +106,30 @@ inline double weight_error(const TrainResult& a, const TrainResult& b, double at
 
 inline bool bitwise_equal(const TrainResult& a, const TrainResult& b) {
   return a.master == b.master;
+}
+
+// base (6 steps) straight, against 3 steps checkpointed at step 3, then 3 more resumed from it: the
+// resumed losses equal steps 4-6 of the straight run and the weights are bitwise the same.
+inline void expect_resume_is_bitwise(const TrainOptions& base, const std::string& tag) {
+  namespace fs = std::filesystem;
+  ASSERT_EQ(base.steps, 6);
+  const fs::path root = fs::temp_directory_path() / ("slidedp_resume_" + tag + std::to_string(::getpid()));
+  fs::remove_all(root);
+  const TrainResult straight = train(base);
+  TrainOptions first = base;
+  first.steps = 3;
+  first.checkpoint_dir = root.string();
+  first.checkpoint_every = 3;
+  train(first);
+  TrainOptions second = base;
+  second.steps = 3;
+  second.resume_dir = root.string();
+  const TrainResult resumed = train(second);
+  ASSERT_EQ(resumed.steps.size(), 3u);
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(resumed.steps[static_cast<size_t>(i)].loss, straight.steps[static_cast<size_t>(3 + i)].loss);
+  EXPECT_TRUE(bitwise_equal(resumed, straight));
+  fs::remove_all(root);
 }
 
 // For paced runs: 16 small layers, so a step's pipeline fill and drain are a small part of it.

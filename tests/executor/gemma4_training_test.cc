@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <filesystem>
 
 #include "executor/trainer.h"
 #include "tests/executor/executor_test_util.h"
@@ -104,27 +103,9 @@ TEST(Gemma4Training, LayerScalarStaysAsLoadedAndTheLossFalls) {
 }
 
 TEST(Gemma4Training, SixStepsEqualThreePlusResumePlusThree) {
-  namespace fs = std::filesystem;
   for (const ModelCard& card : gemma_cards()) {
     SCOPED_TRACE(card.name);
-    const fs::path root = fs::temp_directory_path() / ("slidedp_gemma_resume_" + card.name + std::to_string(::getpid()));
-    fs::remove_all(root);
-    const TrainOptions base = gemma_options(card, 2, 1, 2, 6);
-    const TrainResult straight = train(base);
-    TrainOptions first = base;
-    first.steps = 3;
-    first.checkpoint_dir = root.string();
-    first.checkpoint_every = 3;
-    train(first);
-    TrainOptions second = base;
-    second.steps = 3;
-    second.resume_dir = root.string();
-    const TrainResult resumed = train(second);
-    ASSERT_EQ(resumed.steps.size(), 3u);
-    for (int i = 0; i < 3; ++i)
-      EXPECT_EQ(resumed.steps[static_cast<size_t>(i)].loss, straight.steps[static_cast<size_t>(3 + i)].loss);
-    EXPECT_TRUE(bitwise_equal(resumed, straight));
-    fs::remove_all(root);
+    testing::expect_resume_is_bitwise(gemma_options(card, 2, 1, 2, 6), card.name);
   }
 }
 

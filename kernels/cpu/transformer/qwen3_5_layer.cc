@@ -117,6 +117,14 @@ void fill_common(const Qwen35LayerSpec& s, const Real* p, const Common<Real>& c,
 
 DeltaRuleSegments segments(const int64_t* seg, int64_t B) { return {seg, B}; }
 
+// One DeltaNet segment per sequence: the offsets 0, T, 2T, ..., B T (the size queries' copy of what
+// fill_common writes into the workspace).
+std::vector<int64_t> sequence_starts(int64_t B, int64_t T) {
+  std::vector<int64_t> seg(static_cast<size_t>(B + 1));
+  for (int64_t b = 0; b <= B; ++b) seg[static_cast<size_t>(b)] = b * T;
+  return seg;
+}
+
 template <typename T>
 DeltaNetWeights<T> gdn_weights(const Qwen35LayerSpec& s, T* p) {
   return {p + s.qkv_w, p + s.z_w, p + s.b_w, p + s.a_w, p + s.conv_w,
@@ -489,8 +497,7 @@ int64_t qwen3_5_forward_workspace_bytes(const Qwen35LayerSpec& s, int64_t B, int
     const Common<Real> c = carve_common<Real>(a, s, B);
     const int64_t mark = a.mark();
     if (s.linear) {
-      std::vector<int64_t> seg(static_cast<size_t>(B + 1));
-      for (int64_t b = 0; b <= B; ++b) seg[static_cast<size_t>(b)] = b * T;
+      const std::vector<int64_t> seg = sequence_starts(B, T);
       a.take_workspace(deltanet_forward_workspace_bytes<Real>(s.gdn, segments(seg.data(), B)));
     } else {
       carve_attention<Real>(a, s, B, T, false);
@@ -511,8 +518,7 @@ int64_t qwen3_5_backward_workspace_bytes(const Qwen35LayerSpec& s, int64_t B, in
     carve_ffn_backward<Real>(a, s, B * T);
     a.release(mark);
     if (s.linear) {
-      std::vector<int64_t> seg(static_cast<size_t>(B + 1));
-      for (int64_t b = 0; b <= B; ++b) seg[static_cast<size_t>(b)] = b * T;
+      const std::vector<int64_t> seg = sequence_starts(B, T);
       a.take_workspace(deltanet_backward_workspace_bytes<Real>(s.gdn, segments(seg.data(), B)));
     } else {
       carve_attention<Real>(a, s, B, T, true);
