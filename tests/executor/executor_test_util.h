@@ -108,6 +108,50 @@ inline bool bitwise_equal(const TrainResult& a, const TrainResult& b) {
   return a.master == b.master;
 }
 
+// `base` (2 ranks) on every parameter and gradient route pair, with every layer kept, and with the
+// per-layer policies `mixed` (one per decoder layer): every run's weights and last loss are bitwise the
+// same (routes and policies move bytes, never the math).
+inline void expect_every_route_and_policy_bitwise(const TrainOptions& base, const std::vector<ActivationPolicy>& mixed) {
+  std::vector<TrainResult> results;
+  for (ParamRoute pr : {ParamRoute::kReplicated, ParamRoute::kSharded})
+    for (GradRoute gr : {GradRoute::kCpu, GradRoute::kGpu}) {
+      TrainOptions o = base;
+      o.plan.param_route = pr;
+      o.plan.grad_route = gr;
+      results.push_back(train(o));
+    }
+  TrainOptions keep = base;
+  keep.plan.recompute_layers = 0;
+  keep.plan.keep_layers = Plan::kRest;
+  results.push_back(train(keep));
+  TrainOptions per_layer = keep;
+  per_layer.plan.per_layer = mixed;
+  results.push_back(train(per_layer));
+  for (size_t i = 1; i < results.size(); ++i) {
+    EXPECT_TRUE(bitwise_equal(results[0], results[i])) << "variant " << i;
+    EXPECT_EQ(results[0].steps.back().loss, results[i].steps.back().loss) << "variant " << i;
+  }
+}
+
+// `ranks` (3 ranks, micro-batch 1, no accumulation) against 1 rank with micro-batch 3 and against 1
+// rank with 3 accumulation steps, in exact fp32: the same step within fp32 summation order (the bounds'
+// derivation: Pipeline.RanksTimesMicroBatchEqualsOneRankAndAccumulation), `atol` the absolute term.
+inline void expect_ranks_equal_micro_batch_and_accumulation(TrainOptions ranks, double atol) {
+  ranks.exact_fp32 = true;
+  ranks.optimizer.eps = 1.0;
+  ranks.lr.lr = 0.1;
+  TrainOptions single = ranks;
+  single.plan.ranks = 1;
+  single.plan.micro_batch = 3;
+  TrainOptions accum = ranks;
+  accum.plan.ranks = 1;
+  accum.plan.accum_steps = 3;
+  const TrainResult a = train(ranks), b = train(single), c = train(accum);
+  EXPECT_NEAR(a.steps[0].loss, b.steps[0].loss, 1e-6 * std::fabs(b.steps[0].loss));
+  EXPECT_LE(weight_error(a, b, atol, 1e-5), 1.0);
+  EXPECT_LE(weight_error(a, c, atol, 1e-5), 1.0);
+}
+
 // base (6 steps) straight, against 3 steps checkpointed at step 3, then 3 more resumed from it: the
 // resumed losses equal steps 4-6 of the straight run and the weights are bitwise the same.
 inline void expect_resume_is_bitwise(const TrainOptions& base, const std::string& tag) {
