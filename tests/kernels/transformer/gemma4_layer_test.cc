@@ -14,6 +14,7 @@
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "model/unit_layout.h"
+#include "tests/kernels/transformer/layer_run_util.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels::test {
@@ -115,29 +116,12 @@ std::vector<double> naive_forward(const Gemma4LayerSpec& s, const std::vector<do
 }
 
 template <typename Real>
-struct LayerRun {
-  std::vector<Real> y, dx, grads;
-  AlignedBuffer saved;
-};
-
-// Forward and (with dy) backward; the scratch starts as garbage so a read of unwritten scratch shows.
-template <typename Real>
 LayerRun<Real> run(const Gemma4LayerSpec& s, const std::vector<Real>& p, const std::vector<Real>& x,
                    const std::vector<Real>& dy, int64_t B, int64_t T) {
-  LayerRun<Real> r;
-  r.y.assign(x.size(), Real(0));
-  r.saved = AlignedBuffer(gemma4_saved_bytes<Real>(s, B, T));
-  AlignedBuffer fws(gemma4_forward_workspace_bytes<Real>(s, B, T));
-  std::memset(fws.data(), 0x7f, static_cast<size_t>(fws.bytes()));
-  gemma4_forward(s, p.data(), x.data(), r.y.data(), r.saved.workspace(), B, T, fws.workspace());
-  if (dy.empty()) return r;
-  r.dx.assign(x.size(), Real(0));
-  r.grads.assign(p.size(), Real(0));
-  AlignedBuffer bws(gemma4_backward_workspace_bytes<Real>(s, B, T));
-  std::memset(bws.data(), 0x7f, static_cast<size_t>(bws.bytes()));
-  gemma4_backward(s, p.data(), x.data(), r.saved.workspace(), dy.data(), r.dx.data(), r.grads.data(), B, T,
-                  bws.workspace());
-  return r;
+  static const LayerUnit<Real, Gemma4LayerSpec> unit{&gemma4_saved_bytes<Real>, &gemma4_forward_workspace_bytes<Real>,
+                                             &gemma4_backward_workspace_bytes<Real>, &gemma4_forward<Real>,
+                                             &gemma4_backward<Real>};
+  return run_layer(unit, s, p, x, dy, B, T);
 }
 
 constexpr int64_t kB = 2, kT = 7;

@@ -14,6 +14,7 @@
 
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "model/unit_layout.h"
+#include "tests/kernels/transformer/layer_run_util.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels::test {
@@ -143,29 +144,12 @@ std::vector<double> naive_forward(const Qwen35LayerSpec& s, const std::vector<do
 }
 
 template <typename Real>
-struct LayerRun {
-  std::vector<Real> y, dx, grads;
-  AlignedBuffer saved;
-};
-
-// Forward and (with dy) backward; the scratch starts as garbage so a read of unwritten scratch shows.
-template <typename Real>
 LayerRun<Real> run(const Qwen35LayerSpec& s, const std::vector<Real>& p, const std::vector<Real>& x,
                    const std::vector<Real>& dy, int64_t B, int64_t T) {
-  LayerRun<Real> r;
-  r.y.assign(x.size(), Real(0));
-  r.saved = AlignedBuffer(qwen3_5_saved_bytes<Real>(s, B, T));
-  AlignedBuffer fws(qwen3_5_forward_workspace_bytes<Real>(s, B, T));
-  std::memset(fws.data(), 0x7f, static_cast<size_t>(fws.bytes()));
-  qwen3_5_forward(s, p.data(), x.data(), r.y.data(), r.saved.workspace(), B, T, fws.workspace());
-  if (dy.empty()) return r;
-  r.dx.assign(x.size(), Real(0));
-  r.grads.assign(p.size(), Real(0));
-  AlignedBuffer bws(qwen3_5_backward_workspace_bytes<Real>(s, B, T));
-  std::memset(bws.data(), 0x7f, static_cast<size_t>(bws.bytes()));
-  qwen3_5_backward(s, p.data(), x.data(), r.saved.workspace(), dy.data(), r.dx.data(), r.grads.data(), B, T,
-                   bws.workspace());
-  return r;
+  static const LayerUnit<Real, Qwen35LayerSpec> unit{&qwen3_5_saved_bytes<Real>, &qwen3_5_forward_workspace_bytes<Real>,
+                                             &qwen3_5_backward_workspace_bytes<Real>, &qwen3_5_forward<Real>,
+                                             &qwen3_5_backward<Real>};
+  return run_layer(unit, s, p, x, dy, B, T);
 }
 
 constexpr int64_t kB = 2, kT = 7;
