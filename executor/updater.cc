@@ -260,7 +260,9 @@ void Updater::run_job(Job& job) {
     case Job::kUpdate: update(job), what = "adamw"; break;
     case Job::kVerifyPass: verify_pass(job.step), what = "verify+adamw"; break;
   }
-  if (config_.on_job) config_.on_job(what, job.unit, job.chunk, job.step, start, config_.clock ? config_.clock() : 0.0);
+  if (config_.on_job)
+    config_.on_job(what, job.unit, job.chunk, job.step, start,
+                   job.done_s >= 0 ? job.done_s : config_.clock ? config_.clock() : 0.0);
 }
 
 namespace {
@@ -297,6 +299,7 @@ void Updater::accumulate(Job& job) {
   if (dt == DType::kBF16) run(bf16_bits{});
   else run(float{});
   hold_paced(flow);
+  if (config_.clock) job.done_s = config_.clock();
   for (const auto& a : job.parts) rings_[static_cast<size_t>(a.rank)]->release(a.slot);
   if (verify_) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -358,6 +361,7 @@ void Updater::update(Job& job) {
   if (state_.mirror_dtype() == DType::kF32)
     std::memcpy(reinterpret_cast<float*>(u.mirror.ptr) + b, st.param, static_cast<size_t>(n) * 4);
   hold_paced(flow);
+  if (config_.clock) job.done_s = config_.clock();
   for (const auto& a : job.parts) rings_[static_cast<size_t>(a.rank)]->release(a.slot);
 
   std::lock_guard<std::mutex> lock(mutex_);

@@ -135,6 +135,10 @@ class Updater {
     bool first_write = false;  // accumulate: overwrite instead of adding
     double lr = 0;
     std::vector<ChunkArrival> parts;  // cpu route: one per rank (rank order); gpu route: one shard
+    // When its work was done, stamped before its gradient slots are released (so anything a release
+    // lets start, such as SlideFormer's next gradient copy, starts after it on the timeline); < 0:
+    // stamp when the job returns.
+    double done_s = -1;
   };
   struct StepInfo {
     double lr = 0;
