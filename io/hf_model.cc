@@ -136,6 +136,14 @@ void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpan
     for (auto& f : carry_over_files(options.copy_extra_files_from, /*strict=*/false)) carried.push_back(f);
   }
 
+  // A save killed before its rename left ".tmp-<name>-<pid>-<n>" beside the target: this save's
+  // writer is dead, so the folder is garbage (other targets' and live writers' folders stay).
+  {
+    fs::path target = fs::path(dir);
+    if (!target.has_filename()) target = target.parent_path();
+    const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+    if (fs::is_directory(parent)) remove_stale_temp_dirs(parent.string(), target.filename().string());
+  }
   std::string tmp = make_temp_dir_beside(dir);
   try {
     nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(card));

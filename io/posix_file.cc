@@ -167,12 +167,13 @@ void publish_dir(const std::string& tmp_dir, const std::string& final_dir, bool 
   fsync_path(parent.empty() ? "." : parent.string());
 }
 
-int remove_stale_temp_dirs(const std::string& parent) {
+int remove_stale_temp_dirs(const std::string& parent, const std::string& target_name) {
   int removed = 0;
   std::error_code ec;
+  const std::string prefix = target_name.empty() ? ".tmp-" : ".tmp-" + target_name + "-";
   for (const auto& entry : fs::directory_iterator(parent, ec)) {
     std::string name = entry.path().filename().string();
-    if (name.rfind(".tmp-", 0) != 0 || !entry.is_directory()) continue;
+    if (name.rfind(prefix, 0) != 0 || !entry.is_directory()) continue;
     // ".tmp-<name>-<pid>-<n>": the pid is the second-to-last dash-separated field.
     std::size_t last = name.rfind('-');
     if (last == std::string::npos || last == 0) continue;

@@ -73,8 +73,8 @@ std::string make_temp_dir_beside(const std::string& final_dir);
 void publish_dir(const std::string& tmp_dir, const std::string& final_dir, bool replace);
 
 // Removes "<parent>/.tmp-*-<pid>-<n>" folders in `parent` whose writer process no longer exists (a
-// writer killed mid-write). Folders of live processes, this one included, are left alone. Returns
-// how many were removed.
-int remove_stale_temp_dirs(const std::string& parent);
+// writer killed mid-write). Folders of live processes, this one included, are left alone. With
+// `target_name`, only that target's (".tmp-<target_name>-<pid>-<n>"). Returns how many were removed.
+int remove_stale_temp_dirs(const std::string& parent, const std::string& target_name = "");
 
 }  // namespace slidedp

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <functional>
@@ -339,6 +341,29 @@ TEST(HfModel, SaveIsAtomicAndCarriesTokenizerFiles) {
   short_units[1].pop_back();
   EXPECT_THROW(save_hf_model(dir / "bad", card, unit_spans(short_units)), InputError);
   EXPECT_FALSE(fs::exists(dir / "bad"));
+}
+
+// A save killed before its rename leaves ".tmp-<name>-<pid>-<n>" beside the target; the next save of
+// that target removes it once its writer is gone, and leaves a live writer's folder and other targets'
+// temp folders alone.
+TEST(HfModel, TheNextSaveCleansTheTempFolderOfAKilledSave) {
+  TempDir dir;
+  const ModelCard card = tiny_card("llama");
+  const UnitBuffers units = random_units(make_model_layout(card), 9, true);
+  pid_t dead = ::fork();  // a process that has exited and been reaped: its pid is free
+  if (dead == 0) ::_exit(0);
+  ASSERT_GT(dead, 0);
+  ASSERT_EQ(::waitpid(dead, nullptr, 0), dead);
+  const std::string pid = std::to_string(dead), me = std::to_string(::getpid());
+  fs::create_directories(dir / (".tmp-m-" + pid + "-0"));
+  testing::write_bytes(dir / (".tmp-m-" + pid + "-0/model.safetensors"), "half written");
+  fs::create_directories(dir / (".tmp-m-" + me + "-99"));     // a live writer (this process)
+  fs::create_directories(dir / (".tmp-other-" + pid + "-0"));  // another target's
+  save_hf_model(dir / "m", card, unit_spans(units));
+  EXPECT_FALSE(fs::exists(dir / (".tmp-m-" + pid + "-0")));
+  EXPECT_TRUE(fs::exists(dir / (".tmp-m-" + me + "-99")));
+  EXPECT_TRUE(fs::exists(dir / (".tmp-other-" + pid + "-0")));
+  EXPECT_TRUE(bitwise_equal(load_hf_model(dir / "m").units, units));
 }
 
 // The independent checker (standard-library Python, written from the spec) on our sharded output:
