@@ -16,6 +16,7 @@
 #include "common/provenance.h"
 #include "common/table.h"
 #include "common/units.h"
+#include "io/posix_file.h"
 #include "model/expert_routing.h"
 #include "sweeps/svg_plot.h"
 #include "sweeps/sweep_analysis.h"
@@ -808,11 +809,31 @@ std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::st
 std::vector<std::string> write_sweep_report(const SweepResult& res, const std::string& dir,
                                             const std::string& command) {
   namespace fs = std::filesystem;
-  fs::create_directories(dir);
+  // The whole report is written into a temporary folder beside `dir` and published in one step, so a
+  // full disk or a kill leaves the previous report (or nothing), never a README without its points.
+  // Files of the old folder this run does not write (notes, earlier plots) carry over.
+  fs::path target = fs::path(dir);
+  if (!target.has_filename()) target = target.parent_path();
+  const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  if (fs::is_directory(parent)) remove_stale_temp_dirs(parent.string(), target.filename().string());
+  const std::string tmp = make_temp_dir_beside(target.string());
   std::vector<std::string> names;
-  for (const SweepFile& f : render_sweep_report(res, command)) {
-    write_file_atomic((fs::path(dir) / f.name).string(), f.content);
-    names.push_back(f.name);
+  try {
+    for (const SweepFile& f : render_sweep_report(res, command)) {
+      write_file_atomic((fs::path(tmp) / f.name).string(), f.content);
+      names.push_back(f.name);
+    }
+    std::error_code ec;
+    if (fs::is_directory(target, ec))
+      for (const auto& e : fs::directory_iterator(target)) {
+        const fs::path to = fs::path(tmp) / e.path().filename();
+        if (e.is_regular_file() && !fs::exists(to)) fs::copy_file(e.path(), to);
+      }
+    publish_dir(tmp, target.string(), /*replace=*/true);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
   }
   return names;
 }

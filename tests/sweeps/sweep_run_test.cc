@@ -252,6 +252,15 @@ TEST_F(TinySweep, ReportFilesAreWellFormedAndCarryTheirProvenance) {
   const std::string written = read_text_file((dir / "points.csv").string());
   ASSERT_EQ(files[1].name, "points.csv");
   EXPECT_EQ(written.substr(written.find('\n')), files[1].content.substr(files[1].content.find('\n')));
+  // Written again over the old report: published in one step from a temporary folder, so nothing is
+  // left beside it; a file the run does not write (notes) carries over; the rows are the new ones.
+  write_file_atomic((dir / "NOTES.md").string(), "hand-written\n");
+  write_file_atomic((dir / "points.csv").string(), "stale\n");
+  write_sweep_report(*result_, dir.string(), "slidedp-sweep run tiny.yaml");
+  EXPECT_EQ(read_text_file((dir / "NOTES.md").string()), "hand-written\n");
+  EXPECT_NE(read_text_file((dir / "points.csv").string()), "stale\n");
+  for (const auto& e : fs::directory_iterator(dir.parent_path()))
+    EXPECT_NE(e.path().filename().string().rfind(".tmp-" + dir.filename().string() + "-", 0), 0u) << e.path();
   fs::remove_all(dir);
 }
 
