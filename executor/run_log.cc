@@ -16,7 +16,9 @@
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
+#include <thread>
 
 #include "common/embedded_file.h"
 #include "common/error.h"
@@ -308,6 +310,33 @@ std::string run_log_schema_sql() {
 
 // Opens `path` and makes sure it is a run log of this schema version; `create` makes an empty or
 // missing file into one (the writer), otherwise the file must already be one (readers).
+// PRAGMA journal_mode=WAL needs the file to itself for a moment, and SQLite answers SQLITE_BUSY at once
+// (its busy handler does not wait for this) while another starting writer holds a lock: wait for it
+// like any write, retrying within the busy timeout. Returns the mode SQLite reports.
+std::string switch_to_wal(const Connection& c) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+  std::minstd_rand jitter(static_cast<unsigned>(::getpid()));
+  for (;;) {
+    sqlite3_stmt* st = nullptr;
+    std::string mode;
+    int rc = sqlite3_prepare_v2(c.db(), "PRAGMA journal_mode=WAL", -1, &st, nullptr);
+    if (rc == SQLITE_OK) {
+      rc = sqlite3_step(st);
+      if (rc == SQLITE_ROW) {
+        const unsigned char* text = sqlite3_column_text(st, 0);
+        mode = text ? reinterpret_cast<const char*>(text) : "";
+        rc = SQLITE_OK;
+      }
+    }
+    sqlite3_finalize(st);
+    if (rc == SQLITE_OK) return mode;
+    const int primary = rc & 0xff;
+    if ((primary != SQLITE_BUSY && primary != SQLITE_LOCKED) || clock::now() > deadline) c.fail(rc, "switching to WAL");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2 + jitter() % 10));
+  }
+}
+
 std::unique_ptr<Connection> open_run_log(const std::string& path, bool create) {
   if (path.empty()) throw IoError(path, "the run log path is empty");
   std::error_code ec;
@@ -332,7 +361,7 @@ std::unique_ptr<Connection> open_run_log(const std::string& path, bool create) {
   if (is_blank()) {
     if (!create) throw IoError(path, "an empty database, not a SlideDP run log");
     // journal_mode cannot change inside a transaction; it is stored in the file, so once is enough.
-    c->exec("PRAGMA journal_mode=WAL", "switching to WAL");
+    switch_to_wal(*c);
     c->exec("BEGIN IMMEDIATE", "starting the schema transaction");
     try {
       if (is_blank()) c->exec(run_log_schema_sql(), "creating the run log schema");  // else: a racer did
@@ -367,8 +396,7 @@ std::unique_ptr<Connection> open_run_log(const std::string& path, bool create) {
 
   if (create) {
     // Re-assert WAL: a tool may have switched the file back to a rollback journal.
-    Statement mode(*c, "PRAGMA journal_mode=WAL");
-    std::string got = mode.step() ? mode.text(0) : "";
+    const std::string got = switch_to_wal(*c);
     if (got != "wal") throw IoError(path, "cannot use WAL journal mode (SQLite kept '" + got + "')");
     // NORMAL in WAL mode: durable against a crash of the process, fsync only at checkpoints.
     c->exec("PRAGMA synchronous=NORMAL", "setting synchronous");

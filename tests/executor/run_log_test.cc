@@ -414,6 +414,43 @@ TEST(RunLog, TwoWritersShareAFile) {
   EXPECT_EQ(reader.steps(rb).size(), 5u);
 }
 
+// Runs that start together on a new --db: every process opens it (switching a new file to WAL takes
+// a lock another starting writer may hold; the switch waits for it like any write).
+TEST(RunLog, WritersStartingTogetherOnANewFileAllOpenIt) {
+  for (int round = 0; round < 10; ++round) {
+    TempDir tmp;
+    const std::string path = tmp / "runs.db";
+    const std::string go = tmp / "go";
+    constexpr int kWriters = 6;
+    std::vector<pid_t> children;
+    for (int i = 0; i < kWriters; ++i) {
+      const pid_t pid = ::fork();
+      if (pid == 0) {
+        while (!std::filesystem::exists(go)) std::this_thread::sleep_for(std::chrono::microseconds(50));
+        try {
+          RunLog log = RunLog::open(path);
+          log.begin_run(train_info());
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "%s\n", e.what());
+          ::_exit(1);
+        }
+        ::_exit(0);
+      }
+      ASSERT_GT(pid, 0);
+      children.push_back(pid);
+    }
+    std::ofstream(go).put('1');
+    int failed = 0;
+    for (pid_t c : children) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(c, &status, 0), c);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    }
+    ASSERT_EQ(failed, 0) << "round " << round;
+    EXPECT_EQ(RunLogReader(path).list_runs().size(), static_cast<size_t>(kWriters));
+  }
+}
+
 TEST(RunLog, RefusesNewerAndUnknownSchemaVersions) {
   TempDir tmp;
   const std::string path = tmp / "runs.db";
