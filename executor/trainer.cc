@@ -436,6 +436,11 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         spans.insert(spans.end(), more.begin(), more.end());
         summarize_step(spans, s, o.sample_spans_every > 0 && (s + 1) % o.sample_spans_every == 0, rec);
       }
+      // The step is reported (and logged by the caller) before its checkpoint is published: a kill
+      // between the two then leaves a logged step whose checkpoint is missing (the resume repeats it
+      // under a new run), never a checkpoint whose step the log has lost.
+      result.steps.push_back(rec);
+      if (on_step) on_step(rec);
       // A stop request ends the run after this step (with a checkpoint when checkpointing).
       const bool stop_now = o.stop && o.stop->load() && s + 1 < last;
       // Checkpoint while the gate holds back step s+1's updates: the state is exactly step s's.
@@ -460,8 +465,6 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         cd.state.metadata_json = o.metadata_json;
         result.last_checkpoint = save_checkpoint(o.checkpoint_dir, cd, o.keep_checkpoints);
       }
-      result.steps.push_back(rec);
-      if (on_step) on_step(rec);
       if (stop_now) {
         result.stopped_early = true;  // step s+1 may be in flight; its updates stay behind the gate
         break;

@@ -98,5 +98,26 @@ TEST(Resume, KeepsOnlyTheLastCheckpoints) {
   fs::remove_all(root);
 }
 
+// Every step is reported (and so logged by slidedp-run) before its checkpoint is published, so a kill
+// between the two can lose a checkpoint, never a checkpointed step's log row: when a step is reported,
+// its checkpoint is not on disk yet, and after the run the last reported step has its checkpoint.
+TEST(Resume, AStepIsReportedBeforeItsCheckpointIsPublished) {
+  const fs::path root = fs::temp_directory_path() / ("slidedp_order_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  TrainOptions o = testing::tiny_options(1, 1, 1, 4);
+  o.checkpoint_dir = root.string();
+  o.checkpoint_every = 1;
+  std::vector<int64_t> reported;
+  train(o, [&](const TrainStep& s) {
+    EXPECT_FALSE(fs::exists(root / checkpoint_dir_name(s.step))) << "step " << s.step << " checkpointed before it was reported";
+    reported.push_back(s.step);
+  });
+  EXPECT_EQ(reported, (std::vector<int64_t>{1, 2, 3, 4}));
+  const auto saved = list_checkpoints(root.string());
+  ASSERT_FALSE(saved.empty());
+  EXPECT_EQ(saved.back().first, 4);
+  fs::remove_all(root);
+}
+
 }  // namespace
 }  // namespace slidedp::exec
