@@ -5,9 +5,12 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "executor/trainer.h"
@@ -182,6 +185,20 @@ inline ModelCard tiny16_card() {
       "name: tiny16\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 16\nnum_attention_heads: 4\n"
       "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 64\nvocab_size: 256\nrope_theta: 10000\n",
       "tiny16");
+}
+
+// The time scale of paced test runs: 20 where this host wakes a sleeping thread within 50 us (the
+// usual ~60 us), in proportion above that up to 80 (a busy or throttled VM has shown 200-300 us), so
+// the pacer's wake-ups, one per paced operation, stay a small share of the operations' time. A whole
+// number, so logs and messages print it exactly.
+inline double paced_test_time_scale() {
+  double late = 0;
+  for (int i = 0; i < 40; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    late += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - 1e-3;
+  }
+  return std::round(std::clamp(20.0 * (late / 40) / 50e-6, 20.0, 80.0));
 }
 
 // A paced target slow enough that this host's real work fits inside its time at a small scale (20):

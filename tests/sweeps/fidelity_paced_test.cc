@@ -3,28 +3,12 @@
 // busiest resource is the predicted one. Wall-clock ratios: the binary runs alone (SERIAL).
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <chrono>
-#include <thread>
-
 #include "model/hardware.h"
 #include "sweeps/fidelity.h"
 #include "tests/executor/executor_test_util.h"
 
 namespace slidedp {
 namespace {
-
-// How late this host wakes a thread that sleeps 1 ms (mean of 40): the pacer's waits end that late,
-// once per paced operation. About 60 us is usual; a busy or throttled VM has shown 200-300 us.
-double wake_up_latency_s() {
-  double late = 0;
-  for (int i = 0; i < 40; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    late += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - 1e-3;
-  }
-  return late / 40;
-}
 
 // A 2-plan paced study on a made-up target whose `bottleneck` binds: measured in the target's seconds,
 // the steps agree with the uncalibrated prediction and the measured busiest resource is the predicted.
@@ -34,10 +18,8 @@ void expect_paced_study_agrees(const Hardware& target, ParamRoute pr, GradRoute 
   cfg.seq_len = 16;
   cfg.hardware = target;
   cfg.paced = true;
-  // Time scale 20 where a wake-up costs at most 50 us; in proportion above that (capped at 80), so
-  // the wake-ups stay a small share of the paced operations' time (several thousand operations of a
-  // few milliseconds each). The agreement checked below is the same at any scale.
-  cfg.time_scale = std::clamp(20.0 * wake_up_latency_s() / 50e-6, 20.0, 80.0);
+  // 20, or more on a host slow to wake threads (the agreement checked below is the same at any scale).
+  cfg.time_scale = exec::testing::paced_test_time_scale();
   cfg.steps = 4;
   cfg.warmup = 1;
   cfg.rounds = 1;
