@@ -9,6 +9,7 @@
 
 #include "sweeps/measured_sweep.h"
 #include "sweeps/sweep_spec.h"
+#include "tests/executor/executor_test_util.h"
 
 namespace slidedp {
 namespace {
@@ -38,12 +39,12 @@ grids:
   MeasuredOptions o;
   o.steps = 4;
   o.warmup = 1;
-  o.time_scale = 20;
+  o.time_scale = exec::testing::paced_test_time_scale();  // 20, more on a host slow to wake threads
   const MeasuredSweep s = run_measured_sweep(spec, o);
   ASSERT_EQ(s.points.size(), 5u);
   for (const MeasuredPoint& m : s.points) {
     ASSERT_TRUE(m.ran) << m.row.system << ": " << m.not_run;
-    EXPECT_EQ(m.time_scale, 20.0);
+    EXPECT_EQ(m.time_scale, o.time_scale);
     // Each system's paced run against the simulator's prediction of the same plan and system: paced
     // runs agree within 4-9% (results/executor/bench.md, results/fidelity/paced); 30% for the pacer's
     // latency at this small scale.
