@@ -176,9 +176,7 @@ TEST(CudaPipeline, LossGoesDownOnTheEmbeddedText) {
   o.lr.lr = 1e-2;
   const TrainResult r = train(o);
   ASSERT_EQ(r.steps.size(), 50u);
-  double first = 0, last = 0;
-  for (int i = 0; i < 5; ++i) first += r.steps[static_cast<size_t>(i)].loss / 5;
-  for (int i = 45; i < 50; ++i) last += r.steps[static_cast<size_t>(i)].loss / 5;
+  const double first = testing::mean_loss(r, 0, 5), last = testing::mean_loss(r, 45, 50);
   EXPECT_NEAR(r.steps[0].loss, std::log(256.0), 0.1);  // random init: about uniform over 256 bytes
   EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
 }

@@ -107,6 +107,13 @@ inline double weight_error(const TrainResult& a, const TrainResult& b, double at
   return worst;
 }
 
+// The mean loss of steps [begin, end) (0-based) of a run.
+inline double mean_loss(const TrainResult& r, int begin, int end) {
+  double sum = 0;
+  for (int i = begin; i < end; ++i) sum += r.steps[static_cast<size_t>(i)].loss;
+  return sum / (end - begin);
+}
+
 inline bool bitwise_equal(const TrainResult& a, const TrainResult& b) {
   return a.master == b.master;
 }

@@ -60,9 +60,7 @@ TEST(Gemma4Training, LayerScalarStaysAsLoadedAndTheLossFalls) {
         if (is_frozen_buffer(t.name)) {
           EXPECT_EQ(r.master[static_cast<size_t>(u.index)][static_cast<size_t>(t.offset)], 1.0f) << t.name;
         }
-    double first = 0, last = 0;
-    for (int i = 0; i < 5; ++i) first += r.steps[static_cast<size_t>(i)].loss / 5;
-    for (int i = 45; i < 50; ++i) last += r.steps[static_cast<size_t>(i)].loss / 5;
+    const double first = testing::mean_loss(r, 0, 5), last = testing::mean_loss(r, 45, 50);
     EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
   }
 }

@@ -48,9 +48,7 @@ TEST(Qwen35Training, TheLossFalls) {
     o.lr.lr = 1e-2;
     TrainResult r = train(o);
     ASSERT_EQ(r.steps.size(), 50u);
-    double first = 0, last = 0;
-    for (int i = 0; i < 5; ++i) first += r.steps[static_cast<size_t>(i)].loss / 5;
-    for (int i = 45; i < 50; ++i) last += r.steps[static_cast<size_t>(i)].loss / 5;
+    const double first = testing::mean_loss(r, 0, 5), last = testing::mean_loss(r, 45, 50);
     EXPECT_LT(last, first - 1.0) << "first " << first << " last " << last;
   }
 }
