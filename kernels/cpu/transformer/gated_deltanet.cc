@@ -86,7 +86,7 @@ ForwardScratch<Real> carve_forward(Arena& a, const DeltaNetSpec& s, DeltaRuleSeg
 template <typename Real>
 struct BackwardScratch {
   Prepared<Real> p;
-  Real *normed, *gated, *rstd;          // recomputed forward pieces
+  Real *normed, *gated;                 // recomputed forward pieces
   Real *dgated, *dz, *dnormed, *do_;    // (N, value_dim)
   Real *dq, *dk, *dv;                   // delta rule input gradients
   Real *dg, *dbeta, *dbraw, *daraw;     // (N, nv)
@@ -102,7 +102,6 @@ BackwardScratch<Real> carve_backward(Arena& a, const DeltaNetSpec& s, DeltaRuleS
   x.p = carve_prepared<Real>(a, s, N);
   x.normed = a.take<Real>(Vd, "normed o");
   x.gated = a.take<Real>(Vd, "gated o");
-  x.rstd = a.take<Real>(H, "gated norm rstd");
   x.dgated = a.take<Real>(Vd, "d gated o");
   x.dz = a.take<Real>(Vd, "dz");
   x.dnormed = a.take<Real>(Vd, "d normed o");
@@ -301,7 +300,9 @@ void deltanet_backward(const DeltaNetSpec& s, DeltaRuleSegments seg, const Delta
   Arena arena(ws);
   const BackwardScratch<Real> b = carve_backward<Real>(arena, s, seg);
   prepare(s, seg, w, S, b.p);
-  gated_norm_forward(s, N, w.norm, S.o, S.z, b.normed, b.rstd, b.gated);
+  // The gated norm's output from the saved 1/rms (bitwise the forward's).
+  rmsnorm_apply(b.normed, S.rstd, S.o, w.norm, N * s.nv, s.dv);
+  swiglu_forward(b.gated, S.z, b.normed, N * Vd, s.threads);
   // y = gated W_out^T; gated = silu(z) * normed; normed = w_norm * rmsnorm(o).
   linear_backward(b.dgated, dw.out_proj, static_cast<Real*>(nullptr), dy, b.gated, w.out_proj, N, Vd, C, false);
   swiglu_backward(b.dz, b.dnormed, b.dgated, S.z, b.normed, N * Vd, s.threads);

@@ -21,11 +21,20 @@ void rmsnorm_forward(Real* y, Real* rstd, const Real* x, const Real* w, int64_t 
   }
   for (int64_t n = 0; n < N; ++n) {
     const Real* xr = x + n * C;  // (C)
-    Real* yr = y + n * C;        // (C)
     double ss = 0.0;
     for (int64_t c = 0; c < C; ++c) ss += static_cast<double>(xr[c]) * xr[c];
     const Real r = static_cast<Real>(1.0 / std::sqrt(ss / static_cast<double>(C) + eps));
     rstd[n] = r;
+  }
+  rmsnorm_apply(y, rstd, x, w, N, C);
+}
+
+template <typename Real>
+void rmsnorm_apply(Real* y, const Real* rstd, const Real* x, const Real* w, int64_t N, int64_t C) {
+  for (int64_t n = 0; n < N; ++n) {
+    const Real* xr = x + n * C;
+    Real* yr = y + n * C;
+    const Real r = rstd[n];
     for (int64_t c = 0; c < C; ++c) yr[c] = w[c] * (xr[c] * r);
   }
 }
@@ -70,6 +79,8 @@ void rmsnorm_backward(Real* dx, Real* dw, const Real* dy, const Real* x, const R
 template void rmsnorm_forward<float>(float*, float*, const float*, const float*, int64_t, int64_t, double);
 template void rmsnorm_forward<double>(double*, double*, const double*, const double*, int64_t, int64_t,
                                       double);
+template void rmsnorm_apply<float>(float*, const float*, const float*, const float*, int64_t, int64_t);
+template void rmsnorm_apply<double>(double*, const double*, const double*, const double*, int64_t, int64_t);
 template void rmsnorm_backward<float>(float*, float*, const float*, const float*, const float*, const float*,
                                       int64_t, int64_t, bool);
 template void rmsnorm_backward<double>(double*, double*, const double*, const double*, const double*,

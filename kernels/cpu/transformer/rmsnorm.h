@@ -14,6 +14,11 @@ namespace slidedp::kernels {
 template <typename Real>
 void rmsnorm_forward(Real* y, Real* rstd, const Real* x, const Real* w, int64_t N, int64_t C, double eps);
 
+// y (N, C) = w * (x * rstd) from an rstd rmsnorm_forward saved: bitwise its output, without the sum
+// of squares (backward passes that rebuild a norm's output).
+template <typename Real>
+void rmsnorm_apply(Real* y, const Real* rstd, const Real* x, const Real* w, int64_t N, int64_t C);
+
 // From dy (N, C), the forward input x and saved rstd:
 //   dx (N, C)  = rstd * (w*dy - xhat * mean(w*dy * xhat)),  xhat = x * rstd   (overwritten, or
 //                added to dx when accumulate_dx; the residual stream uses the latter)
