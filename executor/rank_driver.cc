@@ -308,7 +308,7 @@ void RankDriver::micro_step(int64_t step, int a) {
   const int parity = static_cast<int>(micro_counter_++ % 2);
   if (data_copied_[parity]) data_copied_[parity]->wait_host();  // the buffer's last copy has run
   auto* host_ids = reinterpret_cast<int32_t*>(data_host_[parity].ptr);
-  sampler_.fill_micro_batch(step, a, config_.rank, config_.ranks, B_, std::span<int32_t>(host_ids, tokens),
+  sampler_.fill_micro_batch(step, a, config_.node * config_.ranks + config_.rank, config_.nodes * config_.ranks, B_, std::span<int32_t>(host_ids, tokens),
                             std::span<int32_t>(host_ids + tokens, tokens));
   DeviceBuffer ids = alloc(tokens * 4, "token ids");
   DeviceBuffer targets = alloc(tokens * 4, "targets");

@@ -22,8 +22,11 @@
 namespace slidedp::exec {
 
 struct DriverConfig {
-  int rank = 0;
-  int ranks = 1;
+  int rank = 0;   // this node's device
+  int ranks = 1;  // devices per node
+  // Multi-node: this node and the node count; the rank's data is that of global rank node*ranks+rank.
+  int node = 0;
+  int nodes = 1;
   Plan plan;  // routes, micro-batch, accumulation, chunk, activation policies, depth
   int64_t seq_len = 0;
   DType wire_dtype = DType::kBF16;  // per-rank gradients on their way to the host

@@ -15,11 +15,13 @@
 
 #include "common/error.h"
 #include "common/host_memory.h"
+#include "common/provenance.h"
 #include "common/thread_pool.h"
 #include "common/units.h"
 #include "executor/backend_registry.h"
 #include "executor/host_state.h"
 #include "executor/init_weights.h"
+#include "executor/node_state.h"
 #include "executor/rank_driver.h"
 #include "executor/run_control.h"
 #include "executor/weight_decay_groups.h"
@@ -68,9 +70,22 @@ class StepPermits {
 void validate(const TrainOptions& o, const ModelLayout& layout) {
   const int L = static_cast<int>(o.card.num_layers);
   o.plan.validate(L, "plan");
-  if (o.plan.nodes > 1)
-    throw InputError("plan: nodes", fmt::format("{} nodes: the executor runs one node; multi-node plans are predicted "
-                                                "and planned (slidedp-predict, slidedp-plan), not run yet", o.plan.nodes));
+  if (o.plan.nodes > 1) {
+    // What the cross-node exchange covers (executor/cross_node.h): the host route of SlideDP.
+    if (!o.link || o.link->nodes() != o.plan.nodes)
+      throw InputError("plan: nodes", fmt::format("{} nodes need one process per node: launch with `mpirun -np {}`",
+                                                  o.plan.nodes, o.plan.nodes));
+    if (o.system != System::kSlideDP)
+      throw InputError("--system", "multi-node runs are SlideDP's placement (the baselines are single-node)");
+    if (o.plan.grad_route == GradRoute::kGpu && o.plan.ranks > 1)
+      throw InputError("plan: grad_route", "gpu: across nodes the executor reduces on the host (grad_route: cpu); the "
+                                           "GPU reduce-scatter across nodes is not built yet");
+    if (o.emulate) throw InputError("--emulate", "pacing is single-node");
+    const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
+    if (verify && o.plan.host_state == slidedp::HostState::kSharded)
+      throw InputError("plan: host_state", "sharded: the global-norm clip and --on-nonfinite skip need every "
+                                           "node's whole gradient (use host_state: replicated)");
+  }
   if (o.card.tie_word_embeddings && o.plan.gpu_buffer_depth < 2)
     throw InputError("plan: gpu_buffer_depth",
                      "tied embeddings need at least 2 parameter slots (the head reads unit 0 as lm_head)");
@@ -189,6 +204,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   plan.verify_updates = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
   const int N = plan.ranks;
   const int U = layout.num_units();
+  const int M = plan.nodes, node = o.link && M > 1 ? o.link->node() : 0;
+  NodeLink* link = M > 1 ? o.link : nullptr;
+  const bool sharded_nodes = link && plan.host_state == slidedp::HostState::kSharded;
   TrainResult result;
 
   // Initial state: a checkpoint, a Hugging Face folder, or random weights.
@@ -227,6 +245,29 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   }
 
   RunControl control;
+  // The link's failures (a peer timed out, MPI failed) stop this run like any other thread's error.
+  struct LinkHandler {
+    NodeLink* link;
+    ~LinkHandler() {
+      if (link) link->on_failure(nullptr);
+    }
+  } link_handler{link};
+  if (link) {
+    link->on_failure([&control](std::exception_ptr e) { control.fail(e); });
+    const Provenance& pv = provenance();
+    check_nodes_agree(*link, {{"binary", fmt::format("{} {} {}", pv.version, pv.git_revision, pv.compiler)},
+                              {"model", fmt::format("{} {} {}", o.card.name, o.card.total_params(), layout.total_flat_numel)},
+                              {"plan", plan_to_yaml(plan)},
+                              {"seq_len", std::to_string(o.seq_len)},
+                              {"data", fmt::format("{} {} seed {}", o.dataset.name(), o.dataset.num_tokens(), o.data_seed)},
+                              {"initial weights", ckpt ? fmt::format("checkpoint at step {}", result.start_step)
+                                                  : !o.init_model_dir.empty() ? o.init_model_dir
+                                                                              : fmt::format("random, seed {}", o.init_seed)},
+                              {"steps", std::to_string(o.steps)},
+                              {"optimizer", fmt::format("{} wd {} betas {} {} eps {} clip {} exact {}", o.lr.summary(),
+                                                        o.optimizer.weight_decay, o.optimizer.beta1, o.optimizer.beta2,
+                                                        o.optimizer.eps, o.optimizer.clip_grad_norm, o.exact_fp32)}});
+  }
   BackendOptions bo;
   bo.pacing = pacing;
   bo.devices = N;
@@ -275,6 +316,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   uc.update_after_backward = traits.update_after_backward;
   uc.serial_accumulation = traits.lock_serialized_accumulation && uc.route == GradRouteKind::kCpu;
   uc.device_optimizer = traits.gpu_optimizer;
+  uc.link = link;
+  uc.sharded_state = sharded_nodes;
   // Frozen buffers (Gemma 4's layer_scalar) are never decayed, whatever the groups say.
   if (o.optimizer.no_decay.any() || has_frozen_buffers(layout))
     uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
@@ -361,6 +404,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     DriverConfig dc;
     dc.rank = r;
     dc.ranks = N;
+    dc.node = node;
+    dc.nodes = M;
     dc.plan = plan;
     dc.seq_len = o.seq_len;
     dc.wire_dtype = wire;
@@ -442,11 +487,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       result.steps.push_back(rec);
       if (on_step) on_step(rec);
       // A stop request ends the run after this step (with a checkpoint when checkpointing).
-      const bool stop_now = o.stop && o.stop->load() && s + 1 < last;
+      bool stop_now = o.stop && o.stop->load() && s + 1 < last;
+      if (link) stop_now = any_node(*link, stop_now);  // every node stops after the same step
       // Checkpoint while the gate holds back step s+1's updates: the state is exactly step s's.
       const bool save = !o.checkpoint_dir.empty() &&
                         ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) || s + 1 == last || stop_now);
-      if (save) {
+      if (save && sharded_nodes) gather_sharded_state(*link, state, 0);
+      if (save && node == 0) {
         CheckpointData cd;
         cd.card = o.card;
         for (int u = 0; u < U; ++u) {
@@ -500,6 +547,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   // FSDP2's final state comes back from the devices (a run stopped early keeps its initial host state).
   if (!result.stopped_early)
     for (auto& d : drivers) d->store_state();
+  // Sharded across nodes: node 0 collects the final weights (for --save-model and the result).
+  if (sharded_nodes) gather_sharded_state(*link, state, 0);
   for (auto& d : drivers) d->release_all();
   for (int r = 0; r < N; ++r) {
     result.device_high_water_bytes.push_back(backend->device(r).high_water_bytes());

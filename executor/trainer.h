@@ -14,6 +14,7 @@
 
 #include "executor/backend.h"
 #include "executor/lr_schedule.h"
+#include "executor/node_link.h"
 #include "executor/run_log.h"
 #include "executor/updater.h"
 #include "io/token_dataset.h"
@@ -62,6 +63,9 @@ struct TrainOptions {
   // done, with time stretched by time_scale (<= 0: measured, TargetPacing::measured_time_scale).
   std::optional<Hardware> emulate;
   double time_scale = 0;
+  // Multi-node (plan.nodes > 1): the link to the other nodes, one process per node (mpirun). Every
+  // node runs train() with the same options; node 0 writes the checkpoints.
+  NodeLink* link = nullptr;
   // Fault injection for tests (see DriverConfig).
   int inject_rank = -1;
   int64_t inject_nan_step = -1;

@@ -39,10 +39,29 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
                                               config.optimizer.on_nonfinite == NonFinitePolicy::kAbort),
                 "the device optimizer neither clips nor skips");
   if (config.device_optimizer) expected_chunks_ = expected_accumulations_ = 0;
+  if (config.link) {
+    SLIDEDP_CHECK(config.route == GradRouteKind::kCpu && !config.serial_accumulation && !config.device_optimizer &&
+                      !config.pacing && !(config.sharded_state && verify_),
+                  "multi-node: the cpu route, SlideDP's placement, unpaced; sharded state without verify mode");
+    nodes_ = config.link->nodes();
+    node_ = config.link->node();
+    std::vector<int64_t> chunks;
+    for (int u = 0; u < state.num_units(); ++u) chunks.push_back(state.unit(u).chunks);
+    tags_.emplace(std::move(chunks), config.accum_steps);
+    if (tags_->max_tag() >= config.link->max_tag() - 8)
+      throw InputError("plan: chunk_numel",
+                       fmt::format("{} chunks x {} micro-steps need more MPI tags than this MPI has ({}): use larger chunks",
+                                   expected_chunks_, config.accum_steps, config.link->max_tag()));
+    waker_ = std::make_shared<UpdaterWaker>([this] {
+      { std::lock_guard<std::mutex> lock(mutex_); }
+      cv_.notify_all();
+    });
+  }
   thread_ = std::thread([this] { loop(); });
 }
 
 Updater::~Updater() {
+  if (waker_) waker_->detach();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stop_ = true;
@@ -58,27 +77,68 @@ void Updater::begin_step(int64_t step, double lr) {
   info.chunks_left = expected_chunks_;
   info.accumulations_left = expected_accumulations_;
   info.outcome.step = step;
+  if (nodes_ > 1) {
+    // Every other node's losses of this step, posted before any can be sent.
+    const size_t n = static_cast<size_t>(2 * config_.ranks * config_.accum_steps);
+    for (int p = 0; p < nodes_; ++p) {
+      if (p == node_) continue;
+      // Owned by the transfer too: it may complete after an aborted run dropped the step.
+      auto l = std::make_shared<std::vector<double>>(n, 0.0);
+      config_.link->recv(p, tags_->tag(CrossNodeKind::kLoss, step, 0, 0, 0, 0), reinterpret_cast<std::byte*>(l->data()),
+                         static_cast<int64_t>(n * 8), fmt::format("the losses of step {}", step + 1),
+                         [this, step, p, l, w = waker_] { w->call([&] { take_remote_losses(step, p, *l); }); });
+    }
+  }
+  if (info.loss_sums.empty()) {
+    const size_t slots = static_cast<size_t>(nodes_ * config_.ranks * config_.accum_steps);
+    info.loss_sums.assign(slots, 0.0), info.counts.assign(slots, 0.0);
+  }
 }
 
 void Updater::allow_updates_through(int64_t step) {
   std::lock_guard<std::mutex> lock(mutex_);
   allowed_step_ = std::max(allowed_step_, step);
+  if (nodes_ > 1)
+    for (auto& [s, info] : steps_)
+      if (s <= allowed_step_ && info.local_losses == config_.ranks * config_.accum_steps) post_losses(s);
   cv_.notify_all();
+}
+
+void Updater::take_remote_losses(int64_t step, int node, const std::vector<double>& l) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto found = steps_.find(step);
+  if (found == steps_.end()) return;
+  StepInfo& info = found->second;
+  for (int m = 0; m < config_.accum_steps; ++m)
+    for (int r = 0; r < config_.ranks; ++r) {
+      const size_t i = static_cast<size_t>(m * config_.ranks + r);
+      const size_t g = static_cast<size_t>(m * nodes_ * config_.ranks + node * config_.ranks + r);
+      info.loss_sums[g] = l[2 * i];
+      info.counts[g] = l[2 * i + 1];
+      if (!std::isfinite(l[2 * i]) && info.loss_finite) {
+        info.loss_finite = false;
+        info.outcome.skipped_reason = fmt::format("non-finite loss ({}) on rank {} of node {}", l[2 * i], r, node);
+      }
+    }
+  info.losses += config_.ranks * config_.accum_steps;
 }
 
 void Updater::report_loss(int64_t step, int micro, int rank, double loss_sum, double count) {
   std::lock_guard<std::mutex> lock(mutex_);
   StepInfo& info = steps_.at(step);
   ++info.losses;
-  const size_t slots = static_cast<size_t>(config_.ranks * config_.accum_steps);
-  if (info.loss_sums.empty()) info.loss_sums.assign(slots, 0.0), info.counts.assign(slots, 0.0);
-  info.loss_sums[static_cast<size_t>(micro * config_.ranks + rank)] = loss_sum;
-  info.counts[static_cast<size_t>(micro * config_.ranks + rank)] = count;
+  ++info.local_losses;
+  // Global rank order (node j's ranks follow node j-1's): the step's loss sums as one node's would.
+  const size_t i = static_cast<size_t>(micro * nodes_ * config_.ranks + node_ * config_.ranks + rank);
+  info.loss_sums[i] = loss_sum;
+  info.counts[i] = count;
   if (!std::isfinite(loss_sum)) {
     info.loss_finite = false;
     if (info.outcome.skipped_reason.empty())
-      info.outcome.skipped_reason = fmt::format("non-finite loss ({}) on rank {}", loss_sum, rank);
+      info.outcome.skipped_reason = nodes_ > 1 ? fmt::format("non-finite loss ({}) on rank {} of node {}", loss_sum, rank, node_)
+                                               : fmt::format("non-finite loss ({}) on rank {}", loss_sum, rank);
   }
+  if (nodes_ > 1 && info.local_losses == config_.ranks * config_.accum_steps && allowed_step_ >= step) post_losses(step);
   if (config_.device_optimizer) finish_device_step(info, step);
   cv_.notify_all();
 }
@@ -121,8 +181,12 @@ void Updater::arrive(const ChunkArrival& a) {
   auto make_job = [&](std::vector<ChunkArrival> parts, int written_rank) {
     Job job;
     job.step = a.step;
+    job.micro = a.micro;
+    job.part = a.part;
     job.unit = a.unit;
     job.chunk = a.chunk;
+    job.begin = a.begin;
+    job.end = a.end;
     job.parts = std::move(parts);
     job.lr = info.lr;
     const bool update = a.part == GradPart::kOwn && last_micro && !verify_;
@@ -130,7 +194,9 @@ void Updater::arrive(const ChunkArrival& a) {
     // The chunk (or shard) accumulator is overwritten by its first contribution of the step.
     int& written = info.written[{a.unit, a.chunk * (config_.ranks + 1) + written_rank + 1}];
     job.first_write = written == 0;
+    job.order = written;
     ++written;
+    if (nodes_ > 1) expect_cross(job);
     jobs_.push_back(std::move(job));
   };
   if (config_.route == GradRouteKind::kGpu) {
@@ -187,12 +253,8 @@ void Updater::loop() {
       // the checkpoint gate and every rank's loss of its step, and must never block the queue: the
       // accumulations it waits behind may be what frees the staging slots other ranks need.
       auto ready = [&] {
-        for (auto it = jobs_.begin(); it != jobs_.end(); ++it) {
-          if (it->kind == Job::kAccumulate) return it;
-          auto info = steps_.find(it->step);
-          const bool losses = info != steps_.end() && info->second.losses >= config_.ranks * config_.accum_steps;
-          if (allowed_step_ >= it->step && losses) return it;
-        }
+        for (auto it = jobs_.begin(); it != jobs_.end(); ++it)
+          if (job_ready(*it)) return it;
         return jobs_.end();
       };
       auto it = jobs_.end();
@@ -209,6 +271,27 @@ void Updater::loop() {
       control_.fail(std::current_exception());
     }
   }
+}
+
+bool Updater::job_ready(const Job& job) const {
+  auto info = steps_.find(job.step);
+  const bool losses = info != steps_.end() && info->second.losses >= nodes_ * config_.ranks * config_.accum_steps;
+  const bool gate = allowed_step_ >= job.step && losses;
+  if (job.kind == Job::kVerifyPass) return losses;
+  if (!job.cross) return job.kind == Job::kAccumulate || gate;
+  switch (job.stage) {
+    // Behind the checkpoint gate too, so that nodes stopping after step s never leave a transfer of
+    // step s+1 on the wire (only receives, which the link cancels).
+    case Job::kChain: return (node_ == 0 || job.cross->partial_in.load()) && allowed_step_ >= job.step;
+    case Job::kApply: {
+      // Contributions to one accumulator apply in the order they were made (as on one node).
+      auto a = info->second.applied.find({job.unit, job.chunk * (config_.ranks + 1)});
+      const int applied = a == info->second.applied.end() ? 0 : a->second;
+      return job.cross->result_in.load() && applied == job.order && (job.kind == Job::kAccumulate || gate);
+    }
+    case Job::kAwaitMirror: return job.cross->mirror_shards_in.load() == nodes_ - 1;
+  }
+  return false;
 }
 
 kernels::AdamwHyper Updater::hyper(int64_t step, double lr, double clip_coef) const {
@@ -255,38 +338,66 @@ void Updater::by_decay(int unit, int64_t b, int64_t e, const kernels::AdamwHyper
 void Updater::run_job(Job& job) {
   const double start = config_.clock ? config_.clock() : 0.0;
   const char* what = "";
-  switch (job.kind) {
-    case Job::kAccumulate: accumulate(job), what = "reduce"; break;
-    case Job::kUpdate: update(job), what = "adamw"; break;
-    case Job::kVerifyPass: verify_pass(job.step), what = "verify+adamw"; break;
+  bool next_stage = false;  // multi-node: back into the queue for its next stage
+  if (job.cross && job.stage == Job::kChain) {
+    chain(job), what = "chain sum", next_stage = true;
+  } else if (job.cross && job.stage == Job::kApply) {
+    what = job.kind == Job::kUpdate ? "adamw" : "reduce";
+    next_stage = apply_cross(job);
+  } else if (job.cross) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finish_chunk(steps_.at(job.step), job.unit, job.chunk, job.step);  // every node's mirror shard is here
+    return;
+  } else {
+    switch (job.kind) {
+      case Job::kAccumulate: accumulate(job), what = "reduce"; break;
+      case Job::kUpdate: update(job), what = "adamw"; break;
+      case Job::kVerifyPass: verify_pass(job.step), what = "verify+adamw"; break;
+    }
   }
   if (config_.on_job)
     config_.on_job(what, job.unit, job.chunk, job.step, start,
                    job.done_s >= 0 ? job.done_s : config_.clock ? config_.clock() : 0.0);
+  if (next_stage) {
+    job.done_s = -1;
+    std::lock_guard<std::mutex> lock(mutex_);
+    jobs_.push_back(std::move(job));
+    cv_.notify_all();
+  }
 }
 
-namespace {
 
-template <class T>
-std::vector<const T*> slot_ptrs(const std::vector<ChunkArrival>& parts) {
-  std::vector<const T*> p;
-  for (const auto& a : parts) p.push_back(reinterpret_cast<const T*>(a.data));
-  return p;
+Updater::GradInput Updater::ring_input(const Job& job) const {
+  GradInput in;
+  in.dtype = config_.route == GradRouteKind::kGpu ? DType::kF32 : config_.wire_dtype;
+  for (const auto& a : job.parts) in.slots.push_back(a.data);
+  in.begin = job.parts.front().begin;
+  in.end = job.parts.front().end;
+  return in;
 }
 
-}  // namespace
+void Updater::release_slots(const Job& job) {
+  for (const auto& a : job.parts) rings_[static_cast<size_t>(a.rank)]->release(a.slot);
+}
 
 void Updater::accumulate(Job& job) {
   const int flow = begin_paced(job);
-  const ChunkArrival& first = job.parts.front();
-  const int64_t b = first.begin, n = first.end - first.begin;
+  accumulate_input(job, ring_input(job));
+  hold_paced(flow);
+  if (config_.clock) job.done_s = config_.clock();
+  release_slots(job);
+  accumulated(job.step);
+}
+
+void Updater::accumulate_input(Job& job, const GradInput& in) {
+  const int64_t n = in.end - in.begin;
   float* acc = state_.unit(job.unit).accum_f32();
   SLIDEDP_CHECK(acc != nullptr, "unit " + std::to_string(job.unit) + " has no gradient accumulator");
-  acc += b;
-  const DType dt = config_.route == GradRouteKind::kGpu ? DType::kF32 : config_.wire_dtype;
+  acc += in.begin;
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    std::vector<const T*> ptrs = slot_ptrs<T>(job.parts);
+    std::vector<const T*> ptrs;
+    for (const std::byte* p : in.slots) ptrs.push_back(reinterpret_cast<const T*>(p));
     if (job.first_write) {
       kernels::GradSlots<T> slots{std::span<const T* const>(ptrs), 1.0f, nullptr};
       kernels::reduce_grads(pool_, slots, acc, 0, n);
@@ -296,26 +407,40 @@ void Updater::accumulate(Job& job) {
       });
     }
   };
-  if (dt == DType::kBF16) run(bf16_bits{});
+  if (in.dtype == DType::kBF16) run(bf16_bits{});
   else run(float{});
-  hold_paced(flow);
-  if (config_.clock) job.done_s = config_.clock();
-  for (const auto& a : job.parts) rings_[static_cast<size_t>(a.rank)]->release(a.slot);
-  if (verify_) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    StepInfo& info = steps_.at(job.step);
-    if (--info.accumulations_left == 0) {
-      Job v;
-      v.kind = Job::kVerifyPass;
-      v.step = job.step;
-      jobs_.push_front(std::move(v));  // nothing else of this step can be pending
-      cv_.notify_all();
-    }
+}
+
+void Updater::accumulated(int64_t step) {
+  if (!verify_) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  StepInfo& info = steps_.at(step);
+  if (--info.accumulations_left == 0) {
+    Job v;
+    v.kind = Job::kVerifyPass;
+    v.step = step;
+    jobs_.push_front(std::move(v));  // nothing else of this step can be pending
+    cv_.notify_all();
   }
 }
 
 void Updater::update(Job& job) {
   const int flow = begin_paced(job);
+  update_input(job, ring_input(job));
+  hold_paced(flow);
+  if (config_.clock) job.done_s = config_.clock();
+  release_slots(job);
+
+  std::lock_guard<std::mutex> lock(mutex_);
+  StepInfo& info = steps_.at(job.step);
+  if (config_.route == GradRouteKind::kGpu) {
+    int& done = info.shards_done[{job.unit, job.chunk}];
+    if (++done < config_.ranks) return;
+  }
+  finish_chunk(info, job.unit, job.chunk, job.step);
+}
+
+void Updater::update_input(Job& job, const GradInput& in) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     const StepInfo& info = steps_.at(job.step);
@@ -324,12 +449,11 @@ void Updater::update(Job& job) {
                                      info.outcome.skipped_reason));
   }
   UnitState& u = state_.unit(job.unit);
-  const ChunkArrival& first = job.parts.front();
-  const int64_t b = first.begin, n = first.end - first.begin;
+  const int64_t b = in.begin, n = in.end - in.begin;
   bool has_accum;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const int written_rank = config_.route == GradRouteKind::kGpu ? first.rank : -1;
+    const int written_rank = config_.route == GradRouteKind::kGpu ? job.parts.front().rank : -1;
     has_accum = steps_.at(job.step).written[{job.unit, job.chunk * (config_.ranks + 1) + written_rank + 1}] > 1;
   }
   kernels::AdamwState st;
@@ -339,10 +463,10 @@ void Updater::update(Job& job) {
   st.param_bf16 = state_.mirror_dtype() == DType::kBF16 ? reinterpret_cast<bf16_bits*>(u.mirror.ptr) + b : nullptr;
   const kernels::AdamwHyper h = hyper(job.step, job.lr, 1.0);
   const float* acc = has_accum ? u.accum_f32() + b : nullptr;
-  const DType dt = config_.route == GradRouteKind::kGpu ? DType::kF32 : config_.wire_dtype;
   auto run = [&](auto tag) {
     using T = decltype(tag);
-    std::vector<const T*> ptrs = slot_ptrs<T>(job.parts);
+    std::vector<const T*> ptrs;
+    for (const std::byte* p : in.slots) ptrs.push_back(reinterpret_cast<const T*>(p));
     kernels::GradSlots<T> slots{std::span<const T* const>(ptrs), 1.0f, acc};
     if (config_.optimizer.check_grads) {
       const double ss = kernels::reduce_grads_sum_squares(pool_, slots, 0, n);
@@ -356,21 +480,150 @@ void Updater::update(Job& job) {
       kernels::reduce_adamw_update(pool_, st, slots, ph, pb - b, pe - b);
     });
   };
-  if (dt == DType::kBF16) run(bf16_bits{});
+  if (in.dtype == DType::kBF16) run(bf16_bits{});
   else run(float{});
   if (state_.mirror_dtype() == DType::kF32)
     std::memcpy(reinterpret_cast<float*>(u.mirror.ptr) + b, st.param, static_cast<size_t>(n) * 4);
-  hold_paced(flow);
-  if (config_.clock) job.done_s = config_.clock();
-  for (const auto& a : job.parts) rings_[static_cast<size_t>(a.rank)]->release(a.slot);
+}
 
-  std::lock_guard<std::mutex> lock(mutex_);
-  StepInfo& info = steps_.at(job.step);
-  if (config_.route == GradRouteKind::kGpu) {
-    int& done = info.shards_done[{job.unit, job.chunk}];
-    if (++done < config_.ranks) return;
+ShardRange Updater::own_range(int64_t n) const {
+  return config_.sharded_state ? shard_range(n, nodes_, node_) : ShardRange{0, n};
+}
+
+// Posts this job's receives (under mutex_, when its local gradients are complete): the partial sum
+// from the previous node, the result from the last, and for a sharded update the other nodes'
+// updated mirror shards -- safe to land now, as every local delivery of this chunk for this step
+// has been done (its gradients exist).
+void Updater::expect_cross(Job& job) {
+  auto x = std::make_shared<CrossNodeSum>();
+  job.cross = x;
+  const int64_t n = job.end - job.begin;
+  const int part = static_cast<int>(job.part);
+  auto tag = [&](CrossNodeKind k) { return tags_->tag(k, job.step, job.micro, part, job.unit, job.chunk); };
+  const std::string key = fmt::format("unit {} chunk {} (micro-step {}{}) of step {}", job.unit, job.chunk, job.micro,
+                                      job.part == GradPart::kTiedHead ? ", tied head" : "", job.step + 1);
+  x->partial.resize(static_cast<size_t>(n));
+  if (node_ > 0)
+    config_.link->recv(node_ - 1, tag(CrossNodeKind::kPartial), reinterpret_cast<std::byte*>(x->partial.data()), n * 4,
+                       "the partial gradient sum of " + key, [x, w = waker_] { w->call([&] { x->partial_in = true; }); });
+  if (node_ < nodes_ - 1) {
+    x->result.resize(static_cast<size_t>(own_range(n).size()));
+    config_.link->recv(nodes_ - 1, tag(CrossNodeKind::kResult), reinterpret_cast<std::byte*>(x->result.data()),
+                       own_range(n).size() * 4, "the gradient sum of " + key,
+                       [x, w = waker_] { w->call([&] { x->result_in = true; }); });
   }
-  finish_chunk(info, job.unit, job.chunk, job.step);
+  if (config_.sharded_state && job.kind == Job::kUpdate) {
+    UnitState& u = state_.unit(job.unit);
+    const int64_t eb = dtype_bytes(state_.mirror_dtype());
+    for (int p = 0; p < nodes_; ++p) {
+      if (p == node_) continue;
+      const ShardRange s = shard_range(n, nodes_, p);
+      config_.link->recv(p, tag(CrossNodeKind::kMirror), u.mirror.ptr + (job.begin + s.begin) * eb, s.size() * eb,
+                         "the updated weights of " + key,
+                         [x, w = waker_] { w->call([&] { x->mirror_shards_in.fetch_add(1); }); });
+    }
+  }
+}
+
+void Updater::chain(Job& job) {
+  CrossNodeSum& x = *job.cross;
+  const int64_t n = job.end - job.begin;
+  const GradInput in = ring_input(job);
+  auto run = [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<const T*> ptrs;
+    for (const std::byte* p : in.slots) ptrs.push_back(reinterpret_cast<const T*>(p));
+    if (node_ == 0) {
+      kernels::GradSlots<T> slots{std::span<const T* const>(ptrs), 1.0f, nullptr};
+      kernels::reduce_grads(pool_, slots, x.partial.data(), 0, n);
+    } else {
+      add_slots_in_order(pool_, std::span<const T* const>(ptrs), x.partial.data(), n);
+    }
+  };
+  if (in.dtype == DType::kBF16) run(bf16_bits{});
+  else run(float{});
+  if (config_.clock) job.done_s = config_.clock();
+  release_slots(job);
+  job.parts.clear();
+
+  const int part = static_cast<int>(job.part);
+  auto bytes = [&](int64_t k) { return reinterpret_cast<const std::byte*>(x.partial.data() + k); };
+  const std::string key = fmt::format("unit {} chunk {} of step {}", job.unit, job.chunk, job.step + 1);
+  if (node_ < nodes_ - 1) {
+    config_.link->send(node_ + 1, tags_->tag(CrossNodeKind::kPartial, job.step, job.micro, part, job.unit, job.chunk),
+                       bytes(0), n * 4, "the partial gradient sum of " + key, [keep = job.cross] {});
+  } else {
+    // The last node holds the sum: every node gets it whole, or its shard.
+    for (int p = 0; p < nodes_ - 1; ++p) {
+      const ShardRange s = config_.sharded_state ? shard_range(n, nodes_, p) : ShardRange{0, n};
+      config_.link->send(p, tags_->tag(CrossNodeKind::kResult, job.step, job.micro, part, job.unit, job.chunk),
+                         bytes(s.begin), s.size() * 4, "the gradient sum of " + key, [keep = job.cross] {});
+    }
+    x.result_in = true;
+  }
+  job.stage = Job::kApply;
+}
+
+bool Updater::apply_cross(Job& job) {
+  CrossNodeSum& x = *job.cross;
+  const int64_t n = job.end - job.begin;
+  const ShardRange own = own_range(n);
+  GradInput in;
+  in.dtype = DType::kF32;
+  in.slots = {reinterpret_cast<const std::byte*>(node_ == nodes_ - 1 ? x.partial.data() + own.begin : x.result.data())};
+  in.begin = job.begin + own.begin;
+  in.end = job.begin + own.end;
+  if (job.kind == Job::kAccumulate) {
+    accumulate_input(job, in);
+  } else {
+    update_input(job, in);
+  }
+  if (config_.clock) job.done_s = config_.clock();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++steps_.at(job.step).applied[{job.unit, job.chunk * (config_.ranks + 1)}];
+    cv_.notify_all();
+  }
+  if (job.kind == Job::kAccumulate) {
+    accumulated(job.step);
+    return false;
+  }
+  if (!config_.sharded_state) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    finish_chunk(steps_.at(job.step), job.unit, job.chunk, job.step);
+    return false;
+  }
+  // Sharded: this node's updated mirror shard to every other node; the chunk is released once theirs
+  // have landed here too.
+  const UnitState& u = state_.unit(job.unit);
+  const int64_t eb = dtype_bytes(state_.mirror_dtype());
+  for (int p = 0; p < nodes_; ++p) {
+    if (p == node_) continue;
+    config_.link->send(p, tags_->tag(CrossNodeKind::kMirror, job.step, job.micro, static_cast<int>(job.part), job.unit, job.chunk),
+                       u.mirror.ptr + in.begin * eb, own.size() * eb,
+                       fmt::format("the updated weights of unit {} chunk {} of step {}", job.unit, job.chunk, job.step + 1),
+                       [keep = job.cross] {});
+  }
+  job.stage = Job::kAwaitMirror;
+  return true;
+}
+
+void Updater::post_losses(int64_t step) {
+  StepInfo& info = steps_.at(step);
+  if (info.losses_posted) return;
+  info.losses_posted = true;
+  auto mine = std::make_shared<std::vector<double>>();
+  for (int m = 0; m < config_.accum_steps; ++m)
+    for (int r = 0; r < config_.ranks; ++r) {
+      const size_t g = static_cast<size_t>(m * nodes_ * config_.ranks + node_ * config_.ranks + r);
+      mine->push_back(info.loss_sums[g]);
+      mine->push_back(info.counts[g]);
+    }
+  for (int p = 0; p < nodes_; ++p)
+    if (p != node_)
+      config_.link->send(p, tags_->tag(CrossNodeKind::kLoss, step, 0, 0, 0, 0),
+                         reinterpret_cast<const std::byte*>(mine->data()), static_cast<int64_t>(mine->size() * 8),
+                         fmt::format("the losses of step {}", step + 1), [mine] {});
 }
 
 void Updater::finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step) {

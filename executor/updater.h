@@ -21,11 +21,13 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include "common/thread_pool.h"
 #include "kernels/cpu/optim/adamw.h"
+#include "executor/cross_node.h"
 #include "executor/host_state.h"
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
@@ -73,6 +75,12 @@ struct UpdaterConfig {
   // of the step is enqueued behind the step's work (device_step_done), and hands out the step's
   // hyper-parameters.
   bool device_optimizer = false;
+  // Multi-node (plan.nodes > 1; the cpu route, SlideDP's placement): the link to the other nodes
+  // (executor/cross_node.h describes the exchange), and whether this node updates only its 1/M shard
+  // of each chunk (sharded) or the whole chunk (replicated). `ranks` stays this node's rank count;
+  // losses and gradients are summed over every node's ranks in global rank order.
+  NodeLink* link = nullptr;
+  bool sharded_state = false;
 };
 
 // One rank's gradient payload in a staging slot: elements [begin, end) of `unit`.
@@ -129,10 +137,19 @@ class Updater {
  private:
   struct Job {
     enum Kind { kAccumulate, kUpdate, kVerifyPass } kind = kAccumulate;
+    // Multi-node jobs pass three stages: the chain (add this node's ranks to the partial sum), the
+    // apply (accumulate or update with the sum), and for a sharded update the wait for the other
+    // nodes' mirror shards.
+    enum Stage { kChain, kApply, kAwaitMirror } stage = kChain;
     int64_t step = 0;
+    int micro = 0;
+    GradPart part = GradPart::kOwn;
     int unit = 0;
     int64_t chunk = 0;
+    int64_t begin = 0, end = 0;  // the chunk's elements in the unit
     bool first_write = false;  // accumulate: overwrite instead of adding
+    int order = 0;             // multi-node: contributions to this accumulator before this one
+    std::shared_ptr<CrossNodeSum> cross;  // multi-node: this key's transfers
     double lr = 0;
     std::vector<ChunkArrival> parts;  // cpu route: one per rank (rank order); gpu route: one shard
     // When its work was done, stamped before its gradient slots are released (so anything a release
@@ -148,7 +165,10 @@ class Updater {
     std::map<std::pair<int, int64_t>, int> shards_done;   // gpu route: shards updated per chunk
     int64_t chunks_left = 0;        // own-part chunks of the last micro-step not yet updated
     int64_t accumulations_left = 0; // verify mode: accumulations left before the verify pass
-    int losses = 0;
+    int losses = 0;        // every node's (after their exchange)
+    int local_losses = 0;  // this node's ranks'
+    bool losses_posted = false;  // multi-node: sent to the other nodes
+    std::map<std::pair<int, int64_t>, int> applied;  // multi-node: contributions applied, keyed as `written`
     int devices_done = 0;  // device_optimizer: ranks whose update of the step has run
     std::vector<double> loss_sums, counts;  // [micro * ranks + rank]: summed in this order, not arrival order
     bool loss_finite = true;
@@ -156,10 +176,32 @@ class Updater {
     StepOutcome outcome;
   };
 
+  // The gradient a job applies: fp32 or wire-dtype slots summed in order, over the unit's elements
+  // [begin, end) (slot pointers start at begin).
+  struct GradInput {
+    DType dtype = DType::kF32;
+    std::vector<const std::byte*> slots;
+    int64_t begin = 0, end = 0;
+  };
+
   void loop();
+  bool job_ready(const Job& job) const;  // under mutex_
   void run_job(Job& job);
   void accumulate(Job& job);
   void update(Job& job);
+  GradInput ring_input(const Job& job) const;  // the ranks' staging slots of the job
+  void accumulate_input(Job& job, const GradInput& in);
+  void accumulated(int64_t step);  // verify mode: queues the verify pass after the last accumulation
+  void update_input(Job& job, const GradInput& in);
+  void release_slots(const Job& job);
+  // Multi-node stages (cross_node.h).
+  void expect_cross(Job& job);  // posts the job's receives; under mutex_
+  void chain(Job& job);
+  bool apply_cross(Job& job);  // true: the job goes on to wait for the mirror shards
+  void post_losses(int64_t step);  // this node's losses of `step` to every other node; under mutex_
+  // Node `node`'s (loss sum, count) per micro-step and rank, received.
+  void take_remote_losses(int64_t step, int node, const std::vector<double>& losses);
+  ShardRange own_range(int64_t n) const;  // this node's part of a chunk of n elements
   void verify_pass(int64_t step);
   void finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step);
   void finish_device_step(StepInfo& info, int64_t step);  // device_optimizer; under mutex_
@@ -186,6 +228,10 @@ class Updater {
   int64_t allowed_step_ = -1;
   std::atomic<int64_t> skipped_steps_{0};
   bool stop_ = false;
+  // Multi-node.
+  int nodes_ = 1, node_ = 0;
+  std::optional<CrossNodeTags> tags_;
+  std::shared_ptr<UpdaterWaker> waker_;
   std::thread thread_;
 };
 

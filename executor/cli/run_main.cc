@@ -23,6 +23,7 @@
 #include "common/table.h"
 #include "common/units.h"
 #include "executor/backend_registry.h"
+#include "executor/node_link.h"
 #include "executor/run_log.h"
 #include "executor/target_pacing.h"
 #include "executor/trainer.h"
@@ -41,6 +42,9 @@ namespace slidedp {
 namespace {
 
 std::atomic<bool> g_stop{false};
+// Multi-node: the link to the other nodes' processes. Outlives run_main, so that an error anywhere
+// can end every node's process (main) instead of leaving them waiting.
+std::unique_ptr<exec::NodeLink> g_link;
 // SIGINT (a user's Ctrl-C) and SIGTERM (what docker, systemd and Slurm send before SIGKILL): finish
 // the step, checkpoint, log the run as interrupted.
 extern "C" void on_stop_signal(int) { g_stop.store(true); }
@@ -65,7 +69,7 @@ int run_main(int argc, char** argv) {
   double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8;
   std::vector<double> adam_betas = {0.9, 0.999};
   std::string no_decay_on = "none", emulate, system = "slidedp";
-  double time_scale = 0;
+  double time_scale = 0, node_timeout = 300;
   int64_t total_steps = 0;
   uint64_t data_seed = 1234, init_seed = 42;
   bool json = false, bench = false, exact = false, no_db = false, quiet = false;
@@ -128,6 +132,10 @@ int run_main(int argc, char** argv) {
   app.add_option("--data-seed", data_seed, "Seed of the data shuffle");
   app.add_option("--init-seed", init_seed, "Seed of the random initialization (when no model folder is given)");
   app.add_option("--threads", update_threads_flag, "CPU threads for reduction + AdamW (0: the plan's, else all cores)");
+  app.add_option("--node-timeout", node_timeout,
+                 "Multi-node (--nodes > 1, launched by `mpirun -np NODES`): seconds any node waits for another before "
+                 "the run fails naming it (a node that dies ends the job at once)")
+      ->check(CLI::PositiveNumber);
   app.add_flag("--json", json, "Print one JSON summary at the end instead of the human report");
   app.add_flag("-q,--quiet", quiet, "No progress line");
   try {
@@ -138,6 +146,12 @@ int run_main(int argc, char** argv) {
 
   PlanFile pf = flags.resolve();
   const bool defaults = pf.model.empty() && data.empty();
+  // One process per node: node 0 reports, logs and writes checkpoints; the others train silently.
+  if (pf.plan.nodes > 1) g_link = exec::make_mpi_link(pf.plan.nodes, node_timeout);
+  else if (exec::launched_by_mpi())
+    throw InputError("--nodes", "started by an MPI launcher but the plan has 1 node: pass --nodes N (one process per node)");
+  const bool lead = !g_link || g_link->node() == 0;
+  if (!lead) quiet = true, no_db = true, json = false;
   exec::TrainOptions o;
   // The embedded default: slidedp-tiny on the built-in text with a 2-rank plan that exercises the
   // sharded route, offload and recompute.
@@ -210,6 +224,7 @@ int run_main(int argc, char** argv) {
   o.trace = bench || !trace.empty() || !no_db;
   o.sample_spans_every = 10;
   o.stop = &g_stop;
+  o.link = g_link.get();
   o.metadata_json = nlohmann::json{{"plan", plan_to_yaml(o.plan)}, {"system", system_name(o.system)}, {"model", o.card.name},
                                    {"seq_len", o.seq_len}}.dump();
 
@@ -265,8 +280,9 @@ int run_main(int argc, char** argv) {
                                          o.system == System::kSlideDP ? "" : std::string(system_name(o.system)) + ": ",
                                          run_plan.summary(static_cast<int>(o.card.num_layers)), backend, o.lr.summary(),
                                          o.plan.global_batch_sequences() * o.seq_len);
-  if (!json) fmt::print("{}\n", header);
-  if (predicted && !json)
+  if (!json && lead) fmt::print("{}{}\n", header, g_link ? fmt::format(" | {} nodes, host state {}", g_link->nodes(),
+                                                                           host_state_name(o.plan.host_state)) : "");
+  if (predicted && !json && lead)
     fmt::print("model prediction on {}: {} per step, bottleneck {}{}\n", hw_name, format_seconds(predicted->step_time_s),
                predicted->bottleneck,
                emulate.empty() ? "" : fmt::format(" (paced at time scale {:.4g}: {} per step here)", scale,
@@ -313,6 +329,7 @@ int run_main(int argc, char** argv) {
   // row, whenever the process exits non-zero (a save or trace that fails after training included).
   try {
     result = exec::train(o, on_step);  // throws when every step was skipped, too
+    if (!lead) return 0;
     progress.finish(result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss));
     if (!trace.empty())
       write_chrome_trace(trace, exec::timeline_spans(result.spans),
@@ -407,5 +424,9 @@ int run_main(int argc, char** argv) {
 }  // namespace slidedp
 
 int main(int argc, char** argv) {
-  return slidedp::run_cli("slidedp-run", [&] { return slidedp::run_main(argc, argv); });
+  const int rc = slidedp::run_cli("slidedp-run", [&] { return slidedp::run_main(argc, argv); });
+  // A failed node ends every node's process (mpirun reports which one): none waits for it.
+  if (slidedp::g_link && rc != 0) slidedp::g_link->abort_all(rc);
+  slidedp::g_link.reset();
+  return rc;
 }

@@ -134,8 +134,13 @@ TEST(MultiNode, PlansAcrossNodesNeedANetworkAndSlideDP) {
   }
   EXPECT_THROW(build_step_work(w, hardware_preset("h100-sxm-x8"), plan_8(2, HostState::kReplicated), System::kZeroOffload),
                InputError);
+  // Verify mode across nodes: the executor runs it replicated (every node has the whole gradient); the
+  // step model does not describe it, and a sharded state cannot measure the global norm.
   Plan verify = plan_8(2, HostState::kReplicated);
   verify.verify_updates = true;
+  EXPECT_NO_THROW(verify.validate(w.model.num_layers, "plan"));
+  EXPECT_THROW(build_step_work(w, hardware_preset("h100-sxm-x8"), verify, System::kSlideDP), InputError);
+  verify.host_state = HostState::kSharded;
   EXPECT_THROW(verify.validate(w.model.num_layers, "plan"), InputError);
 }
 

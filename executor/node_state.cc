@@ -1,0 +1,102 @@
+// Start-up agreement and state gathering across nodes; see node_state.h.
+#include "executor/node_state.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <mutex>
+
+#include "common/error.h"
+#include "model/plan.h"
+
+namespace slidedp::exec {
+
+void check_nodes_agree(NodeLink& link, const std::vector<std::pair<std::string, std::string>>& fields) {
+  // Fixed-size digests keep the exchange one all-gather: a 64-bit FNV-1a hash per field.
+  std::vector<uint64_t> mine;
+  for (const auto& [name, value] : fields) {
+    uint64_t h = 1469598103934665603ull;
+    for (unsigned char c : value) h = (h ^ c) * 1099511628211ull;
+    mine.push_back(h);
+  }
+  const int64_t bytes = static_cast<int64_t>(mine.size() * 8);
+  std::vector<std::byte> all = link.all_gather(reinterpret_cast<const std::byte*>(mine.data()), bytes, "the start-up check");
+  for (size_t f = 0; f < fields.size(); ++f)
+    for (int p = 0; p < link.nodes(); ++p) {
+      uint64_t theirs;
+      std::memcpy(&theirs, all.data() + p * bytes + static_cast<int64_t>(f * 8), 8);
+      if (theirs != mine[f])
+        throw InputError(fields[f].first, fmt::format("node {} and node {} differ (this node: {}): every node must run "
+                                                      "the same binary, model, plan and data",
+                                                      link.node(), p, fields[f].second));
+    }
+}
+
+namespace {
+
+// Waits for `count` transfers, watching the link for failure. The count lives as long as any transfer
+// that may still complete after a failed wait.
+class Completion {
+ public:
+  std::function<void()> one() {
+    return [s = state_] {
+      std::lock_guard<std::mutex> lock(s->mutex);
+      ++s->done;
+      s->cv.notify_all();
+    };
+  }
+  void wait(NodeLink& link, int count) {
+    std::unique_lock<std::mutex> lock(state_->mutex);
+    while (!state_->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return state_->done >= count; }))
+      if (std::exception_ptr e = link.failure()) std::rethrow_exception(e);
+  }
+
+ private:
+  struct State {
+    std::mutex mutex;
+    std::condition_variable cv;
+    int done = 0;
+  };
+  std::shared_ptr<State> state_ = std::make_shared<State>();
+};
+
+}  // namespace
+
+void gather_sharded_state(NodeLink& link, HostState& state, int to) {
+  const int M = link.nodes(), me = link.node();
+  Completion done;
+  int posted = 0;
+  // One tag for all: between two nodes MPI matches messages of one tag in posting order, and both
+  // sides post in this loop's order.
+  const int64_t tag = link.reserved_tag(1);
+  for (int u = 0; u < state.num_units(); ++u) {
+    UnitState& us = state.unit(u);
+    for (int64_t k = 0; k < us.chunks; ++k) {
+      auto [b, e] = state.chunk_range(u, k);
+      for (float* base : {us.master_f32(), us.m_f32(), us.v_f32()})
+        for (int p = 0; p < M; ++p) {
+          if (p == to || (me != to && p != me)) continue;
+          const ShardRange s = shard_range(e - b, M, p);
+          auto* ptr = reinterpret_cast<std::byte*>(base + b + s.begin);
+          const std::string what = fmt::format("node {}'s shard of unit {} chunk {} for a checkpoint", p, u, k);
+          if (me == to) link.recv(p, tag, ptr, s.size() * 4, what, done.one());
+          else link.send(to, tag, ptr, s.size() * 4, what, done.one());
+          ++posted;
+        }
+    }
+  }
+  done.wait(link, posted);
+}
+
+bool any_node(NodeLink& link, bool mine) {
+  const std::byte b{static_cast<unsigned char>(mine ? 1 : 0)};
+  for (std::byte x : link.all_gather(&b, 1, "the stop check"))
+    if (x != std::byte{0}) return true;
+  return false;
+}
+
+}  // namespace slidedp::exec

@@ -1,0 +1,25 @@
+// What the nodes of a multi-node run agree on and share outside the step's pipeline: a start-up
+// check that every node runs the same binary, model, plan and data, and the sharded host state
+// brought together on one node (for a checkpoint or the final weights).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "executor/host_state.h"
+#include "executor/node_link.h"
+
+namespace slidedp::exec {
+
+// Every node passes the same (name, value) list; throws InputError on every node naming the first
+// field that differs and the nodes' values (mismatched binaries, models, plans or data).
+void check_nodes_agree(NodeLink& link, const std::vector<std::pair<std::string, std::string>>& fields);
+
+// Sharded state: node p owns shard_range(chunk, M, p) of every chunk's master, m and v. Copies every
+// other node's shards into node `to`'s buffers (called by every node; blocks until done).
+void gather_sharded_state(NodeLink& link, HostState& state, int to);
+
+// True on every node when any node passes true (a stop request seen by one node stops all alike).
+bool any_node(NodeLink& link, bool mine);
+
+}  // namespace slidedp::exec
