@@ -1,0 +1,214 @@
+// Multi-node runs on one machine: slidedp-run under `mpirun -np M` (one process per node over
+// loopback) against single-process runs. The references are independent runs, not tolerances: the
+// cross-node sum keeps the single node's rank order (executor/cross_node.h), so M nodes x N ranks
+// must write checkpoints bitwise equal to those of 1 node x M*N ranks, for both host-state
+// placements. Also: resume (on the same and on another node count), a node killed or hung mid-run
+// (every other node exits in seconds, naming it; the last checkpoint resumes), bad launches.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "tests/shell_command.h"
+
+namespace slidedp {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_shell;
+
+const std::string kRun = SLIDEDP_RUN_BIN;
+const std::string kMpirun = std::string(SLIDEDP_MPIRUN) + " --allow-run-as-root --oversubscribe";
+
+fs::path scratch(const std::string& name) {
+  fs::path d = fs::temp_directory_path() / ("slidedp_nodes_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(d);
+  fs::create_directories(d);
+  return d;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream f(p, std::ios::binary);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// The trained state of a checkpoint: weights and AdamW moments (trainer_state.json records the plan,
+// which differs between the runs compared).
+void expect_same_state(const fs::path& a, const fs::path& b) {
+  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
+    const std::string x = read_file(a / f), y = read_file(b / f);
+    ASSERT_FALSE(x.empty()) << a / f;
+    EXPECT_TRUE(x == y) << a / f << " and " << b / f << " differ";
+  }
+}
+
+// slidedp-tiny, 3 steps; `flags` adds to it.
+std::string train(const fs::path& ckpt, const std::string& flags, int steps = 3) {
+  return kRun + " --no-db -q --steps " + std::to_string(steps) + " --checkpoint-dir " + ckpt.string() + " " + flags;
+}
+std::string on_nodes(int nodes, const std::string& cmd) {
+  return "timeout 300 " + kMpirun + " -np " + std::to_string(nodes) + " " + cmd + " --nodes " + std::to_string(nodes);
+}
+
+struct Case {
+  const char* name;
+  int nodes, ranks_per_node;
+  std::string flags;
+};
+
+TEST(MultiNode, NodesTimesRanksEqualOneNodeWithAllRanksBitwise) {
+  const Case cases[] = {
+      {"replicated_2x1", 2, 1, ""},
+      {"sharded_2x1", 2, 1, "--host-state sharded"},
+      {"replicated_2x2_accum", 2, 2, "--accum 2"},
+      {"sharded_2x2_accum", 2, 2, "--accum 2 --host-state sharded"},
+      {"replicated_3x1_clip", 3, 1, "--clip-grad-norm 0.5 --accum 2"},  // the chain through a middle node
+      {"sharded_3x1_exact", 3, 1, "--host-state sharded --exact"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const fs::path dir = scratch(c.name);
+    const int all = c.nodes * c.ranks_per_node;
+    auto one = run_shell(train(dir / "one", c.flags + " --ranks " + std::to_string(all)));
+    ASSERT_EQ(one.code, 0) << one.out;
+    auto many = run_shell(on_nodes(c.nodes, train(dir / "many", c.flags + " --ranks " + std::to_string(c.ranks_per_node))));
+    ASSERT_EQ(many.code, 0) << many.out;
+    expect_same_state(dir / "one/step-00000003", dir / "many/step-00000003");
+    // The same loss is reported: node 0 sums every node's losses in global rank order.
+    EXPECT_NE(many.out.find("checkpoint: "), std::string::npos) << many.out;
+    fs::remove_all(dir);
+  }
+}
+
+TEST(MultiNode, ShardedStateResumesBitExactOnTheSameAndOnAnotherNodeCount) {
+  const fs::path dir = scratch("resume");
+  // Straight: 4 steps on 2 nodes of 2 ranks (the embedded default's), checkpoints every 2.
+  auto r = run_shell(on_nodes(2, train(dir / "straight", "--host-state sharded --checkpoint-every 2 --keep-checkpoints 5", 4)));
+  ASSERT_EQ(r.code, 0) << r.out;
+  // Resumed at step 2 on 2 nodes, and on 1 node with all 4 ranks (the checkpoint is the whole state,
+  // whatever the placement that wrote it).
+  fs::create_directories(dir / "from2");
+  fs::copy(dir / "straight/step-00000002", dir / "from2/step-00000002", fs::copy_options::recursive);
+  r = run_shell(on_nodes(2, train(dir / "again", "--host-state sharded --resume " + (dir / "from2").string(), 2)));
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_same_state(dir / "straight/step-00000004", dir / "again/step-00000004");
+  r = run_shell(train(dir / "one_node", "--ranks 4 --resume " + (dir / "from2").string(), 2));
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_same_state(dir / "straight/step-00000004", dir / "one_node/step-00000004");
+  fs::remove_all(dir);
+}
+
+// The PID of node `node`'s process of a job whose command line contains `marker`.
+pid_t node_pid(const std::string& marker, int node) {
+  for (const auto& e : fs::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string cmd = read_file(e.path() / "cmdline");
+    for (char& ch : cmd)
+      if (ch == '\0') ch = ' ';
+    if (cmd.find(marker) == std::string::npos || cmd.find("slidedp-run") == std::string::npos ||
+        cmd.find("mpirun") != std::string::npos || cmd.find("timeout") == 0)
+      continue;
+    std::string env = read_file(e.path() / "environ");
+    if (env.find("OMPI_COMM_WORLD_RANK=" + std::to_string(node) + '\0') != std::string::npos) return std::stoi(name);
+  }
+  return -1;
+}
+
+// Starts a long multi-node run in the background; returns the file its output goes to.
+struct Background {
+  fs::path out, code;
+  void start(const std::string& cmd) { ASSERT_EQ(std::system(("(" + cmd + " > " + out.string() + " 2>&1; echo $? > " + code.string() + ") &").c_str()), 0); }
+  // Seconds until the job exited (-1: not within `limit_s`).
+  double wait_exit(double limit_s) const {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (;;) {
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (fs::exists(code) && !read_file(code).empty()) return s;
+      if (s > limit_s) return -1;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+};
+
+bool wait_for(const fs::path& p, double limit_s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!fs::exists(p)) {
+    if (std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() > limit_s) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+TEST(MultiNode, AKilledNodeEndsEveryNodeAndTheLastCheckpointResumes) {
+  const fs::path dir = scratch("killed");
+  const std::string marker = (dir / "ckpt").string();
+  Background job{dir / "out.txt", dir / "code.txt"};
+  job.start(on_nodes(2, train(dir / "ckpt", "--checkpoint-every 1 --keep-checkpoints 100", 100000)));
+  ASSERT_TRUE(wait_for(dir / "ckpt/step-00000002", 120)) << read_file(job.out);
+  const pid_t victim = node_pid(marker, 1);
+  ASSERT_GT(victim, 0) << "node 1's process not found";
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  const double took = job.wait_exit(60);
+  ASSERT_GE(took, 0) << "the job did not end within 60 s of a node's death:\n" << read_file(job.out);
+  EXPECT_LT(took, 30);  // a bound on a hang, not a speed figure (mpirun's own reaction takes < 1 s)
+  EXPECT_NE(std::stoi(read_file(job.code)), 0);
+  const std::string out = read_file(job.out);
+  EXPECT_NE(out.find("rank 1"), std::string::npos) << "the message should name the lost node:\n" << out;
+  // The newest complete checkpoint resumes.
+  auto r = run_shell(on_nodes(2, train(dir / "after", "--resume " + marker, 1)));
+  EXPECT_EQ(r.code, 0) << r.out;
+  fs::remove_all(dir);
+}
+
+TEST(MultiNode, AHungNodeFailsTheRunWithinTheTimeoutNamingIt) {
+  const fs::path dir = scratch("hung");
+  const std::string marker = (dir / "ckpt").string();
+  Background job{dir / "out.txt", dir / "code.txt"};
+  job.start(on_nodes(2, train(dir / "ckpt", "--checkpoint-every 1 --node-timeout 10", 100000)));
+  ASSERT_TRUE(wait_for(dir / "ckpt/step-00000002", 120)) << read_file(job.out);
+  const pid_t victim = node_pid(marker, 1);
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);  // alive but silent: only the timeout can tell
+  const double took = job.wait_exit(90);
+  if (took < 0) ::kill(victim, SIGKILL);
+  ASSERT_GE(took, 0) << "no exit within 90 s of a node hanging:\n" << read_file(job.out);
+  EXPECT_NE(std::stoi(read_file(job.code)), 0);
+  const std::string out = read_file(job.out);
+  EXPECT_NE(out.find("to hear from node 1"), std::string::npos) << out;
+  fs::remove_all(dir);
+}
+
+TEST(MultiNode, BadLaunchesAreRefusedBeforeAnyWork) {
+  const fs::path dir = scratch("bad");
+  // --nodes 2 without a launcher.
+  auto r = run_shell(train(dir / "a", "--nodes 2"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("mpirun -np 2"), std::string::npos) << r.out;
+  // A launcher with another process count than the plan's nodes.
+  r = run_shell("timeout 120 " + kMpirun + " -np 2 " + train(dir / "b", "--nodes 3"));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("the plan has 3 nodes but the launcher started 2"), std::string::npos) << r.out;
+  // Nodes that do not agree (here: the step count) stop at start-up, naming the field.
+  r = run_shell("timeout 120 " + kMpirun + " -np 1 " + train(dir / "c", "--nodes 2", 3) + " : -np 1 " +
+                train(dir / "c", "--nodes 2", 4));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("steps: node"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "c")) << "no work before the check";
+  // Under a launcher with a one-node plan.
+  r = run_shell("timeout 120 " + kMpirun + " -np 2 " + train(dir / "d", ""));
+  EXPECT_NE(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("pass --nodes N"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace slidedp
