@@ -18,7 +18,19 @@ HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStat
     UnitState& s = units_[u];
     s.numel = layout.units[u].flat_numel;
     s.chunks = num_chunks(s.numel, options.chunk_numel);
-    const int64_t f32 = s.numel * 4;
+    s.chunk_numel = options.chunk_numel;
+    s.own_numel = s.numel;
+    if (options.shards > 1) {
+      s.own_numel = 0;
+      for (int64_t k = 0; k < s.chunks; ++k) {
+        const int64_t b = k * options.chunk_numel, e = std::min(s.numel, b + options.chunk_numel);
+        const ShardRange r = shard_range(e - b, options.shards, options.shard);
+        s.own.push_back({b + r.begin, b + r.end});
+        s.own_offset.push_back(s.own_numel);
+        s.own_numel += r.size();
+      }
+    }
+    const int64_t f32 = s.own_numel * 4;
     s.master = backend.alloc_host(f32, false);
     s.exp_avg = backend.alloc_host(f32, false);
     s.exp_avg_sq = backend.alloc_host(f32, false);
@@ -26,7 +38,7 @@ HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStat
     host_bytes_ += 3 * f32 + s.numel * mbytes;
     pinned_bytes_ += s.numel * mbytes;
     if (options.accumulate_all || (u == 0 && options.accumulate_unit0)) {
-      s.accum = backend.alloc_host(f32, false);
+      s.accum = backend.alloc_host(f32, false);  // this node's shard, as master
       host_bytes_ += f32;
     }
     for (int64_t k = 0; k < s.chunks; ++k) s.updated.push_back(backend.make_counter(0));
@@ -39,25 +51,31 @@ std::pair<int64_t, int64_t> HostState::chunk_range(int u, int64_t k) const {
   return {begin, std::min(s.numel, begin + options_.chunk_numel)};
 }
 
-void HostState::write_mirror(int u, int64_t begin, int64_t end) {
-  UnitState& s = unit(u);
-  const float* src = s.master_f32() + begin;
-  if (options_.mirror_dtype == DType::kBF16) {
-    kernels::f32_to_bf16(src, reinterpret_cast<bf16_bits*>(s.mirror.ptr) + begin, end - begin);
-  } else {
-    std::memcpy(reinterpret_cast<float*>(s.mirror.ptr) + begin, src, static_cast<size_t>(end - begin) * 4);
-  }
+namespace {
+
+// Copies the elements of `whole` (a unit's flat values) this node holds into `dst`.
+void copy_own(const UnitState& s, const float* whole, float* dst) {
+  if (s.own.empty()) return (void)std::memcpy(dst, whole, static_cast<size_t>(s.numel) * 4);
+  for (size_t k = 0; k < s.own.size(); ++k)
+    std::memcpy(dst + s.own_offset[k], whole + s.own[k].begin, static_cast<size_t>(s.own[k].size()) * 4);
 }
+
+}  // namespace
 
 void HostState::load_master(std::span<const std::span<const float>> units) {
   SLIDEDP_CHECK(units.size() == units_.size(), "one master buffer per unit");
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
     SLIDEDP_CHECK(static_cast<int64_t>(units[u].size()) == s.numel, "master buffer size differs from the layout");
-    std::memcpy(s.master.ptr, units[u].data(), static_cast<size_t>(s.numel) * 4);
-    std::memset(s.exp_avg.ptr, 0, static_cast<size_t>(s.numel) * 4);
-    std::memset(s.exp_avg_sq.ptr, 0, static_cast<size_t>(s.numel) * 4);
-    write_mirror(static_cast<int>(u), 0, s.numel);
+    copy_own(s, units[u].data(), s.master_f32());
+    std::memset(s.exp_avg.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
+    std::memset(s.exp_avg_sq.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
+    // The whole mirror, from the whole input (a sharded master holds only part of it).
+    if (options_.mirror_dtype == DType::kBF16) {
+      kernels::f32_to_bf16(units[u].data(), reinterpret_cast<bf16_bits*>(s.mirror.ptr), s.numel);
+    } else {
+      std::memcpy(s.mirror.ptr, units[u].data(), static_cast<size_t>(s.numel) * 4);
+    }
   }
 }
 
@@ -67,8 +85,8 @@ void HostState::load(std::span<const std::span<const float>> master, std::span<c
   for (size_t u = 0; u < units_.size(); ++u) {
     UnitState& s = units_[u];
     SLIDEDP_CHECK(static_cast<int64_t>(m[u].size()) == s.numel && static_cast<int64_t>(v[u].size()) == s.numel);
-    std::memcpy(s.exp_avg.ptr, m[u].data(), static_cast<size_t>(s.numel) * 4);
-    std::memcpy(s.exp_avg_sq.ptr, v[u].data(), static_cast<size_t>(s.numel) * 4);
+    copy_own(s, m[u].data(), s.m_f32());
+    copy_own(s, v[u].data(), s.v_f32());
   }
 }
 

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "executor/backend.h"
+#include "model/plan.h"
 #include "model/unit_layout.h"
 
 namespace slidedp::exec {
@@ -19,11 +20,24 @@ namespace slidedp::exec {
 struct UnitState {
   int64_t numel = 0;   // flat elements
   int64_t chunks = 1;  // ceil(numel / chunk_numel)
+  int64_t chunk_numel = 0;
+  // master, m, v and the accumulator hold this node's shard of every chunk, chunk after chunk (the
+  // whole unit unless the state is sharded across nodes); the mirror is always whole.
   HostBuffer master, exp_avg, exp_avg_sq;  // fp32
   HostBuffer mirror;                       // param dtype, pinned: what deliveries copy
   HostBuffer accum;                        // fp32 gradient accumulator (empty when not needed)
   std::vector<std::unique_ptr<HostCounter>> updated;  // per chunk: optimizer steps applied
+  std::vector<ShardRange> own;  // sharded: per chunk, the unit's elements this node holds
+  std::vector<int64_t> own_offset;  // sharded: per chunk, where they start in master, m, v, accum
+  int64_t own_numel = 0;        // elements held of master, m, v (numel unless sharded)
 
+  // Where unit element i (one this node holds) lives in master, m, v and the accumulator; elements
+  // of one chunk's shard are contiguous.
+  int64_t local(int64_t i) const {
+    if (own.empty()) return i;
+    const size_t k = static_cast<size_t>(i / chunk_numel);
+    return own_offset[k] + (i - own[k].begin);
+  }
   float* master_f32() const { return reinterpret_cast<float*>(master.ptr); }
   float* m_f32() const { return reinterpret_cast<float*>(exp_avg.ptr); }
   float* v_f32() const { return reinterpret_cast<float*>(exp_avg_sq.ptr); }
@@ -35,21 +49,23 @@ struct HostStateOptions {
   DType mirror_dtype = DType::kBF16;
   bool accumulate_all = false;   // an fp32 accumulator for every unit (accumulation, clipping, skip)
   bool accumulate_unit0 = false; // tied embeddings: unit 0 collects the head's contribution first
+  // Sharded across nodes: this node holds shard_range(chunk, shards, shard) of every chunk's master,
+  // m, v and accumulator; host memory for them falls by `shards`.
+  int shard = 0, shards = 1;
 };
 
 class HostState {
  public:
   HostState(Backend& backend, const ModelLayout& layout, const HostStateOptions& options);
 
-  // Sets the master weights (one (flat_numel,) fp32 span per unit), zeroes m and v, writes the mirror.
+  // Sets the master weights (one (flat_numel,) fp32 span per unit; a sharded state keeps its shards),
+  // zeroes m and v, writes the whole mirror from them.
   void load_master(std::span<const std::span<const float>> units);
   // Sets master, m and v (resume); writes the mirror.
   void load(std::span<const std::span<const float>> master, std::span<const std::span<const float>> m,
             std::span<const std::span<const float>> v);
   // Every chunk's counter to `steps` (after a resume at optimizer step `steps`).
   void set_updated(uint64_t steps);
-  // Rewrites the mirror of [begin, end) of unit u from the master (used after load).
-  void write_mirror(int unit, int64_t begin, int64_t end);
 
   int num_units() const { return static_cast<int>(units_.size()); }
   int64_t total_numel() const;  // every unit's flat elements together

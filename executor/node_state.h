@@ -15,9 +15,15 @@ namespace slidedp::exec {
 // field that differs and the nodes' values (mismatched binaries, models, plans or data).
 void check_nodes_agree(NodeLink& link, const std::vector<std::pair<std::string, std::string>>& fields);
 
-// Sharded state: node p owns shard_range(chunk, M, p) of every chunk's master, m and v. Copies every
-// other node's shards into node `to`'s buffers (called by every node; blocks until done).
-void gather_sharded_state(NodeLink& link, HostState& state, int to);
+// A sharded state's whole master, m and v, per unit (flat_numel each).
+struct WholeState {
+  std::vector<std::vector<float>> master, m, v;
+};
+
+// Sharded state: node p holds shard_range(chunk, M, p) of every chunk's master, m and v. Brings the
+// whole of them together on node `to` (called by every node; blocks until done; the other nodes get
+// an empty WholeState). Node `to` holds the whole state only while the result lives.
+WholeState gather_sharded_state(NodeLink& link, const HostState& state, int to);
 
 // True on every node when any node passes true (a stop request seen by one node stops all alike).
 bool any_node(NodeLink& link, bool mine);

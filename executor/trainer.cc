@@ -330,6 +330,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   hso.mirror_dtype = o.exact_fp32 ? DType::kF32 : DType::kBF16;
   hso.accumulate_all = (plan.accum_steps > 1 || verify) && !traits.gpu_optimizer;
   hso.accumulate_unit0 = o.card.tie_word_embeddings;
+  if (sharded_nodes) hso.shard = node, hso.shards = M;
   HostState state(*backend, layout, hso);
   result.host_state_bytes = state.host_bytes();
   if (ckpt) {
@@ -492,16 +493,18 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       // Checkpoint while the gate holds back step s+1's updates: the state is exactly step s's.
       const bool save = !o.checkpoint_dir.empty() &&
                         ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) || s + 1 == last || stop_now);
-      if (save && sharded_nodes) gather_sharded_state(*link, state, 0);
+      // A sharded state is brought together on node 0 for the write (node 0 holds it whole meanwhile).
+      WholeState whole;
+      if (save && sharded_nodes) whole = gather_sharded_state(*link, state, 0);
       if (save && node == 0) {
         CheckpointData cd;
         cd.card = o.card;
         for (int u = 0; u < U; ++u) {
           const UnitState& us = state.unit(u);
-          const size_t n = static_cast<size_t>(us.numel);
-          cd.master.emplace_back(us.master_f32(), n);
-          cd.adam_m.emplace_back(us.m_f32(), n);
-          cd.adam_v.emplace_back(us.v_f32(), n);
+          const size_t n = static_cast<size_t>(us.numel), i = static_cast<size_t>(u);
+          cd.master.emplace_back(sharded_nodes ? whole.master[i].data() : us.master_f32(), n);
+          cd.adam_m.emplace_back(sharded_nodes ? whole.m[i].data() : us.m_f32(), n);
+          cd.adam_v.emplace_back(sharded_nodes ? whole.v[i].data() : us.v_f32(), n);
         }
         cd.state.optimizer_step = s + 1;
         cd.state.adamw_step = s + 1 - updater.skipped_steps();
@@ -547,17 +550,19 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   // FSDP2's final state comes back from the devices (a run stopped early keeps its initial host state).
   if (!result.stopped_early)
     for (auto& d : drivers) d->store_state();
-  // Sharded across nodes: node 0 collects the final weights (for --save-model and the result).
-  if (sharded_nodes) gather_sharded_state(*link, state, 0);
+  // Sharded across nodes: node 0 collects the final weights (for --save-model and the result); the
+  // other nodes' result has no weights.
+  if (sharded_nodes) result.master = std::move(gather_sharded_state(*link, state, 0).master);
   for (auto& d : drivers) d->release_all();
   for (int r = 0; r < N; ++r) {
     result.device_high_water_bytes.push_back(backend->device(r).high_water_bytes());
     result.device_held_high_water_bytes.push_back(backend->device(r).held_high_water_bytes());
   }
-  for (int u = 0; u < U; ++u) {
-    const UnitState& us = state.unit(u);
-    result.master.emplace_back(us.master_f32(), us.master_f32() + us.numel);
-  }
+  if (!sharded_nodes)
+    for (int u = 0; u < U; ++u) {
+      const UnitState& us = state.unit(u);
+      result.master.emplace_back(us.master_f32(), us.master_f32() + us.numel);
+    }
   if (pacing) {
     result.paced_ops = pacing->pacer().flows();
     result.paced_overruns = pacing->pacer().overruns();

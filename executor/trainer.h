@@ -93,7 +93,7 @@ struct TrainStep {
 
 struct TrainResult {
   std::vector<TrainStep> steps;
-  std::vector<std::vector<float>> master;  // final fp32 master weights per unit
+  std::vector<std::vector<float>> master;  // final fp32 master weights per unit (sharded nodes: node 0 only)
   std::vector<int64_t> device_high_water_bytes;       // per rank, deferred frees counted until done
   std::vector<int64_t> device_held_high_water_bytes;  // per rank, as the allocation order holds them
   RankMemoryAccount device_account;                   // what the up-front check charged rank 0

@@ -393,7 +393,7 @@ void Updater::accumulate_input(Job& job, const GradInput& in) {
   const int64_t n = in.end - in.begin;
   float* acc = state_.unit(job.unit).accum_f32();
   SLIDEDP_CHECK(acc != nullptr, "unit " + std::to_string(job.unit) + " has no gradient accumulator");
-  acc += in.begin;
+  acc += state_.unit(job.unit).local(in.begin);
   auto run = [&](auto tag) {
     using T = decltype(tag);
     std::vector<const T*> ptrs;
@@ -457,12 +457,12 @@ void Updater::update_input(Job& job, const GradInput& in) {
     has_accum = steps_.at(job.step).written[{job.unit, job.chunk * (config_.ranks + 1) + written_rank + 1}] > 1;
   }
   kernels::AdamwState st;
-  st.param = u.master_f32() + b;
-  st.exp_avg = u.m_f32() + b;
-  st.exp_avg_sq = u.v_f32() + b;
+  st.param = u.master_f32() + u.local(b);
+  st.exp_avg = u.m_f32() + u.local(b);
+  st.exp_avg_sq = u.v_f32() + u.local(b);
   st.param_bf16 = state_.mirror_dtype() == DType::kBF16 ? reinterpret_cast<bf16_bits*>(u.mirror.ptr) + b : nullptr;
   const kernels::AdamwHyper h = hyper(job.step, job.lr, 1.0);
-  const float* acc = has_accum ? u.accum_f32() + b : nullptr;
+  const float* acc = has_accum ? u.accum_f32() + u.local(b) : nullptr;
   auto run = [&](auto tag) {
     using T = decltype(tag);
     std::vector<const T*> ptrs;

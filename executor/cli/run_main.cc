@@ -378,6 +378,8 @@ int run_main(int argc, char** argv) {
     j["device_high_water_bytes"] = result.device_high_water_bytes;
     j["device_held_high_water_bytes"] = result.device_held_high_water_bytes;
     j["device_budget_bytes"] = result.device_budget_bytes;
+    j["host_state_bytes"] = result.host_state_bytes;  // this node's (node 0's in a multi-node run)
+    j["parameters"] = o.card.total_params();
     nlohmann::json account = {{"peak_bytes", result.device_account.peak_bytes},
                               {"driver_peak_bytes", result.device_account.driver_peak_bytes},
                               {"peak_at", result.device_account.peak_at},

@@ -106,6 +106,28 @@ TEST(MultiNode, ShardedStateResumesBitExactOnTheSameAndOnAnotherNodeCount) {
   fs::remove_all(dir);
 }
 
+int64_t json_int(const std::string& out, const std::string& key) {
+  const size_t at = out.find("\"" + key + "\": ");
+  return at == std::string::npos ? -1 : std::stoll(out.substr(at + key.size() + 4));
+}
+
+TEST(MultiNode, ShardedHostStateHoldsOneNthOfMasterAndMomentsPerNode) {
+  const fs::path dir = scratch("memory");
+  auto rep = run_shell(on_nodes(2, train(dir / "r", "--json", 1)));
+  auto sh = run_shell(on_nodes(2, train(dir / "s", "--json --host-state sharded", 1)));
+  ASSERT_EQ(rep.code, 0) << rep.out;
+  ASSERT_EQ(sh.code, 0) << sh.out;
+  const int64_t R = json_int(rep.out, "host_state_bytes"), S = json_int(sh.out, "host_state_bytes");
+  const int64_t P = json_int(rep.out, "parameters");
+  ASSERT_GT(R, 0);
+  ASSERT_GT(P, 0);
+  // Replicated: X + 2P (X: fp32 master, m, v and accumulators; the bf16 mirror stays whole);
+  // sharded on 2 nodes: X/2 + 2P, node 0 holding the odd element of a chunk (12-16 bytes each).
+  const int64_t X = R - 2 * P;
+  EXPECT_NEAR(static_cast<double>(S), static_cast<double>(X / 2 + 2 * P), 16.0 * 64) << "replicated " << R << ", sharded " << S;
+  fs::remove_all(dir);
+}
+
 // The PID of node `node`'s process of a job whose command line contains `marker`.
 pid_t node_pid(const std::string& marker, int node) {
   for (const auto& e : fs::directory_iterator("/proc")) {
