@@ -6,9 +6,13 @@
 //      sends it to node 1; node j adds its own ranks' gradients, in rank order, to the partial it
 //      received (each addition rounded once, exactly as the single node's running sum) and passes it
 //      on; node M-1 then holds the sum.
-//   2. result: node M-1 sends the sum back -- whole to every node (host_state: replicated, every
-//      node runs the same update), or node j's shard of it to node j (sharded: node j updates its
-//      1/M of the chunk's master and AdamW state and sends its updated mirror shard to every node).
+//   2. result: replicated: node M-1 sends the sum to node 0, which passes it to node 1, and so on to
+//      node M-2, so each node sends about 8 bytes per parameter per step, as a ring all-reduce would;
+//      every node then runs the same update. Sharded: node M-1 sends node j its shard of the sum;
+//      node j updates its 1/M of the chunk's master and AdamW state and sends its updated mirror
+//      shard to every node.
+// The chain costs M-1 network hops per chunk in sequence; the chunks' exchanges overlap each other,
+// the backward and the updates.
 // Every transfer is keyed by (step, micro-step, gradient part, unit, chunk) in its MPI tag, so the
 // nodes may take their jobs in any order.
 #pragma once

@@ -507,10 +507,22 @@ void Updater::expect_cross(Job& job) {
     config_.link->recv(node_ - 1, tag(CrossNodeKind::kPartial), reinterpret_cast<std::byte*>(x->partial.data()), n * 4,
                        "the partial gradient sum of " + key, [x, w = waker_] { w->call([&] { x->partial_in = true; }); });
   if (node_ < nodes_ - 1) {
+    // Sharded: this node's shard, from the last node. Replicated: the whole sum travels on along the
+    // chain (last node -> 0 -> 1 -> ... -> M-2), each node forwarding it once, so every node's
+    // network carries about what a ring all-reduce's would, 8 bytes per parameter.
+    const bool forward = !config_.sharded_state && node_ < nodes_ - 2;
+    const int from = config_.sharded_state || node_ == 0 ? nodes_ - 1 : node_ - 1;
     x->result.resize(static_cast<size_t>(own_range(n).size()));
-    config_.link->recv(nodes_ - 1, tag(CrossNodeKind::kResult), reinterpret_cast<std::byte*>(x->result.data()),
+    config_.link->recv(from, tag(CrossNodeKind::kResult), reinterpret_cast<std::byte*>(x->result.data()),
                        own_range(n).size() * 4, "the gradient sum of " + key,
-                       [x, w = waker_] { w->call([&] { x->result_in = true; }); });
+                       [this, x, forward, n, t = tag(CrossNodeKind::kResult), key, w = waker_] {
+                         w->call([&] {
+                           if (forward)
+                             config_.link->send(node_ + 1, t, reinterpret_cast<const std::byte*>(x->result.data()), n * 4,
+                                                "the gradient sum of " + key, [x] {});
+                           x->result_in = true;
+                         });
+                       });
   }
   if (config_.sharded_state && job.kind == Job::kUpdate) {
     UnitState& u = state_.unit(job.unit);
@@ -553,8 +565,8 @@ void Updater::chain(Job& job) {
     config_.link->send(node_ + 1, tags_->tag(CrossNodeKind::kPartial, job.step, job.micro, part, job.unit, job.chunk),
                        bytes(0), n * 4, "the partial gradient sum of " + key, [keep = job.cross] {});
   } else {
-    // The last node holds the sum: every node gets it whole, or its shard.
-    for (int p = 0; p < nodes_ - 1; ++p) {
+    // The last node holds the sum: node 0 gets it whole (to pass on), or every node its shard.
+    for (int p = 0; p < (config_.sharded_state ? nodes_ - 1 : 1); ++p) {
       const ShardRange s = config_.sharded_state ? shard_range(n, nodes_, p) : ShardRange{0, n};
       config_.link->send(p, tags_->tag(CrossNodeKind::kResult, job.step, job.micro, part, job.unit, job.chunk),
                          bytes(s.begin), s.size() * 4, "the gradient sum of " + key, [keep = job.cross] {});
