@@ -61,7 +61,7 @@ bool mpi_available();
 bool launched_by_mpi();
 // Initialises MPI and starts the progress thread; `timeout_s` bounds every wait for a peer. Throws
 // InputError when the binary has no MPI, and when the launcher started another number of processes
-// than `expected_nodes`.
+// than `expected_nodes` (0: any number).
 std::unique_ptr<NodeLink> make_mpi_link(int expected_nodes, double timeout_s);
 
 }  // namespace slidedp::exec

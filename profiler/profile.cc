@@ -218,6 +218,16 @@ std::vector<int> default_thread_counts(int cores) {
   return t;
 }
 
+NetworkPlan network_plan(const ProfileOptions& o) {
+  NetworkPlan p;
+  p.reps = o.reps > 0 ? o.reps : o.scale == ProfileScale::kSmoke ? 2 : o.scale == ProfileScale::kQuick ? 3 : 5;
+  p.latency_round_trips = o.scale == ProfileScale::kSmoke ? 20 : 200;
+  p.sizes = o.scale == ProfileScale::kSmoke   ? std::vector<int64_t>{int64_t{1} << 16, int64_t{1} << 20}
+            : o.scale == ProfileScale::kQuick ? std::vector<int64_t>{int64_t{1} << 20, int64_t{16} << 20}
+                                              : std::vector<int64_t>{int64_t{1} << 20, int64_t{16} << 20, int64_t{64} << 20};
+  return p;
+}
+
 ProfileResult run_profile(const ProfileOptions& options) {
   check_options(options);
   ProfileResult r;
@@ -341,6 +351,12 @@ ProfileResult run_profile(const ProfileOptions& options) {
                     format_bytes(links_b)));
   }
 
+  // The network stage first and alone: node 1 waits for nothing else (it runs only this stage).
+  if (options.link) {
+    say(fmt::format("network: node 0 <-> node 1 of {} processes", options.link->nodes()));
+    r.network = measure_network(*options.link, network_plan(options));
+  }
+
   // ---- the stages ----
   // Every stage first builds its cases (allocations, first touch, untimed input chains); then the
   // run's rounds (stats.h run_rounds): round r of every stage's cases, shuffled together, before round
@@ -450,6 +466,21 @@ ProfileResult run_profile(const ProfileOptions& options) {
         all.dram_write_gbps.median, all.dram_copy_gbps.median);
   }
   hw.sources["host.ram_bytes"] = "sysconf(_SC_PHYS_PAGES) x page size";
+  if (r.network) {
+    const NetworkResult& n = *r.network;
+    hw.network.nic_gbps = n.best_gbps;
+    hw.network.latency_s = n.latency_us.median * 1e-6;
+    hw.sources["network.nic_gbps"] = fmt::format(
+        "{}: node 0 -> node 1 through SlideDP's MPI link (executor/node_link.h), {} messages of {} back to back, "
+        "median {} GB/s (spread {}); {} processes on {}: on one host this is the MPI transport between processes, "
+        "not a NIC",
+        by, network_plan(options).messages, format_bytes(static_cast<double>(n.by_size.back().bytes)), g3(n.best_gbps),
+        pct(n.by_size.back().gbps), n.nodes, host);
+    hw.sources["network.latency_us"] = fmt::format(
+        "{}: half an 8-byte round trip through the link (its progress thread polls every 50 us while waiting), "
+        "median {} us (spread {})",
+        by, g3(n.latency_us.median), pct(n.latency_us));
+  }
 
   auto fit_source = [&](const LinkCurve& c, const std::string& what) {
     return fmt::format(

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,7 @@
 #include "profiler/gpu.h"
 #include "profiler/host_memory.h"
 #include "profiler/measurement.h"
+#include "profiler/network.h"
 #include "profiler/unit_compute.h"
 
 namespace slidedp::profiler {
@@ -47,7 +49,13 @@ struct ProfileOptions {
   // Where messages go (expected duration, "no GPU", stage changes); null: silent.
   std::function<void(const std::string&)> log;
   bool progress = false;  // a progress line on stderr
+  // Under an MPI launcher: the link to the other processes; the network stage runs first, between
+  // node 0 (this run) and node 1 (which runs only that stage: serve_network_stage). Null: no network.
+  exec::NodeLink* link = nullptr;
 };
+
+// The network stage's sizes and repetitions for a scale.
+NetworkPlan network_plan(const ProfileOptions& options);
 
 // One stage of the plan and its estimated seconds.
 struct PlannedStage {
@@ -72,6 +80,7 @@ struct ProfileResult {
   BackendLinkResult links;               // CPU backend copies and collectives, or the GPUs' (converted)
   GpuMeasurements gpu;                   // when backend == "cuda"
   std::vector<UnitComputeResult> units;  // one per model (empty: no backend to run units on)
+  std::optional<NetworkResult> network;  // under an MPI launcher
   std::string working_set;               // how the working sets were sized, for the notes
   Spread sgemm_gflops;
 

@@ -79,6 +79,10 @@ std::string profile_tables(const ProfileResult& r, bool md) {
          "GB/s"});
     t.add_row({"fabric.latency_us", f3(hw.fabric.latency_s * 1e6), "us"});
     t.add_row({"host.mem_bw_gbps", f3(hw.host.mem_bw_gbps), "GB/s"});
+    if (r.network) {
+      t.add_row({"network.nic_gbps (node 0 -> 1)", f3(hw.network.nic_gbps), "GB/s"});
+      t.add_row({"network.latency_us", f3(hw.network.latency_s * 1e6), "us"});
+    }
     for (const RatePoint& p : hw.cpu.adamw_params_per_s)
       t.add_row({fmt::format("cpu.adamw_params_per_s @{}", p.threads), f3(p.rate / 1e9), "Gparams/s"});
     for (const RatePoint& p : hw.cpu.reduce_gbps)
@@ -220,6 +224,13 @@ nlohmann::json profile_json(const ProfileResult& r) {
   for (const PlannedStage& s : r.stages)
     j["stages"].push_back({{"name", s.name}, {"estimate_s", s.estimate_s}});
   j["hardware"] = yaml_to_json(YAML::Load(hardware_to_yaml(r.hw)));
+  if (r.network) {
+    nlohmann::json n = {{"nodes", r.network->nodes},
+                        {"latency_us", {{"median", r.network->latency_us.median}, {"spread", r.network->latency_us.relative()}}}};
+    for (const auto& b : r.network->by_size)
+      n["bandwidth"].push_back({{"bytes", b.bytes}, {"gbps", b.gbps.median}, {"spread", b.gbps.relative()}});
+    j["network"] = n;
+  }
   for (const Measurement& m : r.measurements.all()) {
     const Spread s = m.spread();
     j["measurements"].push_back({{"stage", m.stage},

@@ -12,6 +12,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/units.h"
+#include "executor/node_link.h"
 #include "executor/run_log.h"
 #include "model/model_card.h"
 #include "profiler/profile.h"
@@ -45,6 +46,10 @@ std::vector<T> parse_list(const std::string& text, const std::string& flag) {
   return out;
 }
 
+// Under an MPI launcher: the link to the other processes (outlives profile_main so that an error on
+// one ends them all, see main).
+std::unique_ptr<exec::NodeLink> g_link;
+
 int profile_main(int argc, char** argv) {
   CLI::App app{
       "slidedp-profile: measure this machine and write a hardware profile (the schema of\n"
@@ -52,7 +57,9 @@ int profile_main(int argc, char** argv) {
       "memory (copy, triad, under DMA-like copies), the CPU update and reduction kernels, and either the\n"
       "GPUs (pinned copies alone / all / both directions, NCCL collectives, unit compute) or, with no GPU,\n"
       "the CPU backend's emulated devices (memcpy copies, shared-memory collectives, unit compute).\n"
-      "Every value is the median of repeated measurements; the spread is reported next to it."};
+      "Every value is the median of repeated measurements; the spread is reported next to it.\n"
+      "Under `mpirun -np 2` (or more) it also measures the network between process 0 and process 1 through\n"
+      "SlideDP's MPI link (network.nic_gbps, network.latency_us); process 0 writes the profile."};
   bool quick = false, smoke = false, json = false, quiet = false, cpu_backend = false, no_db = false;
   std::vector<std::string> models{"slidedp-tiny"};
   std::string working_set = "model";
@@ -118,6 +125,15 @@ int profile_main(int argc, char** argv) {
   o.reps = reps;
   o.cpu_backend = cpu_backend;
   o.command_line = command_line(argc, argv);
+  // Under an MPI launcher: the network stage between process 0 and 1; only process 0 profiles the rest.
+  if (exec::launched_by_mpi()) {
+    g_link = exec::make_mpi_link(0, 120);
+    o.link = g_link.get();
+    if (g_link->node() != 0) {
+      profiler::measure_network(*g_link, profiler::network_plan(o));
+      return 0;
+    }
+  }
   o.progress = !quiet;
   if (!quiet) o.log = [](const std::string& m) { fmt::print(stderr, "slidedp-profile: {}\n", m); };
 
@@ -173,5 +189,8 @@ int profile_main(int argc, char** argv) {
 }  // namespace slidedp
 
 int main(int argc, char** argv) {
-  return slidedp::run_cli("slidedp-profile", [&] { return slidedp::profile_main(argc, argv); });
+  const int rc = slidedp::run_cli("slidedp-profile", [&] { return slidedp::profile_main(argc, argv); });
+  if (slidedp::g_link && rc != 0) slidedp::g_link->abort_all(rc);
+  slidedp::g_link.reset();
+  return rc;
 }

@@ -209,6 +209,30 @@ TEST(MultiNode, AHungNodeFailsTheRunWithinTheTimeoutNamingIt) {
   fs::remove_all(dir);
 }
 
+TEST(MultiNode, TheProfilerMeasuresTheNetworkBetweenProcessesIntoAProfileThePlannerUses) {
+  const fs::path dir = scratch("profile");
+  const std::string prof = std::string(SLIDEDP_PROFILE_BIN) + " --smoke --no-db -q --json --out ";
+  auto r = run_shell("timeout 300 " + kMpirun + " -np 2 " + prof + (dir / "net.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("\"network\": {"), std::string::npos) << r.out;
+  const std::string yaml = read_file(dir / "net.yaml");
+  EXPECT_NE(yaml.find("nic_gbps: "), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("network.nic_gbps: \"measured by slidedp-profile"), std::string::npos) << yaml;
+  // The profile describes a cluster of such hosts: a 2-node plan predicts on it (a profile without a
+  // network is refused for nodes > 1).
+  const std::string predict = std::string(SLIDEDP_PREDICT_BIN) + " --model slidedp-tiny --seq 128 --ranks 2 --nodes 2 --hardware ";
+  r = run_shell(predict + (dir / "net.yaml").string());
+  EXPECT_EQ(r.code, 0) << r.out;
+  // One process: no network stage, and the 2-node prediction is refused for want of a network.
+  r = run_shell(prof + (dir / "alone.yaml").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_EQ(r.out.find("\"network\": {"), std::string::npos);
+  r = run_shell(predict + (dir / "alone.yaml").string());
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("network.nic_gbps"), std::string::npos) << r.out;
+  fs::remove_all(dir);
+}
+
 TEST(MultiNode, BadLaunchesAreRefusedBeforeAnyWork) {
   const fs::path dir = scratch("bad");
   // --nodes 2 without a launcher.
