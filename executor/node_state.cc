@@ -105,6 +105,34 @@ WholeState gather_sharded_state(NodeLink& link, const HostState& state, int to) 
   return whole;
 }
 
+std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, int to) {
+  const int64_t n = static_cast<int64_t>(mine.size());
+  const std::vector<std::byte> sizes = link.all_gather(reinterpret_cast<const std::byte*>(&n), 8, "text sizes");
+  std::vector<std::string> out;
+  Completion done;
+  int posted = 0;
+  if (link.node() == to) {
+    out.resize(static_cast<size_t>(link.nodes()));
+    for (int p = 0; p < link.nodes(); ++p) {
+      int64_t len;
+      std::memcpy(&len, sizes.data() + 8 * p, 8);
+      out[static_cast<size_t>(p)].resize(static_cast<size_t>(len));
+      if (p == to) out[static_cast<size_t>(p)] = mine;
+      else if (len > 0) {
+        link.recv(p, link.reserved_tag(2), reinterpret_cast<std::byte*>(out[static_cast<size_t>(p)].data()), len,
+                  fmt::format("node {}'s step record", p), done.one());
+        ++posted;
+      }
+    }
+  } else if (n > 0) {
+    link.send(to, link.reserved_tag(2), reinterpret_cast<const std::byte*>(mine.data()), n, "this node's step record",
+              done.one());
+    ++posted;
+  }
+  done.wait(link, posted);
+  return out;
+}
+
 bool any_node(NodeLink& link, bool mine) {
   const std::byte b{static_cast<unsigned char>(mine ? 1 : 0)};
   for (std::byte x : link.all_gather(&b, 1, "the stop check"))

@@ -25,6 +25,9 @@ struct WholeState {
 // an empty WholeState). Node `to` holds the whole state only while the result lives.
 WholeState gather_sharded_state(NodeLink& link, const HostState& state, int to);
 
+// Every node's `mine` (any length) on node `to`, in node order; the other nodes get an empty list.
+std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, int to);
+
 // True on every node when any node passes true (a stop request seen by one node stops all alike).
 bool any_node(NodeLink& link, bool mine);
 

@@ -384,7 +384,27 @@ std::unique_ptr<Connection> open_run_log(const std::string& path, bool create) {
                             ? "an SQLite database, but not a SlideDP run log (no run-log application id)"
                             : std::string("not a SlideDP run log (application_id ") + hex + ")");
   }
-  const int64_t version = query_int(*c, "PRAGMA user_version");
+  int64_t version = query_int(*c, "PRAGMA user_version");
+  if (version == 1) {
+    // Version 2 added the node of multi-node runs' phases: appended columns, the totals' key.
+    c->exec("BEGIN IMMEDIATE", "starting the migration to run log schema 2");
+    try {
+      if (query_int(*c, "PRAGMA user_version") == 1)  // else: another process migrated it meanwhile
+        c->exec(
+            "ALTER TABLE phases ADD COLUMN node INTEGER CHECK (node IS NULL OR node >= 0);"
+            "ALTER TABLE phase_totals ADD COLUMN node INTEGER CHECK (node IS NULL OR node >= 0);"
+            "DROP INDEX phase_totals_unique;"
+            "CREATE UNIQUE INDEX phase_totals_unique ON phase_totals "
+            "(run_id, step, ifnull(node, 0), ifnull(rank, -1), category);"
+            "PRAGMA user_version = 2;",
+            "migrating the run log from schema 1 to 2");
+      c->exec("COMMIT", "committing the migration to run log schema 2");
+    } catch (...) {
+      sqlite3_exec(c->db(), "ROLLBACK", nullptr, nullptr, nullptr);
+      throw;
+    }
+    version = query_int(*c, "PRAGMA user_version");
+  }
   if (version > kRunLogSchemaVersion)
     throw IoError(path, "run log schema version " + std::to_string(version) +
                             " was written by a newer SlideDP; "
@@ -467,11 +487,11 @@ struct RunLog::Impl {
             "?10, ?11, coalesce(?12, (julianday(?13) - julianday((SELECT started_at FROM runs "
             "WHERE id = ?1))) * 86400.0))"),
         insert_total(*conn,
-                     "INSERT INTO phase_totals (run_id, step, rank, category, busy_s, count) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+                     "INSERT INTO phase_totals (run_id, step, rank, category, busy_s, count, node) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
         insert_span(*conn,
-                    "INSERT INTO phases (run_id, step, rank, category, name, unit, chunk, start_s, end_s) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"),
+                    "INSERT INTO phases (run_id, step, rank, category, name, unit, chunk, start_s, end_s, node) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
         insert_error(
             *conn,
             "INSERT INTO errors (run_id, at, step, rank, kind, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
@@ -524,6 +544,7 @@ struct RunLog::Impl {
     if (!std::isfinite(t.busy_s) || t.busy_s < 0)
       throw InputError(where(w + ".busy_s"), "must be finite and >= 0 seconds, got " + num(t.busy_s));
     if (t.count < 0) throw InputError(where(w + ".count"), "must be >= 0");
+    if (t.node && *t.node < 0) throw InputError(where(w + ".node"), "must be >= 0 (nullopt for a one-node run)");
   }
   void check_span(const PhaseSpan& s) const {
     const std::string w = "phases[step " + std::to_string(s.step) + "]";
@@ -533,6 +554,7 @@ struct RunLog::Impl {
       throw InputError(where(w + ".category"), "'" + s.category + "' is not a lowercase identifier");
     if (s.unit && *s.unit < 0) throw InputError(where(w + ".unit"), "must be >= 0");
     if (s.chunk && *s.chunk < 0) throw InputError(where(w + ".chunk"), "must be >= 0");
+    if (s.node && *s.node < 0) throw InputError(where(w + ".node"), "must be >= 0 (nullopt for a one-node run)");
     if (!std::isfinite(s.start_s) || !std::isfinite(s.end_s) || s.end_s < s.start_s)
       throw InputError(where(w + ".end_s"), "start_s " + num(s.start_s) + " and end_s " + num(s.end_s) +
                                                 " must be finite with end_s >= start_s (seconds)");
@@ -542,7 +564,7 @@ struct RunLog::Impl {
     for (const PhaseTotal& t : totals) {
       check_total(t);
       insert_total.bind(1, run_id).bind(2, t.step).bind(3, t.rank).bind(4, t.category).bind(5, t.busy_s);
-      insert_total.bind(6, t.count).run();
+      insert_total.bind(6, t.count).bind(7, t.node).run();
     }
   }
   void write_spans(int64_t run_id, std::span<const PhaseSpan> spans) {
@@ -553,7 +575,7 @@ struct RunLog::Impl {
           .bind(3, s.rank)
           .bind(4, s.category)
           .bind_text_or_null(5, s.name);
-      insert_span.bind(6, s.unit).bind(7, s.chunk).bind(8, s.start_s).bind(9, s.end_s).run();
+      insert_span.bind(6, s.unit).bind(7, s.chunk).bind(8, s.start_s).bind(9, s.end_s).bind(10, s.node).run();
     }
   }
 
@@ -875,24 +897,26 @@ std::vector<StepRow> RunLogReader::steps(int64_t run_id) const {
 std::vector<PhaseTotal> RunLogReader::phase_totals(int64_t run_id) const {
   // NULL ranks sort first in SQLite: the host's totals precede rank 0's.
   Statement s(*impl_->conn,
-              "SELECT step, rank, category, busy_s, count FROM phase_totals WHERE run_id = ?1 "
-              "ORDER BY step, rank, category");
+              "SELECT step, rank, category, busy_s, count, node FROM phase_totals WHERE run_id = ?1 "
+              "ORDER BY step, node, rank, category");
   s.bind(1, run_id);
   std::vector<PhaseTotal> out;
   while (s.step())
-    out.push_back(PhaseTotal{s.integer(0), opt_int(s.opt_integer(1)), s.text(2), s.real(3), s.integer(4)});
+    out.push_back(PhaseTotal{s.integer(0), opt_int(s.opt_integer(1)), s.text(2), s.real(3), s.integer(4),
+                             opt_int(s.opt_integer(5))});
   return out;
 }
 
 std::vector<PhaseSpan> RunLogReader::spans(int64_t run_id) const {
   Statement s(*impl_->conn,
-              "SELECT step, rank, category, name, unit, chunk, start_s, end_s FROM phases WHERE run_id = ?1 "
+              "SELECT step, rank, category, name, unit, chunk, start_s, end_s, node FROM phases WHERE run_id = ?1 "
               "ORDER BY step, start_s, rowid");
   s.bind(1, run_id);
   std::vector<PhaseSpan> out;
   while (s.step())
     out.push_back(PhaseSpan{s.integer(0), opt_int(s.opt_integer(1)), s.text(2), s.text(3),
-                            opt_int(s.opt_integer(4)), s.opt_integer(5), s.real(6), s.real(7)});
+                            opt_int(s.opt_integer(4)), s.opt_integer(5), s.real(6), s.real(7),
+                            opt_int(s.opt_integer(8))});
   return out;
 }
 

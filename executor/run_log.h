@@ -21,7 +21,7 @@ namespace slidedp::exec {
 
 // The schema version this build writes and reads (PRAGMA user_version). A file with another version
 // is refused with an IoError naming it; there is no older version to migrate from yet.
-inline constexpr int kRunLogSchemaVersion = 1;
+inline constexpr int kRunLogSchemaVersion = 2;
 // PRAGMA application_id of a run log: 'SDPL'. Tells a run log from any other SQLite file.
 inline constexpr int32_t kRunLogApplicationId = 0x5344504C;
 
@@ -88,6 +88,7 @@ struct PhaseTotal {
   std::string category;
   double busy_s = 0;
   int64_t count = 0;  // spans
+  std::optional<int> node;  // multi-node runs: whose (ranks are numbered within their node)
 };
 
 // One sampled span; times in seconds from the start of its step.
@@ -100,6 +101,7 @@ struct PhaseSpan {
   std::optional<int64_t> chunk;
   double start_s = 0;
   double end_s = 0;
+  std::optional<int> node;  // multi-node runs: whose
 };
 
 struct ErrorRecord {

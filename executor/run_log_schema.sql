@@ -1,4 +1,4 @@
--- The SlideDP run log, schema version 1 (docs/RUN_LOG.md). executor/run_log.cc embeds this file and
+-- The SlideDP run log, schema version 2 (docs/RUN_LOG.md). executor/run_log.cc embeds this file and
 -- runs it once, in one transaction, on an empty database; it is the only place the schema is defined.
 -- Writers go through RunLog; readers (planner, fidelity tools, people with the sqlite3 shell) should
 -- prefer the views at the end, which stay stable when tables gain columns.
@@ -71,6 +71,9 @@ CREATE TABLE phases (
   chunk            INTEGER CHECK (chunk IS NULL OR chunk >= 0),
   start_s          REAL    NOT NULL,
   end_s            REAL    NOT NULL,
+  -- A multi-node run's node (its ranks are numbered within the node); NULL: a one-node run. Version 2
+  -- added it (the last column, as the migration from version 1 appends it).
+  node             INTEGER CHECK (node IS NULL OR node >= 0),
   CHECK (end_s >= start_s)
 );
 CREATE INDEX phases_by_step ON phases (run_id, step);
@@ -83,11 +86,13 @@ CREATE TABLE phase_totals (
   rank             INTEGER CHECK (rank IS NULL OR rank >= 0),  -- NULL: host-side work
   category         TEXT    NOT NULL,
   busy_s           REAL    NOT NULL CHECK (busy_s >= 0),  -- union of the spans' time (no double count)
-  count            INTEGER NOT NULL CHECK (count >= 0)    -- number of spans
+  count            INTEGER NOT NULL CHECK (count >= 0),   -- number of spans
+  node             INTEGER CHECK (node IS NULL OR node >= 0)  -- as phases.node
 );
--- One row per (step, rank, category). A key over `rank` itself would let host rows (NULL) repeat,
--- as SQL treats NULLs as distinct; the expression counts the host as rank -1.
-CREATE UNIQUE INDEX phase_totals_unique ON phase_totals (run_id, step, ifnull(rank, -1), category);
+-- One row per (step, node, rank, category). A key over `rank` itself would let host rows (NULL)
+-- repeat, as SQL treats NULLs as distinct; the expression counts the host as rank -1 (and a one-node
+-- run as node 0).
+CREATE UNIQUE INDEX phase_totals_unique ON phase_totals (run_id, step, ifnull(node, 0), ifnull(rank, -1), category);
 
 CREATE TABLE errors (
   id               INTEGER PRIMARY KEY,
@@ -197,4 +202,4 @@ FROM runs r;
 -- Marks the file as a SlideDP run log ('SDPL') and records the schema version; RunLog refuses files
 -- with another application id or a version it does not know (executor/run_log.h).
 PRAGMA application_id = 1396985932;
-PRAGMA user_version = 1;
+PRAGMA user_version = 2;

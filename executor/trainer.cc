@@ -4,6 +4,7 @@
 #include "executor/trainer.h"
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -102,6 +103,30 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
   if (!(std::isfinite(opt.weight_decay) && opt.weight_decay >= 0))
     throw InputError("optimizer: weight_decay", fmt::format("{} must be finite and >= 0", opt.weight_decay));
   (void)layout;
+}
+
+// Multi-node: node 0's record of a step gets every node's phase totals and sampled spans, each
+// tagged with its node (the run log's phases.node); the other nodes send theirs.
+void gather_node_phases(NodeLink& link, TrainStep& rec) {
+  nlohmann::json j = {{"t", nlohmann::json::array()}, {"s", nlohmann::json::array()}};
+  for (const PhaseTotal& t : rec.totals) j["t"].push_back({t.rank.value_or(-1), t.category, t.busy_s, t.count});
+  for (const PhaseSpan& p : rec.spans)
+    j["s"].push_back({p.rank.value_or(-1), p.category, p.name, p.unit.value_or(-1), p.chunk.value_or(-1), p.start_s, p.end_s});
+  const std::vector<std::string> all = gather_text(link, j.dump(), 0);
+  if (link.node() != 0) return;
+  for (PhaseTotal& t : rec.totals) t.node = 0;
+  for (PhaseSpan& p : rec.spans) p.node = 0;
+  auto opt = [](int64_t v) { return v < 0 ? std::nullopt : std::optional<int>(static_cast<int>(v)); };
+  for (int n = 1; n < link.nodes(); ++n) {
+    const nlohmann::json theirs = nlohmann::json::parse(all[static_cast<size_t>(n)]);
+    for (const auto& t : theirs["t"])
+      rec.totals.push_back(PhaseTotal{rec.step, opt(t[0]), t[1], t[2], t[3], n});
+    for (const auto& p : theirs["s"]) {
+      const int64_t chunk = p[4];
+      rec.spans.push_back(PhaseSpan{rec.step, opt(p[0]), p[1], p[2], opt(p[3]),
+                                    chunk < 0 ? std::nullopt : std::optional<int64_t>(chunk), p[5], p[6], n});
+    }
+  }
 }
 
 // Union of intervals (seconds): busy time of a resource whose spans may overlap (comm collectives).
@@ -482,6 +507,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         spans.insert(spans.end(), more.begin(), more.end());
         summarize_step(spans, s, o.sample_spans_every > 0 && (s + 1) % o.sample_spans_every == 0, rec);
       }
+      if (link) gather_node_phases(*link, rec);
       // The step is reported (and logged by the caller) before its checkpoint is published: a kill
       // between the two then leaves a logged step whose checkpoint is missing (the resume repeats it
       // under a new run), never a checkpoint whose step the log has lost.

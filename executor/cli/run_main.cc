@@ -151,7 +151,9 @@ int run_main(int argc, char** argv) {
   else if (exec::launched_by_mpi())
     throw InputError("--nodes", "started by an MPI launcher but the plan has 1 node: pass --nodes N (one process per node)");
   const bool lead = !g_link || g_link->node() == 0;
-  if (!lead) quiet = true, no_db = true, json = false;
+  // Every node traces when node 0 does: node 0 logs every node's phases.
+  const bool traced = bench || !trace.empty() || !no_db;
+  if (!lead) quiet = true, no_db = true, json = false, trace.clear();
   exec::TrainOptions o;
   // The embedded default: slidedp-tiny on the built-in text with a 2-rank plan that exercises the
   // sharded route, offload and recompute.
@@ -221,7 +223,7 @@ int run_main(int argc, char** argv) {
   o.checkpoint_every = checkpoint_every;
   o.keep_checkpoints = keep;
   o.resume_dir = resume;
-  o.trace = bench || !trace.empty() || !no_db;
+  o.trace = traced;
   o.sample_spans_every = 10;
   o.stop = &g_stop;
   o.link = g_link.get();

@@ -233,6 +233,25 @@ TEST(MultiNode, TheProfilerMeasuresTheNetworkBetweenProcessesIntoAProfileThePlan
   fs::remove_all(dir);
 }
 
+TEST(MultiNode, TheRunLogHasOneRunEachStepOnceAndEveryNodesPhasesTagged) {
+  const fs::path dir = scratch("runlog");
+  const std::string db = (dir / "runs.db").string();
+  auto r = run_shell(on_nodes(2, kRun + " -q --steps 3 --db " + db));
+  ASSERT_EQ(r.code, 0) << r.out;
+  auto q = [&](const std::string& sql) {
+    auto out = run_shell("sqlite3 " + db + " \"" + sql + "\"");
+    EXPECT_EQ(out.code, 0) << out.out;
+    return out.out;
+  };
+  EXPECT_EQ(q("SELECT count(*) FROM runs"), "1\n");
+  EXPECT_EQ(q("SELECT count(*) FROM steps"), "3\n");
+  EXPECT_EQ(q("SELECT group_concat(n) FROM (SELECT DISTINCT node AS n FROM phase_totals ORDER BY n)"), "0,1\n");
+  // Each node's two ranks computed in every step, and each node's host ran its update.
+  EXPECT_EQ(q("SELECT count(*) FROM phase_totals WHERE category = 'compute'"), "12\n");
+  EXPECT_EQ(q("SELECT count(DISTINCT node) FROM phase_totals WHERE category = 'cpu_update' AND rank IS NULL"), "2\n");
+  fs::remove_all(dir);
+}
+
 TEST(MultiNode, BadLaunchesAreRefusedBeforeAnyWork) {
   const fs::path dir = scratch("bad");
   // --nodes 2 without a launcher.

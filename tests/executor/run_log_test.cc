@@ -451,6 +451,69 @@ TEST(RunLog, WritersStartingTogetherOnANewFileAllOpenIt) {
   }
 }
 
+// Multi-node runs tag phases with their node; one (step, rank, category) may repeat across nodes.
+TEST(RunLog, PhasesOfSeveralNodesKeepTheirNode) {
+  TempDir tmp;
+  const std::string path = tmp / "runs.db";
+  RunLog log = RunLog::open(path);
+  const int64_t id = log.begin_run(train_info());
+  std::vector<PhaseTotal> totals = {{1, 0, "compute", 0.75, 12, 0}, {1, 0, "compute", 0.5, 12, 1},
+                                    {1, std::nullopt, "cpu_update", 0.25, 8, 1}};
+  std::vector<PhaseSpan> spans = {{1, 0, "compute", "forward", 3, std::nullopt, 0.0, 0.1, 1}};
+  log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8), totals, spans);
+  RunLogReader reader(path);
+  const auto back = reader.phase_totals(id);
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_EQ(back[0].node, 0);
+  EXPECT_EQ(back[1].node, 1);
+  EXPECT_FALSE(back[1].rank.has_value());  // node 1's host row before its rank 0 (NULL sorts first)
+  EXPECT_EQ(back[2].busy_s, 0.5);
+  EXPECT_EQ(reader.spans(id).at(0).node, 1);
+  // The same node twice is still a repeated total.
+  std::vector<PhaseTotal> twice = {{2, 0, "compute", 0.5, 1, 1}, {2, 0, "compute", 0.5, 1, 1}};
+  expect_throw<InputError>([&] { log.log_step(id, step_record(2, 2.5, 128, 1.0, 0.8), twice); });
+  expect_throw<InputError>([&] { log.log_step(id, step_record(2, 2.5, 128, 1.0, 0.8), std::vector<PhaseTotal>{{2, 0, "compute", 0.5, 1, -1}}); });
+}
+
+// A file of schema 1 (before the node columns) is migrated when opened, its rows kept, and ends up
+// with the columns of a file created at schema 2.
+TEST(RunLog, MigratesSchemaOneFiles) {
+  TempDir tmp;
+  const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
+  { RunLog log = RunLog::open(fresh); }
+  int64_t id = 0;
+  {
+    RunLog log = RunLog::open(old);
+    id = log.begin_run(train_info());
+    std::vector<PhaseTotal> totals = {{1, 0, "compute", 0.75, 12}};
+    std::vector<PhaseSpan> spans = {{1, 0, "compute", "forward", 3, std::nullopt, 0.0, 0.1}};
+    log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8), totals, spans);
+  }
+  // Back to schema 1 as it was: no node columns, the three-part key.
+  RawDb(old).exec(
+      "DROP INDEX phase_totals_unique; ALTER TABLE phases DROP COLUMN node; ALTER TABLE phase_totals DROP COLUMN node; "
+      "CREATE UNIQUE INDEX phase_totals_unique ON phase_totals (run_id, step, ifnull(rank, -1), category); "
+      "PRAGMA user_version = 1;");
+  ASSERT_EQ(RawDb(old).one("PRAGMA user_version"), "1");
+  {
+    RunLog log = RunLog::open(old);
+    std::vector<PhaseTotal> totals = {{2, 0, "compute", 0.5, 12, 0}, {2, 0, "compute", 0.25, 12, 1}};
+    log.log_step(id, step_record(2, 2.4, 128, 1.0, 0.8), totals);
+  }
+  EXPECT_EQ(RawDb(old).one("PRAGMA user_version"), "2");
+  for (const char* table : {"phases", "phase_totals"})
+    EXPECT_EQ(RawDb(old).rows(std::string("SELECT name FROM pragma_table_info('") + table + "')"),
+              RawDb(fresh).rows(std::string("SELECT name FROM pragma_table_info('") + table + "')"))
+        << table;
+  EXPECT_EQ(RawDb(old).one("SELECT sql FROM sqlite_master WHERE name = 'phase_totals_unique'"),
+            RawDb(fresh).one("SELECT sql FROM sqlite_master WHERE name = 'phase_totals_unique'"));
+  const auto totals = RunLogReader(old).phase_totals(id);
+  ASSERT_EQ(totals.size(), 3u);
+  EXPECT_FALSE(totals[0].node.has_value());  // step 1's row, from before the migration
+  EXPECT_EQ(totals[2].node, 1);
+  EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
+}
+
 TEST(RunLog, RefusesNewerAndUnknownSchemaVersions) {
   TempDir tmp;
   const std::string path = tmp / "runs.db";
