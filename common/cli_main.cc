@@ -4,11 +4,18 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdio>
+#include <filesystem>
 #include <exception>
 
 #include "common/error.h"
 
 namespace slidedp {
+
+std::string command_line(int argc, char** argv) {
+  std::string command = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "";
+  for (int i = 1; i < argc; ++i) command += " " + std::string(argv[i]);
+  return command;
+}
 
 int run_cli(const char* program, const std::function<int()>& body) {
   try {

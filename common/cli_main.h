@@ -4,9 +4,14 @@
 #pragma once
 
 #include <functional>
+#include <string>
 
 namespace slidedp {
 
 int run_cli(const char* program, const std::function<int()>& body);
+
+// The command as typed, for run logs and reports: the program's file name (no folder, so committed
+// reports do not carry a machine's paths) and the arguments, space-separated.
+std::string command_line(int argc, char** argv);
 
 }  // namespace slidedp

@@ -49,12 +49,6 @@ std::unique_ptr<exec::NodeLink> g_link;
 // the step, checkpoint, log the run as interrupted.
 extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
-std::string command_line(int argc, char** argv) {
-  std::string s;
-  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
-  return s;
-}
-
 int run_main(int argc, char** argv) {
   CLI::App app{
       "slidedp-run: train a Llama/Qwen/Mistral-architecture model with layer streaming from host memory,\n"

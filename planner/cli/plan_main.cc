@@ -21,12 +21,6 @@
 namespace slidedp::planner {
 namespace {
 
-std::string command_line(int argc, char** argv) {
-  std::string s;
-  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
-  return s;
-}
-
 int64_t bytes_flag(const std::optional<std::string>& text, const char* flag) {
   if (!text) return 0;
   try {

@@ -21,12 +21,6 @@
 namespace slidedp {
 namespace {
 
-std::string command_line(int argc, char** argv) {
-  std::string s;
-  for (int i = 0; i < argc; ++i) s += (i ? " " : "") + std::string(argv[i]);
-  return s;
-}
-
 template <class T>
 std::vector<T> parse_list(const std::string& text, const std::string& flag) {
   std::vector<T> out;

@@ -5,15 +5,14 @@
 
 #include <string>
 
+#include "common/cli_main.h"  // command_line
+
 namespace slidedp {
 
 void add_fidelity_command(CLI::App& app, int argc, char** argv);
 void add_run_command(CLI::App& app, int argc, char** argv);
 void add_measured_command(CLI::App& app, int argc, char** argv);
 int last_command_status();
-// The command as reports print it: the tool's name without the build folder it ran from, then the
-// arguments.
-std::string command_line(int argc, char** argv);
 void set_command_status(int status);
 
 }  // namespace slidedp

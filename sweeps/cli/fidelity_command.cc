@@ -70,12 +70,6 @@ void print_summary(const FidelityReport& rep, const std::string& out) {
 int last_command_status() { return g_status; }
 void set_command_status(int s) { g_status = s; }
 
-std::string command_line(int argc, char** argv) {
-  std::string command = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "slidedp-sweep";
-  for (int i = 1; i < argc; ++i) command += " " + std::string(argv[i]);
-  return command;
-}
-
 void add_fidelity_command(CLI::App& app, int argc, char** argv) {
   auto args = std::make_shared<FidelityArgs>();
   CLI::App* cmd = app.add_subcommand(
