@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "common/intervals.h"
 #include "common/host_memory.h"
 #include "common/provenance.h"
 #include "common/thread_pool.h"
@@ -127,21 +128,6 @@ void gather_node_phases(NodeLink& link, TrainStep& rec) {
                                     chunk < 0 ? std::nullopt : std::optional<int64_t>(chunk), p[5], p[6], n});
     }
   }
-}
-
-// Union of intervals (seconds): busy time of a resource whose spans may overlap (comm collectives).
-double union_length(std::vector<std::pair<double, double>> iv) {
-  std::sort(iv.begin(), iv.end());
-  double total = 0, cur_s = -1, cur_e = -1;
-  for (const auto& [s, e] : iv) {
-    if (s > cur_e) {
-      total += cur_e - cur_s;
-      cur_s = s, cur_e = e;
-    } else {
-      cur_e = std::max(cur_e, e);
-    }
-  }
-  return total + (cur_e - cur_s);
 }
 
 // Per-rank, per-category busy time of step `s` (and its spans when sampled) from the timeline.

@@ -14,6 +14,7 @@
 #include <map>
 
 #include "common/error.h"
+#include "common/intervals.h"
 #include "model/fluid_engine.h"
 #include "model/machine_resources.h"
 #include "model/memory_model.h"
@@ -508,21 +509,6 @@ struct RunOutcome {
   std::map<std::string, double> busy;
   std::map<std::string, double> span_busy;
 };
-
-double union_length(std::vector<std::pair<double, double>> iv) {
-  std::sort(iv.begin(), iv.end());
-  double total = 0, s0 = 0, e0 = -1;
-  bool open = false;
-  for (const auto& [s, e] : iv) {
-    if (!open || s > e0) {
-      if (open) total += e0 - s0;
-      s0 = s, e0 = e, open = true;
-    } else {
-      e0 = std::max(e0, e);
-    }
-  }
-  return open ? total + (e0 - s0) : 0.0;
-}
 
 RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
   FluidEngine& e = g.engine();
