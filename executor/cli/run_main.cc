@@ -160,12 +160,9 @@ int run_main(int argc, char** argv) {
     if (!flags.chunk_numel) pf.plan.chunk_numel = 1 << 16;
     if (!flags.activation) pf.plan.offload_layers = 1, pf.plan.recompute_layers = 2, pf.plan.keep_layers = Plan::kRest;
   }
-  if (std::filesystem::is_directory(pf.model)) {
-    o.init_model_dir = pf.model;
-    o.card = load_model_card(pf.model);
-  } else {
-    o.card = load_model_card(pf.model);
-  }
+  // A folder is a Hugging Face model: its card, and its weights to start from.
+  o.card = load_model_card(pf.model);
+  if (std::filesystem::is_directory(pf.model)) o.init_model_dir = pf.model;
   o.seq_len = pf.seq_len;
   o.plan = pf.plan;
   o.system = parse_system(system, "--system");

@@ -147,6 +147,18 @@ TEST(Cli, CosineRunEqualsPartsWithResume) {
   fs::remove_all(d);
 }
 
+// After --resume the progress line counts this run's steps (2 of --steps 2), not the checkpoint's.
+TEST(Cli, ResumedRunsProgressCountsThisRunsSteps) {
+  fs::path d = scratch("progress");
+  ASSERT_EQ(sh(bin("slidedp-run") + " --no-db -q --steps 2 --checkpoint-dir " + (d / "c").string()).code, 0);
+  // The progress line goes to stderr; the report on stdout is dropped.
+  Result r = sh("{ " + bin("slidedp-run") + " --no-db --steps 2 --resume " + (d / "c").string() + " 2>&1 >/dev/null; }");
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("train: 2/2 steps"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("4/2 steps"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
 // Paced emulation: a run at a target's ratios reports its scale and its paced operations; bad input
 // names the flag or the profile's field and exits 2.
 TEST(Cli, EmulateRunsPacedAndRejectsBadInput) {
