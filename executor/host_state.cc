@@ -90,6 +90,22 @@ void HostState::load(std::span<const std::span<const float>> master, std::span<c
   }
 }
 
+kernels::AdamwState HostState::adamw_state(int u, int64_t b) const {
+  const UnitState& s = unit(u);
+  kernels::AdamwState st;
+  st.param = s.master_f32() + s.local(b);
+  st.exp_avg = s.m_f32() + s.local(b);
+  st.exp_avg_sq = s.v_f32() + s.local(b);
+  st.param_bf16 = options_.mirror_dtype == DType::kBF16 ? reinterpret_cast<bf16_bits*>(s.mirror.ptr) + b : nullptr;
+  return st;
+}
+
+void HostState::write_fp32_mirror(int u, int64_t b, int64_t n) const {
+  if (options_.mirror_dtype != DType::kF32) return;
+  const UnitState& s = unit(u);
+  std::memcpy(reinterpret_cast<float*>(s.mirror.ptr) + b, s.master_f32() + s.local(b), static_cast<size_t>(n) * 4);
+}
+
 void HostState::set_updated(uint64_t steps) {
   for (auto& s : units_)
     for (auto& c : s.updated) c->advance_to(steps);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "executor/backend.h"
+#include "kernels/cpu/optim/adamw.h"
 #include "model/plan.h"
 #include "model/unit_layout.h"
 
@@ -64,6 +65,11 @@ class HostState {
   // Sets master, m and v (resume); writes the mirror.
   void load(std::span<const std::span<const float>> master, std::span<const std::span<const float>> m,
             std::span<const std::span<const float>> v);
+  // AdamW's view of unit u from element b on (one this node holds): master, m, v, and the bf16 mirror
+  // the update writes as it goes (null with an fp32 mirror: write_fp32_mirror after the update).
+  kernels::AdamwState adamw_state(int u, int64_t b) const;
+  // An fp32 mirror (exact mode) of elements [b, b + n) of unit u, copied from the updated master.
+  void write_fp32_mirror(int u, int64_t b, int64_t n) const;
   // Every chunk's counter to `steps` (after a resume at optimizer step `steps`).
   void set_updated(uint64_t steps);
 

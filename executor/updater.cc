@@ -277,7 +277,7 @@ bool Updater::job_ready(const Job& job) const {
   auto info = steps_.find(job.step);
   const bool losses = info != steps_.end() && info->second.losses >= nodes_ * config_.ranks * config_.accum_steps;
   const bool gate = allowed_step_ >= job.step && losses;
-  if (job.kind == Job::kVerifyPass) return losses;
+  if (job.kind == Job::kVerifyPass) return gate;  // it updates: behind the checkpoint gate
   if (!job.cross) return job.kind == Job::kAccumulate || gate;
   switch (job.stage) {
     // Behind the checkpoint gate too, so that nodes stopping after step s never leave a transfer of
@@ -456,11 +456,7 @@ void Updater::update_input(Job& job, const GradInput& in) {
     const int written_rank = config_.route == GradRouteKind::kGpu ? job.parts.front().rank : -1;
     has_accum = steps_.at(job.step).written[{job.unit, job.chunk * (config_.ranks + 1) + written_rank + 1}] > 1;
   }
-  kernels::AdamwState st;
-  st.param = u.master_f32() + u.local(b);
-  st.exp_avg = u.m_f32() + u.local(b);
-  st.exp_avg_sq = u.v_f32() + u.local(b);
-  st.param_bf16 = state_.mirror_dtype() == DType::kBF16 ? reinterpret_cast<bf16_bits*>(u.mirror.ptr) + b : nullptr;
+  kernels::AdamwState st = state_.adamw_state(job.unit, b);
   const kernels::AdamwHyper h = hyper(job.step, job.lr, 1.0);
   const float* acc = has_accum ? u.accum_f32() + u.local(b) : nullptr;
   auto run = [&](auto tag) {
@@ -482,8 +478,7 @@ void Updater::update_input(Job& job, const GradInput& in) {
   };
   if (in.dtype == DType::kBF16) run(bf16_bits{});
   else run(float{});
-  if (state_.mirror_dtype() == DType::kF32)
-    std::memcpy(reinterpret_cast<float*>(u.mirror.ptr) + b, st.param, static_cast<size_t>(n) * 4);
+  state_.write_fp32_mirror(job.unit, b, n);
 }
 
 ShardRange Updater::own_range(int64_t n) const {
@@ -690,16 +685,11 @@ void Updater::verify_pass(int64_t step) {
         const double share = static_cast<double>(e - b) / static_cast<double>(state_.total_numel());
         flow = config_.pacing->pacer().begin(p.usages, p.work * share, 0.0);
       }
-      kernels::AdamwState st;
-      st.param = s.master_f32() + b;
-      st.exp_avg = s.m_f32() + b;
-      st.exp_avg_sq = s.v_f32() + b;
-      st.param_bf16 = state_.mirror_dtype() == DType::kBF16 ? reinterpret_cast<bf16_bits*>(s.mirror.ptr) + b : nullptr;
+      kernels::AdamwState st = state_.adamw_state(u, b);
       by_decay(u, b, e, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
         kernels::adamw_update(pool_, st, s.accum_f32() + b, ph, pb - b, pe - b);
       });
-      if (state_.mirror_dtype() == DType::kF32)
-        std::memcpy(reinterpret_cast<float*>(s.mirror.ptr) + b, st.param, static_cast<size_t>(e - b) * 4);
+      state_.write_fp32_mirror(u, b, e - b);
       hold_paced(flow);
       std::lock_guard<std::mutex> lock(mutex_);
       finish_chunk(steps_.at(step), u, k, step);
