@@ -15,7 +15,7 @@
 #include "executor/backend.h"
 #include "executor/lr_schedule.h"
 #include "executor/node_link.h"
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 #include "executor/updater.h"
 #include "io/token_dataset.h"
 #include "model/memory_account.h"
@@ -25,6 +25,10 @@
 #include "model/system.h"
 
 namespace slidedp::exec {
+
+// A step's phase totals and spans are the run log's rows (slidedp-run logs them as they are).
+using runlog::PhaseSpan;
+using runlog::PhaseTotal;
 
 struct TrainOptions {
   ModelCard card;

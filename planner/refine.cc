@@ -15,7 +15,7 @@
 #include "common/host_memory.h"
 #include "common/table.h"
 #include "common/units.h"
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 #include "executor/target_pacing.h"
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
@@ -96,11 +96,11 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     throw InputError(o.data_path.empty() ? "--data" : o.data_path,
                      fmt::format("token vocabulary {} exceeds {}'s vocab_size {}", data.vocab_size(),
                                  w.model.name, w.model.vocab_size));
-  std::optional<exec::RunLog> log;
+  std::optional<runlog::RunLog> log;
   if (!o.db_path.empty()) {
-    log.emplace(exec::RunLog::open(o.db_path));
-    exec::RunInfo info;
-    info.kind = exec::RunKind::kRefine;
+    log.emplace(runlog::RunLog::open(o.db_path));
+    runlog::RunInfo info;
+    info.kind = runlog::RunKind::kRefine;
     info.command_line = o.command_line;
     info.backend = "cpu";
     info.plan_summary = fmt::format("refine top {} of {} candidates", K, search.stats.space_size);
@@ -139,8 +139,8 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     if (paced) t.emulate = hw, t.time_scale = r.time_scale;
     int64_t run_id = -1;
     if (log) {
-      exec::RunInfo info;
-      info.kind = exec::RunKind::kTrain;
+      runlog::RunInfo info;
+      info.kind = runlog::RunKind::kTrain;
       info.parent_run_id = res.parent_run_id;
       info.command_line = o.command_line;
       info.backend = "cpu";
@@ -156,8 +156,8 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
       info.notes_json = notes.dump();
       run_id = log->begin_run(info);
       r.run_ids.push_back(run_id);
-      log->log_prediction(run_id, exec::prediction_record(c.predicted));
-      if (c.simulated) log->log_prediction(run_id, exec::prediction_record(*c.simulated));
+      log->log_prediction(run_id, runlog::prediction_record(c.predicted));
+      if (c.simulated) log->log_prediction(run_id, runlog::prediction_record(*c.simulated));
     }
     int64_t seen = 0;
     try {
@@ -166,7 +166,7 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
         r.step_wall_s.push_back(step_s);
         if (++seen > o.warmup_steps) measured_steps[i].push_back(step_s);
         if (log) {
-          exec::StepRecord rec;
+          runlog::StepRecord rec;
           rec.step = s.step;
           rec.loss = s.loss;
           rec.tokens = s.tokens;
@@ -185,19 +185,19 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
       // model) and I/O errors concern every candidate: those stop the refinement.
       const bool candidate_specific = e.kind() != ErrorKind::kInput && e.kind() != ErrorKind::kIo;
       if (log) {
-        exec::ErrorRecord er;
+        runlog::ErrorRecord er;
         er.kind = e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
         er.message = e.what();
         log->log_error(run_id, er);
-        log->end_run(run_id, exec::RunStatus::kFailed);
-        if (!candidate_specific) log->end_run(res.parent_run_id, exec::RunStatus::kFailed);
+        log->end_run(run_id, runlog::RunStatus::kFailed);
+        if (!candidate_specific) log->end_run(res.parent_run_id, runlog::RunStatus::kFailed);
       }
       if (!candidate_specific) throw;
       r.failed = e.what();
       if (o.on_progress) o.on_progress(fmt::format("candidate {}: failed: {}", r.predicted_rank, r.failed));
       return;
     }
-    if (log) log->end_run(run_id, exec::RunStatus::kFinished);
+    if (log) log->end_run(run_id, runlog::RunStatus::kFinished);
   };
   if (paced)
     for (RefinedRun& r : res.runs)
@@ -221,7 +221,7 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
                                 format_seconds(r.measured_step_s), r.measured_tokens_per_s,
                                 format_seconds(r.predicted_step_s)));
   }
-  if (log) log->end_run(res.parent_run_id, exec::RunStatus::kFinished);
+  if (log) log->end_run(res.parent_run_id, runlog::RunStatus::kFinished);
 
   std::vector<double> predicted, measured;
   double best_tps = 0;

@@ -11,8 +11,8 @@ const Measurement& Measurements::add(Measurement m) {
   return items_.back();
 }
 
-std::vector<exec::ProfileSample> Measurements::samples() const {
-  std::vector<exec::ProfileSample> out;
+std::vector<runlog::ProfileSample> Measurements::samples() const {
+  std::vector<runlog::ProfileSample> out;
   for (const Measurement& m : items_) {
     for (std::size_t i = 0; i < m.values.size(); ++i) {
       nlohmann::json p = m.params.is_object() ? m.params : nlohmann::json::object();

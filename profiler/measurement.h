@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 #include "profiler/stats.h"
 
 namespace slidedp::profiler {
@@ -30,7 +30,7 @@ class Measurements {
   const Measurement& add(Measurement m);
   const std::vector<Measurement>& all() const { return items_; }
   // One run-log sample per repetition: measurement = key(), params = the case plus {"rep": i}.
-  std::vector<exec::ProfileSample> samples() const;
+  std::vector<runlog::ProfileSample> samples() const;
 
  private:
   std::vector<Measurement> items_;

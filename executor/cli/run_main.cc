@@ -24,7 +24,7 @@
 #include "common/units.h"
 #include "executor/backend_registry.h"
 #include "executor/node_link.h"
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 #include "executor/target_pacing.h"
 #include "executor/trainer.h"
 #include "executor/weight_decay_groups.h"
@@ -249,12 +249,12 @@ int run_main(int argc, char** argv) {
     }
   }
 
-  std::optional<exec::RunLog> log;
+  std::optional<runlog::RunLog> log;
   int64_t run_id = -1;
   if (!no_db) {
-    log.emplace(exec::RunLog::open(db));
-    exec::RunInfo info;
-    info.kind = exec::RunKind::kTrain;
+    log.emplace(runlog::RunLog::open(db));
+    runlog::RunInfo info;
+    info.kind = runlog::RunKind::kTrain;
     info.command_line = command_line(argc, argv);
     info.backend = backend;
     info.plan_yaml = plan_to_yaml(run_plan);
@@ -265,7 +265,7 @@ int run_main(int argc, char** argv) {
     info.seq_len = o.seq_len;
     info.system = system_name(o.system);
     run_id = log->begin_run(info);
-    if (predicted) log->log_prediction(run_id, exec::prediction_record(*predicted));
+    if (predicted) log->log_prediction(run_id, runlog::prediction_record(*predicted));
   }
 
   const std::string header = fmt::format("{} ({} params) | seq {} | {}{} | {} backend | {} | {} tokens/step",
@@ -294,7 +294,7 @@ int run_main(int argc, char** argv) {
                     fmt::format("step {} loss {:.4f} | {:.0f} tokens/s{}", s.step, s.loss,
                                 static_cast<double>(s.tokens) / s.wall_s, s.skipped ? " | SKIPPED: " + s.skipped_reason : ""));
     if (log) {
-      exec::StepRecord r;
+      runlog::StepRecord r;
       r.step = s.step;
       r.loss = s.loss;
       r.tokens = s.tokens;
@@ -336,18 +336,18 @@ int run_main(int argc, char** argv) {
     }
   } catch (const Error& e) {
     if (log) {
-      exec::ErrorRecord er;
+      runlog::ErrorRecord er;
       er.kind = e.kind() == ErrorKind::kNumeric ? "numeric" : e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
       er.message = e.what();
       log->log_error(run_id, er);
-      log->end_run(run_id, exec::RunStatus::kFailed);
+      log->end_run(run_id, runlog::RunStatus::kFailed);
     }
     throw;
   } catch (...) {
-    if (log) log->end_run(run_id, exec::RunStatus::kFailed);
+    if (log) log->end_run(run_id, runlog::RunStatus::kFailed);
     throw;
   }
-  if (log) log->end_run(run_id, result.stopped_early ? exec::RunStatus::kInterrupted : exec::RunStatus::kFinished);
+  if (log) log->end_run(run_id, result.stopped_early ? runlog::RunStatus::kInterrupted : runlog::RunStatus::kFinished);
 
   // Steady state: every step but the first (it pays start-up).
   double steady_t = 0, steady_tok = 0;

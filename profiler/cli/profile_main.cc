@@ -13,7 +13,7 @@
 #include "common/file_util.h"
 #include "common/units.h"
 #include "executor/node_link.h"
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 #include "model/model_card.h"
 #include "profiler/profile.h"
 #include "profiler/report.h"
@@ -131,12 +131,12 @@ int profile_main(int argc, char** argv) {
   o.progress = !quiet;
   if (!quiet) o.log = [](const std::string& m) { fmt::print(stderr, "slidedp-profile: {}\n", m); };
 
-  std::optional<exec::RunLog> log;
+  std::optional<runlog::RunLog> log;
   int64_t run_id = 0;
   if (!no_db) {
-    log.emplace(exec::RunLog::open(db));
-    exec::RunInfo info;
-    info.kind = exec::RunKind::kProfile;
+    log.emplace(runlog::RunLog::open(db));
+    runlog::RunInfo info;
+    info.kind = runlog::RunKind::kProfile;
     info.command_line = o.command_line;
     info.model_name = o.models.front().name;
     info.seq_len = o.seq_len;
@@ -153,13 +153,13 @@ int profile_main(int argc, char** argv) {
                               : e.kind() == ErrorKind::kIo  ? "io"
                                                             : "runtime",
                               e.what(), std::nullopt, std::nullopt});
-      log->end_run(run_id, exec::RunStatus::kFailed);
+      log->end_run(run_id, runlog::RunStatus::kFailed);
     }
     throw;
   }
   if (log) {
     log->log_profile_samples(run_id, r.measurements.samples());
-    log->end_run(run_id, exec::RunStatus::kFinished);
+    log->end_run(run_id, runlog::RunStatus::kFinished);
   }
   if (json) {
     nlohmann::json j = profiler::profile_json(r);

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "common/file_util.h"
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
 #include "io/token_dataset.h"
@@ -132,14 +132,14 @@ TEST(PlannerEndToEnd, RefineRunsTheTopPlansLogsThemAndKeepsTheMeasuredBest) {
 
   // The run log: one refine run, each candidate's runs (one per round) as training runs under it,
   // every step with the prediction next to the measurement.
-  exec::RunLogReader log(ro.db_path);
+  runlog::RunLogReader log(ro.db_path);
   const auto runs = log.list_runs();
   ASSERT_EQ(runs.size(), 7u);
-  EXPECT_EQ(runs[0].kind, exec::RunKind::kRefine);
+  EXPECT_EQ(runs[0].kind, runlog::RunKind::kRefine);
   EXPECT_EQ(runs[0].id, rr.parent_run_id);
-  EXPECT_EQ(log.run_status(rr.parent_run_id), exec::RunState::kFinished);
+  EXPECT_EQ(log.run_status(rr.parent_run_id), runlog::RunState::kFinished);
   for (int i = 1; i < 7; ++i) {
-    EXPECT_EQ(runs[static_cast<std::size_t>(i)].kind, exec::RunKind::kTrain);
+    EXPECT_EQ(runs[static_cast<std::size_t>(i)].kind, runlog::RunKind::kTrain);
     EXPECT_EQ(runs[static_cast<std::size_t>(i)].parent_run_id, rr.parent_run_id);
     const auto steps = log.steps(runs[static_cast<std::size_t>(i)].id);
     ASSERT_EQ(steps.size(), 4u);

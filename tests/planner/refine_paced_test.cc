@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 #include "planner/refine.h"
 #include "planner/report.h"
 #include "planner/search.h"
@@ -49,7 +49,7 @@ TEST(PlannerRefinePaced, OnAProfileOfRealGpusMeasuresPacedRunsInItsSeconds) {
     EXPECT_NEAR(x.measured_step_s / x.predicted_step_s, 1.0, 0.3) << candidate_summary(x.plan, 16);
   }
   // The log says what the runs were paced at.
-  exec::RunLogReader log(ro.db_path);
+  runlog::RunLogReader log(ro.db_path);
   const auto runs = log.list_runs();
   ASSERT_EQ(runs.size(), 3u);
   EXPECT_NE(runs[1].notes_json.find("\"time_scale\":" + std::to_string(static_cast<int>(ro.time_scale))),

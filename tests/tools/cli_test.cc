@@ -17,7 +17,7 @@
 #include <nlohmann/json.hpp>
 
 #include "executor/init_weights.h"
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "model/model_card.h"
@@ -79,10 +79,10 @@ TEST(Cli, RunDefaultTrainsAndLogs) {
   nlohmann::json j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["steps"].size(), 6u);
   EXPECT_LT(j["final_loss"].get<double>(), j["steps"][0]["loss"].get<double>());
-  exec::RunLogReader log((d / "runs.db").string());
+  runlog::RunLogReader log((d / "runs.db").string());
   auto runs = log.list_runs();
   ASSERT_EQ(runs.size(), 1u);
-  EXPECT_EQ(log.run_status(runs[0].id), exec::RunState::kFinished);
+  EXPECT_EQ(log.run_status(runs[0].id), runlog::RunState::kFinished);
   EXPECT_EQ(log.steps(runs[0].id).size(), 6u);
   EXPECT_FALSE(log.phase_totals(runs[0].id).empty());
   fs::remove_all(d);
@@ -218,9 +218,9 @@ TEST(Cli, KilledDuringCheckpointWriteResumesFromThePreviousCompleteOne) {
   const int64_t resumed_from = complete.back().first;
   // The run log opens and says the killed run did not finish.
   {
-    exec::RunLogReader log((d / "runs.db").string());
+    runlog::RunLogReader log((d / "runs.db").string());
     EXPECT_EQ(log.integrity_check(), "ok");
-    EXPECT_EQ(log.run_status(log.list_runs().front().id), exec::RunState::kDidNotFinish);
+    EXPECT_EQ(log.run_status(log.list_runs().front().id), runlog::RunState::kDidNotFinish);
   }
   Result r = sh(bin("slidedp-run") + args + " --steps 2 --json --resume " + ckpt);
   ASSERT_EQ(r.code, 0) << r.out;
@@ -246,7 +246,7 @@ TEST(Cli, SigtermFinishesTheStepCheckpointsAndLogsTheRunInterrupted) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (!fs::exists(db)) continue;
     try {
-      exec::RunLogReader log(db);
+      runlog::RunLogReader log(db);
       const auto runs = log.list_runs();
       stepped = !runs.empty() && !log.steps(runs.front().id).empty();
     } catch (const std::exception&) {  // the writer may still be creating the schema
@@ -258,9 +258,9 @@ TEST(Cli, SigtermFinishesTheStepCheckpointsAndLogsTheRunInterrupted) {
   ASSERT_TRUE(stepped) << "the run never logged a step";
   ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
   EXPECT_EQ(WEXITSTATUS(status), 0);
-  exec::RunLogReader log(db);
+  runlog::RunLogReader log(db);
   const int64_t run = log.list_runs().front().id;
-  EXPECT_EQ(log.run_status(run), exec::RunState::kInterrupted);
+  EXPECT_EQ(log.run_status(run), runlog::RunState::kInterrupted);
   const auto checkpoints = list_checkpoints(ckpt);
   ASSERT_EQ(checkpoints.size(), 1u);
   EXPECT_EQ(checkpoints.back().first, static_cast<int64_t>(log.steps(run).size()));
@@ -285,9 +285,9 @@ TEST(Cli, EveryStepSkippedIsAFailedRun) {
   EXPECT_EQ(r.code, 5) << r.out;
   EXPECT_NE(r.out.find("every one of the 2 steps was skipped"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(d / "out"));
-  exec::RunLogReader log(db);
+  runlog::RunLogReader log(db);
   const int64_t run = log.list_runs().front().id;
-  EXPECT_EQ(log.run_status(run), exec::RunState::kFailed);
+  EXPECT_EQ(log.run_status(run), runlog::RunState::kFailed);
   ASSERT_EQ(log.errors(run).size(), 1u);
   EXPECT_EQ(log.steps(run).size(), 2u);
   fs::remove_all(d);

@@ -1,4 +1,4 @@
--- The SlideDP run log, schema version 2 (docs/RUN_LOG.md). executor/run_log.cc embeds this file and
+-- The SlideDP run log, schema version 2 (docs/RUN_LOG.md). runlog/open_log.cc embeds this file and
 -- runs it once, in one transaction, on an empty database; it is the only place the schema is defined.
 -- Writers go through RunLog; readers (planner, fidelity tools, people with the sqlite3 shell) should
 -- prefer the views at the end, which stay stable when tables gain columns.
@@ -200,6 +200,6 @@ SELECT r.id AS run_id, r.kind, r.parent_run_id, r.status,
 FROM runs r;
 
 -- Marks the file as a SlideDP run log ('SDPL') and records the schema version; RunLog refuses files
--- with another application id or a version it does not know (executor/run_log.h).
+-- with another application id or a version it does not know (runlog/run_log.h).
 PRAGMA application_id = 1396985932;
 PRAGMA user_version = 2;

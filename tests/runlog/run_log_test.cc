@@ -2,7 +2,7 @@
 // numbers, appending, refusal of foreign and newer files naming the path, validation naming the field,
 // atomic writes, pid-based run status, and a writer SIGKILLed at several moments (fork) leaving a
 // database that passes integrity_check, says "did not finish" and holds every step written before.
-#include "executor/run_log.h"
+#include "runlog/run_log.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -24,7 +24,7 @@
 #include "common/provenance.h"
 #include "model/prediction.h"
 
-namespace slidedp::exec {
+namespace slidedp::runlog {
 namespace {
 
 namespace fs = std::filesystem;
@@ -807,4 +807,4 @@ TEST(RunLogKill, AppendAfterAKill) {
 }
 
 }  // namespace
-}  // namespace slidedp::exec
+}  // namespace slidedp::runlog

@@ -1,6 +1,6 @@
 // The SQLite run log (docs/RUN_LOG.md): every run, its steps, per-step busy time per resource, sampled
 // spans, errors, the model's prediction and the profiler's samples. This module owns the schema
-// (executor/run_log_schema.sql, embedded); RunLog writes, RunLogReader reads. The file is in WAL mode
+// (runlog/run_log_schema.sql, embedded); RunLog writes, RunLogReader reads. The file is in WAL mode
 // and each write is one transaction, so a run SIGKILLed at any moment leaves a database that opens,
 // with the run still 'running' and its pid dead: run_status() then says "did not finish".
 #pragma once
@@ -17,10 +17,10 @@ namespace slidedp {
 struct Prediction;
 }
 
-namespace slidedp::exec {
+namespace slidedp::runlog {
 
-// The schema version this build writes and reads (PRAGMA user_version). A file with another version
-// is refused with an IoError naming it; there is no older version to migrate from yet.
+// The schema version this build writes and reads (PRAGMA user_version). An older file is migrated
+// when opened (runlog/open_log.cc); a newer or unknown one is refused with an IoError naming it.
 inline constexpr int kRunLogSchemaVersion = 2;
 // PRAGMA application_id of a run log: 'SDPL'. Tells a run log from any other SQLite file.
 inline constexpr int32_t kRunLogApplicationId = 0x5344504C;
@@ -250,4 +250,4 @@ class RunLogReader {
 // RunLogReader(db_path).run_status(run_id).
 RunState run_status(const std::string& db_path, int64_t run_id);
 
-}  // namespace slidedp::exec
+}  // namespace slidedp::runlog
