@@ -1,6 +1,8 @@
 // Medians, spreads and the repeat loop; see stats.h.
 #include "profiler/stats.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -10,6 +12,9 @@
 #include "common/error.h"
 
 namespace slidedp::profiler {
+
+std::string sig3(double v) { return fmt::format("{:.3g}", v); }
+std::string spread_percent(const Spread& s) { return fmt::format("{:.1f}%", 100 * s.relative()); }
 
 Spread summarize(std::vector<double> v) {
   SLIDEDP_CHECK(!v.empty(), "summarize: no values");

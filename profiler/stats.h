@@ -23,6 +23,10 @@ struct Spread {
 // Aborts on an empty list (a stage that measured nothing is a bug).
 Spread summarize(std::vector<double> values);
 
+// For sources and notes: a value to 3 significant digits ("12.3"), a spread as a percentage ("4.2%").
+std::string sig3(double v);
+std::string spread_percent(const Spread& s);
+
 // Seconds on a monotonic clock (steady_clock), for spans measured on any thread.
 double now_s();
 
