@@ -29,6 +29,7 @@
 #include "io/sequence_sampler.h"
 #include "io/token_dataset.h"
 #include "model/unit_layout.h"
+#include "tests/shell_command.h"
 
 namespace slidedp {
 namespace {
@@ -367,22 +368,6 @@ std::string config_name(const RunConfig& c) {
   return s;
 }
 
-struct Output {
-  int code = -1;
-  std::string text;
-};
-
-Output run_command(const std::string& cmd) {
-  Output r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.text.append(buf, n);
-  const int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 // Worst |got - ref| / tol over a tensor; tol > 0 everywhere. NaN gives +inf.
 struct Worst {
@@ -412,7 +397,7 @@ void PrintTo(const RunConfig& c, std::ostream* os) { *os << config_name(c); }
 
 // slidedp-run's --help, read once.
 const std::string& run_help() {
-  static const std::string help = run_command(std::string(SLIDEDP_RUN_BIN) + " --help").text;
+  static const std::string help = testing::run_shell(std::string(SLIDEDP_RUN_BIN) + " --help").out;
   return help;
 }
 
@@ -462,12 +447,12 @@ TEST_P(StepReference, MatchesPyTorch) {
       c.micro_batch, c.accum, c.param_route, c.grad_route, c.activation, c.chunk_numel, g.run_flags);
   if (c.depth > 0) cmd += fmt::format(" --depth {}", c.depth);
   if (c.save_model) cmd += " --save-model " + (dir / "saved").string();
-  const Output out = run_command(cmd);
-  ASSERT_EQ(out.code, 0) << cmd << "\n" << out.text;
-  const json j = json::parse(out.text.substr(out.text.find('{')));
+  const testing::CommandResult out = testing::run_shell(cmd);
+  ASSERT_EQ(out.code, 0) << cmd << "\n" << out.out;
+  const json j = json::parse(out.out.substr(out.out.find('{')));
 
   // Loss and learning rate per step.
-  ASSERT_EQ(j["steps"].size(), static_cast<size_t>(kSteps)) << out.text;
+  ASSERT_EQ(j["steps"].size(), static_cast<size_t>(kSteps)) << out.out;
   std::string report =
       fmt::format("{}: gamma {:.2g} (D {}), kappa {:.2g} {:.2g} {:.2g}, {} structural zeros", config_name(c),
                   g.gamma, g.depth, g.kappa[1], g.kappa[2], g.kappa[3], g.structural_zeros);

@@ -21,27 +21,15 @@
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "model/model_card.h"
+#include "tests/shell_command.h"
 
 namespace slidedp {
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string out;
-};
-
-// Runs a shell command line, capturing stdout and stderr.
-Result sh(const std::string& cmd) {
-  Result r;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  char buf[4096];
-  while (fgets(buf, sizeof(buf), p)) r.out += buf;
-  int status = pclose(p);
-  r.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using Result = testing::CommandResult;
+Result sh(const std::string& cmd) { return testing::run_shell(cmd); }
 
 std::string bin(const std::string& tool) { return std::string(SLIDEDP_BIN_DIR) + "/" + tool; }
 
