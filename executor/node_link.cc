@@ -7,41 +7,45 @@
 #include <mutex>
 
 namespace slidedp::exec {
-namespace {
 
-// Counts completed transfers of one helper call; shared with the callbacks so a transfer that
-// completes after the helper gave up writes into memory that still exists.
-struct HelperState {
+struct TransferCount::State {
   std::mutex mutex;
   std::condition_variable cv;
   int done = 0;
-  std::vector<std::byte> out;
 };
 
-}  // namespace
+std::shared_ptr<TransferCount::State> TransferCount::make_state() { return std::make_shared<State>(); }
+
+std::function<void()> TransferCount::one() {
+  return [s = state_] {
+    std::lock_guard<std::mutex> lock(s->mutex);
+    ++s->done;
+    s->cv.notify_all();
+  };
+}
+
+void TransferCount::wait(const NodeLink& link, int count) const {
+  std::unique_lock<std::mutex> lock(state_->mutex);
+  // The progress thread times the transfers out (failure()); this loop only watches for it.
+  while (!state_->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return state_->done >= count; }))
+    if (std::exception_ptr e = link.failure()) std::rethrow_exception(e);
+}
 
 std::vector<std::byte> NodeLink::all_gather(const std::byte* mine, int64_t bytes, const std::string& what) {
   const int M = nodes(), me = node();
-  auto st = std::make_shared<HelperState>();
-  st->out.resize(static_cast<size_t>(bytes * M));
-  std::copy(mine, mine + bytes, st->out.begin() + bytes * me);
+  // Owned by the transfers too (see TransferCount).
+  auto out = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(bytes * M));
+  std::copy(mine, mine + bytes, out->begin() + bytes * me);
+  TransferCount done;
   const int64_t tag = reserved_tag(0);
   for (int p = 0; p < M; ++p) {
     if (p == me) continue;
-    auto count = [st] {
-      std::lock_guard<std::mutex> lock(st->mutex);
-      ++st->done;
-      st->cv.notify_all();
-    };
-    send(p, tag, st->out.data() + bytes * me, bytes, what, count);
-    recv(p, tag, st->out.data() + bytes * p, bytes, what, count);
+    auto keep = [out, one = done.one()] { one(); };
+    send(p, tag, out->data() + bytes * me, bytes, what, keep);
+    recv(p, tag, out->data() + bytes * p, bytes, what, keep);
   }
-  std::unique_lock<std::mutex> lock(st->mutex);
-  // The progress thread times the transfers out (failure()); this loop only watches for it.
-  while (!st->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return st->done == 2 * (M - 1); })) {
-    if (std::exception_ptr e = failure()) std::rethrow_exception(e);
-  }
-  return st->out;
+  done.wait(*this, 2 * (M - 1));
+  return *out;
 }
 
 void NodeLink::barrier(const std::string& what) {

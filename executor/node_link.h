@@ -55,6 +55,20 @@ class NodeLink {
   int64_t reserved_tag(int i) const { return max_tag() - 8 + i; }
 };
 
+// Counts completed transfers for a thread that waits for them. The count outlives a wait that gave
+// up, so a transfer completing after the run failed touches memory that still exists.
+class TransferCount {
+ public:
+  std::function<void()> one();  // the `done` of one transfer
+  // Until `count` transfers completed; rethrows the link's failure (a timeout, MPI's error) instead.
+  void wait(const NodeLink& link, int count) const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> state_ = make_state();
+  static std::shared_ptr<State> make_state();
+};
+
 // Whether this binary was built with MPI.
 bool mpi_available();
 // True when this process was started by an MPI launcher (mpirun sets its rank in the environment).

@@ -3,12 +3,7 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <cstring>
-#include <functional>
-#include <memory>
-#include <mutex>
 
 #include "common/error.h"
 #include "model/plan.h"
@@ -36,40 +31,10 @@ void check_nodes_agree(NodeLink& link, const std::vector<std::pair<std::string, 
     }
 }
 
-namespace {
-
-// Waits for `count` transfers, watching the link for failure. The count lives as long as any transfer
-// that may still complete after a failed wait.
-class Completion {
- public:
-  std::function<void()> one() {
-    return [s = state_] {
-      std::lock_guard<std::mutex> lock(s->mutex);
-      ++s->done;
-      s->cv.notify_all();
-    };
-  }
-  void wait(NodeLink& link, int count) {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    while (!state_->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return state_->done >= count; }))
-      if (std::exception_ptr e = link.failure()) std::rethrow_exception(e);
-  }
-
- private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable cv;
-    int done = 0;
-  };
-  std::shared_ptr<State> state_ = std::make_shared<State>();
-};
-
-}  // namespace
-
 WholeState gather_sharded_state(NodeLink& link, const HostState& state, int to) {
   const int M = link.nodes(), me = link.node();
   WholeState whole;
-  Completion done;
+  TransferCount done;
   int posted = 0;
   // One tag for all: between two nodes MPI matches messages of one tag in posting order, and both
   // sides post in this loop's order.
@@ -109,7 +74,7 @@ std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, in
   const int64_t n = static_cast<int64_t>(mine.size());
   const std::vector<std::byte> sizes = link.all_gather(reinterpret_cast<const std::byte*>(&n), 8, "text sizes");
   std::vector<std::string> out;
-  Completion done;
+  TransferCount done;
   int posted = 0;
   if (link.node() == to) {
     out.resize(static_cast<size_t>(link.nodes()));

@@ -3,40 +3,12 @@
 
 #include <fmt/format.h>
 
-#include <chrono>
-#include <condition_variable>
 #include <memory>
-#include <mutex>
 
 #include "common/error.h"
 
 namespace slidedp::profiler {
 namespace {
-
-// Counts completed transfers; the waiter watches the link for failure (a peer that died or hangs).
-class Done {
- public:
-  std::function<void()> one() {
-    return [s = state_] {
-      std::lock_guard<std::mutex> lock(s->mutex);
-      ++s->count;
-      s->cv.notify_all();
-    };
-  }
-  void wait(exec::NodeLink& link, int count) {
-    std::unique_lock<std::mutex> lock(state_->mutex);
-    while (!state_->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return state_->count >= count; }))
-      if (std::exception_ptr e = link.failure()) std::rethrow_exception(e);
-  }
-
- private:
-  struct State {
-    std::mutex mutex;
-    std::condition_variable cv;
-    int count = 0;
-  };
-  std::shared_ptr<State> state_ = std::make_shared<State>();
-};
 
 constexpr int64_t kPingTag = 1, kStreamTag = 2, kAckTag = 3;
 
@@ -55,7 +27,7 @@ NetworkResult measure_network(exec::NodeLink& link, const NetworkPlan& plan) {
     for (int rep = 0; rep <= plan.reps; ++rep) {  // rep 0: warm-up
       const double t0 = now_s();
       for (int i = 0; i < plan.latency_round_trips; ++i) {
-        Done d;
+        exec::TransferCount d;
         if (me == 0) {
           link.send(peer, kPingTag, ping->data(), 8, "a latency probe", d.one());
           link.recv(peer, kPingTag, ping->data(), 8, "a latency probe", d.one());
@@ -63,7 +35,7 @@ NetworkResult measure_network(exec::NodeLink& link, const NetworkPlan& plan) {
         } else {
           link.recv(peer, kPingTag, ping->data(), 8, "a latency probe", d.one());
           d.wait(link, 1);
-          Done back;
+          exec::TransferCount back;
           link.send(peer, kPingTag, ping->data(), 8, "a latency probe", back.one());
           back.wait(link, 1);
         }
@@ -77,14 +49,14 @@ NetworkResult measure_network(exec::NodeLink& link, const NetworkPlan& plan) {
       std::vector<double> gbps;
       for (int rep = 0; rep <= plan.reps; ++rep) {
         const double t0 = now_s();
-        Done d;
+        exec::TransferCount d;
         for (int m = 0; m < plan.messages; ++m) {
           std::byte* p = buf->data() + m * bytes;
           if (me == 0) link.send(peer, kStreamTag, p, bytes, "a bandwidth probe", d.one());
           else link.recv(peer, kStreamTag, p, bytes, "a bandwidth probe", d.one());
         }
         d.wait(link, plan.messages);
-        Done ack;
+        exec::TransferCount ack;
         if (me == 0) link.recv(peer, kAckTag, buf->data(), 8, "a bandwidth probe's acknowledgement", ack.one());
         else link.send(peer, kAckTag, buf->data(), 8, "a bandwidth probe's acknowledgement", ack.one());
         ack.wait(link, 1);
