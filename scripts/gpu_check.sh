@@ -23,8 +23,10 @@ tests_a=(test_kernels_cuda_host test_kernels_cuda_ops test_kernels_cuda_units te
 tests_b=(test_executor_cuda_pipeline test_executor_cuda_training)
 targets=("${tests_a[@]}" "${tests_b[@]}" bench_executor_cuda slidedp-sweep)
 
+# Without MPI: the binaries packed here must load on a GPU machine that has no libmpi (the one-GPU
+# check runs no multi-node job).
 cmake_args() {  # cmake_args <build dir>: the configure command line of a GPU build
-  echo -S "$root" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLIDEDP_ENABLE_CUDA=ON \
+  echo -S "$root" -B "$1" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSLIDEDP_ENABLE_CUDA=ON -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
     -DCMAKE_CUDA_COMPILER="$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)" -DCMAKE_CUDA_ARCHITECTURES="$arch" \
     "-DSLIDEDP_MODULES=common;model;kernels;io;executor;profiler;planner;sweeps" -DSLIDEDP_BUILD_BENCHMARKS=ON -DSLIDEDP_WERROR=OFF
 }
