@@ -1,8 +1,9 @@
 // The nodes of a multi-node run and the host-buffer messages between them. One process per node,
 // launched by mpirun; MPI carries host buffers (reduced gradient chunks, bf16 mirror shards, losses),
-// each node's GPUs (emulated ones on the CPU backend) are its ranks. Every MPI call is made by the
-// link's one progress thread (MPI_THREAD_SERIALIZED is all it needs), so the executor's threads only
-// post transfers and are told when they complete; nothing in the executor blocks inside MPI.
+// each node's GPUs (emulated ones on the CPU backend) are its ranks. After MPI_Init, every MPI call
+// but the final MPI_Abort of a failed run is made by the link's one progress thread
+// (MPI_THREAD_SERIALIZED is all it needs), so the executor's threads only post transfers and are told
+// when they complete; nothing in the executor blocks inside MPI.
 //
 // Bounded waits: a transfer outstanding for longer than the link's timeout fails the run with a
 // message naming the peer and what was being waited for. A node that dies makes mpirun end the job
