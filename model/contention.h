@@ -1,7 +1,7 @@
 // Mean-field contention between a rank's host-side streams (H2D copies, D2H copies, the CPU's
 // reduction/update, SlideFormer's conversion), phase by phase: the factors by which sharing the
 // duplex link, host memory and the PCIe root complex slows each stream, and the fixed point of
-// sharing <-> utilization over a step's phases. The step model (step_model.cc) runs its recurrence
+// sharing <-> utilization over a step's phases. The step model's recurrence (step_recurrence.cc) runs
 // with these factors; docs/MODEL.md section 2 derives them.
 #pragma once
 

@@ -11,4 +11,17 @@ void add_sync_term(Prediction& p, double factor) {
   p.critical_path_s *= factor;
 }
 
+void add_bottleneck_and_throughput(Prediction& p, double tokens_per_step, double model_flops_per_step, int gpus) {
+  for (const auto& [name, busy] : p.busy_s) {
+    const double u = busy / p.step_time_s;
+    if (u > p.bottleneck_utilization) {
+      p.bottleneck_utilization = u;
+      p.bottleneck = name;
+    }
+  }
+  p.tokens_per_step = tokens_per_step;
+  p.tokens_per_s = p.tokens_per_step / p.step_time_s;
+  p.tflops_per_gpu = model_flops_per_step / p.step_time_s / gpus / 1e12;
+}
+
 }  // namespace slidedp

@@ -66,4 +66,8 @@ struct Prediction {
 // (it is a pipeline time too), the resource bound does not (it is work over capacity).
 void add_sync_term(Prediction& p, double factor);
 
+// The figures both methods derive from a finished step time and busy times: the bottleneck (the
+// resource busiest relative to the step) and the throughput of `gpus` GPUs in all.
+void add_bottleneck_and_throughput(Prediction& p, double tokens_per_step, double model_flops_per_step, int gpus);
+
 }  // namespace slidedp

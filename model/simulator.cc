@@ -613,16 +613,8 @@ Simulation simulate_step_work(const StepWork& sw, const SimulatorOptions& option
   }
   add_sync_term(p, sw.cap.sync_factor);
   for (const auto& [name, busy] : p.busy_s) p.lower_bound_s = std::max(p.lower_bound_s, busy);
-  for (const auto& [name, busy] : p.busy_s) {
-    double u = busy / p.step_time_s;
-    if (u > p.bottleneck_utilization) {
-      p.bottleneck_utilization = u;
-      p.bottleneck = name;
-    }
-  }
-  p.tokens_per_step = static_cast<double>(sw.tokens_per_step);
-  p.tokens_per_s = p.tokens_per_step / p.step_time_s;
-  p.tflops_per_gpu = sw.model_flops_per_step / p.step_time_s / (sw.ranks * sw.cap.nodes) / 1e12;
+  add_bottleneck_and_throughput(p, static_cast<double>(sw.tokens_per_step), sw.model_flops_per_step,
+                                sw.ranks * sw.cap.nodes);
   p.exposed_s = p.step_time_s - p.busy_s[resource::kGpuCompute];
   if (options.record_timeline) {
     const FluidEngine& e = g.engine();

@@ -104,7 +104,7 @@ struct UnitWork {
 };
 
 // Equal in all the work (everything but the index): the recurrence's per-unit maps of two such
-// units are the same, which is what lets it jump over runs of identical layers (step_model.cc).
+// units are the same, which is what lets it jump over runs of identical layers (regime_jump.h).
 bool same_work(const UnitWork& a, const UnitWork& b);
 
 struct StepWork {

@@ -1,4 +1,4 @@
-// The step model's jump over the periodic regime of identical layers (step_model.cc, skip_regime)
+// The step model's jump over the periodic regime of identical layers (model/regime_jump.h)
 // against the recurrence run through every layer: on random plans of every system, preset machine
 // and activation layout, both fidelities must give the same step time, critical path and breakdown
 // up to rounding, and the jumps must actually happen (else the comparison proves nothing).
