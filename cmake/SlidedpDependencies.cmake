@@ -38,4 +38,10 @@ if(SLIDEDP_ENABLE_CUDA)
   find_package(CUDAToolkit REQUIRED)
   find_library(NCCL_LIBRARY nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib /usr/local/cuda/lib64 REQUIRED)
   find_path(NCCL_INCLUDE_DIR nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include REQUIRED)
+  # nvcc flags of every CUDA folder (kernels/cuda, executor/cuda): line info for profilers,
+  # host-compiler warnings as in C++ code, device warnings as errors under SLIDEDP_WERROR.
+  set(SLIDEDP_CUDA_FLAGS -lineinfo -Xcompiler=-Wall,-Wextra --expt-relaxed-constexpr)
+  if(SLIDEDP_WERROR)
+    list(APPEND SLIDEDP_CUDA_FLAGS -Werror=all-warnings)
+  endif()
 endif()
