@@ -32,7 +32,7 @@
 #include "io/default_corpus.h"
 #include "io/hf_model.h"
 #include "model/chrome_trace.h"
-#include "model/cli/plan_flags.h"
+#include "cli/plan_flags.h"
 #include "model/hardware.h"
 #include "model/step_model.h"
 #include "model/step_work.h"

@@ -9,7 +9,7 @@
 #include "common/cli_main.h"
 #include "common/error.h"
 #include "model/chrome_trace.h"
-#include "model/cli/plan_flags.h"
+#include "cli/plan_flags.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
 #include "model/prediction_report.h"

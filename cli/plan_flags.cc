@@ -1,5 +1,5 @@
 // Shared plan flags; see plan_flags.h.
-#include "model/cli/plan_flags.h"
+#include "cli/plan_flags.h"
 
 #include <fmt/format.h>
 
