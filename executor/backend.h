@@ -121,6 +121,16 @@ struct UnitOpArgs {
   int step = -1;            // for the measured timeline
 };
 
+// The measured timeline's tag of a unit operation on the compute stream (every backend's).
+inline SpanTag compute_span_tag(const UnitOpArgs& a, const char* what) {
+  SpanTag t;
+  t.category = "compute";
+  t.unit = a.unit;
+  t.step = a.step;
+  t.what = what;
+  return t;
+}
+
 // FSDP2's optimizer on the device (executor --system fsdp2): AdamW over elements [offset, offset + n)
 // of this rank's sharded fp32 state, in kernels/cpu/optim/adamw.h's exact per-element arithmetic.
 struct DeviceAdamwArgs {

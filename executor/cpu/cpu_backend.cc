@@ -519,14 +519,7 @@ class CpuDevice final : public Device {
     return math_.pacing->compute(rank_, a.unit, op);
   }
 
-  SpanTag tag(const UnitOpArgs& a, const char* what) const {
-    SpanTag t;
-    t.category = "compute";
-    t.unit = a.unit;
-    t.step = a.step;
-    t.what = what;
-    return t;
-  }
+  SpanTag tag(const UnitOpArgs& a, const char* what) const { return compute_span_tag(a, what); }
   static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
   static const int32_t* i32(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.ptr); }
   static kernels::Workspace ws(const DeviceBuffer& b) { return kernels::Workspace{b.ptr, b.bytes}; }

@@ -728,14 +728,7 @@ class CudaDevice final : public Device {
     c.stream = compute_.get();
     return c;
   }
-  SpanTag tag(const UnitOpArgs& a, const char* what) const {
-    SpanTag t;
-    t.category = "compute";
-    t.unit = a.unit;
-    t.step = a.step;
-    t.what = what;
-    return t;
-  }
+  SpanTag tag(const UnitOpArgs& a, const char* what) const { return compute_span_tag(a, what); }
   static kc::bf16* bf(const DeviceBuffer& b) { return reinterpret_cast<kc::bf16*>(b.ptr); }
   static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
   static const int32_t* i32(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.ptr); }
