@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+
 namespace slidedp {
 struct Prediction;
 }
@@ -131,18 +133,29 @@ struct ProfileSample {
   std::string unit;  // "GB/s", "s", ...
 };
 
+// How long a write waits for another process's transaction before failing with LogLocked.
+inline constexpr int kDefaultBusyTimeoutMs = 10000;
+
+// A write that failed because another process held the log past the busy timeout (SQLite's
+// "database is locked"): the same write may succeed later (PatientLog retries it).
+class LogLocked : public IoError {
+ public:
+  using IoError::IoError;
+};
+
 // The writer. One connection; use it from one thread at a time (the executor's main thread), and do
 // not carry an open RunLog across fork(): the child opens its own. Several processes may write one
 // file at once (WAL, a busy timeout, and BEGIN IMMEDIATE so two writers never deadlock).
 // Every method writes in one transaction and throws IoError (path + SQLite's message) when the write
-// fails, or InputError naming the field when a value is out of range, a step repeats or a run id is
+// fails (LogLocked when another writer held the file past the busy timeout), or InputError naming the field when a value is out of range, a step repeats or a run id is
 // unknown; a failed call writes nothing.
 class RunLog {
  public:
   // Opens the log at `path`, creating its folders and the schema when absent; an existing log of
   // this schema version is appended to. Throws IoError naming the path for an unwritable location,
   // a file that is not SQLite, an SQLite file that is not a run log, or another schema version.
-  static RunLog open(const std::string& path);
+  // `busy_timeout_ms`: how long a write waits for another writer before it throws LogLocked.
+  static RunLog open(const std::string& path, int busy_timeout_ms = kDefaultBusyTimeoutMs);
 
   RunLog(RunLog&&) noexcept;
   RunLog& operator=(RunLog&&) noexcept;

@@ -12,11 +12,11 @@
 #include <string>
 
 #include "common/error.h"
+#include "runlog/run_log.h"
 
 namespace slidedp::runlog {
 
-// How long a write waits for another process's transaction before failing with "database is locked".
-inline constexpr int kBusyTimeoutMs = 10000;
+inline constexpr int kBusyTimeoutMs = kDefaultBusyTimeoutMs;
 
 
 class Connection {
@@ -46,6 +46,9 @@ class Connection {
     switch (rc & 0xff) {
       case SQLITE_CONSTRAINT:
         throw InputError(path_, msg);
+      case SQLITE_BUSY:
+      case SQLITE_LOCKED:
+        throw LogLocked(path_, msg);
       case SQLITE_NOTADB:
         throw IoError(path_, "not an SQLite database (" + msg + ")");
       default:
@@ -116,6 +119,7 @@ class Statement {
     int primary = rc & 0xff;
     if (primary == SQLITE_CONSTRAINT) throw InputError(c_->path(), msg);
     if (primary == SQLITE_NOTADB) throw IoError(c_->path(), "not an SQLite database (" + msg + ")");
+    if (primary == SQLITE_BUSY || primary == SQLITE_LOCKED) throw LogLocked(c_->path(), msg + " (in: " + sql + ")");
     throw IoError(c_->path(), msg + " (in: " + sql + ")");
   }
   // Runs a statement that returns no rows, then makes it ready for reuse.

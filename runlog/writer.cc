@@ -247,7 +247,12 @@ RunLog::RunLog(RunLog&&) noexcept = default;
 RunLog& RunLog::operator=(RunLog&&) noexcept = default;
 RunLog::~RunLog() = default;
 
-RunLog RunLog::open(const std::string& path) { return RunLog(std::make_unique<Impl>(path)); }
+RunLog RunLog::open(const std::string& path, int busy_timeout_ms) {
+  if (busy_timeout_ms < 0) throw InputError(path, "busy timeout must be >= 0 ms");
+  auto impl = std::make_unique<Impl>(path);
+  sqlite3_busy_timeout(impl->conn->db(), busy_timeout_ms);
+  return RunLog(std::move(impl));
+}
 
 const std::string& RunLog::path() const { return impl_->conn->path(); }
 

@@ -24,6 +24,7 @@
 #include "common/units.h"
 #include "executor/backend_registry.h"
 #include "executor/node_link.h"
+#include "runlog/patient_log.h"
 #include "runlog/run_log.h"
 #include "executor/target_pacing.h"
 #include "executor/trainer.h"
@@ -250,6 +251,8 @@ int run_main(int argc, char** argv) {
   }
 
   std::optional<runlog::RunLog> log;
+  // The steps' writes: a log another process holds past the busy timeout must not stop training.
+  std::optional<runlog::PatientLog> step_log;
   int64_t run_id = -1;
   if (!no_db) {
     log.emplace(runlog::RunLog::open(db));
@@ -266,7 +269,26 @@ int run_main(int argc, char** argv) {
     info.system = system_name(o.system);
     run_id = log->begin_run(info);
     if (predicted) log->log_prediction(run_id, runlog::prediction_record(*predicted));
+    step_log.emplace(*log);
   }
+  // Before the run's last rows: every queued step row committed, or counted in an error row.
+  const auto settle_step_log = [&] {
+    if (!step_log) return;
+    const runlog::PatientLog::Outcome left = step_log->flush(std::chrono::seconds(60));
+    step_log.reset();
+    if (left.uncommitted + left.dropped == 0) return;
+    const std::string what = fmt::format("{} step rows were not logged: the run log was locked by another process "
+                                         "for more than a minute after training ({} still queued, {} beyond the queue)",
+                                         left.uncommitted + left.dropped, left.uncommitted, left.dropped);
+    fmt::print(stderr, "warning: {}: {}\n", log->path(), what);
+    runlog::ErrorRecord er;
+    er.kind = "log";
+    er.message = what;
+    try {
+      log->log_error(run_id, er);
+    } catch (const runlog::LogLocked&) {
+    }
+  };
 
   const std::string header = fmt::format("{} ({} params) | seq {} | {}{} | {} backend | {} | {} tokens/step",
                                          o.card.name, format_count(static_cast<double>(o.card.total_params())), o.seq_len,
@@ -304,7 +326,7 @@ int run_main(int argc, char** argv) {
       if (s.grad_norm >= 0) r.grad_norm = s.grad_norm;
       r.skipped = s.skipped;
       r.skip_reason = s.skipped_reason;
-      log->log_step(run_id, r, s.totals, s.spans);
+      step_log->submit([run_id, r, totals = s.totals, spans = s.spans](runlog::RunLog& l) { l.log_step(run_id, r, totals, spans); });
     }
     if (bench) {
       auto busy = [&](const char* k) { return s.busy_s.count(k) ? s.busy_s.at(k) : 0.0; };
@@ -336,6 +358,10 @@ int run_main(int argc, char** argv) {
     }
   } catch (const Error& e) {
     if (log) {
+      try {
+        settle_step_log();
+      } catch (const Error&) {  // a queued row's own failure: the error being reported comes first
+      }
       runlog::ErrorRecord er;
       er.kind = e.kind() == ErrorKind::kNumeric ? "numeric" : e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
       er.message = e.what();
@@ -344,9 +370,16 @@ int run_main(int argc, char** argv) {
     }
     throw;
   } catch (...) {
-    if (log) log->end_run(run_id, runlog::RunStatus::kFailed);
+    if (log) {
+      try {
+        settle_step_log();
+      } catch (const Error&) {
+      }
+      log->end_run(run_id, runlog::RunStatus::kFailed);
+    }
     throw;
   }
+  settle_step_log();
   if (log) log->end_run(run_id, result.stopped_early ? runlog::RunStatus::kInterrupted : runlog::RunStatus::kFinished);
 
   // Steady state: every step but the first (it pays start-up).

@@ -1,8 +1,10 @@
 // The run log: schema and pragmas as created, a full round trip, the views against hand-computed
 // numbers, appending, refusal of foreign and newer files naming the path, validation naming the field,
 // atomic writes, pid-based run status, and a writer SIGKILLed at several moments (fork) leaving a
-// database that passes integrity_check, says "did not finish" and holds every step written before.
+// database that passes integrity_check, says "did not finish" and holds every step written before;
+// the patient writer (a log locked by another process past the busy timeout never stops the job).
 #include "runlog/run_log.h"
+#include "runlog/patient_log.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,6 +16,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <regex>
 #include <string>
@@ -804,6 +807,114 @@ TEST(RunLogKill, AppendAfterAKill) {
   EXPECT_EQ(reader.run_status(runs[0].id), RunState::kDidNotFinish);
   EXPECT_EQ(reader.run_status(id), RunState::kFinished);
   EXPECT_EQ(reader.integrity_check(), "ok");
+}
+
+
+// ---- A locked log never stops the job (runlog/patient_log.h) ----------------------------------------
+
+// Another process holding the write lock (BEGIN IMMEDIATE, as every writer takes it) past the busy
+// timeout: plain RunLog writes fail with LogLocked (what stopped training before the queue); through
+// the PatientLog every write is accepted, none is lost, and they commit in order once the lock goes.
+TEST(PatientLog, WritesWaitOutALockInOrderAndNoneIsLost) {
+  TempDir tmp;
+  const std::string path = tmp / "runs.db";
+  RunLog log = RunLog::open(path, /*busy_timeout_ms=*/50);
+  const int64_t run = log.begin_run(train_info());
+  RawDb holder(path);
+  holder.exec("BEGIN IMMEDIATE");
+  // The failure the queue exists for.
+  expect_throw<LogLocked>([&] { log.log_step(run, step_record(1, 1.0, 10, 0.1, std::nullopt)); });
+
+  std::vector<std::string> warnings;
+  std::mutex warnings_mutex;
+  PatientLog patient(log, 64, [&](const std::string& w) {
+    std::lock_guard<std::mutex> lock(warnings_mutex);
+    warnings.push_back(w);
+  });
+  for (int64_t s = 1; s <= 5; ++s) {
+    const StepRecord r = step_record(s, 1.0 / static_cast<double>(s), 10, 0.1, std::nullopt);
+    EXPECT_NO_THROW(patient.submit([run, r](RunLog& l) { l.log_step(run, r); })) << "step " << s;
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // several retries, all locked out
+  EXPECT_EQ(holder.one("SELECT count(*) FROM steps"), "0");
+  holder.exec("COMMIT");
+  const PatientLog::Outcome o = patient.flush(std::chrono::seconds(20));
+  EXPECT_EQ(o.uncommitted, 0u);
+  EXPECT_EQ(o.dropped, 0u);
+  log.end_run(run, RunStatus::kFinished);  // the log is the caller's again after flush
+  RunLogReader reader(path);
+  const std::vector<StepRow> steps = reader.steps(run);
+  ASSERT_EQ(steps.size(), 5u);
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    EXPECT_EQ(steps[i].record.step, static_cast<int64_t>(i + 1));
+    EXPECT_DOUBLE_EQ(steps[i].record.loss, 1.0 / static_cast<double>(i + 1));
+  }
+  // In commit order too: rowids rise with the step.
+  EXPECT_EQ(holder.one("SELECT count(*) FROM steps a JOIN steps b ON a.rowid < b.rowid WHERE a.step > b.step"), "0");
+  std::lock_guard<std::mutex> lock(warnings_mutex);
+  ASSERT_EQ(warnings.size(), 2u);  // one when the stall began, one when it ended
+  EXPECT_TRUE(contains(warnings[0], path) && contains(warnings[0], "locked")) << warnings[0];
+}
+
+// A write that does not wait: with the log free, submit() has committed when it returns (the step row
+// is in before the job goes on to publish the step's checkpoint).
+TEST(PatientLog, AFreeLogIsWrittenBeforeSubmitReturns) {
+  TempDir tmp;
+  const std::string path = tmp / "runs.db";
+  RunLog log = RunLog::open(path);
+  const int64_t run = log.begin_run(train_info());
+  PatientLog patient(log, 64, [](const std::string& w) { ADD_FAILURE() << "unexpected warning: " << w; });
+  RawDb raw(path);
+  for (int64_t s = 1; s <= 3; ++s) {
+    const StepRecord r = step_record(s, 1.0, 10, 0.1, std::nullopt);
+    patient.submit([run, r](RunLog& l) { l.log_step(run, r); });
+    EXPECT_EQ(raw.one("SELECT count(*) FROM steps"), std::to_string(s));
+  }
+  EXPECT_EQ(patient.flush(std::chrono::seconds(1)).uncommitted, 0u);
+}
+
+// The bound: a lock that outlasts the job's patience leaves its writes counted, not silently lost,
+// and a queue that is full counts what it dropped; memory does not grow with the stall.
+TEST(PatientLog, ALockThatOutlastsThePatienceIsReported) {
+  TempDir tmp;
+  const std::string path = tmp / "runs.db";
+  RunLog log = RunLog::open(path, /*busy_timeout_ms=*/20);
+  const int64_t run = log.begin_run(train_info());
+  RawDb holder(path);
+  holder.exec("BEGIN IMMEDIATE");
+  PatientLog patient(log, /*max_queued=*/3, [](const std::string&) {});
+  for (int64_t s = 1; s <= 5; ++s) {
+    const StepRecord r = step_record(s, 1.0, 10, 0.1, std::nullopt);
+    patient.submit([run, r](RunLog& l) { l.log_step(run, r); });
+  }
+  const PatientLog::Outcome o = patient.flush(std::chrono::milliseconds(100));
+  EXPECT_EQ(o.uncommitted, 3u);
+  EXPECT_EQ(o.dropped, 2u);
+  holder.exec("COMMIT");
+  EXPECT_EQ(holder.one("SELECT count(*) FROM steps"), "0");
+}
+
+// Failures other than a lock are not retried: the job hears of them at its next call, as it would
+// have from the RunLog call itself.
+TEST(PatientLog, OtherFailuresReachTheCaller) {
+  TempDir tmp;
+  const std::string path = tmp / "runs.db";
+  RunLog log = RunLog::open(path, /*busy_timeout_ms=*/20);
+  const int64_t run = log.begin_run(train_info());
+  PatientLog patient(log, 64, [](const std::string&) {});
+  patient.submit([run](RunLog& l) { l.log_step(run, step_record(1, 1.0, 10, 0.1, std::nullopt)); });
+  // Directly: a repeated step is the caller's bad value.
+  EXPECT_TRUE(contains(expect_throw<InputError>([&] {
+                         patient.submit([run](RunLog& l) { l.log_step(run, step_record(1, 1.0, 10, 0.1, std::nullopt)); });
+                       }),
+                       "already logged"));
+  // Behind a lock: queued, retried once the lock goes, and its failure reaches flush().
+  RawDb holder(path);
+  holder.exec("BEGIN IMMEDIATE");
+  patient.submit([run](RunLog& l) { l.log_step(run, step_record(2, 1.0, 10, 0.1, std::nullopt)); });
+  patient.submit([run](RunLog& l) { l.log_step(run, step_record(2, 1.0, 10, 0.1, std::nullopt)); });
+  holder.exec("COMMIT");
+  EXPECT_TRUE(contains(expect_throw<InputError>([&] { patient.flush(std::chrono::seconds(20)); }), "already logged"));
 }
 
 }  // namespace
