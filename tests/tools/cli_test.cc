@@ -297,5 +297,31 @@ TEST(Cli, HugeSizesAreRefusedLikeTheirYamlTwins) {
   }
 }
 
+
+// Paths the system refuses (a loop of symbolic links, a name longer than NAME_MAX) are I/O errors or
+// bad input naming the path, never exit 1 ("internal error"), wherever a tool meets them.
+TEST(Cli, PathsTheSystemRefusesNameThePathAndNeverExitOne) {
+  fs::path d = scratch("refused_paths");
+  fs::create_symlink(d / "loop", d / "loop");  // loop -> loop: ELOOP on every lookup through it
+  const std::string loop = (d / "loop" / "x").string();
+  const std::string too_long = (d / std::string(300, 'n')).string();  // ENAMETOOLONG
+  for (const std::string& path : {loop, too_long}) {
+    for (const std::string& cmd :
+         {bin("slidedp-run") + " --no-db -q --steps 1 --model " + path,
+          bin("slidedp-run") + " --no-db -q --steps 1 --data " + path,
+          bin("slidedp-run") + " -q --steps 1 --db " + path + "/runs.db",
+          bin("slidedp-run") + " --no-db -q --steps 1 --plan " + path,
+          bin("slidedp-predict") + " --hardware " + path + " --model qwen3-14b --seq 128",
+          bin("slidedp-predict") + " --hardware h100-sxm-x4 --model " + path + " --seq 128"}) {
+      SCOPED_TRACE(cmd);
+      const Result r = sh(cmd);
+      EXPECT_TRUE(r.code == 2 || r.code == 4) << r.code << ": " << r.out;
+      EXPECT_NE(r.out.find(path.substr(0, 40)), std::string::npos) << r.out;
+      EXPECT_EQ(r.out.find("internal error"), std::string::npos) << r.out;
+    }
+  }
+  fs::remove_all(d);
+}
+
 }  // namespace
 }  // namespace slidedp
