@@ -107,6 +107,21 @@ class GraphBuilder {
     if (id >= 0) deps.push_back(id);
   }
 
+  // Adds `t` after `deps` and `after` (the previous task of its stream; -1: none) with its tag, on
+  // the timeline track track_name() when a timeline is recorded (names are built only then).
+  template <class TrackName>
+  int add_after(FluidEngine::Task t, std::vector<int> deps, int after, int tag, TrackName track_name,
+                const std::string& label) {
+    dep(deps, after);
+    t.deps = std::move(deps);
+    t.tag = tag;
+    if (timeline_) {
+      t.track = track(track_name());
+      t.label = label;
+    }
+    return add(std::move(t));
+  }
+
   std::string unit_name(int u) const {
     const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
     if (w.kind == UnitKind::kEmbedding) return "emb";
@@ -120,14 +135,8 @@ class GraphBuilder {
     t.delay_s = lat_ * c_.link_latency_s;
     const std::size_t k = static_cast<std::size_t>(r);
     t.usages = res_.copy(r, h2d);
-    dep(deps, (h2d ? h2d_last_ : d2h_last_)[k]);
-    t.deps = std::move(deps);
-    t.tag = h2d ? kH2D : kD2H;
-    if (timeline_) {
-      t.track = track(fmt::format("rank {} / {}", r, h2d ? "h2d" : "d2h"));
-      t.label = label;
-    }
-    int id = add(std::move(t));
+    const int id = add_after(std::move(t), std::move(deps), (h2d ? h2d_last_ : d2h_last_)[k], h2d ? kH2D : kD2H,
+                             [&] { return fmt::format("rank {} / {}", r, h2d ? "h2d" : "d2h"); }, label);
     (h2d ? h2d_last_ : d2h_last_)[k] = id;
     return id;
   }
@@ -139,13 +148,7 @@ class GraphBuilder {
     t.delay_s = lat_ * c_.fabric_latency_s;
     t.usages = res_.collective(busbw);
     for (int r = 0; r < N_; ++r) dep(deps, fabric_last_[static_cast<std::size_t>(r)]);
-    t.deps = std::move(deps);
-    t.tag = kFabric;
-    if (timeline_) {
-      t.track = track("fabric");
-      t.label = label;
-    }
-    int id = add(std::move(t));
+    const int id = add_after(std::move(t), std::move(deps), -1, kFabric, [] { return std::string("fabric"); }, label);
     for (auto& f : fabric_last_) f = id;
     return id;
   }
@@ -154,14 +157,8 @@ class GraphBuilder {
     FluidEngine::Task t;
     t.work = seconds;
     t.usages = res_.compute(r);
-    dep(deps, gpu_last_[static_cast<std::size_t>(r)]);
-    t.deps = std::move(deps);
-    t.tag = tag;
-    if (timeline_) {
-      t.track = track(fmt::format("rank {} / gpu", r));
-      t.label = label;
-    }
-    int id = add(std::move(t));
+    const int id = add_after(std::move(t), std::move(deps), gpu_last_[static_cast<std::size_t>(r)], tag,
+                             [&] { return fmt::format("rank {} / gpu", r); }, label);
     gpu_last_[static_cast<std::size_t>(r)] = id;
     return id;
   }
@@ -171,14 +168,8 @@ class GraphBuilder {
     t.work = thread_s;
     t.delay_s = delay;
     t.usages = res_.cpu(thread_s, host_mem_bytes);
-    dep(deps, cpu_last_);
-    t.deps = std::move(deps);
-    t.tag = kCpu;
-    if (timeline_) {
-      t.track = track("host / cpu update");
-      t.label = label;
-    }
-    cpu_last_ = add(std::move(t));
+    cpu_last_ = add_after(std::move(t), std::move(deps), cpu_last_, kCpu, [] { return std::string("host / cpu update"); },
+                          label);
     return cpu_last_;
   }
 
@@ -243,15 +234,9 @@ class GraphBuilder {
           FluidEngine::Task t;
           t.work = w.deliver_convert_thread_s / chunks;
           t.usages = res_.conversion(r, (w.deliver_host_mem_bytes - w.deliver_h2d_bytes * hm_per_copy()) / w.deliver_convert_thread_s);
-          std::vector<int> cdeps = deps;
-          dep(cdeps, convert_last_[rk]);
-          t.deps = cdeps;
-          t.tag = kConvert;
-          if (timeline_) {
-            t.track = track(fmt::format("rank {} / convert", r));
-            t.label = fmt::format("convert {} c{}", unit_name(u), k);
-          }
-          convert_last_[rk] = add(std::move(t));
+          convert_last_[rk] =
+              add_after(std::move(t), deps, convert_last_[rk], kConvert, [&] { return fmt::format("rank {} / convert", r); },
+                        timeline_ ? fmt::format("convert {} c{}", unit_name(u), k) : std::string());
           deps.push_back(convert_last_[rk]);
         }
         h2d_chunk[rk][static_cast<std::size_t>(k)] =
@@ -347,14 +332,8 @@ class GraphBuilder {
     t.delay_s = lat_ * messages * c_.nic_latency_s;
     const double hm_per_byte = bytes > 0 ? 2.0 : 0.0;  // DMA read of what is sent, write of what arrives
     t.usages = res_.network_exchange(hm_per_byte);
-    dep(deps, network_last_);
-    t.deps = std::move(deps);
-    t.tag = kNetwork;
-    if (timeline_) {
-      t.track = track("node / network");
-      t.label = label;
-    }
-    network_last_ = add(std::move(t));
+    network_last_ = add_after(std::move(t), std::move(deps), network_last_, kNetwork,
+                              [] { return std::string("node / network"); }, label);
     return network_last_;
   }
 
