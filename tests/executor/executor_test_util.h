@@ -143,6 +143,15 @@ inline void expect_every_route_and_policy_bitwise(const TrainOptions& base, cons
   }
 }
 
+// The absolute term of expect_ranks_equal_micro_batch_and_accumulation from the worst-case error of
+// an fp32 sum in any order, n u per order (u = 2^-24), so 2 n u between two orders, for sums of
+// `terms` terms of magnitude up to `magnitude`, times the learning rate (0.1) that turns a gradient
+// difference into a weight difference. A bound fitted on one CPU does not hold on another: the BLAS
+// picks its blocking (the order of a GEMM's sums) per CPU.
+inline double summation_order_atol(int terms, double magnitude) {
+  return 0.1 * 2.0 * terms * std::ldexp(1.0, -24) * magnitude;
+}
+
 // `ranks` (3 ranks, micro-batch 1, no accumulation) against 1 rank with micro-batch 3 and against 1
 // rank with 3 accumulation steps, in exact fp32: the same step within fp32 summation order (the bounds'
 // derivation: Pipeline.RanksTimesMicroBatchEqualsOneRankAndAccumulation), `atol` the absolute term.

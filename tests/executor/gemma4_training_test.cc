@@ -35,13 +35,15 @@ TEST(Gemma4Training, EveryRouteAndPolicyGivesBitwiseIdenticalWeights) {
   }
 }
 
-// The absolute term scaled by Gemma's embedding scale sqrt(32) = 5.66: the embedding's (tied) gradient
-// and the hidden states it starts are that much larger, so the same relative fp32 summation-order
-// differences give absolute weight differences that much larger near zero (1e-7 fails at 2x).
+// The weight-gradient sums run over the 96 tokens of the step (3 x 32), with terms up to Gemma's
+// embedding scale sqrt(32) = 5.66 (the tied embedding's gradient and the hidden states it starts are
+// that much larger). Measured worst: 0.37 of this bound on an AMD EPYC guest (AVX-512), where the
+// earlier 1e-7 x sqrt(32), fitted on an Intel guest, failed at 4.2x.
 TEST(Gemma4Training, RanksTimesMicroBatchEqualsOneRankAndAccumulation) {
   for (const ModelCard& card : gemma_cards()) {
     SCOPED_TRACE(card.name);
-    testing::expect_ranks_equal_micro_batch_and_accumulation(gemma_options(card, 3, 1, 1), 1e-7 * std::sqrt(32.0));
+    testing::expect_ranks_equal_micro_batch_and_accumulation(gemma_options(card, 3, 1, 1),
+                                                             testing::summation_order_atol(96, std::sqrt(32.0)));
   }
 }
 

@@ -33,10 +33,13 @@ TEST(Qwen35Training, EveryRouteAndPolicyGivesBitwiseIdenticalWeights) {
   }
 }
 
+// Sums over the step's 96 tokens (3 x 32) of terms up to 1 (testing::summation_order_atol). Measured
+// worst: 0.26 of this bound on an AMD EPYC guest (AVX-512), where the earlier 1e-7 failed at 3x.
 TEST(Qwen35Training, RanksTimesMicroBatchEqualsOneRankAndAccumulation) {
   for (const ModelCard& card : qwen_cards()) {
     SCOPED_TRACE(card.name);
-    testing::expect_ranks_equal_micro_batch_and_accumulation(qwen_options(card, 3, 1, 1), 1e-7);
+    testing::expect_ranks_equal_micro_batch_and_accumulation(qwen_options(card, 3, 1, 1),
+                                                             testing::summation_order_atol(96, 1.0));
   }
 }
 
