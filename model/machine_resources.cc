@@ -40,11 +40,16 @@ MachineResources::Usages MachineResources::copy(int rank, bool to_device) const 
 MachineResources::Usages MachineResources::collective(double busbw) const {
   Usages u;
   for (int f : fabric) u.push_back({f, cap.allgather_busbw_Bps / busbw});
+  // Emulated devices: every port's part is a copy or a sum on that rank's comm thread, a core each
+  // (the same rule as an emulated copy), so collectives slow down when compute holds the cores.
+  if (cap.emulated) u.push_back({cpu_cores, static_cast<double>(fabric.size()) / busbw});
   return u;
 }
 
 MachineResources::Usages MachineResources::collective_port(int rank, double busbw) const {
-  return {{fabric[static_cast<std::size_t>(rank)], cap.allgather_busbw_Bps / busbw}};
+  Usages u{{fabric[static_cast<std::size_t>(rank)], cap.allgather_busbw_Bps / busbw}};
+  if (cap.emulated) u.push_back({cpu_cores, 1.0 / busbw});
+  return u;
 }
 
 MachineResources::Usages MachineResources::conversion(int rank, double host_mem_per_thread_s) const {

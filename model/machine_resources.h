@@ -31,7 +31,8 @@ struct MachineResources {
   // copying thread's core too).
   Usages copy(int rank, bool h2d) const;
   // A collective on every rank's fabric port, per byte per port, at `busbw` (all-gather or
-  // reduce-scatter bus bandwidth; ports are sized by the all-gather's).
+  // reduce-scatter bus bandwidth; ports are sized by the all-gather's); on emulated devices also a
+  // core per port (the comm threads that copy and sum).
   Usages collective(double busbw) const;
   // One rank's part of a collective, on its own port only (per byte of that port): what one rank's
   // stream runs when every rank paces its own part, all of them together being collective(busbw).

@@ -1,6 +1,10 @@
 // Copy and collective stage over the Backend interface; see backend_links.h. Every timed batch is
 // queued behind a gate (a host_fn waiting on a future) and released at once, so the span measures the
 // streams working, not this thread queueing work, and the devices of an "all" case start together.
+// A copy's time is the span between stamps around its batch; a collective's is the sum of its spans
+// as the backend's timeline records them (on the CPU backend from the rendezvous to the end of this
+// rank's own copies or sums), the measure the executor's timeline gives the fabric: a profile and a
+// measured run count a collective alike, and the waits for the other ranks are not fabric time.
 // The cases run in the run's rounds (stats.h run_rounds), so they share the regions through state.
 #include "profiler/backend_links.h"
 
@@ -8,6 +12,7 @@
 
 #include <algorithm>
 #include <future>
+#include <string_view>
 
 #include "common/error.h"
 
@@ -27,6 +32,9 @@ struct Participant {
   int device = 0;
   char kind = 'h';  // 'h' h2d, 'd' d2h, 'g' all_gather, 'r' reduce_scatter
   double start = 0, end = 0;
+  double collective_s = 0;  // collectives: the sum of the batch's spans on this device
+  bool collective() const { return kind == 'g' || kind == 'r'; }
+  double seconds() const { return collective() ? collective_s : end - start; }
 };
 
 exec::SpanTag tag_for(char kind) {
@@ -66,6 +74,12 @@ PreparedStage<BackendLinkResult> prepare_backend_links(exec::Backend& backend, c
       std::promise<void> go;
       std::shared_future<void> gate = go.get_future().share();
       const int64_t slots = std::max<int64_t>(1, region / std::max<int64_t>(bytes, 1));
+      const bool collectives =
+          std::any_of(parts.begin(), parts.end(), [](const Participant& p) { return p.collective(); });
+      if (collectives) {
+        backend->take_spans();  // nothing earlier counts
+        backend->set_tracing(true);
+      }
       for (Participant& p : parts) {
         exec::Device& dev = backend->device(p.device);
         DeviceRegions& r = R[static_cast<std::size_t>(p.device)];
@@ -99,6 +113,17 @@ PreparedStage<BackendLinkResult> prepare_backend_links(exec::Backend& backend, c
       }
       go.set_value();
       backend->synchronize();
+      if (collectives) {
+        backend->set_tracing(false);
+        for (const exec::MeasuredSpan& span : backend->take_spans()) {
+          if (std::string_view(span.tag.category) != "fabric" || std::string_view(span.tag.what) != "profile") continue;
+          for (Participant& p : parts)
+            if (p.collective() && p.device == span.rank) p.collective_s += span.end_s - span.start_s;
+        }
+        for (const Participant& p : parts)
+          SLIDEDP_CHECK(!p.collective() || p.collective_s > 0,
+                        "the backend recorded no span of a profiled collective on device " + std::to_string(p.device));
+      }
     }
   };
   const int D = backend.num_devices();
@@ -183,7 +208,7 @@ PreparedStage<BackendLinkResult> prepare_backend_links(exec::Backend& backend, c
                                     double sum = 0;
                                     int cnt = 0;
                                     for (const Participant& p : parts)
-                                      if (p.kind == k) sum += p.end - p.start, ++cnt;
+                                      if (p.kind == k) sum += p.seconds(), ++cnt;
                                     out.push_back(sum / cnt);
                                   }
                                   return out;

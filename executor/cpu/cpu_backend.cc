@@ -167,16 +167,23 @@ class CpuStream final : public Stream {
     });
   }
 
-  // A collective: `fn` calls `started()` once every rank has arrived, and the span starts there, not
-  // when this rank began waiting for the others: that wait is synchronisation (the model's collective
-  // starts when all ranks are ready), the span is the fabric's busy time.
-  void enqueue_collective(const SpanTag& tag, std::function<void(const std::function<void()>& started)> fn) {
+  // A collective's span on this rank is its fabric work: from the rendezvous (every rank has
+  // arrived) to the end of this rank's own copies or sums. `fn` calls `started()` and `done()` there.
+  // The waits around it, for the other ranks to arrive and then to finish reading this rank's
+  // buffer, are synchronisation (the model's collective starts when all ranks are ready and takes
+  // the fabric's time), not fabric time.
+  using CollectiveStamp = std::function<void()>;
+  void enqueue_collective(const SpanTag& tag,
+                          std::function<void(const CollectiveStamp& started, const CollectiveStamp& done)> fn) {
     enqueue([this, tag, fn = std::move(fn)] {
-      double start = tracer_.on() ? tracer_.now() : 0.0;
+      double start = tracer_.on() ? tracer_.now() : 0.0, end = -1.0;
       fn([&] {
         if (tracer_.on()) start = tracer_.now();
-      });
-      if (tracer_.on()) tracer_.add(rank_, name_.c_str(), tag, start, tracer_.now());
+      },
+         [&] {
+           if (tracer_.on()) end = tracer_.now();
+         });
+      if (tracer_.on()) tracer_.add(rank_, name_.c_str(), tag, start, end >= 0 ? end : tracer_.now());
     });
   }
 
@@ -637,7 +644,7 @@ class CpuBackend final : public Backend {
     const int64_t esize = dtype_bytes(dtype);
     std::byte* base = buffer.ptr + offset * esize;
     SLIDEDP_CHECK((offset + count) * esize <= buffer.bytes, "all_gather past the end of the buffer");
-    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_collective(tag, [this, seq, rank, ranks, base, count, esize](const auto& started) {
+    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_collective(tag, [this, seq, rank, ranks, base, count, esize](const auto& started, const auto& done) {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, base);
       started();
       // Paced from the rendezvous on: the target's all-gather moves (N-1)/N of the bf16 buffer per port.
@@ -648,6 +655,7 @@ class CpuBackend final : public Backend {
         std::memcpy(base + s.begin * esize, ptrs[static_cast<size_t>(r)] + s.begin * esize, static_cast<size_t>(s.size() * esize));
       }
       if (flow >= 0) math_.pacing->pacer().finish(flow);
+      done();
       comm_.finish(seq);
     });
   }
@@ -662,7 +670,7 @@ class CpuBackend final : public Backend {
     SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
     const std::byte* in = input.ptr + in_offset * esize;
     float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
-    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_collective(tag, [this, seq, rank, ranks, in, in_dtype, mine, out, count](const auto& started) {
+    devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_collective(tag, [this, seq, rank, ranks, in, in_dtype, mine, out, count](const auto& started, const auto& done) {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, in);
       started();
       const int flow = begin_collective(rank, false, count, ranks);
@@ -679,6 +687,7 @@ class CpuBackend final : public Backend {
       if (in_dtype == DType::kBF16) reduce(bf16_bits{});
       else reduce(float{});
       if (flow >= 0) math_.pacing->pacer().finish(flow);
+      done();
       comm_.finish(seq);
     });
   }
