@@ -99,8 +99,12 @@ std::map<std::string, std::string> profile_sources(const ProfileResult& r, const
       s["fabric.kind"] =
           "CPU backend: collectives copy between emulated devices' memory on the comm streams, not through the "
           "h2d/d2h streams; pcie_p2p is the model's kind for a direct path";
-      fabric_sources(fmt::format("Backend::all_gather (bf16) on {} devices, bus bandwidth S (N-1)/N / t", N),
-                     fmt::format("Backend::reduce_scatter (bf16 in, fp32 sum out) on {} devices, bus bandwidth", N));
+      // t: the collective's spans as the executor's timeline records them (from the rendezvous to this
+      // device's own copies or sums; profiler/backend_links.cc).
+      fabric_sources(
+          fmt::format("Backend::all_gather (bf16) on {} devices, bus bandwidth S (N-1)/N / t, t its timeline span", N),
+          fmt::format("Backend::reduce_scatter (bf16 in, fp32 sum out) on {} devices, bus bandwidth, t its timeline span",
+                      N));
     } else {
       s["fabric.kind"] = "--ranks 1: one emulated device, no collectives";
     }
