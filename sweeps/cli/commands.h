@@ -15,4 +15,18 @@ void add_measured_command(CLI::App& app, int argc, char** argv);
 int last_command_status();
 void set_command_status(int status);
 
+// What the sweep commands that write a report share: --out (default results/sweeps/<spec name>),
+// --json and --quiet.
+struct ReportFlags {
+  std::string out;
+  bool json = false, quiet = false;
+  void add_to(CLI::App* cmd) {
+    cmd->add_option("--out", out, "Output folder (default: results/sweeps/<spec name>)");
+    cmd->add_flag("--json", json, "Print a JSON summary instead of the readable one");
+    cmd->add_flag("--quiet", quiet, "No progress line");
+  }
+  std::string folder(const std::string& spec_name) const { return out.empty() ? "results/sweeps/" + spec_name : out; }
+  bool progress() const { return !json && !quiet; }
+};
+
 }  // namespace slidedp

@@ -19,11 +19,11 @@ namespace slidedp {
 namespace {
 
 struct MeasuredArgs {
-  std::string spec, out;
+  std::string spec;
   int steps = 8, warmup = 3;
   std::string backend = "cpu";
   double time_scale = 0;
-  bool json = false, quiet = false;
+  ReportFlags report;
 };
 
 }  // namespace
@@ -37,7 +37,6 @@ void add_measured_command(CLI::App& app, int argc, char** argv) {
       "measured speedups beside the modelled ones and the paper's claims");
   cmd->add_option("spec", args->spec, "Sweep spec YAML with models small enough to run here (sweeps/specs/measured_matched_batch.yaml)")
       ->required();
-  cmd->add_option("--out", args->out, "Output folder (default: results/sweeps/<spec name>)");
   cmd->add_option("--steps", args->steps, "Optimizer steps per point")->check(CLI::PositiveNumber);
   cmd->add_option("--warmup", args->warmup, "Of them, steps not measured")->check(CLI::NonNegativeNumber);
   cmd->add_option("--backend", args->backend,
@@ -47,14 +46,13 @@ void add_measured_command(CLI::App& app, int argc, char** argv) {
   cmd->add_option("--time-scale", args->time_scale,
                   "With the CPU backend: seconds here per second of the target (default: measured per plan)")
       ->check(CLI::PositiveNumber);
-  cmd->add_flag("--json", args->json, "Print a JSON summary instead of the readable one");
-  cmd->add_flag("--quiet", args->quiet, "No progress line");
+  args->report.add_to(cmd);
   const std::string command = command_line(argc, argv);
   cmd->callback([args, command] {
     const SweepSpec spec = load_sweep_spec(args->spec);
-    const std::string out = args->out.empty() ? "results/sweeps/" + spec.name : args->out;
+    const std::string out = args->report.folder(spec.name);
     Progress progress("measured " + spec.name, static_cast<double>(expand_points(spec).size()), "points",
-                      !args->json && !args->quiet);
+                      args->report.progress());
     MeasuredOptions o;
     o.steps = args->steps;
     o.warmup = args->warmup;
@@ -77,7 +75,7 @@ void add_measured_command(CLI::App& app, int argc, char** argv) {
                      {"ran", m.ran}, {"not_run", m.not_run}, {"predicted_step_s", m.row.feasible ? m.predicted_step_s() : 0.0},
                      {"measured_step_s", m.step_s}, {"error", m.error()}});
     j["rows"] = pts;
-    if (args->json) {
+    if (args->report.json) {
       std::cout << j.dump(2) << "\n";
     } else {
       int ran = 0;

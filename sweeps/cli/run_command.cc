@@ -20,8 +20,9 @@ namespace slidedp {
 namespace {
 
 struct RunArgs {
-  std::string spec, out;
-  bool simulate = false, json = false, quiet = false;
+  std::string spec;
+  bool simulate = false;
+  ReportFlags report;
 };
 
 }  // namespace
@@ -33,17 +34,15 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
                          "Evaluate a sweep spec (hardware x models x sequence lengths x batches x systems) "
                          "with the step model; write points.csv, README.md and SVG plots");
   cmd->add_option("spec", args->spec, "Sweep spec YAML (see sweeps/specs/ and docs/SWEEPS.md)")->required();
-  cmd->add_option("--out", args->out, "Output folder (default: results/sweeps/<spec name>)");
   cmd->add_flag("--simulate", args->simulate, "Re-score every chosen plan with the discrete-event simulator");
-  cmd->add_flag("--json", args->json, "Print a JSON summary instead of the readable one");
-  cmd->add_flag("--quiet", args->quiet, "No progress line");
+  args->report.add_to(cmd);
   const std::string command = command_line(argc, argv);
   cmd->callback([args, command] {
     const SweepSpec spec = load_sweep_spec(args->spec);
-    const std::string out = args->out.empty() ? "results/sweeps/" + spec.name : args->out;
+    const std::string out = args->report.folder(spec.name);
     const std::size_t total = expand_points(spec).size();
     Progress progress("sweep " + spec.name, static_cast<double>(total), "points",
-                      !args->json && !args->quiet);
+                      args->report.progress());
     SweepRunOptions opt;
     opt.simulate = args->simulate;
     opt.progress = [&](int done, int, const SweepRow& r) {
@@ -53,7 +52,7 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
     const SweepResult res = run_sweep(spec, opt);
     progress.finish();
     const std::vector<std::string> files = write_sweep_report(res, out, command);
-    if (args->json) {
+    if (args->report.json) {
       std::cout << sweep_summary_json(res, files, out).dump(2) << "\n";
     } else {
       int feasible = 0;
