@@ -8,6 +8,11 @@ if(SLIDEDP_WERROR)
 endif()
 target_include_directories(slidedp_options INTERFACE ${PROJECT_SOURCE_DIR})
 
+# SLIDEDP_FUZZ (clang): coverage instrumentation for libFuzzer everywhere; fuzz/ links the engine.
+option(SLIDEDP_FUZZ "Build fuzz/ as libFuzzer targets (clang)" OFF)
+if(SLIDEDP_FUZZ)
+  add_compile_options(-fsanitize=fuzzer-no-link)
+endif()
 if(SLIDEDP_SANITIZE STREQUAL "address")
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
   add_link_options(-fsanitize=address,undefined)

@@ -38,6 +38,12 @@ bool get_bool(const json& j, const std::string& key, const std::string& origin, 
   return j[key].get<bool>();
 }
 
+std::string get_text(const json& j, const std::string& key, const std::string& origin, const std::string& fallback) {
+  if (!j.contains(key) || j[key].is_null()) return fallback;
+  if (!j[key].is_string()) throw InputError(origin + ": " + key, fmt::format("expected a string, got {}", j[key].dump()));
+  return j[key].get<std::string>();
+}
+
 // Gemma 4's text model: `t` is the text_config of a gemma4 config (or a whole gemma4_text config).
 // Defaults are Gemma4TextConfig's; variants we do not train are refused naming their key.
 ModelCard gemma4_card(const json& t, const std::string& origin, const std::string& where) {
@@ -94,13 +100,13 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
     if (!rp.is_object()) throw InputError(rat, "expected an object");
     if (rp.contains("sliding_attention")) {
       const json& s = rp["sliding_attention"];
-      if (!s.is_object() || s.value("rope_type", "default") != "default")
+      if (!s.is_object() || get_text(s, "rope_type", rat + ".sliding_attention", "default") != "default")
         throw InputError(rat + ".sliding_attention.rope_type", "only 'default' is supported");
       c.rope_theta = get_number(s, "rope_theta", rat + ".sliding_attention", 10000.0);
     }
     if (rp.contains("full_attention")) {
       const json& f = rp["full_attention"];
-      if (!f.is_object() || f.value("rope_type", "proportional") != "proportional")
+      if (!f.is_object() || get_text(f, "rope_type", rat + ".full_attention", "proportional") != "proportional")
         throw InputError(rat + ".full_attention.rope_type", "only 'proportional' is supported");
       c.global_rope_theta = get_number(f, "rope_theta", rat + ".full_attention", 1e6);
       c.global_partial_rotary_factor = get_number(f, "partial_rotary_factor", rat + ".full_attention", 1.0);
@@ -305,9 +311,8 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
     const json& rs = j["rope_scaling"];
     if (!rs.is_object()) throw InputError(origin + ": rope_scaling", "expected an object or null");
-    std::string type = rs.contains("rope_type") ? rs["rope_type"].get<std::string>()
-                       : rs.contains("type")    ? rs["type"].get<std::string>()
-                                                : "";
+    const std::string type = rs.contains("rope_type") ? get_text(rs, "rope_type", origin + ": rope_scaling", "")
+                                                      : get_text(rs, "type", origin + ": rope_scaling", "");
     if (type != "llama3" && type != "linear" && type != "default")
       throw InputError(origin + ": rope_scaling.rope_type",
                        fmt::format("'{}' is not supported (llama3, linear)", type));

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "model/model_card.h"
+#include "tests/model/config_edit_util.h"
 #include "model/model_costs.h"
 #include "model/unit_layout.h"
 
@@ -144,6 +145,19 @@ TEST(Gemma4HfConfig, RefusesVariantsWeDoNotTrainNamingTheKey) {
   EXPECT_NE(error_of(R"({"model_type": "gemma4_text", "hidden_size_per_layer_input": 0, "layer_types": ["x"]})")
                 .find("layer_types"),
             std::string::npos);
+}
+
+// Found by fuzz/targets/hf_config_json.cc: a rope_type that is not a string (here a list) ended in a
+// JSON type error, which the tools report as exit 1; it is bad input naming the key.
+TEST(Gemma4HfConfig, ARopeTypeThatIsNotAStringIsBadInputNamingTheKey) {
+  testing::expect_edited_config_refused(kReleased26B, R"("rope_type": "proportional")", R"("rope_type": [[1]])",
+                                        "full_attention: rope_type");
+  testing::expect_edited_config_refused(kReleased26B, R"("rope_type": "default")", R"("rope_type": 7)",
+                                        "sliding_attention: rope_type");
+  testing::expect_edited_config_refused(
+      R"({"model_type": "llama", "hidden_size": 16, "intermediate_size": 20, "vocab_size": 48, "num_hidden_layers": 3,
+          "num_attention_heads": 2, "num_key_value_heads": 2, "rope_scaling": {"rope_type": "llama3", "factor": 8.0}})",
+      R"("rope_type": "llama3")", R"("rope_type": {"a": 1})", "rope_scaling: rope_type");
 }
 
 TEST(Gemma4Costs, SlidingWindowAttentionIsLinearInTheWindow) {
