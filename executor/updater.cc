@@ -677,7 +677,9 @@ void Updater::verify_pass(int64_t step) {
   for (int u = 0; u < state_.num_units(); ++u) {
     UnitState& s = state_.unit(u);
     for (int64_t k = 0; k < s.chunks; ++k) {
-      auto [b, e] = state_.chunk_range(u, k);
+      // Plain variables, not a structured binding: the lambda below captures b (clang before 16 cannot).
+      const auto [chunk_begin, chunk_end] = state_.chunk_range(u, k);
+      const int64_t b = chunk_begin, e = chunk_end;
       // Paced: this chunk's share of the target's update after the backward.
       int flow = -1;
       if (config_.pacing) {
