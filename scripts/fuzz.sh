@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A fuzzing campaign over every parser of user input: builds fuzz/ with clang's libFuzzer, AddressSanitizer
+# A fuzzing campaign over every parser of user input: installs clang (install_deps.sh), builds fuzz/ with clang's libFuzzer, AddressSanitizer
 # and UndefinedBehaviorSanitizer into build-fuzz/, then runs each target for SECONDS (default 60) on a
 # copy of its seed corpus (fuzz/corpus/<target>; the corpus libFuzzer grows stays in build-fuzz/).
 # A finding (a crash, a sanitizer report, or an error that is not SlideDP's own: fuzz/harness.h) stops
@@ -12,7 +12,7 @@ shift || true
 build="${SLIDEDP_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(hardware_yaml model_card_yaml hf_config_json plan_yaml lr_schedule_yaml sweep_spec_yaml safetensors npy jsonl)
-command -v clang++ > /dev/null || { echo "fuzz.sh: needs clang++ (apt-get install clang libclang-rt-dev)" >&2; exit 2; }
+SLIDEDP_TEST_DEPS=0 SLIDEDP_FUZZ_DEPS=1 "$root/scripts/install_deps.sh"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLIDEDP_ENABLE_CUDA=OFF \
   -DSLIDEDP_FUZZ=ON -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_WERROR=OFF > /dev/null
 cmake --build "$build" -j "${SLIDEDP_JOBS:-$(nproc)}" --target "${targets[@]/#/fuzz_}"

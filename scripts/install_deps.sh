@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs SlideDP's build and test dependencies from Debian packages. Safe to run repeatedly.
 # Set SLIDEDP_SKIP_APT=1 to skip (e.g. on a machine where they are already present), SLIDEDP_TEST_DEPS=0 to
-# leave out what only the tests need.
+# leave out what only the tests need, SLIDEDP_FUZZ_DEPS=1 to add what scripts/fuzz.sh needs.
 set -euo pipefail
 [ "${SLIDEDP_SKIP_APT:-0}" = "1" ] && exit 0
 
@@ -16,6 +16,8 @@ packages=(
 # in ctest (StepGoldens.Regenerate) to prove the committed files come from
 # scripts/golden/make_step_goldens.py: ~80 s and ~600 MiB (178 packages) on Debian 12.
 if [ "${SLIDEDP_TEST_DEPS:-1}" = "1" ]; then packages+=(python3-torch); fi
+# Fuzzing campaigns only (scripts/fuzz.sh sets it): clang with libFuzzer and the sanitizer runtimes.
+if [ "${SLIDEDP_FUZZ_DEPS:-0}" = "1" ]; then packages+=(clang libclang-rt-dev); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
