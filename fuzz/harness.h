@@ -34,6 +34,10 @@ inline std::string as_text(const uint8_t* data, std::size_t size) {
 }
 inline std::span<const uint8_t> as_bytes(const uint8_t* data, std::size_t size) { return {data, size}; }
 
+// For parsers that read a file: `data` written to `name` in a folder of this process's own (made once,
+// the file overwritten by every input); returns the folder.
+std::string write_input_file(const std::string& name, const uint8_t* data, std::size_t size);
+
 }  // namespace slidedp::fuzz
 
 // Each target defines this (libFuzzer's entry point).

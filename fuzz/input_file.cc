@@ -1,0 +1,25 @@
+// write_input_file; see harness.h.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "fuzz/harness.h"
+
+namespace slidedp::fuzz {
+
+std::string write_input_file(const std::string& name, const uint8_t* data, std::size_t size) {
+  static const std::string folder = [] {
+    std::string pattern = (std::filesystem::temp_directory_path() / "slidedp-fuzz-XXXXXX").string();
+    if (::mkdtemp(pattern.data()) == nullptr) std::abort();
+    return pattern;
+  }();
+  std::ofstream out(folder + "/" + name, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(size));
+  if (!out) std::abort();
+  return folder;
+}
+
+}  // namespace slidedp::fuzz
