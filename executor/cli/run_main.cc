@@ -271,10 +271,18 @@ int run_main(int argc, char** argv) {
     if (predicted) log->log_prediction(run_id, runlog::prediction_record(*predicted));
     step_log.emplace(*log);
   }
-  // Before the run's last rows: every queued step row committed, or counted in an error row.
-  const auto settle_step_log = [&] {
+  // Before the run's last rows: every queued step row committed, or counted in an error row. On a
+  // failed run (`failing`) a queued row's own error is dropped: the error being reported comes first.
+  const auto settle_step_log = [&](bool failing) {
     if (!step_log) return;
-    const runlog::PatientLog::Outcome left = step_log->flush(std::chrono::seconds(60));
+    runlog::PatientLog::Outcome left;
+    try {
+      left = step_log->flush(std::chrono::seconds(60));
+    } catch (const Error&) {
+      step_log.reset();
+      if (!failing) throw;
+      return;
+    }
     step_log.reset();
     if (left.uncommitted + left.dropped == 0) return;
     const std::string what = fmt::format("{} step rows were not logged: the run log was locked by another process "
@@ -358,10 +366,7 @@ int run_main(int argc, char** argv) {
     }
   } catch (const Error& e) {
     if (log) {
-      try {
-        settle_step_log();
-      } catch (const Error&) {  // a queued row's own failure: the error being reported comes first
-      }
+      settle_step_log(true);
       runlog::ErrorRecord er;
       er.kind = e.kind() == ErrorKind::kNumeric ? "numeric" : e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
       er.message = e.what();
@@ -371,15 +376,12 @@ int run_main(int argc, char** argv) {
     throw;
   } catch (...) {
     if (log) {
-      try {
-        settle_step_log();
-      } catch (const Error&) {
-      }
+      settle_step_log(true);
       log->end_run(run_id, runlog::RunStatus::kFailed);
     }
     throw;
   }
-  settle_step_log();
+  settle_step_log(false);
   if (log) log->end_run(run_id, result.stopped_early ? runlog::RunStatus::kInterrupted : runlog::RunStatus::kFinished);
 
   // Steady state: every step but the first (it pays start-up).
