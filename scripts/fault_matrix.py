@@ -72,7 +72,7 @@ class Matrix:
             rows = con.execute("SELECT id, status, pid FROM runs ORDER BY id").fetchall()
             if not rows:
                 problems.append("no run row")
-                return None, set()
+                return None, set(), None
             run_id, status, pid = rows[-1]
             if expect_status is not None and status != expect_status:
                 problems.append(f"run status {status}, expected {expect_status}")
@@ -80,8 +80,7 @@ class Matrix:
                 problems.append(f"pid {pid} of a killed run is alive")
             steps = {s for (s,) in con.execute("SELECT step FROM steps WHERE run_id = ?", (run_id,))}
             errors = con.execute("SELECT count(*) FROM errors WHERE run_id = ?", (run_id,)).fetchone()[0]
-            self.last_status = status
-            return errors, steps
+            return errors, steps, status
         finally:
             con.close()
 
@@ -123,7 +122,7 @@ class Matrix:
         if not os.path.exists(os.path.join(d, "runs.db")):
             self.record("kill -9 while training", trial, f"after {delay:.2f} s: before the log existed", [])
             return
-        _, steps = self.log_checks(os.path.join(d, "runs.db"), "running", problems)
+        _, steps, _ = self.log_checks(os.path.join(d, "runs.db"), "running", problems)
         ckpts = self.checkpoints(os.path.join(d, "ckpt"))
         for c in ckpts:
             if c not in steps:
@@ -143,8 +142,7 @@ class Matrix:
         problems = []
         if code != 0:
             problems.append(f"exit {code}")
-        _, steps = self.log_checks(os.path.join(d, "runs.db"), None, problems)
-        status = self.last_status
+        _, steps, status = self.log_checks(os.path.join(d, "runs.db"), None, problems)
         ckpts = self.checkpoints(os.path.join(d, "ckpt"))
         finished = len(steps) == STEPS
         if status != ("finished" if finished else "interrupted"):
@@ -210,7 +208,7 @@ class Matrix:
                 problems.append(f"exit {r.returncode}, expected 4")
             if ckpt not in r.stdout:
                 problems.append("the message does not name the checkpoint folder")
-            errors, steps = self.log_checks(os.path.join(d, "runs.db"), "failed", problems)
+            errors, steps, _ = self.log_checks(os.path.join(d, "runs.db"), "failed", problems)
             if not errors:
                 problems.append("no error row")
             ckpts = self.checkpoints(ckpt)
