@@ -14,8 +14,23 @@
 
 namespace slidedp {
 
+namespace {
+
+std::filesystem::file_status status_of(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::file_status st = std::filesystem::status(path, ec);
+  if (ec && ec != std::errc::no_such_file_or_directory && ec != std::errc::not_a_directory)
+    throw IoError(path, ec.message());
+  return st;
+}
+
+}  // namespace
+
+bool path_exists(const std::string& path) { return std::filesystem::exists(status_of(path)); }
+bool is_folder(const std::string& path) { return std::filesystem::is_directory(status_of(path)); }
+
 std::string read_text_file(const std::string& path) {
-  if (!std::filesystem::exists(path)) throw IoError(path, "no such file");
+  if (!path_exists(path)) throw IoError(path, "no such file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError(path, "cannot open for reading");
   std::stringstream ss;

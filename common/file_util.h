@@ -7,6 +7,12 @@
 
 namespace slidedp {
 
+// Whether `path` exists / is a folder; "no" for a missing path, IoError naming the path for anything
+// the system refuses to say (a loop of symbolic links, a name too long, no permission), where
+// std::filesystem's own calls would throw an exception the tools report as an internal error.
+bool path_exists(const std::string& path);
+bool is_folder(const std::string& path);
+
 // Throws IoError naming the path when the file is missing or unreadable.
 std::string read_text_file(const std::string& path);
 

@@ -337,7 +337,7 @@ Hardware hardware_preset(const std::string& name) {
 
 Hardware load_hardware(const std::string& name_or_path) {
   if (is_hardware_preset(name_or_path)) return hardware_preset(name_or_path);
-  if (!std::filesystem::exists(name_or_path))
+  if (!path_exists(name_or_path))
     throw InputError("", fmt::format("unknown hardware '{}': not a preset ({}) and no such file",
                                      name_or_path, fmt::join(hardware_preset_names(), ", ")));
   return hardware_from_yaml(read_text_file(name_or_path), name_or_path);

@@ -453,8 +453,8 @@ ModelCard load_model_card(const std::string& name_or_path) {
   namespace fs = std::filesystem;
   if (is_model_preset(name_or_path)) return model_preset(name_or_path);
   fs::path p(name_or_path);
-  if (fs::is_directory(p)) p /= "config.json";
-  if (!fs::exists(p)) {
+  if (is_folder(p.string())) p /= "config.json";
+  if (!path_exists(p.string())) {
     throw InputError("", fmt::format("unknown model '{}': not a preset ({}) and no such file or directory",
                                      name_or_path, fmt::join(model_preset_names(), ", ")));
   }

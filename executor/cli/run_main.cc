@@ -163,7 +163,7 @@ int run_main(int argc, char** argv) {
   }
   // A folder is a Hugging Face model: its card, and its weights to start from.
   o.card = load_model_card(pf.model);
-  if (std::filesystem::is_directory(pf.model)) o.init_model_dir = pf.model;
+  if (is_folder(pf.model)) o.init_model_dir = pf.model;
   o.seq_len = pf.seq_len;
   o.plan = pf.plan;
   o.system = parse_system(system, "--system");
