@@ -11,7 +11,7 @@ seconds="${1:-60}"
 shift || true
 build="${SLIDEDP_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=("$@")
-[ ${#targets[@]} -gt 0 ] || targets=(hardware_yaml model_card_yaml hf_config_json plan_yaml lr_schedule_yaml sweep_spec_yaml safetensors npy jsonl
+[ ${#targets[@]} -gt 0 ] || targets=(hardware_yaml model_card_yaml hf_config_json plan_yaml lr_schedule_yaml sweep_spec_yaml safetensors safetensors_index npy jsonl
                                    trainer_state token_file)
 SLIDEDP_TEST_DEPS=0 SLIDEDP_FUZZ_DEPS=1 "$root/scripts/install_deps.sh"
 CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLIDEDP_ENABLE_CUDA=OFF \
