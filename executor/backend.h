@@ -118,6 +118,11 @@ struct UnitOpArgs {
   DeviceBuffer workspace;   // scratch of workspace_bytes
   DeviceBuffer loss;        // head: 2 doubles, (loss sum, unmasked count), overwritten
   double grad_scale = 1.0;  // head: multiplies dlogits (1 / global unmasked targets)
+  // MoE models: the micro-batch's router statistics (kernels/cpu/transformer/router_aux_loss.h,
+  // zeroed before its first layer): decoder forwards add to them, decoder backwards and the head
+  // read them. router_aux_weight = d loss / d (one sequence's load-balancing loss); 0: off.
+  DeviceBuffer router_stats;
+  double router_aux_weight = 0;
   int step = -1;            // for the measured timeline
 };
 

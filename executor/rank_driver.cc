@@ -316,6 +316,14 @@ void RankDriver::micro_step(int64_t step, int a) {
   h2d.copy_h2d(targets, 0, data_host_[parity].ptr + tokens * 4, tokens * 4, tag("h2d", "targets", step, -1));
   data_copied_[parity] = h2d.record();
   compute.wait(data_copied_[parity]);
+  // Router statistics of this micro-batch (MoE): every layer's forward adds to them, backward reads them.
+  DeviceBuffer router_stats;
+  if (mem.router_stats_bytes > 0) {
+    router_stats = alloc(mem.router_stats_bytes, "router statistics");
+    dev.zero(router_stats, 0, mem.router_stats_bytes);
+  }
+  const double step_sequences = static_cast<double>(B_) * plan.accum_steps * config_.ranks * config_.nodes;
+  const double router_aux_weight = config_.router_aux_loss_coef / step_sequences;
 
   // ---- forward ----
   std::vector<DeviceBuffer> out(static_cast<size_t>(U_));  // out[u]: output of unit u (input of u+1)
@@ -342,6 +350,7 @@ void RankDriver::micro_step(int64_t step, int a) {
       args.y = out[static_cast<size_t>(u)] = alloc(hidden, "hidden state");
       args.saved = alloc(mem.layer_memory(l).saved_bytes, "saved activations");
       args.workspace = alloc(mem.layer_memory(l).forward_workspace_bytes, "workspace");
+      args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
       dev.forward(args);
       EventPtr done = compute.record();
       mark_use(u, done);
@@ -390,6 +399,7 @@ void RankDriver::micro_step(int64_t step, int a) {
       args.loss = alloc(16, "loss");
       args.workspace = alloc(head_mem.forward_workspace_bytes, "workspace");
       args.grad_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sampler_.step_num_targets(step)));
+      args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
       dev.forward(args);
       EventPtr done = compute.record();
       mark_use(u, done);
@@ -457,6 +467,7 @@ void RankDriver::micro_step(int64_t step, int a) {
     args.dy = dy;
     args.dx = alloc(hidden, "gradient of hidden state");
     args.workspace = alloc(mem.layer_memory(l).backward_workspace_bytes, "workspace");
+    args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
     dev.backward(args);
     if (step == config_.inject_throw_step && u == config_.inject_throw_unit) {
       auto* s = &compute;
@@ -496,6 +507,7 @@ void RankDriver::micro_step(int64_t step, int a) {
     release(dy, done);
     release(ids, done);
     release(targets, done);
+    if (router_stats.bytes > 0) release(router_stats, done);
     drain_[0] = send_grads(step, a, 0, GradPart::kOwn, args.grads, numel);
   }
   drain_.clear();

@@ -31,6 +31,9 @@ struct DriverConfig {
   int64_t seq_len = 0;
   DType wire_dtype = DType::kBF16;  // per-rank gradients on their way to the host
   bool tied = false;
+  // Mixture-of-experts models: the coefficient of the router's load-balancing loss (0: off; the
+  // statistics are kept either way). The loss adds coefficient x the mean over the step's sequences.
+  double router_aux_loss_coef = 0;
   // Test hook: after the backward of (step, unit) on this rank, overwrite the first gradient element
   // with NaN (fault injection); -1 disables.
   int64_t inject_nan_step = -1;

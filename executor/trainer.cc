@@ -103,6 +103,11 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
   if (!(std::isfinite(opt.eps) && opt.eps >= 0)) throw InputError("optimizer: eps", fmt::format("{} must be finite and >= 0", opt.eps));
   if (!(std::isfinite(opt.weight_decay) && opt.weight_decay >= 0))
     throw InputError("optimizer: weight_decay", fmt::format("{} must be finite and >= 0", opt.weight_decay));
+  if (!(std::isfinite(o.router_aux_loss_coef) && o.router_aux_loss_coef >= 0))
+    throw InputError("router_aux_loss_coef", fmt::format("{} must be finite and >= 0", o.router_aux_loss_coef));
+  if (o.router_aux_loss_coef > 0 && !o.card.moe())
+    throw InputError("router_aux_loss_coef",
+                     fmt::format("model {} has no mixture-of-experts router; the load-balancing loss needs one", o.card.name));
   (void)layout;
 }
 
@@ -422,6 +427,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.seq_len = o.seq_len;
     dc.wire_dtype = wire;
     dc.tied = o.card.tie_word_embeddings;
+    dc.router_aux_loss_coef = o.router_aux_loss_coef;
     dc.convert_on_load = traits.convert_on_load;
     dc.resident_params = traits.params_resident;
     dc.whole_update_gate = traits.update_after_backward && !traits.gpu_optimizer;

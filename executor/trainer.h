@@ -49,6 +49,9 @@ struct TrainOptions {
   int64_t steps = 10;                  // optimizer steps to run (after a resume: further steps)
   LrScheduleConfig lr;
   OptimizerConfig optimizer;
+  // Mixture-of-experts models: the router's load-balancing loss joins the objective with this
+  // coefficient (kernels/cpu/transformer/router_aux_loss.h; 0: off, as the references fine-tune).
+  double router_aux_loss_coef = 0;
   // Initial weights: a Hugging Face model folder, else random with this seed.
   std::string init_model_dir;
   uint64_t init_seed = 42;

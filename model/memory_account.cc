@@ -19,6 +19,7 @@ namespace {
 enum Category {
   kSlots,
   kTokens,
+  kRouterStats,    // MoE: the micro-batch's router statistics
   kHiddenKept,     // unit inputs kept from forward to backward (keep and recompute layers)
   kSavedKept,      // saved state of keep layers
   kHiddenMoving,   // the hidden states a unit reads and writes right now (x, y, dy, dx)
@@ -33,6 +34,7 @@ const char* category_name(int c) {
   switch (c) {
     case kSlots: return "parameter slots";
     case kTokens: return "token ids and targets";
+    case kRouterStats: return "router statistics (mixture of experts)";
     case kHiddenKept: return "activations: unit inputs kept for backward";
     case kSavedKept: return "activations: saved state of keep layers";
     case kHiddenMoving: return "hidden states in use (x, y, dy, dx)";
@@ -196,6 +198,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
     if (a == 0) slots.release_all(led);
     const int ids = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
     const int targets = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
+    const int router = spec.router_stats_bytes > 0 ? led.alloc(kRouterStats, spec.router_stats_bytes, Where{Where::kForward, 0}) : -1;
     int dy = -1;
     // ---- forward ----
     for (int u = 0; u < U; ++u) {
@@ -292,6 +295,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
       led.release(dy);
       led.release(ids);
       led.release(targets);
+      if (router >= 0) led.release(router);
       send_grads(grads, numel(0), where);
     }
   }

@@ -8,6 +8,7 @@
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"
 #include "kernels/cpu/transformer/model_step.h"
+#include "kernels/cpu/transformer/router_aux_loss.h"
 #include "kernels/cuda/unit_scratch.h"
 #include "model/model_costs.h"
 
@@ -125,6 +126,10 @@ int64_t embedding_backward_scratch_estimate(UnitCode code, int64_t tokens) {
   if (code == UnitCode::kCpu) return 0;
   const int64_t array = align_up(tokens * 4, 256);
   return 4 * array + 2 * array + (int64_t{1} << 20);
+}
+
+int64_t router_stats_bytes(const ModelCard& card, int64_t B) {
+  return card.moe() ? kernels::router_stats_bytes(B, card.num_experts) : 0;
 }
 
 }  // namespace slidedp

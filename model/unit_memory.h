@@ -45,6 +45,11 @@ UnitMemory unit_memory(const ModelCard& card, const ModelLayout& layout, UnitKin
 std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const ModelLayout& layout, int64_t B, int64_t T,
                                               const UnitMemoryOptions& options);
 
+// One micro-batch's router statistics on a mixture-of-experts model (the load-balancing loss,
+// kernels/cpu/transformer/router_aux_loss.h), held from its first layer's forward to its last
+// backward whether or not the loss is on; 0 for a dense model.
+int64_t router_stats_bytes(const ModelCard& card, int64_t B);
+
 // The CUDA embedding backward's sort scratch for N tokens: four int32 arrays (exact) and CUB's radix
 // sort temp storage, which only a device can size (CUB picks its tuning from the GPU), estimated as
 // one more key/value pair array plus 1 MiB; the CUDA backend uses the exact figure. 0 on the CPU.

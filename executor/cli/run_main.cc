@@ -52,7 +52,7 @@ extern "C" void on_stop_signal(int) { g_stop.store(true); }
 
 int run_main(int argc, char** argv) {
   CLI::App app{
-      "slidedp-run: train a Llama/Qwen/Mistral-architecture model with layer streaming from host memory,\n"
+      "slidedp-run: train a Llama, Qwen2/3, Mistral, Gemma 4 or Qwen3.6 model with layer streaming from host memory,\n"
       "synchronous data parallel over the plan's ranks. Without --model and --data it trains the embedded\n"
       "default: slidedp-tiny on the text compiled into the binary."};
   PlanFlags flags;
@@ -61,7 +61,7 @@ int run_main(int argc, char** argv) {
   std::string on_nonfinite = "abort";
   int64_t steps = 40, checkpoint_every = 0, warmup = 0, device_budget = 0;
   int keep = 3, update_threads_flag = 0;
-  double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8;
+  double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8, router_aux_loss_coef = 0;
   std::vector<double> adam_betas = {0.9, 0.999};
   std::string no_decay_on = "none", emulate, system = "slidedp";
   double time_scale = 0, node_timeout = 300;
@@ -89,6 +89,11 @@ int run_main(int argc, char** argv) {
   app.add_option("--adam-eps", adam_eps, "AdamW epsilon, added outside the square root as in torch (default 1e-8)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--clip-grad-norm", clip, "Clip the global gradient norm to this value (0: off; costs the update overlap)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--router-aux-loss-coef", router_aux_loss_coef,
+                 "Mixture-of-experts models: coefficient of the router's load-balancing loss (transformers' "
+                 "router_aux_loss_coef, e.g. 0.001), pooled per sequence over every MoE layer and averaged over the "
+                 "step's sequences; the logged loss includes it (default 0: off, as the references fine-tune)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
       ->check(CLI::IsMember({"abort", "skip"}));
@@ -209,6 +214,7 @@ int run_main(int argc, char** argv) {
   o.optimizer.eps = adam_eps;
   o.optimizer.no_decay = exec::parse_no_decay_groups(no_decay_on, "--no-decay-on");
   o.optimizer.clip_grad_norm = clip;
+  o.router_aux_loss_coef = router_aux_loss_coef;
   o.optimizer.on_nonfinite = on_nonfinite == "skip" ? exec::NonFinitePolicy::kSkip : exec::NonFinitePolicy::kAbort;
   o.plan.verify_updates = clip > 0 || on_nonfinite == "skip";
   o.checkpoint_dir = checkpoint_dir;

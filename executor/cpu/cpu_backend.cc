@@ -29,6 +29,7 @@
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"
 #include "kernels/cpu/transformer/model_step.h"
+#include "kernels/cpu/transformer/router_aux_loss.h"
 
 namespace slidedp::exec {
 
@@ -339,6 +340,22 @@ struct SharedMath {
   const TargetPacing* pacing = nullptr;  // null: run at this host's speed
 };
 
+// The router statistics of a unit operation's micro-batch, or none (dense models, recompute).
+class RouterStatsView {
+ public:
+  RouterStatsView(const kernels::ModelSpecs& s, const UnitOpArgs& a) {
+    if (a.router_stats.bytes == 0) return;
+    SLIDEDP_CHECK(a.router_stats.bytes >= kernels::router_stats_bytes(a.B, s.moe_experts()), "router statistics too small");
+    stats_ = kernels::router_stats_view(a.router_stats.ptr, a.B, s.moe_experts(), s.moe_layers() * a.T, a.router_aux_weight);
+    present_ = true;
+  }
+  const kernels::RouterStats* get() const { return present_ ? &stats_ : nullptr; }
+
+ private:
+  kernels::RouterStats stats_;
+  bool present_ = false;
+};
+
 class CpuDevice final : public Device {
  public:
   CpuDevice(int rank, int64_t budget, const SharedMath& math, RunControl& control, Tracer& tracer)
@@ -386,6 +403,7 @@ class CpuDevice final : public Device {
     m.decoder = unit_memory(UnitKind::kDecoder, B, T);
     m.head = unit_memory(UnitKind::kHead, B, T);
     if (!math_.card.uniform_layers()) m.decoder_by_layer = decoder_unit_memories(math_.card, math_.layout, B, T, memory_options());
+    m.router_stats_bytes = router_stats_bytes(math_.card, B);
     m.param_bytes = m.wire_bytes = dtype_bytes(param_dtype());
     m.align_bytes = 64;  // alloc() rounds to 64 bytes; an empty request takes none
     m.zero_bytes_take_one = false;
@@ -409,7 +427,9 @@ class CpuDevice final : public Device {
           const int layer = a.unit - 1;
           kernels::Arena arena(ws(a.workspace));
           const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
-          kernels::layer_forward<float>(s, layer, p, f32(a.x), f32(a.y), ws(a.saved), a.B, a.T, rest(arena, a.workspace));
+          const RouterStatsView router(s, a);
+          kernels::layer_forward<float>(s, layer, p, f32(a.x), f32(a.y), ws(a.saved), a.B, a.T, rest(arena, a.workspace),
+                                        router.get());
           break;
         }
         case UnitKind::kHead: {
@@ -426,7 +446,11 @@ class CpuDevice final : public Device {
               s.head, p, lm, f32(a.x), i32(a.targets), a.B, a.T, a.grad_scale, f32(a.dx), f32(a.grads), lm_grad,
               rest(arena, a.workspace));
           double* out = reinterpret_cast<double*>(a.loss.ptr);
-          out[0] = r.loss_sum;
+          // The load-balancing loss joins the loss sum in its units (the sum is divided by the
+          // step's targets, 1 / grad_scale): the logged loss is the objective the gradients follow.
+          const RouterStatsView router(s, a);
+          const double aux = router.get() ? a.router_aux_weight * kernels::router_aux_loss_sum(*router.get(), a.B, s.moe_experts()) : 0.0;
+          out[0] = r.loss_sum + aux / a.grad_scale;
           out[1] = static_cast<double>(r.num_tokens);
           break;
         }
@@ -456,8 +480,9 @@ class CpuDevice final : public Device {
       const int layer = a.unit - 1;
       kernels::Arena arena(ws(a.workspace));
       const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
+      const RouterStatsView router(s, a);
       kernels::layer_backward<float>(s, layer, p, f32(a.x), ws(a.saved), f32(a.dy), f32(a.dx), f32(a.grads), a.B,
-                                     a.T, rest(arena, a.workspace));
+                                     a.T, rest(arena, a.workspace), router.get());
     }, paced_compute(a, "bwd"));
   }
 

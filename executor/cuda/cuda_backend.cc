@@ -564,6 +564,7 @@ class CudaDevice final : public Device {
       m.embedding_backward_scratch_bytes = kc::embedding_backward_workspace_bytes(math_.specs.embedding, B, T);
     }
     m.reduce_scatter_fp32_staging = true;
+    m.router_stats_bytes = router_stats_bytes(math_.card, B);
     return m;
   }
 

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_reference import IGNORE_INDEX, rms_norm, rotate_half
+import router_aux
 
 PREFIX = "model.language_model."
 
@@ -126,6 +127,7 @@ def experts(t, P, p, z, x_router):
     r = rms_norm(x_router, 1.0, eps) * P[p + "router.scale"] * C ** -0.5
     probs = torch.softmax(F.linear(r, P[p + "router.proj.weight"]), dim=-1)  # (B, T, E)
     w, idx = torch.topk(probs, K, dim=-1)
+    router_aux.record(probs, idx)
     ordered = probs.detach().sort(dim=-1, descending=True).values
     gap = float((ordered[..., K - 1] - ordered[..., K]).min()) if K < E else math.inf
     w = w / w.sum(dim=-1, keepdim=True)

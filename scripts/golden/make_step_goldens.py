@@ -64,6 +64,7 @@ except ImportError:  # ctest reports the regeneration check as skipped, not fail
 
 import gemma4
 import qwen3_5
+import router_aux
 from hf_reference import IGNORE_INDEX, loss_sum, random_params, read_safetensors, write_safetensors
 
 # Buffers: loaded from the checkpoint, never trained (Gemma 4's layer_scalar). The reference keeps them
@@ -159,7 +160,7 @@ DATA = {
 # assumes weights exact to fp32 rounding (step_reference_test.cc, tolerance note (1)). The loss mask
 # is the head's code, the same for every family; the Llama and Gemma 4 cases cover it.
 DEFAULT_OPT = dict(lr=1e-2, schedule="constant", warmup=0, min_lr=0.0, weight_decay=0.01, clip=0.0,
-                   betas=(0.9, 0.999), eps=1e-8, no_decay=())
+                   betas=(0.9, 0.999), eps=1e-8, no_decay=(), router_aux=0.0)
 CASES = {
     "llama_masked_clip_cosine": dict(model="llama", data="masked",
                                      opt=dict(schedule="cosine", warmup=2, min_lr=2e-3, clip="auto")),
@@ -174,6 +175,15 @@ CASES = {
     "qwen3_5_plain_clip": dict(model="qwen3_5", data="plain", opt=dict(clip="auto")),
     "qwen3_5_moe_plain_cosine": dict(model="qwen3_5_moe", data="plain",
                                      opt=dict(schedule="cosine", warmup=2, min_lr=2e-3)),
+    # The routers' load-balancing loss (--router-aux-loss-coef), far above the references' 0.001 so
+    # that its share of every router gradient is well above the bounds (a run without it fails). The
+    # Qwen3.6 case decays the rate as the MoE case above does: at a constant 1e-2 its step-3 moments
+    # leave the bounds (which assume weights exact to fp32 rounding; tolerance note (1) of the test) by
+    # 1.3-1.4x, the two plans as far from each other as from the reference, or a router choice comes
+    # within 1e-4 of a tie.
+    "gemma4_moe_masked_router_aux": dict(model="gemma4_moe", data="masked", opt=dict(router_aux=0.5)),
+    "qwen3_5_moe_plain_router_aux": dict(model="qwen3_5_moe", data="plain",
+                                         opt=dict(router_aux=0.5, schedule="cosine", warmup=1, min_lr=1e-3)),
 }
 
 
@@ -258,6 +268,8 @@ def run_flags(opt):
         f.append(f"--adam-eps {opt['eps']!r}")
     if opt["no_decay"]:
         f.append("--no-decay-on " + ",".join(opt["no_decay"]))
+    if opt["router_aux"]:
+        f.append(f"--router-aux-loss-coef {opt['router_aux']!r}")
     return " ".join(f)
 
 
@@ -267,13 +279,17 @@ def train(cfg, params_bf16, inputs, targets, opt):
     P = {n: torch.nn.Parameter(t.to(torch.float64), requires_grad=not is_buffer(n)) for n, t in params_bf16.items()}
     trained = {n: p for n, p in P.items() if not is_buffer(n)}
     num_targets = int((targets != IGNORE_INDEX).sum())
+    num_experts = cfg.get("text_config", cfg).get("num_experts") or 0
 
     def grads_at():
         for p in trained.values():
             p.grad = None
-        ls = loss_sum(cfg, P, inputs, targets)
-        (ls / num_targets).backward()
-        return float(ls) / num_targets
+        loss = loss_sum(cfg, P, inputs, targets) / num_targets
+        aux = router_aux.take_loss(num_experts)
+        if opt["router_aux"]:
+            loss = loss + opt["router_aux"] * aux
+        loss.backward()
+        return float(loss)
 
     if opt["clip"] == "auto":  # half the step-1 norm, 3 significant digits
         grads_at()

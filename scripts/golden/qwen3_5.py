@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 from hf_reference import IGNORE_INDEX, rms_norm, rotate_half
+import router_aux
 
 PREFIX = "model.language_model."
 
@@ -177,6 +178,7 @@ def moe_block(t, P, p, u):
     C, E, K, Ie = t["hidden_size"], t["num_experts"], t["num_experts_per_tok"], t["moe_intermediate_size"]
     probs = torch.softmax(F.linear(u, P[p + "mlp.gate.weight"]), dim=-1)  # (B, T, E)
     w, idx = torch.topk(probs, K, dim=-1)
+    router_aux.record(probs, idx)
     ordered = probs.detach().sort(dim=-1, descending=True).values
     router_min_gap[0] = min(router_min_gap[0], float((ordered[..., K - 1] - ordered[..., K]).min()) if K < E else math.inf)
     w = w / w.sum(dim=-1, keepdim=True)

@@ -74,5 +74,30 @@ TEST(Gemma4Training, SixStepsEqualThreePlusResumePlusThree) {
   }
 }
 
+// The routers' load-balancing loss through the executor: pooled per sequence, so every route and
+// policy (recompute and offload must not count a layer's routers twice) and every split of the step
+// over ranks, micro-batches and accumulation train the same objective; it changes the weights; a dense
+// model has no router to balance.
+TEST(Gemma4Training, TheLoadBalancingLossIsTheSameObjectiveUnderEveryPlan) {
+  TrainOptions o = gemma_options(testing::tiny_gemma4_moe_card(), 2, 1, 2);
+  o.router_aux_loss_coef = 0.3;
+  testing::expect_every_route_and_policy_bitwise(o, {ActivationPolicy::kOffload, ActivationPolicy::kRecompute, ActivationPolicy::kKeep});
+  TrainOptions split = gemma_options(testing::tiny_gemma4_moe_card(), 3, 1, 1);
+  split.router_aux_loss_coef = 0.3;
+  testing::expect_ranks_equal_micro_batch_and_accumulation(split, testing::summation_order_atol(96, std::sqrt(32.0)));
+  TrainOptions off = o;
+  off.router_aux_loss_coef = 0;
+  const TrainResult with = train(o), without = train(off);
+  EXPECT_FALSE(testing::bitwise_equal(with, without));
+  EXPECT_GT(with.steps[0].loss, without.steps[0].loss);  // aux >= K > 0 is added to the logged loss
+
+  TrainOptions dense = gemma_options(testing::tiny_gemma4_card(), 1, 1, 1);
+  dense.router_aux_loss_coef = 0.01;
+  EXPECT_THROW(train(dense), InputError);
+  TrainOptions negative = o;
+  negative.router_aux_loss_coef = -1;
+  EXPECT_THROW(train(negative), InputError);
+}
+
 }  // namespace
 }  // namespace slidedp::exec

@@ -65,6 +65,8 @@ constexpr double kU = 0x1p-24;
 // chain through all T tokens (dk + 2 per token), the output S^T q (dk), the gated norm (dv) and
 // out_proj (nv dv); on full-attention layers the zero-centred q/k norms (hd each) and the output gate
 // (two); with the MoE block also the shared expert (its dots over C and Is, its sigmoid gate).
+// The routers' load-balancing loss (the *_router_aux cases) adds, once per model: its probability sums
+// over every MoE layer's T tokens, the dot over E, and the softmax backward's sum over E.
 double depth_bound(const ModelCard& c, int64_t T, int64_t G) {
   const int64_t C = c.hidden_size;
   int64_t layers = 0;
@@ -83,7 +85,8 @@ double depth_bound(const ModelCard& c, int64_t T, int64_t G) {
     if (s.shared_expert_intermediate_size > 0) layers += 2 * C + s.shared_expert_intermediate_size + 2;
   }
   const int64_t head = 2 * C + c.vocab_size + (c.final_logit_softcapping > 0 ? 2 : 0);
-  return static_cast<double>(2 * (layers + head) + G * T + G);
+  const int64_t router_aux = c.moe() ? c.num_layers * T + 2 * c.num_experts : 0;
+  return static_cast<double>(2 * (layers + head) + router_aux + G * T + G);
 }
 //
 // (2) Clipping. The coefficient max / (|g| + 1e-6) is computed from the executor's gradient, whose norm
@@ -358,6 +361,11 @@ const RunConfig kRuns[] = {
     {"qwen3_5_moe_plain_cosine", 1, 6, 1, "replicated", "cpu", "keep:rest", 1000, 0, true},
     {"qwen3_5_moe_plain_cosine", 2, 1, 3, "sharded", "cpu", "offload:1,recompute:rest", 1000, 0, false},
     {"qwen3_5_moe_plain_cosine", 3, 2, 1, "replicated", "gpu", "recompute:1,keep:rest", 256, 3, false},
+    // The load-balancing loss: the same objective however the step is split (it is pooled per sequence).
+    {"gemma4_moe_masked_router_aux", 2, 1, 3, "sharded", "gpu", "recompute:1,keep:rest", 1000, 0, false},
+    {"gemma4_moe_masked_router_aux", 3, 2, 1, "replicated", "cpu", "offload:1,keep:rest", 512, 0, false},
+    {"qwen3_5_moe_plain_router_aux", 1, 6, 1, "replicated", "cpu", "recompute:rest", 1000, 0, false},
+    {"qwen3_5_moe_plain_router_aux", 2, 3, 1, "sharded", "gpu", "offload:1,keep:rest", 256, 3, false},
 };
 
 std::string config_name(const RunConfig& c) {

@@ -22,6 +22,7 @@ inline constexpr int32_t kIgnoreIndex = -100;  // PyTorch's CrossEntropyLoss def
 struct LossResult {
   double loss_sum = 0.0;   // sum over unmasked tokens of -log softmax(logits)[target]
   int64_t num_tokens = 0;  // unmasked tokens
+  double router_aux_sum = 0;  // model_forward_backward: the MoE load-balancing loss summed over sequences
 };
 
 // Unmasked targets in (N); throws InputError for a target outside [0, V) that is not kIgnoreIndex.

@@ -256,7 +256,8 @@ void moe_forward(const Gemma4LayerSpec& s, const Real* p, const Saved<Real>& S, 
 // output's gradient through norm_post_ff_1).
 template <typename Real>
 void moe_backward(const Gemma4LayerSpec& s, const Real* p, const Saved<Real>& S, const Real* dd, Real* dd_dense,
-                  Real* dh1, Real* dp, int64_t N, Arena& arena) {
+                  Real* dh1, Real* dp, int64_t B, int64_t T, const RouterStats* router, Arena& arena) {
+  const int64_t N = B * T;
   const int64_t C = s.C, E = s.moe.E, K = s.moe.K;
   Real* const no_bias = nullptr;
   const int64_t mark = arena.mark();
@@ -272,6 +273,7 @@ void moe_backward(const Gemma4LayerSpec& s, const Real* p, const Saved<Real>& S,
     b.dw[i] *= p[s.per_expert_scale + e];
   }
   router_topk_backward(b.dlogits, b.dw, S.probs, S.idx, N, E, K);
+  if (router != nullptr) router_aux_backward(b.dlogits, S.probs, *router, B, T, E);
   linear_backward(b.deo_dr, dp + s.router_w, no_bias, b.dlogits, S.r, p + s.router_w, N, C, E, false);
   const Real c = router_input_scale<Real>(s);
   for (int64_t i = 0; i < N * C; ++i) b.deo_dr[i] *= c;
@@ -440,9 +442,14 @@ int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, 
 
 template <typename Real>
 void gemma4_forward(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                    int64_t B, int64_t T, Workspace ws) {
+                    int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
   SLIDEDP_CHECK(y != nullptr && y != x, "gemma4_forward needs an output buffer distinct from x");
   forward_impl(spec, params, x, y, saved, B, T, ws);
+  if (router != nullptr && spec.has_moe()) {
+    Arena saved_arena(saved);
+    const Saved<Real> S = carve_saved<Real>(saved_arena, spec, B, T);
+    router_stats_add(*router, S.probs, S.idx, B, T, spec.moe.E, spec.moe.K);
+  }
 }
 
 template <typename Real>
@@ -453,7 +460,7 @@ void gemma4_recompute(const Gemma4LayerSpec& spec, const Real* params, const Rea
 
 template <typename Real>
 void gemma4_backward(const Gemma4LayerSpec& s, const Real* p, const Real* x, Workspace saved, const Real* dy,
-                     Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws) {
+                     Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
   check_spec(s, B, T);
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
@@ -474,7 +481,7 @@ void gemma4_backward(const Gemma4LayerSpec& s, const Real* p, const Real* x, Wor
     const BackwardMlp<Real> m = carve_backward_mlp<Real>(arena, s, N);
     rmsnorm_backward(m.dd, dp + s.post_ff_norm, w.dh1, post_ff_norm_input(s, S), S.rstd_post, p + s.post_ff_norm,
                      N, C, false);
-    if (s.has_moe()) moe_backward(s, p, S, m.dd, m.dd_dense, w.dh1, dp, N, arena);
+    if (s.has_moe()) moe_backward(s, p, S, m.dd, m.dd_dense, w.dh1, dp, B, T, router, arena);
     // d = m Wd^T, m = gelu(g) * u recomputed (not saved: an elementwise pass costs less than N*I memory)
     geglu_forward(m.m_du, S.g, S.u, N * I, s.threads);
     linear_backward(m.dm_dg, dp + s.down_w, no_bias, m.dd_dense, m.m_du, p + s.down_w, N, I, C, false);
@@ -518,11 +525,12 @@ void gemma4_backward(const Gemma4LayerSpec& s, const Real* p, const Real* x, Wor
   template int64_t gemma4_forward_workspace_bytes<Real>(const Gemma4LayerSpec&, int64_t, int64_t);            \
   template int64_t gemma4_backward_workspace_bytes<Real>(const Gemma4LayerSpec&, int64_t, int64_t);           \
   template void gemma4_forward<Real>(const Gemma4LayerSpec&, const Real*, const Real*, Real*, Workspace,      \
-                                     int64_t, int64_t, Workspace);                                            \
+                                     int64_t, int64_t, Workspace, const RouterStats*);                        \
   template void gemma4_recompute<Real>(const Gemma4LayerSpec&, const Real*, const Real*, Workspace, int64_t,  \
                                        int64_t, Workspace);                                                   \
   template void gemma4_backward<Real>(const Gemma4LayerSpec&, const Real*, const Real*, Workspace,            \
-                                      const Real*, Real*, Real*, int64_t, int64_t, Workspace);
+                                      const Real*, Real*, Real*, int64_t, int64_t, Workspace,                 \
+                                      const RouterStats*);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)
 #undef SLIDEDP_INSTANTIATE

@@ -20,14 +20,17 @@ int64_t layer_forward_workspace_bytes(const ModelSpecs& s, int layer, int64_t B,
 template <typename Real>
 int64_t layer_backward_workspace_bytes(const ModelSpecs& s, int layer, int64_t B, int64_t T);
 
+// `router`: the micro-batch's router statistics (router_aux_loss.h), read by MoE layers only:
+// forward adds to them, backward adds the load-balancing loss's gradient.
 template <typename Real>
 void layer_forward(const ModelSpecs& s, int layer, const Real* params, const Real* x, Real* y, Workspace saved,
-                   int64_t B, int64_t T, Workspace ws);
+                   int64_t B, int64_t T, Workspace ws, const RouterStats* router = nullptr);
 template <typename Real>
 void layer_recompute(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved, int64_t B,
                      int64_t T, Workspace ws);
 template <typename Real>
 void layer_backward(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved,
-                    const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws);
+                    const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
+                    const RouterStats* router = nullptr);
 
 }  // namespace slidedp::kernels

@@ -12,6 +12,7 @@
 #include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"
+#include "kernels/cpu/transformer/router_aux_loss.h"
 
 namespace slidedp::kernels {
 
@@ -33,6 +34,21 @@ ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
   return s;
 }
 
+int64_t ModelSpecs::moe_layers() const {
+  int64_t n = 0;
+  for (const Gemma4LayerSpec& g : gemma4_layers) n += g.has_moe() ? 1 : 0;
+  for (const Qwen35LayerSpec& q : qwen3_5_layers) n += q.has_moe() ? 1 : 0;
+  return n;
+}
+
+int64_t ModelSpecs::moe_experts() const {
+  for (const Gemma4LayerSpec& g : gemma4_layers)
+    if (g.has_moe()) return g.moe.E;
+  for (const Qwen35LayerSpec& q : qwen3_5_layers)
+    if (q.has_moe()) return q.moe.E;
+  return 0;
+}
+
 void ModelSpecs::set_threads(int64_t threads) {
   decoder.threads = threads;
   for (Gemma4LayerSpec& g : gemma4_layers) g.threads = threads;
@@ -51,7 +67,7 @@ void ModelSpecs::set_mlp_token_tile(int64_t rows) {
 template <typename Real>
 LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* const> params,
                                   std::span<Real* const> grads, const int32_t* tokens, const int32_t* targets,
-                                  int64_t B, int64_t T, double grad_scale) {
+                                  int64_t B, int64_t T, double grad_scale, double router_aux_coef) {
   const int64_t L = s.num_layers, N = B * T, C = s.embedding.C;
   SLIDEDP_CHECK(static_cast<int64_t>(params.size()) == L + 2 && static_cast<int64_t>(grads.size()) == L + 2,
                 "need one params and one grads buffer per unit");
@@ -69,36 +85,47 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
   }
   AlignedBuffer ws(ws_bytes);
   AlignedBuffer grad_a(hidden_bytes), grad_b(hidden_bytes);
+  const int64_t E = s.moe_experts();
+  AlignedBuffer router_buffer(E > 0 ? router_stats_bytes(B, E) : 0);
+  std::fill_n(router_buffer.data(), router_buffer.bytes(), std::byte{0});
+  RouterStats router_stats;
+  const RouterStats* router = nullptr;
+  if (E > 0) {
+    router_stats = router_stats_view(router_buffer.data(), B, E, s.moe_layers() * T,
+                                     router_aux_coef / static_cast<double>(B));
+    router = &router_stats;
+  }
 
   // forward
   embedding_unit_forward(s.embedding, params[0], tokens, B, T, hidden[0].as<Real>());
   for (int l = 0; l < L; ++l)
     layer_forward(s, l, params[l + 1], hidden[l].as<Real>(), hidden[l + 1].as<Real>(), saved[l].workspace(), B, T,
-                  ws.workspace());
+                  ws.workspace(), router);
 
   // head: tied -> lm_head is unit 0's embed_tokens weight and its gradient goes to unit 0's grads
   const Real* lm_w = s.head.tied ? params[0] + s.embedding.weight : params[L + 1] + s.head.lm_head_w;
   Real* lm_g = s.head.tied ? grads[0] + s.embedding.weight : grads[L + 1] + s.head.lm_head_w;
   Real* dy = grad_a.as<Real>();
   Real* dx = grad_b.as<Real>();
-  const LossResult loss = head_forward_backward(s.head, params[L + 1], lm_w, hidden[L].as<Real>(), targets, B,
+  LossResult loss = head_forward_backward(s.head, params[L + 1], lm_w, hidden[L].as<Real>(), targets, B,
                                                 T, grad_scale, dy, grads[L + 1], lm_g, ws.workspace());
 
   // backward
   for (int l = static_cast<int>(L) - 1; l >= 0; --l) {
     layer_backward(s, l, params[l + 1], hidden[l].as<Real>(), saved[l].workspace(), dy, dx, grads[l + 1], B, T,
-                   ws.workspace());
+                   ws.workspace(), router);
     std::swap(dy, dx);
   }
   embedding_unit_backward(s.embedding, tokens, dy, grads[0], B, T);
+  if (router != nullptr) loss.router_aux_sum = router_aux_loss_sum(*router, B, E);
   return loss;
 }
 
 template LossResult model_forward_backward<float>(const ModelSpecs&, std::span<const float* const>,
                                                   std::span<float* const>, const int32_t*, const int32_t*,
-                                                  int64_t, int64_t, double);
+                                                  int64_t, int64_t, double, double);
 template LossResult model_forward_backward<double>(const ModelSpecs&, std::span<const double* const>,
                                                    std::span<double* const>, const int32_t*, const int32_t*,
-                                                   int64_t, int64_t, double);
+                                                   int64_t, int64_t, double, double);
 
 }  // namespace slidedp::kernels

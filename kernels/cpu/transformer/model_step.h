@@ -26,6 +26,9 @@ struct ModelSpecs {
   int64_t num_layers = 0;
   bool gemma4() const { return !gemma4_layers.empty(); }
   bool qwen3_5() const { return !qwen3_5_layers.empty(); }
+  // Layers with a routed MoE block and their experts (the router statistics' shape; 0: dense).
+  int64_t moe_layers() const;
+  int64_t moe_experts() const;
   // The CPU tunables of every layer: worker threads and the MLP token tile (Llama family only).
   void set_threads(int64_t threads);
   void set_mlp_token_tile(int64_t rows);
@@ -34,10 +37,12 @@ struct ModelSpecs {
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout);
 
 // params[u], grads[u], u = 0 .. L+1: every unit's flat buffer in the compute type (layout order).
-// tokens, targets (B, T). grads are accumulated (+=). Returns the head's (loss sum, count).
+// tokens, targets (B, T). grads are accumulated (+=): the gradient of grad_scale x (loss sum) +
+// router_aux_coef x (the mean over the B sequences of the router's load-balancing loss,
+// router_aux_loss.h). Returns the head's (loss sum, count) and the load-balancing loss's sum.
 template <typename Real>
 LossResult model_forward_backward(const ModelSpecs& specs, std::span<const Real* const> params,
                                   std::span<Real* const> grads, const int32_t* tokens, const int32_t* targets,
-                                  int64_t B, int64_t T, double grad_scale);
+                                  int64_t B, int64_t T, double grad_scale, double router_aux_coef = 0);
 
 }  // namespace slidedp::kernels

@@ -340,8 +340,8 @@ FfnBackward<Real> carve_ffn_backward(Arena& a, const Qwen35LayerSpec& s, int64_t
 // From dffn: du (N, C) overwritten, the branch's parameter gradients accumulated.
 template <typename Real>
 void ffn_backward(const Qwen35LayerSpec& s, const Real* p, const Saved<Real>& S, const Real* dffn, Real* du,
-                  Real* dp, int64_t N, Arena& arena) {
-  const int64_t C = s.C;
+                  Real* dp, int64_t B, int64_t T, const RouterStats* router, Arena& arena) {
+  const int64_t N = B * T, C = s.C;
   Real* const no_bias = nullptr;
   const int64_t mark = arena.mark();
   const FfnBackward<Real> f = carve_ffn_backward<Real>(arena, s, N);
@@ -362,6 +362,7 @@ void ffn_backward(const Qwen35LayerSpec& s, const Real* p, const Saved<Real>& S,
   experts_backward(moe_spec(s), p + s.experts_gate_up, p + s.experts_down, S.u, S.idx, S.w, S.experts, dffn, du,
                    f.dw, dp + s.experts_gate_up, dp + s.experts_down, N, f.experts);
   router_topk_backward(f.dlogits, f.dw, S.probs, S.idx, N, E, K);
+  if (router != nullptr) router_aux_backward(f.dlogits, S.probs, *router, B, T, E);
   linear_backward(du, dp + s.router_w, no_bias, f.dlogits, S.u, p + s.router_w, N, C, E, true);
   // ffn += sigmoid(slogit) * shared
   for (int64_t t = 0; t < N; ++t) {
@@ -528,9 +529,14 @@ int64_t qwen3_5_backward_workspace_bytes(const Qwen35LayerSpec& s, int64_t B, in
 
 template <typename Real>
 void qwen3_5_forward(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                     int64_t B, int64_t T, Workspace ws) {
+                     int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
   SLIDEDP_CHECK(y != nullptr && y != x, "qwen3_5_forward needs an output buffer distinct from x");
   forward_impl(spec, params, x, y, saved, B, T, ws);
+  if (router != nullptr && spec.has_moe()) {
+    Arena saved_arena(saved);
+    const Saved<Real> S = carve_saved<Real>(saved_arena, spec, B, T);
+    router_stats_add(*router, S.probs, S.idx, B, T, spec.moe.E, spec.moe.K);
+  }
 }
 
 template <typename Real>
@@ -541,7 +547,7 @@ void qwen3_5_recompute(const Qwen35LayerSpec& spec, const Real* params, const Re
 
 template <typename Real>
 void qwen3_5_backward(const Qwen35LayerSpec& s, const Real* p, const Real* x, Workspace saved, const Real* dy,
-                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws) {
+                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
   check_spec(s, B, T);
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C;
@@ -555,7 +561,7 @@ void qwen3_5_backward(const Qwen35LayerSpec& s, const Real* p, const Real* x, Wo
   Real* dp = grads;  // same layout as p
 
   // y = h1 + ffn(norm_post(h1))
-  ffn_backward(s, p, S, dy, dc, dp, N, arena);
+  ffn_backward(s, p, S, dy, dc, dp, B, T, router, arena);
   std::copy(dy, dy + N * C, dh1);
   rmsnorm_backward(dh1, dp + s.post_attn_norm, dc, S.h1, S.rstd_pa, c.pa1, N, C, true);
   // h1 = x + mixer(norm_in(x))
@@ -576,11 +582,12 @@ void qwen3_5_backward(const Qwen35LayerSpec& s, const Real* p, const Real* x, Wo
   template int64_t qwen3_5_forward_workspace_bytes<Real>(const Qwen35LayerSpec&, int64_t, int64_t);             \
   template int64_t qwen3_5_backward_workspace_bytes<Real>(const Qwen35LayerSpec&, int64_t, int64_t);            \
   template void qwen3_5_forward<Real>(const Qwen35LayerSpec&, const Real*, const Real*, Real*, Workspace,       \
-                                      int64_t, int64_t, Workspace);                                             \
+                                      int64_t, int64_t, Workspace, const RouterStats*);                         \
   template void qwen3_5_recompute<Real>(const Qwen35LayerSpec&, const Real*, const Real*, Workspace, int64_t,   \
                                         int64_t, Workspace);                                                    \
   template void qwen3_5_backward<Real>(const Qwen35LayerSpec&, const Real*, const Real*, Workspace,             \
-                                       const Real*, Real*, Real*, int64_t, int64_t, Workspace);
+                                       const Real*, Real*, Real*, int64_t, int64_t, Workspace,                  \
+                                       const RouterStats*);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)
 #undef SLIDEDP_INSTANTIATE

@@ -28,6 +28,7 @@
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/gated_deltanet.h"
 #include "kernels/cpu/transformer/moe_experts.h"
+#include "kernels/cpu/transformer/router_aux_loss.h"
 #include "kernels/cpu/transformer/unit_spec.h"
 
 namespace slidedp::kernels {
@@ -70,16 +71,17 @@ int64_t qwen3_5_forward_workspace_bytes(const Qwen35LayerSpec& spec, int64_t B, 
 template <typename Real>
 int64_t qwen3_5_backward_workspace_bytes(const Qwen35LayerSpec& spec, int64_t B, int64_t T);
 
-// x, y (B, T, C); saved: qwen3_5_saved_bytes() bytes.
+// x, y (B, T, C); saved: qwen3_5_saved_bytes() bytes. `router`: as gemma4_forward's.
 template <typename Real>
 void qwen3_5_forward(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                     int64_t B, int64_t T, Workspace ws);
+                     int64_t B, int64_t T, Workspace ws, const RouterStats* router = nullptr);
 template <typename Real>
 void qwen3_5_recompute(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
                        int64_t T, Workspace ws);
 // dx (B, T, C) overwritten; grads (flat) += dL/dparams.
 template <typename Real>
 void qwen3_5_backward(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Workspace saved,
-                      const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws);
+                      const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
+                      const RouterStats* router = nullptr);
 
 }  // namespace slidedp::kernels

@@ -16,22 +16,10 @@
 #include "model/unit_layout.h"
 #include "tests/kernels/transformer/layer_run_util.h"
 #include "tests/kernels/transformer/test_util.h"
+#include "tests/kernels/transformer/tiny_cards.h"
 
 namespace slidedp::kernels::test {
 namespace {
-
-constexpr const char* kTinyGemma4 =
-    "name: tiny-gemma4\nmodel_type: gemma4\nhidden_size: 12\nnum_hidden_layers: 2\n"
-    "num_attention_heads: 4\nnum_key_value_heads: 2\nhead_dim: 4\nintermediate_size: 10\nvocab_size: 23\n"
-    "rms_norm_eps: 1e-6\nlayer_types: [sliding_attention, full_attention]\nsliding_window: 3\n"
-    "global_head_dim: 8\nnum_global_key_value_heads: 1\nattention_k_eq_v: true\nglobal_rope_theta: 100.0\n"
-    "global_partial_rotary_factor: 0.5\nrope_theta: 50.0\nfinal_logit_softcapping: 30.0\n";
-
-ModelCard tiny_gemma4(bool moe) {
-  // the 26B-A4B shape in miniature: 5 experts, 2 per token, each with intermediate size 3
-  const std::string experts = moe ? "num_experts: 5\nnum_experts_per_tok: 2\nmoe_intermediate_size: 3\n" : "";
-  return model_card_from_yaml(std::string(kTinyGemma4) + experts, moe ? "tiny-gemma4-moe" : "tiny-gemma4");
-}
 
 struct Layer {
   ModelCard card;

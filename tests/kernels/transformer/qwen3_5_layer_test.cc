@@ -16,23 +16,10 @@
 #include "model/unit_layout.h"
 #include "tests/kernels/transformer/layer_run_util.h"
 #include "tests/kernels/transformer/test_util.h"
+#include "tests/kernels/transformer/tiny_cards.h"
 
 namespace slidedp::kernels::test {
 namespace {
-
-constexpr const char* kTinyQwen =
-    "hidden_size: 8\nnum_hidden_layers: 2\nnum_attention_heads: 2\nnum_key_value_heads: 1\nhead_dim: 8\n"
-    "vocab_size: 23\nrms_norm_eps: 1e-6\nrope_theta: 1000.0\npartial_rotary_factor: 0.5\n"
-    "layer_types: [linear_attention, full_attention]\nlinear_num_key_heads: 2\nlinear_num_value_heads: 4\n"
-    "linear_key_head_dim: 4\nlinear_value_head_dim: 3\nlinear_conv_kernel_dim: 4\n";
-
-ModelCard tiny_qwen(bool moe) {
-  const std::string ffn = moe ? "name: tiny-qwen3-5-moe\nmodel_type: qwen3_5_moe\nintermediate_size: 0\n"
-                                "num_experts: 5\nnum_experts_per_tok: 2\nmoe_intermediate_size: 3\n"
-                                "shared_expert_intermediate_size: 4\n"
-                              : "name: tiny-qwen3-5\nmodel_type: qwen3_5\nintermediate_size: 10\n";
-  return model_card_from_yaml(ffn + std::string(kTinyQwen), moe ? "tiny-qwen3-5-moe" : "tiny-qwen3-5");
-}
 
 struct Layer {
   ModelCard card;
