@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The README's test command: installs dependencies, builds everything (CUDA too when nvcc exists),
 # runs the whole test suite, then runs the executor's pipeline tests again under ThreadSanitizer
-# (a second, smaller build; SLIDEDP_TSAN=0 skips it). Tests that need a GPU skip themselves with a
-# visible reason. Extra arguments go to the main ctest run.
+# (a second, smaller build; SLIDEDP_TSAN=0 skips it) and the tests of what reads user input and does
+# index arithmetic (parsers and their fuzz replays, the run log, the CPU kernels, faults and resume)
+# under AddressSanitizer + UndefinedBehaviorSanitizer (a third; SLIDEDP_ASAN=0 skips it). Tests that
+# need a GPU skip themselves with a visible reason. Extra arguments go to the main ctest run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="${SLIDEDP_TEST_JOBS:-2}"
@@ -19,4 +21,19 @@ if [ "${SLIDEDP_TSAN:-1}" = "1" ]; then
     --target test_executor_pipeline test_executor_faults test_executor_resume
   TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" \
     ctest --test-dir "$tsan" -j "$jobs" --output-on-failure -R "^(Pipeline|Faults|Resume)\."
+fi
+
+if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
+  echo "== parsers, run log, kernels, faults and resume under AddressSanitizer + UndefinedBehaviorSanitizer =="
+  asan="$root/build-asan"
+  targets=(test_io test_model_vocabulary test_run_log test_cli_main test_thread_pool test_lr_schedule test_kernels_optim
+           test_kernels_transformer_ops test_kernels_transformer_units test_kernels_transformer_moe
+           test_kernels_transformer_router_aux_loss test_kernels_transformer_gemma4 test_kernels_transformer_qwen3_5
+           test_kernels_transformer_delta_rule test_kernels_transformer_deltanet test_executor_faults test_executor_resume
+           fuzz_hardware_yaml fuzz_model_card_yaml fuzz_hf_config_json fuzz_plan_yaml fuzz_lr_schedule_yaml
+           fuzz_sweep_spec_yaml fuzz_safetensors fuzz_safetensors_index fuzz_npy fuzz_jsonl fuzz_trainer_state fuzz_token_file)
+  SLIDEDP_BUILD_DIR="$asan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
+    -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF --target "${targets[@]}"
+  ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
+    ctest --test-dir "$asan" -j "$jobs" --output-on-failure -R "$("$root/scripts/built_tests.py" "$asan")"
 fi
