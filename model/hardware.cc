@@ -11,6 +11,7 @@
 #include "common/embedded_file.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/parsed_once.h"
 #include "common/yaml_reader.h"
 
 namespace slidedp {
@@ -332,7 +333,7 @@ Hardware hardware_preset(const std::string& name) {
   if (!text)
     throw InputError("", fmt::format("unknown hardware '{}'; presets: {}", name,
                                      fmt::join(hardware_preset_names(), ", ")));
-  return hardware_from_yaml(std::string(*text), "preset " + name);
+  return parsed_once<Hardware>(name, [&] { return hardware_from_yaml(std::string(*text), "preset " + name); });
 }
 
 Hardware load_hardware(const std::string& name_or_path) {

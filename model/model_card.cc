@@ -12,6 +12,7 @@
 #include "common/embedded_file.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/parsed_once.h"
 #include "common/units.h"
 #include "common/yaml_reader.h"
 
@@ -443,10 +444,12 @@ ModelCard model_preset(const std::string& name) {
   if (!text)
     throw InputError("", fmt::format("unknown model '{}'; presets: {}", name,
                                      fmt::join(model_preset_names(), ", ")));
-  ModelCard c = model_card_from_yaml(std::string(*text), "preset " + name);
-  if (c.source.rfind("card file", 0) == 0)
-    c.source = "preset " + name + (c.hybrid_layers() ? " (shared/reference/model-families.md)" : " (shared/reference/model-configs.md)");
-  return c;
+  return parsed_once<ModelCard>(name, [&] {
+    ModelCard c = model_card_from_yaml(std::string(*text), "preset " + name);
+    if (c.source.rfind("card file", 0) == 0)
+      c.source = "preset " + name + (c.hybrid_layers() ? " (shared/reference/model-families.md)" : " (shared/reference/model-configs.md)");
+    return c;
+  });
 }
 
 ModelCard load_model_card(const std::string& name_or_path) {
