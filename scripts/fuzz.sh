@@ -14,7 +14,7 @@ targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=(hardware_yaml model_card_yaml hf_config_json plan_yaml lr_schedule_yaml sweep_spec_yaml safetensors safetensors_index npy jsonl
                                    trainer_state token_file)
 SLIDEDP_TEST_DEPS=0 SLIDEDP_FUZZ_DEPS=1 "$root/scripts/install_deps.sh"
-CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLIDEDP_ENABLE_CUDA=OFF \
+CC=clang CXX=clang++ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" -DSLIDEDP_ENABLE_CUDA=OFF \
   -DSLIDEDP_FUZZ=ON -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_WERROR=OFF > /dev/null
 cmake --build "$build" -j "${SLIDEDP_JOBS:-$(nproc)}" --target "${targets[@]/#/fuzz_}"
 found=0
