@@ -89,9 +89,10 @@ double CpuSpec::interpolate(const std::vector<RatePoint>& t, double threads) {
   return t.back().rate;
 }
 
-const UnitTimeProfile* Hardware::find_unit_time(const std::string& model, UnitKind unit) const {
+const UnitTimeProfile* Hardware::find_unit_time(const std::string& model, UnitKind unit,
+                                                std::optional<AttentionKind> layer_type) const {
   for (const auto& u : unit_times)
-    if (u.model == model && u.unit == unit) return &u;
+    if (u.model == model && u.unit == unit && u.layer_type == layer_type) return &u;
   return nullptr;
 }
 
@@ -197,6 +198,11 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
       p.backward = read_fit(u, "backward");
       p.recompute = u.has("recompute") ? read_fit(u, "recompute") : p.forward;
       u.skip("recompute");
+      if (u.has("layer_type")) {
+        if (p.unit != UnitKind::kDecoder) throw InputError(u.where("layer_type"), "only decoder unit times have a layer type");
+        p.layer_type = attention_kind_from_name(
+            u.text("layer_type"), {AttentionKind::kFull, AttentionKind::kSliding, AttentionKind::kLinear}, u.where("layer_type"));
+      }
       u.done();
       hw.unit_times.push_back(p);
     }
@@ -296,6 +302,7 @@ std::string hardware_to_yaml(const Hardware& hw) {
       emit_fit(e, u.backward);
       e << YAML::Key << "recompute" << YAML::Value;
       emit_fit(e, u.recompute);
+      if (u.layer_type) e << YAML::Key << "layer_type" << YAML::Value << attention_kind_name(*u.layer_type);
       e << YAML::EndMap;
     }
     e << YAML::EndSeq;

@@ -104,6 +104,9 @@ struct UnitTimeProfile {
   TimeFit forward;
   TimeFit backward;
   TimeFit recompute;
+  // Decoder units of a model whose layers differ (Gemma 4's sliding and full attention, Qwen3.6's
+  // linear and full): the layer type these times are for. None: every layer of the model.
+  std::optional<AttentionKind> layer_type;
 };
 
 // What a synchronous step pays beyond the pipeline the model schedules: the hand-off latency
@@ -132,7 +135,8 @@ struct Hardware {
   SyncSpec sync;
   std::map<std::string, std::string> sources;  // key path -> where the value came from
 
-  const UnitTimeProfile* find_unit_time(const std::string& model, UnitKind unit) const;
+  const UnitTimeProfile* find_unit_time(const std::string& model, UnitKind unit,
+                                        std::optional<AttentionKind> layer_type = std::nullopt) const;
   void validate(const std::string& origin) const;
 };
 

@@ -85,7 +85,7 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
     for (const json& k : t["layer_types"]) {
       if (!k.is_string()) throw InputError(at + ".layer_types", fmt::format("{} is not a layer type name", k.dump()));
       c.layer_types.push_back(
-          attention_kind_from_name(k.get<std::string>(), AttentionKind::kSliding, AttentionKind::kFull, at + ".layer_types"));
+          attention_kind_from_name(k.get<std::string>(), {AttentionKind::kSliding, AttentionKind::kFull}, at + ".layer_types"));
     }
     if (!c.layer_types.empty()) c.layer_types.back() = AttentionKind::kFull;  // as Gemma4TextConfig forces
   } else {
@@ -175,7 +175,7 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
     for (const json& k : t["layer_types"]) {
       if (!k.is_string()) throw InputError(at + ".layer_types", fmt::format("{} is not a layer type name", k.dump()));
       c.layer_types.push_back(
-          attention_kind_from_name(k.get<std::string>(), AttentionKind::kLinear, AttentionKind::kFull, at + ".layer_types"));
+          attention_kind_from_name(k.get<std::string>(), {AttentionKind::kLinear, AttentionKind::kFull}, at + ".layer_types"));
     }
   } else {
     c.layer_types = qwen3_5_default_layer_types(c.num_layers, get_int(t, "full_attention_interval", at, false, 4));

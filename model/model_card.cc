@@ -29,11 +29,14 @@ const char* attention_kind_name(AttentionKind kind) {
   return "?";
 }
 
-AttentionKind attention_kind_from_name(const std::string& name, AttentionKind first, AttentionKind second,
+AttentionKind attention_kind_from_name(const std::string& name, std::initializer_list<AttentionKind> allowed,
                                        const std::string& where) {
-  for (AttentionKind k : {first, second})
+  std::vector<std::string> names;
+  for (AttentionKind k : allowed) {
     if (name == attention_kind_name(k)) return k;
-  throw InputError(where, fmt::format("'{}' is not {} or {}", name, attention_kind_name(first), attention_kind_name(second)));
+    names.push_back(attention_kind_name(k));
+  }
+  throw InputError(where, fmt::format("'{}' is not {}", name, fmt::join(names, " or ")));
 }
 
 std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers, int64_t full_attention_interval) {
@@ -270,7 +273,7 @@ void read_gemma4_fields(const YamlReader& r, ModelCard& c) {
   if (r.has("layer_types")) {
     for (const std::string& t : r.text_list("layer_types"))
       c.layer_types.push_back(
-          attention_kind_from_name(t, AttentionKind::kSliding, AttentionKind::kFull, r.where("layer_types")));
+          attention_kind_from_name(t, {AttentionKind::kSliding, AttentionKind::kFull}, r.where("layer_types")));
   } else {
     c.layer_types = gemma4_default_layer_types(c.num_layers);
   }
@@ -293,7 +296,7 @@ void read_qwen3_5_fields(const YamlReader& r, ModelCard& c) {
   if (r.has("layer_types")) {
     for (const std::string& t : r.text_list("layer_types"))
       c.layer_types.push_back(
-          attention_kind_from_name(t, AttentionKind::kLinear, AttentionKind::kFull, r.where("layer_types")));
+          attention_kind_from_name(t, {AttentionKind::kLinear, AttentionKind::kFull}, r.where("layer_types")));
   } else {
     c.layer_types = qwen3_5_default_layer_types(c.num_layers);
   }

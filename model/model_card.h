@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
@@ -23,9 +24,9 @@ struct RopeScaling {
 enum class AttentionKind { kFull, kSliding, kLinear };
 // "full_attention" | "sliding_attention" | "linear_attention"
 const char* attention_kind_name(AttentionKind kind);
-// The kind a config's layer_types entry names, if it is one of `allowed` (the family's two kinds);
+// The kind a layer_types entry names, if it is one of `allowed` (a family's two kinds, or all three);
 // otherwise InputError at `where`, naming the entry and the accepted names.
-AttentionKind attention_kind_from_name(const std::string& name, AttentionKind first, AttentionKind second,
+AttentionKind attention_kind_from_name(const std::string& name, std::initializer_list<AttentionKind> allowed,
                                        const std::string& where);
 
 // The shape of one decoder layer, derived from the card (ModelCard::layer).

@@ -139,7 +139,10 @@ UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitK
     t.bwd_s += gate_up_s;
     t.recompute_s = std::max(0.0, t.recompute_s - gate_up_s);
   };
-  if (const UnitTimeProfile* m = hw.find_unit_time(w.model.name, kind)) {
+  // Measured times: per layer type for a model whose decoder layers differ.
+  std::optional<AttentionKind> layer_type;
+  if (kind == UnitKind::kDecoder && !w.model.uniform_layers()) layer_type = w.model.layer(layer).attention;
+  if (const UnitTimeProfile* m = hw.find_unit_time(w.model.name, kind, layer_type)) {
     t.fwd_s = m->forward.eval(tokens, static_cast<double>(w.seq_len));
     t.bwd_s = m->backward.eval(tokens, static_cast<double>(w.seq_len));
     t.recompute_s = m->recompute.eval(tokens, static_cast<double>(w.seq_len));

@@ -314,7 +314,7 @@ std::string profile_yaml(const ProfileResult& r) {
              sig3(row.reduce_standalone_gbps.median));
   for (const UnitComputeResult& u : r.units)
     for (const auto& row : u.fits)
-      e << YAML::Key << fmt::format("units.{}.{}.{}", u.model, unit_kind_name(row.kind), row.op)
+      e << YAML::Key << fmt::format("units.{}.{}.{}", u.model, unit_label(row.kind, row.layer_type), row.op)
         << YAML::Value
         << fmt::format("{} samples; rms residual {:.1f}%, max {:.1f}%", row.fit.quality.n,
                        100 * row.fit.quality.rms_rel_residual, 100 * row.fit.quality.max_rel_residual);

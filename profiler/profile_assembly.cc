@@ -37,8 +37,10 @@ FallbackCase fallback_case(const ProfileResult& r, const ModelCard& largest) {
   f.unit = &r.units.front();
   for (const UnitComputeResult& u : r.units)
     if (u.model == largest.name) f.unit = &u;
+  // layer 0's (its type's) decoder, as the FLOP-based fallback charges it
   for (const UnitCase& c : f.unit->cases)
-    if (c.kind == UnitKind::kDecoder && c.op == "fwd" && (!f.forward || c.B * c.T > f.forward->B * f.forward->T))
+    if (c.kind == UnitKind::kDecoder && c.layer == 0 && c.op == "fwd" &&
+        (!f.forward || c.B * c.T > f.forward->B * f.forward->T))
       f.forward = &c;
   return f;
 }
@@ -145,7 +147,7 @@ void assemble_profile(ProfileResult& r, const StagePlan& plan, const ModelCard& 
       hw.gpu.matmul_efficiency = eff;
       hw.gpu.attention_efficiency = eff;
       for (const auto& row : f.unit->fits)
-        if (row.kind == UnitKind::kDecoder && row.op == "fwd") hw.gpu.kernel_overhead_s = row.fit.fit.fixed_s;
+        if (row.kind == UnitKind::kDecoder && row.layer == 0 && row.op == "fwd") hw.gpu.kernel_overhead_s = row.fit.fit.fixed_s;
     }
   }
   for (auto& [key, source] : profile_sources(r, plan, largest, devices, inv)) hw.sources[key] = std::move(source);

@@ -4,6 +4,9 @@
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
+
+#include "common/error.h"
 #include "common/provenance.h"
 #include "common/table.h"
 #include "common/units.h"
@@ -169,13 +172,14 @@ std::string profile_tables(const ProfileResult& r, bool md) {
   for (const UnitComputeResult& u : r.units) {
     Table t({"unit", "op", "B", "T", "time", "+-", "alone", "fit", "resid"},
             {"", "", "", "", "ms", "%", "ms", "ms", "%"});
-    const UnitTimeProfile* prof[3] = {nullptr, nullptr, nullptr};
-    for (const auto& p : u.profiles) prof[static_cast<int>(p.unit)] = &p;
     for (const UnitCase& c : u.cases) {
-      const UnitTimeProfile* p = prof[static_cast<int>(c.kind)];
+      const auto p = std::find_if(u.profiles.begin(), u.profiles.end(), [&](const UnitTimeProfile& x) {
+        return x.unit == c.kind && x.layer_type == c.layer_type;
+      });
+      SLIDEDP_CHECK(p != u.profiles.end(), "a unit case without its fit");
       const TimeFit& f = c.op == "fwd" ? p->forward : c.op == "bwd" ? p->backward : p->recompute;
       const double fit = f.eval(static_cast<double>(c.B * c.T), static_cast<double>(c.T));
-      t.add_row({unit_kind_name(c.kind), c.op, std::to_string(c.B), std::to_string(c.T),
+      t.add_row({unit_label(c.kind, c.layer_type), c.op, std::to_string(c.B), std::to_string(c.T),
                  f3(c.seconds.median * 1e3), pct(c.seconds.relative()),
                  c.has_alone ? f3(c.alone_seconds.median * 1e3) : "-", f3(fit * 1e3),
                  pct((c.seconds.median - fit) / c.seconds.median)});
@@ -187,7 +191,7 @@ std::string profile_tables(const ProfileResult& r, bool md) {
     Table f({"unit", "op", "fixed", "per token", "per token x T", "rms", "max"},
             {"", "", "ms", "us", "ns", "%", "%"});
     for (const auto& row : u.fits)
-      f.add_row({unit_kind_name(row.kind), row.op, f3(row.fit.fit.fixed_s * 1e3),
+      f.add_row({unit_label(row.kind, row.layer_type), row.op, f3(row.fit.fit.fixed_s * 1e3),
                  f3(row.fit.fit.per_token_s * 1e6),
                  row.fit.ctx_term ? f3(row.fit.fit.per_token_ctx_s * 1e9) : "-",
                  pct(row.fit.quality.rms_rel_residual), pct(row.fit.quality.max_rel_residual)});
@@ -258,7 +262,7 @@ nlohmann::json profile_json(const ProfileResult& r) {
                     {"quality", fit_json(row.slot_fit)}});
   for (const UnitComputeResult& u : r.units)
     for (const auto& row : u.fits)
-      fits.push_back({{"what", fmt::format("units.{}.{}.{}", u.model, unit_kind_name(row.kind), row.op)},
+      fits.push_back({{"what", fmt::format("units.{}.{}.{}", u.model, unit_label(row.kind, row.layer_type), row.op)},
                       {"fixed_s", row.fit.fit.fixed_s},
                       {"per_token_s", row.fit.fit.per_token_s},
                       {"per_token_ctx_s", row.fit.fit.per_token_ctx_s},

@@ -61,7 +61,8 @@ std::vector<std::byte> unit_params(const UnitLayout& u, DType dtype, uint64_t se
 // A unit's parameters on one device, uploaded once and shared by every (T, B).
 struct DeviceParams {
   exec::Device* dev = nullptr;
-  DeviceBuffer emb, dec, head;  // param dtype
+  DeviceBuffer emb, head;        // param dtype
+  std::vector<DeviceBuffer> dec;  // per decoder kind (decoder_kinds)
 };
 
 // Copies host bytes into a fresh device buffer (through pinned staging and the h2d stream).
@@ -77,6 +78,7 @@ DeviceBuffer upload(exec::Backend& backend, exec::Device& dev, const void* src, 
 
 struct Op {
   UnitKind kind;
+  int dk = 0;           // decoder: the index in decoder_kinds
   const char* name;     // "fwd" | "recompute" | "bwd"
   int64_t alloc_bytes;  // allocated per use (caps back-to-back repetitions)
   std::function<void(int device)> enqueue;
@@ -86,10 +88,12 @@ struct Op {
 // operations as the rank driver issues them.
 struct Chain {
   int64_t B = 0, T = 0, tokens = 0, hidden = 0;
-  UnitMemory dm, hm;
+  std::vector<UnitMemory> dm;  // per decoder kind
+  UnitMemory hm;
   struct Inputs {
-    DeviceBuffer tokens, targets;  // (B, T) int32
-    DeviceBuffer x, y, saved, dy;  // unit inputs: embedding output, decoder output + saved, head's dx
+    DeviceBuffer tokens, targets;      // (B, T) int32
+    DeviceBuffer x, dy;                // the embedding's output (every decoder's input), the head's dx
+    std::vector<DeviceBuffer> y, saved;  // per decoder kind: its output (the last one feeds the head) and saved state
   };
   std::vector<Inputs> in;  // per device
   std::vector<Op> ops;
@@ -97,12 +101,26 @@ struct Chain {
 
 }  // namespace
 
+std::vector<DecoderKind> decoder_kinds(const ModelCard& card) {
+  if (card.uniform_layers()) return {DecoderKind{}};
+  std::vector<DecoderKind> kinds;
+  for (int l = 0; l < static_cast<int>(card.num_layers); ++l) {
+    const AttentionKind t = card.layer(l).attention;
+    if (std::none_of(kinds.begin(), kinds.end(), [&](const DecoderKind& k) { return k.layer_type == t; }))
+      kinds.push_back({l, t});
+  }
+  return kinds;
+}
+
+std::string unit_label(UnitKind kind, const std::optional<AttentionKind>& layer_type) {
+  std::string s = unit_kind_name(kind);
+  if (layer_type) s += std::string(":") + attention_kind_name(*layer_type);
+  return s;
+}
+
 PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, const ModelCard& card,
                                                       const ModelLayout& layout, const UnitComputeOptions& o,
                                                       StageContext& ctx) {
-  if (!card.uniform_layers())  // a profile's unit times are per unit kind
-    throw InputError(card.name + ": layer_types",
-                     "unit times of models whose decoder layers differ (Gemma 4) are not measured yet");
   // Everything the cases touch: the parameters and every (T, B)'s inputs on each device, held for the
   // run's rounds and released on the devices when the last case goes (before the backend, which
   // profile.cc destroys last).
@@ -111,18 +129,23 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
     int L = 0;
     bool tied = false;
     int64_t lm_offset = 0;
-    int64_t emb_n = 0, dec_n = 0, head_n = 0;
+    std::vector<DecoderKind> kinds;
+    int64_t emb_n = 0, head_n = 0;
+    std::vector<int64_t> dec_n;  // per decoder kind
     std::vector<DeviceParams> P;                 // per device
     std::vector<std::unique_ptr<Chain>> chains;  // per (T, B)
     ~State() {
       for (const auto& ch : chains)
         for (std::size_t d = 0; d < ch->in.size(); ++d) {
           const Chain::Inputs& in = ch->in[d];
-          for (const DeviceBuffer& b : {in.tokens, in.targets, in.x, in.y, in.dy, in.saved})
-            P[d].dev->release(b, nullptr);
+          for (const DeviceBuffer& b : {in.tokens, in.targets, in.x, in.dy}) P[d].dev->release(b, nullptr);
+          for (const std::vector<DeviceBuffer>* v : {&in.y, &in.saved})
+            for (const DeviceBuffer& b : *v) P[d].dev->release(b, nullptr);
         }
-      for (const DeviceParams& p : P)
-        for (const DeviceBuffer& b : {p.emb, p.dec, p.head}) p.dev->release(b, nullptr);
+      for (const DeviceParams& p : P) {
+        for (const DeviceBuffer& b : {p.emb, p.head}) p.dev->release(b, nullptr);
+        for (const DeviceBuffer& b : p.dec) p.dev->release(b, nullptr);
+      }
     }
 
     // Sends a gradient: fp32 -> bf16 wire buffer on the compute stream, then both buffers go.
@@ -143,7 +166,7 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
       exec::Device& dev = *p.dev;
       HeadCall h;
       UnitOpArgs& a = h.a;
-      a.unit = L + 1, a.B = ch.B, a.T = ch.T, a.params = p.head, a.x = ch.in[static_cast<std::size_t>(d)].y;
+      a.unit = L + 1, a.B = ch.B, a.T = ch.T, a.params = p.head, a.x = ch.in[static_cast<std::size_t>(d)].y.back();
       a.targets = ch.in[static_cast<std::size_t>(d)].targets, a.dx = dx;
       a.lm_head_params = tied ? p.emb : p.head;
       a.lm_head_offset = lm_offset;
@@ -213,7 +236,6 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
   SLIDEDP_CHECK(L >= 1 && layout.num_units() == L + 2);
   const int devices = std::clamp(o.concurrent_devices, 1, backend.num_devices());
   const UnitLayout& emb_l = layout.units.front();
-  const UnitLayout& dec_l = layout.units[1];
   const UnitLayout& head_l = layout.units.back();
   auto st = std::make_shared<State>();
   State* S = st.get();  // for the ops, which live inside *st
@@ -226,20 +248,26 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
   const DType pdt = backend.device(0).param_dtype();
   const int64_t pbytes = exec::dtype_bytes(pdt);
   const int64_t V = card.vocab_size;
-  S->emb_n = emb_l.flat_numel, S->dec_n = dec_l.flat_numel, S->head_n = head_l.flat_numel;
-  const int64_t emb_n = S->emb_n, dec_n = S->dec_n, head_n = S->head_n;
+  S->kinds = decoder_kinds(card);
+  const std::size_t nk = S->kinds.size();
+  S->emb_n = emb_l.flat_numel, S->head_n = head_l.flat_numel;
+  for (const DecoderKind& k : S->kinds) S->dec_n.push_back(layout.units[static_cast<std::size_t>(k.layer) + 1].flat_numel);
+  const int64_t emb_n = S->emb_n, head_n = S->head_n;
 
   std::vector<DeviceParams>& P = S->P;
   P.resize(static_cast<std::size_t>(devices));
   {
     const std::vector<std::byte> emb_host = unit_params(emb_l, pdt, o.seed);
-    const std::vector<std::byte> dec_host = unit_params(dec_l, pdt, o.seed + 1);
     const std::vector<std::byte> head_host = unit_params(head_l, pdt, o.seed + 2);
+    std::vector<std::vector<std::byte>> dec_host;
+    for (std::size_t k = 0; k < nk; ++k)
+      dec_host.push_back(unit_params(layout.units[static_cast<std::size_t>(S->kinds[k].layer) + 1], pdt, o.seed + 1 + 3 * k));
     for (int d = 0; d < devices; ++d) {
       DeviceParams& p = P[static_cast<std::size_t>(d)];
       p.dev = &backend.device(d);
       p.emb = upload(backend, *p.dev, emb_host.data(), emb_n * pbytes, "profile: embedding");
-      p.dec = upload(backend, *p.dev, dec_host.data(), dec_n * pbytes, "profile: decoder");
+      for (std::size_t k = 0; k < nk; ++k)
+        p.dec.push_back(upload(backend, *p.dev, dec_host[k].data(), S->dec_n[k] * pbytes, "profile: decoder"));
       p.head = upload(backend, *p.dev, head_host.data(), head_n * pbytes, "profile: head");
     }
   }
@@ -251,9 +279,10 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
       auto ch = std::make_unique<Chain>();
       Chain* c = ch.get();
       c->B = B, c->T = T, c->tokens = B * T;
-      c->dm = backend.device(0).unit_memory(UnitKind::kDecoder, B, T);
-      c->hm = backend.device(0).unit_memory(UnitKind::kHead, B, T);
-      c->hidden = c->dm.hidden_bytes;
+      const RankMemorySpec mem = backend.device(0).memory_spec(B, T);
+      for (const DecoderKind& k : S->kinds) c->dm.push_back(mem.layer_memory(k.layer));
+      c->hm = mem.head;
+      c->hidden = mem.decoder.hidden_bytes;
       std::vector<int32_t> ids(static_cast<std::size_t>(c->tokens)), tgt(ids.size());
       uint64_t seed = o.seed * 7919 + static_cast<uint64_t>(c->tokens);
       for (std::size_t i = 0; i < ids.size(); ++i) {
@@ -266,12 +295,15 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
         in.tokens = upload(backend, dev, ids.data(), c->tokens * 4, "profile: tokens");
         in.targets = upload(backend, dev, tgt.data(), c->tokens * 4, "profile: targets");
         in.x = dev.alloc(c->hidden, "profile: x");
-        in.y = dev.alloc(c->hidden, "profile: y");
         in.dy = dev.alloc(c->hidden, "profile: dy");
-        in.saved = dev.alloc(c->dm.saved_bytes, "profile: saved");
+        for (std::size_t k = 0; k < nk; ++k) {
+          in.y.push_back(dev.alloc(c->hidden, "profile: y"));
+          in.saved.push_back(dev.alloc(c->dm[k].saved_bytes, "profile: saved"));
+        }
         c->in.push_back(in);
       }
-      // The untimed chain: x = embedding(tokens); y, saved = decoder(x); dy = the head's dx.
+      // The untimed chain: x = embedding(tokens); y_k, saved_k = decoder_k(x) for each decoder kind;
+      // dy = the head's dx of the last y.
       for (int d = 0; d < devices; ++d) {
         const DeviceParams& p = P[static_cast<std::size_t>(d)];
         const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
@@ -279,11 +311,14 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
         UnitOpArgs e;
         e.unit = 0, e.B = B, e.T = T, e.params = p.emb, e.tokens = in.tokens, e.y = in.x;
         dev.forward(e);
-        UnitOpArgs f;
-        f.unit = 1, f.B = B, f.T = T, f.params = p.dec, f.x = in.x, f.y = in.y, f.saved = in.saved;
-        f.workspace = dev.alloc(c->dm.forward_workspace_bytes, "profile: workspace");
-        dev.forward(f);
-        dev.release(f.workspace, dev.compute().record());
+        for (std::size_t k = 0; k < nk; ++k) {
+          UnitOpArgs f;
+          f.unit = S->kinds[k].layer + 1, f.B = B, f.T = T, f.params = p.dec[k], f.x = in.x, f.y = in.y[k];
+          f.saved = in.saved[k];
+          f.workspace = dev.alloc(c->dm[k].forward_workspace_bytes, "profile: workspace");
+          dev.forward(f);
+          dev.release(f.workspace, dev.compute().record());
+        }
         State::HeadCall h = S->head_call(*c, d, in.dy);
         dev.forward(h.a);
         exec::EventPtr ev = dev.compute().record();
@@ -293,8 +328,7 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
       backend.synchronize();
 
       const int64_t hidden = c->hidden;
-      const UnitMemory dm = c->dm;
-      c->ops.push_back({UnitKind::kEmbedding, "fwd", hidden, [S, c](int d) {
+      c->ops.push_back({UnitKind::kEmbedding, 0, "fwd", hidden, [S, c](int d) {
                           const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
                           exec::Device& dev = *p.dev;
                           UnitOpArgs a;
@@ -304,35 +338,39 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
                           dev.forward(a);
                           dev.release(a.y, dev.compute().record());
                         }});
-      c->ops.push_back(
-          {UnitKind::kDecoder, "fwd", hidden + dm.saved_bytes + dm.forward_workspace_bytes, [S, c](int d) {
-             const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
-             exec::Device& dev = *p.dev;
-             UnitOpArgs a;
-             a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec;
-             a.x = c->in[static_cast<std::size_t>(d)].x;
-             a.y = dev.alloc(c->hidden, "profile: hidden state");
-             a.saved = dev.alloc(c->dm.saved_bytes, "profile: saved activations");
-             a.workspace = dev.alloc(c->dm.forward_workspace_bytes, "profile: workspace");
-             dev.forward(a);
-             exec::EventPtr e = dev.compute().record();
-             for (const DeviceBuffer& b : {a.y, a.saved, a.workspace}) dev.release(b, e);
-           }});
-      c->ops.push_back(
-          {UnitKind::kDecoder, "recompute", dm.saved_bytes + dm.forward_workspace_bytes, [S, c](int d) {
-             const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
-             exec::Device& dev = *p.dev;
-             UnitOpArgs a;
-             a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec;
-             a.x = c->in[static_cast<std::size_t>(d)].x;
-             a.saved = dev.alloc(c->dm.saved_bytes, "profile: saved activations (recomputed)");
-             a.workspace = dev.alloc(c->dm.forward_workspace_bytes, "profile: workspace");
-             dev.recompute(a);
-             exec::EventPtr e = dev.compute().record();
-             dev.release(a.saved, e);
-             dev.release(a.workspace, e);
-           }});
-      c->ops.push_back({UnitKind::kHead, "fwd",
+      for (std::size_t k = 0; k < nk; ++k) {
+        const UnitMemory& dm = c->dm[k];
+        const int unit = S->kinds[k].layer + 1;
+        c->ops.push_back({UnitKind::kDecoder, static_cast<int>(k), "fwd",
+                          hidden + dm.saved_bytes + dm.forward_workspace_bytes, [S, c, k, unit](int d) {
+                            const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
+                            exec::Device& dev = *p.dev;
+                            UnitOpArgs a;
+                            a.unit = unit, a.B = c->B, a.T = c->T, a.params = p.dec[k];
+                            a.x = c->in[static_cast<std::size_t>(d)].x;
+                            a.y = dev.alloc(c->hidden, "profile: hidden state");
+                            a.saved = dev.alloc(c->dm[k].saved_bytes, "profile: saved activations");
+                            a.workspace = dev.alloc(c->dm[k].forward_workspace_bytes, "profile: workspace");
+                            dev.forward(a);
+                            exec::EventPtr e = dev.compute().record();
+                            for (const DeviceBuffer& b : {a.y, a.saved, a.workspace}) dev.release(b, e);
+                          }});
+        c->ops.push_back({UnitKind::kDecoder, static_cast<int>(k), "recompute",
+                          dm.saved_bytes + dm.forward_workspace_bytes, [S, c, k, unit](int d) {
+                            const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
+                            exec::Device& dev = *p.dev;
+                            UnitOpArgs a;
+                            a.unit = unit, a.B = c->B, a.T = c->T, a.params = p.dec[k];
+                            a.x = c->in[static_cast<std::size_t>(d)].x;
+                            a.saved = dev.alloc(c->dm[k].saved_bytes, "profile: saved activations (recomputed)");
+                            a.workspace = dev.alloc(c->dm[k].forward_workspace_bytes, "profile: workspace");
+                            dev.recompute(a);
+                            exec::EventPtr e = dev.compute().record();
+                            dev.release(a.saved, e);
+                            dev.release(a.workspace, e);
+                          }});
+      }
+      c->ops.push_back({UnitKind::kHead, 0, "fwd",
                         hidden + (head_n + (tied ? emb_n : 0)) * 6 + c->hm.forward_workspace_bytes,
                         [S, c](int d) {
                           exec::Device& dev = *S->P[static_cast<std::size_t>(d)].dev;
@@ -344,25 +382,30 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
                           State::send(dev, h.a.grads, S->head_n);
                           if (S->tied) State::send(dev, h.tied_grads, S->emb_n);
                         }});
-      c->ops.push_back(
-          {UnitKind::kDecoder, "bwd", hidden + dec_n * 6 + dm.backward_workspace_bytes, [S, c](int d) {
-             const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
-             const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
-             exec::Device& dev = *p.dev;
-             UnitOpArgs a;
-             a.unit = 1, a.B = c->B, a.T = c->T, a.params = p.dec, a.x = in.x, a.saved = in.saved;
-             a.dy = in.dy;
-             a.grads = dev.alloc(S->dec_n * 4, "profile: unit gradient");
-             dev.zero(a.grads, 0, S->dec_n * 4);
-             a.dx = dev.alloc(c->hidden, "profile: gradient of hidden state");
-             a.workspace = dev.alloc(c->dm.backward_workspace_bytes, "profile: workspace");
-             dev.backward(a);
-             exec::EventPtr e = dev.compute().record();
-             dev.release(a.dx, e);
-             dev.release(a.workspace, e);
-             State::send(dev, a.grads, S->dec_n);
-           }});
-      c->ops.push_back({UnitKind::kEmbedding, "bwd", emb_n * 6, [S, c](int d) {
+      for (std::size_t k = 0; k < nk; ++k) {
+        const int unit = S->kinds[k].layer + 1;
+        c->ops.push_back({UnitKind::kDecoder, static_cast<int>(k), "bwd",
+                          hidden + S->dec_n[k] * 6 + c->dm[k].backward_workspace_bytes, [S, c, k, unit](int d) {
+                            const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
+                            const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
+                            exec::Device& dev = *p.dev;
+                            const int64_t n = S->dec_n[k];
+                            UnitOpArgs a;
+                            a.unit = unit, a.B = c->B, a.T = c->T, a.params = p.dec[k], a.x = in.x;
+                            a.saved = in.saved[k];
+                            a.dy = in.dy;
+                            a.grads = dev.alloc(n * 4, "profile: unit gradient");
+                            dev.zero(a.grads, 0, n * 4);
+                            a.dx = dev.alloc(c->hidden, "profile: gradient of hidden state");
+                            a.workspace = dev.alloc(c->dm[k].backward_workspace_bytes, "profile: workspace");
+                            dev.backward(a);
+                            exec::EventPtr e = dev.compute().record();
+                            dev.release(a.dx, e);
+                            dev.release(a.workspace, e);
+                            State::send(dev, a.grads, n);
+                          }});
+      }
+      c->ops.push_back({UnitKind::kEmbedding, 0, "bwd", emb_n * 6, [S, c](int d) {
                           const DeviceParams& p = S->P[static_cast<std::size_t>(d)];
                           const Chain::Inputs& in = c->in[static_cast<std::size_t>(d)];
                           exec::Device& dev = *p.dev;
@@ -417,12 +460,18 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
       for (std::size_t i = 0; i < ch->ops.size(); ++i) {
         UnitCase u;
         u.kind = ch->ops[i].kind;
+        if (u.kind == UnitKind::kDecoder) {
+          const DecoderKind& k = st->kinds[static_cast<std::size_t>(ch->ops[i].dk)];
+          u.layer = k.layer;
+          u.layer_type = k.layer_type;
+        }
         u.op = ch->ops[i].name;
         u.B = ch->B;
         u.T = ch->T;
         nlohmann::json p = {{"model", card.name}, {"unit", unit_kind_name(u.kind)},
                             {"op", u.op},         {"micro_batch", u.B},
                             {"seq_len", u.T},     {"devices", devices}};
+        if (u.layer_type) p["layer_type"] = attention_kind_name(*u.layer_type);
         u.seconds = out.add({"units", u.op + "_s", p, "s", conc[i]}).spread();
         if (alone) {
           p["devices"] = 1;
@@ -432,14 +481,14 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
         res.cases.push_back(u);
       }
     }
-    // ---- fits: one per (unit kind, op) over every (B, T) ----
-    auto fit_of = [&](UnitKind kind, const std::string& op) {
+    // ---- fits: one per (unit kind, decoder kind, op) over every (B, T) ----
+    auto fit_of = [&](UnitKind kind, const std::string& op, const DecoderKind& dk = {}) {
       std::vector<UnitSample> s;
       for (const UnitCase& c : res.cases)
-        if (c.kind == kind && c.op == op)
+        if (c.kind == kind && c.op == op && c.layer == dk.layer)
           s.push_back({static_cast<double>(c.B * c.T), static_cast<double>(c.T), c.seconds.median});
       UnitFit f = fit_unit_time(s);
-      res.fits.push_back({kind, op, f});
+      res.fits.push_back({kind, dk.layer, dk.layer_type, op, f});
       return f.fit;
     };
     UnitTimeProfile e{card.name,
@@ -448,11 +497,16 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
                       fit_of(UnitKind::kEmbedding, "bwd"),
                       {}};
     e.recompute = e.forward;  // never recomputed; the schema wants a value
-    UnitTimeProfile d{card.name, UnitKind::kDecoder, fit_of(UnitKind::kDecoder, "fwd"),
-                      fit_of(UnitKind::kDecoder, "bwd"), fit_of(UnitKind::kDecoder, "recompute")};
+    res.profiles = {e};
+    for (const DecoderKind& k : st->kinds) {
+      UnitTimeProfile d{card.name, UnitKind::kDecoder, fit_of(UnitKind::kDecoder, "fwd", k),
+                        fit_of(UnitKind::kDecoder, "bwd", k), fit_of(UnitKind::kDecoder, "recompute", k)};
+      d.layer_type = k.layer_type;
+      res.profiles.push_back(d);
+    }
     UnitTimeProfile h{card.name, UnitKind::kHead, fit_of(UnitKind::kHead, "fwd"), TimeFit{}, {}};
     h.recompute = h.forward;
-    res.profiles = {e, d, h};
+    res.profiles.push_back(h);
     return res;
   };
   return stage;
@@ -465,17 +519,13 @@ double estimate_unit_compute_s(const ModelCard& card, const UnitComputeOptions& 
   double total = 0;
   for (int64_t T : o.seq_lens) {
     for (int64_t B : o.micro_batches) {
-      double case_s = 0;
-      for (UnitKind k : {UnitKind::kEmbedding, UnitKind::kDecoder, UnitKind::kHead}) {
-        const UnitFlops f = unit_flops(card, k, 0, B, T);
-        const double fwd = f.forward() / rate, bwd = f.backward() / rate;
-        if (k == UnitKind::kDecoder)
-          case_s += 2 * std::max(rp.min_rep_s, fwd) + std::max(rp.min_rep_s, bwd);
-        else if (k == UnitKind::kHead)
-          case_s += std::max(rp.min_rep_s, fwd + bwd);
-        else
-          case_s += 2 * rp.min_rep_s;
+      double case_s = 2 * rp.min_rep_s;  // the embedding
+      for (const DecoderKind& k : decoder_kinds(card)) {
+        const UnitFlops f = unit_flops(card, UnitKind::kDecoder, k.layer, B, T);
+        case_s += 2 * std::max(rp.min_rep_s, f.forward() / rate) + std::max(rp.min_rep_s, f.backward() / rate);
       }
+      const UnitFlops h = unit_flops(card, UnitKind::kHead, 0, B, T);
+      case_s += std::max(rp.min_rep_s, (h.forward() + h.backward()) / rate);
       const double runs = (rp.reps + 1) * (o.concurrent_devices > 1 && o.also_alone ? 2 : 1);
       total += runs * case_s * 1.3;  // + the untimed chain and allocation
     }

@@ -5,10 +5,13 @@
 // backward, the unit operation itself (on the CPU backend that includes widening the bf16 parameters
 // to fp32), and the conversion of the fp32 gradient to the bf16 wire format after it. So the times
 // are the compute stream's busy time per unit that the model schedules. The head's forward is the
-// fused loss with its gradients (its backward is 0, as the executor runs it).
+// fused loss with its gradients (its backward is 0, as the executor runs it). A model whose decoder
+// layers differ (Gemma 4's sliding and full attention, Qwen3.6's linear and full) has each layer type
+// measured on its first layer and fitted on its own.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,8 +34,20 @@ struct UnitComputeOptions {
   uint64_t seed = 1;
 };
 
+// The decoder layers the stage measures: each layer type's first layer, or layer 0 alone (no type)
+// for a model whose layers are all alike.
+struct DecoderKind {
+  int layer = 0;
+  std::optional<AttentionKind> layer_type;
+};
+std::vector<DecoderKind> decoder_kinds(const ModelCard& card);
+// "decoder", or "decoder:sliding_attention" for one layer type (tables and fit keys).
+std::string unit_label(UnitKind kind, const std::optional<AttentionKind>& layer_type);
+
 struct UnitCase {
   UnitKind kind = UnitKind::kDecoder;
+  int layer = 0;                            // decoder: the layer measured
+  std::optional<AttentionKind> layer_type;  // decoder of a model whose layers differ
   std::string op;  // "fwd" | "recompute" | "bwd"
   int64_t B = 0, T = 0;
   Spread seconds;  // per device, concurrent_devices at once
@@ -45,11 +60,13 @@ struct UnitComputeResult {
   std::vector<UnitCase> cases;
   struct FitRow {
     UnitKind kind = UnitKind::kDecoder;
+    int layer = 0;
+    std::optional<AttentionKind> layer_type;
     std::string op;
     UnitFit fit;
   };
   std::vector<FitRow> fits;
-  std::vector<UnitTimeProfile> profiles;  // one per unit kind, model = the card's name
+  std::vector<UnitTimeProfile> profiles;  // one per unit kind (decoder: per layer type), model = the card's name
   int concurrent_devices = 1;
 };
 

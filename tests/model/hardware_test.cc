@@ -51,6 +51,29 @@ TEST(Hardware, OutOfRangeValueNamesTheUnit) {
   expect_yaml_error(y, "hw.yaml", {"host_link.h2d_gbps", "GB/s"});
 }
 
+// Decoder unit times per layer type (models whose layers differ): the type round-trips, a type on
+// another unit kind or an unknown type is refused naming the key.
+TEST(Hardware, UnitTimesCarryTheirLayerType) {
+  Hardware hw = hardware_preset("cpu-dev");
+  UnitTimeProfile u;
+  u.model = "m";
+  u.unit = UnitKind::kDecoder;
+  u.forward = u.backward = u.recompute = TimeFit{1e-3, 1e-6, 0};
+  u.layer_type = AttentionKind::kSliding;
+  hw.unit_times.push_back(u);
+  const std::string y = hardware_to_yaml(hw);
+  const Hardware back = hardware_from_yaml(y, "hw.yaml");
+  ASSERT_NE(back.find_unit_time("m", UnitKind::kDecoder, AttentionKind::kSliding), nullptr);
+  EXPECT_EQ(back.find_unit_time("m", UnitKind::kDecoder), nullptr);
+  EXPECT_EQ(back.find_unit_time("m", UnitKind::kDecoder, AttentionKind::kFull), nullptr);
+  std::string bad = y;
+  bad.replace(bad.find("sliding_attention"), 17, "local_attention");
+  expect_yaml_error(bad, "hw.yaml", {"layer_type", "local_attention"});
+  std::string head = y;
+  head.replace(head.find("unit: decoder"), 13, "unit: head");
+  expect_yaml_error(head, "hw.yaml", {"layer_type", "only decoder"});
+}
+
 // A zero in a CPU rate table would make the update take forever (the planner and the simulator
 // then met NaN and aborted): refused naming the table and the thread count.
 TEST(Hardware, ZeroRateInACpuTableIsRefusedNamingIt) {

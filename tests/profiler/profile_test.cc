@@ -170,6 +170,60 @@ TEST(Profile, TheModelAcceptsTheProfileAndUsesItsUnitTimes) {
   }
 }
 
+// Models whose decoder layers differ: each layer type is measured on its first layer and gets its
+// own decoder unit times (layer_type in the YAML), and the step model charges each layer its type's.
+TEST(Profile, ModelsWhoseLayersDifferGetUnitTimesPerLayerType) {
+  ProfileOptions o = smoke_options();
+  o.models = {model_card_from_yaml(
+                  "name: tiny-gemma4\nmodel_type: gemma4\nhidden_size: 32\nnum_hidden_layers: 3\nnum_attention_heads: 4\n"
+                  "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 48\nvocab_size: 256\n"
+                  "layer_types: [sliding_attention, sliding_attention, full_attention]\nsliding_window: 5\n"
+                  "global_head_dim: 16\nnum_global_key_value_heads: 1\nattention_k_eq_v: true\nrope_theta: 10000\n"
+                  "global_rope_theta: 1000000\nglobal_partial_rotary_factor: 0.25\nfinal_logit_softcapping: 30.0\n",
+                  "tiny-gemma4"),
+              model_card_from_yaml(
+                  "name: tiny-qwen3-5\nmodel_type: qwen3_5\nhidden_size: 32\nnum_hidden_layers: 4\nnum_attention_heads: 4\n"
+                  "num_key_value_heads: 2\nhead_dim: 8\nintermediate_size: 48\nvocab_size: 256\nrope_theta: 10000000\n"
+                  "partial_rotary_factor: 0.25\nlinear_num_key_heads: 2\nlinear_num_value_heads: 4\nlinear_key_head_dim: 8\n"
+                  "linear_value_head_dim: 8\nlinear_conv_kernel_dim: 4\n",
+                  "tiny-qwen3-5")};
+  const ProfileResult r = run_profile(o);
+  const struct {
+    const ModelCard& card;
+    AttentionKind types[2];
+  } models[] = {{o.models[0], {AttentionKind::kSliding, AttentionKind::kFull}},
+                {o.models[1], {AttentionKind::kLinear, AttentionKind::kFull}}};
+  const Hardware back = hardware_from_yaml(profile_yaml(r), "round trip");
+  EXPECT_EQ(hardware_to_yaml(back), hardware_to_yaml(r.hw));
+  for (const auto& m : models) {
+    SCOPED_TRACE(m.card.name);
+    EXPECT_EQ(r.hw.find_unit_time(m.card.name, UnitKind::kDecoder), nullptr) << "no untyped decoder times";
+    const Workload w = make_workload(m.card, 16);
+    for (AttentionKind type : m.types) {
+      const UnitTimeProfile* dec = back.find_unit_time(m.card.name, UnitKind::kDecoder, type);
+      ASSERT_NE(dec, nullptr) << attention_kind_name(type);
+      EXPECT_TRUE(positive(dec->forward.eval(32, 16)));
+      // every layer of this type is charged this type's times
+      for (int l = 0; l < static_cast<int>(m.card.num_layers); ++l) {
+        if (m.card.layer(l).attention != type) continue;
+        const UnitComputeTimes t = unit_compute_times(w, back, UnitKind::kDecoder, l, 2);
+        EXPECT_DOUBLE_EQ(t.fwd_s, dec->forward.eval(32, 16)) << "layer " << l;
+        EXPECT_DOUBLE_EQ(t.bwd_s, dec->backward.eval(32, 16)) << "layer " << l;
+        EXPECT_DOUBLE_EQ(t.recompute_s, dec->recompute.eval(32, 16)) << "layer " << l;
+      }
+    }
+    Plan p;
+    p.ranks = 2;
+    p.micro_batch = 2;
+    p.chunk_numel = 1 << 14;
+    p.gpu_buffer_depth = 2;
+    EXPECT_TRUE(positive(predict_analytical(w, back, p).step_time_s));
+  }
+  // the tables name the layer type of every decoder row
+  EXPECT_NE(profile_tables(r, true).find("decoder:sliding_attention"), std::string::npos);
+  EXPECT_NE(profile_tables(r, true).find("decoder:linear_attention"), std::string::npos);
+}
+
 TEST(Profile, ReportsRenderFromTheSameResult) {
   const ProfileResult& r = smoke();
   const std::string console = profile_tables(r, false), md = profile_tables(r, true);
