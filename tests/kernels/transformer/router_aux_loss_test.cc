@@ -182,13 +182,7 @@ void expect_model_gradients_match(const ModelCard& card, uint64_t seed) {
     if (specs.gemma4() && u >= 1 && u <= static_cast<size_t>(card.num_layers)) {
       const size_t scalar = static_cast<size_t>(specs.gemma4_layers[u - 1].layer_scalar);
       EXPECT_EQ(analytic[scalar], 0.0);
-      const double keep = params[u][scalar];
-      params[u][scalar] = keep + 1e-5;
-      const double lp = loss();
-      params[u][scalar] = keep - 1e-5;
-      const double lm = loss();
-      params[u][scalar] = keep;
-      analytic[scalar] = (lp - lm) / 2e-5;
+      analytic[scalar] = central_difference(params[u], scalar, loss);
     }
     EXPECT_TRUE(check_finite_differences(params[u], analytic, loss, card.name + " unit " + std::to_string(u)));
   }

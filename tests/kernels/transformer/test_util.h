@@ -65,21 +65,24 @@ inline double max_abs(const std::vector<double>& v) {
 // Central differences of loss() w.r.t. each element of x (restored afterwards), compared with
 // `analytic`. Step 1e-5 in double: truncation ~h^2 |f'''| ~ 1e-10, rounding ~eps |L| / h ~ 1e-11
 // |L|; the tolerance 1e-6 (abs and rel) is 10^4 above that and far below a wrong gradient's O(1).
+// The central difference of loss() w.r.t. x[i] at that step (x[i] restored).
+inline double central_difference(std::vector<double>& x, size_t i, const std::function<double()>& loss) {
+  constexpr double h = 1e-5;
+  const double keep = x[i];
+  x[i] = keep + h;
+  const double lp = loss();
+  x[i] = keep - h;
+  const double lm = loss();
+  x[i] = keep;
+  return (lp - lm) / (2 * h);
+}
+
 inline ::testing::AssertionResult check_finite_differences(std::vector<double>& x,
                                                            const std::vector<double>& analytic,
                                                            const std::function<double()>& loss,
                                                            const std::string& what, double tol = 1e-6) {
-  constexpr double h = 1e-5;
   std::vector<double> fd(x.size());
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + h;
-    const double lp = loss();
-    x[i] = keep - h;
-    const double lm = loss();
-    x[i] = keep;
-    fd[i] = (lp - lm) / (2 * h);
-  }
+  for (size_t i = 0; i < x.size(); ++i) fd[i] = central_difference(x, i, loss);
   return all_close(analytic, fd, tol, tol, what + " vs finite differences");
 }
 
