@@ -341,20 +341,11 @@ struct SharedMath {
 };
 
 // The router statistics of a unit operation's micro-batch, or none (dense models, recompute).
-class RouterStatsView {
- public:
-  RouterStatsView(const kernels::ModelSpecs& s, const UnitOpArgs& a) {
-    if (a.router_stats.bytes == 0) return;
-    SLIDEDP_CHECK(a.router_stats.bytes >= kernels::router_stats_bytes(a.B, s.moe_experts()), "router statistics too small");
-    stats_ = kernels::router_stats_view(a.router_stats.ptr, a.B, s.moe_experts(), s.moe_layers() * a.T, a.router_aux_weight);
-    present_ = true;
-  }
-  const kernels::RouterStats* get() const { return present_ ? &stats_ : nullptr; }
-
- private:
-  kernels::RouterStats stats_;
-  bool present_ = false;
-};
+std::optional<kernels::RouterStats> router_stats_of(const kernels::ModelSpecs& s, const UnitOpArgs& a) {
+  if (a.router_stats.bytes == 0) return std::nullopt;
+  SLIDEDP_CHECK(a.router_stats.bytes >= kernels::router_stats_bytes(a.B, s.moe_experts()), "router statistics too small");
+  return kernels::router_stats_view(a.router_stats.ptr, a.B, s.moe_experts(), s.moe_layers() * a.T, a.router_aux_weight);
+}
 
 class CpuDevice final : public Device {
  public:
@@ -427,9 +418,9 @@ class CpuDevice final : public Device {
           const int layer = a.unit - 1;
           kernels::Arena arena(ws(a.workspace));
           const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
-          const RouterStatsView router(s, a);
+          const std::optional<kernels::RouterStats> router = router_stats_of(s, a);
           kernels::layer_forward<float>(s, layer, p, f32(a.x), f32(a.y), ws(a.saved), a.B, a.T, rest(arena, a.workspace),
-                                        router.get());
+                                        (router ? &*router : nullptr));
           break;
         }
         case UnitKind::kHead: {
@@ -448,8 +439,8 @@ class CpuDevice final : public Device {
           double* out = reinterpret_cast<double*>(a.loss.ptr);
           // The load-balancing loss joins the loss sum in its units (the sum is divided by the
           // step's targets, 1 / grad_scale): the logged loss is the objective the gradients follow.
-          const RouterStatsView router(s, a);
-          const double aux = router.get() ? a.router_aux_weight * kernels::router_aux_loss_sum(*router.get(), a.B, s.moe_experts()) : 0.0;
+          const std::optional<kernels::RouterStats> router = router_stats_of(s, a);
+          const double aux = router ? a.router_aux_weight * kernels::router_aux_loss_sum(*router, a.B, s.moe_experts()) : 0.0;
           out[0] = r.loss_sum + aux / a.grad_scale;
           out[1] = static_cast<double>(r.num_tokens);
           break;
@@ -480,9 +471,9 @@ class CpuDevice final : public Device {
       const int layer = a.unit - 1;
       kernels::Arena arena(ws(a.workspace));
       const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
-      const RouterStatsView router(s, a);
+      const std::optional<kernels::RouterStats> router = router_stats_of(s, a);
       kernels::layer_backward<float>(s, layer, p, f32(a.x), ws(a.saved), f32(a.dy), f32(a.dx), f32(a.grads), a.B,
-                                     a.T, rest(arena, a.workspace), router.get());
+                                     a.T, rest(arena, a.workspace), (router ? &*router : nullptr));
     }, paced_compute(a, "bwd"));
   }
 
