@@ -32,8 +32,9 @@ struct Slot {
 
 class GraphBuilder {
  public:
-  GraphBuilder(const StepWork& sw, bool latencies, bool timeline)
-      : sw_(sw), c_(sw.cap), lat_(latencies ? 1.0 : 0.0), timeline_(timeline), N_(sw.ranks), res_(sw.cap) {
+  GraphBuilder(const StepWork& sw, bool latencies, bool timeline, std::int64_t max_tasks)
+      : sw_(sw), c_(sw.cap), lat_(latencies ? 1.0 : 0.0), timeline_(timeline), N_(sw.ranks), res_(sw.cap),
+        max_tasks_(max_tasks) {
     SLIDEDP_CHECK(sw.cap.ranks == N_, "capacities describe another rank count");
     for (std::size_t i = 0; i < res_.names.size(); ++i) eng_.add_resource(res_.names[i], res_.capacity[i]);
     gpu_ = res_.gpu, h2d_ = res_.h2d, d2h_ = res_.d2h, duplex_ = res_.duplex, fabric_ = res_.fabric;
@@ -98,9 +99,21 @@ class GraphBuilder {
   }
 
   int add(FluidEngine::Task t) {
+    if (eng_.num_tasks() >= max_tasks_)
+      throw SimulationTooLarge(fmt::format(
+          "the simulator cannot hold this step: its graph passes {} tasks ({} micro-steps x {} units, {} ranks, "
+          "chunks per unit up to {}); use the analytical model (--method analytical), or fewer micro-steps or "
+          "larger chunks",
+          max_tasks_, sw_.accum_steps, sw_.units.size(), N_, max_chunks()));
     int id = eng_.add_task(std::move(t));
     if (step_ == measured_step_) step0_tasks_.push_back(id);
     return id;
+  }
+
+  long max_chunks() const {
+    long m = 0;
+    for (const UnitWork& u : sw_.units) m = std::max({m, static_cast<long>(u.chunks), static_cast<long>(u.grad_chunks)});
+    return m;
   }
 
   static void dep(std::vector<int>& deps, int id) {
@@ -461,6 +474,7 @@ class GraphBuilder {
   std::vector<int> gpu_, h2d_, d2h_, duplex_, fabric_, convert_;
   int h2d_root_ = -1, d2h_root_ = -1, host_mem_ = -1, cpu_update_ = -1, cpu_cores_ = -1;
   MachineResources res_;
+  std::int64_t max_tasks_;
   std::vector<int> gpu_last_, h2d_last_, d2h_last_, fabric_last_, convert_last_;
   int cpu_last_ = -1;
   int network_last_ = -1;
@@ -573,7 +587,7 @@ RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
 Simulation simulate_step_work(const StepWork& sw, const SimulatorOptions& options) {
   SLIDEDP_CHECK(options.steps >= 1);
   Simulation sim;
-  GraphBuilder g(sw, true, options.record_timeline);
+  GraphBuilder g(sw, true, options.record_timeline, options.max_tasks);
   g.build(options.steps);
   RunOutcome with = run_graph(g, sw, options.steps);
   sim.tasks = g.engine().num_tasks();
@@ -584,7 +598,7 @@ Simulation simulate_step_work(const StepWork& sw, const SimulatorOptions& option
   p.busy_s = with.busy;
   p.span_busy_s = with.span_busy;
   if (options.measure_sync) {
-    GraphBuilder g0(sw, false, false);
+    GraphBuilder g0(sw, false, false, options.max_tasks);
     g0.build(options.steps);
     RunOutcome without = run_graph(g0, sw, options.steps);
     p.breakdown = without.breakdown;

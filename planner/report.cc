@@ -142,6 +142,11 @@ std::string render_search_stats(const SearchResult& r) {
   if (s.simulations > 0)
     out +=
         fmt::format("; top {} re-scored by the simulator in {}", s.simulations, format_seconds(s.rescore_s));
+  if (s.simulations_too_large > 0)
+    out += fmt::format(
+        "; not re-scored: the simulator cannot hold the steps of {} of the top plans (its graph limit), so all "
+        "keep the analytical model's ranking",
+        s.simulations_too_large);
   if (s.bound_violations > 0 || s.relaxation_violations > 0)
     out += fmt::format(
         "\nWARNING: {} candidates scored below a bound of their sub-space ({} below a relaxed critical "
@@ -192,6 +197,7 @@ nlohmann::json search_result_to_json(const SearchResult& r) {
                 {"memory_estimates", s.memory_estimates},
                 {"nodes_expanded", s.nodes_expanded},
                 {"simulations", s.simulations},
+                {"simulations_too_large", s.simulations_too_large},
                 {"bound_violations", s.bound_violations},
                 {"relaxation_violations", s.relaxation_violations},
                 {"search_s", s.search_s},

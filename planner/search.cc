@@ -577,13 +577,19 @@ class Searcher {
       const std::size_t n = res.top.size();
       const std::size_t width =
           std::max(1u, std::min<unsigned>(std::thread::hardware_concurrency(), static_cast<unsigned>(n)));
+      // The simulations run at once share the one graph budget, so re-scoring never holds more than a
+      // single simulation may; a candidate whose step does not fit keeps its analytical score.
+      so.max_tasks = std::max<std::int64_t>(1, opt_.max_simulated_tasks / static_cast<std::int64_t>(width));
       std::vector<std::optional<Prediction>> sims(n);
       std::vector<std::exception_ptr> errors(n);
       std::atomic<std::size_t> next{0};
+      std::atomic<std::int64_t> too_large{0};
       auto worker = [&] {
         for (std::size_t i = next++; i < n; i = next++) {
           try {
             sims[i] = simulate(w_, hw_, res.top[i].plan, System::kSlideDP, so).prediction;
+          } catch (const SimulationTooLarge&) {
+            ++too_large;
           } catch (...) {
             errors[i] = std::current_exception();
           }
@@ -593,8 +599,11 @@ class Searcher {
       for (std::size_t t = 1; t < width; ++t) pool.emplace_back(worker);
       worker();
       for (std::thread& t : pool) t.join();
-      for (std::size_t i = 0; i < n; ++i) {
+      for (std::size_t i = 0; i < n; ++i)
         if (errors[i]) std::rethrow_exception(errors[i]);
+      // One candidate the simulator cannot hold: none is re-scored, so the ranking stays one model's.
+      stats_.simulations_too_large = too_large;
+      for (std::size_t i = 0; i < n && too_large == 0; ++i) {
         Candidate& c = res.top[i];
         c.simulated = std::move(sims[i]);
         c.simulated->memory = c.predicted.memory;
@@ -701,6 +710,7 @@ SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpe
       merged->stats.pruned += r.stats.pruned;
       merged->stats.evaluated += r.stats.evaluated;
       merged->stats.simulations += r.stats.simulations;
+      merged->stats.simulations_too_large += r.stats.simulations_too_large;
       for (const auto& [k, v] : r.stats.infeasible) merged->stats.infeasible[k] += v;
       for (const std::string& n : r.space.notes) merged->space.notes.push_back(n);
     } catch (const InfeasibleError& e) {

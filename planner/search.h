@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "model/simulator.h"
 #include "model/prediction.h"
 #include "planner/search_space.h"
 
@@ -59,6 +60,8 @@ struct SearchStats {
   int64_t memory_estimates = 0;
   int64_t bound_evaluations = 0;  // critical-path runs (relaxed and per candidate)
   int64_t simulations = 0;
+  // Candidates the simulator could not hold (SimulationTooLarge): they keep their analytical score.
+  int64_t simulations_too_large = 0;
   int64_t nodes_expanded = 0;
   // A candidate scored below the key of its own node: the search may have cut a better plan. Zero
   // unless the model loses a property the search relies on; the report prints it when not zero.
@@ -79,6 +82,8 @@ struct SearchOptions {
   // each family's best costs more evaluations (several times more for large accumulation counts).
   bool distinct_families = false;
   bool rescore_with_simulator = true;
+  // The simulator's graph limit for the re-scoring, shared by the simulations that run at once.
+  std::int64_t max_simulated_tasks = kMaxSimulatedTasks;
   bool exhaustive = false;  // score every feasible candidate (for checks; slow on large spaces)
 };
 

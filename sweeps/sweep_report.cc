@@ -592,6 +592,11 @@ std::string simulator_section(const SweepResult& res) {
                fmt::format("{:.3f}", r.front()), fmt::format("{:.3f}", r.back())});
   }
   s += t.render_markdown() + "\n";
+  const auto too_large = std::count_if(res.rows.begin(), res.rows.end(), [](const SweepRow& r) { return r.too_large_to_simulate; });
+  if (too_large > 0)
+    s += fmt::format("{} points were not simulated: the simulator cannot hold their steps (SimulatorOptions::max_tasks); "
+                     "they are scored by the analytical model alone.\n\n",
+                     too_large);
   const std::vector<SpeedupStat> sim = speedup_totals(res.rows, "", ""),
                                  ana = speedup_totals(res.rows, "", "", Figure::kAnalytical);
   Table sp({"baseline", "geomean by the simulator", "geomean by the analytical model", "points"},

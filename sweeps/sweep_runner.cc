@@ -141,7 +141,11 @@ SweepRow evaluate_point(const SweepSpec& spec, const SweepPoint& pt, bool simula
   if (row.feasible && simulate) {
     SimulatorOptions so;
     so.record_timeline = false;
-    row.simulated = slidedp::simulate(w, hv.hw, row.plan, pt.system, so).prediction;
+    try {
+      row.simulated = slidedp::simulate(w, hv.hw, row.plan, pt.system, so).prediction;
+    } catch (const SimulationTooLarge&) {
+      row.too_large_to_simulate = true;  // scored by the analytical model; the report counts these
+    }
   }
   if (row.feasible) {
     row.plan = plan_for_system(row.plan, pt.system, card);

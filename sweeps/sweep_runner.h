@@ -31,6 +31,7 @@ struct SweepRow {
   std::string plan_summary;
   Prediction predicted;                 // analytical model (kContention)
   std::optional<Prediction> simulated;  // when the sweep re-scores with the simulator
+  bool too_large_to_simulate = false;   // re-scoring asked for, but the simulator cannot hold the step
   int64_t candidates = 0;               // plans considered for this point
   double eval_s = 0;                    // wall time of choosing and scoring the plan
 

@@ -78,6 +78,32 @@ TEST(StepModel, ComputeBoundStepIsComputePlusBoundaryChain) {
   EXPECT_NEAR(s.prediction.breakdown.exposed_tail_s, d2h0 + cpu0, 1e-9);
 }
 
+// The simulator refuses a step once its graph passes SimulatorOptions::max_tasks, before holding
+// more: exactly at the step's own task count it runs, one task fewer is SimulationTooLarge (exit 2,
+// naming the micro-steps and the way out).
+TEST(StepModel, TheSimulatorRefusesAStepPastItsGraphLimit) {
+  const Workload w = make_workload(tiny_card(), 128);
+  const Hardware hw = synthetic_hw(1.0, 0.001, 0.002, 1e6);
+  Plan p = one_rank_plan(4);
+  p.accum_steps = 3;
+  SimulatorOptions opt;
+  opt.record_timeline = false;
+  opt.measure_sync = false;
+  const Simulation full = simulate(w, hw, p, System::kSlideDP, opt);
+  ASSERT_GT(full.tasks, 10);
+  opt.max_tasks = full.tasks;
+  EXPECT_EQ(simulate(w, hw, p, System::kSlideDP, opt).prediction.step_time_s, full.prediction.step_time_s);
+  opt.max_tasks = full.tasks - 1;
+  try {
+    simulate(w, hw, p, System::kSlideDP, opt);
+    FAIL() << "a graph past its limit was simulated";
+  } catch (const SimulationTooLarge& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kInput);
+    EXPECT_NE(std::string(e.what()).find("3 micro-steps"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("--method analytical"), std::string::npos) << e.what();
+  }
+}
+
 // The hardware's synchronisation term (Hardware::sync) stretches the step of both views by
 // 1 + base + straggler sqrt(2 ln N), counted as synchronisation; everything else is unchanged.
 TEST(StepModel, SyncTermStretchesTheStepByItsFactorInBothViews) {

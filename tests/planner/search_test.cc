@@ -188,6 +188,32 @@ INSTANTIATE_TEST_SUITE_P(Spaces, SearchVsExhaustive, ::testing::ValuesIn(cases()
 
 // Every bound the search uses, checked on every feasible candidate: with K larger than the space nothing
 // is pruned, every leaf is scored, and its score is compared with the bound of each node above it.
+// A top plan whose step the simulator cannot hold (SearchOptions::max_simulated_tasks) leaves every
+// top plan with its analytical score, in the model's order, and says so; with room, all are re-scored.
+TEST(Search, RescoringKeepsTheModelsRankingWhenTheSimulatorCannotHoldAStep) {
+  const Case c = cases().front();
+  const Workload w = make_workload(model_preset(c.model), c.seq);
+  const Hardware hw = case_hardware(c);
+  SearchOptions o;
+  o.top_k = 3;
+  o.rescore_with_simulator = false;
+  const SearchResult model_only = search_plans(w, hw, c.spec, o);
+  o.rescore_with_simulator = true;
+  const SearchResult rescored = search_plans(w, hw, c.spec, o);
+  EXPECT_EQ(rescored.stats.simulations, static_cast<int64_t>(rescored.top.size()));
+  EXPECT_EQ(rescored.stats.simulations_too_large, 0);
+  for (const Candidate& cand : rescored.top) EXPECT_TRUE(cand.simulated.has_value());
+  o.max_simulated_tasks = 1;
+  const SearchResult refused = search_plans(w, hw, c.spec, o);
+  EXPECT_EQ(refused.stats.simulations, 0);
+  EXPECT_EQ(refused.stats.simulations_too_large, static_cast<int64_t>(refused.top.size()));
+  ASSERT_EQ(refused.top.size(), model_only.top.size());
+  for (std::size_t i = 0; i < refused.top.size(); ++i) {
+    EXPECT_FALSE(refused.top[i].simulated.has_value());
+    EXPECT_EQ(refused.top[i].index, model_only.top[i].index);
+  }
+}
+
 TEST(Search, BoundsHoldOnEveryCandidateOfEveryPresetMachine) {
   for (const std::string& hw_name : hardware_preset_names()) {
     for (const char* model : {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b"}) {
