@@ -118,26 +118,52 @@ PhaseContention contention_at(const PhaseSharing& s, const PhaseStats& p, bool d
 // need, whichever is longer (contention never shortens a phase; the computes wait for the
 // copies); the CPU's work that does not fit carries into the next phase, as in the recurrence.
 void stretch_phases(const std::vector<PhaseStats>& base, const std::vector<PhaseContention>& f, bool last_drains,
-                    std::vector<PhaseStats>& out) {
+                    std::vector<PhaseStats>& out, const std::vector<long>& micro_repeat) {
   out = base;
   // Work left over from earlier phases, per stream, in seconds at the uncontended rate.
   std::array<double, kSharedStreams> carry{};
-  for (std::size_t k = 0; k < out.size(); ++k) {
+  // Phase k's length at factors f: as long as it was, or as long as its copies now need. The copies
+  // (and SlideFormer's conversion) feed the computes: they hold the phase, so they never carry.
+  const auto length = [&](std::size_t k, const std::array<double, kSharedStreams>& c) {
+    const PhaseStats& p = base[k];
+    const double end = last_drains && k + 1 == base.size() ? p.gpu_end : p.end;
+    const auto need = [&](std::size_t i, double busy, double factor) { return (c[i] + busy) / factor; };
+    return std::max({end - p.start, need(kSharedH2D, p.h2d_busy, f[k].h2d), need(kSharedD2H, p.d2h_busy, f[k].d2h),
+                     need(kSharedConvert, p.convert_busy, f[k].convert)});
+  };
+  // The CPU does not hold the phase: its work that does not fit queues on into the next phase.
+  const auto stretch = [&](std::size_t k) {
     PhaseStats& p = out[k];
     double& end = last_drains && k + 1 == out.size() ? p.gpu_end : p.end;
     const std::array<double*, kSharedStreams> busy = {&p.h2d_busy, &p.d2h_busy, &p.cpu_busy, &p.convert_busy};
     const std::array<double, kSharedStreams> factor = {f[k].h2d, f[k].d2h, f[k].cpu, f[k].convert};
-    std::array<double, kSharedStreams> need;
-    for (std::size_t i = 0; i < kSharedStreams; ++i) need[i] = (carry[i] + *busy[i]) / factor[i];
-    // The copies (and SlideFormer's conversion) feed the computes: they hold the phase. The CPU
-    // does not: its work queues on into the next phase.
-    const double T = std::max({end - p.start, need[kSharedH2D], need[kSharedD2H], need[kSharedConvert]});
+    const double T = length(k, carry);
     end = p.start + T;
     for (std::size_t i = 0; i < kSharedStreams; ++i) {
-      const double b = std::min(T, need[i]);
+      const double b = std::min(T, (carry[i] + *busy[i]) / factor[i]);
       carry[i] = std::max(0.0, carry[i] + *busy[i] - b * factor[i]);
       *busy[i] = b;
     }
+  };
+  if (micro_repeat.empty()) {
+    for (std::size_t k = 0; k < out.size(); ++k) stretch(k);
+    return;
+  }
+  for (std::size_t m = 0; m < micro_repeat.size(); ++m) {
+    const std::size_t k = 2 * m;
+    if (micro_repeat[m] > 1) {
+      // Per phase the CPU's carry goes c -> max(0, c + beta_k), beta_k = its work - T_k x its factor
+      // (T_k does not depend on the CPU's carry); per pair c -> max(alpha, c + beta) with
+      // alpha = max(0, beta_2), beta = beta_1 + beta_2; after n pairs max(alpha + max(0, (n-1) beta), c + n beta).
+      const std::array<double, kSharedStreams> no_carry{};
+      const double beta1 = base[k].cpu_busy - length(k, no_carry) * f[k].cpu;
+      const double beta2 = base[k + 1].cpu_busy - length(k + 1, no_carry) * f[k + 1].cpu;
+      const double alpha = std::max(0.0, beta2), beta = beta1 + beta2;
+      const double n = static_cast<double>(micro_repeat[m] - 1);  // repetitions before the last
+      carry[kSharedCpu] = std::max(alpha + std::max(0.0, (n - 1) * beta), carry[kSharedCpu] + n * beta);
+    }
+    stretch(k);
+    stretch(k + 1);
   }
 }
 
@@ -145,7 +171,8 @@ void stretch_phases(const std::vector<PhaseStats>& base, const std::vector<Phase
 // map can oscillate between over- and under-contended. (The earlier scheme re-ran the recurrence for
 // each of 4 damped iterations, a step each, and stopped short of the fixed point; solving it here
 // is cheaper and agrees better with the simulator, results/model/agreement.md.)
-std::vector<PhaseContention> solve_contention(const StepWork& sw, const std::vector<PhaseStats>& phases) {
+std::vector<PhaseContention> solve_contention(const StepWork& sw, const std::vector<PhaseStats>& phases,
+                                              const std::vector<long>& micro_repeat) {
   const std::size_t P = phases.size();
   const auto drains = [&](std::size_t k) { return k + 1 == P && !sw.traits.update_after_backward; };
   std::vector<PhaseSharing> sharing(P);
@@ -158,7 +185,7 @@ std::vector<PhaseContention> solve_contention(const StepWork& sw, const std::vec
   std::vector<PhaseStats> st;
   for (int it = 1; it < kMaxContentionIterations; ++it) {
     double change = 0;
-    stretch_phases(phases, f, !sw.traits.update_after_backward, st);
+    stretch_phases(phases, f, !sw.traits.update_after_backward, st, micro_repeat);
     for (std::size_t k = 0; k < P; ++k) {
       g[k] = contention_at(sharing[k], st[k], drains(k));
       change = std::max({change, std::fabs(g[k].h2d - f[k].h2d), std::fabs(g[k].d2h - f[k].d2h),

@@ -69,14 +69,25 @@ PhaseSharing phase_sharing(const StepWork& sw, const PhaseStats& p);
 // drains alone) at the utilizations p's busy times give.
 PhaseContention contention_at(const PhaseSharing& s, const PhaseStats& p, bool drains);
 
+// The phases of a step as the recurrence stores them: two per micro-step (forward, backward), where
+// `micro_repeat[m]` (when given) says how many consecutive micro-steps the m-th pair stands for: the
+// recurrence jumps over the periodic middle of a long accumulation (step_recurrence.cc), whose
+// micro-steps are identical. Empty: every pair is one micro-step.
+//
+// A repeated pair gets one factor per phase, from its stretched statistics at its last repetition:
+// the CPU's carry into that repetition is in closed form (per pair c -> max(alpha, c + beta), see
+// stretch_phases), the copies never carry. The full model would give the repetitions whose carry
+// still drains from the micro-steps before their own factors; the pair's factor is the steady one.
+
 // The phases' statistics if their streams ran at factors `f` instead of none (`base` is the
 // uncontended run; `last_drains`: the last phase ends at its last compute, the drain follows).
 void stretch_phases(const std::vector<PhaseStats>& base, const std::vector<PhaseContention>& f, bool last_drains,
-                    std::vector<PhaseStats>& out);
+                    std::vector<PhaseStats>& out, const std::vector<long>& micro_repeat = {});
 
 // The contention factors of every phase: the fixed point of sharing <-> utilization solved on the
 // phase level from the uncontended run's `phases`: each iteration stretches them by the current
 // factors (stretch_phases) and re-derives the factors (contention_at).
-std::vector<PhaseContention> solve_contention(const StepWork& sw, const std::vector<PhaseStats>& phases);
+std::vector<PhaseContention> solve_contention(const StepWork& sw, const std::vector<PhaseStats>& phases,
+                                              const std::vector<long>& micro_repeat = {});
 
 }  // namespace slidedp

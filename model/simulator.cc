@@ -30,6 +30,15 @@ struct Slot {
   long last_use = -1;     // use counter for LRU
 };
 
+SimulationTooLarge too_large(const StepWork& sw, std::int64_t max_tasks) {
+  std::int64_t chunks = 0;
+  for (const UnitWork& u : sw.units) chunks = std::max({chunks, u.chunks, u.grad_chunks});
+  return SimulationTooLarge(fmt::format(
+      "the simulator cannot hold this step: its graph passes {} tasks ({} micro-steps x {} units, {} ranks, chunks "
+      "per unit up to {}); use the analytical model (--method analytical), or fewer micro-steps or larger chunks",
+      max_tasks, sw.accum_steps, sw.units.size(), sw.ranks, chunks));
+}
+
 class GraphBuilder {
  public:
   GraphBuilder(const StepWork& sw, bool latencies, bool timeline, std::int64_t max_tasks)
@@ -99,21 +108,10 @@ class GraphBuilder {
   }
 
   int add(FluidEngine::Task t) {
-    if (eng_.num_tasks() >= max_tasks_)
-      throw SimulationTooLarge(fmt::format(
-          "the simulator cannot hold this step: its graph passes {} tasks ({} micro-steps x {} units, {} ranks, "
-          "chunks per unit up to {}); use the analytical model (--method analytical), or fewer micro-steps or "
-          "larger chunks",
-          max_tasks_, sw_.accum_steps, sw_.units.size(), N_, max_chunks()));
+    if (eng_.num_tasks() >= max_tasks_) throw too_large(sw_, max_tasks_);
     int id = eng_.add_task(std::move(t));
     if (step_ == measured_step_) step0_tasks_.push_back(id);
     return id;
-  }
-
-  long max_chunks() const {
-    long m = 0;
-    for (const UnitWork& u : sw_.units) m = std::max({m, static_cast<long>(u.chunks), static_cast<long>(u.grad_chunks)});
-    return m;
   }
 
   static void dep(std::vector<int>& deps, int id) {
@@ -586,6 +584,11 @@ RunOutcome run_graph(GraphBuilder& g, const StepWork& sw, int steps) {
 
 Simulation simulate_step_work(const StepWork& sw, const SimulatorOptions& options) {
   SLIDEDP_CHECK(options.steps >= 1);
+  // At least one compute per rank, unit and pass (forward; backward but the head's): a step that
+  // passes the limit on those alone is refused before anything is built.
+  const double computes = static_cast<double>(options.steps) * sw.accum_steps * sw.ranks *
+                          (2.0 * static_cast<double>(sw.units.size()) - 1.0);
+  if (computes > static_cast<double>(options.max_tasks)) throw too_large(sw, options.max_tasks);
   Simulation sim;
   GraphBuilder g(sw, true, options.record_timeline, options.max_tasks);
   g.build(options.steps);

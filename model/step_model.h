@@ -30,6 +30,9 @@ enum class ModelFidelity { kCriticalPath, kContention };
 // to verify a jump (failed ones included).
 struct RecurrenceCounters {
   long unit_visits = 0, jumps = 0, layers_jumped = 0, verifications = 0;
+  // Jumps over the periodic middle of a step's micro-steps, the micro-steps they covered, and the
+  // micro-steps run to verify them.
+  long micro_jumps = 0, micro_steps_jumped = 0, micro_verifications = 0;
 };
 
 // Step time and breakdown of prebuilt work (no memory estimate): the planner's inner loop.

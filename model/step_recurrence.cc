@@ -124,7 +124,6 @@ class Recurrence {
         d2h_rate0_(std::min(sw.cap.d2h_link_Bps, sw.cap.duplex_Bps)),
         contention_(contention) {
     slots_.resize(static_cast<std::size_t>(std::max(1, sw.buffer_depth)));
-    phases_.resize(static_cast<std::size_t>(2 * sw.accum_steps));
     offload_end_.resize(sw.units.size());
     grad_done_.resize(sw.units.size());
     bwd_end_.resize(sw.units.size());
@@ -133,8 +132,9 @@ class Recurrence {
     state_padded_ = (state_size_ + 3) / 4 * 4;
     // The network's queue is not part of the jump state: plans over several nodes run every layer.
     jump_ = jump && state_padded_ <= kJumpStateMax && sw.cap.nodes == 1;
+    jump_micro_ = jump;
     regime_ = RegimeJump(state_padded_);
-    set_phase(0);
+    set_contention(contention, {});
   }
 
   // Two steps: the first starts cold, the second starts the way every later one does (its first
@@ -144,9 +144,10 @@ class Recurrence {
     return step();
   }
 
-  // One more step with new contention factors, from where the previous step ended.
-  RunResult step_with(const std::vector<PhaseContention>& contention) {
-    contention_ = contention;
+  // One more step with new contention factors, from where the previous step ended: one per phase of
+  // a step whose pairs of phases stand for `micro_repeat` micro-steps each (contention.h).
+  RunResult step_with(const std::vector<PhaseContention>& contention, const std::vector<long>& micro_repeat) {
+    set_contention(contention, micro_repeat);
     return step();
   }
 
@@ -159,49 +160,17 @@ class Recurrence {
  private:
   RunResult step() {
     reset_counters();
-    const int U = static_cast<int>(sw_.units.size());
-    const int A = sw_.accum_steps;
-    const SystemTraits& tr = sw_.traits;
+    const long A = sw_.accum_steps;
     first_compute_ = -1;
-
-    for (int a = 0; a < A; ++a) {
-      last_ = a == A - 1;
-      micro_ = a;
-      if (a == 0) invalidate_slots();  // parameters changed since the previous step
-      // ---- forward ----
-      set_phase(2 * a);
-      begin_phase(-1.0);
-      std::fill(offload_end_.begin(), offload_end_.end(), 0.0);
-      for (int u = 0; u < U; ++u) {
-        forward_unit(u);
-        if (jump_) u = jump_after(u, +1);
-      }
-      // A phase cannot end before the links carried its transfers: the bound delays the GPU
-      // (max-plus, so the whole model stays monotone in every capacity). Host work queues on.
-      gpu_ = std::max(gpu_, phase_start_ + link_need(demand_));
-      queue_host_work(demand_, phase_start_);
-      close_phase(phase_start_, gpu_);
-      // ---- backward ----
-      set_phase(2 * a + 1);
-      begin_phase(gpu_);
-      std::fill(grad_done_.begin(), grad_done_.end(), 0.0);
-      std::fill(bwd_end_.begin(), bwd_end_.end(), 0.0);
-      for (int u = U - 2; u >= 0; --u) {
-        backward_unit(u);
-        if (jump_) u = jump_after(u, -1);
-      }
-      if (!last_ || tr.update_after_backward) {
-        gpu_ = std::max(gpu_, phase_start_ + link_need(demand_));
-        queue_host_work(demand_, phase_start_);
-        // An update after backward needs every gradient reduced: the host queue has drained.
-        if (last_) gpu_ = std::max(gpu_, host_queue_end());
-        close_phase(phase_start_, gpu_);
-      } else {
-        backward_demand_ = demand_, backward_start_ = phase_start_;
-      }
+    micro_history_ = 0;
+    int m = 0;  // the pair of phases micro-step a is stored in
+    for (long a = 0; a < A; ++a, ++m) {
+      micro_repeat_.push_back(1);
+      run_micro_step(a, m);
+      if (jump_micro_) a = jump_micro_after(a, m);
     }
-
     // ---- step boundary ----
+    const SystemTraits& tr = sw_.traits;
     RunResult r;
     const UnitWork& u0 = sw_.units.front();
     const double last_compute = gpu_;
@@ -274,7 +243,50 @@ class Recurrence {
     r.cpu_core_thread_s = cpu_core_thread_s_;
     r.compute_s = compute_;
     r.phases = phases_;
+    r.micro_repeat = micro_repeat_;
     return r;
+  }
+
+  // Micro-step a (forward, then backward) into the pair of phases m.
+  void run_micro_step(long a, int m) {
+    const int U = static_cast<int>(sw_.units.size());
+    const long A = sw_.accum_steps;
+    const SystemTraits& tr = sw_.traits;
+    last_ = a == A - 1;
+    micro_ = a;
+    phases_.resize(std::max(phases_.size(), static_cast<std::size_t>(2 * m + 2)));
+    if (a == 0) invalidate_slots();  // parameters changed since the previous step
+    // ---- forward ----
+    set_phase(2 * m, a, 0);
+    begin_phase(-1.0);
+    std::fill(offload_end_.begin(), offload_end_.end(), 0.0);
+    for (int u = 0; u < U; ++u) {
+      forward_unit(u);
+      if (jump_) u = jump_after(u, +1);
+    }
+    // A phase cannot end before the links carried its transfers: the bound delays the GPU
+    // (max-plus, so the whole model stays monotone in every capacity). Host work queues on.
+    gpu_ = std::max(gpu_, phase_start_ + link_need(demand_));
+    queue_host_work(demand_, phase_start_);
+    close_phase(phase_start_, gpu_);
+    // ---- backward ----
+    set_phase(2 * m + 1, a, 1);
+    begin_phase(gpu_);
+    std::fill(grad_done_.begin(), grad_done_.end(), 0.0);
+    std::fill(bwd_end_.begin(), bwd_end_.end(), 0.0);
+    for (int u = U - 2; u >= 0; --u) {
+      backward_unit(u);
+      if (jump_) u = jump_after(u, -1);
+    }
+    if (!last_ || tr.update_after_backward) {
+      gpu_ = std::max(gpu_, phase_start_ + link_need(demand_));
+      queue_host_work(demand_, phase_start_);
+      // An update after backward needs every gradient reduced: the host queue has drained.
+      if (last_) gpu_ = std::max(gpu_, host_queue_end());
+      close_phase(phase_start_, gpu_);
+    } else {
+      backward_demand_ = demand_, backward_start_ = phase_start_;
+    }
   }
 
   void begin_phase(double phase_start) {
@@ -457,11 +469,131 @@ class Recurrence {
     return regime_.after_unit(*this, u, dir, eligible, last, setup_.counters);
   }
 
+  // ---- The jump over the periodic middle of the micro-steps ----
+  // Micro-steps 1 .. A-2 apply the same map to the recurrence's state (the first starts the step,
+  // the last updates), a max-plus map like a layer's (regime_jump.h): once two consecutive ones
+  // changed the state by the same d, the state after n more is x + n d while every max keeps its
+  // branch, which a run of the target micro-step from x + (n-1) d verifies (a failure bisects, as
+  // RegimeJump does). The jumped micro-steps' phases are the last one's, repeated (micro_repeat_).
+  // With contention factors, a jump stays within micro-steps that share theirs.
+
+  // The state after the micro-step stored in pair m: stream times, host queues, totals, the pair's
+  // phases and what they spilled into the next, the slots in least-recently-used order.
+  void save_micro(std::vector<double>& x, int m) const {
+    x.clear();
+    for (double v : {gpu_, h2d_, d2h_, cpu_, fabric_free_, convert_, network_, queue_host_mem_, queue_cpu_update_,
+                     queue_cpu_cores_, static_cast<double>(use_counter_), compute_, h2d_bytes_, d2h_bytes_, fabric_s_,
+                     h2d_copies_, d2h_copies_, network_s_, host_mem_bytes_, cpu_update_thread_s_, cpu_core_thread_s_,
+                     cpu0_start_, cpu0_end_, cpu0_s_})
+      x.push_back(v);
+    for (std::size_t k = 2 * static_cast<std::size_t>(m); k < 2 * static_cast<std::size_t>(m) + 3; ++k) {
+      const PhaseStats& p = phases_[k];
+      for (double v : {p.start, p.end, p.gpu_end, p.h2d_busy, p.d2h_busy, p.cpu_busy, p.convert_busy, p.cpu_thread_s,
+                       p.cpu_host_mem_bytes})
+        x.push_back(v);
+    }
+    std::vector<const Slot*> order;
+    for (const Slot& sl : slots_) order.push_back(&sl);
+    std::sort(order.begin(), order.end(), [](const Slot* a, const Slot* b) { return a->last_use < b->last_use; });
+    for (const Slot* sl : order) {
+      x.push_back(sl->unit);
+      x.push_back(sl->free_at);
+      x.push_back(static_cast<double>(sl->last_use));
+    }
+  }
+
+  // Sets the state to x + n d (save_micro's layout) with its phases in pair m.
+  void load_micro(const std::vector<double>& x, const std::vector<double>& d, long n, int m) {
+    std::size_t i = 0;
+    const double nd = static_cast<double>(n);
+    const auto next = [&] {
+      const double v = x[i] + nd * d[i];
+      ++i;
+      return v;
+    };
+    const auto whole = [&] { return std::floor(next() + 0.5); };  // exact in a double
+    gpu_ = next(), h2d_ = next(), d2h_ = next(), cpu_ = next(), fabric_free_ = next(), convert_ = next();
+    network_ = next(), queue_host_mem_ = next(), queue_cpu_update_ = next(), queue_cpu_cores_ = next();
+    use_counter_ = static_cast<long>(whole());
+    compute_ = next(), h2d_bytes_ = next(), d2h_bytes_ = next(), fabric_s_ = next(), h2d_copies_ = next();
+    d2h_copies_ = next(), network_s_ = next(), host_mem_bytes_ = next(), cpu_update_thread_s_ = next();
+    cpu_core_thread_s_ = next(), cpu0_start_ = next(), cpu0_end_ = next(), cpu0_s_ = next();
+    phases_.resize(2 * static_cast<std::size_t>(m) + 3);
+    for (std::size_t k = 2 * static_cast<std::size_t>(m); k < phases_.size(); ++k) {
+      PhaseStats& p = phases_[k];
+      p.start = next(), p.end = next(), p.gpu_end = next(), p.h2d_busy = next(), p.d2h_busy = next();
+      p.cpu_busy = next(), p.convert_busy = next(), p.cpu_thread_s = next(), p.cpu_host_mem_bytes = next();
+    }
+    for (Slot& sl : slots_) {  // any order: only last_use orders them
+      sl.unit = static_cast<int>(whole());
+      sl.free_at = next();
+      sl.last_use = static_cast<long>(whole());
+    }
+  }
+
+  // Called after micro-step a ran into pair m; returns the last micro-step done (a, or the end of a
+  // verified jump, whose micro-steps pair m then stands for).
+  long jump_micro_after(long a, int m) {
+    const long A = sw_.accum_steps;
+    if (a > A - 2) return a;
+    // The states after the last three micro-steps (a ring): a-2, a-1, a.
+    std::vector<double>& now = micro_x_[micro_history_ % 3];
+    save_micro(now, m);
+    ++micro_history_;
+    // The maps of micro-steps a-1 and a must be the middle one's, with the same factors.
+    if (micro_history_ < 3 || a < 2 || !same_factors(a - 1, a)) return a;
+    const std::vector<double>& prev = micro_x_[(micro_history_ - 2) % 3];
+    const std::vector<double>& prev2 = micro_x_[(micro_history_ - 3) % 3];
+    micro_d_.resize(now.size());
+    for (std::size_t i = 0; i < now.size(); ++i) {
+      micro_d_[i] = now[i] - prev[i];
+      if (!same_delta(micro_d_[i], prev[i] - prev2[i], now[i])) return a;
+    }
+    // The last micro-step that may be reached: the step's last middle one, with a's factors.
+    long last = A - 2;
+    while (last > a && !same_factors(a, last)) --last;  // factors change only at a pair's end
+    const long n = last - a;
+    if (n < 2) return a;
+    const std::vector<double> x = now;
+    std::vector<double> y;
+    long good = 0, bad = n + 1, try_n = n;
+    int attempts = 0;
+    while (bad - good > 1 && attempts < kMaxMicroAttempts) {
+      ++attempts;
+      ++setup_.counters.micro_verifications;
+      load_micro(x, micro_d_, try_n - 1, m);
+      run_micro_step(a + try_n, m + 1);
+      save_micro(y, m + 1);
+      bool follows = y.size() == x.size();
+      for (std::size_t i = 0; follows && i < x.size(); ++i)
+        follows = same_delta(y[i] - x[i] - static_cast<double>(try_n - 1) * micro_d_[i], micro_d_[i], y[i]);
+      (follows ? good : bad) = try_n;
+      try_n = (good + bad) / 2;
+    }
+    micro_history_ = 0;
+    load_micro(x, micro_d_, good, m);
+    if (good == 0) return a;
+    micro_repeat_[static_cast<std::size_t>(m)] += good;
+    ++setup_.counters.micro_jumps;
+    setup_.counters.micro_steps_jumped += good;
+    return a + good;
+  }
+
+  bool same_factors(long a, long b) const {
+    return contention_.empty() || contention_pair(a) == contention_pair(b);
+  }
+  static bool same_delta(double a, double b, double magnitude) {
+    return std::fabs(a - b) <= 1e-12 * (std::fabs(magnitude) + std::fabs(a) + std::fabs(b));
+  }
+  // Verifications per jump: bisection over up to 2^24 micro-steps, then stop trying.
+  static constexpr int kMaxMicroAttempts = 24;
+
   void reset_counters() {
     queue_host_mem_ = queue_cpu_update_ = queue_cpu_cores_ = 0;
     h2d_bytes_ = d2h_bytes_ = fabric_s_ = h2d_copies_ = d2h_copies_ = network_s_ = 0;
     host_mem_bytes_ = cpu_update_thread_s_ = cpu_core_thread_s_ = compute_ = 0;
-    for (auto& p : phases_) p = PhaseStats{};
+    phases_.clear();
+    micro_repeat_.clear();
   }
 
   // The next step's first delivery, as a probe: stream times are not advanced.
@@ -474,9 +606,31 @@ class Recurrence {
     return end;
   }
 
-  void set_phase(int k) {
+  // Factors of micro-step a's forward (which = 0) or backward (1), a counted over the whole step.
+  PhaseContention factors(long a, int which) const {
+    if (contention_.empty()) return PhaseContention{};
+    const std::size_t m = contention_pair(a);
+    const std::size_t k = 2 * m + static_cast<std::size_t>(which);
+    return k < contention_.size() ? contention_[k] : PhaseContention{};
+  }
+  // The pair of phases of the factors' step that micro-step a belongs to (micro_repeat's runs).
+  std::size_t contention_pair(long a) const {
+    if (contention_micro_end_.empty()) return static_cast<std::size_t>(a);
+    return static_cast<std::size_t>(std::upper_bound(contention_micro_end_.begin(), contention_micro_end_.end(), a) -
+                                    contention_micro_end_.begin());
+  }
+  void set_contention(const std::vector<PhaseContention>& contention, const std::vector<long>& micro_repeat) {
+    contention_ = contention;
+    contention_micro_end_.clear();
+    long end = 0;
+    for (long r : micro_repeat) contention_micro_end_.push_back(end += r);
+  }
+
+  // Phase k of the stored phases, micro-step a's forward or backward (`which`).
+  void set_phase(int k, long a, int which) {
     phase_ = k;
-    PhaseContention f = k < static_cast<int>(contention_.size()) ? contention_[static_cast<std::size_t>(k)] : PhaseContention{};
+    next_factors_ = which == 0 ? factors(a, 1) : factors(a + 1, 0);
+    const PhaseContention f = factors(a, which);
     h2d_rate_ = h2d_rate0_ * f.h2d;
     d2h_rate_ = d2h_rate0_ * f.d2h;
     inv_h2d_rate_ = 1.0 / h2d_rate_;
@@ -494,13 +648,16 @@ class Recurrence {
     // leave as the forward ends) overlaps the next phase, not this one: the utilizations that
     // set the sharing factors count it there. Each stream is in order, so what is left of it is
     // at most the time from the phase's end to when the stream frees.
-    if (static_cast<std::size_t>(phase_) + 1 < phases_.size()) {
+    // Every phase but the step's last has a next one.
+    const bool step_end = last_ && phase_ % 2 == 1;
+    if (!step_end) {
+      if (phases_.size() < static_cast<std::size_t>(phase_) + 2) phases_.resize(static_cast<std::size_t>(phase_) + 2);
       PhaseStats& next = phases_[static_cast<std::size_t>(phase_) + 1];
       // A stream's backlog at the phase end was timed at this phase's rate; it runs at the next
       // phase's (the CPU's accumulation spilling into the next forward shares host memory with
       // that forward's deliveries, not with this backward's gradients).
-      if (static_cast<std::size_t>(phase_) + 1 < contention_.size()) {
-        const PhaseContention& next_f = contention_[static_cast<std::size_t>(phase_) + 1];
+      if (!contention_.empty()) {
+        const PhaseContention& next_f = next_factors_;
         const auto retime = [end](double& stream_free, double& busy, double ratio) {
           if (stream_free <= end) return;
           const double left = stream_free - end;
@@ -749,8 +906,11 @@ class Recurrence {
   double inv_h2d_rate_ = 0, inv_d2h_rate_ = 0;
   std::vector<double> offload_end_, grad_done_, bwd_end_;
   double cpu_drain_ = 1;
-  std::vector<PhaseContention> contention_;
-  std::vector<PhaseStats> phases_;
+  std::vector<PhaseContention> contention_;   // per phase of the factors' step (none: all 1)
+  std::vector<long> contention_micro_end_;     // its pairs' last micro-step + 1 (empty: one each)
+  PhaseContention next_factors_;               // the next phase's factors
+  std::vector<PhaseStats> phases_;             // per pair of phases run (2 per micro-step)
+  std::vector<long> micro_repeat_;             // micro-steps each pair stands for
   int phase_ = 0;
   std::vector<Slot> slots_;
   long use_counter_ = 0;
@@ -766,6 +926,10 @@ class Recurrence {
   double queue_host_mem_ = 0, queue_cpu_update_ = 0, queue_cpu_cores_ = 0;  // host work's queue (ends)
   // The regime jump over runs of identical units (off for deep buffers and several nodes).
   RegimeJump regime_;
+  // The jump over the middle micro-steps: the states after the last three, one's change.
+  bool jump_micro_ = false;
+  int micro_history_ = 0;
+  std::vector<double> micro_x_[3], micro_d_;
   std::size_t state_size_ = 0, state_padded_ = 0;
   PhaseDemand backward_demand_;
   double backward_start_ = 0;
@@ -784,8 +948,9 @@ Passes run_passes(const StepWork& sw, ModelFidelity fidelity, bool jump, Recurre
   if (fidelity != ModelFidelity::kCriticalPath) {
     Recurrence no_latency = rec;
     no_latency.set_latencies(false);
-    out.no_latency = no_latency.step_with(none);
-    out.contended = rec.step_with(solve_contention(sw, out.critical.phases));
+    out.no_latency = no_latency.step_with(none, {});
+    const std::vector<long>& pairs = out.critical.micro_repeat;
+    out.contended = rec.step_with(solve_contention(sw, out.critical.phases, pairs), pairs);
   }
   counters = setup.counters;
   return out;

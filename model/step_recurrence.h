@@ -20,7 +20,10 @@ struct RunResult {
   double h2d_bytes = 0, d2h_bytes = 0, fabric_s = 0, h2d_copies = 0, d2h_copies = 0;
   double host_mem_bytes = 0, cpu_update_thread_s = 0, cpu_core_thread_s = 0, compute_s = 0;
   double network_s = 0;  // several nodes: this node's network busy time (latencies included)
-  std::vector<PhaseStats> phases;  // 2 per micro-step: forward, backward (+ drain)
+  // 2 per micro-step the recurrence ran (forward, backward + drain); micro_repeat[m]: the micro-steps
+  // the m-th pair stands for (contention.h).
+  std::vector<PhaseStats> phases;
+  std::vector<long> micro_repeat;
 };
 
 // The passes of one evaluation, all one recurrence continued from where the last ended: two steps
@@ -31,7 +34,8 @@ struct Passes {
   RunResult critical, no_latency, contended;
 };
 
-// `jump`: jump over the periodic regime of runs of identical layers (regime_jump.h); `counters`
+// `jump`: jump over the periodic regime of runs of identical layers (regime_jump.h) and of the
+// middle micro-steps of a long accumulation (MicroStepJump in step_recurrence.cc); `counters`
 // receives what the evaluation did.
 Passes run_passes(const StepWork& sw, ModelFidelity fidelity, bool jump, RecurrenceCounters& counters);
 

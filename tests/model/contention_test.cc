@@ -152,6 +152,52 @@ TEST(Contention, StretchCarriesTheCpuBacklogAndLetsCopiesHoldThePhase) {
   EXPECT_NEAR(out[1].gpu_end - out[1].start, 1.0, 1e-12);
 }
 
+// A pair of phases repeated r times (micro_repeat, the recurrence's jump over the middle
+// micro-steps) stretches like the r pairs written out: the CPU's carry after them (closed form) and
+// so the phases that follow are the same, and the pair's own statistics are its last repetition's.
+// Cases: the CPU keeps up (the carry drains to the steady alpha), falls behind (it grows by beta per
+// pair), and one repetition. Reference: the expanded phases, stretched one by one.
+TEST(Contention, ARepeatedPairStretchesLikeItsRepetitionsWrittenOut) {
+  struct Case {
+    double cpu_fwd, cpu_bwd, carry_in;  // the pair's CPU work; CPU work of the phase before it
+    long repeat;
+  };
+  for (const Case& c : {Case{0.2, 0.5, 2.5, 7}, Case{0.9, 1.3, 0.4, 5}, Case{0.1, 0.9, 0.0, 40}, Case{0.3, 0.3, 1.0, 1},
+                        Case{0.2, 0.5, 30.0, 9}, Case{0.2, 0.5, 4.6, 9}, Case{0.2, 0.5, 5.2, 9}}) {
+    SCOPED_TRACE("cpu " + std::to_string(c.cpu_fwd) + "/" + std::to_string(c.cpu_bwd) + " repeat " +
+                 std::to_string(c.repeat));
+    const PhaseStats first_f = phase(0.4, 0.2, 0.0, 0.1), first_b = phase(1.0, 0.1, 0.3, c.carry_in);
+    const PhaseStats mid_f = phase(0.4, 0.3, 0.05, c.cpu_fwd), mid_b = phase(1.0, 0.4, 0.6, c.cpu_bwd);
+    const PhaseStats last_f = phase(0.4, 0.3, 0.05, 0.1), last_b = phase(1.0, 0.4, 0.6, 0.2);
+    PhaseContention fw, bw;
+    fw.h2d = 0.7, fw.d2h = 0.9, fw.cpu = 0.6;
+    bw.h2d = 0.8, bw.d2h = 0.5, bw.cpu = 0.75;
+    std::vector<PhaseStats> expanded = {first_f, first_b}, compressed = {first_f, first_b, mid_f, mid_b, last_f, last_b};
+    std::vector<PhaseContention> fe = {fw, bw}, fc = {fw, bw, fw, bw, fw, bw};
+    for (long r = 0; r < c.repeat; ++r) {
+      expanded.insert(expanded.end(), {mid_f, mid_b});
+      fe.insert(fe.end(), {fw, bw});
+    }
+    expanded.insert(expanded.end(), {last_f, last_b});
+    fe.insert(fe.end(), {fw, bw});
+    std::vector<PhaseStats> out_e, out_c;
+    stretch_phases(expanded, fe, /*last_drains=*/true, out_e);
+    stretch_phases(compressed, fc, /*last_drains=*/true, out_c, {1, c.repeat, 1});
+    const auto same = [](const PhaseStats& a, const PhaseStats& b, const char* what) {
+      EXPECT_NEAR(a.end - a.start, b.end - b.start, 1e-12) << what;
+      EXPECT_NEAR(a.gpu_end - a.start, b.gpu_end - b.start, 1e-12) << what;
+      EXPECT_NEAR(a.h2d_busy, b.h2d_busy, 1e-12) << what;
+      EXPECT_NEAR(a.d2h_busy, b.d2h_busy, 1e-12) << what;
+      EXPECT_NEAR(a.cpu_busy, b.cpu_busy, 1e-12) << what;
+    };
+    const std::size_t n = out_e.size();
+    same(out_c[2], out_e[n - 4], "the pair's forward = its last repetition's");
+    same(out_c[3], out_e[n - 3], "the pair's backward = its last repetition's");
+    same(out_c[4], out_e[n - 2], "the forward after the pair");
+    same(out_c[5], out_e[n - 1], "the step's last backward");
+  }
+}
+
 TEST(Contention, SolverReturnsAFixedPoint) {
   // Host-memory-bound phases of a real machine (h200-x8, 6 ranks): a forward with deliveries and
   // some spilled CPU work, a backward with copies both ways and the CPU busy.
