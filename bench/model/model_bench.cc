@@ -37,6 +37,21 @@ void BM_Analytical(benchmark::State& state, const char* hw_name, int ranks, Mode
   state.counters["visits_no_jumps"] = static_cast<double>(full.unit_visits);
 }
 
+// One evaluation at gradient accumulation `accum` (contention fidelity, 4 ranks): the jump over the
+// middle micro-steps keeps its cost flat in the accumulation; micro_steps_run is what it ran of them.
+void BM_AnalyticalAccumulation(benchmark::State& state, int accum) {
+  Setup s("h100-sxm-x4", 4);
+  s.plan.accum_steps = accum;
+  StepWork sw = build_step_work(s.w, s.hw, s.plan, System::kSlideDP);
+  for (auto _ : state) benchmark::DoNotOptimize(evaluate_step_work(sw, ModelFidelity::kContention).step_time_s);
+  state.counters["plans_per_s"] = benchmark::Counter(static_cast<double>(state.iterations()), benchmark::Counter::kIsRate);
+  RecurrenceCounters done;
+  evaluate_step_work(sw, ModelFidelity::kContention, true, &done);
+  state.counters["micro_steps_jumped"] = static_cast<double>(done.micro_steps_jumped);
+  state.counters["micro_verifications"] = static_cast<double>(done.micro_verifications);
+  state.counters["unit_visits"] = static_cast<double>(done.unit_visits);
+}
+
 // Building the per-unit work is part of evaluating a new plan in the planner.
 void BM_BuildAndEvaluate(benchmark::State& state, ModelFidelity fidelity) {
   Setup s("h100-sxm-x4", 4);
@@ -70,6 +85,9 @@ BENCHMARK_CAPTURE(BM_Analytical, contention_72b_4gpu, "h100-sxm-x4", 4, ModelFid
 BENCHMARK_CAPTURE(BM_Analytical, critical_path_72b_4gpu, "h100-sxm-x4", 4, ModelFidelity::kCriticalPath);
 BENCHMARK_CAPTURE(BM_Analytical, contention_72b_8gpu, "h100-sxm-x8", 8, ModelFidelity::kContention);
 BENCHMARK_CAPTURE(BM_Analytical, critical_path_72b_8gpu, "h100-sxm-x8", 8, ModelFidelity::kCriticalPath);
+BENCHMARK_CAPTURE(BM_AnalyticalAccumulation, accum_1, 1);
+BENCHMARK_CAPTURE(BM_AnalyticalAccumulation, accum_64, 64);
+BENCHMARK_CAPTURE(BM_AnalyticalAccumulation, accum_262144, 262144);
 BENCHMARK_CAPTURE(BM_BuildAndEvaluate, contention, ModelFidelity::kContention);
 BENCHMARK_CAPTURE(BM_BuildAndEvaluate, critical_path, ModelFidelity::kCriticalPath);
 BENCHMARK_CAPTURE(BM_Simulator, step_72b_4ranks_8chunks, "h100-sxm-x4", 4)->Unit(benchmark::kMillisecond);
