@@ -313,7 +313,7 @@ class GraphBuilder {
     const double hm = last ? w.cpu_last_host_mem_bytes : w.cpu_accum_host_mem_bytes;
     if (thread_s <= 0) return;
     const double delay = lat_ * tr.barriers_per_chunk * c_.link_latency_s;
-    const bool across_nodes = last && c_.nodes > 1;
+    const bool across_nodes = c_.nodes > 1;  // every micro-step is summed across nodes
     std::vector<int> reduced;
     for (int k = 0; k < chunks; ++k) {
       int id = cpu_task(thread_s / chunks, hm / chunks, delay, arrived[static_cast<std::size_t>(k)],
@@ -332,7 +332,8 @@ class GraphBuilder {
     flush_exchanges();
     for (int k = 0; k < chunks; ++k)
       pending_.push_back({u, k, network_task(w.nic_exchange_bytes / chunks, w.nic_messages / 2, {reduced[static_cast<std::size_t>(k)]},
-                                              fmt::format("exchange {} c{}", unit_name(u), k))});
+                                              fmt::format("exchange {} c{}", unit_name(u), k)),
+                          last});
     pending_chunks_ = chunks;
   }
 
@@ -348,14 +349,19 @@ class GraphBuilder {
     return network_last_;
   }
 
-  // The work after each pending exchange: adding what arrived and AdamW on the owned part, then (a
-  // sharded host state) the all-gather of the updated bf16 mirror, which the next delivery waits for.
+  // The work after each pending exchange: adding what arrived and accumulating it, or on the last
+  // micro-step AdamW on the owned part, then (a sharded host state) the all-gather of the updated
+  // bf16 mirror, which the next delivery waits for.
   void flush_exchanges() {
     for (const Pending& pe : pending_) {
       const UnitWork& w = sw_.units[static_cast<std::size_t>(pe.unit)];
       const double n = static_cast<double>(pending_chunks_);
-      int id = cpu_task(w.cpu_after_exchange_thread_s / n, w.cpu_after_exchange_host_mem_bytes / n, 0.0, {pe.exchange},
-                        fmt::format("adamw {} c{}", unit_name(pe.unit), pe.chunk));
+      const bool update = pe.last && !sw_.traits.update_after_backward;
+      int id = pe.last ? cpu_task(w.cpu_after_exchange_thread_s / n, w.cpu_after_exchange_host_mem_bytes / n, 0.0,
+                                  {pe.exchange}, fmt::format("{} {} c{}", update ? "adamw" : "accumulate", unit_name(pe.unit), pe.chunk))
+                       : cpu_task(w.cpu_accum_after_exchange_thread_s / n, w.cpu_accum_after_exchange_host_mem_bytes / n,
+                                  0.0, {pe.exchange}, fmt::format("accumulate {} c{}", unit_name(pe.unit), pe.chunk));
+      if (!pe.last) continue;
       if (w.nic_gather_bytes > 0)
         id = network_task(w.nic_gather_bytes / n, w.nic_messages / 2, {id}, fmt::format("gather {} c{}", unit_name(pe.unit), pe.chunk));
       update_cur_[static_cast<std::size_t>(pe.unit)].push_back(id);
@@ -478,6 +484,7 @@ class GraphBuilder {
   int network_last_ = -1;
   struct Pending {
     int unit, chunk, exchange;
+    bool last;  // the step's last micro-step
   };
   std::vector<Pending> pending_;
   int pending_chunks_ = 1;

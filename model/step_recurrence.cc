@@ -192,7 +192,8 @@ class Recurrence {
       r.breakdown.exposed_tail_s = std::max(0.0, cpu0_end_ - last_compute);
       r.breakdown.exposed_head_s = next_compute - std::max(last_compute, cpu0_end_);
     } else {
-      double post_start = std::max({gpu_, cpu_, d2h_});
+      // The update after backward needs every gradient summed (several nodes: exchanged and added).
+      double post_start = std::max({gpu_, cpu_, d2h_, exchanged_});
       PhaseDemand post;
       double post_cpu = 0;
       if (sw_.post_update_thread_s > 0) {
@@ -481,7 +482,7 @@ class Recurrence {
   // phases and what they spilled into the next, the slots in least-recently-used order.
   void save_micro(std::vector<double>& x, int m) const {
     x.clear();
-    for (double v : {gpu_, h2d_, d2h_, cpu_, fabric_free_, convert_, network_, queue_host_mem_, queue_cpu_update_,
+    for (double v : {gpu_, h2d_, d2h_, cpu_, fabric_free_, convert_, network_, exchanged_, queue_host_mem_, queue_cpu_update_,
                      queue_cpu_cores_, static_cast<double>(use_counter_), compute_, h2d_bytes_, d2h_bytes_, fabric_s_,
                      h2d_copies_, d2h_copies_, network_s_, host_mem_bytes_, cpu_update_thread_s_, cpu_core_thread_s_,
                      cpu0_start_, cpu0_end_, cpu0_s_})
@@ -513,7 +514,7 @@ class Recurrence {
     };
     const auto whole = [&] { return std::floor(next() + 0.5); };  // exact in a double
     gpu_ = next(), h2d_ = next(), d2h_ = next(), cpu_ = next(), fabric_free_ = next(), convert_ = next();
-    network_ = next(), queue_host_mem_ = next(), queue_cpu_update_ = next(), queue_cpu_cores_ = next();
+    network_ = next(), exchanged_ = next(), queue_host_mem_ = next(), queue_cpu_update_ = next(), queue_cpu_cores_ = next();
     use_counter_ = static_cast<long>(whole());
     compute_ = next(), h2d_bytes_ = next(), d2h_bytes_ = next(), fabric_s_ = next(), h2d_copies_ = next();
     d2h_copies_ = next(), network_s_ = next(), host_mem_bytes_ = next(), cpu_update_thread_s_ = next();
@@ -823,7 +824,7 @@ class Recurrence {
     double cpu_start = std::max(cpu_, first_chunk);
     double cpu_end = std::max(cpu_start + cpu_s, end + cpu_s * k.inv_grad_chunks);
     if (thread_s > 0) cpu_ = cpu_end;
-    if (last && c_.nodes > 1 && thread_s > 0) cpu_end = across_nodes(w, k, cpu_start, cpu_s, cpu_end, ph);
+    if (c_.nodes > 1 && thread_s > 0) cpu_end = across_nodes(w, k, last, cpu_start, cpu_s, cpu_end, ph);
     ph.cpu_update_thread_s += thread_s;
     ph.host_mem_bytes += hm;
     cpu_update_thread_s_ += thread_s;
@@ -836,26 +837,30 @@ class Recurrence {
     return end;
   }
 
-  // Several nodes: after the node's reduction (cpu_start .. reduce_end, chunk by chunk) each chunk is
-  // exchanged over the network (a queue of its own), then added up and updated on the CPU, and with a
-  // sharded state its updated mirror all-gathered. The CPU works on the next unit while the network
-  // carries this one; the unit counts as updated when its last chunk's after-exchange work (and
-  // gather) is done. Returns that time; the CPU queue (cpu_) advances by the after-exchange work only,
-  // so the next unit's reduction is not held behind this unit's exchange.
-  double across_nodes(const UnitWork& w, const UnitConst& k, double cpu_start, double reduce_s, double reduce_end,
-                      PhaseDemand& ph) {
+  // Several nodes, every micro-step: after the node's reduction (cpu_start .. reduce_end, chunk by
+  // chunk) each chunk is exchanged over the network (a queue of its own), then added up and
+  // accumulated, or on the last micro-step updated, on the CPU, and with a sharded state its updated
+  // mirror all-gathered. The CPU works on the next unit while the network carries this one; the unit
+  // counts as updated when its last chunk's after-exchange work (and gather) is done. Returns that
+  // time; the CPU queue (cpu_) advances by the after-exchange work only, so the next unit's reduction
+  // is not held behind this unit's exchange.
+  double across_nodes(const UnitWork& w, const UnitConst& k, bool last, double cpu_start, double reduce_s,
+                      double reduce_end, PhaseDemand& ph) {
     const double inv = k.inv_grad_chunks, chunks = k.grad_chunks;
     const double lat = lat_ * w.nic_messages / 2 * c_.nic_latency_s;  // per chunk and exchange
     const double xchg = w.nic_exchange_bytes / c_.nic_Bps + chunks * lat;
-    const double gather = w.nic_gather_bytes > 0 ? w.nic_gather_bytes / c_.nic_Bps + chunks * lat : 0.0;
-    const double after_s = w.cpu_after_exchange_thread_s / (c_.update_threads * cpu_factor_);
+    const double gather_bytes = last ? w.nic_gather_bytes : 0.0;
+    const double gather = gather_bytes > 0 ? gather_bytes / c_.nic_Bps + chunks * lat : 0.0;
+    const double after_thread_s = last ? w.cpu_after_exchange_thread_s : w.cpu_accum_after_exchange_thread_s;
+    const double after_hm = last ? w.cpu_after_exchange_host_mem_bytes : w.cpu_accum_after_exchange_host_mem_bytes;
+    const double after_s = after_thread_s / (c_.update_threads * cpu_factor_);
     stats().cpu_busy += after_s;
-    stats().cpu_thread_s += w.cpu_after_exchange_thread_s;
-    stats().cpu_host_mem_bytes += w.cpu_after_exchange_host_mem_bytes;
-    const double hm = w.cpu_after_exchange_host_mem_bytes + w.nic_host_mem_bytes;
-    ph.cpu_update_thread_s += w.cpu_after_exchange_thread_s;
+    stats().cpu_thread_s += after_thread_s;
+    stats().cpu_host_mem_bytes += after_hm;
+    const double hm = after_hm + w.nic_host_mem_bytes + 2.0 * gather_bytes;
+    ph.cpu_update_thread_s += after_thread_s;
     ph.host_mem_bytes += hm;
-    cpu_update_thread_s_ += w.cpu_after_exchange_thread_s;
+    cpu_update_thread_s_ += after_thread_s;
     host_mem_bytes_ += hm;
     network_s_ += xchg + gather;
     // exchange: starts with the first reduced chunk, ends no earlier than the last one plus a chunk's
@@ -871,6 +876,7 @@ class Recurrence {
       done = std::max(g_start + gather, a_end + gather * inv);
       network_ = done;
     }
+    exchanged_ = std::max(exchanged_, done);
     return done;
   }
 
@@ -915,7 +921,8 @@ class Recurrence {
   std::vector<Slot> slots_;
   long use_counter_ = 0;
   double gpu_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0, fabric_free_ = 0, convert_ = 0;
-  double network_ = 0;  // several nodes: when this node's network is free
+  double network_ = 0;    // several nodes: when this node's network is free
+  double exchanged_ = 0;  // several nodes: when every exchange so far has been added up on the CPU
   double cpu0_start_ = 0, cpu0_end_ = 0, cpu0_s_ = 0;
   double next_gate_first_ = 0, next_gate_end_ = 0;  // gating of the next step's first delivery
   // The phase being run.

@@ -41,7 +41,7 @@ bool same_work(const UnitWork& a, const UnitWork& b) {
   // Byte-wise over every field but the index, skipping the padding after `policy` (the model
   // evaluates this for every unit of every plan, so it must be cheap). Bit-equal doubles are
   // equal values; 0.0 against -0.0 compares unequal, which only costs a jump.
-  static_assert(sizeof(UnitWork) == 240 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
+  static_assert(sizeof(UnitWork) == 256 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
                     offsetof(UnitWork, policy) == 32 && offsetof(UnitWork, fwd_s) == 40,
                 "UnitWork changed: update same_work");
   const auto* pa = reinterpret_cast<const unsigned char*>(&a);
@@ -247,8 +247,9 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       throw InputError("plan: nodes",
                        fmt::format("{} nodes, but {} describes no network between nodes (hardware key network.nic_gbps)",
                                    M, hw.name));
-    if (sw.traits.update_after_backward)
-      throw InputError("plan: verify_updates", "is not modelled across nodes");
+    if (sw.traits.update_after_backward && p.host_state == HostState::kSharded)
+      throw InputError("plan: verify_updates",
+                       "clipping and skipping need every node to hold the whole gradient: use host_state replicated");
     c.nic_Bps = hw.network.nic_gbps * 1e9;
     c.nic_latency_s = hw.network.latency_s;
   }
@@ -381,23 +382,38 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.cpu_accum_host_mem_bytes += hm;
     }
     if (M > 1) {
-      // The node reduces its ranks' gradients (and the accumulator) into one fp32 chunk, exchanges it
-      // (ring all-reduce: 2 (M-1)/M of it out and in; reduce-scatter: (M-1)/M), adds what arrives,
-      // and runs AdamW with the fp32 gradient on the part it owns; a sharded state then all-gathers
-      // the updated bf16 mirror. Host memory: the exchanges are DMA reads and writes of host buffers.
+      // Every micro-step (the executor sums each one across nodes in global rank order, so that M
+      // nodes train what one node of M x N ranks does): the node reduces its ranks' gradients into one
+      // fp32 chunk, exchanges it (ring all-reduce: 2 (M-1)/M of it out and in; reduce-scatter:
+      // (M-1)/M) and adds what arrives. Earlier micro-steps add the sum into the fp32 accumulator of
+      // the part the node owns; the last runs AdamW on it with the accumulator (verify mode: adds it
+      // too; the update follows the backward), and a sharded state all-gathers the updated bf16
+      // mirror. Host memory: the exchanges are DMA reads and writes of host buffers.
       const double frac = (M - 1.0) / M;
       const bool sharded = p.host_state == HostState::kSharded;
       const double owned = sharded ? n / M : n;
       const double tied_e = ul.reads_tied_embedding ? static_cast<double>(w.layout.units.front().flat_numel) : 0.0;
-      u.cpu_last_thread_s = slots * n * kBf16 / r + (A > 1 ? n * kFp32 / r : 0.0) + (tied_e > 0 ? slots * tied_e * kBf16 / r : 0.0);
-      u.cpu_last_host_mem_bytes = n * (slots * kBf16 + kFp32 + (A > 1 ? kFp32 : 0.0)) + tied_e * (slots * kBf16 + 2.0 * kFp32);
+      u.cpu_last_thread_s = slots * n * kBf16 / r + (tied_e > 0 ? slots * tied_e * kBf16 / r : 0.0);
+      u.cpu_last_host_mem_bytes = n * (slots * kBf16 + kFp32) + tied_e * (slots * kBf16 + 2.0 * kFp32);
+      u.cpu_accum_thread_s = u.cpu_last_thread_s;
+      u.cpu_accum_host_mem_bytes = u.cpu_last_host_mem_bytes;
+      const bool verify = sw.traits.update_after_backward;
       u.nic_exchange_bytes = (sharded ? 1.0 : 2.0) * frac * n * kFp32;
       u.nic_gather_bytes = sharded ? frac * n * kBf16 : 0.0;
       u.nic_messages = 2.0 * (M - 1);  // ring steps: the all-reduce's two phases, or reduce-scatter + all-gather
-      u.nic_host_mem_bytes = 2.0 * (u.nic_exchange_bytes + u.nic_gather_bytes);
+      u.nic_host_mem_bytes = 2.0 * u.nic_exchange_bytes;
       const double combine = frac * n;  // fp32 partial sums added on arrival
-      u.cpu_after_exchange_thread_s = combine * kFp32 / r + owned / a;
-      u.cpu_after_exchange_host_mem_bytes = combine * 3.0 * kFp32 + owned * (kAdamwHostBytesPerParam + kFp32 - kBf16);
+      // Adding the sum into the accumulator: read both, write one.
+      u.cpu_accum_after_exchange_thread_s = combine * kFp32 / r + owned * kFp32 / r;
+      u.cpu_accum_after_exchange_host_mem_bytes = combine * 3.0 * kFp32 + owned * 3.0 * kFp32;
+      if (verify) {
+        u.cpu_after_exchange_thread_s = u.cpu_accum_after_exchange_thread_s;
+        u.cpu_after_exchange_host_mem_bytes = u.cpu_accum_after_exchange_host_mem_bytes;
+      } else {
+        u.cpu_after_exchange_thread_s = combine * kFp32 / r + owned / a + (A > 1 ? owned * kFp32 / r : 0.0);
+        u.cpu_after_exchange_host_mem_bytes = combine * 3.0 * kFp32 +
+                                              owned * (kAdamwHostBytesPerParam + kFp32 - kBf16 + (A > 1 ? kFp32 : 0.0));
+      }
     }
     if (u.policy == ActivationPolicy::kOffload)
       u.act_offload_bytes = decoder_activation_bytes_per_token(card, ul.layer).unit_input * static_cast<double>(sw.tokens_per_rank_micro);

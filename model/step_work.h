@@ -93,13 +93,17 @@ struct UnitWork {
   double cpu_last_host_mem_bytes = 0, cpu_accum_host_mem_bytes = 0;
   // Activation offload (offload policy): bytes of the unit input out in forward, back in backward.
   double act_offload_bytes = 0;
-  // Several nodes, the last micro-step: cpu_last_* is then the node-local reduction of the ranks'
-  // gradients into fp32 (before the exchange); the node sends and receives `nic_exchange_bytes` of it
-  // (all-reduce or reduce-scatter), then runs `cpu_after_exchange_*` (combining what arrived, and
-  // AdamW on its owned part); a sharded host state then all-gathers the updated bf16 mirror
-  // (`nic_gather_bytes` per node). `nic_host_mem_bytes`: the exchanges' host-memory traffic.
+  // Several nodes, every micro-step (the executor sums each micro-step across nodes, in global rank
+  // order): cpu_last_* / cpu_accum_* are then the node-local reduction of the ranks' gradients into
+  // fp32 (before the exchange); the node sends and receives `nic_exchange_bytes` of it (all-reduce or
+  // reduce-scatter), then runs `cpu_after_exchange_*` on the last micro-step (combining what arrived,
+  // AdamW on its owned part; in verify mode the accumulation, the update follows the backward) or
+  // `cpu_accum_after_exchange_*` on the others (combining, adding into the fp32 accumulator); on the
+  // last, a sharded host state then all-gathers the updated bf16 mirror (`nic_gather_bytes` per node).
+  // `nic_host_mem_bytes`: one exchange's host-memory traffic (with the gather on the last).
   double nic_exchange_bytes = 0, nic_gather_bytes = 0, nic_host_mem_bytes = 0;
   double cpu_after_exchange_thread_s = 0, cpu_after_exchange_host_mem_bytes = 0;
+  double cpu_accum_after_exchange_thread_s = 0, cpu_accum_after_exchange_host_mem_bytes = 0;
   double nic_messages = 0;  // messages of one chunk's exchange and gather (their latency)
 };
 

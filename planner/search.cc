@@ -390,7 +390,7 @@ class Searcher {
 
   // Per unit, the least CPU time over the thread counts (thread-seconds / threads), per (shape, route).
   struct ThreadRelax {
-    std::vector<double> last_s, accum_s, after_exchange_s;
+    std::vector<double> last_s, accum_s, after_exchange_s, accum_after_exchange_s;
   };
   const ThreadRelax& thread_relax(int s, int r) {
     auto& slot = thread_relax_[static_cast<std::size_t>(s) * sp_.routes.size() + static_cast<std::size_t>(r)];
@@ -400,6 +400,7 @@ class Searcher {
       slot->last_s.assign(U, kInf);
       slot->accum_s.assign(U, kInf);
       slot->after_exchange_s.assign(U, kInf);
+      slot->accum_after_exchange_s.assign(U, kInf);
       for (int t = 0; t < static_cast<int>(sp_.threads.size()); ++t) {
         const StepWork& b = patcher(s, r, t).all_offload();
         for (std::size_t u = 0; u < U; ++u) {
@@ -407,6 +408,8 @@ class Searcher {
           slot->accum_s[u] = std::min(slot->accum_s[u], b.units[u].cpu_accum_thread_s / b.cap.update_threads);
           slot->after_exchange_s[u] =
               std::min(slot->after_exchange_s[u], b.units[u].cpu_after_exchange_thread_s / b.cap.update_threads);
+          slot->accum_after_exchange_s[u] = std::min(slot->accum_after_exchange_s[u],
+                                                     b.units[u].cpu_accum_after_exchange_thread_s / b.cap.update_threads);
         }
       }
     }
@@ -435,6 +438,7 @@ class Searcher {
         work_.units[u].cpu_last_thread_s = tr.last_s[u];
         work_.units[u].cpu_accum_thread_s = tr.accum_s[u];
         work_.units[u].cpu_after_exchange_thread_s = tr.after_exchange_s[u];
+        work_.units[u].cpu_accum_after_exchange_thread_s = tr.accum_after_exchange_s[u];
       }
     }
     const double f = sp_.score_factor(sp_.shapes[static_cast<std::size_t>(i.shape)]);
