@@ -5,6 +5,8 @@
 #include <cmath>
 #include <limits>
 
+#include "common/error.h"
+
 namespace slidedp {
 namespace {
 
@@ -119,6 +121,7 @@ PhaseContention contention_at(const PhaseSharing& s, const PhaseStats& p, bool d
 // copies); the CPU's work that does not fit carries into the next phase, as in the recurrence.
 void stretch_phases(const std::vector<PhaseStats>& base, const std::vector<PhaseContention>& f, bool last_drains,
                     std::vector<PhaseStats>& out, const std::vector<long>& micro_repeat) {
+  SLIDEDP_CHECK(micro_repeat.empty() || base.size() == 2 * micro_repeat.size(), "two phases per stored micro-step");
   out = base;
   // Work left over from earlier phases, per stream, in seconds at the uncontended rate.
   std::array<double, kSharedStreams> carry{};
