@@ -24,6 +24,20 @@ void expect_same(double jumped, double full, double scale, const std::string& wh
   EXPECT_NEAR(jumped, full, 1e-9 * scale) << what << " | " << where;
 }
 
+// Every figure of a prediction with jumps (a) against the one without (b).
+void expect_same_prediction(const Prediction& a, const Prediction& b, const std::string& where) {
+  const double T = b.step_time_s;
+  expect_same(a.step_time_s, b.step_time_s, T, "step", where);
+  expect_same(a.critical_path_s, b.critical_path_s, T, "critical path", where);
+  expect_same(a.breakdown.compute_s, b.breakdown.compute_s, T, "compute", where);
+  expect_same(a.breakdown.stall_s, b.breakdown.stall_s, T, "stall", where);
+  expect_same(a.breakdown.sync_s, b.breakdown.sync_s, T, "sync", where);
+  expect_same(a.breakdown.exposed_head_s, b.breakdown.exposed_head_s, T, "head", where);
+  expect_same(a.breakdown.exposed_tail_s, b.breakdown.exposed_tail_s, T, "tail", where);
+  for (const auto& [res, busy] : b.busy_s) expect_same(a.busy_s.at(res), busy, T, "busy " + res, where);
+  EXPECT_EQ(a.bottleneck, b.bottleneck) << where;
+}
+
 TEST(RegimeJump, MatchesTheFullRecurrenceOnRandomPlans) {
   std::mt19937_64 rng(20261130);
   const std::vector<std::string> models = {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b", "qwen2.5-72b", "llama-3.1-70b"};
@@ -52,16 +66,7 @@ TEST(RegimeJump, MatchesTheFullRecurrenceOnRandomPlans) {
       const Prediction b = evaluate_step_work(sw, f, false, &fc);
       const std::string where = hwname + " " + mname + " " + system_name(system) + " seq " + std::to_string(w.seq_len) +
                                 " | " + plan.summary(static_cast<int>(w.model.num_layers));
-      const double T = b.step_time_s;
-      expect_same(a.step_time_s, b.step_time_s, T, "step", where);
-      expect_same(a.critical_path_s, b.critical_path_s, T, "critical path", where);
-      expect_same(a.breakdown.compute_s, b.breakdown.compute_s, T, "compute", where);
-      expect_same(a.breakdown.stall_s, b.breakdown.stall_s, T, "stall", where);
-      expect_same(a.breakdown.sync_s, b.breakdown.sync_s, T, "sync", where);
-      expect_same(a.breakdown.exposed_head_s, b.breakdown.exposed_head_s, T, "head", where);
-      expect_same(a.breakdown.exposed_tail_s, b.breakdown.exposed_tail_s, T, "tail", where);
-      for (const auto& [res, busy] : b.busy_s) expect_same(a.busy_s.at(res), busy, T, "busy " + res, where);
-      EXPECT_EQ(a.bottleneck, b.bottleneck) << where;
+      expect_same_prediction(a, b, where);
       EXPECT_EQ(fc.jumps, 0);
       total.unit_visits += jc.unit_visits;
       total.jumps += jc.jumps;
@@ -125,12 +130,9 @@ TEST(MicroStepJump, MatchesTheFullRecurrenceOnRandomPlans) {
     RecurrenceCounters jc, fc;
     const Prediction a = evaluate_step_work(sw, ModelFidelity::kContention, true, &jc);
     const Prediction b = evaluate_step_work(sw, ModelFidelity::kContention, false, &fc);
-    const double T = b.critical_path_s;
-    expect_same(a.critical_path_s, b.critical_path_s, T, "critical path", where);
-    for (const auto& [res, busy] : b.busy_s) expect_same(a.busy_s.at(res), busy, T, "busy " + res, where);
     // The contended step: one factor per jumped phase is the full model's wherever the CPU's carry
     // into the jumped micro-steps is steady, which it is on all of these plans (worst 3e-12).
-    expect_same(a.step_time_s, b.step_time_s, b.step_time_s, "contended step", where);
+    expect_same_prediction(a, b, where);
     const double dev = std::fabs(a.step_time_s - b.step_time_s) / b.step_time_s;
     if (dev > worst_contended) worst_contended = dev, worst_where = where;
     EXPECT_EQ(fc.micro_jumps, 0);
