@@ -176,6 +176,35 @@ TEST(SweepRunner, BaselinePlanIsTheFastestSplitThatFits) {
   EXPECT_NE(why.find("GPU memory"), std::string::npos) << why;
 }
 
+// A point whose step the simulator cannot hold (2^32 tokens per step: 2^20 micro-steps) keeps the
+// analytical model's figures, is marked, and the report counts it; the sweep does not fail.
+TEST(SweepRunner, APointTooLargeToSimulateKeepsItsAnalyticalScoreAndIsCounted) {
+  const SweepSpec spec = sweep_spec_from_yaml(R"(name: huge
+grids:
+  - name: huge
+    hardware: [{preset: h100-sxm-x4}]
+    ranks: [4]
+    models: [llama-3.2-1b]
+    seq_lens: [1024]
+    tokens_per_step: [4294967296]
+    systems: [slidedp]
+)", "huge.yaml");
+  SweepRunOptions o;
+  o.simulate = true;
+  const SweepResult r = run_sweep(spec, o);
+  ASSERT_EQ(r.rows.size(), 1u);
+  const SweepRow& row = r.rows.front();
+  ASSERT_TRUE(row.feasible) << row.infeasible_reason;
+  EXPECT_FALSE(row.simulated.has_value());
+  EXPECT_TRUE(row.too_large_to_simulate);
+  EXPECT_GT(row.tokens_per_s(), 0.0);
+  EXPECT_EQ(row.tokens_per_s(), row.analytical_tokens_per_s());
+  bool counted = false;
+  for (const SweepFile& f : render_sweep_report(r, "test"))
+    counted |= f.content.find("1 points were not simulated") != std::string::npos;
+  EXPECT_TRUE(counted) << "the report's simulator section does not count the point";
+}
+
 TEST_F(TinySweep, ReportFilesAreWellFormedAndCarryTheirProvenance) {
   const std::vector<SweepFile> files = render_sweep_report(*result_, "slidedp-sweep run tiny.yaml");
   const std::string rev = provenance().git_revision, hash = hash_hex(spec_->text_hash);
