@@ -552,7 +552,8 @@ class Recurrence {
     }
     // The last micro-step that may be reached: the step's last middle one, with a's factors.
     long last = A - 2;
-    while (last > a && !same_factors(a, last)) --last;  // factors change only at a pair's end
+    if (!contention_.empty())  // factors change only where the factors' step starts another pair
+      last = std::min(last, contention_micro_end_.empty() ? a : contention_micro_end_[contention_pair(a)] - 1);
     const long n = last - a;
     if (n < 2) return a;
     const std::vector<double> x = now;
