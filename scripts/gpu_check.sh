@@ -93,37 +93,32 @@ run_phase() {
 gpu="$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null | head -1)"
 say "SlideDP GPU check | $(date -u +%Y-%m-%dT%H:%M:%SZ) | ${gpu:-no nvidia-smi} | git $(git -C "$root" rev-parse --short HEAD 2>/dev/null)"
 
-# Libraries the binaries may need from the image: CUDA's, and NCCL from PyTorch's wheel if the image
-# has no system NCCL.
-for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib; do
-  [ -d "$d" ] && export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"
-done
-pylibs="$(python3 - <<'EOF' 2>/dev/null
-import importlib, os
-for m in ("nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime"):
-    try:
-        mod = importlib.import_module(m)
-        for p in getattr(mod, "__path__", []):
-            if os.path.isdir(os.path.join(p, "lib")):
-                print(os.path.join(p, "lib"))
-    except Exception:
-        pass
-EOF
-)"
-for d in $pylibs; do export LD_LIBRARY_PATH="${LD_LIBRARY_PATH}:$d"; done
+# Libraries the binaries may need from the image: CUDA's, and those of the NVIDIA / torch wheels.
+# shellcheck source=scripts/lib/gpu_libraries.sh
+. "$root/scripts/lib/gpu_libraries.sh"
+gpu_libraries_add
 
 bin=""
 mode=""
 if [ -f "$bundle" ]; then
   dest="$(mktemp -d)"
   tar -C "$dest" -xJf "$bundle"
-  export LD_LIBRARY_PATH="$dest/slidedp-gpu/lib:${LD_LIBRARY_PATH:-}"
-  missing="$(for t in "$dest"/slidedp-gpu/bin/*; do ldd "$t" | grep 'not found'; done | sort -u)"
+  export LD_LIBRARY_PATH="$dest/slidedp-gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  missing="$(for t in "$dest"/slidedp-gpu/bin/*; do gpu_libraries_missing "$t"; done | sort -u)"
+  # Last resort: the missing libraries wherever the image keeps them.
+  for lib in $missing; do
+    found="$(find / -xdev -name "$lib*" -type f 2>/dev/null | head -1 || true)"
+    [ -n "$found" ] && gpu_libraries_append "$(dirname "$found")"
+  done
+  missing="$(for t in "$dest"/slidedp-gpu/bin/*; do gpu_libraries_missing "$t"; done | sort -u)"
+  { echo "ldd of the bundle's first binary:"; ldd "$(ls "$dest"/slidedp-gpu/bin/* | head -1)" 2>&1; } >> "$out/env.txt"
   if [ -z "$missing" ]; then
     bin="$dest/slidedp-gpu/bin"
     mode="bundle"
   else
-    say "the bundle's binaries miss libraries here, building instead: $(echo "$missing" | tr '\n' ' ')"
+    # A source build needs the Debian packages the image does not have: it would only waste the GPU.
+    say "STOPPED: the bundle's binaries miss libraries here: $(echo "$missing" | tr '\n' ' ')(LD_LIBRARY_PATH=$LD_LIBRARY_PATH)"
+    exit 1
   fi
 fi
 if [ -z "$bin" ]; then
