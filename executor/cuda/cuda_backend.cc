@@ -757,6 +757,13 @@ class CudaBackend final : public Backend {
       throw InputError("--exact", "the CUDA backend delivers and computes in bf16; the exact fp32 mode is CPU-only");
     gpus_ = cuda_visible_devices();
     if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
+    const int per_gpu = (opt.devices + gpus_ - 1) / gpus_;
+    if (kernels::cuda::kStreamsPerRank * per_gpu + 4 > kernels::cuda::kMaxConnections)
+      throw InputError("ranks", fmt::format("{} ranks on {} GPUs put {} on one GPU: their {} streams need more hardware queues "
+                                            "than CUDA gives a process ({}); at most {} ranks per GPU",
+                                            opt.devices, gpus_, per_gpu, kernels::cuda::kStreamsPerRank * per_gpu,
+                                            kernels::cuda::kMaxConnections,
+                                            (kernels::cuda::kMaxConnections - 4) / kernels::cuda::kStreamsPerRank));
     if (card.gemma4() || card.qwen3_5())
       throw InputError(card.name + ": model_type",
                        fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));
@@ -953,7 +960,8 @@ class CudaBackend final : public Backend {
 
 std::unique_ptr<Backend> make_cuda_backend(const ModelCard& card, const ModelLayout& layout,
                                            const BackendOptions& options, RunControl& control) {
-  kernels::cuda::prepare_cuda_environment();
+  // The GPUs are not counted yet (counting starts CUDA): as if every rank shared one.
+  kernels::cuda::prepare_cuda_environment(options.devices);
   return std::make_unique<CudaBackend>(card, layout, options, control);
 }
 

@@ -6,12 +6,24 @@
 
 namespace slidedp::kernels::cuda {
 
-// Sets CUDA_DEVICE_MAX_CONNECTIONS=32 unless the user set it. Must run before the first CUDA call of
-// the process to take effect, so device_count() and the backend call it first. Why: the backend's
-// streams wait on host counters (cuStreamWaitValue64), which the hardware scheduler cannot see; with
-// the default 8 hardware queues two streams can share one, and a compute stream queued behind a
-// copy stream's counter wait would stall until the updater (which may need that compute) runs.
-void prepare_cuda_environment();
+// Streams the backend creates per rank (compute, h2d, d2h, comm), and the most hardware work queues
+// CUDA gives a process per GPU (CUDA_DEVICE_MAX_CONNECTIONS' cap).
+inline constexpr int kStreamsPerRank = 4;
+inline constexpr int kMaxConnections = 32;
+
+// The CUDA_DEVICE_MAX_CONNECTIONS a process needs for `streams` streams on one GPU, given the
+// inherited value `current` (nullptr: unset): "" keeps it (it is at least streams + 4, the libraries'
+// own, and a number CUDA accepts), else the value to set ("32") with the reason in `why`. Why it
+// matters: the backend's streams wait on host counters (cuStreamWaitValue64), which the hardware
+// scheduler cannot see; with fewer queues than streams two streams share one, and a compute stream
+// queued behind a copy stream's counter wait stalls until the updater (which may need that compute)
+// runs: a deadlock (Megatron-style environments export 1).
+std::string max_connections_setting(const char* current, int streams, std::string* why = nullptr);
+
+// Applies max_connections_setting to the environment for `ranks_per_gpu` ranks sharing a GPU (a
+// warning on stderr when it replaces an inherited value). Must run before the first CUDA call of the
+// process to take effect, so device_count(), the profiler's GPU probe and the backend call it first.
+void prepare_cuda_environment(int ranks_per_gpu = 1);
 
 // GPUs visible to this process; 0 when there is no driver, no GPU or CUDA fails to initialize.
 int device_count() noexcept;

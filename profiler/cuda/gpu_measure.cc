@@ -18,6 +18,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
 #include "profiler/gpu.h"
 
 namespace slidedp::profiler {
@@ -99,6 +100,7 @@ LatencyBandwidth fit_points(const LinkCurve& c, double x_scale) {
 }  // namespace
 
 GpuInventory probe_gpus() {
+  kernels::cuda::prepare_cuda_environment();  // before the first CUDA call, or it has no effect
   GpuInventory g;
   int n = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);

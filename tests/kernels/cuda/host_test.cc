@@ -12,6 +12,7 @@
 #include "kernels/cpu/transformer/unit_spec.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_info.h"
 #include "kernels/cuda/units.h"
 #include "model/unit_layout.h"
 #include "tests/kernels/transformer/test_util.h"
@@ -31,6 +32,33 @@ std::string error_of(Call call) {
 
 void expect_contains(const std::string& text, const std::string& part) {
   EXPECT_NE(text.find(part), std::string::npos) << "'" << part << "' not in: " << text;
+}
+
+// CUDA_DEVICE_MAX_CONNECTIONS (cuda-review D4): unset -> 32; an inherited value is kept only when it
+// gives every stream of the GPU's ranks a hardware queue (4 per rank + 4) and CUDA accepts it;
+// Megatron's 1, garbage and values above CUDA's 32 are replaced, with the reason.
+TEST(CudaEnvironment, MaxConnectionsCoverEveryStreamOrAreReplaced) {
+  std::string why;
+  EXPECT_EQ(max_connections_setting(nullptr, 4), "32");
+  EXPECT_EQ(max_connections_setting("8", 4), "");    // 1 rank: 4 streams + 4
+  EXPECT_EQ(max_connections_setting("32", 28), "");  // 7 ranks on one GPU
+  EXPECT_EQ(max_connections_setting("1", 4, &why), "32");
+  expect_contains(why, "1 hardware queues are fewer than the 8");
+  EXPECT_EQ(max_connections_setting("8", 8, &why), "32");  // 2 ranks on one GPU need 12
+  expect_contains(why, "fewer than the 12");
+  EXPECT_EQ(max_connections_setting("64", 4, &why), "32");
+  expect_contains(why, "above CUDA's maximum");
+  EXPECT_EQ(max_connections_setting("8x", 4, &why), "32");
+  expect_contains(why, "not a number");
+  EXPECT_EQ(max_connections_setting("", 4, &why), "32");
+  // The environment: an inherited 1 becomes 32; a sufficient value stays.
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "1", 1);
+  prepare_cuda_environment(1);
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "32");
+  setenv("CUDA_DEVICE_MAX_CONNECTIONS", "16", 1);
+  prepare_cuda_environment(2);
+  EXPECT_STREQ(std::getenv("CUDA_DEVICE_MAX_CONNECTIONS"), "16");
+  unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 }
 
 TEST(CudaCheck, EveryLibraryErrorNamesTheCallTheMessageAndThePlace) {

@@ -54,7 +54,8 @@ using kernels::test::random_vector;
 constexpr double kOneRounding = 1.0 / 256.0;  // see the header comment
 constexpr cudaStream_t kStream = nullptr;     // the legacy default stream: tests run one op at a time
 
-const std::vector<int64_t> kOddSizes = {0, 1, 7, 17, 1003};
+// Odd sizes take the scalar tails; 4, 1024 and 4100 the vectorized (4 at a time) paths (cuda-review D21).
+const std::vector<int64_t> kSizes = {0, 1, 7, 17, 1003, 4, 1024, 4100};
 
 std::vector<float> round_all(std::vector<float> v) {
   for (float& x : v) x = round_to_bf16(x);
@@ -65,7 +66,7 @@ std::vector<float> round_all(std::vector<float> v) {
 
 TEST(CudaConvert, F32ToBf16IsBitwiseTheScalarReferenceForEverySizeAndOffset) {
   SLIDEDP_REQUIRE_GPU();
-  for (int64_t n : kOddSizes)
+  for (int64_t n : kSizes)
     for (int64_t offset : {0, 1, 3}) {
       std::vector<float> src = random_vector<float>(n + offset, 7 + n, -3.0, 3.0);
       if (n + offset > 8) {  // exact ties, infinities, signed zero, subnormals
@@ -100,7 +101,7 @@ TEST(CudaConvert, F32ToBf16IsBitwiseTheScalarReferenceForEverySizeAndOffset) {
 
 TEST(CudaSwiGlu, ForwardBackwardMatchCpuWithinOneRounding) {
   SLIDEDP_REQUIRE_GPU();
-  for (int64_t n : kOddSizes) {
+  for (int64_t n : kSizes) {
     const std::vector<float> g = random_bf16_values(n, 1, -6, 6), u = random_bf16_values(n, 2), dm = random_bf16_values(n, 3);
     std::vector<float> m_ref(static_cast<size_t>(n)), dg_ref(static_cast<size_t>(n)), du_ref(static_cast<size_t>(n));
     kernels::swiglu_forward<float>(m_ref.data(), g.data(), u.data(), n);
@@ -514,7 +515,7 @@ TEST(CudaCrossEntropy, ATargetOutsideTheVocabularyGivesANanLoss) {
 // a gradient scale and a clip coefficient; and the accumulation is one fp32 add.
 TEST(CudaAdamw, IsBitwiseTheCpuKernelOverSeveralSteps) {
   SLIDEDP_REQUIRE_GPU();
-  for (int64_t n : kOddSizes) {
+  for (int64_t n : kSizes) {
     std::vector<float> p = random_vector<float>(n, 11 + n, -1.0, 1.0), m(static_cast<size_t>(n), 0.0f),
                        v(static_cast<size_t>(n), 0.0f);
     DeviceArray<float> dp(p), dm(m), dv(v);
