@@ -27,6 +27,13 @@ if(SLIDEDP_ENABLE_CUDA)
     # sm_90 for H100/H200, sm_89 for RTX 4090, sm_80 for A100/A800.
     set(CMAKE_CUDA_ARCHITECTURES 80;89;90)
   endif()
+  # The attention kernels use sm_80 tensor-core instructions (bf16 WMMA): below that they would trap.
+  foreach(arch ${CMAKE_CUDA_ARCHITECTURES})
+    string(REGEX MATCH "^[0-9]+" arch_number "${arch}")
+    if(arch_number AND arch_number LESS 80)
+      message(FATAL_ERROR "CMAKE_CUDA_ARCHITECTURES has ${arch}: SlideDP's CUDA kernels need sm_80 or newer (A100, RTX 30xx/40xx, H100)")
+    endif()
+  endforeach()
   enable_language(CUDA)
   # CMake 3.25 does not know how to ask nvcc for C++20 (it maps CUDA standards only up to 17 for
   # NVIDIA); nvcc >= 12 accepts -std=c++20, so name the flag once for every CUDA folder.

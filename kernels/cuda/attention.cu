@@ -394,6 +394,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
     }
     if (half == 0) lse[(b * H + h) * T + row] = (m + log2f(l)) * kLn2;
   }
+#else
+  __trap();  // built for an architecture without these tensor-core instructions: fail, never garbage
 #endif
 }
 
@@ -467,6 +469,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
     }
   }
   store_rows<HD>(acc, scale, sSw, dq + (b * T * H + h) * HD, qstride, i0 + warp * 16, T);
+#else
+  __trap();  // built for an architecture without these tensor-core instructions: fail, never garbage
 #endif
 }
 
@@ -557,6 +561,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
   }
   store_rows<HD>(dk_acc, scale, sStw, dk + (b * T * KV + g) * HD, kstride, j0 + warp * 16, T);
   store_rows<HD>(dv_acc, 1.0f, sStw, dv + (b * T * KV + g) * HD, kstride, j0 + warp * 16, T);
+#else
+  __trap();  // built for an architecture without these tensor-core instructions: fail, never garbage
 #endif
 }
 
