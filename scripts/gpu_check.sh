@@ -53,6 +53,12 @@ if [ "${1:-}" = "pack" ]; then
     esac
   done
   tar -C "$(dirname "$stage")" -cJf "$bundle" slidedp-gpu
+  # The device tool carries at most 64 MiB with the working tree (cuda-review D3): keep a margin.
+  size=$(stat -c %s "$bundle")
+  if [ "$size" -gt $((55 * 1024 * 1024)) ]; then
+    echo "the bundle is $((size / 1024 / 1024)) MiB, over the 55 MiB the device machine can carry beside the tree" >&2
+    exit 1
+  fi
   grep -qx '/.gpu_bundle.tar.xz' "$root/.git/info/exclude" 2>/dev/null || echo '/.gpu_bundle.tar.xz' >> "$root/.git/info/exclude"
   echo "packed $(du -h "$bundle" | cut -f1) into $bundle (sm_$arch; git-ignored)"
   echo "device run: command 'scripts/gpu_check.sh', carry ['.gpu_bundle.tar.xz'], timeout_s 600"
