@@ -8,6 +8,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 mkdir -p "$tmp/cuda/lib64" "$tmp/site/nvidia/cu13/lib" "$tmp/site/nvidia/nccl/lib"
+# A regular package, so it shadows any nvidia wheel this machine's python3 may have.
+touch "$tmp/site/nvidia/__init__.py"
 fail() { echo "FAIL: $*"; exit 1; }
 
 check() {  # check <expected prefix> <what>
