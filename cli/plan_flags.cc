@@ -17,7 +17,7 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
     app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x4) or profile YAML from slidedp-profile");
     app.add_option("--seq", seq_len, "Sequence length in tokens")->check(CLI::PositiveNumber);
   }
-  app.add_option("--nodes", nodes, "Nodes, each a host like the hardware profile's (model and planner; the executor runs one)")
+  app.add_option("--nodes", nodes, "Nodes, each a host like the hardware profile's (slidedp-run: one process per node, launched by mpirun -np NODES)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--host-state", host_state, "Host state across nodes: replicated | sharded (1/nodes of the fp32 state per node)")
       ->check(CLI::IsMember({"replicated", "sharded"}));

@@ -59,7 +59,7 @@ int plan_main(int argc, char** argv) {
   app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")->required()->check(CLI::PositiveNumber);
   app.add_option("--nodes", nodes,
                  "Nodes like this machine, joined by its network (hardware key network.nic_gbps); the host state's "
-                 "placement across them is searched too. Multi-node plans are predicted; the executor runs one node")
+                 "placement across them is searched too. slidedp-run runs such a plan under mpirun, one process per node; --refine measures on this node alone and refuses it")
       ->check(CLI::Range(1, 4096));
   app.add_option("--host-state", host_state, "Only this host state placement across nodes: replicated | sharded")
       ->check(CLI::IsMember({"replicated", "sharded"}));
