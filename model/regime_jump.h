@@ -32,6 +32,14 @@
 
 namespace slidedp {
 
+// Two per-step changes of one state component are the same up to rounding of its magnitude:
+// same_delta, or delta_excess <= 0. Shared by the jump over layers (below) and over micro-steps
+// (step_recurrence.cc).
+inline double delta_excess(double a, double b, double magnitude) {
+  return std::fabs(a - b) - 1e-12 * (std::fabs(magnitude) + std::fabs(a) + std::fabs(b));
+}
+inline bool same_delta(double a, double b, double magnitude) { return delta_excess(a, b, magnitude) <= 0; }
+
 // Fixed-size state buffers: a target whose state does not fit runs every unit.
 constexpr std::size_t kJumpStateMax = 64;
 using JumpState = std::array<double, kJumpStateMax>;
@@ -118,13 +126,6 @@ class RegimeJump {
   }
 
  private:
-  // Two per-layer changes of one state component are the same up to rounding of its magnitude:
-  // same_delta, or delta_excess <= 0.
-  static double delta_excess(double a, double b, double magnitude) {
-    return std::fabs(a - b) - 1e-12 * (std::fabs(magnitude) + std::fabs(a) + std::fabs(b));
-  }
-  static bool same_delta(double a, double b, double magnitude) { return delta_excess(a, b, magnitude) <= 0; }
-
   // Verifications per phase: a phase whose regime keeps breaking stops trying.
   static constexpr int kMaxAttempts = 24;
   // A verification (save, load, one unit, compare) costs about what five units do: shorter jumps

@@ -584,9 +584,6 @@ class Recurrence {
   bool same_factors(long a, long b) const {
     return contention_.empty() || contention_pair(a) == contention_pair(b);
   }
-  static bool same_delta(double a, double b, double magnitude) {
-    return std::fabs(a - b) <= 1e-12 * (std::fabs(magnitude) + std::fabs(a) + std::fabs(b));
-  }
   // Verifications per jump: bisection over up to 2^24 micro-steps, then stop trying.
   static constexpr int kMaxMicroAttempts = 24;
 
