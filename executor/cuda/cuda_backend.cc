@@ -758,12 +758,11 @@ class CudaBackend final : public Backend {
     gpus_ = cuda_visible_devices();
     if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
     const int per_gpu = (opt.devices + gpus_ - 1) / gpus_;
-    if (kernels::cuda::kStreamsPerRank * per_gpu + 4 > kernels::cuda::kMaxConnections)
+    if (per_gpu > kernels::cuda::kMaxRanksPerGpu)
       throw InputError("ranks", fmt::format("{} ranks on {} GPUs put {} on one GPU: their {} streams need more hardware queues "
                                             "than CUDA gives a process ({}); at most {} ranks per GPU",
                                             opt.devices, gpus_, per_gpu, kernels::cuda::kStreamsPerRank * per_gpu,
-                                            kernels::cuda::kMaxConnections,
-                                            (kernels::cuda::kMaxConnections - 4) / kernels::cuda::kStreamsPerRank));
+                                            kernels::cuda::kMaxConnections, kernels::cuda::kMaxRanksPerGpu));
     if (card.gemma4() || card.qwen3_5())
       throw InputError(card.name + ": model_type",
                        fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));

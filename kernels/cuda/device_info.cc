@@ -14,7 +14,7 @@
 namespace slidedp::kernels::cuda {
 
 std::string max_connections_setting(const char* current, int streams, std::string* why) {
-  const int need = std::min(kMaxConnections, streams + 4);
+  const int need = std::min(kMaxConnections, connections_needed(streams));
   const std::string want = std::to_string(kMaxConnections);
   if (current == nullptr) return want;
   char* end = nullptr;

@@ -11,6 +11,11 @@ namespace slidedp::kernels::cuda {
 inline constexpr int kStreamsPerRank = 4;
 inline constexpr int kMaxConnections = 32;
 
+// Hardware queues `streams` streams on one GPU need: one each and the libraries' own 4, at most
+// kMaxConnections (a need above it cannot be met: the backend refuses such ranks per GPU).
+inline constexpr int connections_needed(int streams) { return streams + 4; }
+inline constexpr int kMaxRanksPerGpu = (kMaxConnections - 4) / kStreamsPerRank;
+
 // The CUDA_DEVICE_MAX_CONNECTIONS a process needs for `streams` streams on one GPU, given the
 // inherited value `current` (nullptr: unset): "" keeps it (it is at least streams + 4, the libraries'
 // own, and a number CUDA accepts), else the value to set ("32") with the reason in `why`. Why it

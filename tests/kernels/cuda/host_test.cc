@@ -42,6 +42,7 @@ TEST(CudaEnvironment, MaxConnectionsCoverEveryStreamOrAreReplaced) {
   EXPECT_EQ(max_connections_setting(nullptr, 4), "32");
   EXPECT_EQ(max_connections_setting("8", 4), "");    // 1 rank: 4 streams + 4
   EXPECT_EQ(max_connections_setting("32", 28), "");  // 7 ranks on one GPU
+  EXPECT_EQ(kMaxRanksPerGpu, 7);                     // 8 ranks' 32 streams + 4 pass CUDA's 32
   EXPECT_EQ(max_connections_setting("1", 4, &why), "32");
   expect_contains(why, "1 hardware queues are fewer than the 8");
   EXPECT_EQ(max_connections_setting("8", 8, &why), "32");  // 2 ranks on one GPU need 12
