@@ -45,16 +45,20 @@ YamlReader::YamlReader(YAML::Node node, std::string file, std::string path)
     : node_(std::move(node)), file_(std::move(file)), path_(std::move(path)) {
   // yaml-cpp keeps the first of a repeated key silently and takes any node as a key; every map here
   // is a record of named fields, so both are bad input (the key's line, 1-based, in the message).
-  if (!node_.IsMap()) return;
+  check_record_keys(node_, [this](const std::string& key) { return where(key); });
+}
+
+void check_record_keys(const YAML::Node& map, const std::function<std::string(const std::string&)>& where_of) {
+  if (!map.IsMap()) return;
   std::map<std::string, int> line_of;
-  for (const auto& kv : node_) {
+  for (const auto& kv : map) {
     const int line = kv.first.Mark().line + 1;
     if (!kv.first.IsScalar())
-      throw InputError(where(""), fmt::format("line {}: a key must be a plain name, not a {}", line,
-                                              kv.first.IsSequence() ? "sequence" : "map"));
+      throw InputError(where_of(""), fmt::format("line {}: a key must be a plain name, not a {}", line,
+                                                 kv.first.IsSequence() ? "sequence" : "map"));
     const std::string key = kv.first.Scalar();
     const auto [it, fresh] = line_of.emplace(key, line);
-    if (!fresh) throw InputError(where(key), fmt::format("given twice (lines {} and {})", it->second, line));
+    if (!fresh) throw InputError(where_of(key), fmt::format("given twice (lines {} and {})", it->second, line));
   }
 }
 

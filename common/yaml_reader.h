@@ -6,6 +6,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <set>
@@ -13,6 +14,12 @@
 #include <vector>
 
 namespace slidedp {
+
+// yaml-cpp takes any node as a key and keeps the first of a repeated key silently; in a record of
+// named fields both are bad input. Throws InputError at where_of(key) ("" for the map itself) with
+// the key's line (1-based). YamlReader checks every map it reads; raw nodes merged elsewhere (sweep
+// spec overrides) call it themselves.
+void check_record_keys(const YAML::Node& map, const std::function<std::string(const std::string&)>& where_of);
 
 class YamlReader {
  public:

@@ -67,17 +67,14 @@ void merge_overrides(YAML::Node base, const YAML::Node& over, const std::string&
                      const std::string& where, const std::string& preset, std::vector<std::string>& applied) {
   if (!over.IsMap())
     throw InputError(where + (path.empty() ? "" : "." + path), "expected a map of hardware keys");
-  std::set<std::string> seen;
+  // Plain names, each once, as in every record YamlReader reads.
+  check_record_keys(over, [&](const std::string& key) {
+    const std::string full = path.empty() ? key : key.empty() ? path : path + "." + key;
+    return full.empty() ? where : where + "." + full;
+  });
   for (const auto& kv : over) {
-    // yaml-cpp takes any node as a key and keeps repeated keys: both are bad input here, as in every
-    // record YamlReader reads.
-    if (!kv.first.IsScalar())
-      throw InputError(where + (path.empty() ? "" : "." + path),
-                       fmt::format("line {}: a key must be a plain name, not a {}", kv.first.Mark().line + 1,
-                                   kv.first.IsSequence() ? "sequence" : kv.first.IsMap() ? "map" : "null"));
     const std::string key = kv.first.Scalar();
     const std::string full = path.empty() ? key : path + "." + key;
-    if (!seen.insert(key).second) throw InputError(where + "." + full, "given twice");
     if (key == "name" || key == "sources" || key == "unit_times")
       throw InputError(where + "." + full,
                        "cannot be overridden (the variant's label names it; sources are written by the "
