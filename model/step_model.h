@@ -33,6 +33,12 @@ struct RecurrenceCounters {
   // Jumps over the periodic middle of a step's micro-steps, the micro-steps they covered, and the
   // micro-steps run to verify them.
   long micro_jumps = 0, micro_steps_jumped = 0, micro_verifications = 0;
+  RecurrenceCounters& operator+=(const RecurrenceCounters& o) {
+    unit_visits += o.unit_visits, jumps += o.jumps, layers_jumped += o.layers_jumped;
+    verifications += o.verifications, micro_jumps += o.micro_jumps;
+    micro_steps_jumped += o.micro_steps_jumped, micro_verifications += o.micro_verifications;
+    return *this;
+  }
 };
 
 // Step time and breakdown of prebuilt work (no memory estimate): the planner's inner loop.

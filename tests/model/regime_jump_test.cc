@@ -68,9 +68,7 @@ TEST(RegimeJump, MatchesTheFullRecurrenceOnRandomPlans) {
                                 " | " + plan.summary(static_cast<int>(w.model.num_layers));
       expect_same_prediction(a, b, where);
       EXPECT_EQ(fc.jumps, 0);
-      total.unit_visits += jc.unit_visits;
-      total.jumps += jc.jumps;
-      total.layers_jumped += jc.layers_jumped;
+      total += jc;
       full_visits += fc.unit_visits;
       ++compared;
     }
@@ -136,9 +134,7 @@ TEST(MicroStepJump, MatchesTheFullRecurrenceOnRandomPlans) {
     const double dev = std::fabs(a.step_time_s - b.step_time_s) / b.step_time_s;
     if (dev > worst_contended) worst_contended = dev, worst_where = where;
     EXPECT_EQ(fc.micro_jumps, 0);
-    total.micro_jumps += jc.micro_jumps;
-    total.micro_steps_jumped += jc.micro_steps_jumped;
-    total.unit_visits += jc.unit_visits;
+    total += jc;
     full_visits += fc.unit_visits;
     ++compared;
   }
