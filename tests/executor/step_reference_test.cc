@@ -120,17 +120,25 @@ double depth_bound(const ModelCard& c, int64_t T, int64_t G) {
 // gradient in either program: exactly zero, so m = v = 0 exactly and the weight only decays (tolerance
 // 0 for the moments, the decay's rounding for the weight). Recognised by v_1 = v_3 = 0 in the reference.
 //
-// What (1) assumes: the gradient is computed from weights exact to fp32 rounding. After a step the
+// (7) What (1) assumes: the gradient is computed from weights exact to fp32 rounding. After a step the
 // executor's weights also carry the update's error, which moves the next gradient by about H dp. The
-// measured weight errors after step 1 are at most 1.2e-7-1.8e-7 (9.8e-7 with qwen2's eps 1e-6), i.e.
-// under ~60 u relative to the O(0.1-1) weights and far less in most elements, inside the D u budget.
+// measured weight errors after step 1 are at most 1.2e-7-1.8e-7 (9.8e-7 with qwen2's eps 1e-6) on most
+// cases, inside the D u budget; with the router's load-balancing loss 1.2e-6, and there the step-3
+// moments exceeded (1)-(3) by 1.3x on an AVX-512 host. So the step-3 moments also get a secant
+// estimate of H dp: one step moved tensor t's weights by at most moved_t = max |p_1 - p_0| and its
+// gradient by at most G_t,1 + G_t,j (the bounds of (3)), so weights off by rho steps, rho = the
+// executor's measured max |p_1 - p_1,ref| / moved_t over every tensor (after step 1; twice that after
+// step 2, errors add as in (4)), move gradient j by rho (G_t,1 + G_t,j), to first order, which enters
+// m_3 and v_3 as in (3). The weights' own check at step 1 bounds the rho this uses.
 //
 // Measured (each run prints its worst err/tol and largest |err| per quantity), worst over the 11 runs
 // of the Llama family: loss 3.8e-4 (|err| <= 7e-8); master 0.064, except 0.46 on the structural zeros
 // of (6) whose bound is only the decay's rounding; exp_avg 0.025; exp_avg_sq 0.026. The 5 Gemma 4 runs
 // (3 with the MoE block): loss 3.5e-4, master 0.076, exp_avg 0.2, exp_avg_sq 0.24 (layer_scalar, a
 // buffer, is the structural zero there: never decayed, moments exactly 0). The 5 Qwen3.6 runs (3 with
-// the MoE block): loss 7.3e-4, master 0.5, exp_avg 0.27, exp_avg_sq 0.32.
+// the MoE block): loss 7.3e-4, master 0.5, exp_avg 0.27, exp_avg_sq 0.32. These are the step-1 figures
+// and, before (7), step 3's; with (7) the step-3 moments measure 0.001-0.07, and 0.33-0.49 in the two
+// Qwen3.6 router-aux runs (AVX-512 EPYC guest, 2026-12-02).
 // ---------------------------------------------------------------------------------------------------
 
 // A case's AdamW settings and the reference's per-step record (metadata of the golden file).
@@ -154,6 +162,9 @@ struct TensorRef {
   int unit = 0;
   int64_t offset = 0, numel = 0;
   std::vector<double> p0;                // initial weights (bf16 values)
+  std::vector<double> gabs[4];           // per element: the |g_j,e| bound of (3), steps j = 1..3
+  double scale[4] = {};                  // G_{t,j}: the largest of them
+  double moved = 0;                      // the largest |p_1 - p_0|: one step's movement (7)
   std::vector<double> p[4], m[4], v[4];  // reference after step s = 1, 3 (fp32-rounded float64)
   std::vector<double> tol_p[4], tol_m[4], tol_v[4];
 };
@@ -233,9 +244,10 @@ Golden load_golden(const std::string& name) {
   std::vector<std::vector<std::vector<double>>> gabs(nt);  // [tensor][step j][e]
   std::vector<std::array<double, 4>> scale(nt);            // [tensor][step j] = G_{t,j}
   for (size_t i = 0; i < nt; ++i) {
-    const TensorRef& t = g.tensors[i];
+    TensorRef& t = g.tensors[i];
     gabs[i].assign(4, std::vector<double>(static_cast<size_t>(t.numel)));
     scale[i].fill(0);
+    for (int64_t e = 0; e < t.numel; ++e) t.moved = std::max(t.moved, std::abs(t.p[1][e] - t.p0[e]));
     for (int64_t e = 0; e < t.numel; ++e)
       for (int j = 1; j <= kSteps; ++j) {
         double b = std::sqrt(t.v[3][e] / ((1 - h.b2) * std::pow(h.b2, kSteps - j))) * (1 + 2 * kU);
@@ -244,6 +256,11 @@ Golden load_golden(const std::string& name) {
         scale[i][j] = std::max(scale[i][j], b);
       }
   }
+  for (size_t i = 0; i < nt; ++i)
+    for (int j = 1; j <= kSteps; ++j) {
+      g.tensors[i].gabs[j] = gabs[i][j];
+      g.tensors[i].scale[j] = scale[i][j];
+    }
   for (int j = 1; j <= kSteps; ++j) {
     double sq = 0;
     for (size_t i = 0; i < nt; ++i) sq += static_cast<double>(g.tensors[i].numel) * scale[i][j] * scale[i][j];
@@ -478,18 +495,27 @@ TEST_P(StepReference, MatchesPyTorch) {
   report += " | loss " + fmt::format("{:.2g}", wl.ratio);
 
   // Master weights and moments after steps 1 and 3, from the checkpoints.
+  double rho1 = 0;  // (7): the executor's weight error after step 1 over one step's movement
   for (int s : {1, 3}) {
     const LoadedCheckpoint ck = load_checkpoint((dir / "ckpt" / checkpoint_dir_name(s)).string());
     ASSERT_EQ(ck.state.optimizer_step, s);
     Worst wp, wm, wv;
+    const Hyper& h = g.h;
     for (const TensorRef& t : g.tensors) {
       const auto u = static_cast<size_t>(t.unit);
       for (int64_t e = 0; e < t.numel; ++e) {
         const auto k = static_cast<size_t>(t.offset + e);
         const auto i = static_cast<size_t>(e);
+        double tol_m = t.tol_m[s][i], tol_v = t.tol_v[s][i];
+        if (s == 1 && t.moved > 0) rho1 = std::max(rho1, std::abs(ck.master[u][k] - t.p[1][i]) / t.moved);
+        if (s == 3 && t.v[1][i] != 0) {  // gradients 2 and 3 from weights off by rho1, 2 rho1 steps
+          const double d2 = rho1 * (t.scale[1] + t.scale[2]), d3 = 2 * rho1 * (t.scale[1] + t.scale[3]);
+          tol_m += (1 - h.b1) * (h.b1 * d2 + d3);
+          tol_v += (1 - h.b2) * (h.b2 * (2 * t.gabs[2][i] + d2) * d2 + (2 * t.gabs[3][i] + d3) * d3);
+        }
         wp.add(ck.master[u][k], t.p[s][i], t.tol_p[s][i], t.name, e);
-        wm.add(ck.adam_m[u][k], t.m[s][i], t.tol_m[s][i], t.name, e);
-        wv.add(ck.adam_v[u][k], t.v[s][i], t.tol_v[s][i], t.name, e);
+        wm.add(ck.adam_m[u][k], t.m[s][i], tol_m, t.name, e);
+        wv.add(ck.adam_v[u][k], t.v[s][i], tol_v, t.name, e);
       }
     }
     EXPECT_LE(wp.ratio, 1.0) << "master after step " << s << ": " << wp.str();
