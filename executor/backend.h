@@ -107,6 +107,8 @@ struct UnitOpArgs {
   int64_t lm_head_offset = 0;
   DeviceBuffer tokens;      // embedding: (B, T) int32
   DeviceBuffer targets;     // head: (B, T) int32, kIgnoreIndex masked
+  DeviceBuffer positions;   // decoder: (B, T) int32 document positions of packed documents
+                            // (kernels/cpu/transformer/attention.h); empty: one document per sequence
   DeviceBuffer x;           // unit input (B, T, C), activation dtype
   DeviceBuffer y;           // forward output (B, T, C)
   DeviceBuffer saved;       // decoder: saved state (saved_bytes)

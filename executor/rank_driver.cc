@@ -28,10 +28,11 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
   slots_.resize(static_cast<size_t>(std::max(1, config.plan.gpu_buffer_depth)));
   const int64_t tokens = B_ * config.seq_len;
   for (int i = 0; i < 2; ++i) {
-    data_host_[i] = backend.alloc_host(2 * tokens * 4, true);
+    data_host_[i] = backend.alloc_host(3 * tokens * 4, true);  // token ids, targets, document positions
     loss_host_[i] = backend.alloc_host(16, true);
   }
   mem_ = device_.memory_spec(B_, config.seq_len);
+  mem_.document_positions = sampler.document_end().has_value();
   const int64_t hidden = mem_.decoder.hidden_bytes;
   for (int l = 0; l < L_; ++l)
     if (config.plan.layer_policy(l, L_) == ActivationPolicy::kOffload)
@@ -304,16 +305,23 @@ void RankDriver::micro_step(int64_t step, int a) {
     }
   }
 
-  // ---- data: this rank's (B, T) inputs and targets of micro-step a ----
+  // ---- data: this rank's (B, T) inputs, targets and (packed documents) positions of micro-step a ----
   const int parity = static_cast<int>(micro_counter_++ % 2);
   if (data_copied_[parity]) data_copied_[parity]->wait_host();  // the buffer's last copy has run
   auto* host_ids = reinterpret_cast<int32_t*>(data_host_[parity].ptr);
-  sampler_.fill_micro_batch(step, a, config_.node * config_.ranks + config_.rank, config_.nodes * config_.ranks, B_, std::span<int32_t>(host_ids, tokens),
-                            std::span<int32_t>(host_ids + tokens, tokens));
+  const bool documents = sampler_.document_end().has_value();
+  sampler_.fill_micro_batch(step, a, config_.node * config_.ranks + config_.rank, config_.nodes * config_.ranks, B_,
+                            std::span<int32_t>(host_ids, tokens), std::span<int32_t>(host_ids + tokens, tokens),
+                            documents ? std::span<int32_t>(host_ids + 2 * tokens, tokens) : std::span<int32_t>());
   DeviceBuffer ids = alloc(tokens * 4, "token ids");
   DeviceBuffer targets = alloc(tokens * 4, "targets");
   h2d.copy_h2d(ids, 0, data_host_[parity].ptr, tokens * 4, tag("h2d", "tokens", step, -1));
   h2d.copy_h2d(targets, 0, data_host_[parity].ptr + tokens * 4, tokens * 4, tag("h2d", "targets", step, -1));
+  DeviceBuffer positions;
+  if (documents) {
+    positions = alloc(tokens * 4, "document positions");
+    h2d.copy_h2d(positions, 0, data_host_[parity].ptr + 2 * tokens * 4, tokens * 4, tag("h2d", "positions", step, -1));
+  }
   data_copied_[parity] = h2d.record();
   compute.wait(data_copied_[parity]);
   // Router statistics of this micro-batch (MoE): every layer's forward adds to them, backward reads them.
@@ -351,6 +359,7 @@ void RankDriver::micro_step(int64_t step, int a) {
       args.saved = alloc(mem.layer_memory(l).saved_bytes, "saved activations");
       args.workspace = alloc(mem.layer_memory(l).forward_workspace_bytes, "workspace");
       args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
+      args.positions = positions;
       dev.forward(args);
       EventPtr done = compute.record();
       mark_use(u, done);
@@ -444,6 +453,7 @@ void RankDriver::micro_step(int64_t step, int a) {
     compute.wait(p.ready);
     UnitOpArgs args;
     args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
+    args.positions = positions;  // recompute and backward
     if (policy == ActivationPolicy::kOffload) {
       compute.wait(prefetched[l].second);
       args.x = prefetched[l].first;
@@ -507,6 +517,7 @@ void RankDriver::micro_step(int64_t step, int a) {
     release(dy, done);
     release(ids, done);
     release(targets, done);
+    if (positions) release(positions, done);
     if (router_stats.bytes > 0) release(router_stats, done);
     drain_[0] = send_grads(step, a, 0, GradPart::kOwn, args.grads, numel);
   }

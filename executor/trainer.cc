@@ -108,6 +108,9 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
   if (o.router_aux_loss_coef > 0 && !o.card.moe())
     throw InputError("router_aux_loss_coef",
                      fmt::format("model {} has no mixture-of-experts router; the load-balancing loss needs one", o.card.name));
+  if (o.document_end && (*o.document_end < 0 || *o.document_end >= o.card.vocab_size))
+    throw InputError("document_end", fmt::format("token id {} is outside the vocabulary of {} ({} tokens)",
+                                                 *o.document_end, o.card.name, o.card.vocab_size));
   (void)layout;
 }
 
@@ -275,7 +278,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
                               {"model", fmt::format("{} {} {}", o.card.name, o.card.total_params(), layout.total_flat_numel)},
                               {"plan", plan_to_yaml(plan)},
                               {"seq_len", std::to_string(o.seq_len)},
-                              {"data", fmt::format("{} {} seed {}", o.dataset.name(), o.dataset.num_tokens(), o.data_seed)},
+                              {"data", fmt::format("{} {} seed {} document end {}", o.dataset.name(), o.dataset.num_tokens(),
+                                                   o.data_seed, o.document_end ? std::to_string(*o.document_end) : "none")},
                               {"initial weights", ckpt ? fmt::format("checkpoint at step {}", result.start_step)
                                                   : !o.init_model_dir.empty() ? o.init_model_dir
                                                                               : fmt::format("random, seed {}", o.init_seed)},
@@ -290,6 +294,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   bo.exact_fp32 = o.exact_fp32;
   bo.loss_chunk_tokens = plan.loss_chunk_tokens;
   bo.mlp_token_tile = plan.mlp_token_tile;
+  bo.packed_documents = o.document_end.has_value();
   bo.device_budget_bytes = o.device_budget_bytes > 0          ? o.device_budget_bytes
                            : plan.gpu_mem_budget_bytes > 0    ? plan.gpu_mem_budget_bytes
                                                               : int64_t{16} << 30;
@@ -298,8 +303,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   {
     // Reject a plan that cannot fit before anything runs, with the numbers: the same account the
     // planner uses, over this backend's units and allocator (model/memory_account.h).
-    RankMemoryAccount account = rank_memory_account(layout, plan, o.seq_len, o.card.tie_word_embeddings,
-                                                    backend->device(0).memory_spec(plan.micro_batch, o.seq_len));
+    RankMemorySpec spec = backend->device(0).memory_spec(plan.micro_batch, o.seq_len);
+    spec.document_positions = o.document_end.has_value();
+    RankMemoryAccount account = rank_memory_account(layout, plan, o.seq_len, o.card.tie_word_embeddings, spec);
     if (traits.gpu_sharded_state) {
       // FSDP2's sharded fp32 master, moments and gradient (rank 0's shards are the largest).
       int64_t shard = 0;
@@ -413,7 +419,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       throw InputError(o.dataset.name() + ": loss mask", "every target is masked out (no mask byte is 1 after the first "
                                                          "token): there is nothing to train on");
   }
-  SequenceSampler sampler(o.dataset, o.seq_len, global_batch, o.data_seed);
+  SequenceSampler sampler(o.dataset, o.seq_len, global_batch, o.data_seed, o.document_end);
   if (ckpt) sampler.resume(ckpt->state.data_cursor, result.start_step);
 
   std::vector<std::unique_ptr<RankDriver>> drivers;

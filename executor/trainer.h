@@ -45,6 +45,10 @@ struct TrainOptions {
   // Data.
   TokenDataset dataset = TokenDataset::from_tokens("empty", {0, 0}, {}, 1);
   uint64_t data_seed = 1234;
+  // Packed documents: the token id that ends every document (e.g. the tokenizer's EOS). Attention,
+  // RoPE positions and recurrent state restart after it, and it does not predict the next document's
+  // first token (io/sequence_sampler.h). None: each sequence is one stream.
+  std::optional<int32_t> document_end;
   // Optimization.
   int64_t steps = 10;                  // optimizer steps to run (after a resume: further steps)
   LrScheduleConfig lr;

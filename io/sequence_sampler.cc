@@ -23,8 +23,12 @@ constexpr int kFeistelRounds = 6;
 }  // namespace
 
 SequenceSampler::SequenceSampler(TokenDataset dataset, int64_t seq_len, int64_t global_batch_sequences,
-                                 uint64_t seed)
-    : dataset_(std::move(dataset)), seq_len_(seq_len), global_batch_(global_batch_sequences), seed_(seed) {
+                                 uint64_t seed, std::optional<int32_t> document_end)
+    : dataset_(std::move(dataset)),
+      seq_len_(seq_len),
+      global_batch_(global_batch_sequences),
+      seed_(seed),
+      document_end_(document_end) {
   const std::string& name = dataset_.name();
   if (seq_len_ <= 0) throw InputError("seq_len", fmt::format("{} must be positive", seq_len_));
   if (global_batch_ <= 0)
@@ -77,6 +81,12 @@ void SequenceSampler::epoch_and_position(int64_t step, int64_t* epoch, int64_t* 
   *position = (rest % per_epoch) * global_batch_;
 }
 
+bool SequenceSampler::target_counts(int64_t index) const {
+  if (!dataset_.counts_in_loss(index)) return false;
+  // the next document's first token is not predicted from this one's end
+  return !document_end_ || static_cast<int64_t>(dataset_.token(index - 1)) != *document_end_;
+}
+
 int64_t SequenceSampler::pack_sequence(int64_t sequence, std::span<int32_t> inputs,
                                        std::span<int32_t> targets) const {
   SLIDEDP_CHECK(sequence >= 0 && sequence < num_sequences_, "sequence index out of range");
@@ -87,7 +97,7 @@ int64_t SequenceSampler::pack_sequence(int64_t sequence, std::span<int32_t> inpu
   int64_t counted = 0;
   for (int64_t t = 0; t < seq_len_; ++t) {
     inputs[t] = static_cast<int32_t>(dataset_.token(start + t));
-    if (dataset_.counts_in_loss(start + t + 1)) {
+    if (target_counts(start + t + 1)) {
       targets[t] = static_cast<int32_t>(dataset_.token(start + t + 1));
       ++counted;
     } else {
@@ -99,7 +109,7 @@ int64_t SequenceSampler::pack_sequence(int64_t sequence, std::span<int32_t> inpu
 
 int64_t SequenceSampler::fill_micro_batch(int64_t step, int64_t micro_step, int rank, int ranks,
                                           int64_t micro_batch_size, std::span<int32_t> inputs,
-                                          std::span<int32_t> targets) const {
+                                          std::span<int32_t> targets, std::span<int32_t> positions) const {
   if (ranks <= 0 || micro_batch_size <= 0)
     throw InputError("micro_batch", fmt::format("ranks {} and micro_batch_size {} must be positive", ranks,
                                                 micro_batch_size));
@@ -122,6 +132,11 @@ int64_t SequenceSampler::fill_micro_batch(int64_t step, int64_t micro_step, int 
     counted +=
         pack_sequence(seq, inputs.subspan(b * seq_len_, seq_len_), targets.subspan(b * seq_len_, seq_len_));
   }
+  if (document_end_ && !positions.empty()) {
+    SLIDEDP_CHECK(positions.size() == inputs.size(), "micro-batch positions must hold micro_batch_size * seq_len elements");
+    for (int64_t i = 0; i < static_cast<int64_t>(inputs.size()); ++i)
+      positions[i] = i % seq_len_ == 0 || inputs[i - 1] == *document_end_ ? 0 : positions[i - 1] + 1;
+  }
   return counted;
 }
 
@@ -132,7 +147,9 @@ MicroBatch SequenceSampler::micro_batch(int64_t step, int64_t micro_step, int ra
   mb.seq_len = seq_len_;
   mb.inputs.resize(static_cast<std::size_t>(std::max<int64_t>(0, micro_batch_size) * seq_len_));
   mb.targets.resize(mb.inputs.size());
-  mb.num_targets = fill_micro_batch(step, micro_step, rank, ranks, micro_batch_size, mb.inputs, mb.targets);
+  if (document_end_) mb.positions.resize(mb.inputs.size());
+  mb.num_targets =
+      fill_micro_batch(step, micro_step, rank, ranks, micro_batch_size, mb.inputs, mb.targets, mb.positions);
   int64_t epoch = 0, position = 0;
   epoch_and_position(step, &epoch, &position);
   const int64_t first = position + micro_step * ranks * micro_batch_size + rank * micro_batch_size;
@@ -146,7 +163,7 @@ int64_t SequenceSampler::step_num_targets(int64_t step) const {
   int64_t counted = 0;
   for (int64_t j = 0; j < global_batch_; ++j) {
     const int64_t start = sequence_at(epoch, position + j) * seq_len_;
-    for (int64_t t = 1; t <= seq_len_; ++t) counted += dataset_.counts_in_loss(start + t) ? 1 : 0;
+    for (int64_t t = 1; t <= seq_len_; ++t) counted += target_counts(start + t) ? 1 : 0;
   }
   return counted;
 }

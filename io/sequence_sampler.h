@@ -6,9 +6,14 @@
 // epoch), so the G sequences of a step are always distinct. Inside a step, micro-step m covers
 // positions [m*R*b, (m+1)*R*b) and rank r takes [m*R*b + r*b, m*R*b + (r+1)*b): the union over R ranks
 // with micro-batch b is exactly the single-rank micro-batch R*b, rows in rank-major order.
+// Packed documents (a document end id, e.g. the tokenizer's EOS): a new document starts after every
+// end token; each token's position inside its document goes with the micro-batch (the kernels
+// restart attention, RoPE and recurrent state there) and the target that would predict the next
+// document's first token from this one's end is ignored. A window's first token starts a document.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -35,6 +40,7 @@ struct MicroBatch {
   int64_t seq_len = 0;                // T
   std::vector<int32_t> inputs;        // (B, T) token ids, host
   std::vector<int32_t> targets;       // (B, T) next-token ids or kIgnoreIndex, host
+  std::vector<int32_t> positions;     // (B, T) position in its document; empty without document ends
   std::vector<int64_t> sequence_ids;  // (B) packed sequence index of each row (logs, tests)
   int64_t num_targets = 0;            // targets that are not kIgnoreIndex
 };
@@ -43,13 +49,16 @@ class SequenceSampler {
  public:
   // Throws InputError when the dataset holds fewer than seq_len + 1 tokens or fewer sequences than
   // one global batch (a step could not be made of distinct sequences).
-  SequenceSampler(TokenDataset dataset, int64_t seq_len, int64_t global_batch_sequences, uint64_t seed);
+  // document_end: the token id that ends every document (see above); none: one stream.
+  SequenceSampler(TokenDataset dataset, int64_t seq_len, int64_t global_batch_sequences, uint64_t seed,
+                  std::optional<int32_t> document_end = std::nullopt);
 
   int64_t num_sequences() const { return num_sequences_; }          // S
   int64_t seq_len() const { return seq_len_; }                      // T
   int64_t global_batch_sequences() const { return global_batch_; }  // G
   int64_t steps_per_epoch() const { return num_sequences_ / global_batch_; }
   const TokenDataset& dataset() const { return dataset_; }
+  const std::optional<int32_t>& document_end() const { return document_end_; }
 
   // The sequence at `position` of `epoch`'s permutation (a seeded bijection of [0, S), computed on the
   // fly: no per-epoch table, thread-safe).
@@ -60,10 +69,11 @@ class SequenceSampler {
   // micro_step < G / (ranks * micro_batch_size).
   MicroBatch micro_batch(int64_t step, int64_t micro_step, int rank, int ranks,
                          int64_t micro_batch_size) const;
-  // The same into caller buffers (e.g. pinned memory): inputs and targets hold B*T elements each.
-  // Returns the number of targets that count.
+  // The same into caller buffers (e.g. pinned memory): inputs and targets hold B*T elements each, and
+  // so does positions when given (filled only with a document end). Returns the targets that count.
   int64_t fill_micro_batch(int64_t step, int64_t micro_step, int rank, int ranks, int64_t micro_batch_size,
-                           std::span<int32_t> inputs, std::span<int32_t> targets) const;
+                           std::span<int32_t> inputs, std::span<int32_t> targets,
+                           std::span<int32_t> positions = {}) const;
   // Packs sequence `sequence` into (T) inputs and targets; returns the targets that count.
   int64_t pack_sequence(int64_t sequence, std::span<int32_t> inputs, std::span<int32_t> targets) const;
   // Targets that count over the whole global batch of `step` (the loss normaliser every rank agrees on).
@@ -78,6 +88,9 @@ class SequenceSampler {
 
  private:
   void epoch_and_position(int64_t step, int64_t* epoch, int64_t* position) const;
+  // Whether token `index` of the dataset is a target that counts (its mask byte, and with document
+  // ends, not the first token after one).
+  bool target_counts(int64_t index) const;
 
   TokenDataset dataset_;
   int64_t seq_len_;
@@ -90,6 +103,7 @@ class SequenceSampler {
   int64_t base_epoch_ = 0;
   int64_t base_position_ = 0;
   int half_bits_;  // Feistel half width: the permutation domain is 2^(2*half_bits_) >= S
+  std::optional<int32_t> document_end_;
 };
 
 }  // namespace slidedp

@@ -33,7 +33,7 @@ enum Category {
 const char* category_name(int c) {
   switch (c) {
     case kSlots: return "parameter slots";
-    case kTokens: return "token ids and targets";
+    case kTokens: return "token ids and targets (and packed documents' positions)";
     case kRouterStats: return "router statistics (mixture of experts)";
     case kHiddenKept: return "activations: unit inputs kept for backward";
     case kSavedKept: return "activations: saved state of keep layers";
@@ -198,6 +198,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
     if (a == 0) slots.release_all(led);
     const int ids = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
     const int targets = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
+    const int positions = spec.document_positions ? led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0}) : -1;
     const int router = spec.router_stats_bytes > 0 ? led.alloc(kRouterStats, spec.router_stats_bytes, Where{Where::kForward, 0}) : -1;
     int dy = -1;
     // ---- forward ----
@@ -295,6 +296,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
       led.release(dy);
       led.release(ids);
       led.release(targets);
+      led.release(positions);
       if (router >= 0) led.release(router);
       send_grads(grads, numel(0), where);
     }
@@ -347,7 +349,8 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   const double offload = static_cast<double>(plan.policy_counts(L).offload);
   if (offload > 0)
     items.push_back({"offloaded activations (pinned)", N * offload * tokens * static_cast<double>(hidden_bytes_per_token)});
-  items.push_back({"token and loss buffers (pinned)", N * 2 * (tokens * 8 + 16)});
+  // two of each (micro-steps alternate): token ids, targets, document positions; the loss
+  items.push_back({"token and loss buffers (pinned)", N * 2 * (tokens * 12 + 16)});
   return items;
 }
 

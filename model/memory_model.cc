@@ -151,6 +151,7 @@ RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Pla
   s.zero_bytes_take_one = cuda;
   s.embedding_backward_scratch_bytes = embedding_backward_scratch_estimate(o.code, B * T);
   s.router_stats_bytes = router_stats_bytes(w.model, B);
+  s.document_positions = w.packed_documents;
   s.reduce_scatter_fp32_staging = cuda;
   s.runtime_bytes = hw.gpu.runtime_bytes;
   s.collective_bytes = hw.gpu.collective_bytes;

@@ -19,6 +19,10 @@ struct Workload {
   // decay), so CPU work is unchanged. Off: every expert travels every micro-step, as SlideDP does.
   bool expert_aware_delivery = false;
   double router_skew = 0.0;
+  // Packed documents whose boundaries reset attention, RoPE and recurrent state (slidedp-run
+  // --document-end): each micro-batch carries the tokens' document positions to the device. The
+  // costs are charged as if every sequence were one document (the upper bound).
+  bool packed_documents = false;
 };
 
 Workload make_workload(const ModelCard& model, int64_t seq_len);

@@ -62,6 +62,7 @@ int run_main(int argc, char** argv) {
   int64_t steps = 40, checkpoint_every = 0, warmup = 0, device_budget = 0;
   int keep = 3, update_threads_flag = 0;
   double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8, router_aux_loss_coef = 0;
+  std::optional<int32_t> document_end;
   std::vector<double> adam_betas = {0.9, 0.999};
   std::string no_decay_on = "none", emulate, system = "slidedp";
   double time_scale = 0, node_timeout = 300;
@@ -94,6 +95,12 @@ int run_main(int argc, char** argv) {
                  "Mixture-of-experts models: coefficient of the router's load-balancing loss (transformers' "
                  "router_aux_loss_coef, e.g. 0.001), pooled per sequence over every MoE layer and averaged over the "
                  "step's sequences; the logged loss includes it (default 0: off, as the references fine-tune)")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--document-end", document_end,
+                 "Packed documents: the token id that ends every document (e.g. the tokenizer's EOS, which slidedp-data "
+                 "appends with --eos-id). Attention, RoPE positions and Gated DeltaNet state restart after it, and it is "
+                 "not trained to predict the next document's first token (default: none, each sequence one stream; "
+                 "CPU backend)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
       ->check(CLI::IsMember({"abort", "skip"}));
@@ -215,6 +222,7 @@ int run_main(int argc, char** argv) {
   o.optimizer.no_decay = exec::parse_no_decay_groups(no_decay_on, "--no-decay-on");
   o.optimizer.clip_grad_norm = clip;
   o.router_aux_loss_coef = router_aux_loss_coef;
+  o.document_end = document_end;
   o.optimizer.on_nonfinite = on_nonfinite == "skip" ? exec::NonFinitePolicy::kSkip : exec::NonFinitePolicy::kAbort;
   o.plan.verify_updates = clip > 0 || on_nonfinite == "skip";
   o.checkpoint_dir = checkpoint_dir;

@@ -420,7 +420,7 @@ class CpuDevice final : public Device {
           const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
           const std::optional<kernels::RouterStats> router = router_stats_of(s, a);
           kernels::layer_forward<float>(s, layer, p, f32(a.x), f32(a.y), ws(a.saved), a.B, a.T, rest(arena, a.workspace),
-                                        (router ? &*router : nullptr));
+                                        (router ? &*router : nullptr), positions(a));
           break;
         }
         case UnitKind::kHead: {
@@ -455,7 +455,8 @@ class CpuDevice final : public Device {
       const int layer = a.unit - 1;
       kernels::Arena arena(ws(a.workspace));
       const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
-      kernels::layer_recompute<float>(s, layer, p, f32(a.x), ws(a.saved), a.B, a.T, rest(arena, a.workspace));
+      kernels::layer_recompute<float>(s, layer, p, f32(a.x), ws(a.saved), a.B, a.T, rest(arena, a.workspace),
+                                      positions(a));
     }, paced_compute(a, "recompute"));
   }
 
@@ -473,7 +474,7 @@ class CpuDevice final : public Device {
       const float* p = params_f32(a.params, kernels::layer_flat_numel(s, layer), arena);
       const std::optional<kernels::RouterStats> router = router_stats_of(s, a);
       kernels::layer_backward<float>(s, layer, p, f32(a.x), ws(a.saved), f32(a.dy), f32(a.dx), f32(a.grads), a.B,
-                                     a.T, rest(arena, a.workspace), (router ? &*router : nullptr));
+                                     a.T, rest(arena, a.workspace), (router ? &*router : nullptr), positions(a));
     }, paced_compute(a, "bwd"));
   }
 
@@ -545,6 +546,7 @@ class CpuDevice final : public Device {
   SpanTag tag(const UnitOpArgs& a, const char* what) const { return compute_span_tag(a, what); }
   static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
   static const int32_t* i32(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.ptr); }
+  static const int32_t* positions(const UnitOpArgs& a) { return a.positions.bytes > 0 ? i32(a.positions) : nullptr; }
   static kernels::Workspace ws(const DeviceBuffer& b) { return kernels::Workspace{b.ptr, b.bytes}; }
   // The part of the workspace the arena has not handed out (64-byte aligned).
   static kernels::Workspace rest(kernels::Arena& arena, const DeviceBuffer& b) {

@@ -763,6 +763,9 @@ class CudaBackend final : public Backend {
                                             "than CUDA gives a process ({}); at most {} ranks per GPU",
                                             opt.devices, gpus_, per_gpu, kernels::cuda::kStreamsPerRank * per_gpu,
                                             kernels::cuda::kMaxConnections, kernels::cuda::kMaxRanksPerGpu));
+    if (opt.packed_documents)
+      throw InputError("--document-end", "packed documents (attention, RoPE and state restarting at each document) "
+                                         "are built for the CPU backend's units; the CUDA kernels mask per sequence");
     if (card.gemma4() || card.qwen3_5())
       throw InputError(card.name + ": model_type",
                        fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));

@@ -105,6 +105,41 @@ TEST(SequenceSampler, PacksShiftedTargetsAndMasksThem) {
   EXPECT_EQ(counted, T);
 }
 
+// Document ends: positions count up from 0 at every window start and after every end token, and
+// the target after an end token (the next document's first token) is ignored, in the micro-batch and
+// in the step's target count alike. Hand-written expectations over a counting dataset (token i = i % 5,
+// so 4 ends a document every 5 tokens).
+TEST(SequenceSampler, DocumentEndsRestartPositionsAndDropTheTargetAcrossThem) {
+  const int64_t T = 8;
+  SequenceSampler s(counting_dataset(41, 5), T, 2, 5, int32_t{4});
+  const MicroBatch mb = s.micro_batch(0, 0, 0, 1, 2);
+  ASSERT_EQ(mb.positions.size(), mb.inputs.size());
+  int64_t counted = 0;
+  for (int64_t b = 0; b < 2; ++b)
+    for (int64_t t = 0; t < T; ++t) {
+      const size_t i = static_cast<size_t>(b * T + t);
+      const int32_t expected = t == 0 ? 0 : mb.inputs[i - 1] == 4 ? 0 : mb.positions[i - 1] + 1;
+      EXPECT_EQ(mb.positions[i], expected) << "row " << b << " t " << t;
+      if (mb.inputs[i] == 4) {
+        EXPECT_EQ(mb.targets[i], kIgnoreIndex) << "row " << b << " t " << t;
+      } else {
+        EXPECT_EQ(mb.targets[i], (mb.inputs[i] + 1) % 5) << "row " << b << " t " << t;
+        ++counted;
+      }
+    }
+  EXPECT_EQ(mb.num_targets, counted);
+  EXPECT_EQ(s.step_num_targets(0), counted);
+  // e.g. the sequence starting at token 8 (3 4 0 1 2 3 4 0): positions 0 1 0 1 2 3 4 0
+  std::vector<int32_t> in(T), tgt(T);
+  s.pack_sequence(1, in, tgt);
+  EXPECT_EQ(in, (std::vector<int32_t>{3, 4, 0, 1, 2, 3, 4, 0}));
+  EXPECT_EQ(tgt, (std::vector<int32_t>{4, kIgnoreIndex, 1, 2, 3, 4, kIgnoreIndex, 1}));
+  // without a document end: no positions, every target counts
+  const SequenceSampler plain(counting_dataset(41, 5), T, 2, 5);
+  EXPECT_TRUE(plain.micro_batch(0, 0, 0, 1, 2).positions.empty());
+  EXPECT_EQ(plain.step_num_targets(0), 2 * T);
+}
+
 TEST(SequenceSampler, RanksTimesMicroBatchEqualsOneRankWithTheWholeBatch) {
   const int64_t T = 5;
   for (int ranks : {1, 2, 3, 4}) {

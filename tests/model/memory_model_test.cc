@@ -87,8 +87,8 @@ TEST(MemoryModel, HostItemsForATinyModel) {
   EXPECT_DOUBLE_EQ(item(m.host_items, "fp32 gradient accumulator"), 4 * P);
   EXPECT_DOUBLE_EQ(item(m.host_items, "gradient staging rings"), 2.0 * 8 * 1024 * 2);
   EXPECT_DOUBLE_EQ(item(m.host_items, "offloaded activations"), 2.0 * 64 * 64 * 2);
-  EXPECT_DOUBLE_EQ(item(m.host_items, "token and loss buffers"), 2.0 * 2 * (64 * 8 + 16));
-  EXPECT_DOUBLE_EQ(m.host_bytes, 18 * P + 2.0 * 8 * 1024 * 2 + 2.0 * 64 * 64 * 2 + 2.0 * 2 * (64 * 8 + 16));
+  EXPECT_DOUBLE_EQ(item(m.host_items, "token and loss buffers"), 2.0 * 2 * (64 * 12 + 16));
+  EXPECT_DOUBLE_EQ(m.host_bytes, 18 * P + 2.0 * 8 * 1024 * 2 + 2.0 * 64 * 64 * 2 + 2.0 * 2 * (64 * 12 + 16));
   double sum = 0;
   for (const auto& i : m.gpu_items) sum += i.bytes;
   EXPECT_DOUBLE_EQ(m.gpu_peak_bytes, sum);

@@ -18,6 +18,7 @@ void check_shape(const AttentionShape& s) {
                 "bad attention shape");
   SLIDEDP_CHECK(s.H % s.KV == 0, "query heads must be a multiple of key/value heads");
   SLIDEDP_CHECK(s.window >= 0 && s.scale >= 0 && std::isfinite(s.scale), "bad attention window or scale");
+  if (s.positions != nullptr) check_document_positions(s.positions, s.B, s.T);
 }
 
 template <typename Real>
@@ -81,26 +82,48 @@ int64_t active_workers(const AttentionShape& s) {
   return gemm_runs_single_threaded(s.tile, s.tile, s.hd) ? s.threads : 1;
 }
 
-// The keys of tile [j0, j0 + nj) that query row `row` may see, as a range [lo, hi) of tile columns:
-// causal (key <= row) and, with a window, key > row - window.
+// The first key each query row of one sequence may see: causal always; with a window, keys
+// > row - window; with documents, keys of the row's own document (it starts at row - position).
+// Non-decreasing in the row, so a query tile's first row bounds the whole tile.
+struct KeyFloor {
+  int64_t window = 0;
+  const int32_t* pos = nullptr;  // (T) this sequence's document positions, or null
+  int64_t T = 0;
+  int64_t at(int64_t row) const {
+    int64_t lo = window > 0 ? row - window + 1 : 0;
+    if (pos != nullptr) lo = std::max<int64_t>(lo, row - pos[row]);
+    return std::max<int64_t>(lo, 0);
+  }
+  // One past the last query row that sees key `key`: the window's end and its document's end.
+  int64_t rows_end(int64_t key) const {
+    int64_t end = window > 0 ? std::min(T, key + window) : T;
+    if (pos != nullptr) {
+      int64_t r = key + 1;
+      while (r < end && pos[r] != 0) ++r;
+      end = r;
+    }
+    return end;
+  }
+};
+
+KeyFloor key_floor(const AttentionShape& s, int64_t b) {
+  return {s.window, s.positions != nullptr ? s.positions + b * s.T : nullptr, s.T};
+}
+
+// The keys of tile [j0, j0 + nj) that query row `row` may see, as a range [lo, hi) of tile columns.
 struct Visible {
   int64_t lo, hi;
   bool empty() const { return hi <= lo; }
 };
-inline Visible visible_keys(int64_t row, int64_t j0, int64_t nj, int64_t window) {
+inline Visible visible_keys(int64_t row, int64_t j0, int64_t nj, const KeyFloor& floor) {
   const int64_t hi = std::clamp<int64_t>(row - j0 + 1, 0, nj);
-  const int64_t lo = window > 0 ? std::clamp<int64_t>(row - window + 1 - j0, 0, nj) : 0;
+  const int64_t lo = std::clamp<int64_t>(floor.at(row) - j0, 0, nj);
   return {lo, hi};
 }
 
-// The first key tile any row of [i0, ...) can see: with a window, the tiles before row i0's window.
-inline int64_t first_key_tile(int64_t i0, int64_t window, int64_t tile) {
-  return window > 0 ? std::max<int64_t>(0, i0 - window + 1) / tile * tile : 0;
-}
-
-// One past the last query row that sees any key of the tile [j0, j0 + nj) (T without a window).
-inline int64_t query_rows_end(int64_t j0, int64_t nj, int64_t window, int64_t T) {
-  return window > 0 ? std::min(T, j0 + nj - 1 + window) : T;
+// The first key tile any row of [i0, ...) can see.
+inline int64_t first_key_tile(int64_t i0, const KeyFloor& floor, int64_t tile) {
+  return floor.at(i0) / tile * tile;
 }
 
 double score_scale(const AttentionShape& s) {
@@ -108,6 +131,16 @@ double score_scale(const AttentionShape& s) {
 }
 
 }  // namespace
+
+void check_document_positions(const int32_t* positions, int64_t B, int64_t T) {
+  for (int64_t b = 0; b < B; ++b) {
+    const int32_t* p = positions + b * T;
+    for (int64_t t = 0; t < T; ++t) {
+      const bool ok = t == 0 ? p[t] == 0 : p[t] == 0 || p[t] == p[t - 1] + 1;
+      SLIDEDP_CHECK(ok, "document positions must start at 0 and count up by 1 inside each document");
+    }
+  }
+}
 
 int64_t attention_tile_for(int64_t head_dim) {
   int64_t tile = 64;
@@ -136,7 +169,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
   Arena arena(ws);
   const std::vector<ForwardScratch<Real>> scratch = carve_forward<Real>(arena, s);
   const int64_t B = s.B, T = s.T, H = s.H, KV = s.KV, hd = s.hd, tile = s.tile;
-  const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd, W = s.window;
+  const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd;
   const Real scale = static_cast<Real>(score_scale(s));
   const Real neg_inf = -std::numeric_limits<Real>::infinity();
 
@@ -144,6 +177,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
   for_each_item(B * H, active_workers(s), [&](int64_t item, int64_t worker) {
     const ForwardScratch<Real>& f = scratch[static_cast<size_t>(worker)];
     const int64_t b = item / H, h = item % H, g = h / group;
+    const KeyFloor floor = key_floor(s, b);
     for (int64_t i0 = 0; i0 < T; i0 += tile) {
       const int64_t mi = std::min(tile, T - i0);
       const Real* Q = q + ((b * T + i0) * H + h) * hd;  // (mi, hd), row stride ldq
@@ -151,7 +185,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
       std::fill(f.l, f.l + mi, Real(0));
       std::fill(f.acc, f.acc + mi * hd, Real(0));
       const int64_t last_row = i0 + mi - 1;
-      for (int64_t j0 = first_key_tile(i0, W, tile); j0 <= last_row; j0 += tile) {
+      for (int64_t j0 = first_key_tile(i0, floor, tile); j0 <= last_row; j0 += tile) {
         const int64_t nj = std::min(tile, last_row + 1 - j0);  // keys past the last row are all masked
         const Real* K = k + ((b * T + j0) * KV + g) * hd;      // (nj, hd), row stride ldk
         const Real* V = v + ((b * T + j0) * KV + g) * hd;      // (nj, hd), row stride ldk
@@ -160,7 +194,7 @@ void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const
         // online softmax: rescale what was accumulated by exp(m_old - m_new), add this tile
         for (int64_t r = 0; r < mi; ++r) {
           Real* Sr = f.S + r * tile;
-          const Visible vis = visible_keys(i0 + r, j0, nj, W);
+          const Visible vis = visible_keys(i0 + r, j0, nj, floor);
           if (vis.empty()) {  // a row that sees no key of this tile contributes nothing
             std::fill(Sr, Sr + nj, Real(0));
             continue;
@@ -201,7 +235,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
   Arena arena(ws);
   const BackwardScratchAll<Real> scratch = carve_backward<Real>(arena, s);
   const int64_t B = s.B, T = s.T, H = s.H, KV = s.KV, hd = s.hd, tile = s.tile;
-  const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd, W = s.window;
+  const int64_t group = H / KV, ldq = H * hd, ldk = KV * hd;
   const Real scale = static_cast<Real>(score_scale(s));
 
   // D[b, h, t] = dout . out over hd: d(softmax)/d(score) folds into dS = P * (dP - D).
@@ -223,6 +257,7 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
   for_each_item(B * KV, active_workers(s), [&](int64_t item, int64_t worker) {
     const BackwardScratch<Real>& w = scratch.per_worker[static_cast<size_t>(worker)];
     const int64_t b = item / KV, g = item % KV;
+    const KeyFloor floor = key_floor(s, b);
     for (int64_t j0 = 0; j0 < T; j0 += tile) {
       const int64_t nj = std::min(tile, T - j0);
       const Real* K = k + ((b * T + j0) * KV + g) * hd;  // (nj, hd), row stride ldk
@@ -232,8 +267,8 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
       for (int64_t h = g * group; h < (g + 1) * group; ++h) {
         const Real* lse_h = lse + (b * H + h) * T;      // (T)
         const Real* D_h = scratch.D + (b * H + h) * T;  // (T)
-        // query rows < j0 see none of these keys, nor (with a window) rows >= j0 + nj - 1 + window
-        const int64_t rows_end = query_rows_end(j0, nj, W, T);
+        // query rows < j0 see none of these keys, nor rows past the last key's window or document
+        const int64_t rows_end = floor.rows_end(j0 + nj - 1);
         for (int64_t i0 = j0; i0 < rows_end; i0 += tile) {
           const int64_t mi = std::min(tile, T - i0);
           const Real* Q = q + ((b * T + i0) * H + h) * hd;      // (mi, hd), row stride ldq
@@ -243,8 +278,8 @@ void attention_backward(Real* dq, Real* dk, Real* dv, const Real* dout, const Re
           gemm<Real>(false, true, mi, nj, hd, scale, Q, ldq, K, ldk, Real(0), w.P, tile);
           for (int64_t r = 0; r < mi; ++r) {
             Real* Pr = w.P + r * tile;
-            const Visible vis = visible_keys(i0 + r, j0, nj, W);
-            if (vis.empty()) {  // past the window: a row of the last query tile that sees none of these keys
+            const Visible vis = visible_keys(i0 + r, j0, nj, floor);
+            if (vis.empty()) {  // past the window or in a later document: sees none of these keys
               std::fill(Pr, Pr + nj, Real(0));
               continue;
             }

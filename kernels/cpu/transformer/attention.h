@@ -30,7 +30,16 @@ struct AttentionShape {
   // tiles entirely outside every row's window are skipped, so the cost is linear in the window, not
   // in T. 0: every key j <= t.
   int64_t window = 0;
+  // Packed documents: positions (B, T) holds each token's position inside its document (0 where a
+  // document starts, else the previous token's + 1; transformers' position_ids of packed sequences).
+  // A query sees only the keys of its own document; key tiles before a query tile's documents are
+  // skipped like those outside the window. null: one document per sequence.
+  const int32_t* positions = nullptr;
 };
+
+// Throws unless positions (B, T) is a valid document layout: 0 at every sequence's first token, and
+// each later token either 0 (a new document) or the previous token's position + 1.
+void check_document_positions(const int32_t* positions, int64_t B, int64_t T);
 
 // The largest power-of-two tile <= 64 (and >= 8) whose tile GEMMs (tile^2 * hd) stay single-threaded
 // in OpenBLAS, so the attention workers run in parallel (64 for hd <= 64, 32 for hd = 128).
@@ -42,7 +51,7 @@ int64_t attention_forward_workspace_bytes(const AttentionShape& s);
 template <typename Real>
 int64_t attention_backward_workspace_bytes(const AttentionShape& s);
 
-// out (B, T, H, hd) = softmax(scale q k^T + causal (windowed) mask) v, lse (B, H, T) = log-sum-exp of
+// out (B, T, H, hd) = softmax(scale q k^T + causal (windowed, per-document) mask) v, lse (B, H, T) = log-sum-exp of
 // the scaled scores of each row. q (B, T, H, hd), k and v (B, T, KV, hd).
 template <typename Real>
 void attention_forward(Real* out, Real* lse, const Real* q, const Real* k, const Real* v,

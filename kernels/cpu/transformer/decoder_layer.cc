@@ -67,8 +67,10 @@ Saved<Real> carve_saved(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
   return v;
 }
 
-AttentionShape attention_shape(const DecoderSpec& s, int64_t B, int64_t T) {
-  return AttentionShape{B, T, s.H, s.KV, s.hd, s.attn_tile, s.threads};
+AttentionShape attention_shape(const DecoderSpec& s, int64_t B, int64_t T, const int32_t* positions = nullptr) {
+  AttentionShape a{B, T, s.H, s.KV, s.hd, s.attn_tile, s.threads};
+  a.positions = positions;
+  return a;
 }
 
 // Forward scratch, in take order. rope tables stay; the attention scratch is released before the
@@ -189,7 +191,7 @@ void check_spec(const DecoderSpec& s, int64_t B, int64_t T) {
 // order on the same values, which is what makes recompute bitwise equal to forward.
 template <typename Real>
 void forward_impl(const DecoderSpec& s, const Real* p, const Real* x, Real* y, Workspace saved, int64_t B,
-                  int64_t T, Workspace ws) {
+                  int64_t T, Workspace ws, const int32_t* positions) {
   check_spec(s, B, T);
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   Arena saved_arena(saved);
@@ -209,11 +211,11 @@ void forward_impl(const DecoderSpec& s, const Real* p, const Real* x, Real* y, W
     rmsnorm_forward(S.k, S.rstd_k, S.k_lin, p + s.k_norm, N * s.KV, s.hd, s.eps);
   }
   rope_tables(f.cos, f.sin, s.inv_freq, T);
-  rope_forward(S.q, f.cos, f.sin, B, T, s.H, s.hd);
-  rope_forward(S.k, f.cos, f.sin, B, T, s.KV, s.hd);
+  rope_forward(S.q, f.cos, f.sin, B, T, s.H, s.hd, positions);
+  rope_forward(S.k, f.cos, f.sin, B, T, s.KV, s.hd, positions);
   {
     const int64_t mark = arena.mark();
-    const AttentionShape as = attention_shape(s, B, T);
+    const AttentionShape as = attention_shape(s, B, T, positions);
     attention_forward(S.att, S.lse, S.q, S.k, S.v, as,
                       arena.take_workspace(attention_forward_workspace_bytes<Real>(as)));
     arena.release(mark);
@@ -330,20 +332,20 @@ int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int
 
 template <typename Real>
 void decoder_forward(const DecoderSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                     int64_t B, int64_t T, Workspace ws) {
+                     int64_t B, int64_t T, Workspace ws, const int32_t* positions) {
   SLIDEDP_CHECK(y != nullptr && y != x, "decoder_forward needs an output buffer distinct from x");
-  forward_impl(spec, params, x, y, saved, B, T, ws);
+  forward_impl(spec, params, x, y, saved, B, T, ws, positions);
 }
 
 template <typename Real>
 void decoder_recompute(const DecoderSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
-                       int64_t T, Workspace ws) {
-  forward_impl(spec, params, x, static_cast<Real*>(nullptr), saved, B, T, ws);
+                       int64_t T, Workspace ws, const int32_t* positions) {
+  forward_impl(spec, params, x, static_cast<Real*>(nullptr), saved, B, T, ws, positions);
 }
 
 template <typename Real>
 void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Workspace saved, const Real* dy,
-                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws) {
+                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const int32_t* positions) {
   check_spec(s, B, T);
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
@@ -383,11 +385,12 @@ void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Worksp
   // datt = dx2 Wo; dWo += dx2^T att
   linear_backward(a.datt, dp + s.o_w, no_bias, dx, S.att, p + s.o_w, N, Q, C, false);
   // dq, dk, dv of the rotated (and normed) q, k and of v
-  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T), a.attn);
+  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T, positions),
+                     a.attn);
   // undo the rotation: gradients w.r.t. q, k before RoPE
   rope_tables(w.cos, w.sin, s.inv_freq, T);
-  rope_backward(a.dq, w.cos, w.sin, B, T, s.H, s.hd);
-  rope_backward(a.dk, w.cos, w.sin, B, T, s.KV, s.hd);
+  rope_backward(a.dq, w.cos, w.sin, B, T, s.H, s.hd, positions);
+  rope_backward(a.dk, w.cos, w.sin, B, T, s.KV, s.hd, positions);
   const Real* dq_lin = a.dq;
   const Real* dk_lin = a.dk;
   if (s.qk_norm) {  // through q_norm / k_norm; datt is dead after attention_backward: it takes dq_lin
@@ -410,11 +413,11 @@ void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Worksp
   template int64_t decoder_forward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);              \
   template int64_t decoder_backward_workspace_bytes<Real>(const DecoderSpec&, int64_t, int64_t);             \
   template void decoder_forward<Real>(const DecoderSpec&, const Real*, const Real*, Real*, Workspace,        \
-                                      int64_t, int64_t, Workspace);                                          \
+                                      int64_t, int64_t, Workspace, const int32_t*);                          \
   template void decoder_recompute<Real>(const DecoderSpec&, const Real*, const Real*, Workspace, int64_t,    \
-                                        int64_t, Workspace);                                                 \
+                                        int64_t, Workspace, const int32_t*);                                 \
   template void decoder_backward<Real>(const DecoderSpec&, const Real*, const Real*, Workspace, const Real*, \
-                                       Real*, Real*, int64_t, int64_t, Workspace);
+                                       Real*, Real*, int64_t, int64_t, Workspace, const int32_t*);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)
 #undef SLIDEDP_INSTANTIATE

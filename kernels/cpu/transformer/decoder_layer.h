@@ -43,19 +43,21 @@ int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int6
 template <typename Real>
 int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
 
-// x, y (B, T, C). saved: decoder_saved_bytes() bytes, 64-byte aligned.
+// x, y (B, T, C). saved: decoder_saved_bytes() bytes, 64-byte aligned. `positions` (B, T): document
+// positions of packed sequences (attention.h: attention and RoPE restart at each document), or null.
 template <typename Real>
 void decoder_forward(const DecoderSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                     int64_t B, int64_t T, Workspace ws);
+                     int64_t B, int64_t T, Workspace ws, const int32_t* positions = nullptr);
 
 // Refills `saved` from x, bitwise equal to what decoder_forward saved for the same params and x.
 template <typename Real>
 void decoder_recompute(const DecoderSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
-                       int64_t T, Workspace ws);
+                       int64_t T, Workspace ws, const int32_t* positions = nullptr);
 
 // dx (B, T, C) = dL/dx (overwritten); grads (flat, spec.flat_numel) += dL/dparams.
 template <typename Real>
 void decoder_backward(const DecoderSpec& spec, const Real* params, const Real* x, Workspace saved,
-                      const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws);
+                      const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
+                      const int32_t* positions = nullptr);
 
 }  // namespace slidedp::kernels

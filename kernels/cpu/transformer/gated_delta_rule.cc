@@ -22,15 +22,10 @@ void check_spec(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
     SLIDEDP_CHECK(seg.offsets[i + 1] >= seg.offsets[i], "delta rule: segment offsets must not decrease");
 }
 
-int64_t max_chunks(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
-  int64_t most = 0;
-  for (int64_t i = 0; i < seg.count; ++i)
-    most = std::max(most, (seg.offsets[i + 1] - seg.offsets[i] + s.chunk - 1) / s.chunk);
-  return most;
-}
+int64_t max_chunks(const DeltaRuleSpec& s, DeltaRuleExtent e) { return (e.longest + s.chunk - 1) / s.chunk; }
 
-int64_t workers(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
-  return std::max<int64_t>(1, std::min(s.threads, seg.count * s.nk));
+int64_t workers(const DeltaRuleSpec& s, DeltaRuleExtent e) {
+  return std::max<int64_t>(1, std::min(s.threads, e.count * s.nk));
 }
 
 // One worker's buffers for one chunk (C = spec chunk, L <= C the chunk's rows).
@@ -286,20 +281,30 @@ void chunk_backward(const DeltaRuleSpec& s, const ChunkView<Real>& c, const Real
 
 }  // namespace
 
+DeltaRuleExtent extent_of(DeltaRuleSegments seg) {
+  DeltaRuleExtent e;
+  e.count = seg.count;
+  for (int64_t i = 0; i < seg.count; ++i) e.longest = std::max(e.longest, seg.offsets[i + 1] - seg.offsets[i]);
+  e.rows = seg.count == 0 ? 0 : seg.offsets[seg.count];
+  return e;
+}
+
+DeltaRuleExtent packed_documents_extent(int64_t B, int64_t T) { return {B * T, B * T, T}; }
+
 template <typename Real>
-int64_t delta_rule_forward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
-  check_spec(s, seg);
+int64_t delta_rule_forward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleExtent e) {
+  check_spec(s, DeltaRuleSegments{});
   return measured_bytes([&](Arena& a) {
-    for (int64_t w = 0; w < workers(s, seg); ++w) carve_chunk<Real>(a, s);
+    for (int64_t w = 0; w < workers(s, e); ++w) carve_chunk<Real>(a, s);
   });
 }
 
 template <typename Real>
-int64_t delta_rule_backward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
-  check_spec(s, seg);
-  const int64_t chunks = max_chunks(s, seg);
+int64_t delta_rule_backward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleExtent e) {
+  check_spec(s, DeltaRuleSegments{});
+  const int64_t chunks = max_chunks(s, e);
   return measured_bytes([&](Arena& a) {
-    for (int64_t w = 0; w < workers(s, seg); ++w) carve_backward<Real>(a, s, chunks);
+    for (int64_t w = 0; w < workers(s, e); ++w) carve_backward<Real>(a, s, chunks);
   });
 }
 
@@ -309,7 +314,7 @@ void delta_rule_forward(const DeltaRuleSpec& s, DeltaRuleSegments seg, const Rea
   check_spec(s, seg);
   Arena arena(ws);
   std::vector<ChunkScratch<Real>> scratch;
-  for (int64_t w = 0; w < workers(s, seg); ++w) scratch.push_back(carve_chunk<Real>(arena, s));
+  for (int64_t w = 0; w < workers(s, extent_of(seg)); ++w) scratch.push_back(carve_chunk<Real>(arena, s));
   const int64_t r = s.nv / s.nk;
   for_each_item(seg.count * s.nk, s.threads, [&](int64_t item, int64_t w) {
     const ChunkScratch<Real>& x = scratch[static_cast<size_t>(w)];
@@ -334,9 +339,9 @@ void delta_rule_backward(const DeltaRuleSpec& s, DeltaRuleSegments seg, const Re
                          Real* db, Workspace ws) {
   check_spec(s, seg);
   Arena arena(ws);
-  const int64_t chunks = max_chunks(s, seg);
+  const int64_t chunks = max_chunks(s, extent_of(seg));
   std::vector<BackwardScratch<Real>> scratch;
-  for (int64_t w = 0; w < workers(s, seg); ++w) scratch.push_back(carve_backward<Real>(arena, s, chunks));
+  for (int64_t w = 0; w < workers(s, extent_of(seg)); ++w) scratch.push_back(carve_backward<Real>(arena, s, chunks));
   const int64_t r = s.nv / s.nk, state = s.dk * s.dv;
   for_each_item(seg.count * s.nk, s.threads, [&](int64_t item, int64_t w) {
     const BackwardScratch<Real>& x = scratch[static_cast<size_t>(w)];
@@ -370,8 +375,8 @@ void delta_rule_backward(const DeltaRuleSpec& s, DeltaRuleSegments seg, const Re
 }
 
 #define SLIDEDP_DELTA_RULE(Real)                                                                                    \
-  template int64_t delta_rule_forward_workspace_bytes<Real>(const DeltaRuleSpec&, DeltaRuleSegments);               \
-  template int64_t delta_rule_backward_workspace_bytes<Real>(const DeltaRuleSpec&, DeltaRuleSegments);              \
+  template int64_t delta_rule_forward_workspace_bytes<Real>(const DeltaRuleSpec&, DeltaRuleExtent);                 \
+  template int64_t delta_rule_backward_workspace_bytes<Real>(const DeltaRuleSpec&, DeltaRuleExtent);                \
   template void delta_rule_forward<Real>(const DeltaRuleSpec&, DeltaRuleSegments, const Real*, const Real*,         \
                                          const Real*, const Real*, const Real*, Real*, Workspace);                  \
   template void delta_rule_backward<Real>(const DeltaRuleSpec&, DeltaRuleSegments, const Real*, const Real*,        \

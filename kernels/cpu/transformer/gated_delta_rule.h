@@ -42,10 +42,28 @@ struct DeltaRuleSegments {
   int64_t count = 0;
 };
 
+// What a workspace is sized for: `count` segments over `rows` rows, none longer than `longest`. The
+// workspace of an extent fits every segmentation within it (more segments and longer ones only grow
+// it), so one size serves micro-batches whose documents differ.
+struct DeltaRuleExtent {
+  int64_t rows = 0, count = 0, longest = 0;
+};
+DeltaRuleExtent extent_of(DeltaRuleSegments seg);
+// Every way of cutting B sequences of T rows into documents (up to B*T segments, none over T rows).
+DeltaRuleExtent packed_documents_extent(int64_t B, int64_t T);
+
 template <typename Real>
-int64_t delta_rule_forward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleSegments seg);
+int64_t delta_rule_forward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleExtent e);
 template <typename Real>
-int64_t delta_rule_backward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleSegments seg);
+int64_t delta_rule_backward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleExtent e);
+template <typename Real>
+int64_t delta_rule_forward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
+  return delta_rule_forward_workspace_bytes<Real>(s, extent_of(seg));
+}
+template <typename Real>
+int64_t delta_rule_backward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
+  return delta_rule_backward_workspace_bytes<Real>(s, extent_of(seg));
+}
 
 // o overwritten.
 template <typename Real>

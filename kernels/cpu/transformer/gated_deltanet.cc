@@ -73,13 +73,13 @@ struct ForwardScratch {
 };
 
 template <typename Real>
-ForwardScratch<Real> carve_forward(Arena& a, const DeltaNetSpec& s, DeltaRuleSegments seg) {
-  const int64_t N = rows(seg);
+ForwardScratch<Real> carve_forward(Arena& a, const DeltaNetSpec& s, DeltaRuleExtent e) {
+  const int64_t N = e.rows;
   ForwardScratch<Real> x;
   x.p = carve_prepared<Real>(a, s, N);
   x.normed = a.take<Real>(N * s.value_dim(), "normed o");
   x.gated = a.take<Real>(N * s.value_dim(), "gated o");
-  x.rule = a.take_workspace(delta_rule_forward_workspace_bytes<Real>(rule_spec(s), seg));
+  x.rule = a.take_workspace(delta_rule_forward_workspace_bytes<Real>(rule_spec(s), e));
   return x;
 }
 
@@ -96,8 +96,8 @@ struct BackwardScratch {
 };
 
 template <typename Real>
-BackwardScratch<Real> carve_backward(Arena& a, const DeltaNetSpec& s, DeltaRuleSegments seg) {
-  const int64_t N = rows(seg), Vd = N * s.value_dim(), Kd = N * s.key_dim(), H = N * s.nv;
+BackwardScratch<Real> carve_backward(Arena& a, const DeltaNetSpec& s, DeltaRuleExtent e) {
+  const int64_t N = e.rows, Vd = N * s.value_dim(), Kd = N * s.key_dim(), H = N * s.nv;
   BackwardScratch<Real> x;
   x.p = carve_prepared<Real>(a, s, N);
   x.normed = a.take<Real>(Vd, "normed o");
@@ -115,7 +115,7 @@ BackwardScratch<Real> carve_backward(Arena& a, const DeltaNetSpec& s, DeltaRuleS
   x.daraw = a.take<Real>(H, "d a projection");
   x.dact = a.take<Real>(N * s.qkv_dim(), "d conv");
   x.dmixed = a.take<Real>(N * s.qkv_dim(), "d qkv projection");
-  x.rule = a.take_workspace(delta_rule_backward_workspace_bytes<Real>(rule_spec(s), seg));
+  x.rule = a.take_workspace(delta_rule_backward_workspace_bytes<Real>(rule_spec(s), e));
   return x;
 }
 
@@ -259,15 +259,15 @@ int64_t deltanet_saved_bytes(const DeltaNetSpec& s, int64_t N) {
 }
 
 template <typename Real>
-int64_t deltanet_forward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleSegments seg) {
+int64_t deltanet_forward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleExtent e) {
   check_spec(s);
-  return measured_bytes([&](Arena& a) { carve_forward<Real>(a, s, seg); });
+  return measured_bytes([&](Arena& a) { carve_forward<Real>(a, s, e); });
 }
 
 template <typename Real>
-int64_t deltanet_backward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleSegments seg) {
+int64_t deltanet_backward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleExtent e) {
   check_spec(s);
-  return measured_bytes([&](Arena& a) { carve_backward<Real>(a, s, seg); });
+  return measured_bytes([&](Arena& a) { carve_backward<Real>(a, s, e); });
 }
 
 template <typename Real>
@@ -278,7 +278,7 @@ void deltanet_forward(const DeltaNetSpec& s, DeltaRuleSegments seg, const DeltaN
   Arena saved_arena(saved);
   const Saved<Real> S = carve_saved<Real>(saved_arena, s, N);
   Arena arena(ws);
-  const ForwardScratch<Real> f = carve_forward<Real>(arena, s, seg);
+  const ForwardScratch<Real> f = carve_forward<Real>(arena, s, extent_of(seg));
   linear_forward(S.mixed, h, w.in_proj_qkv, static_cast<const Real*>(nullptr), N, C, s.qkv_dim(), false);
   linear_forward(S.z, h, w.in_proj_z, static_cast<const Real*>(nullptr), N, C, Vd, false);
   linear_forward(S.braw, h, w.in_proj_b, static_cast<const Real*>(nullptr), N, C, s.nv, false);
@@ -298,7 +298,7 @@ void deltanet_backward(const DeltaNetSpec& s, DeltaRuleSegments seg, const Delta
   Arena saved_arena(saved);
   const Saved<Real> S = carve_saved<Real>(saved_arena, s, N);
   Arena arena(ws);
-  const BackwardScratch<Real> b = carve_backward<Real>(arena, s, seg);
+  const BackwardScratch<Real> b = carve_backward<Real>(arena, s, extent_of(seg));
   prepare(s, seg, w, S, b.p);
   // The gated norm's output from the saved 1/rms (bitwise the forward's).
   rmsnorm_apply(b.normed, S.rstd, S.o, w.norm, N * s.nv, s.dv);
@@ -343,8 +343,8 @@ void deltanet_backward(const DeltaNetSpec& s, DeltaRuleSegments seg, const Delta
 
 #define SLIDEDP_DELTANET(Real)                                                                                     \
   template int64_t deltanet_saved_bytes<Real>(const DeltaNetSpec&, int64_t);                                       \
-  template int64_t deltanet_forward_workspace_bytes<Real>(const DeltaNetSpec&, DeltaRuleSegments);                 \
-  template int64_t deltanet_backward_workspace_bytes<Real>(const DeltaNetSpec&, DeltaRuleSegments);                \
+  template int64_t deltanet_forward_workspace_bytes<Real>(const DeltaNetSpec&, DeltaRuleExtent);                   \
+  template int64_t deltanet_backward_workspace_bytes<Real>(const DeltaNetSpec&, DeltaRuleExtent);                  \
   template void deltanet_forward<Real>(const DeltaNetSpec&, DeltaRuleSegments, const DeltaNetWeights<const Real>&, \
                                        const Real*, Real*, bool, Workspace, Workspace);                            \
   template void deltanet_backward<Real>(const DeltaNetSpec&, DeltaRuleSegments, const DeltaNetWeights<const Real>&, \

@@ -113,8 +113,9 @@ Real router_input_scale(const Gemma4LayerSpec& s) {
   return static_cast<Real>(1.0 / std::sqrt(static_cast<double>(s.C)));
 }
 
-AttentionShape attention_shape(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+AttentionShape attention_shape(const Gemma4LayerSpec& s, int64_t B, int64_t T, const int32_t* positions = nullptr) {
   AttentionShape a{B, T, s.H, s.KV, s.hd, s.attn_tile, s.threads};
+  a.positions = positions;
   a.scale = 1.0;  // Gemma 4: q.k unscaled (q and k are RMS-normed per head instead)
   a.window = s.window;
   return a;
@@ -292,7 +293,7 @@ const Real* post_ff_norm_input(const Gemma4LayerSpec& s, const Saved<Real>& S) {
 // values, so recompute is bitwise what forward saved.
 template <typename Real>
 void forward_impl(const Gemma4LayerSpec& s, const Real* p, const Real* x, Real* y, Workspace saved, int64_t B,
-                  int64_t T, Workspace ws) {
+                  int64_t T, Workspace ws, const int32_t* positions) {
   check_spec(s, B, T);
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   const Real* const no_bias = nullptr;
@@ -312,11 +313,11 @@ void forward_impl(const Gemma4LayerSpec& s, const Real* p, const Real* x, Real* 
   // K=V: the values are the raw k projection, normed without a weight, not roped
   rmsnorm_forward(S.v, S.rstd_v, s.k_eq_v ? S.k_lin : S.v_lin, no_weight, N * s.KV, s.hd, s.eps);
   rope_tables(f.cos, f.sin, s.inv_freq, T);
-  rope_forward(S.q, f.cos, f.sin, B, T, s.H, s.hd);
-  rope_forward(S.k, f.cos, f.sin, B, T, s.KV, s.hd);
+  rope_forward(S.q, f.cos, f.sin, B, T, s.H, s.hd, positions);
+  rope_forward(S.k, f.cos, f.sin, B, T, s.KV, s.hd, positions);
   {
     const int64_t mark = arena.mark();
-    const AttentionShape as = attention_shape(s, B, T);
+    const AttentionShape as = attention_shape(s, B, T, positions);
     attention_forward(S.att, S.lse, S.q, S.k, S.v, as, arena.take_workspace(attention_forward_workspace_bytes<Real>(as)));
     arena.release(mark);
   }
@@ -442,9 +443,9 @@ int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, 
 
 template <typename Real>
 void gemma4_forward(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                    int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
+                    int64_t B, int64_t T, Workspace ws, const RouterStats* router, const int32_t* positions) {
   SLIDEDP_CHECK(y != nullptr && y != x, "gemma4_forward needs an output buffer distinct from x");
-  forward_impl(spec, params, x, y, saved, B, T, ws);
+  forward_impl(spec, params, x, y, saved, B, T, ws, positions);
   if (router != nullptr && spec.has_moe()) {
     Arena saved_arena(saved);
     const Saved<Real> S = carve_saved<Real>(saved_arena, spec, B, T);
@@ -454,13 +455,14 @@ void gemma4_forward(const Gemma4LayerSpec& spec, const Real* params, const Real*
 
 template <typename Real>
 void gemma4_recompute(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
-                      int64_t T, Workspace ws) {
-  forward_impl(spec, params, x, static_cast<Real*>(nullptr), saved, B, T, ws);
+                      int64_t T, Workspace ws, const int32_t* positions) {
+  forward_impl(spec, params, x, static_cast<Real*>(nullptr), saved, B, T, ws, positions);
 }
 
 template <typename Real>
 void gemma4_backward(const Gemma4LayerSpec& s, const Real* p, const Real* x, Workspace saved, const Real* dy,
-                     Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
+                     Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router,
+                     const int32_t* positions) {
   check_spec(s, B, T);
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
@@ -500,10 +502,11 @@ void gemma4_backward(const Gemma4LayerSpec& s, const Real* p, const Real* x, Wor
   const BackwardAttention<Real> a = carve_backward_attention<Real>(arena, s, B, T);
   // datt = da Wo; dWo += da^T att
   linear_backward(a.datt, dp + s.o_w, no_bias, w.dc, S.att, p + s.o_w, N, Q, C, false);
-  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T), a.attn);
+  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T, positions),
+                     a.attn);
   rope_tables(w.cos, w.sin, s.inv_freq, T);
-  rope_backward(a.dq, w.cos, w.sin, B, T, s.H, s.hd);
-  rope_backward(a.dk, w.cos, w.sin, B, T, s.KV, s.hd);
+  rope_backward(a.dq, w.cos, w.sin, B, T, s.H, s.hd, positions);
+  rope_backward(a.dk, w.cos, w.sin, B, T, s.KV, s.hd, positions);
   // through q_norm, k_norm and the weightless v_norm; datt is dead now and takes dq_lin
   rmsnorm_backward(a.datt, dp + s.q_norm, a.dq, S.q_lin, S.rstd_q, p + s.q_norm, N * s.H, s.hd, false);
   rmsnorm_backward(a.dk_lin, dp + s.k_norm, a.dk, S.k_lin, S.rstd_k, p + s.k_norm, N * s.KV, s.hd, false);
@@ -525,12 +528,12 @@ void gemma4_backward(const Gemma4LayerSpec& s, const Real* p, const Real* x, Wor
   template int64_t gemma4_forward_workspace_bytes<Real>(const Gemma4LayerSpec&, int64_t, int64_t);            \
   template int64_t gemma4_backward_workspace_bytes<Real>(const Gemma4LayerSpec&, int64_t, int64_t);           \
   template void gemma4_forward<Real>(const Gemma4LayerSpec&, const Real*, const Real*, Real*, Workspace,      \
-                                     int64_t, int64_t, Workspace, const RouterStats*);                        \
+                                     int64_t, int64_t, Workspace, const RouterStats*, const int32_t*);        \
   template void gemma4_recompute<Real>(const Gemma4LayerSpec&, const Real*, const Real*, Workspace, int64_t,  \
-                                       int64_t, Workspace);                                                   \
+                                       int64_t, Workspace, const int32_t*);                                   \
   template void gemma4_backward<Real>(const Gemma4LayerSpec&, const Real*, const Real*, Workspace,            \
                                       const Real*, Real*, Real*, int64_t, int64_t, Workspace,                 \
-                                      const RouterStats*);
+                                      const RouterStats*, const int32_t*);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)
 #undef SLIDEDP_INSTANTIATE

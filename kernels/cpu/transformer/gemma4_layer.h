@@ -67,17 +67,19 @@ int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, 
 
 // x, y (B, T, C); saved: gemma4_saved_bytes() bytes. On MoE layers `router` (if given) receives
 // this layer's router statistics (router_aux_loss.h); recompute never adds them a second time.
+// `positions` (B, T): document positions of packed sequences (attention.h), or null.
 template <typename Real>
 void gemma4_forward(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                    int64_t B, int64_t T, Workspace ws, const RouterStats* router = nullptr);
+                    int64_t B, int64_t T, Workspace ws, const RouterStats* router = nullptr,
+                    const int32_t* positions = nullptr);
 template <typename Real>
 void gemma4_recompute(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
-                      int64_t T, Workspace ws);
+                      int64_t T, Workspace ws, const int32_t* positions = nullptr);
 // dx (B, T, C) overwritten; grads (flat) += dL/dparams (layer_scalar's stays untouched). `router`
 // (complete statistics of every layer's forward) adds the load-balancing loss's gradient.
 template <typename Real>
 void gemma4_backward(const Gemma4LayerSpec& spec, const Real* params, const Real* x, Workspace saved,
                      const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
-                     const RouterStats* router = nullptr);
+                     const RouterStats* router = nullptr, const int32_t* positions = nullptr);
 
 }  // namespace slidedp::kernels

@@ -45,36 +45,36 @@ int64_t layer_backward_workspace_bytes(const ModelSpecs& s, int layer, int64_t B
 
 template <typename Real>
 void layer_forward(const ModelSpecs& s, int layer, const Real* params, const Real* x, Real* y, Workspace saved,
-                   int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
+                   int64_t B, int64_t T, Workspace ws, const RouterStats* router, const int32_t* positions) {
   if (s.qwen3_5())
-    qwen3_5_forward(qwen_spec(s, layer), params, x, y, saved, B, T, ws, router);
+    qwen3_5_forward(qwen_spec(s, layer), params, x, y, saved, B, T, ws, router, positions);
   else if (s.gemma4())
-    gemma4_forward(gemma4_spec(s, layer), params, x, y, saved, B, T, ws, router);
+    gemma4_forward(gemma4_spec(s, layer), params, x, y, saved, B, T, ws, router, positions);
   else
-    decoder_forward(s.decoder, params, x, y, saved, B, T, ws);
+    decoder_forward(s.decoder, params, x, y, saved, B, T, ws, positions);
 }
 
 template <typename Real>
 void layer_recompute(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved, int64_t B,
-                     int64_t T, Workspace ws) {
+                     int64_t T, Workspace ws, const int32_t* positions) {
   if (s.qwen3_5())
-    qwen3_5_recompute(qwen_spec(s, layer), params, x, saved, B, T, ws);
+    qwen3_5_recompute(qwen_spec(s, layer), params, x, saved, B, T, ws, positions);
   else if (s.gemma4())
-    gemma4_recompute(gemma4_spec(s, layer), params, x, saved, B, T, ws);
+    gemma4_recompute(gemma4_spec(s, layer), params, x, saved, B, T, ws, positions);
   else
-    decoder_recompute(s.decoder, params, x, saved, B, T, ws);
+    decoder_recompute(s.decoder, params, x, saved, B, T, ws, positions);
 }
 
 template <typename Real>
 void layer_backward(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved,
                     const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
-                    const RouterStats* router) {
+                    const RouterStats* router, const int32_t* positions) {
   if (s.qwen3_5())
-    qwen3_5_backward(qwen_spec(s, layer), params, x, saved, dy, dx, grads, B, T, ws, router);
+    qwen3_5_backward(qwen_spec(s, layer), params, x, saved, dy, dx, grads, B, T, ws, router, positions);
   else if (s.gemma4())
-    gemma4_backward(gemma4_spec(s, layer), params, x, saved, dy, dx, grads, B, T, ws, router);
+    gemma4_backward(gemma4_spec(s, layer), params, x, saved, dy, dx, grads, B, T, ws, router, positions);
   else
-    decoder_backward(s.decoder, params, x, saved, dy, dx, grads, B, T, ws);
+    decoder_backward(s.decoder, params, x, saved, dy, dx, grads, B, T, ws, positions);
 }
 
 #define SLIDEDP_INSTANTIATE(Real)                                                                              \
@@ -82,11 +82,12 @@ void layer_backward(const ModelSpecs& s, int layer, const Real* params, const Re
   template int64_t layer_forward_workspace_bytes<Real>(const ModelSpecs&, int, int64_t, int64_t);              \
   template int64_t layer_backward_workspace_bytes<Real>(const ModelSpecs&, int, int64_t, int64_t);             \
   template void layer_forward<Real>(const ModelSpecs&, int, const Real*, const Real*, Real*, Workspace, int64_t, \
-                                    int64_t, Workspace, const RouterStats*);                                   \
+                                    int64_t, Workspace, const RouterStats*, const int32_t*);                   \
   template void layer_recompute<Real>(const ModelSpecs&, int, const Real*, const Real*, Workspace, int64_t,    \
-                                      int64_t, Workspace);                                                     \
+                                      int64_t, Workspace, const int32_t*);                                     \
   template void layer_backward<Real>(const ModelSpecs&, int, const Real*, const Real*, Workspace, const Real*, \
-                                     Real*, Real*, int64_t, int64_t, Workspace, const RouterStats*);
+                                     Real*, Real*, int64_t, int64_t, Workspace, const RouterStats*,            \
+                                     const int32_t*);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)
 #undef SLIDEDP_INSTANTIATE

@@ -21,16 +21,18 @@ template <typename Real>
 int64_t layer_backward_workspace_bytes(const ModelSpecs& s, int layer, int64_t B, int64_t T);
 
 // `router`: the micro-batch's router statistics (router_aux_loss.h), read by MoE layers only:
-// forward adds to them, backward adds the load-balancing loss's gradient.
+// forward adds to them, backward adds the load-balancing loss's gradient. `positions` (B, T): the
+// document positions of packed sequences (attention.h), or null (one document per sequence).
 template <typename Real>
 void layer_forward(const ModelSpecs& s, int layer, const Real* params, const Real* x, Real* y, Workspace saved,
-                   int64_t B, int64_t T, Workspace ws, const RouterStats* router = nullptr);
+                   int64_t B, int64_t T, Workspace ws, const RouterStats* router = nullptr,
+                   const int32_t* positions = nullptr);
 template <typename Real>
 void layer_recompute(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved, int64_t B,
-                     int64_t T, Workspace ws);
+                     int64_t T, Workspace ws, const int32_t* positions = nullptr);
 template <typename Real>
 void layer_backward(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved,
                     const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
-                    const RouterStats* router = nullptr);
+                    const RouterStats* router = nullptr, const int32_t* positions = nullptr);
 
 }  // namespace slidedp::kernels

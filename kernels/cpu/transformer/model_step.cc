@@ -67,7 +67,8 @@ void ModelSpecs::set_mlp_token_tile(int64_t rows) {
 template <typename Real>
 LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* const> params,
                                   std::span<Real* const> grads, const int32_t* tokens, const int32_t* targets,
-                                  int64_t B, int64_t T, double grad_scale, double router_aux_coef) {
+                                  int64_t B, int64_t T, double grad_scale, double router_aux_coef,
+                                  const int32_t* positions) {
   const int64_t L = s.num_layers, N = B * T, C = s.embedding.C;
   SLIDEDP_CHECK(static_cast<int64_t>(params.size()) == L + 2 && static_cast<int64_t>(grads.size()) == L + 2,
                 "need one params and one grads buffer per unit");
@@ -100,7 +101,7 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
   embedding_unit_forward(s.embedding, params[0], tokens, B, T, hidden[0].as<Real>());
   for (int l = 0; l < L; ++l)
     layer_forward(s, l, params[l + 1], hidden[l].as<Real>(), hidden[l + 1].as<Real>(), saved[l].workspace(), B, T,
-                  ws.workspace(), router);
+                  ws.workspace(), router, positions);
 
   // head: tied -> lm_head is unit 0's embed_tokens weight and its gradient goes to unit 0's grads
   const Real* lm_w = s.head.tied ? params[0] + s.embedding.weight : params[L + 1] + s.head.lm_head_w;
@@ -113,7 +114,7 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
   // backward
   for (int l = static_cast<int>(L) - 1; l >= 0; --l) {
     layer_backward(s, l, params[l + 1], hidden[l].as<Real>(), saved[l].workspace(), dy, dx, grads[l + 1], B, T,
-                   ws.workspace(), router);
+                   ws.workspace(), router, positions);
     std::swap(dy, dx);
   }
   embedding_unit_backward(s.embedding, tokens, dy, grads[0], B, T);
@@ -123,9 +124,9 @@ LossResult model_forward_backward(const ModelSpecs& s, std::span<const Real* con
 
 template LossResult model_forward_backward<float>(const ModelSpecs&, std::span<const float* const>,
                                                   std::span<float* const>, const int32_t*, const int32_t*,
-                                                  int64_t, int64_t, double, double);
+                                                  int64_t, int64_t, double, double, const int32_t*);
 template LossResult model_forward_backward<double>(const ModelSpecs&, std::span<const double* const>,
                                                    std::span<double* const>, const int32_t*, const int32_t*,
-                                                   int64_t, int64_t, double, double);
+                                                   int64_t, int64_t, double, double, const int32_t*);
 
 }  // namespace slidedp::kernels

@@ -40,9 +40,11 @@ ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout);
 // tokens, targets (B, T). grads are accumulated (+=): the gradient of grad_scale x (loss sum) +
 // router_aux_coef x (the mean over the B sequences of the router's load-balancing loss,
 // router_aux_loss.h). Returns the head's (loss sum, count) and the load-balancing loss's sum.
+// positions (B, T): the document positions of packed sequences (attention.h), or null.
 template <typename Real>
 LossResult model_forward_backward(const ModelSpecs& specs, std::span<const Real* const> params,
                                   std::span<Real* const> grads, const int32_t* tokens, const int32_t* targets,
-                                  int64_t B, int64_t T, double grad_scale, double router_aux_coef = 0);
+                                  int64_t B, int64_t T, double grad_scale, double router_aux_coef = 0,
+                                  const int32_t* positions = nullptr);
 
 }  // namespace slidedp::kernels

@@ -83,14 +83,16 @@ Saved<Real> carve_saved(Arena& a, const Qwen35LayerSpec& s, int64_t B, int64_t T
 }
 
 // Scratch of forward and backward alike: the zero-centred norms' effective weights (1 + w) and the
-// DeltaNet's segments (one per sequence).
+// DeltaNet's segments (one per document: per sequence, or per packed document with positions).
 template <typename Real>
 struct Common {
   Real *in1, *pa1, *qn1, *kn1;
-  int64_t* seg;  // (B + 1)
+  int64_t* seg;                // (segments + 1), room for B * T + 1
+  int64_t segments = 0;
+  const int32_t* positions;    // (B, T) document positions, or null (attention.h)
 };
 template <typename Real>
-Common<Real> carve_common(Arena& a, const Qwen35LayerSpec& s, int64_t B) {
+Common<Real> carve_common(Arena& a, const Qwen35LayerSpec& s, int64_t B, int64_t T) {
   Common<Real> c{};
   c.in1 = a.take<Real>(s.C, "1 + input_layernorm.weight");
   c.pa1 = a.take<Real>(s.C, "1 + post_attention_layernorm.weight");
@@ -98,11 +100,12 @@ Common<Real> carve_common(Arena& a, const Qwen35LayerSpec& s, int64_t B) {
     c.qn1 = a.take<Real>(s.hd, "1 + q_norm.weight");
     c.kn1 = a.take<Real>(s.hd, "1 + k_norm.weight");
   }
-  c.seg = a.take<int64_t>(B + 1, "segments");
+  c.seg = a.take<int64_t>(B * T + 1, "segments");
   return c;
 }
 template <typename Real>
-void fill_common(const Qwen35LayerSpec& s, const Real* p, const Common<Real>& c, int64_t B, int64_t T) {
+void fill_common(const Qwen35LayerSpec& s, const Real* p, Common<Real>& c, int64_t B, int64_t T,
+                 const int32_t* positions) {
   auto plus_one = [](Real* out, const Real* w, int64_t n) {
     for (int64_t i = 0; i < n; ++i) out[i] = Real(1) + w[i];
   };
@@ -112,18 +115,16 @@ void fill_common(const Qwen35LayerSpec& s, const Real* p, const Common<Real>& c,
     plus_one(c.qn1, p + s.q_norm, s.hd);
     plus_one(c.kn1, p + s.k_norm, s.hd);
   }
-  for (int64_t b = 0; b <= B; ++b) c.seg[b] = b * T;
+  if (positions != nullptr) check_document_positions(positions, B, T);
+  c.positions = positions;
+  c.segments = 0;
+  for (int64_t r = 0; r < B * T; ++r)  // a segment starts at every sequence start and document start
+    if (r % T == 0 || (positions != nullptr && positions[r] == 0)) c.seg[c.segments++] = r;
+  c.seg[c.segments] = B * T;
 }
 
-DeltaRuleSegments segments(const int64_t* seg, int64_t B) { return {seg, B}; }
-
-// One DeltaNet segment per sequence: the offsets 0, T, 2T, ..., B T (the size queries' copy of what
-// fill_common writes into the workspace).
-std::vector<int64_t> sequence_starts(int64_t B, int64_t T) {
-  std::vector<int64_t> seg(static_cast<size_t>(B + 1));
-  for (int64_t b = 0; b <= B; ++b) seg[static_cast<size_t>(b)] = b * T;
-  return seg;
-}
+template <typename Real>
+DeltaRuleSegments segments(const Common<Real>& c) { return {c.seg, c.segments}; }
 
 template <typename T>
 DeltaNetWeights<T> gdn_weights(const Qwen35LayerSpec& s, T* p) {
@@ -131,8 +132,10 @@ DeltaNetWeights<T> gdn_weights(const Qwen35LayerSpec& s, T* p) {
           p + s.dt_bias, p + s.A_log, p + s.gdn_norm, p + s.out_w};
 }
 
-AttentionShape attention_shape(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
-  return AttentionShape{B, T, s.H, s.KV, s.hd, s.attn_tile, s.threads};
+AttentionShape attention_shape(const Qwen35LayerSpec& s, int64_t B, int64_t T, const int32_t* positions = nullptr) {
+  AttentionShape a{B, T, s.H, s.KV, s.hd, s.attn_tile, s.threads};
+  a.positions = positions;
+  return a;
 }
 
 MoeSpec moe_spec(const Qwen35LayerSpec& s) {
@@ -184,13 +187,13 @@ AttentionScratch<Real> carve_attention(Arena& a, const Qwen35LayerSpec& s, int64
 // rotated (or rotated back), scattered.
 template <typename Real>
 void rope_partial(const Qwen35LayerSpec& s, const AttentionScratch<Real>& x, Real* data, int64_t nh, int64_t B,
-                  int64_t T, bool backward) {
+                  int64_t T, const int32_t* positions, bool backward) {
   const int64_t rows = B * T * nh, rd = s.rotary_dim;
   for (int64_t r = 0; r < rows; ++r) std::copy(data + r * s.hd, data + r * s.hd + rd, x.rot + r * rd);
   if (backward)
-    rope_backward(x.rot, x.cos, x.sin, B, T, nh, rd);
+    rope_backward(x.rot, x.cos, x.sin, B, T, nh, rd, positions);
   else
-    rope_forward(x.rot, x.cos, x.sin, B, T, nh, rd);
+    rope_forward(x.rot, x.cos, x.sin, B, T, nh, rd, positions);
   for (int64_t r = 0; r < rows; ++r) std::copy(x.rot + r * rd, x.rot + (r + 1) * rd, data + r * s.hd);
 }
 
@@ -212,9 +215,9 @@ void attention_forward_block(const Qwen35LayerSpec& s, const Real* p, const Real
   rmsnorm_forward(S.q, S.rstd_q, S.q_lin, c.qn1, N * s.H, hd, s.eps);
   rmsnorm_forward(S.k, S.rstd_k, S.k_lin, c.kn1, N * s.KV, hd, s.eps);
   rope_tables(a.cos, a.sin, s.inv_freq, T);
-  rope_partial(s, a, S.q, s.H, B, T, false);
-  rope_partial(s, a, S.k, s.KV, B, T, false);
-  attention_forward(S.att, S.lse, S.q, S.k, S.v, attention_shape(s, B, T), a.attn);
+  rope_partial(s, a, S.q, s.H, B, T, c.positions, false);
+  rope_partial(s, a, S.k, s.KV, B, T, c.positions, false);
+  attention_forward(S.att, S.lse, S.q, S.k, S.v, attention_shape(s, B, T, c.positions), a.attn);
   for (int64_t i = 0; i < N * Q; ++i) a.og[i] = S.att[i] * sigmoid(S.gate[i]);
   std::copy(x, x + N * C, S.h1);
   linear_forward(S.h1, a.og, p + s.o_w, no_bias, N, Q, C, true);
@@ -239,10 +242,11 @@ void attention_backward_block(const Qwen35LayerSpec& s, const Real* p, const Sav
       a.og[e] = a.dog[e] * sg;
       a.qp[(2 * r + 1) * hd + i] = a.dog[e] * S.att[e] * sg * (Real(1) - sg);
     }
-  attention_backward(a.dq, a.dk, a.dv, a.og, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T), a.attn);
+  attention_backward(a.dq, a.dk, a.dv, a.og, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T, c.positions),
+                     a.attn);
   rope_tables(a.cos, a.sin, s.inv_freq, T);
-  rope_partial(s, a, a.dq, s.H, B, T, true);
-  rope_partial(s, a, a.dk, s.KV, B, T, true);
+  rope_partial(s, a, a.dq, s.H, B, T, c.positions, true);
+  rope_partial(s, a, a.dk, s.KV, B, T, c.positions, true);
   // through the zero-centred q/k norms (dog is dead: it takes dq_lin)
   rmsnorm_backward(a.dog, dp + s.q_norm, a.dq, S.q_lin, S.rstd_q, c.qn1, N * s.H, hd, false);
   rmsnorm_backward(a.dk_lin, dp + s.k_norm, a.dk, S.k_lin, S.rstd_k, c.kn1, N * s.KV, hd, false);
@@ -397,19 +401,19 @@ void check_spec(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
 // values, so recompute is bitwise what forward saved.
 template <typename Real>
 void forward_impl(const Qwen35LayerSpec& s, const Real* p, const Real* x, Real* y, Workspace saved, int64_t B,
-                  int64_t T, Workspace ws) {
+                  int64_t T, Workspace ws, const int32_t* positions) {
   check_spec(s, B, T);
   const int64_t N = B * T, C = s.C;
   Arena saved_arena(saved);
   const Saved<Real> S = carve_saved<Real>(saved_arena, s, B, T);
   Arena arena(ws);
-  const Common<Real> c = carve_common<Real>(arena, s, B);
-  fill_common(s, p, c, B, T);
+  Common<Real> c = carve_common<Real>(arena, s, B, T);
+  fill_common(s, p, c, B, T, positions);
   rmsnorm_forward(S.h, S.rstd_in, x, c.in1, N, C, s.eps);
   if (s.linear) {
     std::copy(x, x + N * C, S.h1);
     const int64_t mark = arena.mark();
-    const DeltaRuleSegments seg = segments(c.seg, B);
+    const DeltaRuleSegments seg = segments(c);
     deltanet_forward(s.gdn, seg, gdn_weights<const Real>(s, p), S.h, S.h1, true, S.gdn,
                      arena.take_workspace(deltanet_forward_workspace_bytes<Real>(s.gdn, seg)));
     arena.release(mark);
@@ -495,11 +499,10 @@ int64_t qwen3_5_saved_bytes(const Qwen35LayerSpec& spec, int64_t B, int64_t T) {
 template <typename Real>
 int64_t qwen3_5_forward_workspace_bytes(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
   return measured_bytes([&](Arena& a) {  // the take sequence of forward_impl
-    const Common<Real> c = carve_common<Real>(a, s, B);
+    const Common<Real> c = carve_common<Real>(a, s, B, T);
     const int64_t mark = a.mark();
     if (s.linear) {
-      const std::vector<int64_t> seg = sequence_starts(B, T);
-      a.take_workspace(deltanet_forward_workspace_bytes<Real>(s.gdn, segments(seg.data(), B)));
+      a.take_workspace(deltanet_forward_workspace_bytes<Real>(s.gdn, packed_documents_extent(B, T)));
     } else {
       carve_attention<Real>(a, s, B, T, false);
     }
@@ -512,15 +515,14 @@ int64_t qwen3_5_forward_workspace_bytes(const Qwen35LayerSpec& s, int64_t B, int
 template <typename Real>
 int64_t qwen3_5_backward_workspace_bytes(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
   return measured_bytes([&](Arena& a) {  // the take sequence of qwen3_5_backward
-    carve_common<Real>(a, s, B);
+    carve_common<Real>(a, s, B, T);
     a.take<Real>(B * T * s.C);  // dh1
     a.take<Real>(B * T * s.C);  // dc
     const int64_t mark = a.mark();
     carve_ffn_backward<Real>(a, s, B * T);
     a.release(mark);
     if (s.linear) {
-      const std::vector<int64_t> seg = sequence_starts(B, T);
-      a.take_workspace(deltanet_backward_workspace_bytes<Real>(s.gdn, segments(seg.data(), B)));
+      a.take_workspace(deltanet_backward_workspace_bytes<Real>(s.gdn, packed_documents_extent(B, T)));
     } else {
       carve_attention<Real>(a, s, B, T, true);
     }
@@ -529,9 +531,9 @@ int64_t qwen3_5_backward_workspace_bytes(const Qwen35LayerSpec& s, int64_t B, in
 
 template <typename Real>
 void qwen3_5_forward(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                     int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
+                     int64_t B, int64_t T, Workspace ws, const RouterStats* router, const int32_t* positions) {
   SLIDEDP_CHECK(y != nullptr && y != x, "qwen3_5_forward needs an output buffer distinct from x");
-  forward_impl(spec, params, x, y, saved, B, T, ws);
+  forward_impl(spec, params, x, y, saved, B, T, ws, positions);
   if (router != nullptr && spec.has_moe()) {
     Arena saved_arena(saved);
     const Saved<Real> S = carve_saved<Real>(saved_arena, spec, B, T);
@@ -541,21 +543,22 @@ void qwen3_5_forward(const Qwen35LayerSpec& spec, const Real* params, const Real
 
 template <typename Real>
 void qwen3_5_recompute(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
-                       int64_t T, Workspace ws) {
-  forward_impl(spec, params, x, static_cast<Real*>(nullptr), saved, B, T, ws);
+                       int64_t T, Workspace ws, const int32_t* positions) {
+  forward_impl(spec, params, x, static_cast<Real*>(nullptr), saved, B, T, ws, positions);
 }
 
 template <typename Real>
 void qwen3_5_backward(const Qwen35LayerSpec& s, const Real* p, const Real* x, Workspace saved, const Real* dy,
-                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router) {
+                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router,
+                      const int32_t* positions) {
   check_spec(s, B, T);
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C;
   Arena saved_arena(saved);
   const Saved<Real> S = carve_saved<Real>(saved_arena, s, B, T);
   Arena arena(ws);
-  const Common<Real> c = carve_common<Real>(arena, s, B);
-  fill_common(s, p, c, B, T);
+  Common<Real> c = carve_common<Real>(arena, s, B, T);
+  fill_common(s, p, c, B, T, positions);
   Real* dh1 = arena.take<Real>(N * C);
   Real* dc = arena.take<Real>(N * C);
   Real* dp = grads;  // same layout as p
@@ -566,7 +569,7 @@ void qwen3_5_backward(const Qwen35LayerSpec& s, const Real* p, const Real* x, Wo
   rmsnorm_backward(dh1, dp + s.post_attn_norm, dc, S.h1, S.rstd_pa, c.pa1, N, C, true);
   // h1 = x + mixer(norm_in(x))
   if (s.linear) {
-    const DeltaRuleSegments seg = segments(c.seg, B);
+    const DeltaRuleSegments seg = segments(c);
     DeltaNetWeights<Real> dw = gdn_weights<Real>(s, dp);
     deltanet_backward(s.gdn, seg, gdn_weights<const Real>(s, p), S.h, S.gdn, dh1, dc, false, dw,
                       arena.take_workspace(deltanet_backward_workspace_bytes<Real>(s.gdn, seg)));
@@ -582,12 +585,12 @@ void qwen3_5_backward(const Qwen35LayerSpec& s, const Real* p, const Real* x, Wo
   template int64_t qwen3_5_forward_workspace_bytes<Real>(const Qwen35LayerSpec&, int64_t, int64_t);             \
   template int64_t qwen3_5_backward_workspace_bytes<Real>(const Qwen35LayerSpec&, int64_t, int64_t);            \
   template void qwen3_5_forward<Real>(const Qwen35LayerSpec&, const Real*, const Real*, Real*, Workspace,       \
-                                      int64_t, int64_t, Workspace, const RouterStats*);                         \
+                                      int64_t, int64_t, Workspace, const RouterStats*, const int32_t*);         \
   template void qwen3_5_recompute<Real>(const Qwen35LayerSpec&, const Real*, const Real*, Workspace, int64_t,   \
-                                        int64_t, Workspace);                                                    \
+                                        int64_t, Workspace, const int32_t*);                                    \
   template void qwen3_5_backward<Real>(const Qwen35LayerSpec&, const Real*, const Real*, Workspace,             \
                                        const Real*, Real*, Real*, int64_t, int64_t, Workspace,                  \
-                                       const RouterStats*);
+                                       const RouterStats*, const int32_t*);
 SLIDEDP_INSTANTIATE(float)
 SLIDEDP_INSTANTIATE(double)
 #undef SLIDEDP_INSTANTIATE

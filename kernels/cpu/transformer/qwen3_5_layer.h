@@ -15,7 +15,10 @@
 //   y   = h1 + ffn
 //
 // shared/reference/model-families.md section 3.4 is the source of every step. Each sequence of the
-// batch is one segment of the DeltaNet (its conv window and state start at zero). The unit follows
+// batch is one segment of the DeltaNet (its conv window and state start at zero); with document
+// positions (attention.h), so is each packed document, and attention and RoPE restart there too,
+// so a packed sequence computes what its documents would alone (the reference's pure-PyTorch path
+// does not reset). The unit follows
 // the Llama unit's contract (decoder_layer.h): forward writes y and the saved state, recompute
 // refills the saved state bitwise, backward overwrites dx and ACCUMULATES every parameter gradient
 // into the flat gradient buffer. The optional router auxiliary loss is not built (off by default in
@@ -71,17 +74,20 @@ int64_t qwen3_5_forward_workspace_bytes(const Qwen35LayerSpec& spec, int64_t B, 
 template <typename Real>
 int64_t qwen3_5_backward_workspace_bytes(const Qwen35LayerSpec& spec, int64_t B, int64_t T);
 
-// x, y (B, T, C); saved: qwen3_5_saved_bytes() bytes. `router`: as gemma4_forward's.
+// x, y (B, T, C); saved: qwen3_5_saved_bytes() bytes. `router`: as gemma4_forward's. `positions`
+// (B, T): document positions of packed sequences (attention.h), or null. The workspace sizes fit
+// any documents.
 template <typename Real>
 void qwen3_5_forward(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Real* y, Workspace saved,
-                     int64_t B, int64_t T, Workspace ws, const RouterStats* router = nullptr);
+                     int64_t B, int64_t T, Workspace ws, const RouterStats* router = nullptr,
+                     const int32_t* positions = nullptr);
 template <typename Real>
 void qwen3_5_recompute(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Workspace saved, int64_t B,
-                       int64_t T, Workspace ws);
+                       int64_t T, Workspace ws, const int32_t* positions = nullptr);
 // dx (B, T, C) overwritten; grads (flat) += dL/dparams.
 template <typename Real>
 void qwen3_5_backward(const Qwen35LayerSpec& spec, const Real* params, const Real* x, Workspace saved,
                       const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
-                      const RouterStats* router = nullptr);
+                      const RouterStats* router = nullptr, const int32_t* positions = nullptr);
 
 }  // namespace slidedp::kernels

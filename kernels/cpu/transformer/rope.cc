@@ -67,12 +67,13 @@ namespace {
 // sign = +1: forward rotation; -1: its transpose (backward).
 template <typename Real>
 void rotate(Real* x, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd,
-            Real sign) {
+            const int32_t* positions, Real sign) {
   const int64_t half = hd / 2;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t t = 0; t < T; ++t) {
-      const Real* c = cos + t * half;  // (hd/2)
-      const Real* s = sin + t * half;  // (hd/2)
+      const int64_t pos = positions != nullptr ? positions[b * T + t] : t;  // < T: a table row
+      const Real* c = cos + pos * half;  // (hd/2)
+      const Real* s = sin + pos * half;  // (hd/2)
       for (int64_t h = 0; h < nh; ++h) {
         Real* v = x + ((b * T + t) * nh + h) * hd;  // (hd)
         for (int64_t i = 0; i < half; ++i) {
@@ -88,21 +89,26 @@ void rotate(Real* x, const Real* cos, const Real* sin, int64_t B, int64_t T, int
 }  // namespace
 
 template <typename Real>
-void rope_forward(Real* x, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd) {
-  rotate(x, cos, sin, B, T, nh, hd, Real(1));
+void rope_forward(Real* x, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                  const int32_t* positions) {
+  rotate(x, cos, sin, B, T, nh, hd, positions, Real(1));
 }
 
 template <typename Real>
-void rope_backward(Real* dx, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd) {
-  rotate(dx, cos, sin, B, T, nh, hd, Real(-1));
+void rope_backward(Real* dx, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                   const int32_t* positions) {
+  rotate(dx, cos, sin, B, T, nh, hd, positions, Real(-1));
 }
 
 template void rope_tables<float>(float*, float*, const std::vector<double>&, int64_t);
 template void rope_tables<double>(double*, double*, const std::vector<double>&, int64_t);
-template void rope_forward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t);
-template void rope_forward<double>(double*, const double*, const double*, int64_t, int64_t, int64_t, int64_t);
-template void rope_backward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t);
-template void rope_backward<double>(double*, const double*, const double*, int64_t, int64_t, int64_t,
-                                    int64_t);
+template void rope_forward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                  const int32_t*);
+template void rope_forward<double>(double*, const double*, const double*, int64_t, int64_t, int64_t, int64_t,
+                                   const int32_t*);
+template void rope_backward<float>(float*, const float*, const float*, int64_t, int64_t, int64_t, int64_t,
+                                   const int32_t*);
+template void rope_backward<double>(double*, const double*, const double*, int64_t, int64_t, int64_t, int64_t,
+                                    const int32_t*);
 
 }  // namespace slidedp::kernels

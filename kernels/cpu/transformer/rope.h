@@ -4,7 +4,8 @@
 // _compute_llama3_parameters (divide long wavelengths by factor, keep short ones, interpolate the
 // band between), "linear" divides every frequency by factor. Frequencies and angles are computed in
 // double and rounded once to the compute type (transformers computes them in fp32; the difference
-// is rounding only). Positions are 0 .. T-1 in every sequence.
+// is rounding only). Positions are 0 .. T-1 in every sequence, or each token's position in its
+// document when the sequences are packed documents (attention.h's `positions`).
 #pragma once
 
 #include <cstdint>
@@ -28,12 +29,15 @@ std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScal
 template <typename Real>
 void rope_tables(Real* cos, Real* sin, const std::vector<double>& inv_freq, int64_t T);
 
-// In place on x (B, T, nh, hd): x[i] <- x[i] cos - x[i+h] sin, x[i+h] <- x[i+h] cos + x[i] sin.
+// In place on x (B, T, nh, hd): x[i] <- x[i] cos - x[i+h] sin, x[i+h] <- x[i+h] cos + x[i] sin, the
+// angles of table row t, or of row positions[b, t] (B, T) when given.
 template <typename Real>
-void rope_forward(Real* x, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd);
+void rope_forward(Real* x, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                  const int32_t* positions = nullptr);
 
 // In place on dx (B, T, nh, hd): the transposed rotation (rotation by -angle).
 template <typename Real>
-void rope_backward(Real* dx, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd);
+void rope_backward(Real* dx, const Real* cos, const Real* sin, int64_t B, int64_t T, int64_t nh, int64_t hd,
+                   const int32_t* positions = nullptr);
 
 }  // namespace slidedp::kernels

@@ -24,11 +24,12 @@ struct LayerUnit {
   int64_t (*saved_bytes)(const Spec&, int64_t, int64_t);
   int64_t (*forward_workspace_bytes)(const Spec&, int64_t, int64_t);
   int64_t (*backward_workspace_bytes)(const Spec&, int64_t, int64_t);
-  // The MoE families' units also take the router statistics (router_aux_loss.h); none here.
+  // The MoE families' units also take the router statistics (router_aux_loss.h) and every unit the
+  // document positions (attention.h); none here.
   void (*forward)(const Spec&, const Real*, const Real*, Real*, Workspace, int64_t, int64_t, Workspace,
-                  const RouterStats*);
+                  const RouterStats*, const int32_t*);
   void (*backward)(const Spec&, const Real*, const Real*, Workspace, const Real*, Real*, Real*, int64_t, int64_t,
-                   Workspace, const RouterStats*);
+                   Workspace, const RouterStats*, const int32_t*);
 };
 
 template <typename Real, typename Spec>
@@ -39,14 +40,14 @@ LayerRun<Real> run_layer(const LayerUnit<Real, Spec>& unit, const Spec& s, const
   r.saved = AlignedBuffer(unit.saved_bytes(s, B, T));
   AlignedBuffer fws(unit.forward_workspace_bytes(s, B, T));
   std::memset(fws.data(), 0x7f, static_cast<size_t>(fws.bytes()));
-  unit.forward(s, p.data(), x.data(), r.y.data(), r.saved.workspace(), B, T, fws.workspace(), nullptr);
+  unit.forward(s, p.data(), x.data(), r.y.data(), r.saved.workspace(), B, T, fws.workspace(), nullptr, nullptr);
   if (dy.empty()) return r;
   r.dx.assign(x.size(), Real(0));
   r.grads.assign(p.size(), Real(0));
   AlignedBuffer bws(unit.backward_workspace_bytes(s, B, T));
   std::memset(bws.data(), 0x7f, static_cast<size_t>(bws.bytes()));
   unit.backward(s, p.data(), x.data(), r.saved.workspace(), dy.data(), r.dx.data(), r.grads.data(), B, T,
-                bws.workspace(), nullptr);
+                bws.workspace(), nullptr, nullptr);
   return r;
 }
 
