@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.h"
 #include "kernels/cuda/device_util.cuh"
 
 namespace slidedp::kernels::cuda {
@@ -62,15 +63,9 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_chunk_kernel(const flo
   // row[target] -= scale, in fp32)
   const float factor = static_cast<float>(grad_scale / sum);
   const float scale = static_cast<float>(grad_scale);
-  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
-    float g = expf(row[c] - mx) * factor;
-    if (c == target) g -= scale;
-    drow[c] = to_bf16(g);
-  }
-  if (threadIdx.x == 0) {
-    const double lse = static_cast<double>(mx) + log(sum);
-    loss_rows[r] = lse - static_cast<double>(row[target]);
-  }
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
+    drow[c] = to_bf16(math::cross_entropy_dlogit(row[c], mx, factor, c == target, scale));
+  if (threadIdx.x == 0) loss_rows[r] = math::cross_entropy_row_loss(mx, sum, row[target]);
 }
 
 // One block: thread t sums rows t, t + blockDim, ... then a fixed tree: deterministic.

@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
 
@@ -36,25 +37,20 @@ __global__ void bf16_to_f32_kernel(const bf16* __restrict__ src, float* __restri
     dst[i] = to_f32(src[i]);
 }
 
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 __global__ void swiglu_forward_kernel(bf16* __restrict__ m, const bf16* __restrict__ g, const bf16* __restrict__ u,
                                       int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float x = to_f32(g[i]);
-    m[i] = to_bf16(x * sigmoid(x) * to_f32(u[i]));
-  }
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    m[i] = to_bf16(math::swiglu(to_f32(g[i]), to_f32(u[i])));
 }
 
 // dg may alias dm: each element of dm is read before the same element of dg is written.
 __global__ void swiglu_backward_kernel(bf16* dg, bf16* __restrict__ du, const bf16* dm, const bf16* __restrict__ g,
                                        const bf16* __restrict__ u, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    const float x = to_f32(g[i]), d = to_f32(dm[i]);
-    const float s = sigmoid(x);
-    const float silu = x * s;
-    du[i] = to_bf16(d * silu);
-    dg[i] = to_bf16(d * to_f32(u[i]) * (s * (1.0f + x * (1.0f - s))));
+    float dgi, dui;
+    math::swiglu_grads(to_f32(g[i]), to_f32(u[i]), to_f32(dm[i]), &dgi, &dui);
+    du[i] = to_bf16(dui);
+    dg[i] = to_bf16(dgi);
   }
 }
 
@@ -67,12 +63,14 @@ __global__ void add_bias_kernel(bf16* __restrict__ x, const bf16* __restrict__ b
 // Stage 1: partial (S, C), partial[s][c] = sum of in[r][c] over the rows r of segment s, in row order.
 __global__ void colsum_partial_kernel(float* __restrict__ partial, const bf16* __restrict__ in, int64_t N, int64_t C) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t s = blockIdx.y;
   if (c >= C) return;
-  const int64_t r0 = s * kColsumRowsPerSegment, r1 = min(N, r0 + kColsumRowsPerSegment);
-  float acc = 0.0f;
-  for (int64_t r = r0; r < r1; ++r) acc += to_f32(in[r * C + c]);
-  partial[s * C + c] = acc;
+  const int64_t S = math::segment_count(N, kColsumRowsPerSegment);
+  for (int64_t s = blockIdx.y; s < S; s += gridDim.y) {  // more segments than gridDim.y allows: loop
+    const int64_t r0 = s * kColsumRowsPerSegment, r1 = min(N, r0 + kColsumRowsPerSegment);
+    float acc = 0.0f;
+    for (int64_t r = r0; r < r1; ++r) acc += to_f32(in[r * C + c]);
+    partial[s * C + c] = acc;
+  }
 }
 
 // Stage 2: out[c] += sum over segments in order.
@@ -95,16 +93,15 @@ __global__ void rope_kernel(bf16* __restrict__ x, const RopeFreqs f, int64_t B, 
     const int64_t i = idx % half;
     const int64_t bt = idx / half;  // b * T + t
     const int64_t t = bt % T;
-    double sd, cd;
-    sincos(static_cast<double>(t) * f.inv_freq[i], &sd, &cd);
-    const float c = static_cast<float>(cd);
-    const float si = sign * static_cast<float>(sd);
+    float c, s;
+    math::rope_cos_sin(t, f.inv_freq[i], &c, &s);
     bf16* row = x + bt * nh * hd;  // (nh, hd)
     for (int64_t h = 0; h < nh; ++h) {
       bf16* v = row + h * hd;
-      const float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
-      v[i] = to_bf16(x1 * c - x2 * si);
-      v[i + half] = to_bf16(x2 * c + x1 * si);
+      float x1 = to_f32(v[i]), x2 = to_f32(v[i + half]);
+      math::rope_rotate(&x1, &x2, c, s, sign);
+      v[i] = to_bf16(x1);
+      v[i + half] = to_bf16(x2);
     }
   }
 }
@@ -149,10 +146,9 @@ void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stre
 
 void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
-  const int64_t S = (N + kColsumRowsPerSegment - 1) / kColsumRowsPerSegment;
-  SLIDEDP_CHECK(S <= 65535, "colsum: too many rows for one launch");
+  const int64_t S = math::segment_count(N, kColsumRowsPerSegment);
   auto* partial = static_cast<float*>(workspace);
-  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), static_cast<unsigned>(S));
+  const dim3 grid(static_cast<unsigned>((C + kThreads - 1) / kThreads), math::segment_grid_y(S));
   colsum_partial_kernel<<<grid, kThreads, 0, stream>>>(partial, in, N, C);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "colsum_partial");
   colsum_finish_kernel<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(out, partial, S,

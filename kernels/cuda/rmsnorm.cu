@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/rmsnorm.h"
 
@@ -28,9 +29,9 @@ __global__ void rmsnorm_forward_kernel(bf16* __restrict__ y, float* __restrict__
     ss += v * v;
   }
   ss = warp_sum(ss);
-  const float r = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / static_cast<double>(C) + eps));
+  const float r = math::rmsnorm_rstd(ss, C, eps);
   if (lane == 0) rstd[row] = r;
-  for (int64_t c = lane; c < C; c += 32) yr[c] = to_bf16(to_f32(w[c]) * (to_f32(xr[c]) * r));
+  for (int64_t c = lane; c < C; c += 32) yr[c] = to_bf16(math::rmsnorm_out(to_f32(w[c]), to_f32(xr[c]), r));
 }
 
 template <typename DY, typename RES, typename DX>
@@ -46,12 +47,11 @@ __global__ void rmsnorm_backward_kernel(DX* dx, const DY* __restrict__ dy, const
   const float r = rstd[row];
   // mean over the row of (w * dy) . xhat
   float dot = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) dot += (to_f32(w[c]) * to_f32(dyr[c])) * (to_f32(xr[c]) * r);
+  for (int64_t c = lane; c < C; c += 32) dot += math::rmsnorm_dot_term(to_f32(w[c]), to_f32(dyr[c]), to_f32(xr[c]), r);
   dot = warp_sum(dot);
   const float mean_dot = dot / static_cast<float>(C);
   for (int64_t c = lane; c < C; c += 32) {
-    const float xhat = to_f32(xr[c]) * r;
-    float g = r * (to_f32(w[c]) * to_f32(dyr[c]) - xhat * mean_dot);
+    float g = math::rmsnorm_dx(to_f32(w[c]), to_f32(dyr[c]), to_f32(xr[c]), r, mean_dot);
     if (residual != nullptr) g = to_f32(residual[row * C + c]) + g;
     dxr[c] = from_f32<DX>(g);
   }
@@ -63,12 +63,14 @@ __global__ void rmsnorm_dw_partial_kernel(float* __restrict__ partial, const DY*
                                           const bf16* __restrict__ x, const float* __restrict__ rstd, int64_t N,
                                           int64_t C) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
-  const int64_t s = blockIdx.y;
   if (c >= C) return;
-  const int64_t r0 = s * kRowsPerSegment, r1 = min(N, r0 + kRowsPerSegment);
-  float acc = 0.0f;
-  for (int64_t r = r0; r < r1; ++r) acc += to_f32(dy[r * C + c]) * (to_f32(x[r * C + c]) * rstd[r]);
-  partial[s * C + c] = acc;
+  const int64_t S = math::segment_count(N, kRowsPerSegment);
+  for (int64_t s = blockIdx.y; s < S; s += gridDim.y) {  // more segments than gridDim.y allows: loop
+    const int64_t r0 = s * kRowsPerSegment, r1 = min(N, r0 + kRowsPerSegment);
+    float acc = 0.0f;
+    for (int64_t r = r0; r < r1; ++r) acc += to_f32(dy[r * C + c]) * (to_f32(x[r * C + c]) * rstd[r]);
+    partial[s * C + c] = acc;
+  }
 }
 
 __global__ void dw_finish_kernel(float* __restrict__ dw, const float* __restrict__ partial, int64_t S, int64_t C) {
@@ -109,12 +111,11 @@ void dispatch_residual(const RmsnormBackwardArgs& a, cudaStream_t stream) {
 
 template <typename DY>
 void launch_dw(const RmsnormBackwardArgs& a, void* workspace, cudaStream_t stream) {
-  const int64_t S = (a.N + kRowsPerSegment - 1) / kRowsPerSegment;
-  SLIDEDP_CHECK(S <= 65535, "rmsnorm_backward: too many rows for one launch");
+  const int64_t S = math::segment_count(a.N, kRowsPerSegment);
   auto* partial = static_cast<float*>(workspace);
   constexpr int kThreads = 128;
   const unsigned col_blocks = static_cast<unsigned>((a.C + kThreads - 1) / kThreads);
-  rmsnorm_dw_partial_kernel<DY><<<dim3(col_blocks, static_cast<unsigned>(S)), kThreads, 0, stream>>>(
+  rmsnorm_dw_partial_kernel<DY><<<dim3(col_blocks, math::segment_grid_y(S)), kThreads, 0, stream>>>(
       partial, static_cast<const DY*>(a.dy), a.x, a.rstd, a.N, a.C);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "rmsnorm_dw_partial");
   dw_finish_kernel<<<col_blocks, kThreads, 0, stream>>>(a.dw, partial, S, a.C);

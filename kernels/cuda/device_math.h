@@ -1,0 +1,123 @@
+// The per-element and per-row math of the CUDA kernels, and the index maps of their reductions, as
+// functions both nvcc (device code) and the host compiler (CPU tests, CI) compile. A kernel is then a
+// loop that calls these; tests/kernels/cuda/device_math_test.cc runs the same functions on the CPU
+// against the CPU units (kernels/cpu/transformer), so what CI checks and what the GPU runs differ
+// only in launch and memory. Plain float arithmetic in the order the kernels use; C math functions
+// (expf, sqrt, log, sincos via sin/cos) that exist on both sides.
+#pragma once
+
+#include <math.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define SLIDEDP_HD __host__ __device__ __forceinline__
+#else
+#define SLIDEDP_HD inline
+#endif
+
+namespace slidedp::kernels::cuda::math {
+
+// ---- activations ----
+
+SLIDEDP_HD float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// SwiGLU: m = silu(g) * u.
+SLIDEDP_HD float swiglu(float g, float u) { return g * sigmoid(g) * u; }
+
+// Its gradients from dm: du = dm silu(g), dg = dm u silu'(g), silu'(g) = s (1 + g (1 - s)).
+SLIDEDP_HD void swiglu_grads(float g, float u, float dm, float* dg, float* du) {
+  const float s = sigmoid(g);
+  const float silu = g * s;
+  *du = dm * silu;
+  *dg = dm * u * (s * (1.0f + g * (1.0f - s)));
+}
+
+// ---- RoPE ----
+
+// cos and sin of pos * inv_freq, computed in double and rounded once (as the CPU's rope_tables).
+SLIDEDP_HD void rope_cos_sin(int64_t pos, double inv_freq, float* c, float* s) {
+  const double angle = static_cast<double>(pos) * inv_freq;
+  *c = static_cast<float>(cos(angle));
+  *s = static_cast<float>(sin(angle));
+}
+
+// Rotates the pair (x1, x2) by the angle (sign +1) or back (sign -1): rotate_half convention.
+SLIDEDP_HD void rope_rotate(float* x1, float* x2, float c, float s, float sign) {
+  const float a = *x1, b = *x2, si = sign * s;
+  *x1 = a * c - b * si;
+  *x2 = b * c + a * si;
+}
+
+// ---- RMSNorm ----
+
+// 1 / sqrt(mean of squares + eps) from the row's sum of squares, in double, rounded once.
+SLIDEDP_HD float rmsnorm_rstd(float sum_squares, int64_t C, double eps) {
+  return static_cast<float>(1.0 / sqrt(static_cast<double>(sum_squares) / static_cast<double>(C) + eps));
+}
+
+SLIDEDP_HD float rmsnorm_out(float w, float x, float rstd) { return w * (x * rstd); }
+
+// One element's share of the row's dot (w dy) . xhat.
+SLIDEDP_HD float rmsnorm_dot_term(float w, float dy, float x, float rstd) { return (w * dy) * (x * rstd); }
+
+// dx = rstd (w dy - xhat mean_dot), mean_dot = the row's dot / C.
+SLIDEDP_HD float rmsnorm_dx(float w, float dy, float x, float rstd, float mean_dot) {
+  const float xhat = x * rstd;
+  return rstd * (w * dy - xhat * mean_dot);
+}
+
+// ---- warp reductions ----
+
+inline constexpr int kWarpSize = 32;
+
+// The butterfly of __shfl_xor_sync (offsets 16, 8, 4, 2, 1) over 32 lane values, in place: every lane
+// ends with the same sum, added in the order the device adds it. The device's warp_sum is this
+// loop with the exchange done by shuffles.
+template <typename T>
+SLIDEDP_HD void warp_butterfly_sum(T* lanes) {
+  for (int o = kWarpSize / 2; o > 0; o >>= 1) {
+    T next[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l) next[l] = lanes[l] + lanes[l ^ o];
+    for (int l = 0; l < kWarpSize; ++l) lanes[l] = next[l];
+  }
+}
+
+// ---- cross-entropy (one row of logits) ----
+
+// dlogit of column c: grad_scale softmax - grad_scale at the target, with factor = grad_scale / sum
+// of exp(logit - max) (fp32, as cross_entropy.cc).
+SLIDEDP_HD float cross_entropy_dlogit(float logit, float row_max, float factor, bool is_target, float grad_scale) {
+  float g = expf(logit - row_max) * factor;
+  if (is_target) g -= grad_scale;
+  return g;
+}
+
+// The row's loss: log-sum-exp - the target's logit, in double.
+SLIDEDP_HD double cross_entropy_row_loss(float row_max, double sum_exp, float target_logit) {
+  return static_cast<double>(row_max) + log(sum_exp) - static_cast<double>(target_logit);
+}
+
+// ---- deterministic column sums in row segments (norm-weight and bias gradients) ----
+
+// Rows [s * rows_per_segment, min(N, (s + 1) * rows_per_segment)) form segment s; each segment's
+// column sums land in their own partial row, and a second pass adds the partials in segment order,
+// so the result never depends on the launch.
+SLIDEDP_HD int64_t segment_count(int64_t N, int64_t rows_per_segment) {
+  return (N + rows_per_segment - 1) / rows_per_segment;
+}
+
+// gridDim.y is at most 65535: block y handles segments y, y + grid_y, y + 2 grid_y, ...
+inline constexpr int64_t kMaxGridY = 65535;
+SLIDEDP_HD unsigned segment_grid_y(int64_t segments) {
+  return static_cast<unsigned>(segments < kMaxGridY ? (segments > 0 ? segments : 1) : kMaxGridY);
+}
+
+// ---- attention: the online softmax of one query row ----
+
+// Folding a tile whose visible scores have maximum tile_max into a row that had running max m and
+// sum l: the new max, and the factor exp(m - new max) that rescales what was accumulated (0 on the
+// first visible tile, where m = -inf).
+SLIDEDP_HD float online_softmax_max(float m, float tile_max) { return m > tile_max ? m : tile_max; }
+SLIDEDP_HD float online_softmax_correction(float m_old, float m_new) { return expf(m_old - m_new); }
+
+}  // namespace slidedp::kernels::cuda::math

@@ -1,0 +1,168 @@
+// The CUDA kernels' math (kernels/cuda/device_math.h) run on the CPU against the CPU units
+// (kernels/cpu/transformer), in CI where no GPU is. Each check drives the functions the way the kernel
+// does (per element, or per row with the warp's lane split and butterfly sum emulated exactly), on
+// fp32 inputs; only the bf16 stores and the launch are left to the GPU tests.
+// Tolerances: where the kernel's formula is the CPU unit's, bitwise (SwiGLU, RoPE with the CPU's
+// tables, the cross-entropy dlogits); where the sums differ (RMSNorm: fp32 per lane and a warp tree
+// vs the CPU's double), the fp32 rounding of a length-C sum, C u with u = 2^-24 (C = 257: 1.5e-5),
+// relative to the row's scale.
+#include "kernels/cuda/device_math.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/cross_entropy.h"
+#include "kernels/cpu/transformer/rmsnorm.h"
+#include "kernels/cpu/transformer/rope.h"
+#include "kernels/cpu/transformer/swiglu.h"
+#include "kernels/cuda/scratch_sizes.h"
+
+namespace slidedp::kernels::cuda {
+namespace {
+
+std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -3.0f, float hi = 3.0f) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+TEST(DeviceMath, SwiGluIsTheCpuUnitBitwise) {
+  const int64_t n = 4099;
+  const auto g = random_floats(n, 1, -12, 12), u = random_floats(n, 2), dm = random_floats(n, 3);
+  std::vector<float> m(n), dg(n), du(n);
+  swiglu_forward<float>(m.data(), g.data(), u.data(), n, 1);
+  swiglu_backward<float>(dg.data(), du.data(), dm.data(), g.data(), u.data(), n, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(math::swiglu(g[i], u[i]), m[i]) << i;
+    float dgi, dui;
+    math::swiglu_grads(g[i], u[i], dm[i], &dgi, &dui);
+    ASSERT_EQ(dgi, dg[i]) << i;
+    ASSERT_EQ(dui, du[i]) << i;
+  }
+}
+
+// The kernel computes each (t, i) angle itself; the CPU reads tables. Same double angle, same rounding.
+TEST(DeviceMath, RopeIsTheCpuUnitBitwise) {
+  const int64_t B = 2, T = 37, nh = 3, hd = 16, half = hd / 2;
+  const std::vector<double> inv_freq = rope_inv_freq(hd, 10000.0, RopeScaling{});
+  std::vector<float> cos(T * half), sin(T * half);
+  rope_tables<float>(cos.data(), sin.data(), inv_freq, T);
+  const auto x = random_floats(B * T * nh * hd, 4);
+  for (float sign : {1.0f, -1.0f}) {
+    std::vector<float> cpu = x, dev = x;
+    if (sign > 0)
+      rope_forward<float>(cpu.data(), cos.data(), sin.data(), B, T, nh, hd);
+    else
+      rope_backward<float>(cpu.data(), cos.data(), sin.data(), B, T, nh, hd);
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t t = 0; t < T; ++t)
+        for (int64_t i = 0; i < half; ++i) {
+          float c, s;
+          math::rope_cos_sin(t, inv_freq[static_cast<size_t>(i)], &c, &s);
+          for (int64_t h = 0; h < nh; ++h) {
+            float* v = dev.data() + ((b * T + t) * nh + h) * hd;
+            math::rope_rotate(&v[i], &v[i + half], c, s, sign);
+          }
+        }
+    ASSERT_EQ(dev, cpu) << "sign " << sign;
+  }
+}
+
+// One row the way rmsnorm.cu's warp does it: lane l takes columns l, l + 32, ...; the lanes' fp32
+// partials meet in the shuffle butterfly.
+float warp_row_sum(int64_t C, const auto& term) {
+  float lanes[math::kWarpSize] = {};
+  for (int l = 0; l < math::kWarpSize; ++l)
+    for (int64_t c = l; c < C; c += math::kWarpSize) lanes[l] += term(c);
+  math::warp_butterfly_sum(lanes);
+  for (int l = 1; l < math::kWarpSize; ++l) EXPECT_EQ(lanes[l], lanes[0]) << "every lane ends with the same sum";
+  return lanes[0];
+}
+
+TEST(DeviceMath, RmsNormForwardAndBackwardFollowTheCpuUnit) {
+  const int64_t N = 9, C = 257;
+  const double eps = 1e-6, tol = static_cast<double>(C) * 0x1p-24;
+  const auto x = random_floats(N * C, 5), w = random_floats(C, 6, 0.5f, 1.5f), dy = random_floats(N * C, 7);
+  std::vector<float> y(N * C), rstd(N), dx(N * C), dw(C, 0.0f);
+  rmsnorm_forward<float>(y.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+  rmsnorm_backward<float>(dx.data(), dw.data(), dy.data(), x.data(), rstd.data(), w.data(), N, C, false);
+  std::vector<float> dw_dev(C, 0.0f);
+  for (int64_t r = 0; r < N; ++r) {
+    const float* xr = x.data() + r * C;
+    const float* dyr = dy.data() + r * C;
+    const float ss = warp_row_sum(C, [&](int64_t c) { return xr[c] * xr[c]; });
+    const float rs = math::rmsnorm_rstd(ss, C, eps);
+    EXPECT_NEAR(rs, rstd[r], tol * rstd[r]) << "row " << r;
+    double scale = 0;
+    for (int64_t c = 0; c < C; ++c) scale = std::max(scale, std::abs(static_cast<double>(y[r * C + c])));
+    for (int64_t c = 0; c < C; ++c)
+      ASSERT_NEAR(math::rmsnorm_out(w[c], xr[c], rs), y[r * C + c], tol * scale) << "y " << r << "," << c;
+    const float dot = warp_row_sum(C, [&](int64_t c) { return math::rmsnorm_dot_term(w[c], dyr[c], xr[c], rs); });
+    const float mean_dot = dot / static_cast<float>(C);
+    scale = 0;
+    for (int64_t c = 0; c < C; ++c) scale = std::max(scale, std::abs(static_cast<double>(dx[r * C + c])));
+    for (int64_t c = 0; c < C; ++c)
+      ASSERT_NEAR(math::rmsnorm_dx(w[c], dyr[c], xr[c], rs, mean_dot), dx[r * C + c], 4 * tol * scale)
+          << "dx " << r << "," << c;
+  }
+}
+
+// The loss and dlogits of one row from cross_entropy.cu's per-element functions, with the row's max
+// and sum of exp taken in the CPU's order (the block reduces them in another: the max is exact, the
+// sum differs by rounding, which the GPU tests bound): bitwise the CPU unit.
+TEST(DeviceMath, CrossEntropyRowFollowsTheCpuUnit) {
+  const int64_t V = 1000;
+  const auto logits = random_floats(V, 8, -8, 8);
+  const int32_t target = 417;
+  const double grad_scale = 1.0 / 7;
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : logits) sum += static_cast<double>(expf(v - mx));
+  const float factor = static_cast<float>(grad_scale / sum);
+  std::vector<float> d(V);
+  for (int64_t c = 0; c < V; ++c)
+    d[c] = math::cross_entropy_dlogit(logits[c], mx, factor, c == target, static_cast<float>(grad_scale));
+  const double loss = math::cross_entropy_row_loss(mx, sum, logits[target]);
+  // The CPU unit on the same row: h = the logits, W = identity (V x V), so logits = h W^T and
+  // dh = dlogits W are exact copies and the unit's own row math is what is compared.
+  std::vector<float> eye(V * V, 0.0f), dh(V), dw(V * V, 0.0f);
+  for (int64_t c = 0; c < V; ++c) eye[c * V + c] = 1.0f;
+  AlignedBuffer ws(fused_cross_entropy_workspace_bytes<float>(1, V, V, 1, true));
+  const LossResult cpu = fused_linear_cross_entropy<float>(logits.data(), eye.data(), &target, 1, V, V, 1, grad_scale,
+                                                           dh.data(), dw.data(), ws.workspace());
+  EXPECT_EQ(loss, cpu.loss_sum);
+  for (int64_t c = 0; c < V; ++c) ASSERT_EQ(d[c], dh[c]) << c;
+}
+
+// Column sums in row segments: every segment is visited exactly once for segment counts on both
+// sides of the 65,535 grid limit (16.78M rows of q/k-norm gradient at 256 rows per segment: the
+// Qwen3-32B long-context case that used to throw), and the workspace holds one partial row each.
+TEST(DeviceMath, SegmentedColumnSumsCoverEverySegmentOnceBeyondTheGridLimit) {
+  for (int64_t N : {int64_t{1}, int64_t{256}, int64_t{257}, int64_t{65535} * 256, int64_t{16777216},
+                    int64_t{40000000}}) {
+    const int64_t S = math::segment_count(N, kRmsnormRowsPerSegment);
+    const unsigned grid_y = math::segment_grid_y(S);
+    EXPECT_LE(grid_y, 65535u);
+    std::vector<uint8_t> seen(static_cast<size_t>(S), 0);
+    for (unsigned y = 0; y < grid_y; ++y)
+      for (int64_t s = y; s < S; s += grid_y) ++seen[static_cast<size_t>(s)];
+    EXPECT_TRUE(std::all_of(seen.begin(), seen.end(), [](uint8_t v) { return v == 1; })) << "N " << N;
+    EXPECT_EQ(rmsnorm_backward_workspace_bytes(N, 8), S * 8 * 4);
+    // the last segment ends at N
+    EXPECT_EQ(std::min(N, S * kRmsnormRowsPerSegment), N);
+    EXPECT_GT(N, (S - 1) * kRmsnormRowsPerSegment);
+  }
+}
+
+}  // namespace
+}  // namespace slidedp::kernels::cuda
