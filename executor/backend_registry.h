@@ -22,6 +22,9 @@ struct BackendOptions {
   int64_t loss_chunk_tokens = 256;
   int64_t mlp_token_tile = 0;  // decoder MLP token tile (plan key mlp_token_tile); 0 = untiled
   bool packed_documents = false;  // micro-batches carry document positions (UnitOpArgs::positions)
+  // The plan runs collectives (all-gather / reduce-scatter between ranks): the CUDA backend creates
+  // its NCCL communicators at construction, before any step, and checks their memory.
+  bool collectives = false;
   int blas_threads = 0;  // CPU backend: cores per emulated device (0 = 1)
   // CPU backend: run at a target machine's ratios (slidedp-run --emulate); null: at this host's speed.
   std::shared_ptr<const TargetPacing> pacing;

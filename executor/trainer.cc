@@ -295,6 +295,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   bo.loss_chunk_tokens = plan.loss_chunk_tokens;
   bo.mlp_token_tile = plan.mlp_token_tile;
   bo.packed_documents = o.document_end.has_value();
+  bo.collectives = N > 1 && (plan.param_route == ParamRoute::kSharded || plan.grad_route == GradRoute::kGpu ||
+                             traits.params_resident || traits.gpu_optimizer);
   bo.device_budget_bytes = o.device_budget_bytes > 0          ? o.device_budget_bytes
                            : plan.gpu_mem_budget_bytes > 0    ? plan.gpu_mem_budget_bytes
                                                               : int64_t{16} << 30;

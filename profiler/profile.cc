@@ -126,7 +126,8 @@ ProfileResult run_profile(const ProfileOptions& options) {
     }
     if (!cuda_backend_built) return nullptr;
     exec::BackendOptions bo;
-    bo.devices = devices;
+    bo.devices = devices;       // one per GPU
+    bo.collectives = devices > 1;  // the fabric stage measures all-gather and reduce-scatter
     return exec::make_backend("cuda", card, layout, bo, control);
   };
   std::deque<ModelLayout> layouts;  // per model; a deque so references stay valid

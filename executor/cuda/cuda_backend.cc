@@ -280,31 +280,39 @@ class CudaEvent final : public Event {
 // seconds lazily in take() (only spans whose stop event completed; the rest wait for the next call).
 // Each device has an epoch event recorded, and waited for, at a known host time, so device times
 // land on the host's trace clock.
+// GPU spans on the host's clock. Each device has an epoch: a CUDA event recorded on an idle stream
+// and synchronized, paired with the host time right after. A span's start is the epoch's host time
+// plus the elapsed time from the epoch event; its length comes from its own start and stop events
+// (about 0.5 us resolution). cudaEventElapsedTime returns float milliseconds, whose resolution decays
+// with the distance from the epoch (62 us at 10 minutes), and the GPU's clock drifts from the
+// host's, so the epoch is renewed once it is kEpochMaxAgeS old: float ms then resolve 4 us or better,
+// and drift is corrected at every renewal.
 class Tracer {
  public:
+  static constexpr double kEpochMaxAgeS = 60.0;
+
   Tracer() : epoch_(Clock::now()) {}
   ~Tracer() {
-    for (auto& p : pending_) {
-      cudaEventDestroy(p.start);
-      cudaEventDestroy(p.stop);
+    for (auto& p : pending_) p.destroy();
+    for (auto& [device, e] : device_epochs_) {
+      cudaEventDestroy(e.event);
+      cudaStreamDestroy(e.stream);
     }
-    for (auto& [device, e] : device_epochs_) cudaEventDestroy(e.event);
   }
   bool on() const { return on_.load(std::memory_order_relaxed); }
   void set(bool on) { on_.store(on); }
   double now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
 
-  // Called once per device at start-up (device current, stream idle).
-  void add_device(int device, cudaStream_t stream) {
+  // Called once per device at start-up.
+  void add_device(int device) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (device_epochs_.count(device)) return;  // ranks sharing a GPU share its epoch
     }
+    DeviceGuard guard(device);
     DeviceEpoch e;
-    SLIDEDP_CUDA_CHECK(cudaEventCreate(&e.event));
-    SLIDEDP_CUDA_CHECK(cudaEventRecord(e.event, stream));
-    SLIDEDP_CUDA_CHECK(cudaEventSynchronize(e.event));
-    e.host_s = now();
+    SLIDEDP_CUDA_CHECK(cudaStreamCreateWithFlags(&e.stream, cudaStreamNonBlocking));
+    anchor(e);
     std::lock_guard<std::mutex> lock(mutex_);
     device_epochs_[device] = e;
   }
@@ -318,23 +326,33 @@ class Tracer {
   }
   std::vector<MeasuredSpan> take() {
     std::lock_guard<std::mutex> lock(mutex_);
-    std::deque<Pending> still;
-    for (Pending& p : pending_) {
+    // The list is taken whole first: spans still running go back, finished ones are destroyed as
+    // they are read, and on an error the unread rest goes back (never a destroyed event twice).
+    std::deque<Pending> work = std::exchange(pending_, {});
+    while (!work.empty()) {
+      Pending p = work.front();
+      work.pop_front();
       const cudaError_t r = cudaEventQuery(p.stop);
       if (r == cudaErrorNotReady) {
-        still.push_back(p);
+        pending_.push_back(p);
         continue;
       }
-      SLIDEDP_CUDA_CHECK(r);
-      const DeviceEpoch& e = device_epochs_.at(p.device);
-      float start_ms = 0, stop_ms = 0;
-      SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&start_ms, e.event, p.start));
-      SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&stop_ms, e.event, p.stop));
-      done_.push_back(MeasuredSpan{p.rank, p.stream, p.tag, e.host_s + start_ms * 1e-3, e.host_s + stop_ms * 1e-3});
-      cudaEventDestroy(p.start);
-      cudaEventDestroy(p.stop);
+      try {
+        SLIDEDP_CUDA_CHECK(r);
+        const DeviceEpoch& e = device_epochs_.at(p.device);
+        float from_epoch_ms = 0, length_ms = 0;
+        SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&from_epoch_ms, e.event, p.start));
+        SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&length_ms, p.start, p.stop));
+        const double start_s = e.host_s + from_epoch_ms * 1e-3;
+        done_.push_back(MeasuredSpan{p.rank, p.stream, p.tag, start_s, start_s + length_ms * 1e-3});
+        p.destroy();
+      } catch (...) {
+        p.destroy();
+        for (Pending& rest : work) pending_.push_back(rest);
+        throw;
+      }
     }
-    pending_.swap(still);
+    renew_old_epochs();
     return std::exchange(done_, {});
   }
 
@@ -344,11 +362,36 @@ class Tracer {
     const char* stream;
     SpanTag tag;
     cudaEvent_t start, stop;
+    void destroy() {
+      cudaEventDestroy(start);
+      cudaEventDestroy(stop);
+    }
   };
   struct DeviceEpoch {
     cudaEvent_t event = nullptr;
+    cudaStream_t stream = nullptr;  // idle: an event recorded there completes at once
     double host_s = 0;
   };
+  // Records e's event on its idle stream, waits for it, and pairs it with the host's time (the
+  // device must be current).
+  void anchor(DeviceEpoch& e) {
+    cudaEvent_t event = nullptr;
+    SLIDEDP_CUDA_CHECK(cudaEventCreate(&event));
+    SLIDEDP_CUDA_CHECK(cudaEventRecord(event, e.stream));
+    SLIDEDP_CUDA_CHECK(cudaEventSynchronize(event));
+    const double host_s = now();
+    if (e.event != nullptr) cudaEventDestroy(e.event);
+    e.event = event;
+    e.host_s = host_s;
+  }
+  void renew_old_epochs() {
+    for (auto& [device, e] : device_epochs_)
+      if (now() - e.host_s > kEpochMaxAgeS) {
+        DeviceGuard guard(device);
+        anchor(e);
+      }
+  }
+
   Clock::time_point epoch_;
   std::atomic<bool> on_{false};
   std::mutex mutex_;
@@ -453,11 +496,17 @@ class CudaStream final : public Stream {
       return;
     }
     cudaEvent_t start = nullptr, stop = nullptr;
-    SLIDEDP_CUDA_CHECK(cudaEventCreate(&start));
-    SLIDEDP_CUDA_CHECK(cudaEventCreate(&stop));
-    SLIDEDP_CUDA_CHECK(cudaEventRecord(start, stream_));
-    launch();
-    SLIDEDP_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    try {  // the events are the tracer's once added; until then a throw must not leak them
+      SLIDEDP_CUDA_CHECK(cudaEventCreate(&start));
+      SLIDEDP_CUDA_CHECK(cudaEventCreate(&stop));
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(start, stream_));
+      launch();
+      SLIDEDP_CUDA_CHECK(cudaEventRecord(stop, stream_));
+    } catch (...) {
+      if (start != nullptr) cudaEventDestroy(start);
+      if (stop != nullptr) cudaEventDestroy(stop);
+      throw;
+    }
     tracer_.add_pending(device_, rank_, name_, tag, start, stop);
   }
 
@@ -506,7 +555,7 @@ class CudaDevice final : public Device {
         budget_(rank, budget, blocks_) {
     DeviceGuard guard(gpu_);
     gemm_ = std::make_unique<kc::GemmContext>();
-    tracer.add_device(gpu_, compute_.get());
+    tracer.add_device(gpu_);
   }
   ~CudaDevice() override {
     DeviceGuard guard(gpu_);
@@ -777,6 +826,7 @@ class CudaBackend final : public Backend {
     const int64_t budget = opt.device_budget_bytes > 0 ? opt.device_budget_bytes : int64_t{16} << 30;
     for (int r = 0; r < opt.devices; ++r)
       devices_.push_back(std::make_unique<CudaDevice>(r, r % gpus_, budget, math_, control, tracer_));
+    if (opt.collectives) create_communicators(budget);
   }
 
   ~CudaBackend() override {
@@ -923,25 +973,56 @@ class CudaBackend final : public Backend {
   }
 
  private:
-  // The communicator of `rank`: all of them are created together, once, on the first collective.
+  // Every rank's communicator, created together before the first step (a plan with collectives),
+  // so their device buffers (channels x peers x protocols: hundreds of MB to GBs per rank) are taken
+  // before the arenas fill, and a GPU that then cannot hold the arena's budget is refused now, with
+  // the measured NCCL bytes, instead of running out of memory in the middle of a step.
+  void create_communicators(int64_t budget) {
+    std::lock_guard<std::mutex> lock(comm_mutex_);
+    const int ranks = num_devices();
+    if (ranks > gpus_)
+      throw InfeasibleError(fmt::format(
+          "{} ranks share {} GPU(s): the sharded parameter route and the gpu gradient route need one GPU per rank "
+          "(NCCL); use the replicated route and the cpu gradient route",
+          ranks, gpus_));
+    std::vector<int> devs;
+    std::vector<size_t> free_before;
+    for (auto& d : devices_) {
+      devs.push_back(d->gpu());
+      DeviceGuard guard(d->gpu());
+      size_t free = 0, total = 0;
+      SLIDEDP_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+      free_before.push_back(free);
+    }
+    comms_.assign(static_cast<size_t>(ranks), nullptr);
+    {
+      int current = 0;
+      SLIDEDP_CUDA_CHECK(cudaGetDevice(&current));  // NCCL's init visits every device
+      struct Restore {
+        int device;
+        ~Restore() { cudaSetDevice(device); }
+      } restore{current};
+      SLIDEDP_CUDA_CHECK(ncclCommInitAll(comms_.data(), ranks, devs.data()));
+    }
+    for (size_t r = 0; r < devices_.size(); ++r) {
+      DeviceGuard guard(devs[r]);
+      size_t free = 0, total = 0;
+      SLIDEDP_CUDA_CHECK(cudaMemGetInfo(&free, &total));
+      const int64_t nccl = static_cast<int64_t>(free_before[r]) - static_cast<int64_t>(free);
+      if (static_cast<int64_t>(free) < budget)
+        throw InfeasibleError(fmt::format(
+            "GPU {}: NCCL's communicator took {:.2f} GiB; {:.2f} GiB remain free, less than the device budget of "
+            "{:.2f} GiB per rank (lower --device-budget, or raise the hardware profile's gpu.collective_bytes so the "
+            "planner charges it)",
+            devs[r], nccl / 1073741824.0, static_cast<double>(free) / 1073741824.0, budget / 1073741824.0));
+    }
+  }
+
+  // The communicator of `rank` (create_communicators made them all).
   ncclComm_t communicator(int rank) {
     std::lock_guard<std::mutex> lock(comm_mutex_);
     if (comms_aborted_) throw Aborted{};
-    if (comms_.empty()) {
-      const int ranks = num_devices();
-      if (ranks > gpus_)
-        throw InfeasibleError(fmt::format(
-            "{} ranks share {} GPU(s): the sharded parameter route and the gpu gradient route need one GPU per rank "
-            "(NCCL); use the replicated route and the cpu gradient route",
-            ranks, gpus_));
-      std::vector<int> devs;
-      for (auto& d : devices_) devs.push_back(d->gpu());
-      comms_.assign(static_cast<size_t>(ranks), nullptr);
-      int current = 0;
-      SLIDEDP_CUDA_CHECK(cudaGetDevice(&current));  // NCCL's init visits every device
-      SLIDEDP_CUDA_CHECK(ncclCommInitAll(comms_.data(), ranks, devs.data()));
-      SLIDEDP_CUDA_CHECK(cudaSetDevice(current));
-    }
+    SLIDEDP_CHECK(!comms_.empty(), "a collective ran, but the backend was built without collectives (BackendOptions)");
     return comms_.at(static_cast<size_t>(rank));
   }
 
