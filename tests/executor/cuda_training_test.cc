@@ -2,11 +2,15 @@
 // skipped with the reason where no GPU is visible). Both start from the same weights and see the
 // same data; the CPU computes in fp32 from the bf16 parameters, the GPU in bf16 activations with
 // fp32 accumulation. At step 1 the difference is the bf16 forward alone (~1e-3 relative); afterwards
-// Adam amplifies small gradient differences into different (equally good) trajectories, slowly. 3e-2
-// relative per step over 20 steps bounds that drift and still fails a backend whose loss stalls,
-// diverges, or is off by a constant factor (a wrong grad_scale or a dropped term).
+// Adam can amplify small gradient differences into different (equally good) trajectories. The bound
+// (3e-2 relative per step) is checked against that drift without a GPU: two CPU runs that differ only
+// by rounding (bf16 vs fp32 parameter delivery) drift apart by 6.8e-4 at most over the same 20 steps
+// (AMD EPYC guest, 2026-12-02), and the CPU test below fails if that drift ever reaches a tenth of the
+// bound. The bound still fails a backend whose loss stalls, diverges, or is off by a constant factor
+// (a wrong grad_scale or a dropped term).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "executor/cuda/cuda_backend.h"
@@ -16,12 +20,34 @@
 namespace slidedp::exec {
 namespace {
 
+constexpr double kCurveRtol = 3e-2;
+
+TrainOptions curve_options() {
+  TrainOptions o = testing::tiny_options(1, 8, 1, 20);
+  o.seq_len = 32;
+  o.lr.lr = 1e-2;
+  return o;
+}
+
+// The premise of the bound: rounding alone (the same run with fp32 instead of bf16 parameters) moves
+// the loss curve by far less than kCurveRtol.
+TEST(CudaTraining, RoundingAloneDriftsWellInsideTheCurveBound) {
+  const TrainOptions bf16 = curve_options();
+  TrainOptions fp32 = bf16;
+  fp32.exact_fp32 = true;
+  const TrainResult a = train(bf16), b = train(fp32);
+  ASSERT_EQ(a.steps.size(), 20u);
+  double drift = 0;
+  for (size_t i = 0; i < a.steps.size(); ++i)
+    drift = std::max(drift, std::abs(a.steps[i].loss - b.steps[i].loss) / b.steps[i].loss);
+  EXPECT_LT(drift, kCurveRtol / 10);
+  EXPECT_GT(drift, 0.0) << "the two runs must differ (bf16 delivery rounds)";
+}
+
 TEST(CudaTraining, TinyModelFollowsTheCpuLossCurveFor20Steps) {
   if (cuda_visible_devices() == 0)
     GTEST_SKIP() << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
-  TrainOptions cpu = testing::tiny_options(1, 8, 1, 20);
-  cpu.seq_len = 32;
-  cpu.lr.lr = 1e-2;
+  const TrainOptions cpu = curve_options();
   TrainOptions gpu = cpu;
   gpu.backend = "cuda";
   const TrainResult a = train(cpu), b = train(gpu);
@@ -30,7 +56,7 @@ TEST(CudaTraining, TinyModelFollowsTheCpuLossCurveFor20Steps) {
   EXPECT_NEAR(b.steps[0].loss, a.steps[0].loss, 2e-3 * a.steps[0].loss) << "step 1 sees identical weights";
   for (size_t i = 0; i < a.steps.size(); ++i) {
     EXPECT_TRUE(std::isfinite(b.steps[i].loss));
-    EXPECT_NEAR(b.steps[i].loss, a.steps[i].loss, 3e-2 * a.steps[i].loss) << "step " << i + 1;
+    EXPECT_NEAR(b.steps[i].loss, a.steps[i].loss, kCurveRtol * a.steps[i].loss) << "step " << i + 1;
     EXPECT_EQ(b.steps[i].tokens, a.steps[i].tokens);
   }
   EXPECT_LT(b.steps.back().loss, b.steps.front().loss - 0.5) << "the CUDA run must learn";
