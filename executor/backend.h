@@ -219,8 +219,10 @@ class Backend {
   virtual void all_gather(int rank, const DeviceBuffer& buffer, int64_t offset, int64_t count, DType dtype,
                           const SpanTag& tag) = 0;
   // reduce_scatter: `input` holds `count` elements of `in_dtype` at `in_offset` on every rank; rank r
-  // receives the fp32 sum over ranks (in rank order 0, 1, ..., so results are deterministic) of its
-  // shard_range into `output` at element `out_offset`.
+  // receives the fp32 sum over ranks of its shard_range into `output` at element `out_offset`. The
+  // CPU backend sums in rank order 0, 1, ... (bitwise equal to the cpu route); NCCL sums in the
+  // order of its ring or tree, which is deterministic for a fixed communicator and algorithm but not
+  // rank order, so on the CUDA backend the gpu route matches the cpu route to fp32 rounding only.
   virtual void reduce_scatter(int rank, const DeviceBuffer& input, int64_t in_offset, DType in_dtype, int64_t count,
                               const DeviceBuffer& output, int64_t out_offset, const SpanTag& tag) = 0;
 

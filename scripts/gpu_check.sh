@@ -235,3 +235,8 @@ except (OSError, ValueError, KeyError) as e:
     print(f"  no PyTorch reference ({e})")
 EOF
 say "elapsed $(( $(date +%s) - start )) s; results in $out"
+# The device tool brings back at most 8 files from $OUT, two folders deep: everything but the
+# summary travels in one tarball (results/gpu/README.md says how to unpack it).
+if [ -n "${OUT:-}" ]; then
+  (cd "$out" && ls -A | grep -vx -e summary.txt -e logs.tar.gz | tar -czf logs.tar.gz --remove-files -T -)
+fi
