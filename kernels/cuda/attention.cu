@@ -19,15 +19,16 @@
 
 #include "common/error.h"
 #include "kernels/cuda/attention.h"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.h"
 #include "kernels/cuda/device_util.cuh"
 
 namespace slidedp::kernels::cuda {
 namespace {
 
 using bf16 = __nv_bfloat16;
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
+using math::kLog2e;
 
 // ---- reference kernels ----------------------------------------------------------------------------
 
@@ -63,16 +64,13 @@ __global__ void attention_forward_reference_kernel(bf16* __restrict__ out, float
       if (d < hd) dot += qv[j] * to_f32(kr[d]);
     }
     const float s = warp_sum(dot) * scale;
-    const float m_new = fmaxf(m, s);
-    const float corr = expf(m - m_new);  // 0 on the first key (m = -inf)
-    const float p = expf(s - m_new);
-    l = l * corr + p;
+    float corr, p;
+    math::online_softmax_add(s, &m, &l, &corr, &p);
 #pragma unroll
     for (int j = 0; j < kRefMaxPerLane; ++j) {
       const int64_t d = lane + 32 * j;
       if (d < hd) acc[j] = acc[j] * corr + p * to_f32(vr[d]);
     }
-    m = m_new;
   }
   bf16* orow = out + ((b * T + i) * H + h) * hd;  // (hd)
 #pragma unroll
@@ -212,27 +210,6 @@ __global__ void attention_dkv_reference_kernel(bf16* __restrict__ dk, bf16* __re
 // ---- tensor-core kernels ---------------------------------------------------------------------------
 
 namespace wmma = nvcuda::wmma;
-constexpr int kTile = 64;  // query rows and key rows per tile
-constexpr int kTcThreads = 128;  // 4 warps x 16 rows
-constexpr int align128(int bytes) { return (bytes + 127) / 128 * 128; }
-
-template <int HD>
-struct TcDims {
-  static constexpr int LDB = HD + 8;     // bf16 q / k / v / dO tiles (elements)
-  static constexpr int LDS = kTile + 4;  // fp32 score tiles
-  static constexpr int LDP = kTile + 8;  // bf16 probability / dS tiles
-  static constexpr int LDO = HD + 4;     // fp32 output accumulator
-  static constexpr int kTileBytes = align128(kTile * LDB * 2);
-  static constexpr int kScoreBytes = align128(kTile * LDS * 4);
-  static constexpr int kProbBytes = align128(kTile * LDP * 2);
-  // forward: q, k, v tiles, scores, probabilities, output accumulator
-  static constexpr int kFwdBytes = 3 * kTileBytes + kScoreBytes + kProbBytes + align128(kTile * LDO * 4);
-  // dq: q, dO, k, v tiles, scores, dP, dS
-  static constexpr int kDqBytes = 4 * kTileBytes + 2 * kScoreBytes + kProbBytes;
-  // dk/dv: k, v, q, dO tiles, scores^T, dP^T, P^T, dS^T, lse and D of the query tile
-  static constexpr int kDkvBytes = 4 * kTileBytes + 2 * kScoreBytes + 2 * kProbBytes + 2 * align128(kTile * 4);
-};
-
 using FragA = wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, wmma::row_major>;
 using FragBRow = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major>;
 using FragBCol = wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major>;
@@ -344,22 +321,20 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int64_t key = j0 + half * 32 + t;
-      s[t] = (key <= row && key < T) ? sSw[r * Dm::LDS + half * 32 + t] * scale_log2 : -INFINITY;
+      s[t] = math::causal_visible(key, row, T) ? sSw[r * Dm::LDS + half * 32 + t] * scale_log2 : -INFINITY;
       tile_max = fmaxf(tile_max, s[t]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float m_new = fmaxf(m, tile_max);  // finite: key j0 <= row for every row of this block
-    const float corr = exp2f(m - m_new);
+    const float corr = math::online_softmax_tile_log2(tile_max, &m);  // m finite: key j0 <= row here
     float sum = 0.0f;
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
-      const float p = exp2f(s[t] - m_new);
+      const float p = exp2f(s[t] - m);
       sum += p;
       sPw[r * Dm::LDP + half * 32 + t] = to_bf16(p);
     }
     sum += __shfl_xor_sync(0xffffffffu, sum, 1);
     l = l * corr + sum;
-    m = m_new;
     float* orow = sOw + r * Dm::LDO + half * (HD / 2);
 #pragma unroll 8
     for (int t = 0; t < HD / 2; ++t) orow[t] *= corr;
@@ -392,7 +367,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
       for (int e = 0; e < 8; ++e) packed[e] = to_bf16(orow[t + e] * inv_l);
       *reinterpret_cast<uint4*>(dst + t) = *reinterpret_cast<const uint4*>(packed);
     }
-    if (half == 0) lse[(b * H + h) * T + row] = (m + log2f(l)) * kLn2;
+    if (half == 0) lse[(b * H + h) * T + row] = math::lse_from_log2(m, l);
   }
 #else
   __trap();  // built for an architecture without these tensor-core instructions: fail, never garbage
@@ -450,7 +425,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
     for (int t = 0; t < 32; ++t) {
       const int c = half * 32 + t;
       const int64_t key = j0 + c;
-      const bool visible = key <= row && key < T && row < T;
+      const bool visible = math::causal_visible(key, row, T) && row < T;
       const float p = visible ? exp2f(sSw[r * Dm::LDS + c] * scale_log2 - lse_r) : 0.0f;
       sdSw[r * Dm::LDP + c] = to_bf16(p * (sdPw[r * Dm::LDS + c] - D_r));
     }
@@ -536,7 +511,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
       for (int t = 0; t < 32; ++t) {
         const int c = half * 32 + t;
         const int64_t qi = i0 + c;
-        const bool visible = qi >= key && qi < T && key < T;
+        const bool visible = math::causal_visible(key, qi, T) && qi < T;
         const float p = visible ? exp2f(sStw[r * Dm::LDS + c] * scale_log2 - sLse[c]) : 0.0f;
         sPtw[r * Dm::LDP + c] = to_bf16(p);
         sdStw[r * Dm::LDP + c] = to_bf16(p * (sdPtw[r * Dm::LDS + c] - sD[c]));

@@ -112,12 +112,36 @@ SLIDEDP_HD unsigned segment_grid_y(int64_t segments) {
   return static_cast<unsigned>(segments < kMaxGridY ? (segments > 0 ? segments : 1) : kMaxGridY);
 }
 
-// ---- attention: the online softmax of one query row ----
+// ---- attention ----
 
-// Folding a tile whose visible scores have maximum tile_max into a row that had running max m and
-// sum l: the new max, and the factor exp(m - new max) that rescales what was accumulated (0 on the
-// first visible tile, where m = -inf).
-SLIDEDP_HD float online_softmax_max(float m, float tile_max) { return m > tile_max ? m : tile_max; }
-SLIDEDP_HD float online_softmax_correction(float m_old, float m_new) { return expf(m_old - m_new); }
+inline constexpr float kLog2e = 1.4426950408889634f;
+inline constexpr float kLn2 = 0.6931471805599453f;
+
+// The causal mask of every kernel: query `row` sees key `key` of a sequence of T tokens.
+SLIDEDP_HD bool causal_visible(int64_t key, int64_t row, int64_t T) { return key <= row && key < T; }
+
+// The reference kernels' per-key online softmax (natural domain): with score s, the running max m
+// and sum l move on; corr rescales what was accumulated (0 at the first key, m = -inf) and p weighs
+// this key's value.
+SLIDEDP_HD void online_softmax_add(float s, float* m, float* l, float* corr, float* p) {
+  const float m_new = fmaxf(*m, s);
+  *corr = expf(*m - m_new);
+  *p = expf(s - m_new);
+  *l = *l * *corr + *p;
+  *m = m_new;
+}
+
+// The tensor-core kernels' per-tile step (log2 domain, scores already times scale log2(e)): the new
+// running max after a tile whose visible maximum is tile_max, and the factor exp2(m_old - m_new)
+// for what was accumulated. The tile's weights are then exp2(s - m), summed into l * corr + sum.
+SLIDEDP_HD float online_softmax_tile_log2(float tile_max, float* m) {
+  const float m_new = fmaxf(*m, tile_max);
+  const float corr = exp2f(*m - m_new);
+  *m = m_new;
+  return corr;
+}
+
+// The saved log-sum-exp in the CPU's natural-log contract from the log2-domain max and sum.
+SLIDEDP_HD float lse_from_log2(float m, float l) { return (m + log2f(l)) * kLn2; }
 
 }  // namespace slidedp::kernels::cuda::math

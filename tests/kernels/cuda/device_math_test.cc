@@ -17,11 +17,14 @@
 #include <random>
 #include <vector>
 
+#include "common/bf16.h"
 #include "kernels/cpu/transformer/arena.h"
+#include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/cross_entropy.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
+#include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/scratch_sizes.h"
 
 namespace slidedp::kernels::cuda {
@@ -162,6 +165,97 @@ TEST(DeviceMath, SegmentedColumnSumsCoverEverySegmentOnceBeyondTheGridLimit) {
     EXPECT_EQ(std::min(N, S * kRmsnormRowsPerSegment), N);
     EXPECT_GT(N, (S - 1) * kRmsnormRowsPerSegment);
   }
+}
+
+// Attention forward: the reference kernel's per-row recurrence (lanes over head dims, the warp's
+// butterfly for each q.k, the natural-domain online softmax) and the tensor-core kernel's tile loop
+// (64-key tiles up to the query's tile, the causal mask, the log2-domain step, probabilities
+// rounded to bf16 for the P V product as in shared memory, the lse converted back), both emulated
+// on the CPU with device_math.h's functions, against the CPU unit. Tolerances: the reference path
+// sums in another order, T u relative (T = 150: 1e-5); the tensor-core path's bf16 probabilities
+// move each output by at most 2^-9 of max |v| (4e-3 with margin), and its lse keeps fp32 sums (1e-5).
+struct AttentionCase {
+  int64_t B = 1, T = 150, H = 4, KV = 2, hd = 64;
+};
+
+void expect_attention_emulations_match_cpu(const AttentionCase& c) {
+  const int64_t B = c.B, T = c.T, H = c.H, KV = c.KV, hd = c.hd, group = H / KV;
+  const auto q = random_floats(B * T * H * hd, 31, -1, 1), k = random_floats(B * T * KV * hd, 32, -1, 1),
+             v = random_floats(B * T * KV * hd, 33, -1, 1);
+  std::vector<float> out(q.size()), lse(B * H * T);
+  AttentionShape shape{B, T, H, KV, hd, 16, 1};
+  AlignedBuffer ws(attention_forward_workspace_bytes<float>(shape));
+  attention_forward<float>(out.data(), lse.data(), q.data(), k.data(), v.data(), shape, ws.workspace());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  double vmax = 0;
+  for (float x : v) vmax = std::max(vmax, static_cast<double>(std::abs(x)));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t g = h / group;
+        const float* qr = q.data() + ((b * T + i) * H + h) * hd;
+        auto key = [&](int64_t t) { return k.data() + ((b * T + t) * KV + g) * hd; };
+        auto val = [&](int64_t t) { return v.data() + ((b * T + t) * KV + g) * hd; };
+        const float* cpu_o = out.data() + ((b * T + i) * H + h) * hd;
+        const float cpu_lse = lse[(b * H + h) * T + i];
+        // the reference kernel
+        float m = -std::numeric_limits<float>::infinity(), l = 0;
+        std::vector<float> acc(hd, 0.0f);
+        for (int64_t t = 0; t <= i; ++t) {
+          const float dot = warp_row_sum(hd, [&](int64_t d) { return qr[d] * key(t)[d]; });
+          float corr, p;
+          math::online_softmax_add(dot * scale, &m, &l, &corr, &p);
+          for (int64_t d = 0; d < hd; ++d) acc[d] = acc[d] * corr + p * val(t)[d];
+        }
+        ASSERT_NEAR(m + std::log(l), cpu_lse, 1e-5) << "reference lse " << i;
+        for (int64_t d = 0; d < hd; ++d) ASSERT_NEAR(acc[d] / l, cpu_o[d], 1e-5) << "reference out " << i << "," << d;
+        // the tensor-core kernel
+        const float scale_log2 = scale * math::kLog2e;
+        const int64_t i0 = i / kTile * kTile;
+        m = -std::numeric_limits<float>::infinity(), l = 0;
+        std::fill(acc.begin(), acc.end(), 0.0f);
+        for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
+          float s[kTile], tile_max = -std::numeric_limits<float>::infinity();
+          for (int t = 0; t < kTile; ++t) {
+            float dot = 0;
+            if (j0 + t < T)
+              for (int64_t d = 0; d < hd; ++d) dot += qr[d] * key(j0 + t)[d];
+            s[t] = math::causal_visible(j0 + t, i, T) ? dot * scale_log2 : -std::numeric_limits<float>::infinity();
+            tile_max = std::max(tile_max, s[t]);
+          }
+          const float corr = math::online_softmax_tile_log2(tile_max, &m);
+          float sum = 0;
+          for (int64_t d = 0; d < hd; ++d) acc[d] *= corr;
+          for (int t = 0; t < kTile; ++t) {
+            const float p = exp2f(s[t] - m);
+            sum += p;
+            const float p16 = bf16_to_float(float_to_bf16(p));
+            if (p16 != 0.0f)
+              for (int64_t d = 0; d < hd; ++d) acc[d] += p16 * val(j0 + t)[d];
+          }
+          l = l * corr + sum;
+        }
+        ASSERT_NEAR(math::lse_from_log2(m, l), cpu_lse, 1e-5) << "tensor-core lse " << i;
+        for (int64_t d = 0; d < hd; ++d)
+          ASSERT_NEAR(acc[d] / l, cpu_o[d], 4e-3 * vmax) << "tensor-core out " << i << "," << d;
+      }
+}
+
+TEST(DeviceMath, AttentionForwardEmulationsFollowTheCpuUnit) {
+  expect_attention_emulations_match_cpu({1, 150, 4, 2, 64});  // 150: the last tile is partial
+  expect_attention_emulations_match_cpu({2, 70, 2, 1, 128});
+}
+
+// Shared memory per block of the tensor-core kernels against each generation's opt-in limit (the
+// static_asserts in attention_tiles.h hold the same at compile time): head_dim 64 fits Ada, 128
+// needs Ampere or Hopper, which is where attention.cu sends each case.
+TEST(DeviceMath, TensorCoreTilesFitTheSharedMemoryTheDispatchAssumes) {
+  EXPECT_LE(TcDims<64>::kFwdBytes, kSharedOptinAda);
+  EXPECT_LE(tc_backward_bytes<64>(), kSharedOptinAda);
+  EXPECT_GT(TcDims<128>::kFwdBytes, kSharedOptinAda);  // Ada takes the reference path at 128
+  EXPECT_LE(tc_backward_bytes<128>(), kSharedOptinAmpere);
+  EXPECT_LE(tc_backward_bytes<128>(), kSharedOptinHopper);
+  EXPECT_EQ(TcDims<64>::kFwdBytes % 128, 0);
 }
 
 }  // namespace
