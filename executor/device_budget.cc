@@ -24,12 +24,14 @@ DeviceBuffer DeviceBudget::alloc(int64_t need, int64_t bytes, const char* what) 
       std::lock_guard<std::mutex> lock(mutex_);
       reap_locked();
       if (in_use_ + need <= budget_) {
-        const DeviceBlocks::Block block = blocks_.take({need, what, in_use_, budget_});
+        const DeviceBlocks::Block block = blocks_.take({need, what, in_use_, budget_, budget_ - in_use_});
+        SLIDEDP_CHECK(block.capacity >= need && block.capacity <= budget_ - in_use_,
+                      "device blocks returned a block outside [need, room]");
         const int64_t id = next_id_++;
-        live_[id] = Live{block, need};
-        in_use_ += need;
+        live_[id] = Live{block, block.capacity};
+        in_use_ += block.capacity;
         high_water_ = std::max(high_water_, in_use_);
-        held_ += need;
+        held_ += block.capacity;
         held_high_water_ = std::max(held_high_water_, held_);
         return DeviceBuffer{block.ptr, bytes, id};
       }

@@ -1,5 +1,6 @@
-// One device's memory budget, shared by the backends. The budget counts the bytes each allocation
-// asks for; a buffer released "after" an event is given back once that event has completed (frees
+// One device's memory budget, shared by the backends. The budget counts the bytes of the block
+// each allocation holds (at least what it asks for; a cached block may be larger, never larger than
+// the budget's room); a buffer released "after" an event is given back once that event has completed (frees
 // happen in stream order, as the streams consume the buffer); an allocation that does not fit waits
 // for the oldest pending free, and fails with the numbers when nothing is pending. Where the bytes
 // come from is the backend's: aligned host memory on the CPU backend, cached cudaMalloc blocks on CUDA.
@@ -23,9 +24,10 @@ class DeviceBlocks {
     int64_t capacity = 0;  // bytes of the block (at least the bytes asked for)
   };
   struct Request {
-    int64_t bytes = 0;          // the budget's count for this allocation
+    int64_t bytes = 0;          // what the allocation asks for (aligned)
     const char* what = "";      // for messages
-    int64_t in_use = 0, budget = 0;  // the budget's state, for messages
+    int64_t in_use = 0, budget = 0;  // the budget's state
+    int64_t room = 0;           // budget - in_use: the largest block the budget can count
   };
   virtual ~DeviceBlocks() = default;
   virtual Block take(const Request& request) = 0;  // throws when it cannot

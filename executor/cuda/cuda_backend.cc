@@ -30,6 +30,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "executor/cuda/counter_wait.h"
+#include "executor/block_cache.h"
 #include "executor/device_budget.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cuda/adamw.h"
@@ -551,7 +552,7 @@ class CudaDevice final : public Device {
         h2d_("h2d", rank, gpu, wait_mode_, control, tracer),
         d2h_("d2h", rank, gpu, wait_mode_, control, tracer),
         comm_("comm", rank, gpu, wait_mode_, control, tracer),
-        blocks_(rank, gpu),
+        blocks_(rank, cuda_driver(gpu)),
         budget_(rank, budget, blocks_) {
     DeviceGuard guard(gpu_);
     gemm_ = std::make_unique<kc::GemmContext>();
@@ -586,7 +587,8 @@ class CudaDevice final : public Device {
   }
 
   // ---- memory: the budget (executor/device_budget.h) over cached cudaMalloc blocks ----
-  // The budget counts requested bytes (256-aligned); CachedBlocks below supplies the memory.
+  // The budget counts each buffer's block (256-aligned request, or a cached block up to 25% larger
+  // that fits the room); blocks_ keeps blocks in use plus idle ones within the budget.
   DeviceBuffer alloc(int64_t bytes, const char* what) override {
     SLIDEDP_CHECK(bytes >= 0);
     return budget_.alloc(align256(std::max<int64_t>(bytes, 1)), bytes, what);
@@ -721,56 +723,33 @@ class CudaDevice final : public Device {
   }
 
  private:
-  // Blocks are cudaMalloc'ed once and cached when given back, because cudaFree synchronizes the whole
-  // device; a request reuses the smallest cached block that is at most 25% (or 1 MiB) larger. The
-  // pipeline asks for the same sizes every step, so after the first step no allocation reaches the
-  // driver. Every block, cached or not, is freed when the device goes.
-  class CachedBlocks final : public DeviceBlocks {
-   public:
-    CachedBlocks(int device_rank, int device_gpu) : rank_(device_rank), gpu_(device_gpu) {}
-    ~CachedBlocks() override {
-      DeviceGuard guard(gpu_);
-      for (auto& [capacity, ptr] : cache_) cudaFree(ptr);
-    }
-    Block take(const Request& r) override {
-      const int64_t need = r.bytes;
-      const int64_t limit = std::max(need + need / 4, need + (int64_t{1} << 20));
-      auto it = cache_.lower_bound(need);
-      if (it != cache_.end() && it->first <= limit) {
-        Block b{it->second, it->first};
-        cache_.erase(it);
-        return b;
-      }
-      DeviceGuard guard(gpu_);
+  // cudaMalloc / cudaFree on this device for the block cache (executor/block_cache.h).
+  static BlockCache::Driver cuda_driver(int gpu) {
+    BlockCache::Driver d;
+    d.allocate = [gpu](int64_t bytes) -> std::byte* {
+      DeviceGuard guard(gpu);
       void* p = nullptr;
-      cudaError_t e = cudaMalloc(&p, static_cast<size_t>(need));
+      const cudaError_t e = cudaMalloc(&p, static_cast<size_t>(bytes));
       if (e == cudaErrorMemoryAllocation) {
-        // Cached blocks of other sizes may be what is missing: give them back and retry once.
-        cudaGetLastError();
-        for (auto& [capacity, ptr] : cache_) cudaFree(ptr);
-        cache_.clear();
-        e = cudaMalloc(&p, static_cast<size_t>(need));
-        if (e == cudaErrorMemoryAllocation) {
-          cudaGetLastError();
-          size_t free_b = 0, total_b = 0;
-          cudaMemGetInfo(&free_b, &total_b);
-          throw InfeasibleError(fmt::format(
-              "rank {} (GPU {}): out of GPU memory allocating {} for {}: {} in use of the budget {}, the GPU has {} "
-              "free of {} (lower the device budget or the plan's memory)",
-              rank_, gpu_, format_bytes(static_cast<double>(need)), r.what, format_bytes(static_cast<double>(r.in_use)),
-              format_bytes(static_cast<double>(r.budget)), format_bytes(static_cast<double>(free_b)),
-              format_bytes(static_cast<double>(total_b))));
-        }
+        cudaGetLastError();  // clear it: the cache frees idle blocks and may retry
+        return nullptr;
       }
       SLIDEDP_CUDA_CHECK(e);
-      return Block{static_cast<std::byte*>(p), need};
-    }
-    void give(const Block& block) override { cache_.emplace(block.capacity, block.ptr); }
-
-   private:
-    int rank_, gpu_;
-    std::multimap<int64_t, std::byte*> cache_;  // capacity -> idle block
-  };
+      return static_cast<std::byte*>(p);
+    };
+    d.free = [gpu](std::byte* p) {
+      DeviceGuard guard(gpu);
+      cudaFree(p);
+    };
+    d.describe = [gpu] {
+      DeviceGuard guard(gpu);
+      size_t free_b = 0, total_b = 0;
+      cudaMemGetInfo(&free_b, &total_b);
+      return fmt::format("GPU {} has {} free of {}", gpu, format_bytes(static_cast<double>(free_b)),
+                         format_bytes(static_cast<double>(total_b)));
+    };
+    return d;
+  }
 
   kc::UnitContext context() const {
     kc::UnitContext c;
@@ -791,7 +770,7 @@ class CudaDevice final : public Device {
   std::unique_ptr<kc::GemmContext> gemm_;
   // Last, so they go first (after the destructor's device synchronize): budget_ gives its live blocks
   // to blocks_, then blocks_ frees every block.
-  CachedBlocks blocks_;
+  BlockCache blocks_;
   DeviceBudget budget_;
 };
 
