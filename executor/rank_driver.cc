@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
+#include <utility>
 
 #include "common/error.h"
 #include "kernels/cpu/optim/bf16_convert.h"
@@ -444,10 +446,12 @@ void RankDriver::micro_step(int64_t step, int a) {
     prefetched[l] = {x, h2d.record()};
     offload_read_[l] = prefetched[l].second;
   };
+  const bool lookahead = backward_delivery_lookahead(plan);
+  std::optional<Delivered> ahead;  // unit u-1, delivered before unit u's gradient left (lookahead)
   for (int u = L_; u >= 1; --u) {
     const int l = u - 1;
     const ActivationPolicy policy = plan.layer_policy(l, L_);
-    Delivered p = acquire(step, u);
+    Delivered p = ahead ? *std::exchange(ahead, std::nullopt) : acquire(step, u);
     prefetch(l);
     prefetch(l - 1);  // two deep: the next layer's input is on its way while this one computes
     compute.wait(p.ready);
@@ -498,12 +502,13 @@ void RankDriver::micro_step(int64_t step, int a) {
     release(args.workspace, done);
     release(dy, done);
     out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
+    if (lookahead) ahead = acquire(step, u - 1);  // its all-gather goes ahead of this reduce-scatter
     drain_[u] = send_grads(step, a, u, GradPart::kOwn, args.grads, numel);
     dy = args.dx;
   }
   // Embedding: scatter-add of the gradient into the rows of this micro-batch's tokens.
   {
-    Delivered p = acquire(step, 0);
+    Delivered p = ahead ? *std::exchange(ahead, std::nullopt) : acquire(step, 0);
     compute.wait(p.ready);
     if (drain_.count(2)) compute.wait(drain_[2]);
     const int64_t numel = state_.unit(0).numel;

@@ -254,10 +254,11 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
       }
       prefetched[static_cast<size_t>(l)] = led.alloc(kOffload, hidden, where);
     };
+    const bool lookahead = backward_delivery_lookahead(plan);
     for (int u = L; u >= 1; --u) {
       const int l = u - 1;
       const Where where{Where::kBackward, u};
-      slots.acquire(led, u, numel(u) * spec.param_bytes, where);
+      if (!lookahead || u == L) slots.acquire(led, u, numel(u) * spec.param_bytes, where);
       prefetch(l, where);
       prefetch(l - 1, where);
       int x;
@@ -283,12 +284,13 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
       led.release(ws);
       led.release(dy);
       out[static_cast<size_t>(u - 1)] = -1;
+      if (lookahead) slots.acquire(led, u - 1, numel(u - 1) * spec.param_bytes, where);
       send_grads(grads, numel(u), where);
       dy = dx;
     }
     {
       const Where where{Where::kBackward, 0};
-      slots.acquire(led, 0, numel(0) * spec.param_bytes, where);
+      if (!lookahead || L == 0) slots.acquire(led, 0, numel(0) * spec.param_bytes, where);
       settle_drains(1);
       const int grads = led.alloc(kGradients, numel(0) * 4, where);
       if (spec.embedding_backward_scratch_bytes > 0)

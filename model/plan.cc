@@ -233,4 +233,8 @@ Workload make_workload(const ModelCard& model, int64_t seq_len) {
   return w;
 }
 
+bool backward_delivery_lookahead(const Plan& plan) {
+  return plan.ranks > 1 && plan.param_route == ParamRoute::kSharded && plan.grad_route == GradRoute::kGpu;
+}
+
 }  // namespace slidedp

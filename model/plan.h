@@ -91,6 +91,12 @@ PlanFile load_plan_file(const std::string& path);
 std::string plan_file_to_yaml(const PlanFile& file);
 std::string plan_to_yaml(const Plan& plan);
 
+// Whether the backward delivers unit u-1 before it sends unit u's gradient: when both travel on the
+// comm stream (sharded delivery's all-gather, the gpu route's reduce-scatter), the next layer's
+// all-gather must not queue behind this layer's reduce-scatter, or the backward never overlaps
+// communication. The rank driver and the memory account both follow it.
+bool backward_delivery_lookahead(const Plan& plan);
+
 ParamRoute parse_param_route(const std::string& s, const std::string& where);
 GradRoute parse_grad_route(const std::string& s, const std::string& where);
 HostState parse_host_state(const std::string& s, const std::string& where);

@@ -4,7 +4,10 @@
 // the device budget are rejected before training, and the loss goes down on real text.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "executor/backend_registry.h"
@@ -105,6 +108,39 @@ TEST(Pipeline, ActivationPoliciesGiveIdenticalResults) {
 // relative. bf16 delivery and wire: a gradient that lands on the other side of a bf16 rounding
 // boundary moves by one bf16 ulp (2^-8 relative) in one element; over 3 steps at lr 3e-3 that changes
 // the loss by far less than 1e-3 relative.
+// Sharded delivery with the gpu route: the all-gather and the reduce-scatter share a rank's comm
+// stream, so in backward the next unit's all-gather is queued before this unit's reduce-scatter
+// (model/plan.h backward_delivery_lookahead); queued after it, the backward could never overlap
+// communication (cuda-review D13). On rank 0's comm stream (in order), between the reduce-scatters of
+// units u + 1 and u sits an all-gather of unit u - 1, for every backward unit.
+TEST(Pipeline, ShardedGpuRouteQueuesTheNextDeliveryBeforeThisGradient) {
+  TrainOptions o = tiny_options(2, 1, 1, 1);
+  o.plan.param_route = ParamRoute::kSharded;
+  o.plan.grad_route = GradRoute::kGpu;
+  o.plan.gpu_buffer_depth = 2;  // every backward unit is delivered again
+  o.trace = true;
+  const TrainResult r = train(o);
+  std::vector<const MeasuredSpan*> comm;
+  for (const MeasuredSpan& sp : r.spans)
+    if (sp.rank == 0 && sp.tag.category == std::string("fabric") && sp.tag.step == 0) comm.push_back(&sp);
+  std::sort(comm.begin(), comm.end(), [](auto* a, auto* b) { return a->start_s < b->start_s; });
+  auto first = [&](const char* what, int unit, size_t from) {
+    for (size_t i = from; i < comm.size(); ++i)
+      if (comm[i]->tag.what == std::string(what) && comm[i]->tag.unit == unit) return i;
+    return comm.size();
+  };
+  const int L = static_cast<int>(o.card.num_layers);
+  size_t after = first("reduce-scatter", L + 1, 0);  // the head's gradient: backward has begun
+  ASSERT_LT(after, comm.size());
+  for (int u = L; u >= 1; --u) {
+    const size_t rs = first("reduce-scatter", u, after);
+    const size_t ag = first("all-gather", u - 1, after);
+    ASSERT_LT(rs, comm.size()) << "unit " << u;
+    EXPECT_LT(ag, rs) << "the all-gather of unit " << u - 1 << " must precede the reduce-scatter of unit " << u;
+    after = rs;
+  }
+}
+
 TEST(Pipeline, MlpTokenTileGivesTheSameLossesAndLessDeviceMemory) {
   TrainOptions untiled = tiny_options(2, 2, 1, 3);
   untiled.plan.per_layer = {ActivationPolicy::kOffload, ActivationPolicy::kRecompute, ActivationPolicy::kKeep};
