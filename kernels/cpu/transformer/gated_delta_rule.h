@@ -56,14 +56,6 @@ template <typename Real>
 int64_t delta_rule_forward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleExtent e);
 template <typename Real>
 int64_t delta_rule_backward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleExtent e);
-template <typename Real>
-int64_t delta_rule_forward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
-  return delta_rule_forward_workspace_bytes<Real>(s, extent_of(seg));
-}
-template <typename Real>
-int64_t delta_rule_backward_workspace_bytes(const DeltaRuleSpec& s, DeltaRuleSegments seg) {
-  return delta_rule_backward_workspace_bytes<Real>(s, extent_of(seg));
-}
 
 // o overwritten.
 template <typename Real>

@@ -55,14 +55,7 @@ template <typename Real>
 int64_t deltanet_forward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleExtent e);
 template <typename Real>
 int64_t deltanet_backward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleExtent e);
-template <typename Real>
-int64_t deltanet_forward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleSegments seg) {
-  return deltanet_forward_workspace_bytes<Real>(s, extent_of(seg));
-}
-template <typename Real>
-int64_t deltanet_backward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleSegments seg) {
-  return deltanet_backward_workspace_bytes<Real>(s, extent_of(seg));
-}
+
 
 // y (N, C) overwritten, or added to when accumulate_y (the residual add). N = seg.offsets[seg.count].
 template <typename Real>

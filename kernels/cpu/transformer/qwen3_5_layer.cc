@@ -415,7 +415,7 @@ void forward_impl(const Qwen35LayerSpec& s, const Real* p, const Real* x, Real* 
     const int64_t mark = arena.mark();
     const DeltaRuleSegments seg = segments(c);
     deltanet_forward(s.gdn, seg, gdn_weights<const Real>(s, p), S.h, S.h1, true, S.gdn,
-                     arena.take_workspace(deltanet_forward_workspace_bytes<Real>(s.gdn, seg)));
+                     arena.take_workspace(deltanet_forward_workspace_bytes<Real>(s.gdn, extent_of(seg))));
     arena.release(mark);
   } else {
     attention_forward_block(s, p, x, S, c, B, T, arena);
@@ -572,7 +572,7 @@ void qwen3_5_backward(const Qwen35LayerSpec& s, const Real* p, const Real* x, Wo
     const DeltaRuleSegments seg = segments(c);
     DeltaNetWeights<Real> dw = gdn_weights<Real>(s, dp);
     deltanet_backward(s.gdn, seg, gdn_weights<const Real>(s, p), S.h, S.gdn, dh1, dc, false, dw,
-                      arena.take_workspace(deltanet_backward_workspace_bytes<Real>(s.gdn, seg)));
+                      arena.take_workspace(deltanet_backward_workspace_bytes<Real>(s.gdn, extent_of(seg))));
   } else {
     attention_backward_block(s, p, S, c, dh1, dc, dp, B, T, arena);
   }

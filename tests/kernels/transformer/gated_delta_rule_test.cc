@@ -69,7 +69,7 @@ template <typename Real>
 std::vector<Real> forward(const DeltaRuleSpec& s, const std::vector<int64_t>& seg, const Inputs<Real>& in) {
   const DeltaRuleSegments segs{seg.data(), static_cast<int64_t>(seg.size()) - 1};
   std::vector<Real> o(static_cast<size_t>(seg.back() * s.nv * s.dv), Real(-7));
-  AlignedBuffer ws(delta_rule_forward_workspace_bytes<Real>(s, segs));
+  AlignedBuffer ws(delta_rule_forward_workspace_bytes<Real>(s, extent_of(segs)));
   std::memset(ws.data(), 0x7f, static_cast<size_t>(ws.bytes()));
   delta_rule_forward(s, segs, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.b.data(), o.data(),
                      ws.workspace());
@@ -87,7 +87,7 @@ Inputs<Real> backward(const DeltaRuleSpec& s, const std::vector<int64_t>& seg, c
   fill(d.v, in.v.size());
   fill(d.g, in.g.size());
   fill(d.b, in.b.size());
-  AlignedBuffer ws(delta_rule_backward_workspace_bytes<Real>(s, segs));
+  AlignedBuffer ws(delta_rule_backward_workspace_bytes<Real>(s, extent_of(segs)));
   std::memset(ws.data(), 0x7f, static_cast<size_t>(ws.bytes()));
   delta_rule_backward(s, segs, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.b.data(), dO.data(),
                       d.q.data(), d.k.data(), d.v.data(), d.g.data(), d.b.data(), ws.workspace());

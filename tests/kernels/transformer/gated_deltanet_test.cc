@@ -81,7 +81,7 @@ MixerRun<Real> run(const DeltaNetSpec& s, const std::vector<int64_t>& seg, const
   const std::vector<Real> h(h64.begin(), h64.end()), dy(dy64.begin(), dy64.end());
   MixerRun<Real> r;
   r.y.assign(static_cast<size_t>(N * s.C), Real(0));
-  AlignedBuffer saved(deltanet_saved_bytes<Real>(s, N)), fws(deltanet_forward_workspace_bytes<Real>(s, segs));
+  AlignedBuffer saved(deltanet_saved_bytes<Real>(s, N)), fws(deltanet_forward_workspace_bytes<Real>(s, extent_of(segs)));
   std::memset(saved.data(), 0x7f, static_cast<size_t>(saved.bytes()));
   std::memset(fws.data(), 0x7f, static_cast<size_t>(fws.bytes()));
   deltanet_forward(s, segs, w.template view<const Real>(), h.data(), r.y.data(), false, saved.workspace(),
@@ -92,7 +92,7 @@ MixerRun<Real> run(const DeltaNetSpec& s, const std::vector<int64_t>& seg, const
                   &g.out_proj})
     std::fill(v->begin(), v->end(), Real(0));
   r.dh.assign(h.size(), Real(55));  // overwritten
-  AlignedBuffer bws(deltanet_backward_workspace_bytes<Real>(s, segs));
+  AlignedBuffer bws(deltanet_backward_workspace_bytes<Real>(s, extent_of(segs)));
   std::memset(bws.data(), 0x7f, static_cast<size_t>(bws.bytes()));
   deltanet_backward(s, segs, w.template view<const Real>(), h.data(), saved.workspace(), dy.data(), r.dh.data(), false,
                     g.template view<Real>(), bws.workspace());
