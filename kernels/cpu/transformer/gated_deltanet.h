@@ -56,7 +56,6 @@ int64_t deltanet_forward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleExtent 
 template <typename Real>
 int64_t deltanet_backward_workspace_bytes(const DeltaNetSpec& s, DeltaRuleExtent e);
 
-
 // y (N, C) overwritten, or added to when accumulate_y (the residual add). N = seg.offsets[seg.count].
 template <typename Real>
 void deltanet_forward(const DeltaNetSpec& s, DeltaRuleSegments seg, const DeltaNetWeights<const Real>& w,
