@@ -25,6 +25,8 @@ struct BackendOptions {
   // The plan runs collectives (all-gather / reduce-scatter between ranks): the CUDA backend creates
   // its NCCL communicators at construction, before any step, and checks their memory.
   bool collectives = false;
+  // CUDA: every kernel, copy and memset from CUPTI on the measured timeline (slidedp-run --trace-kernels).
+  bool kernel_activity = false;
   int blas_threads = 0;  // CPU backend: cores per emulated device (0 = 1)
   // CPU backend: run at a target machine's ratios (slidedp-run --emulate); null: at this host's speed.
   std::shared_ptr<const TargetPacing> pacing;

@@ -108,6 +108,8 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
   if (o.router_aux_loss_coef > 0 && !o.card.moe())
     throw InputError("router_aux_loss_coef",
                      fmt::format("model {} has no mixture-of-experts router; the load-balancing loss needs one", o.card.name));
+  if (o.trace_kernels && o.backend != "cuda")
+    throw InputError("--trace-kernels", "CUPTI records GPU kernels; the " + o.backend + " backend runs none (use --backend cuda)");
   if (o.document_end && (*o.document_end < 0 || *o.document_end >= o.card.vocab_size))
     throw InputError("document_end", fmt::format("token id {} is outside the vocabulary of {} ({} tokens)",
                                                  *o.document_end, o.card.name, o.card.vocab_size));
@@ -295,6 +297,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   bo.loss_chunk_tokens = plan.loss_chunk_tokens;
   bo.mlp_token_tile = plan.mlp_token_tile;
   bo.packed_documents = o.document_end.has_value();
+  bo.kernel_activity = o.trace_kernels;
   bo.collectives = N > 1 && (plan.param_route == ParamRoute::kSharded || plan.grad_route == GradRoute::kGpu ||
                              traits.params_resident || traits.gpu_optimizer);
   bo.device_budget_bytes = o.device_budget_bytes > 0          ? o.device_budget_bytes

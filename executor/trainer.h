@@ -67,6 +67,7 @@ struct TrainOptions {
   std::string metadata_json = "{}";    // stored in checkpoints
   // Timeline.
   bool trace = false;                  // record spans (for --trace, --bench and per-step busy times)
+  bool trace_kernels = false;          // CUDA: also every kernel, copy and memset (CUPTI), category "kernel"
   int64_t sample_spans_every = 0;      // > 0: keep the detailed spans of every k-th step in TrainStep
   // Set from another thread (a signal handler) to stop after the current step, cleanly.
   const std::atomic<bool>* stop = nullptr;

@@ -68,7 +68,7 @@ int run_main(int argc, char** argv) {
   double time_scale = 0, node_timeout = 300;
   int64_t total_steps = 0;
   uint64_t data_seed = 1234, init_seed = 42;
-  bool json = false, bench = false, exact = false, no_db = false, quiet = false;
+  bool json = false, bench = false, exact = false, no_db = false, quiet = false, trace_kernels = false;
   std::string schedule = "constant";
   app.add_option("--data", data, "Token file (slidedp-data build ...); default: the embedded text, byte-tokenized");
   app.add_option("--steps", steps, "Optimizer steps to run (after --resume: further steps)")->check(CLI::NonNegativeNumber);
@@ -128,6 +128,9 @@ int run_main(int argc, char** argv) {
   app.add_option("--db", db, "SQLite run log (created if missing)");
   app.add_flag("--no-db", no_db, "Do not write a run log");
   app.add_option("--trace", trace, "Write the measured timeline as Chrome trace JSON (open in Perfetto)");
+  app.add_flag("--trace-kernels", trace_kernels,
+               "CUDA backend: add every kernel, copy and memset (CUPTI's activity records, libcupti opened at run "
+               "time) to the timeline, each under the unit and phase that launched it; costs time");
   app.add_flag("--bench", bench, "Benchmark mode: per step, each resource's busy time, the exposed time and tokens/s");
   app.add_option("--checkpoint-dir", checkpoint_dir, "Write checkpoints here (step-XXXXXXXX folders)");
   app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every K steps (0: at the end only)")->check(CLI::NonNegativeNumber);
@@ -229,7 +232,8 @@ int run_main(int argc, char** argv) {
   o.checkpoint_every = checkpoint_every;
   o.keep_checkpoints = keep;
   o.resume_dir = resume;
-  o.trace = traced;
+  o.trace = traced || trace_kernels;
+  o.trace_kernels = trace_kernels;
   o.sample_spans_every = 10;
   o.stop = &g_stop;
   o.link = g_link.get();

@@ -31,6 +31,8 @@
 #include "common/units.h"
 #include "executor/cuda/counter_wait.h"
 #include "executor/block_cache.h"
+#include "executor/cuda/cupti_activity.h"
+#include "executor/kernel_activity.h"
 #include "executor/device_budget.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cuda/adamw.h"
@@ -806,6 +808,14 @@ class CudaBackend final : public Backend {
     for (int r = 0; r < opt.devices; ++r)
       devices_.push_back(std::make_unique<CudaDevice>(r, r % gpus_, budget, math_, control, tracer_));
     if (opt.collectives) create_communicators(budget);
+    if (opt.kernel_activity) {
+      cupti_ = std::make_unique<CuptiActivity>();
+      for (auto& d : devices_)
+        for (Stream* s : {&d->compute(), &d->h2d(), &d->d2h(), &d->comm()})
+          cupti_streams_.push_back({static_cast<uint32_t>(d->gpu()), cupti_->stream_id(static_cast<CudaStream*>(s)->get()),
+                                    d->rank(), s->name()});
+      cupti_clock_ = ActivityClock{cupti_->timestamp_ns(), tracer_.now()};
+    }
   }
 
   ~CudaBackend() override {
@@ -931,7 +941,14 @@ class CudaBackend final : public Backend {
   bool tracing() const override { return tracer_.on(); }
   double trace_clock_s() const override { return tracer_.now(); }
   void add_span(const MeasuredSpan& s) override { tracer_.add(s); }
-  std::vector<MeasuredSpan> take_spans() override { return tracer_.take(); }
+  std::vector<MeasuredSpan> take_spans() override {
+    std::vector<MeasuredSpan> spans = tracer_.take();
+    if (cupti_) {  // each kernel, copy and memset on the timeline, under the span that launched it
+      AttributedActivities k = attribute_activities(cupti_->take(), cupti_streams_, cupti_clock_, spans, cupti_names_);
+      spans.insert(spans.end(), k.spans.begin(), k.spans.end());
+    }
+    return spans;
+  }
 
   void synchronize() override {
     for (auto& d : devices_) d->synchronize();
@@ -1011,6 +1028,12 @@ class CudaBackend final : public Backend {
   Tracer tracer_;
   std::shared_ptr<CounterPool> counters_;
   std::vector<std::unique_ptr<CudaDevice>> devices_;
+  // --trace-kernels: CUPTI's records, the executor's streams by CUPTI id, the two clocks' pairing,
+  // and the kernel names the spans' tags point at.
+  std::unique_ptr<CuptiActivity> cupti_;
+  std::vector<ActivityStream> cupti_streams_;
+  ActivityClock cupti_clock_;
+  std::set<std::string> cupti_names_;
   std::mutex mutex_;
   std::vector<std::pair<std::byte*, int64_t>> registered_;
   std::mutex comm_mutex_;

@@ -1,6 +1,6 @@
 # Sourced by scripts/gpu_check.sh (and its test, tests/scripts/gpu_libraries_test.sh): where the GPU
 # machine keeps the shared libraries the bundle's binaries need from the image (cuBLASLt, the CUDA
-# runtime, NCCL). Safe under `set -u` with LD_LIBRARY_PATH unset.
+# runtime, NCCL; and CUPTI, which --trace-kernels opens at run time). Safe under `set -u` with LD_LIBRARY_PATH unset.
 
 # Appends folder $1 to LD_LIBRARY_PATH (no empty entry when it was unset or empty).
 gpu_libraries_append() {
@@ -13,13 +13,13 @@ gpu_libraries_append() {
 # torch/lib.
 gpu_libraries_add() {
   local cuda="${CUDA_HOME:-/usr/local/cuda}" d
-  for d in "$cuda/lib64" "$cuda/lib" "$cuda/targets/x86_64-linux/lib"; do
+  for d in "$cuda/lib64" "$cuda/lib" "$cuda/targets/x86_64-linux/lib" "$cuda/extras/CUPTI/lib64"; do
     [ -d "$d" ] && gpu_libraries_append "$d"
   done
   local pylibs
   pylibs="$(python3 - <<'PY' 2>/dev/null || true
 import importlib, os
-for m in ("nvidia.cu13", "nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "torch"):
+for m in ("nvidia.cu13", "nvidia.nccl", "nvidia.cublas", "nvidia.cuda_runtime", "nvidia.cuda_cupti", "torch"):
     try:
         mod = importlib.import_module(m)
     except Exception:

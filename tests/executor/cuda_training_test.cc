@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/error.h"
 #include "executor/cuda/cuda_backend.h"
 #include "executor/trainer.h"
 #include "tests/executor/executor_test_util.h"
@@ -60,6 +61,47 @@ TEST(CudaTraining, TinyModelFollowsTheCpuLossCurveFor20Steps) {
     EXPECT_EQ(b.steps[i].tokens, a.steps[i].tokens);
   }
   EXPECT_LT(b.steps.back().loss, b.steps.front().loss - 0.5) << "the CUDA run must learn";
+}
+
+}  // namespace
+}  // namespace slidedp::exec
+
+namespace slidedp::exec {
+namespace {
+
+// --trace-kernels: CUPTI's kernels land on the timeline under the unit and phase that launched them
+// (executor/kernel_activity.h; its attribution is tested on the CPU with recorded activities).
+TEST(CudaTraining, KernelActivityLandsUnderTheUnitsThatLaunchedIt) {
+  if (cuda_visible_devices() == 0)
+    GTEST_SKIP() << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
+  TrainOptions o = testing::tiny_options(1, 2, 1, 2);
+  o.backend = "cuda";
+  o.trace = true;
+  o.trace_kernels = true;
+  TrainResult r;
+  try {
+    r = train(o);
+  } catch (const InputError& e) {
+    if (std::string(e.what()).find("cannot open libcupti") != std::string::npos) GTEST_SKIP() << e.what();
+    throw;
+  }
+  int kernels = 0, attributed = 0, bwd = 0;
+  for (const MeasuredSpan& s : r.spans)
+    if (std::string(s.tag.category) == "kernel") {
+      ++kernels;
+      attributed += s.tag.unit >= 0;
+      bwd += std::string(s.tag.what).rfind("bwd: ", 0) == 0;
+      EXPECT_LE(s.start_s, s.end_s);
+    }
+  EXPECT_GT(kernels, 0);
+  EXPECT_GT(attributed, kernels / 2) << "most kernels run inside a unit's span";
+  EXPECT_GT(bwd, 0);
+}
+
+TEST(CudaTraining, TraceKernelsIsRefusedOnTheCpuBackend) {
+  TrainOptions o = testing::tiny_options(1, 1, 1, 1);
+  o.trace_kernels = true;
+  EXPECT_THROW(train(o), InputError);
 }
 
 }  // namespace
