@@ -68,6 +68,28 @@ std::vector<float> bf16_params(const UnitLayout& unit, uint64_t seed) {
 
 // Per named tensor of the unit: close_to_scale of (got - init) against (ref - init), so the
 // accumulated initial value does not hide the gradient; padding must still hold `init` exactly.
+// The layer's branches, without the residual stream that dominates y and dx: y - x against y_ref - x
+// and dx - dy against dx_ref - dy, relative to the branch's own scale (a branch error of 2% of max|y|
+// could hide in the comparison of y itself). The GPU stores y and dx in bf16, which rounds by up to
+// 2^-9 of the residual's magnitude: that is added to the bound.
+void expect_branches_close(const std::vector<float>& y, const std::vector<float>& y_ref, const std::vector<float>& x,
+                           const std::vector<float>& dx, const std::vector<float>& dx_ref, const std::vector<float>& dy,
+                           const std::string& what) {
+  auto minus = [](const std::vector<float>& a, const std::vector<float>& b) {
+    std::vector<float> d(a.size());
+    for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
+    return d;
+  };
+  auto check = [&](const std::vector<float>& got, const std::vector<float>& ref, const std::vector<float>& base,
+                   double frac, const std::string& name) {
+    const std::vector<float> g = minus(got, base), r = minus(ref, base);
+    const double atol = frac * std::max(test::max_abs(r), 1e-30) + 0x1p-9 * test::max_abs(ref);
+    EXPECT_TRUE(kernels::test::all_close(g, r, atol, frac, what + " " + name));
+  };
+  check(y, y_ref, x, kActivationFrac, "y - x (the layer's branches)");
+  check(dx, dx_ref, dy, kGradientFrac, "dx - dy (the branches' gradient)");
+}
+
 void expect_gradients_close(const UnitLayout& unit, const std::vector<float>& got, const std::vector<float>& ref,
                             const std::vector<float>& init, const std::string& what) {
   for (const TensorSpec& t : unit.tensors) {
@@ -144,6 +166,7 @@ TEST_P(CudaDecoderTest, ForwardRecomputeBackwardMatchTheCpuUnit) {
   const GpuDecoder g = run_gpu_decoder(s, p, x, dy, init, B, T);
   EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y"));
   EXPECT_TRUE(close_to_scale(g.dx, dx_ref, kGradientFrac, kGradientFrac, "dx"));
+  expect_branches_close(g.y, y_ref, x, g.dx, dx_ref, dy, "decoder");
   expect_gradients_close(unit, g.grads, grads_ref, init, "grads");
   EXPECT_EQ(g.saved, g.recomputed) << "recompute must refill the saved state bitwise";
 
