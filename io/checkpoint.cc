@@ -72,11 +72,13 @@ void write_text(const fs::path& path, const std::string& text) {
 }
 
 json cursor_to_json(const DataCursor& c) {
-  return {{"epoch", c.epoch},
-          {"position", c.position},
-          {"num_sequences", c.num_sequences},
-          {"seq_len", c.seq_len},
-          {"seed", hex64(c.seed)}};
+  json j = {{"epoch", c.epoch},
+            {"position", c.position},
+            {"num_sequences", c.num_sequences},
+            {"seq_len", c.seq_len},
+            {"seed", hex64(c.seed)}};
+  if (c.document_end >= 0) j["document_end"] = c.document_end;  // packed documents only
+  return j;
 }
 
 // Strict readers for trainer_state.json: each names the file and the key path.
@@ -151,7 +153,14 @@ TrainerState parse_trainer_state(const std::string& path) {
   s.lr_schedule_step = r.integer(j, "", "lr_schedule_step");
   s.learning_rate = r.number(j, "", "learning_rate");
   const json& c = j["data_cursor"];
-  r.keys(c, "data_cursor", {"epoch", "position", "num_sequences", "seq_len", "seed"});
+  std::vector<std::string> cursor_keys = {"epoch", "position", "num_sequences", "seq_len", "seed"};
+  const bool documents = c.is_object() && c.contains("document_end");
+  if (documents) cursor_keys.push_back("document_end");
+  r.keys(c, "data_cursor", cursor_keys);
+  if (documents) {
+    s.data_cursor.document_end = r.integer(c, "data_cursor", "document_end");
+    if (s.data_cursor.document_end < 0) throw InputError(path + ": data_cursor.document_end", "must be >= 0");
+  }
   s.data_cursor.epoch = r.integer(c, "data_cursor", "epoch");
   s.data_cursor.position = r.integer(c, "data_cursor", "position");
   s.data_cursor.num_sequences = r.integer(c, "data_cursor", "num_sequences");

@@ -174,6 +174,7 @@ DataCursor SequenceSampler::cursor_at_step(int64_t step) const {
   c.num_sequences = num_sequences_;
   c.seq_len = seq_len_;
   c.seed = seed_;
+  c.document_end = document_end_ ? *document_end_ : -1;
   return c;
 }
 
@@ -186,6 +187,12 @@ void SequenceSampler::resume(const DataCursor& cursor, int64_t step) {
   if (cursor.seed != seed_)
     throw InputError("data cursor",
                      fmt::format("was saved with seed {}, this run uses seed {}", cursor.seed, seed_));
+  const int64_t document_end = document_end_ ? *document_end_ : -1;
+  if (cursor.document_end != document_end) {
+    auto say = [](int64_t id) { return id < 0 ? std::string("none") : std::to_string(id); };
+    throw InputError("data cursor", fmt::format("was saved with document end {}, this run has {} (--document-end)",
+                                                say(cursor.document_end), say(document_end)));
+  }
   if (cursor.epoch < 0 || cursor.position < 0 || cursor.position >= num_sequences_ || step < 0)
     throw InputError("data cursor", fmt::format("epoch {} position {} is out of range (S = {})", cursor.epoch,
                                                 cursor.position, num_sequences_));

@@ -32,6 +32,7 @@ struct DataCursor {
   int64_t num_sequences = 0;  // S of the dataset and seq_len that produced the cursor
   int64_t seq_len = 0;        // T
   uint64_t seed = 0;
+  int64_t document_end = -1;  // the token id ending documents (packed documents), -1: none
   bool operator==(const DataCursor&) const = default;
 };
 

@@ -82,6 +82,20 @@ TEST(Checkpoint, RoundTripIsBitwiseForEveryField) {
   }
 }
 
+// Packed documents' end id rides in the data cursor (so a resume with another --document-end is
+// refused); without documents the key is absent and the file is what it always was.
+TEST(Checkpoint, TheDocumentEndRoundTripsAndIsAbsentWithoutDocuments) {
+  TempDir root;
+  State s = make_state(tiny_card("llama", false), 10, 7);
+  const std::string plain = save_checkpoint(root / "plain", s.view(), 3);
+  EXPECT_EQ(testing::read_bytes(plain + "/trainer_state.json").find("document_end"), std::string::npos);
+  EXPECT_EQ(load_checkpoint(plain).state.data_cursor.document_end, -1);
+  s.trainer.data_cursor.document_end = 10;
+  const std::string docs = save_checkpoint(root / "docs", s.view(), 3);
+  EXPECT_EQ(load_checkpoint(docs).state.data_cursor.document_end, 10);
+  expect_same(load_checkpoint(docs), s);
+}
+
 TEST(Checkpoint, FolderIsAlsoAHuggingFaceModel) {
   TempDir root;
   State s = make_state(tiny_card("llama"), 20, 7);

@@ -220,6 +220,16 @@ TEST(SequenceSampler, ResumeFromACursorContinuesExactly) {
   EXPECT_THROW(other_seed.resume(c, 3), InputError);
   SequenceSampler other_len(d, T + 1, G, 11);
   EXPECT_THROW(other_len.resume(c, 3), InputError);
+  SequenceSampler with_documents(d, T, G, 11, int32_t{3});
+  EXPECT_THROW(with_documents.resume(c, 3), InputError) << "a cursor without documents, a run with them";
+  DataCursor doc_cursor = with_documents.cursor_at_step(3);
+  EXPECT_EQ(doc_cursor.document_end, 3);
+  SequenceSampler without(d, T, G, 11);
+  EXPECT_THROW(without.resume(doc_cursor, 3), InputError) << "a cursor with documents, a run without";
+  SequenceSampler other_end(d, T, G, 11, int32_t{4});
+  EXPECT_THROW(other_end.resume(doc_cursor, 3), InputError);
+  SequenceSampler same_end(d, T, G, 11, int32_t{3});
+  EXPECT_NO_THROW(same_end.resume(doc_cursor, 3));
   DataCursor bad = c;
   bad.position = 100;
   SequenceSampler fresh(d, T, G, 11);
