@@ -64,19 +64,27 @@ void copy_own(const UnitState& s, const float* whole, float* dst) {
 
 void HostState::load_master(std::span<const std::span<const float>> units) {
   SLIDEDP_CHECK(units.size() == units_.size(), "one master buffer per unit");
-  for (size_t u = 0; u < units_.size(); ++u) {
-    UnitState& s = units_[u];
-    SLIDEDP_CHECK(static_cast<int64_t>(units[u].size()) == s.numel, "master buffer size differs from the layout");
-    copy_own(s, units[u].data(), s.master_f32());
-    std::memset(s.exp_avg.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
-    std::memset(s.exp_avg_sq.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
-    // The whole mirror, from the whole input (a sharded master holds only part of it).
-    if (options_.mirror_dtype == DType::kBF16) {
-      kernels::f32_to_bf16(units[u].data(), reinterpret_cast<bf16_bits*>(s.mirror.ptr), s.numel);
-    } else {
-      std::memcpy(s.mirror.ptr, units[u].data(), static_cast<size_t>(s.numel) * 4);
-    }
+  for (size_t u = 0; u < units_.size(); ++u) load_unit_master(static_cast<int>(u), units[u]);
+}
+
+void HostState::load_unit_master(int u, std::span<const float> whole) {
+  UnitState& s = unit(u);
+  SLIDEDP_CHECK(static_cast<int64_t>(whole.size()) == s.numel, "master buffer size differs from the layout");
+  copy_own(s, whole.data(), s.master_f32());
+  std::memset(s.exp_avg.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
+  std::memset(s.exp_avg_sq.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
+  // The whole mirror, from the whole input (a sharded master holds only part of it).
+  if (options_.mirror_dtype == DType::kBF16) {
+    kernels::f32_to_bf16(whole.data(), reinterpret_cast<bf16_bits*>(s.mirror.ptr), s.numel);
+  } else {
+    std::memcpy(s.mirror.ptr, whole.data(), static_cast<size_t>(s.numel) * 4);
   }
+}
+
+std::vector<ShardRange> HostState::held_ranges(int u) const {
+  const UnitState& s = unit(u);
+  if (s.own.empty()) return {ShardRange{0, s.numel}};
+  return s.own;
 }
 
 void HostState::load(std::span<const std::span<const float>> master, std::span<const std::span<const float>> m,

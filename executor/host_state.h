@@ -62,6 +62,11 @@ class HostState {
   // Sets the master weights (one (flat_numel,) fp32 span per unit; a sharded state keeps its shards),
   // zeroes m and v, writes the whole mirror from them.
   void load_master(std::span<const std::span<const float>> units);
+  // load_master for one unit: `whole` is its (flat_numel,) fp32 master.
+  void load_unit_master(int u, std::span<const float> whole);
+  // The elements of unit u this node holds of master, m and v, chunk by chunk (the whole unit unless
+  // sharded); element i of them is at UnitState::local(i).
+  std::vector<ShardRange> held_ranges(int u) const;
   // Sets master, m and v (resume); writes the mirror.
   void load(std::span<const std::span<const float>> master, std::span<const std::span<const float>> m,
             std::span<const std::span<const float>> v);

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/error.h"
@@ -96,6 +97,45 @@ std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, in
   }
   done.wait(link, posted);
   return out;
+}
+
+std::vector<std::string> all_gather_text(NodeLink& link, const std::string& mine, const std::string& what) {
+  // Two all-gathers: the lengths, then every text padded to the longest.
+  const int64_t n = static_cast<int64_t>(mine.size());
+  const std::vector<std::byte> sizes = link.all_gather(reinterpret_cast<const std::byte*>(&n), 8, what + " (sizes)");
+  std::vector<int64_t> len(static_cast<size_t>(link.nodes()));
+  std::memcpy(len.data(), sizes.data(), len.size() * 8);
+  const int64_t longest = std::max<int64_t>(1, *std::max_element(len.begin(), len.end()));
+  std::string padded = mine;
+  padded.resize(static_cast<size_t>(longest));
+  const std::vector<std::byte> all = link.all_gather(reinterpret_cast<const std::byte*>(padded.data()), longest, what);
+  std::vector<std::string> out;
+  for (int p = 0; p < link.nodes(); ++p)
+    out.emplace_back(reinterpret_cast<const char*>(all.data()) + p * longest, static_cast<size_t>(len[static_cast<size_t>(p)]));
+  return out;
+}
+
+void throw_if_any_node_failed(NodeLink& link, std::exception_ptr mine, const std::string& what) {
+  // A status is "" (worked) or the error kind's number, a newline and the message.
+  std::string status;
+  if (mine) {
+    try {
+      std::rethrow_exception(mine);
+    } catch (const Error& e) {
+      status = fmt::format("{}\n{}", static_cast<int>(e.kind()), e.what());
+    } catch (const std::exception& e) {
+      status = fmt::format("{}\n{}", static_cast<int>(ErrorKind::kRuntime), e.what());
+    }
+  }
+  const std::vector<std::string> all = all_gather_text(link, status, what);
+  if (mine) std::rethrow_exception(mine);
+  for (int p = 0; p < link.nodes(); ++p) {
+    const std::string& s = all[static_cast<size_t>(p)];
+    if (s.empty()) continue;
+    const size_t nl = s.find('\n');
+    throw Error(static_cast<ErrorKind>(std::stoi(s.substr(0, nl))),
+                fmt::format("{} failed on node {}: {}", what, p, s.substr(nl + 1)));
+  }
 }
 
 bool any_node(NodeLink& link, bool mine) {

@@ -3,6 +3,7 @@
 // brought together on one node (for a checkpoint or the final weights).
 #pragma once
 
+#include <exception>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,14 @@ WholeState gather_sharded_state(NodeLink& link, const HostState& state, int to);
 
 // Every node's `mine` (any length) on node `to`, in node order; the other nodes get an empty list.
 std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, int to);
+
+// Every node's `mine` (any length) on every node, in node order.
+std::vector<std::string> all_gather_text(NodeLink& link, const std::string& mine, const std::string& what);
+
+// Every node passes its outcome of one step (null: it worked). When any node failed, every node
+// throws: the failing node its own error, the others the first failing node's error kind and message
+// naming that node. `what` names the step ("writing checkpoint 12").
+void throw_if_any_node_failed(NodeLink& link, std::exception_ptr mine, const std::string& what);
 
 // True on every node when any node passes true (a stop request seen by one node stops all alike).
 bool any_node(NodeLink& link, bool mine);

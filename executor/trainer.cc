@@ -26,6 +26,7 @@
 #include "executor/node_state.h"
 #include "executor/rank_driver.h"
 #include "executor/run_control.h"
+#include "executor/state_checkpoint.h"
 #include "executor/weight_decay_groups.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
@@ -231,20 +232,20 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   TrainResult result;
 
   // Initial state: a checkpoint, a Hugging Face folder, or random weights.
-  std::optional<LoadedCheckpoint> ckpt;
+  std::optional<CheckpointReader> ckpt;
   UnitBuffers weights;
   if (!o.resume_dir.empty()) {
-    ckpt = load_checkpoint(resolve_checkpoint_dir(o.resume_dir));
+    ckpt.emplace(resolve_checkpoint_dir(o.resume_dir));
     // The whole architecture, not a size: another model with the same unit sizes would load and train
     // with the wrong math (other heads, eps, RoPE).
-    const std::vector<std::string> differ = architecture_differences(o.card, ckpt->card);
+    const std::vector<std::string> differ = architecture_differences(o.card, ckpt->card());
     if (!differ.empty())
-      throw InputError(ckpt->dir + "/config.json",
+      throw InputError(ckpt->dir() + "/config.json",
                        fmt::format("the checkpoint is of another model than the run's ({}): {}{}", o.card.name,
                                    differ.front(), differ.size() > 1 ? fmt::format(" (and {} more)", differ.size() - 1) : ""));
-    if (ckpt->layout.total_flat_numel != layout.total_flat_numel)
-      throw InputError(ckpt->dir, "the checkpoint's model does not match the run's model");
-    result.start_step = ckpt->state.optimizer_step;
+    if (ckpt->layout().total_flat_numel != layout.total_flat_numel)
+      throw InputError(ckpt->dir(), "the checkpoint's model does not match the run's model");
+    result.start_step = ckpt->state().optimizer_step;
   } else if (!o.init_model_dir.empty()) {
     HfModel m = load_hf_model(o.init_model_dir);
     if (m.layout.total_flat_numel != layout.total_flat_numel)
@@ -348,7 +349,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   // Frozen buffers (Gemma 4's layer_scalar) are never decayed, whatever the groups say.
   if (o.optimizer.no_decay.any() || has_frozen_buffers(layout))
     uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
-  if (ckpt && ckpt->state.adamw_step >= 0) uc.skipped_steps_before = ckpt->state.optimizer_step - ckpt->state.adamw_step;
+  if (ckpt && ckpt->state().adamw_step >= 0)
+    uc.skipped_steps_before = ckpt->state().optimizer_step - ckpt->state().adamw_step;
   const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
                       traits.update_after_backward;
 
@@ -361,13 +363,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   HostState state(*backend, layout, hso);
   result.host_state_bytes = state.host_bytes();
   if (ckpt) {
-    auto to_spans = [](const UnitBuffers& b) {
-      std::vector<std::span<const float>> s;
-      for (const auto& v : b) s.emplace_back(v);
-      return s;
-    };
-    auto m = to_spans(ckpt->master), a = to_spans(ckpt->adam_m), v = to_spans(ckpt->adam_v);
-    state.load(m, a, v);
+    load_host_state(*ckpt, state);  // unit by unit, this node's shard only
     state.set_updated(static_cast<uint64_t>(result.start_step));
   } else {
     std::vector<std::span<const float>> s;
@@ -425,7 +421,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
                                                          "token): there is nothing to train on");
   }
   SequenceSampler sampler(o.dataset, o.seq_len, global_batch, o.data_seed, o.document_end);
-  if (ckpt) sampler.resume(ckpt->state.data_cursor, result.start_step);
+  if (ckpt) sampler.resume(ckpt->state().data_cursor, result.start_step);
 
   std::vector<std::unique_ptr<RankDriver>> drivers;
   for (int r = 0; r < N; ++r) {
@@ -522,27 +518,31 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       // Checkpoint while the gate holds back step s+1's updates: the state is exactly step s's.
       const bool save = !o.checkpoint_dir.empty() &&
                         ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) || s + 1 == last || stop_now);
-      // A sharded state is brought together on node 0 for the write (node 0 holds it whole meanwhile).
-      WholeState whole;
-      if (save && sharded_nodes) whole = gather_sharded_state(*link, state, 0);
-      if (save && node == 0) {
-        CheckpointData cd;
-        cd.card = o.card;
-        for (int u = 0; u < U; ++u) {
-          const UnitState& us = state.unit(u);
-          const size_t n = static_cast<size_t>(us.numel), i = static_cast<size_t>(u);
-          cd.master.emplace_back(sharded_nodes ? whole.master[i].data() : us.master_f32(), n);
-          cd.adam_m.emplace_back(sharded_nodes ? whole.m[i].data() : us.m_f32(), n);
-          cd.adam_v.emplace_back(sharded_nodes ? whole.v[i].data() : us.v_f32(), n);
+      if (save) {
+        TrainerState ts;
+        ts.optimizer_step = s + 1;
+        ts.adamw_step = s + 1 - updater.skipped_steps();
+        ts.lr_schedule_step = s + 1;
+        ts.lr_schedule_json = lr_schedule_to_json(o.lr);
+        ts.learning_rate = rec.lr;
+        ts.data_cursor = sampler.cursor_at_step(s + 1);
+        ts.metadata_json = o.metadata_json;
+        if (sharded_nodes) {
+          // Every node writes its part of one folder; none holds the whole state.
+          result.last_checkpoint = save_sharded_checkpoint(*link, state, o.card, ts, o.checkpoint_dir, o.keep_checkpoints);
+        } else if (node == 0) {
+          CheckpointData cd;
+          cd.card = o.card;
+          for (int u = 0; u < U; ++u) {
+            const UnitState& us = state.unit(u);
+            const size_t n = static_cast<size_t>(us.numel);
+            cd.master.emplace_back(us.master_f32(), n);
+            cd.adam_m.emplace_back(us.m_f32(), n);
+            cd.adam_v.emplace_back(us.v_f32(), n);
+          }
+          cd.state = ts;
+          result.last_checkpoint = save_checkpoint(o.checkpoint_dir, cd, o.keep_checkpoints);
         }
-        cd.state.optimizer_step = s + 1;
-        cd.state.adamw_step = s + 1 - updater.skipped_steps();
-        cd.state.lr_schedule_step = s + 1;
-        cd.state.lr_schedule_json = lr_schedule_to_json(o.lr);
-        cd.state.learning_rate = rec.lr;
-        cd.state.data_cursor = sampler.cursor_at_step(s + 1);
-        cd.state.metadata_json = o.metadata_json;
-        result.last_checkpoint = save_checkpoint(o.checkpoint_dir, cd, o.keep_checkpoints);
       }
       if (stop_now) {
         result.stopped_early = true;  // step s+1 may be in flight; its updates stay behind the gate

@@ -52,19 +52,6 @@ void check_padding_zero(const ModelLayout& layout, const UnitSpans& units, const
   }
 }
 
-// The first element of a state tensor that no AdamW step can produce: not finite, or (second moments)
-// negative. Returns "TENSOR<suffix>[i] is VALUE", or "" when every element is fine.
-std::string first_impossible_value(const ModelLayout& layout, const UnitSpans& units, bool second_moment,
-                                   const char* suffix = "") {
-  for (std::size_t u = 0; u < layout.units.size(); ++u)
-    for (const auto& t : layout.units[u].tensors)
-      for (int64_t i = 0; i < t.numel; ++i) {
-        const float x = units[u][static_cast<std::size_t>(t.offset + i)];
-        if (!std::isfinite(x) || (second_moment && x < 0.0f)) return fmt::format("{}{}[{}] is {}", t.name, suffix, i, x);
-      }
-  return "";
-}
-
 void write_text(const fs::path& path, const std::string& text) {
   OutputFile out(path.string());
   out.write(text);
@@ -182,9 +169,37 @@ CheckpointData LoadedCheckpoint::view() const {
   return CheckpointData{card, unit_spans(master), unit_spans(adam_m), unit_spans(adam_v), state};
 }
 
-std::string save_checkpoint(const std::string& root_dir, const CheckpointData& data, int keep_last,
-                            const CheckpointFileHook& on_file_written) {
-  const TrainerState& st = data.state;
+std::string CheckpointSplit::model_file(int part) const {
+  return parts == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", part + 1, parts);
+}
+std::string CheckpointSplit::optimizer_file(int part) const {
+  return parts == 1 ? "optimizer.safetensors" : fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", part + 1, parts);
+}
+
+CheckpointSplit split_checkpoint(const ModelLayout& layout, int parts) {
+  SLIDEDP_CHECK(parts >= 1, "split_checkpoint: parts >= 1");
+  CheckpointSplit split;
+  split.parts = parts;
+  int64_t total = 0;
+  for (const auto& unit : layout.units)
+    for (const auto& t : unit.tensors) total += t.numel;
+  // A tensor goes to the part its middle element falls in: contiguous, balanced, deterministic.
+  int64_t before = 0;
+  for (const auto& unit : layout.units) {
+    split.part_of.emplace_back();
+    for (const auto& t : unit.tensors) {
+      const int64_t middle2 = 2 * before + t.numel;  // twice the middle, to stay in integers
+      split.part_of.back().push_back(
+          static_cast<int>(std::min<int64_t>(parts - 1, total > 0 ? middle2 * parts / (2 * total) : 0)));
+      before += t.numel;
+    }
+  }
+  return split;
+}
+
+namespace {
+
+json trainer_state_json(const TrainerState& st) {
   if (st.optimizer_step < 0) throw InputError("checkpoint: optimizer_step", "must be >= 0");
   // ordered_json keeps the caller's key order, so a compact metadata string comes back byte-identical.
   json metadata;
@@ -204,6 +219,142 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
     }
     if (!lr_schedule.is_object()) throw InputError("checkpoint: lr_schedule_json", "expected a JSON object");
   }
+  json state = {{"format", "slidedp-checkpoint"},
+                {"format_version", kCheckpointFormatVersion},
+                {"optimizer_step", st.optimizer_step},
+                {"adamw_step", st.adamw_step < 0 ? st.optimizer_step : st.adamw_step},
+                {"lr_schedule_step", st.lr_schedule_step},
+                {"lr_schedule", lr_schedule},
+                {"learning_rate", st.learning_rate},
+                {"data_cursor", cursor_to_json(st.data_cursor)},
+                {"rng_state", json::array()},
+                {"metadata", metadata}};
+  for (uint64_t w : st.rng_state) state["rng_state"].push_back(hex64(w));
+  return state;
+}
+
+void rotate_checkpoints(const std::string& root_dir, int64_t kept_step, int keep_last) {
+  if (keep_last <= 0) return;
+  // Keep the checkpoint just written and the newest keep_last - 1 others. The new one is never
+  // deleted, even when checkpoints of later steps exist (a run resumed from an older checkpoint):
+  // those are left for the caller to judge.
+  std::vector<std::pair<int64_t, std::string>> others;
+  for (auto& c : list_checkpoints(root_dir))
+    if (c.first != kept_step) others.push_back(std::move(c));
+  const std::size_t keep_others = static_cast<std::size_t>(keep_last - 1);
+  std::error_code ec;
+  for (std::size_t i = 0; i + keep_others < others.size(); ++i) {
+    // Rename first (one atomic step) so a kill mid-delete leaves a .tmp-* folder, never a
+    // half-deleted step-* folder that looks complete.
+    std::string trash = make_temp_dir_beside(others[i].second);
+    if (::rename(others[i].second.c_str(), trash.c_str()) != 0)
+      throw IoError(others[i].second, std::string("cannot move aside for deletion: ") + std::strerror(errno));
+    fs::remove_all(trash, ec);
+  }
+  fsync_path(root_dir);
+}
+
+// An index mapping the part files' tensors (names + suffix) to their files, as Hugging Face writes it.
+json part_index(const ModelLayout& layout, const CheckpointSplit& split, const std::vector<const char*>& suffixes,
+                bool optimizer) {
+  json weight_map = json::object();
+  int64_t total = 0;
+  for (const char* suffix : suffixes)
+    for (std::size_t u = 0; u < layout.units.size(); ++u)
+      for (std::size_t t = 0; t < layout.units[u].tensors.size(); ++t) {
+        const int part = split.part_of[u][t];
+        weight_map[layout.units[u].tensors[t].name + suffix] = optimizer ? split.optimizer_file(part) : split.model_file(part);
+        total += layout.units[u].tensors[t].numel * 4;
+      }
+  return json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
+}
+
+}  // namespace
+
+std::string begin_checkpoint(const std::string& root_dir, const TrainerState& state) {
+  trainer_state_json(state);  // a bad state fails before anything is written
+  std::error_code ec;
+  fs::create_directories(root_dir, ec);
+  if (ec) throw IoError(root_dir, "cannot create folder: " + ec.message());
+  remove_stale_temp_dirs(root_dir);
+  return make_temp_dir_beside((fs::path(root_dir) / checkpoint_dir_name(state.optimizer_step)).string());
+}
+
+void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout, const CheckpointSplit& split,
+                           int part, std::span<const TensorStateView> tensors, int64_t step,
+                           const CheckpointFileHook& on_file_written) {
+  std::vector<TensorToWrite> master, moments, second;
+  std::size_t i = 0;
+  for (std::size_t u = 0; u < layout.units.size(); ++u)
+    for (std::size_t t = 0; t < layout.units[u].tensors.size(); ++t) {
+      if (split.part_of[u][t] != part) continue;
+      SLIDEDP_CHECK(i < tensors.size(), "write_checkpoint_part: fewer tensors than the part holds");
+      const TensorSpec& spec = layout.units[u].tensors[t];
+      const TensorStateView& view = tensors[i++];
+      SLIDEDP_CHECK(static_cast<int64_t>(view.master.size()) == spec.numel &&
+                    static_cast<int64_t>(view.m.size()) == spec.numel && static_cast<int64_t>(view.v.size()) == spec.numel,
+                    "write_checkpoint_part: tensor size differs from the layout: " + spec.name);
+      // A poisoned update (a weight decay that overflows, a NaN the step did not catch) never reaches
+      // disk: the previous checkpoint stays the newest.
+      for (const auto& [values, what, second_moment] :
+           {std::tuple{view.master, "master weight", false}, std::tuple{view.m, "AdamW first moment", false},
+            std::tuple{view.v, "AdamW second moment", true}})
+        for (std::size_t k = 0; k < values.size(); ++k)
+          if (!std::isfinite(values[k]) || (second_moment && values[k] < 0.0f))
+            throw NumericError(fmt::format("step {}: {} {}[{}] is {}; the checkpoint is not written (the previous one "
+                                           "stays the newest)",
+                                           step, what, spec.name, k, values[k]));
+      master.push_back(TensorToWrite{spec.name, spec.shape, view.master});
+      moments.push_back(TensorToWrite{spec.name + kExpAvg, spec.shape, view.m});
+      second.push_back(TensorToWrite{spec.name + kExpAvgSq, spec.shape, view.v});
+    }
+  SLIDEDP_CHECK(i == tensors.size(), "write_checkpoint_part: more tensors than the part holds");
+  if (master.empty()) return;  // an empty part writes no files
+  for (auto& t : second) moments.push_back(std::move(t));
+  SafetensorsWriteOptions fp32;
+  fp32.dtype = TensorDtype::kF32;
+  const std::string model_file = split.model_file(part), optimizer_file = split.optimizer_file(part);
+  write_safetensors((fs::path(tmp_dir) / model_file).string(), master, fp32);
+  if (on_file_written) on_file_written(model_file);
+  SafetensorsWriteOptions opt_options = fp32;
+  opt_options.metadata["optimizer"] = "adamw";
+  write_safetensors((fs::path(tmp_dir) / optimizer_file).string(), moments, opt_options);
+  if (on_file_written) on_file_written(optimizer_file);
+}
+
+std::string finish_checkpoint(const std::string& tmp_dir, const std::string& root_dir, const ModelCard& card,
+                              const CheckpointSplit& split, const TrainerState& state, int keep_last,
+                              const CheckpointFileHook& on_file_written) {
+  auto done = [&](const char* file) {
+    if (on_file_written) on_file_written(file);
+  };
+  const std::string final_dir = (fs::path(root_dir) / checkpoint_dir_name(state.optimizer_step)).string();
+  nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(card));
+  config["torch_dtype"] = "float32";  // the master weights are fp32
+  write_text(fs::path(tmp_dir) / "config.json", config.dump(2) + "\n");
+  done("config.json");
+  if (split.parts > 1) {
+    const ModelLayout layout = make_model_layout(card);
+    write_text(fs::path(tmp_dir) / "model.safetensors.index.json", part_index(layout, split, {""}, false).dump(2) + "\n");
+    write_text(fs::path(tmp_dir) / "optimizer.safetensors.index.json",
+               part_index(layout, split, {kExpAvg, kExpAvgSq}, true).dump(2) + "\n");
+    done("model.safetensors.index.json");
+  }
+  write_text(fs::path(tmp_dir) / "trainer_state.json", trainer_state_json(state).dump(2) + "\n");
+  done("trainer_state.json");
+  publish_dir(tmp_dir, final_dir, /*replace=*/true);
+  rotate_checkpoints(root_dir, state.optimizer_step, keep_last);
+  return final_dir;
+}
+
+void abandon_checkpoint(const std::string& tmp_dir) {
+  std::error_code ec;
+  fs::remove_all(tmp_dir, ec);
+}
+
+std::string save_checkpoint(const std::string& root_dir, const CheckpointData& data, int keep_last,
+                            const CheckpointFileHook& on_file_written) {
+  const TrainerState& st = data.state;
   ModelLayout layout = make_model_layout(data.card);
   check_unit_sizes(layout, data.master, "checkpoint: master weights");
   check_unit_sizes(layout, data.adam_m, "checkpoint: AdamW m");
@@ -211,125 +362,96 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
   check_padding_zero(layout, data.master, "checkpoint: master weights");
   check_padding_zero(layout, data.adam_m, "checkpoint: AdamW m");
   check_padding_zero(layout, data.adam_v, "checkpoint: AdamW v");
-  // A poisoned update (a weight decay that overflows, a NaN the step did not catch) never reaches disk:
-  // the previous checkpoint stays the newest.
-  for (const auto& [spans, what, second] : {std::tuple{&data.master, "master weight", false},
-                                           std::tuple{&data.adam_m, "AdamW first moment", false},
-                                           std::tuple{&data.adam_v, "AdamW second moment", true}}) {
-    const std::string bad = first_impossible_value(layout, *spans, second);
-    if (!bad.empty())
-      throw NumericError(fmt::format("step {}: {} {}; the checkpoint is not written (the previous one stays the newest)",
-                                     st.optimizer_step, what, bad));
-  }
-
-  std::error_code ec;
-  fs::create_directories(root_dir, ec);
-  if (ec) throw IoError(root_dir, "cannot create folder: " + ec.message());
-  remove_stale_temp_dirs(root_dir);
-
-  std::string final_dir = (fs::path(root_dir) / checkpoint_dir_name(st.optimizer_step)).string();
-  const std::string tmp = make_temp_dir_beside(final_dir);
-  auto done = [&](const char* file) {
-    if (on_file_written) on_file_written(file);
-  };
+  std::vector<TensorStateView> tensors;
+  for (std::size_t u = 0; u < layout.units.size(); ++u)
+    for (const TensorSpec& t : layout.units[u].tensors) {
+      const std::size_t o = static_cast<std::size_t>(t.offset), n = static_cast<std::size_t>(t.numel);
+      tensors.push_back({data.master[u].subspan(o, n), data.adam_m[u].subspan(o, n), data.adam_v[u].subspan(o, n)});
+    }
+  const CheckpointSplit one = split_checkpoint(layout, 1);
+  const std::string tmp = begin_checkpoint(root_dir, st);
   try {
-    nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(data.card));
-    config["torch_dtype"] = "float32";  // the master weights are fp32
-    write_text(fs::path(tmp) / "config.json", config.dump(2) + "\n");
-    done("config.json");
-
-    SafetensorsWriteOptions fp32;
-    fp32.dtype = TensorDtype::kF32;
-    write_safetensors((fs::path(tmp) / "model.safetensors").string(),
-                      unit_tensors_to_write(layout, data.master, ""), fp32);
-    done("model.safetensors");
-
-    std::vector<TensorToWrite> moments = unit_tensors_to_write(layout, data.adam_m, kExpAvg);
-    for (auto& t : unit_tensors_to_write(layout, data.adam_v, kExpAvgSq)) moments.push_back(std::move(t));
-    SafetensorsWriteOptions opt_options = fp32;
-    opt_options.metadata["optimizer"] = "adamw";
-    write_safetensors((fs::path(tmp) / "optimizer.safetensors").string(), moments, opt_options);
-    done("optimizer.safetensors");
-
-    json state = {{"format", "slidedp-checkpoint"},
-                  {"format_version", kCheckpointFormatVersion},
-                  {"optimizer_step", st.optimizer_step},
-                  {"adamw_step", st.adamw_step < 0 ? st.optimizer_step : st.adamw_step},
-                  {"lr_schedule_step", st.lr_schedule_step},
-                  {"lr_schedule", lr_schedule},
-                  {"learning_rate", st.learning_rate},
-                  {"data_cursor", cursor_to_json(st.data_cursor)},
-                  {"rng_state", json::array()},
-                  {"metadata", metadata}};
-    for (uint64_t w : st.rng_state) state["rng_state"].push_back(hex64(w));
-    write_text(fs::path(tmp) / "trainer_state.json", state.dump(2) + "\n");
-    done("trainer_state.json");
-
-    publish_dir(tmp, final_dir, /*replace=*/true);
+    write_checkpoint_part(tmp, layout, one, 0, tensors, st.optimizer_step, on_file_written);
+    return finish_checkpoint(tmp, root_dir, data.card, one, st, keep_last, on_file_written);
   } catch (...) {
-    fs::remove_all(tmp, ec);
+    abandon_checkpoint(tmp);
     throw;
   }
-
-  if (keep_last > 0) {
-    // Keep the checkpoint just written and the newest keep_last - 1 others. The new one is never
-    // deleted, even when checkpoints of later steps exist (a run resumed from an older checkpoint):
-    // those are left for the caller to judge.
-    std::vector<std::pair<int64_t, std::string>> others;
-    for (auto& c : list_checkpoints(root_dir))
-      if (c.first != st.optimizer_step) others.push_back(std::move(c));
-    const std::size_t keep_others = static_cast<std::size_t>(keep_last - 1);
-    for (std::size_t i = 0; i + keep_others < others.size(); ++i) {
-      // Rename first (one atomic step) so a kill mid-delete leaves a .tmp-* folder, never a
-      // half-deleted step-* folder that looks complete.
-      std::string trash = make_temp_dir_beside(others[i].second);
-      if (::rename(others[i].second.c_str(), trash.c_str()) != 0)
-        throw IoError(others[i].second,
-                      std::string("cannot move aside for deletion: ") + std::strerror(errno));
-      fs::remove_all(trash, ec);
-    }
-    fsync_path(root_dir);
-  }
-  return final_dir;
 }
 
-LoadedCheckpoint load_checkpoint(const std::string& dir) {
-  LoadedCheckpoint ck;
-  ck.dir = dir;
+namespace {
+
+// The model's or the optimizer's tensors of a checkpoint folder: the index when there is one.
+SafetensorsSet open_checkpoint_tensors(const std::string& dir, const char* stem) {
+  const fs::path index = fs::path(dir) / (std::string(stem) + ".safetensors.index.json");
+  if (fs::exists(index)) return SafetensorsSet::open_index(index.string());
+  return SafetensorsSet::open_file((fs::path(dir) / (std::string(stem) + ".safetensors")).string());
+}
+
+}  // namespace
+
+CheckpointReader::CheckpointReader(const std::string& dir) : dir_(dir) {
   const std::string config_path = (fs::path(dir) / "config.json").string();
-  ck.card = model_card_from_hf_config(read_text_file(config_path), config_path);
-  ck.layout = make_model_layout(ck.card);
-
-  std::vector<std::string> names = layout_tensor_names(ck.layout, "");
-  SafetensorsSet model = SafetensorsSet::open_file((fs::path(dir) / "model.safetensors").string());
-  check_no_unexpected_tensors(model, std::set<std::string>(names.begin(), names.end()));
-  ck.master = zero_unit_buffers(ck.layout);
-  ThreadPool pool(load_threads());
-  read_unit_tensors(model, ck.layout, "", ck.master, TensorDtype::kF32, &pool);
-
-  SafetensorsSet opt = SafetensorsSet::open_file((fs::path(dir) / "optimizer.safetensors").string());
+  card_ = model_card_from_hf_config(read_text_file(config_path), config_path);
+  layout_ = make_model_layout(card_);
+  const std::vector<std::string> names = layout_tensor_names(layout_, "");
+  model_ = open_checkpoint_tensors(dir, "model");
+  check_no_unexpected_tensors(model_, std::set<std::string>(names.begin(), names.end()));
+  optimizer_ = open_checkpoint_tensors(dir, "optimizer");
   std::set<std::string> moment_names;
   for (const auto& n : names) {
     moment_names.insert(n + kExpAvg);
     moment_names.insert(n + kExpAvgSq);
   }
-  check_no_unexpected_tensors(opt, moment_names);
-  ck.adam_m = zero_unit_buffers(ck.layout);
-  ck.adam_v = zero_unit_buffers(ck.layout);
-  read_unit_tensors(opt, ck.layout, kExpAvg, ck.adam_m, TensorDtype::kF32, &pool);
-  read_unit_tensors(opt, ck.layout, kExpAvgSq, ck.adam_v, TensorDtype::kF32, &pool);
-  // Values no training step writes (a hand-edited or corrupted file) would train on silently: a negative
-  // second moment makes sqrt(v) NaN at the first update.
-  const std::string model_path = (fs::path(dir) / "model.safetensors").string();
-  const std::string opt_path = (fs::path(dir) / "optimizer.safetensors").string();
-  for (const auto& [buffers, path, suffix, second] :
-       {std::tuple{&ck.master, model_path, "", false}, std::tuple{&ck.adam_m, opt_path, kExpAvg, false},
-        std::tuple{&ck.adam_v, opt_path, kExpAvgSq, true}}) {
-    const std::string bad = first_impossible_value(ck.layout, unit_spans(*buffers), second, suffix);
-    if (!bad.empty()) throw InputError(path, fmt::format("{} (must be finite{})", bad, second ? " and >= 0" : ""));
-  }
+  check_no_unexpected_tensors(optimizer_, moment_names);
+  found_[0] = find_unit_tensors(model_, layout_, "", TensorDtype::kF32);
+  found_[1] = find_unit_tensors(optimizer_, layout_, kExpAvg, TensorDtype::kF32);
+  found_[2] = find_unit_tensors(optimizer_, layout_, kExpAvgSq, TensorDtype::kF32);
+  state_ = parse_trainer_state((fs::path(dir) / "trainer_state.json").string());
+}
 
-  ck.state = parse_trainer_state((fs::path(dir) / "trainer_state.json").string());
+void CheckpointReader::read(Part part, int u, int64_t begin, int64_t end, float* out) const {
+  const int k = static_cast<int>(part);
+  read_unit_range(layout_, found_[k], u, begin, end, out);
+  // Values no training step writes (a hand-edited or corrupted file) would train on silently: a
+  // negative second moment makes sqrt(v) NaN at the first update.
+  const bool second = part == Part::kExpAvgSq;
+  const UnitLayout& unit = layout_.units[static_cast<std::size_t>(u)];
+  for (std::size_t t = 0; t < unit.tensors.size(); ++t) {
+    const TensorSpec& spec = unit.tensors[t];
+    for (int64_t i = std::max(begin, spec.offset); i < std::min(end, spec.offset + spec.numel); ++i) {
+      const float x = out[i - begin];
+      if (!std::isfinite(x) || (second && x < 0.0f)) {
+        const SafetensorsSet::Ref& ref = found_[k][static_cast<std::size_t>(u)][t];
+        throw InputError(ref.file->path(), fmt::format("{}[{}] is {} (must be finite{})", ref.entry->name,
+                                                       i - spec.offset, x, second ? " and >= 0" : ""));
+      }
+    }
+  }
+}
+
+LoadedCheckpoint load_checkpoint(const std::string& dir) {
+  const CheckpointReader reader(dir);
+  LoadedCheckpoint ck;
+  ck.dir = dir;
+  ck.card = reader.card();
+  ck.layout = reader.layout();
+  ck.state = reader.state();
+  ThreadPool pool(load_threads());
+  using Part = CheckpointReader::Part;
+  for (auto [buffers, part] : {std::pair{&ck.master, Part::kMaster}, std::pair{&ck.adam_m, Part::kExpAvg},
+                               std::pair{&ck.adam_v, Part::kExpAvgSq}}) {
+    *buffers = zero_unit_buffers(ck.layout);
+    // Tiles of each unit: page faults on the mapped files and the checks parallelize.
+    std::vector<std::pair<int, int64_t>> tiles;
+    for (std::size_t u = 0; u < ck.layout.units.size(); ++u)
+      for (int64_t b = 0; b < ck.layout.units[u].flat_numel; b += kReadTileElems) tiles.emplace_back(static_cast<int>(u), b);
+    pool.parallel_for(static_cast<int64_t>(tiles.size()), [&](int64_t i) {
+      const auto [u, b] = tiles[static_cast<std::size_t>(i)];
+      std::vector<float>& unit = (*buffers)[static_cast<std::size_t>(u)];
+      reader.read(part, u, b, std::min<int64_t>(b + kReadTileElems, static_cast<int64_t>(unit.size())), unit.data() + b);
+    });
+  }
   return ck;
 }
 

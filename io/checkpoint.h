@@ -5,11 +5,19 @@
 // free metadata). A checkpoint is written into a temp folder, every file fsynced, renamed into place
 // and the root fsynced: a folder named step-* is always complete, and a writer killed mid-way leaves
 // only a .tmp-* folder that the next save removes.
+// A state sharded across nodes is written by every node into the one folder, in parts: the tensors are
+// split into P contiguous groups (layout order, balanced by size), group p's weights go to
+// model-<p+1>-of-<P>.safetensors and its moments to optimizer-<p+1>-of-<P>.safetensors, and
+// model.safetensors.index.json / optimizer.safetensors.index.json map every name to its file (the
+// Hugging Face sharded layout, so the folder still loads as a model, with no consolidation step). A
+// reader takes any element range of any unit (CheckpointReader), so a checkpoint resumes on any node
+// count and placement, each node reading only what it holds.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,6 +71,66 @@ using CheckpointFileHook = std::function<void(const std::string& file_name)>;
 // "step-00000123"
 std::string checkpoint_dir_name(int64_t step);
 
+// Which part of a checkpoint each tensor is written to.
+struct CheckpointSplit {
+  int parts = 1;
+  std::vector<std::vector<int>> part_of;  // [unit][tensor] -> part, non-decreasing in layout order
+  // "model.safetensors" for one part, else "model-00002-of-00004.safetensors" (part 1 of 4)
+  std::string model_file(int part) const;
+  std::string optimizer_file(int part) const;
+};
+// `parts` contiguous groups of the layout's tensors, each about total/parts elements (a group is
+// empty when one tensor is larger than total/parts; it then writes no files).
+CheckpointSplit split_checkpoint(const ModelLayout& layout, int parts);
+
+// One tensor's state as a writer of a part passes it (numel elements each).
+struct TensorStateView {
+  std::span<const float> master, m, v;
+};
+
+// Writing in parts, by several processes sharing the folder (save_checkpoint is the one-process case):
+// 1. one process: checks `state`, creates root_dir, removes dead writers' temp folders, and returns the
+//    temp folder every writer writes into;
+std::string begin_checkpoint(const std::string& root_dir, const TrainerState& state);
+// 2. every writer of a part: its two files, fsynced. `tensors` holds the part's tensors in layout
+//    order. Throws NumericError for a value no AdamW step makes (the checkpoint must then be
+//    abandoned), IoError for a failed write;
+void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout, const CheckpointSplit& split,
+                           int part, std::span<const TensorStateView> tensors, int64_t step,
+                           const CheckpointFileHook& on_file_written = {});
+// 3. the process of step 1, once every part is written: config.json, the indexes (more than one part)
+//    and trainer_state.json, then the folder is published and older checkpoints rotated as
+//    save_checkpoint says. Returns the checkpoint folder.
+std::string finish_checkpoint(const std::string& tmp_dir, const std::string& root_dir, const ModelCard& card,
+                              const CheckpointSplit& split, const TrainerState& state, int keep_last,
+                              const CheckpointFileHook& on_file_written = {});
+// Instead of 3 after a failure: removes the temp folder.
+void abandon_checkpoint(const std::string& tmp_dir);
+
+// A checkpoint folder opened for reading any part of its state: config.json, trainer_state.json and
+// every tensor's presence, shape and dtype (fp32) are checked on opening; values as they are read.
+class CheckpointReader {
+ public:
+  enum class Part { kMaster, kExpAvg, kExpAvgSq };
+  explicit CheckpointReader(const std::string& dir);
+  const std::string& dir() const { return dir_; }
+  const ModelCard& card() const { return card_; }
+  const ModelLayout& layout() const { return layout_; }
+  const TrainerState& state() const { return state_; }
+  // Elements [begin, end) of unit u's flat buffer (padding zero). Throws InputError naming the file,
+  // the tensor and the element for a value no training step writes (not finite; a negative second
+  // moment). Thread-safe.
+  void read(Part part, int u, int64_t begin, int64_t end, float* out) const;
+
+ private:
+  std::string dir_;
+  ModelCard card_;
+  ModelLayout layout_;
+  TrainerState state_;
+  SafetensorsSet model_, optimizer_;
+  UnitTensorRefs found_[3];
+};
+
 // Writes <root_dir>/step-<optimizer_step>/ atomically (replacing a checkpoint of the same step), then
 // keeps it and the newest keep_last - 1 other checkpoints, deleting the rest (keep_last <= 0 keeps
 // all), and removes temp folders left by dead writers (run before writing). Returns the checkpoint folder.
@@ -71,8 +139,9 @@ std::string checkpoint_dir_name(int64_t step);
 std::string save_checkpoint(const std::string& root_dir, const CheckpointData& data, int keep_last,
                             const CheckpointFileHook& on_file_written = {});
 
-// Reads and validates a checkpoint folder (every tensor present, fp32, right shape; trainer_state.json
-// strict). Throws InputError / IoError naming the file and the tensor or key.
+// Reads and validates a whole checkpoint folder, written in one part or several (every tensor present,
+// fp32, right shape; trainer_state.json strict). Throws InputError / IoError naming the file and the
+// tensor or key.
 LoadedCheckpoint load_checkpoint(const std::string& dir);
 
 // Only trainer_state.json of a checkpoint folder (cheap: no tensors), validated like load_checkpoint.

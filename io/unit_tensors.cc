@@ -40,18 +40,10 @@ std::vector<std::string> layout_tensor_names(const ModelLayout& layout, const st
   return names;
 }
 
-void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, const std::string& suffix,
-                       UnitBuffers& units, std::optional<TensorDtype> require_dtype, ThreadPool* pool) {
-  SLIDEDP_CHECK(units.size() == layout.units.size(), "read_unit_tensors: unit count mismatch");
-  struct Job {
-    SafetensorsSet::Ref ref;
-    float* dst;
-    int64_t numel;
-  };
-  std::vector<Job> jobs;
-  for (std::size_t u = 0; u < layout.units.size(); ++u) {
-    SLIDEDP_CHECK(static_cast<int64_t>(units[u].size()) == layout.units[u].flat_numel,
-                  "unit buffer size mismatch");
+UnitTensorRefs find_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, const std::string& suffix,
+                                 std::optional<TensorDtype> require_dtype) {
+  UnitTensorRefs found(layout.units.size());
+  for (std::size_t u = 0; u < layout.units.size(); ++u)
     for (const TensorSpec& spec : layout.units[u].tensors) {
       const std::string name = spec.name + suffix;
       auto ref = src.find(name);
@@ -69,9 +61,42 @@ void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, con
       if (e.dtype != TensorDtype::kF32 && e.dtype != TensorDtype::kF16 && e.dtype != TensorDtype::kBF16)
         throw InputError(where, fmt::format("dtype {} is not a floating-point weight type (BF16, F16, F32)",
                                             tensor_dtype_name(e.dtype)));
-      jobs.push_back(Job{*ref, units[u].data() + spec.offset, spec.numel});
+      found[u].push_back(*ref);
     }
+  return found;
+}
+
+void read_unit_range(const ModelLayout& layout, const UnitTensorRefs& found, int u, int64_t begin, int64_t end,
+                     float* out) {
+  const UnitLayout& unit = layout.units[static_cast<std::size_t>(u)];
+  SLIDEDP_CHECK(begin >= 0 && begin <= end && end <= unit.flat_numel, "read_unit_range: range outside the unit");
+  std::fill(out, out + (end - begin), 0.0f);  // padding
+  for (std::size_t t = 0; t < unit.tensors.size(); ++t) {
+    const TensorSpec& spec = unit.tensors[t];
+    const int64_t b = std::max(begin, spec.offset), e = std::min(end, spec.offset + spec.numel);
+    if (b >= e) continue;
+    const SafetensorsSet::Ref& ref = found[static_cast<std::size_t>(u)][t];
+    ref.file->read_fp32(*ref.entry, std::span<float>(out + (b - begin), static_cast<std::size_t>(e - b)), b - spec.offset);
   }
+}
+
+void read_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, const std::string& suffix,
+                       UnitBuffers& units, std::optional<TensorDtype> require_dtype, ThreadPool* pool) {
+  SLIDEDP_CHECK(units.size() == layout.units.size(), "read_unit_tensors: unit count mismatch");
+  for (std::size_t u = 0; u < layout.units.size(); ++u)
+    SLIDEDP_CHECK(static_cast<int64_t>(units[u].size()) == layout.units[u].flat_numel, "unit buffer size mismatch");
+  const UnitTensorRefs found = find_unit_tensors(src, layout, suffix, require_dtype);
+  struct Job {
+    SafetensorsSet::Ref ref;
+    float* dst;
+    int64_t numel;
+  };
+  std::vector<Job> jobs;
+  for (std::size_t u = 0; u < layout.units.size(); ++u)
+    for (std::size_t t = 0; t < found[u].size(); ++t) {
+      const TensorSpec& spec = layout.units[u].tensors[t];
+      jobs.push_back(Job{found[u][t], units[u].data() + spec.offset, spec.numel});
+    }
   // Tiles: (job, element range). Conversion is per element, so the result does not depend on tiling.
   std::vector<std::pair<std::size_t, int64_t>> tiles;  // (job index, first element)
   for (std::size_t j = 0; j < jobs.size(); ++j)

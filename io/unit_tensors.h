@@ -30,6 +30,17 @@ void check_unit_sizes(const ModelLayout& layout, const UnitSpans& units, const s
 // Every tensor name of the layout with `suffix` appended ("" for weights, ".exp_avg" for AdamW m).
 std::vector<std::string> layout_tensor_names(const ModelLayout& layout, const std::string& suffix);
 
+// The layout's tensors (names + `suffix`) in `src`, [unit][tensor], each checked as read_unit_tensors
+// says (present, exact shape, a floating-point dtype, exactly `require_dtype` when given).
+using UnitTensorRefs = std::vector<std::vector<SafetensorsSet::Ref>>;
+UnitTensorRefs find_unit_tensors(const SafetensorsSet& src, const ModelLayout& layout, const std::string& suffix,
+                                 std::optional<TensorDtype> require_dtype = std::nullopt);
+
+// Elements [begin, end) of unit u's flat buffer, read from `found` into `out` (padding zero): a shard
+// of the unit without reading the rest of it.
+void read_unit_range(const ModelLayout& layout, const UnitTensorRefs& found, int u, int64_t begin, int64_t end,
+                     float* out);
+
 // Reads the layout's tensors (names + `suffix`) from `src` into `units` (already sized, padding left
 // untouched). Every tensor must be present, F32/F16/BF16 (exactly `require_dtype` when given), with
 // exactly the layout's shape; errors name the file and the tensor.

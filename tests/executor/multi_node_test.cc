@@ -9,12 +9,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <tuple>
 
+#include "io/checkpoint.h"
 #include "tests/shell_command.h"
 
 namespace slidedp {
@@ -40,13 +43,17 @@ std::string read_file(const fs::path& p) {
   return s.str();
 }
 
-// The trained state of a checkpoint: weights and AdamW moments (trainer_state.json records the plan,
-// which differs between the runs compared).
+// The trained state of a checkpoint, bitwise: weights and AdamW moments, however many parts the folder
+// was written in (trainer_state.json records the plan, which differs between the runs compared).
 void expect_same_state(const fs::path& a, const fs::path& b) {
-  for (const char* f : {"model.safetensors", "optimizer.safetensors"}) {
-    const std::string x = read_file(a / f), y = read_file(b / f);
-    ASSERT_FALSE(x.empty()) << a / f;
-    EXPECT_TRUE(x == y) << a / f << " and " << b / f << " differ";
+  const LoadedCheckpoint x = load_checkpoint(a.string()), y = load_checkpoint(b.string());
+  for (const auto& [p, q, what] : {std::tuple{&x.master, &y.master, "master weights"}, std::tuple{&x.adam_m, &y.adam_m, "AdamW m"},
+                                   std::tuple{&x.adam_v, &y.adam_v, "AdamW v"}}) {
+    ASSERT_EQ(p->size(), q->size());
+    for (size_t u = 0; u < p->size(); ++u)
+      EXPECT_TRUE((*p)[u].size() == (*q)[u].size() &&
+                  std::memcmp((*p)[u].data(), (*q)[u].data(), (*p)[u].size() * sizeof(float)) == 0)
+          << what << " of unit " << u << " differ between " << a << " and " << b;
   }
 }
 
@@ -90,19 +97,47 @@ TEST(MultiNode, NodesTimesRanksEqualOneNodeWithAllRanksBitwise) {
 
 TEST(MultiNode, ShardedStateResumesBitExactOnTheSameAndOnAnotherNodeCount) {
   const fs::path dir = scratch("resume");
-  // Straight: 4 steps on 2 nodes of 2 ranks (the embedded default's), checkpoints every 2.
-  auto r = run_shell(on_nodes(2, train(dir / "straight", "--host-state sharded --checkpoint-every 2 --keep-checkpoints 5", 4)));
+  // Straight: 4 steps on 2 nodes of 3 ranks, checkpoints every 2.
+  auto r = run_shell(on_nodes(2, train(dir / "straight", "--ranks 3 --host-state sharded --checkpoint-every 2 --keep-checkpoints 5", 4)));
   ASSERT_EQ(r.code, 0) << r.out;
-  // Resumed at step 2 on 2 nodes, and on 1 node with all 4 ranks (the checkpoint is the whole state,
-  // whatever the placement that wrote it).
+  // Each node wrote its part of the one folder (no node gathered the state), with the indexes.
+  for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
+                        "optimizer-00002-of-00002.safetensors", "model.safetensors.index.json"})
+    EXPECT_TRUE(fs::exists(dir / "straight/step-00000002" / f)) << f;
+  // The same 6 ranks in the same global order, resumed at step 2 on 2 nodes, on 3 nodes of 2 ranks
+  // (other shards: each node reads the ranges it holds) and on 1 node: the checkpoint does not depend
+  // on the placement that wrote it.
   fs::create_directories(dir / "from2");
   fs::copy(dir / "straight/step-00000002", dir / "from2/step-00000002", fs::copy_options::recursive);
-  r = run_shell(on_nodes(2, train(dir / "again", "--host-state sharded --resume " + (dir / "from2").string(), 2)));
+  const std::string from2 = " --resume " + (dir / "from2").string();
+  r = run_shell(on_nodes(2, train(dir / "again", "--ranks 3 --host-state sharded" + from2, 2)));
   ASSERT_EQ(r.code, 0) << r.out;
   expect_same_state(dir / "straight/step-00000004", dir / "again/step-00000004");
-  r = run_shell(train(dir / "one_node", "--ranks 4 --resume " + (dir / "from2").string(), 2));
+  r = run_shell(on_nodes(3, train(dir / "three", "--ranks 2 --host-state sharded" + from2, 2)));
+  ASSERT_EQ(r.code, 0) << r.out;
+  expect_same_state(dir / "straight/step-00000004", dir / "three/step-00000004");
+  r = run_shell(train(dir / "one_node", "--ranks 6" + from2, 2));
   ASSERT_EQ(r.code, 0) << r.out;
   expect_same_state(dir / "straight/step-00000004", dir / "one_node/step-00000004");
+  fs::remove_all(dir);
+}
+
+// Every node writes its part of a sharded checkpoint into node 0's folder, so the nodes must share its
+// file system. Two working folders (mpirun's per-process --wdir) and a relative --checkpoint-dir
+// stand in for two hosts without a shared one: every node fails, naming the node, and no folder is
+// published or left behind.
+TEST(MultiNode, ACheckpointFolderNotSharedByEveryNodeFailsEveryNodeNamingIt) {
+  const fs::path dir = scratch("unshared");
+  fs::create_directories(dir / "a");
+  fs::create_directories(dir / "b");
+  const std::string cmd = kRun + " --no-db -q --steps 1 --checkpoint-dir ck --host-state sharded --nodes 2";
+  auto r = run_shell("timeout 300 " + kMpirun + " -np 1 --wdir " + (dir / "a").string() + " " + cmd + " : -np 1 --wdir " +
+                     (dir / "b").string() + " " + cmd);
+  EXPECT_EQ(r.code, 4) << r.out;  // an I/O error
+  EXPECT_NE(r.out.find("node 1 cannot see the folder node 0 created"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("failed on node 1"), std::string::npos) << "node 0 should name the node:\n" << r.out;
+  ASSERT_TRUE(fs::is_directory(dir / "a/ck"));
+  EXPECT_TRUE(fs::is_empty(dir / "a/ck")) << "neither a checkpoint nor a temp folder may stay";
   fs::remove_all(dir);
 }
 
@@ -174,7 +209,7 @@ TEST(MultiNode, AKilledNodeEndsEveryNodeAndTheLastCheckpointResumes) {
   const fs::path dir = scratch("killed");
   const std::string marker = (dir / "ckpt").string();
   Background job{dir / "out.txt", dir / "code.txt"};
-  job.start(on_nodes(2, train(dir / "ckpt", "--checkpoint-every 1 --keep-checkpoints 100", 100000)));
+  job.start(on_nodes(2, train(dir / "ckpt", "--host-state sharded --checkpoint-every 1 --keep-checkpoints 100", 100000)));
   ASSERT_TRUE(wait_for(dir / "ckpt/step-00000002", 120)) << read_file(job.out);
   const pid_t victim = node_pid(marker, 1);
   ASSERT_GT(victim, 0) << "node 1's process not found";
@@ -186,7 +221,7 @@ TEST(MultiNode, AKilledNodeEndsEveryNodeAndTheLastCheckpointResumes) {
   const std::string out = read_file(job.out);
   EXPECT_NE(out.find("rank 1"), std::string::npos) << "the message should name the lost node:\n" << out;
   // The newest complete checkpoint resumes.
-  auto r = run_shell(on_nodes(2, train(dir / "after", "--resume " + marker, 1)));
+  auto r = run_shell(on_nodes(2, train(dir / "after", "--host-state sharded --resume " + marker, 1)));
   EXPECT_EQ(r.code, 0) << r.out;
   fs::remove_all(dir);
 }

@@ -1,0 +1,172 @@
+// Host state <-> checkpoint folders; see state_checkpoint.h.
+#include "executor/state_checkpoint.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/thread_pool.h"
+#include "executor/node_state.h"
+#include "io/unit_tensors.h"
+
+namespace slidedp::exec {
+
+namespace fs = std::filesystem;
+
+void load_host_state(const CheckpointReader& checkpoint, HostState& state) {
+  const ModelLayout& layout = checkpoint.layout();
+  SLIDEDP_CHECK(layout.num_units() == state.num_units(), "load_host_state: the checkpoint's layout differs");
+  ThreadPool pool(load_threads());
+  std::vector<float> whole;
+  using Part = CheckpointReader::Part;
+  for (int u = 0; u < state.num_units(); ++u) {
+    const UnitState& us = state.unit(u);
+    SLIDEDP_CHECK(layout.units[static_cast<size_t>(u)].flat_numel == us.numel, "load_host_state: unit size differs");
+    whole.resize(static_cast<size_t>(us.numel));
+    const int64_t tiles = (us.numel + kReadTileElems - 1) / kReadTileElems;
+    pool.parallel_for(tiles, [&](int64_t i) {
+      const int64_t b = i * kReadTileElems;
+      checkpoint.read(Part::kMaster, u, b, std::min(us.numel, b + kReadTileElems), whole.data() + b);
+    });
+    state.load_unit_master(u, whole);
+    const std::vector<ShardRange> held = state.held_ranges(u);
+    for (Part part : {Part::kExpAvg, Part::kExpAvgSq}) {
+      float* to = part == Part::kExpAvg ? us.m_f32() : us.v_f32();
+      pool.parallel_for(static_cast<int64_t>(held.size()), [&](int64_t k) {
+        const ShardRange r = held[static_cast<size_t>(k)];
+        if (r.size() > 0) checkpoint.read(part, u, r.begin, r.end, to + us.local(r.begin));
+      });
+    }
+  }
+}
+
+namespace {
+
+// This node's part of the checkpoint: whole tensors, gathered from every node's shards.
+struct PartTensors {
+  std::vector<std::array<std::vector<float>, 3>> values;  // per tensor of the part: master, m, v
+  std::vector<TensorStateView> views() const {
+    std::vector<TensorStateView> out;
+    for (const auto& v : values) out.push_back({v[0], v[1], v[2]});
+    return out;
+  }
+};
+
+// Every piece (a tensor's elements inside one node's shard of one chunk) goes from the node holding it
+// to the node whose part holds the tensor. Both sides walk the same order, so one tag serves all
+// (MPI matches a pair's messages of one tag in posting order).
+PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const ModelLayout& layout,
+                                  const CheckpointSplit& split) {
+  const int M = link.nodes(), me = link.node();
+  const int64_t tag = link.reserved_tag(3);
+  PartTensors part;
+  TransferCount done;
+  int posted = 0;
+  for (int u = 0; u < state.num_units(); ++u) {
+    const UnitState& us = state.unit(u);
+    const float* held[3] = {us.master_f32(), us.m_f32(), us.v_f32()};
+    const UnitLayout& unit = layout.units[static_cast<size_t>(u)];
+    for (size_t t = 0; t < unit.tensors.size(); ++t) {
+      const TensorSpec& spec = unit.tensors[t];
+      const int q = split.part_of[static_cast<size_t>(u)][t];
+      std::array<std::vector<float>, 3>* into = nullptr;
+      if (q == me) {
+        part.values.push_back({std::vector<float>(static_cast<size_t>(spec.numel)),
+                               std::vector<float>(static_cast<size_t>(spec.numel)),
+                               std::vector<float>(static_cast<size_t>(spec.numel))});
+        into = &part.values.back();
+      }
+      for (int64_t k = 0; k < us.chunks; ++k) {
+        const auto [b, e] = state.chunk_range(u, k);
+        if (e <= spec.offset || b >= spec.offset + spec.numel) continue;
+        for (int p = 0; p < M; ++p) {
+          const ShardRange s = shard_range(e - b, M, p);
+          const int64_t lo = std::max(b + s.begin, spec.offset), hi = std::min(b + s.end, spec.offset + spec.numel);
+          if (lo >= hi || (p != me && q != me)) continue;
+          const int64_t bytes = (hi - lo) * 4;
+          for (int i = 0; i < 3; ++i) {
+            // The vector's buffer stays put when part.values grows (a move keeps it).
+            float* dst = into ? (*into)[static_cast<size_t>(i)].data() + (lo - spec.offset) : nullptr;
+            const std::string what = fmt::format("node {}'s elements {}..{} of {} for the checkpoint", p, lo - spec.offset,
+                                                 hi - spec.offset, spec.name);
+            if (p == me && q == me) {
+              std::memcpy(dst, held[i] + us.local(lo), static_cast<size_t>(bytes));
+            } else if (q == me) {
+              link.recv(p, tag, reinterpret_cast<std::byte*>(dst), bytes, what, done.one());
+              ++posted;
+            } else {
+              link.send(q, tag, reinterpret_cast<const std::byte*>(held[i] + us.local(lo)), bytes, what, done.one());
+              ++posted;
+            }
+          }
+        }
+      }
+    }
+  }
+  done.wait(link, posted);
+  return part;
+}
+
+}  // namespace
+
+std::string save_sharded_checkpoint(NodeLink& link, const HostState& state, const ModelCard& card,
+                                    const TrainerState& trainer_state, const std::string& root_dir, int keep_last) {
+  const int me = link.node();
+  const std::string what = fmt::format("checkpoint {}", trainer_state.optimizer_step);
+  const ModelLayout layout = make_model_layout(card);
+  const CheckpointSplit split = split_checkpoint(layout, link.nodes());
+
+  std::string tmp;
+  std::exception_ptr failed;
+  if (me == 0) {
+    try {
+      tmp = begin_checkpoint(root_dir, trainer_state);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  throw_if_any_node_failed(link, failed, "starting " + what);
+  tmp = all_gather_text(link, me == 0 ? tmp : std::string(), "the folder of " + what)[0];
+  // A node that cannot see node 0's folder would write its part elsewhere: refuse before the exchange.
+  if (!fs::is_directory(tmp))
+    failed = std::make_exception_ptr(IoError(tmp, fmt::format("node {} cannot see the folder node 0 created: the nodes of a "
+                                                              "run must share the checkpoint folder's file system",
+                                                              me)));
+  auto cleanup_on_failure = [&](const std::string& step) {
+    try {
+      throw_if_any_node_failed(link, failed, step);
+    } catch (...) {
+      if (me == 0) abandon_checkpoint(tmp);
+      throw;
+    }
+  };
+  cleanup_on_failure("opening " + what);
+
+  {
+    const PartTensors part = exchange_part_tensors(link, state, layout, split);
+    try {
+      write_checkpoint_part(tmp, layout, split, me, part.views(), trainer_state.optimizer_step);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  cleanup_on_failure("writing " + what);
+
+  std::string final_dir;
+  if (me == 0) {
+    try {
+      final_dir = finish_checkpoint(tmp, root_dir, card, split, trainer_state, keep_last);
+    } catch (...) {
+      abandon_checkpoint(tmp);
+      failed = std::current_exception();
+    }
+  }
+  throw_if_any_node_failed(link, failed, "publishing " + what);
+  return all_gather_text(link, final_dir, "the published " + what)[0];
+}
+
+}  // namespace slidedp::exec
