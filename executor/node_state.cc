@@ -7,7 +7,6 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "model/plan.h"
 
 namespace slidedp::exec {
 
@@ -30,45 +29,6 @@ void check_nodes_agree(NodeLink& link, const std::vector<std::pair<std::string, 
                                                       "the same binary, model, plan and data",
                                                       link.node(), p, fields[f].second));
     }
-}
-
-WholeState gather_sharded_state(NodeLink& link, const HostState& state, int to) {
-  const int M = link.nodes(), me = link.node();
-  WholeState whole;
-  TransferCount done;
-  int posted = 0;
-  // One tag for all: between two nodes MPI matches messages of one tag in posting order, and both
-  // sides post in this loop's order.
-  const int64_t tag = link.reserved_tag(1);
-  for (int u = 0; u < state.num_units(); ++u) {
-    const UnitState& us = state.unit(u);
-    std::vector<float>* into[3] = {nullptr, nullptr, nullptr};
-    if (me == to) {
-      for (auto* t : {&whole.master, &whole.m, &whole.v}) t->emplace_back(static_cast<size_t>(us.numel));
-      into[0] = &whole.master.back(), into[1] = &whole.m.back(), into[2] = &whole.v.back();
-    }
-    const float* mine[3] = {us.master_f32(), us.m_f32(), us.v_f32()};
-    for (int64_t k = 0; k < us.chunks; ++k) {
-      auto [b, e] = state.chunk_range(u, k);
-      for (int t = 0; t < 3; ++t)
-        for (int p = 0; p < M; ++p) {
-          const ShardRange s = shard_range(e - b, M, p);
-          const std::string what = fmt::format("node {}'s shard of unit {} chunk {}", p, u, k);
-          if (me == to && p == me) {
-            std::memcpy(into[t]->data() + b + s.begin, mine[t] + us.local(b + s.begin), static_cast<size_t>(s.size()) * 4);
-          } else if (me == to) {
-            link.recv(p, tag, reinterpret_cast<std::byte*>(into[t]->data() + b + s.begin), s.size() * 4, what, done.one());
-            ++posted;
-          } else if (p == me) {
-            link.send(to, tag, reinterpret_cast<const std::byte*>(mine[t] + us.local(b + s.begin)), s.size() * 4, what,
-                      done.one());
-            ++posted;
-          }
-        }
-    }
-  }
-  done.wait(link, posted);
-  return whole;
 }
 
 std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, int to) {

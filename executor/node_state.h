@@ -1,13 +1,12 @@
 // What the nodes of a multi-node run agree on and share outside the step's pipeline: a start-up
-// check that every node runs the same binary, model, plan and data, and the sharded host state
-// brought together on one node (for a checkpoint or the final weights).
+// check that every node runs the same binary, model, plan and data, texts gathered, and the outcome
+// of a step every node takes part in.
 #pragma once
 
 #include <exception>
 #include <string>
 #include <vector>
 
-#include "executor/host_state.h"
 #include "executor/node_link.h"
 
 namespace slidedp::exec {
@@ -15,16 +14,6 @@ namespace slidedp::exec {
 // Every node passes the same (name, value) list; throws InputError on every node naming the first
 // field that differs and the nodes' values (mismatched binaries, models, plans or data).
 void check_nodes_agree(NodeLink& link, const std::vector<std::pair<std::string, std::string>>& fields);
-
-// A sharded state's whole master, m and v, per unit (flat_numel each).
-struct WholeState {
-  std::vector<std::vector<float>> master, m, v;
-};
-
-// Sharded state: node p holds shard_range(chunk, M, p) of every chunk's master, m and v. Brings the
-// whole of them together on node `to` (called by every node; blocks until done; the other nodes get
-// an empty WholeState). Node `to` holds the whole state only while the result lives.
-WholeState gather_sharded_state(NodeLink& link, const HostState& state, int to);
 
 // Every node's `mine` (any length) on node `to`, in node order; the other nodes get an empty list.
 std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, int to);

@@ -7,10 +7,12 @@
 #include <array>
 #include <cstring>
 #include <filesystem>
+#include <functional>
 
 #include "common/error.h"
 #include "common/thread_pool.h"
 #include "executor/node_state.h"
+#include "io/hf_model.h"
 #include "io/unit_tensors.h"
 
 namespace slidedp::exec {
@@ -46,7 +48,7 @@ void load_host_state(const CheckpointReader& checkpoint, HostState& state) {
 
 namespace {
 
-// This node's part of the checkpoint: whole tensors, gathered from every node's shards.
+// This node's part of a folder: whole tensors, gathered from every node's shards.
 struct PartTensors {
   std::vector<std::array<std::vector<float>, 3>> values;  // per tensor of the part: master, m, v
   std::vector<TensorStateView> views() const {
@@ -54,13 +56,19 @@ struct PartTensors {
     for (const auto& v : values) out.push_back({v[0], v[1], v[2]});
     return out;
   }
+  std::vector<std::span<const float>> masters() const {
+    std::vector<std::span<const float>> out;
+    for (const auto& v : values) out.emplace_back(v[0]);
+    return out;
+  }
 };
 
 // Every piece (a tensor's elements inside one node's shard of one chunk) goes from the node holding it
 // to the node whose part holds the tensor. Both sides walk the same order, so one tag serves all
 // (MPI matches a pair's messages of one tag in posting order).
+// `kinds`: 1 moves the master weights only, 3 also m and v.
 PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const ModelLayout& layout,
-                                  const CheckpointSplit& split) {
+                                  const TensorSplit& split, int kinds) {
   const int M = link.nodes(), me = link.node();
   const int64_t tag = link.reserved_tag(3);
   PartTensors part;
@@ -75,9 +83,8 @@ PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const 
       const int q = split.part_of[static_cast<size_t>(u)][t];
       std::array<std::vector<float>, 3>* into = nullptr;
       if (q == me) {
-        part.values.push_back({std::vector<float>(static_cast<size_t>(spec.numel)),
-                               std::vector<float>(static_cast<size_t>(spec.numel)),
-                               std::vector<float>(static_cast<size_t>(spec.numel))});
+        part.values.emplace_back();
+        for (int i = 0; i < kinds; ++i) part.values.back()[static_cast<size_t>(i)].resize(static_cast<size_t>(spec.numel));
         into = &part.values.back();
       }
       for (int64_t k = 0; k < us.chunks; ++k) {
@@ -88,7 +95,7 @@ PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const 
           const int64_t lo = std::max(b + s.begin, spec.offset), hi = std::min(b + s.end, spec.offset + spec.numel);
           if (lo >= hi || (p != me && q != me)) continue;
           const int64_t bytes = (hi - lo) * 4;
-          for (int i = 0; i < 3; ++i) {
+          for (int i = 0; i < kinds; ++i) {
             // The vector's buffer stays put when part.values grows (a move keeps it).
             float* dst = into ? (*into)[static_cast<size_t>(i)].data() + (lo - spec.offset) : nullptr;
             const std::string what = fmt::format("node {}'s elements {}..{} of {} for the checkpoint", p, lo - spec.offset,
@@ -111,20 +118,20 @@ PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const 
   return part;
 }
 
-}  // namespace
-
-std::string save_sharded_checkpoint(NodeLink& link, const HostState& state, const ModelCard& card,
-                                    const TrainerState& trainer_state, const std::string& root_dir, int keep_last) {
+// A folder written in parts, one per node: node 0 begins it (returning the temp folder every node
+// writes into), each node writes its part, node 0 finishes it; a failure anywhere fails every node
+// and leaves no folder. `write_part` runs its collective exchange before anything that can fail on
+// one node only.
+std::string write_in_parts(NodeLink& link, const std::string& what, const std::function<std::string()>& begin,
+                           const std::function<void(const std::string& tmp)>& write_part,
+                           const std::function<std::string(const std::string& tmp)>& finish,
+                           const std::function<void(const std::string& tmp)>& abandon) {
   const int me = link.node();
-  const std::string what = fmt::format("checkpoint {}", trainer_state.optimizer_step);
-  const ModelLayout layout = make_model_layout(card);
-  const CheckpointSplit split = split_checkpoint(layout, link.nodes());
-
   std::string tmp;
   std::exception_ptr failed;
   if (me == 0) {
     try {
-      tmp = begin_checkpoint(root_dir, trainer_state);
+      tmp = begin();
     } catch (...) {
       failed = std::current_exception();
     }
@@ -134,39 +141,71 @@ std::string save_sharded_checkpoint(NodeLink& link, const HostState& state, cons
   // A node that cannot see node 0's folder would write its part elsewhere: refuse before the exchange.
   if (!fs::is_directory(tmp))
     failed = std::make_exception_ptr(IoError(tmp, fmt::format("node {} cannot see the folder node 0 created: the nodes of a "
-                                                              "run must share the checkpoint folder's file system",
+                                                              "run must share the folder's file system",
                                                               me)));
-  auto cleanup_on_failure = [&](const std::string& step) {
+  auto agree = [&](const std::string& step) {
     try {
       throw_if_any_node_failed(link, failed, step);
     } catch (...) {
-      if (me == 0) abandon_checkpoint(tmp);
+      if (me == 0) abandon(tmp);
       throw;
     }
   };
-  cleanup_on_failure("opening " + what);
-
-  {
-    const PartTensors part = exchange_part_tensors(link, state, layout, split);
-    try {
-      write_checkpoint_part(tmp, layout, split, me, part.views(), trainer_state.optimizer_step);
-    } catch (...) {
-      failed = std::current_exception();
-    }
+  agree("opening " + what);
+  try {
+    write_part(tmp);
+  } catch (...) {
+    failed = std::current_exception();
   }
-  cleanup_on_failure("writing " + what);
-
+  agree("writing " + what);
   std::string final_dir;
   if (me == 0) {
     try {
-      final_dir = finish_checkpoint(tmp, root_dir, card, split, trainer_state, keep_last);
+      final_dir = finish(tmp);
     } catch (...) {
-      abandon_checkpoint(tmp);
+      abandon(tmp);
       failed = std::current_exception();
     }
   }
   throw_if_any_node_failed(link, failed, "publishing " + what);
   return all_gather_text(link, final_dir, "the published " + what)[0];
+}
+
+}  // namespace
+
+std::string save_sharded_checkpoint(NodeLink& link, const HostState& state, const ModelCard& card,
+                                    const TrainerState& trainer_state, const std::string& root_dir, int keep_last) {
+  const ModelLayout layout = make_model_layout(card);
+  const TensorSplit split = split_tensors_evenly(layout, link.nodes());
+  return write_in_parts(
+      link, fmt::format("checkpoint {}", trainer_state.optimizer_step),
+      [&] { return begin_checkpoint(root_dir, trainer_state); },
+      [&](const std::string& tmp) {
+        const PartTensors part = exchange_part_tensors(link, state, layout, split, 3);
+        write_checkpoint_part(tmp, layout, split, link.node(), part.views(), trainer_state.optimizer_step);
+      },
+      [&](const std::string& tmp) { return finish_checkpoint(tmp, root_dir, card, split, trainer_state, keep_last); },
+      abandon_checkpoint);
+}
+
+std::string save_sharded_model(NodeLink& link, const HostState& state, const ModelCard& card, const std::string& dir,
+                               const HfSaveOptions& options) {
+  const ModelLayout layout = make_model_layout(card);
+  const TensorSplit split = split_tensors_evenly(layout, link.nodes());
+  return write_in_parts(
+      link, "the model folder " + dir, [&] { return begin_hf_model_save(dir, card, options); },
+      [&](const std::string& tmp) {
+        const PartTensors part = exchange_part_tensors(link, state, layout, split, 1);
+        write_hf_model_part(tmp, layout, split, link.node(), part.masters(), options.dtype);
+      },
+      [&](const std::string& tmp) {
+        finish_hf_model_save(tmp, dir, layout, split, options.dtype);
+        return dir;
+      },
+      [](const std::string& tmp) {
+        std::error_code ec;
+        fs::remove_all(tmp, ec);
+      });
 }
 
 }  // namespace slidedp::exec

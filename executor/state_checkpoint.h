@@ -8,6 +8,7 @@
 #include "executor/host_state.h"
 #include "executor/node_link.h"
 #include "io/checkpoint.h"
+#include "io/hf_model.h"
 
 namespace slidedp::exec {
 
@@ -24,5 +25,11 @@ void load_host_state(const CheckpointReader& checkpoint, HostState& state);
 // The nodes must share the file system of root_dir.
 std::string save_sharded_checkpoint(NodeLink& link, const HostState& state, const ModelCard& card,
                                     const TrainerState& trainer_state, const std::string& root_dir, int keep_last);
+
+// Saves the final weights of a state sharded across the link's nodes as a Hugging Face model folder
+// (io/hf_model.h) in one part per node, the same way: no node holds more than its part of the
+// weights. Called by every node; returns `dir`.
+std::string save_sharded_model(NodeLink& link, const HostState& state, const ModelCard& card, const std::string& dir,
+                               const HfSaveOptions& options);
 
 }  // namespace slidedp::exec

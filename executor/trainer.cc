@@ -579,9 +579,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   // FSDP2's final state comes back from the devices (a run stopped early keeps its initial host state).
   if (!result.stopped_early)
     for (auto& d : drivers) d->store_state();
-  // Sharded across nodes: node 0 collects the final weights (for --save-model and the result); the
-  // other nodes' result has no weights.
-  if (sharded_nodes) result.master = std::move(gather_sharded_state(*link, state, 0).master);
+  // Sharded across nodes: no node collects the final weights; each writes its part of the model folder.
+  if (sharded_nodes && !o.save_model_dir.empty()) {
+    HfSaveOptions so;
+    so.overwrite = true;
+    save_sharded_model(*link, state, o.card, o.save_model_dir, so);
+    result.model_saved = true;
+  }
   for (auto& d : drivers) d->release_all();
   for (int r = 0; r < N; ++r) {
     result.device_high_water_bytes.push_back(backend->device(r).high_water_bytes());

@@ -169,34 +169,6 @@ CheckpointData LoadedCheckpoint::view() const {
   return CheckpointData{card, unit_spans(master), unit_spans(adam_m), unit_spans(adam_v), state};
 }
 
-std::string CheckpointSplit::model_file(int part) const {
-  return parts == 1 ? "model.safetensors" : fmt::format("model-{:05d}-of-{:05d}.safetensors", part + 1, parts);
-}
-std::string CheckpointSplit::optimizer_file(int part) const {
-  return parts == 1 ? "optimizer.safetensors" : fmt::format("optimizer-{:05d}-of-{:05d}.safetensors", part + 1, parts);
-}
-
-CheckpointSplit split_checkpoint(const ModelLayout& layout, int parts) {
-  SLIDEDP_CHECK(parts >= 1, "split_checkpoint: parts >= 1");
-  CheckpointSplit split;
-  split.parts = parts;
-  int64_t total = 0;
-  for (const auto& unit : layout.units)
-    for (const auto& t : unit.tensors) total += t.numel;
-  // A tensor goes to the part its middle element falls in: contiguous, balanced, deterministic.
-  int64_t before = 0;
-  for (const auto& unit : layout.units) {
-    split.part_of.emplace_back();
-    for (const auto& t : unit.tensors) {
-      const int64_t middle2 = 2 * before + t.numel;  // twice the middle, to stay in integers
-      split.part_of.back().push_back(
-          static_cast<int>(std::min<int64_t>(parts - 1, total > 0 ? middle2 * parts / (2 * total) : 0)));
-      before += t.numel;
-    }
-  }
-  return split;
-}
-
 namespace {
 
 json trainer_state_json(const TrainerState& st) {
@@ -254,21 +226,6 @@ void rotate_checkpoints(const std::string& root_dir, int64_t kept_step, int keep
   fsync_path(root_dir);
 }
 
-// An index mapping the part files' tensors (names + suffix) to their files, as Hugging Face writes it.
-json part_index(const ModelLayout& layout, const CheckpointSplit& split, const std::vector<const char*>& suffixes,
-                bool optimizer) {
-  json weight_map = json::object();
-  int64_t total = 0;
-  for (const char* suffix : suffixes)
-    for (std::size_t u = 0; u < layout.units.size(); ++u)
-      for (std::size_t t = 0; t < layout.units[u].tensors.size(); ++t) {
-        const int part = split.part_of[u][t];
-        weight_map[layout.units[u].tensors[t].name + suffix] = optimizer ? split.optimizer_file(part) : split.model_file(part);
-        total += layout.units[u].tensors[t].numel * 4;
-      }
-  return json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-}
-
 }  // namespace
 
 std::string begin_checkpoint(const std::string& root_dir, const TrainerState& state) {
@@ -280,7 +237,7 @@ std::string begin_checkpoint(const std::string& root_dir, const TrainerState& st
   return make_temp_dir_beside((fs::path(root_dir) / checkpoint_dir_name(state.optimizer_step)).string());
 }
 
-void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout, const CheckpointSplit& split,
+void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout, const TensorSplit& split,
                            int part, std::span<const TensorStateView> tensors, int64_t step,
                            const CheckpointFileHook& on_file_written) {
   std::vector<TensorToWrite> master, moments, second;
@@ -313,7 +270,7 @@ void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout
   for (auto& t : second) moments.push_back(std::move(t));
   SafetensorsWriteOptions fp32;
   fp32.dtype = TensorDtype::kF32;
-  const std::string model_file = split.model_file(part), optimizer_file = split.optimizer_file(part);
+  const std::string model_file = split.file("model", part), optimizer_file = split.file("optimizer", part);
   write_safetensors((fs::path(tmp_dir) / model_file).string(), master, fp32);
   if (on_file_written) on_file_written(model_file);
   SafetensorsWriteOptions opt_options = fp32;
@@ -323,7 +280,7 @@ void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout
 }
 
 std::string finish_checkpoint(const std::string& tmp_dir, const std::string& root_dir, const ModelCard& card,
-                              const CheckpointSplit& split, const TrainerState& state, int keep_last,
+                              const TensorSplit& split, const TrainerState& state, int keep_last,
                               const CheckpointFileHook& on_file_written) {
   auto done = [&](const char* file) {
     if (on_file_written) on_file_written(file);
@@ -335,9 +292,9 @@ std::string finish_checkpoint(const std::string& tmp_dir, const std::string& roo
   done("config.json");
   if (split.parts > 1) {
     const ModelLayout layout = make_model_layout(card);
-    write_text(fs::path(tmp_dir) / "model.safetensors.index.json", part_index(layout, split, {""}, false).dump(2) + "\n");
+    write_text(fs::path(tmp_dir) / "model.safetensors.index.json", tensor_split_index_json(layout, split, "model", {""}, 4));
     write_text(fs::path(tmp_dir) / "optimizer.safetensors.index.json",
-               part_index(layout, split, {kExpAvg, kExpAvgSq}, true).dump(2) + "\n");
+               tensor_split_index_json(layout, split, "optimizer", {kExpAvg, kExpAvgSq}, 4));
     done("model.safetensors.index.json");
   }
   write_text(fs::path(tmp_dir) / "trainer_state.json", trainer_state_json(state).dump(2) + "\n");
@@ -368,7 +325,7 @@ std::string save_checkpoint(const std::string& root_dir, const CheckpointData& d
       const std::size_t o = static_cast<std::size_t>(t.offset), n = static_cast<std::size_t>(t.numel);
       tensors.push_back({data.master[u].subspan(o, n), data.adam_m[u].subspan(o, n), data.adam_v[u].subspan(o, n)});
     }
-  const CheckpointSplit one = split_checkpoint(layout, 1);
+  const TensorSplit one = split_tensors_evenly(layout, 1);
   const std::string tmp = begin_checkpoint(root_dir, st);
   try {
     write_checkpoint_part(tmp, layout, one, 0, tensors, st.optimizer_step, on_file_written);

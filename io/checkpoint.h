@@ -71,18 +71,6 @@ using CheckpointFileHook = std::function<void(const std::string& file_name)>;
 // "step-00000123"
 std::string checkpoint_dir_name(int64_t step);
 
-// Which part of a checkpoint each tensor is written to.
-struct CheckpointSplit {
-  int parts = 1;
-  std::vector<std::vector<int>> part_of;  // [unit][tensor] -> part, non-decreasing in layout order
-  // "model.safetensors" for one part, else "model-00002-of-00004.safetensors" (part 1 of 4)
-  std::string model_file(int part) const;
-  std::string optimizer_file(int part) const;
-};
-// `parts` contiguous groups of the layout's tensors, each about total/parts elements (a group is
-// empty when one tensor is larger than total/parts; it then writes no files).
-CheckpointSplit split_checkpoint(const ModelLayout& layout, int parts);
-
 // One tensor's state as a writer of a part passes it (numel elements each).
 struct TensorStateView {
   std::span<const float> master, m, v;
@@ -95,14 +83,14 @@ std::string begin_checkpoint(const std::string& root_dir, const TrainerState& st
 // 2. every writer of a part: its two files, fsynced. `tensors` holds the part's tensors in layout
 //    order. Throws NumericError for a value no AdamW step makes (the checkpoint must then be
 //    abandoned), IoError for a failed write;
-void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout, const CheckpointSplit& split,
+void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout, const TensorSplit& split,
                            int part, std::span<const TensorStateView> tensors, int64_t step,
                            const CheckpointFileHook& on_file_written = {});
 // 3. the process of step 1, once every part is written: config.json, the indexes (more than one part)
 //    and trainer_state.json, then the folder is published and older checkpoints rotated as
 //    save_checkpoint says. Returns the checkpoint folder.
 std::string finish_checkpoint(const std::string& tmp_dir, const std::string& root_dir, const ModelCard& card,
-                              const CheckpointSplit& split, const TrainerState& state, int keep_last,
+                              const TensorSplit& split, const TrainerState& state, int keep_last,
                               const CheckpointFileHook& on_file_written = {});
 // Instead of 3 after a failure: removes the temp folder.
 void abandon_checkpoint(const std::string& tmp_dir);

@@ -117,14 +117,10 @@ std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& te
   return shards;
 }
 
-void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpans& units,
-                   const HfSaveOptions& options) {
+std::string begin_hf_model_save(const std::string& dir, const ModelCard& card, const HfSaveOptions& options) {
   if (options.dtype != TensorDtype::kBF16 && options.dtype != TensorDtype::kF32)
     throw InputError("save_hf_model: dtype", "only BF16 and F32 are written");
   if (options.max_shard_bytes <= 0) throw InputError("save_hf_model: max_shard_bytes", "must be positive");
-  ModelLayout layout = make_model_layout(card);
-  check_unit_sizes(layout, units, dir);
-
   std::vector<fs::path> carried;
   if (fs::exists(dir)) {
     if (!fs::is_directory(dir)) throw IoError(dir, "exists and is not a folder");
@@ -151,33 +147,72 @@ void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpan
     write_text(fs::path(tmp) / "config.json", config.dump(2) + "\n");
     for (const auto& f : carried)
       fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw IoError(dir, e.what());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+  return tmp;
+}
 
-    std::vector<TensorToWrite> tensors = unit_tensors_to_write(layout, units, "");
-    std::vector<int64_t> bytes;
-    for (const auto& t : tensors)
-      bytes.push_back(static_cast<int64_t>(t.values.size()) * tensor_dtype_bytes(options.dtype));
-    auto shards = plan_shards(bytes, options.max_shard_bytes);
-    SafetensorsWriteOptions wopt;
-    wopt.dtype = options.dtype;
-    if (shards.size() == 1) {
-      write_safetensors((fs::path(tmp) / "model.safetensors").string(), tensors, wopt);
-    } else {
-      nlohmann::json weight_map = nlohmann::json::object();
-      int64_t total = 0;
-      for (std::size_t s = 0; s < shards.size(); ++s) {
-        std::string file = fmt::format("model-{:05d}-of-{:05d}.safetensors", s + 1, shards.size());
-        std::vector<TensorToWrite> part;
-        for (std::size_t i : shards[s]) {
-          part.push_back(tensors[i]);
-          weight_map[tensors[i].name] = file;
-        }
-        total += write_safetensors((fs::path(tmp) / file).string(), part, wopt);
-      }
-      nlohmann::json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
-      write_text(fs::path(tmp) / "model.safetensors.index.json", index.dump(2) + "\n");
+void write_hf_model_part(const std::string& tmp_dir, const ModelLayout& layout, const TensorSplit& split, int part,
+                         std::span<const std::span<const float>> tensors, TensorDtype dtype) {
+  std::vector<TensorToWrite> mine;
+  for (std::size_t u = 0; u < layout.units.size(); ++u)
+    for (std::size_t t = 0; t < layout.units[u].tensors.size(); ++t) {
+      if (split.part_of[u][t] != part) continue;
+      const TensorSpec& spec = layout.units[u].tensors[t];
+      SLIDEDP_CHECK(mine.size() < tensors.size() && static_cast<int64_t>(tensors[mine.size()].size()) == spec.numel,
+                    "write_hf_model_part: the tensors differ from the part's: " + spec.name);
+      mine.push_back(TensorToWrite{spec.name, spec.shape, tensors[mine.size()]});
     }
-    // An existing folder here is empty or overwrite was asked for (checked above): replace it.
-    publish_dir(tmp, dir, /*replace=*/true);
+  SLIDEDP_CHECK(mine.size() == tensors.size(), "write_hf_model_part: more tensors than the part holds");
+  if (mine.empty()) return;
+  SafetensorsWriteOptions wopt;
+  wopt.dtype = dtype;
+  write_safetensors((fs::path(tmp_dir) / split.file("model", part)).string(), mine, wopt);
+}
+
+void finish_hf_model_save(const std::string& tmp_dir, const std::string& dir, const ModelLayout& layout,
+                          const TensorSplit& split, TensorDtype dtype) {
+  if (split.parts > 1)
+    write_text(fs::path(tmp_dir) / "model.safetensors.index.json",
+               tensor_split_index_json(layout, split, "model", {""}, tensor_dtype_bytes(dtype)));
+  // An existing folder here is empty or overwrite was asked for (begin_hf_model_save checked): replace it.
+  publish_dir(tmp_dir, dir, /*replace=*/true);
+}
+
+void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpans& units,
+                   const HfSaveOptions& options) {
+  ModelLayout layout = make_model_layout(card);
+  check_unit_sizes(layout, units, dir);
+  std::vector<TensorToWrite> tensors = unit_tensors_to_write(layout, units, "");
+  std::vector<int64_t> bytes;
+  for (const auto& t : tensors) bytes.push_back(static_cast<int64_t>(t.values.size()) * tensor_dtype_bytes(options.dtype));
+  const std::string tmp = begin_hf_model_save(dir, card, options);
+  try {
+    // The shards by size, as a split of the layout's tensors (in order, so unit by unit).
+    const auto shards = plan_shards(bytes, options.max_shard_bytes);
+    TensorSplit split;
+    split.parts = static_cast<int>(shards.size());
+    std::size_t i = 0;
+    std::vector<int> shard_of(tensors.size());
+    for (std::size_t s = 0; s < shards.size(); ++s)
+      for (std::size_t t : shards[s]) shard_of[t] = static_cast<int>(s);
+    for (const auto& unit : layout.units) {
+      split.part_of.emplace_back();
+      for (std::size_t t = 0; t < unit.tensors.size(); ++t) split.part_of.back().push_back(shard_of[i++]);
+    }
+    for (int s = 0; s < split.parts; ++s) {
+      std::vector<std::span<const float>> mine;
+      for (std::size_t t : shards[static_cast<std::size_t>(s)]) mine.push_back(tensors[t].values);
+      write_hf_model_part(tmp, layout, split, s, mine, options.dtype);
+    }
+    finish_hf_model_save(tmp, dir, layout, split, options.dtype);
   } catch (const fs::filesystem_error& e) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

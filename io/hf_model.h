@@ -41,6 +41,17 @@ struct HfSaveOptions {
 void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpans& units,
                    const HfSaveOptions& options = {});
 
+// Saving by several writers (one per node of a state sharded across nodes), in three steps like
+// checkpoints (io/checkpoint.h): one process checks `dir` as save_hf_model does and returns a temp
+// folder holding config.json and the carried files; every writer writes its part's tensors (layout
+// order, `split.file("model", part)`); the first process writes the index (more than one part) and
+// publishes the folder. After a failure the temp folder is removed (std::filesystem::remove_all).
+std::string begin_hf_model_save(const std::string& dir, const ModelCard& card, const HfSaveOptions& options);
+void write_hf_model_part(const std::string& tmp_dir, const ModelLayout& layout, const TensorSplit& split, int part,
+                         std::span<const std::span<const float>> tensors, TensorDtype dtype);
+void finish_hf_model_save(const std::string& tmp_dir, const std::string& dir, const ModelLayout& layout,
+                          const TensorSplit& split, TensorDtype dtype);
+
 // The shard plan save_hf_model uses: tensors in order, a new shard when the next tensor would exceed
 // max_shard_bytes. Returns [shard] -> tensor indices. Exposed for tests.
 std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& tensor_bytes,

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <nlohmann/json.hpp>
 
 #include "common/error.h"
 
@@ -125,6 +126,43 @@ void check_no_unexpected_tensors(const SafetensorsSet& src, const std::set<std::
       throw InputError(fmt::format("{}: tensor '{}'", ref.file->path(), name),
                        "unexpected tensor: the config describes no such parameter");
   }
+}
+
+std::string TensorSplit::file(const std::string& stem, int part) const {
+  return parts == 1 ? stem + ".safetensors" : fmt::format("{}-{:05d}-of-{:05d}.safetensors", stem, part + 1, parts);
+}
+
+TensorSplit split_tensors_evenly(const ModelLayout& layout, int parts) {
+  SLIDEDP_CHECK(parts >= 1, "split_tensors_evenly: parts >= 1");
+  TensorSplit split;
+  split.parts = parts;
+  int64_t total = 0;
+  for (const auto& unit : layout.units)
+    for (const auto& t : unit.tensors) total += t.numel;
+  int64_t before = 0;
+  for (const auto& unit : layout.units) {
+    split.part_of.emplace_back();
+    for (const auto& t : unit.tensors) {
+      const int64_t middle2 = 2 * before + t.numel;  // twice the middle, to stay in integers
+      split.part_of.back().push_back(
+          static_cast<int>(std::min<int64_t>(parts - 1, total > 0 ? middle2 * parts / (2 * total) : 0)));
+      before += t.numel;
+    }
+  }
+  return split;
+}
+
+std::string tensor_split_index_json(const ModelLayout& layout, const TensorSplit& split, const std::string& stem,
+                                    const std::vector<std::string>& suffixes, int64_t bytes_per_element) {
+  nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
+  int64_t total = 0;
+  for (const std::string& suffix : suffixes)
+    for (std::size_t u = 0; u < layout.units.size(); ++u)
+      for (std::size_t t = 0; t < layout.units[u].tensors.size(); ++t) {
+        weight_map[layout.units[u].tensors[t].name + suffix] = split.file(stem, split.part_of[u][t]);
+        total += layout.units[u].tensors[t].numel * bytes_per_element;
+      }
+  return nlohmann::ordered_json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n";
 }
 
 std::vector<TensorToWrite> unit_tensors_to_write(const ModelLayout& layout, const UnitSpans& units,

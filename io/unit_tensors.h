@@ -59,6 +59,21 @@ int load_threads();
 void check_no_unexpected_tensors(const SafetensorsSet& src, const std::set<std::string>& expected,
                                  const std::set<std::string>& ignorable = {});
 
+// Which of `parts` files each of the layout's tensors goes to (a model or checkpoint written in parts).
+struct TensorSplit {
+  int parts = 1;
+  std::vector<std::vector<int>> part_of;  // [unit][tensor] -> part, non-decreasing in layout order
+  // "<stem>.safetensors" for one part, else Hugging Face's "<stem>-00002-of-00004.safetensors" (part 1 of 4)
+  std::string file(const std::string& stem, int part) const;
+};
+// `parts` contiguous groups of the layout's tensors, each about total/parts elements (a tensor goes to
+// the group its middle element falls in; a group is empty when one tensor is larger than total/parts).
+TensorSplit split_tensors_evenly(const ModelLayout& layout, int parts);
+// A Hugging Face index (model.safetensors.index.json) of the split: every tensor name + suffix to its
+// file "<stem>...", metadata.total_size at `bytes_per_element`.
+std::string tensor_split_index_json(const ModelLayout& layout, const TensorSplit& split, const std::string& stem,
+                                    const std::vector<std::string>& suffixes, int64_t bytes_per_element);
+
 // The layout's tensors as writer inputs, views into `units` (names + `suffix`), in unit order.
 std::vector<TensorToWrite> unit_tensors_to_write(const ModelLayout& layout, const UnitSpans& units,
                                                  const std::string& suffix);

@@ -229,6 +229,7 @@ int run_main(int argc, char** argv) {
   o.optimizer.on_nonfinite = on_nonfinite == "skip" ? exec::NonFinitePolicy::kSkip : exec::NonFinitePolicy::kAbort;
   o.plan.verify_updates = clip > 0 || on_nonfinite == "skip";
   o.checkpoint_dir = checkpoint_dir;
+  o.save_model_dir = save_model;
   o.checkpoint_every = checkpoint_every;
   o.keep_checkpoints = keep;
   o.resume_dir = resume;
@@ -375,7 +376,7 @@ int run_main(int argc, char** argv) {
     if (!trace.empty())
       write_chrome_trace(trace, exec::timeline_spans(result.spans),
                          fmt::format("measured: slidedp-run {} ({} backend)", o.card.name, backend));
-    if (!save_model.empty()) {
+    if (!save_model.empty() && !result.model_saved) {
       UnitSpans spans;
       for (const auto& u : result.master) spans.emplace_back(u);
       HfSaveOptions so;

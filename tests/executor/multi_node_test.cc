@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "io/checkpoint.h"
+#include "io/hf_model.h"
 #include "tests/shell_command.h"
 
 namespace slidedp {
@@ -119,6 +120,26 @@ TEST(MultiNode, ShardedStateResumesBitExactOnTheSameAndOnAnotherNodeCount) {
   r = run_shell(train(dir / "one_node", "--ranks 6" + from2, 2));
   ASSERT_EQ(r.code, 0) << r.out;
   expect_same_state(dir / "straight/step-00000004", dir / "one_node/step-00000004");
+  fs::remove_all(dir);
+}
+
+// --save-model of a state sharded across nodes: every node writes its part of the Hugging Face folder
+// (no node gathers the weights); the folder equals, weight for weight, the one node's.
+TEST(MultiNode, AShardedStateSavesTheModelInOnePartPerNodeEqualToOneNodes) {
+  const fs::path dir = scratch("save_model");
+  auto one = run_shell(train(dir / "ck1", "--ranks 4 --save-model " + (dir / "one").string(), 2));
+  ASSERT_EQ(one.code, 0) << one.out;
+  auto many = run_shell(on_nodes(2, train(dir / "ck2", "--ranks 2 --host-state sharded --save-model " + (dir / "many").string(), 2)));
+  ASSERT_EQ(many.code, 0) << many.out;
+  for (const char* f : {"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                        "config.json"})
+    EXPECT_TRUE(fs::exists(dir / "many" / f)) << f;
+  const HfModel a = load_hf_model((dir / "one").string()), b = load_hf_model((dir / "many").string());
+  ASSERT_EQ(a.units.size(), b.units.size());
+  for (size_t u = 0; u < a.units.size(); ++u)
+    EXPECT_TRUE(a.units[u].size() == b.units[u].size() &&
+                std::memcmp(a.units[u].data(), b.units[u].data(), a.units[u].size() * sizeof(float)) == 0)
+        << "unit " << u;
   fs::remove_all(dir);
 }
 

@@ -48,7 +48,7 @@ Whole make_whole(const ModelCard& card) {
 }
 
 // What each writer of a part would pass: views of its tensors, in layout order.
-std::vector<TensorStateView> part_views(const Whole& w, const CheckpointSplit& split, int part) {
+std::vector<TensorStateView> part_views(const Whole& w, const TensorSplit& split, int part) {
   std::vector<TensorStateView> out;
   for (size_t u = 0; u < w.layout.units.size(); ++u)
     for (size_t t = 0; t < w.layout.units[u].tensors.size(); ++t) {
@@ -63,7 +63,7 @@ std::vector<TensorStateView> part_views(const Whole& w, const CheckpointSplit& s
 
 // The three steps of a multi-writer save, the writers taking turns in one process.
 std::string save_in_parts(const Whole& w, const std::string& root, int parts) {
-  const CheckpointSplit split = split_checkpoint(w.layout, parts);
+  const TensorSplit split = split_tensors_evenly(w.layout, parts);
   const std::string tmp = begin_checkpoint(root, w.state);
   for (int p = parts - 1; p >= 0; --p)  // any order: each writer only writes its own files
     write_checkpoint_part(tmp, w.layout, split, p, part_views(w, split, p), w.state.optimizer_step);
@@ -77,7 +77,7 @@ TEST(CheckpointParts, TheSplitIsContiguousBalancedAndCoversEveryTensor) {
     for (const auto& t : u.tensors) total += t.numel, largest = std::max(largest, t.numel);
   for (int parts = 1; parts <= 9; ++parts) {
     SCOPED_TRACE(parts);
-    const CheckpointSplit split = split_checkpoint(layout, parts);
+    const TensorSplit split = split_tensors_evenly(layout, parts);
     std::vector<int64_t> size(static_cast<size_t>(parts));
     int previous = 0;
     ASSERT_EQ(split.part_of.size(), layout.units.size());
@@ -106,10 +106,10 @@ TEST(CheckpointParts, PartsBySeparateWritersLoadBitwiseLikeOneFile) {
     EXPECT_TRUE(fs::exists(fs::path(dir) / "model.safetensors.index.json"));
     EXPECT_TRUE(fs::exists(fs::path(dir) / "optimizer.safetensors.index.json"));
     EXPECT_FALSE(fs::exists(fs::path(dir) / "model.safetensors"));
-    const CheckpointSplit split = split_checkpoint(w.layout, parts);
-    EXPECT_TRUE(fs::exists(fs::path(dir) / split.model_file(parts - 1)));
+    const TensorSplit split = split_tensors_evenly(w.layout, parts);
+    EXPECT_TRUE(fs::exists(fs::path(dir) / split.file("model", parts - 1)));
     int files = 0;
-    for (int p = 0; p < parts; ++p) files += fs::exists(fs::path(dir) / split.model_file(p)) ? 1 : 0;
+    for (int p = 0; p < parts; ++p) files += fs::exists(fs::path(dir) / split.file("model", p)) ? 1 : 0;
     if (parts == 24) {
       EXPECT_LT(files, parts) << "the case of an empty part is not exercised";
     }
@@ -148,7 +148,7 @@ TEST(CheckpointParts, AMissingPartIsRefusedNamingTheFile) {
   TempDir root;
   const Whole w = make_whole(tiny_card("llama", false, 2, 64));
   const std::string dir = save_in_parts(w, root.path(), 2);
-  const std::string gone = split_checkpoint(w.layout, 2).optimizer_file(1);
+  const std::string gone = split_tensors_evenly(w.layout, 2).file("optimizer", 1);
   fs::remove(fs::path(dir) / gone);
   try {
     load_checkpoint(dir);
