@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <initializer_list>
 
 #include "common/error.h"
 #include "common/thread_pool.h"
@@ -66,9 +67,9 @@ struct PartTensors {
 // Every piece (a tensor's elements inside one node's shard of one chunk) goes from the node holding it
 // to the node whose part holds the tensor. Both sides walk the same order, so one tag serves all
 // (MPI matches a pair's messages of one tag in posting order).
-// `kinds`: 1 moves the master weights only, 3 also m and v.
+// `kinds`: which of master (0), m (1) and v (2) to move.
 PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const ModelLayout& layout,
-                                  const TensorSplit& split, int kinds) {
+                                  const TensorSplit& split, std::initializer_list<int> kinds) {
   const int M = link.nodes(), me = link.node();
   const int64_t tag = link.reserved_tag(3);
   PartTensors part;
@@ -84,7 +85,7 @@ PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const 
       std::array<std::vector<float>, 3>* into = nullptr;
       if (q == me) {
         part.values.emplace_back();
-        for (int i = 0; i < kinds; ++i) part.values.back()[static_cast<size_t>(i)].resize(static_cast<size_t>(spec.numel));
+        for (int i : kinds) part.values.back()[static_cast<size_t>(i)].resize(static_cast<size_t>(spec.numel));
         into = &part.values.back();
       }
       for (int64_t k = 0; k < us.chunks; ++k) {
@@ -95,7 +96,7 @@ PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const 
           const int64_t lo = std::max(b + s.begin, spec.offset), hi = std::min(b + s.end, spec.offset + spec.numel);
           if (lo >= hi || (p != me && q != me)) continue;
           const int64_t bytes = (hi - lo) * 4;
-          for (int i = 0; i < kinds; ++i) {
+          for (int i : kinds) {
             // The vector's buffer stays put when part.values grows (a move keeps it).
             float* dst = into ? (*into)[static_cast<size_t>(i)].data() + (lo - spec.offset) : nullptr;
             const std::string what = fmt::format("node {}'s elements {}..{} of {} for the checkpoint", p, lo - spec.offset,
@@ -181,8 +182,11 @@ std::string save_sharded_checkpoint(NodeLink& link, const HostState& state, cons
       link, fmt::format("checkpoint {}", trainer_state.optimizer_step),
       [&] { return begin_checkpoint(root_dir, trainer_state); },
       [&](const std::string& tmp) {
-        const PartTensors part = exchange_part_tensors(link, state, layout, split, 3);
-        write_checkpoint_part(tmp, layout, split, link.node(), part.views(), trainer_state.optimizer_step);
+        // The weights, then the moments: a node holds at most 8 bytes per parameter of its part at once.
+        for (auto kinds : {std::initializer_list<int>{0}, std::initializer_list<int>{1, 2}}) {
+          const PartTensors part = exchange_part_tensors(link, state, layout, split, kinds);
+          write_checkpoint_part(tmp, layout, split, link.node(), part.views(), trainer_state.optimizer_step);
+        }
       },
       [&](const std::string& tmp) { return finish_checkpoint(tmp, root_dir, card, split, trainer_state, keep_last); },
       abandon_checkpoint);
@@ -195,7 +199,7 @@ std::string save_sharded_model(NodeLink& link, const HostState& state, const Mod
   return write_in_parts(
       link, "the model folder " + dir, [&] { return begin_hf_model_save(dir, card, options); },
       [&](const std::string& tmp) {
-        const PartTensors part = exchange_part_tensors(link, state, layout, split, 1);
+        const PartTensors part = exchange_part_tensors(link, state, layout, split, {0});
         write_hf_model_part(tmp, layout, split, link.node(), part.masters(), options.dtype);
       },
       [&](const std::string& tmp) {

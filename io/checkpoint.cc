@@ -241,6 +241,9 @@ void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout
                            int part, std::span<const TensorStateView> tensors, int64_t step,
                            const CheckpointFileHook& on_file_written) {
   std::vector<TensorToWrite> master, moments, second;
+  // Either file may be left out (its views empty): a writer short of memory calls twice.
+  const bool with_master = tensors.empty() || !tensors.front().master.empty();
+  const bool with_moments = tensors.empty() || !tensors.front().m.empty();
   std::size_t i = 0;
   for (std::size_t u = 0; u < layout.units.size(); ++u)
     for (std::size_t t = 0; t < layout.units[u].tensors.size(); ++t) {
@@ -248,8 +251,9 @@ void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout
       SLIDEDP_CHECK(i < tensors.size(), "write_checkpoint_part: fewer tensors than the part holds");
       const TensorSpec& spec = layout.units[u].tensors[t];
       const TensorStateView& view = tensors[i++];
-      SLIDEDP_CHECK(static_cast<int64_t>(view.master.size()) == spec.numel &&
-                    static_cast<int64_t>(view.m.size()) == spec.numel && static_cast<int64_t>(view.v.size()) == spec.numel,
+      SLIDEDP_CHECK(static_cast<int64_t>(view.master.size()) == (with_master ? spec.numel : 0) &&
+                    static_cast<int64_t>(view.m.size()) == (with_moments ? spec.numel : 0) &&
+                    static_cast<int64_t>(view.v.size()) == (with_moments ? spec.numel : 0),
                     "write_checkpoint_part: tensor size differs from the layout: " + spec.name);
       // A poisoned update (a weight decay that overflows, a NaN the step did not catch) never reaches
       // disk: the previous checkpoint stays the newest.
@@ -271,8 +275,11 @@ void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout
   SafetensorsWriteOptions fp32;
   fp32.dtype = TensorDtype::kF32;
   const std::string model_file = split.file("model", part), optimizer_file = split.file("optimizer", part);
-  write_safetensors((fs::path(tmp_dir) / model_file).string(), master, fp32);
-  if (on_file_written) on_file_written(model_file);
+  if (with_master) {
+    write_safetensors((fs::path(tmp_dir) / model_file).string(), master, fp32);
+    if (on_file_written) on_file_written(model_file);
+  }
+  if (!with_moments) return;
   SafetensorsWriteOptions opt_options = fp32;
   opt_options.metadata["optimizer"] = "adamw";
   write_safetensors((fs::path(tmp_dir) / optimizer_file).string(), moments, opt_options);

@@ -81,7 +81,8 @@ struct TensorStateView {
 //    temp folder every writer writes into;
 std::string begin_checkpoint(const std::string& root_dir, const TrainerState& state);
 // 2. every writer of a part: its two files, fsynced. `tensors` holds the part's tensors in layout
-//    order. Throws NumericError for a value no AdamW step makes (the checkpoint must then be
+//    order; when every view leaves master (or m and v) empty, that file is not written, so a writer
+//    short of memory writes the two files in two calls. Throws NumericError for a value no AdamW step makes (the checkpoint must then be
 //    abandoned), IoError for a failed write;
 void write_checkpoint_part(const std::string& tmp_dir, const ModelLayout& layout, const TensorSplit& split,
                            int part, std::span<const TensorStateView> tensors, int64_t step,

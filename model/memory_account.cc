@@ -340,6 +340,15 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   items.push_back({sharded ? fmt::format("fp32 AdamW m and v (1/{} shard)", plan.nodes) : "fp32 AdamW m and v",
                    sharded ? std::ceil(P / M) * 8 : P * 8});
   if (plan.nodes > 1) items.push_back({"network exchange buffers (pinned)", 2 * 2 * chunk * 4});
+  if (sharded) {
+    // A checkpoint gathers whole tensors of the node's part while it is written, m and v together
+    // after the weights (executor/state_checkpoint.h): the split gives a part at most 1/M of the
+    // tensors plus one tensor.
+    double largest = 0;
+    for (const auto& unit : layout.units)
+      for (const auto& t : unit.tensors) largest = std::max(largest, static_cast<double>(t.numel));
+    items.push_back({"checkpoint part while saving (m and v of whole tensors)", (std::ceil(P / M) + largest) * 8});
+  }
   items.push_back({fmt::format("delivery mirror ({}) (pinned)", wire_bytes == 2 ? "bf16" : "fp32"), P * static_cast<double>(wire_bytes)});
   if (plan.accum_steps > 1 || verify)
     items.push_back({"fp32 gradient accumulator", P * 4});
