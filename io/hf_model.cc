@@ -117,6 +117,27 @@ std::vector<std::vector<std::size_t>> plan_shards(const std::vector<int64_t>& te
   return shards;
 }
 
+namespace {
+
+// Runs `fill` on the temp folder `tmp` of a save to `dir`; on any error removes the folder and
+// rethrows (a file-system error as an IoError naming `dir`).
+template <class Fill>
+void filling_temp_dir(const std::string& tmp, const std::string& dir, Fill fill) {
+  try {
+    fill();
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw IoError(dir, e.what());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
+}  // namespace
+
 std::string begin_hf_model_save(const std::string& dir, const ModelCard& card, const HfSaveOptions& options) {
   if (options.dtype != TensorDtype::kBF16 && options.dtype != TensorDtype::kF32)
     throw InputError("save_hf_model: dtype", "only BF16 and F32 are written");
@@ -141,21 +162,13 @@ std::string begin_hf_model_save(const std::string& dir, const ModelCard& card, c
     if (fs::is_directory(parent)) remove_stale_temp_dirs(parent.string(), target.filename().string());
   }
   std::string tmp = make_temp_dir_beside(dir);
-  try {
+  filling_temp_dir(tmp, dir, [&] {
     nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(card));
     config["torch_dtype"] = options.dtype == TensorDtype::kBF16 ? "bfloat16" : "float32";
     write_text(fs::path(tmp) / "config.json", config.dump(2) + "\n");
     for (const auto& f : carried)
       fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing);
-  } catch (const fs::filesystem_error& e) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw IoError(dir, e.what());
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  });
   return tmp;
 }
 
@@ -194,7 +207,7 @@ void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpan
   std::vector<int64_t> bytes;
   for (const auto& t : tensors) bytes.push_back(static_cast<int64_t>(t.values.size()) * tensor_dtype_bytes(options.dtype));
   const std::string tmp = begin_hf_model_save(dir, card, options);
-  try {
+  filling_temp_dir(tmp, dir, [&] {
     // The shards by size, as a split of the layout's tensors (in order, so unit by unit).
     const auto shards = plan_shards(bytes, options.max_shard_bytes);
     TensorSplit split;
@@ -213,15 +226,7 @@ void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpan
       write_hf_model_part(tmp, layout, split, s, mine, options.dtype);
     }
     finish_hf_model_save(tmp, dir, layout, split, options.dtype);
-  } catch (const fs::filesystem_error& e) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw IoError(dir, e.what());
-  } catch (...) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
-    throw;
-  }
+  });
 }
 
 }  // namespace slidedp
