@@ -87,17 +87,6 @@ std::vector<ShardRange> HostState::held_ranges(int u) const {
   return s.own;
 }
 
-void HostState::load(std::span<const std::span<const float>> master, std::span<const std::span<const float>> m,
-                     std::span<const std::span<const float>> v) {
-  load_master(master);
-  for (size_t u = 0; u < units_.size(); ++u) {
-    UnitState& s = units_[u];
-    SLIDEDP_CHECK(static_cast<int64_t>(m[u].size()) == s.numel && static_cast<int64_t>(v[u].size()) == s.numel);
-    copy_own(s, m[u].data(), s.m_f32());
-    copy_own(s, v[u].data(), s.v_f32());
-  }
-}
-
 kernels::AdamwState HostState::adamw_state(int u, int64_t b) const {
   const UnitState& s = unit(u);
   kernels::AdamwState st;

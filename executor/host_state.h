@@ -67,9 +67,6 @@ class HostState {
   // The elements of unit u this node holds of master, m and v, chunk by chunk (the whole unit unless
   // sharded); element i of them is at UnitState::local(i).
   std::vector<ShardRange> held_ranges(int u) const;
-  // Sets master, m and v (resume); writes the mirror.
-  void load(std::span<const std::span<const float>> master, std::span<const std::span<const float>> m,
-            std::span<const std::span<const float>> v);
   // AdamW's view of unit u from element b on (one this node holds): master, m, v, and the bf16 mirror
   // the update writes as it goes (null with an fp32 mirror: write_fp32_mirror after the update).
   kernels::AdamwState adamw_state(int u, int64_t b) const;
