@@ -579,12 +579,25 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   // FSDP2's final state comes back from the devices (a run stopped early keeps its initial host state).
   if (!result.stopped_early)
     for (auto& d : drivers) d->store_state();
-  // Sharded across nodes: no node collects the final weights; each writes its part of the model folder.
-  if (sharded_nodes && !o.save_model_dir.empty()) {
+  // Skipping every step is not training (the weights are as loaded): an error for every caller, the
+  // CLI, the planner's measured runs and the sweeps alike.
+  const auto skipped = std::count_if(result.steps.begin(), result.steps.end(), [](const TrainStep& s) { return s.skipped; });
+  if (!result.steps.empty() && skipped == static_cast<std::ptrdiff_t>(result.steps.size()))
+    throw NumericError(fmt::format("every one of the {} steps was skipped (--on-nonfinite skip; the last: {}): the "
+                                   "weights are as loaded",
+                                   result.steps.size(), result.steps.back().skipped_reason));
+  // The final weights as a Hugging Face folder, straight from the host state: sharded across nodes,
+  // each node writes its part (no node collects them); otherwise node 0 writes it.
+  if (!o.save_model_dir.empty()) {
     HfSaveOptions so;
     so.overwrite = true;
-    save_sharded_model(*link, state, o.card, o.save_model_dir, so);
-    result.model_saved = true;
+    if (sharded_nodes) {
+      save_sharded_model(*link, state, o.card, o.save_model_dir, so);
+    } else if (node == 0) {
+      UnitSpans final_weights;
+      for (int u = 0; u < U; ++u) final_weights.emplace_back(state.unit(u).master_f32(), static_cast<size_t>(state.unit(u).numel));
+      save_hf_model(o.save_model_dir, o.card, final_weights, so);
+    }
   }
   for (auto& d : drivers) d->release_all();
   for (int r = 0; r < N; ++r) {
@@ -601,13 +614,6 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     result.paced_overruns = pacing->pacer().overruns();
     result.paced_overrun_s = pacing->pacer().overrun_s();
   }
-  // Skipping every step is not training (the weights are as loaded): an error for every caller, the
-  // CLI, the planner's measured runs and the sweeps alike.
-  const auto skipped = std::count_if(result.steps.begin(), result.steps.end(), [](const TrainStep& s) { return s.skipped; });
-  if (!result.steps.empty() && skipped == static_cast<std::ptrdiff_t>(result.steps.size()))
-    throw NumericError(fmt::format("every one of the {} steps was skipped (--on-nonfinite skip; the last: {}): the "
-                                   "weights are as loaded",
-                                   result.steps.size(), result.steps.back().skipped_reason));
   return result;
 }
 

@@ -61,9 +61,9 @@ struct TrainOptions {
   uint64_t init_seed = 42;
   // Checkpoints.
   std::string checkpoint_dir;          // "" : none
-  std::string save_model_dir;          // a state sharded across nodes: the trainer saves the final
-                                       // weights here, each node its part (else the caller saves
-                                       // result.master); "" : none
+  std::string save_model_dir;          // the final weights as a Hugging Face folder (bf16); a
+                                       // state sharded across nodes: each node writes its part;
+                                       // "" : none
   int64_t checkpoint_every = 0;        // 0: only at the end (when checkpoint_dir is set)
   int keep_checkpoints = 3;
   std::string resume_dir;              // a checkpoint folder, or a root whose newest one is used
@@ -109,7 +109,6 @@ struct TrainStep {
 struct TrainResult {
   std::vector<TrainStep> steps;
   std::vector<std::vector<float>> master;  // final fp32 master weights per unit (empty when sharded across nodes)
-  bool model_saved = false;                // save_model_dir was written by the trainer
   std::vector<int64_t> device_high_water_bytes;       // per rank, deferred frees counted until done
   std::vector<int64_t> device_held_high_water_bytes;  // per rank, as the allocation order holds them
   RankMemoryAccount device_account;                   // what the up-front check charged rank 0

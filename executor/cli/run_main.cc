@@ -376,13 +376,6 @@ int run_main(int argc, char** argv) {
     if (!trace.empty())
       write_chrome_trace(trace, exec::timeline_spans(result.spans),
                          fmt::format("measured: slidedp-run {} ({} backend)", o.card.name, backend));
-    if (!save_model.empty() && !result.model_saved) {
-      UnitSpans spans;
-      for (const auto& u : result.master) spans.emplace_back(u);
-      HfSaveOptions so;
-      so.overwrite = true;
-      save_hf_model(save_model, o.card, spans, so);
-    }
   } catch (const Error& e) {
     if (log) {
       settle_step_log(true);
