@@ -219,7 +219,8 @@ class Backend {
   virtual void all_gather(int rank, const DeviceBuffer& buffer, int64_t offset, int64_t count, DType dtype,
                           const SpanTag& tag) = 0;
   // reduce_scatter: `input` holds `count` elements of `in_dtype` at `in_offset` on every rank; rank r
-  // receives the fp32 sum over ranks of its shard_range into `output` at element `out_offset`. The
+  // receives the fp32 sum over ranks of its shard_range into `output` at element `out_offset` (across
+  // nodes, BackendOptions::cross_node: over every node's ranks, rank r being node * N + r). The
   // CPU backend sums in rank order 0, 1, ... (bitwise equal to the cpu route); NCCL sums in the
   // order of its ring or tree, which is deterministic for a fixed communicator and algorithm but not
   // rank order, so on the CUDA backend the gpu route matches the cpu route to fp32 rounding only.

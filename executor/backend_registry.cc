@@ -39,6 +39,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const ModelCard& 
     o.mlp_token_tile = options.mlp_token_tile;
     o.blas_threads = options.blas_threads;
     o.pacing = options.pacing;
+    o.cross_node = options.cross_node;
     return make_cpu_backend(card, layout, o, control);
   }
   if (options.pacing)

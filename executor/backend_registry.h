@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "executor/backend.h"
+#include "executor/node_link.h"
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
 #include "model/model_card.h"
@@ -30,6 +31,10 @@ struct BackendOptions {
   int blas_threads = 0;  // CPU backend: cores per emulated device (0 = 1)
   // CPU backend: run at a target machine's ratios (slidedp-run --emulate); null: at this host's speed.
   std::shared_ptr<const TargetPacing> pacing;
+  // Several nodes with the gpu gradient route: reduce_scatter spans every node's ranks (this node's
+  // rank r is rank node * devices + r of nodes * devices, shard_range over all of them); all_gather
+  // stays within the node. Null: collectives are the node's.
+  NodeLink* cross_node = nullptr;
 };
 
 // "cpu" or "cuda". Throws InputError for an unknown or unavailable backend, naming the ones built in.

@@ -24,7 +24,7 @@ HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStat
       s.own_numel = 0;
       for (int64_t k = 0; k < s.chunks; ++k) {
         const int64_t b = k * options.chunk_numel, e = std::min(s.numel, b + options.chunk_numel);
-        const ShardRange r = shard_range(e - b, options.shards, options.shard);
+        const ShardRange r = node_part(e - b, options.shard);
         s.own.push_back({b + r.begin, b + r.end});
         s.own_offset.push_back(s.own_numel);
         s.own_numel += r.size();

@@ -50,9 +50,10 @@ struct HostStateOptions {
   DType mirror_dtype = DType::kBF16;
   bool accumulate_all = false;   // an fp32 accumulator for every unit (accumulation, clipping, skip)
   bool accumulate_unit0 = false; // tied embeddings: unit 0 collects the head's contribution first
-  // Sharded across nodes: this node holds shard_range(chunk, shards, shard) of every chunk's master,
-  // m, v and accumulator; host memory for them falls by `shards`.
+  // Sharded across nodes: this node holds node_range(chunk, shards, shard_ranks, shard) of every
+  // chunk's master, m, v and accumulator (model/plan.h); host memory for them falls by `shards`.
   int shard = 0, shards = 1;
+  int shard_ranks = 1;  // ranks per node
 };
 
 class HostState {
@@ -83,6 +84,12 @@ class HostState {
   DType mirror_dtype() const { return options_.mirror_dtype; }
   // [begin, end) elements of chunk k of unit u.
   std::pair<int64_t, int64_t> chunk_range(int u, int64_t k) const;
+  // Nodes holding a part of every chunk (1 unless sharded across nodes), and the part of a chunk of
+  // `count` elements node p holds (offsets into the chunk).
+  int nodes() const { return options_.shards; }
+  ShardRange node_part(int64_t count, int p) const {
+    return options_.shards > 1 ? node_range(count, options_.shards, options_.shard_ranks, p) : ShardRange{0, count};
+  }
   int64_t host_bytes() const { return host_bytes_; }
   int64_t pinned_bytes() const { return pinned_bytes_; }
 

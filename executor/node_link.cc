@@ -24,11 +24,13 @@ std::function<void()> TransferCount::one() {
   };
 }
 
-void TransferCount::wait(const NodeLink& link, int count) const {
+void TransferCount::wait(const NodeLink& link, int count, const RunControl* control) const {
   std::unique_lock<std::mutex> lock(state_->mutex);
   // The progress thread times the transfers out (failure()); this loop only watches for it.
-  while (!state_->cv.wait_for(lock, std::chrono::milliseconds(50), [&] { return state_->done >= count; }))
+  while (!state_->cv.wait_for(lock, RunControl::kPollInterval, [&] { return state_->done >= count; })) {
     if (std::exception_ptr e = link.failure()) std::rethrow_exception(e);
+    if (control) control->check();
+  }
 }
 
 std::vector<std::byte> NodeLink::all_gather(const std::byte* mine, int64_t bytes, const std::string& what) {

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "executor/run_control.h"
+
 namespace slidedp::exec {
 
 class NodeLink {
@@ -51,8 +53,10 @@ class NodeLink {
   // Ends every node's process now (MPI_Abort): for an error on one node, so no other waits for it.
   [[noreturn]] virtual void abort_all(int exit_code) = 0;
 
-  // The 8 tags at the top of the range are kept for blocking exchanges (i in [0, 8)); the executor's
-  // transfers use tags below max_tag() - 8.
+  // Tags: the updater's transfers use [0, backend_tag_base()), the backend's collectives across
+  // nodes [backend_tag_base(), max_tag() - 8), and the 8 at the top are kept for the blocking
+  // exchanges (reserved_tag(i), i in [0, 8)).
+  int64_t backend_tag_base() const { return (max_tag() - 8) / 2; }
   int64_t reserved_tag(int i) const { return max_tag() - 8 + i; }
 };
 
@@ -61,8 +65,9 @@ class NodeLink {
 class TransferCount {
  public:
   std::function<void()> one();  // the `done` of one transfer
-  // Until `count` transfers completed; rethrows the link's failure (a timeout, MPI's error) instead.
-  void wait(const NodeLink& link, int count) const;
+  // Until `count` transfers completed; rethrows the link's failure (a timeout, MPI's error) instead,
+  // and gives up (throws Aborted) once `control`'s run is aborted.
+  void wait(const NodeLink& link, int count, const RunControl* control = nullptr) const;
 
  private:
   struct State;

@@ -233,8 +233,7 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
   const int rank = config_.rank;
   Updater* updater = &updater_;
   if (config_.device_optimizer) return send_grads_to_shard(step, unit, wirebuf, converted, numel);
-  const bool gpu_route = config_.plan.grad_route == GradRoute::kGpu && config_.ranks > 1;
-  if (!gpu_route) {
+  if (!config_.gpu_route()) {
     d2h.wait(converted);
     // SlideFormer's one shared gradient buffer: unit u's gradient leaves once unit u+1 is updated
     // (on the last micro-step, the one that updates).
@@ -259,7 +258,7 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
   int64_t shard_total = 0;
   for (int64_t k = 0; k < chunks; ++k) {
     const int64_t b = k * chunk, e = std::min(numel, b + chunk);
-    shard_total += shard_range(e - b, config_.ranks, rank).size();
+    shard_total += config_.grad_shard(e - b).size();
   }
   DeviceBuffer shards = alloc(std::max<int64_t>(shard_total, 1) * 4, "reduced gradient shards");
   Stream& comm = device_.comm();
@@ -267,7 +266,7 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
   int64_t off = 0;
   for (int64_t k = 0; k < chunks; ++k) {
     const int64_t b = k * chunk, e = std::min(numel, b + chunk);
-    ShardRange s = shard_range(e - b, config_.ranks, rank);
+    const ShardRange s = config_.grad_shard(e - b);
     backend_.reduce_scatter(rank, wirebuf, b, wire, e - b, shards, off, tag("fabric", "reduce-scatter", step, unit, k));
     d2h.wait(comm.record());
     StagingRing::Slot slot = ring_.next();

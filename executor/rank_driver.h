@@ -62,6 +62,11 @@ struct DriverConfig {
   // runs AdamW on its shard on the device and reports it to the updater.
   bool device_optimizer = false;
   const TargetPacing* pacing = nullptr;  // paces the conversions (slidedp-run --emulate); may be null
+
+  // The gpu gradient route: a reduce-scatter over every node's ranks (BackendOptions::cross_node
+  // across nodes), then this rank's shard of a chunk of `count` elements to the host.
+  bool gpu_route() const { return plan.grad_route == GradRoute::kGpu && nodes * ranks > 1; }
+  ShardRange grad_shard(int64_t count) const { return shard_range(count, nodes * ranks, node * ranks + rank); }
 };
 
 class RankDriver {

@@ -92,7 +92,7 @@ PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const 
         const auto [b, e] = state.chunk_range(u, k);
         if (e <= spec.offset || b >= spec.offset + spec.numel) continue;
         for (int p = 0; p < M; ++p) {
-          const ShardRange s = shard_range(e - b, M, p);
+          const ShardRange s = state.node_part(e - b, p);
           const int64_t lo = std::max(b + s.begin, spec.offset), hi = std::min(b + s.end, spec.offset + spec.numel);
           if (lo >= hi || (p != me && q != me)) continue;
           const int64_t bytes = (hi - lo) * 4;

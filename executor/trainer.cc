@@ -80,9 +80,10 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
                                                   o.plan.nodes, o.plan.nodes));
     if (o.system != System::kSlideDP)
       throw InputError("--system", "multi-node runs are SlideDP's placement (the baselines are single-node)");
-    if (o.plan.grad_route == GradRoute::kGpu && o.plan.ranks > 1)
-      throw InputError("plan: grad_route", "gpu: across nodes the executor reduces on the host (grad_route: cpu); the "
-                                           "GPU reduce-scatter across nodes is not built yet");
+    if (o.plan.grad_route == GradRoute::kGpu && o.plan.host_state != slidedp::HostState::kSharded)
+      throw InputError("plan: host_state",
+                       "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
+                       "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: cpu)");
     if (o.emulate) throw InputError("--emulate", "pacing is single-node");
     const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
     if (verify && o.plan.host_state == slidedp::HostState::kSharded)
@@ -299,8 +300,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   bo.mlp_token_tile = plan.mlp_token_tile;
   bo.packed_documents = o.document_end.has_value();
   bo.kernel_activity = o.trace_kernels;
-  bo.collectives = N > 1 && (plan.param_route == ParamRoute::kSharded || plan.grad_route == GradRoute::kGpu ||
-                             traits.params_resident || traits.gpu_optimizer);
+  bo.collectives = plan.grad_shards() > 1 || (N > 1 && (plan.param_route == ParamRoute::kSharded ||
+                                                        traits.params_resident || traits.gpu_optimizer));
+  if (M > 1 && plan.grad_route == GradRoute::kGpu) bo.cross_node = link;
   bo.device_budget_bytes = o.device_budget_bytes > 0          ? o.device_budget_bytes
                            : plan.gpu_mem_budget_bytes > 0    ? plan.gpu_mem_budget_bytes
                                                               : int64_t{16} << 30;
@@ -336,7 +338,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   UpdaterConfig uc;
   uc.ranks = N;
   uc.accum_steps = plan.accum_steps;
-  uc.route = plan.grad_route == GradRoute::kGpu && N > 1 ? GradRouteKind::kGpu : GradRouteKind::kCpu;
+  uc.route = plan.grad_shards() > 1 ? GradRouteKind::kGpu : GradRouteKind::kCpu;
   uc.wire_dtype = wire;
   uc.tied = o.card.tie_word_embeddings;
   uc.optimizer = o.optimizer;
@@ -359,7 +361,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   hso.mirror_dtype = o.exact_fp32 ? DType::kF32 : DType::kBF16;
   hso.accumulate_all = (plan.accum_steps > 1 || verify) && !traits.gpu_optimizer;
   hso.accumulate_unit0 = o.card.tie_word_embeddings;
-  if (sharded_nodes) hso.shard = node, hso.shards = M;
+  if (sharded_nodes) hso.shard = node, hso.shards = M, hso.shard_ranks = N;
   HostState state(*backend, layout, hso);
   result.host_state_bytes = state.host_bytes();
   if (ckpt) {
@@ -374,7 +376,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
 
   // A chunk never holds more than the largest unit (SlideFormer's 32M-element chunks on a small model).
   const int64_t slot_numel = std::min(plan.chunk_numel, layout.max_unit_numel());
-  const int64_t slot_bytes = uc.route == GradRouteKind::kGpu ? (slot_numel + N - 1) / N * 4
+  const int W = plan.grad_shards();
+  const int64_t slot_bytes = uc.route == GradRouteKind::kGpu ? (slot_numel + W - 1) / W * 4
                                                               : slot_numel * dtype_bytes(wire);
   std::vector<std::unique_ptr<StagingRing>> rings;
   std::vector<StagingRing*> ring_ptrs;

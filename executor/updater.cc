@@ -40,15 +40,16 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
                 "the device optimizer neither clips nor skips");
   if (config.device_optimizer) expected_chunks_ = expected_accumulations_ = 0;
   if (config.link) {
-    SLIDEDP_CHECK(config.route == GradRouteKind::kCpu && !config.serial_accumulation && !config.device_optimizer &&
-                      !config.pacing && !(config.sharded_state && verify_),
-                  "multi-node: the cpu route, SlideDP's placement, unpaced; sharded state without verify mode");
+    SLIDEDP_CHECK((config.route == GradRouteKind::kCpu || config.sharded_state) && !config.serial_accumulation &&
+                      !config.device_optimizer && !config.pacing && !(config.sharded_state && verify_),
+                  "multi-node: SlideDP's placement, unpaced; the gpu route with a sharded state; sharded state without "
+                  "verify mode");
     nodes_ = config.link->nodes();
     node_ = config.link->node();
     std::vector<int64_t> chunks;
     for (int u = 0; u < state.num_units(); ++u) chunks.push_back(state.unit(u).chunks);
     tags_.emplace(std::move(chunks), config.accum_steps);
-    if (tags_->max_tag() >= config.link->max_tag() - 8)
+    if (tags_->max_tag() >= config.link->backend_tag_base())
       throw InputError("plan: chunk_numel",
                        fmt::format("{} chunks x {} micro-steps need more MPI tags than this MPI has ({}): use larger chunks",
                                    expected_chunks_, config.accum_steps, config.link->max_tag()));
@@ -196,7 +197,14 @@ void Updater::arrive(const ChunkArrival& a) {
     job.first_write = written == 0;
     job.order = written;
     ++written;
-    if (nodes_ > 1) expect_cross(job);
+    if (nodes_ > 1 && config_.route == GradRouteKind::kCpu) expect_cross(job);
+    if (nodes_ > 1 && config_.route == GradRouteKind::kGpu && update) {
+      // The reduce-scatter spanned every node: this shard is summed already. The chunk's other
+      // nodes' updated mirror parts may land once its first shard is here (every rank of every node
+      // has computed this unit's gradient, so no delivery of it for this step is left).
+      auto& x = info.mirror_in[{a.unit, a.chunk}];
+      if (!x) x = std::make_shared<CrossNodeSum>(), expect_mirror(job, x);
+    }
     jobs_.push_back(std::move(job));
   };
   if (config_.route == GradRouteKind::kGpu) {
@@ -437,6 +445,19 @@ void Updater::update(Job& job) {
     int& done = info.shards_done[{job.unit, job.chunk}];
     if (++done < config_.ranks) return;
   }
+  if (nodes_ > 1) {
+    // gpu route across nodes: every shard of this node's part is updated; the chunk is released once
+    // the other nodes' parts have landed too.
+    Job await;
+    await.step = job.step, await.micro = job.micro, await.part = job.part, await.unit = job.unit, await.chunk = job.chunk;
+    await.kind = Job::kUpdate;
+    await.stage = Job::kAwaitMirror;
+    await.cross = info.mirror_in.at({job.unit, job.chunk});
+    send_mirror(await);
+    jobs_.push_back(std::move(await));
+    cv_.notify_all();
+    return;
+  }
   finish_chunk(info, job.unit, job.chunk, job.step);
 }
 
@@ -482,7 +503,7 @@ void Updater::update_input(Job& job, const GradInput& in) {
 }
 
 ShardRange Updater::own_range(int64_t n) const {
-  return config_.sharded_state ? shard_range(n, nodes_, node_) : ShardRange{0, n};
+  return state_.node_part(n, node_);
 }
 
 // Posts this job's receives (under mutex_, when its local gradients are complete): the partial sum
@@ -519,16 +540,36 @@ void Updater::expect_cross(Job& job) {
                          });
                        });
   }
-  if (config_.sharded_state && job.kind == Job::kUpdate) {
-    UnitState& u = state_.unit(job.unit);
-    const int64_t eb = dtype_bytes(state_.mirror_dtype());
-    for (int p = 0; p < nodes_; ++p) {
-      if (p == node_) continue;
-      const ShardRange s = shard_range(n, nodes_, p);
-      config_.link->recv(p, tag(CrossNodeKind::kMirror), u.mirror.ptr + (job.begin + s.begin) * eb, s.size() * eb,
-                         "the updated weights of " + key,
-                         [x, w = waker_] { w->call([&] { x->mirror_shards_in.fetch_add(1); }); });
-    }
+  if (config_.sharded_state && job.kind == Job::kUpdate) expect_mirror(job, x);
+}
+
+// The other nodes' updated mirror parts of the job's chunk, straight into the mirror.
+void Updater::expect_mirror(const Job& job, const std::shared_ptr<CrossNodeSum>& x) {
+  const auto [b, e] = state_.chunk_range(job.unit, job.chunk);
+  UnitState& u = state_.unit(job.unit);
+  const int64_t eb = dtype_bytes(state_.mirror_dtype());
+  const int64_t tag = tags_->tag(CrossNodeKind::kMirror, job.step, job.micro, static_cast<int>(job.part), job.unit, job.chunk);
+  const std::string what = fmt::format("the updated weights of unit {} chunk {} of step {}", job.unit, job.chunk, job.step + 1);
+  for (int p = 0; p < nodes_; ++p) {
+    if (p == node_) continue;
+    const ShardRange s = state_.node_part(e - b, p);
+    config_.link->recv(p, tag, u.mirror.ptr + (b + s.begin) * eb, s.size() * eb, what,
+                       [x, w = waker_] { w->call([&] { x->mirror_shards_in.fetch_add(1); }); });
+  }
+}
+
+// This node's updated part of the job's chunk to every other node.
+void Updater::send_mirror(const Job& job) {
+  const auto [b, e] = state_.chunk_range(job.unit, job.chunk);
+  const ShardRange own = own_range(e - b);
+  const UnitState& u = state_.unit(job.unit);
+  const int64_t eb = dtype_bytes(state_.mirror_dtype());
+  for (int p = 0; p < nodes_; ++p) {
+    if (p == node_) continue;
+    config_.link->send(p, tags_->tag(CrossNodeKind::kMirror, job.step, job.micro, static_cast<int>(job.part), job.unit, job.chunk),
+                       u.mirror.ptr + (b + own.begin) * eb, own.size() * eb,
+                       fmt::format("the updated weights of unit {} chunk {} of step {}", job.unit, job.chunk, job.step + 1),
+                       [keep = job.cross] {});
   }
 }
 
@@ -562,7 +603,7 @@ void Updater::chain(Job& job) {
   } else {
     // The last node holds the sum: node 0 gets it whole (to pass on), or every node its shard.
     for (int p = 0; p < (config_.sharded_state ? nodes_ - 1 : 1); ++p) {
-      const ShardRange s = config_.sharded_state ? shard_range(n, nodes_, p) : ShardRange{0, n};
+      const ShardRange s = state_.node_part(n, p);
       config_.link->send(p, tags_->tag(CrossNodeKind::kResult, job.step, job.micro, part, job.unit, job.chunk),
                          bytes(s.begin), s.size() * 4, "the gradient sum of " + key, [keep = job.cross] {});
     }
@@ -602,15 +643,7 @@ bool Updater::apply_cross(Job& job) {
   }
   // Sharded: this node's updated mirror shard to every other node; the chunk is released once theirs
   // have landed here too.
-  const UnitState& u = state_.unit(job.unit);
-  const int64_t eb = dtype_bytes(state_.mirror_dtype());
-  for (int p = 0; p < nodes_; ++p) {
-    if (p == node_) continue;
-    config_.link->send(p, tags_->tag(CrossNodeKind::kMirror, job.step, job.micro, static_cast<int>(job.part), job.unit, job.chunk),
-                       u.mirror.ptr + in.begin * eb, own.size() * eb,
-                       fmt::format("the updated weights of unit {} chunk {} of step {}", job.unit, job.chunk, job.step + 1),
-                       [keep = job.cross] {});
-  }
+  send_mirror(job);
   job.stage = Job::kAwaitMirror;
   return true;
 }

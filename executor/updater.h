@@ -75,10 +75,12 @@ struct UpdaterConfig {
   // of the step is enqueued behind the step's work (device_step_done), and hands out the step's
   // hyper-parameters.
   bool device_optimizer = false;
-  // Multi-node (plan.nodes > 1; the cpu route, SlideDP's placement): the link to the other nodes
-  // (executor/cross_node.h describes the exchange), and whether this node updates only its 1/M shard
-  // of each chunk (sharded) or the whole chunk (replicated). `ranks` stays this node's rank count;
-  // losses and gradients are summed over every node's ranks in global rank order.
+  // Multi-node (plan.nodes > 1, SlideDP's placement): the link to the other nodes, and whether this
+  // node updates only its part of each chunk (sharded) or the whole chunk (replicated). The cpu route
+  // sums the nodes' gradients here (executor/cross_node.h describes the exchange); the gpu route's
+  // reduce-scatter spans every node's ranks already (sharded only: each shard lands on the node that
+  // holds it). `ranks` stays this node's rank count; losses and gradients are summed over every
+  // node's ranks in global rank order.
   NodeLink* link = nullptr;
   bool sharded_state = false;
 };
@@ -163,6 +165,8 @@ class Updater {
     std::map<std::tuple<int, int, int64_t, int>, int> serial_next;  // serial accumulation: next rank to queue
     std::map<std::pair<int, int64_t>, int> written;       // (unit, chunk) -> accumulations applied
     std::map<std::pair<int, int64_t>, int> shards_done;   // gpu route: shards updated per chunk
+    // gpu route across nodes: per chunk, the other nodes' updated mirror parts received.
+    std::map<std::pair<int, int64_t>, std::shared_ptr<CrossNodeSum>> mirror_in;
     int64_t chunks_left = 0;        // own-part chunks of the last micro-step not yet updated
     int64_t accumulations_left = 0; // verify mode: accumulations left before the verify pass
     int losses = 0;        // every node's (after their exchange)
@@ -196,6 +200,8 @@ class Updater {
   void release_slots(const Job& job);
   // Multi-node stages (cross_node.h).
   void expect_cross(Job& job);  // posts the job's receives; under mutex_
+  void expect_mirror(const Job& job, const std::shared_ptr<CrossNodeSum>& x);  // the other nodes' parts of its chunk's mirror
+  void send_mirror(const Job& job);  // this node's part of its chunk's mirror, to every other node
   void chain(Job& job);
   bool apply_cross(Job& job);  // true: the job goes on to wait for the mirror shards
   void post_losses(int64_t step);  // this node's losses of `step` to every other node; under mutex_

@@ -154,7 +154,8 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   const int U = layout.num_units(), L = U - 2, N = plan.ranks;
   const int64_t B = plan.micro_batch, T = seq_len, tokens = B * T;
   const int64_t hidden = spec.decoder.hidden_bytes;
-  const bool gpu_route = plan.grad_route == GradRoute::kGpu && N > 1;
+  const int W = plan.grad_shards();  // the gpu route's shards: every node's ranks
+  const bool gpu_route = W > 1;
   auto numel = [&](int u) { return layout.units[static_cast<size_t>(u)].flat_numel; };
   auto policy = [&](int l) { return plan.layer_policy(l, L); };
 
@@ -185,7 +186,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
     // Rank 0's shards (the largest: shard_range gives the remainder to the first ranks) of the unit's
     // full chunks and its last, shorter one; the staging holds one chunk at a time (the largest counts).
     const int64_t chunk = plan.chunk_numel, full = n / chunk, rest = n % chunk;
-    const int64_t shard_total = full * shard_range(chunk, N, 0).size() + (rest > 0 ? shard_range(rest, N, 0).size() : 0);
+    const int64_t shard_total = full * shard_range(chunk, W, 0).size() + (rest > 0 ? shard_range(rest, W, 0).size() : 0);
     const int shards = led.alloc(kBackendScratch, std::max<int64_t>(shard_total, 1) * 4, where);
     if (spec.reduce_scatter_fp32_staging && spec.wire_bytes == 2 && n > 0)
       led.release(led.alloc(kBackendScratch, std::min(n, chunk) * 4, where));
@@ -315,8 +316,12 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   acc.driver_peak_bytes = static_cast<double>(led.driver_peak());
   acc.peak_at = where_text(led.peak_at());
   if (spec.runtime_bytes > 0) acc.items.push_back({"CUDA context and libraries (hardware profile)", static_cast<double>(spec.runtime_bytes)});
-  if (spec.collective_bytes > 0 && N > 1)
-    acc.items.push_back({"NCCL communicator buffers (hardware profile)", static_cast<double>(spec.collective_bytes)});
+  // The node's communicator, and across nodes the gpu route's over every node's ranks.
+  const int communicators = (N > 1 ? 1 : 0) + (plan.nodes > 1 && gpu_route ? 1 : 0);
+  if (spec.collective_bytes > 0 && communicators > 0)
+    acc.items.push_back({communicators > 1 ? "NCCL communicator buffers, node and all nodes (hardware profile)"
+                                           : "NCCL communicator buffers (hardware profile)",
+                         static_cast<double>(communicators * spec.collective_bytes)});
   for (const MemoryItem& i : acc.items) acc.peak_bytes += i.bytes;
   return acc;
 }
@@ -354,8 +359,8 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
     items.push_back({"fp32 gradient accumulator", P * 4});
   else if (tied)
     items.push_back({"fp32 tied-embedding gradient accumulator", emb * 4});
-  const bool gpu_route = plan.grad_route == GradRoute::kGpu && plan.ranks > 1;
-  const double slot = gpu_route ? std::ceil(chunk / N) * 4 : chunk * static_cast<double>(wire_bytes);
+  const int W = plan.grad_shards();
+  const double slot = W > 1 ? std::ceil(chunk / W) * 4 : chunk * static_cast<double>(wire_bytes);
   items.push_back({"gradient staging rings (pinned)", N * kGradStagingChunksPerRank * slot});
   const double offload = static_cast<double>(plan.policy_counts(L).offload);
   if (offload > 0)

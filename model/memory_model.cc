@@ -107,7 +107,8 @@ struct AccountKeyHash {
 
 const RankMemoryAccount& cached_account(const Workload& w, const Plan& p, const RankMemorySpec& s) {
   const int L = static_cast<int>(w.model.num_layers);
-  const bool gpu_route = p.grad_route == GradRoute::kGpu && p.ranks > 1;
+  const int grad_shards = p.grad_shards();
+  const bool gpu_route = grad_shards > 1;
   // Layer policies: the counts (offload first, recompute, keep last), or a hash of an explicit list.
   const Plan::PolicyCounts pc = p.policy_counts(L);
   uint64_t per_layer = 0;
@@ -119,7 +120,7 @@ const RankMemoryAccount& cached_account(const Workload& w, const Plan& p, const 
       per_layer = (per_layer ^ static_cast<uint64_t>(b)) * 1099511628211ull + 3;
   const AccountKey key{{w.layout.total_flat_numel, w.layout.units.front().flat_numel, w.layout.units.back().flat_numel,
                         w.layout.units.size() > 2 ? w.layout.units[1].flat_numel : 0, L, w.model.tie_word_embeddings,
-                        w.seq_len, p.micro_batch, p.accum_steps, p.ranks, gpu_route, gpu_route ? p.chunk_numel : 0,
+                        w.seq_len, p.micro_batch, p.accum_steps, p.ranks, grad_shards, gpu_route ? p.chunk_numel : 0,
                         p.gpu_buffer_depth, s.decoder.hidden_bytes, s.decoder.saved_bytes,
                         s.decoder.forward_workspace_bytes, s.decoder.backward_workspace_bytes,
                         s.head.forward_workspace_bytes, s.param_bytes, s.wire_bytes, s.align_bytes,

@@ -57,6 +57,9 @@ struct Plan {
   // chunks are accumulated during backward and all updated after it (docs/EXECUTOR.md).
   bool verify_updates = false;
 
+  // The gpu gradient route cuts each chunk's reduced gradient into one shard per rank of every node
+  // (its reduce-scatter spans the nodes); 1: the cpu route, or a single rank.
+  int grad_shards() const { return grad_route == GradRoute::kGpu ? nodes * ranks : 1; }
   int64_t global_batch_sequences() const {
     return static_cast<int64_t>(nodes) * ranks * micro_batch * accum_steps;
   }
@@ -112,6 +115,14 @@ inline ShardRange shard_range(int64_t count, int ranks, int rank) {
   const int64_t base = count / ranks, extra = count % ranks;
   const int64_t begin = rank * base + (rank < extra ? rank : extra);
   return {begin, begin + base + (rank < extra ? 1 : 0)};
+}
+
+// Node `node`'s share of `count` elements split over `nodes` nodes of `ranks` ranks each: the union
+// of its ranks' shard_ranges among all nodes x ranks, so that the gpu route's reduce-scatter over
+// every node's ranks lands on each node exactly the part of a chunk its host state holds. With one
+// rank per node it is shard_range(count, nodes, node).
+inline ShardRange node_range(int64_t count, int nodes, int ranks, int node) {
+  return {shard_range(count, nodes * ranks, node * ranks).begin, shard_range(count, nodes * ranks, node * ranks + ranks - 1).end};
 }
 
 }  // namespace slidedp

@@ -629,6 +629,7 @@ class CpuBackend final : public Backend {
     math_.exact = opt.exact_fp32;
     math_.pacing = opt.pacing.get();
     pacing_ = opt.pacing;
+    cross_node_ = opt.cross_node;
     const int threads = opt.blas_threads > 0 ? opt.blas_threads : 1;
     kernels::set_blas_threads(threads);
     math_.specs.set_threads(threads);
@@ -684,10 +685,22 @@ class CpuBackend final : public Backend {
     const int ranks = num_devices();
     const int64_t esize = dtype_bytes(in_dtype);
     SLIDEDP_CHECK((in_offset + count) * esize <= input.bytes, "reduce_scatter input past the end");
-    const ShardRange mine = shard_range(count, ranks, rank);
-    SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
     const std::byte* in = input.ptr + in_offset * esize;
     float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
+    if (cross_node_) {
+      const ShardRange global = shard_range(count, cross_node_->nodes() * ranks, cross_node_->node() * ranks + rank);
+      SLIDEDP_CHECK((out_offset + global.size()) * 4 <= output.bytes, "reduce_scatter output too small");
+      devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_collective(tag, [this, seq, rank, in, in_dtype, out, count, tag](const auto& started, const auto& done) {
+        std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, in);
+        started();
+        reduce_scatter_across_nodes(seq, rank, ptrs, in_dtype, count, out, tag);
+        done();
+        comm_.finish(seq);
+      });
+      return;
+    }
+    const ShardRange mine = shard_range(count, ranks, rank);
+    SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
     devices_[static_cast<size_t>(rank)]->comm_stream().enqueue_collective(tag, [this, seq, rank, ranks, in, in_dtype, mine, out, count](const auto& started, const auto& done) {
       std::vector<const std::byte*> ptrs = comm_.arrive(seq, rank, in);
       started();
@@ -708,6 +721,78 @@ class CpuBackend final : public Backend {
       done();
       comm_.finish(seq);
     });
+  }
+
+  // The reduce-scatter over every node's ranks, as one node of M x N ranks sums (rank order, fp32):
+  // the sum of global shard g runs as a chain through the nodes in order, each adding its ranks'
+  // inputs in rank order (node 0 starts it), and the last node sends it to the node of rank g. Local
+  // rank r carries the chains of the shards g = o * N + r of every node o, so the node's ranks work in
+  // parallel and each node sends about 4 bytes per element, as the host route's chain does.
+  void reduce_scatter_across_nodes(int64_t seq, int rank, const std::vector<const std::byte*>& ptrs, DType in_dtype,
+                                   int64_t count, float* out, const SpanTag& tag) {
+    NodeLink& link = *cross_node_;
+    const int N = num_devices(), M = link.nodes(), me = link.node();
+    // Tags of this call: distinct per (call, local rank, owner node, kind) within the backend's range;
+    // a pair of nodes posts one tag's messages in call order, so the range may wrap.
+    const int64_t range = link.reserved_tag(0) - link.backend_tag_base();
+    const int64_t calls = std::max<int64_t>(1, range / (2 * static_cast<int64_t>(N) * M));
+    auto tag_of = [&](int owner, int kind) {
+      return link.backend_tag_base() + (((seq % calls) * N + rank) * M + owner) * 2 + kind;
+    };
+    const std::string what = fmt::format("the reduce-scatter of unit {} chunk {} (step {}, rank {})", tag.unit, tag.chunk,
+                                         tag.step + 1, rank);
+    // Owned by the transfers too, so one completing after a failed wait touches memory that exists.
+    auto sums = std::make_shared<std::vector<std::vector<float>>>(static_cast<size_t>(M));
+    auto shard = [&](int owner) { return shard_range(count, M * N, owner * N + rank); };
+    for (int o = 0; o < M; ++o) (*sums)[static_cast<size_t>(o)].resize(static_cast<size_t>(shard(o).size()));
+    auto bytes_of = [&](int o) { return reinterpret_cast<std::byte*>((*sums)[static_cast<size_t>(o)].data()); };
+    auto size_of = [&](int o) { return shard(o).size() * 4; };
+    auto keep = [sums] {};
+    TransferCount partials;
+    if (me > 0)
+      for (int o = 0; o < M; ++o)
+        link.recv(me - 1, tag_of(o, 0), bytes_of(o), size_of(o), "the partial sum of " + what,
+                  [sums, one = partials.one()] { one(); });
+    TransferCount result;
+    std::vector<float> mine_sum;
+    if (me < M - 1) {
+      auto r = std::make_shared<std::vector<float>>(static_cast<size_t>(shard(me).size()));
+      link.recv(M - 1, tag_of(me, 1), reinterpret_cast<std::byte*>(r->data()), size_of(me), "the sum of " + what,
+                [r, one = result.one()] { one(); });
+      partials.wait(link, me > 0 ? M : 0, &control_);
+      add_ranks(me, ptrs, in_dtype, *sums, count, rank);
+      for (int o = 0; o < M; ++o) link.send(me + 1, tag_of(o, 0), bytes_of(o), size_of(o), "the partial sum of " + what, keep);
+      result.wait(link, 1, &control_);
+      std::memcpy(out, r->data(), static_cast<size_t>(size_of(me)));
+      return;
+    }
+    partials.wait(link, M, &control_);
+    add_ranks(me, ptrs, in_dtype, *sums, count, rank);
+    for (int o = 0; o < M - 1; ++o) link.send(o, tag_of(o, 1), bytes_of(o), size_of(o), "the sum of " + what, keep);
+    std::memcpy(out, bytes_of(me), static_cast<size_t>(size_of(me)));
+  }
+
+  // Adds this node's ranks' inputs, in rank order, to every owner's partial sum (node 0: starts them).
+  void add_ranks(int node, const std::vector<const std::byte*>& ptrs, DType in_dtype, std::vector<std::vector<float>>& sums,
+                 int64_t count, int rank) const {
+    const int N = num_devices(), M = static_cast<int>(sums.size());
+    auto add = [&](auto element) {
+      using T = decltype(element);
+      for (int o = 0; o < M; ++o) {
+        const ShardRange s = shard_range(count, M * N, o * N + rank);
+        std::vector<const T*> inputs;
+        for (const std::byte* p : ptrs) inputs.push_back(reinterpret_cast<const T*>(p) + s.begin);
+        float* partial = sums[static_cast<size_t>(o)].data();
+        if (node == 0) {
+          kernels::reduce_grads(kernels::GradSlots<T>{std::span<const T* const>(inputs), 1.0f, nullptr}, partial, 0, s.size());
+        } else {
+          // One input at a time: fma(input, 1, partial) rounds each addition once, as one node's running sum.
+          for (const T* i : inputs) kernels::reduce_grads_accumulate(std::span<const T* const>(&i, 1), 1.0f, partial, 0, s.size());
+        }
+      }
+    };
+    if (in_dtype == DType::kBF16) add(bf16_bits{});
+    else add(float{});
   }
 
   // A paced collective's flow for one rank's port: (N-1)/N of `count` bf16 elements (-1: not paced).
@@ -736,6 +821,7 @@ class CpuBackend final : public Backend {
   std::shared_ptr<const TargetPacing> pacing_;  // keeps math_.pacing alive
   Tracer tracer_;
   CpuComm comm_;
+  NodeLink* cross_node_ = nullptr;  // reduce_scatter spans every node's ranks
   std::vector<std::unique_ptr<CpuDevice>> devices_;
 };
 

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "executor/backend.h"
+#include "executor/node_link.h"
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
 #include "model/model_card.h"
@@ -29,6 +30,7 @@ struct CpuBackendOptions {
   int64_t mlp_token_tile = 0;  // DecoderSpec::mlp_token_tile: 0 = the MLP over all tokens at once
   // Run at a target machine's ratios (executor/target_pacing.h); null: at this host's speed.
   std::shared_ptr<const TargetPacing> pacing;
+  NodeLink* cross_node = nullptr;  // BackendOptions::cross_node
 };
 
 std::unique_ptr<Backend> make_cpu_backend(const ModelCard& card, const ModelLayout& layout,

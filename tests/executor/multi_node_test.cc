@@ -1,8 +1,9 @@
 // Multi-node runs on one machine: slidedp-run under `mpirun -np M` (one process per node over
 // loopback) against single-process runs. The references are independent runs, not tolerances: the
-// cross-node sum keeps the single node's rank order (executor/cross_node.h), so M nodes x N ranks
-// must write checkpoints bitwise equal to those of 1 node x M*N ranks, for both host-state
-// placements. Also: resume (on the same and on another node count), a node killed or hung mid-run
+// cross-node sum keeps the single node's rank order (executor/cross_node.h; the CPU backend's
+// reduce-scatter over every node's ranks for the gpu route), so M nodes x N ranks must write
+// checkpoints bitwise equal to those of 1 node x M*N ranks, for both host-state placements and both
+// gradient routes. Also: resume (on the same and on another node count), a node killed or hung mid-run
 // (every other node exits in seconds, naming it; the last checkpoint resumes), bad launches.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -72,6 +73,15 @@ struct Case {
   std::string flags;
 };
 
+// slidedp-tiny with a tied head (the head's gradient contribution to unit 0 is a second part).
+std::string tied_card(const fs::path& dir) {
+  std::ofstream(dir / "tied.yaml") << "name: slidedp-tiny-tied\nhf_repo: none\nmodel_type: llama\nhidden_size: 128\n"
+                                      "num_hidden_layers: 4\nnum_attention_heads: 4\nnum_key_value_heads: 2\nhead_dim: 32\n"
+                                      "intermediate_size: 384\nvocab_size: 256\nmax_position_embeddings: 2048\n"
+                                      "rope_theta: 10000.0\nrms_norm_eps: 1e-05\ntie_word_embeddings: true\n";
+  return " --model " + (dir / "tied.yaml").string();
+}
+
 TEST(MultiNode, NodesTimesRanksEqualOneNodeWithAllRanksBitwise) {
   const Case cases[] = {
       {"replicated_2x1", 2, 1, ""},
@@ -80,14 +90,22 @@ TEST(MultiNode, NodesTimesRanksEqualOneNodeWithAllRanksBitwise) {
       {"sharded_2x2_accum", 2, 2, "--accum 2 --host-state sharded"},
       {"replicated_3x1_clip", 3, 1, "--clip-grad-norm 0.5 --accum 2"},  // the chain through a middle node
       {"sharded_3x1_exact", 3, 1, "--host-state sharded --exact"},
+      // The gpu route: one reduce-scatter over every node's ranks; each node's ranks receive exactly
+      // the part its host state holds. Chunks of 10006 and 10007 elements split unevenly over 4 and 3
+      // ranks (and 4 ranks split 10006 unlike 2 nodes would); fp32 gradients, whose sums round, so
+      // that the order of addition shows.
+      {"sharded_gpu_2x2_accum_exact", 2, 2, "--accum 2 --host-state sharded --grad-route gpu --chunk-numel 10006 --exact"},
+      {"sharded_gpu_3x1_tied", 3, 1, "--host-state sharded --grad-route gpu --param-route replicated --chunk-numel 10007 TIED"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     const fs::path dir = scratch(c.name);
     const int all = c.nodes * c.ranks_per_node;
-    auto one = run_shell(train(dir / "one", c.flags + " --ranks " + std::to_string(all)));
+    std::string flags = c.flags;
+    if (const size_t t = flags.find(" TIED"); t != std::string::npos) flags.replace(t, 5, tied_card(dir));
+    auto one = run_shell(train(dir / "one", flags + " --ranks " + std::to_string(all)));
     ASSERT_EQ(one.code, 0) << one.out;
-    auto many = run_shell(on_nodes(c.nodes, train(dir / "many", c.flags + " --ranks " + std::to_string(c.ranks_per_node))));
+    auto many = run_shell(on_nodes(c.nodes, train(dir / "many", flags + " --ranks " + std::to_string(c.ranks_per_node))));
     ASSERT_EQ(many.code, 0) << many.out;
     expect_same_state(dir / "one/step-00000003", dir / "many/step-00000003");
     // The same loss is reported: node 0 sums every node's losses in global rank order.
@@ -324,6 +342,12 @@ TEST(MultiNode, BadLaunchesAreRefusedBeforeAnyWork) {
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("steps: node"), std::string::npos) << r.out;
   EXPECT_FALSE(fs::exists(dir / "c")) << "no work before the check";
+  // The gpu route's reduce-scatter over every node leaves each node only its part of the sum: a
+  // replicated state cannot take it.
+  r = run_shell("timeout 120 " + kMpirun + " -np 2 " + train(dir / "e", "--nodes 2 --ranks 2 --grad-route gpu"));
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("plan: host_state"), std::string::npos) << r.out;
+  EXPECT_FALSE(fs::exists(dir / "e"));
   // Under a launcher with a one-node plan.
   r = run_shell("timeout 120 " + kMpirun + " -np 2 " + train(dir / "d", ""));
   EXPECT_NE(r.code, 0) << r.out;
