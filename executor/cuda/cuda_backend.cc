@@ -807,6 +807,7 @@ class CudaBackend final : public Backend {
     const int64_t budget = opt.device_budget_bytes > 0 ? opt.device_budget_bytes : int64_t{16} << 30;
     for (int r = 0; r < opt.devices; ++r)
       devices_.push_back(std::make_unique<CudaDevice>(r, r % gpus_, budget, math_, control, tracer_));
+    cross_node_ = opt.cross_node;
     if (opt.collectives) create_communicators(budget);
     if (opt.kernel_activity) {
       cupti_ = std::make_unique<CuptiActivity>();
@@ -821,8 +822,9 @@ class CudaBackend final : public Backend {
   ~CudaBackend() override {
     quiesce();
     if (!comms_aborted_)
-      for (ncclComm_t c : comms_)
-        if (c != nullptr) ncclCommDestroy(c);
+      for (const auto* set : {&comms_, &world_comms_})
+        for (ncclComm_t c : *set)
+          if (c != nullptr) ncclCommDestroy(c);
     devices_.clear();
     for (auto& [ptr, bytes] : registered_) cudaHostUnregister(ptr);
   }
@@ -875,7 +877,7 @@ class CudaBackend final : public Backend {
     const int ranks = num_devices();
     const int64_t esize = dtype_bytes(dtype);
     SLIDEDP_CHECK((offset + count) * esize <= buffer.bytes, "all_gather past the end of the buffer");
-    ncclComm_t comm = communicator(rank);
+    ncclComm_t comm = communicator(comms_, rank);
     CudaDevice& dev = *devices_[static_cast<size_t>(rank)];
     std::byte* base = buffer.ptr + offset * esize;
     cudaStream_t stream = dev.comm_stream().get();
@@ -897,15 +899,19 @@ class CudaBackend final : public Backend {
 
   // reduce_scatter with an fp32 sum: a bf16 input is widened to fp32 on the comm stream first, then
   // ncclReduceScatter (equal shards) or one grouped ncclReduce per rank (unequal shards). NCCL adds in
-  // its ring order, not rank order: results match the CPU route only up to fp32 rounding.
+  // its ring order, not rank order: results match the CPU route only up to fp32 rounding. Across
+  // nodes (cross_node_) it runs on the communicator of every node's GPUs, this rank being
+  // node * N + rank of it.
   void reduce_scatter(int rank, const DeviceBuffer& input, int64_t in_offset, DType in_dtype, int64_t count,
                       const DeviceBuffer& output, int64_t out_offset, const SpanTag& tag) override {
-    const int ranks = num_devices();
+    const int N = num_devices();
+    const int ranks = cross_node_ ? cross_node_->nodes() * N : N;
+    const int me = cross_node_ ? cross_node_->node() * N + rank : rank;
     const int64_t esize = dtype_bytes(in_dtype);
     SLIDEDP_CHECK((in_offset + count) * esize <= input.bytes, "reduce_scatter input past the end");
-    const ShardRange mine = shard_range(count, ranks, rank);
+    const ShardRange mine = shard_range(count, ranks, me);
     SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
-    ncclComm_t comm = communicator(rank);
+    ncclComm_t comm = cross_node_ ? communicator(world_comms_, rank) : communicator(comms_, rank);
     CudaDevice& dev = *devices_[static_cast<size_t>(rank)];
     CudaStream& cs = dev.comm_stream();
     DeviceBuffer wide;  // (count) fp32 copy of a bf16 input
@@ -927,7 +933,7 @@ class CudaBackend final : public Backend {
         SLIDEDP_CUDA_CHECK(ncclGroupStart());
         for (int r = 0; r < ranks; ++r) {
           const ShardRange s = shard_range(count, ranks, r);
-          float* recv = r == rank ? out : const_cast<float*>(send + s.begin);  // ignored off the root
+          float* recv = r == me ? out : const_cast<float*>(send + s.begin);  // ignored off the root
           SLIDEDP_CUDA_CHECK(
               ncclReduce(send + s.begin, recv, static_cast<size_t>(s.size()), ncclFloat32, ncclSum, r, comm, cs.get()));
         }
@@ -960,8 +966,9 @@ class CudaBackend final : public Backend {
       counters_->release_all_waits();
       std::lock_guard<std::mutex> lock(comm_mutex_);
       if (!comms_.empty() && !comms_aborted_) {
-        for (ncclComm_t c : comms_)
-          if (c != nullptr) ncclCommAbort(c);
+        for (const auto* set : {&comms_, &world_comms_})
+          for (ncclComm_t c : *set)
+            if (c != nullptr) ncclCommAbort(c);
         comms_aborted_ = true;
       }
     }
@@ -999,6 +1006,7 @@ class CudaBackend final : public Backend {
         ~Restore() { cudaSetDevice(device); }
       } restore{current};
       SLIDEDP_CUDA_CHECK(ncclCommInitAll(comms_.data(), ranks, devs.data()));
+      if (cross_node_) create_world_communicators(devs);
     }
     for (size_t r = 0; r < devices_.size(); ++r) {
       DeviceGuard guard(devs[r]);
@@ -1014,12 +1022,32 @@ class CudaBackend final : public Backend {
     }
   }
 
-  // The communicator of `rank` (create_communicators made them all).
-  ncclComm_t communicator(int rank) {
+  // The gpu route across nodes: one communicator over every node's GPUs. Node 0's unique id reaches
+  // every node over MPI (the link's blocking all-gather, which every node calls here, in the same
+  // place of its start-up); each node then joins with its GPUs as ranks node * N .. node * N + N-1.
+  void create_world_communicators(const std::vector<int>& devs) {
+    NodeLink& link = *cross_node_;
+    const int N = num_devices();
+    ncclUniqueId id{};
+    if (link.node() == 0) SLIDEDP_CUDA_CHECK(ncclGetUniqueId(&id));
+    const std::vector<std::byte> ids =
+        link.all_gather(reinterpret_cast<const std::byte*>(&id), sizeof(id), "node 0's NCCL unique id");
+    std::memcpy(&id, ids.data(), sizeof(id));  // node 0's
+    world_comms_.assign(static_cast<size_t>(N), nullptr);
+    SLIDEDP_CUDA_CHECK(ncclGroupStart());
+    for (int r = 0; r < N; ++r) {
+      SLIDEDP_CUDA_CHECK(cudaSetDevice(devs[static_cast<size_t>(r)]));
+      SLIDEDP_CUDA_CHECK(ncclCommInitRank(&world_comms_[static_cast<size_t>(r)], link.nodes() * N, id, link.node() * N + r));
+    }
+    SLIDEDP_CUDA_CHECK(ncclGroupEnd());
+  }
+
+  // The communicator of `rank` in `set` (create_communicators made them all).
+  ncclComm_t communicator(const std::vector<ncclComm_t>& set, int rank) {
     std::lock_guard<std::mutex> lock(comm_mutex_);
     if (comms_aborted_) throw Aborted{};
-    SLIDEDP_CHECK(!comms_.empty(), "a collective ran, but the backend was built without collectives (BackendOptions)");
-    return comms_.at(static_cast<size_t>(rank));
+    SLIDEDP_CHECK(!set.empty(), "a collective ran, but the backend was built without collectives (BackendOptions)");
+    return set.at(static_cast<size_t>(rank));
   }
 
   RunControl& control_;
@@ -1037,7 +1065,9 @@ class CudaBackend final : public Backend {
   std::mutex mutex_;
   std::vector<std::pair<std::byte*, int64_t>> registered_;
   std::mutex comm_mutex_;
-  std::vector<ncclComm_t> comms_;
+  std::vector<ncclComm_t> comms_;        // the node's GPUs
+  std::vector<ncclComm_t> world_comms_;  // every node's GPUs (the gpu route across nodes)
+  NodeLink* cross_node_ = nullptr;
   bool comms_aborted_ = false;
 };
 
