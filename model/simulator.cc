@@ -153,11 +153,17 @@ class GraphBuilder {
   }
 
   // One collective over all ranks' fabric ports: `bytes` per port, after `deps`.
-  int collective(double bytes, double busbw, std::vector<int> deps, const std::string& label) {
+  // `nic_bytes` (several nodes, the gpu route's reduce-scatter): what of it crosses this node's
+  // network; the ring runs through the ports and the network at once, so the slower one paces it.
+  int collective(double bytes, double busbw, std::vector<int> deps, const std::string& label, double nic_bytes = 0) {
     FluidEngine::Task t;
-    t.work = bytes;
+    t.work = bytes > 0 ? bytes : nic_bytes;
     t.delay_s = lat_ * c_.fabric_latency_s;
-    t.usages = res_.collective(busbw);
+    if (bytes > 0) t.usages = res_.collective(busbw);
+    if (nic_bytes > 0) {
+      t.delay_s = (bytes > 0 ? t.delay_s : 0.0) + lat_ * (c_.nodes - 1) * c_.nic_latency_s;
+      t.usages.push_back({res_.network, nic_bytes / t.work});
+    }
     for (int r = 0; r < N_; ++r) dep(deps, fabric_last_[static_cast<std::size_t>(r)]);
     const int id = add_after(std::move(t), std::move(deps), -1, kFabric, [] { return std::string("fabric"); }, label);
     for (auto& f : fabric_last_) f = id;
@@ -284,10 +290,11 @@ class GraphBuilder {
     const SystemTraits& tr = sw_.traits;
     const int chunks = static_cast<int>(w.grad_chunks);
     std::vector<int> rs(static_cast<std::size_t>(chunks), -1);
-    if (w.grad_reduce_scatter_bytes > 0) {
+    if (w.grad_reduce_scatter_bytes > 0 || w.grad_nic_bytes > 0) {
       for (int k = 0; k < chunks; ++k) {
         rs[static_cast<std::size_t>(k)] = collective(w.grad_reduce_scatter_bytes / chunks, c_.reduce_scatter_busbw_Bps,
-                                                     computed, fmt::format("reduce-scatter {} c{}", unit_name(u), k));
+                                                     computed, fmt::format("reduce-scatter {} c{}", unit_name(u), k),
+                                                     w.grad_nic_bytes / chunks);
       }
     }
     const double d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
@@ -330,9 +337,13 @@ class GraphBuilder {
     // The CPU reduces the next unit while the network exchanges this one: this unit's exchanges start
     // now, its after-exchange work is queued behind the next unit's reductions (flush_exchanges).
     flush_exchanges();
+    // (The gpu route exchanges nothing here: its reduce-scatter spanned the nodes.)
     for (int k = 0; k < chunks; ++k)
-      pending_.push_back({u, k, network_task(w.nic_exchange_bytes / chunks, w.nic_messages / 2, {reduced[static_cast<std::size_t>(k)]},
-                                              fmt::format("exchange {} c{}", unit_name(u), k)),
+      pending_.push_back({u, k,
+                          w.nic_exchange_bytes > 0
+                              ? network_task(w.nic_exchange_bytes / chunks, w.nic_messages / 2, {reduced[static_cast<std::size_t>(k)]},
+                                             fmt::format("exchange {} c{}", unit_name(u), k))
+                              : reduced[static_cast<std::size_t>(k)],
                           last});
     pending_chunks_ = chunks;
   }

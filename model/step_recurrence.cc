@@ -45,6 +45,7 @@ struct UnitConst {
   double chunks = 1, grad_chunks = 1, inv_chunks = 1, inv_grad_chunks = 1;
   double h2d_bytes = 0, h2d_latency_s = 0, allgather_s = 0;
   double reduce_scatter_s = 0, grad_d2h_bytes = 0, grad_latency_s = 0;
+  double reduce_scatter_nic_s = 0;  // several nodes, gpu route: the reduce-scatter's time on the network
 };
 
 // What every pass of one evaluation shares (built once, the passes differ only in latencies and
@@ -94,6 +95,13 @@ struct RecurrenceSetup {
       k.reduce_scatter_s = w.grad_reduce_scatter_bytes > 0
                                ? w.grad_reduce_scatter_bytes * inv_rs + lat * k.grad_chunks * c.fabric_latency_s
                                : 0.0;
+      if (w.grad_nic_bytes > 0) {
+        // Across nodes the ring runs through the ports and the network at once: the slower one paces
+        // it, and every chunk pays the network's hops.
+        const double nic_s = w.grad_nic_bytes / c.nic_Bps + lat * k.grad_chunks * (c.nodes - 1) * c.nic_latency_s;
+        k.reduce_scatter_nic_s = nic_s;
+        k.reduce_scatter_s = std::max(k.reduce_scatter_s, nic_s);
+      }
       k.grad_d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
       k.grad_latency_s = lat * k.grad_chunks * c.link_latency_s;
       out.push_back(k);
@@ -798,6 +806,7 @@ class Recurrence {
     const double chunks = k.grad_chunks;
     const double rs = k.reduce_scatter_s;
     fabric_s_ += rs;
+    network_s_ += k.reduce_scatter_nic_s;
     const double d2h_bytes = k.grad_d2h_bytes;
     const double d2h = d2h_bytes > 0 ? d2h_bytes * inv_d2h_rate_ + k.grad_latency_s : 0.0;
     stats().d2h_busy += d2h;
@@ -846,7 +855,8 @@ class Recurrence {
                       double reduce_end, PhaseDemand& ph) {
     const double inv = k.inv_grad_chunks, chunks = k.grad_chunks;
     const double lat = lat_ * w.nic_messages / 2 * c_.nic_latency_s;  // per chunk and exchange
-    const double xchg = w.nic_exchange_bytes / c_.nic_Bps + chunks * lat;
+    // (The gpu route exchanged nothing here: its reduce-scatter spanned the nodes.)
+    const double xchg = w.nic_exchange_bytes > 0 ? w.nic_exchange_bytes / c_.nic_Bps + chunks * lat : 0.0;
     const double gather_bytes = last ? w.nic_gather_bytes : 0.0;
     const double gather = gather_bytes > 0 ? gather_bytes / c_.nic_Bps + chunks * lat : 0.0;
     const double after_thread_s = last ? w.cpu_after_exchange_thread_s : w.cpu_accum_after_exchange_thread_s;

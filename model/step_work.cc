@@ -41,7 +41,7 @@ bool same_work(const UnitWork& a, const UnitWork& b) {
   // Byte-wise over every field but the index, skipping the padding after `policy` (the model
   // evaluates this for every unit of every plan, so it must be cheap). Bit-equal doubles are
   // equal values; 0.0 against -0.0 compares unequal, which only costs a jump.
-  static_assert(sizeof(UnitWork) == 256 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
+  static_assert(sizeof(UnitWork) == 264 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
                     offsetof(UnitWork, policy) == 32 && offsetof(UnitWork, fwd_s) == 40,
                 "UnitWork changed: update same_work");
   const auto* pa = reinterpret_cast<const unsigned char*>(&a);
@@ -250,6 +250,10 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     if (sw.traits.update_after_backward && p.host_state == HostState::kSharded)
       throw InputError("plan: verify_updates",
                        "clipping and skipping need every node to hold the whole gradient: use host_state replicated");
+    if (p.grad_route == GradRoute::kGpu && p.host_state != HostState::kSharded)
+      throw InputError("plan: host_state",
+                       "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
+                       "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: cpu)");
     c.nic_Bps = hw.network.nic_gbps * 1e9;
     c.nic_latency_s = hw.network.latency_s;
   }
@@ -335,20 +339,25 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       if (sw.traits.convert_on_load) u.tied_host_mem_bytes += emb_bytes / kBf16 * (kFp32 + kBf16);
     }
 
-    // Gradients.
-    const bool gpu_reduce = p.grad_route == GradRoute::kGpu && N > 1;
+    // Gradients. The gpu route's reduce-scatter spans every node's ranks (W of them): each rank's
+    // port carries its node's part, each node's network the other nodes' parts of its own.
+    const int W = p.grad_shards();
+    const bool gpu_reduce = W > 1;
+    const double nic_frac = (M - 1.0) / M;
     if (sw.traits.gpu_sharded_state) {
       u.grad_reduce_scatter_bytes = N > 1 ? bytes * fanin : 0;
     } else if (gpu_reduce) {
       u.grad_reduce_scatter_bytes = bytes * fanin;
-      u.grad_d2h_bytes = bytes / N;
+      u.grad_nic_bytes = bytes * nic_frac;
+      u.grad_d2h_bytes = bytes / W;
     } else {
       u.grad_d2h_bytes = bytes;
     }
     if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state) {
       const double emb_bytes = static_cast<double>(w.layout.units.front().flat_numel) * kBf16;
-      u.tied_grad_d2h_bytes = gpu_reduce ? emb_bytes / N : emb_bytes;
+      u.tied_grad_d2h_bytes = gpu_reduce ? emb_bytes / W : emb_bytes;
       u.grad_reduce_scatter_bytes += gpu_reduce ? emb_bytes * fanin : 0;
+      u.grad_nic_bytes += gpu_reduce ? emb_bytes * nic_frac : 0;
     }
 
     // Host CPU work for this unit's gradients (all ranks together).
@@ -381,7 +390,15 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.cpu_last_host_mem_bytes += hm;
       u.cpu_accum_host_mem_bytes += hm;
     }
-    if (M > 1) {
+    if (M > 1 && gpu_reduce) {
+      // The gpu route: the reduce-scatter summed every node's ranks already (grad_nic_bytes). Each
+      // node updates the part its sharded state holds, its ranks' shards (1/M of each chunk), as one
+      // node updates its whole chunk, then all-gathers the updated bf16 mirror.
+      for (double* v : {&u.cpu_last_thread_s, &u.cpu_accum_thread_s, &u.cpu_last_host_mem_bytes, &u.cpu_accum_host_mem_bytes})
+        *v /= M;
+      u.nic_gather_bytes = nic_frac * n * kBf16;
+      u.nic_messages = 2.0 * (M - 1);
+    } else if (M > 1) {
       // Every micro-step (the executor sums each one across nodes in global rank order, so that M
       // nodes train what one node of M x N ranks does): the node reduces its ranks' gradients into one
       // fp32 chunk, exchanges it (ring all-reduce: 2 (M-1)/M of it out and in; reduce-scatter:

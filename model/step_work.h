@@ -85,6 +85,7 @@ struct UnitWork {
   double tied_h2d_bytes = 0, tied_allgather_bytes = 0, tied_host_mem_bytes = 0;
   // Gradients of one micro-step leaving one rank.
   double grad_reduce_scatter_bytes = 0;  // fabric bytes (gpu route)
+  double grad_nic_bytes = 0;  // several nodes, gpu route: the reduce-scatter's bytes on this node's network
   double grad_d2h_bytes = 0;             // bytes over this rank's link
   double tied_grad_d2h_bytes = 0;        // head: the tied embedding's gradient contribution
   // Host CPU work of the unit's gradients, all ranks together: `last` = the final micro-step
@@ -100,7 +101,9 @@ struct UnitWork {
   // AdamW on its owned part; in verify mode the accumulation, the update follows the backward) or
   // `cpu_accum_after_exchange_*` on the others (combining, adding into the fp32 accumulator); on the
   // last, a sharded host state then all-gathers the updated bf16 mirror (`nic_gather_bytes` per node).
-  // `nic_host_mem_bytes`: one exchange's host-memory traffic (with the gather on the last).
+  // `nic_host_mem_bytes`: one exchange's host-memory traffic (with the gather on the last). The gpu
+  // route exchanges nothing here (its reduce-scatter spans the nodes: grad_nic_bytes): cpu_last_* /
+  // cpu_accum_* are the update of the node's part, and a sharded state's gather follows.
   double nic_exchange_bytes = 0, nic_gather_bytes = 0, nic_host_mem_bytes = 0;
   double cpu_after_exchange_thread_s = 0, cpu_after_exchange_host_mem_bytes = 0;
   double cpu_accum_after_exchange_thread_s = 0, cpu_accum_after_exchange_host_mem_bytes = 0;

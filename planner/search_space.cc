@@ -273,10 +273,17 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   if (sp.mixes.empty()) throw InputError("layer_counts", "no offload/keep pair fits the model's layers");
 
   // ---- routes ----
+  // Across nodes the gpu gradient route's reduce-scatter spans every node's GPUs and leaves each node
+  // only its part of the sum: a sharded host state's placement, not a replicated one's.
+  const bool gpu_route_across_nodes = spec.nodes > 1 && sp.host_state == HostState::kSharded;
   if (spec.ranks == 1) {
-    // With one rank every route moves the same bytes: keep one so equal plans are not counted twice.
+    // With one rank every route moves the same bytes: keep one so equal plans are not counted twice
+    // (across nodes the gpu gradient route differs: NCCL over the nodes' GPUs instead of the hosts).
     sp.routes.push_back({ParamRoute::kReplicated, GradRoute::kCpu});
-    sp.notes.push_back("1 rank: every route is the same, only replicated/cpu is searched");
+    if (gpu_route_across_nodes && (spec.grad_routes.empty() || std::count(spec.grad_routes.begin(), spec.grad_routes.end(), GradRoute::kGpu)))
+      sp.routes.push_back({ParamRoute::kReplicated, GradRoute::kGpu});
+    sp.notes.push_back(gpu_route_across_nodes ? "1 rank per node: the parameter routes are the same, only replicated is searched"
+                                              : "1 rank: every route is the same, only replicated/cpu is searched");
   } else {
     std::vector<ParamRoute> pr = spec.param_routes.empty()
                                      ? std::vector<ParamRoute>{ParamRoute::kReplicated, ParamRoute::kSharded}
@@ -284,9 +291,16 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
     std::vector<GradRoute> gr = spec.grad_routes.empty()
                                     ? std::vector<GradRoute>{GradRoute::kCpu, GradRoute::kGpu}
                                     : spec.grad_routes;
+    if (spec.nodes > 1 && !gpu_route_across_nodes && std::count(gr.begin(), gr.end(), GradRoute::kGpu)) {
+      gr.erase(std::remove(gr.begin(), gr.end(), GradRoute::kGpu), gr.end());
+      sp.notes.push_back("replicated host state across nodes: only the cpu gradient route (the gpu route's reduce-scatter "
+                         "over every node leaves each node only its part of the sum)");
+    }
     for (ParamRoute p : sorted_unique(pr))
       for (GradRoute g : sorted_unique(gr)) sp.routes.push_back({p, g});
   }
+  if (sp.routes.empty())
+    throw InputError("grad_routes", "gpu: across nodes the gpu gradient route needs host_state sharded");
 
   // ---- chunks, depths, threads ----
   sp.chunks = spec.chunk_numels.empty() ? default_chunk_numels(w.layout) : sorted_unique(spec.chunk_numels);

@@ -1,5 +1,5 @@
-// Several nodes in the model: the exchange between nodes in both views against its closed form, a
-// network-bound step, weak scaling of a compute-bound step, the sharded host state's memory per
+// Several nodes in the model: the exchange between nodes in both views against its closed form (the
+// host route's and the gpu route's), a network-bound step, weak scaling of a compute-bound step, the sharded host state's memory per
 // node, and the refusals (no network described, a baseline across nodes, the executor).
 #include <gtest/gtest.h>
 
@@ -174,6 +174,63 @@ TEST(MultiNode, VerifyModeWaitsForTheExchangesThenUpdatesEveryNode) {
       EXPECT_NEAR(a, m, 0.05 * m);
     }
   }
+}
+
+// The gpu route across nodes: the reduce-scatter spans every node's GPUs, so each micro-step's bf16
+// gradient crosses each node's network once ((M-1)/M of it: the other nodes' parts of its own), the
+// host exchanges nothing, and the sharded state's gather of the updated mirror follows once per step.
+double gpu_route_bytes_per_node(const Workload& w, int M, int accum = 2) {
+  const double P = static_cast<double>(w.layout.total_flat_numel), f = (M - 1.0) / M;
+  return accum * f * 2.0 * P + f * 2.0 * P;
+}
+
+TEST(MultiNode, TheGpuRouteCarriesEachMicroStepsGradientOverTheNetworkOnceAndNoHostExchange) {
+  const Workload w = qwen_7b();
+  Hardware hw = hardware_preset("h100-sxm-x8");
+  hw.network.latency_s = 0;
+  for (int M : {2, 4}) {
+    SCOPED_TRACE("x" + std::to_string(M));
+    Plan p = plan_8(M, HostState::kSharded);
+    p.grad_route = GradRoute::kGpu;
+    const double want = gpu_route_bytes_per_node(w, M) / (hw.network.nic_gbps * 1e9);
+    const Prediction a = predict_analytical(w, hw, p, System::kSlideDP);
+    const Prediction m = simulate(w, hw, p, System::kSlideDP).prediction;
+    EXPECT_NEAR(a.busy_s.at(resource::kNetwork), want, 1e-9 * want);
+    EXPECT_NEAR(m.busy_s.at(resource::kNetwork), want, 1e-6 * want);
+    // The host updates 1/M of the state and sums nothing: less CPU work than the cpu route's chain.
+    Plan cpu = plan_8(M, HostState::kSharded);
+    const Prediction c = predict_analytical(w, hw, cpu, System::kSlideDP);
+    EXPECT_LT(a.busy_s.at(resource::kCpuUpdate), 0.5 * c.busy_s.at(resource::kCpuUpdate));
+  }
+  // A replicated state cannot take it: each node receives only its part of the sum.
+  Plan rep = plan_8(2, HostState::kReplicated);
+  rep.grad_route = GradRoute::kGpu;
+  try {
+    build_step_work(w, hw, rep, System::kSlideDP);
+    ADD_FAILURE() << "accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("host_state"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MultiNode, ASlowNetworkBindsTheGpuRouteAndBothViewsAgree) {
+  const Workload w = qwen_7b();
+  Hardware hw = hardware_preset("h100-sxm-x8");
+  hw.network.nic_gbps = 0.5;
+  hw.network.latency_s = 0;
+  Plan p = plan_8(2, HostState::kSharded);
+  p.grad_route = GradRoute::kGpu;
+  const double nic = gpu_route_bytes_per_node(w, 2) / 0.5e9;
+  const Prediction a = predict_analytical(w, hw, p, System::kSlideDP);
+  const Prediction m = simulate(w, hw, p, System::kSlideDP).prediction;
+  for (const Prediction& pr : {a, m}) {
+    SCOPED_TRACE(pr.method);
+    EXPECT_EQ(pr.bottleneck, resource::kNetwork);
+    EXPECT_GE(pr.step_time_s, nic * (1 - 1e-9));
+    EXPECT_LE(pr.step_time_s, 1.15 * nic) << pr.step_time_s << " vs " << nic;
+  }
+  // 5%: the same chosen bound as the verify-mode test above.
+  EXPECT_NEAR(a.step_time_s, m.step_time_s, 0.05 * m.step_time_s);
 }
 
 TEST(MultiNode, PlanAndHardwareRoundTripThroughYaml) {
