@@ -8,7 +8,7 @@
 namespace slidedp::exec {
 
 namespace {
-constexpr int kKinds = 4, kStepsInFlight = 4, kParts = 2;
+constexpr int kKinds = 5, kStepsInFlight = 4, kParts = 2;
 }
 
 CrossNodeTags::CrossNodeTags(std::vector<int64_t> chunks_per_unit, int accum_steps) : accum_steps_(accum_steps) {

@@ -66,7 +66,7 @@ class UpdaterWaker {
 };
 
 // Transfer kinds, each its own range of tags.
-enum class CrossNodeKind { kPartial = 0, kResult = 1, kMirror = 2, kLoss = 3 };
+enum class CrossNodeKind { kPartial = 0, kResult = 1, kMirror = 2, kLoss = 3, kNorm = 4 };
 
 // Tags of one run: distinct for every (kind, step mod 4, micro-step, part, unit, chunk).
 class CrossNodeTags {

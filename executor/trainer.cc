@@ -85,10 +85,6 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
                        "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
                        "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: cpu)");
     if (o.emulate) throw InputError("--emulate", "pacing is single-node");
-    const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
-    if (verify && o.plan.host_state == slidedp::HostState::kSharded)
-      throw InputError("plan: host_state", "sharded: the global-norm clip and --on-nonfinite skip need every "
-                                           "node's whole gradient (use host_state: replicated)");
   }
   if (o.card.tie_word_embeddings && o.plan.gpu_buffer_depth < 2)
     throw InputError("plan: gpu_buffer_depth",
@@ -445,7 +441,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     // (With the update after the backward, waiting for an update inside the backward would deadlock.)
     dc.shared_grad_buffer = traits.shared_grad_buffer && !verify;
     dc.pacing = pacing.get();
-    if (r == o.inject_rank) {
+    if (node * N + r == o.inject_rank) {
       dc.inject_nan_step = o.inject_nan_step;
       dc.inject_nan_unit = o.inject_nan_unit;
       dc.inject_throw_step = o.inject_throw_step;

@@ -81,7 +81,7 @@ struct TrainOptions {
   // Multi-node (plan.nodes > 1): the link to the other nodes, one process per node (mpirun). Every
   // node runs train() with the same options; node 0 writes the checkpoints.
   NodeLink* link = nullptr;
-  // Fault injection for tests (see DriverConfig).
+  // Fault injection for tests (see DriverConfig), on global rank inject_rank (node * ranks + rank).
   int inject_rank = -1;
   int64_t inject_nan_step = -1;
   int inject_nan_unit = -1;

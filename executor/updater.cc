@@ -41,9 +41,8 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
   if (config.device_optimizer) expected_chunks_ = expected_accumulations_ = 0;
   if (config.link) {
     SLIDEDP_CHECK((config.route == GradRouteKind::kCpu || config.sharded_state) && !config.serial_accumulation &&
-                      !config.device_optimizer && !config.pacing && !(config.sharded_state && verify_),
-                  "multi-node: SlideDP's placement, unpaced; the gpu route with a sharded state; sharded state without "
-                  "verify mode");
+                      !config.device_optimizer && !config.pacing,
+                  "multi-node: SlideDP's placement, unpaced; the gpu route with a sharded state");
     nodes_ = config.link->nodes();
     node_ = config.link->node();
     std::vector<int64_t> chunks;
@@ -675,9 +674,11 @@ void Updater::finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step
 }
 
 void Updater::verify_pass(int64_t step) {
-  // Global gradient norm over every unit's accumulated gradient (deterministic order).
+  // Global gradient norm over every unit's accumulated gradient (deterministic order). A sharded
+  // state's nodes each hold a part: they exchange their sums and add them in node order.
   double sumsq = 0;
-  for (int u = 0; u < state_.num_units(); ++u) sumsq += kernels::sum_squares(pool_, state_.unit(u).accum_f32(), state_.unit(u).numel);
+  for (int u = 0; u < state_.num_units(); ++u) sumsq += kernels::sum_squares(pool_, state_.unit(u).accum_f32(), state_.unit(u).own_numel);
+  if (config_.sharded_state) sumsq = sum_over_nodes(step, sumsq);
   bool finite;
   std::string reason;
   double lr;
@@ -720,16 +721,50 @@ void Updater::verify_pass(int64_t step) {
         const double share = static_cast<double>(e - b) / static_cast<double>(state_.total_numel());
         flow = config_.pacing->pacer().begin(p.usages, p.work * share, 0.0);
       }
-      kernels::AdamwState st = state_.adamw_state(u, b);
-      by_decay(u, b, e, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
-        kernels::adamw_update(pool_, st, s.accum_f32() + b, ph, pb - b, pe - b);
+      // This node's part of the chunk (the whole chunk unless sharded across nodes).
+      const ShardRange own = state_.node_part(e - b, node_);
+      const int64_t ob = b + own.begin, oe = b + own.end;
+      kernels::AdamwState st = state_.adamw_state(u, ob);
+      by_decay(u, ob, oe, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
+        kernels::adamw_update(pool_, st, s.accum_f32() + s.local(ob), ph, pb - ob, pe - ob);
       });
-      state_.write_fp32_mirror(u, b, e - b);
+      state_.write_fp32_mirror(u, ob, oe - ob);
       hold_paced(flow);
       std::lock_guard<std::mutex> lock(mutex_);
-      finish_chunk(steps_.at(step), u, k, step);
+      if (!config_.sharded_state) {
+        finish_chunk(steps_.at(step), u, k, step);
+        continue;
+      }
+      // Sharded: the updated part to every other node; the chunk is released once theirs are here.
+      Job await;
+      await.step = step, await.micro = config_.accum_steps - 1, await.unit = u, await.chunk = k;
+      await.kind = Job::kUpdate;
+      await.stage = Job::kAwaitMirror;
+      await.cross = std::make_shared<CrossNodeSum>();
+      expect_mirror(await, await.cross);
+      send_mirror(await);
+      jobs_.push_back(std::move(await));
+      cv_.notify_all();
     }
   }
+}
+
+double Updater::sum_over_nodes(int64_t step, double mine) {
+  // Owned by the transfers too (a wait that gives up leaves them pending).
+  auto sums = std::make_shared<std::vector<double>>(static_cast<size_t>(nodes_), 0.0);
+  (*sums)[static_cast<size_t>(node_)] = mine;
+  TransferCount done;
+  const int64_t tag = tags_->tag(CrossNodeKind::kNorm, step, 0, 0, 0, 0);
+  const std::string what = fmt::format("the gradient's sum of squares of step {}", step + 1);
+  for (int p = 0; p < nodes_; ++p) {
+    if (p == node_) continue;
+    config_.link->send(p, tag, reinterpret_cast<const std::byte*>(sums->data() + node_), 8, what, [sums] {});
+    config_.link->recv(p, tag, reinterpret_cast<std::byte*>(sums->data() + p), 8, what, [sums, one = done.one()] { one(); });
+  }
+  done.wait(*config_.link, nodes_ - 1, &control_);
+  double total = 0;
+  for (double v : *sums) total += v;
+  return total;
 }
 
 }  // namespace slidedp::exec

@@ -209,6 +209,8 @@ class Updater {
   void take_remote_losses(int64_t step, int node, const std::vector<double>& losses);
   ShardRange own_range(int64_t n) const;  // this node's part of a chunk of n elements
   void verify_pass(int64_t step);
+  // Sharded across nodes: every node's sum of squares of its part, added in node order.
+  double sum_over_nodes(int64_t step, double mine);
   void finish_chunk(StepInfo& info, int unit, int64_t chunk, int64_t step);
   void finish_device_step(StepInfo& info, int64_t step);  // device_optimizer; under mutex_
   kernels::AdamwHyper hyper(int64_t step, double lr, double clip_coef) const;

@@ -93,9 +93,6 @@ void Plan::validate(int num_layers, const std::string& origin) const {
   }
   if (gpu_buffer_depth < 1) throw InputError(where("gpu_buffer_depth"), "must be at least 1");
   if (nodes < 1) throw InputError(where("nodes"), "must be at least 1");
-  if (nodes > 1 && verify_updates && host_state == HostState::kSharded)
-    throw InputError(where("verify_updates"), "needs every node's whole gradient (the global norm): not with host_state: "
-                                              "sharded");
   if (chunk_numel < 1 || chunk_numel > (int64_t{1} << 40))
     throw InputError(where("chunk_numel"), "must be in 1..2^40 elements");
   if (mlp_token_tile < 0) throw InputError(where("mlp_token_tile"), "must be 0 (no tiling) or a number of tokens");

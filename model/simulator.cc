@@ -444,6 +444,8 @@ class GraphBuilder {
       last = cpu_task(sw_.post_update_thread_s, sw_.post_update_host_mem_bytes, 0.0, deps, "optimizer step");
       if (step_ == measured_step_) post_first_ = last;
     }
+    if (sw_.post_gather_nic_bytes > 0)  // the norm's exchange, then the updated mirror's all-gather
+      last = network_task(sw_.post_gather_nic_bytes, 2.0 * (c_.nodes - 1), {last}, "gather params");
     if (sw_.post_upload_h2d_bytes > 0) {
       std::vector<int> up;
       for (int r = 0; r < N_; ++r) {

@@ -224,6 +224,12 @@ class Recurrence {
         upload += t;
         fabric_s_ += t;
       }
+      if (sw_.post_gather_nic_bytes > 0) {
+        // The norm's exchange, then the updated mirror's all-gather.
+        const double t = sw_.post_gather_nic_bytes / c_.nic_Bps + lat_ * 2.0 * (c_.nodes - 1) * c_.nic_latency_s;
+        upload += t;
+        network_s_ += t;
+      }
       double post_end = post_start + post_cpu + upload + sw_.post_gpu_s;
       compute_ += sw_.post_gpu_s;
       double first = 0;

@@ -247,9 +247,6 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       throw InputError("plan: nodes",
                        fmt::format("{} nodes, but {} describes no network between nodes (hardware key network.nic_gbps)",
                                    M, hw.name));
-    if (sw.traits.update_after_backward && p.host_state == HostState::kSharded)
-      throw InputError("plan: verify_updates",
-                       "clipping and skipping need every node to hold the whole gradient: use host_state replicated");
     if (p.grad_route == GradRoute::kGpu && p.host_state != HostState::kSharded)
       throw InputError("plan: host_state",
                        "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
@@ -396,7 +393,8 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       // node updates its whole chunk, then all-gathers the updated bf16 mirror.
       for (double* v : {&u.cpu_last_thread_s, &u.cpu_accum_thread_s, &u.cpu_last_host_mem_bytes, &u.cpu_accum_host_mem_bytes})
         *v /= M;
-      u.nic_gather_bytes = nic_frac * n * kBf16;
+      // (Verify mode: the update, and so the gather, follow the backward: post_gather_nic_bytes.)
+      u.nic_gather_bytes = sw.traits.update_after_backward ? 0.0 : nic_frac * n * kBf16;
       u.nic_messages = 2.0 * (M - 1);
     } else if (M > 1) {
       // Every micro-step (the executor sums each one across nodes in global rank order, so that M
@@ -416,7 +414,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.cpu_accum_host_mem_bytes = u.cpu_last_host_mem_bytes;
       const bool verify = sw.traits.update_after_backward;
       u.nic_exchange_bytes = (sharded ? 1.0 : 2.0) * frac * n * kFp32;
-      u.nic_gather_bytes = sharded ? frac * n * kBf16 : 0.0;
+      u.nic_gather_bytes = sharded && !verify ? frac * n * kBf16 : 0.0;
       u.nic_messages = 2.0 * (M - 1);  // ring steps: the all-reduce's two phases, or reduce-scatter + all-gather
       u.nic_host_mem_bytes = 2.0 * u.nic_exchange_bytes;
       const double combine = frac * n;  // fp32 partial sums added on arrival
@@ -446,8 +444,13 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     // (SlideDP in verify mode and MegaTrain update with their own pool; ZeRO-Offload with every core.)
     const double rate = CpuSpec::interpolate(hw.cpu.adamw_params_per_s, threads);
     // Expressed in thread-seconds of the update pool, so that work / update_threads = P / rate.
-    sw.post_update_thread_s = P / rate * c.update_threads;
-    sw.post_update_host_mem_bytes = P * (kAdamwHostBytesPerParam + kFp32);
+    // A state sharded across nodes: each node updates its part (the global norm's sums, 8 bytes per
+    // node, cross the network first), then all-gathers the updated bf16 mirror.
+    const bool sharded_nodes = M > 1 && p.host_state == HostState::kSharded;
+    const double owned = sharded_nodes ? P / M : P;
+    sw.post_update_thread_s = owned / rate * c.update_threads;
+    sw.post_update_host_mem_bytes = owned * (kAdamwHostBytesPerParam + kFp32);
+    if (sharded_nodes) sw.post_gather_nic_bytes = (M - 1.0) / M * P * kBf16;
     if (sw.traits.upload_after_update) {
       sw.post_upload_h2d_bytes = P * kBf16 / N;
       sw.post_allgather_bytes = N > 1 ? P * kBf16 * fanin : 0.0;

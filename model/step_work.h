@@ -127,6 +127,7 @@ struct StepWork {
   // System-level extra work after backward (ZeRO-Offload, MegaTrain, FSDP2), all ranks together.
   double post_update_thread_s = 0, post_update_host_mem_bytes = 0;
   double post_upload_h2d_bytes = 0, post_allgather_bytes = 0;  // per rank
+  double post_gather_nic_bytes = 0;  // several nodes, sharded state: the updated mirror's all-gather, per node
   double post_gpu_s = 0;  // FSDP2 GPU optimizer, per rank
 };
 

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <filesystem>
 #include <csignal>
+#include <cstdio>
 #include <iostream>
 #include <optional>
 
@@ -59,6 +60,7 @@ int run_main(int argc, char** argv) {
   flags.add_to(app);
   std::string data, backend = "cpu", db = "runs/runs.db", trace, save_model, checkpoint_dir, resume, lr_file;
   std::string on_nonfinite = "abort";
+  std::string inject_nan;  // STEP:UNIT:RANK
   int64_t steps = 40, checkpoint_every = 0, warmup = 0, device_budget = 0;
   int keep = 3, update_threads_flag = 0;
   double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8, router_aux_loss_coef = 0;
@@ -146,6 +148,11 @@ int run_main(int argc, char** argv) {
                  "Multi-node (--nodes > 1, launched by `mpirun -np NODES`): seconds any node waits for another before "
                  "the run fails naming it (a node that dies ends the job at once)")
       ->check(CLI::PositiveNumber);
+  app.add_option("--test-inject-nan", inject_nan,
+                 "Testing: after the backward of UNIT at STEP (0-based), the first gradient element of global rank "
+                 "RANK becomes NaN (exercises --on-nonfinite across ranks and nodes)")
+      ->type_name("STEP:UNIT:RANK")
+      ->group("Testing");
   app.add_flag("--json", json, "Print one JSON summary at the end instead of the human report");
   app.add_flag("-q,--quiet", quiet, "No progress line");
   try {
@@ -227,6 +234,15 @@ int run_main(int argc, char** argv) {
   o.router_aux_loss_coef = router_aux_loss_coef;
   o.document_end = document_end;
   o.optimizer.on_nonfinite = on_nonfinite == "skip" ? exec::NonFinitePolicy::kSkip : exec::NonFinitePolicy::kAbort;
+  if (!inject_nan.empty()) {
+    long long step = -1, unit = -1, rank = -1;
+    char end = 0;
+    if (std::sscanf(inject_nan.c_str(), "%lld:%lld:%lld%c", &step, &unit, &rank, &end) != 3 || step < 0 || unit < 0 || rank < 0)
+      throw InputError("--test-inject-nan", fmt::format("'{}' is not STEP:UNIT:RANK (three non-negative integers)", inject_nan));
+    o.inject_nan_step = step;
+    o.inject_nan_unit = static_cast<int>(unit);
+    o.inject_rank = static_cast<int>(rank);
+  }
   o.plan.verify_updates = clip > 0 || on_nonfinite == "skip";
   o.checkpoint_dir = checkpoint_dir;
   o.save_model_dir = save_model;

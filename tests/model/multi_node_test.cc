@@ -135,14 +135,15 @@ TEST(MultiNode, PlansAcrossNodesNeedANetworkAndSlideDP) {
   }
   EXPECT_THROW(build_step_work(w, hardware_preset("h100-sxm-x8"), plan_8(2, HostState::kReplicated), System::kZeroOffload),
                InputError);
-  // Verify mode across nodes runs replicated (every node has the whole gradient); a sharded state
-  // cannot measure the global norm.
+  // Verify mode across nodes runs with either placement (a sharded state's nodes add their parts'
+  // sums of squares).
   Plan verify = plan_8(2, HostState::kReplicated);
   verify.verify_updates = true;
-  EXPECT_NO_THROW(verify.validate(w.model.num_layers, "plan"));
-  EXPECT_NO_THROW(build_step_work(w, hardware_preset("h100-sxm-x8"), verify, System::kSlideDP));
-  verify.host_state = HostState::kSharded;
-  EXPECT_THROW(verify.validate(w.model.num_layers, "plan"), InputError);
+  for (HostState s : {HostState::kReplicated, HostState::kSharded}) {
+    verify.host_state = s;
+    EXPECT_NO_THROW(verify.validate(w.model.num_layers, "plan"));
+    EXPECT_NO_THROW(build_step_work(w, hardware_preset("h100-sxm-x8"), verify, System::kSlideDP));
+  }
 }
 
 // Verify mode (clipping, skipping) across nodes, as the executor runs it: every micro-step summed
@@ -231,6 +232,29 @@ TEST(MultiNode, ASlowNetworkBindsTheGpuRouteAndBothViewsAgree) {
   }
   // 5%: the same chosen bound as the verify-mode test above.
   EXPECT_NEAR(a.step_time_s, m.step_time_s, 0.05 * m.step_time_s);
+}
+
+// Verify mode with a sharded state: every micro-step reduce-scattered across nodes and accumulated
+// into the node's part, then after the backward each node updates its 1/M and the updated mirror is
+// all-gathered; both views carry those bytes, and the update after the backward is a 1/M of the
+// replicated one's.
+TEST(MultiNode, VerifyModeWithAShardedStateUpdatesEachNodesPartThenGathers) {
+  const Workload w = qwen_7b();
+  Hardware hw = hardware_preset("h100-sxm-x8");
+  hw.network.latency_s = 0;
+  const int M = 4;
+  Plan p = plan_8(M, HostState::kSharded);
+  p.verify_updates = true;
+  Plan rep = p;
+  rep.host_state = HostState::kReplicated;
+  const double want = exchange_bytes_per_node(w, M, HostState::kSharded) / (hw.network.nic_gbps * 1e9);
+  const StepWork sh = build_step_work(w, hw, p, System::kSlideDP), re = build_step_work(w, hw, rep, System::kSlideDP);
+  EXPECT_NEAR(sh.post_update_thread_s, re.post_update_thread_s / M, 1e-12 * re.post_update_thread_s);
+  for (const Prediction& pr : {predict_analytical(w, hw, p, System::kSlideDP), simulate(w, hw, p, System::kSlideDP).prediction}) {
+    SCOPED_TRACE(pr.method);
+    EXPECT_NEAR(pr.busy_s.at(resource::kNetwork), want, 1e-6 * want);
+    EXPECT_GT(pr.breakdown.post_update_s, 0.0);
+  }
 }
 
 TEST(MultiNode, PlanAndHardwareRoundTripThroughYaml) {
