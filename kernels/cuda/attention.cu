@@ -131,8 +131,8 @@ __global__ void attention_dq_reference_kernel(bf16* __restrict__ dq, const bf16*
     }
     s = warp_sum(s);
     dp = warp_sum(dp);
-    const float p = expf(s * scale - l);
-    const float ds = p * (dp - Di);
+    const float p = math::attention_prob(s, scale, l);
+    const float ds = math::attention_ds(p, dp, Di);
 #pragma unroll
     for (int j = 0; j < kRefMaxPerLane; ++j) {
       const int64_t d = lane + 32 * j;
@@ -183,8 +183,8 @@ __global__ void attention_dkv_reference_kernel(bf16* __restrict__ dk, bf16* __re
       s = warp_sum(s);
       dp = warp_sum(dp);
       const int64_t stat = (b * H + h) * T + i;
-      const float p = expf(s * scale - lse[stat]);
-      const float ds = p * (dp - D[stat]);
+      const float p = math::attention_prob(s, scale, lse[stat]);
+      const float ds = math::attention_ds(p, dp, D[stat]);
 #pragma unroll
       for (int j = 0; j < kRefMaxPerLane; ++j) {
         const int64_t d = lane + 32 * j;
@@ -426,8 +426,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
       const int c = half * 32 + t;
       const int64_t key = j0 + c;
       const bool visible = math::causal_visible(key, row, T) && row < T;
-      const float p = visible ? exp2f(sSw[r * Dm::LDS + c] * scale_log2 - lse_r) : 0.0f;
-      sdSw[r * Dm::LDP + c] = to_bf16(p * (sdPw[r * Dm::LDS + c] - D_r));
+      const float p = visible ? math::attention_prob_log2(sSw[r * Dm::LDS + c], scale_log2, lse_r) : 0.0f;
+      sdSw[r * Dm::LDP + c] = to_bf16(math::attention_ds(p, sdPw[r * Dm::LDS + c], D_r));
     }
     __syncwarp();
     // dQ_w (16 x HD) += dS_w (16 x 64) K (64 x HD)
@@ -512,9 +512,9 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
         const int c = half * 32 + t;
         const int64_t qi = i0 + c;
         const bool visible = math::causal_visible(key, qi, T) && qi < T;
-        const float p = visible ? exp2f(sStw[r * Dm::LDS + c] * scale_log2 - sLse[c]) : 0.0f;
+        const float p = visible ? math::attention_prob_log2(sStw[r * Dm::LDS + c], scale_log2, sLse[c]) : 0.0f;
         sPtw[r * Dm::LDP + c] = to_bf16(p);
-        sdStw[r * Dm::LDP + c] = to_bf16(p * (sdPtw[r * Dm::LDS + c] - sD[c]));
+        sdStw[r * Dm::LDP + c] = to_bf16(math::attention_ds(p, sdPtw[r * Dm::LDS + c], sD[c]));
       }
       __syncwarp();
       // dV_w += P^T_w (16 x 64) dO (64 x HD);  dK_w += dS^T_w (16 x 64) Q (64 x HD)

@@ -144,4 +144,36 @@ SLIDEDP_HD float online_softmax_tile_log2(float tile_max, float* m) {
 // The saved log-sum-exp in the CPU's natural-log contract from the log2-domain max and sum.
 SLIDEDP_HD float lse_from_log2(float m, float l) { return (m + log2f(l)) * kLn2; }
 
+// Backward: a visible pair's probability recomputed from its raw score q.k and the row's saved lse,
+// in the natural domain (reference kernels) or the log2 domain (tensor-core kernels: scale_log2 =
+// scale log2(e), lse_log2 = lse log2(e)).
+SLIDEDP_HD float attention_prob(float qk, float scale, float lse) { return expf(qk * scale - lse); }
+SLIDEDP_HD float attention_prob_log2(float qk, float scale_log2, float lse_log2) { return exp2f(qk * scale_log2 - lse_log2); }
+
+// dS = P (dP - D): the softmax's Jacobian applied to dP = dO . v, with D = rowsum(dO * O) = sum_j P dP.
+// dq = scale sum_keys dS k, dk = scale sum_queries dS q, dv = sum_queries P dO.
+SLIDEDP_HD float attention_ds(float p, float dp, float D) { return p * (dp - D); }
+
+// ---- embedding backward ----
+// The scatter-add in a fixed order: positions are sorted by token (a stable sort, so each token's
+// positions stay in position order) and each run of one token adds its rows in that order, as the
+// CPU unit's loop over positions does, so the sums are bitwise the CPU's.
+
+// The sort key of a position: its token id, or V for an invalid one (sorted last, never added).
+SLIDEDP_HD int32_t embedding_sort_key(int32_t id, int64_t V) {
+  return (id >= 0 && id < V) ? id : static_cast<int32_t>(V);
+}
+
+// Whether sorted index i starts a run of a valid token (the block that owns the run adds it).
+SLIDEDP_HD bool embedding_run_starts(const int32_t* keys, int64_t i, int64_t V) {
+  return keys[i] < V && (i == 0 || keys[i - 1] != keys[i]);
+}
+
+// One past the run that starts at sorted index i.
+SLIDEDP_HD int64_t embedding_run_end(const int32_t* keys, int64_t i, int64_t N) {
+  int64_t end = i + 1;
+  while (end < N && keys[end] == keys[i]) ++end;
+  return end;
+}
+
 }  // namespace slidedp::kernels::cuda::math

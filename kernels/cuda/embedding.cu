@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/embedding.h"
 
@@ -40,8 +41,7 @@ __global__ void embedding_forward_kernel(bf16* __restrict__ x, const int32_t* __
 __global__ void embedding_keys_kernel(int32_t* __restrict__ keys, int32_t* __restrict__ positions,
                                       const int32_t* __restrict__ tokens, int64_t N, int64_t V) {
   for (int64_t n = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; n < N; n += int64_t{gridDim.x} * blockDim.x) {
-    const int32_t id = tokens[n];
-    keys[n] = (id >= 0 && id < V) ? id : static_cast<int32_t>(V);
+    keys[n] = math::embedding_sort_key(tokens[n], V);
     positions[n] = static_cast<int32_t>(n);
   }
 }
@@ -52,10 +52,9 @@ __global__ void embedding_accumulate_kernel(float* __restrict__ dw, const int32_
                                             const int32_t* __restrict__ positions, const bf16* __restrict__ dx,
                                             int64_t N, int64_t C, int64_t V) {
   const int64_t i = blockIdx.x;
+  if (!math::embedding_run_starts(keys, i, V)) return;
   const int32_t token = keys[i];
-  if (token >= V || (i > 0 && keys[i - 1] == token)) return;
-  int64_t end = i + 1;
-  while (end < N && keys[end] == token) ++end;
+  const int64_t end = math::embedding_run_end(keys, i, N);
   float* dwr = dw + static_cast<int64_t>(token) * C;  // (C)
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = dwr[c];

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/cross_entropy.h"
+#include "kernels/cpu/transformer/embedding.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
@@ -244,6 +246,132 @@ void expect_attention_emulations_match_cpu(const AttentionCase& c) {
 TEST(DeviceMath, AttentionForwardEmulationsFollowTheCpuUnit) {
   expect_attention_emulations_match_cpu({1, 150, 4, 2, 64});  // 150: the last tile is partial
   expect_attention_emulations_match_cpu({2, 70, 2, 1, 128});
+}
+
+// Attention backward: the reference kernels' rows (dq per query; dk, dv per key over the group's
+// heads and the queries that see it), with D = rowsum(dO * O), the recomputed probability and dS
+// from device_math.h and every dot product a warp's lane split and butterfly, against the CPU unit's
+// backward. Then the tensor-core kernels' dS and P, rounded to bf16 before their products. Tolerance
+// of the reference rows: the sums run in another order than the CPU's blocked ones, T terms of fp32
+// rounding, 1e-5 relative to the sum of the terms' magnitudes; of the tensor-core dq, that plus the
+// bf16 rounding of each dS (at most 2^-8 relative: 8 significant bits) in the same sum of magnitudes.
+void expect_attention_backward_emulations_match_cpu(const AttentionCase& c) {
+  const int64_t B = c.B, T = c.T, H = c.H, KV = c.KV, hd = c.hd, group = H / KV;
+  const auto q = random_floats(B * T * H * hd, 41, -1, 1), k = random_floats(B * T * KV * hd, 42, -1, 1),
+             v = random_floats(B * T * KV * hd, 43, -1, 1), dout = random_floats(B * T * H * hd, 44, -1, 1);
+  std::vector<float> out(q.size()), lse(B * H * T), dq(q.size()), dk(k.size()), dv(v.size());
+  AttentionShape shape{B, T, H, KV, hd, 16, 1};
+  {
+    AlignedBuffer ws(attention_forward_workspace_bytes<float>(shape));
+    attention_forward<float>(out.data(), lse.data(), q.data(), k.data(), v.data(), shape, ws.workspace());
+  }
+  AlignedBuffer ws(attention_backward_workspace_bytes<float>(shape));
+  attention_backward<float>(dq.data(), dk.data(), dv.data(), dout.data(), q.data(), k.data(), v.data(), out.data(),
+                            lse.data(), shape, ws.workspace());
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  auto at = [&](const std::vector<float>& x, int64_t b, int64_t t, int64_t heads, int64_t h) {
+    return x.data() + ((b * T + t) * heads + h) * hd;
+  };
+  auto dot = [&](const float* a, const float* b) { return warp_row_sum(hd, [&](int64_t d) { return a[d] * b[d]; }); };
+  for (int64_t b = 0; b < B; ++b) {
+    // D per (h, i), as attention_d_kernel: a warp over the head dims.
+    std::vector<float> D(static_cast<size_t>(H * T));
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) D[h * T + i] = dot(at(dout, b, i, H, h), at(out, b, i, H, h));
+    auto prob = [&](int64_t h, int64_t i, int64_t t, float* ds) {
+      const int64_t g = h / group;
+      const float p = math::attention_prob(dot(at(q, b, i, H, h), at(k, b, t, KV, g)), scale, lse[(b * H + h) * T + i]);
+      *ds = math::attention_ds(p, dot(at(dout, b, i, H, h), at(v, b, t, KV, g)), D[h * T + i]);
+      return p;
+    };
+    for (int64_t h = 0; h < H; ++h)
+      for (int64_t i = 0; i < T; ++i) {
+        const int64_t g = h / group;
+        std::vector<float> acc(hd, 0.0f), mag(hd, 0.0f), tc(hd, 0.0f);
+        for (int64_t t = 0; t <= i; ++t) {
+          float ds;
+          prob(h, i, t, &ds);
+          const float ds16 = bf16_to_float(float_to_bf16(ds));  // the tensor-core kernel's sdS
+          for (int64_t d = 0; d < hd; ++d) {
+            acc[d] += ds * at(k, b, t, KV, g)[d];
+            tc[d] += ds16 * at(k, b, t, KV, g)[d];
+            mag[d] += std::abs(ds * at(k, b, t, KV, g)[d]);
+          }
+        }
+        const float* cpu = at(dq, b, i, H, h);
+        for (int64_t d = 0; d < hd; ++d) {
+          ASSERT_NEAR(acc[d] * scale, cpu[d], 1e-5f * scale * mag[d] + 1e-7f) << "reference dq " << h << "," << i << "," << d;
+          ASSERT_NEAR(tc[d] * scale, cpu[d], (1e-5f + 0x1p-8f) * scale * mag[d] + 1e-7f) << "tensor-core dq " << i << "," << d;
+        }
+      }
+    for (int64_t g = 0; g < KV; ++g)
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> dk_acc(hd, 0.0f), dv_acc(hd, 0.0f), dk_mag(hd, 0.0f), dv_mag(hd, 0.0f);
+        for (int64_t h = g * group; h < (g + 1) * group; ++h)
+          for (int64_t i = t; i < T; ++i) {
+            float ds;
+            const float p = prob(h, i, t, &ds);
+            for (int64_t d = 0; d < hd; ++d) {
+              dv_acc[d] += p * at(dout, b, i, H, h)[d];
+              dk_acc[d] += ds * at(q, b, i, H, h)[d];
+              dv_mag[d] += std::abs(p * at(dout, b, i, H, h)[d]);
+              dk_mag[d] += std::abs(ds * at(q, b, i, H, h)[d]);
+            }
+          }
+        for (int64_t d = 0; d < hd; ++d) {
+          ASSERT_NEAR(dk_acc[d] * scale, at(dk, b, t, KV, g)[d], 1e-5f * scale * dk_mag[d] + 1e-7f) << "dk " << t << "," << d;
+          ASSERT_NEAR(dv_acc[d], at(dv, b, t, KV, g)[d], 1e-5f * dv_mag[d] + 1e-7f) << "dv " << t << "," << d;
+        }
+      }
+  }
+}
+
+TEST(DeviceMath, AttentionBackwardEmulationsFollowTheCpuUnit) {
+  expect_attention_backward_emulations_match_cpu({1, 150, 4, 2, 64});
+  expect_attention_backward_emulations_match_cpu({2, 70, 2, 1, 128});
+}
+
+// The embedding backward's scatter order: sort keys, a stable sort (CUB's radix sort is stable),
+// runs of one token each added in position order; bitwise the CPU unit's loop over positions
+// (fp32, the same additions in the same order). Invalid ids sort last and are never added (the
+// CPU unit refuses them, so its reference gets the valid positions only, in order).
+TEST(DeviceMath, EmbeddingScatterOrderIsTheCpuUnitsBitwise) {
+  const int64_t N = 517, C = 40, V = 23;
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<int32_t> id(-2, static_cast<int32_t>(V) + 1);  // some invalid ids
+  std::vector<int32_t> tokens(N);
+  for (auto& t : tokens) t = id(rng);
+  const auto dx = random_floats(N * C, 51), dw0 = random_floats(V * C, 52);
+  std::vector<int32_t> keys(N), positions(N);
+  for (int64_t n = 0; n < N; ++n) keys[n] = math::embedding_sort_key(tokens[n], V), positions[n] = static_cast<int32_t>(n);
+  std::stable_sort(positions.begin(), positions.end(), [&](int32_t a, int32_t b) { return keys[a] < keys[b]; });
+  std::vector<int32_t> sorted(N);
+  for (int64_t i = 0; i < N; ++i) sorted[i] = keys[positions[i]];
+  std::vector<float> dw = dw0;
+  int64_t runs = 0, added = 0;
+  for (int64_t i = 0; i < N; ++i) {  // one block per sorted index, as embedding_accumulate_kernel
+    if (!math::embedding_run_starts(sorted.data(), i, V)) continue;
+    const int64_t end = math::embedding_run_end(sorted.data(), i, N);
+    ++runs, added += end - i;
+    for (int64_t c = 0; c < C; ++c) {
+      float acc = dw[sorted[i] * C + c];
+      for (int64_t j = i; j < end; ++j) acc += dx[positions[j] * C + c];
+      dw[sorted[i] * C + c] = acc;
+    }
+  }
+  std::vector<int32_t> valid_tokens;
+  std::vector<float> valid_dx;
+  for (int64_t n = 0; n < N; ++n)
+    if (tokens[n] >= 0 && tokens[n] < V) {
+      valid_tokens.push_back(tokens[n]);
+      valid_dx.insert(valid_dx.end(), dx.begin() + n * C, dx.begin() + (n + 1) * C);
+    }
+  std::vector<float> cpu = dw0;
+  embedding_backward<float>(cpu.data(), valid_tokens.data(), valid_dx.data(), static_cast<int64_t>(valid_tokens.size()), C, V);
+  EXPECT_EQ(added, static_cast<int64_t>(valid_tokens.size()));
+  EXPECT_LE(runs, V);
+  EXPECT_LT(added, N) << "the case has invalid ids";
+  EXPECT_EQ(0, std::memcmp(dw.data(), cpu.data(), dw.size() * sizeof(float)));
 }
 
 // Shared memory per block of the tensor-core kernels against each generation's opt-in limit (the
