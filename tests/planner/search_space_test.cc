@@ -61,6 +61,26 @@ TEST(SearchSpace, RanksBeyondTheGpusAreBadInput) {
   EXPECT_THROW(make_search_space(tiny(), hardware_preset("h100-sxm-x4"), spec), InputError);
 }
 
+// The collectives split a chunk into one shard per rank (of every node, for the gpu route across
+// nodes); NCCL takes one ring call only when the shards are equal, else one call per rank (D16 in
+// docs/CUDA_BACKEND.md). Every unit is a multiple of 64 elements and so is every chunk the planner
+// offers, so every chunk, a unit's last included, splits evenly over any power-of-two rank count up
+// to 64 (8 nodes x 8 GPUs).
+TEST(SearchSpace, EveryPlannedChunkSplitsEvenlyOverPowerOfTwoRanks) {
+  for (const std::string& name : model_preset_names()) {
+    SCOPED_TRACE(name);
+    const Workload w = make_workload(model_preset(name), 4096);
+    for (int64_t chunk : default_chunk_numels(w.layout)) {
+      ASSERT_EQ(chunk % 64, 0) << chunk;
+      for (const UnitLayout& u : w.layout.units) {
+        const int64_t last = u.flat_numel - (num_chunks(u.flat_numel, chunk) - 1) * chunk;
+        for (int ranks : {2, 4, 8, 16, 32, 64})
+          ASSERT_EQ(last % ranks, 0) << "unit " << u.flat_numel << " chunk " << chunk << " ranks " << ranks;
+      }
+    }
+  }
+}
+
 TEST(SearchSpace, DefaultGridsAndPlans) {
   EXPECT_EQ(default_layer_counts(4), (std::vector<int>{0, 1, 2, 3, 4}));
   const std::vector<int> g80 = default_layer_counts(80);
