@@ -32,6 +32,30 @@ SLIDEDP_HD void swiglu_grads(float g, float u, float dm, float* dg, float* du) {
   *dg = dm * u * (s * (1.0f + g * (1.0f - s)));
 }
 
+// GeGLU (Gemma 4's MLPs and experts): m = gelu_tanh(g) u, with gelu_pytorch_tanh,
+// gelu(x) = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))), in the CPU unit's float order.
+inline constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+inline constexpr float kGeluCubic = 0.044715f;
+
+SLIDEDP_HD float gelu_tanh(float x) {
+  const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  return 0.5f * x * (1.0f + t);
+}
+
+// d/dx 0.5 x (1 + t) = 0.5 (1 + t) + 0.5 x (1 - t^2) sqrt(2/pi) (1 + 3 * 0.044715 x^2).
+SLIDEDP_HD float gelu_tanh_derivative(float x) {
+  const float t = tanhf(kSqrt2OverPi * (x + kGeluCubic * x * x * x));
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluCubic * x * x);
+}
+
+SLIDEDP_HD float geglu(float g, float u) { return gelu_tanh(g) * u; }
+
+// From dm: du = dm gelu(g), dg = dm u gelu'(g).
+SLIDEDP_HD void geglu_grads(float g, float u, float dm, float* dg, float* du) {
+  *du = dm * gelu_tanh(g);
+  *dg = dm * u * gelu_tanh_derivative(g);
+}
+
 // ---- RoPE ----
 
 // cos and sin of pos * inv_freq, computed in double and rounded once (as the CPU's rope_tables).
@@ -153,6 +177,29 @@ SLIDEDP_HD float attention_prob_log2(float qk, float scale_log2, float lse_log2)
 // dS = P (dP - D): the softmax's Jacobian applied to dP = dO . v, with D = rowsum(dO * O) = sum_j P dP.
 // dq = scale sum_keys dS k, dk = scale sum_queries dS q, dv = sum_queries P dO.
 SLIDEDP_HD float attention_ds(float p, float dp, float D) { return p * (dp - D); }
+
+// Sliding-window attention (Gemma 4's sliding layers): the query at `row` sees keys
+// row - window < key <= row (window 0: every earlier key). The first key a row may see, which is
+// non-decreasing in the row, so a tile of queries starting at i0 skips every key tile that ends at
+// or before key_floor(i0): the cost is linear in the window, not in T.
+SLIDEDP_HD int64_t window_key_floor(int64_t row, int64_t window) {
+  return window > 0 && row - window + 1 > 0 ? row - window + 1 : 0;
+}
+SLIDEDP_HD bool window_visible(int64_t key, int64_t row, int64_t T, int64_t window) {
+  return causal_visible(key, row, T) && key >= window_key_floor(row, window);
+}
+// The first key tile (of `tile` keys) a query tile starting at row i0 must visit.
+SLIDEDP_HD int64_t window_first_key_tile(int64_t i0, int64_t window, int64_t tile) {
+  return window_key_floor(i0, window) / tile * tile;
+}
+
+// ---- logit softcap (Gemma 4's final_logit_softcapping) ----
+// logit = cap tanh(z / cap); its derivative 1 - tanh^2 from the capped logit itself.
+SLIDEDP_HD float softcap(float z, float cap) { return cap * tanhf(z / cap); }
+SLIDEDP_HD float softcap_derivative(float capped, float cap) {
+  const float t = capped / cap;
+  return 1.0f - t * t;
+}
 
 // ---- embedding backward ----
 // The scatter-add in a fixed order: positions are sorted by token (a stable sort, so each token's

@@ -23,6 +23,7 @@
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/cross_entropy.h"
 #include "kernels/cpu/transformer/embedding.h"
+#include "kernels/cpu/transformer/geglu.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
@@ -149,6 +150,56 @@ TEST(DeviceMath, CrossEntropyRowFollowsTheCpuUnit) {
   for (int64_t c = 0; c < V; ++c) ASSERT_EQ(d[c], dh[c]) << c;
 }
 
+// Gemma 4's softcapped row: the capped logits, then dlogit = (softmax - onehot) x grad_scale x
+// (1 - (capped / cap)^2). The CPU unit recovers the capped logit as log(e) + max from its stored
+// exponentials, the kernel keeps it, so the derivative's factor differs by the rounding of that log
+// (a few ulps of a value <= 1): 1e-6 relative to the largest |dlogit|. The loss is the same row math
+// on bitwise the same capped logits.
+TEST(DeviceMath, SoftcappedCrossEntropyRowFollowsTheCpuUnit) {
+  const int64_t V = 1000;
+  const float cap = 30.0f;
+  const auto raw = random_floats(V, 9, -80, 80);  // far enough out for the cap to bend them
+  const int32_t target = 123;
+  const double grad_scale = 1.0 / 5;
+  std::vector<float> logits(V);
+  for (int64_t c = 0; c < V; ++c) logits[c] = math::softcap(raw[c], cap);
+  float mx = -std::numeric_limits<float>::infinity();
+  for (float v : logits) mx = std::max(mx, v);
+  double sum = 0;
+  for (float v : logits) sum += static_cast<double>(expf(v - mx));
+  const float factor = static_cast<float>(grad_scale / sum);
+  std::vector<float> d(V);
+  float dmax = 0;
+  for (int64_t c = 0; c < V; ++c) {
+    d[c] = math::cross_entropy_dlogit(logits[c], mx, factor, c == target, static_cast<float>(grad_scale)) *
+           math::softcap_derivative(logits[c], cap);
+    dmax = std::max(dmax, std::abs(d[c]));
+  }
+  const double loss = math::cross_entropy_row_loss(mx, sum, logits[target]);
+  std::vector<float> eye(V * V, 0.0f), dh(V), dw(V * V, 0.0f);
+  for (int64_t c = 0; c < V; ++c) eye[c * V + c] = 1.0f;
+  AlignedBuffer ws(fused_cross_entropy_workspace_bytes<float>(1, V, V, 1, true));
+  const LossResult cpu = fused_linear_cross_entropy<float>(raw.data(), eye.data(), &target, 1, V, V, 1, grad_scale,
+                                                           dh.data(), dw.data(), ws.workspace(), cap);
+  EXPECT_EQ(loss, cpu.loss_sum);
+  for (int64_t c = 0; c < V; ++c) ASSERT_NEAR(d[c], dh[c], 1e-6f * dmax) << c;
+}
+
+TEST(DeviceMath, GegluIsTheCpuUnitBitwise) {
+  const int64_t n = 4099;
+  const auto g = random_floats(n, 11, -6, 6), u = random_floats(n, 12), dm = random_floats(n, 13);
+  std::vector<float> m(n), dg(n), du(n);
+  geglu_forward<float>(m.data(), g.data(), u.data(), n, 1);
+  geglu_backward<float>(dg.data(), du.data(), dm.data(), g.data(), u.data(), n, 1);
+  for (int64_t i = 0; i < n; ++i) {
+    float kdg, kdu;
+    math::geglu_grads(g[i], u[i], dm[i], &kdg, &kdu);
+    ASSERT_EQ(math::geglu(g[i], u[i]), m[i]) << i;
+    ASSERT_EQ(kdg, dg[i]) << i;
+    ASSERT_EQ(kdu, du[i]) << i;
+  }
+}
+
 // Column sums in row segments: every segment is visited exactly once for segment counts on both
 // sides of the 65,535 grid limit (16.78M rows of q/k-norm gradient at 256 rows per segment: the
 // Qwen3-32B long-context case that used to throw), and the workspace holds one partial row each.
@@ -241,6 +292,44 @@ void expect_attention_emulations_match_cpu(const AttentionCase& c) {
         for (int64_t d = 0; d < hd; ++d)
           ASSERT_NEAR(acc[d] / l, cpu_o[d], 4e-3 * vmax) << "tensor-core out " << i << "," << d;
       }
+}
+
+// A sliding window: the reference row recurrence over the keys window_visible admits, starting at
+// the query tile's first key tile (window_first_key_tile), against the CPU unit with the same window
+// and Gemma 4's scale 1. The skipped tiles hold no visible key for any row of the query tile. The
+// tolerance of the reference forward above.
+TEST(DeviceMath, SlidingWindowAttentionSkipsTilesAndFollowsTheCpuUnit) {
+  const int64_t T = 300, H = 2, KV = 1, hd = 64, window = 70;
+  const auto q = random_floats(T * H * hd, 61, -0.3f, 0.3f), k = random_floats(T * KV * hd, 62, -0.3f, 0.3f),
+             v = random_floats(T * KV * hd, 63, -1, 1);
+  std::vector<float> out(q.size()), lse(H * T);
+  AttentionShape shape{1, T, H, KV, hd, 16, 1};
+  shape.scale = 1.0;
+  shape.window = window;
+  AlignedBuffer ws(attention_forward_workspace_bytes<float>(shape));
+  attention_forward<float>(out.data(), lse.data(), q.data(), k.data(), v.data(), shape, ws.workspace());
+  int64_t visited_tiles = 0, causal_tiles = 0;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t i0 = i / kTile * kTile;
+      float m = -std::numeric_limits<float>::infinity(), l = 0;
+      std::vector<float> acc(hd, 0.0f);
+      for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
+        const bool skipped = j0 < math::window_first_key_tile(i0, window, kTile);
+        for (int64_t t = j0; t < std::min(j0 + kTile, T); ++t) {
+          if (!math::window_visible(t, i, T, window)) continue;
+          ASSERT_FALSE(skipped) << "a skipped tile holds key " << t << " visible to row " << i;
+          const float dot = warp_row_sum(hd, [&](int64_t d) { return q[(i * H + h) * hd + d] * k[t * hd + d]; });
+          float corr, p;
+          math::online_softmax_add(dot, &m, &l, &corr, &p);
+          for (int64_t d = 0; d < hd; ++d) acc[d] = acc[d] * corr + p * v[t * hd + d];
+        }
+        if (h == 0 && i == i0) ++causal_tiles, visited_tiles += skipped ? 0 : 1;
+      }
+      ASSERT_NEAR(m + std::log(l), lse[h * T + i], 1e-5) << i;
+      for (int64_t d = 0; d < hd; ++d) ASSERT_NEAR(acc[d] / l, out[(i * H + h) * hd + d], 1e-5) << i << "," << d;
+    }
+  EXPECT_LT(visited_tiles, causal_tiles) << "the window skips tiles";
 }
 
 TEST(DeviceMath, AttentionForwardEmulationsFollowTheCpuUnit) {
