@@ -640,7 +640,7 @@ class CudaDevice final : public Device {
           kc::embedding_forward(ctx, s.embedding, bf(a.params), i32(a.tokens), a.B, a.T, bf(a.y));
           break;
         case UnitKind::kDecoder:
-          kc::decoder_forward(ctx, s.decoder, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B, a.T, ws(a.workspace));
+          kc::decoder_forward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B, a.T, ws(a.workspace));
           break;
         case UnitKind::kHead: {
           const kc::bf16* lm = s.head.tied ? bf(a.lm_head_params) + a.lm_head_offset : bf(a.params) + s.head.lm_head_w;
@@ -656,7 +656,7 @@ class CudaDevice final : public Device {
   void recompute(const UnitOpArgs& a) override {
     const kc::UnitContext ctx = context();
     compute_.traced(tag(a, "recompute"), [&] {
-      kc::decoder_recompute(ctx, math_.specs.decoder, bf(a.params), bf(a.x), ws(a.saved), a.B, a.T, ws(a.workspace));
+      kc::decoder_recompute(with_positions(ctx, a), math_.specs.decoder, bf(a.params), bf(a.x), ws(a.saved), a.B, a.T, ws(a.workspace));
     });
   }
 
@@ -677,7 +677,7 @@ class CudaDevice final : public Device {
     }
     SLIDEDP_CHECK(kind == UnitKind::kDecoder, "backward of the head is fused into its forward");
     compute_.traced(tag(a, "bwd"), [&] {
-      kc::decoder_backward(ctx, s.decoder, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy), bf(a.dx), f32(a.grads), a.B,
+      kc::decoder_backward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy), bf(a.dx), f32(a.grads), a.B,
                            a.T, ws(a.workspace));
     });
   }
@@ -759,6 +759,11 @@ class CudaDevice final : public Device {
     c.stream = compute_.get();
     return c;
   }
+  // A decoder operation's context: the micro-batch's document positions of packed sequences.
+  static kc::UnitContext with_positions(kc::UnitContext c, const UnitOpArgs& a) {
+    c.positions = a.positions.bytes > 0 ? reinterpret_cast<const int32_t*>(a.positions.ptr) : nullptr;
+    return c;
+  }
   SpanTag tag(const UnitOpArgs& a, const char* what) const { return compute_span_tag(a, what); }
   static kc::bf16* bf(const DeviceBuffer& b) { return reinterpret_cast<kc::bf16*>(b.ptr); }
   static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
@@ -793,9 +798,6 @@ class CudaBackend final : public Backend {
                                             "than CUDA gives a process ({}); at most {} ranks per GPU",
                                             opt.devices, gpus_, per_gpu, kernels::cuda::kStreamsPerRank * per_gpu,
                                             kernels::cuda::kMaxConnections, kernels::cuda::kMaxRanksPerGpu));
-    if (opt.packed_documents)
-      throw InputError("--document-end", "packed documents (attention, RoPE and state restarting at each document) "
-                                         "are built for the CPU backend's units; the CUDA kernels mask per sequence");
     if (card.gemma4() || card.qwen3_5())
       throw InputError(card.name + ": model_type",
                        fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));

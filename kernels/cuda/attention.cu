@@ -39,12 +39,14 @@ constexpr int kRefWarps = 8;       // rows per block
 // warp-reduced dot product and an online-softmax update, exactly the CPU's per-row recurrence.
 __global__ void attention_forward_reference_kernel(bf16* __restrict__ out, float* __restrict__ lse,
                                                    const bf16* __restrict__ q, const bf16* __restrict__ k,
-                                                   const bf16* __restrict__ v, int64_t B, int64_t T, int64_t H,
-                                                   int64_t KV, int64_t hd, float scale) {
+                                                   const bf16* __restrict__ v, const int32_t* __restrict__ pos,
+                                                   int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
+                                                   float scale) {
   const int64_t row_id = blockIdx.x * int64_t{kRefWarps} + threadIdx.x / 32;  // (b * H + h) * T + i
   const int lane = threadIdx.x % 32;
   if (row_id >= B * H * T) return;
   const int64_t i = row_id % T, bh = row_id / T, h = bh % H, b = bh / H, g = h / (H / KV);
+  const int32_t* ps = pos != nullptr ? pos + b * T : nullptr;  // this sequence's document positions
   const bf16* qr = q + ((b * T + i) * H + h) * hd;  // (hd)
   float qv[kRefMaxPerLane], acc[kRefMaxPerLane];
 #pragma unroll
@@ -54,7 +56,7 @@ __global__ void attention_forward_reference_kernel(bf16* __restrict__ out, float
     acc[j] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t t = 0; t <= i; ++t) {
+  for (int64_t t = math::document_key_floor(i, ps, T); t <= i; ++t) {
     const bf16* kr = k + ((b * T + t) * KV + g) * hd;  // (hd)
     const bf16* vr = v + ((b * T + t) * KV + g) * hd;  // (hd)
     float dot = 0.0f;
@@ -100,12 +102,13 @@ __global__ void attention_d_kernel(float* __restrict__ D, const bf16* __restrict
 __global__ void attention_dq_reference_kernel(bf16* __restrict__ dq, const bf16* __restrict__ dout,
                                               const bf16* __restrict__ q, const bf16* __restrict__ k,
                                               const bf16* __restrict__ v, const float* __restrict__ lse,
-                                              const float* __restrict__ D, int64_t B, int64_t T, int64_t H,
-                                              int64_t KV, int64_t hd, float scale) {
+                                              const float* __restrict__ D, const int32_t* __restrict__ pos,
+                                              int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, float scale) {
   const int64_t row_id = blockIdx.x * int64_t{kRefWarps} + threadIdx.x / 32;  // (b * H + h) * T + i
   const int lane = threadIdx.x % 32;
   if (row_id >= B * H * T) return;
   const int64_t i = row_id % T, bh = row_id / T, h = bh % H, b = bh / H, g = h / (H / KV);
+  const int32_t* ps = pos != nullptr ? pos + b * T : nullptr;
   const bf16* qr = q + ((b * T + i) * H + h) * hd;
   const bf16* dOr = dout + ((b * T + i) * H + h) * hd;
   float qv[kRefMaxPerLane], dov[kRefMaxPerLane], acc[kRefMaxPerLane];
@@ -117,7 +120,7 @@ __global__ void attention_dq_reference_kernel(bf16* __restrict__ dq, const bf16*
     acc[j] = 0.0f;
   }
   const float l = lse[row_id], Di = D[row_id];
-  for (int64_t t = 0; t <= i; ++t) {
+  for (int64_t t = math::document_key_floor(i, ps, T); t <= i; ++t) {
     const bf16* kr = k + ((b * T + t) * KV + g) * hd;
     const bf16* vr = v + ((b * T + t) * KV + g) * hd;
     float s = 0.0f, dp = 0.0f;
@@ -151,12 +154,14 @@ __global__ void attention_dq_reference_kernel(bf16* __restrict__ dq, const bf16*
 __global__ void attention_dkv_reference_kernel(bf16* __restrict__ dk, bf16* __restrict__ dv,
                                                const bf16* __restrict__ dout, const bf16* __restrict__ q,
                                                const bf16* __restrict__ k, const bf16* __restrict__ v,
-                                               const float* __restrict__ lse, const float* __restrict__ D, int64_t B,
-                                               int64_t T, int64_t H, int64_t KV, int64_t hd, float scale) {
+                                               const float* __restrict__ lse, const float* __restrict__ D,
+                                               const int32_t* __restrict__ pos, int64_t B, int64_t T, int64_t H,
+                                               int64_t KV, int64_t hd, float scale) {
   const int64_t row_id = blockIdx.x * int64_t{kRefWarps} + threadIdx.x / 32;  // (b * KV + g) * T + t
   const int lane = threadIdx.x % 32;
   if (row_id >= B * KV * T) return;
   const int64_t t = row_id % T, bg = row_id / T, g = bg % KV, b = bg / KV, group = H / KV;
+  const int32_t* ps = pos != nullptr ? pos + b * T : nullptr;
   const bf16* kr = k + ((b * T + t) * KV + g) * hd;
   const bf16* vr = v + ((b * T + t) * KV + g) * hd;
   float kv[kRefMaxPerLane], vv[kRefMaxPerLane], dk_acc[kRefMaxPerLane], dv_acc[kRefMaxPerLane];
@@ -169,6 +174,7 @@ __global__ void attention_dkv_reference_kernel(bf16* __restrict__ dk, bf16* __re
   }
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
     for (int64_t i = t; i < T; ++i) {
+      if (!math::document_visible(t, i, T, ps)) continue;  // a later document's query (the whole warp)
       const bf16* qr = q + ((b * T + i) * H + h) * hd;
       const bf16* dOr = dout + ((b * T + i) * H + h) * hd;
       float s = 0.0f, dp = 0.0f;
@@ -278,7 +284,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
                                                                            float* __restrict__ lse,
                                                                            const bf16* __restrict__ q,
                                                                            const bf16* __restrict__ k,
-                                                                           const bf16* __restrict__ v, int64_t T,
+                                                                           const bf16* __restrict__ v,
+                                                                           const int32_t* __restrict__ pos, int64_t T,
                                                                            int64_t H, int64_t KV, float scale_log2) {
 #if __CUDA_ARCH__ >= 800
   using Dm = TcDims<HD>;
@@ -296,6 +303,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, r = lane >> 1, half = lane & 1;
   const int64_t row = i0 + warp * 16 + r;  // this lane's query row (two lanes per row)
   const int64_t qstride = H * HD, kstride = KV * HD;
+  const int32_t* ps = pos != nullptr ? pos + b * T : nullptr;  // this sequence's document positions
   const bf16* qb = q + (b * T * H + h) * HD;
   const bf16* kb = k + (b * T * KV + g) * HD;
   const bf16* vb = v + (b * T * KV + g) * HD;
@@ -307,7 +315,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
   for (int idx = lane; idx < 16 * HD; idx += 32) sOw[(idx / HD) * Dm::LDO + idx % HD] = 0.0f;
   float m = -INFINITY, l = 0.0f;  // running max (log2 domain) and sum of this row
 
-  for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
+  // Key tiles before the first row's document hold no key any row of this tile sees.
+  for (int64_t j0 = math::document_key_floor(i0, ps, T) / kTile * kTile; j0 <= i0; j0 += kTile) {
     __syncthreads();  // every warp is done with the previous k, v tiles
     load_tile<HD>(sK, kb, kstride, j0, T);
     load_tile<HD>(sV, vb, kstride, j0, T);
@@ -321,15 +330,15 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int64_t key = j0 + half * 32 + t;
-      s[t] = math::causal_visible(key, row, T) ? sSw[r * Dm::LDS + half * 32 + t] * scale_log2 : -INFINITY;
+      s[t] = math::document_visible(key, row, T, ps) ? sSw[r * Dm::LDS + half * 32 + t] * scale_log2 : -INFINITY;
       tile_max = fmaxf(tile_max, s[t]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
-    const float corr = math::online_softmax_tile_log2(tile_max, &m);  // m finite: key j0 <= row here
+    const float corr = math::online_softmax_tile_log2(tile_max, &m);  // m stays -inf before the row's document
     float sum = 0.0f;
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
-      const float p = exp2f(s[t] - m);
+      const float p = math::tile_weight_log2(s[t], m);
       sum += p;
       sPw[r * Dm::LDP + half * 32 + t] = to_bf16(p);
     }
@@ -382,7 +391,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
                                                                       const bf16* __restrict__ k,
                                                                       const bf16* __restrict__ v,
                                                                       const float* __restrict__ lse,
-                                                                      const float* __restrict__ D, int64_t T, int64_t H,
+                                                                      const float* __restrict__ D,
+                                                                      const int32_t* __restrict__ pos, int64_t T, int64_t H,
                                                                       int64_t KV, float scale) {
 #if __CUDA_ARCH__ >= 800
   using Dm = TcDims<HD>;
@@ -402,6 +412,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
   const int64_t row = i0 + warp * 16 + r;
   const int64_t qstride = H * HD, kstride = KV * HD;
   const float scale_log2 = scale * kLog2e;
+  const int32_t* ps = pos != nullptr ? pos + b * T : nullptr;
   load_tile<HD>(sQ, q + (b * T * H + h) * HD, qstride, i0, T);
   load_tile<HD>(sdO, dout + (b * T * H + h) * HD, qstride, i0, T);
   const float lse_r = row < T ? lse[(b * H + h) * T + row] * kLog2e : 0.0f;
@@ -425,7 +436,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
     for (int t = 0; t < 32; ++t) {
       const int c = half * 32 + t;
       const int64_t key = j0 + c;
-      const bool visible = math::causal_visible(key, row, T) && row < T;
+      const bool visible = math::document_visible(key, row, T, ps) && row < T;
       const float p = visible ? math::attention_prob_log2(sSw[r * Dm::LDS + c], scale_log2, lse_r) : 0.0f;
       sdSw[r * Dm::LDP + c] = to_bf16(math::attention_ds(p, sdPw[r * Dm::LDS + c], D_r));
     }
@@ -457,7 +468,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
                                                                        const bf16* __restrict__ k,
                                                                        const bf16* __restrict__ v,
                                                                        const float* __restrict__ lse,
-                                                                       const float* __restrict__ D, int64_t T,
+                                                                       const float* __restrict__ D,
+                                                                       const int32_t* __restrict__ pos, int64_t T,
                                                                        int64_t H, int64_t KV, float scale) {
 #if __CUDA_ARCH__ >= 800
   using Dm = TcDims<HD>;
@@ -480,6 +492,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
   const int64_t key = j0 + warp * 16 + r;  // this lane's key row
   const int64_t qstride = H * HD, kstride = KV * HD;
   const float scale_log2 = scale * kLog2e;
+  const int32_t* ps = pos != nullptr ? pos + b * T : nullptr;
   load_tile<HD>(sK, k + (b * T * KV + g) * HD, kstride, j0, T);
   load_tile<HD>(sV, v + (b * T * KV + g) * HD, kstride, j0, T);
   float* sStw = sSt + warp * 16 * Dm::LDS;
@@ -511,7 +524,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
       for (int t = 0; t < 32; ++t) {
         const int c = half * 32 + t;
         const int64_t qi = i0 + c;
-        const bool visible = math::causal_visible(key, qi, T) && qi < T;
+        const bool visible = math::document_visible(key, qi, T, ps) && qi < T;
         const float p = visible ? math::attention_prob_log2(sStw[r * Dm::LDS + c], scale_log2, sLse[c]) : 0.0f;
         sPtw[r * Dm::LDP + c] = to_bf16(p);
         sdStw[r * Dm::LDP + c] = to_bf16(math::attention_ds(p, sdPtw[r * Dm::LDS + c], sD[c]));
@@ -563,7 +576,8 @@ void forward_tc(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16*
   set_smem(attention_forward_tc_kernel<HD>, bytes);
   const dim3 grid(static_cast<unsigned>((s.T + kTile - 1) / kTile), static_cast<unsigned>(s.B * s.H));
   const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd))) * kLog2e;
-  attention_forward_tc_kernel<HD><<<grid, kTcThreads, bytes, stream>>>(out, lse, q, k, v, s.T, s.H, s.KV, scale_log2);
+  attention_forward_tc_kernel<HD><<<grid, kTcThreads, bytes, stream>>>(out, lse, q, k, v, s.positions, s.T, s.H, s.KV,
+                                                                        scale_log2);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_forward (tensor cores)");
 }
 
@@ -573,11 +587,11 @@ void backward_tc(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, 
   const unsigned tiles = static_cast<unsigned>((s.T + kTile - 1) / kTile);
   set_smem(attention_dq_tc_kernel<HD>, TcDims<HD>::kDqBytes);
   attention_dq_tc_kernel<HD><<<dim3(tiles, static_cast<unsigned>(s.B * s.H)), kTcThreads, TcDims<HD>::kDqBytes, stream>>>(
-      dq, dout, q, k, v, lse, D, s.T, s.H, s.KV, scale);
+      dq, dout, q, k, v, lse, D, s.positions, s.T, s.H, s.KV, scale);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dq (tensor cores)");
   set_smem(attention_dkv_tc_kernel<HD>, TcDims<HD>::kDkvBytes);
   attention_dkv_tc_kernel<HD><<<dim3(tiles, static_cast<unsigned>(s.B * s.KV)), kTcThreads, TcDims<HD>::kDkvBytes,
-                                stream>>>(dk, dv, dout, q, k, v, lse, D, s.T, s.H, s.KV, scale);
+                                stream>>>(dk, dv, dout, q, k, v, lse, D, s.positions, s.T, s.H, s.KV, scale);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dk/dv (tensor cores)");
 }
 
@@ -630,7 +644,7 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
     default: {
       const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
       attention_forward_reference_kernel<<<ref_blocks(s.B * s.H * s.T), kRefWarps * 32, 0, stream>>>(
-          out, lse, q, k, v, s.B, s.T, s.H, s.KV, s.hd, scale);
+          out, lse, q, k, v, s.positions, s.B, s.T, s.H, s.KV, s.hd, scale);
       SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_forward (reference)");
     }
   }
@@ -656,10 +670,10 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf
       return backward_tc<128>(dq, dk, dv, dout, q, k, v, lse, D, s, scale, stream);
     default:
       attention_dq_reference_kernel<<<ref_blocks(s.B * s.H * s.T), kRefWarps * 32, 0, stream>>>(
-          dq, dout, q, k, v, lse, D, s.B, s.T, s.H, s.KV, s.hd, scale);
+          dq, dout, q, k, v, lse, D, s.positions, s.B, s.T, s.H, s.KV, s.hd, scale);
       SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dq (reference)");
       attention_dkv_reference_kernel<<<ref_blocks(s.B * s.KV * s.T), kRefWarps * 32, 0, stream>>>(
-          dk, dv, dout, q, k, v, lse, D, s.B, s.T, s.H, s.KV, s.hd, scale);
+          dk, dv, dout, q, k, v, lse, D, s.positions, s.B, s.T, s.H, s.KV, s.hd, scale);
       SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dk/dv (reference)");
   }
 }

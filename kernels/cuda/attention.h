@@ -31,6 +31,9 @@ struct AttentionShape {
   int64_t H = 0;   // query heads
   int64_t KV = 0;  // key/value heads, H % KV == 0
   int64_t hd = 0;  // head dim
+  // Packed documents: (B, T) int32 positions inside each token's document (0 where one starts); a
+  // query sees only its own document's keys. Null: one document per sequence.
+  const int32_t* positions = nullptr;
 };
 
 enum class AttentionImpl { kAuto, kReference, kTensorCore };

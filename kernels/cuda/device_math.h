@@ -160,9 +160,25 @@ SLIDEDP_HD void online_softmax_add(float s, float* m, float* l, float* corr, flo
 // for what was accumulated. The tile's weights are then exp2(s - m), summed into l * corr + sum.
 SLIDEDP_HD float online_softmax_tile_log2(float tile_max, float* m) {
   const float m_new = fmaxf(*m, tile_max);
-  const float corr = exp2f(*m - m_new);
+  // A row that has seen no visible key yet (packed documents: the tiles before its document) stays
+  // at -inf with nothing accumulated.
+  const float corr = m_new == -INFINITY ? 1.0f : exp2f(*m - m_new);
   *m = m_new;
   return corr;
+}
+
+// A key's weight exp2(s - m) in the tile; a masked key (s = -inf) weighs 0 even while m is -inf.
+SLIDEDP_HD float tile_weight_log2(float s, float m) { return s == -INFINITY ? 0.0f : exp2f(s - m); }
+
+// Packed documents: a query row sees only the keys of its own document, which starts at
+// row - pos[row] (pos: the sequence's (T) positions inside their documents, 0 where one starts;
+// null: one document per sequence). Non-decreasing in the row, so a query tile's first row bounds
+// the keys the whole tile needs. Rows past T (a tile's padding) keep every earlier key.
+SLIDEDP_HD int64_t document_key_floor(int64_t row, const int32_t* pos, int64_t T) {
+  return pos != nullptr && row < T ? row - pos[row] : 0;
+}
+SLIDEDP_HD bool document_visible(int64_t key, int64_t row, int64_t T, const int32_t* pos) {
+  return causal_visible(key, row, T) && key >= document_key_floor(row, pos, T);
 }
 
 // The saved log-sum-exp in the CPU's natural-log contract from the log2-domain max and sum.

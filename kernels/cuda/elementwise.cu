@@ -84,15 +84,15 @@ __global__ void colsum_finish_kernel(float* __restrict__ out, const float* __res
 
 // One thread per (b, t, i): cos/sin of t * inv_freq[i] once in double (rounded to fp32 like the CPU's
 // tables), applied to pair (i, i + half) of every head.
-__global__ void rope_kernel(bf16* __restrict__ x, const RopeFreqs f, int64_t B, int64_t T, int64_t nh, int64_t hd,
-                            float sign) {
+__global__ void rope_kernel(bf16* __restrict__ x, const RopeFreqs f, const int32_t* __restrict__ positions, int64_t B,
+                            int64_t T, int64_t nh, int64_t hd, float sign) {
   const int64_t half = f.half;
   const int64_t total = B * T * half;
   for (int64_t idx = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; idx < total;
        idx += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = idx % half;
     const int64_t bt = idx / half;  // b * T + t
-    const int64_t t = bt % T;
+    const int64_t t = positions != nullptr ? positions[bt] : bt % T;  // the position inside the document
     float c, s;
     math::rope_cos_sin(t, f.inv_freq[i], &c, &s);
     bf16* row = x + bt * nh * hd;  // (nh, hd)
@@ -166,11 +166,12 @@ RopeFreqs make_rope_freqs(const std::vector<double>& inv_freq) {
 }
 
 void rope(bf16* x, const RopeFreqs& freqs, int64_t B, int64_t T, int64_t nh, int64_t hd, bool backward,
-          cudaStream_t stream) {
+          cudaStream_t stream, const int32_t* positions) {
   SLIDEDP_CHECK(hd == 2 * freqs.half, "RoPE: head_dim differs from the frequency table");
   const int64_t total = B * T * freqs.half;
   if (total <= 0 || nh <= 0) return;
-  rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(x, freqs, B, T, nh, hd, backward ? -1.0f : 1.0f);
+  rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(x, freqs, positions, B, T, nh, hd,
+                                                                  backward ? -1.0f : 1.0f);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "rope");
 }
 

@@ -43,8 +43,9 @@ struct RopeFreqs {
 RopeFreqs make_rope_freqs(const std::vector<double>& inv_freq);
 
 // In place on x (B, T, nh, hd), rotate_half convention, angle t * inv_freq[i] computed in double
-// like the CPU's rope_tables; backward = rotation by -angle.
+// like the CPU's rope_tables; backward = rotation by -angle. positions (B, T): each token's position
+// inside its document (packed documents) instead of t; null: t.
 void rope(bf16* x, const RopeFreqs& freqs, int64_t B, int64_t T, int64_t nh, int64_t hd, bool backward,
-          cudaStream_t stream);
+          cudaStream_t stream, const int32_t* positions = nullptr);
 
 }  // namespace slidedp::kernels::cuda

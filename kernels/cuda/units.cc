@@ -101,9 +101,9 @@ void forward_impl(const UnitContext& ctx, const DecoderSpec& s, const bf16* p, c
     rmsnorm_forward(S.k, S.rstd_k, S.k_lin, p + s.k_norm, N * s.KV, s.hd, s.eps, st);
   }
   const RopeFreqs freqs = make_rope_freqs(s.inv_freq);
-  rope(S.q, freqs, B, T, s.H, s.hd, false, st);
-  rope(S.k, freqs, B, T, s.KV, s.hd, false, st);
-  attention_forward(S.att, S.lse, S.q, S.k, S.v, AttentionShape{B, T, s.H, s.KV, s.hd}, ctx.attention, st);
+  rope(S.q, freqs, B, T, s.H, s.hd, false, st, ctx.positions);
+  rope(S.k, freqs, B, T, s.KV, s.hd, false, st, ctx.positions);
+  attention_forward(S.att, S.lse, S.q, S.k, S.v, AttentionShape{B, T, s.H, s.KV, s.hd, ctx.positions}, ctx.attention, st);
   // x2 = x + att Wo^T (the residual add as the GEMM's C operand)
   linear_forward(ctx, f.gemm_ws, S.x2, S.att, p + s.o_w, N, Q, C, x);
 
@@ -222,12 +222,12 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
   linear_backward_input_bf16(ctx, w.gemm_ws, a.datt, w.dx2_bf, p + s.o_w, N, Q, C);
   linear_backward_weight(ctx, w.gemm_ws, dp + s.o_w, w.dx2_bf, S.att, N, Q, C);
   // dq, dk, dv of the rotated (and normed) q, k and of v
-  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, AttentionShape{B, T, s.H, s.KV, s.hd},
+  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, AttentionShape{B, T, s.H, s.KV, s.hd, ctx.positions},
                      ctx.attention, a.attn, st);
   // undo the rotation: gradients w.r.t. q, k before RoPE
   const RopeFreqs freqs = make_rope_freqs(s.inv_freq);
-  rope(a.dq, freqs, B, T, s.H, s.hd, true, st);
-  rope(a.dk, freqs, B, T, s.KV, s.hd, true, st);
+  rope(a.dq, freqs, B, T, s.H, s.hd, true, st, ctx.positions);
+  rope(a.dk, freqs, B, T, s.KV, s.hd, true, st, ctx.positions);
   const bf16* dq_lin = a.dq;
   const bf16* dk_lin = a.dk;
   if (s.qk_norm) {  // through q_norm / k_norm; datt is dead after attention_backward: it takes dq_lin

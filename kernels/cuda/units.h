@@ -28,6 +28,9 @@ struct UnitContext {
   GemmContext* gemm = nullptr;  // the device's cuBLASLt context
   cudaStream_t stream = nullptr;
   AttentionImpl attention = AttentionImpl::kAuto;
+  // Decoder operations of packed sequences: (B, T) int32 positions inside each token's document
+  // (RoPE's positions; attention stays inside each document). Null: one document per sequence.
+  const int32_t* positions = nullptr;
 };
 
 // A caller-provided block of device memory.

@@ -63,6 +63,24 @@ TEST(CudaTraining, TinyModelFollowsTheCpuLossCurveFor20Steps) {
   EXPECT_LT(b.steps.back().loss, b.steps.front().loss - 0.5) << "the CUDA run must learn";
 }
 
+// Packed documents (every word of the byte-level text a document: attention and RoPE restart at each
+// space): the CUDA run follows the CPU backend's curve within the same bound, and differs from the
+// run that ignores the boundaries, so the positions reached the kernels.
+TEST(CudaTraining, PackedDocumentsFollowTheCpuLossCurve) {
+  if (cuda_visible_devices() == 0)
+    GTEST_SKIP() << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
+  TrainOptions cpu = curve_options();
+  cpu.document_end = ' ';
+  TrainOptions gpu = cpu, unpacked = cpu;
+  gpu.backend = unpacked.backend = "cuda";
+  unpacked.document_end.reset();
+  const TrainResult a = train(cpu), b = train(gpu), c = train(unpacked);
+  ASSERT_EQ(b.steps.size(), a.steps.size());
+  for (size_t i = 0; i < a.steps.size(); ++i)
+    EXPECT_NEAR(b.steps[i].loss, a.steps[i].loss, kCurveRtol * a.steps[i].loss) << "step " << i + 1;
+  EXPECT_GT(std::abs(b.steps[0].loss - c.steps[0].loss), 1e-3 * c.steps[0].loss) << "the boundaries change the loss";
+}
+
 }  // namespace
 }  // namespace slidedp::exec
 

@@ -332,6 +332,63 @@ TEST(DeviceMath, SlidingWindowAttentionSkipsTilesAndFollowsTheCpuUnit) {
   EXPECT_LT(visited_tiles, causal_tiles) << "the window skips tiles";
 }
 
+// Packed documents, the tensor-core forward's tile loop: from the key tile of the query tile's first
+// row's document on, keys outside a row's document masked, weights through tile_weight_log2 and the
+// running max through the guarded tile step, so a row that meets whole tiles of an earlier
+// document first stays at -inf without a NaN; against the CPU unit with the same positions.
+// Documents of 40, 70 and 40 tokens (one crosses a 64-key tile). Tolerance of the tensor-core
+// emulation above.
+TEST(DeviceMath, PackedDocumentsTensorCoreForwardFollowsTheCpuUnit) {
+  const int64_t T = 150, H = 2, KV = 1, hd = 64;
+  std::vector<int32_t> pos;
+  for (int len : {40, 70, 40})
+    for (int p = 0; p < len; ++p) pos.push_back(p);
+  const auto q = random_floats(T * H * hd, 71, -1, 1), k = random_floats(T * KV * hd, 72, -1, 1),
+             v = random_floats(T * KV * hd, 73, -1, 1);
+  std::vector<float> out(q.size()), lse(H * T);
+  AttentionShape shape{1, T, H, KV, hd, 16, 1};
+  shape.positions = pos.data();
+  AlignedBuffer ws(attention_forward_workspace_bytes<float>(shape));
+  attention_forward<float>(out.data(), lse.data(), q.data(), k.data(), v.data(), shape, ws.workspace());
+  const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd))) * math::kLog2e;
+  double vmax = 0;
+  for (float x : v) vmax = std::max(vmax, static_cast<double>(std::abs(x)));
+  int64_t rows_meeting_masked_tiles = 0;
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      const int64_t i0 = i / kTile * kTile;
+      float m = -std::numeric_limits<float>::infinity(), l = 0;
+      std::vector<float> acc(hd, 0.0f);
+      bool met_masked_tile = false;
+      for (int64_t j0 = math::document_key_floor(i0, pos.data(), T) / kTile * kTile; j0 <= i0; j0 += kTile) {
+        float s[kTile], tile_max = -std::numeric_limits<float>::infinity();
+        for (int t = 0; t < kTile; ++t) {
+          float dot = 0;
+          if (j0 + t < T)
+            for (int64_t d = 0; d < hd; ++d) dot += q[(i * H + h) * hd + d] * k[(j0 + t) * hd + d];
+          s[t] = math::document_visible(j0 + t, i, T, pos.data()) ? dot * scale_log2 : -std::numeric_limits<float>::infinity();
+          tile_max = std::max(tile_max, s[t]);
+        }
+        if (tile_max == -std::numeric_limits<float>::infinity() && m == tile_max) met_masked_tile = true;
+        const float corr = math::online_softmax_tile_log2(tile_max, &m);
+        float sum = 0;
+        for (int64_t d = 0; d < hd; ++d) acc[d] *= corr;
+        for (int t = 0; t < kTile; ++t) {
+          const float p = math::tile_weight_log2(s[t], m);
+          sum += p;
+          const float p16 = bf16_to_float(float_to_bf16(p));
+          if (p16 != 0.0f)
+            for (int64_t d = 0; d < hd; ++d) acc[d] += p16 * v[(j0 + t) * hd + d];
+        }
+        l = l * corr + sum;
+      }
+      rows_meeting_masked_tiles += met_masked_tile ? 1 : 0;
+      ASSERT_NEAR(math::lse_from_log2(m, l), lse[h * T + i], 1e-5) << i;
+      for (int64_t d = 0; d < hd; ++d) ASSERT_NEAR(acc[d] / l, out[(i * H + h) * hd + d], 4e-3 * vmax) << i << "," << d;
+    }
+  EXPECT_GT(rows_meeting_masked_tiles, 0) << "the case has rows that start on a tile of another document";
+}
+
 TEST(DeviceMath, AttentionForwardEmulationsFollowTheCpuUnit) {
   expect_attention_emulations_match_cpu({1, 150, 4, 2, 64});  // 150: the last tile is partial
   expect_attention_emulations_match_cpu({2, 70, 2, 1, 128});
