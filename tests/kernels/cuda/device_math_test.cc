@@ -41,19 +41,27 @@ std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -3.0f, flo
   return v;
 }
 
-TEST(DeviceMath, SwiGluIsTheCpuUnitBitwise) {
+// A gated activation m = act(g) u and its gradients, element by element, against the CPU unit's
+// forward and backward over the same values: bitwise (the same float formula in the same order).
+template <class CpuForward, class CpuBackward, class Kernel, class KernelGrads>
+void expect_gated_activation_bitwise(CpuForward cpu_forward, CpuBackward cpu_backward, Kernel kernel,
+                                     KernelGrads kernel_grads, float g_range, uint64_t seed) {
   const int64_t n = 4099;
-  const auto g = random_floats(n, 1, -12, 12), u = random_floats(n, 2), dm = random_floats(n, 3);
+  const auto g = random_floats(n, seed, -g_range, g_range), u = random_floats(n, seed + 1), dm = random_floats(n, seed + 2);
   std::vector<float> m(n), dg(n), du(n);
-  swiglu_forward<float>(m.data(), g.data(), u.data(), n, 1);
-  swiglu_backward<float>(dg.data(), du.data(), dm.data(), g.data(), u.data(), n, 1);
+  cpu_forward(m.data(), g.data(), u.data(), n, int64_t{1});
+  cpu_backward(dg.data(), du.data(), dm.data(), g.data(), u.data(), n, int64_t{1});
   for (int64_t i = 0; i < n; ++i) {
-    ASSERT_EQ(math::swiglu(g[i], u[i]), m[i]) << i;
+    ASSERT_EQ(kernel(g[i], u[i]), m[i]) << i;
     float dgi, dui;
-    math::swiglu_grads(g[i], u[i], dm[i], &dgi, &dui);
+    kernel_grads(g[i], u[i], dm[i], &dgi, &dui);
     ASSERT_EQ(dgi, dg[i]) << i;
     ASSERT_EQ(dui, du[i]) << i;
   }
+}
+
+TEST(DeviceMath, SwiGluIsTheCpuUnitBitwise) {
+  expect_gated_activation_bitwise(swiglu_forward<float>, swiglu_backward<float>, math::swiglu, math::swiglu_grads, 12, 1);
 }
 
 // The kernel computes each (t, i) angle itself; the CPU reads tables. Same double angle, same rounding.
@@ -124,45 +132,17 @@ TEST(DeviceMath, RmsNormForwardAndBackwardFollowTheCpuUnit) {
 
 // The loss and dlogits of one row from cross_entropy.cu's per-element functions, with the row's max
 // and sum of exp taken in the CPU's order (the block reduces them in another: the max is exact, the
-// sum differs by rounding, which the GPU tests bound): bitwise the CPU unit.
-TEST(DeviceMath, CrossEntropyRowFollowsTheCpuUnit) {
-  const int64_t V = 1000;
-  const auto logits = random_floats(V, 8, -8, 8);
-  const int32_t target = 417;
-  const double grad_scale = 1.0 / 7;
-  float mx = -std::numeric_limits<float>::infinity();
-  for (float v : logits) mx = std::max(mx, v);
-  double sum = 0;
-  for (float v : logits) sum += static_cast<double>(expf(v - mx));
-  const float factor = static_cast<float>(grad_scale / sum);
-  std::vector<float> d(V);
-  for (int64_t c = 0; c < V; ++c)
-    d[c] = math::cross_entropy_dlogit(logits[c], mx, factor, c == target, static_cast<float>(grad_scale));
-  const double loss = math::cross_entropy_row_loss(mx, sum, logits[target]);
-  // The CPU unit on the same row: h = the logits, W = identity (V x V), so logits = h W^T and
-  // dh = dlogits W are exact copies and the unit's own row math is what is compared.
-  std::vector<float> eye(V * V, 0.0f), dh(V), dw(V * V, 0.0f);
-  for (int64_t c = 0; c < V; ++c) eye[c * V + c] = 1.0f;
-  AlignedBuffer ws(fused_cross_entropy_workspace_bytes<float>(1, V, V, 1, true));
-  const LossResult cpu = fused_linear_cross_entropy<float>(logits.data(), eye.data(), &target, 1, V, V, 1, grad_scale,
-                                                           dh.data(), dw.data(), ws.workspace());
-  EXPECT_EQ(loss, cpu.loss_sum);
-  for (int64_t c = 0; c < V; ++c) ASSERT_EQ(d[c], dh[c]) << c;
-}
-
-// Gemma 4's softcapped row: the capped logits, then dlogit = (softmax - onehot) x grad_scale x
-// (1 - (capped / cap)^2). The CPU unit recovers the capped logit as log(e) + max from its stored
-// exponentials, the kernel keeps it, so the derivative's factor differs by the rounding of that log
-// (a few ulps of a value <= 1): 1e-6 relative to the largest |dlogit|. The loss is the same row math
-// on bitwise the same capped logits.
-TEST(DeviceMath, SoftcappedCrossEntropyRowFollowsTheCpuUnit) {
-  const int64_t V = 1000;
-  const float cap = 30.0f;
-  const auto raw = random_floats(V, 9, -80, 80);  // far enough out for the cap to bend them
-  const int32_t target = 123;
-  const double grad_scale = 1.0 / 5;
-  std::vector<float> logits(V);
-  for (int64_t c = 0; c < V; ++c) logits[c] = math::softcap(raw[c], cap);
+// sum differs by rounding, which the GPU tests bound), against the CPU unit on the same row: h = the
+// raw logits, W = identity (V x V), so logits = h W^T and dh = dlogits W are exact copies and the
+// unit's own row math is what is compared. cap > 0: Gemma 4's softcap first, and each dlogit times
+// its derivative 1 - (capped / cap)^2. dlogits within rel_tol of the largest one (0: bitwise); the
+// loss, the same row math on bitwise the same (capped) logits, bitwise.
+void expect_cross_entropy_row_follows_cpu(const std::vector<float>& raw, int32_t target, double grad_scale, float cap,
+                                          float rel_tol) {
+  const int64_t V = static_cast<int64_t>(raw.size());
+  std::vector<float> logits(raw);
+  if (cap > 0)
+    for (float& z : logits) z = math::softcap(z, cap);
   float mx = -std::numeric_limits<float>::infinity();
   for (float v : logits) mx = std::max(mx, v);
   double sum = 0;
@@ -171,8 +151,8 @@ TEST(DeviceMath, SoftcappedCrossEntropyRowFollowsTheCpuUnit) {
   std::vector<float> d(V);
   float dmax = 0;
   for (int64_t c = 0; c < V; ++c) {
-    d[c] = math::cross_entropy_dlogit(logits[c], mx, factor, c == target, static_cast<float>(grad_scale)) *
-           math::softcap_derivative(logits[c], cap);
+    d[c] = math::cross_entropy_dlogit(logits[c], mx, factor, c == target, static_cast<float>(grad_scale));
+    if (cap > 0) d[c] *= math::softcap_derivative(logits[c], cap);
     dmax = std::max(dmax, std::abs(d[c]));
   }
   const double loss = math::cross_entropy_row_loss(mx, sum, logits[target]);
@@ -182,22 +162,29 @@ TEST(DeviceMath, SoftcappedCrossEntropyRowFollowsTheCpuUnit) {
   const LossResult cpu = fused_linear_cross_entropy<float>(raw.data(), eye.data(), &target, 1, V, V, 1, grad_scale,
                                                            dh.data(), dw.data(), ws.workspace(), cap);
   EXPECT_EQ(loss, cpu.loss_sum);
-  for (int64_t c = 0; c < V; ++c) ASSERT_NEAR(d[c], dh[c], 1e-6f * dmax) << c;
+  for (int64_t c = 0; c < V; ++c) {
+    if (rel_tol == 0) {
+      ASSERT_EQ(d[c], dh[c]) << c;
+    } else {
+      ASSERT_NEAR(d[c], dh[c], rel_tol * dmax) << c;
+    }
+  }
+}
+
+TEST(DeviceMath, CrossEntropyRowFollowsTheCpuUnit) {
+  expect_cross_entropy_row_follows_cpu(random_floats(1000, 8, -8, 8), 417, 1.0 / 7, 0.0f, 0.0f);
+}
+
+// Gemma 4's softcapped row. The CPU unit recovers the capped logit as log(e) + max from its stored
+// exponentials, the kernel keeps it, so the derivative's factor differs by the rounding of that log
+// (a few ulps of a value <= 1): 1e-6 relative to the largest |dlogit|. Raw logits far enough out for
+// the cap to bend them.
+TEST(DeviceMath, SoftcappedCrossEntropyRowFollowsTheCpuUnit) {
+  expect_cross_entropy_row_follows_cpu(random_floats(1000, 9, -80, 80), 123, 1.0 / 5, 30.0f, 1e-6f);
 }
 
 TEST(DeviceMath, GegluIsTheCpuUnitBitwise) {
-  const int64_t n = 4099;
-  const auto g = random_floats(n, 11, -6, 6), u = random_floats(n, 12), dm = random_floats(n, 13);
-  std::vector<float> m(n), dg(n), du(n);
-  geglu_forward<float>(m.data(), g.data(), u.data(), n, 1);
-  geglu_backward<float>(dg.data(), du.data(), dm.data(), g.data(), u.data(), n, 1);
-  for (int64_t i = 0; i < n; ++i) {
-    float kdg, kdu;
-    math::geglu_grads(g[i], u[i], dm[i], &kdg, &kdu);
-    ASSERT_EQ(math::geglu(g[i], u[i]), m[i]) << i;
-    ASSERT_EQ(kdg, dg[i]) << i;
-    ASSERT_EQ(kdu, du[i]) << i;
-  }
+  expect_gated_activation_bitwise(geglu_forward<float>, geglu_backward<float>, math::geglu, math::geglu_grads, 6, 11);
 }
 
 // Column sums in row segments: every segment is visited exactly once for segment counts on both
