@@ -33,20 +33,21 @@ void TransferCount::wait(const NodeLink& link, int count, const RunControl* cont
   }
 }
 
-std::vector<std::byte> NodeLink::all_gather(const std::byte* mine, int64_t bytes, const std::string& what) {
+std::vector<std::byte> NodeLink::all_gather(const std::byte* mine, int64_t bytes, const std::string& what, int64_t tag,
+                                            const RunControl* control) {
   const int M = nodes(), me = node();
   // Owned by the transfers too (see TransferCount).
   auto out = std::make_shared<std::vector<std::byte>>(static_cast<size_t>(bytes * M));
   std::copy(mine, mine + bytes, out->begin() + bytes * me);
   TransferCount done;
-  const int64_t tag = reserved_tag(0);
+  if (tag < 0) tag = reserved_tag(0);
   for (int p = 0; p < M; ++p) {
     if (p == me) continue;
     auto keep = [out, one = done.one()] { one(); };
     send(p, tag, out->data() + bytes * me, bytes, what, keep);
     recv(p, tag, out->data() + bytes * p, bytes, what, keep);
   }
-  done.wait(*this, 2 * (M - 1));
+  done.wait(*this, 2 * (M - 1), control);
   return *out;
 }
 

@@ -46,8 +46,11 @@ class NodeLink {
 
   // Blocking helpers for start-up and checkpoints, over the same transfers (bounded by the timeout;
   // they throw the error instead of calling the failure handler). Every node calls them in the same
-  // order. all_gather: `mine` is this node's `bytes`; returns every node's, in node order.
-  std::vector<std::byte> all_gather(const std::byte* mine, int64_t bytes, const std::string& what);
+  // order. all_gather: `mine` is this node's `bytes`; returns every node's, in node order. `tag`
+  // (default reserved_tag(0)) lets a thread other than start-up's exchange alongside; `control`
+  // makes the wait give up when the run aborts.
+  std::vector<std::byte> all_gather(const std::byte* mine, int64_t bytes, const std::string& what, int64_t tag = -1,
+                                    const RunControl* control = nullptr);
   void barrier(const std::string& what);
 
   // Ends every node's process now (MPI_Abort): for an error on one node, so no other waits for it.

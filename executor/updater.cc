@@ -447,14 +447,7 @@ void Updater::update(Job& job) {
   if (nodes_ > 1) {
     // gpu route across nodes: every shard of this node's part is updated; the chunk is released once
     // the other nodes' parts have landed too.
-    Job await;
-    await.step = job.step, await.micro = job.micro, await.part = job.part, await.unit = job.unit, await.chunk = job.chunk;
-    await.kind = Job::kUpdate;
-    await.stage = Job::kAwaitMirror;
-    await.cross = info.mirror_in.at({job.unit, job.chunk});
-    send_mirror(await);
-    jobs_.push_back(std::move(await));
-    cv_.notify_all();
+    send_mirror_and_await(job.step, job.micro, job.part, job.unit, job.chunk, info.mirror_in.at({job.unit, job.chunk}));
     return;
   }
   finish_chunk(info, job.unit, job.chunk, job.step);
@@ -555,6 +548,20 @@ void Updater::expect_mirror(const Job& job, const std::shared_ptr<CrossNodeSum>&
     config_.link->recv(p, tag, u.mirror.ptr + (b + s.begin) * eb, s.size() * eb, what,
                        [x, w = waker_] { w->call([&] { x->mirror_shards_in.fetch_add(1); }); });
   }
+}
+
+// Sends this node's updated part of a chunk and queues the job that releases the chunk once the
+// other nodes' parts (counted in x) have landed. Under mutex_.
+void Updater::send_mirror_and_await(int64_t step, int micro, GradPart part, int unit, int64_t chunk,
+                                    std::shared_ptr<CrossNodeSum> x) {
+  Job await;
+  await.step = step, await.micro = micro, await.part = part, await.unit = unit, await.chunk = chunk;
+  await.kind = Job::kUpdate;
+  await.stage = Job::kAwaitMirror;
+  await.cross = std::move(x);
+  send_mirror(await);
+  jobs_.push_back(std::move(await));
+  cv_.notify_all();
 }
 
 // This node's updated part of the job's chunk to every other node.
@@ -736,34 +743,26 @@ void Updater::verify_pass(int64_t step) {
         continue;
       }
       // Sharded: the updated part to every other node; the chunk is released once theirs are here.
-      Job await;
-      await.step = step, await.micro = config_.accum_steps - 1, await.unit = u, await.chunk = k;
-      await.kind = Job::kUpdate;
-      await.stage = Job::kAwaitMirror;
-      await.cross = std::make_shared<CrossNodeSum>();
-      expect_mirror(await, await.cross);
-      send_mirror(await);
-      jobs_.push_back(std::move(await));
-      cv_.notify_all();
+      auto x = std::make_shared<CrossNodeSum>();
+      Job key;
+      key.step = step, key.micro = config_.accum_steps - 1, key.unit = u, key.chunk = k;
+      expect_mirror(key, x);
+      send_mirror_and_await(step, config_.accum_steps - 1, GradPart::kOwn, u, k, x);
     }
   }
 }
 
 double Updater::sum_over_nodes(int64_t step, double mine) {
-  // Owned by the transfers too (a wait that gives up leaves them pending).
-  auto sums = std::make_shared<std::vector<double>>(static_cast<size_t>(nodes_), 0.0);
-  (*sums)[static_cast<size_t>(node_)] = mine;
-  TransferCount done;
-  const int64_t tag = tags_->tag(CrossNodeKind::kNorm, step, 0, 0, 0, 0);
-  const std::string what = fmt::format("the gradient's sum of squares of step {}", step + 1);
-  for (int p = 0; p < nodes_; ++p) {
-    if (p == node_) continue;
-    config_.link->send(p, tag, reinterpret_cast<const std::byte*>(sums->data() + node_), 8, what, [sums] {});
-    config_.link->recv(p, tag, reinterpret_cast<std::byte*>(sums->data() + p), 8, what, [sums, one = done.one()] { one(); });
-  }
-  done.wait(*config_.link, nodes_ - 1, &control_);
+  const std::vector<std::byte> all = config_.link->all_gather(
+      reinterpret_cast<const std::byte*>(&mine), sizeof(double),
+      fmt::format("the gradient's sum of squares of step {}", step + 1),
+      tags_->tag(CrossNodeKind::kNorm, step, 0, 0, 0, 0), &control_);
   double total = 0;
-  for (double v : *sums) total += v;
+  for (int p = 0; p < nodes_; ++p) {
+    double v;
+    std::memcpy(&v, all.data() + p * sizeof(double), sizeof(double));
+    total += v;
+  }
   return total;
 }
 

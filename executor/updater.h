@@ -202,6 +202,8 @@ class Updater {
   void expect_cross(Job& job);  // posts the job's receives; under mutex_
   void expect_mirror(const Job& job, const std::shared_ptr<CrossNodeSum>& x);  // the other nodes' parts of its chunk's mirror
   void send_mirror(const Job& job);  // this node's part of its chunk's mirror, to every other node
+  void send_mirror_and_await(int64_t step, int micro, GradPart part, int unit, int64_t chunk,
+                             std::shared_ptr<CrossNodeSum> x);
   void chain(Job& job);
   bool apply_cross(Job& job);  // true: the job goes on to wait for the mirror shards
   void post_losses(int64_t step);  // this node's losses of `step` to every other node; under mutex_

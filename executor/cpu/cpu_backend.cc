@@ -754,7 +754,6 @@ class CpuBackend final : public Backend {
         link.recv(me - 1, tag_of(o, 0), bytes_of(o), size_of(o), "the partial sum of " + what,
                   [sums, one = partials.one()] { one(); });
     TransferCount result;
-    std::vector<float> mine_sum;
     if (me < M - 1) {
       auto r = std::make_shared<std::vector<float>>(static_cast<size_t>(shard(me).size()));
       link.recv(M - 1, tag_of(me, 1), reinterpret_cast<std::byte*>(r->data()), size_of(me), "the sum of " + what,
