@@ -355,10 +355,14 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
     items.push_back({"checkpoint part while saving (m and v of whole tensors)", (std::ceil(P / M) + largest) * 8});
   }
   items.push_back({fmt::format("delivery mirror ({}) (pinned)", wire_bytes == 2 ? "bf16" : "fp32"), P * static_cast<double>(wire_bytes)});
+  // The accumulator holds what the node updates: its part with a sharded state (the node reduces its
+  // ranks' gradients and exchanges them before accumulating), the whole model otherwise.
+  const auto part = [&](double numel) { return sharded ? std::ceil(numel / M) : numel; };
+  const std::string of_part = sharded ? fmt::format(" (1/{} shard)", plan.nodes) : "";
   if (plan.accum_steps > 1 || verify)
-    items.push_back({"fp32 gradient accumulator", P * 4});
+    items.push_back({"fp32 gradient accumulator" + of_part, part(P) * 4});
   else if (tied)
-    items.push_back({"fp32 tied-embedding gradient accumulator", emb * 4});
+    items.push_back({"fp32 tied-embedding gradient accumulator" + of_part, part(emb) * 4});
   const int W = plan.grad_shards();
   const double slot = W > 1 ? std::ceil(chunk / W) * 4 : chunk * static_cast<double>(wire_bytes);
   items.push_back({"gradient staging rings (pinned)", N * kGradStagingChunksPerRank * slot});

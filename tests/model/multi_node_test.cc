@@ -110,7 +110,7 @@ TEST(MultiNode, ASharedHostStateDividesTheMasterAndMomentsByTheNodes) {
     return -1.0;
   };
   Plan rep_plan = plan_8(8, HostState::kReplicated), sh_plan = plan_8(8, HostState::kSharded);
-  rep_plan.accum_steps = sh_plan.accum_steps = 1;  // no fp32 accumulator (it stays whole on every node)
+  rep_plan.accum_steps = sh_plan.accum_steps = 1;  // no fp32 accumulator (the next test has one)
   const MemoryEstimate rep = estimate_memory(w, hw, rep_plan, System::kSlideDP);
   const MemoryEstimate sh = estimate_memory(w, hw, sh_plan, System::kSlideDP);
   EXPECT_EQ(item(rep, "fp32 master weights"), P * 4);
@@ -121,6 +121,24 @@ TEST(MultiNode, ASharedHostStateDividesTheMasterAndMomentsByTheNodes) {
   EXPECT_GT(rep.host_bytes, static_cast<double>(hw.host.ram_bytes));
   EXPECT_LT(sh.host_bytes, static_cast<double>(hw.host.ram_bytes));
   EXPECT_FALSE(rep.violations().empty());
+}
+
+TEST(MultiNode, ASharedHostStateAccumulatesOnlyTheNodesPart) {
+  // executor/host_state.cc allocates the accumulator of the node's part beside its master; the
+  // account must say the same (replicated: the whole model on every node)
+  const Workload w = make_workload(model_preset("llama-3.1-405b"), 4096);
+  const Hardware hw = hardware_preset("h100-sxm-x8");
+  const double P = static_cast<double>(w.layout.total_flat_numel);
+  auto item = [&](const MemoryEstimate& m, const std::string& prefix) {
+    for (const MemoryItem& i : m.host_items)
+      if (i.name.rfind(prefix, 0) == 0) return i.bytes;
+    return -1.0;
+  };
+  const Plan rep_plan = plan_8(8, HostState::kReplicated), sh_plan = plan_8(8, HostState::kSharded);
+  ASSERT_EQ(sh_plan.accum_steps, 2);
+  EXPECT_EQ(item(estimate_memory(w, hw, rep_plan, System::kSlideDP), "fp32 gradient accumulator"), P * 4);
+  EXPECT_EQ(item(estimate_memory(w, hw, sh_plan, System::kSlideDP), "fp32 gradient accumulator"),
+            std::ceil(P / 8) * 4);
 }
 
 TEST(MultiNode, PlansAcrossNodesNeedANetworkAndSlideDP) {
