@@ -9,6 +9,7 @@
 #include "kernels/cpu/transformer/layer_dispatch.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/router_aux_loss.h"
+#include "kernels/cuda/gemma4_scratch.h"
 #include "kernels/cuda/unit_scratch.h"
 #include "model/model_costs.h"
 
@@ -93,6 +94,18 @@ UnitMemory cuda_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int64_t
   return m;
 }
 
+// A dense Gemma 4 layer on the GPU (kernels/cuda/gemma4_unit.h).
+UnitMemory cuda_gemma4_memory(const kernels::ModelSpecs& s, int layer, int64_t B, int64_t T) {
+  namespace kc = kernels::cuda;
+  const kernels::Gemma4LayerSpec& g = s.gemma4_layers.at(static_cast<size_t>(layer));
+  UnitMemory m;
+  m.hidden_bytes = B * T * s.embedding.C * 2;  // bf16
+  m.saved_bytes = kc::gemma4_saved_bytes(g, B, T);
+  m.forward_workspace_bytes = kc::gemma4_forward_workspace_bytes(g, B, T);
+  m.backward_workspace_bytes = kc::gemma4_backward_workspace_bytes(g, B, T);
+  return m;
+}
+
 }  // namespace
 
 const char* unit_code_name(UnitCode code) { return code == UnitCode::kCpu ? "cpu" : "cuda"; }
@@ -109,7 +122,11 @@ std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const Model
                                                    : cuda_unit_memory(s, UnitKind::kDecoder, B, T));
     return out;
   }
-  for (int l = 0; l < card.num_layers; ++l) out.push_back(estimated_decoder_memory(card, layout, l, B, T, options));
+  // CUDA: Gemma 4's dense layers have units; its MoE layers and Qwen3.6 are estimated
+  const kernels::ModelSpecs s = card.gemma4() ? specs_for(card, layout, options) : kernels::ModelSpecs{};
+  for (int l = 0; l < card.num_layers; ++l)
+    out.push_back(card.gemma4() && !card.layer(l).moe() ? cuda_gemma4_memory(s, l, B, T)
+                                                        : estimated_decoder_memory(card, layout, l, B, T, options));
   return out;
 }
 

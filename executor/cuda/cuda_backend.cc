@@ -40,6 +40,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/gemma4_unit.h"
 #include "kernels/cuda/units.h"
 
 namespace slidedp::exec {
@@ -609,6 +610,8 @@ class CudaDevice final : public Device {
     RankMemorySpec m;
     m.decoder = unit_memory(UnitKind::kDecoder, B, T);
     m.head = unit_memory(UnitKind::kHead, B, T);
+    if (!math_.card.uniform_layers())
+      m.decoder_by_layer = decoder_unit_memories(math_.card, math_.layout, B, T, memory_options());
     m.param_bytes = m.wire_bytes = 2;
     m.align_bytes = 256;  // alloc() rounds to 256 bytes and an empty request to one block
     m.zero_bytes_take_one = true;
@@ -623,11 +626,7 @@ class CudaDevice final : public Device {
 
   // ---- unit operations ----
   UnitMemory unit_memory(UnitKind kind, int64_t B, int64_t T) const override {
-    UnitMemoryOptions o;
-    o.code = UnitCode::kCuda;
-    o.loss_chunk_tokens = math_.specs.head.loss_chunk_tokens;
-    o.mlp_token_tile = math_.specs.decoder.mlp_token_tile;
-    return slidedp::unit_memory(math_.card, math_.layout, kind, B, T, o);
+    return slidedp::unit_memory(math_.card, math_.layout, kind, B, T, memory_options());
   }
 
   void forward(const UnitOpArgs& a) override {
@@ -640,7 +639,12 @@ class CudaDevice final : public Device {
           kc::embedding_forward(ctx, s.embedding, bf(a.params), i32(a.tokens), a.B, a.T, bf(a.y));
           break;
         case UnitKind::kDecoder:
-          kc::decoder_forward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B, a.T, ws(a.workspace));
+          if (s.gemma4())
+            kc::gemma4_forward(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B,
+                               a.T, ws(a.workspace));
+          else
+            kc::decoder_forward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B,
+                                a.T, ws(a.workspace));
           break;
         case UnitKind::kHead: {
           const kc::bf16* lm = s.head.tied ? bf(a.lm_head_params) + a.lm_head_offset : bf(a.params) + s.head.lm_head_w;
@@ -656,7 +660,12 @@ class CudaDevice final : public Device {
   void recompute(const UnitOpArgs& a) override {
     const kc::UnitContext ctx = context();
     compute_.traced(tag(a, "recompute"), [&] {
-      kc::decoder_recompute(with_positions(ctx, a), math_.specs.decoder, bf(a.params), bf(a.x), ws(a.saved), a.B, a.T, ws(a.workspace));
+      if (math_.specs.gemma4())
+        kc::gemma4_recompute(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), ws(a.saved), a.B, a.T,
+                             ws(a.workspace));
+      else
+        kc::decoder_recompute(with_positions(ctx, a), math_.specs.decoder, bf(a.params), bf(a.x), ws(a.saved), a.B,
+                              a.T, ws(a.workspace));
     });
   }
 
@@ -677,8 +686,12 @@ class CudaDevice final : public Device {
     }
     SLIDEDP_CHECK(kind == UnitKind::kDecoder, "backward of the head is fused into its forward");
     compute_.traced(tag(a, "bwd"), [&] {
-      kc::decoder_backward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy), bf(a.dx), f32(a.grads), a.B,
-                           a.T, ws(a.workspace));
+      if (s.gemma4())
+        kc::gemma4_backward(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
+                            bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace));
+      else
+        kc::decoder_backward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
+                             bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace));
     });
   }
 
@@ -765,6 +778,17 @@ class CudaDevice final : public Device {
     return c;
   }
   SpanTag tag(const UnitOpArgs& a, const char* what) const { return compute_span_tag(a, what); }
+  UnitMemoryOptions memory_options() const {
+    UnitMemoryOptions o;
+    o.code = UnitCode::kCuda;
+    o.loss_chunk_tokens = math_.specs.head.loss_chunk_tokens;
+    o.mlp_token_tile = math_.specs.decoder.mlp_token_tile;
+    return o;
+  }
+  // The Gemma 4 layer of a decoder unit (unit u holds layer u - 1).
+  const kernels::Gemma4LayerSpec& gemma4_spec(const UnitOpArgs& a) const {
+    return math_.specs.gemma4_layers.at(static_cast<size_t>(a.unit - 1));
+  }
   static kc::bf16* bf(const DeviceBuffer& b) { return reinterpret_cast<kc::bf16*>(b.ptr); }
   static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
   static const int32_t* i32(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.ptr); }
@@ -790,6 +814,14 @@ class CudaBackend final : public Backend {
     SLIDEDP_CHECK(opt.devices >= 1);
     if (opt.exact_fp32)
       throw InputError("--exact", "the CUDA backend delivers and computes in bf16; the exact fp32 mode is CPU-only");
+    // before the GPUs: what this build cannot run is said on any machine
+    if (card.qwen3_5())
+      throw InputError(card.name + ": model_type",
+                       fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));
+    if (card.gemma4() && card.moe())
+      throw InputError(card.name + ": num_experts",
+                       "the CUDA units of Gemma 4's mixture-of-experts block (router, grouped expert GEMMs) are not "
+                       "built yet; the dense Gemma 4 runs on CUDA, the MoE one on the CPU backend");
     gpus_ = cuda_visible_devices();
     if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
     const int per_gpu = (opt.devices + gpus_ - 1) / gpus_;
@@ -798,9 +830,6 @@ class CudaBackend final : public Backend {
                                             "than CUDA gives a process ({}); at most {} ranks per GPU",
                                             opt.devices, gpus_, per_gpu, kernels::cuda::kStreamsPerRank * per_gpu,
                                             kernels::cuda::kMaxConnections, kernels::cuda::kMaxRanksPerGpu));
-    if (card.gemma4() || card.qwen3_5())
-      throw InputError(card.name + ": model_type",
-                       fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));
     math_.card = card;
     math_.layout = layout;
     math_.specs = kernels::make_model_specs(card, layout);

@@ -32,7 +32,7 @@ using math::kLog2e;
 
 // ---- reference kernels ----------------------------------------------------------------------------
 
-constexpr int kRefMaxPerLane = 8;  // head_dim <= 32 * 8 = 256
+constexpr int kRefMaxPerLane = 16;  // head_dim <= 32 * 16 = 512
 constexpr int kRefWarps = 8;       // rows per block
 
 // One warp per (b, h, query row i): lanes own dims lane, lane + 32, ...; for each visible key a
@@ -41,7 +41,7 @@ __global__ void attention_forward_reference_kernel(bf16* __restrict__ out, float
                                                    const bf16* __restrict__ q, const bf16* __restrict__ k,
                                                    const bf16* __restrict__ v, const int32_t* __restrict__ pos,
                                                    int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd,
-                                                   float scale) {
+                                                   float scale, int64_t window) {
   const int64_t row_id = blockIdx.x * int64_t{kRefWarps} + threadIdx.x / 32;  // (b * H + h) * T + i
   const int lane = threadIdx.x % 32;
   if (row_id >= B * H * T) return;
@@ -56,7 +56,7 @@ __global__ void attention_forward_reference_kernel(bf16* __restrict__ out, float
     acc[j] = 0.0f;
   }
   float m = -INFINITY, l = 0.0f;
-  for (int64_t t = math::document_key_floor(i, ps, T); t <= i; ++t) {
+  for (int64_t t = math::key_floor(i, ps, T, window); t <= i; ++t) {
     const bf16* kr = k + ((b * T + t) * KV + g) * hd;  // (hd)
     const bf16* vr = v + ((b * T + t) * KV + g) * hd;  // (hd)
     float dot = 0.0f;
@@ -103,7 +103,8 @@ __global__ void attention_dq_reference_kernel(bf16* __restrict__ dq, const bf16*
                                               const bf16* __restrict__ q, const bf16* __restrict__ k,
                                               const bf16* __restrict__ v, const float* __restrict__ lse,
                                               const float* __restrict__ D, const int32_t* __restrict__ pos,
-                                              int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, float scale) {
+                                              int64_t B, int64_t T, int64_t H, int64_t KV, int64_t hd, float scale,
+                                              int64_t window) {
   const int64_t row_id = blockIdx.x * int64_t{kRefWarps} + threadIdx.x / 32;  // (b * H + h) * T + i
   const int lane = threadIdx.x % 32;
   if (row_id >= B * H * T) return;
@@ -120,7 +121,7 @@ __global__ void attention_dq_reference_kernel(bf16* __restrict__ dq, const bf16*
     acc[j] = 0.0f;
   }
   const float l = lse[row_id], Di = D[row_id];
-  for (int64_t t = math::document_key_floor(i, ps, T); t <= i; ++t) {
+  for (int64_t t = math::key_floor(i, ps, T, window); t <= i; ++t) {
     const bf16* kr = k + ((b * T + t) * KV + g) * hd;
     const bf16* vr = v + ((b * T + t) * KV + g) * hd;
     float s = 0.0f, dp = 0.0f;
@@ -156,7 +157,7 @@ __global__ void attention_dkv_reference_kernel(bf16* __restrict__ dk, bf16* __re
                                                const bf16* __restrict__ k, const bf16* __restrict__ v,
                                                const float* __restrict__ lse, const float* __restrict__ D,
                                                const int32_t* __restrict__ pos, int64_t B, int64_t T, int64_t H,
-                                               int64_t KV, int64_t hd, float scale) {
+                                               int64_t KV, int64_t hd, float scale, int64_t window) {
   const int64_t row_id = blockIdx.x * int64_t{kRefWarps} + threadIdx.x / 32;  // (b * KV + g) * T + t
   const int lane = threadIdx.x % 32;
   if (row_id >= B * KV * T) return;
@@ -173,8 +174,8 @@ __global__ void attention_dkv_reference_kernel(bf16* __restrict__ dk, bf16* __re
     dk_acc[j] = dv_acc[j] = 0.0f;
   }
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-    for (int64_t i = t; i < T; ++i) {
-      if (!math::document_visible(t, i, T, ps)) continue;  // a later document's query (the whole warp)
+    for (int64_t i = t, end = math::window_rows_end(t, T, window); i < end; ++i) {
+      if (!math::key_visible(t, i, T, ps, window)) continue;  // a later document's query (the whole warp)
       const bf16* qr = q + ((b * T + i) * H + h) * hd;
       const bf16* dOr = dout + ((b * T + i) * H + h) * hd;
       float s = 0.0f, dp = 0.0f;
@@ -286,7 +287,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
                                                                            const bf16* __restrict__ k,
                                                                            const bf16* __restrict__ v,
                                                                            const int32_t* __restrict__ pos, int64_t T,
-                                                                           int64_t H, int64_t KV, float scale_log2) {
+                                                                           int64_t H, int64_t KV, float scale_log2,
+                                                                           int64_t window) {
 #if __CUDA_ARCH__ >= 800
   using Dm = TcDims<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -315,8 +317,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
   for (int idx = lane; idx < 16 * HD; idx += 32) sOw[(idx / HD) * Dm::LDO + idx % HD] = 0.0f;
   float m = -INFINITY, l = 0.0f;  // running max (log2 domain) and sum of this row
 
-  // Key tiles before the first row's document hold no key any row of this tile sees.
-  for (int64_t j0 = math::document_key_floor(i0, ps, T) / kTile * kTile; j0 <= i0; j0 += kTile) {
+  // Key tiles before the first row's document or window hold no key any row of this tile sees.
+  for (int64_t j0 = math::key_floor(i0, ps, T, window) / kTile * kTile; j0 <= i0; j0 += kTile) {
     __syncthreads();  // every warp is done with the previous k, v tiles
     load_tile<HD>(sK, kb, kstride, j0, T);
     load_tile<HD>(sV, vb, kstride, j0, T);
@@ -330,7 +332,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_forward_tc_kernel(bf16* 
 #pragma unroll
     for (int t = 0; t < 32; ++t) {
       const int64_t key = j0 + half * 32 + t;
-      s[t] = math::document_visible(key, row, T, ps) ? sSw[r * Dm::LDS + half * 32 + t] * scale_log2 : -INFINITY;
+      s[t] = math::key_visible(key, row, T, ps, window) ? sSw[r * Dm::LDS + half * 32 + t] * scale_log2 : -INFINITY;
       tile_max = fmaxf(tile_max, s[t]);
     }
     tile_max = fmaxf(tile_max, __shfl_xor_sync(0xffffffffu, tile_max, 1));
@@ -393,7 +395,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
                                                                       const float* __restrict__ lse,
                                                                       const float* __restrict__ D,
                                                                       const int32_t* __restrict__ pos, int64_t T, int64_t H,
-                                                                      int64_t KV, float scale) {
+                                                                      int64_t KV, float scale, int64_t window) {
 #if __CUDA_ARCH__ >= 800
   using Dm = TcDims<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -424,7 +426,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
   FragAcc acc[HD / 16];
 #pragma unroll
   for (int n = 0; n < HD / 16; ++n) wmma::fill_fragment(acc[n], 0.0f);
-  for (int64_t j0 = 0; j0 <= i0; j0 += kTile) {
+  for (int64_t j0 = math::key_floor(i0, ps, T, window) / kTile * kTile; j0 <= i0; j0 += kTile) {
     __syncthreads();
     load_tile<HD>(sK, k + (b * T * KV + g) * HD, kstride, j0, T);
     load_tile<HD>(sV, v + (b * T * KV + g) * HD, kstride, j0, T);
@@ -436,7 +438,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dq_tc_kernel(bf16* __res
     for (int t = 0; t < 32; ++t) {
       const int c = half * 32 + t;
       const int64_t key = j0 + c;
-      const bool visible = math::document_visible(key, row, T, ps) && row < T;
+      const bool visible = math::key_visible(key, row, T, ps, window) && row < T;
       const float p = visible ? math::attention_prob_log2(sSw[r * Dm::LDS + c], scale_log2, lse_r) : 0.0f;
       sdSw[r * Dm::LDP + c] = to_bf16(math::attention_ds(p, sdPw[r * Dm::LDS + c], D_r));
     }
@@ -470,7 +472,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
                                                                        const float* __restrict__ lse,
                                                                        const float* __restrict__ D,
                                                                        const int32_t* __restrict__ pos, int64_t T,
-                                                                       int64_t H, int64_t KV, float scale) {
+                                                                       int64_t H, int64_t KV, float scale, int64_t window) {
 #if __CUDA_ARCH__ >= 800
   using Dm = TcDims<HD>;
   extern __shared__ __align__(128) unsigned char smem[];
@@ -507,7 +509,9 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
     wmma::fill_fragment(dv_acc[n], 0.0f);
   }
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-    for (int64_t i0 = j0; i0 < T; i0 += kTile) {  // query tiles below j0 see none of these keys
+    // query tiles below j0 see none of these keys, nor those past the tile's last key's window
+    const int64_t rows_end = math::window_rows_end(j0 + kTile - 1, T, window);
+    for (int64_t i0 = j0; i0 < rows_end; i0 += kTile) {
       __syncthreads();
       load_tile<HD>(sQ, q + (b * T * H + h) * HD, qstride, i0, T);
       load_tile<HD>(sdO, dout + (b * T * H + h) * HD, qstride, i0, T);
@@ -524,7 +528,7 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
       for (int t = 0; t < 32; ++t) {
         const int c = half * 32 + t;
         const int64_t qi = i0 + c;
-        const bool visible = math::document_visible(key, qi, T, ps) && qi < T;
+        const bool visible = math::key_visible(key, qi, T, ps, window) && qi < T;
         const float p = visible ? math::attention_prob_log2(sStw[r * Dm::LDS + c], scale_log2, sLse[c]) : 0.0f;
         sPtw[r * Dm::LDP + c] = to_bf16(p);
         sdStw[r * Dm::LDP + c] = to_bf16(math::attention_ds(p, sdPtw[r * Dm::LDS + c], sD[c]));
@@ -559,7 +563,8 @@ __global__ void __launch_bounds__(kTcThreads) attention_dkv_tc_kernel(bf16* __re
 void check_shape(const AttentionShape& s) {
   SLIDEDP_CHECK(s.B >= 0 && s.T >= 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.H % s.KV == 0,
                 "bad attention shape");
-  SLIDEDP_CHECK(s.hd <= 32 * kRefMaxPerLane, "attention: head_dim above 256 is not supported on CUDA");
+  SLIDEDP_CHECK(s.hd <= 32 * kRefMaxPerLane, "attention: head_dim above 512 is not supported on CUDA");
+  SLIDEDP_CHECK(s.window >= 0 && s.scale >= 0 && std::isfinite(s.scale), "attention: bad window or scale");
 }
 
 unsigned ref_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRefWarps - 1) / kRefWarps); }
@@ -575,9 +580,9 @@ void forward_tc(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16*
   const int bytes = TcDims<HD>::kFwdBytes;
   set_smem(attention_forward_tc_kernel<HD>, bytes);
   const dim3 grid(static_cast<unsigned>((s.T + kTile - 1) / kTile), static_cast<unsigned>(s.B * s.H));
-  const float scale_log2 = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd))) * kLog2e;
+  const float scale_log2 = attention_scale(s) * kLog2e;
   attention_forward_tc_kernel<HD><<<grid, kTcThreads, bytes, stream>>>(out, lse, q, k, v, s.positions, s.T, s.H, s.KV,
-                                                                        scale_log2);
+                                                                        scale_log2, s.window);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_forward (tensor cores)");
 }
 
@@ -587,11 +592,11 @@ void backward_tc(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, 
   const unsigned tiles = static_cast<unsigned>((s.T + kTile - 1) / kTile);
   set_smem(attention_dq_tc_kernel<HD>, TcDims<HD>::kDqBytes);
   attention_dq_tc_kernel<HD><<<dim3(tiles, static_cast<unsigned>(s.B * s.H)), kTcThreads, TcDims<HD>::kDqBytes, stream>>>(
-      dq, dout, q, k, v, lse, D, s.positions, s.T, s.H, s.KV, scale);
+      dq, dout, q, k, v, lse, D, s.positions, s.T, s.H, s.KV, scale, s.window);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dq (tensor cores)");
   set_smem(attention_dkv_tc_kernel<HD>, TcDims<HD>::kDkvBytes);
   attention_dkv_tc_kernel<HD><<<dim3(tiles, static_cast<unsigned>(s.B * s.KV)), kTcThreads, TcDims<HD>::kDkvBytes,
-                                stream>>>(dk, dv, dout, q, k, v, lse, D, s.positions, s.T, s.H, s.KV, scale);
+                                stream>>>(dk, dv, dout, q, k, v, lse, D, s.positions, s.T, s.H, s.KV, scale, s.window);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dk/dv (tensor cores)");
 }
 
@@ -616,6 +621,10 @@ bool tc_backward_fits(int64_t hd) {
 }  // namespace
 
 bool attention_tensor_core_supports(int64_t hd) { return hd == 64 || hd == 128; }
+
+float attention_scale(const AttentionShape& s) {
+  return static_cast<float>(s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.hd)));
+}
 
 AttentionImpl resolve_attention_impl(AttentionImpl requested, int64_t hd) {
   if (requested == AttentionImpl::kAuto) {
@@ -642,9 +651,8 @@ void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, cons
       if (s.hd == 64) return forward_tc<64>(out, lse, q, k, v, s, stream);
       return forward_tc<128>(out, lse, q, k, v, s, stream);
     default: {
-      const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
       attention_forward_reference_kernel<<<ref_blocks(s.B * s.H * s.T), kRefWarps * 32, 0, stream>>>(
-          out, lse, q, k, v, s.positions, s.B, s.T, s.H, s.KV, s.hd, scale);
+          out, lse, q, k, v, s.positions, s.B, s.T, s.H, s.KV, s.hd, attention_scale(s), s.window);
       SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_forward (reference)");
     }
   }
@@ -661,7 +669,7 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf
   auto* D = static_cast<float*>(workspace);  // (B, H, T)
   attention_d_kernel<<<ref_blocks(s.B * s.T * s.H), kRefWarps * 32, 0, stream>>>(D, dout, out, s.B, s.T, s.H, s.hd);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward D");
-  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.hd)));
+  const float scale = attention_scale(s);
   AttentionImpl chosen = resolve_attention_impl(impl, s.hd);
   if (chosen == AttentionImpl::kTensorCore && !tc_backward_fits(s.hd)) chosen = AttentionImpl::kReference;
   switch (chosen) {
@@ -670,10 +678,10 @@ void attention_backward(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf
       return backward_tc<128>(dq, dk, dv, dout, q, k, v, lse, D, s, scale, stream);
     default:
       attention_dq_reference_kernel<<<ref_blocks(s.B * s.H * s.T), kRefWarps * 32, 0, stream>>>(
-          dq, dout, q, k, v, lse, D, s.positions, s.B, s.T, s.H, s.KV, s.hd, scale);
+          dq, dout, q, k, v, lse, D, s.positions, s.B, s.T, s.H, s.KV, s.hd, scale, s.window);
       SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dq (reference)");
       attention_dkv_reference_kernel<<<ref_blocks(s.B * s.KV * s.T), kRefWarps * 32, 0, stream>>>(
-          dk, dv, dout, q, k, v, lse, D, s.positions, s.B, s.T, s.H, s.KV, s.hd, scale);
+          dk, dv, dout, q, k, v, lse, D, s.positions, s.B, s.T, s.H, s.KV, s.hd, scale, s.window);
       SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dk/dv (reference)");
   }
 }

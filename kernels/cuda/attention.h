@@ -1,7 +1,8 @@
 // Causal grouped-query attention on the GPU, flash-style: forward saves only the output and the
 // row log-sum-exp; backward recomputes score tiles from q, k and lse. Memory is O(B*H*T), never
 // O(T^2). Same contract as kernels/cpu/transformer/attention.h (query head h reads key/value head
-// h / (H / KV), scores scaled by 1/sqrt(hd), lse in natural log).
+// h / (H / KV), scores scaled by AttentionShape::scale, lse in natural log, an optional sliding
+// window and packed documents).
 //
 // Two implementations behind one entry point:
 //  * tensor-core (head_dim 64 or 128): 64-query x 64-key tiles, bf16 WMMA products with fp32
@@ -9,9 +10,9 @@
 //    dK/dV per key tile (looping over the query tiles and the group's heads) and dQ per query tile,
 //    so every output has exactly one writer: deterministic, no atomics, at the price of recomputing
 //    the score tile once more than FlashAttention-2.
-//  * reference (any even head_dim <= 256): one warp per row, plain fp32 loops in the same order of
-//    operations. Slow (O(T^2) warp reductions); the test oracle of the tensor-core path and the
-//    fallback for other head sizes.
+//  * reference (any even head_dim <= 512): one warp per row, plain fp32 loops in the same order of
+//    operations. Slow (O(T^2) warp reductions, O(T window) with a window); the test oracle of the
+//    tensor-core path and the path of every other head size (Gemma 4's 256 and 512 among them).
 // SLIDEDP_CUDA_ATTENTION=reference|tensor_core|auto (default auto) overrides the choice, so tests
 // can run both on one GPU. A device whose per-block shared memory cannot hold the tensor-core tiles
 // (Ada's 99 KB for head_dim 128) runs the reference path instead.
@@ -34,7 +35,11 @@ struct AttentionShape {
   // Packed documents: (B, T) int32 positions inside each token's document (0 where one starts); a
   // query sees only its own document's keys. Null: one document per sequence.
   const int32_t* positions = nullptr;
+  double scale = 0;    // scores = q.k * scale; 0: 1/sqrt(hd) (Gemma 4: 1, its q and k are RMS-normed)
+  int64_t window = 0;  // > 0: a query sees only the `window` latest keys, itself included (sliding layers)
 };
+// The scale the kernels apply.
+float attention_scale(const AttentionShape& s);
 
 enum class AttentionImpl { kAuto, kReference, kTensorCore };
 // kAuto resolved: the environment override, else tensor-core when the head dim allows it.

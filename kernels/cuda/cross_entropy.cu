@@ -2,6 +2,9 @@
 // per row; the three passes over the row (max, sum of exp, write) follow cross_entropy.cc's loop.
 #include <cuda_bf16.h>
 
+#include <cmath>
+
+#include "common/error.h"
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.h"
@@ -37,15 +40,15 @@ __device__ double block_sum(double v, double* smem) {
   return r;
 }
 
-__global__ void __launch_bounds__(kThreads) cross_entropy_chunk_kernel(const float* __restrict__ logits,
+__global__ void __launch_bounds__(kThreads) cross_entropy_chunk_kernel(float* __restrict__ logits,
                                                                         bf16* __restrict__ dlogits,
                                                                         double* __restrict__ loss_rows,
                                                                         const int32_t* __restrict__ targets, int64_t V,
-                                                                        double grad_scale) {
+                                                                        double grad_scale, float cap) {
   __shared__ float fmem[kThreads / 32];
   __shared__ double dmem[kThreads / 32];
   const int64_t r = blockIdx.x;
-  const float* row = logits + r * V;  // (V)
+  float* row = logits + r * V;  // (V)
   bf16* drow = dlogits + r * V;       // (V)
   const int32_t target = targets[r];
   if (target == kIgnoreIndex || target < 0 || target >= V) {
@@ -53,6 +56,10 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_chunk_kernel(const flo
     if (threadIdx.x == 0) loss_rows[r] = target == kIgnoreIndex ? 0.0 : __longlong_as_double(0x7ff8000000000000LL);
     return;
   }
+  // Each thread caps the columns it later reads; block_max's barrier orders the cap before thread
+  // 0 reads the target's logit.
+  if (cap > 0.0f)
+    for (int64_t c = threadIdx.x; c < V; c += blockDim.x) row[c] = math::softcap(row[c], cap);
   float mx = -INFINITY;
   for (int64_t c = threadIdx.x; c < V; c += blockDim.x) mx = fmaxf(mx, row[c]);
   mx = block_max(mx, fmem);
@@ -63,8 +70,10 @@ __global__ void __launch_bounds__(kThreads) cross_entropy_chunk_kernel(const flo
   // row[target] -= scale, in fp32)
   const float factor = static_cast<float>(grad_scale / sum);
   const float scale = static_cast<float>(grad_scale);
-  for (int64_t c = threadIdx.x; c < V; c += blockDim.x)
-    drow[c] = to_bf16(math::cross_entropy_dlogit(row[c], mx, factor, c == target, scale));
+  for (int64_t c = threadIdx.x; c < V; c += blockDim.x) {
+    const float d = math::cross_entropy_dlogit(row[c], mx, factor, c == target, scale);
+    drow[c] = to_bf16(cap > 0.0f ? d * math::softcap_derivative(row[c], cap) : d);
+  }
   if (threadIdx.x == 0) loss_rows[r] = math::cross_entropy_row_loss(mx, sum, row[target]);
 }
 
@@ -88,11 +97,12 @@ __global__ void __launch_bounds__(1024) cross_entropy_finish_kernel(double* __re
 
 }  // namespace
 
-void cross_entropy_chunk(const float* logits, bf16* dlogits, double* loss_rows, const int32_t* targets, int64_t nc,
-                         int64_t V, double grad_scale, cudaStream_t stream) {
+void cross_entropy_chunk(float* logits, bf16* dlogits, double* loss_rows, const int32_t* targets, int64_t nc,
+                         int64_t V, double grad_scale, double softcap, cudaStream_t stream) {
   if (nc <= 0) return;
+  SLIDEDP_CHECK(softcap >= 0 && std::isfinite(softcap), "cross_entropy_chunk: bad softcap");
   cross_entropy_chunk_kernel<<<static_cast<unsigned>(nc), kThreads, 0, stream>>>(logits, dlogits, loss_rows, targets,
-                                                                                 V, grad_scale);
+                                                                                 V, grad_scale, static_cast<float>(softcap));
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "cross_entropy_chunk");
 }
 

@@ -15,9 +15,11 @@
 namespace slidedp::kernels::cuda {
 
 // For the nc rows of one chunk: logits (nc, V) fp32 in, dlogits (nc, V) bf16 out, loss_rows (nc)
-// double out (0 for a masked row), targets (nc).
-void cross_entropy_chunk(const float* logits, __nv_bfloat16* dlogits, double* loss_rows, const int32_t* targets,
-                         int64_t nc, int64_t V, double grad_scale, cudaStream_t stream);
+// double out (0 for a masked row), targets (nc). softcap > 0 (Gemma 4's final_logit_softcapping):
+// the loss is that of softcap tanh(z / softcap), and dlogits carry its derivative; the logits are
+// capped in place (they are the chunk's scratch).
+void cross_entropy_chunk(float* logits, __nv_bfloat16* dlogits, double* loss_rows, const int32_t* targets,
+                         int64_t nc, int64_t V, double grad_scale, double softcap, cudaStream_t stream);
 
 // out[0] = sum of loss_rows (N) in a fixed order, out[1] = number of targets (N) != -100.
 void cross_entropy_finish(double* out, const double* loss_rows, const int32_t* targets, int64_t N,

@@ -209,6 +209,21 @@ SLIDEDP_HD int64_t window_first_key_tile(int64_t i0, int64_t window, int64_t til
   return window_key_floor(i0, window) / tile * tile;
 }
 
+// Every mask at once, as the kernels apply it: causal, the row's document and the window. Both
+// floors are non-decreasing in the row, so a query tile's first row bounds the keys of the tile.
+SLIDEDP_HD int64_t key_floor(int64_t row, const int32_t* pos, int64_t T, int64_t window) {
+  const int64_t d = document_key_floor(row, pos, T), w = window_key_floor(row, window);
+  return d > w ? d : w;
+}
+SLIDEDP_HD bool key_visible(int64_t key, int64_t row, int64_t T, const int32_t* pos, int64_t window) {
+  return causal_visible(key, row, T) && key >= key_floor(row, pos, T, window);
+}
+// One past the last query row the window lets see `key` (T without a window): the dK/dV kernels stop
+// there, so their cost is linear in the window too.
+SLIDEDP_HD int64_t window_rows_end(int64_t key, int64_t T, int64_t window) {
+  return window > 0 && key + window < T ? key + window : T;
+}
+
 // ---- logit softcap (Gemma 4's final_logit_softcapping) ----
 // logit = cap tanh(z / cap); its derivative 1 - tanh^2 from the capped logit itself.
 SLIDEDP_HD float softcap(float z, float cap) { return cap * tanhf(z / cap); }

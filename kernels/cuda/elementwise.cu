@@ -37,21 +37,61 @@ __global__ void bf16_to_f32_kernel(const bf16* __restrict__ src, float* __restri
     dst[i] = to_f32(src[i]);
 }
 
-__global__ void swiglu_forward_kernel(bf16* __restrict__ m, const bf16* __restrict__ g, const bf16* __restrict__ u,
-                                      int64_t n) {
+// The gated activations of the MLPs: SwiGLU (Llama family) and GeGLU with tanh-GELU (Gemma 4).
+struct Swiglu {
+  __device__ static float value(float g, float u) { return math::swiglu(g, u); }
+  __device__ static void grads(float g, float u, float dm, float* dg, float* du) { math::swiglu_grads(g, u, dm, dg, du); }
+};
+struct Geglu {
+  __device__ static float value(float g, float u) { return math::geglu(g, u); }
+  __device__ static void grads(float g, float u, float dm, float* dg, float* du) { math::geglu_grads(g, u, dm, dg, du); }
+};
+
+template <typename Act>
+__global__ void gated_forward_kernel(bf16* __restrict__ m, const bf16* __restrict__ g, const bf16* __restrict__ u,
+                                     int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
-    m[i] = to_bf16(math::swiglu(to_f32(g[i]), to_f32(u[i])));
+    m[i] = to_bf16(Act::value(to_f32(g[i]), to_f32(u[i])));
 }
 
 // dg may alias dm: each element of dm is read before the same element of dg is written.
-__global__ void swiglu_backward_kernel(bf16* dg, bf16* __restrict__ du, const bf16* dm, const bf16* __restrict__ g,
-                                       const bf16* __restrict__ u, int64_t n) {
+template <typename Act>
+__global__ void gated_backward_kernel(bf16* dg, bf16* __restrict__ du, const bf16* dm, const bf16* __restrict__ g,
+                                      const bf16* __restrict__ u, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     float dgi, dui;
-    math::swiglu_grads(to_f32(g[i]), to_f32(u[i]), to_f32(dm[i]), &dgi, &dui);
+    Act::grads(to_f32(g[i]), to_f32(u[i]), to_f32(dm[i]), &dgi, &dui);
     du[i] = to_bf16(dui);
     dg[i] = to_bf16(dgi);
   }
+}
+
+template <typename Act>
+void gated_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream, const char* what) {
+  if (n <= 0) return;
+  gated_forward_kernel<Act><<<grid_for(n, kThreads), kThreads, 0, stream>>>(m, g, u, n);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, what);
+}
+template <typename Act>
+void gated_backward(bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream,
+                    const char* what) {
+  if (n <= 0) return;
+  gated_backward_kernel<Act><<<grid_for(n, kThreads), kThreads, 0, stream>>>(dg, du, dm, g, u, n);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, what);
+}
+
+// y = (a + b) * scale[0] (scale null: 1). y may alias a or b: each element is read before written.
+__global__ void add_scaled_kernel(bf16* y, const bf16* a, const bf16* b, const bf16* __restrict__ scale, int64_t n) {
+  const float s = scale != nullptr ? to_f32(scale[0]) : 1.0f;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = to_bf16((to_f32(a[i]) + to_f32(b[i])) * s);
+}
+
+__global__ void scale_to_f32_kernel(float* __restrict__ y, const bf16* __restrict__ x, const bf16* __restrict__ scale,
+                                    int64_t n) {
+  const float s = to_f32(scale[0]);
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    y[i] = to_f32(x[i]) * s;
 }
 
 __global__ void add_bias_kernel(bf16* __restrict__ x, const bf16* __restrict__ bias, int64_t N, int64_t C) {
@@ -126,16 +166,34 @@ void bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream) {
 }
 
 void swiglu_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream) {
-  if (n <= 0) return;
-  swiglu_forward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(m, g, u, n);
-  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "swiglu_forward");
+  gated_forward<Swiglu>(m, g, u, n, stream, "swiglu_forward");
 }
 
 void swiglu_backward(bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u, int64_t n,
                      cudaStream_t stream) {
+  gated_backward<Swiglu>(dg, du, dm, g, u, n, stream, "swiglu_backward");
+}
+
+void geglu_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream) {
+  gated_forward<Geglu>(m, g, u, n, stream, "geglu_forward");
+}
+
+void geglu_backward(bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u, int64_t n,
+                    cudaStream_t stream) {
+  gated_backward<Geglu>(dg, du, dm, g, u, n, stream, "geglu_backward");
+}
+
+void add_scaled(bf16* y, const bf16* a, const bf16* b, const bf16* scale, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  swiglu_backward_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dg, du, dm, g, u, n);
-  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "swiglu_backward");
+  add_scaled_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(y, a, b, scale, n);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "add_scaled");
+}
+
+void scale_to_f32(float* y, const bf16* x, const bf16* scale, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  SLIDEDP_CHECK(scale != nullptr, "scale_to_f32 needs its scale");
+  scale_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(y, x, scale, n);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "scale_to_f32");
 }
 
 void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stream) {

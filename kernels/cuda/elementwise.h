@@ -1,7 +1,8 @@
 // Elementwise and small reduction kernels of the CUDA transformer math, in bf16 storage with fp32
 // arithmetic (each output rounded once, round-to-nearest-even like common/bf16.h): dtype
-// conversion, SwiGLU, bias add and its gradient (a deterministic column sum), and RoPE. The CPU
-// versions in kernels/cpu/transformer/ are the reference they are tested against.
+// conversion, SwiGLU and GeGLU, residual adds, bias add and its gradient (a deterministic column
+// sum), and RoPE. The CPU versions in kernels/cpu/transformer/ are the reference they are tested
+// against.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -26,6 +27,17 @@ void swiglu_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream
 // dg = dm * u * silu'(g), du = dm * silu(g). dg may alias dm (each element is read before written).
 void swiglu_backward(bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u, int64_t n,
                      cudaStream_t stream);
+
+// m (n) = gelu_tanh(g) * u (Gemma 4); backward as swiglu_backward's, with the same aliasing.
+void geglu_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream);
+void geglu_backward(bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u, int64_t n,
+                    cudaStream_t stream);
+
+// y (n) = (a + b) * scale[0], one rounding; scale: one bf16 in device memory (Gemma 4's layer_scalar)
+// or null for 1. y may alias a or b.
+void add_scaled(bf16* y, const bf16* a, const bf16* b, const bf16* scale, int64_t n, cudaStream_t stream);
+// y (n) fp32 = x (n) * scale[0] (scale in device memory).
+void scale_to_f32(float* y, const bf16* x, const bf16* scale, int64_t n, cudaStream_t stream);
 
 // x (N, C) += bias (C), in place.
 void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stream);

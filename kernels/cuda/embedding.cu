@@ -19,7 +19,7 @@ constexpr int kThreads = 256;
 
 // One block per token row.
 __global__ void embedding_forward_kernel(bf16* __restrict__ x, const int32_t* __restrict__ tokens,
-                                         const bf16* __restrict__ w, int64_t C, int64_t V) {
+                                         const bf16* __restrict__ w, int64_t C, int64_t V, float scale) {
   const int64_t n = blockIdx.x;
   const int32_t id = tokens[n];
   bf16* xr = x + n * C;  // (C)
@@ -28,6 +28,10 @@ __global__ void embedding_forward_kernel(bf16* __restrict__ x, const int32_t* __
     return;
   }
   const bf16* wr = w + static_cast<int64_t>(id) * C;  // (C)
+  if (scale != 1.0f) {  // Gemma 4: rows times sqrt(C) rounded to bf16, one more rounding as in transformers
+    for (int64_t c = threadIdx.x; c < C; c += blockDim.x) xr[c] = to_bf16(to_f32(wr[c]) * scale);
+    return;
+  }
   if (C % 8 == 0 && reinterpret_cast<uintptr_t>(wr) % 16 == 0 && reinterpret_cast<uintptr_t>(xr) % 16 == 0) {
     const auto* src = reinterpret_cast<const uint4*>(wr);
     auto* dst = reinterpret_cast<uint4*>(xr);
@@ -50,7 +54,7 @@ __global__ void embedding_keys_kernel(int32_t* __restrict__ keys, int32_t* __res
 // own columns and add the run's rows in position order (the sort is stable).
 __global__ void embedding_accumulate_kernel(float* __restrict__ dw, const int32_t* __restrict__ keys,
                                             const int32_t* __restrict__ positions, const bf16* __restrict__ dx,
-                                            int64_t N, int64_t C, int64_t V) {
+                                            int64_t N, int64_t C, int64_t V, float scale) {
   const int64_t i = blockIdx.x;
   if (!math::embedding_run_starts(keys, i, V)) return;
   const int32_t token = keys[i];
@@ -58,7 +62,11 @@ __global__ void embedding_accumulate_kernel(float* __restrict__ dw, const int32_
   float* dwr = dw + static_cast<int64_t>(token) * C;  // (C)
   for (int64_t c = threadIdx.x; c < C; c += blockDim.x) {
     float acc = dwr[c];
-    for (int64_t j = i; j < end; ++j) acc += to_f32(dx[static_cast<int64_t>(positions[j]) * C + c]);
+    if (scale == 1.0f) {
+      for (int64_t j = i; j < end; ++j) acc += to_f32(dx[static_cast<int64_t>(positions[j]) * C + c]);
+    } else {  // the CPU's order: each row's contribution scaled, then added
+      for (int64_t j = i; j < end; ++j) acc += scale * to_f32(dx[static_cast<int64_t>(positions[j]) * C + c]);
+    }
     dwr[c] = acc;
   }
 }
@@ -102,16 +110,16 @@ BackwardScratch carve(void* base, int64_t N, int64_t V) {
 
 }  // namespace
 
-void embedding_forward(bf16* x, const int32_t* tokens, const bf16* w, int64_t N, int64_t C, int64_t V,
+void embedding_forward(bf16* x, const int32_t* tokens, const bf16* w, int64_t N, int64_t C, int64_t V, float scale,
                        cudaStream_t stream) {
   if (N <= 0) return;
-  embedding_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(x, tokens, w, C, V);
+  embedding_forward_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(x, tokens, w, C, V, scale);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "embedding_forward");
 }
 
 int64_t embedding_backward_workspace_bytes(int64_t N, int64_t V) { return carve(nullptr, std::max<int64_t>(N, 1), V).total_bytes; }
 
-void embedding_backward(float* dw, const int32_t* tokens, const bf16* dx, int64_t N, int64_t C, int64_t V,
+void embedding_backward(float* dw, const int32_t* tokens, const bf16* dx, int64_t N, int64_t C, int64_t V, float scale,
                         void* workspace, cudaStream_t stream) {
   if (N <= 0) return;
   const BackwardScratch s = carve(workspace, N, V);
@@ -122,7 +130,7 @@ void embedding_backward(float* dw, const int32_t* tokens, const bf16* dx, int64_
                                                      static_cast<int>(N), 0, end_bit_for(V), stream));
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "embedding_sort");
   embedding_accumulate_kernel<<<static_cast<unsigned>(N), kThreads, 0, stream>>>(dw, s.keys_out, s.pos_out, dx, N, C,
-                                                                                 V);
+                                                                                 V, scale);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "embedding_accumulate");
 }
 

@@ -13,14 +13,14 @@
 
 namespace slidedp::kernels::cuda {
 
-// x (N, C) = w (V, C)[tokens (N)].
+// x (N, C) = w (V, C)[tokens (N)] * scale (EmbeddingSpec::scale: 1, or Gemma 4's bf16 sqrt(C)).
 void embedding_forward(__nv_bfloat16* x, const int32_t* tokens, const __nv_bfloat16* w, int64_t N, int64_t C,
-                       int64_t V, cudaStream_t stream);
+                       int64_t V, float scale, cudaStream_t stream);
 
 // Scratch of embedding_backward (sort keys/values and the sort's temporary storage).
 int64_t embedding_backward_workspace_bytes(int64_t N, int64_t V);
-// dw (V, C) += scatter of dx (N, C) to the rows tokens (N).
+// dw (V, C) += scale * scatter of dx (N, C) to the rows tokens (N).
 void embedding_backward(float* dw, const int32_t* tokens, const __nv_bfloat16* dx, int64_t N, int64_t C, int64_t V,
-                        void* workspace, cudaStream_t stream);
+                        float scale, void* workspace, cudaStream_t stream);
 
 }  // namespace slidedp::kernels::cuda

@@ -16,6 +16,9 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarpsPerBlock = 8;
 constexpr int64_t kRowsPerSegment = kRmsnormRowsPerSegment;
 
+// The norm's weight at column c; a weightless norm (Gemma 4's v_norm and router norm) passes null.
+__device__ __forceinline__ float weight(const bf16* w, int64_t c) { return w != nullptr ? to_f32(w[c]) : 1.0f; }
+
 __global__ void rmsnorm_forward_kernel(bf16* __restrict__ y, float* __restrict__ rstd, const bf16* __restrict__ x,
                                        const bf16* __restrict__ w, int64_t N, int64_t C, double eps) {
   const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
@@ -31,7 +34,7 @@ __global__ void rmsnorm_forward_kernel(bf16* __restrict__ y, float* __restrict__
   ss = warp_sum(ss);
   const float r = math::rmsnorm_rstd(ss, C, eps);
   if (lane == 0) rstd[row] = r;
-  for (int64_t c = lane; c < C; c += 32) yr[c] = to_bf16(math::rmsnorm_out(to_f32(w[c]), to_f32(xr[c]), r));
+  for (int64_t c = lane; c < C; c += 32) yr[c] = to_bf16(math::rmsnorm_out(weight(w, c), to_f32(xr[c]), r));
 }
 
 template <typename DY, typename RES, typename DX>
@@ -47,11 +50,11 @@ __global__ void rmsnorm_backward_kernel(DX* dx, const DY* __restrict__ dy, const
   const float r = rstd[row];
   // mean over the row of (w * dy) . xhat
   float dot = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) dot += math::rmsnorm_dot_term(to_f32(w[c]), to_f32(dyr[c]), to_f32(xr[c]), r);
+  for (int64_t c = lane; c < C; c += 32) dot += math::rmsnorm_dot_term(weight(w, c), to_f32(dyr[c]), to_f32(xr[c]), r);
   dot = warp_sum(dot);
   const float mean_dot = dot / static_cast<float>(C);
   for (int64_t c = lane; c < C; c += 32) {
-    float g = math::rmsnorm_dx(to_f32(w[c]), to_f32(dyr[c]), to_f32(xr[c]), r, mean_dot);
+    float g = math::rmsnorm_dx(weight(w, c), to_f32(dyr[c]), to_f32(xr[c]), r, mean_dot);
     if (residual != nullptr) g = to_f32(residual[row * C + c]) + g;
     dxr[c] = from_f32<DX>(g);
   }
@@ -137,6 +140,7 @@ void rmsnorm_backward(const RmsnormBackwardArgs& a, void* workspace, cudaStream_
   if (a.N <= 0) return;
   SLIDEDP_CHECK(a.C > 0 && a.dx != nullptr && a.dx != a.dy && a.dx != static_cast<const void*>(a.x),
                 "rmsnorm_backward: bad arguments");
+  SLIDEDP_CHECK(a.w != nullptr || a.dw == nullptr, "rmsnorm_backward: a weightless norm has no weight gradient");
   // dw first: it reads dy, which the caller may reuse after this call, never dx.
   if (a.dw != nullptr) {
     if (a.dy_f32) {

@@ -14,7 +14,8 @@
 
 namespace slidedp::kernels::cuda {
 
-// y (N, C) = rmsnorm(x (N, C)) * w (C); rstd (N) fp32 saved for backward. y may not alias x.
+// y (N, C) = rmsnorm(x (N, C)) * w (C); rstd (N) fp32 saved for backward. y may not alias x. A null
+// w is a weightless norm (w = 1), in backward too (where dw must then be null).
 void rmsnorm_forward(__nv_bfloat16* y, float* rstd, const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t N,
                      int64_t C, double eps, cudaStream_t stream);
 
@@ -30,7 +31,9 @@ struct RmsnormBackwardArgs {
   const __nv_bfloat16* w = nullptr;  // (C)
   const void* residual = nullptr;    // (N, C) added to dx, or nullptr; fp32 if residual_f32 else bf16
   bool residual_f32 = false;
-  void* dx = nullptr;  // (N, C) output, fp32 if dx_f32 else bf16; may alias neither dy nor x
+  // (N, C) output, fp32 if dx_f32 else bf16; may alias neither dy nor x, but may be the residual (same
+  // dtype: dx += the norm's backward, in place)
+  void* dx = nullptr;
   bool dx_f32 = false;
   float* dw = nullptr;  // (C) accumulated, or nullptr
   int64_t N = 0, C = 0;

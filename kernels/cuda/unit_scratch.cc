@@ -1,6 +1,9 @@
-// Size queries of the GPU units: the carve sequences of unit_scratch.h run over a measuring Carver.
+// Size queries of the GPU units: the carve sequences of unit_scratch.h and gemma4_scratch.h run over a
+// measuring Carver.
 // Built in every configuration (no CUDA needed); kernels/cuda/units.cc carves with the same templates.
 #include "kernels/cuda/unit_scratch.h"
+
+#include "kernels/cuda/gemma4_scratch.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
@@ -40,6 +43,28 @@ int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int
 int64_t head_workspace_bytes(const HeadSpec& spec, int64_t B, int64_t T) {
   Carver a;
   carve_head<Bf16Size>(a, spec, B * T);
+  return a.high_water();
+}
+
+int64_t gemma4_saved_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T) {
+  Carver a;
+  carve_gemma4_saved<Bf16Size>(a, spec, B, T);
+  return a.high_water();
+}
+
+int64_t gemma4_forward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T) {
+  Carver a;
+  carve_gemma4_forward<Bf16Size>(a, spec, B * T);
+  return a.high_water();
+}
+
+int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T) {
+  Carver a;  // the take sequence of gemma4_backward
+  carve_gemma4_backward_common<Bf16Size>(a, spec, B * T);
+  const int64_t mark = a.mark();
+  carve_gemma4_backward_mlp<Bf16Size>(a, spec, B * T);
+  a.release(mark);
+  carve_gemma4_backward_attention<Bf16Size>(a, spec, B, T);
   return a.high_water();
 }
 

@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/linear.h"
 #include "kernels/cuda/rmsnorm.h"
 
 namespace slidedp::kernels::cuda {
@@ -21,54 +22,6 @@ void check_spec(const DecoderSpec& s, int64_t B, int64_t T) {
   SLIDEDP_CHECK(s.C > 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.I > 0 && s.H % s.KV == 0,
                 "bad decoder spec");
   SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
-}
-
-// ---- GEMM shorthands (row-major, weights (OUT, IN) as in the checkpoint) ----
-
-// out (N, OUT) = in (N, IN) w^T [+ residual (N, OUT)]; bf16 out.
-void linear_forward(const UnitContext& ctx, void* ws, bf16* out, const bf16* in, const bf16* w, int64_t N, int64_t IN,
-                    int64_t OUT, const bf16* residual = nullptr) {
-  GemmArgs g;
-  g.trans_a = false, g.trans_b = true;
-  g.M = N, g.N = OUT, g.K = IN;
-  g.A = in, g.lda = IN, g.B = w, g.ldb = IN;
-  g.beta = residual != nullptr ? 1.0f : 0.0f;
-  g.C = residual, g.ldc = OUT;
-  g.D = out, g.ldd = OUT;
-  ctx.gemm->run(g, ws, ctx.stream);
-}
-
-// din (N, IN) = dout (N, OUT) w (OUT, IN), fp32 out, overwritten or accumulated.
-void linear_backward_input_f32(const UnitContext& ctx, void* ws, float* din, const bf16* dout, const bf16* w, int64_t N,
-                               int64_t IN, int64_t OUT, bool accumulate) {
-  GemmArgs g;
-  g.M = N, g.N = IN, g.K = OUT;
-  g.A = dout, g.lda = OUT, g.B = w, g.ldb = IN;
-  g.beta = accumulate ? 1.0f : 0.0f;
-  g.D = din, g.ldd = IN, g.out_f32 = true;
-  ctx.gemm->run(g, ws, ctx.stream);
-}
-
-// din (N, IN) = dout (N, OUT) w (OUT, IN), bf16 out.
-void linear_backward_input_bf16(const UnitContext& ctx, void* ws, bf16* din, const bf16* dout, const bf16* w,
-                                int64_t N, int64_t IN, int64_t OUT) {
-  GemmArgs g;
-  g.M = N, g.N = IN, g.K = OUT;
-  g.A = dout, g.lda = OUT, g.B = w, g.ldb = IN;
-  g.D = din, g.ldd = IN;
-  ctx.gemm->run(g, ws, ctx.stream);
-}
-
-// dw (OUT, IN) += dout^T (OUT, N) in (N, IN), fp32.
-void linear_backward_weight(const UnitContext& ctx, void* ws, float* dw, const bf16* dout, const bf16* in, int64_t N,
-                            int64_t IN, int64_t OUT) {
-  GemmArgs g;
-  g.trans_a = true;
-  g.M = OUT, g.N = IN, g.K = N;
-  g.A = dout, g.lda = OUT, g.B = in, g.ldb = IN;
-  g.beta = 1.0f;
-  g.D = dw, g.ldd = IN, g.out_f32 = true;
-  ctx.gemm->run(g, ws, ctx.stream);
 }
 
 // Everything up to the complete saved state; with y also the MLP output (forward). Recompute and
@@ -291,7 +244,7 @@ void head_forward_backward(const UnitContext& ctx, const HeadSpec& s, const bf16
     lg.A = hc, lg.lda = C, lg.B = lm_head_w, lg.ldb = C;
     lg.D = h.logits, lg.ldd = V, lg.out_f32 = true;
     ctx.gemm->run(lg, h.gemm_ws, st);
-    cross_entropy_chunk(h.logits, h.dlogits, h.loss_rows + n0, targets + n0, nc, V, grad_scale, st);
+    cross_entropy_chunk(h.logits, h.dlogits, h.loss_rows + n0, targets + n0, nc, V, grad_scale, s.logit_softcap, st);
     // dhn rows (nc, C) = dlogits (nc, V) W (V, C)
     GemmArgs dh;
     dh.M = nc, dh.N = C, dh.K = V;
@@ -322,13 +275,14 @@ int64_t embedding_backward_workspace_bytes(const EmbeddingSpec& spec, int64_t B,
 
 void embedding_forward(const UnitContext& ctx, const EmbeddingSpec& spec, const bf16* params, const int32_t* tokens,
                        int64_t B, int64_t T, bf16* y) {
-  embedding_forward(y, tokens, params + spec.weight, B * T, spec.C, spec.V, ctx.stream);
+  embedding_forward(y, tokens, params + spec.weight, B * T, spec.C, spec.V, static_cast<float>(spec.scale), ctx.stream);
 }
 
 void embedding_backward(const UnitContext& ctx, const EmbeddingSpec& spec, const int32_t* tokens, const bf16* dy,
                         float* grads, int64_t B, int64_t T, DeviceWorkspace ws) {
   SLIDEDP_CHECK(ws.bytes >= embedding_backward_workspace_bytes(spec, B, T), "embedding backward workspace too small");
-  embedding_backward(grads + spec.weight, tokens, dy, B * T, spec.C, spec.V, ws.data, ctx.stream);
+  embedding_backward(grads + spec.weight, tokens, dy, B * T, spec.C, spec.V, static_cast<float>(spec.scale), ws.data,
+                     ctx.stream);
 }
 
 }  // namespace slidedp::kernels::cuda

@@ -116,6 +116,44 @@ TEST(CudaTraining, KernelActivityLandsUnderTheUnitsThatLaunchedIt) {
   EXPECT_GT(bwd, 0);
 }
 
+// The dense Gemma 4 (sliding and K=V global layers, scaled embedding, tied softcapped head) on CUDA
+// follows the CPU backend's curve within the bound above, streamed with every activation policy in
+// the run (the tiny card's 3 layers: offload, recompute, keep).
+TEST(CudaTraining, DenseGemma4FollowsTheCpuLossCurve) {
+  if (cuda_visible_devices() == 0)
+    GTEST_SKIP() << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
+  TrainOptions cpu = curve_options();
+  cpu.card = testing::tiny_gemma4_card();
+  cpu.plan.gpu_buffer_depth = 2;  // tied: the head reads unit 0 while it holds its own slot
+  cpu.plan.per_layer = {ActivationPolicy::kOffload, ActivationPolicy::kRecompute, ActivationPolicy::kKeep};
+  TrainOptions gpu = cpu;
+  gpu.backend = "cuda";
+  const TrainResult a = train(cpu), b = train(gpu);
+  ASSERT_EQ(b.steps.size(), a.steps.size());
+  EXPECT_NEAR(b.steps[0].loss, a.steps[0].loss, 2e-3 * a.steps[0].loss) << "step 1 sees identical weights";
+  for (size_t i = 0; i < a.steps.size(); ++i)
+    EXPECT_NEAR(b.steps[i].loss, a.steps[i].loss, kCurveRtol * a.steps[i].loss) << "step " << i + 1;
+  EXPECT_LT(b.steps.back().loss, b.steps.front().loss - 0.5) << "the CUDA run must learn";
+}
+
+// What has no CUDA units is refused by name before any GPU is looked for, so CI checks it too.
+TEST(CudaTraining, FamiliesWithoutCudaUnitsAreRefusedNamingTheKey) {
+  TrainOptions moe = testing::tiny_options(1, 1, 1, 1);
+  moe.card = testing::tiny_gemma4_moe_card();
+  moe.plan.gpu_buffer_depth = 2;
+  moe.backend = "cuda";
+  TrainOptions qwen = moe;
+  qwen.card = testing::tiny_qwen3_5_card();
+  for (const auto& [o, key] : {std::pair{moe, "num_experts"}, std::pair{qwen, "model_type"}}) {
+    try {
+      train(o);
+      ADD_FAILURE() << o.card.name << " was not refused";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CudaTraining, TraceKernelsIsRefusedOnTheCpuBackend) {
   TrainOptions o = testing::tiny_options(1, 1, 1, 1);
   o.trace_kernels = true;

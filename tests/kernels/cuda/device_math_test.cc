@@ -319,6 +319,47 @@ TEST(DeviceMath, SlidingWindowAttentionSkipsTilesAndFollowsTheCpuUnit) {
   EXPECT_LT(visited_tiles, causal_tiles) << "the window skips tiles";
 }
 
+// Packed documents under a sliding window (Gemma 4's sliding layers on packed data): the kernels'
+// combined mask against its definition (causal, same document, fewer than `window` keys back), the
+// dK/dV bound (no row past window_rows_end sees the key), and the reference row recurrence from
+// key_floor against the CPU unit with the same positions and window. Tolerance of the reference
+// forward above.
+TEST(DeviceMath, DocumentsUnderAWindowMaskAsDefinedAndFollowTheCpuUnit) {
+  const int64_t T = 200, H = 2, KV = 1, hd = 32, window = 50, split = 90;  // documents [0, 90) and [90, 200)
+  std::vector<int32_t> pos(T);
+  for (int64_t t = 0; t < T; ++t) pos[t] = static_cast<int32_t>(t < split ? t : t - split);
+  for (int64_t row = 0; row < T; ++row)
+    for (int64_t key = 0; key < T; ++key) {
+      const bool defined = key <= row && (key < split) == (row < split) && row - key < window;
+      ASSERT_EQ(math::key_visible(key, row, T, pos.data(), window), defined) << key << " " << row;
+      if (row >= math::window_rows_end(key, T, window)) {
+        ASSERT_FALSE(math::key_visible(key, row, T, pos.data(), window)) << key << " " << row;
+      }
+    }
+  const auto q = random_floats(T * H * hd, 71, -0.5f, 0.5f), k = random_floats(T * KV * hd, 72, -0.5f, 0.5f),
+             v = random_floats(T * KV * hd, 73, -1, 1);
+  std::vector<float> out(q.size()), lse(H * T);
+  AttentionShape shape{1, T, H, KV, hd, 16, 1};
+  shape.scale = 1.0;
+  shape.window = window;
+  shape.positions = pos.data();
+  AlignedBuffer ws(attention_forward_workspace_bytes<float>(shape));
+  attention_forward<float>(out.data(), lse.data(), q.data(), k.data(), v.data(), shape, ws.workspace());
+  for (int64_t h = 0; h < H; ++h)
+    for (int64_t i = 0; i < T; ++i) {
+      float m = -std::numeric_limits<float>::infinity(), l = 0;
+      std::vector<float> acc(hd, 0.0f);
+      for (int64_t t = math::key_floor(i, pos.data(), T, window); t <= i; ++t) {
+        const float dot = warp_row_sum(hd, [&](int64_t d) { return q[(i * H + h) * hd + d] * k[t * hd + d]; });
+        float corr, p;
+        math::online_softmax_add(dot, &m, &l, &corr, &p);
+        for (int64_t d = 0; d < hd; ++d) acc[d] = acc[d] * corr + p * v[t * hd + d];
+      }
+      ASSERT_NEAR(m + std::log(l), lse[h * T + i], 1e-5) << i;
+      for (int64_t d = 0; d < hd; ++d) ASSERT_NEAR(acc[d] / l, out[(i * H + h) * hd + d], 1e-5) << i << "," << d;
+    }
+}
+
 // Packed documents, the tensor-core forward's tile loop: from the key tile of the query tile's first
 // row's document on, keys outside a row's document masked, weights through tile_weight_log2 and the
 // running max through the guarded tile step, so a row that meets whole tiles of an earlier

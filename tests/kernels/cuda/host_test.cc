@@ -13,9 +13,12 @@
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/gemma4_scratch.h"
 #include "kernels/cuda/units.h"
 #include "model/unit_layout.h"
+#include "model/unit_memory.h"
 #include "tests/kernels/transformer/test_util.h"
+#include "tests/kernels/transformer/tiny_cards.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
@@ -106,6 +109,34 @@ TEST(CudaUnits, BufferSizesGrowLinearlyInTheSequenceLength) {
     EXPECT_LE(second_difference([&](int64_t t) { return head_workspace_bytes(h, B, t); }), kSlack) << type;
     // and the per-token slope is what the buffers say: saved state of 16 pieces at most ~ 2 KiB/token here
     EXPECT_LT(decoder_saved_bytes(s, B, 2 * T) - decoder_saved_bytes(s, B, T), B * T * 1024) << type;
+  }
+}
+
+// The dense Gemma 4 layer's buffers: linear in T like the Llama unit's, a K=V layer saves no v_proj
+// output, and the memory account charges every layer its own carve sizes.
+TEST(CudaUnits, Gemma4LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
+  const ModelCard card = kernels::test::tiny_gemma4(false);
+  const ModelLayout layout = make_model_layout(card);
+  const int64_t B = 3, T = 4096;
+  auto second_difference = [&](auto f) { return std::llabs(f(3 * T) - 2 * f(2 * T) + f(T)); };
+  constexpr int64_t kSlack = 64 * 256;
+  UnitMemoryOptions o;
+  o.code = UnitCode::kCuda;
+  const std::vector<UnitMemory> charged = decoder_unit_memories(card, layout, B, T, o);
+  ASSERT_EQ(static_cast<int>(charged.size()), card.num_layers);
+  for (int l = 0; l < card.num_layers; ++l) {
+    const Gemma4LayerSpec s = make_gemma4_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]);
+    EXPECT_LE(second_difference([&](int64_t t) { return gemma4_saved_bytes(s, B, t); }), kSlack) << l;
+    EXPECT_LE(second_difference([&](int64_t t) { return gemma4_forward_workspace_bytes(s, B, t); }), kSlack) << l;
+    EXPECT_LE(second_difference([&](int64_t t) { return gemma4_backward_workspace_bytes(s, B, t); }), kSlack) << l;
+    EXPECT_EQ(charged[static_cast<size_t>(l)].saved_bytes, gemma4_saved_bytes(s, B, T)) << l;
+    EXPECT_EQ(charged[static_cast<size_t>(l)].forward_workspace_bytes, gemma4_forward_workspace_bytes(s, B, T)) << l;
+    EXPECT_EQ(charged[static_cast<size_t>(l)].backward_workspace_bytes, gemma4_backward_workspace_bytes(s, B, T)) << l;
+    if (s.k_eq_v) {
+      Gemma4LayerSpec with_v = s;
+      with_v.k_eq_v = false;
+      EXPECT_EQ(gemma4_saved_bytes(with_v, B, T) - gemma4_saved_bytes(s, B, T), B * T * s.kv_dim() * 2) << l;
+    }
   }
 }
 

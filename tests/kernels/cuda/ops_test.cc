@@ -21,14 +21,15 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "kernels/cpu/optim/adamw.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/embedding.h"
+#include "kernels/cpu/transformer/geglu.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
-#include "kernels/cpu/optim/adamw.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cross_entropy.h"
@@ -41,15 +42,15 @@
 namespace slidedp::kernels::cuda {
 namespace {
 
-using test::Bf16Array;
+using kernels::test::all_close;
+using kernels::test::random_vector;
 using test::bf;
-using test::DeviceArray;
+using test::Bf16Array;
 using test::close_to_scale;
+using test::DeviceArray;
 using test::random_bf16_values;
 using test::to_bf16_bits;
 using test::widen;
-using kernels::test::all_close;
-using kernels::test::random_vector;
 
 constexpr double kOneRounding = 1.0 / 256.0;  // see the header comment
 constexpr cudaStream_t kStream = nullptr;     // the legacy default stream: tests run one op at a time
@@ -70,7 +71,7 @@ TEST(CudaConvert, F32ToBf16IsBitwiseTheScalarReferenceForEverySizeAndOffset) {
     for (int64_t offset : {0, 1, 3}) {
       std::vector<float> src = random_vector<float>(n + offset, 7 + n, -3.0, 3.0);
       if (n + offset > 8) {  // exact ties, infinities, signed zero, subnormals
-        src[static_cast<size_t>(offset)] = std::bit_cast<float>(0x3f808000u);      // tie, rounds to even (down)
+        src[static_cast<size_t>(offset)] = std::bit_cast<float>(0x3f808000u);  // tie, rounds to even (down)
         src[static_cast<size_t>(offset + 1)] = std::bit_cast<float>(0x3f818000u);  // tie, rounds to even (up)
         src[static_cast<size_t>(offset + 2)] = std::numeric_limits<float>::infinity();
         src[static_cast<size_t>(offset + 3)] = -0.0f;
@@ -102,8 +103,10 @@ TEST(CudaConvert, F32ToBf16IsBitwiseTheScalarReferenceForEverySizeAndOffset) {
 TEST(CudaSwiGlu, ForwardBackwardMatchCpuWithinOneRounding) {
   SLIDEDP_REQUIRE_GPU();
   for (int64_t n : kSizes) {
-    const std::vector<float> g = random_bf16_values(n, 1, -6, 6), u = random_bf16_values(n, 2), dm = random_bf16_values(n, 3);
-    std::vector<float> m_ref(static_cast<size_t>(n)), dg_ref(static_cast<size_t>(n)), du_ref(static_cast<size_t>(n));
+    const std::vector<float> g = random_bf16_values(n, 1, -6, 6), u = random_bf16_values(n, 2),
+                             dm = random_bf16_values(n, 3);
+    std::vector<float> m_ref(static_cast<size_t>(n)), dg_ref(static_cast<size_t>(n)),
+        du_ref(static_cast<size_t>(n));
     kernels::swiglu_forward<float>(m_ref.data(), g.data(), u.data(), n);
     kernels::swiglu_backward<float>(dg_ref.data(), du_ref.data(), dm.data(), g.data(), u.data(), n);
     Bf16Array d_g(to_bf16_bits(g)), d_u(to_bf16_bits(u)), d_m(n), d_du(n);
@@ -117,6 +120,53 @@ TEST(CudaSwiGlu, ForwardBackwardMatchCpuWithinOneRounding) {
   }
 }
 
+TEST(CudaGeGlu, ForwardBackwardMatchCpuWithinOneRounding) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t n : kSizes) {
+    const std::vector<float> g = random_bf16_values(n, 4, -6, 6), u = random_bf16_values(n, 5),
+                             dm = random_bf16_values(n, 6);
+    std::vector<float> m_ref(static_cast<size_t>(n)), dg_ref(static_cast<size_t>(n)),
+        du_ref(static_cast<size_t>(n));
+    kernels::geglu_forward<float>(m_ref.data(), g.data(), u.data(), n);
+    kernels::geglu_backward<float>(dg_ref.data(), du_ref.data(), dm.data(), g.data(), u.data(), n);
+    Bf16Array d_g(to_bf16_bits(g)), d_u(to_bf16_bits(u)), d_m(n), d_du(n);
+    Bf16Array d_dm(to_bf16_bits(dm));  // dg in place over dm, as the unit calls it
+    geglu_forward(bf(d_m), bf(d_g), bf(d_u), n, kStream);
+    geglu_backward(bf(d_dm), bf(d_du), bf(d_dm), bf(d_g), bf(d_u), n, kStream);
+    EXPECT_TRUE(all_close(widen(d_m.download()), m_ref, 1e-6, kOneRounding, "geglu m"));
+    EXPECT_TRUE(all_close(widen(d_dm.download()), dg_ref, 1e-6, kOneRounding, "geglu dg"));
+    EXPECT_TRUE(all_close(widen(d_du.download()), du_ref, 1e-6, kOneRounding, "geglu du"));
+    for (const Bf16Array* a : {&d_m, &d_dm, &d_du}) EXPECT_TRUE(a->check_guards("geglu"));
+  }
+}
+
+// Gemma 4's residual adds: h1 = x + norm(a) (no scale) and y = (h1 + norm(d)) * layer_scalar, one
+// rounding of the fp32 sum; dh1 = dy * layer_scalar in fp32 (exact: a product of two bf16 values).
+TEST(CudaResidual, ScaledAddAndScaleToF32AreOneRoundingOfTheFormula) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t n : kSizes) {
+    const std::vector<float> a = random_bf16_values(n, 7, -3, 3), b = random_bf16_values(n, 8, -3, 3);
+    const float scalar = round_to_bf16(0.7f);
+    Bf16Array d_a(to_bf16_bits(a)), d_b(to_bf16_bits(b)), d_y(n),
+        d_s(to_bf16_bits(std::vector<float>{scalar}));
+    DeviceArray<float> d_f(n);
+    add_scaled(bf(d_y), bf(d_a), bf(d_b), nullptr, n, kStream);
+    const std::vector<float> sum = widen(d_y.download());
+    add_scaled(bf(d_b), bf(d_a), bf(d_b), bf(d_s), n, kStream);  // in place over b
+    const std::vector<float> scaled = widen(d_b.download());
+    scale_to_f32(d_f.get(), bf(d_a), bf(d_s), n, kStream);
+    const std::vector<float> f = d_f.download();
+    for (int64_t i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(i);
+      ASSERT_EQ(sum[k], round_to_bf16(a[k] + b[k])) << i;
+      ASSERT_EQ(scaled[k], round_to_bf16((a[k] + b[k]) * scalar)) << i;
+      ASSERT_EQ(f[k], a[k] * scalar) << i;
+    }
+    EXPECT_TRUE(d_y.check_guards("add_scaled") && d_b.check_guards("add_scaled in place") &&
+                d_f.check_guards("scale"));
+  }
+}
+
 TEST(CudaBias, AddAndColumnSumMatchCpu) {
   SLIDEDP_REQUIRE_GPU();
   for (int64_t N : {1, 7, 1003})
@@ -125,7 +175,8 @@ TEST(CudaBias, AddAndColumnSumMatchCpu) {
       Bf16Array d_x(to_bf16_bits(x)), d_b(to_bf16_bits(b));
       add_bias(bf(d_x), bf(d_b), N, C, kStream);
       std::vector<float> ref(x.size());
-      for (int64_t i = 0; i < N * C; ++i) ref[static_cast<size_t>(i)] = x[static_cast<size_t>(i)] + b[static_cast<size_t>(i % C)];
+      for (int64_t i = 0; i < N * C; ++i)
+        ref[static_cast<size_t>(i)] = x[static_cast<size_t>(i)] + b[static_cast<size_t>(i % C)];
       EXPECT_TRUE(all_close(widen(d_x.download()), ref, 1e-6, kOneRounding, "add_bias"));
       EXPECT_TRUE(d_x.check_guards("add_bias"));
       // column sums of the (rounded) biased values, accumulated onto an existing value
@@ -173,8 +224,8 @@ TEST(CudaRmsNorm, ForwardAndEveryBackwardDtypeCombinationMatchCpu) {
             std::vector<float> dx_ref(x.size(), 0.0f), dw_ref = random_vector<float>(C, 14);
             const std::vector<float> dw_init = dw_ref;
             if (residual != 0) dx_ref = res;
-            kernels::rmsnorm_backward<float>(dx_ref.data(), dw_ref.data(), dy.data(), x.data(), rstd_ref.data(), w.data(),
-                                             N, C, residual != 0);
+            kernels::rmsnorm_backward<float>(dx_ref.data(), dw_ref.data(), dy.data(), x.data(),
+                                             rstd_ref.data(), w.data(), N, C, residual != 0);
             DeviceArray<float> d_dy32(dy), d_res32(res), d_dx32(N * C), d_dw(dw_init);
             Bf16Array d_dy16(to_bf16_bits(dy)), d_res16(to_bf16_bits(res)), d_dx16(N * C);
             DeviceArray<std::byte> ws(rmsnorm_backward_workspace_bytes(N, C));
@@ -182,7 +233,9 @@ TEST(CudaRmsNorm, ForwardAndEveryBackwardDtypeCombinationMatchCpu) {
             a.dy = dy_f32 ? static_cast<const void*>(d_dy32.get()) : d_dy16.get();
             a.dy_f32 = dy_f32;
             a.x = bf(d_x), a.rstd = d_rstd.get(), a.w = bf(d_w);
-            a.residual = residual == 0 ? nullptr : residual == 1 ? static_cast<const void*>(d_res16.get()) : d_res32.get();
+            a.residual = residual == 0   ? nullptr
+                         : residual == 1 ? static_cast<const void*>(d_res16.get())
+                                         : d_res32.get();
             a.residual_f32 = residual == 2;
             a.dx = dx_f32 ? static_cast<void*>(d_dx32.get()) : d_dx16.get();
             a.dx_f32 = dx_f32;
@@ -194,10 +247,36 @@ TEST(CudaRmsNorm, ForwardAndEveryBackwardDtypeCombinationMatchCpu) {
             // dx: fp32 row dot of C terms in another order, then one rounding when dx is bf16
             EXPECT_TRUE(close_to_scale(dx, dx_ref, 1e-4, dx_f32 ? 1e-4 : kOneRounding, what + " dx"));
             // dw: sums of N products in another order
-            EXPECT_TRUE(all_close(d_dw.download(), dw_ref, 1e-5 * static_cast<double>(N), 1e-5, what + " dw"));
+            EXPECT_TRUE(
+                all_close(d_dw.download(), dw_ref, 1e-5 * static_cast<double>(N), 1e-5, what + " dw"));
             EXPECT_TRUE(d_dx32.check_guards(what) && d_dx16.check_guards(what) && d_dw.check_guards(what));
           }
     }
+}
+
+// Gemma 4's weightless norms (v_norm, the router's): a null weight is w = 1, in both directions, and
+// the fp32 residual accumulates in place (dx is the residual), as the unit calls it for K=V layers.
+TEST(CudaRmsNorm, WeightlessNormAndInPlaceResidualMatchCpu) {
+  SLIDEDP_REQUIRE_GPU();
+  const int64_t N = 37, C = 512;
+  const std::vector<float> x = random_bf16_values(N * C, 15), dy = random_bf16_values(N * C, 16);
+  const std::vector<float> res = random_vector<float>(N * C, 17);
+  const double eps = 1e-6;
+  std::vector<float> y_ref(x.size()), rstd_ref(static_cast<size_t>(N)), dx_ref = res;
+  kernels::rmsnorm_forward<float>(y_ref.data(), rstd_ref.data(), x.data(), nullptr, N, C, eps);
+  kernels::rmsnorm_backward<float>(dx_ref.data(), nullptr, dy.data(), x.data(), rstd_ref.data(), nullptr, N,
+                                   C, true);
+  Bf16Array d_x(to_bf16_bits(x)), d_y(N * C), d_dy(to_bf16_bits(dy));
+  DeviceArray<float> d_rstd(N), d_dx(res);
+  rmsnorm_forward(bf(d_y), d_rstd.get(), bf(d_x), nullptr, N, C, eps, kStream);
+  EXPECT_TRUE(all_close(widen(d_y.download()), y_ref, 1e-5, kOneRounding, "weightless rmsnorm y"));
+  d_rstd.upload(rstd_ref);
+  RmsnormBackwardArgs a;
+  a.dy = d_dy.get(), a.dy_f32 = false, a.x = bf(d_x), a.rstd = d_rstd.get(), a.w = nullptr;
+  a.residual = d_dx.get(), a.residual_f32 = true, a.dx = d_dx.get(), a.dx_f32 = true, a.N = N, a.C = C;
+  rmsnorm_backward(a, nullptr, kStream);
+  EXPECT_TRUE(close_to_scale(d_dx.download(), dx_ref, 1e-4, 1e-4, "weightless rmsnorm dx (in place)"));
+  EXPECT_TRUE(d_y.check_guards("weightless y") && d_dx.check_guards("weightless dx"));
 }
 
 // ---- RoPE ----
@@ -226,7 +305,8 @@ TEST(CudaRope, ForwardAndBackwardMatchCpuIncludingLlama3Scaling) {
         }
         Bf16Array d_x(to_bf16_bits(x));
         rope(bf(d_x), make_rope_freqs(inv_freq), B, T, nh, hd, backward, kStream);
-        EXPECT_TRUE(all_close(widen(d_x.download()), ref, 1e-6, kOneRounding, "rope hd " + std::to_string(hd)));
+        EXPECT_TRUE(
+            all_close(widen(d_x.download()), ref, 1e-6, kOneRounding, "rope hd " + std::to_string(hd)));
         EXPECT_TRUE(d_x.check_guards("rope"));
       }
     }
@@ -240,11 +320,12 @@ TEST(CudaEmbedding, GatherIsExactAndScatterAddIsBitwiseTheCpusTokenOrderSum) {
     for (int64_t C : {8, 17, 64}) {
       const int64_t V = 37;
       std::vector<int32_t> tok(static_cast<size_t>(N));
-      for (int64_t i = 0; i < N; ++i) tok[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + i / 3) % 11);  // repeats
+      for (int64_t i = 0; i < N; ++i)
+        tok[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7 + i / 3) % 11);  // repeats
       const std::vector<float> w = random_bf16_values(V * C, 30), dx = random_bf16_values(N * C, 31);
       Bf16Array d_w(to_bf16_bits(w)), d_x(N * C), d_dx(to_bf16_bits(dx));
       DeviceArray<int32_t> d_tok(tok);
-      embedding_forward(bf(d_x), d_tok.get(), bf(d_w), N, C, V, kStream);
+      embedding_forward(bf(d_x), d_tok.get(), bf(d_w), N, C, V, 1.0f, kStream);
       std::vector<float> x_ref(static_cast<size_t>(N * C));
       kernels::embedding_forward<float>(x_ref.data(), tok.data(), w.data(), N, C, V);
       EXPECT_EQ(widen(d_x.download()), x_ref);
@@ -254,7 +335,7 @@ TEST(CudaEmbedding, GatherIsExactAndScatterAddIsBitwiseTheCpusTokenOrderSum) {
       DeviceArray<float> d_dw(dw_ref);
       kernels::embedding_backward<float>(dw_ref.data(), tok.data(), dx.data(), N, C, V);
       DeviceArray<std::byte> ws(embedding_backward_workspace_bytes(N, V));
-      embedding_backward(d_dw.get(), d_tok.get(), bf(d_dx), N, C, V, ws.get(), kStream);
+      embedding_backward(d_dw.get(), d_tok.get(), bf(d_dx), N, C, V, 1.0f, ws.get(), kStream);
       EXPECT_EQ(d_dw.download(), dw_ref) << "N " << N << " C " << C;  // same fp32 adds in the same order
       EXPECT_TRUE(d_dw.check_guards("embedding backward"));
     }
@@ -267,7 +348,7 @@ TEST(CudaEmbedding, OutOfRangeIdsGiveNanRowsAndAreSkippedInBackward) {
   const std::vector<float> w = random_bf16_values(V * C, 40);
   Bf16Array d_w(to_bf16_bits(w)), d_x(N * C), d_dx(to_bf16_bits(random_bf16_values(N * C, 41)));
   DeviceArray<int32_t> d_tok(tok);
-  embedding_forward(bf(d_x), d_tok.get(), bf(d_w), N, C, V, kStream);
+  embedding_forward(bf(d_x), d_tok.get(), bf(d_w), N, C, V, 1.0f, kStream);
   const std::vector<float> x = widen(d_x.download());
   for (int64_t c = 0; c < C; ++c) {
     EXPECT_EQ(x[static_cast<size_t>(c)], w[static_cast<size_t>(C + c)]);
@@ -275,7 +356,7 @@ TEST(CudaEmbedding, OutOfRangeIdsGiveNanRowsAndAreSkippedInBackward) {
   }
   DeviceArray<float> d_dw(std::vector<float>(static_cast<size_t>(V * C), 0.0f));
   DeviceArray<std::byte> ws(embedding_backward_workspace_bytes(N, V));
-  embedding_backward(d_dw.get(), d_tok.get(), bf(d_dx), N, C, V, ws.get(), kStream);
+  embedding_backward(d_dw.get(), d_tok.get(), bf(d_dx), N, C, V, 1.0f, ws.get(), kStream);
   const std::vector<float> dw = d_dw.download();
   for (int64_t v = 0; v < V; ++v)
     for (int64_t c = 0; c < C; ++c)
@@ -295,7 +376,8 @@ TEST(CudaGemm, AllTransposesStridesDtypesAndBetasWithinTheAccumulationBound) {
   struct Shape {
     int64_t M, N, K, pad;
   };
-  for (const Shape sh : {Shape{1, 1, 1, 0}, Shape{7, 17, 33, 3}, Shape{64, 48, 80, 0}, Shape{130, 70, 257, 8}})
+  for (const Shape sh :
+       {Shape{1, 1, 1, 0}, Shape{7, 17, 33, 3}, Shape{64, 48, 80, 0}, Shape{130, 70, 257, 8}})
     for (bool ta : {false, true})
       for (bool tb : {false, true})
         for (bool out_f32 : {false, true})
@@ -304,11 +386,18 @@ TEST(CudaGemm, AllTransposesStridesDtypesAndBetasWithinTheAccumulationBound) {
               const int64_t M = sh.M, N = sh.N, K = sh.K;
               const int64_t lda = (ta ? M : K) + sh.pad, ldb = (tb ? K : N) + sh.pad, ldd = N + sh.pad;
               const int64_t a_rows = ta ? K : M, b_rows = tb ? N : K;
-              const std::vector<float> A = random_bf16_values(a_rows * lda, 50), B = random_bf16_values(b_rows * ldb, 51);
-              const std::vector<float> Cv = random_bf16_values(M * ldd, 52), D0 = random_bf16_values(M * ldd, 53);
-              auto a_at = [&](int64_t i, int64_t k) { return A[static_cast<size_t>(ta ? k * lda + i : i * lda + k)]; };
-              auto b_at = [&](int64_t k, int64_t j) { return B[static_cast<size_t>(tb ? j * ldb + k : k * ldb + j)]; };
-              Bf16Array d_A(to_bf16_bits(A)), d_B(to_bf16_bits(B)), d_C16(to_bf16_bits(Cv)), d_D16(to_bf16_bits(D0));
+              const std::vector<float> A = random_bf16_values(a_rows * lda, 50),
+                                       B = random_bf16_values(b_rows * ldb, 51);
+              const std::vector<float> Cv = random_bf16_values(M * ldd, 52),
+                                       D0 = random_bf16_values(M * ldd, 53);
+              auto a_at = [&](int64_t i, int64_t k) {
+                return A[static_cast<size_t>(ta ? k * lda + i : i * lda + k)];
+              };
+              auto b_at = [&](int64_t k, int64_t j) {
+                return B[static_cast<size_t>(tb ? j * ldb + k : k * ldb + j)];
+              };
+              Bf16Array d_A(to_bf16_bits(A)), d_B(to_bf16_bits(B)), d_C16(to_bf16_bits(Cv)),
+                  d_D16(to_bf16_bits(D0));
               DeviceArray<float> d_C32(Cv), d_D32(D0);
               GemmArgs g;
               g.trans_a = ta, g.trans_b = tb, g.M = M, g.N = N, g.K = K;
@@ -317,22 +406,26 @@ TEST(CudaGemm, AllTransposesStridesDtypesAndBetasWithinTheAccumulationBound) {
               g.out_f32 = out_f32;
               g.D = out_f32 ? static_cast<void*>(d_D32.get()) : d_D16.get();
               g.ldd = ldd;
-              if (separate_c) g.C = out_f32 ? static_cast<const void*>(d_C32.get()) : d_C16.get(), g.ldc = ldd;
+              if (separate_c)
+                g.C = out_f32 ? static_cast<const void*>(d_C32.get()) : d_C16.get(), g.ldc = ldd;
               ctx.run(g, ws.get(), kStream);
               const std::vector<float> got = out_f32 ? d_D32.download() : widen(d_D16.download());
               const std::vector<float>& c_in = separate_c ? Cv : D0;
               for (int64_t i = 0; i < M; ++i)
                 for (int64_t j = 0; j < N; ++j) {
-                  double ref = beta * static_cast<double>(c_in[static_cast<size_t>(i * ldd + j)]), mag = std::fabs(ref);
+                  double ref = beta * static_cast<double>(c_in[static_cast<size_t>(i * ldd + j)]),
+                         mag = std::fabs(ref);
                   for (int64_t k = 0; k < K; ++k) {
                     const double p = static_cast<double>(a_at(i, k)) * b_at(k, j);
                     ref += p;
                     mag += std::fabs(p);
                   }
-                  const double tol = (out_f32 ? 0.0 : kOneRounding * std::fabs(ref)) + 2.0 * (K + 1) * 0x1p-24 * mag + 1e-30;
+                  const double tol =
+                      (out_f32 ? 0.0 : kOneRounding * std::fabs(ref)) + 2.0 * (K + 1) * 0x1p-24 * mag + 1e-30;
                   ASSERT_LE(std::fabs(got[static_cast<size_t>(i * ldd + j)] - ref), tol)
-                      << "M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " f32 " << out_f32
-                      << " beta " << beta << " separate C " << separate_c << " at (" << i << ", " << j << ")";
+                      << "M " << M << " N " << N << " K " << K << " ta " << ta << " tb " << tb << " f32 "
+                      << out_f32 << " beta " << beta << " separate C " << separate_c << " at (" << i << ", "
+                      << j << ")";
                 }
               // padding columns of D untouched
               for (int64_t i = 0; i < M; ++i)
@@ -346,9 +439,11 @@ TEST(CudaGemm, AllTransposesStridesDtypesAndBetasWithinTheAccumulationBound) {
 
 struct AttnCase {
   int64_t B, T, H, KV, hd;
+  double scale = 0;    // 0: 1/sqrt(hd)
+  int64_t window = 0;  // 0: none
 };
-const std::vector<AttnCase> kAttnCases = {
-    {2, 1, 4, 2, 8}, {1, 17, 4, 2, 8}, {2, 130, 4, 1, 64}, {1, 200, 8, 2, 128}, {1, 64, 2, 2, 64}, {1, 65, 4, 4, 128}};
+const std::vector<AttnCase> kAttnCases = {{2, 1, 4, 2, 8},     {1, 17, 4, 2, 8},  {2, 130, 4, 1, 64},
+                                          {1, 200, 8, 2, 128}, {1, 64, 2, 2, 64}, {1, 65, 4, 4, 128}};
 
 struct AttnData {
   std::vector<float> q, k, v, dout;
@@ -365,17 +460,21 @@ AttnData attention_reference(const AttnCase& c, const std::vector<int32_t>& posi
   d.dout = random_bf16_values(c.B * c.T * c.H * c.hd, 63);
   kernels::AttentionShape s{c.B, c.T, c.H, c.KV, c.hd, 16, 1};
   if (!positions.empty()) s.positions = positions.data();
+  s.scale = c.scale;
+  s.window = c.window;
   d.out_ref.resize(d.q.size());
   d.lse_ref.resize(static_cast<size_t>(c.B * c.H * c.T));
   kernels::AlignedBuffer fws(kernels::attention_forward_workspace_bytes<float>(s));
-  kernels::attention_forward<float>(d.out_ref.data(), d.lse_ref.data(), d.q.data(), d.k.data(), d.v.data(), s, fws.workspace());
+  kernels::attention_forward<float>(d.out_ref.data(), d.lse_ref.data(), d.q.data(), d.k.data(), d.v.data(), s,
+                                    fws.workspace());
   d.out_ref = round_all(d.out_ref);
   d.dq_ref.resize(d.q.size());
   d.dk_ref.resize(d.k.size());
   d.dv_ref.resize(d.v.size());
   kernels::AlignedBuffer bws(kernels::attention_backward_workspace_bytes<float>(s));
-  kernels::attention_backward<float>(d.dq_ref.data(), d.dk_ref.data(), d.dv_ref.data(), d.dout.data(), d.q.data(),
-                                     d.k.data(), d.v.data(), d.out_ref.data(), d.lse_ref.data(), s, bws.workspace());
+  kernels::attention_backward<float>(d.dq_ref.data(), d.dk_ref.data(), d.dv_ref.data(), d.dout.data(),
+                                     d.q.data(), d.k.data(), d.v.data(), d.out_ref.data(), d.lse_ref.data(),
+                                     s, bws.workspace());
   return d;
 }
 
@@ -387,16 +486,19 @@ AttnResult run_attention(const AttnCase& c, const AttnData& d, AttentionImpl imp
                          const std::vector<int32_t>& positions = {}) {
   Bf16Array q(to_bf16_bits(d.q)), k(to_bf16_bits(d.k)), v(to_bf16_bits(d.v)), dout(to_bf16_bits(d.dout));
   Bf16Array out(static_cast<int64_t>(d.q.size())), out_ref(to_bf16_bits(d.out_ref));
-  Bf16Array dq(static_cast<int64_t>(d.q.size())), dk(static_cast<int64_t>(d.k.size())), dv(static_cast<int64_t>(d.v.size()));
+  Bf16Array dq(static_cast<int64_t>(d.q.size())), dk(static_cast<int64_t>(d.k.size())),
+      dv(static_cast<int64_t>(d.v.size()));
   DeviceArray<float> lse(c.B * c.H * c.T), lse_ref(d.lse_ref);
   DeviceArray<int32_t> pos(positions.empty() ? std::vector<int32_t>{0} : positions);
   AttentionShape s{c.B, c.T, c.H, c.KV, c.hd};
   if (!positions.empty()) s.positions = pos.get();
+  s.scale = c.scale;
+  s.window = c.window;
   attention_forward(bf(out), lse.get(), bf(q), bf(k), bf(v), s, impl, kStream);
   // backward from the CPU's out and lse, so the comparison isolates the backward
   DeviceArray<std::byte> ws(std::max<int64_t>(attention_backward_workspace_bytes(s), 1));
-  attention_backward(bf(dq), bf(dk), bf(dv), bf(dout), bf(q), bf(k), bf(v), bf(out_ref), lse_ref.get(), s, impl, ws.get(),
-                     kStream);
+  attention_backward(bf(dq), bf(dk), bf(dv), bf(dout), bf(q), bf(k), bf(v), bf(out_ref), lse_ref.get(), s,
+                     impl, ws.get(), kStream);
   for (const Bf16Array* a : {&out, &dq, &dk, &dv}) EXPECT_TRUE(a->check_guards("attention"));
   EXPECT_TRUE(lse.check_guards("attention lse"));
   return AttnResult{widen(out.download()), lse.download(), widen(dq.download()), widen(dk.download()),
@@ -452,6 +554,43 @@ TEST(CudaAttention, PackedDocumentsMatchTheCpuFlashAttention) {
   }
 }
 
+// Gemma 4's attention: scale 1 and a sliding window (on head_dim 64 and 128 for both paths, with
+// packed documents too), and its head sizes 256 and 512 (reference path only) with and without the
+// window. Windows of 50 and 70 keys on 150-200 tokens: whole 64-key tiles are skipped, rows cross
+// tiles. Small inputs (scale 1 with unnormalised q, k would saturate the softmax). Tolerances of the
+// tests above.
+TEST(CudaAttention, ScaleOneSlidingWindowAndGemmaHeadSizesMatchTheCpuFlashAttention) {
+  SLIDEDP_REQUIRE_GPU();
+  const std::vector<AttnCase> cases = {{1, 200, 4, 2, 64, 1.0, 70},
+                                       {2, 150, 4, 1, 128, 0.0, 50},
+                                       {1, 130, 4, 2, 256, 1.0, 50},
+                                       {1, 90, 2, 1, 512, 1.0, 0},
+                                       {1, 90, 4, 1, 512, 1.0, 40}};
+  for (const AttnCase& c : cases)
+    for (bool documents : {false, true}) {
+      std::vector<int32_t> positions;
+      if (documents)
+        for (int64_t b = 0; b < c.B; ++b)
+          for (int64_t t = 0; t < c.T; ++t)
+            positions.push_back(static_cast<int32_t>(t < c.T / 3 ? t : t - c.T / 3));
+      AttnData d = attention_reference(c, positions);
+      for (AttentionImpl impl : {AttentionImpl::kReference, AttentionImpl::kTensorCore}) {
+        if (impl == AttentionImpl::kTensorCore && !attention_tensor_core_supports(c.hd)) continue;
+        const bool tc = impl == AttentionImpl::kTensorCore;
+        SCOPED_TRACE(::testing::Message()
+                     << (tc ? "tensor cores" : "reference") << " T=" << c.T << " hd=" << c.hd
+                     << " scale=" << c.scale << " window=" << c.window << " documents=" << documents);
+        const AttnResult r = run_attention(c, d, impl, positions);
+        const double frac = tc ? 2e-2 : 2e-3, rtol = tc ? 2e-2 : kOneRounding;
+        EXPECT_TRUE(close_to_scale(r.out, d.out_ref, frac, rtol, "out"));
+        EXPECT_TRUE(all_close(r.lse, d.lse_ref, tc ? 2e-3 : 1e-4, 1e-4, "lse"));
+        EXPECT_TRUE(close_to_scale(r.dq, d.dq_ref, frac, rtol, "dq"));
+        EXPECT_TRUE(close_to_scale(r.dk, d.dk_ref, frac, rtol, "dk"));
+        EXPECT_TRUE(close_to_scale(r.dv, d.dv_ref, frac, rtol, "dv"));
+      }
+    }
+}
+
 TEST(CudaAttention, ResultsAreBitwiseReproducible) {
   SLIDEDP_REQUIRE_GPU();
   const AttnCase c{2, 150, 8, 2, 64};
@@ -477,7 +616,8 @@ TEST(CudaAttention, LongSequenceTensorCoresAgreeWithTheReferencePath) {
   d.dout = random_bf16_values(c.B * c.T * c.H * c.hd, 73);
   // out and lse for the backward come from the reference path's forward
   const AttentionShape s{c.B, c.T, c.H, c.KV, c.hd};
-  Bf16Array q(to_bf16_bits(d.q)), k(to_bf16_bits(d.k)), v(to_bf16_bits(d.v)), out(static_cast<int64_t>(d.q.size()));
+  Bf16Array q(to_bf16_bits(d.q)), k(to_bf16_bits(d.k)), v(to_bf16_bits(d.v)),
+      out(static_cast<int64_t>(d.q.size()));
   DeviceArray<float> lse(c.B * c.H * c.T);
   attention_forward(bf(out), lse.get(), bf(q), bf(k), bf(v), s, AttentionImpl::kReference, kStream);
   d.out_ref = widen(out.download());
@@ -493,8 +633,9 @@ TEST(CudaAttention, LongSequenceTensorCoresAgreeWithTheReferencePath) {
 
 // ---- cross-entropy kernels ----
 
-TEST(CudaCrossEntropy, ChunkKernelAndFinishMatchTheFormula) {
-  SLIDEDP_REQUIRE_GPU();
+// The chunk kernel against the formula in double, with Gemma 4's logit softcap when cap > 0: the
+// loss of cap tanh(z / cap) and dlogits times its derivative 1 - tanh^2.
+void expect_chunk_matches_the_formula(double cap) {
   const int64_t nc = 9, V = 1003;
   const std::vector<float> logits = random_vector<float>(nc * V, 80, -4, 4);
   std::vector<int32_t> targets = {0, 5, -100, 1002, 17, -100, 3, 999, 500};
@@ -503,27 +644,46 @@ TEST(CudaCrossEntropy, ChunkKernelAndFinishMatchTheFormula) {
   Bf16Array d_dl(nc * V);
   DeviceArray<double> d_rows(nc), d_out(2);
   DeviceArray<int32_t> d_t(targets);
-  cross_entropy_chunk(d_logits.get(), bf(d_dl), d_rows.get(), d_t.get(), nc, V, scale, kStream);
+  cross_entropy_chunk(d_logits.get(), bf(d_dl), d_rows.get(), d_t.get(), nc, V, scale, cap, kStream);
   cross_entropy_finish(d_out.get(), d_rows.get(), d_t.get(), nc, kStream);
   const std::vector<float> dl = widen(d_dl.download());
   const std::vector<double> out = d_out.download();
   double loss = 0;
   for (int64_t r = 0; r < nc; ++r) {
-    const float* row = logits.data() + r * V;
+    std::vector<double> row(static_cast<size_t>(V)), chain(static_cast<size_t>(V), 1.0);
+    for (int64_t c = 0; c < V; ++c) {
+      const double z = logits[static_cast<size_t>(r * V + c)];
+      row[c] = cap > 0 ? cap * std::tanh(z / cap) : z;
+      if (cap > 0) chain[c] = 1.0 - std::tanh(z / cap) * std::tanh(z / cap);
+    }
     const int32_t t = targets[static_cast<size_t>(r)];
     double mx = -1e300, sum = 0;
-    for (int64_t c = 0; c < V; ++c) mx = std::max(mx, static_cast<double>(row[c]));
+    for (int64_t c = 0; c < V; ++c) mx = std::max(mx, row[c]);
     for (int64_t c = 0; c < V; ++c) sum += std::exp(row[c] - mx);
     for (int64_t c = 0; c < V; ++c) {
-      const double ref = t == -100 ? 0.0 : scale * (std::exp(row[c] - mx) / sum - (c == t ? 1.0 : 0.0));
-      // one bf16 rounding of a value computed in fp32
-      ASSERT_NEAR(dl[static_cast<size_t>(r * V + c)], ref, kOneRounding * std::fabs(ref) + 1e-9) << r << " " << c;
+      const double ref =
+          t == -100 ? 0.0 : scale * (std::exp(row[c] - mx) / sum - (c == t ? 1.0 : 0.0)) * chain[c];
+      // one bf16 rounding of a value computed in fp32 (the cap's fp32 tanh adds a few fp32 ulps)
+      ASSERT_NEAR(dl[static_cast<size_t>(r * V + c)], ref, kOneRounding * std::fabs(ref) + 1e-7 * scale)
+          << r << " " << c;
     }
     if (t != -100) loss += mx + std::log(sum) - row[t];
   }
   EXPECT_NEAR(out[0], loss, 1e-5 * loss);  // fp32 exponentials summed in double
   EXPECT_EQ(out[1], 7.0);
   EXPECT_TRUE(d_dl.check_guards("dlogits") && d_rows.check_guards("loss rows") && d_out.check_guards("loss"));
+}
+
+TEST(CudaCrossEntropy, ChunkKernelAndFinishMatchTheFormula) {
+  SLIDEDP_REQUIRE_GPU();
+  expect_chunk_matches_the_formula(0);
+}
+
+// A cap of 3 on logits in [-4, 4] bends most of them: a kernel that skipped the cap or its
+// derivative would miss by far more than one rounding.
+TEST(CudaCrossEntropy, SoftcappedChunkMatchesTheFormula) {
+  SLIDEDP_REQUIRE_GPU();
+  expect_chunk_matches_the_formula(3.0);
 }
 
 TEST(CudaCrossEntropy, ATargetOutsideTheVocabularyGivesANanLoss) {
@@ -533,7 +693,7 @@ TEST(CudaCrossEntropy, ATargetOutsideTheVocabularyGivesANanLoss) {
   Bf16Array d_dl(nc * V);
   DeviceArray<double> d_rows(nc), d_out(2);
   DeviceArray<int32_t> d_t(std::vector<int32_t>{3, 10});
-  cross_entropy_chunk(d_logits.get(), bf(d_dl), d_rows.get(), d_t.get(), nc, V, 1.0, kStream);
+  cross_entropy_chunk(d_logits.get(), bf(d_dl), d_rows.get(), d_t.get(), nc, V, 1.0, 0.0, kStream);
   cross_entropy_finish(d_out.get(), d_rows.get(), d_t.get(), nc, kStream);
   EXPECT_TRUE(std::isnan(d_out.download()[0]));
 }
@@ -555,7 +715,8 @@ TEST(CudaAdamw, IsBitwiseTheCpuKernelOverSeveralSteps) {
       DeviceArray<float> dg(g), dx(extra);
       add_f32(dg.get(), dx.get(), n, kStream);
       std::vector<float> gsum(g);
-      for (int64_t i = 0; i < n; ++i) gsum[static_cast<size_t>(i)] = g[static_cast<size_t>(i)] + extra[static_cast<size_t>(i)];
+      for (int64_t i = 0; i < n; ++i)
+        gsum[static_cast<size_t>(i)] = g[static_cast<size_t>(i)] + extra[static_cast<size_t>(i)];
       kernels::AdamwHyper h;
       h.lr = 1e-3 * step, h.weight_decay = 0.1, h.step = step, h.grad_scale = 0.5, h.clip_coef = 0.75;
       adamw(dp.get(), dm.get(), dv.get(), dg.get(), n, kernels::adamw_constants(h), kStream);

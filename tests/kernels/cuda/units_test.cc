@@ -2,7 +2,8 @@
 // decoder forward / recompute / backward for Llama (llama3 RoPE scaling), Qwen2 (biases) and Qwen3
 // (q/k norm), on head_dim 8 (reference attention) and 64 (tensor-core attention); the head with the
 // fused chunked cross-entropy (tied and untied, masked targets, chunk sizes that do and do not divide
-// the tokens); the embedding. Both sides start from the same bf16 parameters and inputs; the CPU
+// the tokens; Gemma 4's softcap); the embedding (plain and scaled); the dense Gemma 4 layer (sliding
+// and K=V global). Both sides start from the same bf16 parameters and inputs; the CPU
 // computes in fp32 from them. Also: recompute is bitwise what forward saved, gradients accumulate,
 // padding stays untouched, results are bitwise reproducible, no write leaves its buffer.
 //
@@ -12,6 +13,8 @@
 // ten bf16 ulps of the tensor's largest element -- what those roundings add up to -- and two orders
 // below the O(1) relative error of a wrong or missing term. The loss sum is a sum of per-token
 // losses ~ln(V) whose logits carry 2^-8 relative error: 5e-3 relative.
+#include "kernels/cuda/units.h"
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -23,23 +26,24 @@
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
 #include "kernels/cpu/transformer/embedding_unit.h"
+#include "kernels/cpu/transformer/gemma4_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cuda/gemm.h"
-#include "kernels/cuda/units.h"
+#include "kernels/cuda/gemma4_unit.h"
 #include "model/unit_layout.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
 
-using test::Bf16Array;
+using kernels::test::random_vector;
 using test::bf;
-using test::DeviceArray;
+using test::Bf16Array;
 using test::close_to_scale;
+using test::DeviceArray;
 using test::random_bf16_values;
 using test::to_bf16_bits;
 using test::widen;
-using kernels::test::random_vector;
 
 constexpr double kActivationFrac = 2e-2, kGradientFrac = 3e-2, kLossRtol = 5e-3;  // see the header
 
@@ -72,16 +76,17 @@ std::vector<float> bf16_params(const UnitLayout& unit, uint64_t seed) {
 // and dx - dy against dx_ref - dy, relative to the branch's own scale (a branch error of 2% of max|y|
 // could hide in the comparison of y itself). The GPU stores y and dx in bf16, which rounds by up to
 // 2^-9 of the residual's magnitude: that is added to the bound.
-void expect_branches_close(const std::vector<float>& y, const std::vector<float>& y_ref, const std::vector<float>& x,
-                           const std::vector<float>& dx, const std::vector<float>& dx_ref, const std::vector<float>& dy,
+void expect_branches_close(const std::vector<float>& y, const std::vector<float>& y_ref,
+                           const std::vector<float>& x, const std::vector<float>& dx,
+                           const std::vector<float>& dx_ref, const std::vector<float>& dy,
                            const std::string& what) {
   auto minus = [](const std::vector<float>& a, const std::vector<float>& b) {
     std::vector<float> d(a.size());
     for (size_t i = 0; i < a.size(); ++i) d[i] = a[i] - b[i];
     return d;
   };
-  auto check = [&](const std::vector<float>& got, const std::vector<float>& ref, const std::vector<float>& base,
-                   double frac, const std::string& name) {
+  auto check = [&](const std::vector<float>& got, const std::vector<float>& ref,
+                   const std::vector<float>& base, double frac, const std::string& name) {
     const std::vector<float> g = minus(got, base), r = minus(ref, base);
     const double atol = frac * std::max(test::max_abs(r), 1e-30) + 0x1p-9 * test::max_abs(ref);
     EXPECT_TRUE(kernels::test::all_close(g, r, atol, frac, what + " " + name));
@@ -90,8 +95,9 @@ void expect_branches_close(const std::vector<float>& y, const std::vector<float>
   check(dx, dx_ref, dy, kGradientFrac, "dx - dy (the branches' gradient)");
 }
 
-void expect_gradients_close(const UnitLayout& unit, const std::vector<float>& got, const std::vector<float>& ref,
-                            const std::vector<float>& init, const std::string& what) {
+void expect_gradients_close(const UnitLayout& unit, const std::vector<float>& got,
+                            const std::vector<float>& ref, const std::vector<float>& init,
+                            const std::string& what) {
   for (const TensorSpec& t : unit.tensors) {
     std::vector<float> g(static_cast<size_t>(t.numel)), r(static_cast<size_t>(t.numel));
     for (int64_t i = 0; i < t.numel; ++i) {
@@ -114,7 +120,8 @@ struct GpuDecoder {
 };
 
 GpuDecoder run_gpu_decoder(const DecoderSpec& s, const std::vector<float>& p, const std::vector<float>& x,
-                           const std::vector<float>& dy, const std::vector<float>& grads_init, int64_t B, int64_t T) {
+                           const std::vector<float>& dy, const std::vector<float>& grads_init, int64_t B,
+                           int64_t T) {
   GemmContext gemm;
   UnitContext ctx;
   ctx.gemm = &gemm;
@@ -123,14 +130,16 @@ GpuDecoder run_gpu_decoder(const DecoderSpec& s, const std::vector<float>& p, co
   DeviceArray<float> d_grads(grads_init);
   const int64_t saved_bytes = decoder_saved_bytes(s, B, T);
   DeviceArray<unsigned char> saved(saved_bytes), saved2(saved_bytes);
-  DeviceArray<std::byte> fws(decoder_forward_workspace_bytes(s, B, T)), bws(decoder_backward_workspace_bytes(s, B, T));
-  decoder_forward(ctx, s, bf(d_p), bf(d_x), bf(d_y), {saved.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
+  DeviceArray<std::byte> fws(decoder_forward_workspace_bytes(s, B, T)),
+      bws(decoder_backward_workspace_bytes(s, B, T));
+  decoder_forward(ctx, s, bf(d_p), bf(d_x), bf(d_y), {saved.get(), saved_bytes}, B, T,
+                  {fws.get(), fws.size()});
   decoder_recompute(ctx, s, bf(d_p), bf(d_x), {saved2.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
-  decoder_backward(ctx, s, bf(d_p), bf(d_x), {saved.get(), saved_bytes}, bf(d_dy), bf(d_dx), d_grads.get(), B, T,
-                   {bws.get(), bws.size()});
+  decoder_backward(ctx, s, bf(d_p), bf(d_x), {saved.get(), saved_bytes}, bf(d_dy), bf(d_dx), d_grads.get(), B,
+                   T, {bws.get(), bws.size()});
   EXPECT_TRUE(d_y.check_guards("y") && d_dx.check_guards("dx") && d_grads.check_guards("grads") &&
-              saved.check_guards("saved") && saved2.check_guards("recomputed saved") && fws.check_guards("fwd ws") &&
-              bws.check_guards("bwd ws"));
+              saved.check_guards("saved") && saved2.check_guards("recomputed saved") &&
+              fws.check_guards("fwd ws") && bws.check_guards("bwd ws"));
   return GpuDecoder{widen(d_y.download()), widen(d_dx.download()), d_grads.download(), saved.download(),
                     saved2.download()};
 }
@@ -151,7 +160,8 @@ TEST_P(CudaDecoderTest, ForwardRecomputeBackwardMatchTheCpuUnit) {
   const DecoderSpec s = make_decoder_spec(card, unit);
   const int64_t B = 2, T = 70;  // T not a multiple of the 64-row attention tile
   const std::vector<float> p = bf16_params(unit, 200);
-  const std::vector<float> x = random_bf16_values(B * T * s.C, 201, -2, 2), dy = random_bf16_values(B * T * s.C, 202);
+  const std::vector<float> x = random_bf16_values(B * T * s.C, 201, -2, 2),
+                           dy = random_bf16_values(B * T * s.C, 202);
   const std::vector<float> init = random_vector<float>(unit.flat_numel, 203);
 
   // CPU reference in fp32 from the same bf16 values
@@ -159,9 +169,10 @@ TEST_P(CudaDecoderTest, ForwardRecomputeBackwardMatchTheCpuUnit) {
   AlignedBuffer saved(kernels::decoder_saved_bytes<float>(s, B, T));
   AlignedBuffer fws(kernels::decoder_forward_workspace_bytes<float>(s, B, T));
   AlignedBuffer bws(kernels::decoder_backward_workspace_bytes<float>(s, B, T));
-  kernels::decoder_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T, fws.workspace());
-  kernels::decoder_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(), grads_ref.data(),
-                                   B, T, bws.workspace());
+  kernels::decoder_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T,
+                                  fws.workspace());
+  kernels::decoder_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(),
+                                   grads_ref.data(), B, T, bws.workspace());
 
   const GpuDecoder g = run_gpu_decoder(s, p, x, dy, init, B, T);
   EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y"));
@@ -192,15 +203,17 @@ TEST_P(CudaDecoderTest, TiledMlpMatchesTheCpuUnit) {
   tiled.mlp_token_tile = 33;
   const int64_t B = 2, T = 70;
   const std::vector<float> p = bf16_params(unit, 210);
-  const std::vector<float> x = random_bf16_values(B * T * s.C, 211, -2, 2), dy = random_bf16_values(B * T * s.C, 212);
+  const std::vector<float> x = random_bf16_values(B * T * s.C, 211, -2, 2),
+                           dy = random_bf16_values(B * T * s.C, 212);
   const std::vector<float> init = random_vector<float>(unit.flat_numel, 213);
   std::vector<float> y_ref(x.size()), dx_ref(x.size()), grads_ref = init;
   AlignedBuffer saved(kernels::decoder_saved_bytes<float>(s, B, T));
   AlignedBuffer fws(kernels::decoder_forward_workspace_bytes<float>(s, B, T));
   AlignedBuffer bws(kernels::decoder_backward_workspace_bytes<float>(s, B, T));
-  kernels::decoder_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T, fws.workspace());
-  kernels::decoder_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(), grads_ref.data(),
-                                   B, T, bws.workspace());
+  kernels::decoder_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T,
+                                  fws.workspace());
+  kernels::decoder_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(),
+                                   grads_ref.data(), B, T, bws.workspace());
   EXPECT_LT(decoder_saved_bytes(tiled, B, T), decoder_saved_bytes(s, B, T));
   const GpuDecoder g = run_gpu_decoder(tiled, p, x, dy, init, B, T);
   EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y (tiled MLP)"));
@@ -210,8 +223,9 @@ TEST_P(CudaDecoderTest, TiledMlpMatchesTheCpuUnit) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, CudaDecoderTest,
-                         ::testing::Values(DecoderCase{"llama", 8}, DecoderCase{"qwen2", 8}, DecoderCase{"qwen3", 8},
-                                           DecoderCase{"llama", 64}, DecoderCase{"qwen3", 64}),
+                         ::testing::Values(DecoderCase{"llama", 8}, DecoderCase{"qwen2", 8},
+                                           DecoderCase{"qwen3", 8}, DecoderCase{"llama", 64},
+                                           DecoderCase{"qwen3", 64}),
                          [](const auto& test_info) {
                            return test_info.param.type + "_hd" + std::to_string(test_info.param.head_dim);
                          });
@@ -219,6 +233,7 @@ INSTANTIATE_TEST_SUITE_P(Families, CudaDecoderTest,
 struct HeadCase {
   bool tied;
   int64_t chunk_tokens;
+  double softcap = 0;  // Gemma 4's final_logit_softcapping (1 here: most logits bend)
 };
 
 class CudaHeadTest : public ::testing::TestWithParam<HeadCase> {};
@@ -232,24 +247,27 @@ TEST_P(CudaHeadTest, FusedLossAndGradientsMatchTheCpuUnit) {
   const UnitLayout& emb_unit = layout.units[0];
   HeadSpec s = make_head_spec(card, head_unit);
   s.loss_chunk_tokens = c.chunk_tokens;
+  s.logit_softcap = c.softcap;
   const EmbeddingSpec es = make_embedding_spec(card, emb_unit);
   const int64_t B = 3, T = 33, N = B * T;
   const std::vector<float> p = bf16_params(head_unit, 300), emb = bf16_params(emb_unit, 301);
   const std::vector<float> x = random_bf16_values(N * s.C, 302, -2, 2);
   std::vector<int32_t> targets(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) targets[static_cast<size_t>(i)] = i % 5 == 2 ? -100 : static_cast<int32_t>((i * 13) % s.V);
+  for (int64_t i = 0; i < N; ++i)
+    targets[static_cast<size_t>(i)] = i % 5 == 2 ? -100 : static_cast<int32_t>((i * 13) % s.V);
   const double grad_scale = 1.0 / 80.0;
   // lm_head: the head's own tensor, or unit 0's embedding when tied
   const std::vector<float>& lm_src = s.tied ? emb : p;
   const int64_t lm_off = s.tied ? es.weight : s.lm_head_w;
   const std::vector<float> init = random_vector<float>(head_unit.flat_numel, 303);
-  const std::vector<float> lm_init = random_vector<float>(s.tied ? emb_unit.flat_numel : head_unit.flat_numel, 304);
+  const std::vector<float> lm_init =
+      random_vector<float>(s.tied ? emb_unit.flat_numel : head_unit.flat_numel, 304);
 
   std::vector<float> dx_ref(x.size()), grads_ref = init, lm_grads_ref = s.tied ? lm_init : init;
   AlignedBuffer ws(kernels::head_workspace_bytes<float>(s, B, T, true));
   const LossResult r = kernels::head_forward_backward<float>(
-      s, p.data(), lm_src.data() + lm_off, x.data(), targets.data(), B, T, grad_scale, dx_ref.data(), grads_ref.data(),
-      (s.tied ? lm_grads_ref.data() : grads_ref.data()) + lm_off, ws.workspace());
+      s, p.data(), lm_src.data() + lm_off, x.data(), targets.data(), B, T, grad_scale, dx_ref.data(),
+      grads_ref.data(), (s.tied ? lm_grads_ref.data() : grads_ref.data()) + lm_off, ws.workspace());
 
   GemmContext gemm;
   UnitContext ctx;
@@ -261,8 +279,8 @@ TEST_P(CudaHeadTest, FusedLossAndGradientsMatchTheCpuUnit) {
   DeviceArray<std::byte> d_ws(head_workspace_bytes(s, B, T));
   const __nv_bfloat16* lm = (s.tied ? bf(d_emb) : bf(d_p)) + lm_off;
   float* lm_grad = (s.tied ? d_lm.get() : d_grads.get()) + lm_off;
-  head_forward_backward(ctx, s, bf(d_p), lm, bf(d_x), d_t.get(), B, T, grad_scale, bf(d_dx), d_grads.get(), lm_grad,
-                        d_loss.get(), {d_ws.get(), d_ws.size()});
+  head_forward_backward(ctx, s, bf(d_p), lm, bf(d_x), d_t.get(), B, T, grad_scale, bf(d_dx), d_grads.get(),
+                        lm_grad, d_loss.get(), {d_ws.get(), d_ws.size()});
   const std::vector<double> loss = d_loss.download();
   EXPECT_NEAR(loss[0], r.loss_sum, kLossRtol * r.loss_sum);
   EXPECT_EQ(loss[1], static_cast<double>(r.num_tokens));
@@ -275,38 +293,130 @@ TEST_P(CudaHeadTest, FusedLossAndGradientsMatchTheCpuUnit) {
 
 INSTANTIATE_TEST_SUITE_P(Chunks, CudaHeadTest,
                          ::testing::Values(HeadCase{false, 1}, HeadCase{false, 7}, HeadCase{false, 1000},
-                                           HeadCase{true, 7}, HeadCase{true, 99}),
+                                           HeadCase{true, 7}, HeadCase{true, 99}, HeadCase{true, 7, 1.0}),
                          [](const auto& test_info) {
                            return std::string(test_info.param.tied ? "tied" : "untied") + "_chunk" +
-                                  std::to_string(test_info.param.chunk_tokens);
+                                  std::to_string(test_info.param.chunk_tokens) +
+                                  (test_info.param.softcap > 0 ? "_softcap" : "");
                          });
 
+// Scale 1 (the Llama family) and 4 (Gemma 4 scales rows by bf16 sqrt(C); a power of two keeps the
+// product exact, so forward stays comparable bitwise).
 TEST(CudaEmbeddingUnit, ForwardIsExactAndBackwardIsBitwiseTheCpusSum) {
   SLIDEDP_REQUIRE_GPU();
-  const ModelCard card = card_for("llama", 8);
-  const ModelLayout layout = make_model_layout(card);
-  const EmbeddingSpec s = make_embedding_spec(card, layout.units[0]);
-  const int64_t B = 4, T = 50, N = B * T;
-  const std::vector<float> p = bf16_params(layout.units[0], 400), dy = random_bf16_values(N * s.C, 401);
-  std::vector<int32_t> tokens(static_cast<size_t>(N));
-  for (int64_t i = 0; i < N; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * i + 3) % s.V);
-  std::vector<float> y_ref(static_cast<size_t>(N * s.C)), grads_ref = random_vector<float>(s.flat_numel, 402);
-  const std::vector<float> init = grads_ref;
-  kernels::embedding_unit_forward<float>(s, p.data(), tokens.data(), B, T, y_ref.data());
-  kernels::embedding_unit_backward<float>(s, tokens.data(), dy.data(), grads_ref.data(), B, T);
+  for (double scale : {1.0, 4.0}) {
+    SCOPED_TRACE(scale);
+    const ModelCard card = card_for("llama", 8);
+    const ModelLayout layout = make_model_layout(card);
+    EmbeddingSpec s = make_embedding_spec(card, layout.units[0]);
+    s.scale = scale;
+    const int64_t B = 4, T = 50, N = B * T;
+    const std::vector<float> p = bf16_params(layout.units[0], 400), dy = random_bf16_values(N * s.C, 401);
+    std::vector<int32_t> tokens(static_cast<size_t>(N));
+    for (int64_t i = 0; i < N; ++i) tokens[static_cast<size_t>(i)] = static_cast<int32_t>((i * i + 3) % s.V);
+    std::vector<float> y_ref(static_cast<size_t>(N * s.C)),
+        grads_ref = random_vector<float>(s.flat_numel, 402);
+    const std::vector<float> init = grads_ref;
+    kernels::embedding_unit_forward<float>(s, p.data(), tokens.data(), B, T, y_ref.data());
+    kernels::embedding_unit_backward<float>(s, tokens.data(), dy.data(), grads_ref.data(), B, T);
 
+    GemmContext gemm;
+    UnitContext ctx;
+    ctx.gemm = &gemm;
+    Bf16Array d_p(to_bf16_bits(p)), d_y(N * s.C), d_dy(to_bf16_bits(dy));
+    DeviceArray<int32_t> d_tok(tokens);
+    DeviceArray<float> d_grads(init);
+    DeviceArray<std::byte> ws(embedding_backward_workspace_bytes(s, B, T));
+    embedding_forward(ctx, s, bf(d_p), d_tok.get(), B, T, bf(d_y));
+    embedding_backward(ctx, s, d_tok.get(), bf(d_dy), d_grads.get(), B, T, {ws.get(), ws.size()});
+    EXPECT_EQ(widen(d_y.download()), y_ref);
+    EXPECT_EQ(d_grads.download(), grads_ref);
+    EXPECT_TRUE(d_y.check_guards("y") && d_grads.check_guards("grads") && ws.check_guards("workspace"));
+  }
+}
+
+// ---- Gemma 4 (dense) ----
+
+// A Gemma 4 card wide enough for the tensor-core attention on its sliding layers (head_dim 64, window
+// 20 on 70 tokens: whole key tiles skipped) and a K=V global layer of head_dim 128 with proportional
+// RoPE, tied softcapped head, scaled embedding.
+ModelCard gemma4_card() {
+  return model_card_from_yaml(
+      "name: gpu-gemma4\nmodel_type: gemma4\nhidden_size: 96\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nhead_dim: 64\nintermediate_size: 160\nvocab_size: 301\n"
+      "layer_types: [sliding_attention, full_attention]\nsliding_window: 20\nglobal_head_dim: 128\n"
+      "num_global_key_value_heads: 1\nattention_k_eq_v: true\nrope_theta: 10000\nglobal_rope_theta: 1000000\n"
+      "global_partial_rotary_factor: 0.25\nfinal_logit_softcapping: 30.0\n",
+      "gpu-gemma4");
+}
+
+struct GpuGemma4 {
+  std::vector<float> y, dx, grads;
+  std::vector<unsigned char> saved, recomputed;
+};
+
+GpuGemma4 run_gpu_gemma4(const Gemma4LayerSpec& s, const std::vector<float>& p, const std::vector<float>& x,
+                         const std::vector<float>& dy, const std::vector<float>& grads_init, int64_t B,
+                         int64_t T) {
   GemmContext gemm;
   UnitContext ctx;
   ctx.gemm = &gemm;
-  Bf16Array d_p(to_bf16_bits(p)), d_y(N * s.C), d_dy(to_bf16_bits(dy));
-  DeviceArray<int32_t> d_tok(tokens);
-  DeviceArray<float> d_grads(init);
-  DeviceArray<std::byte> ws(embedding_backward_workspace_bytes(s, B, T));
-  embedding_forward(ctx, s, bf(d_p), d_tok.get(), B, T, bf(d_y));
-  embedding_backward(ctx, s, d_tok.get(), bf(d_dy), d_grads.get(), B, T, {ws.get(), ws.size()});
-  EXPECT_EQ(widen(d_y.download()), y_ref);
-  EXPECT_EQ(d_grads.download(), grads_ref);
-  EXPECT_TRUE(d_y.check_guards("y") && d_grads.check_guards("grads") && ws.check_guards("workspace"));
+  const int64_t N = B * T;
+  Bf16Array d_p(to_bf16_bits(p)), d_x(to_bf16_bits(x)), d_y(N * s.C), d_dy(to_bf16_bits(dy)), d_dx(N * s.C);
+  DeviceArray<float> d_grads(grads_init);
+  const int64_t saved_bytes = gemma4_saved_bytes(s, B, T);
+  DeviceArray<unsigned char> saved(saved_bytes), saved2(saved_bytes);
+  DeviceArray<std::byte> fws(gemma4_forward_workspace_bytes(s, B, T)),
+      bws(gemma4_backward_workspace_bytes(s, B, T));
+  gemma4_forward(ctx, s, bf(d_p), bf(d_x), bf(d_y), {saved.get(), saved_bytes}, B, T,
+                 {fws.get(), fws.size()});
+  gemma4_recompute(ctx, s, bf(d_p), bf(d_x), {saved2.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
+  gemma4_backward(ctx, s, bf(d_p), bf(d_x), {saved.get(), saved_bytes}, bf(d_dy), bf(d_dx), d_grads.get(), B,
+                  T, {bws.get(), bws.size()});
+  EXPECT_TRUE(d_y.check_guards("y") && d_dx.check_guards("dx") && d_grads.check_guards("grads") &&
+              saved.check_guards("saved") && saved2.check_guards("recomputed saved") &&
+              fws.check_guards("fwd ws") && bws.check_guards("bwd ws"));
+  return GpuGemma4{widen(d_y.download()), widen(d_dx.download()), d_grads.download(), saved.download(),
+                   saved2.download()};
+}
+
+// Both layer types against the CPU unit in fp32 from the same bf16 values, with the decoder's
+// tolerances (the header's reasoning: Gemma 4 rounds more saved tensors to bf16 -- the sandwich
+// norms' inputs and outputs -- but each is one 2^-9 rounding on the way, like the Llama unit's ten).
+// layer_scalar 0.7, as a checkpoint holds it: its gradient must stay untouched.
+TEST(CudaGemma4Unit, SlidingAndKEqualsVLayersMatchTheCpuUnit) {
+  SLIDEDP_REQUIRE_GPU();
+  const ModelCard card = gemma4_card();
+  const ModelLayout layout = make_model_layout(card);
+  for (int layer : {0, 1}) {
+    SCOPED_TRACE(layer == 0 ? "sliding layer" : "global K=V layer");
+    const UnitLayout& unit = layout.units[static_cast<size_t>(layer) + 1];
+    const Gemma4LayerSpec s = make_gemma4_layer_spec(card, unit);
+    const int64_t B = 2, T = 70;
+    std::vector<float> p = bf16_params(unit, 500 + static_cast<uint64_t>(layer));
+    p[static_cast<size_t>(s.layer_scalar)] = round_to_bf16(0.7f);
+    const std::vector<float> x = random_bf16_values(B * T * s.C, 511, -2, 2),
+                             dy = random_bf16_values(B * T * s.C, 512);
+    const std::vector<float> init = random_vector<float>(unit.flat_numel, 513);
+    std::vector<float> y_ref(x.size()), dx_ref(x.size()), grads_ref = init;
+    AlignedBuffer saved(kernels::gemma4_saved_bytes<float>(s, B, T));
+    AlignedBuffer fws(kernels::gemma4_forward_workspace_bytes<float>(s, B, T));
+    AlignedBuffer bws(kernels::gemma4_backward_workspace_bytes<float>(s, B, T));
+    kernels::gemma4_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T,
+                                   fws.workspace());
+    kernels::gemma4_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(),
+                                    grads_ref.data(), B, T, bws.workspace());
+    const GpuGemma4 g = run_gpu_gemma4(s, p, x, dy, init, B, T);
+    EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y"));
+    EXPECT_TRUE(close_to_scale(g.dx, dx_ref, kGradientFrac, kGradientFrac, "dx"));
+    expect_gradients_close(unit, g.grads, grads_ref, init, "grads");
+    EXPECT_EQ(g.grads[static_cast<size_t>(s.layer_scalar)], init[static_cast<size_t>(s.layer_scalar)]);
+    EXPECT_EQ(g.saved, g.recomputed) << "recompute must refill the saved state bitwise";
+    const GpuGemma4 again = run_gpu_gemma4(s, p, x, dy, init, B, T);
+    EXPECT_EQ(again.y, g.y);
+    EXPECT_EQ(again.dx, g.dx);
+    EXPECT_EQ(again.grads, g.grads);
+  }
 }
 
 }  // namespace

@@ -1,0 +1,159 @@
+// The device buffers of the Gemma 4 decoder unit on the GPU (kernels/cuda/gemma4_unit.cc): its carve
+// sequences, which the unit runs over device memory and the size queries over nothing, as
+// unit_scratch.h does for the Llama family. No CUDA type here: the memory account sizes these units on
+// a machine without CUDA. Dense layers only (the MoE block has no CUDA code yet).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/transformer/gemma4_layer.h"
+#include "kernels/cuda/unit_scratch.h"
+
+namespace slidedp::kernels::cuda {
+
+// Views of the saved state (N = B*T tokens): what backward reads besides x.
+template <typename Bf16>
+struct Gemma4Saved {
+  float* rstd_in;    // (N) input_layernorm 1/rms
+  Bf16* h;           // (N, C) its output
+  Bf16* q_lin;       // (N, H, hd) q_proj output
+  Bf16* k_lin;       // (N, KV, hd) k_proj output (the values' input too on K=V layers)
+  Bf16* v_lin;       // (N, KV, hd) v_proj output                     [not on K=V layers]
+  float* rstd_q;     // (N, H)
+  float* rstd_k;     // (N, KV)
+  float* rstd_v;     // (N, KV) the weightless v_norm's
+  Bf16* q;           // (N, H, hd) after q_norm and RoPE
+  Bf16* k;           // (N, KV, hd) after k_norm and RoPE
+  Bf16* v;           // (N, KV, hd) after v_norm
+  Bf16* att;         // (N, H, hd)
+  float* lse;        // (B, H, T)
+  Bf16* a;           // (N, C) o_proj output
+  float* rstd_pa;    // (N) post_attention_layernorm 1/rms
+  Bf16* h1;          // (N, C) residual stream after attention
+  float* rstd_pf;    // (N) pre_feedforward_layernorm 1/rms
+  Bf16* z;           // (N, C) its output
+  Bf16* g;           // (N, I)
+  Bf16* u;           // (N, I)
+  Bf16* d;           // (N, C) down_proj output
+  float* rstd_post;  // (N) post_feedforward_layernorm 1/rms
+};
+template <typename Bf16>
+Gemma4Saved<Bf16> carve_gemma4_saved(Carver& a, const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+  const int64_t N = B * T, Q = s.q_dim(), K = s.kv_dim();
+  Gemma4Saved<Bf16> v{};
+  v.rstd_in = a.take<float>(N, "rstd_in");
+  v.h = a.take<Bf16>(N * s.C, "h");
+  v.q_lin = a.take<Bf16>(N * Q, "q_lin");
+  v.k_lin = a.take<Bf16>(N * K, "k_lin");
+  v.v_lin = s.k_eq_v ? nullptr : a.take<Bf16>(N * K, "v_lin");
+  v.rstd_q = a.take<float>(N * s.H, "rstd_q");
+  v.rstd_k = a.take<float>(N * s.KV, "rstd_k");
+  v.rstd_v = a.take<float>(N * s.KV, "rstd_v");
+  v.q = a.take<Bf16>(N * Q, "q");
+  v.k = a.take<Bf16>(N * K, "k");
+  v.v = a.take<Bf16>(N * K, "v");
+  v.att = a.take<Bf16>(N * Q, "att");
+  v.lse = a.take<float>(B * s.H * T, "lse");
+  v.a = a.take<Bf16>(N * s.C, "a");
+  v.rstd_pa = a.take<float>(N, "rstd_pa");
+  v.h1 = a.take<Bf16>(N * s.C, "h1");
+  v.rstd_pf = a.take<float>(N, "rstd_pf");
+  v.z = a.take<Bf16>(N * s.C, "z");
+  v.g = a.take<Bf16>(N * s.I, "g");
+  v.u = a.take<Bf16>(N * s.I, "u");
+  v.d = a.take<Bf16>(N * s.C, "d");
+  v.rstd_post = a.take<float>(N, "rstd_post");
+  return v;
+}
+
+// Forward scratch: the cuBLASLt workspace, the GeGLU product m (N, I), and the post-feed-forward
+// norm's output (recompute, which has no y to write it into).
+template <typename Bf16>
+struct Gemma4Forward {
+  void* gemm_ws;
+  Bf16* m;     // (N, I)
+  Bf16* post;  // (N, C)
+};
+template <typename Bf16>
+Gemma4Forward<Bf16> carve_gemma4_forward(Carver& a, const Gemma4LayerSpec& s, int64_t N) {
+  Gemma4Forward<Bf16> f{};
+  f.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
+  f.m = a.take<Bf16>(N * s.I, "m");
+  f.post = a.take<Bf16>(N * s.C, "post-norm output");
+  return f;
+}
+
+// Backward scratch: what lives throughout, then the MLP part and the attention part in the same bytes.
+template <typename Bf16>
+struct Gemma4BackwardCommon {
+  void* gemm_ws;
+  float* dh1;    // (N, C) fp32 gradient of h1, the residual stream between the blocks
+  float* dc;     // (N, C) fp32 sums of GEMMs: dz, then dh (the input norm's output)
+  void* reduce;  // norm-weight gradient partials
+};
+template <typename Bf16>
+struct Gemma4BackwardMlp {
+  Bf16* dd;     // (N, C) gradient of d (the post-feed-forward norm's input)
+  Bf16* m_du;   // (N, I) recomputed gelu(g) * u, then du
+  Bf16* dm_dg;  // (N, I) dm, then dg
+};
+template <typename Bf16>
+struct Gemma4BackwardAttention {
+  Bf16* da;       // (N, C) gradient of a (post_attention_layernorm's input)
+  Bf16* datt;     // (N, H, hd) gradient of the attention output, then of q_lin
+  Bf16* dq;       // (N, H, hd)
+  Bf16* dk;       // (N, KV, hd)
+  Bf16* dv;       // (N, KV, hd)
+  Bf16* dk_lin;   // (N, KV, hd) k_proj's output gradient (plus the values' on K=V layers)
+  Bf16* dv_lin;   // (N, KV, hd)                                  [not on K=V layers]
+  float* dk_sum;  // (N, KV, hd) fp32 sum of k_norm's and v_norm's gradients  [K=V layers]
+  float* attn;    // attention backward scratch (B, H, T)
+};
+
+inline int64_t gemma4_reduce_bytes(const Gemma4LayerSpec& s, int64_t N) {
+  return std::max({rmsnorm_backward_workspace_bytes(N, s.C), rmsnorm_backward_workspace_bytes(N * s.H, s.hd),
+                   rmsnorm_backward_workspace_bytes(N * s.KV, s.hd)});
+}
+template <typename Bf16>
+Gemma4BackwardCommon<Bf16> carve_gemma4_backward_common(Carver& a, const Gemma4LayerSpec& s, int64_t N) {
+  Gemma4BackwardCommon<Bf16> c{};
+  c.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
+  c.dh1 = a.take<float>(N * s.C, "dh1");
+  c.dc = a.take<float>(N * s.C, "dz / dh");
+  c.reduce = a.take<std::byte>(gemma4_reduce_bytes(s, N), "gradient reduction partials");
+  return c;
+}
+template <typename Bf16>
+Gemma4BackwardMlp<Bf16> carve_gemma4_backward_mlp(Carver& a, const Gemma4LayerSpec& s, int64_t N) {
+  Gemma4BackwardMlp<Bf16> m{};
+  m.dd = a.take<Bf16>(N * s.C, "dd");
+  m.m_du = a.take<Bf16>(N * s.I, "m / du");
+  m.dm_dg = a.take<Bf16>(N * s.I, "dm / dg");
+  return m;
+}
+template <typename Bf16>
+Gemma4BackwardAttention<Bf16> carve_gemma4_backward_attention(Carver& a, const Gemma4LayerSpec& s, int64_t B,
+                                                              int64_t T) {
+  const int64_t N = B * T, Q = s.q_dim(), K = s.kv_dim();
+  Gemma4BackwardAttention<Bf16> v{};
+  v.da = a.take<Bf16>(N * s.C, "da");
+  v.datt = a.take<Bf16>(N * Q, "datt");
+  v.dq = a.take<Bf16>(N * Q, "dq");
+  v.dk = a.take<Bf16>(N * K, "dk");
+  v.dv = a.take<Bf16>(N * K, "dv");
+  v.dk_lin = a.take<Bf16>(N * K, "dk_lin");
+  if (s.k_eq_v)
+    v.dk_sum = a.take<float>(N * K, "dk_lin fp32 sum");
+  else
+    v.dv_lin = a.take<Bf16>(N * K, "dv_lin");
+  v.attn = reinterpret_cast<float*>(
+      a.take<std::byte>(attention_backward_workspace_bytes(B, s.H, T), "attention D"));
+  return v;
+}
+
+// ---- sizes (bytes), from the sequences above ----
+int64_t gemma4_saved_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
+int64_t gemma4_forward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);  // also recompute
+int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
+
+}  // namespace slidedp::kernels::cuda

@@ -1,0 +1,181 @@
+// The dense Gemma 4 decoder layer on the GPU; see gemma4_unit.h. The file reads like
+// kernels/cpu/transformer/gemma4_layer.cc step by step: carve the saved state and the scratch
+// (gemma4_scratch.h, which the size queries run too), then the operations in order.
+#include "kernels/cuda/gemma4_unit.h"
+
+#include "common/error.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/rmsnorm.h"
+
+namespace slidedp::kernels::cuda {
+namespace {
+
+void check_spec(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+  SLIDEDP_CHECK(B >= 0 && T >= 0, "negative batch or sequence length");
+  SLIDEDP_CHECK(s.C > 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.I > 0 && s.H % s.KV == 0,
+                "bad Gemma 4 layer spec");
+  SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
+  SLIDEDP_CHECK(s.k_eq_v == (s.v_w == kAbsent), "K=V layers have no v_proj, the others have one");
+  SLIDEDP_CHECK(!s.has_moe(), "the CUDA Gemma 4 unit has no mixture-of-experts block yet");
+}
+
+// q.k unscaled (q and k are RMS-normed per head instead); the layer's window on sliding layers.
+AttentionShape attention_shape(const UnitContext& ctx, const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+  AttentionShape a{B, T, s.H, s.KV, s.hd, ctx.positions};
+  a.scale = 1.0;
+  a.window = s.window;
+  return a;
+}
+
+// Backward of one RMSNorm (rmsnorm.h) in one line per call site.
+struct Norm {
+  const void* dy;
+  bool dy_f32;
+  const bf16* x;
+  const float* rstd;
+  const bf16* w;
+  float* dw;
+  int64_t N, C;
+};
+void norm_backward(const Norm& n, void* dx, bool dx_f32, const float* residual_f32, void* reduce,
+                   cudaStream_t st) {
+  RmsnormBackwardArgs a;
+  a.dy = n.dy, a.dy_f32 = n.dy_f32, a.x = n.x, a.rstd = n.rstd, a.w = n.w, a.dw = n.dw, a.N = n.N, a.C = n.C;
+  a.residual = residual_f32, a.residual_f32 = true;
+  a.dx = dx, a.dx_f32 = dx_f32;
+  rmsnorm_backward(a, reduce, st);
+}
+
+// Everything up to the saved state; with y also the layer's output (forward). Recompute and forward
+// run the same calls on the same values: bitwise equal saved states.
+void forward_impl(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf16* p, const bf16* x, bf16* y,
+                  DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+  check_spec(s, B, T);
+  const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
+  if (N == 0) return;
+  Carver saved_carver(saved.data, saved.bytes);
+  const Gemma4Saved<bf16> S = carve_gemma4_saved<bf16>(saved_carver, s, B, T);
+  Carver carver(ws.data, ws.bytes);
+  const Gemma4Forward<bf16> f = carve_gemma4_forward<bf16>(carver, s, N);
+  cudaStream_t st = ctx.stream;
+
+  // attention block
+  rmsnorm_forward(S.h, S.rstd_in, x, p + s.input_norm, N, C, s.eps, st);
+  linear_forward(ctx, f.gemm_ws, S.q_lin, S.h, p + s.q_w, N, C, Q);
+  linear_forward(ctx, f.gemm_ws, S.k_lin, S.h, p + s.k_w, N, C, K);
+  if (!s.k_eq_v) linear_forward(ctx, f.gemm_ws, S.v_lin, S.h, p + s.v_w, N, C, K);
+  rmsnorm_forward(S.q, S.rstd_q, S.q_lin, p + s.q_norm, N * s.H, s.hd, s.eps, st);
+  rmsnorm_forward(S.k, S.rstd_k, S.k_lin, p + s.k_norm, N * s.KV, s.hd, s.eps, st);
+  // K=V: the values are the raw k projection, normed without a weight, not roped
+  rmsnorm_forward(S.v, S.rstd_v, s.k_eq_v ? S.k_lin : S.v_lin, nullptr, N * s.KV, s.hd, s.eps, st);
+  const RopeFreqs freqs = make_rope_freqs(s.inv_freq);  // proportional RoPE: zeros leave pairs unrotated
+  rope(S.q, freqs, B, T, s.H, s.hd, false, st, ctx.positions);
+  rope(S.k, freqs, B, T, s.KV, s.hd, false, st, ctx.positions);
+  attention_forward(S.att, S.lse, S.q, S.k, S.v, attention_shape(ctx, s, B, T), ctx.attention, st);
+  linear_forward(ctx, f.gemm_ws, S.a, S.att, p + s.o_w, N, Q, C);
+  // h1 = x + norm_post_attn(a)
+  rmsnorm_forward(S.h1, S.rstd_pa, S.a, p + s.post_attn_norm, N, C, s.eps, st);
+  add_scaled(S.h1, x, S.h1, nullptr, N * C, st);
+
+  // MLP block: d = down(gelu_tanh(z Wg^T) * (z Wu^T)), z = norm_pre_ff(h1)
+  rmsnorm_forward(S.z, S.rstd_pf, S.h1, p + s.pre_ff_norm, N, C, s.eps, st);
+  linear_forward(ctx, f.gemm_ws, S.g, S.z, p + s.gate_w, N, C, I);
+  linear_forward(ctx, f.gemm_ws, S.u, S.z, p + s.up_w, N, C, I);
+  geglu_forward(f.m, S.g, S.u, N * I, st);
+  linear_forward(ctx, f.gemm_ws, S.d, f.m, p + s.down_w, N, I, C);
+  // y = (h1 + norm_post_ff(d)) * layer_scalar; recompute needs only the norm's 1/rms
+  bf16* post = y != nullptr ? y : f.post;
+  rmsnorm_forward(post, S.rstd_post, S.d, p + s.post_ff_norm, N, C, s.eps, st);
+  if (y != nullptr) add_scaled(y, S.h1, y, p + s.layer_scalar, N * C, st);
+}
+
+}  // namespace
+
+void gemma4_forward(const UnitContext& ctx, const Gemma4LayerSpec& spec, const bf16* params, const bf16* x,
+                    bf16* y, DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+  SLIDEDP_CHECK(y != nullptr && y != x, "gemma4_forward needs an output buffer distinct from x");
+  forward_impl(ctx, spec, params, x, y, saved, B, T, ws);
+}
+
+void gemma4_recompute(const UnitContext& ctx, const Gemma4LayerSpec& spec, const bf16* params, const bf16* x,
+                      DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+  forward_impl(ctx, spec, params, x, nullptr, saved, B, T, ws);
+}
+
+void gemma4_backward(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf16* p, const bf16* x,
+                     DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads, int64_t B, int64_t T,
+                     DeviceWorkspace ws) {
+  check_spec(s, B, T);
+  SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
+  const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
+  if (N == 0) return;
+  Carver saved_carver(saved.data, saved.bytes);
+  const Gemma4Saved<bf16> S = carve_gemma4_saved<bf16>(saved_carver, s, B, T);
+  Carver carver(ws.data, ws.bytes);
+  const Gemma4BackwardCommon<bf16> w = carve_gemma4_backward_common<bf16>(carver, s, N);
+  float* dp = grads;  // same layout as p
+  cudaStream_t st = ctx.stream;
+
+  // y = h2 * layer_scalar, h2 = h1 + norm_post_ff(d): dh2 = dy * scalar flows into h1 and the norm
+  scale_to_f32(w.dh1, dy, p + s.layer_scalar, N * C, st);
+  {
+    const int64_t mark = carver.mark();
+    const Gemma4BackwardMlp<bf16> m = carve_gemma4_backward_mlp<bf16>(carver, s, N);
+    norm_backward({w.dh1, true, S.d, S.rstd_post, p + s.post_ff_norm, dp + s.post_ff_norm, N, C}, m.dd, false,
+                  nullptr, w.reduce, st);
+    // d = m Wd^T, m = gelu(g) * u recomputed (not saved)
+    geglu_forward(m.m_du, S.g, S.u, N * I, st);
+    linear_backward_input_bf16(ctx, w.gemm_ws, m.dm_dg, m.dd, p + s.down_w, N, I, C);
+    linear_backward_weight(ctx, w.gemm_ws, dp + s.down_w, m.dd, m.m_du, N, I, C);
+    geglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I, st);
+    // dz (fp32) = dg Wg + du Wu; dWg += dg^T z; dWu += du^T z
+    linear_backward_input_f32(ctx, w.gemm_ws, w.dc, m.dm_dg, p + s.gate_w, N, C, I, false);
+    linear_backward_input_f32(ctx, w.gemm_ws, w.dc, m.m_du, p + s.up_w, N, C, I, true);
+    linear_backward_weight(ctx, w.gemm_ws, dp + s.gate_w, m.dm_dg, S.z, N, C, I);
+    linear_backward_weight(ctx, w.gemm_ws, dp + s.up_w, m.m_du, S.z, N, C, I);
+    // h1 feeds the residual and pre_feedforward_layernorm: dh1 += its backward, in place
+    norm_backward({w.dc, true, S.h1, S.rstd_pf, p + s.pre_ff_norm, dp + s.pre_ff_norm, N, C}, w.dh1, true,
+                  w.dh1, w.reduce, st);
+    carver.release(mark);
+  }
+
+  // h1 = x + norm_post_attn(a): dx gets dh1 (residual) at the end, da through the norm
+  const Gemma4BackwardAttention<bf16> a = carve_gemma4_backward_attention<bf16>(carver, s, B, T);
+  norm_backward({w.dh1, true, S.a, S.rstd_pa, p + s.post_attn_norm, dp + s.post_attn_norm, N, C}, a.da, false,
+                nullptr, w.reduce, st);
+  // datt = da Wo; dWo += da^T att
+  linear_backward_input_bf16(ctx, w.gemm_ws, a.datt, a.da, p + s.o_w, N, Q, C);
+  linear_backward_weight(ctx, w.gemm_ws, dp + s.o_w, a.da, S.att, N, Q, C);
+  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, attention_shape(ctx, s, B, T),
+                     ctx.attention, a.attn, st);
+  const RopeFreqs freqs = make_rope_freqs(s.inv_freq);
+  rope(a.dq, freqs, B, T, s.H, s.hd, true, st, ctx.positions);
+  rope(a.dk, freqs, B, T, s.KV, s.hd, true, st, ctx.positions);
+  // through q_norm (into datt, dead now), k_norm and the weightless v_norm
+  norm_backward({a.dq, false, S.q_lin, S.rstd_q, p + s.q_norm, dp + s.q_norm, N * s.H, s.hd}, a.datt, false,
+                nullptr, w.reduce, st);
+  const Norm k_norm{a.dk, false, S.k_lin, S.rstd_k, p + s.k_norm, dp + s.k_norm, N * s.KV, s.hd};
+  if (s.k_eq_v) {  // the values are the raw k projection: both gradients flow into k_proj, summed in fp32
+    norm_backward(k_norm, a.dk_sum, true, nullptr, w.reduce, st);
+    norm_backward({a.dv, false, S.k_lin, S.rstd_v, nullptr, nullptr, N * s.KV, s.hd}, a.dk_sum, true,
+                  a.dk_sum, w.reduce, st);
+    f32_to_bf16(a.dk_sum, a.dk_lin, N * K, st);
+  } else {
+    norm_backward(k_norm, a.dk_lin, false, nullptr, w.reduce, st);
+    norm_backward({a.dv, false, S.v_lin, S.rstd_v, nullptr, nullptr, N * s.KV, s.hd}, a.dv_lin, false,
+                  nullptr, w.reduce, st);
+  }
+  // dh (fp32) = dq Wq + dk Wk (+ dv Wv); dW += d^T h
+  linear_backward_input_f32(ctx, w.gemm_ws, w.dc, a.datt, p + s.q_w, N, C, Q, false);
+  linear_backward_input_f32(ctx, w.gemm_ws, w.dc, a.dk_lin, p + s.k_w, N, C, K, true);
+  if (!s.k_eq_v) linear_backward_input_f32(ctx, w.gemm_ws, w.dc, a.dv_lin, p + s.v_w, N, C, K, true);
+  linear_backward_weight(ctx, w.gemm_ws, dp + s.q_w, a.datt, S.h, N, C, Q);
+  linear_backward_weight(ctx, w.gemm_ws, dp + s.k_w, a.dk_lin, S.h, N, C, K);
+  if (!s.k_eq_v) linear_backward_weight(ctx, w.gemm_ws, dp + s.v_w, a.dv_lin, S.h, N, C, K);
+  // dx (bf16) = dh1 (fp32 residual) + input norm backward of dh
+  norm_backward({w.dc, true, x, S.rstd_in, p + s.input_norm, dp + s.input_norm, N, C}, dx, false, w.dh1,
+                w.reduce, st);
+}
+
+}  // namespace slidedp::kernels::cuda
