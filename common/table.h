@@ -12,6 +12,7 @@ class Table {
   // Each column: title and unit ("" for none).
   Table(std::vector<std::string> titles, std::vector<std::string> units);
   void add_row(std::vector<std::string> cells);
+  bool empty() const { return rows_.empty(); }
   std::string render() const;
   std::string render_markdown() const;
 

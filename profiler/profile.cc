@@ -106,6 +106,8 @@ ProfileResult run_profile(const ProfileOptions& options) {
         fmt::format("no GPU ({}): profiling the CPU backend (emulated devices) instead", inv.why_none);
   }
   r.backend = r.gpu_note.empty() ? "cuda" : "cpu";
+  if (options.kernels && r.backend != "cuda")
+    throw InputError("--kernels", "times the GPU's kernels (CUPTI), but " + r.gpu_note);
   say(r.gpu_note.empty() ? fmt::format("{} x {} found: profiling the GPUs", inv.count, inv.model)
                          : r.gpu_note);
 
@@ -128,6 +130,7 @@ ProfileResult run_profile(const ProfileOptions& options) {
     exec::BackendOptions bo;
     bo.devices = devices;       // one per GPU
     bo.collectives = devices > 1;  // the fabric stage measures all-gather and reduce-scatter
+    bo.kernel_activity = options.kernels;
     return exec::make_backend("cuda", card, layout, bo, control);
   };
   std::deque<ModelLayout> layouts;  // per model; a deque so references stay valid
@@ -151,6 +154,7 @@ ProfileResult run_profile(const ProfileOptions& options) {
   plan.units.concurrent_devices =
       r.backend == "cpu" ? std::min(devices, std::max(1, r.cores / r.threads_per_device)) : devices;
   plan.units.also_alone = plan.units.concurrent_devices > 1;
+  plan.units.kernel_breakdown = options.kernels;
   r.stages.push_back({"host memory", estimate_host_memory_s(plan.host, plan.repeat, copy_gbps)});
   r.stages.push_back({"cpu update", estimate_cpu_update_s(plan.update, plan.repeat, copy_gbps)});
   if (r.backend == "cpu") {

@@ -45,6 +45,9 @@ struct ProfileOptions {
   // in the executor too. false: always DRAM-sized (the machine, not the model).
   bool model_working_set = true;
   bool cpu_backend = false;  // profile the CPU backend even with a GPU present
+  // Per-kernel GPU times of every unit operation (CUPTI; one more untimed run of each operation).
+  // The CUDA backend's: refused when the run would profile the CPU backend.
+  bool kernels = false;
   std::string command_line;  // recorded in the sources and notes
   // Where messages go (expected duration, "no GPU", stage changes); null: silent.
   std::function<void(const std::string&)> log;

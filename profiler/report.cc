@@ -188,6 +188,17 @@ std::string profile_tables(const ProfileResult& r, bool md) {
         section(fmt::format("Unit compute, {} (per device, {} device(s) at once; alone: device 0 by itself)",
                             u.model, u.concurrent_devices),
                 t, md);
+    // --kernels: each operation's five largest kernels (device 0, one run), share of the op's time
+    Table k({"unit", "op", "B", "T", "kernel", "calls", "time", "of op"}, {"", "", "", "", "", "", "ms", "%"});
+    for (const UnitCase& c : u.cases)
+      for (std::size_t i = 0; i < std::min<std::size_t>(5, c.kernels.size()); ++i) {
+        const KernelTotal& kt = c.kernels[i];
+        const double op_s = c.has_alone ? c.alone_seconds.median : c.seconds.median;
+        k.add_row({unit_label(c.kind, c.layer_type), c.op, std::to_string(c.B), std::to_string(c.T), kt.kernel,
+                   std::to_string(kt.calls), f3(kt.seconds * 1e3), pct(kt.seconds / op_s)});
+      }
+    if (!k.empty())
+      out += section(fmt::format("Largest kernels per unit operation, {} (CUPTI, device 0)", u.model), k, md);
     Table f({"unit", "op", "fixed", "per token", "per token x T", "rms", "max"},
             {"", "", "ms", "us", "ns", "%", "%"});
     for (const auto& row : u.fits)

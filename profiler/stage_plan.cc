@@ -134,6 +134,8 @@ void check_options(const ProfileOptions& o) {
     if (t < 1 || t > ThreadPool::kMaxThreads)
       throw InputError("--threads", fmt::format("{} is not a thread count", t));
   if (o.reps < 0 || o.reps > 1000) throw InputError("--reps", "must be in [0, 1000]");
+  if (o.kernels && o.cpu_backend)
+    throw InputError("--kernels", "times the GPU's kernels (CUPTI); the CPU backend (--cpu-backend) has none");
   for (const ModelCard& c : o.models)
     if (c.max_position_embeddings > 0 && o.seq_len > c.max_position_embeddings)
       throw InputError("--seq", fmt::format("{} exceeds {}'s max_position_embeddings ({})", o.seq_len, c.name,

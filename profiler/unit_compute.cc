@@ -84,6 +84,17 @@ struct Op {
   std::function<void(int device)> enqueue;
 };
 
+// One untimed run of `op` on device 0 with tracing (and the backend's kernel activity) on: its kernels.
+std::vector<KernelTotal> traced_kernels(exec::Backend& backend, const Op& op) {
+  backend.synchronize();
+  backend.take_spans();  // nothing earlier counts
+  backend.set_tracing(true);
+  op.enqueue(0);
+  backend.synchronize();
+  backend.set_tracing(false);
+  return sum_kernels(backend.take_spans(), 0);
+}
+
 // One (T, B): its inputs on every device, produced once by an untimed forward chain, and its six
 // operations as the rank driver issues them.
 struct Chain {
@@ -448,7 +459,8 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
   PreparedStage<UnitComputeResult> stage;
   stage.cases = std::move(cases);
   // finish() keeps the chains (their shapes) through st; the buffers go when the cases and it do.
-  stage.finish = [st, devices, also_alone = o.also_alone, card, &out = ctx.out](const CaseSamples& vals) {
+  stage.finish = [st, devices, also_alone = o.also_alone, kernels = o.kernel_breakdown, &backend, card,
+                  &out = ctx.out](const CaseSamples& vals) {
     const bool alone_too = devices > 1 && also_alone;
     UnitComputeResult res;
     res.model = card.name;
@@ -477,6 +489,16 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
           p["devices"] = 1;
           u.has_alone = true;
           u.alone_seconds = out.add({"units", u.op + "_s", p, "s", (*alone)[i]}).spread();
+        }
+        if (kernels) {
+          u.kernels = traced_kernels(backend, ch->ops[i]);
+          for (const KernelTotal& k : u.kernels) {
+            nlohmann::json kp = p;
+            kp["devices"] = 1;
+            kp["kernel"] = k.kernel;
+            kp["calls"] = k.calls;
+            out.add({"units", u.op + "_kernel_s", kp, "s", {k.seconds}});
+          }
         }
         res.cases.push_back(u);
       }

@@ -20,6 +20,7 @@
 #include "model/model_card.h"
 #include "model/unit_layout.h"
 #include "profiler/fit.h"
+#include "profiler/kernel_breakdown.h"
 #include "profiler/stage.h"
 
 namespace slidedp::profiler {
@@ -32,6 +33,9 @@ struct UnitComputeOptions {
   int concurrent_devices = 1;
   bool also_alone = true;  // when concurrent_devices > 1, also measure device 0 alone (reported)
   uint64_t seed = 1;
+  // After the timed rounds, run each operation once more on device 0 with tracing on and sum the
+  // kernel spans (UnitCase::kernels). Needs a backend created with kernel activity (CUPTI).
+  bool kernel_breakdown = false;
 };
 
 // The decoder layers the stage measures: each layer type's first layer, or layer 0 alone (no type)
@@ -53,6 +57,7 @@ struct UnitCase {
   Spread seconds;  // per device, concurrent_devices at once
   bool has_alone = false;
   Spread alone_seconds;
+  std::vector<KernelTotal> kernels;  // --kernels: device 0's kernels in one run of the operation
 };
 
 struct UnitComputeResult {

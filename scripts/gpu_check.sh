@@ -12,7 +12,8 @@
 #
 # Results go to $OUT when set (the device tool collects at most 8 files from there), else to
 # results/gpu/<UTC time>/: env.txt, build.log (when built), tests.log, bench.log, bench.csv,
-# torch.log, torch.json, measured.log, measured/ (slidedp-sweep measured --backend cuda), summary.txt.
+# torch.log, torch.json, measured.log, measured/ (slidedp-sweep measured --backend cuda), profile.log and
+# profile.yaml (slidedp-profile --smoke --kernels: per-kernel unit times), summary.txt.
 # Knobs: SLIDEDP_GPU_CHECK_BUDGET_S (default 450: later phases are skipped, and said so, when the
 # budget runs out), SLIDEDP_GPU_BENCH_ARGS (extra bench_executor_cuda flags), SLIDEDP_GPU_ARCH.
 set -uo pipefail
@@ -21,7 +22,7 @@ arch="${SLIDEDP_GPU_ARCH:-90}"
 bundle="$root/.gpu_bundle.tar.xz"
 tests_a=(test_kernels_cuda_host test_kernels_cuda_ops test_kernels_cuda_units test_executor_cuda_backend)
 tests_b=(test_executor_cuda_pipeline test_executor_cuda_training)
-targets=("${tests_a[@]}" "${tests_b[@]}" bench_executor_cuda slidedp-sweep)
+targets=("${tests_a[@]}" "${tests_b[@]}" bench_executor_cuda slidedp-sweep slidedp-profile)
 
 # Without MPI: the binaries packed here must load on a GPU machine that has no libmpi (the one-GPU
 # check runs no multi-node job).
@@ -198,6 +199,14 @@ run_phase "measured_one_gpu" 150 "$out/measured.log" "$sweep" measured "$root/sw
 measured_rc=$?
 [ $measured_rc -ne 0 ] && say "  slidedp-sweep measured exit $measured_rc (see measured.log)"
 [ -f "$out/measured/README.md" ] && awk '/^## (SlideDP|The model)/{on=1} /^## Every/{on=0} on' "$out/measured/README.md" | tee -a "$summary"
+
+# ---- the profiler's per-kernel unit times (CUPTI, issue 23 part 4) ----
+say "profiler, per-kernel unit times (slidedp-profile --smoke --kernels):"
+run_phase "profile_kernels" 90 "$out/profile.log" "$(findbin slidedp-profile)" --smoke --kernels --no-db \
+  --out "$out/profile.yaml"
+profile_rc=$?
+[ $profile_rc -ne 0 ] && say "  slidedp-profile --kernels exit $profile_rc (see profile.log)"
+awk '/Largest kernels per unit operation/{on=1; n=0} on && n++ < 14' "$out/profile.log" | tee -a "$summary"
 
 # ---- summary: the issue's targets ----
 python3 - "$out" <<'EOF' | tee -a "$summary"

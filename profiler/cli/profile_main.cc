@@ -54,7 +54,8 @@ int profile_main(int argc, char** argv) {
       "Every value is the median of repeated measurements; the spread is reported next to it.\n"
       "Under `mpirun -np 2` (or more) it also measures the network between process 0 and process 1 through\n"
       "SlideDP's MPI link (network.nic_gbps, network.latency_us); process 0 writes the profile."};
-  bool quick = false, smoke = false, json = false, quiet = false, cpu_backend = false, no_db = false;
+  bool quick = false, smoke = false, json = false, quiet = false, cpu_backend = false, no_db = false,
+       kernels = false;
   std::vector<std::string> models{"slidedp-tiny"};
   std::string working_set = "model";
   int64_t chunk_numel = 0;
@@ -93,6 +94,10 @@ int profile_main(int argc, char** argv) {
                  "2, 4, ..., all available cores)");
   app.add_option("--reps", reps, "Repetitions per case (default: 2 smoke, 3 quick, 5 full)");
   app.add_flag("--cpu-backend", cpu_backend, "Profile the CPU backend even when a GPU is present");
+  app.add_flag("--kernels", kernels,
+               "GPU only: after the unit times, run each unit operation once more with CUPTI's activity "
+               "records and write each kernel's time and calls beside it (measurements units/*_kernel_s; "
+               "libcupti must be loadable)");
   app.add_option("--out", out, "Where to write the hardware profile YAML");
   app.add_option("--db", db, "SQLite run log for the raw samples (every repetition; created if missing)");
   app.add_flag("--no-db", no_db, "Do not write the run log");
@@ -118,6 +123,7 @@ int profile_main(int argc, char** argv) {
   if (!threads.empty()) o.threads = parse_list<int>(threads, "--threads");
   o.reps = reps;
   o.cpu_backend = cpu_backend;
+  o.kernels = kernels;
   o.command_line = command_line(argc, argv);
   // Under an MPI launcher: the network stage between process 0 and 1; only process 0 profiles the rest.
   if (exec::launched_by_mpi()) {

@@ -13,6 +13,7 @@
 #include "model/simulator.h"
 #include "model/step_model.h"
 #include "model/step_work.h"
+#include "profiler/gpu.h"
 #include "profiler/report.h"
 
 namespace slidedp::profiler {
@@ -248,6 +249,50 @@ TEST(Profile, BadOptionsAreNamedInputErrors) {
   o = smoke_options();
   o.seq_len = 1 << 30;
   EXPECT_THROW(run_profile(o), InputError);
+  o = smoke_options();  // --kernels needs the GPU's kernels
+  o.kernels = true;
+  try {
+    run_profile(o);
+    ADD_FAILURE() << "--kernels with --cpu-backend was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("--kernels"), std::string::npos) << e.what();
+  }
+}
+
+// --kernels on a GPU (skipped without one): every unit operation lists the kernels it ran, their
+// device time is positive and no more than the operation's measured time (the kernels of one run
+// on device 0 alone, against the median of the timed runs; a 1.5x margin for the timing spread), and
+// the decoder's forward includes the attention kernel.
+TEST(Profile, KernelsOnAGpuBreakDownEveryUnitOperation) {
+  const GpuInventory inv = probe_gpus();
+  if (inv.count == 0) GTEST_SKIP() << "no GPU (" << inv.why_none << "): this GPU test runs only where a GPU is";
+  ProfileOptions o = smoke_options();
+  o.cpu_backend = false;
+  o.kernels = true;
+  ProfileResult r;
+  try {
+    r = run_profile(o);
+  } catch (const InputError& e) {
+    if (std::string(e.what()).find("libcupti") != std::string::npos) GTEST_SKIP() << e.what();
+    throw;
+  }
+  ASSERT_EQ(r.backend, "cuda");
+  ASSERT_FALSE(r.units.empty());
+  bool attention = false;
+  for (const UnitCase& c : r.units.front().cases) {
+    SCOPED_TRACE(unit_label(c.kind, c.layer_type) + " " + c.op);
+    ASSERT_FALSE(c.kernels.empty());
+    double sum = 0;
+    for (const KernelTotal& k : c.kernels) {
+      EXPECT_GT(k.calls, 0);
+      EXPECT_GT(k.seconds, 0.0);
+      sum += k.seconds;
+      if (c.kind == UnitKind::kDecoder && c.op == "fwd" && k.kernel.find("attention") != std::string::npos)
+        attention = true;
+    }
+    EXPECT_LE(sum, 1.5 * (c.has_alone ? c.alone_seconds.median : c.seconds.median));
+  }
+  EXPECT_TRUE(attention) << "the decoder's forward runs an attention kernel";
 }
 
 }  // namespace
