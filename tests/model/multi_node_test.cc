@@ -31,6 +31,13 @@ Plan plan_8(int nodes, HostState state, int micro_batch = 1) {
   return p;
 }
 
+// The bytes of the first host memory item whose name starts with `prefix` (-1: none).
+double host_item(const MemoryEstimate& m, const std::string& prefix) {
+  for (const MemoryItem& i : m.host_items)
+    if (i.name.rfind(prefix, 0) == 0) return i.bytes;
+  return -1.0;
+}
+
 double exchange_bytes_per_node(const Workload& w, int M, HostState s, int accum = 2) {
   // every micro-step, every unit's reduced fp32 gradient: a ring all-reduce sends 2 (M-1)/M of it, a
   // reduce-scatter (M-1)/M; once per step, the all-gather of the bf16 mirror (M-1)/M of 2 bytes per
@@ -104,18 +111,13 @@ TEST(MultiNode, ASharedHostStateDividesTheMasterAndMomentsByTheNodes) {
   const Workload w = make_workload(model_preset("llama-3.1-405b"), 4096);
   const Hardware hw = hardware_preset("h100-sxm-x8");
   const double P = static_cast<double>(w.layout.total_flat_numel);
-  auto item = [&](const MemoryEstimate& m, const std::string& prefix) {
-    for (const MemoryItem& i : m.host_items)
-      if (i.name.rfind(prefix, 0) == 0) return i.bytes;
-    return -1.0;
-  };
   Plan rep_plan = plan_8(8, HostState::kReplicated), sh_plan = plan_8(8, HostState::kSharded);
   rep_plan.accum_steps = sh_plan.accum_steps = 1;  // no fp32 accumulator (the next test has one)
   const MemoryEstimate rep = estimate_memory(w, hw, rep_plan, System::kSlideDP);
   const MemoryEstimate sh = estimate_memory(w, hw, sh_plan, System::kSlideDP);
-  EXPECT_EQ(item(rep, "fp32 master weights"), P * 4);
-  EXPECT_EQ(item(sh, "fp32 master weights"), std::ceil(P / 8) * 4);
-  EXPECT_EQ(item(sh, "fp32 AdamW m and v"), std::ceil(P / 8) * 8);
+  EXPECT_EQ(host_item(rep, "fp32 master weights"), P * 4);
+  EXPECT_EQ(host_item(sh, "fp32 master weights"), std::ceil(P / 8) * 4);
+  EXPECT_EQ(host_item(sh, "fp32 AdamW m and v"), std::ceil(P / 8) * 8);
   // 405B's replicated state (5.7 TB) does not fit a 2 TB node; sharded over 8 nodes it does (the
   // whole bf16 delivery mirror, 0.8 TB, plus 1/8 of the fp32 state)
   EXPECT_GT(rep.host_bytes, static_cast<double>(hw.host.ram_bytes));
@@ -129,15 +131,10 @@ TEST(MultiNode, ASharedHostStateAccumulatesOnlyTheNodesPart) {
   const Workload w = make_workload(model_preset("llama-3.1-405b"), 4096);
   const Hardware hw = hardware_preset("h100-sxm-x8");
   const double P = static_cast<double>(w.layout.total_flat_numel);
-  auto item = [&](const MemoryEstimate& m, const std::string& prefix) {
-    for (const MemoryItem& i : m.host_items)
-      if (i.name.rfind(prefix, 0) == 0) return i.bytes;
-    return -1.0;
-  };
   const Plan rep_plan = plan_8(8, HostState::kReplicated), sh_plan = plan_8(8, HostState::kSharded);
   ASSERT_EQ(sh_plan.accum_steps, 2);
-  EXPECT_EQ(item(estimate_memory(w, hw, rep_plan, System::kSlideDP), "fp32 gradient accumulator"), P * 4);
-  EXPECT_EQ(item(estimate_memory(w, hw, sh_plan, System::kSlideDP), "fp32 gradient accumulator"),
+  EXPECT_EQ(host_item(estimate_memory(w, hw, rep_plan, System::kSlideDP), "fp32 gradient accumulator"), P * 4);
+  EXPECT_EQ(host_item(estimate_memory(w, hw, sh_plan, System::kSlideDP), "fp32 gradient accumulator"),
             std::ceil(P / 8) * 4);
 }
 
