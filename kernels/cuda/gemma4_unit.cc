@@ -124,16 +124,10 @@ void gemma4_backward(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf1
     const Gemma4BackwardMlp<bf16> m = carve_gemma4_backward_mlp<bf16>(carver, s, N);
     norm_backward({w.dh1, true, S.d, S.rstd_post, p + s.post_ff_norm, dp + s.post_ff_norm, N, C}, m.dd, false,
                   nullptr, w.reduce, st);
-    // d = m Wd^T, m = gelu(g) * u recomputed (not saved)
-    geglu_forward(m.m_du, S.g, S.u, N * I, st);
-    linear_backward_input_bf16(ctx, w.gemm_ws, m.dm_dg, m.dd, p + s.down_w, N, I, C);
-    linear_backward_weight(ctx, w.gemm_ws, dp + s.down_w, m.dd, m.m_du, N, I, C);
-    geglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I, st);
-    // dz (fp32) = dg Wg + du Wu; dWg += dg^T z; dWu += du^T z
-    linear_backward_input_f32(ctx, w.gemm_ws, w.dc, m.dm_dg, p + s.gate_w, N, C, I, false);
-    linear_backward_input_f32(ctx, w.gemm_ws, w.dc, m.m_du, p + s.up_w, N, C, I, true);
-    linear_backward_weight(ctx, w.gemm_ws, dp + s.gate_w, m.dm_dg, S.z, N, C, I);
-    linear_backward_weight(ctx, w.gemm_ws, dp + s.up_w, m.m_du, S.z, N, C, I);
+    // dz (fp32) through down, GeGLU (m = gelu(g) * u recomputed, not saved), gate and up
+    const GatedMlp mlp{p + s.gate_w,  p + s.up_w,    p + s.down_w, dp + s.gate_w, dp + s.up_w,
+                       dp + s.down_w, geglu_forward, geglu_backward};
+    gated_mlp_backward(ctx, w.gemm_ws, mlp, m.dd, S.z, S.g, S.u, m.m_du, m.dm_dg, w.dc, N, C, I);
     // h1 feeds the residual and pre_feedforward_layernorm: dh1 += its backward, in place
     norm_backward({w.dc, true, S.h1, S.rstd_pf, p + s.pre_ff_norm, dp + s.pre_ff_norm, N, C}, w.dh1, true,
                   w.dh1, w.reduce, st);

@@ -49,4 +49,20 @@ void linear_backward_weight(const UnitContext& ctx, void* ws, float* dw, const b
   ctx.gemm->run(g, ws, ctx.stream);
 }
 
+void gated_mlp_backward(const UnitContext& ctx, void* ws, const GatedMlp& mlp, const bf16* dout, const bf16* in,
+                        const bf16* g, const bf16* u, bf16* m_du, bf16* dm_dg, float* din, int64_t N, int64_t C,
+                        int64_t I) {
+  mlp.activation(m_du, g, u, N * I, ctx.stream);  // m, not saved
+  // dm = dout Wd; dWd += dout^T m
+  linear_backward_input_bf16(ctx, ws, dm_dg, dout, mlp.down_w, N, I, C);
+  linear_backward_weight(ctx, ws, mlp.d_down_w, dout, m_du, N, I, C);
+  // dg, du (in place over dm and m)
+  mlp.activation_backward(dm_dg, m_du, dm_dg, g, u, N * I, ctx.stream);
+  // din (fp32) = dg Wg + du Wu; dWg += dg^T in; dWu += du^T in
+  linear_backward_input_f32(ctx, ws, din, dm_dg, mlp.gate_w, N, C, I, false);
+  linear_backward_input_f32(ctx, ws, din, m_du, mlp.up_w, N, C, I, true);
+  linear_backward_weight(ctx, ws, mlp.d_gate_w, dm_dg, in, N, C, I);
+  linear_backward_weight(ctx, ws, mlp.d_up_w, m_du, in, N, C, I);
+}
+
 }  // namespace slidedp::kernels::cuda

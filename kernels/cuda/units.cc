@@ -110,6 +110,8 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
   const BackwardCommon<bf16> w = carve_backward_common<bf16>(carver, s, N);
   float* dp = grads;  // same layout as p
   cudaStream_t st = ctx.stream;
+  const GatedMlp mlp{p + s.gate_w,      p + s.up_w,    p + s.down_w, dp + s.gate_w, dp + s.up_w,
+                     dp + s.down_w, swiglu_forward, swiglu_backward};
 
   // MLP block: y = x2 + m Wd^T, m = silu(g) * u, g = h2 Wg^T, u = h2 Wu^T, h2 = rmsnorm(x2)
   if (mlp_tiled(s)) {
@@ -126,17 +128,8 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
       rmsnorm_forward(t.h2, t.rstd2, x2, p + s.post_norm, nt, C, s.eps, st);
       linear_forward(ctx, w.gemm_ws, t.g, t.h2, p + s.gate_w, nt, C, I);
       linear_forward(ctx, w.gemm_ws, t.u, t.h2, p + s.up_w, nt, C, I);
-      swiglu_forward(t.m_du, t.g, t.u, nt * I, st);
-      // dm = dy Wd; dWd += dy^T m
-      linear_backward_input_bf16(ctx, w.gemm_ws, t.dm_dg, dyt, p + s.down_w, nt, I, C);
-      linear_backward_weight(ctx, w.gemm_ws, dp + s.down_w, dyt, t.m_du, nt, I, C);
-      // dg, du (in place over dm and m)
-      swiglu_backward(t.dm_dg, t.m_du, t.dm_dg, t.g, t.u, nt * I, st);
-      // dh2 (fp32) = dg Wg + du Wu; dWg += dg^T h2; dWu += du^T h2
-      linear_backward_input_f32(ctx, w.gemm_ws, dht, t.dm_dg, p + s.gate_w, nt, C, I, false);
-      linear_backward_input_f32(ctx, w.gemm_ws, dht, t.m_du, p + s.up_w, nt, C, I, true);
-      linear_backward_weight(ctx, w.gemm_ws, dp + s.gate_w, t.dm_dg, t.h2, nt, C, I);
-      linear_backward_weight(ctx, w.gemm_ws, dp + s.up_w, t.m_du, t.h2, nt, C, I);
+      // dh2 (fp32) of the tile's rows; the weight gradients accumulate
+      gated_mlp_backward(ctx, w.gemm_ws, mlp, dyt, t.h2, t.g, t.u, t.m_du, t.dm_dg, dht, nt, C, I);
       // dx2 (fp32) rows = dy (residual) + rmsnorm backward of dh2
       RmsnormBackwardArgs nb;
       nb.dy = dht, nb.dy_f32 = true, nb.x = x2, nb.rstd = t.rstd2, nb.w = p + s.post_norm;
@@ -148,17 +141,8 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* 
   } else {
     const int64_t mark = carver.mark();
     const BackwardMlp<bf16> m = carve_backward_mlp<bf16>(carver, s, N);
-    swiglu_forward(m.m_du, S.g, S.u, N * I, st);  // recompute m (not saved)
-    // dm = dy Wd; dWd += dy^T m
-    linear_backward_input_bf16(ctx, w.gemm_ws, m.dm_dg, dy, p + s.down_w, N, I, C);
-    linear_backward_weight(ctx, w.gemm_ws, dp + s.down_w, dy, m.m_du, N, I, C);
-    // dg, du (in place over dm and m)
-    swiglu_backward(m.dm_dg, m.m_du, m.dm_dg, S.g, S.u, N * I, st);
-    // dh2 (fp32) = dg Wg + du Wu; dWg += dg^T h2; dWu += du^T h2
-    linear_backward_input_f32(ctx, w.gemm_ws, w.dh, m.dm_dg, p + s.gate_w, N, C, I, false);
-    linear_backward_input_f32(ctx, w.gemm_ws, w.dh, m.m_du, p + s.up_w, N, C, I, true);
-    linear_backward_weight(ctx, w.gemm_ws, dp + s.gate_w, m.dm_dg, S.h2, N, C, I);
-    linear_backward_weight(ctx, w.gemm_ws, dp + s.up_w, m.m_du, S.h2, N, C, I);
+    // dh2 (fp32); m recomputed (not saved)
+    gated_mlp_backward(ctx, w.gemm_ws, mlp, dy, S.h2, S.g, S.u, m.m_du, m.dm_dg, w.dh, N, C, I);
     // dx2 (fp32) = dy (residual) + rmsnorm backward of dh2
     RmsnormBackwardArgs nb;
     nb.dy = w.dh, nb.dy_f32 = true, nb.x = S.x2, nb.rstd = S.rstd2, nb.w = p + s.post_norm;

@@ -100,44 +100,38 @@ TEST(CudaConvert, F32ToBf16IsBitwiseTheScalarReferenceForEverySizeAndOffset) {
 
 // ---- SwiGLU, bias, column sums ----
 
-TEST(CudaSwiGlu, ForwardBackwardMatchCpuWithinOneRounding) {
-  SLIDEDP_REQUIRE_GPU();
+// A gated activation against the CPU's, dg written in place over dm (the units' aliasing).
+template <class GpuFwd, class GpuBwd, class CpuFwd, class CpuBwd>
+void expect_gated_matches_cpu(GpuFwd gpu_fwd, GpuBwd gpu_bwd, CpuFwd cpu_fwd, CpuBwd cpu_bwd, uint64_t seed,
+                              const std::string& what) {
   for (int64_t n : kSizes) {
-    const std::vector<float> g = random_bf16_values(n, 1, -6, 6), u = random_bf16_values(n, 2),
-                             dm = random_bf16_values(n, 3);
+    const std::vector<float> g = random_bf16_values(n, seed, -6, 6), u = random_bf16_values(n, seed + 1),
+                             dm = random_bf16_values(n, seed + 2);
     std::vector<float> m_ref(static_cast<size_t>(n)), dg_ref(static_cast<size_t>(n)),
         du_ref(static_cast<size_t>(n));
-    kernels::swiglu_forward<float>(m_ref.data(), g.data(), u.data(), n);
-    kernels::swiglu_backward<float>(dg_ref.data(), du_ref.data(), dm.data(), g.data(), u.data(), n);
+    cpu_fwd(m_ref.data(), g.data(), u.data(), n, 1);
+    cpu_bwd(dg_ref.data(), du_ref.data(), dm.data(), g.data(), u.data(), n, 1);
     Bf16Array d_g(to_bf16_bits(g)), d_u(to_bf16_bits(u)), d_m(n), d_du(n);
-    Bf16Array d_dm(to_bf16_bits(dm));  // dg is written in place over dm (allowed aliasing)
-    swiglu_forward(bf(d_m), bf(d_g), bf(d_u), n, kStream);
-    swiglu_backward(bf(d_dm), bf(d_du), bf(d_dm), bf(d_g), bf(d_u), n, kStream);
-    EXPECT_TRUE(all_close(widen(d_m.download()), m_ref, 1e-6, kOneRounding, "swiglu m"));
-    EXPECT_TRUE(all_close(widen(d_dm.download()), dg_ref, 1e-6, kOneRounding, "swiglu dg"));
-    EXPECT_TRUE(all_close(widen(d_du.download()), du_ref, 1e-6, kOneRounding, "swiglu du"));
-    for (const Bf16Array* a : {&d_m, &d_dm, &d_du}) EXPECT_TRUE(a->check_guards("swiglu"));
+    Bf16Array d_dm(to_bf16_bits(dm));
+    gpu_fwd(bf(d_m), bf(d_g), bf(d_u), n, kStream);
+    gpu_bwd(bf(d_dm), bf(d_du), bf(d_dm), bf(d_g), bf(d_u), n, kStream);
+    EXPECT_TRUE(all_close(widen(d_m.download()), m_ref, 1e-6, kOneRounding, what + " m"));
+    EXPECT_TRUE(all_close(widen(d_dm.download()), dg_ref, 1e-6, kOneRounding, what + " dg"));
+    EXPECT_TRUE(all_close(widen(d_du.download()), du_ref, 1e-6, kOneRounding, what + " du"));
+    for (const Bf16Array* a : {&d_m, &d_dm, &d_du}) EXPECT_TRUE(a->check_guards(what));
   }
+}
+
+TEST(CudaSwiGlu, ForwardBackwardMatchCpuWithinOneRounding) {
+  SLIDEDP_REQUIRE_GPU();
+  expect_gated_matches_cpu(swiglu_forward, swiglu_backward, kernels::swiglu_forward<float>,
+                           kernels::swiglu_backward<float>, 1, "swiglu");
 }
 
 TEST(CudaGeGlu, ForwardBackwardMatchCpuWithinOneRounding) {
   SLIDEDP_REQUIRE_GPU();
-  for (int64_t n : kSizes) {
-    const std::vector<float> g = random_bf16_values(n, 4, -6, 6), u = random_bf16_values(n, 5),
-                             dm = random_bf16_values(n, 6);
-    std::vector<float> m_ref(static_cast<size_t>(n)), dg_ref(static_cast<size_t>(n)),
-        du_ref(static_cast<size_t>(n));
-    kernels::geglu_forward<float>(m_ref.data(), g.data(), u.data(), n);
-    kernels::geglu_backward<float>(dg_ref.data(), du_ref.data(), dm.data(), g.data(), u.data(), n);
-    Bf16Array d_g(to_bf16_bits(g)), d_u(to_bf16_bits(u)), d_m(n), d_du(n);
-    Bf16Array d_dm(to_bf16_bits(dm));  // dg in place over dm, as the unit calls it
-    geglu_forward(bf(d_m), bf(d_g), bf(d_u), n, kStream);
-    geglu_backward(bf(d_dm), bf(d_du), bf(d_dm), bf(d_g), bf(d_u), n, kStream);
-    EXPECT_TRUE(all_close(widen(d_m.download()), m_ref, 1e-6, kOneRounding, "geglu m"));
-    EXPECT_TRUE(all_close(widen(d_dm.download()), dg_ref, 1e-6, kOneRounding, "geglu dg"));
-    EXPECT_TRUE(all_close(widen(d_du.download()), du_ref, 1e-6, kOneRounding, "geglu du"));
-    for (const Bf16Array* a : {&d_m, &d_dm, &d_du}) EXPECT_TRUE(a->check_guards("geglu"));
-  }
+  expect_gated_matches_cpu(geglu_forward, geglu_backward, kernels::geglu_forward<float>,
+                           kernels::geglu_backward<float>, 4, "geglu");
 }
 
 // Gemma 4's residual adds: h1 = x + norm(a) (no scale) and y = (h1 + norm(d)) * layer_scalar, one
@@ -505,6 +499,17 @@ AttnResult run_attention(const AttnCase& c, const AttnData& d, AttentionImpl imp
                     widen(dv.download())};
 }
 
+// Both paths' results against the CPU's, with the tolerances the next comment derives: the reference
+// path within fp32 sums and one rounding, tensor cores within 2e-2 of each tensor's scale.
+void expect_attention_close(const AttnResult& r, const AttnData& d, bool tc) {
+  const double frac = tc ? 2e-2 : 2e-3, rtol = tc ? 2e-2 : kOneRounding;
+  EXPECT_TRUE(close_to_scale(r.out, d.out_ref, frac, rtol, "out"));
+  EXPECT_TRUE(all_close(r.lse, d.lse_ref, tc ? 2e-3 : 1e-4, 1e-4, "lse"));  // fp32 row statistics
+  EXPECT_TRUE(close_to_scale(r.dq, d.dq_ref, frac, rtol, "dq"));
+  EXPECT_TRUE(close_to_scale(r.dk, d.dk_ref, frac, rtol, "dk"));
+  EXPECT_TRUE(close_to_scale(r.dv, d.dv_ref, frac, rtol, "dv"));
+}
+
 // Reference path: fp32 throughout, one rounding per output. Tensor cores: P (forward) and P, dS
 // (backward) are rounded to bf16 before their products, like FlashAttention-2; sums over up to 200
 // keys of such terms stay within a few bf16 ulps of the tensor's scale: 2e-2 of it.
@@ -518,12 +523,7 @@ TEST(CudaAttention, BothImplementationsMatchTheCpuFlashAttention) {
       SCOPED_TRACE(::testing::Message() << (tc ? "tensor cores" : "reference") << " B=" << c.B << " T=" << c.T
                                         << " H=" << c.H << " KV=" << c.KV << " hd=" << c.hd);
       const AttnResult r = run_attention(c, d, impl);
-      const double frac = tc ? 2e-2 : 2e-3, rtol = tc ? 2e-2 : kOneRounding;
-      EXPECT_TRUE(close_to_scale(r.out, d.out_ref, frac, rtol, "out"));
-      EXPECT_TRUE(all_close(r.lse, d.lse_ref, tc ? 2e-3 : 1e-4, 1e-4, "lse"));  // fp32 row statistics
-      EXPECT_TRUE(close_to_scale(r.dq, d.dq_ref, frac, rtol, "dq"));
-      EXPECT_TRUE(close_to_scale(r.dk, d.dk_ref, frac, rtol, "dk"));
-      EXPECT_TRUE(close_to_scale(r.dv, d.dv_ref, frac, rtol, "dv"));
+      expect_attention_close(r, d, tc);
     }
   }
 }
@@ -545,12 +545,7 @@ TEST(CudaAttention, PackedDocumentsMatchTheCpuFlashAttention) {
     const bool tc = impl == AttentionImpl::kTensorCore;
     SCOPED_TRACE(tc ? "tensor cores" : "reference");
     const AttnResult r = run_attention(c, d, impl, positions);
-    const double frac = tc ? 2e-2 : 2e-3, rtol = tc ? 2e-2 : kOneRounding;
-    EXPECT_TRUE(close_to_scale(r.out, d.out_ref, frac, rtol, "out"));
-    EXPECT_TRUE(all_close(r.lse, d.lse_ref, tc ? 2e-3 : 1e-4, 1e-4, "lse"));
-    EXPECT_TRUE(close_to_scale(r.dq, d.dq_ref, frac, rtol, "dq"));
-    EXPECT_TRUE(close_to_scale(r.dk, d.dk_ref, frac, rtol, "dk"));
-    EXPECT_TRUE(close_to_scale(r.dv, d.dv_ref, frac, rtol, "dv"));
+    expect_attention_close(r, d, tc);
   }
 }
 
@@ -581,12 +576,7 @@ TEST(CudaAttention, ScaleOneSlidingWindowAndGemmaHeadSizesMatchTheCpuFlashAttent
                      << (tc ? "tensor cores" : "reference") << " T=" << c.T << " hd=" << c.hd
                      << " scale=" << c.scale << " window=" << c.window << " documents=" << documents);
         const AttnResult r = run_attention(c, d, impl, positions);
-        const double frac = tc ? 2e-2 : 2e-3, rtol = tc ? 2e-2 : kOneRounding;
-        EXPECT_TRUE(close_to_scale(r.out, d.out_ref, frac, rtol, "out"));
-        EXPECT_TRUE(all_close(r.lse, d.lse_ref, tc ? 2e-3 : 1e-4, 1e-4, "lse"));
-        EXPECT_TRUE(close_to_scale(r.dq, d.dq_ref, frac, rtol, "dq"));
-        EXPECT_TRUE(close_to_scale(r.dk, d.dk_ref, frac, rtol, "dk"));
-        EXPECT_TRUE(close_to_scale(r.dv, d.dv_ref, frac, rtol, "dv"));
+        expect_attention_close(r, d, tc);
       }
     }
 }
