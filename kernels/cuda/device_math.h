@@ -232,6 +232,17 @@ SLIDEDP_HD float softcap_derivative(float capped, float cap) {
   return 1.0f - t * t;
 }
 
+// ---- mixture-of-experts router: the top K of a softmax row, renormalised ----
+// Whether expert a (probability pa) ranks before expert b: the higher probability, ties to the lower
+// index (the CPU's scan in index order with a strict comparison). The kernel's warp argmax reduces
+// (probability, expert) pairs with it, so any reduction order picks the CPU's expert.
+SLIDEDP_HD bool topk_before(float pa, int32_t ea, float pb, int32_t eb) { return pa > pb || (pa == pb && ea < eb); }
+// A chosen expert's weight p_k / top (top: the chosen probabilities' sum, in double) and its logit's
+// gradient: the weights are a softmax over the chosen logits alone, so dl_k = w_k (dw_k - coupling)
+// with coupling = sum_j dw_j w_j; the unchosen logits get none.
+SLIDEDP_HD double router_weight(float p, double top) { return static_cast<double>(p) / top; }
+SLIDEDP_HD double router_dlogit(double w, float dw, double coupling) { return w * (static_cast<double>(dw) - coupling); }
+
 // ---- embedding backward ----
 // The scatter-add in a fixed order: positions are sorted by token (a stable sort, so each token's
 // positions stay in position order) and each run of one token adds its rows in that order, as the

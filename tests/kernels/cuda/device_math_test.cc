@@ -24,6 +24,7 @@
 #include "kernels/cpu/transformer/cross_entropy.h"
 #include "kernels/cpu/transformer/embedding.h"
 #include "kernels/cpu/transformer/geglu.h"
+#include "kernels/cpu/transformer/moe_experts.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
@@ -317,6 +318,65 @@ TEST(DeviceMath, SlidingWindowAttentionSkipsTilesAndFollowsTheCpuUnit) {
       for (int64_t d = 0; d < hd; ++d) ASSERT_NEAR(acc[d] / l, out[(i * H + h) * hd + d], 1e-5) << i << "," << d;
     }
   EXPECT_LT(visited_tiles, causal_tiles) << "the window skips tiles";
+}
+
+// The router kernel's top-k: K rounds of a warp argmax (each lane's best over its experts lane,
+// lane + 32, ..., then the shuffle butterfly) with topk_before, against the CPU's serial scan, on
+// rows with tied logits (a tie must go to the lower expert whatever lane holds it); then the weights
+// and the backward through router_weight / router_dlogit against the CPU's. E = 128 (Gemma 4) and
+// 5 (the tiny cards). Exact: the same comparisons on the same probabilities, the same double sums.
+TEST(DeviceMath, RouterTopKWarpArgmaxPicksTheCpusExpertsAndItsGradients) {
+  for (const auto& [E, K] : {std::pair<int64_t, int64_t>{128, 8}, std::pair<int64_t, int64_t>{5, 2}}) {
+    const int64_t N = 9;
+    std::vector<float> logits = random_floats(N * E, 90, -2, 2);
+    for (int64_t t = 0; t < N; ++t)  // ties across lanes and within one lane's experts
+      for (int64_t e = 0; e < E; e += 3) logits[t * E + e] = logits[t * E + (e * 7 + t) % E];
+    std::vector<float> probs(N * E), w(N * K), dlogits(N * E);
+    std::vector<int32_t> idx(N * K);
+    kernels::router_topk_forward<float>(probs.data(), idx.data(), w.data(), logits.data(), N, E, K);
+    const std::vector<float> dw = random_floats(N * K, 91);
+    kernels::router_topk_backward<float>(dlogits.data(), dw.data(), probs.data(), idx.data(), N, E, K);
+    for (int64_t t = 0; t < N; ++t) {
+      const float* p = probs.data() + t * E;
+      std::vector<bool> taken(static_cast<size_t>(E), false);
+      std::vector<int32_t> chosen;
+      double top = 0;
+      for (int64_t k = 0; k < K; ++k) {
+        float bp[32];
+        int32_t be[32];
+        for (int lane = 0; lane < 32; ++lane) {
+          bp[lane] = -1.0f, be[lane] = -1;
+          for (int64_t e = lane; e < E; e += 32)
+            if (!taken[e] && (be[lane] < 0 || math::topk_before(p[e], static_cast<int32_t>(e), bp[lane], be[lane])))
+              bp[lane] = p[e], be[lane] = static_cast<int32_t>(e);
+        }
+        for (int o = 16; o > 0; o >>= 1) {
+          float np[32];
+          int32_t ne[32];
+          for (int lane = 0; lane < 32; ++lane) {
+            const float op = bp[lane ^ o];
+            const int32_t oe = be[lane ^ o];
+            const bool other = oe >= 0 && (be[lane] < 0 || math::topk_before(op, oe, bp[lane], be[lane]));
+            np[lane] = other ? op : bp[lane], ne[lane] = other ? oe : be[lane];
+          }
+          std::copy(np, np + 32, bp), std::copy(ne, ne + 32, be);
+        }
+        for (int lane = 1; lane < 32; ++lane) ASSERT_EQ(be[lane], be[0]) << "every lane agrees";
+        chosen.push_back(be[0]);
+        taken[static_cast<size_t>(be[0])] = true;
+        top += bp[0];
+      }
+      for (int64_t k = 0; k < K; ++k) {
+        ASSERT_EQ(chosen[k], idx[t * K + k]) << "token " << t << " slot " << k;
+        ASSERT_EQ(static_cast<float>(math::router_weight(p[chosen[k]], top)), w[t * K + k]);
+      }
+      double coupling = 0;
+      for (int64_t k = 0; k < K; ++k) coupling += dw[t * K + k] * math::router_weight(p[chosen[k]], top);
+      for (int64_t k = 0; k < K; ++k)
+        ASSERT_EQ(static_cast<float>(math::router_dlogit(math::router_weight(p[chosen[k]], top), dw[t * K + k], coupling)),
+                  dlogits[t * E + chosen[k]]);
+    }
+  }
 }
 
 // Packed documents under a sliding window (Gemma 4's sliding layers on packed data): the kernels'

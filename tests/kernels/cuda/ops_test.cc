@@ -27,6 +27,7 @@
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/embedding.h"
 #include "kernels/cpu/transformer/geglu.h"
+#include "kernels/cpu/transformer/moe_experts.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
@@ -37,6 +38,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/router.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 
 namespace slidedp::kernels::cuda {
@@ -686,6 +688,35 @@ TEST(CudaCrossEntropy, ATargetOutsideTheVocabularyGivesANanLoss) {
   cross_entropy_chunk(d_logits.get(), bf(d_dl), d_rows.get(), d_t.get(), nc, V, 1.0, 0.0, kStream);
   cross_entropy_finish(d_out.get(), d_rows.get(), d_t.get(), nc, kStream);
   EXPECT_TRUE(std::isnan(d_out.download()[0]));
+}
+
+// ---- the mixture-of-experts router ----
+
+// Against the CPU's router on random logits (no ties: the CPU emulation test covers those): the same
+// experts in the same order; probabilities, weights and logit gradients within a few fp32 ulps (the
+// softmax's double sum runs in another order: warp butterfly vs index order).
+TEST(CudaRouter, TopKForwardAndBackwardMatchTheCpu) {
+  SLIDEDP_REQUIRE_GPU();
+  for (const auto& [E, K] : {std::pair<int64_t, int64_t>{128, 8}, std::pair<int64_t, int64_t>{5, 2},
+                             std::pair<int64_t, int64_t>{256, 8}}) {
+    SCOPED_TRACE(::testing::Message() << "E=" << E << " K=" << K);
+    const int64_t N = 37;
+    const std::vector<float> logits = random_vector<float>(N * E, 95, -3, 3), dw = random_vector<float>(N * K, 96);
+    std::vector<float> probs(N * E), w(N * K), dl(N * E);
+    std::vector<int32_t> idx(N * K);
+    kernels::router_topk_forward<float>(probs.data(), idx.data(), w.data(), logits.data(), N, E, K);
+    kernels::router_topk_backward<float>(dl.data(), dw.data(), probs.data(), idx.data(), N, E, K);
+    DeviceArray<float> d_logits(logits), d_probs(N * E), d_w(N * K), d_dw(dw), d_dl(N * E);
+    DeviceArray<int32_t> d_idx(N * K);
+    router_topk_forward(d_probs.get(), d_idx.get(), d_w.get(), d_logits.get(), N, E, K, kStream);
+    router_topk_backward(d_dl.get(), d_dw.get(), d_probs.get(), d_idx.get(), N, E, K, kStream);
+    EXPECT_EQ(d_idx.download(), idx);
+    EXPECT_TRUE(all_close(d_probs.download(), probs, 1e-9, 1e-6, "router probs"));
+    EXPECT_TRUE(all_close(d_w.download(), w, 1e-9, 1e-6, "router weights"));
+    EXPECT_TRUE(all_close(d_dl.download(), dl, 1e-9, 1e-5, "router dlogits"));
+    EXPECT_TRUE(d_probs.check_guards("probs") && d_idx.check_guards("idx") && d_w.check_guards("w") &&
+                d_dl.check_guards("dlogits"));
+  }
 }
 
 // ---- FSDP2's optimizer ----
