@@ -2,6 +2,7 @@
 #include "executor/kernel_activity.h"
 
 #include <algorithm>
+#include <cstring>
 #include <map>
 #include <utility>
 
@@ -53,6 +54,24 @@ AttributedActivities attribute_activities(const std::vector<DeviceActivity>& act
     span.tag.what = names.insert(holder != nullptr ? std::string(holder->tag.what) + ": " + a.name : a.name).first->c_str();
     out.spans.push_back(span);
   }
+  return out;
+}
+
+std::vector<KernelTotal> sum_kernels(const std::vector<MeasuredSpan>& spans, int rank) {
+  std::map<std::string, KernelTotal> by_name;
+  for (const MeasuredSpan& s : spans) {
+    if (s.rank != rank || std::strcmp(s.tag.category, "kernel") != 0) continue;
+    std::string name = s.tag.what;
+    const std::size_t colon = name.find(": ");
+    if (colon != std::string::npos) name.erase(0, colon + 2);
+    KernelTotal& t = by_name[name];
+    t.kernel = name;
+    ++t.calls;
+    t.seconds += s.end_s - s.start_s;
+  }
+  std::vector<KernelTotal> out;
+  for (auto& [name, t] : by_name) out.push_back(t);
+  std::stable_sort(out.begin(), out.end(), [](const KernelTotal& a, const KernelTotal& b) { return a.seconds > b.seconds; });
   return out;
 }
 

@@ -48,6 +48,17 @@ struct AttributedActivities {
 
 // `names` owns the strings the spans' tags point at (SpanTag holds const char*): keep it alive as long
 // as the spans. `measured` are the CUDA-event spans of the same period.
+// Per-kernel totals of the kernel spans above: what `slidedp-profile --kernels` keeps per unit
+// operation and `slidedp-run --bench --trace-kernels` prints for the run.
+struct KernelTotal {
+  std::string kernel;  // the kernel's name, or "memcpy HtoD" etc. for copies and memsets
+  int64_t calls = 0;
+  double seconds = 0;  // summed device time of its calls
+};
+// The kernel spans of device `rank` summed by kernel (the "<phase>: " prefix dropped), largest total
+// first (ties by name); every other span is ignored.
+std::vector<KernelTotal> sum_kernels(const std::vector<MeasuredSpan>& spans, int rank);
+
 AttributedActivities attribute_activities(const std::vector<DeviceActivity>& activities,
                                           const std::vector<ActivityStream>& streams, const ActivityClock& clock,
                                           const std::vector<MeasuredSpan>& measured, std::set<std::string>& names);

@@ -192,7 +192,7 @@ std::string profile_tables(const ProfileResult& r, bool md) {
     Table k({"unit", "op", "B", "T", "kernel", "calls", "time", "of op"}, {"", "", "", "", "", "", "ms", "%"});
     for (const UnitCase& c : u.cases)
       for (std::size_t i = 0; i < std::min<std::size_t>(5, c.kernels.size()); ++i) {
-        const KernelTotal& kt = c.kernels[i];
+        const exec::KernelTotal& kt = c.kernels[i];
         const double op_s = c.has_alone ? c.alone_seconds.median : c.seconds.median;
         k.add_row({unit_label(c.kind, c.layer_type), c.op, std::to_string(c.B), std::to_string(c.T), kt.kernel,
                    std::to_string(kt.calls), f3(kt.seconds * 1e3), pct(kt.seconds / op_s)});

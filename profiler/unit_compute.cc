@@ -85,14 +85,14 @@ struct Op {
 };
 
 // One untimed run of `op` on device 0 with tracing (and the backend's kernel activity) on: its kernels.
-std::vector<KernelTotal> traced_kernels(exec::Backend& backend, const Op& op) {
+std::vector<exec::KernelTotal> traced_kernels(exec::Backend& backend, const Op& op) {
   backend.synchronize();
   backend.take_spans();  // nothing earlier counts
   backend.set_tracing(true);
   op.enqueue(0);
   backend.synchronize();
   backend.set_tracing(false);
-  return sum_kernels(backend.take_spans(), 0);
+  return exec::sum_kernels(backend.take_spans(), 0);
 }
 
 // One (T, B): its inputs on every device, produced once by an untimed forward chain, and its six
@@ -492,7 +492,7 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
         }
         if (kernels) {
           u.kernels = traced_kernels(backend, ch->ops[i]);
-          for (const KernelTotal& k : u.kernels) {
+          for (const exec::KernelTotal& k : u.kernels) {
             nlohmann::json kp = p;
             kp["devices"] = 1;
             kp["kernel"] = k.kernel;

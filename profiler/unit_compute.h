@@ -16,11 +16,11 @@
 #include <vector>
 
 #include "executor/backend.h"
+#include "executor/kernel_activity.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
 #include "model/unit_layout.h"
 #include "profiler/fit.h"
-#include "profiler/kernel_breakdown.h"
 #include "profiler/stage.h"
 
 namespace slidedp::profiler {
@@ -57,7 +57,7 @@ struct UnitCase {
   Spread seconds;  // per device, concurrent_devices at once
   bool has_alone = false;
   Spread alone_seconds;
-  std::vector<KernelTotal> kernels;  // --kernels: device 0's kernels in one run of the operation
+  std::vector<exec::KernelTotal> kernels;  // --kernels: device 0's kernels in one run of the operation
 };
 
 struct UnitComputeResult {

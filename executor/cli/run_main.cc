@@ -24,6 +24,7 @@
 #include "common/table.h"
 #include "common/units.h"
 #include "executor/backend_registry.h"
+#include "executor/kernel_activity.h"
 #include "executor/node_link.h"
 #include "runlog/patient_log.h"
 #include "runlog/run_log.h"
@@ -132,7 +133,8 @@ int run_main(int argc, char** argv) {
   app.add_option("--trace", trace, "Write the measured timeline as Chrome trace JSON (open in Perfetto)");
   app.add_flag("--trace-kernels", trace_kernels,
                "CUDA backend: add every kernel, copy and memset (CUPTI's activity records, libcupti opened at run "
-               "time) to the timeline, each under the unit and phase that launched it; costs time");
+               "time) to the timeline, each under the unit and phase that launched it; with --bench also a table "
+               "of rank 0's largest kernels; costs time");
   app.add_flag("--bench", bench, "Benchmark mode: per step, each resource's busy time, the exposed time and tokens/s");
   app.add_option("--checkpoint-dir", checkpoint_dir, "Write checkpoints here (step-XXXXXXXX folders)");
   app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every K steps (0: at the end only)")->check(CLI::NonNegativeNumber);
@@ -455,6 +457,18 @@ int run_main(int argc, char** argv) {
     return 0;
   }
   if (bench) std::cout << "\n" << bench_table.render();
+  if (bench && trace_kernels) {  // the run's largest kernels on rank 0 (CUPTI), all steps together
+    const std::vector<exec::KernelTotal> kernels = exec::sum_kernels(result.spans, 0);
+    double all = 0;
+    for (const exec::KernelTotal& k : kernels) all += k.seconds;
+    Table kt({"kernel", "calls", "time", "per call", "of kernel time"}, {"", "", "ms", "us", "%"});
+    for (std::size_t i = 0; i < std::min<std::size_t>(12, kernels.size()); ++i)
+      kt.add_row({kernels[i].kernel, std::to_string(kernels[i].calls), fmt::format("{:.3f}", kernels[i].seconds * 1e3),
+                  fmt::format("{:.1f}", kernels[i].seconds * 1e6 / static_cast<double>(kernels[i].calls)),
+                  fmt::format("{:.1f}", all > 0 ? 100 * kernels[i].seconds / all : 0.0)});
+    std::cout << "\nlargest kernels, rank 0 (" << kernels.size() << " kinds, " << format_seconds(all) << " in all)\n"
+              << kt.render();
+  }
   fmt::print("\n{} steps, steady state {:.0f} tokens/s, {} per step", result.steps.size(), tps,
              format_seconds(result.steps.size() > 1 ? steady_t / static_cast<double>(result.steps.size() - 1) : steady_t));
   if (predicted) fmt::print(" (model predicted {})", format_seconds(predicted->step_time_s * scale));

@@ -283,7 +283,7 @@ TEST(Profile, KernelsOnAGpuBreakDownEveryUnitOperation) {
     SCOPED_TRACE(unit_label(c.kind, c.layer_type) + " " + c.op);
     ASSERT_FALSE(c.kernels.empty());
     double sum = 0;
-    for (const KernelTotal& k : c.kernels) {
+    for (const exec::KernelTotal& k : c.kernels) {
       EXPECT_GT(k.calls, 0);
       EXPECT_GT(k.seconds, 0.0);
       sum += k.seconds;
