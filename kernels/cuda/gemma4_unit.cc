@@ -12,11 +12,7 @@ namespace slidedp::kernels::cuda {
 namespace {
 
 void check_spec(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
-  SLIDEDP_CHECK(B >= 0 && T >= 0, "negative batch or sequence length");
-  SLIDEDP_CHECK(s.C > 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.I > 0 && s.H % s.KV == 0,
-                "bad Gemma 4 layer spec");
-  SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
-  SLIDEDP_CHECK(s.k_eq_v == (s.v_w == kAbsent), "K=V layers have no v_proj, the others have one");
+  check_gemma4_layer_spec(s, B, T);
   SLIDEDP_CHECK(!s.has_moe(), "the CUDA Gemma 4 unit has no mixture-of-experts block yet");
 }
 

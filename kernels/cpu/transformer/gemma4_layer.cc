@@ -217,15 +217,6 @@ BackwardAttention<Real> carve_backward_attention(Arena& a, const Gemma4LayerSpec
   return v;
 }
 
-void check_spec(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
-  SLIDEDP_CHECK(B >= 0 && T >= 0, "negative batch or sequence length");
-  SLIDEDP_CHECK(s.C > 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.I > 0 && s.H % s.KV == 0,
-                "bad Gemma 4 layer spec");
-  SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
-  SLIDEDP_CHECK(s.k_eq_v == (s.v_w == kAbsent), "K=V layers have no v_proj, the others have one");
-  SLIDEDP_CHECK(!s.has_moe() || (s.moe.C == s.C && s.moe.K <= s.moe.E && s.experts_down != kAbsent),
-                "bad Gemma 4 MoE spec");
-}
 
 // The routed branch: d_sum = norm_post_ff_1(d) + norm_post_ff_2(experts(norm_pre_ff_2(h1))), with
 // the router on h1 (saved state complete on return).
@@ -294,7 +285,7 @@ const Real* post_ff_norm_input(const Gemma4LayerSpec& s, const Saved<Real>& S) {
 template <typename Real>
 void forward_impl(const Gemma4LayerSpec& s, const Real* p, const Real* x, Real* y, Workspace saved, int64_t B,
                   int64_t T, Workspace ws, const int32_t* positions) {
-  check_spec(s, B, T);
+  check_gemma4_layer_spec(s, B, T);
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   const Real* const no_bias = nullptr;
   const Real* const no_weight = nullptr;
@@ -351,6 +342,16 @@ void forward_impl(const Gemma4LayerSpec& s, const Real* p, const Real* x, Real* 
 }
 
 }  // namespace
+
+void check_gemma4_layer_spec(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+  SLIDEDP_CHECK(B >= 0 && T >= 0, "negative batch or sequence length");
+  SLIDEDP_CHECK(s.C > 0 && s.H > 0 && s.KV > 0 && s.hd > 0 && s.hd % 2 == 0 && s.I > 0 && s.H % s.KV == 0,
+                "bad Gemma 4 layer spec");
+  SLIDEDP_CHECK(static_cast<int64_t>(s.inv_freq.size()) == s.hd / 2, "inv_freq must have hd/2 entries");
+  SLIDEDP_CHECK(s.k_eq_v == (s.v_w == kAbsent), "K=V layers have no v_proj, the others have one");
+  SLIDEDP_CHECK(!s.has_moe() || (s.moe.C == s.C && s.moe.K <= s.moe.E && s.experts_down != kAbsent),
+                "bad Gemma 4 MoE spec");
+}
 
 Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& unit) {
   SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder && card.gemma4(), "make_gemma4_layer_spec needs a Gemma 4 decoder");
@@ -463,7 +464,7 @@ template <typename Real>
 void gemma4_backward(const Gemma4LayerSpec& s, const Real* p, const Real* x, Workspace saved, const Real* dy,
                      Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router,
                      const int32_t* positions) {
-  check_spec(s, B, T);
+  check_gemma4_layer_spec(s, B, T);
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   Real* const no_bias = nullptr;

@@ -57,6 +57,8 @@ struct Gemma4LayerSpec {
 
 // The spec of decoder unit `unit` (its layer's shape from card.layer()).
 Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& unit);
+// Throws (a bug) when the spec or B, T cannot be one Gemma 4 layer's; both backends' units call it.
+void check_gemma4_layer_spec(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
 
 template <typename Real>
 int64_t gemma4_saved_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
