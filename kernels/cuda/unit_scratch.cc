@@ -13,18 +13,22 @@ struct Bf16Size {  // the size of __nv_bfloat16, without CUDA's header
 };
 static_assert(sizeof(Bf16Size) == 2);
 
-}  // namespace
-
-int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+// The high-water bytes of one carve sequence over a measuring Carver.
+template <class Carve>
+int64_t measured(Carve carve) {
   Carver a;
-  carve_saved<Bf16Size>(a, spec, B, T);
+  carve(a);
   return a.high_water();
 }
 
+}  // namespace
+
+int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
+  return measured([&](Carver& a) { carve_saved<Bf16Size>(a, spec, B, T); });
+}
+
 int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
-  Carver a;
-  carve_forward<Bf16Size>(a, spec, B * T);
-  return a.high_water();
+  return measured([&](Carver& a) { carve_forward<Bf16Size>(a, spec, B * T); });
 }
 
 int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T) {
@@ -41,21 +45,15 @@ int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int
 }
 
 int64_t head_workspace_bytes(const HeadSpec& spec, int64_t B, int64_t T) {
-  Carver a;
-  carve_head<Bf16Size>(a, spec, B * T);
-  return a.high_water();
+  return measured([&](Carver& a) { carve_head<Bf16Size>(a, spec, B * T); });
 }
 
 int64_t gemma4_saved_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T) {
-  Carver a;
-  carve_gemma4_saved<Bf16Size>(a, spec, B, T);
-  return a.high_water();
+  return measured([&](Carver& a) { carve_gemma4_saved<Bf16Size>(a, spec, B, T); });
 }
 
 int64_t gemma4_forward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T) {
-  Carver a;
-  carve_gemma4_forward<Bf16Size>(a, spec, B * T);
-  return a.high_water();
+  return measured([&](Carver& a) { carve_gemma4_forward<Bf16Size>(a, spec, B * T); });
 }
 
 int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T) {
