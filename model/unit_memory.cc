@@ -94,7 +94,7 @@ UnitMemory cuda_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int64_t
   return m;
 }
 
-// A dense Gemma 4 layer on the GPU (kernels/cuda/gemma4_unit.h).
+// A Gemma 4 layer on the GPU, dense or MoE (kernels/cuda/gemma4_unit.h).
 UnitMemory cuda_gemma4_memory(const kernels::ModelSpecs& s, int layer, int64_t B, int64_t T) {
   namespace kc = kernels::cuda;
   const kernels::Gemma4LayerSpec& g = s.gemma4_layers.at(static_cast<size_t>(layer));
@@ -122,11 +122,11 @@ std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const Model
                                                    : cuda_unit_memory(s, UnitKind::kDecoder, B, T));
     return out;
   }
-  // CUDA: Gemma 4's dense layers have units; its MoE layers and Qwen3.6 are estimated
+  // CUDA: Gemma 4's layers have units; Qwen3.6's are estimated
   const kernels::ModelSpecs s = card.gemma4() ? specs_for(card, layout, options) : kernels::ModelSpecs{};
   for (int l = 0; l < card.num_layers; ++l)
-    out.push_back(card.gemma4() && !card.layer(l).moe() ? cuda_gemma4_memory(s, l, B, T)
-                                                        : estimated_decoder_memory(card, layout, l, B, T, options));
+    out.push_back(card.gemma4() ? cuda_gemma4_memory(s, l, B, T)
+                                : estimated_decoder_memory(card, layout, l, B, T, options));
   return out;
 }
 

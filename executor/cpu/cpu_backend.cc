@@ -16,6 +16,7 @@
 #include "common/error.h"
 #include "common/units.h"
 #include "executor/device_budget.h"
+#include "executor/router_stats_of.h"
 #include "executor/target_pacing.h"
 #include "kernels/cpu/optim/adamw.h"
 #include "kernels/cpu/optim/bf16_convert.h"
@@ -339,13 +340,6 @@ struct SharedMath {
   bool exact = false;
   const TargetPacing* pacing = nullptr;  // null: run at this host's speed
 };
-
-// The router statistics of a unit operation's micro-batch, or none (dense models, recompute).
-std::optional<kernels::RouterStats> router_stats_of(const kernels::ModelSpecs& s, const UnitOpArgs& a) {
-  if (a.router_stats.bytes == 0) return std::nullopt;
-  SLIDEDP_CHECK(a.router_stats.bytes >= kernels::router_stats_bytes(a.B, s.moe_experts()), "router statistics too small");
-  return kernels::router_stats_view(a.router_stats.ptr, a.B, s.moe_experts(), s.moe_layers() * a.T, a.router_aux_weight);
-}
 
 class CpuDevice final : public Device {
  public:

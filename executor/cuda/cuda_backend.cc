@@ -24,6 +24,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -34,6 +35,7 @@
 #include "executor/cuda/cupti_activity.h"
 #include "executor/kernel_activity.h"
 #include "executor/device_budget.h"
+#include "executor/router_stats_of.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/cuda_check.h"
@@ -41,6 +43,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemma4_unit.h"
+#include "kernels/cuda/router.h"
 #include "kernels/cuda/units.h"
 
 namespace slidedp::exec {
@@ -51,6 +54,12 @@ namespace {
 
 namespace kc = kernels::cuda;
 using Clock = std::chrono::steady_clock;
+
+// An optional's value as a pointer (null when empty), for an argument of the same statement.
+template <typename T>
+const T* opt_ptr(const std::optional<T>& o) {
+  return o ? &*o : nullptr;
+}
 
 // ---- device guard and driver entry points -----------------------------------------------------------
 
@@ -641,16 +650,20 @@ class CudaDevice final : public Device {
         case UnitKind::kDecoder:
           if (s.gemma4())
             kc::gemma4_forward(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B,
-                               a.T, ws(a.workspace));
+                               a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
           else
             kc::decoder_forward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B,
                                 a.T, ws(a.workspace));
           break;
         case UnitKind::kHead: {
           const kc::bf16* lm = s.head.tied ? bf(a.lm_head_params) + a.lm_head_offset : bf(a.params) + s.head.lm_head_w;
+          double* loss = reinterpret_cast<double*>(a.loss.ptr);
           kc::head_forward_backward(ctx, s.head, bf(a.params), lm, bf(a.x), i32(a.targets), a.B, a.T, a.grad_scale,
-                                    bf(a.dx), f32(a.grads), f32(a.lm_head_grads) + a.lm_head_grad_offset,
-                                    reinterpret_cast<double*>(a.loss.ptr), ws(a.workspace));
+                                    bf(a.dx), f32(a.grads), f32(a.lm_head_grads) + a.lm_head_grad_offset, loss,
+                                    ws(a.workspace));
+          // the load-balancing loss joins the loss sum in its units, as on the CPU backend
+          if (const auto router = router_stats_of(s, a))
+            kc::router_aux_loss_add(loss, *router, a.B, s.moe_experts(), 1.0 / a.grad_scale, ctx.stream);
           break;
         }
       }
@@ -688,7 +701,7 @@ class CudaDevice final : public Device {
     compute_.traced(tag(a, "bwd"), [&] {
       if (s.gemma4())
         kc::gemma4_backward(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
-                            bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace));
+                            bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
       else
         kc::decoder_backward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
                              bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace));
@@ -818,10 +831,6 @@ class CudaBackend final : public Backend {
     if (card.qwen3_5())
       throw InputError(card.name + ": model_type",
                        fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));
-    if (card.gemma4() && card.moe())
-      throw InputError(card.name + ": num_experts",
-                       "the CUDA units of Gemma 4's mixture-of-experts block (router, grouped expert GEMMs) are not "
-                       "built yet; the dense Gemma 4 runs on CUDA, the MoE one on the CPU backend");
     gpus_ = cuda_visible_devices();
     if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
     const int per_gpu = (opt.devices + gpus_ - 1) / gpus_;

@@ -243,6 +243,29 @@ SLIDEDP_HD bool topk_before(float pa, int32_t ea, float pb, int32_t eb) { return
 SLIDEDP_HD double router_weight(float p, double top) { return static_cast<double>(p) / top; }
 SLIDEDP_HD double router_dlogit(double w, float dw, double coupling) { return w * (static_cast<double>(dw) - coupling); }
 
+// ---- grouped expert GEMM: which expert a tile of the grid computes ----
+// Rows sorted by expert (expert e owns rows [offsets[e], offsets[e+1])) are cut into tiles of `rows`
+// rows that never straddle two experts: expert e gets ceil(count_e / rows) tiles, numbered from
+// tile_offsets[e] (an exclusive prefix sum over experts, tile_offsets[E] the total). The grid is
+// launched for an upper bound known on the host (total rows / rows + E); a tile past the total does
+// nothing.
+SLIDEDP_HD int64_t grouped_tiles(int64_t count, int64_t rows) { return (count + rows - 1) / rows; }
+
+// The expert that owns grid tile `tile`, or -1 past the last: the last e with tile_offsets[e] <= tile
+// (experts without rows own no tile, so the search skips them). Binary search over E + 1 offsets.
+SLIDEDP_HD int32_t tile_expert(const int32_t* tile_offsets, int32_t E, int64_t tile) {
+  if (tile < 0 || tile >= tile_offsets[E]) return -1;
+  int32_t lo = 0, hi = E;  // invariant: tile_offsets[lo] <= tile < tile_offsets[hi]
+  while (hi - lo > 1) {
+    const int32_t mid = lo + (hi - lo) / 2;
+    if (tile_offsets[mid] <= tile)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
 // ---- embedding backward ----
 // The scatter-add in a fixed order: positions are sorted by token (a stable sort, so each token's
 // positions stay in position order) and each run of one token adds its rows in that order, as the

@@ -1,15 +1,54 @@
 // The device buffers of the Gemma 4 decoder unit on the GPU (kernels/cuda/gemma4_unit.cc): its carve
 // sequences, which the unit runs over device memory and the size queries over nothing, as
 // unit_scratch.h does for the Llama family. No CUDA type here: the memory account sizes these units on
-// a machine without CUDA. Dense layers only (the MoE block has no CUDA code yet).
+// a machine without CUDA. Mixture-of-experts layers add the routed branch's parts (the experts' own in
+// moe_scratch.h).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/cpu/transformer/gemma4_layer.h"
+#include "kernels/cuda/moe_scratch.h"
 #include "kernels/cuda/unit_scratch.h"
 
 namespace slidedp::kernels::cuda {
+
+// The routed branch's saved state (MoE layers).
+template <typename Bf16>
+struct Gemma4SavedMoe {
+  float* rstd_p1;      // (N) post_feedforward_layernorm_1 1/rms
+  Bf16* dsum;          // (N, C) norm_post_ff_1(d) + norm_post_ff_2(eo), post_feedforward_layernorm's input
+  float* rstd_r;       // (N) the router norm's 1/rms
+  Bf16* r;             // (N, C) rmsnorm(h1) * router.scale (its C^-1/2 is the router GEMM's alpha)
+  float* rstd_z2;      // (N) pre_feedforward_layernorm_2 1/rms
+  Bf16* z2;            // (N, C) its output, the experts' input
+  float* probs;        // (N, E) router softmax
+  int32_t* idx;        // (N, K) chosen experts
+  float* w_renorm;     // (N, K) their renormalised probabilities
+  float* w;            // (N, K) times per_expert_scale: the experts' weights
+  std::byte* experts;  // moe_scratch.h's experts saved state
+  Bf16* eo;            // (N, C) the experts' output
+  float* rstd_p2;      // (N) post_feedforward_layernorm_2 1/rms
+};
+template <typename Bf16>
+Gemma4SavedMoe<Bf16> carve_gemma4_saved_moe(Carver& a, const Gemma4LayerSpec& s, int64_t N) {
+  const int64_t E = s.moe.E, K = s.moe.K;
+  Gemma4SavedMoe<Bf16> v{};
+  v.rstd_p1 = a.take<float>(N, "rstd_p1");
+  v.dsum = a.take<Bf16>(N * s.C, "dsum");
+  v.rstd_r = a.take<float>(N, "rstd_router");
+  v.r = a.take<Bf16>(N * s.C, "router input");
+  v.rstd_z2 = a.take<float>(N, "rstd_z2");
+  v.z2 = a.take<Bf16>(N * s.C, "z2");
+  v.probs = a.take<float>(N * E, "router probabilities");
+  v.idx = a.take<int32_t>(N * K, "chosen experts");
+  v.w_renorm = a.take<float>(N * K, "renormalised weights");
+  v.w = a.take<float>(N * K, "expert weights");
+  v.experts = a.take<std::byte>(experts_saved_bytes(s.moe, N), "experts' saved rows");
+  v.eo = a.take<Bf16>(N * s.C, "experts' output");
+  v.rstd_p2 = a.take<float>(N, "rstd_p2");
+  return v;
+}
 
 // Views of the saved state (N = B*T tokens): what backward reads besides x.
 template <typename Bf16>
@@ -36,6 +75,7 @@ struct Gemma4Saved {
   Bf16* u;           // (N, I)
   Bf16* d;           // (N, C) down_proj output
   float* rstd_post;  // (N) post_feedforward_layernorm 1/rms
+  Gemma4SavedMoe<Bf16> moe;  // MoE layers only
 };
 template <typename Bf16>
 Gemma4Saved<Bf16> carve_gemma4_saved(Carver& a, const Gemma4LayerSpec& s, int64_t B, int64_t T) {
@@ -63,16 +103,20 @@ Gemma4Saved<Bf16> carve_gemma4_saved(Carver& a, const Gemma4LayerSpec& s, int64_
   v.u = a.take<Bf16>(N * s.I, "u");
   v.d = a.take<Bf16>(N * s.C, "d");
   v.rstd_post = a.take<float>(N, "rstd_post");
+  if (s.has_moe()) v.moe = carve_gemma4_saved_moe<Bf16>(a, s, N);
   return v;
 }
 
-// Forward scratch: the cuBLASLt workspace, the GeGLU product m (N, I), and the post-feed-forward
-// norm's output (recompute, which has no y to write it into).
+// Forward scratch: the cuBLASLt workspace, the GeGLU product m (N, I), and a norm output: the routed
+// branch's normed experts (MoE layers), then the post-feed-forward norm's (recompute, which has no y
+// to write it into). MoE layers add the router logits and the experts' scratch.
 template <typename Bf16>
 struct Gemma4Forward {
   void* gemm_ws;
-  Bf16* m;     // (N, I)
-  Bf16* post;  // (N, C)
+  Bf16* m;             // (N, I)
+  Bf16* post;          // (N, C)
+  float* logits;       // (N, E)                      [MoE layers]
+  std::byte* experts;  // moe_scratch.h's experts forward scratch  [MoE layers]
 };
 template <typename Bf16>
 Gemma4Forward<Bf16> carve_gemma4_forward(Carver& a, const Gemma4LayerSpec& s, int64_t N) {
@@ -80,6 +124,10 @@ Gemma4Forward<Bf16> carve_gemma4_forward(Carver& a, const Gemma4LayerSpec& s, in
   f.gemm_ws = a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
   f.m = a.take<Bf16>(N * s.I, "m");
   f.post = a.take<Bf16>(N * s.C, "post-norm output");
+  if (s.has_moe()) {
+    f.logits = a.take<float>(N * s.moe.E, "router logits");
+    f.experts = a.take<std::byte>(experts_forward_workspace_bytes(s.moe, N), "experts' forward scratch");
+  }
   return f;
 }
 
@@ -97,6 +145,30 @@ struct Gemma4BackwardMlp {
   Bf16* m_du;   // (N, I) recomputed gelu(g) * u, then du
   Bf16* dm_dg;  // (N, I) dm, then dg
 };
+// The routed branch's backward scratch (MoE layers), inside the MLP part's bytes.
+template <typename Bf16>
+struct Gemma4BackwardMoe {
+  Bf16* dd_dense;        // (N, C) gradient of the dense MLP's output d (through post_ff_norm_1)
+  Bf16* deo;             // (N, C) gradient of the experts' output
+  float* dz2;            // (N, C) gradient of the experts' input, then of the router's input
+  float* dw;             // (N, K) of the experts' weights, then of the renormalised ones
+  float* dlogits;        // (N, E)
+  Bf16* dlogits_bf16;    // (N, E) the router GEMMs' operand
+  std::byte* experts;    // moe_scratch.h's experts backward scratch
+};
+template <typename Bf16>
+Gemma4BackwardMoe<Bf16> carve_gemma4_backward_moe(Carver& a, const Gemma4LayerSpec& s, int64_t N) {
+  Gemma4BackwardMoe<Bf16> m{};
+  m.dd_dense = a.take<Bf16>(N * s.C, "dd_dense");
+  m.deo = a.take<Bf16>(N * s.C, "deo");
+  m.dz2 = a.take<float>(N * s.C, "dz2 / dr");
+  m.dw = a.take<float>(N * s.moe.K, "dw");
+  m.dlogits = a.take<float>(N * s.moe.E, "dlogits");
+  m.dlogits_bf16 = a.take<Bf16>(N * s.moe.E, "dlogits bf16");
+  m.experts = a.take<std::byte>(experts_backward_workspace_bytes(s.moe, N), "experts' backward scratch");
+  return m;
+}
+
 template <typename Bf16>
 struct Gemma4BackwardAttention {
   Bf16* da;       // (N, C) gradient of a (post_attention_layernorm's input)

@@ -3,17 +3,22 @@
 // (gemma4_scratch.h, which the size queries run too), then the operations in order.
 #include "kernels/cuda/gemma4_unit.h"
 
+#include <cmath>
+
 #include "common/error.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/linear.h"
+#include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/router.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
 
 void check_spec(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
   check_gemma4_layer_spec(s, B, T);
-  SLIDEDP_CHECK(!s.has_moe(), "the CUDA Gemma 4 unit has no mixture-of-experts block yet");
+  SLIDEDP_CHECK(!s.has_moe() || (s.moe.E <= kRouterMaxExperts && s.moe.activation == ExpertActivation::kGeluTanh),
+                "the CUDA Gemma 4 unit routes at most 1024 experts with GeGLU experts");
 }
 
 // q.k unscaled (q and k are RMS-normed per head instead); the layer's window on sliding layers.
@@ -43,10 +48,95 @@ void norm_backward(const Norm& n, void* dx, bool dx_f32, const float* residual_f
   rmsnorm_backward(a, reduce, st);
 }
 
+// The router's GEMMs with its input scale C^-1/2 as alpha (the CPU scales the input instead; the same
+// product): logits (N, E) fp32 = alpha r Wr^T; backward dr (N, C) fp32 = alpha dlogits Wr and
+// dWr += alpha dlogits^T r.
+float router_input_scale(const Gemma4LayerSpec& s) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.C))); }
+
+void router_logits(const UnitContext& ctx, void* ws, float* logits, const bf16* r, const bf16* wr, int64_t N,
+                   int64_t C, int64_t E, float alpha) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.M = N, g.N = E, g.K = C, g.alpha = alpha;
+  g.A = r, g.lda = C, g.B = wr, g.ldb = C;
+  g.D = logits, g.ldd = E, g.out_f32 = true;
+  ctx.gemm->run(g, ws, ctx.stream);
+}
+
+void router_logits_backward(const UnitContext& ctx, void* ws, float* dr, float* dwr, const bf16* dlogits,
+                            const bf16* r, const bf16* wr, int64_t N, int64_t C, int64_t E, float alpha) {
+  GemmArgs in;
+  in.M = N, in.N = C, in.K = E, in.alpha = alpha;
+  in.A = dlogits, in.lda = E, in.B = wr, in.ldb = C;
+  in.D = dr, in.ldd = C, in.out_f32 = true;
+  ctx.gemm->run(in, ws, ctx.stream);
+  GemmArgs w;
+  w.trans_a = true;
+  w.M = E, w.N = C, w.K = N, w.alpha = alpha, w.beta = 1.0f;
+  w.A = dlogits, w.lda = E, w.B = r, w.ldb = C;
+  w.D = dwr, w.ldd = C, w.out_f32 = true;
+  ctx.gemm->run(w, ws, ctx.stream);
+}
+
+DeviceWorkspace experts_saved(const Gemma4LayerSpec& s, const Gemma4SavedMoe<bf16>& m, int64_t N) {
+  return {m.experts, experts_saved_bytes(s.moe, N)};
+}
+
+// The routed branch (MoE layers), as the CPU unit's moe_forward: dsum = norm_post_ff_1(d) +
+// norm_post_ff_2(experts(norm_pre_ff_2(h1))), the router on h1. Statistics go to `router` if given.
+void moe_forward(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf16* p, const Gemma4Saved<bf16>& S,
+                 const Gemma4Forward<bf16>& f, int64_t B, int64_t T, const RouterStats* router) {
+  const int64_t N = B * T, C = s.C, E = s.moe.E, K = s.moe.K;
+  const Gemma4SavedMoe<bf16>& M = S.moe;
+  cudaStream_t st = ctx.stream;
+  rmsnorm_forward(M.dsum, M.rstd_p1, S.d, p + s.post_ff_norm_1, N, C, s.eps, st);
+  rmsnorm_forward(M.r, M.rstd_r, S.h1, p + s.router_scale, N, C, s.eps, st);
+  rmsnorm_forward(M.z2, M.rstd_z2, S.h1, p + s.pre_ff_norm_2, N, C, s.eps, st);
+  router_logits(ctx, f.gemm_ws, f.logits, M.r, p + s.router_w, N, C, E, router_input_scale(s));
+  router_topk_forward(M.probs, M.idx, M.w_renorm, f.logits, N, E, K, st);
+  expert_scale_forward(M.w, M.w_renorm, p + s.per_expert_scale, M.idx, N * K, st);
+  if (router != nullptr) router_stats_add(*router, M.probs, M.idx, B, T, E, K, st);
+  experts_forward(s.moe, p + s.experts_gate_up, p + s.experts_down, M.z2, M.idx, M.w, M.eo, experts_saved(s, M, N), N,
+                  {f.experts, experts_forward_workspace_bytes(s.moe, N)}, st);
+  rmsnorm_forward(f.post, M.rstd_p2, M.eo, p + s.post_ff_norm_2, N, C, s.eps, st);
+  add_scaled(M.dsum, M.dsum, f.post, nullptr, N * C, st);
+}
+
+// From dd (the gradient of dsum, bf16): the routed branch's parameter gradients, its input gradients
+// added to dh1 (fp32; the experts' norm and the router's norm both read h1); returns the dense MLP
+// output's gradient (through norm_post_ff_1), carved from `carver`.
+const bf16* moe_backward(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf16* p, const Gemma4Saved<bf16>& S,
+                         const bf16* dd, const Gemma4BackwardCommon<bf16>& w, float* dp, int64_t B, int64_t T,
+                         const RouterStats* router, Carver& carver) {
+  const int64_t N = B * T, C = s.C, E = s.moe.E, K = s.moe.K;
+  const Gemma4SavedMoe<bf16>& M = S.moe;
+  cudaStream_t st = ctx.stream;
+  const Gemma4BackwardMoe<bf16> b = carve_gemma4_backward_moe<bf16>(carver, s, N);
+  norm_backward({dd, false, M.eo, M.rstd_p2, p + s.post_ff_norm_2, dp + s.post_ff_norm_2, N, C}, b.deo, false,
+                nullptr, w.reduce, st);
+  experts_backward(s.moe, p + s.experts_gate_up, p + s.experts_down, M.z2, M.idx, M.w, experts_saved(s, M, N), b.deo,
+                   b.dz2, b.dw, dp + s.experts_gate_up, dp + s.experts_down, N,
+                   {b.experts, experts_backward_workspace_bytes(s.moe, N)}, st);
+  norm_backward({b.dz2, true, S.h1, M.rstd_z2, p + s.pre_ff_norm_2, dp + s.pre_ff_norm_2, N, C}, w.dh1, true, w.dh1,
+                w.reduce, st);
+  // w = w_renorm * per_expert_scale[idx]
+  expert_scale_backward(dp + s.per_expert_scale, b.dw, M.w_renorm, p + s.per_expert_scale, M.idx, N * K, E, st);
+  router_topk_backward(b.dlogits, b.dw, M.probs, M.idx, N, E, K, st);
+  if (router != nullptr) router_aux_backward(b.dlogits, M.probs, *router, B, T, E, st);
+  f32_to_bf16(b.dlogits, b.dlogits_bf16, N * E, st);
+  router_logits_backward(ctx, w.gemm_ws, b.dz2, dp + s.router_w, b.dlogits_bf16, M.r, p + s.router_w, N, C, E,
+                         router_input_scale(s));
+  norm_backward({b.dz2, true, S.h1, M.rstd_r, p + s.router_scale, dp + s.router_scale, N, C}, w.dh1, true, w.dh1,
+                w.reduce, st);
+  norm_backward({dd, false, S.d, M.rstd_p1, p + s.post_ff_norm_1, dp + s.post_ff_norm_1, N, C}, b.dd_dense, false,
+                nullptr, w.reduce, st);
+  return b.dd_dense;
+}
+
 // Everything up to the saved state; with y also the layer's output (forward). Recompute and forward
 // run the same calls on the same values: bitwise equal saved states.
 void forward_impl(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf16* p, const bf16* x, bf16* y,
-                  DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+                  DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws, const RouterStats* router) {
   check_spec(s, B, T);
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
   if (N == 0) return;
@@ -80,28 +170,30 @@ void forward_impl(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf16* 
   linear_forward(ctx, f.gemm_ws, S.u, S.z, p + s.up_w, N, C, I);
   geglu_forward(f.m, S.g, S.u, N * I, st);
   linear_forward(ctx, f.gemm_ws, S.d, f.m, p + s.down_w, N, I, C);
-  // y = (h1 + norm_post_ff(d)) * layer_scalar; recompute needs only the norm's 1/rms
+  if (s.has_moe()) moe_forward(ctx, s, p, S, f, B, T, router);
+  // y = (h1 + norm_post_ff(d)) * layer_scalar (d: dsum on MoE layers); recompute needs only the norm's 1/rms
   bf16* post = y != nullptr ? y : f.post;
-  rmsnorm_forward(post, S.rstd_post, S.d, p + s.post_ff_norm, N, C, s.eps, st);
+  rmsnorm_forward(post, S.rstd_post, s.has_moe() ? S.moe.dsum : S.d, p + s.post_ff_norm, N, C, s.eps, st);
   if (y != nullptr) add_scaled(y, S.h1, y, p + s.layer_scalar, N * C, st);
 }
 
 }  // namespace
 
 void gemma4_forward(const UnitContext& ctx, const Gemma4LayerSpec& spec, const bf16* params, const bf16* x,
-                    bf16* y, DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+                    bf16* y, DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws,
+                    const RouterStats* router) {
   SLIDEDP_CHECK(y != nullptr && y != x, "gemma4_forward needs an output buffer distinct from x");
-  forward_impl(ctx, spec, params, x, y, saved, B, T, ws);
+  forward_impl(ctx, spec, params, x, y, saved, B, T, ws, router);
 }
 
 void gemma4_recompute(const UnitContext& ctx, const Gemma4LayerSpec& spec, const bf16* params, const bf16* x,
                       DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
-  forward_impl(ctx, spec, params, x, nullptr, saved, B, T, ws);
+  forward_impl(ctx, spec, params, x, nullptr, saved, B, T, ws, nullptr);  // statistics once, in forward
 }
 
 void gemma4_backward(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf16* p, const bf16* x,
                      DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads, int64_t B, int64_t T,
-                     DeviceWorkspace ws) {
+                     DeviceWorkspace ws, const RouterStats* router) {
   check_spec(s, B, T);
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;
@@ -118,12 +210,14 @@ void gemma4_backward(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf1
   {
     const int64_t mark = carver.mark();
     const Gemma4BackwardMlp<bf16> m = carve_gemma4_backward_mlp<bf16>(carver, s, N);
-    norm_backward({w.dh1, true, S.d, S.rstd_post, p + s.post_ff_norm, dp + s.post_ff_norm, N, C}, m.dd, false,
-                  nullptr, w.reduce, st);
+    norm_backward({w.dh1, true, s.has_moe() ? S.moe.dsum : S.d, S.rstd_post, p + s.post_ff_norm,
+                   dp + s.post_ff_norm, N, C},
+                  m.dd, false, nullptr, w.reduce, st);
+    const bf16* dd_dense = s.has_moe() ? moe_backward(ctx, s, p, S, m.dd, w, dp, B, T, router, carver) : m.dd;
     // dz (fp32) through down, GeGLU (m = gelu(g) * u recomputed, not saved), gate and up
     const GatedMlp mlp{p + s.gate_w,  p + s.up_w,    p + s.down_w, dp + s.gate_w, dp + s.up_w,
                        dp + s.down_w, geglu_forward, geglu_backward};
-    gated_mlp_backward(ctx, w.gemm_ws, mlp, m.dd, S.z, S.g, S.u, m.m_du, m.dm_dg, w.dc, N, C, I);
+    gated_mlp_backward(ctx, w.gemm_ws, mlp, dd_dense, S.z, S.g, S.u, m.m_du, m.dm_dg, w.dc, N, C, I);
     // h1 feeds the residual and pre_feedforward_layernorm: dh1 += its backward, in place
     norm_backward({w.dc, true, S.h1, S.rstd_pf, p + s.pre_ff_norm, dp + s.pre_ff_norm, N, C}, w.dh1, true,
                   w.dh1, w.reduce, st);

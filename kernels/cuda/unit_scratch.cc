@@ -61,9 +61,22 @@ int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, 
   carve_gemma4_backward_common<Bf16Size>(a, spec, B * T);
   const int64_t mark = a.mark();
   carve_gemma4_backward_mlp<Bf16Size>(a, spec, B * T);
+  if (spec.has_moe()) carve_gemma4_backward_moe<Bf16Size>(a, spec, B * T);
   a.release(mark);
   carve_gemma4_backward_attention<Bf16Size>(a, spec, B, T);
   return a.high_water();
+}
+
+int64_t experts_saved_bytes(const MoeSpec& s, int64_t N) {
+  return measured([&](Carver& a) { carve_experts_saved<Bf16Size>(a, s, N); });
+}
+
+int64_t experts_forward_workspace_bytes(const MoeSpec& s, int64_t N) {
+  return measured([&](Carver& a) { carve_experts_forward<Bf16Size>(a, s, N); });
+}
+
+int64_t experts_backward_workspace_bytes(const MoeSpec& s, int64_t N) {
+  return measured([&](Carver& a) { carve_experts_backward<Bf16Size>(a, s, N); });
 }
 
 }  // namespace slidedp::kernels::cuda

@@ -569,6 +569,46 @@ TEST(DeviceMath, AttentionBackwardEmulationsFollowTheCpuUnit) {
 // runs of one token each added in position order; bitwise the CPU unit's loop over positions
 // (fp32, the same additions in the same order). Invalid ids sort last and are never added (the
 // CPU unit refuses them, so its reference gets the valid positions only, in order).
+// The grouped expert GEMM's schedule (grouped_gemm.cu): every grid tile below the total maps to an
+// expert with rows, the tiles of each expert cover its rows exactly once (64 at a time, the last one
+// partial), tiles past the total map to none, and the host's launch bound (rows / 64 + E) is never
+// short. Counts with empty experts first, last and in runs, and experts of exactly one tile.
+TEST(DeviceMath, GroupedGemmTilesCoverEachExpertsRowsOnceWithinTheLaunchBound) {
+  constexpr int64_t kRows = 64;
+  std::mt19937_64 rng(77);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int32_t E = 1 + static_cast<int32_t>(rng() % 40);
+    std::vector<int64_t> counts(static_cast<size_t>(E));
+    for (int64_t& c : counts) {
+      const uint64_t kind = rng() % 4;
+      c = kind == 0 ? 0 : kind == 1 ? kRows * static_cast<int64_t>(1 + rng() % 3) : static_cast<int64_t>(rng() % 300);
+    }
+    if (trial == 0) counts.front() = counts.back() = 0;
+    std::vector<int64_t> offsets(static_cast<size_t>(E) + 1, 0);
+    std::vector<int32_t> tiles(static_cast<size_t>(E) + 1, 0);
+    for (int32_t e = 0; e < E; ++e) {
+      offsets[e + 1] = offsets[e] + counts[e];
+      tiles[e + 1] = tiles[e] + static_cast<int32_t>(math::grouped_tiles(counts[e], kRows));
+    }
+    const int64_t rows = offsets[E], bound = math::grouped_tiles(rows, kRows) + E;
+    ASSERT_LE(tiles[E], bound) << "trial " << trial;
+    std::vector<int> covered(static_cast<size_t>(rows), 0);
+    for (int64_t tile = 0; tile < bound; ++tile) {
+      const int32_t e = math::tile_expert(tiles.data(), E, tile);
+      if (tile >= tiles[E]) {
+        ASSERT_EQ(e, -1) << "trial " << trial << " tile " << tile;
+        continue;
+      }
+      ASSERT_GE(e, 0);
+      ASSERT_GT(counts[e], 0) << "a tile of an expert without rows";
+      const int64_t first = offsets[e] + (tile - tiles[e]) * kRows;
+      ASSERT_LT(first, offsets[e + 1]);
+      for (int64_t r = first; r < std::min(first + kRows, offsets[e + 1]); ++r) ++covered[static_cast<size_t>(r)];
+    }
+    for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(covered[static_cast<size_t>(r)], 1) << "trial " << trial << " row " << r;
+  }
+}
+
 TEST(DeviceMath, EmbeddingScatterOrderIsTheCpuUnitsBitwise) {
   const int64_t N = 517, C = 40, V = 23;
   std::mt19937_64 rng(7);

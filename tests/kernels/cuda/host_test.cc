@@ -14,6 +14,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemma4_scratch.h"
+#include "kernels/cuda/moe_scratch.h"
 #include "kernels/cuda/units.h"
 #include "model/unit_layout.h"
 #include "model/unit_memory.h"
@@ -112,10 +113,13 @@ TEST(CudaUnits, BufferSizesGrowLinearlyInTheSequenceLength) {
   }
 }
 
-// The dense Gemma 4 layer's buffers: linear in T like the Llama unit's, a K=V layer saves no v_proj
-// output, and the memory account charges every layer its own carve sizes.
+// The Gemma 4 layer's buffers, dense and MoE: linear in T like the Llama unit's, a K=V layer saves no
+// v_proj output, an MoE layer adds at least its experts' saved rows (gate and up of every routed row),
+// and the memory account charges every layer its own carve sizes.
 TEST(CudaUnits, Gemma4LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
-  const ModelCard card = kernels::test::tiny_gemma4(false);
+  for (bool moe : {false, true}) {
+  SCOPED_TRACE(moe ? "MoE" : "dense");
+  const ModelCard card = kernels::test::tiny_gemma4(moe);
   const ModelLayout layout = make_model_layout(card);
   const int64_t B = 3, T = 4096;
   auto second_difference = [&](auto f) { return std::llabs(f(3 * T) - 2 * f(2 * T) + f(T)); };
@@ -137,6 +141,13 @@ TEST(CudaUnits, Gemma4LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
       with_v.k_eq_v = false;
       EXPECT_EQ(gemma4_saved_bytes(with_v, B, T) - gemma4_saved_bytes(s, B, T), B * T * s.kv_dim() * 2) << l;
     }
+    if (s.has_moe()) {
+      Gemma4LayerSpec dense = s;
+      dense.moe = {};
+      EXPECT_GE(gemma4_saved_bytes(s, B, T) - gemma4_saved_bytes(dense, B, T), 2 * B * T * s.moe.K * s.moe.Ie * 2) << l;
+      EXPECT_GE(gemma4_backward_workspace_bytes(s, B, T), experts_backward_workspace_bytes(s.moe, B * T)) << l;
+    }
+  }
   }
 }
 

@@ -28,6 +28,7 @@
 #include "kernels/cpu/transformer/embedding.h"
 #include "kernels/cpu/transformer/geglu.h"
 #include "kernels/cpu/transformer/moe_experts.h"
+#include "kernels/cpu/transformer/router_aux_loss.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
@@ -37,6 +38,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
@@ -716,6 +718,129 @@ TEST(CudaRouter, TopKForwardAndBackwardMatchTheCpu) {
     EXPECT_TRUE(all_close(d_dl.download(), dl, 1e-9, 1e-5, "router dlogits"));
     EXPECT_TRUE(d_probs.check_guards("probs") && d_idx.check_guards("idx") && d_w.check_guards("w") &&
                 d_dl.check_guards("dlogits"));
+  }
+}
+
+// Gemma 4's per-expert scale and the load-balancing loss against the CPU layer's loops and
+// router_aux_loss.cc: the statistics are the CPU's sums in the CPU's order (bitwise), the rest one
+// fp32 rounding apart (per-expert sums in a different but fixed order).
+TEST(CudaRouter, ExpertScaleAndLoadBalancingFollowTheCpu) {
+  SLIDEDP_REQUIRE_GPU();
+  const int64_t B = 3, T = 29, N = B * T, E = 6, K = 2;
+  const std::vector<float> logits = random_vector<float>(N * E, 301, -3, 3), dw0 = random_vector<float>(N * K, 302);
+  std::vector<float> probs(N * E), w_renorm(N * K), dl_unused(N * E);
+  std::vector<int32_t> idx(N * K);
+  kernels::router_topk_forward<float>(probs.data(), idx.data(), w_renorm.data(), logits.data(), N, E, K);
+  const std::vector<float> scale = round_all(random_vector<float>(E, 303, 0.5, 1.5));
+  // the CPU layer's loops (gemma4_layer.cc)
+  std::vector<float> w(N * K), dw = dw0, dscale(E, 0.25f);
+  for (int64_t i = 0; i < N * K; ++i) w[i] = w_renorm[i] * scale[idx[i]];
+  std::vector<double> dscale_sum(E, 0.0);
+  for (int64_t i = 0; i < N * K; ++i) {
+    dscale_sum[idx[i]] += static_cast<double>(dw[i]) * w_renorm[i];
+    dw[i] *= scale[idx[i]];
+  }
+  for (int64_t e = 0; e < E; ++e) dscale[e] += static_cast<float>(dscale_sum[e]);
+  std::vector<double> stats_ref(2 * B * E, 0.0);
+  const RouterStats st_ref = router_stats_view(stats_ref.data(), B, E, 2 * T, 0.3);
+  std::vector<float> dlogits_ref = random_vector<float>(N * E, 304);
+  const std::vector<float> dlogits0 = dlogits_ref;
+  kernels::router_stats_add<float>(st_ref, probs.data(), idx.data(), B, T, E, K);  // two layers' worth
+  kernels::router_stats_add<float>(st_ref, probs.data(), idx.data(), B, T, E, K);
+  kernels::router_aux_backward<float>(dlogits_ref.data(), probs.data(), st_ref, B, T, E);
+  const double loss_ref = 1.5 + 0.3 * kernels::router_aux_loss_sum(st_ref, B, E) * 4.0;
+
+  DeviceArray<float> d_w(N * K), d_wr(w_renorm), d_dw(dw0), d_dscale(std::vector<float>(E, 0.25f)), d_probs(probs),
+      d_dl(dlogits0);
+  DeviceArray<int32_t> d_idx(idx);
+  Bf16Array d_scale(to_bf16_bits(scale));
+  DeviceArray<double> d_stats(std::vector<double>(2 * B * E, 0.0)), d_loss(std::vector<double>{1.5, 0.0});
+  expert_scale_forward(d_w.get(), d_wr.get(), bf(d_scale), d_idx.get(), N * K, kStream);
+  expert_scale_backward(d_dscale.get(), d_dw.get(), d_wr.get(), bf(d_scale), d_idx.get(), N * K, E, kStream);
+  const RouterStats st = router_stats_view(d_stats.get(), B, E, 2 * T, 0.3);
+  router_stats_add(st, d_probs.get(), d_idx.get(), B, T, E, K, kStream);
+  router_stats_add(st, d_probs.get(), d_idx.get(), B, T, E, K, kStream);
+  router_aux_backward(d_dl.get(), d_probs.get(), st, B, T, E, kStream);
+  router_aux_loss_add(d_loss.get(), st, B, E, 4.0, kStream);
+  EXPECT_EQ(d_w.download(), w) << "one fp32 product each";
+  EXPECT_EQ(d_dw.download(), dw) << "one fp32 product each";
+  EXPECT_TRUE(all_close(d_dscale.download(), dscale, 1e-7, 1e-6, "dscale"));
+  EXPECT_EQ(d_stats.download(), stats_ref) << "the CPU's sums in its order";
+  EXPECT_TRUE(all_close(d_dl.download(), dlogits_ref, 1e-9, 1e-6, "aux dlogits"));
+  EXPECT_NEAR(d_loss.download()[0], loss_ref, 1e-12 * loss_ref);
+  EXPECT_TRUE(d_w.check_guards("w") && d_dw.check_guards("dw") && d_dscale.check_guards("dscale") &&
+              d_stats.check_guards("stats") && d_dl.check_guards("dlogits") && d_loss.check_guards("loss"));
+}
+
+// ---- mixture-of-experts experts (grouped GEMMs) ----
+
+// The routed experts against the CPU's experts_forward / experts_backward in fp32 from the same bf16
+// values. Shapes that reach every edge of the grouped GEMM: C and Ie not multiples of the 64 x 64
+// tile or the 32-deep k step, one expert with more rows than a tile (several tiles, one partial), one
+// expert never chosen (no tiles; its gradients must stay as they were), both activations. Tolerances
+// as the decoder's (units_test.cc): the GPU rounds g, u, m, the expert outputs and the weighted
+// gradients to bf16 on the way, each one 2^-9 relative rounding.
+TEST(CudaMoeExperts, ForwardAndBackwardFollowTheCpuExperts) {
+  SLIDEDP_REQUIRE_GPU();
+  for (ExpertActivation act : {ExpertActivation::kGeluTanh, ExpertActivation::kSilu}) {
+    SCOPED_TRACE(act == ExpertActivation::kGeluTanh ? "GeGLU" : "SwiGLU");
+    MoeSpec s;
+    s.C = 96, s.E = 7, s.K = 2, s.Ie = 40, s.activation = act;
+    const int64_t N = 150, R = N * s.K, unused = 3;
+    std::vector<int32_t> idx(R);
+    for (int64_t t = 0; t < N; ++t) {  // expert 0 on every token (150 rows: three tiles), never expert 3
+      idx[t * 2] = t % 5 == 4 ? 6 : 0;
+      idx[t * 2 + 1] = static_cast<int32_t>(1 + (t * 7) % 6);
+      if (idx[t * 2 + 1] == unused) idx[t * 2 + 1] = 5;
+      if (idx[t * 2 + 1] == idx[t * 2]) idx[t * 2 + 1] = 2;
+    }
+    const std::vector<float> gate_up = random_bf16_values(s.E * 2 * s.Ie * s.C, 311, -0.2, 0.2),
+                             down = random_bf16_values(s.E * s.C * s.Ie, 312, -0.2, 0.2),
+                             z = random_bf16_values(N * s.C, 313, -2, 2), dy = random_bf16_values(N * s.C, 314),
+                             w = random_vector<float>(R, 315, 0.1, 0.9);
+    const std::vector<float> dgu0 = random_vector<float>(gate_up.size(), 316),
+                             dd0 = random_vector<float>(down.size(), 317);
+    // CPU reference
+    std::vector<float> y_ref(N * s.C), dz_ref(N * s.C), dw_ref(R), dgu_ref = dgu0, dd_ref = dd0;
+    kernels::AlignedBuffer saved(kernels::experts_saved_bytes<float>(s, N)),
+        fws(kernels::experts_forward_workspace_bytes<float>(s, N)),
+        bws(kernels::experts_backward_workspace_bytes<float>(s, N));
+    kernels::experts_forward<float>(s, gate_up.data(), down.data(), z.data(), idx.data(), w.data(), y_ref.data(),
+                                    saved.workspace(), N, fws.workspace());
+    kernels::experts_backward<float>(s, gate_up.data(), down.data(), z.data(), idx.data(), w.data(), saved.workspace(),
+                                     dy.data(), dz_ref.data(), dw_ref.data(), dgu_ref.data(), dd_ref.data(), N,
+                                     bws.workspace());
+    // GPU
+    Bf16Array d_gu(to_bf16_bits(gate_up)), d_down(to_bf16_bits(down)), d_z(to_bf16_bits(z)), d_dy(to_bf16_bits(dy)),
+        d_y(N * s.C);
+    DeviceArray<int32_t> d_idx(idx);
+    DeviceArray<float> d_w(w), d_dz(N * s.C), d_dw(R), d_dgu(dgu0), d_dd(dd0);
+    DeviceArray<std::byte> d_saved(experts_saved_bytes(s, N)), d_fws(experts_forward_workspace_bytes(s, N)),
+        d_bws(experts_backward_workspace_bytes(s, N));
+    experts_forward(s, bf(d_gu), bf(d_down), bf(d_z), d_idx.get(), d_w.get(), bf(d_y), {d_saved.get(), d_saved.size()},
+                    N, {d_fws.get(), d_fws.size()}, kStream);
+    experts_backward(s, bf(d_gu), bf(d_down), bf(d_z), d_idx.get(), d_w.get(), {d_saved.get(), d_saved.size()},
+                     bf(d_dy), d_dz.get(), d_dw.get(), d_dgu.get(), d_dd.get(), N, {d_bws.get(), d_bws.size()}, kStream);
+    EXPECT_TRUE(close_to_scale(widen(d_y.download()), y_ref, 2e-2, 2e-2, "y"));
+    EXPECT_TRUE(close_to_scale(d_dz.download(), dz_ref, 3e-2, 3e-2, "dz"));
+    EXPECT_TRUE(close_to_scale(d_dw.download(), dw_ref, 3e-2, 3e-2, "dw"));
+    const std::vector<float> dgu = d_dgu.download(), dd = d_dd.download();
+    std::vector<float> dgu_delta(dgu.size()), dgu_ref_delta(dgu.size()), dd_delta(dd.size()), dd_ref_delta(dd.size());
+    for (size_t i = 0; i < dgu.size(); ++i) dgu_delta[i] = dgu[i] - dgu0[i], dgu_ref_delta[i] = dgu_ref[i] - dgu0[i];
+    for (size_t i = 0; i < dd.size(); ++i) dd_delta[i] = dd[i] - dd0[i], dd_ref_delta[i] = dd_ref[i] - dd0[i];
+    EXPECT_TRUE(close_to_scale(dgu_delta, dgu_ref_delta, 3e-2, 3e-2, "dgate_up"));
+    EXPECT_TRUE(close_to_scale(dd_delta, dd_ref_delta, 3e-2, 3e-2, "ddown"));
+    for (int64_t i = unused * 2 * s.Ie * s.C; i < (unused + 1) * 2 * s.Ie * s.C; ++i)
+      ASSERT_EQ(dgu[i], dgu0[i]) << "expert " << unused << " has no rows: its gradient stays untouched";
+    EXPECT_TRUE(d_y.check_guards("y") && d_dz.check_guards("dz") && d_dw.check_guards("dw") &&
+                d_dgu.check_guards("dgate_up") && d_dd.check_guards("ddown") && d_saved.check_guards("saved") &&
+                d_fws.check_guards("fwd ws") && d_bws.check_guards("bwd ws"));
+    // deterministic: a second run gives the same bits
+    DeviceArray<float> d_dgu2(dgu0), d_dd2(dd0), d_dz2(N * s.C), d_dw2(R);
+    experts_backward(s, bf(d_gu), bf(d_down), bf(d_z), d_idx.get(), d_w.get(), {d_saved.get(), d_saved.size()},
+                     bf(d_dy), d_dz2.get(), d_dw2.get(), d_dgu2.get(), d_dd2.get(), N, {d_bws.get(), d_bws.size()}, kStream);
+    EXPECT_EQ(d_dgu2.download(), dgu);
+    EXPECT_EQ(d_dz2.download(), d_dz.download());
   }
 }
 
