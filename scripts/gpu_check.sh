@@ -13,7 +13,8 @@
 # Results go to $OUT when set (the device tool collects at most 8 files from there), else to
 # results/gpu/<UTC time>/: env.txt, build.log (when built), tests.log, bench.log, bench.csv,
 # torch.log, torch.json, measured.log, measured/ (slidedp-sweep measured --backend cuda), profile.log and
-# profile.yaml (slidedp-profile --smoke --kernels: per-kernel unit times), summary.txt.
+# profile.yaml (slidedp-profile --smoke --kernels: per-kernel unit times), profile_moe.log and
+# profile_moe.yaml (the same at Gemma 4 26B-A4B's shape, grouped expert GEMMs), summary.txt.
 # Knobs: SLIDEDP_GPU_CHECK_BUDGET_S (default 450: later phases are skipped, and said so, when the
 # budget runs out), SLIDEDP_GPU_BENCH_ARGS (extra bench_executor_cuda flags), SLIDEDP_GPU_ARCH.
 set -uo pipefail
@@ -207,6 +208,16 @@ run_phase "profile_kernels" 90 "$out/profile.log" "$(findbin slidedp-profile)" -
 profile_rc=$?
 [ $profile_rc -ne 0 ] && say "  slidedp-profile --kernels exit $profile_rc (see profile.log)"
 awk '/Largest kernels per unit operation/{on=1; n=0} on && n++ < 14' "$out/profile.log" | tee -a "$summary"
+
+# ---- the MoE layer's kernels at the 26B-A4B shape: the grouped expert GEMMs beside cuBLASLt's ----
+# Last, so a spent budget skips only this. 2 x 1024 tokens route 128 rows to each of 128 experts.
+say "profiler, Gemma 4 26B-A4B unit kernels (slidedp-profile --quick --kernels --model gemma-4-26b-a4b):"
+run_phase "profile_moe" 90 "$out/profile_moe.log" "$(findbin slidedp-profile)" --quick --kernels --no-db \
+  --model gemma-4-26b-a4b --seq 1024 --micro-batches 2 --out "$out/profile_moe.yaml"
+profile_moe_rc=$?
+[ $profile_moe_rc -ne 0 ] && say "  slidedp-profile --model gemma-4-26b-a4b exit $profile_moe_rc (see profile_moe.log)"
+grep -E "bf16_gemm_tflops|TFLOP/s" "$out/profile_moe.log" | head -3 | tee -a "$summary"
+awk '/Largest kernels per unit operation/{on=1; n=0} on && n++ < 24' "$out/profile_moe.log" | tee -a "$summary"
 
 # ---- summary: the issue's targets ----
 python3 - "$out" <<'EOF' | tee -a "$summary"
