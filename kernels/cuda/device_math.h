@@ -266,6 +266,79 @@ SLIDEDP_HD int32_t tile_expert(const int32_t* tile_offsets, int32_t E, int64_t t
   return lo;
 }
 
+// ---- gated delta rule (Qwen3.6's Gated DeltaNet): one column of a value head's state ----
+// kernels/cpu/transformer/gated_delta_rule.h's recurrence, S_t = a (I - b k k^T) S_{t-1} + b k v^T,
+// o_t = S_t^T q, acts on each column j of S (dk x dv) separately: with kS = k . S[:, j],
+//   delta_j = b (v_j - a kS),   S[:, j] <- a S[:, j] + delta_j k,   o_j = q . S[:, j].
+// The GPU kernel gives a column to a thread and runs the tokens of a segment in order; s points at
+// S[0][j] of a row-major state whose rows are `stride` apart.
+template <typename Real>
+SLIDEDP_HD Real delta_column_forward(Real* s, int64_t stride, int64_t dk, const Real* k, const Real* q, Real a, Real b,
+                                     Real v) {
+  Real ks = 0;
+  for (int64_t i = 0; i < dk; ++i) ks += k[i] * s[i * stride];
+  const Real delta = b * (v - a * ks);
+  Real o = 0;
+  for (int64_t i = 0; i < dk; ++i) {
+    s[i * stride] = a * s[i * stride] + delta * k[i];
+    o += q[i] * s[i * stride];
+  }
+  return o;
+}
+
+// What a column's backward through one token needs of the others: with G = dS_t[:, j] + q do_j,
+//   ddelta_j = k . G,  kS_j = k . S_{t-1}[:, j],  delta_j = b (v_j - a kS_j).
+template <typename Real>
+struct DeltaColumnGrad {
+  Real ks, delta, ddelta;
+};
+template <typename Real>
+SLIDEDP_HD DeltaColumnGrad<Real> delta_column_grad(const Real* s_prev, const Real* ds, int64_t stride, int64_t dk,
+                                                   const Real* k, const Real* q, Real a, Real b, Real v, Real dout) {
+  DeltaColumnGrad<Real> c{0, 0, 0};
+  for (int64_t i = 0; i < dk; ++i) {
+    c.ks += k[i] * s_prev[i * stride];
+    c.ddelta += k[i] * (ds[i * stride] + q[i] * dout);
+  }
+  c.delta = b * (v - a * c.ks);
+  return c;
+}
+// The token's gradients from every column's DeltaColumnGrad (sums over columns in index order):
+//   dq_i = sum_j S_t[i][j] do_j                     (S_t = a S_{t-1} + k delta^T)
+//   dk_i = sum_j G[i][j] delta_j - a b S_{t-1}[i][j] ddelta_j
+//   da   = sum_j S_{t-1}[:, j] . G[:, j] - b kS_j ddelta_j,   db = sum_j (v_j - a kS_j) ddelta_j,
+//   dv_j = b ddelta_j,   dS_{t-1}[:, j] = a G[:, j] - a b ddelta_j k.
+// Row i of dq and dk (a kernel gives rows to threads too): row pointers step 1 along j.
+template <typename Real>
+SLIDEDP_HD void delta_row_grads(const Real* s_prev_row, const Real* ds_row, int64_t dv, Real k_i, Real q_i, Real a,
+                                Real b, const Real* dout, const DeltaColumnGrad<Real>* cols, Real* dq_i, Real* dk_i) {
+  Real dq = 0, dkv = 0;
+  for (int64_t j = 0; j < dv; ++j) {
+    const Real s_t = a * s_prev_row[j] + k_i * cols[j].delta;
+    const Real g = ds_row[j] + q_i * dout[j];
+    dq += s_t * dout[j];
+    dkv += g * cols[j].delta - a * b * s_prev_row[j] * cols[j].ddelta;
+  }
+  *dq_i = dq, *dk_i = dkv;
+}
+// Column j's part of da (summed over columns in order by the caller), and dS_{t-1}[:, j] in place of dS_t[:, j].
+template <typename Real>
+SLIDEDP_HD Real delta_column_step_back(const Real* s_prev, Real* ds, int64_t stride, int64_t dk, const Real* k,
+                                       const Real* q, Real a, Real b, Real dout, DeltaColumnGrad<Real> c) {
+  Real da = -b * c.ks * c.ddelta;
+  for (int64_t i = 0; i < dk; ++i) {
+    const Real g = ds[i * stride] + q[i] * dout;
+    da += s_prev[i * stride] * g;
+    ds[i * stride] = a * g - a * b * c.ddelta * k[i];
+  }
+  return da;
+}
+
+// Where segment `index` (its first row `begin`) keeps its chunk-entry states in the backward's
+// workspace: chunks [index + begin / chunk, ... + ceil(length / chunk)), disjoint across segments and
+// below count + rows / chunk, so no prefix sum over the segments is needed.
+SLIDEDP_HD int64_t delta_chunk_base(int64_t index, int64_t begin, int64_t chunk) { return index + begin / chunk; }
+
 // ---- embedding backward ----
 // The scatter-add in a fixed order: positions are sorted by token (a stable sort, so each token's
 // positions stay in position order) and each run of one token adds its rows in that order, as the

@@ -23,6 +23,7 @@
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/cross_entropy.h"
 #include "kernels/cpu/transformer/embedding.h"
+#include "kernels/cpu/transformer/gated_delta_rule.h"
 #include "kernels/cpu/transformer/geglu.h"
 #include "kernels/cpu/transformer/moe_experts.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
@@ -30,9 +31,13 @@
 #include "kernels/cpu/transformer/swiglu.h"
 #include "kernels/cuda/attention_tiles.h"
 #include "kernels/cuda/scratch_sizes.h"
+#include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
+
+using kernels::test::all_close;
+using kernels::test::random_vector;
 
 std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -3.0f, float hi = 3.0f) {
   std::mt19937_64 rng(seed);
@@ -606,6 +611,133 @@ TEST(DeviceMath, GroupedGemmTilesCoverEachExpertsRowsOnceWithinTheLaunchBound) {
       for (int64_t r = first; r < std::min(first + kRows, offsets[e + 1]); ++r) ++covered[static_cast<size_t>(r)];
     }
     for (int64_t r = 0; r < rows; ++r) ASSERT_EQ(covered[static_cast<size_t>(r)], 1) << "trial " << trial << " row " << r;
+  }
+}
+
+// ---- gated delta rule: the GPU's column recurrence against the CPU's chunked form ----
+
+struct DeltaRuleData {
+  std::vector<double> q, k, v, g, b;
+};
+
+// The kernel's loops on the CPU (kernels/cuda/gated_delta_rule.cu): per segment and value head, a
+// column per "thread" through the tokens in order; backward in reverse from every token's state
+// before it, row and column phases as the kernel runs them, each value head's dq / dk summed over the
+// heads sharing a key head in head order.
+DeltaRuleData emulate_delta_rule(const DeltaRuleSpec& sp, const std::vector<int64_t>& seg, const DeltaRuleData& in,
+                                 const std::vector<double>& dO, std::vector<double>* o) {
+  const int64_t N = seg.back(), dk = sp.dk, dv = sp.dv, nv = sp.nv, group = sp.nv / sp.nk;
+  DeltaRuleData d;
+  d.q.assign(static_cast<size_t>(N * sp.nk * dk), 0.0), d.k = d.q;
+  d.v.assign(in.v.size(), 0.0), d.g.assign(in.g.size(), 0.0), d.b.assign(in.b.size(), 0.0);
+  o->assign(static_cast<size_t>(N * nv * dv), 0.0);
+  for (size_t si = 0; si + 1 < seg.size(); ++si)
+    for (int64_t h = 0; h < nv; ++h) {
+      const int64_t kh = h / group;
+      std::vector<double> S(static_cast<size_t>(dk * dv), 0.0), dS = S;
+      std::vector<std::vector<double>> before;
+      auto at = [&](int64_t t) {
+        return std::tuple{&in.k[static_cast<size_t>((t * sp.nk + kh) * dk)], &in.q[static_cast<size_t>((t * sp.nk + kh) * dk)],
+                          std::exp(in.g[static_cast<size_t>(t * nv + h)]), in.b[static_cast<size_t>(t * nv + h)],
+                          static_cast<size_t>((t * nv + h) * dv)};
+      };
+      for (int64_t t = seg[si]; t < seg[si + 1]; ++t) {
+        before.push_back(S);
+        const auto [k, q, a, b, vo] = at(t);
+        for (int64_t j = 0; j < dv; ++j)
+          (*o)[vo + j] = math::delta_column_forward(&S[static_cast<size_t>(j)], dv, dk, k, q, a, b, in.v[vo + j]);
+      }
+      for (int64_t t = seg[si + 1] - 1; t >= seg[si]; --t) {
+        const std::vector<double>& P = before[static_cast<size_t>(t - seg[si])];
+        const auto [k, q, a, b, vo] = at(t);
+        const double* dout = &dO[vo];
+        std::vector<math::DeltaColumnGrad<double>> cols(static_cast<size_t>(dv));
+        for (int64_t j = 0; j < dv; ++j)
+          cols[j] = math::delta_column_grad(&P[static_cast<size_t>(j)], &dS[static_cast<size_t>(j)], dv, dk, k, q, a, b,
+                                            in.v[vo + j], dout[j]);
+        for (int64_t i = 0; i < dk; ++i) {
+          double dq_i, dk_i;
+          math::delta_row_grads(&P[static_cast<size_t>(i * dv)], &dS[static_cast<size_t>(i * dv)], dv, k[i], q[i], a, b,
+                                dout, cols.data(), &dq_i, &dk_i);
+          d.q[static_cast<size_t>((t * sp.nk + kh) * dk + i)] += dq_i;
+          d.k[static_cast<size_t>((t * sp.nk + kh) * dk + i)] += dk_i;
+        }
+        double da = 0, db = 0;
+        for (int64_t j = 0; j < dv; ++j) {
+          da += math::delta_column_step_back(&P[static_cast<size_t>(j)], &dS[static_cast<size_t>(j)], dv, dk, k, q, a, b,
+                                             dout[j], cols[j]);
+          db += (in.v[vo + j] - a * cols[j].ks) * cols[j].ddelta;
+          d.v[vo + j] = b * cols[j].ddelta;
+        }
+        d.g[static_cast<size_t>(t * nv + h)] = da * a;
+        d.b[static_cast<size_t>(t * nv + h)] = db;
+      }
+    }
+  return d;
+}
+
+// Both directions against the CPU's chunked delta rule in fp64 (a different algorithm: chunk
+// matrices, triangular solves), so agreement to 1e-10 says the per-column formulas are its math.
+// Segments of 9, 0 and 14 rows, a chunk of 4 that ends inside them, strong decay on some tokens.
+TEST(DeviceMath, DeltaRuleColumnRecurrenceFollowsTheCpuChunkedForm) {
+  const DeltaRuleSpec sp{2, 4, 5, 3, 4, 1};
+  const std::vector<int64_t> seg = {0, 9, 9, 23};
+  const int64_t N = seg.back();
+  auto unit_rows = [](std::vector<double> x, int64_t d, double scale) {
+    for (size_t r = 0; r < x.size(); r += static_cast<size_t>(d)) {
+      double ss = 0;
+      for (int64_t i = 0; i < d; ++i) ss += x[r + i] * x[r + i];
+      for (int64_t i = 0; i < d; ++i) x[r + i] *= scale / std::sqrt(ss);
+    }
+    return x;
+  };
+  DeltaRuleData in;
+  in.q = unit_rows(random_vector<double>(N * sp.nk * sp.dk, 801), sp.dk, 1.0 / std::sqrt(5.0));
+  in.k = unit_rows(random_vector<double>(N * sp.nk * sp.dk, 802), sp.dk, 1.0);
+  in.v = random_vector<double>(N * sp.nv * sp.dv, 803, -2, 2);
+  in.g = random_vector<double>(N * sp.nv, 804, -1.5, 0);
+  in.g[5] = -30;  // a nearly forgetting token
+  in.b = random_vector<double>(N * sp.nv, 805, 0.05, 0.95);
+  const std::vector<double> dO = random_vector<double>(N * sp.nv * sp.dv, 806);
+
+  const DeltaRuleSegments segs{seg.data(), static_cast<int64_t>(seg.size()) - 1};
+  std::vector<double> o_ref(dO.size());
+  AlignedBuffer fws(delta_rule_forward_workspace_bytes<double>(sp, extent_of(segs)));
+  delta_rule_forward<double>(sp, segs, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.b.data(), o_ref.data(),
+                             fws.workspace());
+  DeltaRuleData ref;
+  ref.q.resize(in.q.size()), ref.k.resize(in.k.size()), ref.v.resize(in.v.size()), ref.g.resize(in.g.size()),
+      ref.b.resize(in.b.size());
+  AlignedBuffer bws(delta_rule_backward_workspace_bytes<double>(sp, extent_of(segs)));
+  delta_rule_backward<double>(sp, segs, in.q.data(), in.k.data(), in.v.data(), in.g.data(), in.b.data(), dO.data(),
+                              ref.q.data(), ref.k.data(), ref.v.data(), ref.g.data(), ref.b.data(), bws.workspace());
+  std::vector<double> o;
+  const DeltaRuleData got = emulate_delta_rule(sp, seg, in, dO, &o);
+  EXPECT_TRUE(all_close(o, o_ref, 1e-10, 1e-9, "o"));
+  EXPECT_TRUE(all_close(got.q, ref.q, 1e-10, 1e-9, "dq"));
+  EXPECT_TRUE(all_close(got.k, ref.k, 1e-10, 1e-9, "dk"));
+  EXPECT_TRUE(all_close(got.v, ref.v, 1e-10, 1e-9, "dv"));
+  EXPECT_TRUE(all_close(got.g, ref.g, 1e-10, 1e-9, "dg"));
+  EXPECT_TRUE(all_close(got.b, ref.b, 1e-10, 1e-9, "db"));
+}
+
+// The backward's chunk-entry states: each segment's chunks get disjoint slots below the host's bound.
+TEST(DeviceMath, DeltaRuleChunkSlotsAreDisjointWithinTheBound) {
+  std::mt19937_64 rng(91);
+  for (int trial = 0; trial < 300; ++trial) {
+    const int64_t chunk = 1 + static_cast<int64_t>(rng() % 70);
+    std::vector<int64_t> seg = {0};
+    const int64_t count = 1 + static_cast<int64_t>(rng() % 20);
+    for (int64_t i = 0; i < count; ++i) seg.push_back(seg.back() + static_cast<int64_t>(rng() % 200));
+    const int64_t rows = seg.back(), bound = count + rows / chunk;
+    std::vector<int> used(static_cast<size_t>(bound), 0);
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t base = math::delta_chunk_base(i, seg[i], chunk), chunks = (seg[i + 1] - seg[i] + chunk - 1) / chunk;
+      for (int64_t c = base; c < base + chunks; ++c) {
+        ASSERT_LT(c, bound) << "trial " << trial;
+        ASSERT_EQ(used[static_cast<size_t>(c)]++, 0) << "trial " << trial << " slot " << c;
+      }
+    }
   }
 }
 
