@@ -334,11 +334,6 @@ SLIDEDP_HD Real delta_column_step_back(const Real* s_prev, Real* ds, int64_t str
   return da;
 }
 
-// Where segment `index` (its first row `begin`) keeps its chunk-entry states in the backward's
-// workspace: chunks [index + begin / chunk, ... + ceil(length / chunk)), disjoint across segments and
-// below count + rows / chunk, so no prefix sum over the segments is needed.
-SLIDEDP_HD int64_t delta_chunk_base(int64_t index, int64_t begin, int64_t chunk) { return index + begin / chunk; }
-
 // ---- embedding backward ----
 // The scatter-add in a fixed order: positions are sorted by token (a stable sort, so each token's
 // positions stay in position order) and each run of one token adds its rows in that order, as the

@@ -23,4 +23,18 @@ inline int64_t colsum_workspace_bytes(int64_t N, int64_t C) {
 // attention_backward: D (B, H, T) fp32 = rowsum(dout * out).
 inline int64_t attention_backward_workspace_bytes(int64_t B, int64_t H, int64_t T) { return B * H * T * 4; }
 
+
+// The gated delta rule's backward (gated_delta_rule.h): the checkpoints every kDeltaChunk tokens of
+// every (sequence, value head), each block's sub-checkpoints and state gradient, and each value
+// head's dq and dk before the sum over the heads sharing a key head.
+inline constexpr int64_t kDeltaChunk = 64;
+inline constexpr int64_t kDeltaSubChunk = 8;
+inline int64_t delta_rule_backward_workspace_bytes(int64_t B, int64_t T, int64_t nv, int64_t dk, int64_t dv) {
+  const int64_t state = dk * dv, blocks = B * nv;
+  const int64_t checkpoints = blocks * ((T + kDeltaChunk - 1) / kDeltaChunk) * state;
+  const int64_t scratch = blocks * (kDeltaChunk / kDeltaSubChunk + 1) * dk * (dv + 1);  // rows padded by one
+  const int64_t per_head = 2 * B * T * nv * dk;
+  return (checkpoints + scratch + per_head) * static_cast<int64_t>(sizeof(float));
+}
+
 }  // namespace slidedp::kernels::cuda

@@ -721,26 +721,6 @@ TEST(DeviceMath, DeltaRuleColumnRecurrenceFollowsTheCpuChunkedForm) {
   EXPECT_TRUE(all_close(got.b, ref.b, 1e-10, 1e-9, "db"));
 }
 
-// The backward's chunk-entry states: each segment's chunks get disjoint slots below the host's bound.
-TEST(DeviceMath, DeltaRuleChunkSlotsAreDisjointWithinTheBound) {
-  std::mt19937_64 rng(91);
-  for (int trial = 0; trial < 300; ++trial) {
-    const int64_t chunk = 1 + static_cast<int64_t>(rng() % 70);
-    std::vector<int64_t> seg = {0};
-    const int64_t count = 1 + static_cast<int64_t>(rng() % 20);
-    for (int64_t i = 0; i < count; ++i) seg.push_back(seg.back() + static_cast<int64_t>(rng() % 200));
-    const int64_t rows = seg.back(), bound = count + rows / chunk;
-    std::vector<int> used(static_cast<size_t>(bound), 0);
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t base = math::delta_chunk_base(i, seg[i], chunk), chunks = (seg[i + 1] - seg[i] + chunk - 1) / chunk;
-      for (int64_t c = base; c < base + chunks; ++c) {
-        ASSERT_LT(c, bound) << "trial " << trial;
-        ASSERT_EQ(used[static_cast<size_t>(c)]++, 0) << "trial " << trial << " slot " << c;
-      }
-    }
-  }
-}
-
 TEST(DeviceMath, EmbeddingScatterOrderIsTheCpuUnitsBitwise) {
   const int64_t N = 517, C = 40, V = 23;
   std::mt19937_64 rng(7);

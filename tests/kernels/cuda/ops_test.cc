@@ -26,6 +26,7 @@
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/embedding.h"
+#include "kernels/cpu/transformer/gated_delta_rule.h"
 #include "kernels/cpu/transformer/geglu.h"
 #include "kernels/cpu/transformer/moe_experts.h"
 #include "kernels/cpu/transformer/router_aux_loss.h"
@@ -37,6 +38,7 @@
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
+#include "kernels/cuda/gated_delta_rule.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/rmsnorm.h"
@@ -841,6 +843,72 @@ TEST(CudaMoeExperts, ForwardAndBackwardFollowTheCpuExperts) {
                      bf(d_dy), d_dz2.get(), d_dw2.get(), d_dgu2.get(), d_dd2.get(), N, {d_bws.get(), d_bws.size()}, kStream);
     EXPECT_EQ(d_dgu2.download(), dgu);
     EXPECT_EQ(d_dz2.download(), d_dz.download());
+  }
+}
+
+// ---- gated delta rule (Qwen3.6) ----
+
+// The GPU's column recurrence (fp32) against the CPU's chunked form in fp64 on the same values, with
+// document starts from positions as the CPU's segments: several chunks of the backward's checkpoints
+// (150 tokens), a one-token document, grouped value heads, and a 128 x 128 state that needs the
+// shared-memory opt-in. Tolerances: fp32 sums of dk terms per token over 150 tokens of a contracting
+// recurrence, about 1e-6 relative; 1e-4 of each tensor's scale leaves room, and a wrong term (a sign,
+// a missing reset) moves results by O(1) of it.
+TEST(CudaDeltaRule, ForwardAndBackwardFollowTheCpuChunkedForm) {
+  SLIDEDP_REQUIRE_GPU();
+  struct Shape { int64_t B, T, nk, nv, dk, dv; bool packed; };
+  for (const Shape& sh : {Shape{2, 150, 2, 4, 64, 32, true}, Shape{1, 70, 1, 2, 128, 128, false}}) {
+    SCOPED_TRACE(::testing::Message() << "dk " << sh.dk << " dv " << sh.dv);
+    const int64_t N = sh.B * sh.T;
+    std::vector<int32_t> positions(static_cast<size_t>(N));
+    std::vector<int64_t> seg = {0};
+    for (int64_t b = 0; b < sh.B; ++b)
+      for (int64_t t = 0, p = 0; t < sh.T; ++t, ++p) {
+        const bool start = t == 0 || (sh.packed && b == 1 && (t == 40 || t == 41 || t == 100));
+        if (start) p = 0;
+        if (start && b * sh.T + t > 0) seg.push_back(b * sh.T + t);
+        positions[static_cast<size_t>(b * sh.T + t)] = static_cast<int32_t>(p);
+      }
+    seg.push_back(N);
+    auto unit_rows = [](std::vector<double> x, int64_t d, double scale) {
+      for (size_t r = 0; r < x.size(); r += static_cast<size_t>(d)) {
+        double ss = 0;
+        for (int64_t i = 0; i < d; ++i) ss += x[r + i] * x[r + i];
+        for (int64_t i = 0; i < d; ++i) x[r + i] *= scale / std::sqrt(ss);
+      }
+      return x;
+    };
+    const std::vector<double> q = unit_rows(random_vector<double>(N * sh.nk * sh.dk, 901), sh.dk, 1 / std::sqrt(double(sh.dk))),
+                              k = unit_rows(random_vector<double>(N * sh.nk * sh.dk, 902), sh.dk, 1.0),
+                              v = random_vector<double>(N * sh.nv * sh.dv, 903, -2, 2),
+                              g = random_vector<double>(N * sh.nv, 904, -1.5, 0),
+                              b = random_vector<double>(N * sh.nv, 905, 0.05, 0.95),
+                              dO = random_vector<double>(N * sh.nv * sh.dv, 906);
+    const kernels::DeltaRuleSpec sp{sh.nk, sh.nv, sh.dk, sh.dv, 64, 1};
+    const kernels::DeltaRuleSegments segs{seg.data(), static_cast<int64_t>(seg.size()) - 1};
+    std::vector<double> o(v.size()), dq(q.size()), dk(k.size()), dv(v.size()), dg(g.size()), db(b.size());
+    kernels::AlignedBuffer fws(kernels::delta_rule_forward_workspace_bytes<double>(sp, kernels::extent_of(segs))),
+        bws(kernels::delta_rule_backward_workspace_bytes<double>(sp, kernels::extent_of(segs)));
+    kernels::delta_rule_forward<double>(sp, segs, q.data(), k.data(), v.data(), g.data(), b.data(), o.data(), fws.workspace());
+    kernels::delta_rule_backward<double>(sp, segs, q.data(), k.data(), v.data(), g.data(), b.data(), dO.data(), dq.data(),
+                                         dk.data(), dv.data(), dg.data(), db.data(), bws.workspace());
+    auto f32 = [](const std::vector<double>& x) { return std::vector<float>(x.begin(), x.end()); };
+    DeviceArray<float> d_q(f32(q)), d_k(f32(k)), d_v(f32(v)), d_g(f32(g)), d_b(f32(b)), d_do(f32(dO)), d_o(N * sh.nv * sh.dv),
+        d_dq(q.size()), d_dk(k.size()), d_dv(v.size()), d_dg(g.size()), d_db(b.size());
+    DeviceArray<int32_t> d_pos(positions);
+    DeviceArray<std::byte> ws(delta_rule_backward_workspace_bytes(sh.B, sh.T, sh.nv, sh.dk, sh.dv));
+    DeltaRuleShape s{sh.B, sh.T, sh.nk, sh.nv, sh.dk, sh.dv, sh.packed ? d_pos.get() : nullptr};
+    delta_rule_forward(s, d_q.get(), d_k.get(), d_v.get(), d_g.get(), d_b.get(), d_o.get(), kStream);
+    delta_rule_backward(s, d_q.get(), d_k.get(), d_v.get(), d_g.get(), d_b.get(), d_do.get(), d_dq.get(), d_dk.get(),
+                        d_dv.get(), d_dg.get(), d_db.get(), ws.get(), kStream);
+    EXPECT_TRUE(close_to_scale(d_o.download(), f32(o), 1e-4, 1e-3, "o"));
+    EXPECT_TRUE(close_to_scale(d_dq.download(), f32(dq), 1e-4, 1e-3, "dq"));
+    EXPECT_TRUE(close_to_scale(d_dk.download(), f32(dk), 1e-4, 1e-3, "dk"));
+    EXPECT_TRUE(close_to_scale(d_dv.download(), f32(dv), 1e-4, 1e-3, "dv"));
+    EXPECT_TRUE(close_to_scale(d_dg.download(), f32(dg), 1e-4, 1e-3, "dg"));
+    EXPECT_TRUE(close_to_scale(d_db.download(), f32(db), 1e-4, 1e-3, "db"));
+    EXPECT_TRUE(d_o.check_guards("o") && d_dq.check_guards("dq") && d_dk.check_guards("dk") && d_dv.check_guards("dv") &&
+                d_dg.check_guards("dg") && d_db.check_guards("db") && ws.check_guards("workspace"));
   }
 }
 
