@@ -101,7 +101,8 @@ __global__ void add_bias_kernel(bf16* __restrict__ x, const bf16* __restrict__ b
 }
 
 // Stage 1: partial (S, C), partial[s][c] = sum of in[r][c] over the rows r of segment s, in row order.
-__global__ void colsum_partial_kernel(float* __restrict__ partial, const bf16* __restrict__ in, int64_t N, int64_t C) {
+template <typename In>
+__global__ void colsum_partial_kernel(float* __restrict__ partial, const In* __restrict__ in, int64_t N, int64_t C) {
   const int64_t c = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
   if (c >= C) return;
   const int64_t S = math::segment_count(N, kColsumRowsPerSegment);
@@ -202,7 +203,8 @@ void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stre
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "add_bias");
 }
 
-void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
+template <typename In>
+void colsum(float* out, const In* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
   const int64_t S = math::segment_count(N, kColsumRowsPerSegment);
   auto* partial = static_cast<float*>(workspace);
@@ -212,6 +214,13 @@ void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* w
   colsum_finish_kernel<<<static_cast<unsigned>((C + kThreads - 1) / kThreads), kThreads, 0, stream>>>(out, partial, S,
                                                                                                       C);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "colsum_finish");
+}
+
+void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
+  colsum(out, in, N, C, workspace, stream);
+}
+void colsum_accumulate(float* out, const float* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
+  colsum(out, in, N, C, workspace, stream);
 }
 
 RopeFreqs make_rope_freqs(const std::vector<double>& inv_freq) {
@@ -225,7 +234,7 @@ RopeFreqs make_rope_freqs(const std::vector<double>& inv_freq) {
 
 void rope(bf16* x, const RopeFreqs& freqs, int64_t B, int64_t T, int64_t nh, int64_t hd, bool backward,
           cudaStream_t stream, const int32_t* positions) {
-  SLIDEDP_CHECK(hd == 2 * freqs.half, "RoPE: head_dim differs from the frequency table");
+  SLIDEDP_CHECK(hd >= 2 * freqs.half && freqs.half > 0, "RoPE: the frequency table is wider than the head");
   const int64_t total = B * T * freqs.half;
   if (total <= 0 || nh <= 0) return;
   rope_kernel<<<grid_for(total, kThreads), kThreads, 0, stream>>>(x, freqs, positions, B, T, nh, hd,

@@ -45,6 +45,7 @@ void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stre
 // out (C) += sum over rows of in (N, C), in a fixed order (row segments, then segments in order), so
 // the result is bitwise reproducible. Scratch: colsum_workspace_bytes(N, C) bytes.
 void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream);
+void colsum_accumulate(float* out, const float* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream);
 
 // RoPE inverse frequencies passed by value (head_dim <= 2 * kMaxRopeHalf).
 inline constexpr int kMaxRopeHalf = 256;
@@ -55,7 +56,9 @@ struct RopeFreqs {
 RopeFreqs make_rope_freqs(const std::vector<double>& inv_freq);
 
 // In place on x (B, T, nh, hd), rotate_half convention, angle t * inv_freq[i] computed in double
-// like the CPU's rope_tables; backward = rotation by -angle. positions (B, T): each token's position
+// like the CPU's rope_tables; backward = rotation by -angle. The table rotates the first
+// 2 * freqs.half channels of each head, pairs (i, i + freqs.half): all of them, or Qwen3.6's partial
+// RoPE (rotary_dim < head_dim) with the rest left as they are. positions (B, T): each token's position
 // inside its document (packed documents) instead of t; null: t.
 void rope(bf16* x, const RopeFreqs& freqs, int64_t B, int64_t T, int64_t nh, int64_t hd, bool backward,
           cudaStream_t stream, const int32_t* positions = nullptr);

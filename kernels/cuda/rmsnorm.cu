@@ -16,11 +16,15 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarpsPerBlock = 8;
 constexpr int64_t kRowsPerSegment = kRmsnormRowsPerSegment;
 
-// The norm's weight at column c; a weightless norm (Gemma 4's v_norm and router norm) passes null.
-__device__ __forceinline__ float weight(const bf16* w, int64_t c) { return w != nullptr ? to_f32(w[c]) : 1.0f; }
+// The norm's weight at column c; a weightless norm (Gemma 4's v_norm and router norm) passes null,
+// a zero-centred one (Qwen3.6) offset 1: 1 + w, rounded to fp32 once as the CPU's effective weight.
+__device__ __forceinline__ float weight(const bf16* w, int64_t c, float offset) {
+  if (w == nullptr) return 1.0f;
+  return offset != 0.0f ? offset + to_f32(w[c]) : to_f32(w[c]);
+}
 
 __global__ void rmsnorm_forward_kernel(bf16* __restrict__ y, float* __restrict__ rstd, const bf16* __restrict__ x,
-                                       const bf16* __restrict__ w, int64_t N, int64_t C, double eps) {
+                                       const bf16* __restrict__ w, int64_t N, int64_t C, double eps, float offset) {
   const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -34,13 +38,13 @@ __global__ void rmsnorm_forward_kernel(bf16* __restrict__ y, float* __restrict__
   ss = warp_sum(ss);
   const float r = math::rmsnorm_rstd(ss, C, eps);
   if (lane == 0) rstd[row] = r;
-  for (int64_t c = lane; c < C; c += 32) yr[c] = to_bf16(math::rmsnorm_out(weight(w, c), to_f32(xr[c]), r));
+  for (int64_t c = lane; c < C; c += 32) yr[c] = to_bf16(math::rmsnorm_out(weight(w, c, offset), to_f32(xr[c]), r));
 }
 
 template <typename DY, typename RES, typename DX>
 __global__ void rmsnorm_backward_kernel(DX* dx, const DY* __restrict__ dy, const bf16* __restrict__ x,
-                                        const float* __restrict__ rstd, const bf16* __restrict__ w, const RES* residual,
-                                        int64_t N, int64_t C) {
+                                        const float* __restrict__ rstd, const bf16* __restrict__ w, float offset,
+                                        const RES* residual, int64_t N, int64_t C) {
   const int64_t row = blockIdx.x * int64_t{kWarpsPerBlock} + threadIdx.x / 32;
   const int lane = threadIdx.x % 32;
   if (row >= N) return;
@@ -50,11 +54,11 @@ __global__ void rmsnorm_backward_kernel(DX* dx, const DY* __restrict__ dy, const
   const float r = rstd[row];
   // mean over the row of (w * dy) . xhat
   float dot = 0.0f;
-  for (int64_t c = lane; c < C; c += 32) dot += math::rmsnorm_dot_term(weight(w, c), to_f32(dyr[c]), to_f32(xr[c]), r);
+  for (int64_t c = lane; c < C; c += 32) dot += math::rmsnorm_dot_term(weight(w, c, offset), to_f32(dyr[c]), to_f32(xr[c]), r);
   dot = warp_sum(dot);
   const float mean_dot = dot / static_cast<float>(C);
   for (int64_t c = lane; c < C; c += 32) {
-    float g = math::rmsnorm_dx(weight(w, c), to_f32(dyr[c]), to_f32(xr[c]), r, mean_dot);
+    float g = math::rmsnorm_dx(weight(w, c, offset), to_f32(dyr[c]), to_f32(xr[c]), r, mean_dot);
     if (residual != nullptr) g = to_f32(residual[row * C + c]) + g;
     dxr[c] = from_f32<DX>(g);
   }
@@ -88,7 +92,7 @@ template <typename DY, typename RES, typename DX>
 void launch_backward(const RmsnormBackwardArgs& a, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((a.N + kWarpsPerBlock - 1) / kWarpsPerBlock);
   rmsnorm_backward_kernel<DY, RES, DX><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
-      static_cast<DX*>(a.dx), static_cast<const DY*>(a.dy), a.x, a.rstd, a.w, static_cast<const RES*>(a.residual),
+      static_cast<DX*>(a.dx), static_cast<const DY*>(a.dy), a.x, a.rstd, a.w, a.w_offset, static_cast<const RES*>(a.residual),
       a.N, a.C);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "rmsnorm_backward");
 }
@@ -128,11 +132,11 @@ void launch_dw(const RmsnormBackwardArgs& a, void* workspace, cudaStream_t strea
 }  // namespace
 
 void rmsnorm_forward(bf16* y, float* rstd, const bf16* x, const bf16* w, int64_t N, int64_t C, double eps,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, float w_offset) {
   if (N <= 0) return;
   SLIDEDP_CHECK(C > 0 && y != x, "rmsnorm_forward: bad arguments");
   const unsigned blocks = static_cast<unsigned>((N + kWarpsPerBlock - 1) / kWarpsPerBlock);
-  rmsnorm_forward_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(y, rstd, x, w, N, C, eps);
+  rmsnorm_forward_kernel<<<blocks, kWarpsPerBlock * 32, 0, stream>>>(y, rstd, x, w, N, C, eps, w_offset);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "rmsnorm_forward");
 }
 

@@ -14,10 +14,11 @@
 
 namespace slidedp::kernels::cuda {
 
-// y (N, C) = rmsnorm(x (N, C)) * w (C); rstd (N) fp32 saved for backward. y may not alias x. A null
-// w is a weightless norm (w = 1), in backward too (where dw must then be null).
+// y (N, C) = rmsnorm(x (N, C)) * (w (C) + w_offset); rstd (N) fp32 saved for backward. y may not
+// alias x. A null w is a weightless norm (w = 1), in backward too (where dw must then be null);
+// w_offset 1 is Qwen3.6's zero-centred norm x * (1 + w) (its weight gradient is the plain one).
 void rmsnorm_forward(__nv_bfloat16* y, float* rstd, const __nv_bfloat16* x, const __nv_bfloat16* w, int64_t N,
-                     int64_t C, double eps, cudaStream_t stream);
+                     int64_t C, double eps, cudaStream_t stream, float w_offset = 0.0f);
 
 // Backward of one RMSNorm, with the dtypes the decoder and head need (fp32 where a gradient is a
 // sum of GEMMs kept in fp32, bf16 where it feeds a GEMM):
@@ -29,6 +30,7 @@ struct RmsnormBackwardArgs {
   const __nv_bfloat16* x = nullptr;  // (N, C) forward input
   const float* rstd = nullptr;       // (N)
   const __nv_bfloat16* w = nullptr;  // (C)
+  float w_offset = 0.0f;             // the weight is w + w_offset (rmsnorm_forward's)
   const void* residual = nullptr;    // (N, C) added to dx, or nullptr; fp32 if residual_f32 else bf16
   bool residual_f32 = false;
   // (N, C) output, fp32 if dx_f32 else bf16; may alias neither dy nor x, but may be the residual (same

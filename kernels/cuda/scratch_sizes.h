@@ -37,4 +37,10 @@ inline int64_t delta_rule_backward_workspace_bytes(int64_t B, int64_t T, int64_t
   return (checkpoints + scratch + per_head) * static_cast<int64_t>(sizeof(float));
 }
 
+// The Gated DeltaNet's gated-norm backward (deltanet_ops.h): each row's weight-gradient terms, then
+// their column sum's partials.
+inline int64_t deltanet_gated_norm_workspace_bytes(int64_t N, int64_t nv, int64_t dv) {
+  return N * nv * dv * static_cast<int64_t>(sizeof(float)) + colsum_workspace_bytes(N * nv, dv);
+}
+
 }  // namespace slidedp::kernels::cuda
