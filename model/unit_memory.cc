@@ -10,8 +10,8 @@
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/router_aux_loss.h"
 #include "kernels/cuda/gemma4_scratch.h"
+#include "kernels/cuda/qwen3_5_scratch.h"
 #include "kernels/cuda/unit_scratch.h"
-#include "model/model_costs.h"
 
 namespace slidedp {
 namespace {
@@ -54,27 +54,6 @@ UnitMemory cpu_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int laye
   return m;
 }
 
-// Layers without built units (the CUDA code of Gemma 4 and Qwen3.6): model_costs' per-token count of
-// the activations, in the backend's element size, plus the CPU backend's fp32 parameter copy.
-UnitMemory estimated_decoder_memory(const ModelCard& card, const ModelLayout& layout, int layer, int64_t B,
-                                    int64_t T, const UnitMemoryOptions& options) {
-  const bool cpu = options.code == UnitCode::kCpu;
-  const int64_t elem = cpu ? 4 : 2;  // the CPU units compute in fp32; the bf16 counts double there
-  const LayerActivationBytes a = decoder_activation_bytes_per_token(card, layer, options.mlp_token_tile);
-  const double tokens = static_cast<double>(B) * static_cast<double>(T);
-  const int64_t params =
-      cpu ? cpu_param_scratch(layout.units.at(static_cast<size_t>(layer) + 1).flat_numel, options.exact_fp32) : 0;
-  // plus, with an MLP token tile, one tile's MLP (the tiled layers' estimate saves none of it)
-  const double tile = card.layer(layer).moe() ? 0.0 : decoder_mlp_tile_bytes(card, options.mlp_token_tile, tokens);
-  const int64_t transient = align_up(static_cast<int64_t>(std::ceil(a.transient * tokens + tile)), 64);
-  UnitMemory m;
-  m.hidden_bytes = B * T * card.hidden_size * elem;
-  m.saved_bytes = align_up(static_cast<int64_t>(std::ceil(a.saved_keep * tokens * static_cast<double>(elem) / 2.0)), 64);
-  m.forward_workspace_bytes = params + transient;
-  m.backward_workspace_bytes = params + 2 * transient;  // the gradients of the widest tensors and the recomputed ones
-  return m;
-}
-
 UnitMemory cuda_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int64_t B, int64_t T) {
   namespace kc = kernels::cuda;
   UnitMemory m;
@@ -94,15 +73,22 @@ UnitMemory cuda_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int64_t
   return m;
 }
 
-// A Gemma 4 layer on the GPU, dense or MoE (kernels/cuda/gemma4_unit.h).
-UnitMemory cuda_gemma4_memory(const kernels::ModelSpecs& s, int layer, int64_t B, int64_t T) {
+// A Gemma 4 or Qwen3.6 layer on the GPU (kernels/cuda/gemma4_unit.h, qwen3_5_unit.h): each layer its
+// own shape.
+UnitMemory cuda_hybrid_memory(const kernels::ModelSpecs& s, int layer, int64_t B, int64_t T) {
   namespace kc = kernels::cuda;
-  const kernels::Gemma4LayerSpec& g = s.gemma4_layers.at(static_cast<size_t>(layer));
+  const auto l = static_cast<size_t>(layer);
   UnitMemory m;
   m.hidden_bytes = B * T * s.embedding.C * 2;  // bf16
-  m.saved_bytes = kc::gemma4_saved_bytes(g, B, T);
-  m.forward_workspace_bytes = kc::gemma4_forward_workspace_bytes(g, B, T);
-  m.backward_workspace_bytes = kc::gemma4_backward_workspace_bytes(g, B, T);
+  if (s.gemma4()) {
+    m.saved_bytes = kc::gemma4_saved_bytes(s.gemma4_layers.at(l), B, T);
+    m.forward_workspace_bytes = kc::gemma4_forward_workspace_bytes(s.gemma4_layers.at(l), B, T);
+    m.backward_workspace_bytes = kc::gemma4_backward_workspace_bytes(s.gemma4_layers.at(l), B, T);
+  } else {
+    m.saved_bytes = kc::qwen3_5_saved_bytes(s.qwen3_5_layers.at(l), B, T);
+    m.forward_workspace_bytes = kc::qwen3_5_forward_workspace_bytes(s.qwen3_5_layers.at(l), B, T);
+    m.backward_workspace_bytes = kc::qwen3_5_backward_workspace_bytes(s.qwen3_5_layers.at(l), B, T);
+  }
   return m;
 }
 
@@ -114,19 +100,11 @@ std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const Model
                                               const UnitMemoryOptions& options) {
   SLIDEDP_CHECK(B >= 0 && T >= 0, "negative micro-batch or sequence length");
   std::vector<UnitMemory> out;
-  const bool built = options.code == UnitCode::kCpu;
-  if (!card.hybrid_layers() || built) {
-    const kernels::ModelSpecs s = specs_for(card, layout, options);
-    for (int l = 0; l < card.num_layers; ++l)
-      out.push_back(options.code == UnitCode::kCpu ? cpu_unit_memory(s, UnitKind::kDecoder, l, B, T, options.exact_fp32)
-                                                   : cuda_unit_memory(s, UnitKind::kDecoder, B, T));
-    return out;
-  }
-  // CUDA: Gemma 4's layers have units; Qwen3.6's are estimated
-  const kernels::ModelSpecs s = card.gemma4() ? specs_for(card, layout, options) : kernels::ModelSpecs{};
+  const kernels::ModelSpecs s = specs_for(card, layout, options);
   for (int l = 0; l < card.num_layers; ++l)
-    out.push_back(card.gemma4() ? cuda_gemma4_memory(s, l, B, T)
-                                : estimated_decoder_memory(card, layout, l, B, T, options));
+    out.push_back(options.code == UnitCode::kCpu ? cpu_unit_memory(s, UnitKind::kDecoder, l, B, T, options.exact_fp32)
+                  : card.hybrid_layers()         ? cuda_hybrid_memory(s, l, B, T)
+                                                 : cuda_unit_memory(s, UnitKind::kDecoder, B, T));
   return out;
 }
 

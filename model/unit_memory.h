@@ -38,10 +38,8 @@ struct UnitMemory {
 // For kDecoder: layer 0's (every layer's, for the models whose layers are all alike).
 UnitMemory unit_memory(const ModelCard& card, const ModelLayout& layout, UnitKind kind, int64_t B, int64_t T,
                        const UnitMemoryOptions& options);
-// Every decoder layer's, in order. Gemma 4's layers differ by type. Where their units are not built
-// (the CUDA code of Gemma 4's mixture-of-experts layers and of Qwen3.6) a layer is charged
-// model_costs' per-token activation count (decoder_activation_bytes_per_token): an estimate the model
-// and the planner use for what-if studies, which no backend runs.
+// Every decoder layer's, in order: Gemma 4's and Qwen3.6's layers differ by type, each charged its
+// own unit's carve sizes.
 std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const ModelLayout& layout, int64_t B, int64_t T,
                                               const UnitMemoryOptions& options);
 

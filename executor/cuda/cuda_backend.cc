@@ -43,6 +43,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemma4_unit.h"
+#include "kernels/cuda/qwen3_5_unit.h"
 #include "kernels/cuda/router.h"
 #include "kernels/cuda/units.h"
 
@@ -651,6 +652,9 @@ class CudaDevice final : public Device {
           if (s.gemma4())
             kc::gemma4_forward(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B,
                                a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
+          else if (s.qwen3_5())
+            kc::qwen3_5_forward(with_positions(ctx, a), qwen3_5_spec(a), bf(a.params), bf(a.x), bf(a.y), ws(a.saved),
+                                a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
           else
             kc::decoder_forward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B,
                                 a.T, ws(a.workspace));
@@ -676,6 +680,9 @@ class CudaDevice final : public Device {
       if (math_.specs.gemma4())
         kc::gemma4_recompute(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), ws(a.saved), a.B, a.T,
                              ws(a.workspace));
+      else if (math_.specs.qwen3_5())
+        kc::qwen3_5_recompute(with_positions(ctx, a), qwen3_5_spec(a), bf(a.params), bf(a.x), ws(a.saved), a.B, a.T,
+                              ws(a.workspace));
       else
         kc::decoder_recompute(with_positions(ctx, a), math_.specs.decoder, bf(a.params), bf(a.x), ws(a.saved), a.B,
                               a.T, ws(a.workspace));
@@ -702,6 +709,9 @@ class CudaDevice final : public Device {
       if (s.gemma4())
         kc::gemma4_backward(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
                             bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
+      else if (s.qwen3_5())
+        kc::qwen3_5_backward(with_positions(ctx, a), qwen3_5_spec(a), bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
+                             bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
       else
         kc::decoder_backward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
                              bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace));
@@ -802,6 +812,9 @@ class CudaDevice final : public Device {
   const kernels::Gemma4LayerSpec& gemma4_spec(const UnitOpArgs& a) const {
     return math_.specs.gemma4_layers.at(static_cast<size_t>(a.unit - 1));
   }
+  const kernels::Qwen35LayerSpec& qwen3_5_spec(const UnitOpArgs& a) const {
+    return math_.specs.qwen3_5_layers.at(static_cast<size_t>(a.unit - 1));
+  }
   static kc::bf16* bf(const DeviceBuffer& b) { return reinterpret_cast<kc::bf16*>(b.ptr); }
   static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
   static const int32_t* i32(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.ptr); }
@@ -827,10 +840,6 @@ class CudaBackend final : public Backend {
     SLIDEDP_CHECK(opt.devices >= 1);
     if (opt.exact_fp32)
       throw InputError("--exact", "the CUDA backend delivers and computes in bf16; the exact fp32 mode is CPU-only");
-    // before the GPUs: what this build cannot run is said on any machine
-    if (card.qwen3_5())
-      throw InputError(card.name + ": model_type",
-                       fmt::format("the CUDA units of {} are not built yet; the CPU backend runs it", card.model_type));
     gpus_ = cuda_visible_devices();
     if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
     const int per_gpu = (opt.devices + gpus_ - 1) / gpus_;

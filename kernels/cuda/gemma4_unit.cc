@@ -53,16 +53,6 @@ void norm_backward(const Norm& n, void* dx, bool dx_f32, const float* residual_f
 // dWr += alpha dlogits^T r.
 float router_input_scale(const Gemma4LayerSpec& s) { return static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.C))); }
 
-void router_logits(const UnitContext& ctx, void* ws, float* logits, const bf16* r, const bf16* wr, int64_t N,
-                   int64_t C, int64_t E, float alpha) {
-  GemmArgs g;
-  g.trans_b = true;
-  g.M = N, g.N = E, g.K = C, g.alpha = alpha;
-  g.A = r, g.lda = C, g.B = wr, g.ldb = C;
-  g.D = logits, g.ldd = E, g.out_f32 = true;
-  ctx.gemm->run(g, ws, ctx.stream);
-}
-
 void router_logits_backward(const UnitContext& ctx, void* ws, float* dr, float* dwr, const bf16* dlogits,
                             const bf16* r, const bf16* wr, int64_t N, int64_t C, int64_t E, float alpha) {
   GemmArgs in;
@@ -92,7 +82,7 @@ void moe_forward(const UnitContext& ctx, const Gemma4LayerSpec& s, const bf16* p
   rmsnorm_forward(M.dsum, M.rstd_p1, S.d, p + s.post_ff_norm_1, N, C, s.eps, st);
   rmsnorm_forward(M.r, M.rstd_r, S.h1, p + s.router_scale, N, C, s.eps, st);
   rmsnorm_forward(M.z2, M.rstd_z2, S.h1, p + s.pre_ff_norm_2, N, C, s.eps, st);
-  router_logits(ctx, f.gemm_ws, f.logits, M.r, p + s.router_w, N, C, E, router_input_scale(s));
+  linear_forward_f32(ctx, f.gemm_ws, f.logits, M.r, p + s.router_w, N, C, E, router_input_scale(s));
   router_topk_forward(M.probs, M.idx, M.w_renorm, f.logits, N, E, K, st);
   expert_scale_forward(M.w, M.w_renorm, p + s.per_expert_scale, M.idx, N * K, st);
   if (router != nullptr) router_stats_add(*router, M.probs, M.idx, B, T, E, K, st);

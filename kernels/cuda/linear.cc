@@ -16,6 +16,17 @@ void linear_forward(const UnitContext& ctx, void* ws, bf16* out, const bf16* in,
   ctx.gemm->run(g, ws, ctx.stream);
 }
 
+// out (N, OUT) fp32 = alpha in (N, IN) w^T.
+void linear_forward_f32(const UnitContext& ctx, void* ws, float* out, const bf16* in, const bf16* w, int64_t N,
+                        int64_t IN, int64_t OUT, float alpha) {
+  GemmArgs g;
+  g.trans_b = true;
+  g.M = N, g.N = OUT, g.K = IN, g.alpha = alpha;
+  g.A = in, g.lda = IN, g.B = w, g.ldb = IN;
+  g.D = out, g.ldd = OUT, g.out_f32 = true;
+  ctx.gemm->run(g, ws, ctx.stream);
+}
+
 // din (N, IN) = dout (N, OUT) w (OUT, IN), fp32 out, overwritten or accumulated.
 void linear_backward_input_f32(const UnitContext& ctx, void* ws, float* din, const bf16* dout, const bf16* w,
                                int64_t N, int64_t IN, int64_t OUT, bool accumulate) {

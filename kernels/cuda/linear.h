@@ -13,6 +13,9 @@ namespace slidedp::kernels::cuda {
 // out (N, OUT) = in (N, IN) w^T [+ residual (N, OUT)]; bf16 out.
 void linear_forward(const UnitContext& ctx, void* ws, bf16* out, const bf16* in, const bf16* w, int64_t N,
                     int64_t IN, int64_t OUT, const bf16* residual = nullptr);
+// out (N, OUT) fp32 = alpha in (N, IN) w^T (router logits, small projections the next step reads in fp32).
+void linear_forward_f32(const UnitContext& ctx, void* ws, float* out, const bf16* in, const bf16* w, int64_t N,
+                        int64_t IN, int64_t OUT, float alpha = 1.0f);
 // din (N, IN) = dout (N, OUT) w (OUT, IN), fp32 out, overwritten or accumulated.
 void linear_backward_input_f32(const UnitContext& ctx, void* ws, float* din, const bf16* dout, const bf16* w,
                                int64_t N, int64_t IN, int64_t OUT, bool accumulate);

@@ -4,6 +4,7 @@
 #include "kernels/cuda/unit_scratch.h"
 
 #include "kernels/cuda/gemma4_scratch.h"
+#include "kernels/cuda/qwen3_5_scratch.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
@@ -77,6 +78,30 @@ int64_t experts_forward_workspace_bytes(const MoeSpec& s, int64_t N) {
 
 int64_t experts_backward_workspace_bytes(const MoeSpec& s, int64_t N) {
   return measured([&](Carver& a) { carve_experts_backward<Bf16Size>(a, s, N); });
+}
+
+int64_t qwen3_5_saved_bytes(const Qwen35LayerSpec& spec, int64_t B, int64_t T) {
+  return measured([&](Carver& a) { carve_qwen3_5_saved<Bf16Size>(a, spec, B, T); });
+}
+
+int64_t qwen3_5_forward_workspace_bytes(const Qwen35LayerSpec& spec, int64_t B, int64_t T) {
+  Carver a;  // the take sequence of the unit's forward
+  a.take<std::byte>(kGemmWorkspaceBytes, "cuBLASLt workspace");
+  const int64_t mark = a.mark();
+  carve_qwen3_5_forward_mixer<Bf16Size>(a, spec, B * T);
+  a.release(mark);
+  carve_qwen3_5_forward_ffn<Bf16Size>(a, spec, B * T);
+  return a.high_water();
+}
+
+int64_t qwen3_5_backward_workspace_bytes(const Qwen35LayerSpec& spec, int64_t B, int64_t T) {
+  Carver a;  // the take sequence of the unit's backward
+  carve_qwen3_5_backward_common<Bf16Size>(a, spec, B * T);
+  const int64_t mark = a.mark();
+  carve_qwen3_5_backward_ffn<Bf16Size>(a, spec, B * T);
+  a.release(mark);
+  carve_qwen3_5_backward_mixer<Bf16Size>(a, spec, B, T);
+  return a.high_water();
 }
 
 }  // namespace slidedp::kernels::cuda

@@ -15,6 +15,7 @@
 #include "kernels/cuda/device_info.h"
 #include "kernels/cuda/gemma4_scratch.h"
 #include "kernels/cuda/moe_scratch.h"
+#include "kernels/cuda/qwen3_5_scratch.h"
 #include "kernels/cuda/units.h"
 #include "model/unit_layout.h"
 #include "model/unit_memory.h"
@@ -148,6 +149,46 @@ TEST(CudaUnits, Gemma4LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
       EXPECT_GE(gemma4_backward_workspace_bytes(s, B, T), experts_backward_workspace_bytes(s.moe, B * T)) << l;
     }
   }
+  }
+}
+
+// The Qwen3.6 layer's buffers, every kind (DeltaNet and attention, dense and MoE): linear in T (the
+// delta rule backward's checkpoints every 64 tokens included), and the memory account charges every
+// layer its own carve sizes.
+TEST(CudaUnits, Qwen36LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
+  for (bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "MoE" : "dense");
+    const ModelCard card = kernels::test::tiny_qwen(moe);
+    const ModelLayout layout = make_model_layout(card);
+    const int64_t B = 3, T = 4096;
+    auto second_difference = [&](auto f) { return std::llabs(f(3 * T) - 2 * f(2 * T) + f(T)); };
+    constexpr int64_t kSlack = 64 * 256;
+    UnitMemoryOptions o;
+    o.code = UnitCode::kCuda;
+    const std::vector<UnitMemory> charged = decoder_unit_memories(card, layout, B, T, o);
+    ASSERT_EQ(static_cast<int>(charged.size()), card.num_layers);
+    for (int l = 0; l < card.num_layers; ++l) {
+      const Qwen35LayerSpec s = make_qwen3_5_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]);
+      EXPECT_LE(second_difference([&](int64_t t) { return qwen3_5_saved_bytes(s, B, t); }), kSlack) << l;
+      EXPECT_LE(second_difference([&](int64_t t) { return qwen3_5_forward_workspace_bytes(s, B, t); }), kSlack) << l;
+      EXPECT_LE(second_difference([&](int64_t t) { return qwen3_5_backward_workspace_bytes(s, B, t); }), kSlack) << l;
+      EXPECT_EQ(charged[static_cast<size_t>(l)].saved_bytes, qwen3_5_saved_bytes(s, B, T)) << l;
+      EXPECT_EQ(charged[static_cast<size_t>(l)].forward_workspace_bytes, qwen3_5_forward_workspace_bytes(s, B, T)) << l;
+      EXPECT_EQ(charged[static_cast<size_t>(l)].backward_workspace_bytes, qwen3_5_backward_workspace_bytes(s, B, T)) << l;
+      if (s.linear) {
+        // The DeltaNet backward's buffers counted from their description (qwen3_5_scratch.h), not from
+        // its carve code: what lives throughout, then the mixer's part (here larger than the
+        // feed-forward's), each piece rounded up to 256 bytes at most.
+        const DeltaNetSpec& g = s.gdn;
+        const int64_t N = B * T, D = g.qkv_dim(), Kd = g.key_dim(), Vd = g.value_dim();
+        const int64_t common = kGemmWorkspaceBytes + N * s.C * (4 + 4 + 2) + rmsnorm_backward_workspace_bytes(N, s.C);
+        const int64_t prepared = N * (2 * D + 2 * Kd + Vd + 2 * g.nv) * 4;
+        const int64_t mixer = prepared + N * Vd * (2 + 4 + 2 + 4 + 4) + N * Kd * 2 * 4 + N * g.nv * (4 + 4 + 2 + 2) +
+                              N * D * (4 + 2) + deltanet_gated_norm_workspace_bytes(N, g.nv, g.dv) +
+                              delta_rule_backward_workspace_bytes(B, T, g.nv, g.dk, g.dv);
+        EXPECT_LE(std::llabs(qwen3_5_backward_workspace_bytes(s, B, T) - (common + mixer)), 32 * 256) << l;
+      }
+    }
   }
 }
 

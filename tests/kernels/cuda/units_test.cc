@@ -28,12 +28,15 @@
 #include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/gemma4_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/qwen3_5_layer.h"
 #include "kernels/cpu/transformer/router_aux_loss.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemma4_unit.h"
+#include "kernels/cuda/qwen3_5_unit.h"
 #include "model/model_card.h"
 #include "model/unit_layout.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/transformer/tiny_cards.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
@@ -487,6 +490,94 @@ TEST(CudaGemma4Unit, MixtureOfExpertsLayerMatchesTheCpuUnit) {
   const GpuGemma4 again = run_gpu_gemma4(s, p, x, dy, init, B, T);
   EXPECT_EQ(again.y, g.y) << "statistics or not, the forward is the same";
   EXPECT_EQ(again.saved, g.saved);
+}
+
+// ---- Qwen3.6 ----
+
+struct GpuQwen {
+  std::vector<float> y, dx, grads;
+  std::vector<unsigned char> saved, recomputed;
+};
+
+GpuQwen run_gpu_qwen(const Qwen35LayerSpec& s, const std::vector<float>& p, const std::vector<float>& x,
+                     const std::vector<float>& dy, const std::vector<float>& grads_init,
+                     const std::vector<int32_t>& positions, int64_t B, int64_t T) {
+  GemmContext gemm;
+  UnitContext ctx;
+  ctx.gemm = &gemm;
+  DeviceArray<int32_t> d_pos(positions);
+  ctx.positions = d_pos.get();
+  const int64_t N = B * T;
+  Bf16Array d_p(to_bf16_bits(p)), d_x(to_bf16_bits(x)), d_y(N * s.C), d_dy(to_bf16_bits(dy)), d_dx(N * s.C);
+  DeviceArray<float> d_grads(grads_init);
+  const int64_t saved_bytes = qwen3_5_saved_bytes(s, B, T);
+  DeviceArray<unsigned char> saved(saved_bytes), saved2(saved_bytes);
+  DeviceArray<std::byte> fws(qwen3_5_forward_workspace_bytes(s, B, T)), bws(qwen3_5_backward_workspace_bytes(s, B, T));
+  qwen3_5_forward(ctx, s, bf(d_p), bf(d_x), bf(d_y), {saved.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
+  qwen3_5_recompute(ctx, s, bf(d_p), bf(d_x), {saved2.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
+  qwen3_5_backward(ctx, s, bf(d_p), bf(d_x), {saved.get(), saved_bytes}, bf(d_dy), bf(d_dx), d_grads.get(), B, T,
+                   {bws.get(), bws.size()});
+  EXPECT_TRUE(d_y.check_guards("y") && d_dx.check_guards("dx") && d_grads.check_guards("grads") &&
+              saved.check_guards("saved") && saved2.check_guards("recomputed saved") && fws.check_guards("fwd ws") &&
+              bws.check_guards("bwd ws"));
+  return GpuQwen{widen(d_y.download()), widen(d_dx.download()), d_grads.download(), saved.download(), saved2.download()};
+}
+
+// Every Qwen3.6 layer kind -- Gated DeltaNet and gated full attention, each with the dense MLP and
+// with the MoE block (routed experts beside the gated shared expert) -- against the CPU unit in fp32
+// from the same bf16 values, on packed sequences (the second one holds three documents, one of a
+// single token: the conv window, the recurrence, attention and RoPE all restart). 70 tokens span two
+// of the delta rule backward's checkpoint chunks. Tolerances as the decoder's; the DeltaNet keeps
+// its recurrence in fp32, so its bf16 roundings are the projections' and the gated norm's, one each.
+// MoE routing is made decisive as in the Gemma 4 test: router weight 12 x the identity on the first
+// E channels, +12 and +8 on each token's two designed channels.
+TEST(CudaQwen35Unit, EveryLayerKindMatchesTheCpuUnitOnPackedDocuments) {
+  SLIDEDP_REQUIRE_GPU();
+  for (bool moe : {false, true}) {
+    const ModelCard card = kernels::test::tiny_qwen(moe);
+    const ModelLayout layout = make_model_layout(card);
+    for (int layer : {0, 1}) {
+      SCOPED_TRACE(std::string(moe ? "MoE " : "dense ") + (layer == 0 ? "DeltaNet layer" : "attention layer"));
+      const UnitLayout& unit = layout.units[static_cast<size_t>(layer) + 1];
+      const Qwen35LayerSpec s = make_qwen3_5_layer_spec(card, unit);
+      const int64_t B = 2, T = 70, N = B * T;
+      std::vector<int32_t> positions(static_cast<size_t>(N));
+      for (int64_t t = 0; t < T; ++t) {
+        positions[static_cast<size_t>(t)] = static_cast<int32_t>(t);
+        positions[static_cast<size_t>(T + t)] = static_cast<int32_t>(t < 30 ? t : t == 30 ? 0 : t - 31);
+      }
+      std::vector<float> p = bf16_params(unit, 600 + static_cast<uint64_t>(layer) + (moe ? 10 : 0));
+      std::vector<float> x = random_bf16_values(N * s.C, 611, moe ? -0.3 : -2, moe ? 0.3 : 2);
+      if (moe) {
+        const int64_t E = s.moe.E;
+        for (int64_t e = 0; e < E; ++e)
+          for (int64_t c = 0; c < s.C; ++c) p[static_cast<size_t>(s.router_w + e * s.C + c)] = e == c ? 12.0f : 0.0f;
+        for (int64_t t = 0; t < N; ++t) {
+          const int64_t first = (t * 3) % E, second = (first + 1 + t % (E - 1)) % E;
+          x[static_cast<size_t>(t * s.C + first)] = 12.0f;
+          x[static_cast<size_t>(t * s.C + second)] = 8.0f;
+        }
+      }
+      const std::vector<float> dy = random_bf16_values(N * s.C, 612);
+      const std::vector<float> init = random_vector<float>(unit.flat_numel, 613);
+      std::vector<float> y_ref(x.size()), dx_ref(x.size()), grads_ref = init;
+      AlignedBuffer saved(kernels::qwen3_5_saved_bytes<float>(s, B, T));
+      AlignedBuffer fws(kernels::qwen3_5_forward_workspace_bytes<float>(s, B, T));
+      AlignedBuffer bws(kernels::qwen3_5_backward_workspace_bytes<float>(s, B, T));
+      kernels::qwen3_5_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T, fws.workspace(),
+                                      nullptr, positions.data());
+      kernels::qwen3_5_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(),
+                                       grads_ref.data(), B, T, bws.workspace(), nullptr, positions.data());
+      const GpuQwen g = run_gpu_qwen(s, p, x, dy, init, positions, B, T);
+      EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y"));
+      EXPECT_TRUE(close_to_scale(g.dx, dx_ref, kGradientFrac, kGradientFrac, "dx"));
+      expect_gradients_close(unit, g.grads, grads_ref, init, "grads");
+      EXPECT_EQ(g.saved, g.recomputed) << "recompute must refill the saved state bitwise";
+      const GpuQwen again = run_gpu_qwen(s, p, x, dy, init, positions, B, T);
+      EXPECT_EQ(again.grads, g.grads) << "deterministic";
+      EXPECT_EQ(again.dx, g.dx);
+    }
+  }
 }
 
 }  // namespace
