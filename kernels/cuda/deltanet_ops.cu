@@ -28,21 +28,20 @@ __device__ __forceinline__ int64_t document_start(const ConvShape& s, int64_t ro
   return s.positions != nullptr ? t - s.positions[row] : 0;
 }
 
-__global__ void conv_forward_kernel(float* __restrict__ conv, float* __restrict__ act, const bf16* __restrict__ mixed,
-                                    const bf16* __restrict__ w, ConvShape s) {
-  SLIDEDP_GRID_STRIDE(e, s.B * s.T * s.D) {
-    const int64_t c = e % s.D, row = e / s.D, t = row % s.T, first = row - t;
-    const int64_t start = document_start(s, row, t);
-    float acc = 0.0f;
-    for (int64_t i = 0; i < s.K; ++i) {
-      const int64_t src = t - (s.K - 1) + i;
-      if (src < start) continue;
-      acc += to_f32(w[c * s.K + i]) * to_f32(mixed[(first + src) * s.D + c]);
-    }
-    conv[e] = acc;
-    act[e] = acc * math::sigmoid(acc);
+// conv[row, c] = sum_i w[c, i] mixed[row - (K - 1) + i, c] inside the row's document, in tap order
+// (the CPU's), and silu of it.
+__device__ __forceinline__ float conv_at(const bf16* __restrict__ mixed, const bf16* __restrict__ w, const ConvShape& s,
+                                         int64_t row, int64_t c) {
+  const int64_t t = row % s.T, first = row - t, start = document_start(s, row, t);
+  float acc = 0.0f;
+  for (int64_t i = 0; i < s.K; ++i) {
+    const int64_t src = t - (s.K - 1) + i;
+    if (src < start) continue;
+    acc += to_f32(w[c * s.K + i]) * to_f32(mixed[(first + src) * s.D + c]);
   }
+  return acc;
 }
+__device__ __forceinline__ float silu(float x) { return x * math::sigmoid(x); }
 
 // Whether conv row dst (a token index of the sequence) reads mixed row t: inside the sequence and the
 // same document.
@@ -77,63 +76,91 @@ __global__ void conv_backward_weight_kernel(float* __restrict__ dw, const float*
   }
 }
 
-// 1 / sqrt(sum x^2 + eps) of one head's d values, the sum across the warp, the root in double (the CPU's).
-__device__ float l2_inv(const float* x, int64_t d) {
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x % 32; i < d; i += 32) ss += x[i] * x[i];
-  ss = warp_sum(ss);
-  return static_cast<float>(1.0 / sqrt(static_cast<double>(ss) + kL2NormEps));
+// One warp per (row, head of q, k or v): the head's act values (conv + SiLU, each lane its elements),
+// then for q and k the l2norm (the sum of squares across the warp, the root in double as the CPU's).
+// A lane keeps at most kMaxHeadDim / 32 values.
+constexpr int kMaxPerLane = 8;  // head dims up to 256
+
+struct HeadSlice {
+  int64_t first, d;  // channel range in qkv order
+  bool normed, is_q;
+  int64_t index;     // head index within q, k or v
+};
+__device__ HeadSlice head_slice(const HeadsShape& s, int64_t j) {
+  if (j < s.nk) return {j * s.dk, s.dk, true, true, j};
+  if (j < 2 * s.nk) return {j * s.dk, s.dk, true, false, j - s.nk};
+  const int64_t h = j - 2 * s.nk;
+  return {2 * s.nk * s.dk + h * s.dv, s.dv, false, false, h};
 }
 
-// One warp per (row, q or k head).
-__global__ void split_forward_kernel(float* __restrict__ q, float* __restrict__ k, const float* __restrict__ act,
-                                     HeadsShape s) {
+__global__ void prepare_forward_kernel(float* __restrict__ q, float* __restrict__ k, float* __restrict__ v,
+                                       const bf16* __restrict__ mixed, const bf16* __restrict__ w, ConvShape c,
+                                       HeadsShape s) {
+  const int64_t heads = 2 * s.nk + s.nv;
   const int64_t item = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (item >= s.N * 2 * s.nk) return;
-  const int64_t row = item / (2 * s.nk), j = item % (2 * s.nk);
-  const bool is_q = j < s.nk;
-  const int64_t head = is_q ? j : j - s.nk;
-  const float* x = act + row * qkv(s) + j * s.dk;  // q heads, then k heads
-  float* out = (is_q ? q : k) + (row * s.nk + head) * s.dk;
-  const float inv = l2_inv(x, s.dk), scale = is_q ? s.q_scale : 1.0f;
-  for (int64_t i = lane; i < s.dk; i += 32) out[i] = x[i] * inv * scale;
-}
-
-__global__ void split_values_kernel(float* __restrict__ v, const float* __restrict__ act, HeadsShape s) {
-  const int64_t Vd = s.nv * s.dv;
-  SLIDEDP_GRID_STRIDE(e, s.N * Vd) v[e] = act[(e / Vd) * qkv(s) + 2 * s.nk * s.dk + e % Vd];
+  if (item >= s.N * heads) return;
+  const int64_t row = item / heads;
+  const HeadSlice h = head_slice(s, item % heads);
+  float act[kMaxPerLane];
+  float ss = 0.0f;
+  for (int n = 0; n < kMaxPerLane; ++n) {
+    const int64_t i = lane + 32 * n;
+    act[n] = i < h.d ? silu(conv_at(mixed, w, c, row, h.first + i)) : 0.0f;
+    ss += act[n] * act[n];
+  }
+  if (!h.normed) {
+    float* out = v + (row * s.nv + h.index) * s.dv;
+    for (int n = 0; n < kMaxPerLane; ++n)
+      if (lane + 32 * n < h.d) out[lane + 32 * n] = act[n];
+    return;
+  }
+  ss = warp_sum(ss);
+  const float inv = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) + kL2NormEps));
+  const float scale = h.is_q ? s.q_scale : 1.0f;
+  float* out = (h.is_q ? q : k) + (row * s.nk + h.index) * s.dk;
+  for (int n = 0; n < kMaxPerLane; ++n)
+    if (lane + 32 * n < h.d) out[lane + 32 * n] = act[n] * inv * scale;
 }
 
 // One warp per (row, head of q, k or v): the l2norm's Jacobian (q, k) or a copy (v), then SiLU's
 // derivative at the conv output: dconv = dact * sg (1 + x (1 - sg)).
-__global__ void split_backward_kernel(float* __restrict__ dconv, const float* __restrict__ dq, const float* __restrict__ dk,
-                                      const float* __restrict__ dv, const float* __restrict__ act,
-                                      const float* __restrict__ conv, HeadsShape s) {
+__global__ void prepare_backward_kernel(float* __restrict__ dconv, const float* __restrict__ dq,
+                                        const float* __restrict__ dk, const float* __restrict__ dv,
+                                        const bf16* __restrict__ mixed, const bf16* __restrict__ w, ConvShape c,
+                                        HeadsShape s) {
   const int64_t heads = 2 * s.nk + s.nv;
   const int64_t item = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (item >= s.N * heads) return;
-  const int64_t row = item / heads, j = item % heads, D = qkv(s);
-  const int64_t first = j < 2 * s.nk ? j * s.dk : 2 * s.nk * s.dk + (j - 2 * s.nk) * s.dv;
-  const int64_t d = j < 2 * s.nk ? s.dk : s.dv;
-  const float* x = act + row * D + first;
-  const float* cv = conv + row * D + first;
-  float* out = dconv + row * D + first;
-  auto silu_grad = [](float c) {
-    const float sg = math::sigmoid(c);
-    return sg * (1.0f + c * (1.0f - sg));
+  const int64_t row = item / heads;
+  const HeadSlice h = head_slice(s, item % heads);
+  float x[kMaxPerLane], a[kMaxPerLane], g[kMaxPerLane];
+  const float* grad = h.normed ? (h.is_q ? dq : dk) + (row * s.nk + h.index) * s.dk : dv + (row * s.nv + h.index) * s.dv;
+  float ss = 0.0f;
+  for (int n = 0; n < kMaxPerLane; ++n) {
+    const int64_t i = lane + 32 * n;
+    x[n] = i < h.d ? conv_at(mixed, w, c, row, h.first + i) : 0.0f;
+    a[n] = silu(x[n]);
+    g[n] = i < h.d ? grad[i] : 0.0f;
+    ss += a[n] * a[n];
+  }
+  float* out = dconv + row * qkv(s) + h.first;
+  auto silu_grad = [](float v) {
+    const float sg = math::sigmoid(v);
+    return sg * (1.0f + v * (1.0f - sg));
   };
-  if (j >= 2 * s.nk) {
-    const float* g = dv + (row * s.nv + (j - 2 * s.nk)) * s.dv;
-    for (int64_t i = lane; i < d; i += 32) out[i] = g[i] * silu_grad(cv[i]);
+  if (!h.normed) {
+    for (int n = 0; n < kMaxPerLane; ++n)
+      if (lane + 32 * n < h.d) out[lane + 32 * n] = g[n] * silu_grad(x[n]);
     return;
   }
-  const bool is_q = j < s.nk;
-  const float* g = (is_q ? dq : dk) + (row * s.nk + (is_q ? j : j - s.nk)) * s.dk;
-  const float inv = l2_inv(x, d), scale = is_q ? s.q_scale : 1.0f;
+  ss = warp_sum(ss);
+  const float inv = static_cast<float>(1.0 / sqrt(static_cast<double>(ss) + kL2NormEps));
+  const float scale = h.is_q ? s.q_scale : 1.0f;
   float proj = 0.0f;
-  for (int64_t i = lane; i < d; i += 32) proj += x[i] * inv * g[i];
+  for (int n = 0; n < kMaxPerLane; ++n) proj += a[n] * inv * g[n];
   proj = warp_sum(proj);
-  for (int64_t i = lane; i < d; i += 32) out[i] = scale * inv * (g[i] - x[i] * inv * proj) * silu_grad(cv[i]);
+  for (int n = 0; n < kMaxPerLane; ++n)
+    if (lane + 32 * n < h.d) out[lane + 32 * n] = scale * inv * (g[n] - a[n] * inv * proj) * silu_grad(x[n]);
 }
 
 // torch.nn.functional.softplus with its default threshold: x above 20 passes through.
@@ -240,13 +267,6 @@ unsigned warps_grid(int64_t items) { return static_cast<unsigned>((items + kWarp
 
 }  // namespace
 
-void deltanet_conv_forward(float* conv, float* act, const bf16* mixed, const bf16* w, const ConvShape& s,
-                           cudaStream_t stream) {
-  if (s.B * s.T * s.D <= 0) return;
-  conv_forward_kernel<<<grid_for(s.B * s.T * s.D, kThreads), kThreads, 0, stream>>>(conv, act, mixed, w, s);
-  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_conv_forward");
-}
-
 void deltanet_conv_backward(bf16* dmixed, float* dw, const float* dconv, const bf16* mixed, const bf16* w,
                             const ConvShape& s, cudaStream_t stream) {
   if (s.B * s.T * s.D <= 0) return;
@@ -256,19 +276,20 @@ void deltanet_conv_backward(bf16* dmixed, float* dw, const float* dconv, const b
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_conv_backward weight");
 }
 
-void deltanet_split_forward(float* q, float* k, float* v, const float* act, const HeadsShape& s, cudaStream_t stream) {
+void deltanet_prepare_forward(float* q, float* k, float* v, const bf16* mixed, const bf16* w, const ConvShape& c,
+                              const HeadsShape& s, cudaStream_t stream) {
+  SLIDEDP_CHECK(s.dk <= 32 * kMaxPerLane && s.dv <= 32 * kMaxPerLane, "Gated DeltaNet: head dims above 256");
   if (s.N <= 0) return;
-  split_forward_kernel<<<warps_grid(s.N * 2 * s.nk), kThreads, 0, stream>>>(q, k, act, s);
-  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_split_forward");
-  split_values_kernel<<<grid_for(s.N * s.nv * s.dv, kThreads), kThreads, 0, stream>>>(v, act, s);
-  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_split_forward values");
+  prepare_forward_kernel<<<warps_grid(s.N * (2 * s.nk + s.nv)), kThreads, 0, stream>>>(q, k, v, mixed, w, c, s);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_prepare_forward");
 }
 
-void deltanet_split_backward(float* dconv, const float* dq, const float* dk, const float* dv, const float* act,
-                             const float* conv, const HeadsShape& s, cudaStream_t stream) {
+void deltanet_prepare_backward(float* dconv, const float* dq, const float* dk, const float* dv, const bf16* mixed,
+                               const bf16* w, const ConvShape& c, const HeadsShape& s, cudaStream_t stream) {
+  SLIDEDP_CHECK(s.dk <= 32 * kMaxPerLane && s.dv <= 32 * kMaxPerLane, "Gated DeltaNet: head dims above 256");
   if (s.N <= 0) return;
-  split_backward_kernel<<<warps_grid(s.N * (2 * s.nk + s.nv)), kThreads, 0, stream>>>(dconv, dq, dk, dv, act, conv, s);
-  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_split_backward");
+  prepare_backward_kernel<<<warps_grid(s.N * (2 * s.nk + s.nv)), kThreads, 0, stream>>>(dconv, dq, dk, dv, mixed, w, c, s);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_prepare_backward");
 }
 
 void deltanet_gates_forward(float* beta, float* g, const float* braw, const float* araw, const bf16* A_log,

@@ -20,9 +20,6 @@ struct ConvShape {
   const int32_t* positions = nullptr;  // (B, T) or null: one document per sequence
 };
 
-// conv (N, D) = causal depthwise conv of mixed (N, D) with w (D, K) inside each document; act = silu(conv).
-void deltanet_conv_forward(float* conv, float* act, const __nv_bfloat16* mixed, const __nv_bfloat16* w,
-                           const ConvShape& s, cudaStream_t stream);
 // From dconv (N, D): dmixed (N, D) bf16 overwritten, dw (D, K) accumulated (rows in order per tap).
 void deltanet_conv_backward(__nv_bfloat16* dmixed, float* dw, const float* dconv, const __nv_bfloat16* mixed,
                             const __nv_bfloat16* w, const ConvShape& s, cudaStream_t stream);
@@ -32,11 +29,16 @@ struct HeadsShape {
   float q_scale = 1.0f;  // dk^-1/2
   int64_t qkv_dim() const { return 2 * nk * dk + nv * dv; }
 };
-// q, k (N, nk, dk) = l2norm per head of act's q and k parts (q times q_scale); v (N, nv, dv) = act's v part.
-void deltanet_split_forward(float* q, float* k, float* v, const float* act, const HeadsShape& s, cudaStream_t stream);
-// dconv (N, D) from dq, dk, dv through the split, the l2norms and SiLU (conv: its input).
-void deltanet_split_backward(float* dconv, const float* dq, const float* dk, const float* dv, const float* act,
-                             const float* conv, const HeadsShape& s, cudaStream_t stream);
+// The delta rule's inputs from the qkv projection in one pass, the conv and SiLU computed where they
+// are read (nothing of width qkv_dim is stored): act = silu(causal depthwise conv of mixed with w
+// (D, K) inside each document); q, k (N, nk, dk) = l2norm per head of act's q and k parts (q times
+// q_scale); v (N, nv, dv) = act's v part.
+void deltanet_prepare_forward(float* q, float* k, float* v, const __nv_bfloat16* mixed, const __nv_bfloat16* w,
+                              const ConvShape& c, const HeadsShape& s, cudaStream_t stream);
+// dconv (N, D) from dq, dk, dv through the split, the l2norms and SiLU (the conv recomputed likewise).
+void deltanet_prepare_backward(float* dconv, const float* dq, const float* dk, const float* dv,
+                               const __nv_bfloat16* mixed, const __nv_bfloat16* w, const ConvShape& c,
+                               const HeadsShape& s, cudaStream_t stream);
 
 // beta = sigmoid(braw), g = -exp(A_log[h]) softplus(araw + dt_bias[h]); all (N, nv) but the (nv) parameters.
 void deltanet_gates_forward(float* beta, float* g, const float* braw, const float* araw, const __nv_bfloat16* A_log,

@@ -92,17 +92,15 @@ Qwen35Saved<Bf16> carve_qwen3_5_saved(Carver& a, const Qwen35LayerSpec& s, int64
   return v;
 }
 
-// What the delta rule reads, rebuilt from the saved projections (forward and backward).
+// What the delta rule reads, rebuilt from the saved projections (forward and backward); the conv
+// and its SiLU are computed where they are read (deltanet_ops.h), never stored.
 struct DeltaNetPrepared {
-  float *conv, *act;  // (N, qkv_dim) conv output before and after SiLU
-  float *q, *k;       // (N, nk, dk)
-  float* v;           // (N, nv, dv)
-  float *g, *beta;    // (N, nv)
+  float *q, *k;     // (N, nk, dk)
+  float* v;         // (N, nv, dv)
+  float *g, *beta;  // (N, nv)
 };
 inline DeltaNetPrepared carve_deltanet_prepared(Carver& a, const DeltaNetSpec& s, int64_t N) {
   DeltaNetPrepared p{};
-  p.conv = a.take<float>(N * s.qkv_dim(), "conv output");
-  p.act = a.take<float>(N * s.qkv_dim(), "silu(conv)");
   p.q = a.take<float>(N * s.key_dim(), "q");
   p.k = a.take<float>(N * s.key_dim(), "k");
   p.v = a.take<float>(N * s.value_dim(), "v");
@@ -208,50 +206,72 @@ Qwen35BackwardFfn<Bf16> carve_qwen3_5_backward_ffn(Carver& a, const Qwen35LayerS
   }
   return f;
 }
+// The mixer's backward scratch. The DeltaNet's comes in three parts so its widest buffers never
+// coexist: what lives to the end (the delta rule's inputs and the gradients that feed the input
+// GEMMs), then the part dead once the delta rule's backward is done (the gated norm's and the rule's
+// own), then, in the same bytes, the conv's gradient and the qkv projection's.
 template <typename Bf16>
-struct Qwen35BackwardMixer {
-  // DeltaNet
+struct DeltaNetBackwardKeep {
   DeltaNetPrepared p;
-  Bf16* gated;              // (N, Vd) recomputed
-  float* dgated;            // (N, Vd)
   Bf16* dz;                 // (N, Vd)
-  float *do_, *dq, *dk, *dv;  // delta rule output and input gradients
+  float *dq, *dk, *dv;      // delta rule input gradients
   float *dg, *dbeta;        // (N, nv)
   Bf16 *dbraw, *daraw;      // (N, nv)
-  float* dconv;             // (N, D)
-  Bf16* dmixed;             // (N, D)
-  void* norm;               // deltanet_gated_norm_workspace_bytes
-  void* rule;               // delta_rule_backward_workspace_bytes
-  // attention
+};
+template <typename Bf16>
+DeltaNetBackwardKeep<Bf16> carve_deltanet_backward_keep(Carver& a, const DeltaNetSpec& g, int64_t N) {
+  DeltaNetBackwardKeep<Bf16> m{};
+  const int64_t Vd = N * g.value_dim(), Kd = N * g.key_dim(), H = N * g.nv;
+  m.p = carve_deltanet_prepared(a, g, N);
+  m.dz = a.take<Bf16>(Vd, "dz");
+  m.dq = a.take<float>(Kd, "dq");
+  m.dk = a.take<float>(Kd, "dk");
+  m.dv = a.take<float>(Vd, "dv");
+  m.dg = a.take<float>(H, "d log decay");
+  m.dbeta = a.take<float>(H, "d beta");
+  m.dbraw = a.take<Bf16>(H, "d b projection");
+  m.daraw = a.take<Bf16>(H, "d a projection");
+  return m;
+}
+template <typename Bf16>
+struct DeltaNetBackwardRule {
+  Bf16* gated;    // (N, Vd) recomputed
+  float* dgated;  // (N, Vd)
+  float* do_;     // (N, Vd) the delta rule output's gradient
+  void* norm;     // deltanet_gated_norm_workspace_bytes
+  void* rule;     // delta_rule_backward_workspace_bytes
+};
+template <typename Bf16>
+DeltaNetBackwardRule<Bf16> carve_deltanet_backward_rule(Carver& a, const DeltaNetSpec& g, int64_t B, int64_t T) {
+  DeltaNetBackwardRule<Bf16> m{};
+  const int64_t N = B * T, Vd = N * g.value_dim();
+  m.gated = a.take<Bf16>(Vd, "gated o");
+  m.dgated = a.take<float>(Vd, "d gated o");
+  m.do_ = a.take<float>(Vd, "d delta rule output");
+  m.norm = a.take<std::byte>(deltanet_gated_norm_workspace_bytes(N, g.nv, g.dv), "gated norm backward");
+  m.rule = a.take<std::byte>(delta_rule_backward_workspace_bytes(B, T, g.nv, g.dk, g.dv), "delta rule backward");
+  return m;
+}
+template <typename Bf16>
+struct DeltaNetBackwardConv {
+  float* dconv;  // (N, D)
+  Bf16* dmixed;  // (N, D)
+};
+template <typename Bf16>
+DeltaNetBackwardConv<Bf16> carve_deltanet_backward_conv(Carver& a, const DeltaNetSpec& g, int64_t N) {
+  return {a.take<float>(N * g.qkv_dim(), "d conv"), a.take<Bf16>(N * g.qkv_dim(), "d qkv projection")};
+}
+
+// The gated attention's backward scratch.
+template <typename Bf16>
+struct AttentionBackward {
   Bf16 *og, *dog, *datt, *dgate, *dqa, *dka, *dva, *dq_lin, *dk_lin, *dqp;
   float* attn;  // attention backward scratch (B, H, T)
 };
 template <typename Bf16>
-Qwen35BackwardMixer<Bf16> carve_qwen3_5_backward_mixer(Carver& a, const Qwen35LayerSpec& s, int64_t B, int64_t T) {
-  const int64_t N = B * T;
-  Qwen35BackwardMixer<Bf16> m{};
-  if (s.linear) {
-    const DeltaNetSpec& g = s.gdn;
-    const int64_t Vd = N * g.value_dim(), Kd = N * g.key_dim(), H = N * g.nv;
-    m.p = carve_deltanet_prepared(a, g, N);
-    m.gated = a.take<Bf16>(Vd, "gated o");
-    m.dgated = a.take<float>(Vd, "d gated o");
-    m.dz = a.take<Bf16>(Vd, "dz");
-    m.do_ = a.take<float>(Vd, "d delta rule output");
-    m.dq = a.take<float>(Kd, "dq");
-    m.dk = a.take<float>(Kd, "dk");
-    m.dv = a.take<float>(Vd, "dv");
-    m.dg = a.take<float>(H, "d log decay");
-    m.dbeta = a.take<float>(H, "d beta");
-    m.dbraw = a.take<Bf16>(H, "d b projection");
-    m.daraw = a.take<Bf16>(H, "d a projection");
-    m.dconv = a.take<float>(N * g.qkv_dim(), "d conv");
-    m.dmixed = a.take<Bf16>(N * g.qkv_dim(), "d qkv projection");
-    m.norm = a.take<std::byte>(deltanet_gated_norm_workspace_bytes(N, g.nv, g.dv), "gated norm backward");
-    m.rule = a.take<std::byte>(delta_rule_backward_workspace_bytes(B, T, g.nv, g.dk, g.dv), "delta rule backward");
-    return m;
-  }
-  const int64_t Q = N * s.q_dim(), K = N * s.kv_dim();
+AttentionBackward<Bf16> carve_qwen3_5_backward_attention(Carver& a, const Qwen35LayerSpec& s, int64_t B, int64_t T) {
+  const int64_t N = B * T, Q = N * s.q_dim(), K = N * s.kv_dim();
+  AttentionBackward<Bf16> m{};
   m.og = a.take<Bf16>(Q, "gated attention output");
   m.dog = a.take<Bf16>(Q, "d gated attention output");
   m.datt = a.take<Bf16>(Q, "datt");

@@ -69,13 +69,13 @@ AttentionShape attention_shape(const UnitContext& ctx, const Qwen35LayerSpec& s,
   return AttentionShape{B, T, s.H, s.KV, s.hd, ctx.positions};  // scale hd^-1/2
 }
 
-// conv, SiLU, the split into normalised q, k and v, beta and g, from the saved projections.
+// The split into normalised q, k and v (the conv and SiLU computed on the way), beta and g, from the
+// saved projections.
 void prepare(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p, const Qwen35Saved<bf16>& S,
              const DeltaNetPrepared& d, int64_t B, int64_t T) {
   const DeltaNetSpec& g = s.gdn;
   const int64_t N = B * T;
-  deltanet_conv_forward(d.conv, d.act, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T), ctx.stream);
-  deltanet_split_forward(d.q, d.k, d.v, d.act, heads_shape(g, N), ctx.stream);
+  deltanet_prepare_forward(d.q, d.k, d.v, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T), heads_shape(g, N), ctx.stream);
   deltanet_gates_forward(d.beta, d.g, S.braw, S.araw, p + s.A_log, p + s.dt_bias, N, g.nv, ctx.stream);
 }
 
@@ -201,30 +201,37 @@ void ffn_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* 
 
 // From c.dmix (bf16): the DeltaNet's parameter gradients; dh (fp32) into c.dc, overwritten.
 void deltanet_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p, const Qwen35Saved<bf16>& S,
-                       const Qwen35BackwardCommon<bf16>& c, const Qwen35BackwardMixer<bf16>& m, float* dp, int64_t B,
-                       int64_t T) {
+                       const Qwen35BackwardCommon<bf16>& c, Carver& carver, float* dp, int64_t B, int64_t T) {
   const DeltaNetSpec& g = s.gdn;
   const int64_t N = B * T, C = s.C, D = g.qkv_dim(), Vd = g.value_dim();
   cudaStream_t st = ctx.stream;
+  const DeltaNetBackwardKeep<bf16> m = carve_deltanet_backward_keep<bf16>(carver, g, N);
   prepare(ctx, s, p, S, m.p, B, T);
-  deltanet_gated_norm_forward(m.gated, S.rstd_g, S.o, S.z, p + s.gdn_norm, N, g.nv, g.dv, g.norm_eps, true, st);
-  // y = gated W_out^T; gated = silu(z) * (w * rmsnorm(o))
-  linear_backward_input_f32(ctx, c.gemm_ws, m.dgated, c.dmix, p + s.out_w, N, Vd, C, false);
-  linear_backward_weight(ctx, c.gemm_ws, dp + s.out_w, c.dmix, m.gated, N, Vd, C);
-  deltanet_gated_norm_backward(m.dz, m.do_, dp + s.gdn_norm, m.dgated, S.o, S.rstd_g, S.z, p + s.gdn_norm, N, g.nv, g.dv,
-                               m.norm, st);
-  delta_rule_backward(rule_shape(ctx, g, B, T), m.p.q, m.p.k, m.p.v, m.p.g, m.p.beta, m.do_, m.dq, m.dk, m.dv, m.dg,
-                      m.dbeta, m.rule, st);
+  {
+    const int64_t mark = carver.mark();
+    const DeltaNetBackwardRule<bf16> r = carve_deltanet_backward_rule<bf16>(carver, g, B, T);
+    deltanet_gated_norm_forward(r.gated, S.rstd_g, S.o, S.z, p + s.gdn_norm, N, g.nv, g.dv, g.norm_eps, true, st);
+    // y = gated W_out^T; gated = silu(z) * (w * rmsnorm(o))
+    linear_backward_input_f32(ctx, c.gemm_ws, r.dgated, c.dmix, p + s.out_w, N, Vd, C, false);
+    linear_backward_weight(ctx, c.gemm_ws, dp + s.out_w, c.dmix, r.gated, N, Vd, C);
+    deltanet_gated_norm_backward(m.dz, r.do_, dp + s.gdn_norm, r.dgated, S.o, S.rstd_g, S.z, p + s.gdn_norm, N, g.nv,
+                                 g.dv, r.norm, st);
+    delta_rule_backward(rule_shape(ctx, g, B, T), m.p.q, m.p.k, m.p.v, m.p.g, m.p.beta, r.do_, m.dq, m.dk, m.dv, m.dg,
+                        m.dbeta, r.rule, st);
+    carver.release(mark);
+  }
   deltanet_gates_backward(m.dbraw, m.daraw, dp + s.A_log, dp + s.dt_bias, m.dbeta, m.dg, m.p.beta, m.p.g, S.araw,
                           p + s.A_log, p + s.dt_bias, N, g.nv, st);
-  deltanet_split_backward(m.dconv, m.dq, m.dk, m.dv, m.p.act, m.p.conv, heads_shape(g, N), st);
-  deltanet_conv_backward(m.dmixed, dp + s.conv_w, m.dconv, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T), st);
+  const DeltaNetBackwardConv<bf16> v = carve_deltanet_backward_conv<bf16>(carver, g, N);
+  deltanet_prepare_backward(v.dconv, m.dq, m.dk, m.dv, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T),
+                            heads_shape(g, N), st);
+  deltanet_conv_backward(v.dmixed, dp + s.conv_w, v.dconv, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T), st);
   // dh (fp32) = dmixed Wqkv + dz Wz + dbraw Wb + daraw Wa; dW += d^T h
-  linear_backward_input_f32(ctx, c.gemm_ws, c.dc, m.dmixed, p + s.qkv_w, N, C, D, false);
+  linear_backward_input_f32(ctx, c.gemm_ws, c.dc, v.dmixed, p + s.qkv_w, N, C, D, false);
   linear_backward_input_f32(ctx, c.gemm_ws, c.dc, m.dz, p + s.z_w, N, C, Vd, true);
   linear_backward_input_f32(ctx, c.gemm_ws, c.dc, m.dbraw, p + s.b_w, N, C, g.nv, true);
   linear_backward_input_f32(ctx, c.gemm_ws, c.dc, m.daraw, p + s.a_w, N, C, g.nv, true);
-  linear_backward_weight(ctx, c.gemm_ws, dp + s.qkv_w, m.dmixed, S.h, N, C, D);
+  linear_backward_weight(ctx, c.gemm_ws, dp + s.qkv_w, v.dmixed, S.h, N, C, D);
   linear_backward_weight(ctx, c.gemm_ws, dp + s.z_w, m.dz, S.h, N, C, Vd);
   linear_backward_weight(ctx, c.gemm_ws, dp + s.b_w, m.dbraw, S.h, N, C, g.nv);
   linear_backward_weight(ctx, c.gemm_ws, dp + s.a_w, m.daraw, S.h, N, C, g.nv);
@@ -233,8 +240,9 @@ void deltanet_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const b
 // From c.dmix (bf16): the gated attention's parameter gradients; dh (fp32) into c.dc, overwritten.
 void attention_backward_block(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p,
                               const Qwen35Saved<bf16>& S, const Qwen35BackwardCommon<bf16>& c,
-                              const Qwen35BackwardMixer<bf16>& m, float* dp, int64_t B, int64_t T) {
+                              Carver& carver, float* dp, int64_t B, int64_t T) {
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim();
+  const AttentionBackward<bf16> m = carve_qwen3_5_backward_attention<bf16>(carver, s, B, T);
   cudaStream_t st = ctx.stream;
   output_gate_forward(m.og, S.att, S.gate, N * Q, st);  // recomputed
   linear_backward_input_bf16(ctx, c.gemm_ws, m.dog, c.dmix, p + s.o_w, N, Q, C);
@@ -292,11 +300,10 @@ void qwen3_5_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf
                 false, c.reduce, st);
   // h1 = x + mixer(h): the mixer's gradient is dh1
   f32_to_bf16(c.dh1, c.dmix, N * C, st);
-  const Qwen35BackwardMixer<bf16> m = carve_qwen3_5_backward_mixer<bf16>(carver, s, B, T);
   if (s.linear)
-    deltanet_backward(ctx, s, p, S, c, m, dp, B, T);
+    deltanet_backward(ctx, s, p, S, c, carver, dp, B, T);
   else
-    attention_backward_block(ctx, s, p, S, c, m, dp, B, T);
+    attention_backward_block(ctx, s, p, S, c, carver, dp, B, T);
   // dx (bf16) = dh1 (fp32 residual) + input norm backward of dh
   norm_backward({c.dc, true, x, S.rstd_in, p + s.input_norm, dp + s.input_norm, N, C}, dx, false, c.dh1, true, c.reduce,
                 st);

@@ -100,7 +100,15 @@ int64_t qwen3_5_backward_workspace_bytes(const Qwen35LayerSpec& spec, int64_t B,
   const int64_t mark = a.mark();
   carve_qwen3_5_backward_ffn<Bf16Size>(a, spec, B * T);
   a.release(mark);
-  carve_qwen3_5_backward_mixer<Bf16Size>(a, spec, B, T);
+  if (!spec.linear) {
+    carve_qwen3_5_backward_attention<Bf16Size>(a, spec, B, T);
+    return a.high_water();
+  }
+  carve_deltanet_backward_keep<Bf16Size>(a, spec.gdn, B * T);
+  const int64_t rule = a.mark();
+  carve_deltanet_backward_rule<Bf16Size>(a, spec.gdn, B, T);
+  a.release(rule);
+  carve_deltanet_backward_conv<Bf16Size>(a, spec.gdn, B * T);
   return a.high_water();
 }
 
