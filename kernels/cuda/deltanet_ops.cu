@@ -1,11 +1,10 @@
 // The Gated DeltaNet's passes on the GPU; see deltanet_ops.h. Formulas in the CPU's float order
 // (kernels/cpu/transformer/gated_deltanet.cc), the shared ones from device_math.h.
-#include "kernels/cuda/deltanet_ops.h"
-
 #include <cuda_runtime.h>
 
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/deltanet_ops.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
@@ -18,8 +17,9 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr double kL2NormEps = 1e-6;  // the reference's l2norm: x * rsqrt(sum x^2 + 1e-6)
 
-#define SLIDEDP_GRID_STRIDE(i, n) \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); i += int64_t{gridDim.x} * blockDim.x)
+#define SLIDEDP_GRID_STRIDE(i, n)                                           \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (n); \
+       i += int64_t{gridDim.x} * blockDim.x)
 
 __device__ __forceinline__ int64_t qkv(const HeadsShape& s) { return 2 * s.nk * s.dk + s.nv * s.dv; }
 
@@ -30,8 +30,8 @@ __device__ __forceinline__ int64_t document_start(const ConvShape& s, int64_t ro
 
 // conv[row, c] = sum_i w[c, i] mixed[row - (K - 1) + i, c] inside the row's document, in tap order
 // (the CPU's), and silu of it.
-__device__ __forceinline__ float conv_at(const bf16* __restrict__ mixed, const bf16* __restrict__ w, const ConvShape& s,
-                                         int64_t row, int64_t c) {
+__device__ __forceinline__ float conv_at(const bf16* __restrict__ mixed, const bf16* __restrict__ w,
+                                         const ConvShape& s, int64_t row, int64_t c) {
   const int64_t t = row % s.T, first = row - t, start = document_start(s, row, t);
   float acc = 0.0f;
   for (int64_t i = 0; i < s.K; ++i) {
@@ -84,7 +84,7 @@ constexpr int kMaxPerLane = 8;  // head dims up to 256
 struct HeadSlice {
   int64_t first, d;  // channel range in qkv order
   bool normed, is_q;
-  int64_t index;     // head index within q, k or v
+  int64_t index;  // head index within q, k or v
 };
 __device__ HeadSlice head_slice(const HeadsShape& s, int64_t j) {
   if (j < s.nk) return {j * s.dk, s.dk, true, true, j};
@@ -94,8 +94,8 @@ __device__ HeadSlice head_slice(const HeadsShape& s, int64_t j) {
 }
 
 __global__ void prepare_forward_kernel(float* __restrict__ q, float* __restrict__ k, float* __restrict__ v,
-                                       const bf16* __restrict__ mixed, const bf16* __restrict__ w, ConvShape c,
-                                       HeadsShape s) {
+                                       const bf16* __restrict__ mixed, const bf16* __restrict__ w,
+                                       ConvShape c, HeadsShape s) {
   const int64_t heads = 2 * s.nk + s.nv;
   const int64_t item = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (item >= s.N * heads) return;
@@ -126,15 +126,16 @@ __global__ void prepare_forward_kernel(float* __restrict__ q, float* __restrict_
 // derivative at the conv output: dconv = dact * sg (1 + x (1 - sg)).
 __global__ void prepare_backward_kernel(float* __restrict__ dconv, const float* __restrict__ dq,
                                         const float* __restrict__ dk, const float* __restrict__ dv,
-                                        const bf16* __restrict__ mixed, const bf16* __restrict__ w, ConvShape c,
-                                        HeadsShape s) {
+                                        const bf16* __restrict__ mixed, const bf16* __restrict__ w,
+                                        ConvShape c, HeadsShape s) {
   const int64_t heads = 2 * s.nk + s.nv;
   const int64_t item = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (item >= s.N * heads) return;
   const int64_t row = item / heads;
   const HeadSlice h = head_slice(s, item % heads);
   float x[kMaxPerLane], a[kMaxPerLane], g[kMaxPerLane];
-  const float* grad = h.normed ? (h.is_q ? dq : dk) + (row * s.nk + h.index) * s.dk : dv + (row * s.nv + h.index) * s.dv;
+  const float* grad =
+      h.normed ? (h.is_q ? dq : dk) + (row * s.nk + h.index) * s.dk : dv + (row * s.nv + h.index) * s.dv;
   float ss = 0.0f;
   for (int n = 0; n < kMaxPerLane; ++n) {
     const int64_t i = lane + 32 * n;
@@ -166,9 +167,10 @@ __global__ void prepare_backward_kernel(float* __restrict__ dconv, const float* 
 // torch.nn.functional.softplus with its default threshold: x above 20 passes through.
 __device__ __forceinline__ float softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-__global__ void gates_forward_kernel(float* __restrict__ beta, float* __restrict__ g, const float* __restrict__ braw,
-                                     const float* __restrict__ araw, const bf16* __restrict__ A_log,
-                                     const bf16* __restrict__ dt_bias, int64_t N, int64_t nv) {
+__global__ void gates_forward_kernel(float* __restrict__ beta, float* __restrict__ g,
+                                     const float* __restrict__ braw, const float* __restrict__ araw,
+                                     const bf16* __restrict__ A_log, const bf16* __restrict__ dt_bias,
+                                     int64_t N, int64_t nv) {
   SLIDEDP_GRID_STRIDE(e, N * nv) {
     const int64_t h = e % nv;
     beta[e] = math::sigmoid(braw[e]);
@@ -177,7 +179,8 @@ __global__ void gates_forward_kernel(float* __restrict__ beta, float* __restrict
 }
 
 // d araw = d(g) / d(araw) dg = -dg exp(A_log) softplus'(u), softplus' = sigmoid below the threshold.
-__device__ __forceinline__ float gate_du(float dg, float araw, const bf16* A_log, const bf16* dt_bias, int64_t h) {
+__device__ __forceinline__ float gate_du(float dg, float araw, const bf16* A_log, const bf16* dt_bias,
+                                         int64_t h) {
   const float u = araw + to_f32(dt_bias[h]);
   return -dg * expf(to_f32(A_log[h])) * (u > 20.0f ? 1.0f : math::sigmoid(u));
 }
@@ -185,8 +188,8 @@ __device__ __forceinline__ float gate_du(float dg, float araw, const bf16* A_log
 __global__ void gates_backward_rows_kernel(bf16* __restrict__ dbraw, bf16* __restrict__ daraw,
                                            const float* __restrict__ dbeta, const float* __restrict__ dg,
                                            const float* __restrict__ beta, const float* __restrict__ araw,
-                                           const bf16* __restrict__ A_log, const bf16* __restrict__ dt_bias, int64_t N,
-                                           int64_t nv) {
+                                           const bf16* __restrict__ A_log, const bf16* __restrict__ dt_bias,
+                                           int64_t N, int64_t nv) {
   SLIDEDP_GRID_STRIDE(e, N * nv) {
     dbraw[e] = to_bf16(dbeta[e] * beta[e] * (1.0f - beta[e]));
     daraw[e] = to_bf16(gate_du(dg[e], araw[e], A_log, dt_bias, e % nv));
@@ -210,16 +213,18 @@ __global__ void gates_backward_params_kernel(float* __restrict__ dA_log, float* 
   pa[threadIdx.x] = a, pb[threadIdx.x] = b;
   __syncthreads();
   for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (threadIdx.x < half) pa[threadIdx.x] += pa[threadIdx.x + half], pb[threadIdx.x] += pb[threadIdx.x + half];
+    if (threadIdx.x < half)
+      pa[threadIdx.x] += pa[threadIdx.x + half], pb[threadIdx.x] += pb[threadIdx.x + half];
     __syncthreads();
   }
   if (threadIdx.x == 0) dA_log[h] += pa[0], ddt_bias[h] += pb[0];
 }
 
 // One warp per (row, value head).
-__global__ void gated_norm_forward_kernel(bf16* __restrict__ gated, float* __restrict__ rstd, const float* __restrict__ o,
-                                          const bf16* __restrict__ z, const bf16* __restrict__ w, int64_t R, int64_t dv,
-                                          double eps, bool recompute) {
+__global__ void gated_norm_forward_kernel(bf16* __restrict__ gated, float* __restrict__ rstd,
+                                          const float* __restrict__ o, const bf16* __restrict__ z,
+                                          const bf16* __restrict__ w, int64_t R, int64_t dv, double eps,
+                                          bool recompute) {
   const int64_t r = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= R) return;
   const float* x = o + r * dv;
@@ -233,13 +238,15 @@ __global__ void gated_norm_forward_kernel(bf16* __restrict__ gated, float* __res
     if (lane == 0) rstd[r] = rs;
   }
   for (int64_t c = lane; c < dv; c += 32)
-    gated[r * dv + c] = to_bf16(math::swiglu(to_f32(z[r * dv + c]), math::rmsnorm_out(to_f32(w[c]), x[c], rs)));
+    gated[r * dv + c] =
+        to_bf16(math::swiglu(to_f32(z[r * dv + c]), math::rmsnorm_out(to_f32(w[c]), x[c], rs)));
 }
 
-__global__ void gated_norm_backward_kernel(bf16* __restrict__ dz, float* __restrict__ do_, float* __restrict__ terms,
-                                           const float* __restrict__ dgated, const float* __restrict__ o,
-                                           const float* __restrict__ rstd, const bf16* __restrict__ z,
-                                           const bf16* __restrict__ w, int64_t R, int64_t dv) {
+__global__ void gated_norm_backward_kernel(bf16* __restrict__ dz, float* __restrict__ do_,
+                                           float* __restrict__ terms, const float* __restrict__ dgated,
+                                           const float* __restrict__ o, const float* __restrict__ rstd,
+                                           const bf16* __restrict__ z, const bf16* __restrict__ w, int64_t R,
+                                           int64_t dv) {
   const int64_t r = blockIdx.x * int64_t{kWarps} + threadIdx.x / 32, lane = threadIdx.x % 32;
   if (r >= R) return;
   const float* x = o + r * dv;
@@ -270,60 +277,69 @@ unsigned warps_grid(int64_t items) { return static_cast<unsigned>((items + kWarp
 void deltanet_conv_backward(bf16* dmixed, float* dw, const float* dconv, const bf16* mixed, const bf16* w,
                             const ConvShape& s, cudaStream_t stream) {
   if (s.B * s.T * s.D <= 0) return;
-  conv_backward_input_kernel<<<grid_for(s.B * s.T * s.D, kThreads), kThreads, 0, stream>>>(dmixed, dconv, w, s);
+  conv_backward_input_kernel<<<grid_for(s.B * s.T * s.D, kThreads), kThreads, 0, stream>>>(dmixed, dconv, w,
+                                                                                           s);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_conv_backward input");
   conv_backward_weight_kernel<<<grid_for(s.D * s.K, kThreads), kThreads, 0, stream>>>(dw, dconv, mixed, s);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_conv_backward weight");
 }
 
-void deltanet_prepare_forward(float* q, float* k, float* v, const bf16* mixed, const bf16* w, const ConvShape& c,
-                              const HeadsShape& s, cudaStream_t stream) {
+void deltanet_prepare_forward(float* q, float* k, float* v, const bf16* mixed, const bf16* w,
+                              const ConvShape& c, const HeadsShape& s, cudaStream_t stream) {
   SLIDEDP_CHECK(s.dk <= 32 * kMaxPerLane && s.dv <= 32 * kMaxPerLane, "Gated DeltaNet: head dims above 256");
   if (s.N <= 0) return;
-  prepare_forward_kernel<<<warps_grid(s.N * (2 * s.nk + s.nv)), kThreads, 0, stream>>>(q, k, v, mixed, w, c, s);
+  prepare_forward_kernel<<<warps_grid(s.N * (2 * s.nk + s.nv)), kThreads, 0, stream>>>(q, k, v, mixed, w, c,
+                                                                                       s);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_prepare_forward");
 }
 
-void deltanet_prepare_backward(float* dconv, const float* dq, const float* dk, const float* dv, const bf16* mixed,
-                               const bf16* w, const ConvShape& c, const HeadsShape& s, cudaStream_t stream) {
+void deltanet_prepare_backward(float* dconv, const float* dq, const float* dk, const float* dv,
+                               const bf16* mixed, const bf16* w, const ConvShape& c, const HeadsShape& s,
+                               cudaStream_t stream) {
   SLIDEDP_CHECK(s.dk <= 32 * kMaxPerLane && s.dv <= 32 * kMaxPerLane, "Gated DeltaNet: head dims above 256");
   if (s.N <= 0) return;
-  prepare_backward_kernel<<<warps_grid(s.N * (2 * s.nk + s.nv)), kThreads, 0, stream>>>(dconv, dq, dk, dv, mixed, w, c, s);
+  prepare_backward_kernel<<<warps_grid(s.N * (2 * s.nk + s.nv)), kThreads, 0, stream>>>(dconv, dq, dk, dv,
+                                                                                        mixed, w, c, s);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_prepare_backward");
 }
 
 void deltanet_gates_forward(float* beta, float* g, const float* braw, const float* araw, const bf16* A_log,
                             const bf16* dt_bias, int64_t N, int64_t nv, cudaStream_t stream) {
   if (N * nv <= 0) return;
-  gates_forward_kernel<<<grid_for(N * nv, kThreads), kThreads, 0, stream>>>(beta, g, braw, araw, A_log, dt_bias, N, nv);
+  gates_forward_kernel<<<grid_for(N * nv, kThreads), kThreads, 0, stream>>>(beta, g, braw, araw, A_log,
+                                                                            dt_bias, N, nv);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_gates_forward");
 }
 
 void deltanet_gates_backward(bf16* dbraw, bf16* daraw, float* dA_log, float* ddt_bias, const float* dbeta,
-                             const float* dg, const float* beta, const float* g, const float* araw, const bf16* A_log,
-                             const bf16* dt_bias, int64_t N, int64_t nv, cudaStream_t stream) {
+                             const float* dg, const float* beta, const float* g, const float* araw,
+                             const bf16* A_log, const bf16* dt_bias, int64_t N, int64_t nv,
+                             cudaStream_t stream) {
   if (N * nv <= 0) return;
-  gates_backward_rows_kernel<<<grid_for(N * nv, kThreads), kThreads, 0, stream>>>(dbraw, daraw, dbeta, dg, beta, araw,
-                                                                                 A_log, dt_bias, N, nv);
+  gates_backward_rows_kernel<<<grid_for(N * nv, kThreads), kThreads, 0, stream>>>(
+      dbraw, daraw, dbeta, dg, beta, araw, A_log, dt_bias, N, nv);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_gates_backward rows");
-  gates_backward_params_kernel<<<static_cast<unsigned>(nv), kThreads, 0, stream>>>(dA_log, ddt_bias, dg, g, araw, A_log,
-                                                                                  dt_bias, N, nv);
+  gates_backward_params_kernel<<<static_cast<unsigned>(nv), kThreads, 0, stream>>>(
+      dA_log, ddt_bias, dg, g, araw, A_log, dt_bias, N, nv);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_gates_backward parameters");
 }
 
-void deltanet_gated_norm_forward(bf16* gated, float* rstd, const float* o, const bf16* z, const bf16* w, int64_t N,
-                                 int64_t nv, int64_t dv, double eps, bool recompute, cudaStream_t stream) {
+void deltanet_gated_norm_forward(bf16* gated, float* rstd, const float* o, const bf16* z, const bf16* w,
+                                 int64_t N, int64_t nv, int64_t dv, double eps, bool recompute,
+                                 cudaStream_t stream) {
   if (N * nv <= 0) return;
-  gated_norm_forward_kernel<<<warps_grid(N * nv), kThreads, 0, stream>>>(gated, rstd, o, z, w, N * nv, dv, eps, recompute);
+  gated_norm_forward_kernel<<<warps_grid(N * nv), kThreads, 0, stream>>>(gated, rstd, o, z, w, N * nv, dv,
+                                                                         eps, recompute);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_gated_norm_forward");
 }
 
 void deltanet_gated_norm_backward(bf16* dz, float* do_, float* dw, const float* dgated, const float* o,
-                                  const float* rstd, const bf16* z, const bf16* w, int64_t N, int64_t nv, int64_t dv,
-                                  void* workspace, cudaStream_t stream) {
+                                  const float* rstd, const bf16* z, const bf16* w, int64_t N, int64_t nv,
+                                  int64_t dv, void* workspace, cudaStream_t stream) {
   if (N * nv <= 0) return;
   auto* terms = static_cast<float*>(workspace);
-  gated_norm_backward_kernel<<<warps_grid(N * nv), kThreads, 0, stream>>>(dz, do_, terms, dgated, o, rstd, z, w, N * nv, dv);
+  gated_norm_backward_kernel<<<warps_grid(N * nv), kThreads, 0, stream>>>(dz, do_, terms, dgated, o, rstd, z,
+                                                                          w, N * nv, dv);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "deltanet_gated_norm_backward");
   colsum_accumulate(dw, terms, N * nv, dv, terms + N * nv * dv, stream);
 }

@@ -2,8 +2,6 @@
 // (tested on the CPU against the CPU's chunked form); here are the loops, the barriers and where the
 // states live. A state in shared memory or in the scratch has rows of dv + 1 floats: a thread per
 // column walks a column conflict-free, and a thread per row (the row phase) walks a row conflict-free.
-#include "kernels/cuda/gated_delta_rule.h"
-
 #include <cuda_runtime.h>
 
 #include <string>
@@ -12,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/gated_delta_rule.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
@@ -31,7 +30,9 @@ struct Head {
   __device__ bool starts(int64_t t) const {
     return t == 0 || (a.s.positions != nullptr && a.s.positions[row(t)] == 0);
   }
-  __device__ const float* key(const float* base, int64_t t) const { return base + (row(t) * a.s.nk + kh) * a.s.dk; }
+  __device__ const float* key(const float* base, int64_t t) const {
+    return base + (row(t) * a.s.nk + kh) * a.s.dk;
+  }
   __device__ int64_t gate(int64_t t) const { return row(t) * a.s.nv + h; }
   __device__ int64_t value(int64_t t) const { return (row(t) * a.s.nv + h) * a.s.dv; }
   __device__ int64_t state_floats() const { return a.s.dk * ld; }
@@ -53,7 +54,8 @@ __device__ void load_kq(const Head& hd, int64_t t, float* kv, float* qv) {
 
 // S (shared) from the raw state before token t_begin to the one before t_end (restarting at
 // document starts); o written when given.
-__device__ void advance(const Head& hd, float* S, float* kv, float* qv, int64_t t_begin, int64_t t_end, float* o) {
+__device__ void advance(const Head& hd, float* S, float* kv, float* qv, int64_t t_begin, int64_t t_end,
+                        float* o) {
   const Args& a = hd.a;
   for (int64_t t = t_begin; t < t_end; ++t) {
     if (hd.starts(t)) fill(S, hd.state_floats(), 0.0f);
@@ -61,8 +63,8 @@ __device__ void advance(const Head& hd, float* S, float* kv, float* qv, int64_t 
     __syncthreads();
     const int64_t j = threadIdx.x;
     if (j < a.s.dv) {
-      const float out = math::delta_column_forward(S + j, hd.ld, a.s.dk, kv, qv, expf(a.g[hd.gate(t)]), a.b[hd.gate(t)],
-                                                   a.v[hd.value(t) + j]);
+      const float out = math::delta_column_forward(S + j, hd.ld, a.s.dk, kv, qv, expf(a.g[hd.gate(t)]),
+                                                   a.b[hd.gate(t)], a.v[hd.value(t) + j]);
       if (o != nullptr) o[hd.value(t) + j] = out;
     }
     __syncthreads();
@@ -102,7 +104,9 @@ __global__ void backward_kernel(Args a) {
   float* partials = reinterpret_cast<float*>(cols + dv);  // 64 floats: two block sums
   const int64_t chunks = (T + kDeltaChunk - 1) / kDeltaChunk, subs = kDeltaChunk / kDeltaSubChunk;
   const int64_t unpadded = dk * dv;
-  auto checkpoint = [&](int64_t c) { return a.checkpoints + ((hd.seq * chunks + c) * a.s.nv + hd.h) * unpadded; };
+  auto checkpoint = [&](int64_t c) {
+    return a.checkpoints + ((hd.seq * chunks + c) * a.s.nv + hd.h) * unpadded;
+  };
   float* sub = a.scratch + (hd.seq * a.s.nv + hd.h) * (subs + 1) * state;
   float* dS = sub + subs * state;
   auto store_unpadded = [&](float* dst) {
@@ -142,7 +146,9 @@ __global__ void backward_kernel(Args a) {
       if (j < dv) dO[j] = a.dout[hd.value(t) + j];
       __syncthreads();
       // column phase: what every row needs of every column
-      if (j < dv) cols[j] = math::delta_column_grad(S + j, dS + j, ld, dk, kv, qv, ga, beta, a.v[hd.value(t) + j], dO[j]);
+      if (j < dv)
+        cols[j] =
+            math::delta_column_grad(S + j, dS + j, ld, dk, kv, qv, ga, beta, a.v[hd.value(t) + j], dO[j]);
       __syncthreads();
       // row phase: this value head's dq and dk rows
       if (j < dk) {
@@ -169,9 +175,10 @@ __global__ void backward_kernel(Args a) {
 }
 
 // dq[row, kh] = sum over the value heads h of key head kh, in order, of dq_heads[row, h].
-__global__ void sum_heads_kernel(float* __restrict__ out, const float* __restrict__ heads, int64_t N, int64_t nk,
-                                 int64_t group, int64_t dk) {
-  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < N * nk * dk; e += int64_t{gridDim.x} * blockDim.x) {
+__global__ void sum_heads_kernel(float* __restrict__ out, const float* __restrict__ heads, int64_t N,
+                                 int64_t nk, int64_t group, int64_t dk) {
+  for (int64_t e = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; e < N * nk * dk;
+       e += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = e % dk, kh = (e / dk) % nk, row = e / (dk * nk);
     float sum = 0;
     for (int64_t h = kh * group; h < (kh + 1) * group; ++h) sum += heads[(row * nk * group + h) * dk + i];
@@ -182,8 +189,10 @@ __global__ void sum_heads_kernel(float* __restrict__ out, const float* __restric
 int threads_for(const DeltaRuleShape& s) { return static_cast<int>((std::max(s.dk, s.dv) + 31) / 32 * 32); }
 
 void check(const DeltaRuleShape& s) {
-  SLIDEDP_CHECK(s.B >= 0 && s.T >= 0 && s.nk > 0 && s.nv > 0 && s.nv % s.nk == 0, "delta rule: bad head counts");
-  SLIDEDP_CHECK(s.dk > 0 && s.dk <= 256 && s.dv > 0 && s.dv <= 1024, "delta rule: needs dk <= 256 and dv <= 1024");
+  SLIDEDP_CHECK(s.B >= 0 && s.T >= 0 && s.nk > 0 && s.nv > 0 && s.nv % s.nk == 0,
+                "delta rule: bad head counts");
+  SLIDEDP_CHECK(s.dk > 0 && s.dk <= 256 && s.dv > 0 && s.dv <= 1024,
+                "delta rule: needs dk <= 256 and dv <= 1024");
   SLIDEDP_CHECK(s.B <= 65535 * 1024 && s.nv <= 65535, "delta rule: grid too large");
 }
 
@@ -194,9 +203,10 @@ void allow_shared(Kernel kernel, int64_t bytes, const char* what) {
   SLIDEDP_CUDA_CHECK(cudaGetDevice(&device));
   SLIDEDP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
   if (bytes > optin)
-    throw InputError(what, "the head's state needs " + std::to_string(bytes) + " bytes of shared memory; this GPU gives " +
-                               std::to_string(optin));
-  SLIDEDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+    throw InputError(what, "the head's state needs " + std::to_string(bytes) +
+                               " bytes of shared memory; this GPU gives " + std::to_string(optin));
+  SLIDEDP_CUDA_CHECK(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 int64_t forward_shared_bytes(const DeltaRuleShape& s) { return (s.dk * (s.dv + 1) + 2 * s.dk) * 4; }
@@ -206,21 +216,22 @@ int64_t backward_shared_bytes(const DeltaRuleShape& s) {
 
 }  // namespace
 
-void delta_rule_forward(const DeltaRuleShape& s, const float* q, const float* k, const float* v, const float* g,
-                        const float* b, float* o, cudaStream_t stream) {
+void delta_rule_forward(const DeltaRuleShape& s, const float* q, const float* k, const float* v,
+                        const float* g, const float* b, float* o, cudaStream_t stream) {
   check(s);
   if (s.B * s.T == 0) return;
   Args a{};
   a.s = s, a.q = q, a.k = k, a.v = v, a.g = g, a.b = b, a.o = o;
   const int64_t shared = forward_shared_bytes(s);
   allow_shared(forward_kernel, shared, "delta rule forward");
-  forward_kernel<<<dim3(static_cast<unsigned>(s.B), static_cast<unsigned>(s.nv)), threads_for(s), shared, stream>>>(a);
+  forward_kernel<<<dim3(static_cast<unsigned>(s.B), static_cast<unsigned>(s.nv)), threads_for(s), shared,
+                   stream>>>(a);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "delta_rule_forward");
 }
 
-void delta_rule_backward(const DeltaRuleShape& s, const float* q, const float* k, const float* v, const float* g,
-                         const float* b, const float* do_, float* dq, float* dk, float* dv, float* dg, float* db,
-                         void* workspace, cudaStream_t stream) {
+void delta_rule_backward(const DeltaRuleShape& s, const float* q, const float* k, const float* v,
+                         const float* g, const float* b, const float* do_, float* dq, float* dk, float* dv,
+                         float* dg, float* db, void* workspace, cudaStream_t stream) {
   check(s);
   const int64_t N = s.B * s.T;
   if (N == 0) return;
@@ -234,7 +245,8 @@ void delta_rule_backward(const DeltaRuleShape& s, const float* q, const float* k
   a.dv = dv, a.dg = dg, a.db = db;
   const int64_t shared = backward_shared_bytes(s);
   allow_shared(backward_kernel, shared, "delta rule backward");
-  backward_kernel<<<dim3(static_cast<unsigned>(s.B), static_cast<unsigned>(s.nv)), threads_for(s), shared, stream>>>(a);
+  backward_kernel<<<dim3(static_cast<unsigned>(s.B), static_cast<unsigned>(s.nv)), threads_for(s), shared,
+                    stream>>>(a);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "delta_rule_backward");
   const int64_t group = s.nv / s.nk;
   sum_heads_kernel<<<grid_for(N * s.nk * s.dk, 256), 256, 0, stream>>>(dq, a.dq_heads, N, s.nk, group, s.dk);

@@ -24,19 +24,20 @@
 namespace slidedp::kernels::cuda {
 
 struct DeltaRuleShape {
-  int64_t B = 0, T = 0;    // sequences, tokens per sequence
-  int64_t nk = 0, nv = 0;  // key heads, value heads (nv a multiple of nk)
-  int64_t dk = 0, dv = 0;  // head dims: dk <= 256, dv <= 1024
+  int64_t B = 0, T = 0;                // sequences, tokens per sequence
+  int64_t nk = 0, nv = 0;              // key heads, value heads (nv a multiple of nk)
+  int64_t dk = 0, dv = 0;              // head dims: dk <= 256, dv <= 1024
   const int32_t* positions = nullptr;  // (B, T) document positions (0 starts a document), or null
 };
 
 // Layouts (row-major, N = B*T): q, k (N, nk, dk); v, o (N, nv, dv); g, b (N, nv); as the CPU's.
-void delta_rule_forward(const DeltaRuleShape& s, const float* q, const float* k, const float* v, const float* g,
-                        const float* b, float* o, cudaStream_t stream);
+void delta_rule_forward(const DeltaRuleShape& s, const float* q, const float* k, const float* v,
+                        const float* g, const float* b, float* o, cudaStream_t stream);
 
-// workspace: delta_rule_backward_workspace_bytes(B, T, nv, dk, dv) bytes. From do_: dq, dk, dv, dg, db overwritten.
-void delta_rule_backward(const DeltaRuleShape& s, const float* q, const float* k, const float* v, const float* g,
-                         const float* b, const float* do_, float* dq, float* dk, float* dv, float* dg, float* db,
-                         void* workspace, cudaStream_t stream);
+// workspace: delta_rule_backward_workspace_bytes(B, T, nv, dk, dv) bytes. From do_: dq, dk, dv, dg, db
+// overwritten.
+void delta_rule_backward(const DeltaRuleShape& s, const float* q, const float* k, const float* v,
+                         const float* g, const float* b, const float* do_, float* dq, float* dk, float* dv,
+                         float* dg, float* db, void* workspace, cudaStream_t stream);
 
 }  // namespace slidedp::kernels::cuda

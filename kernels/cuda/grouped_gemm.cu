@@ -3,8 +3,6 @@
 // zero fill past the edges. Operands are read by strides, coalesced along whichever index is
 // contiguous, so one kernel serves the forward (x W^T), the input gradient (dy W) and the weight
 // gradient (dy^T x) without transposed copies.
-#include "kernels/cuda/grouped_gemm.h"
-
 #include <cuda_runtime.h>
 #include <mma.h>
 
@@ -12,6 +10,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/grouped_gemm.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
@@ -36,8 +35,8 @@ struct Problem {
 
 // tile (i, j) = src[i * rs + j * cs] for i < rows_left, j < cols_left, else 0.
 template <int R, int C, int Ld>
-__device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int64_t rs, int64_t cs, int64_t rows_left,
-                          int64_t cols_left) {
+__device__ void load_tile(__nv_bfloat16* tile, const __nv_bfloat16* src, int64_t rs, int64_t cs,
+                          int64_t rows_left, int64_t cols_left) {
   const bool cols_fast = cs == 1 || rs != 1;  // consecutive threads walk the contiguous index
   for (int l = threadIdx.x; l < R * C; l += kThreads) {
     const int i = cols_fast ? l / C : l % R;
@@ -77,8 +76,10 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(Problem p) {
   for (auto& row : acc)
     for (auto& f : row) wmma::fill_fragment(f, 0.0f);
   for (int64_t k0 = k_begin; k0 < k_end; k0 += kBK) {
-    load_tile<kBM, kBK, kLdA>(as, a + k0 * p.A.col_stride, p.A.row_stride, p.A.col_stride, m_left, k_end - k0);
-    load_tile<kBK, kBN, kLdB>(bs, b + k0 * p.B.row_stride, p.B.row_stride, p.B.col_stride, k_end - k0, p.N - n0);
+    load_tile<kBM, kBK, kLdA>(as, a + k0 * p.A.col_stride, p.A.row_stride, p.A.col_stride, m_left,
+                              k_end - k0);
+    load_tile<kBK, kBN, kLdB>(bs, b + k0 * p.B.row_stride, p.B.row_stride, p.B.col_stride, k_end - k0,
+                              p.N - n0);
     __syncthreads();
     for (int kk = 0; kk < kBK; kk += 16) {
       wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
@@ -92,7 +93,8 @@ __global__ void __launch_bounds__(kThreads) grouped_gemm_kernel(Problem p) {
   }
   for (int i = 0; i < 2; ++i)
     for (int j = 0; j < 2; ++j)
-      wmma::store_matrix_sync(cs + (wm * 32 + i * 16) * kLdC + wn * 32 + j * 16, acc[i][j], kLdC, wmma::mem_row_major);
+      wmma::store_matrix_sync(cs + (wm * 32 + i * 16) * kLdC + wn * 32 + j * 16, acc[i][j], kLdC,
+                              wmma::mem_row_major);
   __syncthreads();
   const int64_t d_base = e * p.d_expert_stride + m0 * p.ldd + n0;
   for (int l = threadIdx.x; l < kBM * kBN; l += kThreads) {
@@ -113,14 +115,16 @@ void launch(const Problem& p, int64_t x_tiles, const char* what, cudaStream_t st
   const int64_t y_tiles = (p.N + kBN - 1) / kBN;
   SLIDEDP_CHECK(x_tiles < (int64_t{1} << 31) && y_tiles < 65536, std::string(what) + ": grid too large");
   if (x_tiles == 0 || y_tiles == 0) return;
-  grouped_gemm_kernel<<<dim3(static_cast<unsigned>(x_tiles), static_cast<unsigned>(y_tiles)), kThreads, 0, stream>>>(p);
+  grouped_gemm_kernel<<<dim3(static_cast<unsigned>(x_tiles), static_cast<unsigned>(y_tiles)), kThreads, 0,
+                        stream>>>(p);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, what);
 }
 
 }  // namespace
 
-void grouped_gemm_rows(const ExpertGroups& g, int64_t N, int64_t K, const StridedBf16& A, const StridedBf16& B,
-                       void* D, int64_t ldd, bool out_f32, bool accumulate, cudaStream_t stream) {
+void grouped_gemm_rows(const ExpertGroups& g, int64_t N, int64_t K, const StridedBf16& A,
+                       const StridedBf16& B, void* D, int64_t ldd, bool out_f32, bool accumulate,
+                       cudaStream_t stream) {
   SLIDEDP_CHECK(g.E > 0 && g.rows >= 0 && N > 0 && K > 0 && ldd >= N, "grouped_gemm_rows: bad shape");
   SLIDEDP_CHECK(A.expert_stride == 0, "grouped_gemm_rows: A is indexed by sorted row");
   SLIDEDP_CHECK(out_f32 || !accumulate, "grouped_gemm_rows: accumulates into fp32 only");
@@ -133,10 +137,12 @@ void grouped_gemm_rows(const ExpertGroups& g, int64_t N, int64_t K, const Stride
   launch(p, math::grouped_tiles(g.rows, kBM) + g.E, "grouped_gemm_rows", stream);
 }
 
-void grouped_gemm_reduce(const ExpertGroups& g, int64_t M, int64_t N, const StridedBf16& A, const StridedBf16& B,
-                         float* D, int64_t d_expert_stride, int64_t ldd, cudaStream_t stream) {
+void grouped_gemm_reduce(const ExpertGroups& g, int64_t M, int64_t N, const StridedBf16& A,
+                         const StridedBf16& B, float* D, int64_t d_expert_stride, int64_t ldd,
+                         cudaStream_t stream) {
   SLIDEDP_CHECK(g.E > 0 && M > 0 && N > 0 && ldd >= N, "grouped_gemm_reduce: bad shape");
-  SLIDEDP_CHECK(B.expert_stride == 0 && A.expert_stride == 0, "grouped_gemm_reduce: A and B are indexed by sorted row");
+  SLIDEDP_CHECK(B.expert_stride == 0 && A.expert_stride == 0,
+                "grouped_gemm_reduce: A and B are indexed by sorted row");
   if (g.rows == 0) return;
   Problem p;
   p.reduce = true;

@@ -36,13 +36,15 @@ inline constexpr int64_t kGroupedTileRows = 64;
 // D (rows, N) = A (rows, K) op(B_e) (K, N) for the rows of each expert e, fp32 accumulation; D
 // row-major (leading dimension ldd), fp32 or bf16, overwritten or accumulated (fp32 only).
 // A.expert_stride must be 0.
-void grouped_gemm_rows(const ExpertGroups& g, int64_t N, int64_t K, const StridedBf16& A, const StridedBf16& B,
-                       void* D, int64_t ldd, bool out_f32, bool accumulate, cudaStream_t stream);
+void grouped_gemm_rows(const ExpertGroups& g, int64_t N, int64_t K, const StridedBf16& A,
+                       const StridedBf16& B, void* D, int64_t ldd, bool out_f32, bool accumulate,
+                       cudaStream_t stream);
 
 // D_e (M, N) += op(A) (M, rows_e) op(B) (rows_e, N) for every expert e: the reduction over that
 // expert's rows (weight gradients). D_e = D + e * d_expert_stride, fp32, leading dimension ldd;
 // experts without rows stay untouched.
-void grouped_gemm_reduce(const ExpertGroups& g, int64_t M, int64_t N, const StridedBf16& A, const StridedBf16& B,
-                         float* D, int64_t d_expert_stride, int64_t ldd, cudaStream_t stream);
+void grouped_gemm_reduce(const ExpertGroups& g, int64_t M, int64_t N, const StridedBf16& A,
+                         const StridedBf16& B, float* D, int64_t d_expert_stride, int64_t ldd,
+                         cudaStream_t stream);
 
 }  // namespace slidedp::kernels::cuda

@@ -1,7 +1,5 @@
 // The routed experts on the GPU; see moe_experts.h. The file reads like kernels/cpu/transformer/
 // moe_experts.cc: dispatch (count, scan, stable placement), gather, grouped GEMMs, combine.
-#include "kernels/cuda/moe_experts.h"
-
 #include <cuda_runtime.h>
 
 #include "common/error.h"
@@ -10,6 +8,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/grouped_gemm.h"
+#include "kernels/cuda/moe_experts.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
@@ -75,8 +74,8 @@ __global__ void place_kernel(int32_t* row_of_slot, int32_t* slot_of_row, const i
 }
 
 // rows (R, C) <- src[token of the row] (token = slot / K).
-__global__ void gather_kernel(bf16* __restrict__ rows, const bf16* __restrict__ src, const int32_t* __restrict__ slot_of_row,
-                              int64_t R, int64_t K, int64_t C) {
+__global__ void gather_kernel(bf16* __restrict__ rows, const bf16* __restrict__ src,
+                              const int32_t* __restrict__ slot_of_row, int64_t R, int64_t K, int64_t C) {
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const bf16* from = src + (slot_of_row[r] / K) * C;
     for (int64_t c = threadIdx.x; c < C; c += blockDim.x) rows[r * C + c] = from[c];
@@ -84,9 +83,11 @@ __global__ void gather_kernel(bf16* __restrict__ rows, const bf16* __restrict__ 
 }
 
 // y[t] = sum_k w[t,k] rows[row of (t,k)], in slot order, fp32; bf16 out.
-__global__ void combine_kernel(bf16* __restrict__ y, const bf16* __restrict__ rows, const float* __restrict__ w,
-                               const int32_t* __restrict__ row_of_slot, int64_t N, int64_t K, int64_t C) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * C; i += int64_t{gridDim.x} * blockDim.x) {
+__global__ void combine_kernel(bf16* __restrict__ y, const bf16* __restrict__ rows,
+                               const float* __restrict__ w, const int32_t* __restrict__ row_of_slot,
+                               int64_t N, int64_t K, int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * C;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / C, c = i % C;
     float sum = 0.0f;
     for (int64_t k = 0; k < K; ++k) sum += w[t * K + k] * to_f32(rows[row_of_slot[t * K + k] * C + c]);
@@ -96,8 +97,10 @@ __global__ void combine_kernel(bf16* __restrict__ y, const bf16* __restrict__ ro
 
 // dz[t] = sum_k dz_rows[row of (t,k)] in slot order, fp32.
 __global__ void combine_backward_kernel(float* __restrict__ dz, const float* __restrict__ dz_rows,
-                                        const int32_t* __restrict__ row_of_slot, int64_t N, int64_t K, int64_t C) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * C; i += int64_t{gridDim.x} * blockDim.x) {
+                                        const int32_t* __restrict__ row_of_slot, int64_t N, int64_t K,
+                                        int64_t C) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < N * C;
+       i += int64_t{gridDim.x} * blockDim.x) {
     const int64_t t = i / C, c = i % C;
     float sum = 0.0f;
     for (int64_t k = 0; k < K; ++k) sum += dz_rows[row_of_slot[t * K + k] * C + c];
@@ -108,10 +111,11 @@ __global__ void combine_backward_kernel(float* __restrict__ dz, const float* __r
 // Per sorted row: the routing weight's gradient dw = m . (dy W_down) (out = m W_down^T, so
 // dy . out = (dy W_down) . m, without saving out), then dm = w (dy W_down) and the row's output
 // gradient times w in place. One block per row; the dot in double, a fixed-order block sum.
-__global__ void routing_weight_kernel(float* __restrict__ dw, bf16* __restrict__ dm, bf16* __restrict__ dy_rows,
-                                      const float* __restrict__ gm, const bf16* __restrict__ m,
-                                      const float* __restrict__ w, const int32_t* __restrict__ slot_of_row, int64_t R,
-                                      int64_t Ie, int64_t C) {
+__global__ void routing_weight_kernel(float* __restrict__ dw, bf16* __restrict__ dm,
+                                      bf16* __restrict__ dy_rows, const float* __restrict__ gm,
+                                      const bf16* __restrict__ m, const float* __restrict__ w,
+                                      const int32_t* __restrict__ slot_of_row, int64_t R, int64_t Ie,
+                                      int64_t C) {
   __shared__ double partial[kWarps];
   for (int64_t r = blockIdx.x; r < R; r += gridDim.x) {
     const int32_t slot = slot_of_row[r];
@@ -130,12 +134,14 @@ __global__ void routing_weight_kernel(float* __restrict__ dw, bf16* __restrict__
       for (int v = 0; v < kWarps; ++v) sum += partial[v];
       dw[slot] = static_cast<float>(sum);
     }
-    for (int64_t c = threadIdx.x; c < C; c += kThreads) dy_rows[r * C + c] = to_bf16(wk * to_f32(dy_rows[r * C + c]));
+    for (int64_t c = threadIdx.x; c < C; c += kThreads)
+      dy_rows[r * C + c] = to_bf16(wk * to_f32(dy_rows[r * C + c]));
     __syncthreads();
   }
 }
 
-ExpertGroups dispatch(const ExpertDispatch& d, const MoeSpec& s, const int32_t* idx, int64_t N, cudaStream_t st) {
+ExpertGroups dispatch(const ExpertDispatch& d, const MoeSpec& s, const int32_t* idx, int64_t N,
+                      cudaStream_t st) {
   const int64_t slots = N * s.K;
   const unsigned experts = static_cast<unsigned>(s.E);
   count_kernel<<<experts, kThreads, 0, st>>>(d.offsets, idx, slots);
@@ -147,7 +153,8 @@ ExpertGroups dispatch(const ExpertDispatch& d, const MoeSpec& s, const int32_t* 
   return {d.offsets, d.tile_offsets, static_cast<int32_t>(s.E), slots};
 }
 
-void gather(bf16* rows, const bf16* src, const ExpertDispatch& d, int64_t R, int64_t K, int64_t C, cudaStream_t st) {
+void gather(bf16* rows, const bf16* src, const ExpertDispatch& d, int64_t R, int64_t K, int64_t C,
+            cudaStream_t st) {
   gather_kernel<<<grid_for(R, 1, 65535), 128, 0, st>>>(rows, src, d.slot_of_row, R, K, C);
   SLIDEDP_CUDA_CHECK_LAUNCH(st, "moe gather");
 }
@@ -159,8 +166,8 @@ void activation(const MoeSpec& s, bf16* m, const bf16* g, const bf16* u, int64_t
     swiglu_forward(m, g, u, n, st);
 }
 
-void activation_backward(const MoeSpec& s, bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u, int64_t n,
-                         cudaStream_t st) {
+void activation_backward(const MoeSpec& s, bf16* dg, bf16* du, const bf16* dm, const bf16* g, const bf16* u,
+                         int64_t n, cudaStream_t st) {
   if (s.activation == ExpertActivation::kGeluTanh)
     geglu_backward(dg, du, dm, g, u, n, st);
   else
@@ -175,7 +182,7 @@ struct ExpertWeights {
   const bf16* down;
   StridedBf16 gate_t() const { return {gate_up, 1, s.C, 2 * s.Ie * s.C}; }  // (C, Ie) view: x Wg^T
   StridedBf16 up_t() const { return {gate_up + s.Ie * s.C, 1, s.C, 2 * s.Ie * s.C}; }
-  StridedBf16 down_t() const { return {down, 1, s.Ie, s.C * s.Ie}; }  // (Ie, C) view: m Wd^T
+  StridedBf16 down_t() const { return {down, 1, s.Ie, s.C * s.Ie}; }      // (Ie, C) view: m Wd^T
   StridedBf16 gate() const { return {gate_up, s.C, 1, 2 * s.Ie * s.C}; }  // (Ie, C): dg Wg
   StridedBf16 up() const { return {gate_up + s.Ie * s.C, s.C, 1, 2 * s.Ie * s.C}; }
   StridedBf16 down_w() const { return {down, s.Ie, 1, s.C * s.Ie}; }  // (C, Ie): dy Wd
@@ -188,8 +195,9 @@ void check(const MoeSpec& s, int64_t N) {
 
 }  // namespace
 
-void experts_forward(const MoeSpec& s, const bf16* gate_up, const bf16* down, const bf16* z, const int32_t* idx,
-                     const float* w, bf16* y, DeviceWorkspace saved, int64_t N, DeviceWorkspace ws, cudaStream_t st) {
+void experts_forward(const MoeSpec& s, const bf16* gate_up, const bf16* down, const bf16* z,
+                     const int32_t* idx, const float* w, bf16* y, DeviceWorkspace saved, int64_t N,
+                     DeviceWorkspace ws, cudaStream_t st) {
   check(s, N);
   if (N == 0) return;
   const int64_t R = N * s.K, C = s.C, Ie = s.Ie;
@@ -209,9 +217,10 @@ void experts_forward(const MoeSpec& s, const bf16* gate_up, const bf16* down, co
   SLIDEDP_CUDA_CHECK_LAUNCH(st, "moe combine");
 }
 
-void experts_backward(const MoeSpec& s, const bf16* gate_up, const bf16* down, const bf16* z, const int32_t* idx,
-                      const float* w, DeviceWorkspace saved, const bf16* dy, float* dz, float* dw, float* dgate_up,
-                      float* ddown, int64_t N, DeviceWorkspace ws, cudaStream_t st) {
+void experts_backward(const MoeSpec& s, const bf16* gate_up, const bf16* down, const bf16* z,
+                      const int32_t* idx, const float* w, DeviceWorkspace saved, const bf16* dy, float* dz,
+                      float* dw, float* dgate_up, float* ddown, int64_t N, DeviceWorkspace ws,
+                      cudaStream_t st) {
   check(s, N);
   if (N == 0) return;
   const int64_t R = N * s.K, C = s.C, Ie = s.Ie;
@@ -238,7 +247,8 @@ void experts_backward(const MoeSpec& s, const bf16* gate_up, const bf16* down, c
   const StridedBf16 z_rows{b.z, C, 1, 0};
   grouped_gemm_reduce(groups, Ie, C, {b.dm_dg, 1, Ie, 0}, z_rows, dgate_up, 2 * Ie * C, C, st);
   grouped_gemm_reduce(groups, Ie, C, {b.m_du, 1, Ie, 0}, z_rows, dgate_up + Ie * C, 2 * Ie * C, C, st);
-  combine_backward_kernel<<<grid_for(N * C, kThreads), kThreads, 0, st>>>(dz, b.gm_dz, b.d.row_of_slot, N, s.K, C);
+  combine_backward_kernel<<<grid_for(N * C, kThreads), kThreads, 0, st>>>(dz, b.gm_dz, b.d.row_of_slot, N,
+                                                                          s.K, C);
   SLIDEDP_CUDA_CHECK_LAUNCH(st, "moe combine backward");
 }
 

@@ -18,14 +18,17 @@
 
 namespace slidedp::kernels::cuda {
 
-// saved, ws: moe_scratch.h's experts_*_bytes. y (N, C) bf16 overwritten with sum_k w[t,k] expert_idx[t,k](z[t]); idx (N, K), w (N, K) fp32.
-void experts_forward(const MoeSpec& s, const bf16* gate_up, const bf16* down, const bf16* z, const int32_t* idx,
-                     const float* w, bf16* y, DeviceWorkspace saved, int64_t N, DeviceWorkspace ws, cudaStream_t stream);
+// saved, ws: moe_scratch.h's experts_*_bytes. y (N, C) bf16 overwritten with sum_k w[t,k]
+// expert_idx[t,k](z[t]); idx (N, K), w (N, K) fp32.
+void experts_forward(const MoeSpec& s, const bf16* gate_up, const bf16* down, const bf16* z,
+                     const int32_t* idx, const float* w, bf16* y, DeviceWorkspace saved, int64_t N,
+                     DeviceWorkspace ws, cudaStream_t stream);
 
 // From dy (N, C) bf16: dz (N, C) fp32 and dw (N, K) fp32 overwritten; dgate_up, ddown (fp32)
 // accumulated.
-void experts_backward(const MoeSpec& s, const bf16* gate_up, const bf16* down, const bf16* z, const int32_t* idx,
-                      const float* w, DeviceWorkspace saved, const bf16* dy, float* dz, float* dw, float* dgate_up,
-                      float* ddown, int64_t N, DeviceWorkspace ws, cudaStream_t stream);
+void experts_backward(const MoeSpec& s, const bf16* gate_up, const bf16* down, const bf16* z,
+                      const int32_t* idx, const float* w, DeviceWorkspace saved, const bf16* dy, float* dz,
+                      float* dw, float* dgate_up, float* ddown, int64_t N, DeviceWorkspace ws,
+                      cudaStream_t stream);
 
 }  // namespace slidedp::kernels::cuda

@@ -56,11 +56,11 @@ ExpertsForward<Bf16> carve_experts_forward(Carver& a, const MoeSpec& s, int64_t 
 template <typename Bf16>
 struct ExpertsBackward {
   ExpertDispatch d;
-  Bf16* z;      // (N*K, C) gathered inputs
-  Bf16* dy;     // (N*K, C) gathered output gradients, then times the routing weight
-  Bf16* m_du;   // (N*K, Ie) recomputed activation, then du
-  Bf16* dm_dg;  // (N*K, Ie) dm, then dg
-  float* gm_dz; // (N*K, max(Ie, C))
+  Bf16* z;       // (N*K, C) gathered inputs
+  Bf16* dy;      // (N*K, C) gathered output gradients, then times the routing weight
+  Bf16* m_du;    // (N*K, Ie) recomputed activation, then du
+  Bf16* dm_dg;   // (N*K, Ie) dm, then dg
+  float* gm_dz;  // (N*K, max(Ie, C))
 };
 template <typename Bf16>
 ExpertsBackward<Bf16> carve_experts_backward(Carver& a, const MoeSpec& s, int64_t N) {

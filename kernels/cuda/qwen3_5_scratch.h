@@ -30,9 +30,9 @@ struct Qwen35Saved {
   Bf16 *q_lin, *gate;  // (N, H, hd) q_proj's query and gate halves
   Bf16 *k_lin, *v;     // (N, KV, hd)
   float *rstd_q, *rstd_k;
-  Bf16 *q, *k;  // after the zero-centred norms and partial RoPE
-  Bf16* att;    // (N, H, hd) attention output before the gate
-  float* lse;   // (B, H, T)
+  Bf16 *q, *k;     // after the zero-centred norms and partial RoPE
+  Bf16* att;       // (N, H, hd) attention output before the gate
+  float* lse;      // (B, H, T)
   Bf16* h1;        // (N, C) residual after the mixer
   float* rstd_pa;  // (N) post_attention_layernorm 1/rms
   Bf16* u;         // (N, C) its output
@@ -165,7 +165,8 @@ struct Qwen35BackwardCommon {
 inline int64_t qwen3_5_reduce_bytes(const Qwen35LayerSpec& s, int64_t N) {
   int64_t r = rmsnorm_backward_workspace_bytes(N, s.C);
   if (!s.linear)
-    r = std::max({r, rmsnorm_backward_workspace_bytes(N * s.H, s.hd), rmsnorm_backward_workspace_bytes(N * s.KV, s.hd)});
+    r = std::max({r, rmsnorm_backward_workspace_bytes(N * s.H, s.hd),
+                  rmsnorm_backward_workspace_bytes(N * s.KV, s.hd)});
   return r;
 }
 template <typename Bf16>
@@ -180,14 +181,14 @@ Qwen35BackwardCommon<Bf16> carve_qwen3_5_backward_common(Carver& a, const Qwen35
 }
 template <typename Bf16>
 struct Qwen35BackwardFfn {
-  Bf16 *m_du, *dm_dg;   // (N, I or Is) the (shared) gated MLP's
-  float* dw;            // (N, K) MoE
-  float* dlogits;       // (N, E)
-  Bf16* dlogits_bf16;   // (N, E)
-  Bf16* dshared;        // (N, C) the shared expert output's gradient
-  float* dslogit;       // (N) its gate logit's
-  float* dshared_in;    // (N, C) fp32 input gradient of the shared expert
-  std::byte* experts;   // moe_scratch.h's experts backward scratch
+  Bf16 *m_du, *dm_dg;  // (N, I or Is) the (shared) gated MLP's
+  float* dw;           // (N, K) MoE
+  float* dlogits;      // (N, E)
+  Bf16* dlogits_bf16;  // (N, E)
+  Bf16* dshared;       // (N, C) the shared expert output's gradient
+  float* dslogit;      // (N) its gate logit's
+  float* dshared_in;   // (N, C) fp32 input gradient of the shared expert
+  std::byte* experts;  // moe_scratch.h's experts backward scratch
 };
 template <typename Bf16>
 Qwen35BackwardFfn<Bf16> carve_qwen3_5_backward_ffn(Carver& a, const Qwen35LayerSpec& s, int64_t N) {
@@ -213,10 +214,10 @@ Qwen35BackwardFfn<Bf16> carve_qwen3_5_backward_ffn(Carver& a, const Qwen35LayerS
 template <typename Bf16>
 struct DeltaNetBackwardKeep {
   DeltaNetPrepared p;
-  Bf16* dz;                 // (N, Vd)
-  float *dq, *dk, *dv;      // delta rule input gradients
-  float *dg, *dbeta;        // (N, nv)
-  Bf16 *dbraw, *daraw;      // (N, nv)
+  Bf16* dz;             // (N, Vd)
+  float *dq, *dk, *dv;  // delta rule input gradients
+  float *dg, *dbeta;    // (N, nv)
+  Bf16 *dbraw, *daraw;  // (N, nv)
 };
 template <typename Bf16>
 DeltaNetBackwardKeep<Bf16> carve_deltanet_backward_keep(Carver& a, const DeltaNetSpec& g, int64_t N) {
@@ -242,14 +243,16 @@ struct DeltaNetBackwardRule {
   void* rule;     // delta_rule_backward_workspace_bytes
 };
 template <typename Bf16>
-DeltaNetBackwardRule<Bf16> carve_deltanet_backward_rule(Carver& a, const DeltaNetSpec& g, int64_t B, int64_t T) {
+DeltaNetBackwardRule<Bf16> carve_deltanet_backward_rule(Carver& a, const DeltaNetSpec& g, int64_t B,
+                                                        int64_t T) {
   DeltaNetBackwardRule<Bf16> m{};
   const int64_t N = B * T, Vd = N * g.value_dim();
   m.gated = a.take<Bf16>(Vd, "gated o");
   m.dgated = a.take<float>(Vd, "d gated o");
   m.do_ = a.take<float>(Vd, "d delta rule output");
   m.norm = a.take<std::byte>(deltanet_gated_norm_workspace_bytes(N, g.nv, g.dv), "gated norm backward");
-  m.rule = a.take<std::byte>(delta_rule_backward_workspace_bytes(B, T, g.nv, g.dk, g.dv), "delta rule backward");
+  m.rule =
+      a.take<std::byte>(delta_rule_backward_workspace_bytes(B, T, g.nv, g.dk, g.dv), "delta rule backward");
   return m;
 }
 template <typename Bf16>
@@ -269,7 +272,8 @@ struct AttentionBackward {
   float* attn;  // attention backward scratch (B, H, T)
 };
 template <typename Bf16>
-AttentionBackward<Bf16> carve_qwen3_5_backward_attention(Carver& a, const Qwen35LayerSpec& s, int64_t B, int64_t T) {
+AttentionBackward<Bf16> carve_qwen3_5_backward_attention(Carver& a, const Qwen35LayerSpec& s, int64_t B,
+                                                         int64_t T) {
   const int64_t N = B * T, Q = N * s.q_dim(), K = N * s.kv_dim();
   AttentionBackward<Bf16> m{};
   m.og = a.take<Bf16>(Q, "gated attention output");
@@ -282,7 +286,8 @@ AttentionBackward<Bf16> carve_qwen3_5_backward_attention(Carver& a, const Qwen35
   m.dq_lin = a.take<Bf16>(Q, "dq_lin");
   m.dk_lin = a.take<Bf16>(K, "dk_lin");
   m.dqp = a.take<Bf16>(2 * Q, "d q_proj output");
-  m.attn = reinterpret_cast<float*>(a.take<std::byte>(attention_backward_workspace_bytes(B, s.H, T), "attention D"));
+  m.attn = reinterpret_cast<float*>(
+      a.take<std::byte>(attention_backward_workspace_bytes(B, s.H, T), "attention D"));
   return m;
 }
 

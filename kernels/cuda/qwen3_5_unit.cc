@@ -36,26 +36,6 @@ void check_spec(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
                 "bad Qwen3.5 feed-forward spec for the GPU");
 }
 
-// Backward of one RMSNorm (rmsnorm.h) in one line per call site; zero-centred unless said otherwise.
-struct Norm {
-  const void* dy;
-  bool dy_f32;
-  const bf16* x;
-  const float* rstd;
-  const bf16* w;
-  float* dw;
-  int64_t N, C;
-};
-void norm_backward(const Norm& n, void* dx, bool dx_f32, const void* residual, bool residual_f32, void* reduce,
-                   cudaStream_t st) {
-  RmsnormBackwardArgs a;
-  a.dy = n.dy, a.dy_f32 = n.dy_f32, a.x = n.x, a.rstd = n.rstd, a.w = n.w, a.dw = n.dw, a.N = n.N, a.C = n.C;
-  a.w_offset = kZeroCentred;
-  a.residual = residual, a.residual_f32 = residual_f32;
-  a.dx = dx, a.dx_f32 = dx_f32;
-  rmsnorm_backward(a, reduce, st);
-}
-
 ConvShape conv_shape(const UnitContext& ctx, const DeltaNetSpec& g, int64_t B, int64_t T) {
   return {B, T, g.qkv_dim(), g.conv_kernel, ctx.positions};
 }
@@ -75,7 +55,8 @@ void prepare(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p, co
              const DeltaNetPrepared& d, int64_t B, int64_t T) {
   const DeltaNetSpec& g = s.gdn;
   const int64_t N = B * T;
-  deltanet_prepare_forward(d.q, d.k, d.v, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T), heads_shape(g, N), ctx.stream);
+  deltanet_prepare_forward(d.q, d.k, d.v, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T), heads_shape(g, N),
+                           ctx.stream);
   deltanet_gates_forward(d.beta, d.g, S.braw, S.araw, p + s.A_log, p + s.dt_bias, N, g.nv, ctx.stream);
 }
 
@@ -91,14 +72,15 @@ void deltanet_forward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf
   linear_forward_f32(ctx, gemm_ws, S.araw, S.h, p + s.a_w, N, C, g.nv);
   prepare(ctx, s, p, S, m.p, B, T);
   delta_rule_forward(rule_shape(ctx, g, B, T), m.p.q, m.p.k, m.p.v, m.p.g, m.p.beta, S.o, ctx.stream);
-  deltanet_gated_norm_forward(m.gated, S.rstd_g, S.o, S.z, p + s.gdn_norm, N, g.nv, g.dv, g.norm_eps, false, ctx.stream);
+  deltanet_gated_norm_forward(m.gated, S.rstd_g, S.o, S.z, p + s.gdn_norm, N, g.nv, g.dv, g.norm_eps, false,
+                              ctx.stream);
   linear_forward(ctx, gemm_ws, S.h1, m.gated, p + s.out_w, N, Vd, C, x);
 }
 
 // h1 = x + (attention(q, k, v) * sigmoid(gate)) Wo^T.
 void attention_forward_block(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p, const bf16* x,
-                             const Qwen35Saved<bf16>& S, const Qwen35ForwardMixer<bf16>& m, void* gemm_ws, int64_t B,
-                             int64_t T) {
+                             const Qwen35Saved<bf16>& S, const Qwen35ForwardMixer<bf16>& m, void* gemm_ws,
+                             int64_t B, int64_t T) {
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim();
   cudaStream_t st = ctx.stream;
   linear_forward(ctx, gemm_ws, m.qp, S.h, p + s.q_w, N, C, 2 * Q);
@@ -135,8 +117,8 @@ void ffn_forward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p
   router_topk_forward(S.probs, S.idx, S.w, f.logits, N, E, K, st);
   if (router != nullptr) router_stats_add(*router, S.probs, S.idx, B, T, E, K, st);
   experts_forward(s.moe, p + s.experts_gate_up, p + s.experts_down, S.u, S.idx, S.w, f.eo,
-                  {S.experts, experts_saved_bytes(s.moe, N)}, N, {f.experts, experts_forward_workspace_bytes(s.moe, N)},
-                  st);
+                  {S.experts, experts_saved_bytes(s.moe, N)}, N,
+                  {f.experts, experts_forward_workspace_bytes(s.moe, N)}, st);
   linear_forward(ctx, gemm_ws, S.sg, S.u, p + s.shared_gate_w, N, C, s.Is);
   linear_forward(ctx, gemm_ws, S.su, S.u, p + s.shared_up_w, N, C, s.Is);
   swiglu_forward(f.sm, S.sg, S.su, N * s.Is, st);
@@ -148,7 +130,8 @@ void ffn_forward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p
 // Everything up to the saved state; with y also the layer's output (forward). Recompute and forward
 // run the same calls on the same values: bitwise equal saved states.
 void forward_impl(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p, const bf16* x, bf16* y,
-                  DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws, const RouterStats* router) {
+                  DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws,
+                  const RouterStats* router) {
   check_spec(s, B, T);
   const int64_t N = B * T, C = s.C;
   if (N == 0) return;
@@ -170,13 +153,13 @@ void forward_impl(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* 
 
 // From dy (the feed-forward output's gradient, the layer's dy): du (fp32) into c.dc, overwritten.
 void ffn_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p, const Qwen35Saved<bf16>& S,
-                  const Qwen35BackwardCommon<bf16>& c, const Qwen35BackwardFfn<bf16>& f, const bf16* dy, float* dp,
-                  int64_t B, int64_t T, const RouterStats* router) {
+                  const Qwen35BackwardCommon<bf16>& c, const Qwen35BackwardFfn<bf16>& f, const bf16* dy,
+                  float* dp, int64_t B, int64_t T, const RouterStats* router) {
   const int64_t N = B * T, C = s.C;
   cudaStream_t st = ctx.stream;
   if (!s.has_moe()) {
-    const GatedMlp mlp{p + s.gate_w,  p + s.up_w,    p + s.down_w,   dp + s.gate_w,
-                       dp + s.up_w,   dp + s.down_w, swiglu_forward, swiglu_backward};
+    const GatedMlp mlp{p + s.gate_w, p + s.up_w,    p + s.down_w,   dp + s.gate_w,
+                       dp + s.up_w,  dp + s.down_w, swiglu_forward, swiglu_backward};
     gated_mlp_backward(ctx, c.gemm_ws, mlp, dy, S.u, S.g, S.up, f.m_du, f.dm_dg, c.dc, N, C, s.I);
     return;
   }
@@ -191,17 +174,19 @@ void ffn_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* 
   linear_backward_weight(ctx, c.gemm_ws, dp + s.router_w, f.dlogits_bf16, S.u, N, C, E);
   // ffn += sigmoid(slogit) * shared
   shared_gate_backward(f.dshared, f.dslogit, dy, S.shared, S.slogit, N, C, st);
-  shared_gate_logit_backward(c.dc, dp + s.shared_gate_logit_w, f.dslogit, S.u, p + s.shared_gate_logit_w, N, C, st);
-  const GatedMlp shared{p + s.shared_gate_w,  p + s.shared_up_w,    p + s.shared_down_w,
-                        dp + s.shared_gate_w, dp + s.shared_up_w,   dp + s.shared_down_w,
-                        swiglu_forward,       swiglu_backward};
-  gated_mlp_backward(ctx, c.gemm_ws, shared, f.dshared, S.u, S.sg, S.su, f.m_du, f.dm_dg, f.dshared_in, N, C, s.Is);
+  shared_gate_logit_backward(c.dc, dp + s.shared_gate_logit_w, f.dslogit, S.u, p + s.shared_gate_logit_w, N,
+                             C, st);
+  const GatedMlp shared{p + s.shared_gate_w, p + s.shared_up_w,    p + s.shared_down_w, dp + s.shared_gate_w,
+                        dp + s.shared_up_w,  dp + s.shared_down_w, swiglu_forward,      swiglu_backward};
+  gated_mlp_backward(ctx, c.gemm_ws, shared, f.dshared, S.u, S.sg, S.su, f.m_du, f.dm_dg, f.dshared_in, N, C,
+                     s.Is);
   add_f32(c.dc, f.dshared_in, N * C, st);
 }
 
 // From c.dmix (bf16): the DeltaNet's parameter gradients; dh (fp32) into c.dc, overwritten.
-void deltanet_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p, const Qwen35Saved<bf16>& S,
-                       const Qwen35BackwardCommon<bf16>& c, Carver& carver, float* dp, int64_t B, int64_t T) {
+void deltanet_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p,
+                       const Qwen35Saved<bf16>& S, const Qwen35BackwardCommon<bf16>& c, Carver& carver,
+                       float* dp, int64_t B, int64_t T) {
   const DeltaNetSpec& g = s.gdn;
   const int64_t N = B * T, C = s.C, D = g.qkv_dim(), Vd = g.value_dim();
   cudaStream_t st = ctx.stream;
@@ -210,22 +195,24 @@ void deltanet_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const b
   {
     const int64_t mark = carver.mark();
     const DeltaNetBackwardRule<bf16> r = carve_deltanet_backward_rule<bf16>(carver, g, B, T);
-    deltanet_gated_norm_forward(r.gated, S.rstd_g, S.o, S.z, p + s.gdn_norm, N, g.nv, g.dv, g.norm_eps, true, st);
+    deltanet_gated_norm_forward(r.gated, S.rstd_g, S.o, S.z, p + s.gdn_norm, N, g.nv, g.dv, g.norm_eps, true,
+                                st);
     // y = gated W_out^T; gated = silu(z) * (w * rmsnorm(o))
     linear_backward_input_f32(ctx, c.gemm_ws, r.dgated, c.dmix, p + s.out_w, N, Vd, C, false);
     linear_backward_weight(ctx, c.gemm_ws, dp + s.out_w, c.dmix, r.gated, N, Vd, C);
-    deltanet_gated_norm_backward(m.dz, r.do_, dp + s.gdn_norm, r.dgated, S.o, S.rstd_g, S.z, p + s.gdn_norm, N, g.nv,
-                                 g.dv, r.norm, st);
-    delta_rule_backward(rule_shape(ctx, g, B, T), m.p.q, m.p.k, m.p.v, m.p.g, m.p.beta, r.do_, m.dq, m.dk, m.dv, m.dg,
-                        m.dbeta, r.rule, st);
+    deltanet_gated_norm_backward(m.dz, r.do_, dp + s.gdn_norm, r.dgated, S.o, S.rstd_g, S.z, p + s.gdn_norm,
+                                 N, g.nv, g.dv, r.norm, st);
+    delta_rule_backward(rule_shape(ctx, g, B, T), m.p.q, m.p.k, m.p.v, m.p.g, m.p.beta, r.do_, m.dq, m.dk,
+                        m.dv, m.dg, m.dbeta, r.rule, st);
     carver.release(mark);
   }
-  deltanet_gates_backward(m.dbraw, m.daraw, dp + s.A_log, dp + s.dt_bias, m.dbeta, m.dg, m.p.beta, m.p.g, S.araw,
-                          p + s.A_log, p + s.dt_bias, N, g.nv, st);
+  deltanet_gates_backward(m.dbraw, m.daraw, dp + s.A_log, dp + s.dt_bias, m.dbeta, m.dg, m.p.beta, m.p.g,
+                          S.araw, p + s.A_log, p + s.dt_bias, N, g.nv, st);
   const DeltaNetBackwardConv<bf16> v = carve_deltanet_backward_conv<bf16>(carver, g, N);
   deltanet_prepare_backward(v.dconv, m.dq, m.dk, m.dv, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T),
                             heads_shape(g, N), st);
-  deltanet_conv_backward(v.dmixed, dp + s.conv_w, v.dconv, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T), st);
+  deltanet_conv_backward(v.dmixed, dp + s.conv_w, v.dconv, S.mixed, p + s.conv_w, conv_shape(ctx, g, B, T),
+                         st);
   // dh (fp32) = dmixed Wqkv + dz Wz + dbraw Wb + daraw Wa; dW += d^T h
   linear_backward_input_f32(ctx, c.gemm_ws, c.dc, v.dmixed, p + s.qkv_w, N, C, D, false);
   linear_backward_input_f32(ctx, c.gemm_ws, c.dc, m.dz, p + s.z_w, N, C, Vd, true);
@@ -239,8 +226,8 @@ void deltanet_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const b
 
 // From c.dmix (bf16): the gated attention's parameter gradients; dh (fp32) into c.dc, overwritten.
 void attention_backward_block(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* p,
-                              const Qwen35Saved<bf16>& S, const Qwen35BackwardCommon<bf16>& c,
-                              Carver& carver, float* dp, int64_t B, int64_t T) {
+                              const Qwen35Saved<bf16>& S, const Qwen35BackwardCommon<bf16>& c, Carver& carver,
+                              float* dp, int64_t B, int64_t T) {
   const int64_t N = B * T, C = s.C, Q = s.q_dim(), K = s.kv_dim();
   const AttentionBackward<bf16> m = carve_qwen3_5_backward_attention<bf16>(carver, s, B, T);
   cudaStream_t st = ctx.stream;
@@ -253,10 +240,12 @@ void attention_backward_block(const UnitContext& ctx, const Qwen35LayerSpec& s, 
   const RopeFreqs freqs = make_rope_freqs(s.inv_freq);
   rope(m.dqa, freqs, B, T, s.H, s.hd, true, st, ctx.positions);
   rope(m.dka, freqs, B, T, s.KV, s.hd, true, st, ctx.positions);
-  norm_backward({m.dqa, false, S.q_lin, S.rstd_q, p + s.q_norm, dp + s.q_norm, N * s.H, s.hd}, m.dq_lin, false,
-                nullptr, false, c.reduce, st);
-  norm_backward({m.dka, false, S.k_lin, S.rstd_k, p + s.k_norm, dp + s.k_norm, N * s.KV, s.hd}, m.dk_lin, false,
-                nullptr, false, c.reduce, st);
+  rmsnorm_backward(
+      {m.dqa, false, S.q_lin, S.rstd_q, p + s.q_norm, dp + s.q_norm, N * s.H, s.hd, kZeroCentred}, m.dq_lin,
+      false, nullptr, false, c.reduce, st);
+  rmsnorm_backward(
+      {m.dka, false, S.k_lin, S.rstd_k, p + s.k_norm, dp + s.k_norm, N * s.KV, s.hd, kZeroCentred}, m.dk_lin,
+      false, nullptr, false, c.reduce, st);
   join_query_gate(m.dqp, m.dq_lin, m.dgate, N * s.H, s.hd, st);
   linear_backward_input_f32(ctx, c.gemm_ws, c.dc, m.dqp, p + s.q_w, N, C, 2 * Q, false);
   linear_backward_input_f32(ctx, c.gemm_ws, c.dc, m.dk_lin, p + s.k_w, N, C, K, true);
@@ -268,8 +257,9 @@ void attention_backward_block(const UnitContext& ctx, const Qwen35LayerSpec& s, 
 
 }  // namespace
 
-void qwen3_5_forward(const UnitContext& ctx, const Qwen35LayerSpec& spec, const bf16* params, const bf16* x, bf16* y,
-                     DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws, const RouterStats* router) {
+void qwen3_5_forward(const UnitContext& ctx, const Qwen35LayerSpec& spec, const bf16* params, const bf16* x,
+                     bf16* y, DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws,
+                     const RouterStats* router) {
   SLIDEDP_CHECK(y != nullptr && y != x, "qwen3_5_forward needs an output buffer distinct from x");
   forward_impl(ctx, spec, params, x, y, saved, B, T, ws, router);
 }
@@ -296,8 +286,9 @@ void qwen3_5_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf
   const int64_t mark = carver.mark();
   ffn_backward(ctx, s, p, S, c, carve_qwen3_5_backward_ffn<bf16>(carver, s, N), dy, dp, B, T, router);
   carver.release(mark);
-  norm_backward({c.dc, true, S.h1, S.rstd_pa, p + s.post_attn_norm, dp + s.post_attn_norm, N, C}, c.dh1, true, dy,
-                false, c.reduce, st);
+  rmsnorm_backward(
+      {c.dc, true, S.h1, S.rstd_pa, p + s.post_attn_norm, dp + s.post_attn_norm, N, C, kZeroCentred}, c.dh1,
+      true, dy, false, c.reduce, st);
   // h1 = x + mixer(h): the mixer's gradient is dh1
   f32_to_bf16(c.dh1, c.dmix, N * C, st);
   if (s.linear)
@@ -305,8 +296,8 @@ void qwen3_5_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf
   else
     attention_backward_block(ctx, s, p, S, c, carver, dp, B, T);
   // dx (bf16) = dh1 (fp32 residual) + input norm backward of dh
-  norm_backward({c.dc, true, x, S.rstd_in, p + s.input_norm, dp + s.input_norm, N, C}, dx, false, c.dh1, true, c.reduce,
-                st);
+  rmsnorm_backward({c.dc, true, x, S.rstd_in, p + s.input_norm, dp + s.input_norm, N, C, kZeroCentred}, dx,
+                   false, c.dh1, true, c.reduce, st);
 }
 
 }  // namespace slidedp::kernels::cuda

@@ -18,8 +18,8 @@ namespace slidedp::kernels::cuda {
 
 // x, y (B, T, C) bf16; params: the unit's flat bf16 buffer; saved: qwen3_5_saved_bytes(). `router`:
 // the load-balancing loss's statistics on the device (MoE layers), as gemma4_forward's.
-void qwen3_5_forward(const UnitContext& ctx, const Qwen35LayerSpec& spec, const bf16* params, const bf16* x, bf16* y,
-                     DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws,
+void qwen3_5_forward(const UnitContext& ctx, const Qwen35LayerSpec& spec, const bf16* params, const bf16* x,
+                     bf16* y, DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws,
                      const RouterStats* router = nullptr);
 void qwen3_5_recompute(const UnitContext& ctx, const Qwen35LayerSpec& spec, const bf16* params, const bf16* x,
                        DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws);

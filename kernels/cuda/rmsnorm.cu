@@ -160,4 +160,14 @@ void rmsnorm_backward(const RmsnormBackwardArgs& a, void* workspace, cudaStream_
   }
 }
 
+void rmsnorm_backward(const RmsnormGrad& g, void* dx, bool dx_f32, const void* residual, bool residual_f32,
+                      void* workspace, cudaStream_t stream) {
+  RmsnormBackwardArgs a;
+  a.dy = g.dy, a.dy_f32 = g.dy_f32, a.x = g.x, a.rstd = g.rstd, a.w = g.w, a.w_offset = g.w_offset, a.dw = g.dw;
+  a.N = g.N, a.C = g.C;
+  a.residual = residual, a.residual_f32 = residual_f32;
+  a.dx = dx, a.dx_f32 = dx_f32;
+  rmsnorm_backward(a, workspace, stream);
+}
+
 }  // namespace slidedp::kernels::cuda

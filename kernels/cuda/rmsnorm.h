@@ -42,4 +42,19 @@ struct RmsnormBackwardArgs {
 };
 void rmsnorm_backward(const RmsnormBackwardArgs& a, void* workspace, cudaStream_t stream);
 
+// The same with the forward's operands in one brace list, so each call site of a unit is one line:
+// the norm (dy, x, rstd, w, dw, rows, width, weight offset) and where its gradient goes.
+struct RmsnormGrad {
+  const void* dy;
+  bool dy_f32;
+  const __nv_bfloat16* x;
+  const float* rstd;
+  const __nv_bfloat16* w;
+  float* dw;
+  int64_t N, C;
+  float w_offset = 0.0f;
+};
+void rmsnorm_backward(const RmsnormGrad& g, void* dx, bool dx_f32, const void* residual, bool residual_f32,
+                      void* workspace, cudaStream_t stream);
+
 }  // namespace slidedp::kernels::cuda

@@ -38,6 +38,7 @@ namespace {
 
 using kernels::test::all_close;
 using kernels::test::random_vector;
+using kernels::test::unit_rows;
 
 std::vector<float> random_floats(int64_t n, uint64_t seed, float lo = -3.0f, float hi = 3.0f) {
   std::mt19937_64 rng(seed);
@@ -683,14 +684,6 @@ TEST(DeviceMath, DeltaRuleColumnRecurrenceFollowsTheCpuChunkedForm) {
   const DeltaRuleSpec sp{2, 4, 5, 3, 4, 1};
   const std::vector<int64_t> seg = {0, 9, 9, 23};
   const int64_t N = seg.back();
-  auto unit_rows = [](std::vector<double> x, int64_t d, double scale) {
-    for (size_t r = 0; r < x.size(); r += static_cast<size_t>(d)) {
-      double ss = 0;
-      for (int64_t i = 0; i < d; ++i) ss += x[r + i] * x[r + i];
-      for (int64_t i = 0; i < d; ++i) x[r + i] *= scale / std::sqrt(ss);
-    }
-    return x;
-  };
   DeltaRuleData in;
   in.q = unit_rows(random_vector<double>(N * sp.nk * sp.dk, 801), sp.dk, 1.0 / std::sqrt(5.0));
   in.k = unit_rows(random_vector<double>(N * sp.nk * sp.dk, 802), sp.dk, 1.0);

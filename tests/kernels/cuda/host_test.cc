@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -106,91 +107,106 @@ TEST(CudaUnits, BufferSizesGrowLinearlyInTheSequenceLength) {
     auto second_difference = [&](auto f) { return std::llabs(f(3 * T) - 2 * f(2 * T) + f(T)); };
     constexpr int64_t kSlack = 64 * 256;  // up to 64 carved pieces, each rounded up to 256 bytes
     EXPECT_LE(second_difference([&](int64_t t) { return decoder_saved_bytes(s, B, t); }), kSlack) << type;
-    EXPECT_LE(second_difference([&](int64_t t) { return decoder_forward_workspace_bytes(s, B, t); }), kSlack) << type;
-    EXPECT_LE(second_difference([&](int64_t t) { return decoder_backward_workspace_bytes(s, B, t); }), kSlack) << type;
+    EXPECT_LE(second_difference([&](int64_t t) { return decoder_forward_workspace_bytes(s, B, t); }), kSlack)
+        << type;
+    EXPECT_LE(second_difference([&](int64_t t) { return decoder_backward_workspace_bytes(s, B, t); }), kSlack)
+        << type;
     EXPECT_LE(second_difference([&](int64_t t) { return head_workspace_bytes(h, B, t); }), kSlack) << type;
     // and the per-token slope is what the buffers say: saved state of 16 pieces at most ~ 2 KiB/token here
     EXPECT_LT(decoder_saved_bytes(s, B, 2 * T) - decoder_saved_bytes(s, B, T), B * T * 1024) << type;
   }
 }
 
-// The Gemma 4 layer's buffers, dense and MoE: linear in T like the Llama unit's, a K=V layer saves no
-// v_proj output, an MoE layer adds at least its experts' saved rows (gate and up of every routed row),
-// and the memory account charges every layer its own carve sizes.
-TEST(CudaUnits, Gemma4LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
-  for (bool moe : {false, true}) {
-  SCOPED_TRACE(moe ? "MoE" : "dense");
-  const ModelCard card = kernels::test::tiny_gemma4(moe);
+// Every decoder layer of a hybrid card on CUDA: its unit's saved, forward and backward bytes grow
+// linearly in T, and the memory account charges exactly them. `sizes(spec, B, T)` gives the three;
+// `check(spec, l, B, T)` adds the family's own checks.
+template <class MakeSpec, class Sizes, class Check>
+void expect_layers_charged_their_carve_sizes(const ModelCard& card, MakeSpec make_spec, Sizes sizes,
+                                             Check check) {
   const ModelLayout layout = make_model_layout(card);
   const int64_t B = 3, T = 4096;
-  auto second_difference = [&](auto f) { return std::llabs(f(3 * T) - 2 * f(2 * T) + f(T)); };
-  constexpr int64_t kSlack = 64 * 256;
+  constexpr int64_t kSlack = 64 * 256;  // up to 64 carved pieces, each rounded up to 256 bytes
   UnitMemoryOptions o;
   o.code = UnitCode::kCuda;
   const std::vector<UnitMemory> charged = decoder_unit_memories(card, layout, B, T, o);
   ASSERT_EQ(static_cast<int>(charged.size()), card.num_layers);
   for (int l = 0; l < card.num_layers; ++l) {
-    const Gemma4LayerSpec s = make_gemma4_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]);
-    EXPECT_LE(second_difference([&](int64_t t) { return gemma4_saved_bytes(s, B, t); }), kSlack) << l;
-    EXPECT_LE(second_difference([&](int64_t t) { return gemma4_forward_workspace_bytes(s, B, t); }), kSlack) << l;
-    EXPECT_LE(second_difference([&](int64_t t) { return gemma4_backward_workspace_bytes(s, B, t); }), kSlack) << l;
-    EXPECT_EQ(charged[static_cast<size_t>(l)].saved_bytes, gemma4_saved_bytes(s, B, T)) << l;
-    EXPECT_EQ(charged[static_cast<size_t>(l)].forward_workspace_bytes, gemma4_forward_workspace_bytes(s, B, T)) << l;
-    EXPECT_EQ(charged[static_cast<size_t>(l)].backward_workspace_bytes, gemma4_backward_workspace_bytes(s, B, T)) << l;
-    if (s.k_eq_v) {
-      Gemma4LayerSpec with_v = s;
-      with_v.k_eq_v = false;
-      EXPECT_EQ(gemma4_saved_bytes(with_v, B, T) - gemma4_saved_bytes(s, B, T), B * T * s.kv_dim() * 2) << l;
+    const auto s = make_spec(card, layout.units[static_cast<size_t>(l) + 1]);
+    const std::array<int64_t, 3> at1 = sizes(s, B, T), at2 = sizes(s, B, 2 * T), at3 = sizes(s, B, 3 * T);
+    const UnitMemory& m = charged[static_cast<size_t>(l)];
+    const std::array<int64_t, 3> account = {m.saved_bytes, m.forward_workspace_bytes,
+                                            m.backward_workspace_bytes};
+    for (size_t i = 0; i < 3; ++i) {
+      EXPECT_LE(std::llabs(at3[i] - 2 * at2[i] + at1[i]), kSlack) << "layer " << l << " buffer " << i;
+      EXPECT_EQ(account[i], at1[i]) << "layer " << l << " buffer " << i;
     }
-    if (s.has_moe()) {
-      Gemma4LayerSpec dense = s;
-      dense.moe = {};
-      EXPECT_GE(gemma4_saved_bytes(s, B, T) - gemma4_saved_bytes(dense, B, T), 2 * B * T * s.moe.K * s.moe.Ie * 2) << l;
-      EXPECT_GE(gemma4_backward_workspace_bytes(s, B, T), experts_backward_workspace_bytes(s.moe, B * T)) << l;
-    }
-  }
+    check(s, l, B, T);
   }
 }
 
-// The Qwen3.6 layer's buffers, every kind (DeltaNet and attention, dense and MoE): linear in T (the
-// delta rule backward's checkpoints every 64 tokens included), and the memory account charges every
-// layer its own carve sizes.
+// Gemma 4, dense and MoE: a K=V layer saves no v_proj output, an MoE layer adds at least its
+// experts' saved rows (gate and up of every routed row).
+TEST(CudaUnits, Gemma4LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
+  for (bool moe : {false, true}) {
+    SCOPED_TRACE(moe ? "MoE" : "dense");
+    expect_layers_charged_their_carve_sizes(
+        kernels::test::tiny_gemma4(moe), make_gemma4_layer_spec,
+        [](const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+          return std::array<int64_t, 3>{gemma4_saved_bytes(s, B, T), gemma4_forward_workspace_bytes(s, B, T),
+                                        gemma4_backward_workspace_bytes(s, B, T)};
+        },
+        [](const Gemma4LayerSpec& s, int l, int64_t B, int64_t T) {
+          if (s.k_eq_v) {
+            Gemma4LayerSpec with_v = s;
+            with_v.k_eq_v = false;
+            EXPECT_EQ(gemma4_saved_bytes(with_v, B, T) - gemma4_saved_bytes(s, B, T), B * T * s.kv_dim() * 2)
+                << l;
+          }
+          if (s.has_moe()) {
+            Gemma4LayerSpec dense = s;
+            dense.moe = {};
+            EXPECT_GE(gemma4_saved_bytes(s, B, T) - gemma4_saved_bytes(dense, B, T),
+                      2 * B * T * s.moe.K * s.moe.Ie * 2)
+                << l;
+            EXPECT_GE(gemma4_backward_workspace_bytes(s, B, T),
+                      experts_backward_workspace_bytes(s.moe, B * T))
+                << l;
+          }
+        });
+  }
+}
+
+// Qwen3.6, every kind (DeltaNet and attention, dense and MoE); the DeltaNet backward's bytes also
+// against an independent count.
 TEST(CudaUnits, Qwen36LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
   for (bool moe : {false, true}) {
     SCOPED_TRACE(moe ? "MoE" : "dense");
-    const ModelCard card = kernels::test::tiny_qwen(moe);
-    const ModelLayout layout = make_model_layout(card);
-    const int64_t B = 3, T = 4096;
-    auto second_difference = [&](auto f) { return std::llabs(f(3 * T) - 2 * f(2 * T) + f(T)); };
-    constexpr int64_t kSlack = 64 * 256;
-    UnitMemoryOptions o;
-    o.code = UnitCode::kCuda;
-    const std::vector<UnitMemory> charged = decoder_unit_memories(card, layout, B, T, o);
-    ASSERT_EQ(static_cast<int>(charged.size()), card.num_layers);
-    for (int l = 0; l < card.num_layers; ++l) {
-      const Qwen35LayerSpec s = make_qwen3_5_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]);
-      EXPECT_LE(second_difference([&](int64_t t) { return qwen3_5_saved_bytes(s, B, t); }), kSlack) << l;
-      EXPECT_LE(second_difference([&](int64_t t) { return qwen3_5_forward_workspace_bytes(s, B, t); }), kSlack) << l;
-      EXPECT_LE(second_difference([&](int64_t t) { return qwen3_5_backward_workspace_bytes(s, B, t); }), kSlack) << l;
-      EXPECT_EQ(charged[static_cast<size_t>(l)].saved_bytes, qwen3_5_saved_bytes(s, B, T)) << l;
-      EXPECT_EQ(charged[static_cast<size_t>(l)].forward_workspace_bytes, qwen3_5_forward_workspace_bytes(s, B, T)) << l;
-      EXPECT_EQ(charged[static_cast<size_t>(l)].backward_workspace_bytes, qwen3_5_backward_workspace_bytes(s, B, T)) << l;
-      if (s.linear) {
-        // The DeltaNet backward's buffers counted from their description (qwen3_5_scratch.h), not from
-        // its carve code: what lives throughout, what the mixer keeps to its end, then the larger of
-        // the delta rule's part and the conv's (they share bytes); the feed-forward's part (released
-        // before) is smaller here. Each piece is rounded up to 256 bytes at most.
-        const DeltaNetSpec& g = s.gdn;
-        const int64_t N = B * T, D = g.qkv_dim(), Kd = g.key_dim(), Vd = g.value_dim();
-        const int64_t common = kGemmWorkspaceBytes + N * s.C * (4 + 4 + 2) + rmsnorm_backward_workspace_bytes(N, s.C);
-        const int64_t keep = N * (2 * Kd + Vd + 2 * g.nv) * 4 + N * Vd * 2 + N * Kd * 2 * 4 + N * Vd * 4 +
-                             N * g.nv * (4 + 4 + 2 + 2);
-        const int64_t rule = N * Vd * (2 + 4 + 4) + deltanet_gated_norm_workspace_bytes(N, g.nv, g.dv) +
-                             delta_rule_backward_workspace_bytes(B, T, g.nv, g.dk, g.dv);
-        const int64_t mixer = keep + std::max(rule, N * D * (4 + 2));
-        EXPECT_LE(std::llabs(qwen3_5_backward_workspace_bytes(s, B, T) - (common + mixer)), 32 * 256) << l;
-      }
-    }
+    expect_layers_charged_their_carve_sizes(
+        kernels::test::tiny_qwen(moe), make_qwen3_5_layer_spec,
+        [](const Qwen35LayerSpec& s, int64_t B, int64_t T) {
+          return std::array<int64_t, 3>{qwen3_5_saved_bytes(s, B, T),
+                                        qwen3_5_forward_workspace_bytes(s, B, T),
+                                        qwen3_5_backward_workspace_bytes(s, B, T)};
+        },
+        [](const Qwen35LayerSpec& s, int l, int64_t B, int64_t T) {
+          if (s.linear) {
+            // The DeltaNet backward's buffers counted from their description (qwen3_5_scratch.h), not from
+            // its carve code: what lives throughout, what the mixer keeps to its end, then the larger of
+            // the delta rule's part and the conv's (they share bytes); the feed-forward's part (released
+            // before) is smaller here. Each piece is rounded up to 256 bytes at most.
+            const DeltaNetSpec& g = s.gdn;
+            const int64_t N = B * T, D = g.qkv_dim(), Kd = g.key_dim(), Vd = g.value_dim();
+            const int64_t common =
+                kGemmWorkspaceBytes + N * s.C * (4 + 4 + 2) + rmsnorm_backward_workspace_bytes(N, s.C);
+            const int64_t keep = N * (2 * Kd + Vd + 2 * g.nv) * 4 + N * Vd * 2 + N * Kd * 2 * 4 + N * Vd * 4 +
+                                 N * g.nv * (4 + 4 + 2 + 2);
+            const int64_t rule = N * Vd * (2 + 4 + 4) + deltanet_gated_norm_workspace_bytes(N, g.nv, g.dv) +
+                                 delta_rule_backward_workspace_bytes(B, T, g.nv, g.dk, g.dv);
+            const int64_t mixer = keep + std::max(rule, N * D * (4 + 2));
+            EXPECT_LE(std::llabs(qwen3_5_backward_workspace_bytes(s, B, T) - (common + mixer)), 32 * 256)
+                << l;
+          }
+        });
   }
 }
 
@@ -203,7 +219,8 @@ TEST(CudaAttention, ImplementationChoiceAndEnvironmentOverride) {
   EXPECT_THROW(resolve_attention_impl(AttentionImpl::kTensorCore, 8), InputError);
   setenv("SLIDEDP_CUDA_ATTENTION", "reference", 1);
   EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 64), AttentionImpl::kReference);
-  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kTensorCore, 64), AttentionImpl::kTensorCore);  // explicit wins
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kTensorCore, 64),
+            AttentionImpl::kTensorCore);  // explicit wins
   unsetenv("SLIDEDP_CUDA_ATTENTION");
 }
 

@@ -50,6 +50,7 @@ namespace {
 
 using kernels::test::all_close;
 using kernels::test::random_vector;
+using kernels::test::unit_rows;
 using test::bf;
 using test::Bf16Array;
 using test::close_to_scale;
@@ -870,15 +871,7 @@ TEST(CudaDeltaRule, ForwardAndBackwardFollowTheCpuChunkedForm) {
         positions[static_cast<size_t>(b * sh.T + t)] = static_cast<int32_t>(p);
       }
     seg.push_back(N);
-    auto unit_rows = [](std::vector<double> x, int64_t d, double scale) {
-      for (size_t r = 0; r < x.size(); r += static_cast<size_t>(d)) {
-        double ss = 0;
-        for (int64_t i = 0; i < d; ++i) ss += x[r + i] * x[r + i];
-        for (int64_t i = 0; i < d; ++i) x[r + i] *= scale / std::sqrt(ss);
-      }
-      return x;
-    };
-    const std::vector<double> q = unit_rows(random_vector<double>(N * sh.nk * sh.dk, 901), sh.dk, 1 / std::sqrt(double(sh.dk))),
+      const std::vector<double> q = unit_rows(random_vector<double>(N * sh.nk * sh.dk, 901), sh.dk, 1 / std::sqrt(double(sh.dk))),
                               k = unit_rows(random_vector<double>(N * sh.nk * sh.dk, 902), sh.dk, 1.0),
                               v = random_vector<double>(N * sh.nv * sh.dv, 903, -2, 2),
                               g = random_vector<double>(N * sh.nv, 904, -1.5, 0),

@@ -36,22 +36,12 @@ struct Case {
 
 // q and k L2-normalised per head (as the layer feeds them), q scaled by dk^-1/2; g in [g_lo, 0] (the
 // model's log-decays are <= 0); b in (0, 1) as a sigmoid gives.
-std::vector<double> unit_rows(std::vector<double> x, int64_t d) {
-  for (size_t r = 0; r < x.size(); r += static_cast<size_t>(d)) {
-    double ss = 0;
-    for (int64_t i = 0; i < d; ++i) ss += x[r + i] * x[r + i];
-    for (int64_t i = 0; i < d; ++i) x[r + i] /= std::sqrt(ss);
-  }
-  return x;
-}
-
 Case make_case(std::vector<int64_t> seg, int64_t chunk, uint64_t seed, double g_lo = -1.5) {
   Case c;
   c.s = DeltaRuleSpec{2, 4, 5, 3, chunk, 1};
   c.seg = std::move(seg);
   const int64_t N = c.N();
-  c.in.q = unit_rows(random_vector<double>(N * c.s.nk * c.s.dk, seed), c.s.dk);
-  for (double& x : c.in.q) x /= std::sqrt(static_cast<double>(c.s.dk));
+  c.in.q = unit_rows(random_vector<double>(N * c.s.nk * c.s.dk, seed), c.s.dk, 1 / std::sqrt(static_cast<double>(c.s.dk)));
   c.in.k = unit_rows(random_vector<double>(N * c.s.nk * c.s.dk, seed + 1), c.s.dk);
   c.in.v = random_vector<double>(N * c.s.nv * c.s.dv, seed + 2, -2, 2);
   c.in.g = random_vector<double>(N * c.s.nv, seed + 3, g_lo, 0);

@@ -25,6 +25,17 @@ std::vector<Real> random_vector(int64_t n, uint64_t seed, double lo = -1.0, doub
   return v;
 }
 
+// Each row of d values scaled to length `scale`: an l2-normalised q or k, as the Gated DeltaNet feeds
+// the delta rule (q with scale dk^-1/2).
+inline std::vector<double> unit_rows(std::vector<double> x, int64_t d, double scale = 1.0) {
+  for (size_t r = 0; r < x.size(); r += static_cast<size_t>(d)) {
+    double ss = 0;
+    for (int64_t i = 0; i < d; ++i) ss += x[r + i] * x[r + i];
+    for (int64_t i = 0; i < d; ++i) x[r + i] *= scale / std::sqrt(ss);
+  }
+  return x;
+}
+
 // Every element: finite, and |got - ref| <= atol + rtol * |ref|. Reports the worst element.
 template <typename A, typename B>
 ::testing::AssertionResult all_close(const A* got, const B* ref, int64_t n, double atol, double rtol,
