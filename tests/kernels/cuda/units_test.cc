@@ -355,34 +355,65 @@ ModelCard gemma4_card() {
       "gpu-gemma4");
 }
 
-struct GpuGemma4 {
+// A hybrid family's layer on the GPU, as its CPU test needs it: forward, recompute into a second
+// saved buffer, backward from grads_init; positions (device) if given.
+struct GpuLayer {
   std::vector<float> y, dx, grads;
   std::vector<unsigned char> saved, recomputed;
 };
 
-GpuGemma4 run_gpu_gemma4(const Gemma4LayerSpec& s, const std::vector<float>& p, const std::vector<float>& x,
-                         const std::vector<float>& dy, const std::vector<float>& grads_init, int64_t B,
-                         int64_t T, const RouterStats* router = nullptr) {
+// The family's unit entry points and size queries (gemma4_unit.h, qwen3_5_unit.h).
+template <typename Spec>
+struct LayerFns {
+  int64_t (*saved_bytes)(const Spec&, int64_t, int64_t);
+  int64_t (*forward_bytes)(const Spec&, int64_t, int64_t);
+  int64_t (*backward_bytes)(const Spec&, int64_t, int64_t);
+  void (*forward)(const UnitContext&, const Spec&, const bf16*, const bf16*, bf16*, DeviceWorkspace, int64_t,
+                  int64_t, DeviceWorkspace, const RouterStats*);
+  void (*recompute)(const UnitContext&, const Spec&, const bf16*, const bf16*, DeviceWorkspace, int64_t,
+                    int64_t, DeviceWorkspace);
+  void (*backward)(const UnitContext&, const Spec&, const bf16*, const bf16*, DeviceWorkspace, const bf16*,
+                   bf16*, float*, int64_t, int64_t, DeviceWorkspace, const RouterStats*);
+};
+const LayerFns<Gemma4LayerSpec> kGemma4{gemma4_saved_bytes,
+                                        gemma4_forward_workspace_bytes,
+                                        gemma4_backward_workspace_bytes,
+                                        gemma4_forward,
+                                        gemma4_recompute,
+                                        gemma4_backward};
+const LayerFns<Qwen35LayerSpec> kQwen35{qwen3_5_saved_bytes,
+                                        qwen3_5_forward_workspace_bytes,
+                                        qwen3_5_backward_workspace_bytes,
+                                        qwen3_5_forward,
+                                        qwen3_5_recompute,
+                                        qwen3_5_backward};
+
+template <typename Spec>
+GpuLayer run_gpu_layer(const LayerFns<Spec>& fn, const Spec& s, const std::vector<float>& p,
+                       const std::vector<float>& x, const std::vector<float>& dy,
+                       const std::vector<float>& grads_init, int64_t B, int64_t T,
+                       const RouterStats* router = nullptr, const std::vector<int32_t>& positions = {}) {
   GemmContext gemm;
   UnitContext ctx;
   ctx.gemm = &gemm;
+  DeviceArray<int32_t> d_pos(positions.empty() ? std::vector<int32_t>{0} : positions);
+  if (!positions.empty()) ctx.positions = d_pos.get();
   const int64_t N = B * T;
   Bf16Array d_p(to_bf16_bits(p)), d_x(to_bf16_bits(x)), d_y(N * s.C), d_dy(to_bf16_bits(dy)), d_dx(N * s.C);
   DeviceArray<float> d_grads(grads_init);
-  const int64_t saved_bytes = gemma4_saved_bytes(s, B, T);
+  const int64_t saved_bytes = fn.saved_bytes(s, B, T);
   DeviceArray<unsigned char> saved(saved_bytes), saved2(saved_bytes);
-  DeviceArray<std::byte> fws(gemma4_forward_workspace_bytes(s, B, T)),
-      bws(gemma4_backward_workspace_bytes(s, B, T));
-  gemma4_forward(ctx, s, bf(d_p), bf(d_x), bf(d_y), {saved.get(), saved_bytes}, B, T,
-                 {fws.get(), fws.size()}, router);
-  gemma4_recompute(ctx, s, bf(d_p), bf(d_x), {saved2.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
-  gemma4_backward(ctx, s, bf(d_p), bf(d_x), {saved.get(), saved_bytes}, bf(d_dy), bf(d_dx), d_grads.get(), B,
-                  T, {bws.get(), bws.size()}, router);
+  DeviceArray<std::byte> fws(fn.forward_bytes(s, B, T)), bws(fn.backward_bytes(s, B, T));
+  fn.forward(ctx, s, bf(d_p), bf(d_x), bf(d_y), {saved.get(), saved_bytes}, B, T, {fws.get(), fws.size()},
+             router);
+  fn.recompute(ctx, s, bf(d_p), bf(d_x), {saved2.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
+  fn.backward(ctx, s, bf(d_p), bf(d_x), {saved.get(), saved_bytes}, bf(d_dy), bf(d_dx), d_grads.get(), B, T,
+              {bws.get(), bws.size()}, router);
   EXPECT_TRUE(d_y.check_guards("y") && d_dx.check_guards("dx") && d_grads.check_guards("grads") &&
               saved.check_guards("saved") && saved2.check_guards("recomputed saved") &&
               fws.check_guards("fwd ws") && bws.check_guards("bwd ws"));
-  return GpuGemma4{widen(d_y.download()), widen(d_dx.download()), d_grads.download(), saved.download(),
-                   saved2.download()};
+  return GpuLayer{widen(d_y.download()), widen(d_dx.download()), d_grads.download(), saved.download(),
+                  saved2.download()};
 }
 
 // Both layer types against the CPU unit in fp32 from the same bf16 values, with the decoder's
@@ -411,13 +442,13 @@ TEST(CudaGemma4Unit, SlidingAndKEqualsVLayersMatchTheCpuUnit) {
                                    fws.workspace());
     kernels::gemma4_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(),
                                     grads_ref.data(), B, T, bws.workspace());
-    const GpuGemma4 g = run_gpu_gemma4(s, p, x, dy, init, B, T);
+    const GpuLayer g = run_gpu_layer(kGemma4, s, p, x, dy, init, B, T);
     EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y"));
     EXPECT_TRUE(close_to_scale(g.dx, dx_ref, kGradientFrac, kGradientFrac, "dx"));
     expect_gradients_close(unit, g.grads, grads_ref, init, "grads");
     EXPECT_EQ(g.grads[static_cast<size_t>(s.layer_scalar)], init[static_cast<size_t>(s.layer_scalar)]);
     EXPECT_EQ(g.saved, g.recomputed) << "recompute must refill the saved state bitwise";
-    const GpuGemma4 again = run_gpu_gemma4(s, p, x, dy, init, B, T);
+    const GpuLayer again = run_gpu_layer(kGemma4, s, p, x, dy, init, B, T);
     EXPECT_EQ(again.y, g.y);
     EXPECT_EQ(again.dx, g.dx);
     EXPECT_EQ(again.grads, g.grads);
@@ -439,10 +470,12 @@ TEST(CudaGemma4Unit, MixtureOfExpertsLayerMatchesTheCpuUnit) {
   SLIDEDP_REQUIRE_GPU();
   const ModelCard card = model_card_from_yaml(
       std::string(
-          "name: gpu-gemma4-moe\nmodel_type: gemma4\nhidden_size: 96\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+          "name: gpu-gemma4-moe\nmodel_type: gemma4\nhidden_size: 96\nnum_hidden_layers: "
+          "2\nnum_attention_heads: 4\n"
           "num_key_value_heads: 2\nhead_dim: 64\nintermediate_size: 160\nvocab_size: 301\n"
           "layer_types: [sliding_attention, full_attention]\nsliding_window: 20\nglobal_head_dim: 128\n"
-          "num_global_key_value_heads: 1\nattention_k_eq_v: true\nrope_theta: 10000\nglobal_rope_theta: 1000000\n"
+          "num_global_key_value_heads: 1\nattention_k_eq_v: true\nrope_theta: 10000\nglobal_rope_theta: "
+          "1000000\n"
           "global_partial_rotary_factor: 0.25\nfinal_logit_softcapping: 30.0\n") +
           "num_experts: 8\nnum_experts_per_tok: 2\nmoe_intermediate_size: 40\n",
       "gpu-gemma4-moe");
@@ -454,7 +487,8 @@ TEST(CudaGemma4Unit, MixtureOfExpertsLayerMatchesTheCpuUnit) {
   std::vector<float> p = bf16_params(unit, 520);
   p[static_cast<size_t>(s.layer_scalar)] = round_to_bf16(0.7f);
   for (int64_t e = 0; e < E; ++e)
-    for (int64_t c = 0; c < s.C; ++c) p[static_cast<size_t>(s.router_w + e * s.C + c)] = e == c ? 12.0f : 0.0f;
+    for (int64_t c = 0; c < s.C; ++c)
+      p[static_cast<size_t>(s.router_w + e * s.C + c)] = e == c ? 12.0f : 0.0f;
   for (int64_t c = 0; c < s.C; ++c) p[static_cast<size_t>(s.router_scale + c)] = 1.0f;
   std::vector<float> x = random_bf16_values(N * s.C, 521, -0.3, 0.3);
   for (int64_t t = 0; t < N; ++t) {
@@ -470,15 +504,16 @@ TEST(CudaGemma4Unit, MixtureOfExpertsLayerMatchesTheCpuUnit) {
   AlignedBuffer saved(kernels::gemma4_saved_bytes<float>(s, B, T));
   AlignedBuffer fws(kernels::gemma4_forward_workspace_bytes<float>(s, B, T));
   AlignedBuffer bws(kernels::gemma4_backward_workspace_bytes<float>(s, B, T));
-  kernels::gemma4_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T, fws.workspace(),
-                                 &router_cpu);
+  kernels::gemma4_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T,
+                                 fws.workspace(), &router_cpu);
   kernels::gemma4_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(),
                                   grads_ref.data(), B, T, bws.workspace(), &router_cpu);
   DeviceArray<double> stats_gpu(std::vector<double>(2 * B * E, 0.0));
   const RouterStats router_gpu = router_stats_view(stats_gpu.get(), B, E, T, 0.2);
-  const GpuGemma4 g = run_gpu_gemma4(s, p, x, dy, init, B, T, &router_gpu);
+  const GpuLayer g = run_gpu_layer(kGemma4, s, p, x, dy, init, B, T, &router_gpu);
   const std::vector<double> stats = stats_gpu.download();
-  const std::vector<double> counts(stats.begin(), stats.begin() + B * E), sums(stats.begin() + B * E, stats.end());
+  const std::vector<double> counts(stats.begin(), stats.begin() + B * E),
+      sums(stats.begin() + B * E, stats.end());
   EXPECT_EQ(counts, std::vector<double>(stats_cpu.begin(), stats_cpu.begin() + B * E)) << "the same routing";
   for (int64_t i = 0; i < B * E; ++i)  // sums of T probabilities from logits within ~0.1
     EXPECT_NEAR(sums[static_cast<size_t>(i)], stats_cpu[static_cast<size_t>(B * E + i)], 0.05 * T) << i;
@@ -487,41 +522,12 @@ TEST(CudaGemma4Unit, MixtureOfExpertsLayerMatchesTheCpuUnit) {
   expect_gradients_close(unit, g.grads, grads_ref, init, "grads");
   EXPECT_EQ(g.grads[static_cast<size_t>(s.layer_scalar)], init[static_cast<size_t>(s.layer_scalar)]);
   EXPECT_EQ(g.saved, g.recomputed) << "recompute must refill the saved state bitwise";
-  const GpuGemma4 again = run_gpu_gemma4(s, p, x, dy, init, B, T);
+  const GpuLayer again = run_gpu_layer(kGemma4, s, p, x, dy, init, B, T);
   EXPECT_EQ(again.y, g.y) << "statistics or not, the forward is the same";
   EXPECT_EQ(again.saved, g.saved);
 }
 
 // ---- Qwen3.6 ----
-
-struct GpuQwen {
-  std::vector<float> y, dx, grads;
-  std::vector<unsigned char> saved, recomputed;
-};
-
-GpuQwen run_gpu_qwen(const Qwen35LayerSpec& s, const std::vector<float>& p, const std::vector<float>& x,
-                     const std::vector<float>& dy, const std::vector<float>& grads_init,
-                     const std::vector<int32_t>& positions, int64_t B, int64_t T) {
-  GemmContext gemm;
-  UnitContext ctx;
-  ctx.gemm = &gemm;
-  DeviceArray<int32_t> d_pos(positions);
-  ctx.positions = d_pos.get();
-  const int64_t N = B * T;
-  Bf16Array d_p(to_bf16_bits(p)), d_x(to_bf16_bits(x)), d_y(N * s.C), d_dy(to_bf16_bits(dy)), d_dx(N * s.C);
-  DeviceArray<float> d_grads(grads_init);
-  const int64_t saved_bytes = qwen3_5_saved_bytes(s, B, T);
-  DeviceArray<unsigned char> saved(saved_bytes), saved2(saved_bytes);
-  DeviceArray<std::byte> fws(qwen3_5_forward_workspace_bytes(s, B, T)), bws(qwen3_5_backward_workspace_bytes(s, B, T));
-  qwen3_5_forward(ctx, s, bf(d_p), bf(d_x), bf(d_y), {saved.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
-  qwen3_5_recompute(ctx, s, bf(d_p), bf(d_x), {saved2.get(), saved_bytes}, B, T, {fws.get(), fws.size()});
-  qwen3_5_backward(ctx, s, bf(d_p), bf(d_x), {saved.get(), saved_bytes}, bf(d_dy), bf(d_dx), d_grads.get(), B, T,
-                   {bws.get(), bws.size()});
-  EXPECT_TRUE(d_y.check_guards("y") && d_dx.check_guards("dx") && d_grads.check_guards("grads") &&
-              saved.check_guards("saved") && saved2.check_guards("recomputed saved") && fws.check_guards("fwd ws") &&
-              bws.check_guards("bwd ws"));
-  return GpuQwen{widen(d_y.download()), widen(d_dx.download()), d_grads.download(), saved.download(), saved2.download()};
-}
 
 // Every Qwen3.6 layer kind -- Gated DeltaNet and gated full attention, each with the dense MLP and
 // with the MoE block (routed experts beside the gated shared expert) -- against the CPU unit in fp32
@@ -537,7 +543,8 @@ TEST(CudaQwen35Unit, EveryLayerKindMatchesTheCpuUnitOnPackedDocuments) {
     const ModelCard card = kernels::test::tiny_qwen(moe);
     const ModelLayout layout = make_model_layout(card);
     for (int layer : {0, 1}) {
-      SCOPED_TRACE(std::string(moe ? "MoE " : "dense ") + (layer == 0 ? "DeltaNet layer" : "attention layer"));
+      SCOPED_TRACE(std::string(moe ? "MoE " : "dense ") +
+                   (layer == 0 ? "DeltaNet layer" : "attention layer"));
       const UnitLayout& unit = layout.units[static_cast<size_t>(layer) + 1];
       const Qwen35LayerSpec s = make_qwen3_5_layer_spec(card, unit);
       const int64_t B = 2, T = 70, N = B * T;
@@ -551,7 +558,8 @@ TEST(CudaQwen35Unit, EveryLayerKindMatchesTheCpuUnitOnPackedDocuments) {
       if (moe) {
         const int64_t E = s.moe.E;
         for (int64_t e = 0; e < E; ++e)
-          for (int64_t c = 0; c < s.C; ++c) p[static_cast<size_t>(s.router_w + e * s.C + c)] = e == c ? 12.0f : 0.0f;
+          for (int64_t c = 0; c < s.C; ++c)
+            p[static_cast<size_t>(s.router_w + e * s.C + c)] = e == c ? 12.0f : 0.0f;
         for (int64_t t = 0; t < N; ++t) {
           const int64_t first = (t * 3) % E, second = (first + 1 + t % (E - 1)) % E;
           x[static_cast<size_t>(t * s.C + first)] = 12.0f;
@@ -564,16 +572,16 @@ TEST(CudaQwen35Unit, EveryLayerKindMatchesTheCpuUnitOnPackedDocuments) {
       AlignedBuffer saved(kernels::qwen3_5_saved_bytes<float>(s, B, T));
       AlignedBuffer fws(kernels::qwen3_5_forward_workspace_bytes<float>(s, B, T));
       AlignedBuffer bws(kernels::qwen3_5_backward_workspace_bytes<float>(s, B, T));
-      kernels::qwen3_5_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T, fws.workspace(),
-                                      nullptr, positions.data());
+      kernels::qwen3_5_forward<float>(s, p.data(), x.data(), y_ref.data(), saved.workspace(), B, T,
+                                      fws.workspace(), nullptr, positions.data());
       kernels::qwen3_5_backward<float>(s, p.data(), x.data(), saved.workspace(), dy.data(), dx_ref.data(),
                                        grads_ref.data(), B, T, bws.workspace(), nullptr, positions.data());
-      const GpuQwen g = run_gpu_qwen(s, p, x, dy, init, positions, B, T);
+      const GpuLayer g = run_gpu_layer(kQwen35, s, p, x, dy, init, B, T, nullptr, positions);
       EXPECT_TRUE(close_to_scale(g.y, y_ref, kActivationFrac, kActivationFrac, "y"));
       EXPECT_TRUE(close_to_scale(g.dx, dx_ref, kGradientFrac, kGradientFrac, "dx"));
       expect_gradients_close(unit, g.grads, grads_ref, init, "grads");
       EXPECT_EQ(g.saved, g.recomputed) << "recompute must refill the saved state bitwise";
-      const GpuQwen again = run_gpu_qwen(s, p, x, dy, init, positions, B, T);
+      const GpuLayer again = run_gpu_layer(kQwen35, s, p, x, dy, init, B, T, nullptr, positions);
       EXPECT_EQ(again.grads, g.grads) << "deterministic";
       EXPECT_EQ(again.dx, g.dx);
     }
