@@ -831,6 +831,22 @@ class CudaDevice final : public Device {
   DeviceBudget budget_;
 };
 
+// The layer shapes the CUDA kernels take, checked before any GPU is looked for, so every machine
+// says it naming the config key: the router's warp argmax holds at most kRouterMaxExperts experts, the
+// Gated DeltaNet's per-head passes at most 256 channels a head.
+void check_cuda_shapes(const ModelCard& card) {
+  for (int l = 0; l < card.num_layers; ++l) {
+    const LayerShape s = card.layer(l);
+    if (s.moe() && s.num_experts > kc::kRouterMaxExperts)
+      throw InputError(card.name + ": num_experts", fmt::format("{} experts; the CUDA router takes at most {}",
+                                                                s.num_experts, kc::kRouterMaxExperts));
+    if (s.linear() && (s.linear_k_dim > 256 || s.linear_v_dim > 256))
+      throw InputError(card.name + ": linear_key_head_dim / linear_value_head_dim",
+                       fmt::format("{} / {}; the CUDA Gated DeltaNet takes head dims up to 256", s.linear_k_dim,
+                                   s.linear_v_dim));
+  }
+}
+
 // ---- backend ---------------------------------------------------------------------------------------
 
 class CudaBackend final : public Backend {
@@ -840,6 +856,7 @@ class CudaBackend final : public Backend {
     SLIDEDP_CHECK(opt.devices >= 1);
     if (opt.exact_fp32)
       throw InputError("--exact", "the CUDA backend delivers and computes in bf16; the exact fp32 mode is CPU-only");
+    check_cuda_shapes(card);
     gpus_ = cuda_visible_devices();
     if (gpus_ == 0) throw RuntimeError("the CUDA backend found no GPU (cudaGetDeviceCount reports none or fails)");
     const int per_gpu = (opt.devices + gpus_ - 1) / gpus_;

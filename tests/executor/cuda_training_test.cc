@@ -183,6 +183,26 @@ TEST(CudaTraining, Qwen36FollowsTheCpuLossCurve) {
   }
 }
 
+// What the CUDA kernels cannot run is refused by name before any GPU is looked for, so CI checks it.
+TEST(CudaTraining, ShapesTheKernelsCannotRunAreRefusedNamingTheKey) {
+  TrainOptions wide = testing::tiny_options(1, 1, 1, 1);
+  wide.card = testing::tiny_qwen3_5_card();
+  wide.card.linear_key_head_dim = 512;
+  wide.backend = "cuda";
+  TrainOptions many = testing::tiny_options(1, 1, 1, 1);
+  many.card = testing::tiny_qwen3_5_moe_card();
+  many.card.num_experts = 2048;
+  many.backend = "cuda";
+  for (const auto& [o, key] : {std::pair{wide, "linear_key_head_dim"}, std::pair{many, "num_experts"}}) {
+    try {
+      train(o);
+      ADD_FAILURE() << key << " was not refused";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find(key), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CudaTraining, TraceKernelsIsRefusedOnTheCpuBackend) {
   TrainOptions o = testing::tiny_options(1, 1, 1, 1);
   o.trace_kernels = true;
