@@ -203,6 +203,8 @@ void add_bias(bf16* x, const bf16* bias, int64_t N, int64_t C, cudaStream_t stre
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "add_bias");
 }
 
+namespace {
+// The two-stage column sum for either input dtype.
 template <typename In>
 void colsum(float* out, const In* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
   if (N <= 0 || C <= 0) return;
@@ -215,6 +217,7 @@ void colsum(float* out, const In* in, int64_t N, int64_t C, void* workspace, cud
                                                                                                       C);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "colsum_finish");
 }
+}  // namespace
 
 void colsum_accumulate(float* out, const bf16* in, int64_t N, int64_t C, void* workspace, cudaStream_t stream) {
   colsum(out, in, N, C, workspace, stream);

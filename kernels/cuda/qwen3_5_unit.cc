@@ -21,19 +21,13 @@ namespace {
 
 constexpr float kZeroCentred = 1.0f;  // Qwen3.6's norms: x * (1 + w)
 
+// The CPU unit's check, plus what the GPU kernels take (the backend refuses the rest by key first).
 void check_spec(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
-  SLIDEDP_CHECK(B >= 0 && T >= 0 && s.C > 0, "bad Qwen3.5 layer spec");
-  if (s.linear)
-    SLIDEDP_CHECK(s.gdn.C == s.C && s.out_w != kAbsent && s.gdn.dk <= 256 && s.gdn.dv <= 1024,
-                  "bad Qwen3.5 DeltaNet spec for the GPU (dk <= 256, dv <= 1024)");
-  else
-    SLIDEDP_CHECK(s.H > 0 && s.KV > 0 && s.H % s.KV == 0 && s.rotary_dim > 0 && s.rotary_dim <= s.hd &&
-                      static_cast<int64_t>(s.inv_freq.size()) == s.rotary_dim / 2,
-                  "bad Qwen3.5 attention spec");
-  SLIDEDP_CHECK(s.has_moe() ? (s.moe.C == s.C && s.Is > 0 && s.moe.E <= kRouterMaxExperts &&
-                               s.moe.activation == ExpertActivation::kSilu)
-                            : s.I > 0,
-                "bad Qwen3.5 feed-forward spec for the GPU");
+  check_qwen3_5_layer_spec(s, B, T);
+  SLIDEDP_CHECK(!s.linear || (s.gdn.dk <= 256 && s.gdn.dv <= 256),
+                "the CUDA Gated DeltaNet takes head dims up to 256");
+  SLIDEDP_CHECK(!s.has_moe() || (s.moe.E <= kRouterMaxExperts && s.moe.activation == ExpertActivation::kSilu),
+                "the CUDA Qwen3.5 unit routes at most 1024 experts with SwiGLU experts");
 }
 
 ConvShape conv_shape(const UnitContext& ctx, const DeltaNetSpec& g, int64_t B, int64_t T) {

@@ -384,7 +384,9 @@ void ffn_backward(const Qwen35LayerSpec& s, const Real* p, const Saved<Real>& S,
   arena.release(mark);
 }
 
-void check_spec(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
+}  // namespace
+
+void check_qwen3_5_layer_spec(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
   SLIDEDP_CHECK(B >= 0 && T >= 0, "negative batch or sequence length");
   SLIDEDP_CHECK(s.C > 0, "bad Qwen3.5 layer spec");
   if (s.linear) SLIDEDP_CHECK(s.gdn.C == s.C && s.out_w != kAbsent, "bad Qwen3.5 DeltaNet spec");
@@ -396,13 +398,15 @@ void check_spec(const Qwen35LayerSpec& s, int64_t B, int64_t T) {
                 "bad Qwen3.5 feed-forward spec");
 }
 
+namespace {
+
 // Everything up to the saved state; y != nullptr also runs the rest (forward), y == nullptr stops
 // where the saved state is complete (recompute). The same calls in the same order on the same
 // values, so recompute is bitwise what forward saved.
 template <typename Real>
 void forward_impl(const Qwen35LayerSpec& s, const Real* p, const Real* x, Real* y, Workspace saved, int64_t B,
                   int64_t T, Workspace ws, const int32_t* positions) {
-  check_spec(s, B, T);
+  check_qwen3_5_layer_spec(s, B, T);
   const int64_t N = B * T, C = s.C;
   Arena saved_arena(saved);
   const Saved<Real> S = carve_saved<Real>(saved_arena, s, B, T);
@@ -551,7 +555,7 @@ template <typename Real>
 void qwen3_5_backward(const Qwen35LayerSpec& s, const Real* p, const Real* x, Workspace saved, const Real* dy,
                       Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router,
                       const int32_t* positions) {
-  check_spec(s, B, T);
+  check_qwen3_5_layer_spec(s, B, T);
   SLIDEDP_CHECK(dx != dy && dx != x, "dx must not alias dy or x");
   const int64_t N = B * T, C = s.C;
   Arena saved_arena(saved);

@@ -66,6 +66,8 @@ struct Qwen35LayerSpec {
 
 // The spec of decoder unit `unit` (its layer's shape from card.layer()).
 Qwen35LayerSpec make_qwen3_5_layer_spec(const ModelCard& card, const UnitLayout& unit);
+// Throws (a bug) when the spec or B, T cannot be one Qwen3.5 layer's; both backends' units call it.
+void check_qwen3_5_layer_spec(const Qwen35LayerSpec& spec, int64_t B, int64_t T);
 
 template <typename Real>
 int64_t qwen3_5_saved_bytes(const Qwen35LayerSpec& spec, int64_t B, int64_t T);

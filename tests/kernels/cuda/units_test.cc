@@ -457,15 +457,28 @@ TEST(CudaGemma4Unit, SlidingAndKEqualsVLayersMatchTheCpuUnit) {
 
 // ---- Gemma 4 (mixture of experts) ----
 
+// Top-k is not differentiable and the GPU's router sees bf16 inputs, so a token whose k-th and
+// (k+1)-th experts nearly tie could route differently on the two backends. This makes every token's
+// choice decisive: the router weight (E, C) at router_w becomes 12 x the identity on channels 0..E-1
+// and token t's input carries +12 and +8 on the channels of its two designed experts (the first
+// `stride` t mod E). The layer's other branch adds about N(0, 1) per channel through its norm, so the
+// 2nd expert leads the 3rd by about 4 logits against errors of about 0.1 (the order of the two chosen
+// may differ, which changes no result).
+void make_routing_decisive(std::vector<float>& p, std::vector<float>& x, int64_t router_w, int64_t C,
+                           int64_t E, int64_t N, int64_t stride) {
+  for (int64_t e = 0; e < E; ++e)
+    for (int64_t c = 0; c < C; ++c) p[static_cast<size_t>(router_w + e * C + c)] = e == c ? 12.0f : 0.0f;
+  for (int64_t t = 0; t < N; ++t) {
+    const int64_t first = (t * stride) % E, second = (first + 1 + t % (E - 1)) % E;
+    x[static_cast<size_t>(t * C + first)] = 12.0f;
+    x[static_cast<size_t>(t * C + second)] = 8.0f;
+  }
+}
+
 // The 26B-A4B layer in miniature on the sliding layer of gemma4_card(): 8 experts, 2 per token,
-// expert width 40 beside the dense MLP. Top-k is not differentiable and the GPU's router sees bf16
-// inputs, so a token whose 2nd and 3rd experts are nearly tied could route differently on the two
-// backends; the data are built so that cannot happen: the router weight is 12 x the identity on
-// channels 0..7 (router.scale 1) and each token's input carries +12 and +8 on the channels of its two
-// designed experts: the attention branch adds about N(0, 1) per channel through its norm, so the 2nd
-// expert leads the 3rd by about 4 logits against errors of about 0.1 (the order of the two chosen
-// may differ, which changes no result). Tolerances and checks as the dense test's; with the load-
-// balancing statistics given (weight 0.2), their gradient too.
+// expert width 40 beside the dense MLP, routing made decisive (make_routing_decisive; router.scale 1).
+// Tolerances and checks as the dense test's; with the load-balancing statistics given (weight
+// 0.2), their gradient too.
 TEST(CudaGemma4Unit, MixtureOfExpertsLayerMatchesTheCpuUnit) {
   SLIDEDP_REQUIRE_GPU();
   const ModelCard card = model_card_from_yaml(
@@ -486,16 +499,9 @@ TEST(CudaGemma4Unit, MixtureOfExpertsLayerMatchesTheCpuUnit) {
   const int64_t B = 2, T = 70, N = B * T, E = s.moe.E;
   std::vector<float> p = bf16_params(unit, 520);
   p[static_cast<size_t>(s.layer_scalar)] = round_to_bf16(0.7f);
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t c = 0; c < s.C; ++c)
-      p[static_cast<size_t>(s.router_w + e * s.C + c)] = e == c ? 12.0f : 0.0f;
   for (int64_t c = 0; c < s.C; ++c) p[static_cast<size_t>(s.router_scale + c)] = 1.0f;
   std::vector<float> x = random_bf16_values(N * s.C, 521, -0.3, 0.3);
-  for (int64_t t = 0; t < N; ++t) {
-    const int64_t first = (t * 5) % E, second = (first + 1 + t % (E - 1)) % E;
-    x[static_cast<size_t>(t * s.C + first)] = 12.0f;
-    x[static_cast<size_t>(t * s.C + second)] = 8.0f;
-  }
+  make_routing_decisive(p, x, s.router_w, s.C, E, N, 5);
   const std::vector<float> dy = random_bf16_values(N * s.C, 522);
   const std::vector<float> init = random_vector<float>(unit.flat_numel, 523);
   std::vector<float> y_ref(x.size()), dx_ref(x.size()), grads_ref = init;
@@ -535,8 +541,7 @@ TEST(CudaGemma4Unit, MixtureOfExpertsLayerMatchesTheCpuUnit) {
 // single token: the conv window, the recurrence, attention and RoPE all restart). 70 tokens span two
 // of the delta rule backward's checkpoint chunks. Tolerances as the decoder's; the DeltaNet keeps
 // its recurrence in fp32, so its bf16 roundings are the projections' and the gated norm's, one each.
-// MoE routing is made decisive as in the Gemma 4 test: router weight 12 x the identity on the first
-// E channels, +12 and +8 on each token's two designed channels.
+// MoE routing is made decisive (make_routing_decisive).
 TEST(CudaQwen35Unit, EveryLayerKindMatchesTheCpuUnitOnPackedDocuments) {
   SLIDEDP_REQUIRE_GPU();
   for (bool moe : {false, true}) {
@@ -556,15 +561,7 @@ TEST(CudaQwen35Unit, EveryLayerKindMatchesTheCpuUnitOnPackedDocuments) {
       std::vector<float> p = bf16_params(unit, 600 + static_cast<uint64_t>(layer) + (moe ? 10 : 0));
       std::vector<float> x = random_bf16_values(N * s.C, 611, moe ? -0.3 : -2, moe ? 0.3 : 2);
       if (moe) {
-        const int64_t E = s.moe.E;
-        for (int64_t e = 0; e < E; ++e)
-          for (int64_t c = 0; c < s.C; ++c)
-            p[static_cast<size_t>(s.router_w + e * s.C + c)] = e == c ? 12.0f : 0.0f;
-        for (int64_t t = 0; t < N; ++t) {
-          const int64_t first = (t * 3) % E, second = (first + 1 + t % (E - 1)) % E;
-          x[static_cast<size_t>(t * s.C + first)] = 12.0f;
-          x[static_cast<size_t>(t * s.C + second)] = 8.0f;
-        }
+        make_routing_decisive(p, x, s.router_w, s.C, s.moe.E, N, 3);
       }
       const std::vector<float> dy = random_bf16_values(N * s.C, 612);
       const std::vector<float> init = random_vector<float>(unit.flat_numel, 613);
