@@ -220,10 +220,11 @@ class Backend {
                           const SpanTag& tag) = 0;
   // reduce_scatter: `input` holds `count` elements of `in_dtype` at `in_offset` on every rank; rank r
   // receives the fp32 sum over ranks of its shard_range into `output` at element `out_offset` (across
-  // nodes, BackendOptions::cross_node: over every node's ranks, rank r being node * N + r). The
-  // CPU backend sums in rank order 0, 1, ... (bitwise equal to the cpu route); NCCL sums in the
-  // order of its ring or tree, which is deterministic for a fixed communicator and algorithm but not
-  // rank order, so on the CUDA backend the gpu route matches the cpu route to fp32 rounding only.
+  // nodes, BackendOptions::cross_node: over every node's ranks, rank r being node * N + r). Within a
+  // node both backends sum in rank order 0, 1, ... (bitwise equal to the cpu route; CUDA exchanges
+  // the pieces in `in_dtype` and sums them on the GPU). Across nodes the CUDA backend runs NCCL's
+  // ring reduce-scatter in fp32, whose order is deterministic for a fixed communicator and algorithm
+  // but not rank order: there the gpu route matches the cpu route to fp32 rounding only.
   virtual void reduce_scatter(int rank, const DeviceBuffer& input, int64_t in_offset, DType in_dtype, int64_t count,
                               const DeviceBuffer& output, int64_t out_offset, const SpanTag& tag) = 0;
 

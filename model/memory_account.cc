@@ -188,8 +188,12 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
     const int64_t chunk = plan.chunk_numel, full = n / chunk, rest = n % chunk;
     const int64_t shard_total = full * shard_range(chunk, W, 0).size() + (rest > 0 ? shard_range(rest, W, 0).size() : 0);
     const int shards = led.alloc(kBackendScratch, std::max<int64_t>(shard_total, 1) * 4, where);
-    if (spec.reduce_scatter_fp32_staging && spec.wire_bytes == 2 && n > 0)
-      led.release(led.alloc(kBackendScratch, std::min(n, chunk) * 4, where));
+    if (spec.reduce_scatter_staging && n > 0) {
+      const int64_t c = std::min(n, chunk);
+      const int64_t staging = W > plan.ranks ? (spec.wire_bytes == 2 ? c * 4 : 0)
+                                             : (W - 1) * shard_range(c, W, 0).size() * spec.wire_bytes;
+      if (staging > 0) led.release(led.alloc(kBackendScratch, staging, where));
+    }
     led.release(wire);
     draining.push_back(led.keep_in_flight(shards, kDraining));
   };

@@ -40,7 +40,9 @@ struct RankMemorySpec {
   int64_t embedding_backward_scratch_bytes = 0;  // CUDA: the deterministic scatter-add's sort scratch
   int64_t router_stats_bytes = 0;  // MoE models: the micro-batch's router statistics (unit_memory.h)
   bool document_positions = false;  // packed documents: the (B, T) int32 positions travel with the tokens
-  bool reduce_scatter_fp32_staging = false;      // CUDA: the gpu route widens each bf16 chunk to fp32
+  // CUDA's gpu route: the reduce-scatter receives the peers' pieces of the rank's shard of each chunk
+  // ((W-1) x shard, wire dtype) before summing them; across nodes it widens a bf16 chunk to fp32.
+  bool reduce_scatter_staging = false;
   int64_t runtime_bytes = 0;         // CUDA context and libraries (hardware profile)
   int64_t collective_bytes = 0;      // NCCL's buffers of the rank's communicator, when ranks > 1
 };

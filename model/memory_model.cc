@@ -124,7 +124,7 @@ const RankMemoryAccount& cached_account(const Workload& w, const Plan& p, const 
                         p.gpu_buffer_depth, s.decoder.hidden_bytes, s.decoder.saved_bytes,
                         s.decoder.forward_workspace_bytes, s.decoder.backward_workspace_bytes,
                         s.head.forward_workspace_bytes, s.param_bytes, s.wire_bytes, s.align_bytes,
-                        s.zero_bytes_take_one, s.embedding_backward_scratch_bytes, s.reduce_scatter_fp32_staging,
+                        s.zero_bytes_take_one, s.embedding_backward_scratch_bytes, s.reduce_scatter_staging,
                         s.runtime_bytes, s.collective_bytes, pc.offload, pc.recompute, pc.keep,
                         static_cast<int64_t>(per_layer)}};
   thread_local std::unordered_map<AccountKey, RankMemoryAccount, AccountKeyHash> cache;
@@ -153,7 +153,7 @@ RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Pla
   s.embedding_backward_scratch_bytes = embedding_backward_scratch_estimate(o.code, B * T);
   s.router_stats_bytes = router_stats_bytes(w.model, B);
   s.document_positions = w.packed_documents;
-  s.reduce_scatter_fp32_staging = cuda;
+  s.reduce_scatter_staging = cuda;
   s.runtime_bytes = hw.gpu.runtime_bytes;
   s.collective_bytes = hw.gpu.collective_bytes;
   return s;

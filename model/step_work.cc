@@ -73,6 +73,7 @@ SystemTraits system_traits(System system) {
       t.params_resident = true;
       t.update_after_backward = true;
       t.upload_after_update = true;
+      t.grad_shard_bytes = 2.0;
       break;
     case System::kMegaTrain:
       t.lock_serialized_accumulation = true;
@@ -346,42 +347,43 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     } else if (gpu_reduce) {
       u.grad_reduce_scatter_bytes = bytes * fanin;
       u.grad_nic_bytes = bytes * nic_frac;
-      u.grad_d2h_bytes = bytes / W;
+      u.grad_d2h_bytes = moved * sw.traits.grad_shard_bytes / W;
     } else {
       u.grad_d2h_bytes = bytes;
     }
     if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state) {
       const double emb_bytes = static_cast<double>(w.layout.units.front().flat_numel) * kBf16;
-      u.tied_grad_d2h_bytes = gpu_reduce ? emb_bytes / W : emb_bytes;
+      u.tied_grad_d2h_bytes = gpu_reduce ? emb_bytes / kBf16 * sw.traits.grad_shard_bytes / W : emb_bytes;
       u.grad_reduce_scatter_bytes += gpu_reduce ? emb_bytes * fanin : 0;
       u.grad_nic_bytes += gpu_reduce ? emb_bytes * nic_frac : 0;
     }
 
     // Host CPU work for this unit's gradients (all ranks together).
-    const double slots = gpu_reduce ? 1.0 : static_cast<double>(N);  // bf16 inputs per parameter
+    // Gradient bytes the host reads per parameter: every rank's bf16 gradient, or the one reduced shard.
+    const double in_bytes = gpu_reduce ? sw.traits.grad_shard_bytes : static_cast<double>(N) * kBf16;
     if (sw.traits.gpu_sharded_state) {
       // nothing on the host
     } else if (sw.traits.update_after_backward) {
       // Grads are accumulated on the host each micro-step; the update happens after backward.
-      u.cpu_accum_thread_s = slots * n * kBf16 / r;
-      u.cpu_accum_host_mem_bytes = n * (slots * kBf16 + 2.0 * kFp32);
+      u.cpu_accum_thread_s = n * in_bytes / r;
+      u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
       u.cpu_last_thread_s = u.cpu_accum_thread_s;
       u.cpu_last_host_mem_bytes = u.cpu_accum_host_mem_bytes;
     } else {
-      // Fused reduce + AdamW on the last micro-step: the extra (slots - 1) bf16 inputs are read in the
+      // Fused reduce + AdamW on the last micro-step: the input bytes beyond AdamW's own bf16 gradient are read in the
       // same pass; with accumulation the fp32 accumulator is read too.
-      u.cpu_last_thread_s = n / a + (slots - 1.0) * n * kBf16 / r + (A > 1 ? n * kFp32 / r : 0.0);
-      u.cpu_last_host_mem_bytes = n * (kAdamwHostBytesPerParam + (slots - 1.0) * kBf16 + (A > 1 ? kFp32 : 0.0));
+      u.cpu_last_thread_s = n / a + n * (in_bytes - kBf16) / r + (A > 1 ? n * kFp32 / r : 0.0);
+      u.cpu_last_host_mem_bytes = n * (kAdamwHostBytesPerParam + in_bytes - kBf16 + (A > 1 ? kFp32 : 0.0));
       // Earlier micro-steps add their reduced gradient into the fp32 accumulator.
-      u.cpu_accum_thread_s = slots * n * kBf16 / r;
-      u.cpu_accum_host_mem_bytes = n * (slots * kBf16 + 2.0 * kFp32);
+      u.cpu_accum_thread_s = n * in_bytes / r;
+      u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
     }
     if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state) {
       // The head's contribution to the tied embedding gradient is accumulated on the host until the
       // embedding's own gradient arrives at the end of backward.
       const double e = static_cast<double>(w.layout.units.front().flat_numel);
-      const double work = slots * e * kBf16 / r;
-      const double hm = e * (slots * kBf16 + 2.0 * kFp32);
+      const double work = e * in_bytes / r;
+      const double hm = e * (in_bytes + 2.0 * kFp32);
       u.cpu_last_thread_s += work;
       u.cpu_accum_thread_s += work;
       u.cpu_last_host_mem_bytes += hm;
@@ -408,8 +410,8 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       const bool sharded = p.host_state == HostState::kSharded;
       const double owned = sharded ? n / M : n;
       const double tied_e = ul.reads_tied_embedding ? static_cast<double>(w.layout.units.front().flat_numel) : 0.0;
-      u.cpu_last_thread_s = slots * n * kBf16 / r + (tied_e > 0 ? slots * tied_e * kBf16 / r : 0.0);
-      u.cpu_last_host_mem_bytes = n * (slots * kBf16 + kFp32) + tied_e * (slots * kBf16 + 2.0 * kFp32);
+      u.cpu_last_thread_s = n * in_bytes / r + tied_e * in_bytes / r;
+      u.cpu_last_host_mem_bytes = n * (in_bytes + kFp32) + tied_e * (in_bytes + 2.0 * kFp32);
       u.cpu_accum_thread_s = u.cpu_last_thread_s;
       u.cpu_accum_host_mem_bytes = u.cpu_last_host_mem_bytes;
       const bool verify = sw.traits.update_after_backward;

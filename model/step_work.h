@@ -62,6 +62,10 @@ struct SystemTraits {
   double update_threads_override = 0;  // >0: threads of the process that updates (one rank's share)
   bool upload_after_update = false;  // ZeRO-Offload: H2D of the new partition + all-gather after update
   bool gpu_optimizer = false;        // FSDP2: AdamW on the GPU
+  // Bytes per element of the gpu route's reduced shard, what leaves the GPU and the updater reads:
+  // SlideDP sums the ranks' bf16 gradients in fp32 and keeps the sum (the cpu route's exact result);
+  // ZeRO-Offload's partitions leave in half precision.
+  double grad_shard_bytes = 4.0;
 };
 
 // Work of one unit. GPU seconds and link bytes are per rank per micro-step; CPU and host-memory work

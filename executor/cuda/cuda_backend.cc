@@ -27,6 +27,7 @@
 #include <optional>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "common/error.h"
 #include "common/units.h"
@@ -45,6 +46,7 @@
 #include "kernels/cuda/gemma4_unit.h"
 #include "kernels/cuda/qwen3_5_unit.h"
 #include "kernels/cuda/router.h"
+#include "kernels/cuda/shard_exchange.h"
 #include "kernels/cuda/units.h"
 
 namespace slidedp::exec {
@@ -629,7 +631,7 @@ class CudaDevice final : public Device {
       DeviceGuard guard(gpu_);  // CUB sizes its sort scratch for the current device
       m.embedding_backward_scratch_bytes = kc::embedding_backward_workspace_bytes(math_.specs.embedding, B, T);
     }
-    m.reduce_scatter_fp32_staging = true;
+    m.reduce_scatter_staging = true;
     m.router_stats_bytes = router_stats_bytes(math_.card, B);
     return m;
   }
@@ -963,35 +965,48 @@ class CudaBackend final : public Backend {
     });
   }
 
-  // reduce_scatter with an fp32 sum: a bf16 input is widened to fp32 on the comm stream first, then
-  // ncclReduceScatter (equal shards) or one grouped ncclReduce per rank (unequal shards). NCCL adds in
-  // its ring order, not rank order: results match the CPU route only up to fp32 rounding. Across
-  // nodes (cross_node_) it runs on the communicator of every node's GPUs, this rank being
-  // node * N + rank of it.
+  // reduce_scatter: the fp32 sum, in rank order, of every rank's piece of this rank's shard. Within a
+  // node the pieces travel in the input dtype (an all-to-all through NCCL point-to-point calls) and
+  // are summed on this GPU in rank order, so the result is bitwise the cpu route's
+  // (shard_exchange_plan.h). Across nodes (cross_node_) the node's network carries a ring
+  // reduce-scatter on the communicator of every node's GPUs (rank node * N + rank): a bf16 input is
+  // widened to fp32 first, and NCCL adds in its ring order, so the result matches the cpu route to
+  // fp32 rounding; unequal shards take one grouped ncclReduce per rank.
   void reduce_scatter(int rank, const DeviceBuffer& input, int64_t in_offset, DType in_dtype, int64_t count,
                       const DeviceBuffer& output, int64_t out_offset, const SpanTag& tag) override {
     const int N = num_devices();
     const int ranks = cross_node_ ? cross_node_->nodes() * N : N;
     const int me = cross_node_ ? cross_node_->node() * N + rank : rank;
     const int64_t esize = dtype_bytes(in_dtype);
+    SLIDEDP_CHECK(in_dtype == DType::kBF16 || in_dtype == DType::kF32, "reduce_scatter input must be bf16 or fp32");
     SLIDEDP_CHECK((in_offset + count) * esize <= input.bytes, "reduce_scatter input past the end");
     const ShardRange mine = shard_range(count, ranks, me);
     SLIDEDP_CHECK((out_offset + mine.size()) * 4 <= output.bytes, "reduce_scatter output too small");
     ncclComm_t comm = cross_node_ ? communicator(world_comms_, rank) : communicator(comms_, rank);
     CudaDevice& dev = *devices_[static_cast<size_t>(rank)];
     CudaStream& cs = dev.comm_stream();
+    float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
+    const std::byte* in = input.ptr + in_offset * esize;
+    if (!cross_node_) {
+      const kc::ShardExchangePlan plan = kc::shard_exchange_plan(count, ranks, me);
+      DeviceBuffer received;
+      if (plan.received_numel > 0) received = dev.alloc(plan.received_numel * esize, "reduce-scatter receive staging");
+      cs.traced(tag, [&] {
+        kc::exchange_shards(in, esize, plan, received.ptr, comm, cs.get());
+        kc::sum_received_shards(in, received.ptr, in_dtype == DType::kBF16, plan, me, ranks, out, cs.get());
+      });
+      if (received) dev.release(received, cs.record());
+      return;
+    }
     DeviceBuffer wide;  // (count) fp32 copy of a bf16 input
-    const float* send = reinterpret_cast<const float*>(input.ptr) + in_offset;
-    SLIDEDP_CHECK(in_dtype == DType::kBF16 || in_dtype == DType::kF32, "reduce_scatter input must be bf16 or fp32");
+    const float* send = reinterpret_cast<const float*>(in);
     if (in_dtype == DType::kBF16) {
       wide = dev.alloc(count * 4, "reduce-scatter fp32 staging");
       send = reinterpret_cast<const float*>(wide.ptr);
     }
-    float* out = reinterpret_cast<float*>(output.ptr) + out_offset;
     cs.traced(tag, [&] {
       if (in_dtype == DType::kBF16)
-        kc::bf16_to_f32(reinterpret_cast<const kc::bf16*>(input.ptr) + in_offset, reinterpret_cast<float*>(wide.ptr),
-                        count, cs.get());
+        kc::bf16_to_f32(reinterpret_cast<const kc::bf16*>(in), reinterpret_cast<float*>(wide.ptr), count, cs.get());
       if (count % ranks == 0) {
         SLIDEDP_CUDA_CHECK(ncclReduceScatter(send, out, static_cast<size_t>(count / ranks), ncclFloat32, ncclSum, comm,
                                              cs.get()));
@@ -1073,6 +1088,7 @@ class CudaBackend final : public Backend {
       } restore{current};
       SLIDEDP_CUDA_CHECK(ncclCommInitAll(comms_.data(), ranks, devs.data()));
       if (cross_node_) create_world_communicators(devs);
+      open_connections(devs);
     }
     for (size_t r = 0; r < devices_.size(); ++r) {
       DeviceGuard guard(devs[r]);
@@ -1087,6 +1103,51 @@ class CudaBackend final : public Backend {
             devs[r], nccl / 1073741824.0, static_cast<double>(free) / 1073741824.0, budget / 1073741824.0));
     }
   }
+
+  // NCCL opens a peer's point-to-point connection (and, with runtime connection, a collective
+  // algorithm's) at its first transfer, taking device buffers then. One byte exchanged between every
+  // pair of ranks (the gpu route's shard exchange) and one all-gather (the sharded delivery) open
+  // them now, so the free memory measured next counts them. An algorithm NCCL picks only for larger
+  // messages may still connect later.
+  void open_connections(const std::vector<int>& devs) {
+    const int ranks = num_devices();
+    std::vector<DeviceScratch> bytes;
+    for (int r = 0; r < ranks; ++r) bytes.emplace_back(devs[static_cast<size_t>(r)], 3 * int64_t{ranks});
+    SLIDEDP_CUDA_CHECK(ncclGroupStart());
+    for (int r = 0; r < ranks; ++r) {
+      const auto ri = static_cast<size_t>(r);
+      SLIDEDP_CUDA_CHECK(cudaSetDevice(devs[ri]));
+      std::byte* base = bytes[ri].ptr;
+      cudaStream_t stream = devices_[ri]->comm_stream().get();
+      kc::exchange_shards(base, 1, kc::shard_exchange_plan(ranks, ranks, r), base + ranks, comms_[ri], stream);
+      std::byte* gathered = base + 2 * ranks;  // apart from the exchange's bytes: a group may run both at once
+      SLIDEDP_CUDA_CHECK(ncclAllGather(gathered + r, gathered, 1, ncclUint8, comms_[ri], stream));
+    }
+    SLIDEDP_CUDA_CHECK(ncclGroupEnd());
+    for (int r = 0; r < ranks; ++r) {
+      SLIDEDP_CUDA_CHECK(cudaSetDevice(devs[static_cast<size_t>(r)]));
+      SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(devices_[static_cast<size_t>(r)]->comm_stream().get()));
+    }
+  }
+
+  // A few bytes of device memory outside the arena, for the connection warm-up.
+  struct DeviceScratch {
+    int device = 0;
+    std::byte* ptr = nullptr;
+    DeviceScratch(int dev, int64_t n) : device(dev) {
+      SLIDEDP_CUDA_CHECK(cudaSetDevice(dev));
+      SLIDEDP_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&ptr), static_cast<size_t>(n)));
+    }
+    DeviceScratch(DeviceScratch&& o) noexcept : device(o.device), ptr(std::exchange(o.ptr, nullptr)) {}
+    DeviceScratch(const DeviceScratch&) = delete;
+    DeviceScratch& operator=(const DeviceScratch&) = delete;
+    DeviceScratch& operator=(DeviceScratch&&) = delete;
+    ~DeviceScratch() {
+      if (ptr == nullptr) return;
+      cudaSetDevice(device);
+      cudaFree(ptr);
+    }
+  };
 
   // The gpu route across nodes: one communicator over every node's GPUs. Node 0's unique id reaches
   // every node over MPI (the link's blocking all-gather, which every node calls here, in the same

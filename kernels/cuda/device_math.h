@@ -243,6 +243,27 @@ SLIDEDP_HD bool topk_before(float pa, int32_t ea, float pb, int32_t eb) { return
 SLIDEDP_HD double router_weight(float p, double top) { return static_cast<double>(p) / top; }
 SLIDEDP_HD double router_dlogit(double w, float dw, double coupling) { return w * (static_cast<double>(dw) - coupling); }
 
+// ---- the gpu route's reduce-scatter: a rank's shard summed over the ranks ----
+// In the host reduction's order (kernels/cpu/optim/grad_reduce.h): ((g0 + g1) + g2) + ..., so the gpu
+// route's reduced gradient is bitwise the cpu route's. `load(r)` is rank r's element, widened to fp32.
+template <typename Load>
+SLIDEDP_HD float sum_in_rank_order(int ranks, Load load) {
+  float acc = load(0);
+  for (int r = 1; r < ranks; ++r) acc += load(r);
+  return acc;
+}
+
+// Where rank `me` keeps the shard `peer` sent it: the other ranks' pieces back to back in rank order.
+SLIDEDP_HD int received_slot(int peer, int me) { return peer < me ? peer : peer - 1; }
+
+// Element i of rank me's reduced shard of n elements: its own piece from `own`, peer r's from
+// `received` (slot received_slot(r, me), n elements each), widened by `widen`, summed in rank order.
+template <typename T, typename Widen>
+SLIDEDP_HD float reduced_shard_element(const T* own, const T* received, int me, int ranks, int64_t n, int64_t i,
+                                       Widen widen) {
+  return sum_in_rank_order(ranks, [&](int r) { return widen(r == me ? own[i] : received[received_slot(r, me) * n + i]); });
+}
+
 // ---- grouped expert GEMM: which expert a tile of the grid computes ----
 // Rows sorted by expert (expert e owns rows [offsets[e], offsets[e+1])) are cut into tiles of `rows`
 // rows that never straddle two experts: expert e gets ceil(count_e / rows) tiles, numbered from

@@ -19,6 +19,7 @@
 #include "common/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
+#include "kernels/cuda/shard_exchange.h"
 #include "profiler/gpu.h"
 
 namespace slidedp::profiler {
@@ -137,7 +138,7 @@ PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& o, StageCon
     std::unique_ptr<StreamPair> hbm_stream, gemm_stream;
     cublasHandle_t cublas = nullptr;
     std::vector<ncclComm_t> comms;
-    std::vector<std::unique_ptr<DeviceMem>> send, recv;
+    std::vector<std::unique_ptr<DeviceMem>> send, recv, sums;  // sums: the reduce-scatter's fp32 shard
     std::vector<std::unique_ptr<StreamPair>> coll_streams;
     ~State() {
       for (ncclComm_t c : comms) ncclCommDestroy(c);
@@ -210,6 +211,7 @@ PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& o, StageCon
     for (int g = 0; g < n; ++g) {
       st->send.push_back(std::make_unique<DeviceMem>(g, max_coll));
       st->recv.push_back(std::make_unique<DeviceMem>(g, max_coll));
+      st->sums.push_back(std::make_unique<DeviceMem>(g, 2 * max_coll / n + 256));
       st->coll_streams.push_back(std::make_unique<StreamPair>(g));
     }
   }
@@ -334,6 +336,11 @@ PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& o, StageCon
                                        StreamPair& sp = *st->coll_streams[static_cast<std::size_t>(g)];
                                        SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
                                      }
+                                     // The reduce-scatter as the CUDA backend runs it within a node: the
+                                     // all-to-all of bf16 shards, then the rank-order fp32 sum on each GPU.
+                                     std::vector<kernels::cuda::ShardExchangePlan> plans;
+                                     for (int g = 0; g < ranks; ++g)
+                                       plans.push_back(kernels::cuda::shard_exchange_plan(bytes / 2, ranks, g));
                                      for (int k = 0; k < K; ++k) {
                                        SLIDEDP_CUDA_CHECK(ncclGroupStart());
                                        for (int g = 0; g < ranks; ++g) {
@@ -343,11 +350,18 @@ PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& o, StageCon
                                                                             st->recv[gi]->p, shard, ncclBfloat16,
                                                                             st->comms[gi], st->coll_streams[gi]->s));
                                          else
-                                           SLIDEDP_CUDA_CHECK(ncclReduceScatter(st->send[gi]->p, st->recv[gi]->p, shard,
-                                                                                ncclBfloat16, ncclSum, st->comms[gi],
-                                                                                st->coll_streams[gi]->s));
+                                           kernels::cuda::exchange_shards(st->send[gi]->b(), 2, plans[gi], st->recv[gi]->b(),
+                                                                          st->comms[gi], st->coll_streams[gi]->s);
                                        }
                                        SLIDEDP_CUDA_CHECK(ncclGroupEnd());
+                                       if (!gather)
+                                         for (int g = 0; g < ranks; ++g) {
+                                           const auto gi = static_cast<std::size_t>(g);
+                                           SLIDEDP_CUDA_CHECK(cudaSetDevice(g));
+                                           kernels::cuda::sum_received_shards(st->send[gi]->b(), st->recv[gi]->b(), true, plans[gi], g,
+                                                                              ranks, static_cast<float*>(st->sums[gi]->p),
+                                                                              st->coll_streams[gi]->s);
+                                         }
                                      }
                                      for (int g = 0; g < ranks; ++g) {
                                        SLIDEDP_CUDA_CHECK(cudaSetDevice(g));

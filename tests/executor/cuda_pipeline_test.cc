@@ -1,12 +1,12 @@
 // The executor's correctness oracle on the CUDA backend (label gpu; skipped with the reason where no
 // GPU is visible), with as many GPUs as are present. What is bitwise on CUDA and what is not:
-//  * bitwise: streaming vs resident, activation policies, replicated vs sharded delivery. The same
-//    kernels and cuBLASLt plans see the same bf16 values in the same order (no atomics anywhere), the
-//    all-gather only moves bytes, and a recomputed or offloaded-and-restored state is bitwise the saved
-//    one.
+//  * bitwise: streaming vs resident, activation policies, replicated vs sharded delivery, the gpu
+//    gradient route vs the cpu one. The same kernels and cuBLASLt plans see the same bf16 values in
+//    the same order (no atomics anywhere), the all-gather and the shard exchange only move bytes (the
+//    gpu route sums the exchanged pieces in rank order, as the host does), and a recomputed or
+//    offloaded-and-restored state is bitwise the saved one.
 //  * within tolerance: N ranks x micro-batch b vs 1 rank x N*b (GEMMs of other shapes may take other
-//    cuBLASLt algorithms, i.e. other summation orders, on bf16 activations), and the gpu gradient
-//    route vs the cpu one (NCCL adds in ring order, the host in rank order).
+//    cuBLASLt algorithms, i.e. other summation orders, on bf16 activations).
 // For the tolerance cases Adam's eps is 1 (far above every |g|) so an update is lr * g to first
 // order, and weights differ by about lr * |delta g| per step. Gradients computed on bf16 activations
 // differ by ~1e-2 relative between such runs, |g| < 0.5 here: 3 steps x 0.1 x 1e-2 x 0.5 = 1.5e-3;
@@ -103,7 +103,7 @@ TEST(CudaPipeline, RanksTimesMicroBatchMatchOneRankAndAccumulationWithinBf16Tole
   }
 }
 
-TEST(CudaPipeline, ShardedDeliveryIsBitwiseReplicatedAndTheGpuRouteMatchesTheCpuRoute) {
+TEST(CudaPipeline, ShardedDeliveryAndTheGpuRouteAreBitwiseTheReplicatedCpuRoute) {
   SLIDEDP_REQUIRE_GPU();
   const int n = nccl_ranks();
   if (n < 2) GTEST_SKIP() << "the sharded and gpu routes need one GPU per rank: " << cuda_visible_devices() << " visible";
@@ -121,8 +121,7 @@ TEST(CudaPipeline, ShardedDeliveryIsBitwiseReplicatedAndTheGpuRouteMatchesTheCpu
     const TrainResult a = train(o), b = train(sharded), c = train(gpu_route), d = train(both);
     EXPECT_TRUE(bitwise_equal(a, b)) << "replicated vs sharded, tied " << tied;
     EXPECT_TRUE(bitwise_equal(c, d)) << "replicated vs sharded on the gpu route, tied " << tied;
-    EXPECT_EQ(a.steps[0].loss, c.steps[0].loss) << "the first loss sees identical weights on both routes";
-    EXPECT_LE(weight_error(a, c, kWeightAtol, 0.0), 1.0) << "cpu vs gpu gradient route, tied " << tied;
+    EXPECT_TRUE(bitwise_equal(a, c)) << "cpu vs gpu gradient route, tied " << tied;
   }
 }
 

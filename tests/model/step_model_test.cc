@@ -173,6 +173,32 @@ TEST(StepModel, ShardedRouteDividesHostReadsByRanks) {
             predict_analytical(w, hw, rep).busy_s.at(resource::kHostMem));
 }
 
+// What one rank's gradients put on each link, from first principles, per parameter n of a unit: the
+// cpu route sends the bf16 gradient (2n) over the link; the gpu route puts (N-1)/N of the bf16 bytes
+// on the fabric and sends its 1/N shard of the sum in the executor's dtype: fp32 for SlideDP (the
+// exact rank-order sum), half precision for ZeRO-Offload's partitions. The host reads N bf16
+// gradients per parameter on the cpu route, one shard element on the gpu route.
+TEST(StepModel, GradientBytesFollowTheRouteAndTheShardDtype) {
+  const Workload w = make_workload(model_preset("qwen3-14b"), 4096);
+  const Hardware hw = hardware_preset("h100-sxm-x4");
+  Plan cpu;
+  cpu.ranks = 4;
+  Plan gpu = cpu;
+  gpu.grad_route = GradRoute::kGpu;
+  const StepWork a = build_step_work(w, hw, cpu, System::kSlideDP), b = build_step_work(w, hw, gpu, System::kSlideDP);
+  const StepWork z = build_step_work(w, hw, gpu, System::kZeroOffload);
+  for (std::size_t i = 0; i < a.units.size(); ++i) {
+    const double n = static_cast<double>(a.units[i].numel);
+    EXPECT_NEAR(a.units[i].grad_d2h_bytes, 2.0 * n, 1e-6 * n);
+    EXPECT_EQ(a.units[i].grad_reduce_scatter_bytes, 0.0);
+    EXPECT_NEAR(b.units[i].grad_reduce_scatter_bytes, 0.75 * 2.0 * n, 1e-6 * n);
+    EXPECT_NEAR(b.units[i].grad_d2h_bytes, 4.0 * n / 4, 1e-6 * n);
+    EXPECT_NEAR(z.units[i].grad_d2h_bytes, 2.0 * n / 4, 1e-6 * n);
+    // Earlier micro-steps add the gradient into the accumulator: reads of 4 bf16 slots vs one fp32 shard.
+    EXPECT_NEAR(a.units[i].cpu_accum_thread_s, 2.0 * b.units[i].cpu_accum_thread_s, 1e-9 * a.units[i].cpu_accum_thread_s);
+  }
+}
+
 Plan random_plan(std::mt19937_64& rng, int gpus, int layers) {
   auto pick = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   Plan p;

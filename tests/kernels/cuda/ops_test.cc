@@ -22,6 +22,7 @@
 
 #include "common/bf16.h"
 #include "kernels/cpu/optim/adamw.h"
+#include "kernels/cpu/optim/grad_reduce.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/blas.h"
@@ -43,7 +44,9 @@
 #include "kernels/cuda/moe_experts.h"
 #include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/router.h"
+#include "kernels/cuda/shard_exchange.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
+#include "tests/kernels/cuda/shard_exchange_replay.h"
 
 namespace slidedp::kernels::cuda {
 namespace {
@@ -937,6 +940,59 @@ TEST(CudaAdamw, IsBitwiseTheCpuKernelOverSeveralSteps) {
     EXPECT_EQ(dv.download(), v) << "n " << n;
     for (const DeviceArray<float>* a : {&dp, &dm, &dv}) EXPECT_TRUE(a->check_guards("state"));
   }
+}
+
+
+// ---- the gpu route's reduce-scatter: the rank-order sum of the exchanged pieces ----
+
+// The sum kernel on the pieces the exchange would deliver (replayed on the host from every rank's plan;
+// the NCCL transfers themselves need two GPUs): bitwise the host reduction of the ranks' chunks, the
+// cpu route's result, for bf16 and fp32 pieces, unequal shards and an empty one.
+TEST(CudaShardExchange, SumOfTheReceivedPiecesIsBitwiseTheHostReduction) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int ranks : {2, 3, 8})
+    for (int64_t count : {int64_t{1}, int64_t{7}, int64_t{4100}}) {
+      std::vector<std::vector<float>> f32;
+      std::vector<std::vector<bf16_bits>> b16;
+      for (int r = 0; r < ranks; ++r) {
+        f32.push_back(random_vector<float>(count, 31 * ranks + r + count, -1e3, 1e3));
+        b16.push_back(to_bf16_bits(f32.back()));
+      }
+      std::vector<ShardExchangePlan> plans;
+      for (int me = 0; me < ranks; ++me) plans.push_back(shard_exchange_plan(count, ranks, me));
+      for (bool bf16_pieces : {true, false}) {
+        std::vector<const float*> fs;
+        std::vector<const bf16_bits*> bs;
+        for (int r = 0; r < ranks; ++r) {
+          fs.push_back(f32[static_cast<size_t>(r)].data());
+          bs.push_back(b16[static_cast<size_t>(r)].data());
+        }
+        std::vector<float> want(static_cast<size_t>(count));
+        if (bf16_pieces)
+          kernels::reduce_grads(kernels::GradSlots<bf16_bits>{std::span<const bf16_bits* const>(bs), 1.0f, nullptr}, want.data(), 0, count);
+        else
+          kernels::reduce_grads(kernels::GradSlots<float>{std::span<const float* const>(fs), 1.0f, nullptr}, want.data(), 0, count);
+        for (int me = 0; me < ranks; ++me) {
+          const ShardExchangePlan& p = plans[static_cast<size_t>(me)];
+          DeviceArray<float> out(p.mine.size());
+          if (bf16_pieces) {
+            DeviceArray<bf16_bits> in(b16[static_cast<size_t>(me)]);
+            DeviceArray<bf16_bits> received(test::received_pieces(b16, plans, me, bf16_bits{0x7fc1}));
+            sum_received_shards(reinterpret_cast<const std::byte*>(in.get()), reinterpret_cast<const std::byte*>(received.get()),
+                                true, p, me, ranks, out.get(), kStream);
+          } else {
+            DeviceArray<float> in(f32[static_cast<size_t>(me)]);
+            DeviceArray<float> received(test::received_pieces(f32, plans, me, std::numeric_limits<float>::quiet_NaN()));
+            sum_received_shards(reinterpret_cast<const std::byte*>(in.get()), reinterpret_cast<const std::byte*>(received.get()),
+                                false, p, me, ranks, out.get(), kStream);
+          }
+          const std::vector<float> got = out.download();
+          const std::vector<float> mine(want.begin() + p.mine.begin, want.begin() + p.mine.end);
+          EXPECT_EQ(got, mine) << ranks << " ranks, count " << count << ", rank " << me << (bf16_pieces ? ", bf16" : ", fp32");
+          EXPECT_TRUE(out.check_guards("reduced shard"));
+        }
+      }
+    }
 }
 
 }  // namespace
