@@ -264,6 +264,22 @@ SLIDEDP_HD float reduced_shard_element(const T* own, const T* received, int me, 
   return sum_in_rank_order(ranks, [&](int r) { return widen(r == me ? own[i] : received[received_slot(r, me) * n + i]); });
 }
 
+// ---- deterministic pseudo-random values (the profiler's GEMM operands) ----
+// splitmix64 (Steele, Lea, Flood 2014) of seed + i: every index gets its own well-mixed 64-bit value,
+// the same on the host and the device, in any launch shape.
+SLIDEDP_HD uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// Element i's value, uniform in [lo, hi) on a 2^-24 grid (the top 24 bits: exact in fp32).
+SLIDEDP_HD float uniform_at(uint64_t seed, int64_t i, float lo, float hi) {
+  const float u = static_cast<float>(splitmix64(seed + static_cast<uint64_t>(i)) >> 40) * (1.0f / 16777216.0f);
+  return lo + (hi - lo) * u;
+}
+
 // ---- grouped expert GEMM: which expert a tile of the grid computes ----
 // Rows sorted by expert (expert e owns rows [offsets[e], offsets[e+1])) are cut into tiles of `rows`
 // rows that never straddle two experts: expert e gets ceil(count_e / rows) tiles, numbered from

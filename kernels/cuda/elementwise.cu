@@ -37,6 +37,11 @@ __global__ void bf16_to_f32_kernel(const bf16* __restrict__ src, float* __restri
     dst[i] = to_f32(src[i]);
 }
 
+__global__ void fill_uniform_bf16_kernel(bf16* __restrict__ dst, int64_t n, uint64_t seed, float lo, float hi) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    dst[i] = to_bf16(math::uniform_at(seed, i, lo, hi));
+}
+
 // The gated activations of the MLPs: SwiGLU (Llama family) and GeGLU with tanh-GELU (Gemma 4).
 struct Swiglu {
   __device__ static float value(float g, float u) { return math::swiglu(g, u); }
@@ -164,6 +169,12 @@ void bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   bf16_to_f32_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(src, dst, n);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "bf16_to_f32");
+}
+
+void fill_uniform_bf16(bf16* dst, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream) {
+  if (n <= 0) return;
+  fill_uniform_bf16_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(dst, n, seed, lo, hi);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "fill_uniform_bf16");
 }
 
 void swiglu_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream) {

@@ -21,6 +21,9 @@ using bf16 = __nv_bfloat16;
 void f32_to_bf16(const float* src, bf16* dst, int64_t n, cudaStream_t stream);
 // dst (n) = src (n), exactly.
 void bf16_to_f32(const bf16* src, float* dst, int64_t n, cudaStream_t stream);
+// dst (n) = round_to_bf16(math::uniform_at(seed, i, lo, hi)): deterministic data, so a measurement
+// never runs on zeros (tensor cores are faster on them).
+void fill_uniform_bf16(bf16* dst, int64_t n, uint64_t seed, float lo, float hi, cudaStream_t stream);
 
 // m (n) = silu(g) * u.
 void swiglu_forward(bf16* m, const bf16* g, const bf16* u, int64_t n, cudaStream_t stream);

@@ -765,5 +765,34 @@ TEST(DeviceMath, TensorCoreTilesFitTheSharedMemoryTheDispatchAssumes) {
   EXPECT_EQ(TcDims<64>::kFwdBytes % 128, 0);
 }
 
+
+// The profiler's GEMM operands (cuda-review D10): splitmix64 is the published generator (its first
+// outputs from state 0, Steele, Lea and Flood 2014 / Vigna's splitmix64.c: splitmix64(x) here is the
+// output after the state advanced to x + golden), and the values cover [lo, hi) evenly: over 2^16
+// indices the mean is within 4 standard errors of the middle ((hi-lo)/sqrt(12 n) = 0.0023 for [-1, 1))
+// and fewer than 1% of them round to zero in bf16 (a zero-filled operand would be 100%).
+TEST(DeviceMath, UniformFillIsSplitMix64SpreadOverTheRange) {
+  EXPECT_EQ(math::splitmix64(0), 0xE220A8397B1DCDAFull);
+  EXPECT_EQ(math::splitmix64(0x9E3779B97F4A7C15ull), 0x6E789E6AA1B965F4ull);
+  EXPECT_EQ(math::splitmix64(2 * 0x9E3779B97F4A7C15ull), 0x06C45D188009454Full);
+  const int64_t n = int64_t{1} << 16;
+  double sum = 0;
+  int64_t zeros = 0;
+  float lo_seen = 1, hi_seen = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = math::uniform_at(7, i, -1.0f, 1.0f);
+    ASSERT_GE(v, -1.0f);
+    ASSERT_LT(v, 1.0f);
+    sum += v;
+    zeros += round_to_bf16(v) == 0.0f;
+    lo_seen = std::min(lo_seen, v), hi_seen = std::max(hi_seen, v);
+  }
+  EXPECT_NEAR(sum / n, 0.0, 4 * 2.0 / std::sqrt(12.0 * n));
+  EXPECT_LT(zeros, n / 100);
+  EXPECT_LT(lo_seen, -0.99f);
+  EXPECT_GT(hi_seen, 0.99f);
+  EXPECT_NE(math::uniform_at(7, 0, -1.0f, 1.0f), math::uniform_at(8, 0, -1.0f, 1.0f)) << "the seed must matter";
+}
+
 }  // namespace
 }  // namespace slidedp::kernels::cuda

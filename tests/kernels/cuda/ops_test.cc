@@ -37,6 +37,7 @@
 #include "kernels/cuda/adamw.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/device_math.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gated_delta_rule.h"
@@ -129,6 +130,19 @@ void expect_gated_matches_cpu(GpuFwd gpu_fwd, GpuBwd gpu_bwd, CpuFwd cpu_fwd, Cp
     EXPECT_TRUE(all_close(widen(d_dm.download()), dg_ref, 1e-6, kOneRounding, what + " dg"));
     EXPECT_TRUE(all_close(widen(d_du.download()), du_ref, 1e-6, kOneRounding, what + " du"));
     for (const Bf16Array* a : {&d_m, &d_dm, &d_du}) EXPECT_TRUE(a->check_guards(what));
+  }
+}
+
+// The profiler's GEMM operands: the kernel writes what the device math gives on the host, rounded once.
+TEST(CudaConvert, UniformFillIsTheDeviceMathRoundedToBf16) {
+  SLIDEDP_REQUIRE_GPU();
+  for (int64_t n : kSizes) {
+    DeviceArray<bf16_bits> d(n);
+    fill_uniform_bf16(reinterpret_cast<bf16*>(d.get()), n, 5, -2.0f, 3.0f, kStream);
+    std::vector<bf16_bits> want(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) want[static_cast<size_t>(i)] = float_to_bf16(math::uniform_at(5, i, -2.0f, 3.0f));
+    EXPECT_EQ(d.download(), want) << "n " << n;
+    EXPECT_TRUE(d.check_guards("fill"));
   }
 }
 
