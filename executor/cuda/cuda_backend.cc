@@ -438,10 +438,16 @@ void CUDART_CB run_host_call(void* data) {
 
 class CudaStream final : public Stream {
  public:
-  CudaStream(const char* name, int rank, int device, CounterWait wait_mode, RunControl& control, Tracer& tracer)
+  // `urgent`: the device's highest priority, so the block scheduler starts this stream's kernels
+  // before queued ones of normal streams (the comm stream's NCCL and reduction kernels, whose
+  // deliveries the next units wait for, would otherwise queue behind large GEMMs; cuda-review D19).
+  CudaStream(const char* name, int rank, int device, CounterWait wait_mode, RunControl& control, Tracer& tracer,
+             bool urgent = false)
       : name_(name), rank_(rank), device_(device), wait_mode_(wait_mode), control_(control), tracer_(tracer) {
     DeviceGuard guard(device_);
-    SLIDEDP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    int least = 0, greatest = 0;
+    SLIDEDP_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    SLIDEDP_CUDA_CHECK(cudaStreamCreateWithPriority(&stream_, cudaStreamNonBlocking, urgent ? greatest : least));
   }
   ~CudaStream() override {
     DeviceGuard guard(device_);
@@ -566,7 +572,7 @@ class CudaDevice final : public Device {
         compute_("compute", rank, gpu, wait_mode_, control, tracer),
         h2d_("h2d", rank, gpu, wait_mode_, control, tracer),
         d2h_("d2h", rank, gpu, wait_mode_, control, tracer),
-        comm_("comm", rank, gpu, wait_mode_, control, tracer),
+        comm_("comm", rank, gpu, wait_mode_, control, tracer, /*urgent=*/true),
         blocks_(rank, cuda_driver(gpu)),
         budget_(rank, budget, blocks_) {
     DeviceGuard guard(gpu_);

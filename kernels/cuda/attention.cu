@@ -569,16 +569,12 @@ void check_shape(const AttentionShape& s) {
 
 unsigned ref_blocks(int64_t rows) { return static_cast<unsigned>((rows + kRefWarps - 1) / kRefWarps); }
 
-template <typename Kernel>
-void set_smem(Kernel kernel, int bytes) {
-  SLIDEDP_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
-}
 
 template <int HD>
 void forward_tc(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,
                 cudaStream_t stream) {
   const int bytes = TcDims<HD>::kFwdBytes;
-  set_smem(attention_forward_tc_kernel<HD>, bytes);
+  allow_dynamic_shared<attention_forward_tc_kernel<HD>>(bytes);
   const dim3 grid(static_cast<unsigned>((s.T + kTile - 1) / kTile), static_cast<unsigned>(s.B * s.H));
   const float scale_log2 = attention_scale(s) * kLog2e;
   attention_forward_tc_kernel<HD><<<grid, kTcThreads, bytes, stream>>>(out, lse, q, k, v, s.positions, s.T, s.H, s.KV,
@@ -590,11 +586,11 @@ template <int HD>
 void backward_tc(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, const bf16* k, const bf16* v,
                  const float* lse, const float* D, const AttentionShape& s, float scale, cudaStream_t stream) {
   const unsigned tiles = static_cast<unsigned>((s.T + kTile - 1) / kTile);
-  set_smem(attention_dq_tc_kernel<HD>, TcDims<HD>::kDqBytes);
+  allow_dynamic_shared<attention_dq_tc_kernel<HD>>(TcDims<HD>::kDqBytes);
   attention_dq_tc_kernel<HD><<<dim3(tiles, static_cast<unsigned>(s.B * s.H)), kTcThreads, TcDims<HD>::kDqBytes, stream>>>(
       dq, dout, q, k, v, lse, D, s.positions, s.T, s.H, s.KV, scale, s.window);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dq (tensor cores)");
-  set_smem(attention_dkv_tc_kernel<HD>, TcDims<HD>::kDkvBytes);
+  allow_dynamic_shared<attention_dkv_tc_kernel<HD>>(TcDims<HD>::kDkvBytes);
   attention_dkv_tc_kernel<HD><<<dim3(tiles, static_cast<unsigned>(s.B * s.KV)), kTcThreads, TcDims<HD>::kDkvBytes,
                                 stream>>>(dk, dv, dout, q, k, v, lse, D, s.positions, s.T, s.H, s.KV, scale, s.window);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "attention_backward dk/dv (tensor cores)");
@@ -602,12 +598,7 @@ void backward_tc(bf16* dq, bf16* dk, bf16* dv, const bf16* dout, const bf16* q, 
 
 // Shared memory a block of the current device may opt into (H100/H200 227 KB, A100 163 KB, Ada
 // 99 KB: head_dim 128 tiles do not fit on Ada, which then takes the reference path).
-int max_shared_optin() {
-  int device = 0, bytes = 0;
-  SLIDEDP_CUDA_CHECK(cudaGetDevice(&device));
-  SLIDEDP_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
-  return bytes;
-}
+int max_shared_optin() { return max_shared_optin_bytes(current_device()); }
 
 bool tc_forward_fits(int64_t hd) {
   return (hd == 64 ? TcDims<64>::kFwdBytes : TcDims<128>::kFwdBytes) <= max_shared_optin();
@@ -626,17 +617,28 @@ float attention_scale(const AttentionShape& s) {
   return static_cast<float>(s.scale > 0 ? s.scale : 1.0 / std::sqrt(static_cast<double>(s.hd)));
 }
 
-AttentionImpl resolve_attention_impl(AttentionImpl requested, int64_t hd) {
-  if (requested == AttentionImpl::kAuto) {
-    const char* env = std::getenv("SLIDEDP_CUDA_ATTENTION");
-    if (env != nullptr && std::strcmp(env, "reference") == 0) requested = AttentionImpl::kReference;
-    if (env != nullptr && std::strcmp(env, "tensor_core") == 0) requested = AttentionImpl::kTensorCore;
+AttentionImpl resolve_attention_impl(AttentionImpl requested, int64_t hd, const char* override) {
+  if (requested == AttentionImpl::kAuto && override != nullptr) {
+    if (std::strcmp(override, "reference") == 0)
+      requested = AttentionImpl::kReference;
+    else if (std::strcmp(override, "tensor_core") == 0)
+      requested = AttentionImpl::kTensorCore;
+    else if (std::strcmp(override, "auto") != 0 && override[0] != '\0')
+      throw InputError("SLIDEDP_CUDA_ATTENTION", std::string("'") + override + "' is none of reference, tensor_core, auto");
   }
   if (requested == AttentionImpl::kTensorCore && !attention_tensor_core_supports(hd))
     throw InputError("SLIDEDP_CUDA_ATTENTION", "the tensor-core attention needs head_dim 64 or 128");
   if (requested == AttentionImpl::kAuto)
     return attention_tensor_core_supports(hd) ? AttentionImpl::kTensorCore : AttentionImpl::kReference;
   return requested;
+}
+
+AttentionImpl resolve_attention_impl(AttentionImpl requested, int64_t hd) {
+  static const std::string env = [] {
+    const char* v = std::getenv("SLIDEDP_CUDA_ATTENTION");
+    return std::string(v != nullptr ? v : "");
+  }();
+  return resolve_attention_impl(requested, hd, env.c_str());
 }
 
 void attention_forward(bf16* out, float* lse, const bf16* q, const bf16* k, const bf16* v, const AttentionShape& s,

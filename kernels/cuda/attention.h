@@ -42,7 +42,11 @@ struct AttentionShape {
 float attention_scale(const AttentionShape& s);
 
 enum class AttentionImpl { kAuto, kReference, kTensorCore };
-// kAuto resolved: the environment override, else tensor-core when the head dim allows it.
+// kAuto resolved: `override` (SLIDEDP_CUDA_ATTENTION's value: reference, tensor_core or auto; null when
+// unset), else tensor-core when the head dim allows it. An explicit request wins over the override.
+AttentionImpl resolve_attention_impl(AttentionImpl requested, int64_t hd, const char* override);
+// The same with the environment's value, read once per process: launches never call getenv (which
+// would race a setenv elsewhere).
 AttentionImpl resolve_attention_impl(AttentionImpl requested, int64_t hd);
 bool attention_tensor_core_supports(int64_t hd);
 

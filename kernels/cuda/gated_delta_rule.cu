@@ -197,16 +197,13 @@ void check(const DeltaRuleShape& s) {
 }
 
 // Opts the kernel into `bytes` of dynamic shared memory, or says why the GPU cannot give them.
-template <typename Kernel>
-void allow_shared(Kernel kernel, int64_t bytes, const char* what) {
-  int device = 0, optin = 0;
-  SLIDEDP_CUDA_CHECK(cudaGetDevice(&device));
-  SLIDEDP_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device));
+template <auto Kernel>
+void allow_shared(int64_t bytes, const char* what) {
+  const int optin = max_shared_optin_bytes(current_device());
   if (bytes > optin)
     throw InputError(what, "the head's state needs " + std::to_string(bytes) +
                                " bytes of shared memory; this GPU gives " + std::to_string(optin));
-  SLIDEDP_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  allow_dynamic_shared<Kernel>(static_cast<int>(bytes));
 }
 
 int64_t forward_shared_bytes(const DeltaRuleShape& s) { return (s.dk * (s.dv + 1) + 2 * s.dk) * 4; }
@@ -223,7 +220,7 @@ void delta_rule_forward(const DeltaRuleShape& s, const float* q, const float* k,
   Args a{};
   a.s = s, a.q = q, a.k = k, a.v = v, a.g = g, a.b = b, a.o = o;
   const int64_t shared = forward_shared_bytes(s);
-  allow_shared(forward_kernel, shared, "delta rule forward");
+  allow_shared<forward_kernel>(shared, "delta rule forward");
   forward_kernel<<<dim3(static_cast<unsigned>(s.B), static_cast<unsigned>(s.nv)), threads_for(s), shared,
                    stream>>>(a);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "delta_rule_forward");
@@ -244,7 +241,7 @@ void delta_rule_backward(const DeltaRuleShape& s, const float* q, const float* k
   a.dk_heads = a.dq_heads + N * s.nv * s.dk;
   a.dv = dv, a.dg = dg, a.db = db;
   const int64_t shared = backward_shared_bytes(s);
-  allow_shared(backward_kernel, shared, "delta rule backward");
+  allow_shared<backward_kernel>(shared, "delta rule backward");
   backward_kernel<<<dim3(static_cast<unsigned>(s.B), static_cast<unsigned>(s.nv)), threads_for(s), shared,
                     stream>>>(a);
   SLIDEDP_CUDA_CHECK_LAUNCH(stream, "delta_rule_backward");

@@ -211,17 +211,24 @@ TEST(CudaUnits, Qwen36LayersAreChargedTheirOwnCarveSizesAndGrowLinearlyInT) {
 }
 
 TEST(CudaAttention, ImplementationChoiceAndEnvironmentOverride) {
-  unsetenv("SLIDEDP_CUDA_ATTENTION");
-  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 64), AttentionImpl::kTensorCore);
-  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 128), AttentionImpl::kTensorCore);
-  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 8), AttentionImpl::kReference);
-  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 96), AttentionImpl::kReference);
-  EXPECT_THROW(resolve_attention_impl(AttentionImpl::kTensorCore, 8), InputError);
-  setenv("SLIDEDP_CUDA_ATTENTION", "reference", 1);
-  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 64), AttentionImpl::kReference);
-  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kTensorCore, 64),
-            AttentionImpl::kTensorCore);  // explicit wins
-  unsetenv("SLIDEDP_CUDA_ATTENTION");
+  for (const char* unset : {static_cast<const char*>(nullptr), "", "auto"}) {
+    EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 64, unset), AttentionImpl::kTensorCore);
+    EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 128, unset), AttentionImpl::kTensorCore);
+    EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 8, unset), AttentionImpl::kReference);
+    EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 96, unset), AttentionImpl::kReference);
+    EXPECT_THROW(resolve_attention_impl(AttentionImpl::kTensorCore, 8, unset), InputError);
+  }
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 64, "reference"), AttentionImpl::kReference);
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kTensorCore, 64, "reference"), AttentionImpl::kTensorCore)
+      << "an explicit request wins";
+  EXPECT_EQ(resolve_attention_impl(AttentionImpl::kAuto, 64, "tensor_core"), AttentionImpl::kTensorCore);
+  EXPECT_THROW(resolve_attention_impl(AttentionImpl::kAuto, 96, "tensor_core"), InputError) << "a forced path it cannot run";
+  try {
+    resolve_attention_impl(AttentionImpl::kAuto, 64, "flash");
+    ADD_FAILURE() << "an unknown override must be refused";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("SLIDEDP_CUDA_ATTENTION"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
