@@ -337,28 +337,35 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       if (sw.traits.convert_on_load) u.tied_host_mem_bytes += emb_bytes / kBf16 * (kFp32 + kBf16);
     }
 
-    // Gradients. The gpu route's reduce-scatter spans every node's ranks (W of them): each rank's
-    // port carries its node's part, each node's network the other nodes' parts of its own.
+    // Gradients. The gpu route's reduce-scatter within a node exchanges the bf16 gradient's shards:
+    // (N-1)/N of it over each rank's port. Across nodes it spans every node's ranks (W = M x N) and the
+    // sums travel in fp32 (the executors add exact fp32 partial sums: CUDA widens for NCCL's ring over
+    // every node's GPUs, the CPU backend chains the nodes): a ring sends (W-1)/W of the chunk from
+    // every rank, over its port or, on the one edge per node that leaves it, over the node's network.
     const int W = p.grad_shards();
     const bool gpu_reduce = W > 1;
-    const double nic_frac = (M - 1.0) / M;
+    const double ring = (W - 1.0) / W;
+    auto rs_port_bytes = [&](double elems) {
+      if (N <= 1) return 0.0;
+      return W > N ? elems * kFp32 * ring : elems * kBf16 * fanin;
+    };
+    auto rs_nic_bytes = [&](double elems) { return W > N ? elems * kFp32 * ring : 0.0; };
     if (sw.traits.gpu_sharded_state) {
       u.grad_reduce_scatter_bytes = N > 1 ? bytes * fanin : 0;
     } else if (gpu_reduce) {
-      u.grad_reduce_scatter_bytes = bytes * fanin;
-      u.grad_nic_bytes = bytes * nic_frac;
+      u.grad_reduce_scatter_bytes = rs_port_bytes(moved);
+      u.grad_nic_bytes = rs_nic_bytes(moved);
       u.grad_d2h_bytes = moved * sw.traits.grad_shard_bytes / W;
     } else {
       u.grad_d2h_bytes = bytes;
     }
     if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state) {
-      const double emb_bytes = static_cast<double>(w.layout.units.front().flat_numel) * kBf16;
-      u.tied_grad_d2h_bytes = gpu_reduce ? emb_bytes / kBf16 * sw.traits.grad_shard_bytes / W : emb_bytes;
-      u.grad_reduce_scatter_bytes += gpu_reduce ? emb_bytes * fanin : 0;
-      u.grad_nic_bytes += gpu_reduce ? emb_bytes * nic_frac : 0;
+      const double emb = static_cast<double>(w.layout.units.front().flat_numel);
+      u.tied_grad_d2h_bytes = gpu_reduce ? emb * sw.traits.grad_shard_bytes / W : emb * kBf16;
+      u.grad_reduce_scatter_bytes += gpu_reduce ? rs_port_bytes(emb) : 0;
+      u.grad_nic_bytes += gpu_reduce ? rs_nic_bytes(emb) : 0;
     }
 
-    // Host CPU work for this unit's gradients (all ranks together).
     // Gradient bytes the host reads per parameter: every rank's bf16 gradient, or the one reduced shard.
     const double in_bytes = gpu_reduce ? sw.traits.grad_shard_bytes : static_cast<double>(N) * kBf16;
     if (sw.traits.gpu_sharded_state) {
@@ -396,7 +403,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       for (double* v : {&u.cpu_last_thread_s, &u.cpu_accum_thread_s, &u.cpu_last_host_mem_bytes, &u.cpu_accum_host_mem_bytes})
         *v /= M;
       // (Verify mode: the update, and so the gather, follow the backward: post_gather_nic_bytes.)
-      u.nic_gather_bytes = sw.traits.update_after_backward ? 0.0 : nic_frac * n * kBf16;
+      u.nic_gather_bytes = sw.traits.update_after_backward ? 0.0 : (M - 1.0) / M * n * kBf16;
       u.nic_messages = 2.0 * (M - 1);
     } else if (M > 1) {
       // Every micro-step (the executor sums each one across nodes in global rank order, so that M

@@ -192,12 +192,13 @@ TEST(MultiNode, VerifyModeWaitsForTheExchangesThenUpdatesEveryNode) {
   }
 }
 
-// The gpu route across nodes: the reduce-scatter spans every node's GPUs, so each micro-step's bf16
-// gradient crosses each node's network once ((M-1)/M of it: the other nodes' parts of its own), the
-// host exchanges nothing, and the sharded state's gather of the updated mirror follows once per step.
+// The gpu route across nodes: the reduce-scatter is a ring over every node's W = 8 M GPUs carrying
+// fp32 sums (what both executors add), so each micro-step (W-1)/W of every parameter's 4 bytes leaves
+// each node on its one outgoing ring edge; the host exchanges nothing, and the sharded state's gather
+// of the updated bf16 mirror ((M-1)/M of 2 bytes per parameter) follows once per step.
 double gpu_route_bytes_per_node(const Workload& w, int M, int accum = 2) {
-  const double P = static_cast<double>(w.layout.total_flat_numel), f = (M - 1.0) / M;
-  return accum * f * 2.0 * P + f * 2.0 * P;
+  const double P = static_cast<double>(w.layout.total_flat_numel), W = 8.0 * M;
+  return accum * (W - 1.0) / W * 4.0 * P + (M - 1.0) / M * 2.0 * P;
 }
 
 TEST(MultiNode, TheGpuRouteCarriesEachMicroStepsGradientOverTheNetworkOnceAndNoHostExchange) {
