@@ -819,7 +819,16 @@ class Recurrence {
     double gate = std::max(gpu_, extra_gate);
     if (tr.shared_grad_buffer) gate = std::max(gate, cpu_);  // waits for the previous unit's update
     double first_chunk = gate;
-    double end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
+    double end;
+    if (k.reduce_scatter_nic_s > 0) {
+      // Across nodes the collective holds the node's network as well as the ports: it queues behind
+      // the gathers of updated mirrors on the network (and they behind it), as in the simulator.
+      double held = std::max(fabric_free_, network_);
+      end = chain({{&held, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
+      fabric_free_ = network_ = held;
+    } else {
+      end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
+    }
     d2h_bytes_ += d2h_bytes;
     ph.d2h_bytes += d2h_bytes;
     d2h_copies_ += chunks;
