@@ -186,5 +186,61 @@ TEST(ModelAgreement, OutsideTheMainDraw) {
   }
 }
 
+
+// Several nodes: random plans on 2-8 nodes of 8x H100 with networks from 2x 100 GbE to 8x 400 Gb/s,
+// either host state placement and, with a sharded one, either gradient route across the nodes. The
+// network is one more shared resource the two views schedule differently (the analytical view books
+// each exchange on a network timeline behind the unit's reduction, the simulator shares it fairly).
+// The views do NOT agree here as they do on one node: at b2f1d10 the median is 3.5%, p90 16%, worst
+// +47%, 51 of 120 beyond 5%, the analytical view mostly pessimistic where host memory, the links or
+// the network bind (results/model/agreement.md, "Several nodes"). The bounds record that gap so it
+// cannot grow unnoticed; they are not the one-node standard. (The gpu route's reduce-scatter across
+// nodes once went unbooked on the network in the analytical view, which parted them by -21%.)
+TEST(ModelAgreement, SeveralNodesAgreeWithTheSimulator) {
+  std::mt19937_64 rng(20261203);
+  static const std::vector<std::string> models = {"qwen2.5-7b", "qwen3-14b", "qwen3-32b", "qwen2.5-72b"};
+  static const std::vector<double> nics = {25, 50, 100, 400};
+  std::vector<double> errors;
+  double worst = 0;
+  std::string worst_desc;
+  for (int tried = 0; errors.size() < 120 && tried < 3000; ++tried) {
+    Hardware hw = hardware_preset("h100-sxm-x8");
+    hw.network.nic_gbps = nics[std::uniform_int_distribution<std::size_t>(0, nics.size() - 1)(rng)];
+    const std::string& mname = models[std::uniform_int_distribution<std::size_t>(0, models.size() - 1)(rng)];
+    const Workload w = make_workload(model_preset(mname), 4096);
+    Plan p = random_plan(rng, hw, w.model);
+    p.nodes = 1 << std::uniform_int_distribution<int>(1, 3)(rng);
+    p.host_state = std::uniform_int_distribution<int>(0, 1)(rng) ? HostState::kSharded : HostState::kReplicated;
+    if (p.host_state == HostState::kReplicated) p.grad_route = GradRoute::kCpu;
+    const Prediction a = predict_analytical(w, hw, p, System::kSlideDP);
+    if (!a.feasible) continue;
+    SimulatorOptions opt;
+    opt.record_timeline = false;
+    opt.measure_sync = false;
+    const Prediction m = simulate_step_work(build_step_work(w, hw, p, System::kSlideDP), opt).prediction;
+    const double err = std::fabs(a.step_time_s - m.step_time_s) / m.step_time_s;
+    errors.push_back(err);
+    if (std::getenv("SLIDEDP_AGREEMENT_VERBOSE") && err > 0.05)
+      std::printf("%+6.1f%% %s nic %.0f | %s | a %.3f s %.3f | %s %.2f / %s %.2f\n", 100 * (a.step_time_s - m.step_time_s) / m.step_time_s,
+                  mname.c_str(), hw.network.nic_gbps, p.summary(static_cast<int>(w.model.num_layers)).c_str(), a.step_time_s,
+                  m.step_time_s, a.bottleneck.c_str(), a.bottleneck_utilization, m.bottleneck.c_str(), m.bottleneck_utilization);
+    if (err > worst) {
+      worst = err;
+      worst_desc = mname + " nic " + std::to_string(hw.network.nic_gbps) + " GB/s | " +
+                   p.summary(static_cast<int>(w.model.num_layers)) + " | analytical " + std::to_string(a.step_time_s) +
+                   " simulator " + std::to_string(m.step_time_s) + " bottleneck " + a.bottleneck + " / " + m.bottleneck;
+    }
+  }
+  ASSERT_EQ(errors.size(), 120u) << "too few feasible plans drawn";
+  std::sort(errors.begin(), errors.end());
+  const double median = errors[errors.size() / 2], p90 = errors[errors.size() * 9 / 10];
+  const int beyond = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e > 0.05; }));
+  std::printf("several nodes, 120 plans: median %.2f%%, p90 %.2f%%, max %.2f%%, %d beyond 5%%\nworst: %s\n",
+              100 * median, 100 * p90, 100 * errors.back(), beyond, worst_desc.c_str());
+  EXPECT_LE(median, 0.05);
+  EXPECT_LE(p90, 0.20);
+  EXPECT_LE(errors.back(), 0.55) << "worst: " << worst_desc;
+}
+
 }  // namespace
 }  // namespace slidedp
