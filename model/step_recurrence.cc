@@ -379,6 +379,7 @@ class Recurrence {
       stats().cpu_busy += std::min(left, stats().cpu_busy) * (ratio - 1);
       cpu_ = gpu_ + left * ratio;
     }
+    retime_queued_exchanges(ratio);
     cpu_factor_ = cpu_drain_;
   }
 
@@ -825,7 +826,7 @@ class Recurrence {
       // the gathers of updated mirrors on the network (and they behind it), as in the simulator.
       double held = std::max(fabric_free_, network_);
       end = chain({{&held, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
-      fabric_free_ = network_ = held;
+      fabric_free_ = network_ = reduce_scatter_network_end_ = held;
     } else {
       end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
     }
@@ -886,21 +887,57 @@ class Recurrence {
     cpu_update_thread_s_ += after_thread_s;
     host_mem_bytes_ += hm;
     network_s_ += xchg + gather;
-    // exchange: starts with the first reduced chunk, ends no earlier than the last one plus a chunk's
-    const double x_start = std::max(network_, cpu_start + reduce_s * inv);
-    const double x_end = std::max(x_start + xchg, reduce_end + xchg * inv);
-    // after-exchange CPU work: behind the exchange, and sharing the CPU with the reductions
-    const double a_end = std::max({x_end + after_s * inv, reduce_end + after_s, x_start + xchg * inv + after_s});
-    double done = a_end;
+    // The last micro-step's exchanges queued before the step's last compute: the drain re-times them.
+    if (last && w.index > 0 && !sw_.traits.update_after_backward)
+      queued_.push_back({network_, exchanged_, reduce_scatter_network_end_, cpu_start, reduce_s, reduce_end, xchg,
+                         after_s, gather, inv});
+    const ExchangeTiming t = time_exchange(network_, cpu_start, reduce_s, reduce_end, xchg, after_s, gather, inv);
     cpu_ += after_s;
-    network_ = x_end;
-    if (gather > 0) {
-      const double g_start = std::max(network_, x_start + xchg * inv + after_s * inv);
-      done = std::max(g_start + gather, a_end + gather * inv);
-      network_ = done;
+    network_ = t.network_free;
+    exchanged_ = std::max(exchanged_, t.done);
+    return t.done;
+  }
+
+  // One unit's exchange on the network and the CPU work after it, from when the network is free and
+  // when the unit's reduction runs (cpu_start .. reduce_end, reduce_s long, chunk by chunk: `inv` is
+  // 1 / chunks). The exchange starts with the first reduced chunk and ends no earlier than the last
+  // one plus a chunk's; the after-exchange work follows it and shares the CPU with the reductions; a
+  // sharded state's gather of the updated mirror follows that on the network. Returns when the
+  // network is free again and when the unit is done.
+  struct ExchangeTiming {
+    double network_free, done;
+  };
+  static ExchangeTiming time_exchange(double network, double cpu_start, double reduce_s, double reduce_end,
+                                      double xchg, double after_s, double gather, double inv) {
+    const double x_start = std::max(network, cpu_start + reduce_s * inv);
+    const double x_end = std::max(x_start + xchg, reduce_end + xchg * inv);
+    const double a_end = std::max({x_end + after_s * inv, reduce_end + after_s, x_start + xchg * inv + after_s});
+    if (gather <= 0) return {x_end, a_end};
+    const double g_start = std::max(x_end, x_start + xchg * inv + after_s * inv);
+    const double done = std::max(g_start + gather, a_end + gather * inv);
+    return {done, done};
+  }
+
+  // The exchanges the last micro-step queued before its last compute were timed with the CPU at the
+  // backward's contention rate. From the drain on the CPU runs at the drain's (begin_drain re-times
+  // its backlog), so each queued exchange is timed again behind its unit's re-timed reduction; the
+  // network's occupancy by anything else (the gpu route's reduce-scatter across nodes) stays.
+  void retime_queued_exchanges(double ratio) {
+    if (queued_.empty()) return;
+    auto at_drain = [&](double t) { return t > gpu_ ? gpu_ + (t - gpu_) * ratio : t; };
+    double network = queued_.front().network_before, exchanged = queued_.front().exchanged_before;
+    for (const QueuedExchange& q : queued_) {
+      network = std::max(network, q.reduce_scatter_end);  // the gpu route's own occupancy, GPU-timed
+      const double start = at_drain(q.cpu_start), end = at_drain(q.reduce_end);
+      const double reduce_s = at_drain(q.cpu_start + q.reduce_s) - start;
+      const double after_s = at_drain(q.reduce_end + q.after_s) - end;
+      const ExchangeTiming t = time_exchange(network, start, reduce_s, end, q.xchg, after_s, q.gather, q.inv);
+      network = t.network_free;
+      exchanged = std::max(exchanged, t.done);
     }
-    exchanged_ = std::max(exchanged_, done);
-    return done;
+    network_ = network;
+    exchanged_ = exchanged;
+    queued_.clear();
   }
 
   // The shortest time in which the host links can carry a phase's transfers: the GPU cannot end
@@ -946,6 +983,13 @@ class Recurrence {
   double gpu_ = 0, h2d_ = 0, d2h_ = 0, cpu_ = 0, fabric_free_ = 0, convert_ = 0;
   double network_ = 0;    // several nodes: when this node's network is free
   double exchanged_ = 0;  // several nodes: when every exchange so far has been added up on the CPU
+  // Several nodes: the last micro-step's exchanges as queued before the drain (across_nodes' inputs).
+  struct QueuedExchange {
+    double network_before, exchanged_before, reduce_scatter_end;
+    double cpu_start, reduce_s, reduce_end, xchg, after_s, gather, inv;
+  };
+  double reduce_scatter_network_end_ = 0;  // several nodes, gpu route: when its latest reduce-scatter left the network
+  std::vector<QueuedExchange> queued_;
   double cpu0_start_ = 0, cpu0_end_ = 0, cpu0_s_ = 0;
   double next_gate_first_ = 0, next_gate_end_ = 0;  // gating of the next step's first delivery
   // The phase being run.
