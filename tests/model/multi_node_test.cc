@@ -250,27 +250,36 @@ TEST(MultiNode, ASlowNetworkBindsTheGpuRouteAndBothViewsAgree) {
   EXPECT_NEAR(a.step_time_s, m.step_time_s, 0.05 * m.step_time_s);
 }
 
+// Plan `p` (one micro-step; `offload` and `recompute` layers, the rest kept; `depth` slots) for
+// `model` at 4K tokens on 8x H100 nodes with a network of `nic_gbps`: both views bound by `bound`
+// and their step times within 5% of each other.
+void expect_views_agree_on_one_micro_step(const char* model, double nic_gbps, Plan p, int offload, int recompute,
+                                          int depth, const std::string& bound) {
+  const Workload w = make_workload(model_preset(model), 4096);
+  Hardware hw = hardware_preset("h100-sxm-x8");
+  hw.network.nic_gbps = nic_gbps;
+  p.accum_steps = 1;
+  p.offload_layers = offload;
+  p.recompute_layers = recompute;
+  p.keep_layers = Plan::kRest;
+  p.gpu_buffer_depth = depth;
+  const Prediction a = predict_analytical(w, hw, p, System::kSlideDP);
+  const Prediction m = simulate(w, hw, p, System::kSlideDP).prediction;
+  EXPECT_EQ(a.bottleneck, bound);
+  EXPECT_EQ(m.bottleneck, bound);
+  EXPECT_NEAR(a.step_time_s, m.step_time_s, 0.05 * m.step_time_s);
+}
+
 // Where the network and GPU compute are of one size (the multi_node sweep's 4 nodes of 8x H100 on
 // 2x 100 GbE, Qwen2.5-72B, one micro-step per step), the gpu route's reduce-scatter and the sharded
 // state's gather of updated mirrors take turns on the node's network in both views; the analytical
 // step once let them overlap there and came out 21% short of the simulator's. 5%: as above.
 TEST(MultiNode, TheGpuRoutesReduceScatterAndTheMirrorsGatherShareTheNetworkInBothViews) {
-  const Workload w = make_workload(model_preset("qwen2.5-72b"), 4096);
-  Hardware hw = hardware_preset("h100-sxm-x8");
-  hw.network.nic_gbps = 25;
   Plan p = plan_8(4, HostState::kSharded, 4);
-  p.accum_steps = 1;
   p.param_route = ParamRoute::kReplicated;
   p.grad_route = GradRoute::kGpu;
   p.chunk_numel = int64_t{32} << 20;
-  p.recompute_layers = 78;
-  p.keep_layers = Plan::kRest;
-  p.gpu_buffer_depth = 4;
-  const Prediction a = predict_analytical(w, hw, p, System::kSlideDP);
-  const Prediction m = simulate(w, hw, p, System::kSlideDP).prediction;
-  EXPECT_EQ(a.bottleneck, resource::kNetwork);
-  EXPECT_EQ(m.bottleneck, resource::kNetwork);
-  EXPECT_NEAR(a.step_time_s, m.step_time_s, 0.05 * m.step_time_s);
+  expect_views_agree_on_one_micro_step("qwen2.5-72b", 25, p, 0, 78, 4, resource::kNetwork);
 }
 
 // The last micro-step's exchanges are queued during the backward with the CPU at the backward's
@@ -280,22 +289,10 @@ TEST(MultiNode, TheGpuRoutesReduceScatterAndTheMirrorsGatherShareTheNetworkInBot
 // host-memory-bound plan (Qwen3-14B, 2 nodes of 8x H100 on 50 GB/s, replicated state, cpu route).
 // 5%: as above.
 TEST(MultiNode, TheDrainRetimesTheExchangesQueuedBehindTheReductions) {
-  const Workload w = make_workload(model_preset("qwen3-14b"), 4096);
-  Hardware hw = hardware_preset("h100-sxm-x8");
-  hw.network.nic_gbps = 50;
   Plan p = plan_8(2, HostState::kReplicated, 2);
-  p.accum_steps = 1;
   p.param_route = ParamRoute::kReplicated;
   p.chunk_numel = 165155968;
-  p.offload_layers = 11;
-  p.recompute_layers = 13;
-  p.keep_layers = Plan::kRest;
-  p.gpu_buffer_depth = 2;
-  const Prediction a = predict_analytical(w, hw, p, System::kSlideDP);
-  const Prediction m = simulate(w, hw, p, System::kSlideDP).prediction;
-  EXPECT_EQ(a.bottleneck, resource::kHostMem);
-  EXPECT_EQ(m.bottleneck, resource::kHostMem);
-  EXPECT_NEAR(a.step_time_s, m.step_time_s, 0.05 * m.step_time_s);
+  expect_views_agree_on_one_micro_step("qwen3-14b", 50, p, 11, 13, 2, resource::kHostMem);
 }
 
 // Verify mode with a sharded state: every micro-step reduce-scattered across nodes and accumulated
