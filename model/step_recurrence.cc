@@ -822,11 +822,16 @@ class Recurrence {
     double first_chunk = gate;
     double end;
     if (k.reduce_scatter_nic_s > 0) {
-      // Across nodes the collective holds the node's network as well as the ports: it queues behind
-      // the gathers of updated mirrors on the network (and they behind it), as in the simulator.
-      double held = std::max(fabric_free_, network_);
-      end = chain({{&held, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
-      fabric_free_ = network_ = reduce_scatter_network_end_ = held;
+      // Across nodes the collective needs the node's network as well as the ports, and shares it
+      // fairly with what the network still carries when it starts (the gathers of updated mirrors,
+      // B seconds of it): both at half rate until the shorter is done, so the collective takes
+      // min(nic, B) longer and the network's work ends nic later than it would have.
+      const double nic = k.reduce_scatter_nic_s;
+      const double start = std::max(fabric_free_, gate);
+      const double backlog = std::max(0.0, network_ - start);
+      end = chain({{&fabric_free_, std::max(rs, nic + std::min(nic, backlog))}, {&d2h_, d2h}}, k.inv_grad_chunks, gate,
+                  &first_chunk);
+      network_ = reduce_scatter_network_end_ = std::max(network_, start) + nic;
     } else {
       end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
     }

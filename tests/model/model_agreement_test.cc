@@ -191,9 +191,9 @@ TEST(ModelAgreement, OutsideTheMainDraw) {
 // either host state placement and, with a sharded one, either gradient route across the nodes. The
 // network is one more shared resource the two views schedule differently (the analytical view books
 // each exchange on a network timeline behind the unit's reduction, the simulator shares it fairly).
-// The views do NOT agree here as they do on one node: median 2.1%, p90 10.4%, worst +47%, 36 of 120
-// beyond 5% (results/model/agreement.md, "Several nodes"; it was 3.5% / 16% / 51 before the drain
-// re-timed the queued exchanges). The bounds record that gap so it cannot grow unnoticed; they are
+// The views do NOT agree here as they do on one node: median 1.6%, p90 10.3%, worst +32%, 35 of 120
+// beyond 5% (results/model/agreement.md, "Several nodes"; it was 3.5% / 16% / +47% / 51 before the
+// drain re-timed the queued exchanges and the gpu route's reduce-scatter shared the network fairly). The bounds record that gap so it cannot grow unnoticed; they are
 // not the one-node standard. (The gpu route's reduce-scatter across nodes once went unbooked on the
 // network in the analytical view, which parted them by -21%.)
 TEST(ModelAgreement, SeveralNodesAgreeWithTheSimulator) {
@@ -237,9 +237,9 @@ TEST(ModelAgreement, SeveralNodesAgreeWithTheSimulator) {
   const int beyond = static_cast<int>(std::count_if(errors.begin(), errors.end(), [](double e) { return e > 0.05; }));
   std::printf("several nodes, 120 plans: median %.2f%%, p90 %.2f%%, max %.2f%%, %d beyond 5%%\nworst: %s\n",
               100 * median, 100 * p90, 100 * errors.back(), beyond, worst_desc.c_str());
-  EXPECT_LE(median, 0.03);
+  EXPECT_LE(median, 0.025);
   EXPECT_LE(p90, 0.13);
-  EXPECT_LE(errors.back(), 0.50) << "worst: " << worst_desc;
+  EXPECT_LE(errors.back(), 0.35) << "worst: " << worst_desc;
 }
 
 }  // namespace
