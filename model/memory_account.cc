@@ -191,7 +191,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
     if (spec.reduce_scatter_staging && n > 0) {
       const int64_t c = std::min(n, chunk);
       const int64_t staging = W > plan.ranks ? (spec.wire_bytes == 2 ? c * 4 : 0)
-                                             : (W - 1) * shard_range(c, W, 0).size() * spec.wire_bytes;
+                                             : exchange_received_numel(c, W, 0) * spec.wire_bytes;
       if (staging > 0) led.release(led.alloc(kBackendScratch, staging, where));
     }
     led.release(wire);

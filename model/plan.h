@@ -117,6 +117,12 @@ inline ShardRange shard_range(int64_t count, int ranks, int rank) {
   return {begin, begin + base + (rank < extra ? 1 : 0)};
 }
 
+// The gpu route's reduce-scatter within a node receives rank `rank`'s piece of its shard from each
+// of the other ranks (kernels/cuda/shard_exchange_plan.h): its receive staging, in elements.
+inline int64_t exchange_received_numel(int64_t count, int ranks, int rank) {
+  return (ranks - 1) * shard_range(count, ranks, rank).size();
+}
+
 // Node `node`'s share of `count` elements split over `nodes` nodes of `ranks` ranks each: the union
 // of its ranks' shard_ranges among all nodes x ranks, so that the gpu route's reduce-scatter over
 // every node's ranks lands on each node exactly the part of a chunk its host state holds. With one

@@ -893,9 +893,10 @@ class Recurrence {
     host_mem_bytes_ += hm;
     network_s_ += xchg + gather;
     // The last micro-step's exchanges queued before the step's last compute: the drain re-times them.
-    if (last && w.index > 0 && !sw_.traits.update_after_backward)
-      queued_.push_back({network_, exchanged_, reduce_scatter_network_end_, cpu_start, reduce_s, reduce_end, xchg,
-                         after_s, gather, inv});
+    if (last && w.index > 0 && !sw_.traits.update_after_backward) {
+      if (queued_.empty()) queue_network_start_ = network_, queue_exchanged_start_ = exchanged_;
+      queued_.push_back({reduce_scatter_network_end_, cpu_start, reduce_s, reduce_end, xchg, after_s, gather, inv});
+    }
     const ExchangeTiming t = time_exchange(network_, cpu_start, reduce_s, reduce_end, xchg, after_s, gather, inv);
     cpu_ += after_s;
     network_ = t.network_free;
@@ -930,7 +931,7 @@ class Recurrence {
   void retime_queued_exchanges(double ratio) {
     if (queued_.empty()) return;
     auto at_drain = [&](double t) { return t > gpu_ ? gpu_ + (t - gpu_) * ratio : t; };
-    double network = queued_.front().network_before, exchanged = queued_.front().exchanged_before;
+    double network = queue_network_start_, exchanged = queue_exchanged_start_;
     for (const QueuedExchange& q : queued_) {
       network = std::max(network, q.reduce_scatter_end);  // the gpu route's own occupancy, GPU-timed
       const double start = at_drain(q.cpu_start), end = at_drain(q.reduce_end);
@@ -990,9 +991,9 @@ class Recurrence {
   double exchanged_ = 0;  // several nodes: when every exchange so far has been added up on the CPU
   // Several nodes: the last micro-step's exchanges as queued before the drain (across_nodes' inputs).
   struct QueuedExchange {
-    double network_before, exchanged_before, reduce_scatter_end;
-    double cpu_start, reduce_s, reduce_end, xchg, after_s, gather, inv;
+    double reduce_scatter_end, cpu_start, reduce_s, reduce_end, xchg, after_s, gather, inv;
   };
+  double queue_network_start_ = 0, queue_exchanged_start_ = 0;  // network_ and exchanged_ at the first queued exchange
   double reduce_scatter_network_end_ = 0;  // several nodes, gpu route: when its latest reduce-scatter left the network
   std::vector<QueuedExchange> queued_;
   double cpu0_start_ = 0, cpu0_end_ = 0, cpu0_s_ = 0;

@@ -36,7 +36,7 @@ inline ShardExchangePlan shard_exchange_plan(int64_t count, int ranks, int me) {
     const ShardRange theirs = shard_range(count, ranks, r);
     p.transfers.push_back({r, theirs.begin, theirs.size(), math::received_slot(r, me) * p.mine.size()});
   }
-  p.received_numel = (ranks - 1) * p.mine.size();
+  p.received_numel = exchange_received_numel(count, ranks, me);
   return p;
 }
 
