@@ -293,9 +293,7 @@ std::string finish_checkpoint(const std::string& tmp_dir, const std::string& roo
     if (on_file_written) on_file_written(file);
   };
   const std::string final_dir = (fs::path(root_dir) / checkpoint_dir_name(state.optimizer_step)).string();
-  nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(card));
-  config["torch_dtype"] = "float32";  // the master weights are fp32
-  write_text(fs::path(tmp_dir) / "config.json", config.dump(2) + "\n");
+  write_text(fs::path(tmp_dir) / "config.json", model_card_to_hf_config(card, "float32"));  // fp32 masters
   done("config.json");
   if (split.parts > 1) {
     const ModelLayout layout = make_model_layout(card);

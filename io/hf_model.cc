@@ -163,9 +163,8 @@ std::string begin_hf_model_save(const std::string& dir, const ModelCard& card, c
   }
   std::string tmp = make_temp_dir_beside(dir);
   filling_temp_dir(tmp, dir, [&] {
-    nlohmann::json config = nlohmann::json::parse(model_card_to_hf_config(card));
-    config["torch_dtype"] = options.dtype == TensorDtype::kBF16 ? "bfloat16" : "float32";
-    write_text(fs::path(tmp) / "config.json", config.dump(2) + "\n");
+    write_text(fs::path(tmp) / "config.json",
+               model_card_to_hf_config(card, options.dtype == TensorDtype::kBF16 ? "bfloat16" : "float32"));
     for (const auto& f : carried)
       fs::copy_file(f, fs::path(tmp) / f.filename(), fs::copy_options::overwrite_existing);
   });

@@ -351,8 +351,10 @@ SafetensorsSet SafetensorsSet::open_model_dir(const std::string& dir) {
   namespace fs = std::filesystem;
   fs::path index = fs::path(dir) / "model.safetensors.index.json";
   fs::path single = fs::path(dir) / "model.safetensors";
-  if (fs::exists(index)) return open_index(index.string());
+  // transformers' from_pretrained takes model.safetensors before the index when a folder holds both
+  // (modeling_utils, _get_resolved_checkpoint_files): load what it loads.
   if (fs::exists(single)) return open_file(single.string());
+  if (fs::exists(index)) return open_index(index.string());
   if (!fs::is_directory(dir)) throw IoError(dir, "no such folder");
   throw IoError(dir, "holds neither model.safetensors nor model.safetensors.index.json");
 }

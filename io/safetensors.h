@@ -115,8 +115,9 @@ class SafetensorsSet {
     const SafetensorsEntry* entry = nullptr;
   };
 
-  // A Hugging Face model folder: the index when present (as transformers prefers), else
-  // model.safetensors. Throws IoError when neither exists.
+  // A Hugging Face model folder: model.safetensors when present (transformers' from_pretrained takes it
+  // before the index when a folder holds both), else the shards model.safetensors.index.json lists.
+  // Throws IoError when neither exists.
   static SafetensorsSet open_model_dir(const std::string& dir);
   static SafetensorsSet open_file(const std::string& path);
   // Validates the index: weight_map is an object of tensor -> shard file (a plain name in the index's

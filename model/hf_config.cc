@@ -4,6 +4,7 @@
 // (Qwen3Config's default) and hidden/heads for the others (Llama, Mistral; Qwen2 has no such key).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -87,6 +88,9 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
       c.layer_types.push_back(
           attention_kind_from_name(k.get<std::string>(), {AttentionKind::kSliding, AttentionKind::kFull}, at + ".layer_types"));
     }
+    if (static_cast<int64_t>(c.layer_types.size()) != c.num_layers)
+      throw InputError(at + ".layer_types", fmt::format("has {} entries for {} layers (num_hidden_layers)",
+                                                        c.layer_types.size(), c.num_layers));
     if (!c.layer_types.empty()) c.layer_types.back() = AttentionKind::kFull;  // as Gemma4TextConfig forces
   } else {
     c.layer_types = gemma4_default_layer_types(c.num_layers);
@@ -121,6 +125,65 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
   return c;
 }
 
+// One RoPE description of the llama-style families: `type` "default" means unscaled.
+RopeScaling rope_scaling_from(const json& r, const std::string& at) {
+  const std::string type = r.contains("rope_type") ? get_text(r, "rope_type", at, "") : get_text(r, "type", at, "default");
+  if (type != "llama3" && type != "linear" && type != "default")
+    throw InputError(at + ".rope_type", fmt::format("'{}' is not supported (default, llama3, linear)", type));
+  RopeScaling s;
+  if (type == "default") return s;
+  s.type = type;
+  s.factor = get_number(r, "factor", at, 1.0);
+  s.low_freq_factor = get_number(r, "low_freq_factor", at, 1.0);
+  s.high_freq_factor = get_number(r, "high_freq_factor", at, 4.0);
+  s.original_max_position_embeddings = get_int(r, "original_max_position_embeddings", at, false, 8192);
+  if (!(s.factor > 0)) throw InputError(at + ".factor", fmt::format("{} must be positive", s.factor));
+  return s;
+}
+
+bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
+  return a.type == b.type && (a.type == "none" || (a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+                                                   a.high_freq_factor == b.high_freq_factor &&
+                                                   a.original_max_position_embeddings == b.original_max_position_embeddings));
+}
+
+// Llama, Qwen2/2.5/3 and Mistral state RoPE in one of two layouts: transformers 4 writes a top-level
+// rope_theta and rope_scaling; transformers 5 writes rope_parameters {rope_type, rope_theta, and the
+// scaling's fields}. Both are read (a folder saved by either trains with its own theta); a config
+// stating a value in both that disagree is refused naming both keys. The layout is kept on the card,
+// so that --save-model writes the folder back as it came.
+void read_llama_rope(const json& j, const std::string& origin, ModelCard& c) {
+  const bool has_rp = j.contains("rope_parameters") && !j["rope_parameters"].is_null();
+  const bool has_theta = j.contains("rope_theta") && !j["rope_theta"].is_null();
+  const bool has_scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null();
+  if (has_scaling && !j["rope_scaling"].is_object())
+    throw InputError(origin + ": rope_scaling", fmt::format("expected an object or null, got {}", j["rope_scaling"].dump()));
+  const double top_theta = get_number(j, "rope_theta", origin, 10000.0);
+  const RopeScaling top_scaling = has_scaling ? rope_scaling_from(j["rope_scaling"], origin + ": rope_scaling") : RopeScaling{};
+  c.hf_rope_parameters = has_rp;
+  if (!has_rp) {
+    c.rope_theta = top_theta;
+    c.rope_scaling = top_scaling;
+    return;
+  }
+  const json& rp = j["rope_parameters"];
+  const std::string rat = origin + ": rope_parameters";
+  if (!rp.is_object()) throw InputError(rat, fmt::format("expected an object, got {}", rp.dump()));
+  c.rope_theta = get_number(rp, "rope_theta", rat, has_theta ? top_theta : 10000.0);
+  c.rope_scaling = rope_scaling_from(rp, rat);
+  if (has_theta && top_theta != c.rope_theta)
+    throw InputError(origin + ": rope_theta",
+                     fmt::format("{:g} disagrees with rope_parameters.rope_theta {:g}: the config states RoPE twice; "
+                                 "keep one",
+                                 top_theta, c.rope_theta));
+  if (has_scaling && !same_scaling(top_scaling, c.rope_scaling))
+    throw InputError(origin + ": rope_scaling",
+                     fmt::format("rope_type '{}' disagrees with rope_parameters (rope_type '{}'): the config states "
+                                 "RoPE twice; keep one",
+                                 top_scaling.type == "none" ? "default" : top_scaling.type,
+                                 c.rope_scaling.type == "none" ? "default" : c.rope_scaling.type));
+}
+
 // The card's layer_types as config.json names.
 json layer_types_json(const ModelCard& c) {
   json types = json::array();
@@ -131,13 +194,13 @@ json layer_types_json(const ModelCard& c) {
 // The released multimodal wrapper around a text_config (no vision part: a text-only folder that
 // transformers' text model class and we both load).
 std::string wrapped_text_config(const char* architecture, const std::string& model_type, const json& text,
-                                bool tied) {
+                                bool tied, const std::string& dtype) {
   json j;
   j["architectures"] = json::array({architecture});
   j["model_type"] = model_type;
   j["text_config"] = text;
   j["tie_word_embeddings"] = tied;
-  j["torch_dtype"] = "bfloat16";
+  j["dtype"] = dtype;  // the Gemma 4 and Qwen3.5 classes exist only in transformers 5
   return j.dump(2) + "\n";
 }
 
@@ -177,12 +240,24 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
       c.layer_types.push_back(
           attention_kind_from_name(k.get<std::string>(), {AttentionKind::kLinear, AttentionKind::kFull}, at + ".layer_types"));
     }
+    if (static_cast<int64_t>(c.layer_types.size()) != c.num_layers)
+      throw InputError(at + ".layer_types", fmt::format("has {} entries for {} layers (num_hidden_layers)",
+                                                        c.layer_types.size(), c.num_layers));
   } else {
-    c.layer_types = qwen3_5_default_layer_types(c.num_layers, get_int(t, "full_attention_interval", at, false, 4));
+    const int64_t interval = get_int(t, "full_attention_interval", at, false, 4);
+    if (interval < 1)
+      throw InputError(at + ".full_attention_interval",
+                       fmt::format("{} is not a layer interval: expected a positive integer (every N-th layer is "
+                                   "full attention)",
+                                   interval));
+    c.layer_types = qwen3_5_default_layer_types(c.num_layers, interval);
   }
   // rope_parameters (transformers 5) or the older top-level keys; mrope_section collapses to 1-D RoPE
   // for text, whose three position streams are equal.
-  const json& rp = t.contains("rope_parameters") && t["rope_parameters"].is_object() ? t["rope_parameters"] : t;
+  const bool has_rp = t.contains("rope_parameters") && !t["rope_parameters"].is_null();
+  if (has_rp && !t["rope_parameters"].is_object())
+    throw InputError(at + ".rope_parameters", fmt::format("expected an object, got {}", t["rope_parameters"].dump()));
+  const json& rp = has_rp ? t["rope_parameters"] : t;
   const std::string rat = &rp == &t ? at : at + ".rope_parameters";
   if (rp.contains("rope_type") && rp["rope_type"] != "default")
     throw InputError(rat + ".rope_type", "only 'default' is supported");
@@ -200,7 +275,7 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
 
 // A qwen3_5 / qwen3_5_moe config.json as the released ForConditionalGeneration checkpoints have it,
 // the text part only (no vision tower, no MTP head: not trained here).
-std::string qwen3_5_hf_config(const ModelCard& c) {
+std::string qwen3_5_hf_config(const ModelCard& c, const std::string& dtype) {
   const bool moe = c.model_type == "qwen3_5_moe";
   json t;
   t["model_type"] = c.model_type + "_text";
@@ -231,7 +306,7 @@ std::string qwen3_5_hf_config(const ModelCard& c) {
     t["shared_expert_intermediate_size"] = c.shared_expert_intermediate_size;
   }
   return wrapped_text_config(moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration",
-                             c.model_type, t, c.tie_word_embeddings);
+                             c.model_type, t, c.tie_word_embeddings, dtype);
 }
 
 }  // namespace
@@ -287,7 +362,7 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   c.intermediate_size = get_int(j, "intermediate_size", origin, true, 0);
   c.vocab_size = get_int(j, "vocab_size", origin, true, 0);
   c.max_position_embeddings = get_int(j, "max_position_embeddings", origin, false, 4096);
-  c.rope_theta = get_number(j, "rope_theta", origin, 10000.0);
+  read_llama_rope(j, origin, c);
   c.rms_norm_eps = get_number(j, "rms_norm_eps", origin, 1e-6);
   c.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, false);
   if (c.model_type == "qwen2") {
@@ -308,23 +383,6 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   if (c.model_type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null() &&
       get_int(j, "sliding_window", origin, false, 0) < c.max_position_embeddings)
     throw InputError(origin + ": sliding_window", "sliding-window attention is not supported");
-  if (j.contains("rope_scaling") && !j["rope_scaling"].is_null()) {
-    const json& rs = j["rope_scaling"];
-    if (!rs.is_object()) throw InputError(origin + ": rope_scaling", "expected an object or null");
-    const std::string type = rs.contains("rope_type") ? get_text(rs, "rope_type", origin + ": rope_scaling", "")
-                                                      : get_text(rs, "type", origin + ": rope_scaling", "");
-    if (type != "llama3" && type != "linear" && type != "default")
-      throw InputError(origin + ": rope_scaling.rope_type",
-                       fmt::format("'{}' is not supported (llama3, linear)", type));
-    if (type != "default") {
-      c.rope_scaling.type = type;
-      c.rope_scaling.factor = get_number(rs, "factor", origin + ": rope_scaling", 1.0);
-      c.rope_scaling.low_freq_factor = get_number(rs, "low_freq_factor", origin, 1.0);
-      c.rope_scaling.high_freq_factor = get_number(rs, "high_freq_factor", origin, 4.0);
-      c.rope_scaling.original_max_position_embeddings =
-          get_int(rs, "original_max_position_embeddings", origin, false, 8192);
-    }
-  }
   c.source = "config.json " + origin;
   c.validate(origin);
   return c;
@@ -334,7 +392,7 @@ namespace {
 
 // A gemma4 config.json as Gemma4ForConditionalGeneration's save_pretrained writes its text part (no
 // vision tower: a text-only folder that transformers' Gemma4ForCausalLM and we both load).
-std::string gemma4_hf_config(const ModelCard& c) {
+std::string gemma4_hf_config(const ModelCard& c, const std::string& dtype) {
   json t;
   t["model_type"] = "gemma4_text";
   t["hidden_size"] = c.hidden_size;
@@ -369,14 +427,14 @@ std::string gemma4_hf_config(const ModelCard& c) {
     t["top_k_experts"] = c.num_experts_per_tok;
     t["moe_intermediate_size"] = c.moe_intermediate_size;
   }
-  return wrapped_text_config("Gemma4ForConditionalGeneration", "gemma4", t, c.tie_word_embeddings);
+  return wrapped_text_config("Gemma4ForConditionalGeneration", "gemma4", t, c.tie_word_embeddings, dtype);
 }
 
 }  // namespace
 
-std::string model_card_to_hf_config(const ModelCard& c) {
-  if (c.gemma4()) return gemma4_hf_config(c);
-  if (c.qwen3_5()) return qwen3_5_hf_config(c);
+std::string model_card_to_hf_config(const ModelCard& c, const std::string& dtype) {
+  if (c.gemma4()) return gemma4_hf_config(c, dtype);
+  if (c.qwen3_5()) return qwen3_5_hf_config(c, dtype);
   static const std::map<std::string, std::string> kArch = {{"llama", "LlamaForCausalLM"},
                                                            {"qwen2", "Qwen2ForCausalLM"},
                                                            {"qwen3", "Qwen3ForCausalLM"},
@@ -392,16 +450,21 @@ std::string model_card_to_hf_config(const ModelCard& c) {
   j["intermediate_size"] = c.intermediate_size;
   j["vocab_size"] = c.vocab_size;
   j["max_position_embeddings"] = c.max_position_embeddings;
-  j["rope_theta"] = c.rope_theta;
-  if (c.rope_scaling.type == "none") {
-    j["rope_scaling"] = nullptr;
+  json rope = {{"rope_type", c.rope_scaling.type == "none" ? "default" : c.rope_scaling.type}};
+  if (c.rope_scaling.type == "llama3") {
+    rope["factor"] = c.rope_scaling.factor;
+    rope["low_freq_factor"] = c.rope_scaling.low_freq_factor;
+    rope["high_freq_factor"] = c.rope_scaling.high_freq_factor;
+    rope["original_max_position_embeddings"] = c.rope_scaling.original_max_position_embeddings;
+  } else if (c.rope_scaling.type == "linear") {
+    rope["factor"] = c.rope_scaling.factor;
+  }
+  if (c.hf_rope_parameters) {  // transformers 5: theta inside, no top-level keys
+    rope["rope_theta"] = c.rope_theta;
+    j["rope_parameters"] = rope;
   } else {
-    j["rope_scaling"] = {{"rope_type", c.rope_scaling.type},
-                         {"factor", c.rope_scaling.factor},
-                         {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                         {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                         {"original_max_position_embeddings",
-                          c.rope_scaling.original_max_position_embeddings}};
+    j["rope_theta"] = c.rope_theta;
+    j["rope_scaling"] = c.rope_scaling.type == "none" ? json(nullptr) : rope;
   }
   j["rms_norm_eps"] = c.rms_norm_eps;
   j["tie_word_embeddings"] = c.tie_word_embeddings;
@@ -409,7 +472,7 @@ std::string model_card_to_hf_config(const ModelCard& c) {
   if (c.model_type == "llama") j["mlp_bias"] = false;
   if (c.model_type == "qwen2") j["use_sliding_window"] = false;
   j["hidden_act"] = "silu";
-  j["torch_dtype"] = "bfloat16";
+  j[c.hf_rope_parameters ? "dtype" : "torch_dtype"] = dtype;
   return j.dump(2) + "\n";
 }
 

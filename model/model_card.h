@@ -76,6 +76,9 @@ struct ModelCard {
   bool qk_norm = false;         // Qwen3: RMSNorm over head_dim on q and k, per head, before RoPE
   double published_params = 0;  // the figure the publisher states (0 when unknown)
   std::string source;           // where the numbers came from
+  // config.json stated RoPE as transformers 5 writes it (rope_parameters, "dtype"), not as 4 did
+  // (top-level rope_theta / rope_scaling, "torch_dtype"): a saved folder is written the same way.
+  bool hf_rope_parameters = false;
 
   // Gemma 4 (model_type "gemma4", the text model of Gemma4ForConditionalGeneration). The family's fixed
   // facts (sandwich norms, x*w RMSNorm, q/k norm and the weightless v norm, attention scale 1, GeGLU
@@ -149,7 +152,9 @@ ModelCard load_model_card(const std::string& name_or_path);
 // Parses a Hugging Face config.json's text; `origin` names it in errors.
 ModelCard model_card_from_hf_config(const std::string& json_text, const std::string& origin);
 // Writes a Hugging Face config.json for the card (what save_pretrained would need to reload it).
-std::string model_card_to_hf_config(const ModelCard& card);
+// `dtype`: the weights' dtype the file states ("bfloat16", "float32"), under "dtype" for a card read
+// from a transformers-5 config (hf_rope_parameters), else under "torch_dtype".
+std::string model_card_to_hf_config(const ModelCard& card, const std::string& dtype = "bfloat16");
 
 // Our own YAML card format (HF key names, strict): parse and emit.
 ModelCard model_card_from_yaml(const std::string& yaml_text, const std::string& origin);

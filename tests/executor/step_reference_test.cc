@@ -17,6 +17,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <numeric>
@@ -353,6 +354,9 @@ struct RunConfig {
   int64_t chunk_numel;
   int depth;  // 0: the default
   bool save_model;
+  // The model folder's config.json rewritten as transformers 5 writes it (RoPE under rope_parameters,
+  // "dtype"): the same model, so the same reference; --save-model must write that layout back.
+  bool transformers5_config = false;
 };
 
 const RunConfig kRuns[] = {
@@ -365,6 +369,8 @@ const RunConfig kRuns[] = {
     {"qwen2_plain_clip_adam_flags", 1, 3, 2, "replicated", "cpu", "recompute:rest", 4096, 0, false},
     {"qwen3_plain_cosine", 3, 2, 1, "sharded", "gpu", "offload:1,recompute:rest", 1000, 0, false},
     {"qwen3_plain_cosine", 2, 1, 3, "replicated", "cpu", "keep:rest", 1000, 0, true},
+    {"qwen3_plain_cosine", 1, 6, 1, "sharded", "cpu", "keep:rest", 1000, 0, true, true},
+    {"llama_masked_clip_cosine", 2, 3, 1, "replicated", "cpu", "recompute:1,keep:rest", 1000, 0, true, true},
     {"mistral_masked_constant", 1, 6, 1, "replicated", "cpu", "offload:2", 1000, 0, false},
     {"mistral_masked_constant", 3, 1, 2, "sharded", "cpu", "recompute:1,keep:rest", 512, 0, true},
     {"mistral_masked_constant", 2, 3, 1, "sharded", "gpu", "offload:1,recompute:rest", 1000, 3, false},
@@ -388,9 +394,30 @@ const RunConfig kRuns[] = {
 std::string config_name(const RunConfig& c) {
   std::string s = fmt::format("{}_{}x{}x{}_{}_{}_{}", c.golden, c.ranks, c.micro_batch, c.accum,
                               c.param_route, c.grad_route, c.activation);
+  if (c.transformers5_config) s += "_tf5";
   for (char& ch : s)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return s;
+}
+
+// A copy of a transformers-4 model folder with config.json as transformers 5 saves it: rope_theta and
+// rope_scaling moved into rope_parameters (the scaling's fields beside rope_type and rope_theta),
+// torch_dtype renamed dtype. Written here from the two layouts' definitions, not by the code under test.
+std::string transformers5_copy(const std::string& model_dir, const fs::path& to) {
+  fs::create_directories(to);
+  for (const auto& e : fs::directory_iterator(model_dir))
+    if (e.path().filename() != "config.json") fs::copy_file(e.path(), to / e.path().filename());
+  std::ifstream in(fs::path(model_dir) / "config.json");
+  json c = json::parse(in);
+  json rp = c["rope_scaling"].is_object() ? c["rope_scaling"] : json{{"rope_type", "default"}};
+  rp["rope_theta"] = c["rope_theta"];
+  c.erase("rope_theta");
+  c.erase("rope_scaling");
+  c["rope_parameters"] = rp;
+  c["dtype"] = c["torch_dtype"];
+  c.erase("torch_dtype");
+  std::ofstream(to / "config.json") << c.dump(2) << "\n";
+  return to.string();
 }
 
 
@@ -464,11 +491,12 @@ TEST_P(StepReference, MatchesPyTorch) {
       fs::temp_directory_path() / fmt::format("slidedp_step_ref_{}_{}", ::getpid(), config_name(c));
   fs::remove_all(dir);
   fs::create_directories(dir);
+  const std::string model_dir = c.transformers5_config ? transformers5_copy(g.model_dir, dir / "model") : g.model_dir;
   std::string cmd = fmt::format(
       "{} --model {} --data {} --seq {} --steps {} --exact --no-db --json -q --threads 1 "
       "--checkpoint-dir {} --checkpoint-every 1 --keep-checkpoints {} --ranks {} --micro-batch {} --accum {} "
       "--param-route {} --grad-route {} --activation {} --chunk-numel {} {}",
-      SLIDEDP_RUN_BIN, g.model_dir, g.data_path, g.T, kSteps, (dir / "ckpt").string(), kSteps, c.ranks,
+      SLIDEDP_RUN_BIN, model_dir, g.data_path, g.T, kSteps, (dir / "ckpt").string(), kSteps, c.ranks,
       c.micro_batch, c.accum, c.param_route, c.grad_route, c.activation, c.chunk_numel, g.run_flags);
   if (c.depth > 0) cmd += fmt::format(" --depth {}", c.depth);
   if (c.save_model) cmd += " --save-model " + (dir / "saved").string();
@@ -550,12 +578,53 @@ TEST_P(StepReference, MatchesPyTorch) {
       }
     }
     EXPECT_EQ(mismatches, 0);
+    // The saved config states RoPE in the layout the model came in, with the model's values (the
+    // llama-style families; Gemma 4 and Qwen3.6 exist only in transformers 5's layout).
+    if (!g.card.hybrid_layers()) {
+      std::ifstream in(dir / "saved" / "config.json");
+      const json saved_config = json::parse(in);
+      EXPECT_EQ(saved_config.contains("rope_parameters"), c.transformers5_config) << saved_config.dump();
+      EXPECT_EQ(saved_config.contains("rope_theta"), !c.transformers5_config) << saved_config.dump();
+      const json& rope = c.transformers5_config ? saved_config["rope_parameters"] : saved_config;
+      EXPECT_EQ(rope.value("rope_theta", 0.0), g.card.rope_theta) << saved_config.dump();
+    }
   }
   fs::remove_all(dir);
 }
 
 INSTANTIATE_TEST_SUITE_P(Plans, StepReference, ::testing::ValuesIn(kRuns),
                          [](const ::testing::TestParamInfo<RunConfig>& i) { return config_name(i.param); });
+
+// The theta a transformers-5 folder states is the one that trains: the same Qwen3 folder with
+// rope_parameters.rope_theta 1e4 instead of 1e6 gives another first loss (before the fix both read
+// 1e4, the top-level default, silently).
+TEST(StepReferenceTransformers5, RopeThetaInRopeParametersIsTheOneThatTrains) {
+  const Golden& g = golden("qwen3_plain_cosine");
+  ASSERT_EQ(g.card.rope_theta, 1e6);
+  const fs::path dir = fs::temp_directory_path() / fmt::format("slidedp_step_ref_tf5_{}", ::getpid());
+  fs::remove_all(dir);
+  double first_loss[2] = {0, 0};
+  for (int k = 0; k < 2; ++k) {
+    const std::string model = transformers5_copy(g.model_dir, dir / fmt::format("m{}", k));
+    if (k == 1) {  // the same folder at theta 1e4
+      std::ifstream in(fs::path(model) / "config.json");
+      json c = json::parse(in);
+      c["rope_parameters"]["rope_theta"] = 10000.0;
+      std::ofstream(fs::path(model) / "config.json") << c.dump(2);
+    }
+    const std::string cmd = fmt::format("{} --model {} --data {} --seq {} --steps 1 --exact --no-db --json -q --threads 1 "
+                                        "--ranks 1 --micro-batch {}",
+                                        SLIDEDP_RUN_BIN, model, g.data_path, g.T, g.G);
+    const testing::CommandResult out = testing::run_shell(cmd);
+    ASSERT_EQ(out.code, 0) << cmd << "\n" << out.out;
+    first_loss[k] = json::parse(out.out.substr(out.out.find('{')))["steps"][0]["loss"].get<double>();
+  }
+  EXPECT_NEAR(first_loss[0], g.h.loss[0], g.loss_tol[0]) << "theta 1e6 must train as the reference";
+  // Ten times the reference's own bound: theta 1e4 is not within rounding of the 1e6 reference.
+  EXPECT_GT(std::abs(first_loss[1] - g.h.loss[0]), 10 * g.loss_tol[0])
+      << "theta 1e4 and 1e6 gave the same loss " << first_loss[0];
+  fs::remove_all(dir);
+}
 
 // The derived bounds must leave the comparison able to fail: an update that is 10% off (wrong lr,
 // decay, bias correction) moves a weight by 0.1 lr per step, so most elements' weight tolerance must

@@ -108,6 +108,24 @@ TEST(HfModel, RoundTripShardedIsBitwise) {
             read_text_file(dir / "s2/model.safetensors.index.json"));
 }
 
+// A folder holding both model.safetensors and an index (a re-save beside stale shards): transformers
+// loads model.safetensors, and so do we (the index was taken before, loading other weights silently).
+TEST(HfModel, AFolderWithBothLayoutsLoadsModelSafetensorsAsTransformersDoes) {
+  TempDir dir;
+  ModelCard card = tiny_card("qwen2", false, /*layers=*/3);
+  ModelLayout layout = make_model_layout(card);
+  const UnitBuffers single = random_units(layout, 7, true), sharded = random_units(layout, 8, true);
+  HfSaveOptions opt;
+  opt.max_shard_bytes = 8 * 1024;
+  save_hf_model(dir / "s", card, unit_spans(sharded), opt);
+  save_hf_model(dir / "one", card, unit_spans(single));
+  fs::copy_file(dir / "one/model.safetensors", dir / "s/model.safetensors");
+  ASSERT_TRUE(fs::exists(dir / "s/model.safetensors.index.json"));
+  const HfModel m = load_hf_model(dir / "s");
+  EXPECT_TRUE(bitwise_equal(m.units, single));
+  EXPECT_FALSE(bitwise_equal(m.units, sharded));
+}
+
 // Tensors above kReadTileElems are converted in several tiles on the load pool; each tile must land
 // at its own offset (F16 here, so a wrong source offset would change values, not only their place).
 TEST(HfModel, LargeTensorsLoadExactlyInParallelTiles) {

@@ -149,6 +149,13 @@ TEST(Gemma4HfConfig, RefusesVariantsWeDoNotTrainNamingTheKey) {
 
 // Found by fuzz/targets/hf_config_json.cc: a rope_type that is not a string (here a list) ended in a
 // JSON type error, which the tools report as exit 1; it is bad input naming the key.
+// An empty layer_types was accepted and the run failed on a tensor that follows from it.
+TEST(Gemma4HfConfig, ALayerTypesListOfTheWrongLengthIsRefusedNamingTheKey) {
+  testing::expect_edited_config_refused(kReleased26B, "\"num_hidden_layers\": 30,",
+                                        "\"num_hidden_layers\": 30, \"layer_types\": [],",
+                                        "layer_types: has 0 entries for 30 layers");
+}
+
 TEST(Gemma4HfConfig, ARopeTypeThatIsNotAStringIsBadInputNamingTheKey) {
   testing::expect_edited_config_refused(kReleased26B, R"("rope_type": "proportional")", R"("rope_type": [[1]])",
                                         "full_attention: rope_type");

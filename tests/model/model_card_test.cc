@@ -3,6 +3,8 @@
 // published size; config.json parsing; strict YAML errors.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cmath>
 #include <map>
 
@@ -164,6 +166,69 @@ TEST(HfConfig, LlamaRopeScalingAndRoundTrip) {
   EXPECT_DOUBLE_EQ(b.rope_scaling.factor, 32.0);
   EXPECT_TRUE(b.tie_word_embeddings);
   EXPECT_EQ(b.total_params(), a.total_params());
+}
+
+// transformers 5 saves RoPE under rope_parameters (RotaryEmbeddingConfigMixin): a Qwen3 folder saved by
+// it has no top-level rope_theta, and read only there it trained at theta 1e4 instead of 1e6,
+// silently. Both layouts are read; the values are the same model's; "dtype" replaces "torch_dtype".
+TEST(HfConfig, Transformers5RopeParametersAreReadAndWrittenBack) {
+  const std::string qwen3 = R"({"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 2,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 3072, "vocab_size": 1000,
+    "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "dtype": "bfloat16"})";
+  const ModelCard q = model_card_from_hf_config(qwen3, "config.json");
+  EXPECT_EQ(q.rope_theta, 1e6);
+  EXPECT_EQ(q.rope_scaling.type, "none");
+  EXPECT_TRUE(q.hf_rope_parameters);
+  const nlohmann::json written = nlohmann::json::parse(model_card_to_hf_config(q));
+  EXPECT_EQ(written["rope_parameters"]["rope_theta"], 1e6) << written.dump();
+  EXPECT_EQ(written["rope_parameters"]["rope_type"], "default") << written.dump();
+  EXPECT_FALSE(written.contains("rope_theta")) << written.dump();
+  EXPECT_FALSE(written.contains("rope_scaling")) << written.dump();
+  EXPECT_EQ(written["dtype"], "bfloat16") << written.dump();
+  EXPECT_FALSE(written.contains("torch_dtype")) << written.dump();
+
+  // Llama 3.x: the scaling's fields sit beside rope_type and rope_theta.
+  const std::string llama = R"({"model_type": "llama", "hidden_size": 2048, "num_hidden_layers": 16,
+    "num_attention_heads": 32, "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256,
+    "tie_word_embeddings": true, "rope_parameters": {"rope_type": "llama3", "rope_theta": 500000.0,
+    "factor": 32.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}})";
+  const ModelCard l = model_card_from_hf_config(llama, "config.json");
+  const ModelCard preset = model_preset("llama-3.2-1b");
+  EXPECT_EQ(l.rope_theta, preset.rope_theta);
+  EXPECT_EQ(l.rope_scaling.type, "llama3");
+  EXPECT_EQ(l.rope_scaling.factor, preset.rope_scaling.factor);
+  EXPECT_EQ(l.rope_scaling.original_max_position_embeddings, preset.rope_scaling.original_max_position_embeddings);
+  const ModelCard back = model_card_from_hf_config(model_card_to_hf_config(l), "again.json");
+  EXPECT_TRUE(back.hf_rope_parameters);
+  EXPECT_EQ(back.rope_theta, l.rope_theta);
+  EXPECT_EQ(back.rope_scaling.factor, l.rope_scaling.factor);
+  EXPECT_EQ(back.rope_scaling.high_freq_factor, l.rope_scaling.high_freq_factor);
+
+  // transformers 4's layout is written back as it came.
+  const nlohmann::json old = nlohmann::json::parse(model_card_to_hf_config(preset));
+  EXPECT_TRUE(old.contains("rope_theta") && old.contains("rope_scaling") && old.contains("torch_dtype")) << old.dump();
+  EXPECT_FALSE(old.contains("rope_parameters")) << old.dump();
+}
+
+// A config stating RoPE in both layouts is accepted when they agree and refused naming both keys when
+// they do not; a rope_parameters that is not an object is refused, never ignored.
+TEST(HfConfig, RopeStatedTwiceMustAgree) {
+  const std::string head = R"({"model_type": "qwen3", "hidden_size": 1024, "num_hidden_layers": 2,
+    "num_attention_heads": 16, "num_key_value_heads": 8, "intermediate_size": 3072, "vocab_size": 1000, )";
+  const ModelCard same = model_card_from_hf_config(
+      head + R"("rope_theta": 1000000, "rope_scaling": null, "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"}})",
+      "c.json");
+  EXPECT_EQ(same.rope_theta, 1e6);
+  const std::string base = head + R"("rope_theta": 1000000, "rope_parameters": {"rope_theta": 1000000, "rope_type": "default"}})";
+  testing::expect_edited_config_refused(base, R"("rope_theta": 1000000,)", R"("rope_theta": 10000,)",
+                                        "rope_theta: 10000 disagrees with rope_parameters.rope_theta 1e+06");
+  testing::expect_edited_config_refused(base, R"("rope_theta": 1000000,)",
+                                        R"("rope_theta": 1000000, "rope_scaling": {"rope_type": "linear", "factor": 2},)",
+                                        "rope_scaling: rope_type 'linear' disagrees with rope_parameters");
+  testing::expect_edited_config_refused(base, R"("rope_parameters": {"rope_theta": 1000000, "rope_type": "default"})",
+                                        R"("rope_parameters": [1000000])", "rope_parameters: expected an object");
+  testing::expect_edited_config_refused(base, R"("rope_type": "default")", R"("rope_type": "yarn")",
+                                        "rope_parameters.rope_type: 'yarn' is not supported");
 }
 
 // What nlohmann accepts or throws out_of_range for is bad input here: a number beyond double range

@@ -121,6 +121,26 @@ TEST(Qwen36HfConfig, RefusesWhatIsNotImplementedNamingTheKey) {
     testing::expect_edited_config_refused(base, c.from, c.to, c.key);
 }
 
+// Keys of the wrong type or value are refused naming the key, never ignored or crashed on: an
+// interval of 0 divided by zero (SIGFPE in every tool), rope_parameters as a list fell back to the
+// defaults, an empty layer_types was blamed on a tensor.
+TEST(Qwen36HfConfig, RefusesWrongTypesAndValuesNamingTheKey) {
+  std::string base = model_card_to_hf_config(model_preset("qwen3.6-27b"));
+  const std::string types_key = "\"layer_types\": [";
+  const std::size_t from = base.find(types_key), to = base.find(']', from);
+  ASSERT_NE(from, std::string::npos);
+  const std::string without_types = base.substr(0, from) + "\"full_attention_interval\": 4, \"ignored_types\": []" +
+                                    base.substr(to + 1);
+  EXPECT_EQ(model_card_from_hf_config(without_types, "c.json").layer_types, model_preset("qwen3.6-27b").layer_types);
+  testing::expect_edited_config_refused(without_types, "\"full_attention_interval\": 4", "\"full_attention_interval\": 0",
+                                        "full_attention_interval");
+  testing::expect_edited_config_refused(base, base.substr(from, to + 1 - from), "\"layer_types\": []",
+                                        "layer_types: has 0 entries for 64 layers");
+  const std::size_t rp = base.find("\"rope_parameters\": {"), rp_end = base.find('}', rp);
+  testing::expect_edited_config_refused(base, base.substr(rp, rp_end + 1 - rp), "\"rope_parameters\": [10000000]",
+                                        "rope_parameters: expected an object");
+}
+
 // A DeltaNet layer's mixer is a state, not a T x T matrix: its FLOPs double with T, a full-attention
 // layer's scores nearly quadruple. The MoE layer computes with 8 experts and the shared one.
 TEST(Qwen36Costs, TheDeltaNetIsLinearInTheSequenceAndTheMoeComputesWithTheActiveExperts) {
