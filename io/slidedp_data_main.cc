@@ -12,6 +12,7 @@
 #include "common/cli_main.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/output_paths.h"
 #include "common/progress.h"
 #include "io/default_corpus.h"
 #include "io/posix_file.h"
@@ -43,6 +44,11 @@ struct InspectArgs {
 int run_build(const BuildArgs& a) {
   if (a.inputs.empty() && !a.embedded)
     throw InputError("slidedp-data build", "give INPUT files or --embedded");
+  // The output is replaced at the end: it must be neither an input nor a folder, checked before reading.
+  check_output_file_target({"--out", a.out});
+  std::vector<NamedPath> inputs;
+  for (const auto& in : a.inputs) inputs.push_back({"INPUT", in});
+  refuse_output_over_inputs({"--out", a.out}, inputs);
   std::vector<InputFormat> formats;
   bool any_ids = false;
   for (const auto& in : a.inputs) {

@@ -224,7 +224,7 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
     }
     bp.values = {measured_v, modelled_v};
     bp.reference_line = 1.0;
-    if (!bp.groups.empty()) write(fmt::format("speedups_measured__{}.svg", h), svg_bars(bp));
+    if (!bp.groups.empty()) write(fmt::format("speedups_measured__{}.svg", file_name_slug(h)), svg_bars(bp));
   }
 
   // ---- README ----

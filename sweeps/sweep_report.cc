@@ -12,7 +12,9 @@
 #include <set>
 #include <tuple>
 
+#include "common/error.h"
 #include "common/file_util.h"
+#include "common/output_paths.h"
 #include "common/provenance.h"
 #include "common/table.h"
 #include "common/units.h"
@@ -50,18 +52,6 @@ std::string shorten(const std::string& s, std::size_t n) {
 }
 
 // File names from labels: lowercase letters, digits, '.', '-'.
-std::string slug(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (std::isalnum(u) || c == '.' || c == '-')
-      o += static_cast<char>(std::tolower(u));
-    else if (!o.empty() && o.back() != '-')
-      o += '-';
-  }
-  while (!o.empty() && o.back() == '-') o.pop_back();
-  return o;
-}
 
 std::string g6(double x) { return fmt::format("{:.6g}", x); }
 std::string tok_s(double x) { return fmt::format("{:.0f}", x); }
@@ -192,7 +182,7 @@ std::string machine_throughput_section(const SweepResult& res, const std::string
     for (const MachineKey& m : machines[g])
       if (series.count(m)) plot.series.push_back(series[m]);
     const std::string file =
-        fmt::format("throughput__{}__{}__seq{}.svg", slug(grid.name), slug(any->model), g.seq);
+        fmt::format("throughput__{}__{}__seq{}.svg", file_name_slug(grid.name), file_name_slug(any->model), g.seq);
     files.push_back({file, svg_lines(plot)});
     s += fmt::format("### {} · {} · seq {}\n\n{}\n![throughput]({})\n\n", grid.name, any->model,
                      format_tokens(g.seq), t.render_markdown(), file);
@@ -261,8 +251,8 @@ std::string throughput_section(const SweepResult& res, const std::string& stamp,
     }
     for (System sys : systems)
       if (series.count(sys)) plot.series.push_back(series[sys]);
-    const std::string file = fmt::format("throughput__{}__{}__seq{}__r{}.svg", slug(any->hardware),
-                                         slug(any->model), g.seq, g.ranks);
+    const std::string file = fmt::format("throughput__{}__{}__seq{}__r{}.svg", file_name_slug(any->hardware),
+                                         file_name_slug(any->model), g.seq, g.ranks);
     files.push_back({file, svg_lines(plot)});
     s += fmt::format("### {}\n\n{}\n![throughput]({})\n\n", group_title(*any), t.render_markdown(), file);
   }
@@ -324,7 +314,7 @@ std::string speedup_section(const SweepResult& res, const std::string& stamp, st
           st.geomean;
   std::vector<std::string> plot_files;
   for (const std::string& h : plot_order) {
-    plot_files.push_back(fmt::format("speedups__{}.svg", slug(h)));
+    plot_files.push_back(fmt::format("speedups__{}.svg", file_name_slug(h)));
     files.push_back({plot_files.back(), svg_bars(plots[h])});
   }
   s += t.render_markdown() + "\n";
@@ -417,7 +407,7 @@ std::string bottleneck_section(const SweepResult& res, const std::string& stamp,
            md(r->plan_summary)});
       plot.cells[row_index[row_key(*r)]][col_index[col]] = p.bottleneck;
     }
-    const std::string file = fmt::format("bottlenecks__{}.svg", slug(grid.name));
+    const std::string file = fmt::format("bottlenecks__{}.svg", file_name_slug(grid.name));
     files.push_back({file, svg_grid(plot)});
     s += fmt::format("### {}\n\n{}\n![bottlenecks]({})\n\n", grid.name, t.render_markdown(), file);
   }
@@ -506,7 +496,7 @@ std::string longest_section(const SweepResult& res, const std::string& stamp, st
     for (System sys : systems_of(res))
       if (plots[key].count(system_name(sys)) && !plots[key][system_name(sys)].x.empty())
         plot.series.push_back(plots[key][system_name(sys)]);
-    const std::string file = fmt::format("seq_len__{}__{}.svg", slug(key.first), slug(key.second));
+    const std::string file = fmt::format("seq_len__{}__{}.svg", file_name_slug(key.first), file_name_slug(key.second));
     files.push_back({file, svg_lines(plot)});
     s += fmt::format("![throughput against sequence length]({})\n\n", file);
   }
@@ -565,7 +555,7 @@ std::string scaling_section(const SweepResult& res, const std::string& stamp, st
     for (auto& [name, se] : plots[key])
       if (!se.x.empty()) plot.series.push_back(se);
     const std::string file =
-        fmt::format("scaling__{}__{}__seq{}__{}.svg", slug(hardware), weak ? "weak" : "strong", seq,
+        fmt::format("scaling__{}__{}__seq{}__{}.svg", file_name_slug(hardware), weak ? "weak" : "strong", seq,
                     weak ? fmt::format("{}seq", batch) : format_tokens(batch));
     files.push_back({file, svg_lines(plot)});
     s += fmt::format("![scaling]({})\n\n", file);
@@ -814,29 +804,34 @@ std::vector<SweepFile> render_sweep_report(const SweepResult& res, const std::st
 std::vector<std::string> write_sweep_report(const SweepResult& res, const std::string& dir,
                                             const std::string& command) {
   namespace fs = std::filesystem;
-  // The whole report is written into a temporary folder beside `dir` and published in one step, so a
-  // full disk or a kill leaves the previous report (or nothing), never a README without its points.
-  // Files of the old folder this run does not write (notes, earlier plots) carry over.
+  check_output_folder_target({"--out", dir});
+  const std::vector<SweepFile> files = render_sweep_report(res, command);
+  std::vector<std::string> names;
+  for (const SweepFile& f : files) names.push_back(f.name);
   fs::path target = fs::path(dir);
   if (!target.has_filename()) target = target.parent_path();
+  std::error_code ec;
+  if (fs::is_directory(target, ec)) {
+    // An existing folder keeps everything that is not this report's (notes, other runs' files,
+    // sub-folders): each of the report's files is replaced atomically, README.md last, so a kill
+    // leaves the old README beside some new files, never a README naming files that are not there.
+    for (const SweepFile& f : files)
+      if (f.name != "README.md") write_file_atomic((target / f.name).string(), f.content);
+    for (const SweepFile& f : files)
+      if (f.name == "README.md") write_file_atomic((target / f.name).string(), f.content);
+    return names;
+  }
+  // A new folder is written whole beside its place and published in one step: a full disk or a kill
+  // leaves nothing, never a README without its points.
   const fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
-  if (fs::is_directory(parent)) remove_stale_temp_dirs(parent.string(), target.filename().string());
+  fs::create_directories(parent, ec);
+  if (ec) throw IoError(parent.string(), "cannot create folder: " + ec.message());
+  remove_stale_temp_dirs(parent.string(), target.filename().string());
   const std::string tmp = make_temp_dir_beside(target.string());
-  std::vector<std::string> names;
   try {
-    for (const SweepFile& f : render_sweep_report(res, command)) {
-      write_file_atomic((fs::path(tmp) / f.name).string(), f.content);
-      names.push_back(f.name);
-    }
-    std::error_code ec;
-    if (fs::is_directory(target, ec))
-      for (const auto& e : fs::directory_iterator(target)) {
-        const fs::path to = fs::path(tmp) / e.path().filename();
-        if (e.is_regular_file() && !fs::exists(to)) fs::copy_file(e.path(), to);
-      }
-    publish_dir(tmp, target.string(), /*replace=*/true);
+    for (const SweepFile& f : files) write_file_atomic((fs::path(tmp) / f.name).string(), f.content);
+    publish_dir(tmp, target.string(), /*replace=*/false);
   } catch (...) {
-    std::error_code ec;
     fs::remove_all(tmp, ec);
     throw;
   }
@@ -877,6 +872,19 @@ nlohmann::json sweep_summary_json(const SweepResult& res, const std::vector<std:
   j["out"] = dir;
   j["files"] = files;
   return j;
+}
+
+std::string file_name_slug(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) || c == '.' || c == '-')
+      o += static_cast<char>(std::tolower(u));
+    else if (!o.empty() && o.back() != '-')
+      o += '-';
+  }
+  while (!o.empty() && o.back() == '-') o.pop_back();
+  return o;
 }
 
 }  // namespace slidedp

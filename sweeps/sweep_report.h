@@ -19,6 +19,10 @@ struct SweepFile {
 
 // The stamp every file carries (one line): command, spec file and hash, git revision, CPU, date.
 std::string sweep_stamp(const SweepResult& result, const std::string& command);
+
+// A label as a part of a file name: lower-case letters, digits, '.' and '-', every other run of
+// characters one '-' ("H100 x8/what-if" -> "h100-x8-what-if"); always embedded in a longer name.
+std::string file_name_slug(const std::string& label);
 // The shorter stamp of plot captions (they are one line of a fixed-width SVG): command, spec hash, git.
 std::string sweep_plot_stamp(const SweepResult& result, const std::string& command);
 

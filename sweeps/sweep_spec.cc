@@ -353,14 +353,6 @@ std::vector<std::string> claim_metric_names() {
           "strong_scaling_efficiency"};
 }
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t h = 14695981039346656037ull;
-  for (unsigned char ch : text) {
-    h ^= ch;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string hash_hex(uint64_t h) { return fmt::format("{:016x}", h); }
 
@@ -406,9 +398,9 @@ SweepSpec sweep_spec_from_yaml(const std::string& text, const std::string& origi
   const std::string spec_dir = origin.empty() ? "" : std::filesystem::path(origin).parent_path().string();
   YamlReader r = YamlReader::load_string(text, origin);
   spec.name = r.text("name");
-  if (spec.name.empty() || spec.name.find_first_of("/\\ ") != std::string::npos)
+  if (spec.name.empty() || spec.name == "." || spec.name == ".." || spec.name.find_first_of("/\\ ") != std::string::npos)
     throw InputError(r.where("name"),
-                     "expected a non-empty name without spaces or slashes (it names the output folder)");
+                     "expected a non-empty name without spaces or slashes, not '.' or '..' (it names the output folder)");
   spec.description = r.text_or("description", "");
   spec.simulate = r.boolean_or("simulate", false);
   if (r.has("analyses")) {

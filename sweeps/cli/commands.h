@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/cli_main.h"  // command_line
+#include "common/output_paths.h"
 
 namespace slidedp {
 
@@ -25,7 +26,14 @@ struct ReportFlags {
     cmd->add_flag("--json", json, "Print a JSON summary instead of the readable one");
     cmd->add_flag("--quiet", quiet, "No progress line");
   }
-  std::string folder(const std::string& spec_name) const { return out.empty() ? "results/sweeps/" + spec_name : out; }
+  // The output folder, checked before any point runs: not an existing file, writable, and neither the
+  // spec file nor a folder holding or inside it.
+  std::string folder(const std::string& spec_name, const std::string& spec_file) const {
+    const std::string dir = out.empty() ? "results/sweeps/" + spec_name : out;
+    check_output_folder_target({"--out", dir});
+    refuse_output_over_inputs({"--out", dir}, {{"SPEC", spec_file}});
+    return dir;
+  }
   bool progress() const { return !json && !quiet; }
 };
 

@@ -39,7 +39,7 @@ void add_run_command(CLI::App& app, int argc, char** argv) {
   const std::string command = command_line(argc, argv);
   cmd->callback([args, command] {
     const SweepSpec spec = load_sweep_spec(args->spec);
-    const std::string out = args->report.folder(spec.name);
+    const std::string out = args->report.folder(spec.name, args->spec);
     const std::size_t total = expand_points(spec).size();
     Progress progress("sweep " + spec.name, static_cast<double>(total), "points",
                       args->report.progress());

@@ -233,6 +233,39 @@ TEST(SlidedpData, BadInputExitsNonZeroNamingTheProblem) {
   EXPECT_FALSE(std::filesystem::exists(dir / "x.bin"));
 }
 
+// An output that is an input, or a link to one, would replace the text with tokens (exit 0 before);
+// refused up front, the input untouched. Also a folder as the output, and an output inside a file.
+TEST(SlidedpData, RefusesAnOutputThatIsAnInputOrALinkToOne) {
+  TempDir dir;
+  const std::string text = "some text that must survive\n";
+  testing::write_bytes(dir / "in.txt", text);
+  std::filesystem::create_symlink(dir / "in.txt", dir / "link.txt");
+  std::filesystem::create_hard_link(dir / "in.txt", dir / "hard.txt");
+  std::filesystem::create_directories(dir / "folder");
+  struct Case {
+    std::string args;
+    std::vector<std::string> must_say;
+  };
+  const std::vector<Case> cases = {
+      {"build " + (dir / "in.txt") + " --out " + (dir / "in.txt"), {"--out", "is INPUT", "in.txt"}},
+      {"build " + (dir / "in.txt") + " --out " + (dir / "link.txt"), {"--out", "is INPUT"}},
+      {"build " + (dir / "link.txt") + " --out " + (dir / "in.txt"), {"--out", "is INPUT"}},
+      {"build " + (dir / "in.txt") + " --out " + (dir / "hard.txt"), {"--out", "is INPUT"}},
+      {"build " + (dir / "in.txt") + " --out " + dir.path() + "/./folder/../in.txt", {"--out", "is INPUT"}},
+      {"build " + (dir / "in.txt") + " --out " + (dir / "folder"), {"--out", "is a folder"}},
+      {"build " + (dir / "in.txt") + " --out " + (dir / "in.txt") + "/x.bin", {"--out", "not a folder"}},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.args);
+    auto r = testing::run_command(tool() + " " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << r.output;
+    for (const auto& m : c.must_say)
+      EXPECT_NE(r.output.find(m), std::string::npos) << "missing '" << m << "' in: " << r.output;
+    EXPECT_EQ(testing::read_bytes(dir / "in.txt"), text);
+    EXPECT_TRUE(std::filesystem::is_symlink(dir / "link.txt"));
+  }
+}
+
 TEST(SlidedpData, HelpExplainsEveryFlag) {
   auto r = testing::run_command(tool() + " build --help");
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -33,6 +33,26 @@ rc=$?
 grep -q "bad.yaml" "$dir/bad.txt" && grep -q "tokens_per_st" "$dir/bad.txt" || fail "bad spec message: $(cat "$dir/bad.txt")"
 [ ! -e "$dir/bad" ] || fail "a bad spec wrote outputs"
 
+# An existing output folder keeps what is not the report's (it was replaced wholesale, sub-folders
+# deleted); an existing file as --out is refused before any point runs (it became a folder).
+mkdir -p "$dir/keep/notes" && echo mine > "$dir/keep/notes/n.txt" && echo mine > "$dir/keep/mine.md"
+"$sweep" run "$dir/small.yaml" --out "$dir/keep" > "$dir/keep.txt" 2>&1 || fail "run into a folder exited $?: $(cat "$dir/keep.txt")"
+[ -s "$dir/keep/points.csv" ] && [ "$(cat "$dir/keep/notes/n.txt")" = mine ] && [ "$(cat "$dir/keep/mine.md")" = mine ] \
+  || fail "an existing folder lost its own files: $(ls -R "$dir/keep")"
+echo "a file" > "$dir/afile"
+"$sweep" run "$dir/small.yaml" --out "$dir/afile" > "$dir/afile.txt" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--out" "$dir/afile.txt" || fail "--out onto a file exited $rc: $(cat "$dir/afile.txt")"
+[ "$(cat "$dir/afile")" = "a file" ] || fail "--out replaced a file"
+"$sweep" run "$dir/small.yaml" --out "$dir" > "$dir/spec.txt" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q "SPEC" "$dir/spec.txt" || fail "--out holding the spec exited $rc: $(cat "$dir/spec.txt")"
+# Names that become paths are checked when the spec is read, before the first point.
+sed 's/^name: small/name: ../' "$dir/small.yaml" > "$dir/dots.yaml"
+"$sweep" run "$dir/dots.yaml" > "$dir/dots.txt" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q "name" "$dir/dots.txt" || fail "spec name '..' exited $rc: $(cat "$dir/dots.txt")"
+
 "$sweep" run "$dir/none.yaml" > "$dir/none.txt" 2>&1
 rc=$?
 [ "$rc" = 4 ] || fail "missing spec exited $rc, want 4: $(cat "$dir/none.txt")"

@@ -1,0 +1,43 @@
+// Where a tool may write: never onto, into or around what it reads, and never over another output of
+// the same command. Paths are compared after resolving links (a symbolic link to an input is the
+// input) and by file identity (a hard link to an input is the input), so the check holds however the
+// user spells the path. Every tool checks its outputs this way before it does any work.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace slidedp {
+
+// A path and the flag or argument that gave it ("--save-model", "INPUT"), for messages.
+struct NamedPath {
+  std::string flag;
+  std::string path;
+};
+
+// How two paths relate once links are resolved.
+enum class PathOverlap {
+  kNone,
+  kSame,          // one file or folder
+  kFirstHolds,    // the first is a folder the second lies in
+  kSecondHolds,   // the second is a folder the first lies in
+};
+PathOverlap path_overlap(const std::string& a, const std::string& b);
+
+// Throws InputError naming both flags when `output` is one of `inputs`, holds one or lies inside one.
+// Empty paths are skipped.
+void refuse_output_over_inputs(const NamedPath& output, const std::vector<NamedPath>& inputs);
+
+// Throws InputError when any two of `outputs` are the same path or one holds the other.
+void refuse_overlapping_outputs(const std::vector<NamedPath>& outputs);
+
+// An output file the command will create or replace at the end: it must not be a folder, and its
+// folder must exist (or be creatable) and be writable. Throws InputError / IoError naming the flag,
+// so a run fails before its first step instead of after all its work.
+void check_output_file_target(const NamedPath& output);
+
+// An output folder the command will create or fill: it must not be an existing non-folder, and its
+// parent must be writable. Throws InputError / IoError naming the flag.
+void check_output_folder_target(const NamedPath& output);
+
+}  // namespace slidedp
