@@ -192,6 +192,10 @@ class Device {
                         int64_t n) = 0;
   // FSDP2's AdamW, on compute().
   virtual void adamw(const DeviceAdamwArgs& args) = 0;
+  // On the compute stream: adds the number of NaN and infinite values among src's fp32 elements
+  // [offset, offset + n) to the uint32 at the start of `count` (device memory): the non-finite check
+  // of a gradient the device's own optimizer is about to apply.
+  virtual void count_nonfinite_fp32(const DeviceBuffer& src, int64_t offset, int64_t n, const DeviceBuffer& count) = 0;
 };
 
 // Timeline spans measured by a backend (start and end relative to the backend's epoch).

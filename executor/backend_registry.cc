@@ -5,6 +5,7 @@
 
 #include "common/error.h"
 #include "executor/cpu/cpu_backend.h"
+#include "executor/device_budget.h"
 
 #if SLIDEDP_HAVE_CUDA
 #include "executor/cuda/cuda_backend.h"
@@ -33,7 +34,7 @@ std::unique_ptr<Backend> make_backend(const std::string& name, const ModelCard& 
   if (name == "cpu") {
     CpuBackendOptions o;
     o.devices = options.devices;
-    o.device_budget_bytes = options.device_budget_bytes;
+    o.device_budget_bytes = options.device_budget_bytes > 0 ? options.device_budget_bytes : kDefaultEmulatedBudgetBytes;
     o.exact_fp32 = options.exact_fp32;
     o.loss_chunk_tokens = options.loss_chunk_tokens;
     o.mlp_token_tile = options.mlp_token_tile;

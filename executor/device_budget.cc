@@ -9,6 +9,16 @@
 
 namespace slidedp::exec {
 
+int64_t default_gpu_budget_bytes(int64_t gpu_total_bytes, int64_t reserve_bytes, int ranks_on_gpu) {
+  SLIDEDP_CHECK(ranks_on_gpu >= 1);
+  if (reserve_bytes < 0 || gpu_total_bytes - reserve_bytes <= 0)
+    throw InputError("plan: gpu_mem_reserve_bytes",
+                     fmt::format("a reserve of {} bytes leaves nothing of the GPU's {} bytes; lower it or pass "
+                                 "--device-budget",
+                                 reserve_bytes, gpu_total_bytes));
+  return (gpu_total_bytes - reserve_bytes) / ranks_on_gpu;
+}
+
 DeviceBudget::~DeviceBudget() {
   for (auto& [id, live] : live_) blocks_.give(live.block);
 }

@@ -34,6 +34,14 @@ class DeviceBlocks {
   virtual void give(const Block& block) = 0;
 };
 
+// The budget per rank when the run names none: the GPU's memory minus the plan's reserve (what
+// slidedp-plan assumes of a GPU), shared evenly by the ranks placed on that GPU. InputError when the
+// reserve leaves nothing.
+int64_t default_gpu_budget_bytes(int64_t gpu_total_bytes, int64_t reserve_bytes, int ranks_on_gpu);
+
+// The CPU backend's emulated devices have no memory of their own to ask: 16 GiB each unless told.
+inline constexpr int64_t kDefaultEmulatedBudgetBytes = int64_t{16} << 30;
+
 class DeviceBudget {
  public:
   // `blocks` must outlive the budget (declare it before the budget in the owning class).

@@ -7,28 +7,45 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/hash.h"
 
 namespace slidedp::exec {
 
 void check_nodes_agree(NodeLink& link, const std::vector<std::pair<std::string, std::string>>& fields) {
-  // Fixed-size digests keep the exchange one all-gather: a 64-bit FNV-1a hash per field.
+  // Fixed-size digests keep the exchange one all-gather: a 64-bit FNV-1a hash per field; the texts of
+  // the first field that differs follow, so that every node's message names both values.
   std::vector<uint64_t> mine;
-  for (const auto& [name, value] : fields) {
-    uint64_t h = 1469598103934665603ull;
-    for (unsigned char c : value) h = (h ^ c) * 1099511628211ull;
-    mine.push_back(h);
-  }
+  for (const auto& [name, value] : fields) mine.push_back(fnv1a(value));
   const int64_t bytes = static_cast<int64_t>(mine.size() * 8);
   std::vector<std::byte> all = link.all_gather(reinterpret_cast<const std::byte*>(mine.data()), bytes, "the start-up check");
   for (size_t f = 0; f < fields.size(); ++f)
     for (int p = 0; p < link.nodes(); ++p) {
       uint64_t theirs;
       std::memcpy(&theirs, all.data() + p * bytes + static_cast<int64_t>(f * 8), 8);
-      if (theirs != mine[f])
-        throw InputError(fields[f].first, fmt::format("node {} and node {} differ (this node: {}): every node must run "
-                                                      "the same binary, model, plan and data",
-                                                      link.node(), p, fields[f].second));
+      if (theirs == mine[f]) continue;
+      // Every node sees the same digests, so every node comes here for the same field: one exchange.
+      const std::vector<std::string> values = all_gather_text(link, fields[f].second, "the start-up check's values");
+      int first = 0, other = 0;
+      for (int q = 0; q < link.nodes(); ++q)
+        if (values[static_cast<size_t>(q)] != values[0]) other = q;
+      throw InputError(fields[f].first,
+                       fmt::format("node {} has '{}' and node {} has '{}': every node must be started with the same "
+                                   "options, binary, model, plan, data and checkpoint",
+                                   first, values[static_cast<size_t>(first)], other, values[static_cast<size_t>(other)]));
     }
+}
+
+std::vector<std::pair<std::string, std::string>> options_to_agree(const CLI::App& app,
+                                                                  const std::set<std::string>& per_node) {
+  std::vector<std::pair<std::string, std::string>> fields;
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string name = opt->get_name();
+    if (name == "--help" || name == "-h" || per_node.count(name)) continue;
+    std::string value = opt->count() == 0 ? "(not given)" : "";
+    for (const std::string& r : opt->results()) value += (value.empty() ? "" : " ") + r;
+    fields.emplace_back(name, value);
+  }
+  return fields;
 }
 
 std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, int to) {

@@ -3,7 +3,10 @@
 // of a step every node takes part in.
 #pragma once
 
+#include <CLI/CLI.hpp>
+
 #include <exception>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -14,6 +17,12 @@ namespace slidedp::exec {
 // Every node passes the same (name, value) list; throws InputError on every node naming the first
 // field that differs and the nodes' values (mismatched binaries, models, plans or data).
 void check_nodes_agree(NodeLink& link, const std::vector<std::pair<std::string, std::string>>& fields);
+
+// Every option of `app` as given on this node's command line ("(not given)" when absent), for
+// check_nodes_agree: derived from the options table, so a new option is agreed without anyone listing
+// it. `per_node`: the long names of options that may differ (what only node 0 prints or writes).
+std::vector<std::pair<std::string, std::string>> options_to_agree(const CLI::App& app,
+                                                                  const std::set<std::string>& per_node);
 
 // Every node's `mine` (any length) on node `to`, in node order; the other nodes get an empty list.
 std::vector<std::string> gather_text(NodeLink& link, const std::string& mine, int to);

@@ -72,6 +72,8 @@ void RankDriver::load_state() {
       h2d.copy_h2d(sh.exp_avg_sq, off, reinterpret_cast<const std::byte*>(us.v_f32() + b + r.begin), n, t);
     });
   }
+  nonfinite_count_ = alloc(4, "non-finite gradient count (FSDP2)");
+  nonfinite_seen_ = backend_.alloc_host(4, true);
   device_updated_ = h2d.record();
   device_.compute().wait(device_updated_);
   grad_contributions_.assign(static_cast<size_t>(U_), 0);
@@ -559,6 +561,20 @@ EventPtr RankDriver::send_grads_to_shard(int64_t step, int unit, const DeviceBuf
 // (the next step's casts wait for it), then the report to the updater.
 void RankDriver::device_update(int64_t step) {
   Stream& compute = device_.compute();
+  Updater* updater = &updater_;
+  // Every system checks a gradient before applying it: this rank's non-finite elements are counted and
+  // handed to the updater in stream order, before the update reports the step done, so a non-finite
+  // gradient stops the run at its own step and is never saved.
+  device_.zero(nonfinite_count_, 0, 4);
+  for (int u = 0; u < U_; ++u) {
+    const Shard& sh = shards_[static_cast<size_t>(u)];
+    device_.count_nonfinite_fp32(sh.grad, 0, sh.numel, nonfinite_count_);
+  }
+  compute.copy_d2h(nonfinite_seen_.ptr, nonfinite_count_, 0, 4, tag("d2h", "non-finite count", step, -1));
+  const auto* seen = reinterpret_cast<const uint32_t*>(nonfinite_seen_.ptr);
+  compute.host_fn([updater, step, seen, r = config_.rank] {
+    if (*seen > 0) updater->device_grads_nonfinite(step, r, *seen);
+  });
   const kernels::AdamwHyper h = updater_.step_hyper(step);
   for (int u = 0; u < U_; ++u) {
     const Shard& sh = shards_[static_cast<size_t>(u)];
@@ -578,7 +594,6 @@ void RankDriver::device_update(int64_t step) {
   }
   std::fill(grad_contributions_.begin(), grad_contributions_.end(), 0);
   device_updated_ = compute.record();
-  Updater* updater = &updater_;
   compute.host_fn([updater, step, r = config_.rank] { updater->device_step_done(step, r); });
 }
 

@@ -143,6 +143,8 @@ class RankDriver {
     int64_t numel = 0;
   };
   std::vector<Shard> shards_;
+  DeviceBuffer nonfinite_count_;  // (1,) uint32, device: this step's non-finite gradient elements
+  HostBuffer nonfinite_seen_;     // (1,) uint32, pinned host: its copy, read by the updater's check
   // fn(chunk begin b, this rank's range r within it, the shard's offset of it) for each chunk of `unit`.
   template <class Fn>
   void for_each_chunk_shard(int unit, Fn&& fn) const {

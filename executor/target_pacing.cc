@@ -31,8 +31,11 @@ void require(bool ok, const std::string& origin, const std::string& key, const s
 TargetPacing::TargetPacing(const Workload& w, const Hardware& target, const Plan& plan, double time_scale,
                            System system)
     : target_name_(target.name) {
-  if (!(time_scale > 0) || !std::isfinite(time_scale))
-    throw InputError("--time-scale", fmt::format("{} must be a positive number", time_scale));
+  if (!(time_scale >= kMinTimeScale && time_scale <= kMaxTimeScale))
+    throw InputError("--time-scale", fmt::format("must be a number from {:g} to {:g} (got {:g}{})", kMinTimeScale,
+                                                 kMaxTimeScale, time_scale,
+                                                 time_scale > kMaxTimeScale ? ": the target is too slow to pace here"
+                                                                            : ""));
   if (target.gpu.emulated_on_host)
     throw InputError(target.name + ": gpu.emulated_on_host",
                      "the target is itself the CPU backend; emulate a machine with GPUs (e.g. h100-sxm-x4)");
@@ -131,7 +134,7 @@ double TargetPacing::measured_time_scale(const Workload& w, const Hardware& targ
   }
   const double cores = std::max(1u, std::thread::hardware_concurrency());
   const double share = std::max(1.0, (plan.ranks + 1.0) / cores);
-  return 1.5 * share * ratio;
+  return std::max(kMinTimeScale, 1.5 * share * ratio);  // a target slower than this host: pace at the floor
 }
 
 PacedWork TargetPacing::compute(int rank, int unit, const std::string& op) const {

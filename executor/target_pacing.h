@@ -25,6 +25,11 @@ struct PacedWork {
   double delay_s = 0;  // fixed latency on the target (per copy, per collective)
 };
 
+// The time scales a run may pace at: below 1e-3 a target's second passes in under a millisecond here
+// and the paced clock's rounding stops it making progress; above 1e6 one second of the target takes
+// eleven days here.
+inline constexpr double kMinTimeScale = 1e-3, kMaxTimeScale = 1e6;
+
 class TargetPacing {
  public:
   // Throws InputError naming `target.name` when the profile lacks a rate the pacing needs. `system`:

@@ -264,6 +264,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   }
 
   RunControl control;
+  InterruptWatch interrupts(control, o.stop, o.interrupt, o.signal, o.stop_grace_s);
   // The link's failures (a peer timed out, MPI failed) stop this run like any other thread's error.
   struct LinkHandler {
     NodeLink* link;
@@ -299,11 +300,11 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   bo.collectives = plan.grad_shards() > 1 || (N > 1 && (plan.param_route == ParamRoute::kSharded ||
                                                         traits.params_resident || traits.gpu_optimizer));
   if (M > 1 && plan.grad_route == GradRoute::kGpu) bo.cross_node = link;
-  bo.device_budget_bytes = o.device_budget_bytes > 0          ? o.device_budget_bytes
-                           : plan.gpu_mem_budget_bytes > 0    ? plan.gpu_mem_budget_bytes
-                                                              : int64_t{16} << 30;
+  // 0 leaves the default to the backend: a GPU's memory minus the plan's reserve, or 16 GiB emulated.
+  bo.device_budget_bytes = o.device_budget_bytes > 0 ? o.device_budget_bytes : plan.gpu_mem_budget_bytes;
+  bo.device_reserve_bytes = plan.gpu_mem_reserve_bytes;
   std::unique_ptr<Backend> backend = make_backend(o.backend, o.card, layout, bo, control);
-  result.device_budget_bytes = bo.device_budget_bytes;
+  result.device_budget_bytes = backend->device(0).budget_bytes();
   {
     // Reject a plan that cannot fit before anything runs, with the numbers: the same account the
     // planner uses, over this backend's units and allocator (model/memory_account.h).
@@ -324,7 +325,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     MemoryEstimate m;
     m.gpu_items = account.items;
     m.gpu_peak_bytes = account.peak_bytes;
-    m.gpu_budget_bytes = static_cast<double>(bo.device_budget_bytes);
+    m.gpu_budget_bytes = static_cast<double>(result.device_budget_bytes);
     m.host_ram_bytes = m.host_pinned_limit_bytes = 1e30;
     auto v = m.violations();
     if (!v.empty()) throw InfeasibleError(fmt::format("{} backend, {}: {}", o.backend, plan.summary(static_cast<int>(o.card.num_layers)), v.front()));
@@ -473,6 +474,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     permits.permit(s);
   };
   auto shutdown = [&] {
+    if (pacing) pacing->pacer().cancel();  // a paced wait would hold the streams for its whole length
     permits.finish();
     for (auto& t : threads_v) t.join();
     threads_v.clear();
@@ -514,6 +516,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       // A stop request ends the run after this step (with a checkpoint when checkpointing).
       bool stop_now = o.stop && o.stop->load() && s + 1 < last;
       if (link) stop_now = any_node(*link, stop_now);  // every node stops after the same step
+      // The run stops cleanly from here (the checkpoint below is written whatever the grace); only an
+      // interrupt ends it sooner, once the file being written is complete.
+      if (stop_now || s + 1 == last) interrupts.stop_taken();
       // Checkpoint while the gate holds back step s+1's updates: the state is exactly step s's.
       const bool save = !o.checkpoint_dir.empty() &&
                         ((o.checkpoint_every > 0 && (s + 1) % o.checkpoint_every == 0) || s + 1 == last || stop_now);

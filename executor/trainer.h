@@ -40,7 +40,7 @@ struct TrainOptions {
   System system = System::kSlideDP;
   std::string backend = "cpu";         // "cpu" | "cuda"
   bool exact_fp32 = false;             // fp32 delivery and gradients (exact tests)
-  int64_t device_budget_bytes = 0;     // 0: the plan's budget, else 16 GiB per emulated device
+  int64_t device_budget_bytes = 0;     // 0: the plan's budget, else the backend's default (device_budget.h)
   int update_threads = 0;              // 0: plan.update_threads, else all cores
   // Data.
   TokenDataset dataset = TokenDataset::from_tokens("empty", {0, 0}, {}, 1);
@@ -74,6 +74,12 @@ struct TrainOptions {
   int64_t sample_spans_every = 0;      // > 0: keep the detailed spans of every k-th step in TrainStep
   // Set from another thread (a signal handler) to stop after the current step, cleanly.
   const std::atomic<bool>* stop = nullptr;
+  // Set from another thread (a second SIGINT/SIGTERM) to end the run at once, throwing Interrupted
+  // (run_control.h); `signal` holds the signal's number for the exit status. A stop the step loop has
+  // not reached within stop_grace_s (> 0) interrupts the run the same way.
+  const std::atomic<bool>* interrupt = nullptr;
+  const std::atomic<int>* signal = nullptr;
+  double stop_grace_s = 0;
   // Run at a target machine's ratios (CPU backend): every operation is held until the target would be
   // done, with time stretched by time_scale (<= 0: measured, TargetPacing::measured_time_scale).
   std::optional<Hardware> emulate;

@@ -153,6 +153,16 @@ void Updater::device_step_done(int64_t step, int rank) {
   cv_.notify_all();
 }
 
+void Updater::device_grads_nonfinite(int64_t step, int rank, uint32_t count) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  StepInfo& info = steps_.at(step);
+  if (info.loss_finite) {
+    info.loss_finite = false;
+    info.outcome.skipped_reason =
+        fmt::format("non-finite gradient ({} element{} of rank {}'s shard)", count, count == 1 ? "" : "s", rank);
+  }
+}
+
 void Updater::finish_device_step(StepInfo& info, int64_t step) {
   if (info.devices_done < config_.ranks || info.losses < config_.ranks * config_.accum_steps) return;
   // The devices have updated already: a non-finite loss cannot be skipped any more, only reported.

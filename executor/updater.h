@@ -124,6 +124,10 @@ class Updater {
   // device_optimizer: `rank` has finished step `step`'s update on its device (called on a stream
   // thread once it has).
   void device_step_done(int64_t step, int rank);
+  // device_optimizer: `rank` found `count` non-finite elements in its gradient of step `step` (before
+  // its update; called on a stream thread ahead of device_step_done): the step fails as the host
+  // update's check fails it.
+  void device_grads_nonfinite(int64_t step, int rank, uint32_t count);
   // The AdamW hyper-parameters of step `step` (after begin_step) and how weight decay splits
   // elements [b, e) of `unit`: fn(b', e', hyper) per piece, in order.
   kernels::AdamwHyper step_hyper(int64_t step);

@@ -23,8 +23,10 @@ namespace {
 constexpr double kMaxGbps = 1e6;
 constexpr double kMaxFlops = 1e18;
 
-std::vector<RatePoint> read_rate_table(const YamlReader& r, const std::string& key,
-                                       const std::string& unit) {
+// `min_rate`: below it one step's work would take longer than a double of seconds can count to (a
+// rate of 1e-300 gave an infinite duration and an emulated run that never ended).
+std::vector<RatePoint> read_rate_table(const YamlReader& r, const std::string& key, const std::string& unit,
+                                       double min_rate) {
   YamlReader m = r.map(key);
   std::vector<RatePoint> out;
   for (const std::string& k : m.keys()) {
@@ -36,8 +38,7 @@ std::vector<RatePoint> read_rate_table(const YamlReader& r, const std::string& k
     } catch (const std::exception&) {
       throw InputError(m.where(k), "keys of a rate table are thread counts (positive integers)");
     }
-    p.rate = m.number(k, 0.0, 1e15, unit);
-    if (p.rate <= 0) throw InputError(m.where(k), "must be positive (at a rate of 0 the work would never finish)");
+    p.rate = m.number(k, min_rate, 1e15, unit);
     out.push_back(p);
   }
   m.done();
@@ -139,7 +140,7 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
   hw.gpu.model = g.text_or("model", "unknown");
   hw.gpu.count = static_cast<int>(g.integer("count", 1, 1024));
   hw.gpu.mem_bytes = g.bytes("mem_bytes", 1);
-  hw.gpu.bf16_peak_flops = g.number("bf16_peak_flops", 1.0, kMaxFlops, "FLOP/s");
+  hw.gpu.bf16_peak_flops = g.number("bf16_peak_flops", 1e9, kMaxFlops, "FLOP/s");
   hw.gpu.matmul_efficiency = g.number_or("matmul_efficiency", 0.7, 1e-6, 1.0, "fraction of peak");
   hw.gpu.attention_efficiency = g.number_or("attention_efficiency", 0.45, 1e-6, 1.0, "fraction of peak");
   hw.gpu.hbm_gbps = g.number_or("hbm_gbps", 1000.0, 1e-3, kMaxGbps, "GB/s");
@@ -184,8 +185,8 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
   YamlReader c = r.map("cpu");
   hw.cpu.model = c.text_or("model", "unknown");
   hw.cpu.cores = static_cast<int>(c.integer("cores", 1, 100000));
-  hw.cpu.adamw_params_per_s = read_rate_table(c, "adamw_params_per_s", "params/s");
-  hw.cpu.reduce_gbps = read_rate_table(c, "reduce_gbps", "GB/s");
+  hw.cpu.adamw_params_per_s = read_rate_table(c, "adamw_params_per_s", "params/s", 1.0);
+  hw.cpu.reduce_gbps = read_rate_table(c, "reduce_gbps", "GB/s", 1e-3);
   hw.cpu.convert_gbps_per_thread = c.number_or("convert_gbps_per_thread", 10.0, 1e-3, kMaxGbps, "GB/s");
   c.done();
 

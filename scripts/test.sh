@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The README's test command: installs dependencies, builds everything (CUDA too when nvcc exists),
-# runs the whole test suite, then runs the executor's pipeline tests again under ThreadSanitizer
-# (a second, smaller build; SLIDEDP_TSAN=0 skips it) and the tests of what reads user input and does
-# index arithmetic (parsers and their fuzz replays, the run log, the CPU kernels, faults and resume)
-# under AddressSanitizer + UndefinedBehaviorSanitizer (a third; SLIDEDP_ASAN=0 skips it). Tests that
+# runs the whole test suite, then runs the executor's pipeline, fault and resume tests and the run
+# log's tests (its background writer) again under ThreadSanitizer (a second, smaller build;
+# SLIDEDP_TSAN=0 skips it) and the tests of what reads user input and does index arithmetic (parsers
+# and the replays of all 12 fuzz targets, the run log, the CPU kernels, faults and resume) under
+# AddressSanitizer + UndefinedBehaviorSanitizer (a third; SLIDEDP_ASAN=0 skips it). The multi-node
+# tests run only in the plain build: their second process is an MPI library's, uninstrumented. Tests that
 # need a GPU skip themselves with a visible reason. Extra arguments go to the main ctest run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -19,10 +21,10 @@ if [ "${SLIDEDP_TSAN:-1}" = "1" ]; then
   echo "== executor pipeline tests under ThreadSanitizer =="
   tsan="$root/build-tsan"
   SLIDEDP_BUILD_DIR="$tsan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
-    -DSLIDEDP_SANITIZE=thread -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_MODULES="common;model;kernels;io;executor" \
-    --target test_executor_pipeline test_executor_faults test_executor_resume
+    -DSLIDEDP_SANITIZE=thread -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_MODULES="common;model;kernels;io;runlog;executor" \
+    --target test_executor_pipeline test_executor_faults test_executor_resume test_run_log
   TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" \
-    ctest --test-dir "$tsan" -j "$jobs" --output-on-failure -R "^(Pipeline|Faults|Resume)\."
+    ctest --test-dir "$tsan" -j "$jobs" --output-on-failure -R "^(Pipeline|Faults|Resume|RunLog[A-Za-z]*|PatientLog)\."
 fi
 
 if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
@@ -33,7 +35,8 @@ if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
            test_kernels_transformer_router_aux_loss test_kernels_transformer_gemma4 test_kernels_transformer_qwen3_5
            test_kernels_transformer_delta_rule test_kernels_transformer_deltanet test_executor_faults test_executor_resume
            fuzz_hardware_yaml fuzz_model_card_yaml fuzz_hf_config_json fuzz_plan_yaml fuzz_lr_schedule_yaml
-           fuzz_safetensors fuzz_safetensors_index fuzz_npy fuzz_jsonl fuzz_trainer_state fuzz_token_file)
+           fuzz_safetensors fuzz_safetensors_index fuzz_npy fuzz_jsonl fuzz_trainer_state fuzz_token_file
+           fuzz_sweep_spec_yaml)
   # -O1 -g1: line tables for the reports at half the build time of -O2 -g (CI's 30 minutes)
   SLIDEDP_BUILD_DIR="$asan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
     -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \

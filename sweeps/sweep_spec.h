@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "common/hash.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
 #include "model/system.h"
@@ -104,7 +105,6 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec);
 HardwareVariant make_hardware_variant(const std::string& base, const std::string& overrides_yaml,
                                       const std::string& label, const std::string& where);
 
-std::string hash_hex(uint64_t h);  // 16 lowercase hex digits
-uint64_t fnv1a(const std::string& text);
+std::string hash_hex(uint64_t h);  // 16 lowercase hex digits (of common/hash.h's fnv1a)
 
 }  // namespace slidedp

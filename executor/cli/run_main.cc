@@ -17,21 +17,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/cli_checks.h"
 #include "common/cli_main.h"
 #include "common/file_util.h"
+#include "common/hash.h"
 #include "common/error.h"
 #include "common/progress.h"
 #include "common/table.h"
 #include "common/units.h"
 #include "executor/backend_registry.h"
+#include "executor/cli/run_paths.h"
 #include "executor/kernel_activity.h"
 #include "executor/node_link.h"
+#include "executor/node_state.h"
+#include "executor/run_control.h"
 #include "runlog/patient_log.h"
 #include "runlog/run_log.h"
 #include "executor/target_pacing.h"
 #include "executor/trainer.h"
 #include "executor/weight_decay_groups.h"
 #include "io/checkpoint.h"
+#include "io/checkpoint_root.h"
 #include "io/default_corpus.h"
 #include "io/hf_model.h"
 #include "model/chrome_trace.h"
@@ -45,12 +51,24 @@ namespace slidedp {
 namespace {
 
 std::atomic<bool> g_stop{false};
+std::atomic<bool> g_interrupt{false};
+std::atomic<int> g_signal{0};
+std::atomic<bool> g_training{false};  // the trainer watches g_interrupt (else a second signal kills)
 // Multi-node: the link to the other nodes' processes. Outlives run_main, so that an error anywhere
 // can end every node's process (main) instead of leaving them waiting.
 std::unique_ptr<exec::NodeLink> g_link;
-// SIGINT (a user's Ctrl-C) and SIGTERM (what docker, systemd and Slurm send before SIGKILL): finish
-// the step, checkpoint, log the run as interrupted.
-extern "C" void on_stop_signal(int) { g_stop.store(true); }
+// SIGINT (a user's Ctrl-C) and SIGTERM (what docker, systemd and Slurm send before SIGKILL): the first
+// finishes the step, checkpoints and logs the run as interrupted; a second (or a step that does not end
+// within --stop-grace of the first) ends the run at once, logged interrupted, exit 128 + signal; one
+// more, or a second outside training, is the signal's default action. Only lock-free atomics, signal()
+// and raise() here: what a handler may call.
+extern "C" void on_stop_signal(int sig) {
+  g_signal.store(sig);
+  if (!g_stop.exchange(true)) return;
+  if (g_training.load() && !g_interrupt.exchange(true)) return;
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
 
 int run_main(int argc, char** argv) {
   CLI::App app{
@@ -68,37 +86,40 @@ int run_main(int argc, char** argv) {
   std::optional<int32_t> document_end;
   std::vector<double> adam_betas = {0.9, 0.999};
   std::string no_decay_on = "none", emulate, system = "slidedp";
-  double time_scale = 0, node_timeout = 300;
+  double time_scale = 0, node_timeout = 300, stop_grace = 120;
   int64_t total_steps = 0;
   uint64_t data_seed = 1234, init_seed = 42;
   bool json = false, bench = false, exact = false, no_db = false, quiet = false, trace_kernels = false;
   std::string schedule = "constant";
   app.add_option("--data", data, "Token file (slidedp-data build ...); default: the embedded text, byte-tokenized");
   app.add_option("--steps", steps, "Optimizer steps to run (after --resume: further steps)")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", lr, "Peak learning rate")->check(CLI::PositiveNumber);
+  app.add_option("--lr", lr, "Peak learning rate")->check(finite_in(1e-12, 1e3));
   app.add_option("--schedule", schedule, "Learning-rate schedule: constant | cosine (decays to --min-lr at the last step)")
       ->check(CLI::IsMember({"constant", "cosine"}));
   app.add_option("--warmup", warmup, "Linear warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--min-lr", min_lr, "Cosine schedule floor")->check(CLI::NonNegativeNumber);
+  app.add_option("--min-lr", min_lr, "Cosine schedule floor")->check(finite_in(0, 1e3));
   app.add_option("--total-steps", total_steps,
                  "Cosine: the optimizer step at which the rate reaches --min-lr (default: the last step of this run, "
                  "resumed steps included)")
       ->check(CLI::PositiveNumber);
   app.add_option("--lr-schedule", lr_file, "Learning-rate schedule YAML (kind, lr, warmup_steps, total_steps, min_lr); overrides the flags above");
-  app.add_option("--weight-decay", weight_decay, "AdamW decoupled weight decay")->check(CLI::NonNegativeNumber);
+  app.add_option("--weight-decay", weight_decay, "AdamW decoupled weight decay")->check(finite_in(0, 1e3));
   app.add_option("--no-decay-on", no_decay_on,
                  "Parameter groups without weight decay: any of norms,biases,embeddings (comma-separated) or none "
                  "(default: decay on every tensor, as torch.optim.AdamW over model.parameters())");
-  app.add_option("--adam-betas", adam_betas, "AdamW beta1,beta2 (default 0.9,0.999)")->expected(2)->delimiter(',');
+  app.add_option("--adam-betas", adam_betas, "AdamW beta1,beta2 (default 0.9,0.999)")
+      ->expected(2)
+      ->delimiter(',')
+      ->check(finite_in(0, 1, "", /*hi_open=*/true));
   app.add_option("--adam-eps", adam_eps, "AdamW epsilon, added outside the square root as in torch (default 1e-8)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_in(0, 1));
   app.add_option("--clip-grad-norm", clip, "Clip the global gradient norm to this value (0: off; costs the update overlap)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_in(0, 1e12));
   app.add_option("--router-aux-loss-coef", router_aux_loss_coef,
                  "Mixture-of-experts models: coefficient of the router's load-balancing loss (transformers' "
                  "router_aux_loss_coef, e.g. 0.001), pooled per sequence over every MoE layer and averaged over the "
                  "step's sequences; the logged loss includes it (default 0: off, as the references fine-tune)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(finite_in(0, 1e3));
   app.add_option("--document-end", document_end,
                  "Packed documents: the token id that ends every document (e.g. the tokenizer's EOS, which slidedp-data "
                  "appends with --eos-id). Attention, RoPE positions and Gated DeltaNet state restart after it, and it is "
@@ -125,8 +146,10 @@ int run_main(int argc, char** argv) {
                  "With --emulate: seconds here per second of the target (default: measured: 1.5x the largest ratio of "
                  "a decoder layer's or the head's pass timed on this host to the target's, times the share of a core "
                  "each emulated device gets)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--device-budget", device_budget, "Device memory budget per rank in bytes (default: the plan's, else 16 GiB on the CPU backend)");
+      ->check(finite_in(exec::kMinTimeScale, exec::kMaxTimeScale));
+  app.add_option("--device-budget", device_budget, "Device memory budget per rank in bytes (default: the plan's; else on CUDA the GPU's memory minus the "
+                 "plan's gpu_mem_reserve_bytes, shared by the ranks on that GPU, and 16 GiB per emulated device on the "
+                 "CPU backend)");
   app.add_flag("--exact", exact, "Deliver fp32 parameters and gradients (no bf16 rounding; for exact comparisons)");
   app.add_option("--db", db, "SQLite run log (created if missing)");
   app.add_flag("--no-db", no_db, "Do not write a run log");
@@ -149,7 +172,12 @@ int run_main(int argc, char** argv) {
   app.add_option("--node-timeout", node_timeout,
                  "Multi-node (--nodes > 1, launched by `mpirun -np NODES`): seconds any node waits for another before "
                  "the run fails naming it (a node that dies ends the job at once)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_in(0.1, 1e6, "seconds"));
+  app.add_option("--stop-grace", stop_grace,
+                 "Seconds a run may take, after a first SIGINT/SIGTERM, to finish its step and begin its checkpoint "
+                 "before it is interrupted at once (as by a second signal; exit 128 + signal, logged interrupted); "
+                 "0: no limit")
+      ->check(finite_in(0, 1e6, "seconds"));
   app.add_option("--test-inject-nan", inject_nan,
                  "Testing: after the backward of UNIT at STEP (0-based), the first gradient element of global rank "
                  "RANK becomes NaN (exercises --on-nonfinite across ranks and nodes)")
@@ -163,12 +191,24 @@ int run_main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
   }
 
+  // One process per node: node 0 reports, logs and writes checkpoints; the others train silently.
+  // Every option must agree across the processes, all but what only node 0 prints: compared first,
+  // before any option is used (an option given to one node only stalled the others until
+  // --node-timeout, or mixed two configurations' weights). The list comes from the options table,
+  // so a new option is included.
+  if (exec::launched_by_mpi()) {
+    g_link = exec::make_mpi_link(0, node_timeout);  // the count is checked against the plan below
+    exec::check_nodes_agree(*g_link, exec::options_to_agree(app, {"--json", "--quiet"}));
+  }
   PlanFile pf = flags.resolve();
   const bool defaults = pf.model.empty() && data.empty();
-  // One process per node: node 0 reports, logs and writes checkpoints; the others train silently.
-  if (pf.plan.nodes > 1) g_link = exec::make_mpi_link(pf.plan.nodes, node_timeout);
-  else if (exec::launched_by_mpi())
+  if (g_link && pf.plan.nodes == 1)
     throw InputError("--nodes", "started by an MPI launcher but the plan has 1 node: pass --nodes N (one process per node)");
+  if (g_link && pf.plan.nodes != g_link->nodes())
+    throw InputError("--nodes", fmt::format("the plan has {} nodes but the launcher started {} process(es): run `mpirun "
+                                            "-np {} slidedp-run ...` (one process per node)",
+                                            pf.plan.nodes, g_link->nodes(), pf.plan.nodes));
+  if (!g_link && pf.plan.nodes > 1) g_link = exec::make_mpi_link(pf.plan.nodes, node_timeout);  // refuses, naming mpirun
   const bool lead = !g_link || g_link->node() == 0;
   // Every node traces when node 0 does: node 0 logs every node's phases.
   const bool traced = bench || !trace.empty() || !no_db;
@@ -209,6 +249,20 @@ int run_main(int argc, char** argv) {
     resume = resolve_checkpoint_dir(resume);
     resumed = load_trainer_state(resume);
   }
+  // Which checkpoint each node resumes, by content (a root's newest may differ between nodes' views).
+  if (g_link)
+    exec::check_nodes_agree(*g_link, {{"--resume (the checkpoint resumed)",
+                                       resumed ? fmt::format("step {}, trainer_state.json fnv1a {:016x}", resumed->optimizer_step,
+                                                             fnv1a(read_text_file(resume + "/trainer_state.json")))
+                                               : "none"}});
+  // Every output is checked against every input before anything is written, and the checkpoint
+  // root is taken for this run (node 0 writes its run.json and holds its lock until the run ends).
+  check_run_paths({.model_dir = o.init_model_dir, .data = data, .resume = resume, .lr_schedule = lr_file,
+                   .plan_file = flags.plan_file, .save_model = save_model, .checkpoint_dir = checkpoint_dir,
+                   .db = no_db ? "" : db, .trace = trace});
+  std::optional<CheckpointRootLease> root_lease;
+  if (!checkpoint_dir.empty() && lead)
+    root_lease.emplace(CheckpointRootLease::acquire(checkpoint_dir, "--checkpoint-dir", o.card.name, resume));
   const int64_t start_step = resumed ? resumed->optimizer_step : 0;
   bool schedule_flags = false;
   for (const char* f : {"--lr", "--schedule", "--warmup", "--min-lr", "--total-steps"}) schedule_flags |= app.count(f) > 0;
@@ -255,9 +309,13 @@ int run_main(int argc, char** argv) {
   o.trace_kernels = trace_kernels;
   o.sample_spans_every = 10;
   o.stop = &g_stop;
+  o.interrupt = &g_interrupt;
+  o.signal = &g_signal;
+  o.stop_grace_s = stop_grace;
   o.link = g_link.get();
   o.metadata_json = nlohmann::json{{"plan", plan_to_yaml(o.plan)}, {"system", system_name(o.system)}, {"model", o.card.name},
-                                   {"seq_len", o.seq_len}}.dump();
+                                   {"seq_len", o.seq_len},
+                                   {"checkpoint_run_id", root_lease ? root_lease->owner().run_id : ""}}.dump();
 
   // Emulating a target: its prediction times the scale is what the run should measure.
   if (!emulate.empty()) {
@@ -342,6 +400,10 @@ int run_main(int argc, char** argv) {
                                          o.plan.global_batch_sequences() * o.seq_len);
   if (!json && lead) fmt::print("{}{}\n", header, g_link ? fmt::format(" | {} nodes, host state {}", g_link->nodes(),
                                                                            host_state_name(o.plan.host_state)) : "");
+  if (root_lease && !json)
+    fmt::print("checkpoints: {} ({} run {}{})\n", checkpoint_dir, root_lease->continues() ? "continuing" : "new",
+               root_lease->owner().run_id,
+               resumed ? fmt::format(", from step {} of {}", resumed->optimizer_step, resume) : "");
   if (predicted && !json && lead)
     fmt::print("model prediction on {}: {} per step, bottleneck {}{}\n", hw_name, format_seconds(predicted->step_time_s),
                predicted->bottleneck,
@@ -386,8 +448,13 @@ int run_main(int argc, char** argv) {
 
   exec::TrainResult result;
   // Everything that can fail after the first step is inside: the run is logged failed, with an error
-  // row, whenever the process exits non-zero (a save or trace that fails after training included).
+  // row, whenever the process exits non-zero (a save or trace that fails after training included);
+  // interrupted when a signal ended it.
   try {
+    g_training.store(true);
+    struct TrainingOver {
+      ~TrainingOver() { g_training.store(false); }
+    } training_over;
     result = exec::train(o, on_step);  // throws when every step was skipped, too
     if (!lead) return 0;
     progress.finish(result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss));
@@ -395,13 +462,23 @@ int run_main(int argc, char** argv) {
       write_chrome_trace(trace, exec::timeline_spans(result.spans),
                          fmt::format("measured: slidedp-run {} ({} backend)", o.card.name, backend));
   } catch (const Error& e) {
+    const auto* interrupted = dynamic_cast<const exec::Interrupted*>(&e);
     if (log) {
       settle_step_log(true);
       runlog::ErrorRecord er;
-      er.kind = e.kind() == ErrorKind::kNumeric ? "numeric" : e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
+      er.kind = interrupted                          ? "interrupted"
+                : e.kind() == ErrorKind::kNumeric    ? "numeric"
+                : e.kind() == ErrorKind::kInfeasible ? "infeasible"
+                                                     : "error";
       er.message = e.what();
       log->log_error(run_id, er);
-      log->end_run(run_id, runlog::RunStatus::kFailed);
+      log->end_run(run_id, interrupted ? runlog::RunStatus::kInterrupted : runlog::RunStatus::kFailed);
+    }
+    if (interrupted) {
+      progress.finish("");
+      fmt::print(stderr, "slidedp-run: {}{}\n", e.what(),
+                 checkpoint_dir.empty() ? "" : "; the checkpoints published so far are intact");
+      return 128 + (interrupted->signal() > 0 ? interrupted->signal() : SIGTERM);
     }
     throw;
   } catch (...) {

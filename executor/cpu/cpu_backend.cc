@@ -503,6 +503,17 @@ class CpuDevice final : public Device {
     });
   }
 
+  void count_nonfinite_fp32(const DeviceBuffer& src, int64_t offset, int64_t n, const DeviceBuffer& count) override {
+    SLIDEDP_CHECK((offset + n) * 4 <= src.bytes && count.bytes >= 4, "non-finite count outside its buffers");
+    const float* x = f32(src) + offset;
+    auto* out = reinterpret_cast<uint32_t*>(count.ptr);
+    compute_.enqueue([x, n, out] {
+      uint32_t bad = 0;
+      for (int64_t i = 0; i < n; ++i) bad += std::isfinite(x[i]) ? 0u : 1u;
+      *out += bad;
+    });
+  }
+
   void adamw(const DeviceAdamwArgs& a) override {
     for (const DeviceBuffer* b : {&a.param, &a.exp_avg, &a.exp_avg_sq, &a.grad})
       SLIDEDP_CHECK((a.offset + a.n) * 4 <= b->bytes, "device AdamW range outside its buffer");

@@ -52,9 +52,24 @@ void Pacer::reallocate(std::vector<Flow>& flows, double t) const {
   for (std::size_t k = 0; k < which.size(); ++k) flows[which[k]].rate = rate[k];
 }
 
+// A flow whose end lies closer to the clock than the clock's rounding can resolve (a tiny work at a
+// late clock) ends now: otherwise the next event is the clock itself and no loop would move. Returns
+// whether any did.
+bool Pacer::end_unresolvable(std::vector<Flow>& flows, double clock) {
+  bool any = false;
+  for (Flow& f : flows)
+    if (f.live && f.end_t < 0 && f.start_t <= clock && f.rate > 0 && clock + f.remaining / f.rate <= clock)
+      f.remaining = 0, f.end_t = clock, any = true;
+  return any;
+}
+
 void Pacer::advance(std::vector<Flow>& flows, double& clock, double t) const {
+  // Also when the clock does not move (t == clock): a flow due within the clock's rounding ends now.
+  reallocate(flows, clock);
+  end_unresolvable(flows, clock);
   while (clock < t) {
     reallocate(flows, clock);
+    end_unresolvable(flows, clock);
     double next = t;
     for (const Flow& f : flows) {
       if (!f.live || f.end_t >= 0) continue;
@@ -88,6 +103,7 @@ double Pacer::end_time_locked(int id, double now) const {
   while (f.end_t < 0) {
     // Run forward to the next event: the earliest start or end among the flows.
     reallocate(flows, clock);
+    if (end_unresolvable(flows, clock) && f.end_t >= 0) break;
     double next = std::numeric_limits<double>::infinity();
     for (const Flow& g : flows) {
       if (!g.live || g.end_t >= 0) continue;
@@ -136,7 +152,7 @@ void Pacer::finish(int id) {
     ++overruns_;
     overrun_s_ += (t - flows_[k].end_t) * scale_;
   }
-  while (flows_[k].end_t < 0) {
+  while (flows_[k].end_t < 0 && !cancelled_) {
     // When it ends if no other flow starts (a new flow wakes every waiter to look again).
     const double until_t = end_time_locked(id, t);
     const double wait_s = std::min((until_t - t) * scale_, kMaxWaitS);
@@ -147,6 +163,12 @@ void Pacer::finish(int id) {
   flows_[k].live = false;
   free_.push_back(id);
   ++finished_;
+  cv_.notify_all();
+}
+
+void Pacer::cancel() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  cancelled_ = true;
   cv_.notify_all();
 }
 

@@ -33,6 +33,9 @@ class Pacer {
   // Blocks until the flow is done on the target's clock. When it already is (the real operation
   // took longer than the target would), that is counted as an overrun.
   void finish(int flow);
+  // Ends every wait in finish() now and every later one at once (an aborted run: a paced wait can
+  // last hours of wall time at a large scale). Thread-safe.
+  void cancel();
 
   // The target time at which `flow` ends if no other flow starts (the fluid state run forward from
   // now); for tests of the sharing, which need no waiting.
@@ -53,10 +56,12 @@ class Pacer {
   };
   double now_t() const;  // the target's clock: wall seconds since construction / S
   void advance_locked(double t) { advance(flows_, clock_t_, t); }
+  static bool end_unresolvable(std::vector<Flow>& flows, double clock);  // see pacer.cc
   // Brings every flow to target time t, event by event (a flow starts flowing, a flow ends).
   void advance(std::vector<Flow>& flows, double& clock, double t) const;
   void reallocate(std::vector<Flow>& flows, double t) const;  // rates of the flows flowing at t
   double end_time_locked(int flow, double now) const;
+  bool cancelled_ = false;  // under mutex_
 
   MachineResources res_;
   double scale_;

@@ -755,6 +755,13 @@ class CudaDevice final : public Device {
                 compute_.get());
   }
 
+  void count_nonfinite_fp32(const DeviceBuffer& src, int64_t offset, int64_t n, const DeviceBuffer& count) override {
+    SLIDEDP_CHECK((offset + n) * 4 <= src.bytes && count.bytes >= 4, "non-finite count outside its buffers");
+    DeviceGuard guard(gpu_);
+    kc::count_nonfinite_f32(reinterpret_cast<const float*>(src.ptr) + offset, n,
+                            reinterpret_cast<unsigned int*>(count.ptr), compute_.get());
+  }
+
   void adamw(const DeviceAdamwArgs& a) override {
     for (const DeviceBuffer* b : {&a.param, &a.exp_avg, &a.exp_avg_sq, &a.grad})
       SLIDEDP_CHECK((a.offset + a.n) * 4 <= b->bytes, "device AdamW range outside its buffer");
@@ -878,7 +885,17 @@ class CudaBackend final : public Backend {
     math_.specs = kernels::make_model_specs(card, layout);
     math_.specs.head.loss_chunk_tokens = opt.loss_chunk_tokens;
     math_.specs.set_mlp_token_tile(opt.mlp_token_tile);
-    const int64_t budget = opt.device_budget_bytes > 0 ? opt.device_budget_bytes : int64_t{16} << 30;
+    // Unless told, each rank gets its GPU's share of the memory minus the plan's reserve (the
+    // smallest GPU in use sets it, so every rank has the same budget, as the plan assumes).
+    int64_t budget = opt.device_budget_bytes;
+    if (budget <= 0) {
+      int64_t smallest = 0;
+      for (int g = 0; g < std::min(gpus_, opt.devices); ++g) {
+        const int64_t total = kc::device_total_bytes(g);
+        smallest = smallest == 0 ? total : std::min(smallest, total);
+      }
+      budget = default_gpu_budget_bytes(smallest, opt.device_reserve_bytes, per_gpu);
+    }
     for (int r = 0; r < opt.devices; ++r)
       devices_.push_back(std::make_unique<CudaDevice>(r, r % gpus_, budget, math_, control, tracer_));
     cross_node_ = opt.cross_node;

@@ -30,7 +30,26 @@ __global__ void add_f32_kernel(float* __restrict__ dst, const float* __restrict_
     dst[i] = __fadd_rn(dst[i], src[i]);
 }
 
+// One atomic per block: a block counts its elements, then thread 0 adds the block's count.
+__global__ void count_nonfinite_kernel(const float* __restrict__ x, int64_t n, unsigned int* count) {
+  __shared__ unsigned int block_count;
+  if (threadIdx.x == 0) block_count = 0;
+  __syncthreads();
+  unsigned int mine = 0;
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    mine += isfinite(x[i]) ? 0u : 1u;
+  if (mine > 0) atomicAdd(&block_count, mine);
+  __syncthreads();
+  if (threadIdx.x == 0 && block_count > 0) atomicAdd(count, block_count);
+}
+
 }  // namespace
+
+void count_nonfinite_f32(const float* x, int64_t n, unsigned int* count, cudaStream_t stream) {
+  if (n <= 0) return;
+  count_nonfinite_kernel<<<grid_for(n, kThreads), kThreads, 0, stream>>>(x, n, count);
+  SLIDEDP_CUDA_CHECK_LAUNCH(stream, "count_nonfinite_f32");
+}
 
 void adamw(float* param, float* exp_avg, float* exp_avg_sq, const float* grad, int64_t n, const AdamwConstants& c,
            cudaStream_t stream) {

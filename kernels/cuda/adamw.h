@@ -20,4 +20,8 @@ void adamw(float* param, float* exp_avg, float* exp_avg_sq, const float* grad, i
 // dst (n) += src (n), fp32.
 void add_f32(float* dst, const float* src, int64_t n, cudaStream_t stream);
 
+// *count += the number of NaN and infinite values in x (n), fp32; count: one uint32 in device memory.
+// The check every system makes before an update applies a gradient.
+void count_nonfinite_f32(const float* x, int64_t n, unsigned int* count, cudaStream_t stream);
+
 }  // namespace slidedp::kernels::cuda

@@ -52,6 +52,12 @@ int device_count() noexcept {
   return n;
 }
 
+long long device_total_bytes(int device) {
+  cudaDeviceProp p{};
+  SLIDEDP_CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  return static_cast<long long>(p.totalGlobalMem);
+}
+
 std::string device_description(int device) {
   cudaDeviceProp p{};
   SLIDEDP_CUDA_CHECK(cudaGetDeviceProperties(&p, device));

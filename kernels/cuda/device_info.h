@@ -33,6 +33,9 @@ void prepare_cuda_environment(int ranks_per_gpu = 1);
 // GPUs visible to this process; 0 when there is no driver, no GPU or CUDA fails to initialize.
 int device_count() noexcept;
 
+// Bytes of memory GPU `device` has in all (cudaDeviceProp::totalGlobalMem); throws on a CUDA error.
+long long device_total_bytes(int device);
+
 // "NVIDIA H200 (sm_90, 139.8 GiB, driver 13.0)" for messages and result provenance.
 std::string device_description(int device);
 

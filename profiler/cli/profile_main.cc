@@ -8,11 +8,13 @@
 #include <iostream>
 #include <sstream>
 
+#include "common/cli_checks.h"
 #include "common/cli_main.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/units.h"
 #include "executor/node_link.h"
+#include "executor/node_state.h"
 #include "runlog/run_log.h"
 #include "model/model_card.h"
 #include "profiler/profile.h"
@@ -103,6 +105,10 @@ int profile_main(int argc, char** argv) {
   app.add_flag("--no-db", no_db, "Do not write the run log");
   app.add_flag("--json", json, "Print one JSON object (profile, measurements, fits) instead of the tables");
   app.add_flag("-q,--quiet", quiet, "No progress line and no messages on stderr");
+  double node_timeout = 120;
+  app.add_option("--node-timeout", node_timeout,
+                 "Under mpirun (the network stage): seconds a process waits for another before it fails naming it")
+      ->check(finite_in(0.1, 1e6, "seconds"));
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -127,7 +133,10 @@ int profile_main(int argc, char** argv) {
   o.command_line = command_line(argc, argv);
   // Under an MPI launcher: the network stage between process 0 and 1; only process 0 profiles the rest.
   if (exec::launched_by_mpi()) {
-    g_link = exec::make_mpi_link(0, 120);
+    g_link = exec::make_mpi_link(0, node_timeout);
+    // Every process must be started alike (only process 0 writes): a flag given to one process only
+    // would make the processes measure different stages and wait for each other until the timeout.
+    exec::check_nodes_agree(*g_link, exec::options_to_agree(app, {"--json", "--quiet", "--out", "--db", "--no-db"}));
     o.link = g_link.get();
     if (g_link->node() != 0) {
       profiler::measure_network(*g_link, profiler::network_plan(o));

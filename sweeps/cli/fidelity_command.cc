@@ -6,12 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/cli_checks.h"
 #include "common/progress.h"
 #include "common/units.h"
 #include "executor/target_pacing.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
 #include "sweeps/cli/commands.h"
+#include "sweeps/sweep_report.h"
 #include "sweeps/fidelity.h"
 #include "sweeps/fidelity_regimes.h"
 
@@ -95,7 +97,7 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
       ->delimiter(',');
   cmd->add_option("--time-scale", args->time_scale,
                   "With --emulate: seconds here per second of the target (default: measured per plan)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_in(exec::kMinTimeScale, exec::kMaxTimeScale));
   cmd->add_option("--per-resource", args->per_resource,
                   "With --emulate: plans per predicted bottleneck (GPU compute, H2D, D2H, fabric, CPU update)")
       ->check(CLI::PositiveNumber);
@@ -113,6 +115,7 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
       if (cmd->count("--profile")) throw InputError("--profile", "with --emulate the model predicts for the target; give one or the other");
       if (args->backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
     }
+    check_output_folder_target({"--out", args->out});  // before any plan runs
     FidelityConfig base;
     base.card = load_model_card(args->model);
     base.seq_len = args->seq;
@@ -143,7 +146,7 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
         const int max_ranks = args->max_ranks > 0 ? args->max_ranks : st.cfg.hardware.gpu.count;
         const RegimeSelection sel = regime_fidelity_plans(w, st.cfg.hardware, args->per_resource, max_ranks);
         st.cfg.plans = sel.plans;
-        st.out = args->emulate.size() == 1 ? args->out : args->out + "/" + st.cfg.hardware.name;
+        st.out = args->emulate.size() == 1 ? args->out : args->out + "/" + file_name_slug(st.cfg.hardware.name);
         if (args->dry_run) {
           fmt::print("{}: {} grid plans fit; predicted bottlenecks:", st.cfg.hardware.name, sel.grid_size);
           for (const auto& [r, n] : sel.candidates_per_resource) fmt::print(" {} {}", r, n);

@@ -8,8 +8,10 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 
+#include "common/cli_checks.h"
 #include "common/progress.h"
 #include "common/units.h"
+#include "executor/target_pacing.h"
 #include "sweeps/cli/commands.h"
 #include "sweeps/measured_sweep.h"
 #include "sweeps/sweep_analysis.h"
@@ -45,12 +47,12 @@ void add_measured_command(CLI::App& app, int argc, char** argv) {
       ->check(CLI::IsMember({"cpu", "cuda"}));
   cmd->add_option("--time-scale", args->time_scale,
                   "With the CPU backend: seconds here per second of the target (default: measured per plan)")
-      ->check(CLI::PositiveNumber);
+      ->check(finite_in(exec::kMinTimeScale, exec::kMaxTimeScale));
   args->report.add_to(cmd);
   const std::string command = command_line(argc, argv);
   cmd->callback([args, command] {
     const SweepSpec spec = load_sweep_spec(args->spec);
-    const std::string out = args->report.folder(spec.name);
+    const std::string out = args->report.folder(spec.name, args->spec);
     Progress progress("measured " + spec.name, static_cast<double>(expand_points(spec).size()), "points",
                       args->report.progress());
     MeasuredOptions o;

@@ -141,5 +141,21 @@ TEST(DeviceBudget, GivesEveryLiveBlockBackWhenItGoes) {
   EXPECT_EQ(blocks.outstanding(), 0);
 }
 
+// Without --device-budget a CUDA run's budget is the GPU's memory minus the plan's reserve, shared by
+// the ranks on that GPU, as slidedp-plan assumes (it was 16 GiB whatever the GPU). Closed form: an
+// H200's 150,754,820,096 bytes (cudaDeviceProp::totalGlobalMem) minus 512 MiB.
+TEST(DeviceBudget, TheDefaultGpuBudgetIsTheDeviceMemoryLessTheReserveSharedByItsRanks) {
+  const int64_t h200 = 150'754'820'096, reserve = int64_t{512} << 20;
+  EXPECT_EQ(default_gpu_budget_bytes(h200, reserve, 1), h200 - reserve);
+  EXPECT_EQ(default_gpu_budget_bytes(h200, reserve, 2), (h200 - reserve) / 2);
+  EXPECT_EQ(default_gpu_budget_bytes(h200, 0, 1), h200);
+  try {
+    default_gpu_budget_bytes(int64_t{1} << 30, int64_t{2} << 30, 1);
+    ADD_FAILURE() << "a reserve above the GPU's memory was accepted";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("gpu_mem_reserve_bytes"), std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace slidedp::exec

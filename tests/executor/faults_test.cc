@@ -1,6 +1,7 @@
 // Failure handling: an exception in one rank's backward or a NaN gradient ends or skips as specified,
 // with the original message and without hanging (ctest runs these under a timeout).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -42,6 +43,35 @@ TEST(Faults, NanGradientAbortsByDefault) {
   } catch (const NumericError& e) {
     EXPECT_NE(std::string(e.what()).find("step 2"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("non-finite gradient"), std::string::npos) << e.what();
+  }
+}
+
+// Every system checks a gradient before applying it. FSDP2 updates on the devices, where a NaN
+// gradient of the last step was applied and saved with exit 0 (and, in longer runs, blamed on the next
+// step's loss): it stops at its own step, for each of the step's ranks, and the run saves nothing.
+TEST(Faults, NanGradientStopsEverySystemAtItsStep) {
+  for (System system : {System::kSlideDP, System::kSlideFormerDP, System::kZeroOffload, System::kMegaTrain,
+                        System::kFsdp2}) {
+    for (int rank : {0, 1}) {
+      SCOPED_TRACE(std::string(system_name(system)) + " rank " + std::to_string(rank));
+      const std::filesystem::path saved =
+          std::filesystem::temp_directory_path() / ("slidedp_nan_saved_" + std::to_string(::getpid()));
+      std::filesystem::remove_all(saved);
+      TrainOptions o = tiny_options(2, 1, 1, 3);
+      o.system = system;
+      o.inject_rank = rank;
+      o.inject_nan_step = 2;  // the last step
+      o.inject_nan_unit = 2;
+      o.save_model_dir = saved.string();
+      try {
+        train(o);
+        ADD_FAILURE() << "expected a NumericError";
+      } catch (const NumericError& e) {
+        EXPECT_NE(std::string(e.what()).find("step 3"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("non-finite gradient"), std::string::npos) << e.what();
+      }
+      EXPECT_FALSE(std::filesystem::exists(saved));
+    }
   }
 }
 

@@ -56,6 +56,19 @@ TEST(Pacer, TwoRanksShareTheRootComplexAndTheScaleStretchesTime) {
   (void)c;
 }
 
+// Late in a long run (a clock of 1e9 target seconds: --time-scale 1e-9 after one second, or days of
+// pacing) a small copy lasts less than the clock's rounding (1e-10 s against a spacing of 1.2e-7 s):
+// it ends at once instead of an event loop that never moves (it spun forever).
+TEST(Pacer, AFlowShorterThanTheClocksRoundingEndsInsteadOfSpinning) {
+  Clock clock;
+  Pacer p(two_ranks(), 1.0, clock.fn());
+  clock.now = 1e9;
+  const int f = p.begin(p.resources().copy(0, true), 1.0);
+  EXPECT_EQ(p.end_time(f), 1e9);
+  p.finish(f);
+  EXPECT_EQ(p.flows(), 1);
+}
+
 TEST(Pacer, LatencyComesBeforeTheWork) {
   Clock clock;
   Pacer p(two_ranks(), 1.0, clock.fn());

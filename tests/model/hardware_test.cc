@@ -75,15 +75,20 @@ TEST(Hardware, UnitTimesCarryTheirLayerType) {
 }
 
 // A zero in a CPU rate table would make the update take forever (the planner and the simulator
-// then met NaN and aborted): refused naming the table and the thread count.
-TEST(Hardware, ZeroRateInACpuTableIsRefusedNamingIt) {
-  for (const std::string table : {"adamw_params_per_s", "reduce_gbps"}) {
-    Hardware hw = hardware_preset("h100-sxm-x4");
-    auto& points = table == "adamw_params_per_s" ? hw.cpu.adamw_params_per_s : hw.cpu.reduce_gbps;
-    points.front().rate = 0;
-    EXPECT_THROW(hw.validate("hw"), InputError) << table;
-    const std::string key = "cpu." + table + "." + std::to_string(points.front().threads);
-    expect_yaml_error(hardware_to_yaml(hw), "hw.yaml", {key.c_str(), "must be positive"});
+// then met NaN and aborted), and a rate of 1e-300 gave an infinite duration (an emulated run that
+// never ended): refused naming the table, the thread count and the range.
+TEST(Hardware, ZeroOrVanishingRateInACpuTableIsRefusedNamingIt) {
+  for (const double bad : {0.0, 1e-300}) {
+    for (const std::string table : {"adamw_params_per_s", "reduce_gbps"}) {
+      Hardware hw = hardware_preset("h100-sxm-x4");
+      auto& points = table == "adamw_params_per_s" ? hw.cpu.adamw_params_per_s : hw.cpu.reduce_gbps;
+      points.front().rate = bad;
+      if (bad == 0) {
+        EXPECT_THROW(hw.validate("hw"), InputError) << table;
+      }
+      const std::string key = "cpu." + table + "." + std::to_string(points.front().threads);
+      expect_yaml_error(hardware_to_yaml(hw), "hw.yaml", {key.c_str(), "out of range"});
+    }
   }
 }
 

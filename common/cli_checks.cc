@@ -1,0 +1,27 @@
+// Numeric flag checks; see cli_checks.h.
+#include "common/cli_checks.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+
+namespace slidedp {
+
+CLI::Validator finite_in(double lo, double hi, const std::string& unit, bool hi_open) {
+  const std::string range = fmt::format("a number from {:g} to {:g}{}{}", lo, hi, hi_open ? " (exclusive)" : "",
+                                        unit.empty() ? "" : " " + unit);
+  const std::string in_help = fmt::format("{:g}..{:g}", lo, hi);  // after the type name: FLOAT:0..1000
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(text.c_str(), &end);
+        const bool parsed = end != text.c_str() && *end == '\0';
+        if (!parsed || !std::isfinite(v) || v < lo || v > hi || (hi_open && v >= hi))
+          return fmt::format("must be {} (got {})", range, text);
+        return "";
+      },
+      in_help);
+}
+
+}  // namespace slidedp

@@ -1,0 +1,15 @@
+// Range checks of numeric flags that say the range in plain numbers. CLI11's PositiveNumber lets NaN
+// and infinities through and its Range prints DBL_MAX in full; a value the code then divides by or
+// paces with must be finite and inside what keeps clocks and divisions making progress.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+namespace slidedp {
+
+// A finite number in [lo, hi] ([lo, hi) when `hi_open`), `unit` appended to the message ("seconds").
+CLI::Validator finite_in(double lo, double hi, const std::string& unit = "", bool hi_open = false);
+
+}  // namespace slidedp
