@@ -213,6 +213,11 @@ class Backend {
   virtual int num_devices() const = 0;
   virtual Device& device(int rank) = 0;
   virtual HostBuffer alloc_host(int64_t bytes, bool pinned) = 0;
+  // The bytes alloc_host has given out so far, all and pinned (what the host memory account charges).
+  struct HostBytes {
+    int64_t total = 0, pinned = 0;
+  };
+  virtual HostBytes host_bytes_allocated() const = 0;
   // Registers existing host memory for fast async copies (cudaHostRegister on CUDA; no-op on CPU).
   virtual void register_host(std::byte* ptr, int64_t bytes) = 0;
   virtual std::unique_ptr<HostCounter> make_counter(uint64_t initial) = 0;

@@ -21,6 +21,8 @@ std::vector<std::string> available_backends() {
 #endif
 }
 
+int64_t backend_activation_bytes(const std::string& name) { return name == "cuda" ? 2 : 4; }
+
 int cuda_device_count() {
 #if SLIDEDP_HAVE_CUDA
   return cuda_visible_devices();

@@ -42,6 +42,9 @@ struct BackendOptions {
 std::unique_ptr<Backend> make_backend(const std::string& name, const ModelCard& card, const ModelLayout& layout,
                                       const BackendOptions& options, RunControl& control);
 std::vector<std::string> available_backends();
+// Bytes per activation element of the named backend's units (fp32 on the CPU, bf16 on CUDA): what an
+// offloaded layer input takes in host memory, known before the backend is made.
+int64_t backend_activation_bytes(const std::string& name);
 // GPUs the CUDA backend sees (0 without CUDA or without a GPU); never throws.
 int cuda_device_count();
 

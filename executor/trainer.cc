@@ -194,19 +194,35 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
   return out;
 }
 
+namespace {
+
+// The host memory of the run against this host's RAM (o.host_ram_bytes when a test sets it): refused
+// with the largest items named. `plan` as the system runs it, verify_updates set.
+void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const Plan& plan) {
+  const HostMemorySpec spec = host_memory_spec(layout, plan, o.system, o.card.tie_word_embeddings, o.exact_fp32,
+                                               o.card.hidden_size * backend_activation_bytes(o.backend));
+  std::vector<MemoryItem> items = host_memory_items(layout, plan, o.seq_len, spec);
+  // A folder's or a random initialization's whole fp32 weights live until the state has taken them.
+  if (o.resume_dir.empty())
+    items.push_back({"initial weights while they load (fp32)", 4.0 * static_cast<double>(layout.total_flat_numel)});
+  double total = 0;
+  for (const MemoryItem& i : items) total += i.bytes;
+  const int64_t ram = o.host_ram_bytes > 0 ? o.host_ram_bytes : physical_ram_bytes();
+  if (ram <= 0 || total <= static_cast<double>(ram)) return;
+  std::sort(items.begin(), items.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
+  std::string largest;
+  for (std::size_t i = 0; i < std::min<std::size_t>(3, items.size()); ++i)
+    largest += fmt::format("{}{} {}", i ? ", " : "", items[i].name, format_bytes(items[i].bytes));
+  throw InfeasibleError(fmt::format("{}: the run needs {} of host memory but this host has {} of RAM (largest: {}); "
+                                    "shard the host state across nodes, offload fewer layers or use a smaller model",
+                                    o.card.name, format_bytes(total), format_bytes(static_cast<double>(ram)), largest));
+}
+
+}  // namespace
+
 TrainResult train(const TrainOptions& o, const std::function<void(const TrainStep&)>& on_step) {
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
-  // Refused before any allocation, not by the OOM killer: a model whose host state cannot fit this
-  // host's RAM (fp32 master and AdamW m and v, 12 bytes per parameter, are a lower bound of it).
-  const double state_bytes = 12.0 * static_cast<double>(layout.total_flat_numel);
-  const int64_t ram = physical_ram_bytes();
-  if (ram > 0 && state_bytes > static_cast<double>(ram))
-    throw InfeasibleError(fmt::format(
-        "{}: the host state needs at least {} (fp32 master weights and AdamW moments: 12 bytes x {} parameters) "
-        "but this host has {} of RAM",
-        o.card.name, format_bytes(state_bytes), format_count(static_cast<double>(layout.total_flat_numel)),
-        format_bytes(static_cast<double>(ram))));
   const SystemTraits traits = system_traits(o.system);
   if (traits.gpu_optimizer) {
     // FSDP2's optimizer state lives on the devices: the host-side features that read it mid-run
@@ -221,6 +237,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   // ZeRO-Offload keeps every unit's parameters on the device: one slot per unit, charged as such.
   if (traits.params_resident) plan.gpu_buffer_depth = layout.num_units();
   plan.verify_updates = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
+  // Refused before any allocation, not by the OOM killer: the host memory the run allocates (the
+  // account the model charges, model/memory_account.h) and the initial weights while they load.
+  check_host_memory(o, layout, plan);
   const int N = plan.ranks;
   const int U = layout.num_units();
   const int M = plan.nodes, node = o.link && M > 1 ? o.link->node() : 0;
@@ -371,11 +390,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   }
   weights.clear();
 
-  // A chunk never holds more than the largest unit (SlideFormer's 32M-element chunks on a small model).
-  const int64_t slot_numel = std::min(plan.chunk_numel, layout.max_unit_numel());
-  const int W = plan.grad_shards();
-  const int64_t slot_bytes = uc.route == GradRouteKind::kGpu ? (slot_numel + W - 1) / W * 4
-                                                              : slot_numel * dtype_bytes(wire);
+  const int64_t slot_bytes = grad_staging_slot_bytes(layout, plan, dtype_bytes(wire));
   std::vector<std::unique_ptr<StagingRing>> rings;
   std::vector<StagingRing*> ring_ptrs;
   for (int r = 0; r < N; ++r) {
@@ -613,6 +628,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       const UnitState& us = state.unit(u);
       result.master.emplace_back(us.master_f32(), us.master_f32() + us.numel);
     }
+  result.host_allocated = backend->host_bytes_allocated();
   if (pacing) {
     result.paced_ops = pacing->pacer().flows();
     result.paced_overruns = pacing->pacer().overruns();

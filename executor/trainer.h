@@ -80,6 +80,8 @@ struct TrainOptions {
   const std::atomic<bool>* interrupt = nullptr;
   const std::atomic<int>* signal = nullptr;
   double stop_grace_s = 0;
+  // The RAM the run may use (0: this host's physical RAM); tests set it to check the refusal.
+  int64_t host_ram_bytes = 0;
   // Run at a target machine's ratios (CPU backend): every operation is held until the target would be
   // done, with time stretched by time_scale (<= 0: measured, TargetPacing::measured_time_scale).
   std::optional<Hardware> emulate;
@@ -120,6 +122,7 @@ struct TrainResult {
   RankMemoryAccount device_account;                   // what the up-front check charged rank 0
   int64_t device_budget_bytes = 0;
   int64_t host_state_bytes = 0;
+  Backend::HostBytes host_allocated;  // what the backend's alloc_host gave out (the host account's test)
   std::vector<MeasuredSpan> spans;         // the whole run's timeline when tracing
   std::string last_checkpoint;
   int64_t start_step = 0;                  // optimizer step the run started from (resume)

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
@@ -43,6 +44,46 @@ std::string get_text(const json& j, const std::string& key, const std::string& o
   if (!j.contains(key) || j[key].is_null()) return fallback;
   if (!j[key].is_string()) throw InputError(origin + ": " + key, fmt::format("expected a string, got {}", j[key].dump()));
   return j[key].get<std::string>();
+}
+
+// transformers 5.15 and later write Gemma 4's full-attention shapes as per_layer_config {"05": {head_dim,
+// num_key_value_heads}, ...} for every full-attention layer instead of global_head_dim and
+// num_global_key_value_heads. Every entry must name a full-attention layer and agree with the others
+// (the units have one global shape); a global_* key stated beside them must agree too.
+void read_gemma4_per_layer_config(const json& t, const std::string& at, ModelCard& c) {
+  if (!t.contains("per_layer_config") || t["per_layer_config"].is_null()) return;
+  const json& plc = t["per_layer_config"];
+  const std::string where = at + ".per_layer_config";
+  if (!plc.is_object()) throw InputError(where, fmt::format("expected an object, got {}", plc.dump()));
+  std::optional<int64_t> head_dim, kv_heads;
+  for (const auto& [key, entry] : plc.items()) {
+    const std::string ew = where + "." + key;
+    int64_t layer = -1;
+    if (key.empty() || key.find_first_not_of("0123456789") != std::string::npos || key.size() > 9 ||
+        (layer = std::stoll(key)) >= c.num_layers)
+      throw InputError(ew, fmt::format("is not a layer index below num_hidden_layers ({})", c.num_layers));
+    if (c.layer_types[static_cast<size_t>(layer)] != AttentionKind::kFull)
+      throw InputError(ew, "layer " + key + " is a sliding-attention layer; only full-attention layers differ here");
+    if (!entry.is_object()) throw InputError(ew, "expected an object");
+    for (const auto& [k, v] : entry.items())
+      if (k != "head_dim" && k != "num_key_value_heads")
+        throw InputError(ew + "." + k, "is not supported (only head_dim and num_key_value_heads may differ per layer)");
+    const int64_t hd = get_int(entry, "head_dim", ew, false, c.global_head_dim);
+    if (head_dim && *head_dim != hd) throw InputError(ew + ".head_dim", "full-attention layers of different head_dim are not supported");
+    head_dim = hd;
+    if (entry.contains("num_key_value_heads")) {
+      const int64_t kv = get_int(entry, "num_key_value_heads", ew, false, 0);
+      if (kv_heads && *kv_heads != kv)
+        throw InputError(ew + ".num_key_value_heads", "full-attention layers of different KV heads are not supported");
+      kv_heads = kv;
+    }
+  }
+  auto agree = [&](const char* key, int64_t stated, int64_t from_layers) {
+    if (t.contains(key) && !t[key].is_null() && stated != from_layers)
+      throw InputError(at + "." + key, fmt::format("{} disagrees with per_layer_config ({})", stated, from_layers));
+  };
+  if (head_dim) agree("global_head_dim", c.global_head_dim, *head_dim), c.global_head_dim = *head_dim;
+  if (kv_heads) agree("num_global_key_value_heads", c.num_global_kv_heads, *kv_heads), c.num_global_kv_heads = *kv_heads;
 }
 
 // Gemma 4's text model: `t` is the text_config of a gemma4 config (or a whole gemma4_text config).
@@ -95,6 +136,7 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
   } else {
     c.layer_types = gemma4_default_layer_types(c.num_layers);
   }
+  read_gemma4_per_layer_config(t, at, c);
   c.rope_theta = 10000.0;
   c.global_rope_theta = 1e6;
   c.global_partial_rotary_factor = 0.25;
@@ -155,7 +197,9 @@ bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
 void read_llama_rope(const json& j, const std::string& origin, ModelCard& c) {
   const bool has_rp = j.contains("rope_parameters") && !j["rope_parameters"].is_null();
   const bool has_theta = j.contains("rope_theta") && !j["rope_theta"].is_null();
-  const bool has_scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null();
+  // An empty rope_scaling is absent, as transformers reads it.
+  const bool has_scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null() &&
+                           !(j["rope_scaling"].is_object() && j["rope_scaling"].empty());
   if (has_scaling && !j["rope_scaling"].is_object())
     throw InputError(origin + ": rope_scaling", fmt::format("expected an object or null, got {}", j["rope_scaling"].dump()));
   const double top_theta = get_number(j, "rope_theta", origin, 10000.0);
@@ -171,6 +215,8 @@ void read_llama_rope(const json& j, const std::string& origin, ModelCard& c) {
   if (!rp.is_object()) throw InputError(rat, fmt::format("expected an object, got {}", rp.dump()));
   c.rope_theta = get_number(rp, "rope_theta", rat, has_theta ? top_theta : 10000.0);
   c.rope_scaling = rope_scaling_from(rp, rat);
+  if (get_number(rp, "partial_rotary_factor", rat, 1.0) != 1.0)
+    throw InputError(rat + ".partial_rotary_factor", "partial RoPE is not supported for " + c.model_type + " (only 1.0)");
   if (has_theta && top_theta != c.rope_theta)
     throw InputError(origin + ": rope_theta",
                      fmt::format("{:g} disagrees with rope_parameters.rope_theta {:g}: the config states RoPE twice; "
@@ -261,8 +307,14 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
   const std::string rat = &rp == &t ? at : at + ".rope_parameters";
   if (rp.contains("rope_type") && rp["rope_type"] != "default")
     throw InputError(rat + ".rope_type", "only 'default' is supported");
-  c.rope_theta = get_number(rp, "rope_theta", rat, 10000000.0);
-  c.partial_rotary_factor = get_number(rp, "partial_rotary_factor", rat, 0.25);
+  // Inside rope_parameters first, else the top-level key (transformers fills the dict from it); the
+  // released files state both, equal.
+  c.rope_theta = get_number(rp, "rope_theta", rat, get_number(t, "rope_theta", at, 10000000.0));
+  c.partial_rotary_factor = get_number(rp, "partial_rotary_factor", rat, get_number(t, "partial_rotary_factor", at, 0.25));
+  for (const char* key : {"rope_theta", "partial_rotary_factor"})
+    if (has_rp && rp.contains(key) && t.contains(key) && !t[key].is_null() &&
+        get_number(t, key, at, 0) != get_number(rp, key, rat, 0))
+      throw InputError(at + "." + key, fmt::format("{} disagrees with rope_parameters.{} {}", t[key].dump(), key, rp[key].dump()));
   if (moe) {
     c.num_experts = get_int(t, "num_experts", at, true, 0);
     c.num_experts_per_tok = get_int(t, "num_experts_per_tok", at, true, 0);
@@ -380,6 +432,17 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   c.qk_norm = c.model_type == "qwen3";
   if (get_bool(j, "use_sliding_window", origin, false))
     throw InputError(origin + ": use_sliding_window", "sliding-window attention is not supported");
+  // transformers 5 writes layer_types for these families too: every layer full attention here.
+  if (j.contains("layer_types") && !j["layer_types"].is_null()) {
+    const json& lt = j["layer_types"];
+    if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.num_layers)
+      throw InputError(origin + ": layer_types", fmt::format("expected {} entries (num_hidden_layers), got {}", c.num_layers,
+                                                             lt.dump()));
+    for (const json& k : lt)
+      if (k != "full_attention")
+        throw InputError(origin + ": layer_types", fmt::format("{} is not supported for {}: every layer is full_attention",
+                                                               k.dump(), c.model_type));
+  }
   if (c.model_type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null() &&
       get_int(j, "sliding_window", origin, false, 0) < c.max_position_embeddings)
     throw InputError(origin + ": sliding_window", "sliding-window attention is not supported");

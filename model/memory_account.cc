@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "model/memory_model.h"
+#include "model/step_work.h"
 
 namespace slidedp {
 namespace {
@@ -330,11 +331,34 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
   return acc;
 }
 
+HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, System system, bool tied,
+                                bool exact_fp32, int64_t hidden_bytes_per_token) {
+  const SystemTraits traits = system_traits(system);
+  HostMemorySpec s;
+  s.hidden_bytes_per_token = hidden_bytes_per_token;
+  s.mirror_bytes = exact_fp32 ? 4 : 2;
+  // Accumulation, the verified update (clip, skip) and an update after the backward keep every unit's
+  // gradient until the step's last micro-step; FSDP2 accumulates on its devices.
+  const bool verify = plan.verify_updates || traits.update_after_backward;
+  s.accumulate_all = (plan.accum_steps > 1 || verify) && !traits.gpu_optimizer;
+  s.accumulate_unit0 = tied;
+  if (traits.convert_on_load) s.convert_staging_bytes = std::min(plan.chunk_numel, layout.max_unit_numel()) * s.mirror_bytes;
+  s.device_nonfinite_count = traits.gpu_optimizer;
+  return s;
+}
+
+int64_t grad_staging_slot_bytes(const ModelLayout& layout, const Plan& plan, int64_t wire_bytes) {
+  // A slot never holds more than the largest unit (SlideFormer's 32M-element chunks on a small model).
+  const int64_t slot_numel = std::min(plan.chunk_numel, layout.max_unit_numel());
+  const int W = plan.grad_shards();
+  const int64_t bytes = W > 1 ? (slot_numel + W - 1) / W * 4 : slot_numel * wire_bytes;
+  return (bytes + 63) / 64 * 64;
+}
+
 std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan& plan, int64_t seq_len,
-                                          int64_t hidden_bytes_per_token, int64_t wire_bytes, bool tied, bool verify) {
+                                          const HostMemorySpec& spec) {
   const double P = static_cast<double>(layout.total_flat_numel), N = plan.ranks;
   const double emb = static_cast<double>(layout.units.front().flat_numel);
-  // A staging slot never holds more than the largest unit (a chunk size beyond it is the whole unit).
   const double chunk = static_cast<double>(std::min(plan.chunk_numel, layout.max_unit_numel()));
   const double tokens = static_cast<double>(plan.micro_batch * seq_len);
   const int L = layout.num_units() - 2;
@@ -344,10 +368,9 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   // the reduced fp32 chunk it sends and the one it receives, two chunks in flight.
   const double M = plan.nodes;
   const bool sharded = plan.nodes > 1 && plan.host_state == HostState::kSharded;
-  items.push_back({sharded ? fmt::format("fp32 master weights (1/{} shard)", plan.nodes) : "fp32 master weights",
-                   sharded ? std::ceil(P / M) * 4 : P * 4});
-  items.push_back({sharded ? fmt::format("fp32 AdamW m and v (1/{} shard)", plan.nodes) : "fp32 AdamW m and v",
-                   sharded ? std::ceil(P / M) * 8 : P * 8});
+  const double own = sharded ? std::ceil(P / M) : P;  // the node's part of the state (the largest part)
+  items.push_back({sharded ? fmt::format("fp32 master weights (1/{} shard)", plan.nodes) : "fp32 master weights", own * 4});
+  items.push_back({sharded ? fmt::format("fp32 AdamW m and v (1/{} shard)", plan.nodes) : "fp32 AdamW m and v", own * 8});
   if (plan.nodes > 1) items.push_back({"network exchange buffers (pinned)", 2 * 2 * chunk * 4});
   if (sharded) {
     // A checkpoint gathers whole tensors of the node's part while it is written, m and v together
@@ -358,23 +381,25 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
       for (const auto& t : unit.tensors) largest = std::max(largest, static_cast<double>(t.numel));
     items.push_back({"checkpoint part while saving (m and v of whole tensors)", (std::ceil(P / M) + largest) * 8});
   }
-  items.push_back({fmt::format("delivery mirror ({}) (pinned)", wire_bytes == 2 ? "bf16" : "fp32"), P * static_cast<double>(wire_bytes)});
+  items.push_back({fmt::format("delivery mirror ({}) (pinned)", spec.mirror_bytes == 2 ? "bf16" : "fp32"),
+                   P * static_cast<double>(spec.mirror_bytes)});
   // The accumulator holds what the node updates: its part with a sharded state (the node reduces its
   // ranks' gradients and exchanges them before accumulating), the whole model otherwise.
-  const auto part = [&](double numel) { return sharded ? std::ceil(numel / M) : numel; };
   const std::string of_part = sharded ? fmt::format(" (1/{} shard)", plan.nodes) : "";
-  if (plan.accum_steps > 1 || verify)
-    items.push_back({"fp32 gradient accumulator" + of_part, part(P) * 4});
-  else if (tied)
-    items.push_back({"fp32 tied-embedding gradient accumulator" + of_part, part(emb) * 4});
-  const int W = plan.grad_shards();
-  const double slot = W > 1 ? std::ceil(chunk / W) * 4 : chunk * static_cast<double>(wire_bytes);
-  items.push_back({"gradient staging rings (pinned)", N * kGradStagingChunksPerRank * slot});
+  if (spec.accumulate_all)
+    items.push_back({"fp32 gradient accumulator" + of_part, own * 4});
+  else if (spec.accumulate_unit0)
+    items.push_back({"fp32 tied-embedding gradient accumulator" + of_part, (sharded ? std::ceil(emb / M) : emb) * 4});
+  items.push_back({"gradient staging rings (pinned)",
+                   N * kGradStagingChunksPerRank * static_cast<double>(grad_staging_slot_bytes(layout, plan, spec.mirror_bytes))});
   const double offload = static_cast<double>(plan.policy_counts(L).offload);
   if (offload > 0)
-    items.push_back({"offloaded activations (pinned)", N * offload * tokens * static_cast<double>(hidden_bytes_per_token)});
+    items.push_back({"offloaded activations (pinned)", N * offload * tokens * static_cast<double>(spec.hidden_bytes_per_token)});
   // two of each (micro-steps alternate): token ids, targets, document positions; the loss
   items.push_back({"token and loss buffers (pinned)", N * 2 * (tokens * 12 + 16)});
+  if (spec.convert_staging_bytes > 0)
+    items.push_back({"conversion staging (pinned, two per rank)", N * 2 * static_cast<double>(spec.convert_staging_bytes)});
+  if (spec.device_nonfinite_count) items.push_back({"gradient check counts (pinned)", N * 4});
   return items;
 }
 

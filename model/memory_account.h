@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/plan.h"
+#include "model/system.h"
 #include "model/unit_layout.h"
 #include "model/unit_memory.h"
 
@@ -59,9 +60,29 @@ struct RankMemoryAccount {
 RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied,
                                       const RankMemorySpec& spec);
 
-// Host memory of SlideDP for the plan (the executor's HostState and staging): items and their sum.
-// wire_bytes as in RankMemorySpec; `verify`: clipping or skipping needs an fp32 accumulator of every unit.
+// What the executor allocates on the host besides the state's size, for a plan as a system runs it.
+struct HostMemorySpec {
+  int64_t hidden_bytes_per_token = 0;  // an offloaded layer input per token (the backend's activation dtype)
+  int64_t mirror_bytes = 2;            // the delivery mirror and the wire per element (bf16; fp32 for --exact)
+  bool accumulate_all = false;         // an fp32 gradient accumulator of every unit
+  bool accumulate_unit0 = false;       // of the tied embedding only (the head's part of its gradient)
+  int64_t convert_staging_bytes = 0;   // per rank, two buffers (SlideFormer converts before each delivery)
+  bool device_nonfinite_count = false; // FSDP2: each rank's host copy of its gradient check (4 bytes)
+};
+
+// The spec of `system` running `plan` (as plan_for_system returns it, verify_updates set for clipping or
+// skipping) on a backend whose activations take `hidden_bytes_per_token`: what the trainer allocates.
+HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, System system, bool tied,
+                                bool exact_fp32, int64_t hidden_bytes_per_token);
+
+// One slot of a rank's gradient staging ring, 64-byte aligned: a chunk in the wire dtype on the cpu
+// route, the fp32 shard of one on the gpu route. The trainer allocates it; the account charges it.
+int64_t grad_staging_slot_bytes(const ModelLayout& layout, const Plan& plan, int64_t wire_bytes);
+
+// Host memory of the executor for the plan (HostState, staging rings, token and offload buffers, the
+// system's own): items and their sum. The model charges SlideDP's host memory with it, and the trainer
+// refuses a run whose items exceed the host's RAM before allocating any of them.
 std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan& plan, int64_t seq_len,
-                                          int64_t hidden_bytes_per_token, int64_t wire_bytes, bool tied, bool verify);
+                                          const HostMemorySpec& spec);
 
 }  // namespace slidedp

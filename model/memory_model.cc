@@ -279,8 +279,9 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
   switch (system) {
     case System::kSlideDP: {
       const int64_t act_bytes = hw.gpu.emulated_on_host ? 4 : 2;  // the offloaded inputs' dtype
-      for (const MemoryItem& i : host_memory_items(w.layout, p, w.seq_len, card.hidden_size * act_bytes, 2,
-                                                   card.tie_word_embeddings, p.verify_updates)) {
+      const HostMemorySpec spec = host_memory_spec(w.layout, p, system, card.tie_word_embeddings, /*exact_fp32=*/false,
+                                                   card.hidden_size * act_bytes);
+      for (const MemoryItem& i : host_memory_items(w.layout, p, w.seq_len, spec)) {
         const bool pinned = i.name.find("(pinned)") != std::string::npos;
         m.host_items.push_back(i);
         m.host_bytes += i.bytes;

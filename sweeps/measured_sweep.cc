@@ -238,9 +238,11 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
                     pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp(), format_seconds(s.wall_s));
   if (s.backend == "cpu")
     md += fmt::format(
-        "{} points; {} ran on the executor, each on the CPU backend paced at its hardware's ratios with the "
-        "system's own data movement (`slidedp-run --emulate HW --system S`), each plan at its own measured time "
-        "scale, the median of the measured steps divided by it; {} of {} paced operations ran over their time. ",
+        "{} points; {} ran on the executor, each on the CPU backend paced at the model's costs for its hardware "
+        "with the system's own data movement (`slidedp-run --emulate HW --system S`), each plan at its own measured "
+        "time scale, the median of the measured steps divided by it; {} of {} paced operations ran over their "
+        "time. The paced durations come from the model: the comparison checks the executor's scheduling against "
+        "the model's, not the model's costs. ",
         s.points.size(), ran, overruns, ops);
   else
     md += fmt::format(

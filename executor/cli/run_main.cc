@@ -138,10 +138,11 @@ int run_main(int argc, char** argv) {
                  "(sharded state and AdamW on the devices, all-gather and reduce-scatter; no checkpoints); overrides the plan's routes, chunk and activation policies as slidedp-predict "
                  "--system does");
   app.add_option("--emulate", emulate,
-                 "CPU backend at a target machine's ratios: a hardware preset or profile (e.g. h100-sxm-x4). Every "
-                 "operation is done for real, then held until the target would be done (its GPU time, links, root "
-                 "complex, fabric, host memory and CPU update, shared as the simulator shares them), time stretched by "
-                 "--time-scale; the model's prediction for the target, times the scale, is what the run should measure");
+                 "CPU backend paced at the step model's costs for a target machine: a hardware preset or profile (e.g. "
+                 "h100-sxm-x4). Every operation is done for real, then held as long as the model says the target takes "
+                 "(its GPU time, links, root complex, fabric, host memory and CPU update, shared as the simulator shares "
+                 "them), time stretched by --time-scale; the model's prediction for the target, times the scale, is what "
+                 "the run should measure (a check of the scheduling, not of the model's costs)");
   app.add_option("--time-scale", time_scale,
                  "With --emulate: seconds here per second of the target (default: measured: 1.5x the largest ratio of "
                  "a decoder layer's or the head's pass timed on this host to the target's, times the share of a core "
@@ -564,7 +565,7 @@ int run_main(int argc, char** argv) {
   if (result.paced_overruns > 0)
     fmt::print(stderr,
                "warning: {} of {} paced operations took longer here than the target would at time scale {:.4g} (by {} "
-               "together): the run is slower than the target's ratios; raise --time-scale\n",
+               "together): the run is slower here than the pacing allows; raise --time-scale\n",
                result.paced_overruns, result.paced_ops, scale, format_seconds(result.paced_overrun_s));
   return 0;
 }

@@ -650,12 +650,15 @@ class CpuBackend final : public Backend {
   int num_devices() const override { return static_cast<int>(devices_.size()); }
   Device& device(int rank) override { return *devices_.at(static_cast<size_t>(rank)); }
 
-  HostBuffer alloc_host(int64_t bytes, bool /*pinned*/) override {
+  HostBuffer alloc_host(int64_t bytes, bool pinned) override {
     auto* p = static_cast<std::byte*>(std::aligned_alloc(64, static_cast<size_t>(align64(std::max<int64_t>(bytes, 64)))));
     if (!p) throw RuntimeError(fmt::format("out of host memory allocating {}", format_bytes(static_cast<double>(bytes))));
+    host_bytes_ += bytes;
+    if (pinned) pinned_bytes_ += bytes;
     std::memset(p, 0, static_cast<size_t>(bytes));
     return HostBuffer{p, bytes, std::shared_ptr<void>(p, [](void* q) { std::free(q); })};
   }
+  HostBytes host_bytes_allocated() const override { return {host_bytes_.load(), pinned_bytes_.load()}; }
   void register_host(std::byte*, int64_t) override {}
   std::unique_ptr<HostCounter> make_counter(uint64_t initial) override {
     return std::make_unique<CpuCounter>(initial, control_);
@@ -821,6 +824,7 @@ class CpuBackend final : public Backend {
 
  private:
   RunControl& control_;
+  std::atomic<int64_t> host_bytes_{0}, pinned_bytes_{0};  // what alloc_host gave out
   SharedMath math_;
   std::shared_ptr<const TargetPacing> pacing_;  // keeps math_.pacing alive
   Tracer tracer_;

@@ -931,8 +931,12 @@ class CudaBackend final : public Backend {
   }
   Device& device(int rank) override { return *devices_.at(static_cast<size_t>(rank)); }
 
+  HostBytes host_bytes_allocated() const override { return {host_bytes_.load(), pinned_bytes_.load()}; }
+
   HostBuffer alloc_host(int64_t bytes, bool pinned) override {
     const size_t n = static_cast<size_t>(std::max<int64_t>(bytes, 64));
+    host_bytes_ += bytes;
+    if (pinned) pinned_bytes_ += bytes;
     if (pinned) {
       void* p = nullptr;
       const cudaError_t r = cudaHostAlloc(&p, n, cudaHostAllocPortable);
@@ -1080,6 +1084,7 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  std::atomic<int64_t> host_bytes_{0}, pinned_bytes_{0};  // what alloc_host gave out
   // Every rank's communicator, created together before the first step (a plan with collectives),
   // so their device buffers (channels x peers x protocols: hundreds of MB to GBs per rank) are taken
   // before the arenas fill, and a GPU that then cannot hold the arena's budget is refused now, with

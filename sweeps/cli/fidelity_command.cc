@@ -91,7 +91,7 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--plans", args->plans, "Use only the first N validation plans (0: all)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--emulate", args->emulate,
-                  "Paced study: run every plan on the CPU backend at these machines' ratios (presets or profile YAML, "
+                  "Paced study (of the scheduling, not the costs): run every plan on the CPU backend paced at the model's costs for these machines (presets or profile YAML, "
                   "comma-separated; one study each, in OUT/<name>/) and predict for them; the plans are chosen per "
                   "target so that each resource binds in several (--per-resource)")
       ->delimiter(',');

@@ -16,6 +16,7 @@
 #include "executor/backend_registry.h"
 #include "executor/run_control.h"
 #include "executor/trainer.h"
+#include "model/memory_account.h"
 #include "model/memory_model.h"
 #include "model/workload.h"
 #include "tests/executor/executor_test_util.h"
@@ -147,7 +148,6 @@ TEST(MemoryAccount, PlannerEqualsTheExecutorsAccountForEveryPreset) {
     SCOPED_TRACE(name);
     const ModelCard card = model_preset(name);
     const ModelLayout layout = make_model_layout(card);
-    if (card.qwen3_5()) continue;  // no backend builds its units (Qwen36Card.NoBackendRunsItYet)
     for (const Case& c : kCases) {
       Plan p;
       p.ranks = c.ranks;
@@ -162,7 +162,7 @@ TEST(MemoryAccount, PlannerEqualsTheExecutorsAccountForEveryPreset) {
       p.mlp_token_tile = c.mlp_tile;
       p.chunk_numel = int64_t{1} << 22;
       if (card.tie_word_embeddings && p.gpu_buffer_depth < 2) continue;  // the trainer refuses it
-      if (card.gemma4() && p.mlp_token_tile > 0) continue;                 // Gemma 4 has no MLP tile
+      if (card.hybrid_layers() && p.mlp_token_tile > 0) continue;  // Gemma 4 and Qwen3.6 have no MLP tile
       const int64_t T = 256;
       const MemoryEstimate planned = estimate_memory(make_workload(card, T), hw, p, System::kSlideDP);
       RunControl control;
@@ -178,6 +178,77 @@ TEST(MemoryAccount, PlannerEqualsTheExecutorsAccountForEveryPreset) {
     }
   }
   EXPECT_GT(compared, 50);
+}
+
+// The host side of the one account: host_memory_items (what the model charges for SlideDP's host
+// memory and what the trainer checks against RAM before allocating) equals, byte for byte, what the
+// backend's alloc_host gave out over the whole run, all and pinned, for every system, every family
+// and the plan features that add buffers (accumulation, clipping, offload, sharded delivery, the gpu
+// route, fp32 delivery). Before, the trainer checked 12 bytes per parameter and the staging, mirror and
+// accumulator were nobody's sum.
+TEST(MemoryAccount, HostItemsAreWhatTheExecutorAllocatesForEverySystemAndFamily) {
+  struct Family {
+    const char* name;
+    ModelCard card;
+  };
+  const std::vector<Family> families = {{"llama tied", testing::tiny_card(true)},
+                                        {"qwen3", testing::tiny_card(false, "qwen3")},
+                                        {"gemma4 moe", testing::tiny_gemma4_moe_card()},
+                                        {"qwen3.6", testing::tiny_qwen3_5_card()},
+                                        {"qwen3.6 moe", testing::tiny_qwen3_5_moe_card()}};
+  int compared = 0;
+  for (const Family& f : families)
+    for (System system : {System::kSlideDP, System::kSlideFormerDP, System::kZeroOffload, System::kMegaTrain,
+                          System::kFsdp2})
+      for (int variant = 0; variant < 3; ++variant) {
+        TrainOptions o = tiny_options(2, 2, variant == 1 ? 2 : 1, 1);
+        o.card = f.card;
+        o.system = system;
+        if (variant == 1) o.plan.offload_layers = 1, o.plan.grad_route = GradRoute::kGpu;
+        if (variant == 2) {
+          o.plan.param_route = ParamRoute::kSharded;
+          if (system != System::kFsdp2) o.optimizer.clip_grad_norm = 1.0;
+          o.exact_fp32 = true;
+        }
+        SCOPED_TRACE(fmt::format("{} {} variant {}", f.name, system_name(system), variant));
+        const TrainResult r = train(o);
+        const ModelLayout layout = make_model_layout(o.card);
+        Plan p = plan_for_system(o.plan, o.system, o.card);
+        p.verify_updates = o.optimizer.clip_grad_norm > 0;
+        const HostMemorySpec spec =
+            host_memory_spec(layout, p, o.system, o.card.tie_word_embeddings, o.exact_fp32, o.card.hidden_size * 4);
+        double total = 0, pinned = 0;
+        for (const MemoryItem& i : host_memory_items(layout, p, o.seq_len, spec)) {
+          total += i.bytes;
+          if (i.name.find("(pinned") != std::string::npos) pinned += i.bytes;
+        }
+        EXPECT_EQ(total, static_cast<double>(r.host_allocated.total));
+        EXPECT_EQ(pinned, static_cast<double>(r.host_allocated.pinned));
+        ++compared;
+      }
+  EXPECT_EQ(compared, 75);
+}
+
+// A run whose host memory exceeds the RAM it may use is refused before it allocates, naming the
+// largest items; one byte more RAM and it runs.
+TEST(MemoryAccount, ARunOverTheHostsRamIsRefusedNamingItsLargestItems) {
+  TrainOptions o = tiny_options(2, 2, 2, 1);
+  const ModelLayout layout = make_model_layout(o.card);
+  const HostMemorySpec spec = host_memory_spec(layout, o.plan, o.system, o.card.tie_word_embeddings, false,
+                                               o.card.hidden_size * 4);
+  double total = 4.0 * static_cast<double>(layout.total_flat_numel);  // the initial weights while they load
+  for (const MemoryItem& i : host_memory_items(layout, o.plan, o.seq_len, spec)) total += i.bytes;
+  o.host_ram_bytes = static_cast<int64_t>(total) - 1;
+  try {
+    train(o);
+    ADD_FAILURE() << "a run over the host's RAM was accepted";
+  } catch (const InfeasibleError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("host memory"), std::string::npos) << what;
+    EXPECT_NE(what.find("fp32 AdamW m and v"), std::string::npos) << what;  // the largest item
+  }
+  o.host_ram_bytes = static_cast<int64_t>(total);
+  EXPECT_EQ(train(o).steps.size(), 1u);
 }
 
 }  // namespace

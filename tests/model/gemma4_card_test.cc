@@ -3,6 +3,7 @@
 // published "30.7B" and "25.2B total / 3.8B active"), the per-layer breakdown, the layer schedule,
 // config.json parsing of the released multimodal layout, the refused variants, and the tensor
 // names and shapes of the checkpoint (section 2.3).
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <string>
@@ -154,6 +155,33 @@ TEST(Gemma4HfConfig, ALayerTypesListOfTheWrongLengthIsRefusedNamingTheKey) {
   testing::expect_edited_config_refused(kReleased26B, "\"num_hidden_layers\": 30,",
                                         "\"num_hidden_layers\": 30, \"layer_types\": [],",
                                         "layer_types: has 0 entries for 30 layers");
+}
+
+// transformers 5.15+ saves the full-attention layers' shapes as per_layer_config instead of
+// global_head_dim / num_global_key_value_heads: the same model (without it the 26B-A4B's full layers
+// read 0 global KV heads and took the sliding layers' 8).
+TEST(Gemma4HfConfig, PerLayerConfigOfTransformers515IsTheSameModel) {
+  const ModelCard released = model_card_from_hf_config(kReleased26B, "/m/config.json");
+  std::string per_layer = kReleased26B;
+  const std::string from = "\"num_global_key_value_heads\": 2,";
+  per_layer.replace(per_layer.find(from), from.size(), "");
+  const std::string g = "\"global_head_dim\": 512,";
+  std::string entries;
+  for (int64_t l = 0; l < released.num_layers; ++l)
+    if (released.layer_types[static_cast<size_t>(l)] == AttentionKind::kFull)
+      entries += fmt::format("{}\"{:02d}\": {{\"head_dim\": 512, \"num_key_value_heads\": 2}}", entries.empty() ? "" : ", ", l);
+  per_layer.replace(per_layer.find(g), g.size(), "\"per_layer_config\": {" + entries + "},");
+  const ModelCard read = model_card_from_hf_config(per_layer, "/m/config.json");
+  EXPECT_EQ(read.global_head_dim, 512);
+  EXPECT_EQ(read.num_global_kv_heads, 2);
+  EXPECT_EQ(architecture_differences(read, released), std::vector<std::string>{});
+  testing::expect_edited_config_refused(per_layer, "\"05\": {\"head_dim\": 512", "\"04\": {\"head_dim\": 512",
+                                        "per_layer_config.04: layer 04 is a sliding-attention layer");
+  testing::expect_edited_config_refused(per_layer, "\"11\": {\"head_dim\": 512, \"num_key_value_heads\": 2}",
+                                        "\"11\": {\"head_dim\": 512, \"num_key_value_heads\": 4}",
+                                        "per_layer_config.11.num_key_value_heads");
+  testing::expect_edited_config_refused(per_layer, "\"per_layer_config\": {", "\"global_head_dim\": 256, \"per_layer_config\": {",
+                                        "global_head_dim: 256 disagrees with per_layer_config (512)");
 }
 
 TEST(Gemma4HfConfig, ARopeTypeThatIsNotAStringIsBadInputNamingTheKey) {

@@ -229,6 +229,18 @@ TEST(HfConfig, RopeStatedTwiceMustAgree) {
                                         R"("rope_parameters": [1000000])", "rope_parameters: expected an object");
   testing::expect_edited_config_refused(base, R"("rope_type": "default")", R"("rope_type": "yarn")",
                                         "rope_parameters.rope_type: 'yarn' is not supported");
+  // An empty rope_scaling is absent, as transformers reads it.
+  EXPECT_EQ(model_card_from_hf_config(head + R"("rope_scaling": {}, "rope_parameters": {"rope_theta": 500000, "rope_type": "linear", "factor": 2}})",
+                                      "c.json")
+                .rope_scaling.factor,
+            2.0);
+  // What these families do not have is refused, not ignored: partial RoPE, sliding layers.
+  testing::expect_edited_config_refused(base, R"("rope_type": "default")",
+                                        R"("rope_type": "default", "partial_rotary_factor": 0.5)",
+                                        "rope_parameters.partial_rotary_factor");
+  testing::expect_edited_config_refused(base, R"("rope_theta": 1000000,)",
+                                        R"("rope_theta": 1000000, "layer_types": ["full_attention", "sliding_attention"],)",
+                                        "layer_types");
 }
 
 // What nlohmann accepts or throws out_of_range for is bad input here: a number beyond double range

@@ -139,6 +139,13 @@ TEST(Qwen36HfConfig, RefusesWrongTypesAndValuesNamingTheKey) {
   const std::size_t rp = base.find("\"rope_parameters\": {"), rp_end = base.find('}', rp);
   testing::expect_edited_config_refused(base, base.substr(rp, rp_end + 1 - rp), "\"rope_parameters\": [10000000]",
                                         "rope_parameters: expected an object");
+  // A rope_parameters without theta takes the top-level one, as transformers fills it; the two
+  // stated differently are refused.
+  std::string top = base;
+  top.replace(rp, rp_end + 1 - rp, "\"rope_theta\": 5000000, \"rope_parameters\": {\"rope_type\": \"default\", \"partial_rotary_factor\": 0.25}");
+  EXPECT_EQ(model_card_from_hf_config(top, "c.json").rope_theta, 5e6);
+  testing::expect_edited_config_refused(top, "\"rope_type\": \"default\",", "\"rope_type\": \"default\", \"rope_theta\": 1000000,",
+                                        "rope_theta: 5000000 disagrees with rope_parameters.rope_theta");
 }
 
 // A DeltaNet layer's mixer is a state, not a T x T matrix: its FLOPs double with T, a full-attention
