@@ -90,6 +90,42 @@ double CpuSpec::interpolate(const std::vector<RatePoint>& t, double threads) {
   return t.back().rate;
 }
 
+namespace {
+
+// DeepSpeed's CPU Adam against our fused AdamW on one host, where a profile measured only ours. The
+// ZeRO-Offload paper's Table 4 (arXiv 2101.06840) times DeepSpeed's CPU-Adam at 10B parameters in
+// 2.57 s on a DGX-2 (2x Xeon Platinum 8168, 12 channels of DDR4-2666: 256 GB/s peak, about 180 GB/s
+// sustained): 3.9 Gparam/s x its ~30 bytes per parameter (fp32 p, m, v read and written, an fp32
+// gradient read, an fp16 copy written) is about 0.6 of the host's sustained bandwidth, where the
+// presets put our fused kernel (28 bytes per parameter) at about 0.9 of it. So 0.6 x 28 / 30 / 0.9 =
+// 0.6 of ours. An estimate for hosts where neither is measured; a profile or preset may state the rate.
+constexpr double kDeepSpeedAdamVsOurs = 0.6;
+// torch's fused CPU AdamW (torch >= 2.4, fused=True; what torchtune's FSDP CPU offload uses): 5.1x its
+// unfused path on a 56-core Sapphire Rapids (pytorch/pytorch PR #123074), where DeepSpeed's CPU-Adam
+// was 5.5-5.7x torch's unfused Adam (ZeRO-Offload Table 4): about 0.93 of DeepSpeed's.
+constexpr double kTorchFusedAdamwVsDeepSpeed = 0.93;
+
+std::vector<RatePoint> scaled(std::vector<RatePoint> t, double f) {
+  for (RatePoint& p : t) p.rate *= f;
+  return t;
+}
+
+}  // namespace
+
+std::vector<RatePoint> CpuSpec::optimizer_rates(CpuOptimizer which) const {
+  switch (which) {
+    case CpuOptimizer::kSlideDP:
+      return adamw_params_per_s;
+    case CpuOptimizer::kDeepSpeed:
+      return !deepspeed_adam_params_per_s.empty() ? deepspeed_adam_params_per_s
+                                                  : scaled(adamw_params_per_s, kDeepSpeedAdamVsOurs);
+    case CpuOptimizer::kTorch:
+      if (!torch_adamw_params_per_s.empty()) return torch_adamw_params_per_s;
+      return scaled(optimizer_rates(CpuOptimizer::kDeepSpeed), kTorchFusedAdamwVsDeepSpeed);
+  }
+  return adamw_params_per_s;
+}
+
 const UnitTimeProfile* Hardware::find_unit_time(const std::string& model, UnitKind unit,
                                                 std::optional<AttentionKind> layer_type) const {
   for (const auto& u : unit_times)
@@ -187,6 +223,10 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
   hw.cpu.cores = static_cast<int>(c.integer("cores", 1, 100000));
   hw.cpu.adamw_params_per_s = read_rate_table(c, "adamw_params_per_s", "params/s", 1.0);
   hw.cpu.reduce_gbps = read_rate_table(c, "reduce_gbps", "GB/s", 1e-3);
+  if (c.has("deepspeed_adam_params_per_s"))
+    hw.cpu.deepspeed_adam_params_per_s = read_rate_table(c, "deepspeed_adam_params_per_s", "params/s", 1.0);
+  if (c.has("torch_adamw_params_per_s"))
+    hw.cpu.torch_adamw_params_per_s = read_rate_table(c, "torch_adamw_params_per_s", "params/s", 1.0);
   hw.cpu.convert_gbps_per_thread = c.number_or("convert_gbps_per_thread", 10.0, 1e-3, kMaxGbps, "GB/s");
   c.done();
 
@@ -289,6 +329,14 @@ std::string hardware_to_yaml(const Hardware& hw) {
   emit_rate_table(e, hw.cpu.adamw_params_per_s);
   e << YAML::Key << "reduce_gbps" << YAML::Value;
   emit_rate_table(e, hw.cpu.reduce_gbps);
+  if (!hw.cpu.deepspeed_adam_params_per_s.empty()) {
+    e << YAML::Key << "deepspeed_adam_params_per_s" << YAML::Value;
+    emit_rate_table(e, hw.cpu.deepspeed_adam_params_per_s);
+  }
+  if (!hw.cpu.torch_adamw_params_per_s.empty()) {
+    e << YAML::Key << "torch_adamw_params_per_s" << YAML::Value;
+    emit_rate_table(e, hw.cpu.torch_adamw_params_per_s);
+  }
   e << YAML::Key << "convert_gbps_per_thread" << YAML::Value << hw.cpu.convert_gbps_per_thread;
   e << YAML::EndMap;
   if (!hw.unit_times.empty()) {

@@ -78,14 +78,25 @@ struct RatePoint {
   double rate = 0;
 };
 
+// Whose CPU optimizer a system runs (their rates differ on one host: cpu_optimizer_rates).
+enum class CpuOptimizer { kSlideDP, kDeepSpeed, kTorch };
+
 struct CpuSpec {
   std::string model;
   int cores = 1;
   std::vector<RatePoint> adamw_params_per_s;  // fused AdamW with bf16 grads and bf16 mirror
   std::vector<RatePoint> reduce_gbps;         // N-way bf16 -> fp32 reduction, input bytes/s
   double convert_gbps_per_thread = 10.0;      // fp32 -> bf16 conversion (SlideFormer's per-load step)
+  // Other implementations' CPU optimizer rates, parameters per second by threads: DeepSpeed's CPU
+  // Adam (ZeRO-Offload, ZeRO-3 offload, MegaTrain, SlideFormer) and torch's CPU AdamW (FSDP with CPU
+  // offload). Empty in the file: derived from adamw_params_per_s (cpu_optimizer_rates, hardware.cc).
+  std::vector<RatePoint> deepspeed_adam_params_per_s;
+  std::vector<RatePoint> torch_adamw_params_per_s;
   // Rate at `threads` (interpolated; flat beyond the table's last point). Aborts on an empty table.
   static double interpolate(const std::vector<RatePoint>& table, double threads);
+  // The rate table of `which`: the file's, or for DeepSpeed's and torch's when the file has none, ours
+  // times the ratio the published comparisons give (kDeepSpeedAdamVsOurs, hardware.cc).
+  std::vector<RatePoint> optimizer_rates(CpuOptimizer which) const;
 };
 
 // Measured compute time of one unit kind for one model (from slidedp-profile):

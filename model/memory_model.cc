@@ -262,6 +262,17 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       gpu("unsharded bf16 units (prefetch 2)", 2.0 * max_unit * kBf16);
       gpu("unsharded unit gradient (fp32)", max_unit * kFp32);
       break;
+    case System::kZero3Offload:
+      // Parameters live on the host: the layer gathered now and the one prefetched, the layer's
+      // gradient and its reduce-scatter bucket.
+      gpu("gathered bf16 parameters (unit + prefetch)", 2.0 * max_unit * kBf16);
+      gpu("gradient of the unit in backward (bf16) + reduce-scatter bucket", 2.0 * max_unit * kBf16);
+      break;
+    case System::kFsdpOffload:
+      gpu("fp32 shard copied from the host (unit + prefetch)", 2.0 * max_unit * kFp32 / N);
+      gpu("unsharded bf16 units (prefetch 2)", 2.0 * max_unit * kBf16);
+      gpu("unsharded unit gradient (fp32)", max_unit * kFp32);
+      break;
   }
   if (system == System::kSlideDP) {
     m.gpu_items = cached_account(w, p, rank_memory_spec(w, hw, p)).items;
@@ -310,6 +321,17 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       host("pinned gradient slabs", N * 2.0 * max_unit * kBf16, true);
       break;
     case System::kFsdp2:
+      break;
+    case System::kZero3Offload:
+      host("fp32 master weights", P * kFp32, false);
+      host("fp32 Adam moments", P * 2.0 * kFp32, false);
+      host("bf16 parameter partitions", P * kBf16, true);
+      host("fp32 gradient partitions", P * kFp32, true);
+      break;
+    case System::kFsdpOffload:
+      host("fp32 parameter shards (the master)", P * kFp32, true);
+      host("fp32 AdamW moments", P * 2.0 * kFp32, false);
+      host("fp32 gradient shards", P * kFp32, true);
       break;
   }
   return m;

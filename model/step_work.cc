@@ -67,6 +67,7 @@ SystemTraits system_traits(System system) {
       t.convert_on_load = true;
       t.shared_grad_buffer = true;
       t.barriers_per_chunk = 2;
+      t.cpu_optimizer = CpuOptimizer::kDeepSpeed;  // DeepSpeed-derived CPU Adam (baselines.md)
       break;
     case System::kZeroOffload:
       t.stream_params = false;
@@ -74,10 +75,26 @@ SystemTraits system_traits(System system) {
       t.update_after_backward = true;
       t.upload_after_update = true;
       t.grad_shard_bytes = 2.0;
+      t.cpu_optimizer = CpuOptimizer::kDeepSpeed;
+      t.update_on_all_cores = true;
       break;
     case System::kMegaTrain:
       t.lock_serialized_accumulation = true;
       t.update_after_backward = true;
+      t.cpu_optimizer = CpuOptimizer::kDeepSpeed;  // DeepSpeed's CPUAdam (baselines.md)
+      break;
+    case System::kZero3Offload:
+      t.update_after_backward = true;
+      t.grad_shard_bytes = 2.0;  // the reduced bf16 partition, widened to fp32 on the host
+      t.cpu_optimizer = CpuOptimizer::kDeepSpeed;
+      t.update_on_all_cores = true;
+      break;
+    case System::kFsdpOffload:
+      t.update_after_backward = true;
+      t.param_fetch_bytes = 4.0;  // the fp32 shard, cast to bf16 on the GPU before the all-gather
+      t.grad_shard_bytes = 4.0;   // the reduced shard, cast to the fp32 parameter's dtype, to the host
+      t.cpu_optimizer = CpuOptimizer::kTorch;
+      t.update_on_all_cores = true;
       break;
     case System::kFsdp2:
       t.stream_params = false;
@@ -124,6 +141,29 @@ Plan plan_for_system(const Plan& plan, System system, const ModelCard& card) {
       p.param_route = ParamRoute::kSharded;
       p.grad_route = GradRoute::kGpu;
       break;
+    case System::kZero3Offload:
+      // Partitions fetched and all-gathered per layer (stage3 prefetch one layer ahead), gradients
+      // reduce-scattered, every layer checkpointed (HF gradient checkpointing, as the corpus' runs).
+      p.param_route = ParamRoute::kSharded;
+      p.grad_route = GradRoute::kGpu;
+      p.per_layer.assign(static_cast<std::size_t>(L), ActivationPolicy::kRecompute);
+      p.gpu_buffer_depth = 2;
+      break;
+    case System::kFsdpOffload: {
+      // FSDP's unit is a decoder layer: unshard before forward and again before backward (prefetch
+      // one ahead). Activation checkpointing is the run's; FSDP's CPU offload does not move
+      // activations, so a layer the plan would offload is recomputed instead.
+      std::vector<ActivationPolicy> policies;
+      for (int l = 0; l < L; ++l) {
+        const ActivationPolicy a = plan.layer_policy(l, L);
+        policies.push_back(a == ActivationPolicy::kOffload ? ActivationPolicy::kRecompute : a);
+      }
+      p.per_layer = policies;
+      p.param_route = ParamRoute::kSharded;
+      p.grad_route = GradRoute::kGpu;
+      p.gpu_buffer_depth = 2;
+      break;
+    }
   }
   return p;
 }
@@ -225,7 +265,8 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     // rank's share of the cores.
     c.update_threads = std::max(1.0, std::floor(static_cast<double>(hw.cpu.cores) / N));
   }
-  c.adamw_params_per_thread_s = CpuSpec::interpolate(hw.cpu.adamw_params_per_s, c.update_threads) / c.update_threads;
+  const std::vector<RatePoint> optimizer_rates = hw.cpu.optimizer_rates(sw.traits.cpu_optimizer);
+  c.adamw_params_per_thread_s = CpuSpec::interpolate(optimizer_rates, c.update_threads) / c.update_threads;
   c.reduce_Bps_per_thread = CpuSpec::interpolate(hw.cpu.reduce_gbps, c.update_threads) * 1e9 / c.update_threads;
   c.convert_Bps_per_thread = hw.cpu.convert_gbps_per_thread * 1e9;
   // One process per rank (torchrun), each converting with its share of the cores.
@@ -275,7 +316,9 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   struct Delivery {
     double h2d = 0, allgather = 0, d2h = 0, host_mem = 0;
   };
-  auto deliver = [&](double bytes) {
+  // `fetch`: bytes per bf16 byte of what is copied from the host's copy of the parameters (FSDP's
+  // offloaded fp32 shard: 2); what the GPUs exchange after that is bf16.
+  auto deliver = [&](double bytes, double fetch) {
     Delivery d;
     if (sw.traits.params_resident) return d;
     if (sw.traits.gpu_sharded_state) {
@@ -283,9 +326,9 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       return d;
     }
     if (p.param_route == ParamRoute::kReplicated || N == 1) {
-      d.h2d = bytes;
+      d.h2d = bytes * fetch;
     } else {
-      d.h2d = bytes / N;
+      d.h2d = bytes / N * fetch;
       d.allgather = bytes * fanin;
       if (c.fabric_via_host) {
         // No peer path: the shard goes out to host memory and the others' shards come back in.
@@ -317,7 +360,8 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     // Expert-aware what-if: the experts no token of the micro-batch routes to stay on the host.
     const double moved = n - (ul.kind == UnitKind::kDecoder ? unrouted_expert_params(w, ul.layer, sw.tokens_per_rank_micro) : 0.0);
     const double bytes = moved * kBf16;
-    Delivery d = deliver(bytes);
+    const double fetch = sw.traits.param_fetch_bytes / kBf16;
+    Delivery d = deliver(bytes, fetch);
     u.deliver_h2d_bytes = d.h2d;
     u.deliver_allgather_bytes = d.allgather;
     u.deliver_d2h_bytes = d.d2h;
@@ -330,7 +374,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     }
     if (ul.reads_tied_embedding) {
       const double emb_bytes = static_cast<double>(w.layout.units.front().flat_numel) * kBf16;
-      Delivery e = deliver(emb_bytes);
+      Delivery e = deliver(emb_bytes, fetch);
       u.tied_h2d_bytes = e.h2d;
       u.tied_allgather_bytes = e.allgather;
       u.tied_host_mem_bytes = e.host_mem;
@@ -449,9 +493,10 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   if (sw.traits.update_after_backward && !sw.traits.gpu_optimizer) {
     // Optimizer over all parameters with the updater's threads (ZeRO-Offload: each rank's process
     // updates its partition, so all cores work; MegaTrain: one process).
-    const double threads = system == System::kZeroOffload ? static_cast<double>(hw.cpu.cores) : c.update_threads;
-    // (SlideDP in verify mode and MegaTrain update with their own pool; ZeRO-Offload with every core.)
-    const double rate = CpuSpec::interpolate(hw.cpu.adamw_params_per_s, threads);
+    const double threads = sw.traits.update_on_all_cores ? static_cast<double>(hw.cpu.cores) : c.update_threads;
+    // (SlideDP in verify mode and MegaTrain update with their own pool; the ZeRO and FSDP offloads with
+    // every core, each rank's process its partition.)
+    const double rate = CpuSpec::interpolate(optimizer_rates, threads);
     // Expressed in thread-seconds of the update pool, so that work / update_threads = P / rate.
     // A state sharded across nodes: each node updates its part (the global norm's sums, 8 bytes per
     // node, cross the network first), then all-gathers the updated bf16 mirror.

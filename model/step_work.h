@@ -66,6 +66,11 @@ struct SystemTraits {
   // SlideDP sums the ranks' bf16 gradients in fp32 and keeps the sum (the cpu route's exact result);
   // ZeRO-Offload's partitions leave in half precision.
   double grad_shard_bytes = 4.0;
+  // Bytes per parameter a delivery copies from host memory before the all-gather: bf16 (2), or
+  // FSDP's CPU-offloaded fp32 shard (4), cast to bf16 on the GPU.
+  double param_fetch_bytes = 2.0;
+  CpuOptimizer cpu_optimizer = CpuOptimizer::kSlideDP;  // whose optimizer runs on the host
+  bool update_on_all_cores = false;  // every rank's process updates its partition: all cores together
 };
 
 // Work of one unit. GPU seconds and link bytes are per rank per micro-step; CPU and host-memory work

@@ -17,6 +17,12 @@ enum class System {
   kMegaTrain,      // every rank streams full weights from one host copy; gradients accumulated on the
                    // host under a global lock; one optimizer step after backward
   kFsdp2,          // GPU-resident FSDP2: sharded params/grads/optimizer on GPU, no host traffic
+  kZero3Offload,   // DeepSpeed ZeRO-3, parameters and optimizer offloaded to the host: each rank's bf16
+                   // partition fetched per layer and all-gathered (forward and backward), gradients
+                   // reduce-scattered and copied to the partition's host owner, CPU Adam after backward
+  kFsdpOffload,    // FSDP full shard with CPUOffload(offload_params=True): each rank's fp32 shard copied
+                   // to the GPU per layer, cast and all-gathered; fp32 gradient shards back to the host;
+                   // torch's CPU AdamW over each rank's shard after backward
 };
 
 const char* system_name(System s);

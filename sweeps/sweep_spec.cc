@@ -149,14 +149,7 @@ std::string format_number(double x) {
   return s;
 }
 
-// A preset name or a path: relative paths are resolved against the spec's folder.
-std::string resolve_in_spec_dir(const std::string& name, bool is_preset, const std::string& spec_dir) {
-  if (is_preset) return name;
-  std::filesystem::path p(name);
-  if (p.is_relative() && !spec_dir.empty() && std::filesystem::exists(std::filesystem::path(spec_dir) / p))
-    return (std::filesystem::path(spec_dir) / p).string();
-  return name;
-}
+}  // namespace
 
 std::vector<HardwareVariant> read_hardware_entry(const YamlReader& h, const std::string& spec_dir) {
   const std::string base = h.text("preset");
@@ -221,6 +214,8 @@ std::vector<HardwareVariant> read_hardware_entry(const YamlReader& h, const std:
   h.done();
   return out;
 }
+
+namespace {
 
 template <typename T>
 void reject_duplicates(const std::vector<T>& v, const std::string& where) {
@@ -341,6 +336,14 @@ PaperClaim read_claim(const YamlReader& c) {
 }
 
 }  // namespace
+
+std::string resolve_in_spec_dir(const std::string& name, bool is_preset, const std::string& spec_dir) {
+  if (is_preset) return name;
+  std::filesystem::path p(name);
+  if (p.is_relative() && !spec_dir.empty() && std::filesystem::exists(std::filesystem::path(spec_dir) / p))
+    return (std::filesystem::path(spec_dir) / p).string();
+  return name;
+}
 
 std::vector<std::string> analysis_names() {
   return {kAnalysisThroughput, kAnalysisSpeedups, kAnalysisBottlenecks, kAnalysisLongestSequence,

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/hash.h"
+#include "common/yaml_reader.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
 #include "model/system.h"
@@ -102,6 +103,13 @@ std::vector<SweepPoint> expand_points(const SweepSpec& spec);
 
 // A hardware preset (or file) with overrides: `overrides` is a YAML map merged leaf by leaf onto the
 // preset's YAML; each key must exist in the preset. `where` names the spec key in errors.
+// One machine entry of a spec (preset or profile, optional overrides, label, optional `vary`): the
+// variants it names. Reused by the validation corpus's machines.
+std::vector<HardwareVariant> read_hardware_entry(const YamlReader& h, const std::string& spec_dir);
+
+// A preset name or a path: relative paths are resolved against the spec's folder.
+std::string resolve_in_spec_dir(const std::string& name, bool is_preset, const std::string& spec_dir);
+
 HardwareVariant make_hardware_variant(const std::string& base, const std::string& overrides_yaml,
                                       const std::string& label, const std::string& where);
 

@@ -8,6 +8,8 @@
 
 #include "common/cli_main.h"
 #include "common/error.h"
+#include "common/file_util.h"
+#include "common/output_paths.h"
 #include "model/chrome_trace.h"
 #include "cli/plan_flags.h"
 #include "model/hardware.h"
@@ -49,6 +51,9 @@ int predict_main(int argc, char** argv) {
   }
 
   PlanFile pf = flags.resolve();
+  check_output_file_target({"--trace", trace});
+  refuse_output_over_inputs({"--trace", trace}, {{"--plan", flags.plan_file}, {"--model", path_exists(pf.model) ? pf.model : ""},
+                                                 {"--hardware", path_exists(pf.hardware) ? pf.hardware : ""}});
   if (pf.model.empty()) throw InputError("--model", "required (or a plan file with a model key)");
   if (pf.hardware.empty()) throw InputError("--hardware", "required (or a plan file with a hardware key)");
   if (pf.seq_len <= 0) throw InputError("--seq", "required (or a plan file with seq_len)");

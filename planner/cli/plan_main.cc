@@ -11,6 +11,7 @@
 #include "common/cli_main.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/output_paths.h"
 #include "common/units.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
@@ -124,6 +125,11 @@ int plan_main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
   }
 
+  // Outputs are checked before the search (a refined search runs for minutes): never onto an input.
+  check_output_file_target({"--out", out});
+  refuse_output_over_inputs({"--out", out}, {{"--hardware", is_folder(hardware) || path_exists(hardware) ? hardware : ""},
+                                             {"--model", path_exists(model) ? model : ""}, {"--data", data}});
+  if (!db.empty() && refine > 0) check_output_file_target({"--db", db});
   if (nodes > 1 && refine > 0)
     throw InputError("--refine", "measures plans on this machine, which runs one node; drop --nodes or --refine");
   SearchSpec spec;

@@ -12,6 +12,7 @@
 #include "common/cli_main.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/output_paths.h"
 #include "common/units.h"
 #include "executor/node_link.h"
 #include "executor/node_state.h"
@@ -115,6 +116,10 @@ int profile_main(int argc, char** argv) {
     return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
   }
   if (quick && smoke) throw InputError("--quick/--smoke", "choose one");
+  // Written after minutes of measuring: checked first.
+  check_output_file_target({"--out", out});
+  if (!no_db) check_output_file_target({"--db", db});
+  refuse_overlapping_outputs({{"--out", out}, {"--db", no_db ? "" : db}});
 
   profiler::ProfileOptions o;
   o.scale = smoke   ? profiler::ProfileScale::kSmoke

@@ -13,6 +13,7 @@ namespace slidedp {
 void add_fidelity_command(CLI::App& app, int argc, char** argv);
 void add_run_command(CLI::App& app, int argc, char** argv);
 void add_measured_command(CLI::App& app, int argc, char** argv);
+void add_validation_command(CLI::App& app, int argc, char** argv);
 int last_command_status();
 void set_command_status(int status);
 

@@ -3,6 +3,7 @@
 //              with the model's predictions (issue 10)
 //   run        evaluate a sweep spec (hardware x models x sequence lengths x batches x systems)
 //   measured   run a spec's points paced on the executor, each with its system's data movement
+//   validation predict a corpus of published measured runs and report the model's error
 #include <CLI/CLI.hpp>
 
 #include "common/cli_main.h"
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
     slidedp::add_fidelity_command(app, argc, argv);
     slidedp::add_run_command(app, argc, argv);
     slidedp::add_measured_command(app, argc, argv);
+    slidedp::add_validation_command(app, argc, argv);
     try {
       app.parse(argc, argv);
     } catch (const CLI::ParseError& e) {
