@@ -26,7 +26,7 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 constexpr const char* kOwnerFile = "run.json";
-constexpr const char* kLockFile = ".lock";
+constexpr const char* kLockFile = "run.lock";
 
 std::string new_run_id() {
   std::random_device rd;
@@ -44,7 +44,7 @@ void write_owner(const std::string& root, const CheckpointRootOwner& o) {
   write_file_atomic((fs::path(root) / kOwnerFile).string(), j.dump(2) + "\n");
 }
 
-// Holds <root>/.lock for the lease's life; the holder's pid is written into it for the message of a
+// Holds <root>/run.lock for the lease's life; the holder's pid is written into it for the message of a
 // process that finds it held.
 int lock_root(const std::string& root, const std::string& flag) {
   const std::string path = (fs::path(root) / kLockFile).string();

@@ -1,5 +1,5 @@
 // A checkpoint root belongs to one run. <root>/run.json names the run (a random id, when and for
-// which model it began, what it resumed from), and <root>/.lock is held with flock() by the process
+// which model it began, what it resumed from), and <root>/run.lock is held with flock() by the process
 // writing into the root for as long as it runs. So two live runs never share a root, a fresh run never
 // rotates an older run's step-* folders together with its own, and `--resume ROOT` continues the run
 // the root names. Roots written before run.json existed are adopted by the first run that resumes

@@ -181,6 +181,7 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
   hw.gpu.attention_efficiency = g.number_or("attention_efficiency", 0.45, 1e-6, 1.0, "fraction of peak");
   hw.gpu.hbm_gbps = g.number_or("hbm_gbps", 1000.0, 1e-3, kMaxGbps, "GB/s");
   hw.gpu.kernel_overhead_s = g.number_or("kernel_overhead_s", 0.0, 0.0, 10.0, "seconds");
+  hw.gpu.fused_attention = g.boolean_or("fused_attention", true);
   hw.gpu.emulated_on_host = g.boolean_or("emulated_on_host", false);
   hw.gpu.host_threads_per_device = static_cast<int>(g.integer_or("host_threads_per_device", 1, 1, 1024));
   const bool runtime_given = g.has("runtime_bytes"), collective_given = g.has("collective_bytes");
@@ -291,6 +292,7 @@ std::string hardware_to_yaml(const Hardware& hw) {
   e << YAML::Key << "attention_efficiency" << YAML::Value << hw.gpu.attention_efficiency;
   e << YAML::Key << "hbm_gbps" << YAML::Value << hw.gpu.hbm_gbps;
   e << YAML::Key << "kernel_overhead_s" << YAML::Value << hw.gpu.kernel_overhead_s;
+  if (!hw.gpu.fused_attention) e << YAML::Key << "fused_attention" << YAML::Value << false;
   e << YAML::Key << "emulated_on_host" << YAML::Value << hw.gpu.emulated_on_host;
   e << YAML::Key << "host_threads_per_device" << YAML::Value << hw.gpu.host_threads_per_device;
   e << YAML::Key << "runtime_bytes" << YAML::Value << hw.gpu.runtime_bytes;

@@ -22,6 +22,10 @@ struct GpuSpec {
   double attention_efficiency = 0.45;
   double hbm_gbps = 0;             // device memory bandwidth (elementwise work)
   double kernel_overhead_s = 0;    // fixed time per unit pass (launches, small kernels)
+  // Attention as one fused kernel (FlashAttention, sm_80 and later): the T x T scores never leave the
+  // chip. false (V100 and the frameworks of its era): the scores are written, soft-maxed and dropped
+  // out through device memory, which the elementwise term charges.
+  bool fused_attention = true;
   // CPU backend: "devices" are threads of this host. Their compute then occupies host cores and their
   // copies are memcpy through host memory, so the model charges those shared resources as well.
   bool emulated_on_host = false;

@@ -231,9 +231,11 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
   double working_set = std::max(layer_ws, head_ws);
   double act_recompute_used = act_recompute;
   if (system == System::kMegaTrain) {
-    // MegaTrain checkpoints every K = 4th layer input and recomputes blocks of 4 layers at once.
+    // MegaTrain checkpoints every K = 4th layer input and recomputes from there. Its GPU holds one
+    // layer's saved state at a time, not the block's four: its README reports about 40 GB on the GPU
+    // for Qwen2.5-32B at 96 x 1024 tokens (DLYuanGod/MegaTrain README, commits 1123036..2a9f977), where
+    // four layers' saved state alone would take about 60 GB.
     act_recompute_used = std::ceil(L / 4.0) * act.unit_input * tokens;
-    working_set = std::max(4.0 * layer_ws, head_ws);
   }
 
   switch (system) {
@@ -252,9 +254,12 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       gpu("unit slots sized by the largest unit (bf16 params + grads)", D * max_unit * 2.0 * kBf16);
       break;
     case System::kZeroOffload:
+      // With the optimizer on the CPU the reduced gradients leave for the host bucket by bucket: the GPU
+      // holds the bucket being reduced (DeepSpeed's reduce_bucket_size, 5e8 elements by default), not
+      // the partition; the ZeRO-Offload paper trains 13B on one 32 GB V100, whose 26 GB of fp16
+      // parameters would leave no room for a 26 GB gradient partition.
       gpu("resident bf16 parameters", P * kBf16);
-      gpu("gradient partition (bf16)", P * kBf16 / N);
-      gpu("reduce-scatter buckets", 2.0 * 25e6 * kBf16);
+      gpu("gradient bucket being reduced and offloaded (bf16)", std::min(P / N, 5e8) * kBf16);
       gpu("gradient of the unit in backward (fp32)", max_unit * kFp32);
       break;
     case System::kFsdp2:

@@ -85,6 +85,7 @@ SystemTraits system_traits(System system) {
       break;
     case System::kZero3Offload:
       t.update_after_backward = true;
+      t.refetch_for_recompute = true;
       t.grad_shard_bytes = 2.0;  // the reduced bf16 partition, widened to fp32 on the host
       t.cpu_optimizer = CpuOptimizer::kDeepSpeed;
       t.update_on_all_cores = true;
@@ -207,6 +208,17 @@ UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitK
       const double act = decoder_activation_bytes_per_token(w.model, layer).saved_keep * tokens;
       elementwise_fwd = 2.0 * act / hbm;
       elementwise_bwd = 4.0 * act / hbm;
+      if (!hw.gpu.fused_attention) {
+        // Unfused attention: per query, heads x keys 16-bit scores written by QK^T, read and written by
+        // the (fused) masked softmax and by the dropout: five passes of 2 bytes forward (Megatron-LM's
+        // GPT-2 path); backward reads and writes them about twice as often.
+        const LayerShape s = w.model.layer(layer);
+        const double keys = s.window > 0 ? std::min<double>(static_cast<double>(s.window), static_cast<double>(w.seq_len))
+                                         : static_cast<double>(w.seq_len);
+        const double scores = tokens * static_cast<double>(s.num_heads) * keys * 10.0;
+        elementwise_fwd += scores / hbm;
+        elementwise_bwd += 2.0 * scores / hbm;
+      }
       break;
     }
     case UnitKind::kHead:
@@ -362,6 +374,10 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     const double bytes = moved * kBf16;
     const double fetch = sw.traits.param_fetch_bytes / kBf16;
     Delivery d = deliver(bytes, fetch);
+    if (sw.traits.refetch_for_recompute && u.policy == ActivationPolicy::kRecompute) {
+      // Three fetches where the pipeline models two deliveries (forward, backward): each carries 1.5.
+      for (double* v : {&d.h2d, &d.allgather, &d.d2h, &d.host_mem}) *v *= 1.5;
+    }
     u.deliver_h2d_bytes = d.h2d;
     u.deliver_allgather_bytes = d.allgather;
     u.deliver_d2h_bytes = d.d2h;

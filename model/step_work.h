@@ -71,6 +71,10 @@ struct SystemTraits {
   double param_fetch_bytes = 2.0;
   CpuOptimizer cpu_optimizer = CpuOptimizer::kSlideDP;  // whose optimizer runs on the host
   bool update_on_all_cores = false;  // every rank's process updates its partition: all cores together
+  // DeepSpeed ZeRO-3 gathers a module's parameters in its forward hook and releases them after; a
+  // checkpointed layer's recompute is a forward, so its parameters come three times a step (forward,
+  // recompute, backward) where a kept layer's come twice.
+  bool refetch_for_recompute = false;
 };
 
 // Work of one unit. GPU seconds and link bytes are per rank per micro-step; CPU and host-memory work

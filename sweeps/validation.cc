@@ -88,6 +88,9 @@ ValidationPoint read_point_fields(const YamlReader& r, const std::string& spec_d
   p.measured = read_measured(r.map("measured"));
   p.assumed = r.text_or("assumed", "");
   p.use = r.text("use", {"core", "supplementary"});
+  p.calibration = r.boolean_or("calibration", false);
+  if (p.calibration && p.system != System::kFsdp2)
+    throw InputError(r.where("calibration"), "only a GPU-resident run (fsdp2) sets its GPU's compute rate");
   r.done();
   return p;
 }
@@ -188,41 +191,98 @@ Plan validation_plan(const ValidationPoint& p) {
   return plan;
 }
 
+namespace {
+
+// The machine a point runs on, with its GPU's calibrated compute rate.
+Hardware calibrated(Hardware hw, const std::map<std::string, double>& scale) {
+  const auto it = scale.find(hw.gpu.model);
+  if (it == scale.end()) return hw;
+  hw.gpu.matmul_efficiency = std::min(1.0, hw.gpu.matmul_efficiency * it->second);
+  hw.gpu.attention_efficiency = std::min(1.0, hw.gpu.attention_efficiency * it->second);
+  return hw;
+}
+
+ValidationRow predict_point(const ValidationPoint& p, const Hardware& hw) {
+  ValidationRow row;
+  row.point = &p;
+  row.measured_tokens_per_s = measured_tokens_per_s(p);
+  const double tokens_per_step = static_cast<double>(p.ranks) * p.micro_batch * p.accum * static_cast<double>(p.seq_len);
+  row.measured_step_s = tokens_per_step / row.measured_tokens_per_s;
+  try {
+    const Prediction pr = predict_analytical(make_workload(p.card, p.seq_len), hw, validation_plan(p), p.system);
+    row.feasible = pr.feasible;
+    if (!pr.feasible) row.infeasible_reason = pr.infeasible_reasons.empty() ? "infeasible" : pr.infeasible_reasons.front();
+    row.predicted_step_s = pr.step_time_s;
+    row.predicted_tokens_per_s = pr.tokens_per_s;
+    row.bottleneck = pr.bottleneck;
+  } catch (const InputError& e) {
+    throw InputError(p.where, fmt::format("point {} cannot be predicted: {}", p.id, e.what()));
+  }
+  if (row.feasible) row.error = row.predicted_tokens_per_s / row.measured_tokens_per_s - 1.0;
+  return row;
+}
+
+}  // namespace
+
 ValidationResult run_validation(const ValidationCorpus& corpus) {
   ValidationResult res;
   res.corpus = corpus;
   std::map<std::string, const HardwareVariant*> machine;
   for (const HardwareVariant& v : res.corpus.machines) machine[v.label] = &v;
-  for (const ValidationPoint& p : res.corpus.points) {
-    ValidationRow row;
-    row.point = &p;
-    row.measured_tokens_per_s = measured_tokens_per_s(p);
-    const double tokens_per_step = static_cast<double>(p.ranks) * p.micro_batch * p.accum * static_cast<double>(p.seq_len);
-    row.measured_step_s = tokens_per_step / row.measured_tokens_per_s;
-    try {
-      const Prediction pr = predict_analytical(make_workload(p.card, p.seq_len), machine.at(p.machine)->hw,
-                                               validation_plan(p), p.system);
-      row.feasible = pr.feasible;
-      if (!pr.feasible) row.infeasible_reason = pr.infeasible_reasons.empty() ? "infeasible" : pr.infeasible_reasons.front();
-      row.predicted_step_s = pr.step_time_s;
-      row.predicted_tokens_per_s = pr.tokens_per_s;
-      row.bottleneck = pr.bottleneck;
-    } catch (const InputError& e) {
-      throw InputError(p.where, fmt::format("point {} cannot be predicted: {}", p.id, e.what()));
-    }
-    if (row.feasible) row.error = row.predicted_tokens_per_s / row.measured_tokens_per_s - 1.0;
-    res.rows.push_back(row);
-  }
 
-  std::vector<const ValidationRow*> all, core;
+  // Each GPU model's training compute rate from its GPU-resident runs: the presets' efficiencies come
+  // from kernel benchmarks, and a training step reaches less of the peak (normalisations, activation
+  // functions, small GEMMs, attention's backward, launch gaps). The factor is refined until the
+  // calibration runs' mean log error is 0 (their steps are not all compute); every other run of that
+  // GPU is then predicted with it.
+  std::map<std::string, double> scale;
+  std::map<std::string, std::vector<const ValidationPoint*>> calibration_runs;
+  for (const ValidationPoint& p : res.corpus.points)
+    if (p.calibration) calibration_runs[machine.at(p.machine)->hw.gpu.model].push_back(&p);
+  for (int iteration = 0; iteration < 8; ++iteration)
+    for (const auto& [gpu, points] : calibration_runs) {
+      double log_sum = 0;
+      for (const ValidationPoint* p : points) {
+        const ValidationRow row = predict_point(*p, calibrated(machine.at(p->machine)->hw, scale));
+        log_sum += std::log(row.measured_tokens_per_s / row.predicted_tokens_per_s);
+      }
+      const double s = scale.count(gpu) ? scale.at(gpu) : 1.0;
+      scale[gpu] = s * std::exp(log_sum / static_cast<double>(points.size()));
+    }
+  for (const auto& [gpu, points] : calibration_runs) {
+    ComputeCalibration c{gpu, scale.at(gpu), {}};
+    for (const ValidationPoint* p : points) c.from.push_back(p->id);
+    res.calibrations.push_back(c);
+  }
+  // A GPU without a GPU-resident run takes the geometric mean of the others' factors: the gap between
+  // kernel benchmarks and training is of the same kind on every GPU measured.
+  if (!scale.empty()) {
+    double log_sum = 0;
+    for (const auto& [gpu, s] : scale) log_sum += std::log(s);
+    const double mean_scale = std::exp(log_sum / static_cast<double>(scale.size()));
+    std::set<std::string> others;
+    for (const HardwareVariant& v : res.corpus.machines)
+      if (!scale.count(v.hw.gpu.model)) others.insert(v.hw.gpu.model);
+    for (const std::string& gpu : others) {
+      scale[gpu] = mean_scale;
+      res.calibrations.push_back({gpu, mean_scale, {"the others' geometric mean"}});
+    }
+  }
+  for (const ValidationPoint& p : res.corpus.points)
+    res.rows.push_back(predict_point(p, calibrated(machine.at(p.machine)->hw, scale)));
+
+  std::vector<const ValidationRow*> all, core, calibration, held_out;
   std::map<std::string, std::vector<const ValidationRow*>> per_system;
   for (const ValidationRow& r : res.rows) {
     all.push_back(&r);
-    if (r.point->use == "core") core.push_back(&r);
-    per_system[system_name(r.point->system)].push_back(&r);
+    (r.point->calibration ? calibration : held_out).push_back(&r);
+    if (r.point->use == "core" && !r.point->calibration) core.push_back(&r);
+    if (!r.point->calibration) per_system[system_name(r.point->system)].push_back(&r);
   }
   res.all = summarize(all);
   res.core = summarize(core);
+  res.calibration = summarize(calibration);
+  res.held_out = summarize(held_out);
   for (const auto& [name, rows] : per_system) res.by_system.emplace_back(name, summarize(rows));
 
   // Rankings: points of one machine and workload by more than one system.
@@ -307,10 +367,19 @@ std::vector<std::string> write_validation_report(const ValidationResult& r, cons
   };
   md += "## Error\n\nError = predicted tokens/s / measured - 1 (positive: the model is optimistic). A point the "
         "model calls infeasible did run: it is counted apart, not in the means.\n\n";
-  md += "| points | n | called infeasible | mean abs | median abs | worst abs | mean signed |\n|---|---|---|---|---|---|---|\n";
+  md += "## Each GPU's training compute rate\n\nThe presets' matmul and attention efficiencies come from kernel "
+        "benchmarks. The GPU-resident runs marked `calibration` set, per GPU model, the factor on them that a "
+        "training step reaches; every other run of that GPU is predicted with it, and the error below is on "
+        "those held-out runs. A GPU without a calibration run keeps its preset's figures.\n\n";
+  md += "| GPU | factor on the preset's efficiencies | from |\n|---|---|---|\n";
+  for (const ComputeCalibration& c : r.calibrations)
+    md += fmt::format("| {} | {:.3f} | {} |\n", c.gpu_model, c.scale, fmt::join(c.from, ", "));
+  md += "\n| points | n | called infeasible | mean abs | median abs | worst abs | mean signed |\n|---|---|---|---|---|---|---|\n";
+  md += summary_line("held out (all but calibration)", r.held_out);
+  md += summary_line("held out, core", r.core);
+  for (const auto& [name, s] : r.by_system) md += summary_line(("held out, " + name).c_str(), s);
+  md += summary_line("calibration runs", r.calibration);
   md += summary_line("all", r.all);
-  md += summary_line("core", r.core);
-  for (const auto& [name, s] : r.by_system) md += summary_line(name.c_str(), s);
   md += "\n![predicted vs measured](predicted_vs_measured.svg)\n\n";
   md += "## Rankings of systems on one machine and workload\n\n";
   if (r.rankings.empty()) md += "No machine and workload has measurements of two systems.\n\n";
@@ -323,7 +392,7 @@ std::vector<std::string> write_validation_report(const ValidationResult& r, cons
           {"", "", "", "", "", "", "", "tokens/s", "tokens/s", "%", ""});
   for (const ValidationRow& row : r.rows) {
     const ValidationPoint& p = *row.point;
-    t.add_row({p.id, p.use, p.machine, system_name(p.system), p.card.name, std::to_string(p.seq_len),
+    t.add_row({p.id, p.calibration ? "calibration" : p.use, p.machine, system_name(p.system), p.card.name, std::to_string(p.seq_len),
                fmt::format("{} x {} x {}", p.ranks, p.micro_batch, p.accum), fmt::format("{:.0f}", row.measured_tokens_per_s),
                row.feasible ? fmt::format("{:.0f}", row.predicted_tokens_per_s) : "infeasible",
                row.feasible ? fmt::format("{:+.1f}", 100 * row.error) : "-", row.feasible ? row.bottleneck : row.infeasible_reason});
@@ -344,7 +413,12 @@ std::vector<std::string> write_validation_report(const ValidationResult& r, cons
                           {"median_abs_error", s.median_abs_error}, {"worst_abs_error", s.worst_abs_error},
                           {"worst_id", s.worst_id},       {"mean_signed_error", s.mean_signed_error}};
   };
-  nlohmann::json j = {{"stamp", stamp}, {"all", summary(r.all)}, {"core", summary(r.core)}};
+  nlohmann::json j = {{"stamp", stamp},
+                      {"all", summary(r.all)},
+                      {"held_out", summary(r.held_out)},
+                      {"core", summary(r.core)},
+                      {"calibration", summary(r.calibration)}};
+  for (const ComputeCalibration& c : r.calibrations) j["compute_calibration"][c.gpu_model] = c.scale;
   for (const auto& [name, s] : r.by_system) j["by_system"][name] = summary(s);
   int wrong = 0;
   for (const RankingGroup& g : r.rankings) wrong += g.right ? 0 : 1;

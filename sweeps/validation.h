@@ -24,6 +24,8 @@ struct MeasuredFigure {
 
 struct ValidationPoint {
   std::string id, source, reading, assumed, use;  // reading: exact | plot | derived; use: core | supplementary
+  // A GPU-resident run that sets its GPU's training compute rate (below); reported apart from the rest.
+  bool calibration = false;
   double reading_tolerance = 0;
   std::string machine;  // a label of ValidationCorpus::machines
   System system = System::kSlideDP;
@@ -83,8 +85,18 @@ struct ValidationSummary {
   double mean_signed_error = 0;  // > 0: optimistic on average
 };
 
+// What the calibration runs say of one GPU model: the factor on the preset's matmul and attention
+// efficiencies (measured from kernel benchmarks) that makes its GPU-resident runs' mean log error 0.
+struct ComputeCalibration {
+  std::string gpu_model;
+  double scale = 1;
+  std::vector<std::string> from;  // the points' ids
+};
+
 struct ValidationResult {
   ValidationCorpus corpus;
+  std::vector<ComputeCalibration> calibrations;
+  ValidationSummary calibration, held_out;  // the calibration runs; every other run
   std::vector<ValidationRow> rows;
   std::vector<RankingGroup> rankings;
   ValidationSummary all, core;
