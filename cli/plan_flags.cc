@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "common/cli_checks.h"
 #include "common/error.h"
 #include "common/units.h"
 
@@ -15,15 +16,15 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
   if (with_workload) {
     app.add_option("--model", model, "Model preset name (e.g. qwen3-14b), card YAML, config.json or HF model folder");
     app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x4) or profile YAML from slidedp-profile");
-    app.add_option("--seq", seq_len, "Sequence length in tokens")->check(CLI::PositiveNumber);
+    app.add_option("--seq", seq_len, "Sequence length in tokens")->check(integer_in(1, int64_t{1} << 24));
   }
   app.add_option("--nodes", nodes, "Nodes, each a host like the hardware profile's (slidedp-run: one process per node, launched by mpirun -np NODES)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--host-state", host_state, "Host state across nodes: replicated | sharded (1/nodes of the fp32 state per node)")
       ->check(CLI::IsMember({"replicated", "sharded"}));
-  app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")->check(CLI::PositiveNumber);
-  app.add_option("--micro-batch", micro_batch, "Sequences per rank per micro-step")->check(CLI::PositiveNumber);
-  app.add_option("--accum", accum_steps, "Micro-steps (gradient accumulation) per optimizer step")->check(CLI::PositiveNumber);
+  app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")->check(integer_in(1, 4096));
+  app.add_option("--micro-batch", micro_batch, "Sequences per rank per micro-step")->check(integer_in(1, 1 << 20));
+  app.add_option("--accum", accum_steps, "Micro-steps (gradient accumulation) per optimizer step")->check(integer_in(1, 1 << 20));
   app.add_option("--param-route", param_route, "Parameter delivery: replicated | sharded")
       ->check(CLI::IsMember({"replicated", "sharded"}));
   app.add_option("--grad-route", grad_route, "Gradient reduction: cpu | gpu")->check(CLI::IsMember({"cpu", "gpu"}));
@@ -32,12 +33,12 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
   app.add_option("--activation", activation,
                  "Activation policy counts over decoder layers in order, e.g. offload:4,recompute:rest "
                  "or offload:2,recompute:10,keep:rest");
-  app.add_option("--depth", depth, "GPU parameter buffer depth (slots per rank)")->check(CLI::PositiveNumber);
+  app.add_option("--depth", depth, "GPU parameter buffer depth (slots per rank)")->check(integer_in(1, kMaxBufferDepth));
   app.add_option("--update-threads", update_threads, "CPU threads for reduction + AdamW (0 = all free cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in(0, 1024));
   app.add_option("--mlp-token-tile", mlp_token_tile,
                  "Token rows per MLP tile of every decoder layer (0 = the whole micro-batch at once)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in(0, int64_t{1} << 30));
   app.add_option("--gpu-mem-budget", gpu_mem_budget,
                  "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus the plan's reserve (512 MiB; the CUDA context and NCCL buffers are charged from the hardware profile)");
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
@@ -22,6 +23,20 @@ CLI::Validator finite_in(double lo, double hi, const std::string& unit, bool hi_
         return "";
       },
       in_help);
+}
+
+CLI::Validator integer_in(long long lo, long long hi, const std::string& unit) {
+  const std::string range = fmt::format("a whole number from {} to {}{}", lo, hi, unit.empty() ? "" : " " + unit);
+  return CLI::Validator(
+      [=](std::string& text) -> std::string {
+        errno = 0;
+        char* end = nullptr;
+        const long long v = std::strtoll(text.c_str(), &end, 10);
+        if (end == text.c_str() || *end != '\0' || errno == ERANGE || v < lo || v > hi)
+          return fmt::format("must be {} (got {})", range, text);
+        return "";
+      },
+      fmt::format("{}..{}", lo, hi));
 }
 
 }  // namespace slidedp

@@ -12,4 +12,8 @@ namespace slidedp {
 // A finite number in [lo, hi] ([lo, hi) when `hi_open`), `unit` appended to the message ("seconds").
 CLI::Validator finite_in(double lo, double hi, const std::string& unit = "", bool hi_open = false);
 
+// A whole number in [lo, hi], written without a fraction or an exponent; a number beyond the range of a
+// 64-bit integer is refused rather than clamped.
+CLI::Validator integer_in(long long lo, long long hi, const std::string& unit = "");
+
 }  // namespace slidedp

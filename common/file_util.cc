@@ -2,15 +2,19 @@
 #include "common/file_util.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <vector>
 
 #include "common/error.h"
+#include "common/hash.h"
 
 namespace slidedp {
 
@@ -37,6 +41,51 @@ std::string read_text_file(const std::string& path) {
   ss << in.rdbuf();
   if (in.bad()) throw IoError(path, "read failed");
   return ss.str();
+}
+
+namespace {
+
+void fingerprint_into(const std::filesystem::path& p, const std::string& name, std::string& out) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(p, ec)) {
+    std::vector<fs::path> entries;
+    for (const auto& e : fs::directory_iterator(p, ec)) entries.push_back(e.path());
+    if (ec) throw IoError(p.string(), "cannot list folder: " + ec.message());
+    std::sort(entries.begin(), entries.end());
+    out += name + "/{";
+    for (const fs::path& e : entries) fingerprint_into(e, e.filename().string(), out);
+    out += "}";
+    return;
+  }
+  const uintmax_t size = fs::file_size(p, ec);
+  if (ec) throw IoError(p.string(), "cannot read: " + ec.message());
+  std::ifstream in(p, std::ios::binary);
+  if (!in) throw IoError(p.string(), "cannot open for reading");
+  // The whole file up to 3 MiB, else its first, middle and last MiB.
+  constexpr uintmax_t kSample = uintmax_t{1} << 20;
+  std::string sample;
+  auto read_at = [&](uintmax_t at, uintmax_t n) {
+    std::string buf(static_cast<std::size_t>(n), '\0');
+    in.seekg(static_cast<std::streamoff>(at));
+    in.read(buf.data(), static_cast<std::streamsize>(n));
+    if (!in) throw IoError(p.string(), "read failed");
+    sample += buf;
+  };
+  if (size <= 3 * kSample) {
+    read_at(0, size);
+  } else {
+    for (uintmax_t at : {uintmax_t{0}, size / 2, size - kSample}) read_at(at, kSample);
+  }
+  out += fmt::format("{}:{}:{:016x};", name, size, fnv1a(sample));
+}
+
+}  // namespace
+
+std::string content_fingerprint(const std::string& path) {
+  std::string out;
+  fingerprint_into(path, std::filesystem::path(path).filename().string(), out);
+  return fmt::format("{:016x} ({} bytes of listing)", fnv1a(out), out.size());
 }
 
 void fsync_path(const std::string& path) {

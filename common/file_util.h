@@ -19,6 +19,12 @@ std::string read_text_file(const std::string& path);
 // Throws IoError naming the path when any step fails; the temporary file is removed.
 void write_file_atomic(const std::string& path, std::string_view content);
 
+// What tells two copies of a file or folder apart without reading all of a model's gigabytes: every
+// file's name and size and the FNV-1a of its first, middle and last MiB (a whole file up to 3 MiB),
+// folders recursively in name order. For checking that processes on several hosts read the same
+// inputs. Throws IoError naming the path when it cannot be read.
+std::string content_fingerprint(const std::string& path);
+
 // fsync a file or folder by path (throws IoError).
 void fsync_path(const std::string& path);
 

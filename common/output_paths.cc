@@ -62,6 +62,18 @@ fs::path nearest_existing(const fs::path& p) {
   return q.empty() ? fs::path(".") : q;
 }
 
+// Temporary names beside an output add up to about 40 characters (".NAME.tmp.PID", ".tmp-NAME-PID-N"):
+// a longer name would fail only when the output is written, after the work.
+constexpr std::size_t kMaxOutputNameChars = 200;
+
+void check_name_length(const NamedPath& output, const fs::path& target) {
+  const std::string name = target.filename().string();
+  if (name.size() > kMaxOutputNameChars)
+    throw InputError(output.flag, fmt::format("the name '{}...' has {} characters; at most {} (its temporary file "
+                                              "needs the rest of the file system's 255)",
+                                              name.substr(0, 40), name.size(), kMaxOutputNameChars));
+}
+
 void check_writable_parent(const NamedPath& output, const fs::path& target) {
   const fs::path base = nearest_existing(target.parent_path());
   std::error_code ec;
@@ -111,6 +123,7 @@ void check_output_file_target(const NamedPath& output) {
   std::error_code ec;
   if (fs::is_directory(target, ec))
     throw InputError(output.flag, fmt::format("'{}' is a folder; give a file path", output.path));
+  check_name_length(output, target);
   check_writable_parent(output, target);
 }
 
@@ -120,7 +133,26 @@ void check_output_folder_target(const NamedPath& output) {
   std::error_code ec;
   if (fs::exists(target, ec) && !fs::is_directory(target, ec))
     throw InputError(output.flag, fmt::format("'{}' exists and is not a folder", output.path));
+  check_name_length(output, target);
+  if (fs::is_directory(target, ec) && ::access(target.c_str(), W_OK | X_OK) != 0)
+    throw IoError(output.path, fmt::format("{}: the folder is not writable", output.flag));
   check_writable_parent(output, target);
+}
+
+void refuse_output_in_checkpoints(const NamedPath& output, bool itself_too) {
+  if (output.path.empty()) return;
+  const fs::path target = resolved(output.path);
+  std::error_code ec;
+  for (fs::path p = itself_too ? target : target.parent_path(); !p.empty(); p = p.parent_path()) {
+    // (the names io/checkpoint.h and io/checkpoint_root.h write)
+    const bool checkpoint = fs::exists(p / "trainer_state.json", ec), root = fs::exists(p / "run.json", ec);
+    if (checkpoint || root)
+      throw InputError(output.flag, fmt::format("'{}' {} the {} '{}': another run's checkpoints would lose it or it "
+                                                "would lose them; choose a path outside",
+                                                output.path, p == target ? "is" : "lies inside",
+                                                checkpoint ? "checkpoint" : "checkpoint root", p.string()));
+    if (p == p.parent_path()) break;
+  }
 }
 
 }  // namespace slidedp

@@ -36,8 +36,14 @@ void refuse_overlapping_outputs(const std::vector<NamedPath>& outputs);
 // so a run fails before its first step instead of after all its work.
 void check_output_file_target(const NamedPath& output);
 
-// An output folder the command will create or fill: it must not be an existing non-folder, and its
-// parent must be writable. Throws InputError / IoError naming the flag.
+// An output folder the command will create or fill: it must not be an existing non-folder, it (or,
+// when new, its parent) must be writable. Throws InputError / IoError naming the flag.
 void check_output_folder_target(const NamedPath& output);
+
+// An output inside another run's checkpoints would be deleted by that run's rotation or corrupt what
+// it resumes: refused when the path, or a folder above it, is a checkpoint (it holds
+// trainer_state.json) or a checkpoint root (it holds run.json; io/checkpoint_root.h). `itself_too`:
+// also when the path is one (a file output; a checkpoint root's own lease decides for --checkpoint-dir).
+void refuse_output_in_checkpoints(const NamedPath& output, bool itself_too = true);
 
 }  // namespace slidedp

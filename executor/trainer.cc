@@ -94,6 +94,13 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
     throw InputError(o.dataset.name(), fmt::format("token vocabulary {} exceeds the model's vocab_size {}",
                                                    o.dataset.vocab_size(), o.card.vocab_size));
   if (o.steps < 0) throw InputError("steps", "must be non-negative");
+  // The injected NaN lands in a decoder layer's backward (the head's fused pass and the embedding's
+  // scatter do not take it): anything else would inject nothing and pass for a clean run.
+  if (o.inject_nan_step >= 0 && (o.inject_nan_unit < 1 || o.inject_nan_unit > L))
+    throw InputError("--test-inject-nan", fmt::format("UNIT {} is not a decoder unit (1 to {})", o.inject_nan_unit, L));
+  if (o.inject_nan_step >= 0 && o.inject_rank >= o.plan.ranks * std::max(1, o.plan.nodes))
+    throw InputError("--test-inject-nan", fmt::format("RANK {} is not below the run's {} ranks", o.inject_rank,
+                                                      o.plan.ranks * std::max(1, o.plan.nodes)));
   o.lr.validate("lr schedule");
   const OptimizerConfig& opt = o.optimizer;
   for (auto [name, beta] : {std::pair{"beta1", opt.beta1}, std::pair{"beta2", opt.beta2}})

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
@@ -84,6 +86,26 @@ HfModel load_hf_model(const std::string& dir) {
   m.units = zero_unit_buffers(m.layout);
   ThreadPool pool(load_threads());
   read_unit_tensors(src, m.layout, "", m.units, std::nullopt, &pool);
+  // No training step makes a weight NaN or infinite, and one would spread to every step's loss: a
+  // folder holding one is refused, naming the tensor (as the checkpoint reader refuses one).
+  for (std::size_t u = 0; u < m.layout.units.size(); ++u)
+    for (const TensorSpec& t : m.layout.units[u].tensors) {
+      std::atomic<int64_t> bad{-1};
+      const float* v = m.units[u].data() + t.offset;
+      pool.parallel_for_range(0, t.numel, int64_t{1} << 20, [&](int64_t b, int64_t e) {
+        for (int64_t i = b; i < e; ++i)
+          if (!std::isfinite(v[i])) {
+            int64_t none = -1;
+            bad.compare_exchange_strong(none, i);
+            return;
+          }
+      });
+      if (bad >= 0) {
+        const auto ref = src.find(t.name);
+        throw InputError(fmt::format("{}: tensor '{}'", ref ? ref->file->path() : dir, t.name),
+                         fmt::format("element {} is {}: a weight must be finite", bad.load(), v[bad.load()]));
+      }
+    }
 
   if (m.card.tie_word_embeddings) {
     if (auto lm = src.find("lm_head.weight")) {
@@ -184,6 +206,13 @@ void write_hf_model_part(const std::string& tmp_dir, const ModelLayout& layout, 
     }
   SLIDEDP_CHECK(mine.size() == tensors.size(), "write_hf_model_part: more tensors than the part holds");
   if (mine.empty()) return;
+  // A model folder with a NaN or infinite weight would load as garbage everywhere: the save fails
+  // (exit 5) and its temp folder goes, as a checkpoint's does.
+  for (const TensorToWrite& t : mine)
+    for (std::size_t i = 0; i < t.values.size(); ++i)
+      if (!std::isfinite(t.values[i]))
+        throw NumericError(fmt::format("{}: tensor '{}' element {} is {}; the model is not saved", tmp_dir, t.name, i,
+                                       t.values[i]));
   SafetensorsWriteOptions wopt;
   wopt.dtype = dtype;
   write_safetensors((fs::path(tmp_dir) / split.file("model", part)).string(), mine, wopt);

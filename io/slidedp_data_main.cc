@@ -49,6 +49,7 @@ int run_build(const BuildArgs& a) {
   std::vector<NamedPath> inputs;
   for (const auto& in : a.inputs) inputs.push_back({"INPUT", in});
   refuse_output_over_inputs({"--out", a.out}, inputs);
+  refuse_output_in_checkpoints({"--out", a.out});
   std::vector<InputFormat> formats;
   bool any_ids = false;
   for (const auto& in : a.inputs) {

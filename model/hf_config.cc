@@ -175,6 +175,11 @@ RopeScaling rope_scaling_from(const json& r, const std::string& at) {
   RopeScaling s;
   if (type == "default") return s;
   s.type = type;
+  // The keys each type needs, required as transformers' validate_rope requires them.
+  const bool llama3 = type == "llama3";
+  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+    if ((llama3 || std::string(key) == "factor") && (!r.contains(key) || r[key].is_null()))
+      throw InputError(at + "." + key, fmt::format("missing (rope_type {} needs it)", type));
   s.factor = get_number(r, "factor", at, 1.0);
   s.low_freq_factor = get_number(r, "low_freq_factor", at, 1.0);
   s.high_freq_factor = get_number(r, "high_freq_factor", at, 4.0);
@@ -370,6 +375,13 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   if (!j.contains("model_type") || !j["model_type"].is_string())
     throw InputError(origin + ": model_type", "missing or not a string");
   c.model_type = j["model_type"].get<std::string>();
+  // Keys we do not use are still refused when of the wrong type (a file transformers would not load).
+  if (j.contains("architectures") && !j["architectures"].is_null()) {
+    if (!j["architectures"].is_array()) throw InputError(origin + ": architectures", "expected a list of class names");
+    for (const json& a : j["architectures"])
+      if (!a.is_string()) throw InputError(origin + ": architectures", fmt::format("{} is not a class name", a.dump()));
+  }
+  for (const char* key : {"torch_dtype", "dtype"}) get_text(j, key, origin, "");
   const bool gemma4 = c.model_type == "gemma4" || c.model_type == "gemma4_text";
   const bool qwen3_5 = c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_text" ||
                        c.model_type == "qwen3_5_moe_text";
@@ -429,6 +441,12 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   }
   if (get_bool(j, "mlp_bias", origin, false))
     throw InputError(origin + ": mlp_bias", "MLP biases are not supported");
+  // What these families could also state and the units do not do: refused, never trained as SiLU or
+  // without the dropout the file asks for.
+  if (get_text(j, "hidden_act", origin, "silu") != "silu")
+    throw InputError(origin + ": hidden_act", fmt::format("'{}' is not supported (silu)", j["hidden_act"].get<std::string>()));
+  if (get_number(j, "attention_dropout", origin, 0.0) != 0.0)
+    throw InputError(origin + ": attention_dropout", "dropout is not supported; fine-tuning configs state 0.0");
   c.qk_norm = c.model_type == "qwen3";
   if (get_bool(j, "use_sliding_window", origin, false))
     throw InputError(origin + ": use_sliding_window", "sliding-window attention is not supported");

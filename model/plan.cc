@@ -91,7 +91,15 @@ void Plan::validate(int num_layers, const std::string& origin) const {
                                    offload_layers, recompute_layers == kRest ? "rest" : std::to_string(recompute_layers),
                                    keep_layers == kRest ? "rest" : std::to_string(keep_layers), num_layers));
   }
-  if (gpu_buffer_depth < 1) throw InputError(where("gpu_buffer_depth"), "must be at least 1");
+  // Bounds that keep every count a step multiplies in range (a depth of 1e9 allocated slot records
+  // for minutes; an accumulation of 2^31 overflowed the tokens of a step).
+  if (gpu_buffer_depth < 1 || gpu_buffer_depth > kMaxBufferDepth)
+    throw InputError(where("gpu_buffer_depth"), fmt::format("{} is not from 1 to {}", gpu_buffer_depth, kMaxBufferDepth));
+  if (ranks < 1 || ranks > 4096) throw InputError(where("ranks"), fmt::format("{} is not from 1 to 4096", ranks));
+  if (micro_batch < 1 || micro_batch > (1 << 20))
+    throw InputError(where("micro_batch"), fmt::format("{} is not from 1 to {}", micro_batch, 1 << 20));
+  if (accum_steps < 1 || accum_steps > (1 << 20))
+    throw InputError(where("accum_steps"), fmt::format("{} is not from 1 to {}", accum_steps, 1 << 20));
   if (nodes < 1) throw InputError(where("nodes"), "must be at least 1");
   if (chunk_numel < 1 || chunk_numel > (int64_t{1} << 40))
     throw InputError(where("chunk_numel"), "must be in 1..2^40 elements");

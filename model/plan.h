@@ -20,6 +20,9 @@ const char* param_route_name(ParamRoute r);
 const char* host_state_name(HostState s);
 const char* grad_route_name(GradRoute r);
 
+// The deepest parameter buffer a plan may ask for (slots per rank; the planner searches up to 64).
+inline constexpr int kMaxBufferDepth = 1024;
+
 struct Plan {
   // Nodes of the cluster, each a host like the hardware profile's with `ranks` GPUs. With more than
   // one, each node reduces its ranks' gradients, the nodes exchange the reduced fp32 chunks over the

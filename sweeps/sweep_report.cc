@@ -874,6 +874,18 @@ nlohmann::json sweep_summary_json(const SweepResult& res, const std::vector<std:
   return j;
 }
 
+void refuse_foreign_report_folder(const std::string& dir, const std::string& flag) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec) || fs::is_empty(dir, ec)) return;
+  const fs::path readme = fs::path(dir) / "README.md";
+  if (fs::is_regular_file(readme, ec) && read_text_file(readme.string()).substr(0, 4096).find("slidedp-sweep") != std::string::npos)
+    return;
+  throw InputError(flag, fmt::format("'{}' holds files that are not a slidedp-sweep report; the report would replace "
+                                     "its README.md and points.csv: give a new or empty folder",
+                                     dir));
+}
+
 std::string file_name_slug(const std::string& s) {
   std::string o;
   for (char c : s) {

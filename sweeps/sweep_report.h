@@ -20,6 +20,11 @@ struct SweepFile {
 // The stamp every file carries (one line): command, spec file and hash, git revision, CPU, date.
 std::string sweep_stamp(const SweepResult& result, const std::string& command);
 
+// A report goes into a new folder, an empty one, or one holding an earlier report of slidedp-sweep (its
+// README.md says so): its files there are replaced, the rest kept. Any other non-empty folder is
+// refused, naming `flag`: the report's README.md or points.csv would replace the user's own.
+void refuse_foreign_report_folder(const std::string& dir, const std::string& flag);
+
 // A label as a part of a file name: lower-case letters, digits, '.' and '-', every other run of
 // characters one '-' ("H100 x8/what-if" -> "h100-x8-what-if"); always embedded in a longer name.
 std::string file_name_slug(const std::string& label);

@@ -163,6 +163,7 @@ std::vector<HardwareVariant> read_hardware_entry(const YamlReader& h, const std:
     h.skip("overrides");
   }
   const std::string label = h.text_or("label", "");
+  if (label.size() > 64) throw InputError(h.where("label"), fmt::format("has {} characters; at most 64 (it names files)", label.size()));
   std::vector<HardwareVariant> out;
   if (auto vary = h.optional_map("vary")) {
     const std::string key = vary->text("key");
@@ -238,6 +239,9 @@ std::vector<int64_t> positive_integers(const YamlReader& r, const std::string& k
 SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir) {
   SweepGrid grid;
   grid.name = g.text_or("name", fmt::format("grid{}", index));
+  // Names become parts of file names (throughput__<grid>__<model>__seq<s>.svg): long ones would fail
+  // when the report is written, after every point.
+  if (grid.name.size() > 64) throw InputError(g.where("name"), fmt::format("has {} characters; at most 64", grid.name.size()));
   for (const YamlReader& h : g.map_list("hardware")) {
     for (HardwareVariant& v : read_hardware_entry(h, spec_dir)) grid.hardware.push_back(std::move(v));
   }

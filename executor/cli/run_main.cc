@@ -20,7 +20,6 @@
 #include "common/cli_checks.h"
 #include "common/cli_main.h"
 #include "common/file_util.h"
-#include "common/hash.h"
 #include "common/error.h"
 #include "common/progress.h"
 #include "common/table.h"
@@ -92,16 +91,16 @@ int run_main(int argc, char** argv) {
   bool json = false, bench = false, exact = false, no_db = false, quiet = false, trace_kernels = false;
   std::string schedule = "constant";
   app.add_option("--data", data, "Token file (slidedp-data build ...); default: the embedded text, byte-tokenized");
-  app.add_option("--steps", steps, "Optimizer steps to run (after --resume: further steps)")->check(CLI::NonNegativeNumber);
-  app.add_option("--lr", lr, "Peak learning rate")->check(finite_in(1e-12, 1e3));
+  app.add_option("--steps", steps, "Optimizer steps to run (after --resume: further steps)")->check(integer_in(0, 1'000'000'000));
+  app.add_option("--lr", lr, "Peak learning rate")->check(finite_in(1e-12, 1));
   app.add_option("--schedule", schedule, "Learning-rate schedule: constant | cosine (decays to --min-lr at the last step)")
       ->check(CLI::IsMember({"constant", "cosine"}));
-  app.add_option("--warmup", warmup, "Linear warm-up steps")->check(CLI::NonNegativeNumber);
-  app.add_option("--min-lr", min_lr, "Cosine schedule floor")->check(finite_in(0, 1e3));
+  app.add_option("--warmup", warmup, "Linear warm-up steps")->check(integer_in(0, 1'000'000'000));
+  app.add_option("--min-lr", min_lr, "Cosine schedule floor")->check(finite_in(0, 1));
   app.add_option("--total-steps", total_steps,
                  "Cosine: the optimizer step at which the rate reaches --min-lr (default: the last step of this run, "
                  "resumed steps included)")
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in(1, 1'000'000'000));
   app.add_option("--lr-schedule", lr_file, "Learning-rate schedule YAML (kind, lr, warmup_steps, total_steps, min_lr); overrides the flags above");
   app.add_option("--weight-decay", weight_decay, "AdamW decoupled weight decay")->check(finite_in(0, 1e3));
   app.add_option("--no-decay-on", no_decay_on,
@@ -111,8 +110,9 @@ int run_main(int argc, char** argv) {
       ->expected(2)
       ->delimiter(',')
       ->check(finite_in(0, 1, "", /*hi_open=*/true));
-  app.add_option("--adam-eps", adam_eps, "AdamW epsilon, added outside the square root as in torch (default 1e-8)")
-      ->check(finite_in(0, 1));
+  app.add_option("--adam-eps", adam_eps, "AdamW epsilon, added outside the square root as in torch (default 1e-8; above 0: a parameter whose "
+                 "gradient is 0 divides by it)")
+      ->check(finite_in(1e-30, 1));
   app.add_option("--clip-grad-norm", clip, "Clip the global gradient norm to this value (0: off; costs the update overlap)")
       ->check(finite_in(0, 1e12));
   app.add_option("--router-aux-loss-coef", router_aux_loss_coef,
@@ -125,7 +125,7 @@ int run_main(int argc, char** argv) {
                  "appends with --eos-id). Attention, RoPE positions and Gated DeltaNet state restart after it, and it is "
                  "not trained to predict the next document's first token (default: none, each sequence one stream; "
                  "CPU backend)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(integer_in(0, INT32_MAX));
   app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
       ->check(CLI::IsMember({"abort", "skip"}));
   app.add_option("--backend", backend, "cpu (emulated devices) | cuda");
@@ -150,7 +150,8 @@ int run_main(int argc, char** argv) {
       ->check(finite_in(exec::kMinTimeScale, exec::kMaxTimeScale));
   app.add_option("--device-budget", device_budget, "Device memory budget per rank in bytes (default: the plan's; else on CUDA the GPU's memory minus the "
                  "plan's gpu_mem_reserve_bytes, shared by the ranks on that GPU, and 16 GiB per emulated device on the "
-                 "CPU backend)");
+                 "CPU backend)")
+      ->check(integer_in(1, int64_t{1} << 50, "bytes"));
   app.add_flag("--exact", exact, "Deliver fp32 parameters and gradients (no bf16 rounding; for exact comparisons)");
   app.add_option("--db", db, "SQLite run log (created if missing)");
   app.add_flag("--no-db", no_db, "Do not write a run log");
@@ -161,15 +162,17 @@ int run_main(int argc, char** argv) {
                "of rank 0's largest kernels; costs time");
   app.add_flag("--bench", bench, "Benchmark mode: per step, each resource's busy time, the exposed time and tokens/s");
   app.add_option("--checkpoint-dir", checkpoint_dir, "Write checkpoints here (step-XXXXXXXX folders)");
-  app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every K steps (0: at the end only)")->check(CLI::NonNegativeNumber);
-  app.add_option("--keep-checkpoints", keep, "Keep the last K checkpoints")->check(CLI::PositiveNumber);
+  app.add_option("--checkpoint-every", checkpoint_every, "Checkpoint every K steps (0: at the end only)")->check(integer_in(0, 1'000'000'000));
+  app.add_option("--keep-checkpoints", keep, "Keep the last K checkpoints")->check(integer_in(1, 1'000'000));
   app.add_option("--resume", resume,
                  "Resume from a checkpoint folder, or the newest one under a checkpoint root; the recorded learning-rate "
                  "schedule continues unless a schedule flag is given");
   app.add_option("--save-model", save_model, "Save the trained weights as a Hugging Face model folder (bf16 safetensors)");
-  app.add_option("--data-seed", data_seed, "Seed of the data shuffle");
-  app.add_option("--init-seed", init_seed, "Seed of the random initialization (when no model folder is given)");
-  app.add_option("--threads", update_threads_flag, "CPU threads for reduction + AdamW (0: the plan's, else all cores)");
+  app.add_option("--data-seed", data_seed, "Seed of the data shuffle")->check(integer_in(0, INT64_MAX));
+  app.add_option("--init-seed", init_seed, "Seed of the random initialization (when no model folder is given)")
+      ->check(integer_in(0, INT64_MAX));
+  app.add_option("--threads", update_threads_flag, "CPU threads for reduction + AdamW (0: the plan's, else all cores)")
+      ->check(integer_in(0, 1024));
   app.add_option("--node-timeout", node_timeout,
                  "Multi-node (--nodes > 1, launched by `mpirun -np NODES`): seconds any node waits for another before "
                  "the run fails naming it (a node that dies ends the job at once)")
@@ -177,7 +180,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--stop-grace", stop_grace,
                  "Seconds a run may take, after a first SIGINT/SIGTERM, to finish its step and begin its checkpoint "
                  "before it is interrupted at once (as by a second signal; exit 128 + signal, logged interrupted); "
-                 "0: no limit")
+                 "0: no limit (default 120)")
       ->check(finite_in(0, 1e6, "seconds"));
   app.add_option("--test-inject-nan", inject_nan,
                  "Testing: after the backward of UNIT at STEP (0-based), the first gradient element of global rank "
@@ -228,6 +231,7 @@ int run_main(int argc, char** argv) {
   }
   // A folder is a Hugging Face model: its card, and its weights to start from.
   o.card = load_model_card(pf.model);
+  pf.plan.validate(static_cast<int>(o.card.num_layers), "plan");  // before anything sizes by it
   if (is_folder(pf.model)) o.init_model_dir = pf.model;
   o.seq_len = pf.seq_len;
   o.plan = pf.plan;
@@ -250,17 +254,21 @@ int run_main(int argc, char** argv) {
     resume = resolve_checkpoint_dir(resume);
     resumed = load_trainer_state(resume);
   }
-  // Which checkpoint each node resumes, by content (a root's newest may differ between nodes' views).
-  if (g_link)
-    exec::check_nodes_agree(*g_link, {{"--resume (the checkpoint resumed)",
-                                       resumed ? fmt::format("step {}, trainer_state.json fnv1a {:016x}", resumed->optimizer_step,
-                                                             fnv1a(read_text_file(resume + "/trainer_state.json")))
-                                               : "none"}});
+  // What each node reads, by content: one path can hold other files on another host (a root's newest
+  // checkpoint, a model folder or a token file copied differently), which would mix two runs' weights.
+  if (g_link) {
+    auto contents = [](const std::string& path) { return path_exists(path) ? content_fingerprint(path) : "(none)"; };
+    exec::check_nodes_agree(*g_link, {{"--resume (the checkpoint's files)",
+                                       resumed ? fmt::format("step {}, {}", resumed->optimizer_step, contents(resume)) : "none"},
+                                      {"--model (its files)", contents(pf.model)},
+                                      {"--data (its contents)", data.empty() ? "(embedded)" : contents(data)}});
+  }
   // Every output is checked against every input before anything is written, and the checkpoint
   // root is taken for this run (node 0 writes its run.json and holds its lock until the run ends).
-  check_run_paths({.model_dir = o.init_model_dir, .data = data, .resume = resume, .lr_schedule = lr_file,
-                   .plan_file = flags.plan_file, .save_model = save_model, .checkpoint_dir = checkpoint_dir,
-                   .db = no_db ? "" : db, .trace = trace});
+  auto if_file = [](const std::string& name_or_path) { return path_exists(name_or_path) ? name_or_path : ""; };
+  check_run_paths({.model = if_file(pf.model), .data = data, .resume = resume, .lr_schedule = lr_file,
+                   .plan_file = flags.plan_file, .hardware = if_file(pf.hardware), .emulate = if_file(emulate),
+                   .save_model = save_model, .checkpoint_dir = checkpoint_dir, .db = no_db ? "" : db, .trace = trace});
   std::optional<CheckpointRootLease> root_lease;
   if (!checkpoint_dir.empty() && lead)
     root_lease.emplace(CheckpointRootLease::acquire(checkpoint_dir, "--checkpoint-dir", o.card.name, resume));

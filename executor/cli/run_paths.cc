@@ -15,8 +15,10 @@
 namespace slidedp {
 
 void check_run_paths(const RunPaths& p) {
-  const std::vector<NamedPath> inputs = {{"--model", p.model_dir}, {"--data", p.data},        {"--resume", p.resume},
-                                         {"--lr-schedule", p.lr_schedule}, {"--plan", p.plan_file}};
+  const std::vector<NamedPath> inputs = {{"--model", p.model},     {"--data", p.data},
+                                         {"--resume", p.resume},   {"--lr-schedule", p.lr_schedule},
+                                         {"--plan", p.plan_file},  {"--hardware", p.hardware},
+                                         {"--emulate", p.emulate}};
   const NamedPath save{"--save-model", p.save_model}, ckpt{"--checkpoint-dir", p.checkpoint_dir}, db{"--db", p.db},
       trace{"--trace", p.trace};
   refuse_overlapping_outputs({save, ckpt, db, trace});
@@ -31,6 +33,8 @@ void check_run_paths(const RunPaths& p) {
   check_output_folder_target(ckpt);
   check_output_file_target(db);
   check_output_file_target(trace);
+  for (const NamedPath& out : {db, trace}) refuse_output_in_checkpoints(out);
+  refuse_output_in_checkpoints(ckpt, /*itself_too=*/false);  // the root itself: its lease decides
   if (!p.save_model.empty() && is_folder(p.save_model)) {
     if (path_exists((std::filesystem::path(p.save_model) / "trainer_state.json").string()))
       throw InputError("--save-model", fmt::format("'{}' is a training checkpoint: saving the model there would drop "
@@ -40,7 +44,14 @@ void check_run_paths(const RunPaths& p) {
       throw InputError("--save-model", fmt::format("'{}' is a checkpoint root (its step-* folders would be replaced); "
                                                    "choose another folder",
                                                    p.save_model));
+    // A model folder is replaced whole, its non-weight files carried over: a sub-folder cannot be.
+    for (const auto& e : std::filesystem::directory_iterator(p.save_model))
+      if (e.is_directory())
+        throw InputError("--save-model", fmt::format("'{}' holds the sub-folder '{}', which saving the model would "
+                                                     "drop; choose another folder",
+                                                     p.save_model, e.path().filename().string()));
   }
+  refuse_output_in_checkpoints(save);
 }
 
 }  // namespace slidedp

@@ -52,12 +52,14 @@ int predict_main(int argc, char** argv) {
 
   PlanFile pf = flags.resolve();
   check_output_file_target({"--trace", trace});
+  refuse_output_in_checkpoints({"--trace", trace});
   refuse_output_over_inputs({"--trace", trace}, {{"--plan", flags.plan_file}, {"--model", path_exists(pf.model) ? pf.model : ""},
                                                  {"--hardware", path_exists(pf.hardware) ? pf.hardware : ""}});
   if (pf.model.empty()) throw InputError("--model", "required (or a plan file with a model key)");
   if (pf.hardware.empty()) throw InputError("--hardware", "required (or a plan file with a hardware key)");
   if (pf.seq_len <= 0) throw InputError("--seq", "required (or a plan file with seq_len)");
   Workload w = make_workload(load_model_card(pf.model), pf.seq_len);
+  pf.plan.validate(static_cast<int>(w.model.num_layers), "plan");  // before anything sizes by it
   Hardware hw = load_hardware(pf.hardware);
   std::vector<System> systems;
   if (system == "all") {

@@ -127,6 +127,7 @@ int plan_main(int argc, char** argv) {
 
   // Outputs are checked before the search (a refined search runs for minutes): never onto an input.
   check_output_file_target({"--out", out});
+  refuse_output_in_checkpoints({"--out", out});
   refuse_output_over_inputs({"--out", out}, {{"--hardware", is_folder(hardware) || path_exists(hardware) ? hardware : ""},
                                              {"--model", path_exists(model) ? model : ""}, {"--data", data}});
   if (!db.empty() && refine > 0) check_output_file_target({"--db", db});

@@ -120,6 +120,13 @@ int profile_main(int argc, char** argv) {
   check_output_file_target({"--out", out});
   if (!no_db) check_output_file_target({"--db", db});
   refuse_overlapping_outputs({{"--out", out}, {"--db", no_db ? "" : db}});
+  std::vector<NamedPath> model_files;
+  for (const std::string& m : models)
+    if (path_exists(m)) model_files.push_back({"--model", m});
+  for (const NamedPath& o : {NamedPath{"--out", out}, NamedPath{"--db", no_db ? "" : db}}) {
+    refuse_output_over_inputs(o, model_files);
+    refuse_output_in_checkpoints(o);
+  }
 
   profiler::ProfileOptions o;
   o.scale = smoke   ? profiler::ProfileScale::kSmoke
@@ -141,7 +148,7 @@ int profile_main(int argc, char** argv) {
     g_link = exec::make_mpi_link(0, node_timeout);
     // Every process must be started alike (only process 0 writes): a flag given to one process only
     // would make the processes measure different stages and wait for each other until the timeout.
-    exec::check_nodes_agree(*g_link, exec::options_to_agree(app, {"--json", "--quiet", "--out", "--db", "--no-db"}));
+    exec::check_nodes_agree(*g_link, exec::options_to_agree(app, {"--json", "--quiet"}));
     o.link = g_link.get();
     if (g_link->node() != 0) {
       profiler::measure_network(*g_link, profiler::network_plan(o));

@@ -7,6 +7,7 @@
 
 #include "common/cli_main.h"  // command_line
 #include "common/output_paths.h"
+#include "sweeps/sweep_report.h"
 
 namespace slidedp {
 
@@ -33,6 +34,8 @@ struct ReportFlags {
     const std::string dir = out.empty() ? "results/sweeps/" + spec_name : out;
     check_output_folder_target({"--out", dir});
     refuse_output_over_inputs({"--out", dir}, {{"SPEC", spec_file}});
+    refuse_output_in_checkpoints({"--out", dir});
+    refuse_foreign_report_folder(dir, "--out");
     return dir;
   }
   bool progress() const { return !json && !quiet; }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/error.h"
+#include "common/file_util.h"
 #include "common/cli_checks.h"
 #include "common/progress.h"
 #include "common/units.h"
@@ -115,7 +116,15 @@ void add_fidelity_command(CLI::App& app, int argc, char** argv) {
       if (cmd->count("--profile")) throw InputError("--profile", "with --emulate the model predicts for the target; give one or the other");
       if (args->backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
     }
-    check_output_folder_target({"--out", args->out});  // before any plan runs
+    // Before any plan runs: the folder, and never onto what the study reads.
+    check_output_folder_target({"--out", args->out});
+    std::vector<NamedPath> inputs = {{"--model", path_exists(args->model) ? args->model : ""},
+                                     {"--profile", path_exists(args->profile) ? args->profile : ""}};
+    for (const std::string& t : args->emulate)
+      if (path_exists(t)) inputs.push_back({"--emulate", t});
+    refuse_output_over_inputs({"--out", args->out}, inputs);
+    refuse_output_in_checkpoints({"--out", args->out});
+    refuse_foreign_report_folder(args->out, "--out");
     FidelityConfig base;
     base.card = load_model_card(args->model);
     base.seq_len = args->seq;

@@ -102,9 +102,9 @@ TEST(StepModel, TheSimulatorRefusesAStepPastItsGraphLimit) {
     EXPECT_NE(std::string(e.what()).find("3 micro-steps"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--method analytical"), std::string::npos) << e.what();
   }
-  // A step of 2^30 micro-steps is refused from its computes alone, before a graph is built (building
-  // it would not end).
-  p.accum_steps = 1 << 30;
+  // A step of 2^20 micro-steps (the most a plan may ask for) is refused from its computes alone,
+  // before a graph is built (building it would not end).
+  p.accum_steps = 1 << 20;
   opt.max_tasks = kMaxSimulatedTasks;
   EXPECT_THROW(simulate(w, hw, p, System::kSlideDP, opt), SimulationTooLarge);
 }

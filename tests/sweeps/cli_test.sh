@@ -33,12 +33,17 @@ rc=$?
 grep -q "bad.yaml" "$dir/bad.txt" && grep -q "tokens_per_st" "$dir/bad.txt" || fail "bad spec message: $(cat "$dir/bad.txt")"
 [ ! -e "$dir/bad" ] || fail "a bad spec wrote outputs"
 
-# An existing output folder keeps what is not the report's (it was replaced wholesale, sub-folders
-# deleted); an existing file as --out is refused before any point runs (it became a folder).
-mkdir -p "$dir/keep/notes" && echo mine > "$dir/keep/notes/n.txt" && echo mine > "$dir/keep/mine.md"
-"$sweep" run "$dir/small.yaml" --out "$dir/keep" > "$dir/keep.txt" 2>&1 || fail "run into a folder exited $?: $(cat "$dir/keep.txt")"
-[ -s "$dir/keep/points.csv" ] && [ "$(cat "$dir/keep/notes/n.txt")" = mine ] && [ "$(cat "$dir/keep/mine.md")" = mine ] \
-  || fail "an existing folder lost its own files: $(ls -R "$dir/keep")"
+# A report folder run again keeps what is not the report's (it was replaced wholesale, sub-folders
+# deleted); a folder holding someone else's files is refused, untouched (its README.md would be
+# replaced); an existing file as --out is refused before any point runs (it became a folder).
+mkdir -p "$dir/out/notes" && echo mine > "$dir/out/notes/n.txt" && echo mine > "$dir/out/mine.md"
+"$sweep" run "$dir/small.yaml" --out "$dir/out" > "$dir/keep.txt" 2>&1 || fail "run into a report folder exited $?: $(cat "$dir/keep.txt")"
+[ -s "$dir/out/points.csv" ] && [ "$(cat "$dir/out/notes/n.txt")" = mine ] && [ "$(cat "$dir/out/mine.md")" = mine ] \
+  || fail "a report folder lost its own files: $(ls -R "$dir/out")"
+mkdir -p "$dir/keep" && echo mine > "$dir/keep/README.md"
+"$sweep" run "$dir/small.yaml" --out "$dir/keep" > "$dir/foreign.txt" 2>&1
+rc=$?
+[ "$rc" = 2 ] && [ "$(cat "$dir/keep/README.md")" = mine ] || fail "a foreign folder: exit $rc, README $(cat "$dir/keep/README.md")"
 echo "a file" > "$dir/afile"
 "$sweep" run "$dir/small.yaml" --out "$dir/afile" > "$dir/afile.txt" 2>&1
 rc=$?

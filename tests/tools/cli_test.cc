@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/error.h"
 #include "executor/init_weights.h"
 #include "runlog/run_log.h"
 #include "io/checkpoint.h"
@@ -264,7 +265,9 @@ TEST(Cli, EveryStepSkippedIsAFailedRun) {
       "num_key_value_heads: 2\nintermediate_size: 64\nvocab_size: 256\n",
       "poisoned");
   std::vector<std::vector<float>> weights = exec::init_random_weights(make_model_layout(card), 1);
-  weights[1][0] = std::numeric_limits<float>::infinity();  // layer 0's input norm: every token's output is NaN
+  // Layer 0's input norm at 3e38 (finite, so the folder loads; a non-finite weight is refused): the
+  // normed activations overflow to infinity and every token's loss is NaN.
+  weights[1][0] = 3e38f;
   UnitSpans spans(weights.begin(), weights.end());
   save_hf_model((d / "model").string(), card, spans);
   const std::string db = (d / "runs.db").string();
@@ -322,6 +325,58 @@ TEST(Cli, PathsTheSystemRefusesNameThePathAndNeverExitOne) {
       // std::filesystem's exceptions (common/cli_main.cc).
       EXPECT_EQ(r.out.find("filesystem error"), std::string::npos) << r.out;
     }
+  }
+  fs::remove_all(d);
+}
+
+// Held-out cases of the classes issue 43 named, found by a second hostile run after the first fixes:
+// each exited 0 having destroyed an input or another run's checkpoints, saved NaN weights, hung, or
+// crashed. Each is now refused before any work, naming the flag (exit 2).
+TEST(Cli, HeldOutOutputsNumbersAndWeightsAreRefusedBeforeTheWork) {
+  const fs::path d = scratch("heldout");
+  const std::string run = bin("slidedp-run") + " --steps 1 --no-db -q ";
+  // A model folder and a checkpoint root to aim at.
+  ASSERT_EQ(sh(run + "--save-model " + (d / "m").string()).code, 0);
+  ASSERT_EQ(sh(run + "--checkpoint-dir " + (d / "root").string()).code, 0);
+  const std::string model_config = (d / "m" / "config.json").string();
+  const std::string config_before = testing::run_shell("cat " + model_config).out;
+  std::ofstream(d / "hw.yaml") << sh(bin("slidedp-predict") + " --list-presets").out;  // any existing file
+  fs::create_directories(d / "folder" / "sub");
+  struct Case {
+    std::string cmd, must_say;
+  };
+  const std::vector<Case> cases = {
+      {run + "--model " + model_config + " --save-model " + (d / "m").string(), "--save-model"},
+      {run + "--model " + (d / "m").string() + " --trace " + (d / "hw.yaml").string() + " --hardware " +
+           (d / "hw.yaml").string(),
+       "--trace"},
+      {run + "--trace " + (d / "root" / "run.json").string(), "checkpoint root"},
+      {run + "--checkpoint-dir " + (d / "root" / "step-00000001").string(), "checkpoint root"},
+      {run + "--save-model " + (d / "root" / "step-00000001" / "sub").string(), "checkpoint"},
+      {run + "--save-model " + (d / "folder").string(), "sub-folder"},
+      {run + "--adam-eps 0", "--adam-eps"},
+      {run + "--depth 1000000000", "--depth"},
+      {run + "--steps 99999999999999999999999", "--steps"},
+      {run + "--test-inject-nan 0:99:0", "--test-inject-nan"},
+      {bin("slidedp-predict") + " --hardware h100-sxm-x4 --model slidedp-tiny --seq 128 --ranks 2 --accum 2147483647",
+       "--accum"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.cmd);
+    const Result r = sh("timeout 120 " + c.cmd);
+    EXPECT_EQ(r.code, 2) << r.out;
+    EXPECT_NE(r.out.find(c.must_say), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(testing::run_shell("cat " + model_config).out, config_before) << "the model folder changed";
+  EXPECT_NO_THROW(load_checkpoint((d / "root" / "step-00000001").string()));
+  // A weight that is not finite is refused when read (naming the tensor), never saved back.
+  {
+    HfModel m = load_hf_model((d / "m").string());
+    m.units[1][0] = -std::numeric_limits<float>::infinity();
+    UnitSpans spans;
+    for (const auto& u : m.units) spans.emplace_back(u);
+    EXPECT_THROW(save_hf_model((d / "inf").string(), m.card, spans), NumericError);
+    EXPECT_FALSE(fs::exists(d / "inf"));
   }
   fs::remove_all(d);
 }
