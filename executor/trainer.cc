@@ -231,6 +231,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
   const SystemTraits traits = system_traits(o.system);
+  if (o.system == System::kFsdpOffload)
+    throw InputError("--system", "fsdp-offload is modelled (slidedp-predict, slidedp-sweep) but not run: FSDP copies "
+                                 "fp32 shards to the GPU and fp32 gradients back, the executor moves bf16");
   if (traits.gpu_optimizer) {
     // FSDP2's optimizer state lives on the devices: the host-side features that read it mid-run
     // (checkpoints, the global-norm clip, skipping a step) are not part of this baseline's run.

@@ -1,6 +1,7 @@
 // The run log's writer: one transaction per call with statements prepared once, every value checked
 // first with a message naming the table and field. WAL with synchronous=NORMAL survives a SIGKILL of
 // the writer at any moment (only a power loss may drop the last transactions).
+#include "runlog/interrupt.h"
 #include "runlog/run_log.h"
 
 #include <unistd.h>
@@ -285,6 +286,7 @@ int64_t RunLog::begin_run(const RunInfo& info) {
   const int64_t id = sqlite3_last_insert_rowid(m.conn->db());
   txn.commit();
   m.started[id] = std::chrono::steady_clock::now();
+  note_run_opened(path(), id);
   return id;
 }
 
@@ -441,6 +443,7 @@ void RunLog::end_run(int64_t run_id, RunStatus status) {
   }
   txn.commit();
   m.started.erase(run_id);
+  note_run_closed(path(), run_id);
 }
 
 }  // namespace slidedp::runlog

@@ -13,6 +13,7 @@
 #include "common/file_util.h"
 #include "common/output_paths.h"
 #include "common/units.h"
+#include "runlog/interrupt.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
 #include "planner/refine.h"
@@ -229,5 +230,6 @@ int plan_main(int argc, char** argv) {
 }  // namespace slidedp::planner
 
 int main(int argc, char** argv) {
+  slidedp::runlog::end_runs_on_stop_signal();  // --refine's runs end logged interrupted on SIGINT/SIGTERM
   return slidedp::run_cli("slidedp-plan", [&] { return slidedp::planner::plan_main(argc, argv); });
 }

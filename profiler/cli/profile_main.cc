@@ -16,6 +16,7 @@
 #include "common/units.h"
 #include "executor/node_link.h"
 #include "executor/node_state.h"
+#include "runlog/interrupt.h"
 #include "runlog/run_log.h"
 #include "model/model_card.h"
 #include "profiler/profile.h"
@@ -210,6 +211,7 @@ int profile_main(int argc, char** argv) {
 }  // namespace slidedp
 
 int main(int argc, char** argv) {
+  slidedp::runlog::end_runs_on_stop_signal();  // the profile's run ends logged interrupted on SIGINT/SIGTERM
   const int rc = slidedp::run_cli("slidedp-profile", [&] { return slidedp::profile_main(argc, argv); });
   if (slidedp::g_link && rc != 0) slidedp::g_link->abort_all(rc);
   slidedp::g_link.reset();

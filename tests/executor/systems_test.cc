@@ -177,6 +177,49 @@ TEST(Systems, ZeroOffloadUploadsEachPartitionOncePerStepAfterTheUpdate) {
   }
 }
 
+// ZeRO-3 with parameters and optimizer on the host: every micro-step fetches each rank's partition of
+// every unit and all-gathers it (again for the backward unless the unit is still in a slot; ZeRO-Offload
+// keeps them resident: once a step), and the host update follows the whole backward. The weights are SlideDP's
+// for the same plan, bit for bit (sharded delivery, gpu route, the update after the backward).
+TEST(Systems, Zero3OffloadFetchesPartitionsEveryPassAndUpdatesAfterTheBackward) {
+  expect_bitwise_like_slidedp(System::kZero3Offload);
+  const TrainOptions o = options(System::kZero3Offload, 2, false);
+  const TrainResult r = train(o);
+  const int U = static_cast<int>(o.card.num_layers) + 2;
+  for (int step = 0; step < 3; ++step) {
+    double backward_end = 0;
+    for (int rank = 0; rank < 2; ++rank) backward_end = std::max(backward_end, last_end(spans(r, "compute", "bwd", step, rank)));
+    const auto updates = spans(r, "cpu_update", "verify+adamw", step, -1);
+    ASSERT_FALSE(updates.empty());
+    EXPECT_GE(first_start(updates), backward_end) << "step " << step << ": an update ran during a backward";
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(spans(r, "h2d", "params", step, rank).empty()) << "a whole unit crossed the link";
+      size_t decoder_fetches = 0, decoder_chunks = 0;
+      for (int u = 1; u + 1 < U; ++u) {  // the decoder layers: fetched in every micro-step
+        const int64_t numel = static_cast<int64_t>(r.master[static_cast<size_t>(u)].size());
+        const size_t chunks = static_cast<size_t>((numel + o.plan.chunk_numel - 1) / o.plan.chunk_numel);
+        const size_t fetched = spans(r, "h2d", "params shard", step, rank, u).size();
+        EXPECT_GE(fetched, 2 * chunks) << "rank " << rank << " unit " << u << ": once in each of two micro-steps";
+        decoder_fetches += fetched, decoder_chunks += chunks;
+      }
+      // and again for the backward of what the two slots no longer hold (3 of 4 passes in this 3-layer model)
+      EXPECT_GE(decoder_fetches, 3 * decoder_chunks) << "rank " << rank;
+    }
+  }
+}
+
+// FSDP's CPU offload is modelled (slidedp-predict --system fsdp-offload) but the executor moves bf16
+// where FSDP copies fp32 shards: refused by name rather than run as something else.
+TEST(Systems, FsdpOffloadIsRefusedByTheExecutorNamingWhy) {
+  TrainOptions o = options(System::kFsdpOffload, 1, false);
+  try {
+    train(o);
+    FAIL() << "fsdp-offload ran";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("fsdp-offload"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Systems, MegaTrainAndZeroOffloadMoveNoParameterBeforeTheWholeUpdate) {
   // Their training loops call step() and only then the next forward, so no delivery of step s+1 may
   // start before the last chunk of step s is updated (SlideDP's verify mode releases each chunk as

@@ -100,6 +100,20 @@ TEST_F(ProfileCli, SmokeProfileIsWrittenLoggedAndReadBySlidedpPredict) {
   EXPECT_EQ(pj["hardware"], hw.name);
 }
 
+// SIGTERM mid-profile (what a scheduler sends): exit 128 + 15 with the run logged interrupted and an
+// error row saying so. It died by the signal before, its run left `running` for good.
+TEST_F(ProfileCli, SigtermEndsTheProfileWithItsRunLoggedInterrupted) {
+  const std::string db = path("runs.db");
+  const std::string cmd = std::string(SLIDEDP_PROFILE_BIN) + " --quick -q --out " + path("p.yaml") + " --db " + db +
+                          " > /dev/null 2>&1 & pid=$!; for i in $(seq 1 200); do sleep 0.1; [ -s " + db +
+                          " ] && break; done; sleep 1; kill -TERM $pid; wait $pid; echo $?";
+  const Ran r = run("bash -c '" + cmd + "'");
+  EXPECT_EQ(r.out, "143\n") << "exit status of the profile";
+  EXPECT_EQ(count_rows(db, "SELECT count(*) FROM runs WHERE status = 'interrupted'"), 1);
+  EXPECT_EQ(count_rows(db, "SELECT count(*) FROM errors WHERE kind = 'interrupted'"), 1);
+  EXPECT_FALSE(fs::exists(path("p.yaml")));
+}
+
 TEST_F(ProfileCli, BadFlagsExitWithTheInputErrorCode) {
   const std::string base = std::string(SLIDEDP_PROFILE_BIN) + " --smoke -q --no-db --out " + path("x.yaml");
   EXPECT_EQ(run(base + " --micro-batches 0 2>/dev/null").code, 2);
