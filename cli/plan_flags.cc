@@ -111,6 +111,9 @@ PlanFile PlanFlags::resolve() const {
     } catch (const InputError& e) {
       throw InputError("--gpu-mem-budget", e.what());
     }
+    // 0 is the plan's "no budget given" inside; from a user it would silently mean the default.
+    if (p.gpu_mem_budget_bytes <= 0)
+      throw InputError("--gpu-mem-budget", "must be more than 0 bytes; leave the flag out for the default");
   }
   return f;
 }

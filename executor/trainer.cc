@@ -625,7 +625,15 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     } else if (node == 0) {
       UnitSpans final_weights;
       for (int u = 0; u < U; ++u) final_weights.emplace_back(state.unit(u).master_f32(), static_cast<size_t>(state.unit(u).numel));
-      save_hf_model(o.save_model_dir, o.card, final_weights, so);
+      // A second signal during the save ends the run at once (the watch records it as the run's
+      // error), leaving the destination as it was: a large model's save outlasts a scheduler's grace.
+      so.poll = [&control] { control.check(); };
+      try {
+        save_hf_model(o.save_model_dir, o.card, final_weights, so);
+      } catch (const Aborted&) {
+        control.rethrow_if_failed();
+        throw;
+      }
     }
   }
   for (auto& d : drivers) d->release_all();

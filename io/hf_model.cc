@@ -194,7 +194,8 @@ std::string begin_hf_model_save(const std::string& dir, const ModelCard& card, c
 }
 
 void write_hf_model_part(const std::string& tmp_dir, const ModelLayout& layout, const TensorSplit& split, int part,
-                         std::span<const std::span<const float>> tensors, TensorDtype dtype) {
+                         std::span<const std::span<const float>> tensors, TensorDtype dtype,
+                         const std::function<void()>& poll) {
   std::vector<TensorToWrite> mine;
   for (std::size_t u = 0; u < layout.units.size(); ++u)
     for (std::size_t t = 0; t < layout.units[u].tensors.size(); ++t) {
@@ -215,6 +216,7 @@ void write_hf_model_part(const std::string& tmp_dir, const ModelLayout& layout, 
                                        t.values[i]));
   SafetensorsWriteOptions wopt;
   wopt.dtype = dtype;
+  wopt.poll = poll;
   write_safetensors((fs::path(tmp_dir) / split.file("model", part)).string(), mine, wopt);
 }
 
@@ -251,7 +253,7 @@ void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpan
     for (int s = 0; s < split.parts; ++s) {
       std::vector<std::span<const float>> mine;
       for (std::size_t t : shards[static_cast<std::size_t>(s)]) mine.push_back(tensors[t].values);
-      write_hf_model_part(tmp, layout, split, s, mine, options.dtype);
+      write_hf_model_part(tmp, layout, split, s, mine, options.dtype, options.poll);
     }
     finish_hf_model_save(tmp, dir, layout, split, options.dtype);
   });

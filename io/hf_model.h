@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "io/safetensors.h"
@@ -34,6 +35,9 @@ struct HfSaveOptions {
                                             // not weights or config (tokenizer, ...) carry over
   std::string copy_extra_files_from;        // a folder whose non-weight files (tokenizer, generation
                                             // config) are copied in; empty: none
+  // Called while the weights are written; it may throw to abandon the save (a run interrupted during
+  // it): the temp folder goes and `dir` is left as it was.
+  std::function<void()> poll;
 };
 
 // Writes config.json + model.safetensors (or model-0000k-of-0000n.safetensors + index) into `dir`.
@@ -48,7 +52,8 @@ void save_hf_model(const std::string& dir, const ModelCard& card, const UnitSpan
 // publishes the folder. After a failure the temp folder is removed (std::filesystem::remove_all).
 std::string begin_hf_model_save(const std::string& dir, const ModelCard& card, const HfSaveOptions& options);
 void write_hf_model_part(const std::string& tmp_dir, const ModelLayout& layout, const TensorSplit& split, int part,
-                         std::span<const std::span<const float>> tensors, TensorDtype dtype);
+                         std::span<const std::span<const float>> tensors, TensorDtype dtype,
+                         const std::function<void()>& poll = {});
 void finish_hf_model_save(const std::string& tmp_dir, const std::string& dir, const ModelLayout& layout,
                           const TensorSplit& split, TensorDtype dtype);
 

@@ -273,11 +273,13 @@ int64_t write_safetensors(const std::string& path, std::span<const TensorToWrite
   constexpr std::size_t kBlock = 1 << 16;  // elements converted per write
   std::vector<uint16_t> narrow;
   for (const auto& t : tensors) {
+    if (options.poll) options.poll();
     if (dtype == TensorDtype::kF32) {
       out.write(t.values.data(), t.values.size() * 4);
       continue;
     }
     for (std::size_t i = 0; i < t.values.size(); i += kBlock) {
+      if (options.poll && i > 0) options.poll();
       std::size_t m = std::min(kBlock, t.values.size() - i);
       narrow.resize(m);
       if (dtype == TensorDtype::kBF16) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -98,6 +99,9 @@ struct SafetensorsWriteOptions {
   TensorDtype dtype = TensorDtype::kBF16;  // kBF16, kF16 or kF32
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
   bool fsync = true;
+  // Called between blocks of data (and between tensors); it may throw to abandon the file, which is
+  // then left half written: callers that need atomicity write into a temporary folder and remove it.
+  std::function<void()> poll;
 };
 
 // Writes `tensors` (unique names; data in the given order) to `path`, which is overwritten in place:

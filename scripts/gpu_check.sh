@@ -14,7 +14,8 @@
 # results/gpu/<UTC time>/: env.txt, build.log (when built), tests.log, bench.log, bench.csv,
 # torch.log, torch.json, measured.log, measured/ (slidedp-sweep measured --backend cuda), profile.log and
 # profile.yaml (slidedp-profile --smoke --kernels: per-kernel unit times), profile_moe.log and
-# profile_moe.yaml (the same at Gemma 4 26B-A4B's shape, grouped expert GEMMs), summary.txt.
+# profile_moe.yaml (the same at Gemma 4 26B-A4B's shape, grouped expert GEMMs), fidelity.log,
+# gpu-profile.yaml and fidelity/ (the model's fidelity on this GPU), summary.txt.
 # Knobs: SLIDEDP_GPU_CHECK_BUDGET_S (default 450: later phases are skipped, and said so, when the
 # budget runs out), SLIDEDP_GPU_BENCH_ARGS (extra bench_executor_cuda flags), SLIDEDP_GPU_ARCH.
 set -uo pipefail
@@ -218,6 +219,21 @@ profile_moe_rc=$?
 [ $profile_moe_rc -ne 0 ] && say "  slidedp-profile --model gemma-4-26b-a4b exit $profile_moe_rc (see profile_moe.log)"
 grep -E "bf16_gemm_tflops|TFLOP/s" "$out/profile_moe.log" | head -3 | tee -a "$summary"
 awk '/Largest kernels per unit operation/{on=1; n=0} on && n++ < 24' "$out/profile_moe.log" | tee -a "$summary"
+
+# ---- the model's fidelity on this GPU (issue 10): its own profile, then the validation plans ----
+# Last of all, so a spent budget skips only this: the unit times measured here, then every validation
+# plan of one rank run for real and predicted from that profile (results/gpu/README.md).
+say "model fidelity on this GPU (slidedp-profile --quick, slidedp-sweep fidelity --backend cuda):"
+if run_phase "fidelity_profile" 90 "$out/fidelity.log" "$(findbin slidedp-profile)" --quick --no-db --model slidedp-tiny \
+     --seq 128 --out "$out/gpu-profile.yaml"; then
+  run_phase "fidelity" 150 "$out/fidelity.log" "$sweep" fidelity --backend cuda --max-ranks 1 \
+    --profile "$out/gpu-profile.yaml" --steps 12 --warmup 3 --rounds 2 --out "$out/fidelity"
+  fidelity_rc=$?
+  [ $fidelity_rc -ne 0 ] && say "  slidedp-sweep fidelity exit $fidelity_rc (see fidelity.log)"
+  [ -f "$out/fidelity/README.md" ] && head -40 "$out/fidelity/README.md" | tee -a "$summary"
+else
+  say "  slidedp-profile --quick failed (see fidelity.log)"
+fi
 
 # ---- summary: the issue's targets ----
 python3 - "$out" <<'EOF' | tee -a "$summary"

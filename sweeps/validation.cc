@@ -88,8 +88,8 @@ ValidationPoint read_point_fields(const YamlReader& r, const std::string& spec_d
   p.measured = read_measured(r.map("measured"));
   p.assumed = r.text_or("assumed", "");
   p.use = r.text("use", {"core", "supplementary"});
-  p.calibration = r.boolean_or("calibration", false);
-  if (p.calibration && p.system != System::kFsdp2)
+  p.calibration = r.text_or("calibration", "", {"compute", "preset"});
+  if (p.calibrates_compute() && p.system != System::kFsdp2)
     throw InputError(r.where("calibration"), "only a GPU-resident run (fsdp2) sets its GPU's compute rate");
   r.done();
   return p;
@@ -238,7 +238,7 @@ ValidationResult run_validation(const ValidationCorpus& corpus) {
   std::map<std::string, double> scale;
   std::map<std::string, std::vector<const ValidationPoint*>> calibration_runs;
   for (const ValidationPoint& p : res.corpus.points)
-    if (p.calibration) calibration_runs[machine.at(p.machine)->hw.gpu.model].push_back(&p);
+    if (p.calibrates_compute()) calibration_runs[machine.at(p.machine)->hw.gpu.model].push_back(&p);
   for (int iteration = 0; iteration < 8; ++iteration)
     for (const auto& [gpu, points] : calibration_runs) {
       double log_sum = 0;
@@ -275,9 +275,10 @@ ValidationResult run_validation(const ValidationCorpus& corpus) {
   std::map<std::string, std::vector<const ValidationRow*>> per_system;
   for (const ValidationRow& r : res.rows) {
     all.push_back(&r);
-    (r.point->calibration ? calibration : held_out).push_back(&r);
-    if (r.point->use == "core" && !r.point->calibration) core.push_back(&r);
-    if (!r.point->calibration) per_system[system_name(r.point->system)].push_back(&r);
+    const bool apart = !r.point->calibration.empty();
+    (apart ? calibration : held_out).push_back(&r);
+    if (r.point->use == "core" && !apart) core.push_back(&r);
+    if (!apart) per_system[system_name(r.point->system)].push_back(&r);
   }
   res.all = summarize(all);
   res.core = summarize(core);
@@ -378,7 +379,7 @@ std::vector<std::string> write_validation_report(const ValidationResult& r, cons
   md += summary_line("held out (all but calibration)", r.held_out);
   md += summary_line("held out, core", r.core);
   for (const auto& [name, s] : r.by_system) md += summary_line(("held out, " + name).c_str(), s);
-  md += summary_line("calibration runs", r.calibration);
+  md += summary_line("calibration runs (compute and preset)", r.calibration);
   md += summary_line("all", r.all);
   md += "\n![predicted vs measured](predicted_vs_measured.svg)\n\n";
   md += "## Rankings of systems on one machine and workload\n\n";
@@ -392,7 +393,7 @@ std::vector<std::string> write_validation_report(const ValidationResult& r, cons
           {"", "", "", "", "", "", "", "tokens/s", "tokens/s", "%", ""});
   for (const ValidationRow& row : r.rows) {
     const ValidationPoint& p = *row.point;
-    t.add_row({p.id, p.calibration ? "calibration" : p.use, p.machine, system_name(p.system), p.card.name, std::to_string(p.seq_len),
+    t.add_row({p.id, p.calibration.empty() ? p.use : "calib. " + p.calibration, p.machine, system_name(p.system), p.card.name, std::to_string(p.seq_len),
                fmt::format("{} x {} x {}", p.ranks, p.micro_batch, p.accum), fmt::format("{:.0f}", row.measured_tokens_per_s),
                row.feasible ? fmt::format("{:.0f}", row.predicted_tokens_per_s) : "infeasible",
                row.feasible ? fmt::format("{:+.1f}", 100 * row.error) : "-", row.feasible ? row.bottleneck : row.infeasible_reason});

@@ -24,8 +24,11 @@ struct MeasuredFigure {
 
 struct ValidationPoint {
   std::string id, source, reading, assumed, use;  // reading: exact | plot | derived; use: core | supplementary
-  // A GPU-resident run that sets its GPU's training compute rate (below); reported apart from the rest.
-  bool calibration = false;
+  // A run that set something the predictions use, reported apart from the rest: "compute" (a GPU-
+  // resident run that sets its GPU's training compute rate, below) or "preset" (a preset's rate came
+  // from its source); "" for a held-out run.
+  std::string calibration;
+  bool calibrates_compute() const { return calibration == "compute"; }
   double reading_tolerance = 0;
   std::string machine;  // a label of ValidationCorpus::machines
   System system = System::kSlideDP;

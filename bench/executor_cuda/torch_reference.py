@@ -96,7 +96,7 @@ class Llama(nn.Module):
             x = b(x, cos, sin)
         x = F.rms_norm(x, (x.shape[-1],), self.norm, self.eps)
         logits = F.linear(x, self.embed.weight)  # tied lm_head
-        return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+        return F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
 def main():

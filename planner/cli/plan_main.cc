@@ -25,11 +25,15 @@ namespace {
 
 int64_t bytes_flag(const std::optional<std::string>& text, const char* flag) {
   if (!text) return 0;
+  int64_t bytes = 0;
   try {
-    return parse_bytes(*text);
+    bytes = parse_bytes(*text);
   } catch (const InputError& e) {
     throw InputError(flag, e.what());
   }
+  // 0 means "not given" in the search spec; from a user it would silently mean the default.
+  if (bytes <= 0) throw InputError(flag, "must be more than 0 bytes; leave the flag out for the default");
+  return bytes;
 }
 
 int plan_main(int argc, char** argv) {

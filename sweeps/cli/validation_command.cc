@@ -41,7 +41,7 @@ void add_validation_command(CLI::App& app, int argc, char** argv) {
       j["files"] = files;
       std::cout << j.dump(2) << "\n";
     } else {
-      fmt::print("{}: {} points ({} set GPU compute rates); held out: mean |error| {:.1f}% (core {:.1f}%), worst {:.1f}% "
+      fmt::print("{}: {} points ({} calibration runs, reported apart); held out: mean |error| {:.1f}% (core {:.1f}%), worst {:.1f}% "
                  "({}), {} called infeasible; {} rankings, {} wrong\nwrote {}/README.md\n",
                  corpus.name, r.all.points, r.calibration.points, 100 * r.held_out.mean_abs_error,
                  100 * r.core.mean_abs_error, 100 * r.held_out.worst_abs_error, r.held_out.worst_id,

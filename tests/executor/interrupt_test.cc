@@ -135,5 +135,49 @@ INSTANTIATE_TEST_SUITE_P(Signals, Interrupt,
                                            Case{"first_sigterm_past_the_grace", {"--stop-grace", "2"}, 1}),
                          [](const ::testing::TestParamInfo<Case>& i) { return std::string(i.param.name); });
 
+// Two SIGTERMs while --save-model writes a 250 MB model: the run ends with 128 + SIGTERM, logged
+// interrupted, and neither the destination nor a temp folder is left (before, both signals waited for
+// the whole save, then exit 0: a scheduler's SIGKILL would catch a larger model mid-save). The signals
+// go as soon as the save's temp folder appears; the save takes far longer than the 50 ms between them.
+TEST(InterruptSave, ASecondSignalAbandonsTheSave) {
+  const fs::path dir = fs::temp_directory_path() / fmt::format("slidedp_interrupt_save_{}", ::getpid());
+  fs::remove_all(dir);
+  fs::create_directories(dir / "out");
+  {
+    // 8 layers of hidden 768 and a 32000-token vocabulary: 124 M parameters.
+    FILE* f = fopen((dir / "config.json").c_str(), "w");
+    ASSERT_TRUE(f);
+    fputs(R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768,
+      "intermediate_size": 3072, "num_hidden_layers": 8, "num_attention_heads": 12, "num_key_value_heads": 12,
+      "vocab_size": 32000, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+      "tie_word_embeddings": false, "hidden_act": "silu"})", f);
+    fclose(f);
+  }
+  const std::string run = SLIDEDP_RUN_BIN;
+  Child c = spawn({run, "--model", (dir / "config.json").string(), "--steps", "0", "--db", (dir / "runs.db").string(),
+                   "-q", "--save-model", (dir / "out/model").string()},
+                  dir / "out.txt");
+  bool saving = false;
+  for (int i = 0; i < 6000 && !saving; ++i) {
+    for (const auto& e : fs::directory_iterator(dir / "out"))
+      if (e.path().filename().string().rfind(".tmp-", 0) == 0) saving = true;
+    if (!saving) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(saving) << "the save never started";
+  ::kill(c.pid, SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(c.pid, SIGTERM);
+  wait_for(c);
+  ASSERT_TRUE(c.ended) << "slidedp-run did not end within " << kHangS << " s";
+  ASSERT_TRUE(WIFEXITED(c.status)) << "ended by a signal, not by itself";
+  EXPECT_EQ(WEXITSTATUS(c.status), 128 + SIGTERM);
+  EXPECT_FALSE(fs::exists(dir / "out/model"));
+  for (const auto& e : fs::directory_iterator(dir / "out")) ADD_FAILURE() << "left behind: " << e.path();
+  const auto runs = runlog::RunLogReader((dir / "runs.db").string()).list_runs();
+  ASSERT_EQ(runs.size(), 1u);
+  EXPECT_EQ(runs[0].status, runlog::RunStatus::kInterrupted);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace slidedp

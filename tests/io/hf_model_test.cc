@@ -361,6 +361,36 @@ TEST(HfModel, SaveIsAtomicAndCarriesTokenizerFiles) {
   EXPECT_FALSE(fs::exists(dir / "bad"));
 }
 
+// A save abandoned by its poll (slidedp-run's second signal) leaves the destination as it was and no
+// temp folder; the poll is called while a tensor is written, not only between files (a one-shard
+// model would otherwise be written whole first).
+TEST(HfModel, APollThatThrowsAbandonsTheSave) {
+  TempDir dir;
+  // A 8192 x 32 embedding spans several of the writer's 65536-element blocks.
+  const ModelCard card = tiny_card("llama", false, 2, 8192);
+  const ModelLayout layout = make_model_layout(card);
+  const UnitBuffers a = random_units(layout, 10, true), b = random_units(layout, 11, true);
+  save_hf_model(dir / "m", card, unit_spans(a));
+  struct Stop {};
+  int calls = 0;
+  HfSaveOptions opt;
+  opt.overwrite = true;
+  opt.poll = [&] {
+    if (++calls == 3) throw Stop{};
+  };
+  EXPECT_THROW(save_hf_model(dir / "m", card, unit_spans(b), opt), Stop);
+  EXPECT_EQ(calls, 3);
+  EXPECT_TRUE(bitwise_equal(load_hf_model(dir / "m").units, a));  // untouched
+  for (const auto& e : fs::directory_iterator(dir.path()))
+    EXPECT_NE(e.path().filename().string().rfind(".tmp-", 0), 0u) << "temp folder left: " << e.path();
+  // A poll that never throws is called more than once per tensor for the large ones.
+  calls = 0;
+  opt.poll = [&] { ++calls; };
+  save_hf_model(dir / "m", card, unit_spans(b), opt);
+  EXPECT_GT(calls, static_cast<int>(unit_tensors_to_write(layout, unit_spans(b), "").size()));
+  EXPECT_TRUE(bitwise_equal(load_hf_model(dir / "m").units, b));
+}
+
 // A save killed before its rename leaves ".tmp-<name>-<pid>-<n>" beside the target; the next save of
 // that target removes it once its writer is gone, and leaves a live writer's folder and other targets'
 // temp folders alone.

@@ -26,6 +26,16 @@ rc=$?
 [ "$rc" = 2 ] || fail "bad batch exited $rc, want 2"
 grep -q "not a multiple" "$dir/bad.txt" || fail "bad batch message: $(cat "$dir/bad.txt")"
 
+# A zero budget is refused, not read as "no budget" (it was: the default budget, exit 0); slidedp-predict
+# reads the flag through the shared plan flags.
+"$plan" --hardware cpu-dev --model slidedp-tiny --seq 64 --ranks 2 --global-batch-tokens 512 --gpu-mem-budget 0 \
+  > "$dir/zero.txt" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--gpu-mem-budget.*more than 0" "$dir/zero.txt" || fail "plan --gpu-mem-budget 0 exited $rc: $(cat "$dir/zero.txt")"
+"$predict" --plan "$dir/plan.yaml" --gpu-mem-budget 0 > "$dir/zero_p.txt" 2>&1
+rc=$?
+[ "$rc" = 2 ] && grep -q -- "--gpu-mem-budget.*more than 0" "$dir/zero_p.txt" || fail "predict --gpu-mem-budget 0 exited $rc: $(cat "$dir/zero_p.txt")"
+
 # --refine on real GPUs paces this host's runs to their ratios; a 72B model's state cannot be held here.
 "$plan" --hardware h100-sxm-x4 --model qwen2.5-72b --seq 4096 --ranks 4 --global-batch-tokens 262144 --refine 1 --no-db \
   > "$dir/ref.txt" 2>&1
