@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <future>
@@ -32,6 +33,16 @@ uint64_t next_random(uint64_t& s) {
   return z ^ (z >> 31);
 }
 double uniform(uint64_t& s) { return static_cast<double>(next_random(s) >> 11) * 0x1.0p-53; }
+
+// The longest a CUDA stream waits at a batch's gate (State::run) for the enqueuing thread to queue
+// the batch. Queuing a batch that fits takes far less, but on CUDA the thread can be unable to finish
+// at all: a stream holds a limited number of queued launches (of the order of a thousand), after which
+// a launch blocks until the stream runs, and a context synchronization (a kernel's first load under
+// lazy loading, a cudaFree) blocks it likewise. A gate that waited for the thread would then wait
+// forever (the likely cause of the first GPU check's `slidedp-profile --smoke` hang). Past the bound
+// the stream runs what is queued while the thread queues the rest, back to back wherever the thread
+// keeps ahead. The CPU backend's streams queue without bound, so there the gate waits for the batch.
+constexpr auto kGateMaxWait = std::chrono::milliseconds(50);
 
 // A unit's flat parameters like a trained model's in scale: norm weights 1, biases 0, matrices
 // uniform with std 0.02 (padding stays 0), in the device's parameter dtype.
@@ -205,6 +216,7 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
           end = start;
       std::vector<std::thread> threads;
       std::vector<std::exception_ptr> errors(static_cast<std::size_t>(ndev));
+      const bool bounded = backend->name() == "cuda";  // see kGateMaxWait
       for (int d = 0; d < ndev; ++d) {
         threads.emplace_back([&, d] {
           try {
@@ -212,12 +224,18 @@ PreparedStage<UnitComputeResult> prepare_unit_compute(exec::Backend& backend, co
             for (std::size_t i = 0; i < nops; ++i) {
               double* s0 = &start[static_cast<std::size_t>(d)][i];
               double* s1 = &end[static_cast<std::size_t>(d)][i];
-              // The stream waits at a gate until the whole batch is queued, so a fast operation is
-              // timed running back to back, not waiting for this thread to queue the next one. (Within
-              // a batch nothing is freed before the gate opens: K_op x alloc_bytes is capped.)
+              // The stream waits at a gate until the whole batch is queued (on CUDA at most
+              // kGateMaxWait), so a fast operation is timed running back to back, not waiting for
+              // this thread to queue the next one. (Within a batch nothing is freed before the gate
+              // opens: K_op x alloc_bytes is capped.)
               auto gate = std::make_shared<std::promise<void>>();
               std::shared_future<void> opened = gate->get_future().share();
-              s.host_fn([opened] { opened.wait(); });
+              s.host_fn([opened, bounded] {
+                if (bounded)
+                  opened.wait_for(kGateMaxWait);
+                else
+                  opened.wait();
+              });
               s.host_fn([s0] { *s0 = now_s(); });
               for (int k = 0; k < K[i]; ++k) ch.ops[i].enqueue(d);
               s.host_fn([s1] { *s1 = now_s(); });

@@ -167,10 +167,30 @@ run_tests() {
     # wait for a host counter only an aborted run's quiesce releases).
     local sync=0
     case "$t" in test_kernels_cuda_*) sync=1 ;; esac
-    (cd "$root" && SLIDEDP_CUDA_SYNC=$sync run_phase "$t" 240 "$out/tests.log" "$exe" --gtest_color=no)
-    local rc=$?
-    say "  $(gtest_line "$t" "$out/tests.log") (exit $rc)"
+    case "$t" in
+      test_executor_cuda_*) run_each "$t" "$exe" ;;
+      *)
+        (cd "$root" && SLIDEDP_CUDA_SYNC=$sync run_phase "$t" 240 "$out/tests.log" "$exe" --gtest_color=no)
+        local rc=$?
+        say "  $(gtest_line "$t" "$out/tests.log") (exit $rc)" ;;
+    esac
   done
+}
+# run_each <name> <binary>: every test of an executor binary alone under 30 s, so that one that hangs
+# (the first H200 run: two ranks on one GPU) costs 30 s and the others still report.
+run_each() {
+  local t="$1" exe="$2" c rc passed=0 failed=0 hung=0 names_f="" names_h=""
+  for c in $("$exe" --gtest_list_tests | awk '/^[^ ]/{s=$1} /^  /{print s $1}'); do
+    (cd "$root" && run_phase "$t $c" 30 "$out/tests.log" "$exe" --gtest_color=no --gtest_filter="$c")
+    rc=$?
+    case $rc in
+      0) passed=$((passed + 1)) ;;
+      124) hung=$((hung + 1)); names_h="$names_h $c" ;;
+      125) break ;;  # the budget is spent
+      *) failed=$((failed + 1)); names_f="$names_f $c" ;;
+    esac
+  done
+  say "  $t: $passed passed, $failed failed, $hung hung (30 s each)${names_f:+ (failed:$names_f)}${names_h:+ (hung:$names_h)}"
 }
 say "tests (kernels, backend):"
 run_tests "${tests_a[@]}"

@@ -32,14 +32,36 @@ std::string max_connections_setting(const char* current, int streams, std::strin
   return want;
 }
 
-void prepare_cuda_environment(int ranks_per_gpu) {
-  const char* current = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
-  std::string why;
-  const std::string set = max_connections_setting(current, kStreamsPerRank * std::max(1, ranks_per_gpu), &why);
+std::string module_loading_setting(const char* current, std::string* why) {
+  if (current != nullptr && std::string(current) == "EAGER") return "";
+  if (why)
+    *why =
+        "lazy loading may synchronize the context at a kernel's first launch, while streams wait on host "
+        "counters that only this process' threads advance: a deadlock";
+  return "EAGER";
+}
+
+namespace {
+
+// Sets `name` to `set` unless `set` is empty (keep), warning when an inherited value is replaced.
+void apply_setting(const char* name, const char* current, const std::string& set, const std::string& why) {
   if (set.empty()) return;
   if (current != nullptr)
-    std::fprintf(stderr, "slidedp: CUDA_DEVICE_MAX_CONNECTIONS=%s replaced by %s: %s\n", current, set.c_str(), why.c_str());
-  setenv("CUDA_DEVICE_MAX_CONNECTIONS", set.c_str(), 1);
+    std::fprintf(stderr, "slidedp: %s=%s replaced by %s: %s\n", name, current, set.c_str(), why.c_str());
+  setenv(name, set.c_str(), 1);
+}
+
+}  // namespace
+
+void prepare_cuda_environment(int ranks_per_gpu) {
+  const char* connections = std::getenv("CUDA_DEVICE_MAX_CONNECTIONS");
+  std::string why;
+  const std::string set =
+      max_connections_setting(connections, kStreamsPerRank * std::max(1, ranks_per_gpu), &why);
+  apply_setting("CUDA_DEVICE_MAX_CONNECTIONS", connections, set, why);
+  const char* loading = std::getenv("CUDA_MODULE_LOADING");
+  const std::string mode = module_loading_setting(loading, &why);
+  apply_setting("CUDA_MODULE_LOADING", loading, mode, why);
 }
 
 int device_count() noexcept {

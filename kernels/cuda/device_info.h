@@ -1,5 +1,5 @@
 // What the process can see of its GPUs, asked without ever throwing (CI has no GPU and no driver),
-// and the one piece of process environment the CUDA backend depends on.
+// and the two pieces of process environment the CUDA backend depends on.
 #pragma once
 
 #include <string>
@@ -25,9 +25,19 @@ inline constexpr int kMaxRanksPerGpu = (kMaxConnections - 4) / kStreamsPerRank;
 // runs: a deadlock (Megatron-style environments export 1).
 std::string max_connections_setting(const char* current, int streams, std::string* why = nullptr);
 
-// Applies max_connections_setting to the environment for `ranks_per_gpu` ranks sharing a GPU (a
-// warning on stderr when it replaces an inherited value). Must run before the first CUDA call of the
-// process to take effect, so device_count(), the profiler's GPU probe and the backend call it first.
+// The CUDA_MODULE_LOADING a process needs, given the inherited value `current` (nullptr: unset): ""
+// keeps it (EAGER), else "EAGER" with the reason in `why`. Why it matters: with lazy loading (CUDA's
+// default since 12.2) the first launch of a kernel, ours or cuBLASLt's, loads it and may synchronize
+// the whole context (CUDA programming guide, Lazy Loading: potential hazards). Our streams wait on
+// host counters and the profiler holds a stream at a host-function gate, so such a synchronization
+// can wait for work that only the launching thread (or another rank's thread on the same GPU) would
+// release: a deadlock (NVIDIA/nvbench issue 136, the same hazard, the same fix).
+std::string module_loading_setting(const char* current, std::string* why = nullptr);
+
+// Applies max_connections_setting for `ranks_per_gpu` ranks sharing a GPU and module_loading_setting
+// to the environment (a warning on stderr when it replaces an inherited value). Must run before the
+// first CUDA call of the process to take effect, so device_count(), the profiler's GPU probe and the
+// backend call it first.
 void prepare_cuda_environment(int ranks_per_gpu = 1);
 
 // GPUs visible to this process; 0 when there is no driver, no GPU or CUDA fails to initialize.

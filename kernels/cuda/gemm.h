@@ -2,10 +2,13 @@
 // kernels/cpu/transformer/blas.h: D (M, N) = alpha * op(A) (M, K) op(B) (K, N) + beta * C (M, N).
 // A and B are bf16; C and D are bf16 or fp32 (fp32 for parameter gradients accumulated with beta = 1
 // and for gradients kept in fp32 between GEMMs). C may differ from D (the residual add x2 = x + att Wo^T
-// writes D = x2 with C = x). One GemmContext per device: its cuBLASLt handle and a cache of matmul
-// plans keyed by everything cuBLASLt's heuristic sees (shape, transposes, leading dimensions,
-// dtypes, pointer alignment), so each distinct GEMM is planned once. The workspace comes from the
-// caller (carved from the unit operation's workspace, so the device budget accounts for it).
+// writes D = x2 with C = x). With beta != 0 and a bf16 D, cuBLASLt may round the product to bf16
+// before adding beta C: two roundings instead of one (seen on an H200; the bound of the CudaGemm test
+// in tests/kernels/cuda/ops_test.cc allows for it). One GemmContext per device: its cuBLASLt handle
+// and a cache of matmul plans keyed by everything cuBLASLt's heuristic sees (shape, transposes,
+// leading dimensions, dtypes, pointer alignment), so each distinct GEMM is planned once. The
+// workspace comes from the caller (carved from the unit operation's workspace, so the device budget
+// accounts for it).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -216,8 +216,11 @@ void head_forward_backward(const UnitContext& ctx, const HeadSpec& s, const bf16
   Carver carver(ws.data, ws.bytes);
   const HeadScratch<bf16> h = carve_head<bf16>(carver, s, N);
   const int64_t chunk = chunk_rows(s, N);
+  // Qwen3.6's final norm scales by (1 + w), as the CPU head's; without the offset its logits are
+  // scaled by w alone (half of them at the initial w = 1).
+  const float norm_offset = s.norm_zero_centred ? 1.0f : 0.0f;
 
-  rmsnorm_forward(h.hn, h.rstd, x, params + s.norm_w, N, C, s.eps, st);
+  rmsnorm_forward(h.hn, h.rstd, x, params + s.norm_w, N, C, s.eps, st, norm_offset);
   for (int64_t n0 = 0; n0 < N; n0 += chunk) {
     const int64_t nc = std::min(chunk, N - n0);
     const bf16* hc = h.hn + n0 * C;  // (nc, C)
@@ -246,7 +249,8 @@ void head_forward_backward(const UnitContext& ctx, const HeadSpec& s, const bf16
   }
   cross_entropy_finish(loss, h.loss_rows, targets, N, st);
   RmsnormBackwardArgs nb;
-  nb.dy = h.dhn, nb.dy_f32 = true, nb.x = x, nb.rstd = h.rstd, nb.w = params + s.norm_w;
+  nb.dy = h.dhn, nb.dy_f32 = true, nb.x = x, nb.rstd = h.rstd;
+  nb.w = params + s.norm_w, nb.w_offset = norm_offset;
   nb.dx = dx, nb.dx_f32 = false, nb.dw = grads + s.norm_w, nb.N = N, nb.C = C;
   rmsnorm_backward(nb, h.reduce, st);
 }

@@ -65,8 +65,13 @@ TEST(CudaTraining, TinyModelFollowsTheCpuLossCurveFor20Steps) {
 }
 
 // Packed documents (every word of the byte-level text a document: attention and RoPE restart at each
-// space): the CUDA run follows the CPU backend's curve within the same bound, and differs from the
-// run that ignores the boundaries, so the positions reached the kernels.
+// space): the CUDA run follows the CPU backend's curve within the same bound, and its step 1 is the
+// CPU's to far less than the positions move it, so the positions reached the kernels. At the initial
+// weights the loss is ln V + (logit variance) / 2 - (mean target logit), and the final norm fixes the
+// logits' variance: the documents move step 1 little (the CPU: 5.539028 packed, 5.538198 without
+// --document-end, 1.5e-4 relative; packed targets with the positions dropped 5.540414, 2.5e-4 away),
+// and the GPU's bf16 hidden states less (2e-5 absolute, H200 2026-12-04). 5e-5 relative lies 15x
+// above the rounding and 5x below a run that drops the positions.
 TEST(CudaTraining, PackedDocumentsFollowTheCpuLossCurve) {
   if (cuda_visible_devices() == 0)
     GTEST_SKIP()
@@ -80,8 +85,9 @@ TEST(CudaTraining, PackedDocumentsFollowTheCpuLossCurve) {
   ASSERT_EQ(b.steps.size(), a.steps.size());
   for (size_t i = 0; i < a.steps.size(); ++i)
     EXPECT_NEAR(b.steps[i].loss, a.steps[i].loss, kCurveRtol * a.steps[i].loss) << "step " << i + 1;
-  EXPECT_GT(std::abs(b.steps[0].loss - c.steps[0].loss), 1e-3 * c.steps[0].loss)
-      << "the boundaries change the loss";
+  EXPECT_NEAR(b.steps[0].loss, a.steps[0].loss, 5e-5 * a.steps[0].loss)
+      << "step 1: the positions reached the kernels";
+  EXPECT_NE(b.steps[0].loss, c.steps[0].loss) << "the boundaries change the loss";
 }
 
 }  // namespace

@@ -68,6 +68,19 @@ TEST(CudaEnvironment, MaxConnectionsCoverEveryStreamOrAreReplaced) {
   unsetenv("CUDA_DEVICE_MAX_CONNECTIONS");
 }
 
+// CUDA_MODULE_LOADING: EAGER, whatever was inherited (lazy loading's first-launch synchronization
+// deadlocks against streams waiting on host counters: the first GPU check's two-rank hangs).
+TEST(CudaEnvironment, ModuleLoadingIsEager) {
+  std::string why;
+  EXPECT_EQ(module_loading_setting(nullptr), "EAGER");
+  EXPECT_EQ(module_loading_setting("EAGER"), "");
+  EXPECT_EQ(module_loading_setting("LAZY", &why), "EAGER");
+  expect_contains(why, "first launch");
+  setenv("CUDA_MODULE_LOADING", "LAZY", 1);
+  prepare_cuda_environment(1);
+  EXPECT_STREQ(std::getenv("CUDA_MODULE_LOADING"), "EAGER");
+}
+
 TEST(CudaCheck, EveryLibraryErrorNamesTheCallTheMessageAndThePlace) {
   const std::string cuda = error_of([] { SLIDEDP_CUDA_CHECK(cudaErrorInvalidValue); });
   expect_contains(cuda, "CUDA error: cudaErrorInvalidValue failed with cudaErrorInvalidValue");
