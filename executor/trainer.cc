@@ -651,6 +651,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     result.paced_ops = pacing->pacer().flows();
     result.paced_overruns = pacing->pacer().overruns();
     result.paced_overrun_s = pacing->pacer().overrun_s();
+    for (int r = 0; r < N; ++r) {
+      result.paced_h2d_bytes.push_back(pacing->copied_bytes(r, true));
+      result.paced_d2h_bytes.push_back(pacing->copied_bytes(r, false));
+    }
   }
   return result;
 }

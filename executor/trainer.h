@@ -130,6 +130,9 @@ struct TrainResult {
   // target's time (the scale was too small for this host), with the wall seconds they ran over.
   double time_scale = 0;
   int64_t paced_ops = 0, paced_overruns = 0;
+  // Paced runs: the target bytes of the copies the step model charges (model/copy_bytes.h), per rank,
+  // over the whole run.
+  std::vector<double> paced_h2d_bytes, paced_d2h_bytes;
   double paced_overrun_s = 0;
   bool stopped_early = false;              // options.stop was raised
 };

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "model/copy_bytes.h"
 #include "model/expert_routing.h"
 #include "model/model_costs.h"
 
@@ -372,7 +373,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     // Expert-aware what-if: the experts no token of the micro-batch routes to stay on the host.
     const double moved = n - (ul.kind == UnitKind::kDecoder ? unrouted_expert_params(w, ul.layer, sw.tokens_per_rank_micro) : 0.0);
     const double bytes = moved * kBf16;
-    const double fetch = sw.traits.param_fetch_bytes / kBf16;
+    const double fetch = target_bytes_per_element(sw.traits, CopyKind::kParams) / kBf16;
     Delivery d = deliver(bytes, fetch);
     if (sw.traits.refetch_for_recompute && u.policy == ActivationPolicy::kRecompute) {
       // Three fetches where the pipeline models two deliveries (forward, backward): each carries 1.5.
@@ -415,13 +416,14 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     } else if (gpu_reduce) {
       u.grad_reduce_scatter_bytes = rs_port_bytes(moved);
       u.grad_nic_bytes = rs_nic_bytes(moved);
-      u.grad_d2h_bytes = moved * sw.traits.grad_shard_bytes / W;
+      u.grad_d2h_bytes = moved * target_bytes_per_element(sw.traits, CopyKind::kGradShard) / W;
     } else {
-      u.grad_d2h_bytes = bytes;
+      u.grad_d2h_bytes = moved * target_bytes_per_element(sw.traits, CopyKind::kGrad);
     }
     if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state) {
       const double emb = static_cast<double>(w.layout.units.front().flat_numel);
-      u.tied_grad_d2h_bytes = gpu_reduce ? emb * sw.traits.grad_shard_bytes / W : emb * kBf16;
+      u.tied_grad_d2h_bytes = emb * (gpu_reduce ? target_bytes_per_element(sw.traits, CopyKind::kGradShard) / W
+                                                : target_bytes_per_element(sw.traits, CopyKind::kGrad));
       u.grad_reduce_scatter_bytes += gpu_reduce ? rs_port_bytes(emb) : 0;
       u.grad_nic_bytes += gpu_reduce ? rs_nic_bytes(emb) : 0;
     }
@@ -500,7 +502,10 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       }
     }
     if (u.policy == ActivationPolicy::kOffload)
-      u.act_offload_bytes = decoder_activation_bytes_per_token(card, ul.layer).unit_input * static_cast<double>(sw.tokens_per_rank_micro);
+      // The layer input's elements (unit_input is counted in bf16), weighed as the copy is paced.
+      u.act_offload_bytes = decoder_activation_bytes_per_token(card, ul.layer).unit_input / kBf16 *
+                            target_bytes_per_element(sw.traits, CopyKind::kActivation) *
+                            static_cast<double>(sw.tokens_per_rank_micro);
     sw.units.push_back(u);
   }
 

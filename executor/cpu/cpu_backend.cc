@@ -31,6 +31,7 @@
 #include "kernels/cpu/transformer/layer_dispatch.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/router_aux_loss.h"
+#include "model/copy_bytes.h"
 
 namespace slidedp::exec {
 
@@ -228,16 +229,17 @@ class CpuStream final : public Stream {
   }
 
  private:
-  // What the target moves for a copy of `bytes` here: parameters and gradients in bf16 (the exact
-  // mode's fp32 and the gpu route's fp32 shards count as bf16), activations in bf16 (the CPU
-  // backend's are fp32), token ids and the loss as they are.
+  // A copy of `bytes` here, paced at what the target moves: the elements counted with this backend's
+  // sizes (parameters and their gradients as delivered: bf16, or fp32 with --exact; the gpu route's
+  // shards and activations in fp32), weighed by the step model's bytes per element; what the model
+  // does not charge (token ids, the loss) as it is.
   std::optional<PacedWork> paced_copy(bool h2d, int64_t bytes, const SpanTag& tag) const {
     if (!pacing_) return std::nullopt;
-    const std::string what = tag.what;
-    double target = static_cast<double>(bytes);
-    if (what == "params" || what == "params shard" || what == "grad") target = target / static_cast<double>(param_bytes_) * 2.0;
-    else if (what == "grad shard" || what == "offload" || what == "prefetch") target /= 2.0;  // fp32 here
-    return pacing_->copy(rank_, h2d, target);
+    const std::optional<CopyKind> kind = copy_kind_of(tag.what);
+    if (!kind) return pacing_->copy(rank_, h2d, static_cast<double>(bytes));
+    const bool fp32_here = *kind == CopyKind::kGradShard || *kind == CopyKind::kActivation;
+    const double element_bytes = fp32_here ? 4.0 : static_cast<double>(param_bytes_);
+    return pacing_->copy(rank_, h2d, *kind, static_cast<double>(bytes) / element_bytes);
   }
 
   void loop() {

@@ -1,0 +1,23 @@
+#include "model/copy_bytes.h"
+
+namespace slidedp {
+
+double target_bytes_per_element(const SystemTraits& traits, CopyKind kind) {
+  switch (kind) {
+    case CopyKind::kParams: return traits.param_fetch_bytes;
+    case CopyKind::kGrad: return 2.0;  // every system sends bf16 gradients over the cpu route
+    case CopyKind::kGradShard: return traits.grad_shard_bytes;
+    case CopyKind::kActivation: return 2.0;  // bf16 activations on the GPU
+  }
+  return 0;
+}
+
+std::optional<CopyKind> copy_kind_of(std::string_view what) {
+  if (what == "params" || what == "params shard") return CopyKind::kParams;
+  if (what == "grad") return CopyKind::kGrad;
+  if (what == "grad shard") return CopyKind::kGradShard;
+  if (what == "offload" || what == "prefetch") return CopyKind::kActivation;
+  return std::nullopt;
+}
+
+}  // namespace slidedp
