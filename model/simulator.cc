@@ -217,6 +217,11 @@ class GraphBuilder {
       s.unit = u;
       s.last_use = use_counter_;
     }
+    // A tied head reads the embedding from a slot of its own, as the executor delivers it (its bytes
+    // travel with the head's below): that slot's occupant is evicted, and the copy waits for its
+    // last reader too.
+    const std::vector<int> tied_slot_dep =
+        w.tied_h2d_bytes > 0 ? occupy_slot(0) : std::vector<int>(static_cast<std::size_t>(N_), -1);
     const int chunks = static_cast<int>(w.chunks);
     const std::vector<int>& gates = update_prev_[static_cast<std::size_t>(u)];
     if (tr.params_resident) {
@@ -231,7 +236,10 @@ class GraphBuilder {
     if (tr.gpu_sharded_state) {
       for (int k = 0; k < chunks; ++k) {
         std::vector<int> deps;
-        for (int r = 0; r < N_; ++r) dep(deps, slot_dep[static_cast<std::size_t>(r)]);
+        for (int r = 0; r < N_; ++r) {
+          dep(deps, slot_dep[static_cast<std::size_t>(r)]);
+          dep(deps, tied_slot_dep[static_cast<std::size_t>(r)]);
+        }
         if (!gates.empty()) dep(deps, gates.back());  // the previous step's GPU optimizer
         int id = collective(w.deliver_allgather_bytes / chunks, c_.allgather_busbw_Bps, deps,
                             fmt::format("all-gather {} c{}", unit_name(u), k));
@@ -245,6 +253,7 @@ class GraphBuilder {
       for (int k = 0; k < chunks; ++k) {
         std::vector<int> deps;
         dep(deps, slot_dep[rk]);
+        dep(deps, tied_slot_dep[rk]);
         if (!gates.empty()) dep(deps, gates[std::min<std::size_t>(static_cast<std::size_t>(k), gates.size() - 1)]);
         for (int g : tied_gate) dep(deps, g);
         if (w.deliver_convert_thread_s > 0) {
@@ -274,10 +283,34 @@ class GraphBuilder {
     return ready;
   }
 
+  // Puts unit `u` in a slot on every rank without a delivery of its own (a tied head's embedding):
+  // refreshed where resident, else in the least recently used slot. Returns per rank the compute the
+  // slot's previous occupant last ran (-1: none, or resident).
+  std::vector<int> occupy_slot(int u) {
+    std::vector<int> evicted(static_cast<std::size_t>(N_), -1);
+    ++use_counter_;
+    bool resident = false;
+    for (const Slot& s : slots_[0])
+      if (s.unit == u) resident = true;
+    std::size_t victim = 0;
+    for (std::size_t i = 1; i < slots_[0].size(); ++i)
+      if (slots_[0][i].last_use < slots_[0][victim].last_use) victim = i;
+    for (int r = 0; r < N_; ++r)
+      for (std::size_t i = 0; i < slots_[static_cast<std::size_t>(r)].size(); ++i) {
+        Slot& s = slots_[static_cast<std::size_t>(r)][i];
+        if (resident ? s.unit != u : i != victim) continue;
+        if (!resident) evicted[static_cast<std::size_t>(r)] = s.last_compute;
+        s.unit = u;
+        s.last_use = use_counter_;
+      }
+    return evicted;
+  }
+
   void note_compute(int u, const std::vector<int>& ids) {
+    const bool tied = sw_.units[static_cast<std::size_t>(u)].tied_h2d_bytes > 0;
     for (int r = 0; r < N_; ++r)
       for (Slot& s : slots_[static_cast<std::size_t>(r)])
-        if (s.unit == u) s.last_compute = ids[static_cast<std::size_t>(r)];
+        if (s.unit == u || (tied && s.unit == 0)) s.last_compute = ids[static_cast<std::size_t>(r)];
     if (step_ == measured_step_) {
       if (first_compute_ < 0) first_compute_ = ids[0];
       last_compute_step0_ = ids[0];

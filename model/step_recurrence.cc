@@ -325,6 +325,7 @@ class Recurrence {
     gpu_ = start + w.fwd_s;
     compute_ += w.fwd_s;
     release(u, gpu_);
+    if (w.tied_h2d_bytes > 0) release(0, gpu_);
     if (w.act_offload_bytes > 0) {
       double dt = copy_time(w.act_offload_bytes, d2h_rate_, 1);
       stats().d2h_busy += dt;
@@ -748,6 +749,22 @@ class Recurrence {
                              [](const Slot& a, const Slot& b) { return a.last_use < b.last_use; });
   }
 
+  // Puts unit `u` in a slot without a delivery of its own: a tied head reads the embedding from a
+  // slot of its own, as the executor delivers it (its bytes travel with the head's, which wait for
+  // both slots), evicting the least recently used unit. Returns when that slot is free (0: resident).
+  double occupy_slot(int u) {
+    ++use_counter_;
+    for (auto& s : slots_)
+      if (s.unit == u) {
+        s.last_use = use_counter_;
+        return 0.0;
+      }
+    Slot& slot = lru_slot();
+    slot.unit = u;
+    slot.last_use = use_counter_;
+    return slot.free_at;
+  }
+
   void invalidate_slots() {
     for (auto& s : slots_) s.unit = -1;
   }
@@ -764,16 +781,17 @@ class Recurrence {
     Slot& slot = lru_slot();
     slot.unit = u;
     slot.last_use = use_counter_;
+    const double slot_free = std::max(slot.free_at, w.tied_h2d_bytes > 0 ? occupy_slot(0) : 0.0);
     const SystemTraits& tr = sw_.traits;
     if (tr.params_resident) return gate;
     if (tr.gpu_sharded_state) {
-      double t = std::max(fabric_free_, slot.free_at) + w.deliver_allgather_bytes / c_.allgather_busbw_Bps +
+      double t = std::max(fabric_free_, slot_free) + w.deliver_allgather_bytes / c_.allgather_busbw_Bps +
                  lat_ * c_.fabric_latency_s;
-      fabric_s_ += t - std::max(fabric_free_, slot.free_at);
+      fabric_s_ += t - std::max(fabric_free_, slot_free);
       fabric_free_ = t;
       return t;
     }
-    const double gate_all = std::max(slot.free_at, gate);
+    const double gate_all = std::max(slot_free, gate);
     double end = deliver_chain(w, gate_all);
     const double chunks = static_cast<double>(w.chunks);
     if (gate_end > 0) end = std::max(end, gate_end + delivery_time(w) / chunks);
