@@ -1,6 +1,9 @@
-// Golden plans: the plan slidedp-plan chooses for a few fixed inputs (preset machines x models x
-// goals), diffed against tests/data/planner/*.yaml. A change to the model or the search that changes a
-// choice fails here until the files are regenerated deliberately:
+// A regression snapshot, not a check of correctness: the files were written by this code, so nothing
+// here says the plans are right (the planner's correctness tests are search_test.cc against exhaustive
+// enumeration, and e2e_test.cc against the executor). What it catches is an unintended change: the plan
+// slidedp-plan chooses for a few fixed inputs (preset machines x models x goals), diffed against
+// tests/data/planner/*.yaml. A change to the model or the search that changes a choice fails here
+// until the files are regenerated deliberately:
 //   SLIDEDP_UPDATE_PLANNER_GOLDEN=1 ./build/tests/planner/test_planner_golden
 // (or tests/planner/update_goldens.sh), and the diff is reviewed like code.
 #include <fmt/format.h>

@@ -1,4 +1,7 @@
-// Golden sweep points: the spec tests/data/sweeps/golden.yaml evaluated now, against the rows stored
+// A regression snapshot, not a check of correctness: the stored rows were written by this code, so
+// nothing here says the predictions are right (the model's own tests check its parts against closed
+// forms and the simulator, and sweeps/specs/validation.yaml against published runs). What it catches
+// is an unintended change: the spec tests/data/sweeps/golden.yaml evaluated now, against the rows stored
 // in tests/data/sweeps/golden_points.csv (every column of points.csv except the timing). A change that
 // moves a chosen plan or a prediction fails here until the file is regenerated deliberately:
 //   SLIDEDP_UPDATE_SWEEP_GOLDEN=1 ./build/tests/sweeps/test_sweeps_golden   (or
