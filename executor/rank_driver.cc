@@ -123,6 +123,14 @@ void RankDriver::release_all() {
   shards_.clear();
 }
 
+void RankDriver::forget(int unit, const EventPtr& last_use) {
+  for (Slot& s : slots_)
+    if (s.unit == unit) {
+      release(s.buffer, last_use);
+      s = Slot{};
+    }
+}
+
 void RankDriver::mark_use(int unit, const EventPtr& e) {
   for (Slot& s : slots_)
     if (s.unit == unit) {
@@ -473,6 +481,13 @@ void RankDriver::micro_step(int64_t step, int a) {
       args.workspace = alloc(mem.layer_memory(l).forward_workspace_bytes, "workspace");
       dev.recompute(args);
       release(args.workspace, compute.record());
+      if (config_.refetch_for_recompute) {
+        // The recompute's forward hook released the parameters; the backward gathers them again.
+        forget(u, compute.record());
+        p = acquire(step, u);
+        compute.wait(p.ready);
+        args.params = p.buffer;
+      }
     }
     // Two gradient buffers: this unit's reuses the one unit u+2 drained.
     if (drain_.count(u + 2)) compute.wait(drain_[u + 2]);

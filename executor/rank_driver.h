@@ -61,6 +61,10 @@ struct DriverConfig {
   // gradient is reduce-scattered into the shard's accumulator; after the last micro-step the rank
   // runs AdamW on its shard on the device and reports it to the updater.
   bool device_optimizer = false;
+  // DeepSpeed ZeRO-3's (--system zero3-offload): a module's parameters are gathered in its forward
+  // hook and released after it, and a checkpointed layer's recompute is a forward, so such a layer's
+  // parameters are fetched again for its backward (three fetches a step where a kept layer has two).
+  bool refetch_for_recompute = false;
   const TargetPacing* pacing = nullptr;  // paces the conversions (slidedp-run --emulate); may be null
 
   // The gpu gradient route: a reduce-scatter over every node's ranks (BackendOptions::cross_node
@@ -102,6 +106,8 @@ class RankDriver {
   // they are there.
   EventPtr deliver(int64_t step, int unit, const DeviceBuffer& buf);
   void mark_use(int unit, const EventPtr& e);
+  // Drops `unit` from its parameter slot (its buffer freed after `last_use`): the next use delivers it again.
+  void forget(int unit, const EventPtr& last_use);
   // Converts `grads` (fp32, device) to the wire dtype and sends it by the route; returns the event
   // after which the rank's gradient buffers for this unit are free again.
   EventPtr send_grads(int64_t step, int micro, int unit, GradPart part, const DeviceBuffer& grads, int64_t numel);

@@ -461,6 +461,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.tied = o.card.tie_word_embeddings;
     dc.router_aux_loss_coef = o.router_aux_loss_coef;
     dc.convert_on_load = traits.convert_on_load;
+    dc.refetch_for_recompute = traits.refetch_for_recompute;
     dc.resident_params = traits.params_resident;
     dc.whole_update_gate = traits.update_after_backward && !traits.gpu_optimizer;
     dc.device_optimizer = traits.gpu_optimizer;

@@ -283,6 +283,21 @@ class GraphBuilder {
     return ready;
   }
 
+  bool refetches(const UnitWork& w) const {
+    return sw_.traits.refetch_for_recompute && w.policy == ActivationPolicy::kRecompute && w.recompute_s > 0;
+  }
+
+  // Drops unit u from its slot on every rank (keeping the slot's last compute, which the next
+  // delivery into it waits for): its next use delivers it again.
+  void forget_slot(int u) {
+    for (auto& rank_slots : slots_)
+      for (Slot& s : rank_slots)
+        if (s.unit == u) {
+          s.unit = -1;
+          s.last_use = -1;
+        }
+  }
+
   // Puts unit `u` in a slot on every rank without a delivery of its own (a tied head's embedding):
   // refreshed where resident, else in the least recently used slot. Returns per rank the compute the
   // slot's previous occupant last ran (-1: none, or resident).
@@ -458,11 +473,30 @@ class GraphBuilder {
           deps.push_back(copy_task(r, true, w.act_offload_bytes, pdeps, fmt::format("prefetch {}", unit_name(u))));
         }
         if (u + 2 <= U - 1) dep(deps, drain_[rk][static_cast<std::size_t>(u + 2)]);
-        ids[rk] = compute_task(r, w.recompute_s + w.bwd_s, deps,
-                               fmt::format("{}bwd {}", w.recompute_s > 0 ? "recompute+" : "", unit_name(u)));
+        if (refetches(w)) {
+          ids[rk] = compute_task(r, w.recompute_s, deps, fmt::format("recompute {}", unit_name(u)));
+        } else {
+          ids[rk] = compute_task(r, w.recompute_s + w.bwd_s, deps,
+                                 fmt::format("{}bwd {}", w.recompute_s > 0 ? "recompute+" : "", unit_name(u)));
+        }
         bwd_done[rk][static_cast<std::size_t>(u)] = ids[rk];
       }
       note_compute(u, ids);
+      if (refetches(w)) {
+        // DeepSpeed ZeRO-3: the recompute's forward hook released the parameters; the backward
+        // gathers them again into a slot freed when the recompute ends.
+        forget_slot(u);
+        const std::vector<int> again = deliver(u, "params again");
+        for (int r = 0; r < N_; ++r) {
+          const std::size_t rk = static_cast<std::size_t>(r);
+          std::vector<int> deps;
+          dep(deps, again[rk]);
+          dep(deps, ids[rk]);
+          ids[rk] = compute_task(r, w.bwd_s, deps, fmt::format("bwd {}", unit_name(u)));
+          bwd_done[rk][static_cast<std::size_t>(u)] = ids[rk];
+        }
+        note_compute(u, ids);
+      }
       grads(u, last, ids);
     }
     flush_exchanges();

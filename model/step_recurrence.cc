@@ -363,7 +363,16 @@ class Recurrence {
     double start = std::max(gpu_, ready);
     // Two gradient slots: unit u's gradient buffer is the one unit u+2 drained.
     if (u + 2 <= U - 1) start = std::max(start, grad_done_[static_cast<std::size_t>(u + 2)]);
-    gpu_ = start + w.recompute_s + w.bwd_s;
+    if (refetches(w)) {
+      // DeepSpeed ZeRO-3: the recompute's forward hook released the parameters; the backward gathers
+      // them again into a slot freed when the recompute ends.
+      gpu_ = start + w.recompute_s;
+      forget_slot(u, gpu_);
+      start = std::max(gpu_, use_params(u, 0.0, demand_));
+      gpu_ = start + w.bwd_s;
+    } else {
+      gpu_ = start + w.recompute_s + w.bwd_s;
+    }
     compute_ += w.recompute_s + w.bwd_s;
     bwd_end_[static_cast<std::size_t>(u)] = gpu_;
     release(u, gpu_);
@@ -763,6 +772,20 @@ class Recurrence {
     slot.unit = u;
     slot.last_use = use_counter_;
     return slot.free_at;
+  }
+
+  bool refetches(const UnitWork& w) const {
+    return sw_.traits.refetch_for_recompute && w.policy == ActivationPolicy::kRecompute && w.recompute_s > 0;
+  }
+
+  // Drops unit u from its slot, free from t: its next use delivers it again.
+  void forget_slot(int u, double t) {
+    for (auto& s : slots_)
+      if (s.unit == u) {
+        s.unit = -1;
+        s.last_use = -1;
+        s.free_at = t;
+      }
   }
 
   void invalidate_slots() {

@@ -375,10 +375,6 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     const double bytes = moved * kBf16;
     const double fetch = target_bytes_per_element(sw.traits, CopyKind::kParams) / kBf16;
     Delivery d = deliver(bytes, fetch);
-    if (sw.traits.refetch_for_recompute && u.policy == ActivationPolicy::kRecompute) {
-      // Three fetches where the pipeline models two deliveries (forward, backward): each carries 1.5.
-      for (double* v : {&d.h2d, &d.allgather, &d.d2h, &d.host_mem}) *v *= 1.5;
-    }
     u.deliver_h2d_bytes = d.h2d;
     u.deliver_allgather_bytes = d.allgather;
     u.deliver_d2h_bytes = d.d2h;
