@@ -602,6 +602,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   if (!result.stopped_early) control.rethrow_if_failed();
 
   if (o.trace) {
+    if (!result.stopped_early) updater.wait_idle();  // the last update's span is recorded after its step is done
     std::vector<MeasuredSpan> more = backend->take_spans();
     spans.insert(spans.end(), more.begin(), more.end());
     result.spans = std::move(spans);

@@ -280,6 +280,7 @@ void Updater::loop() {
       if (it == jobs_.end() || control_.aborted()) continue;
       job = std::move(*it);
       jobs_.erase(it);
+      ++running_;
     }
     try {
       run_job(job);
@@ -287,7 +288,17 @@ void Updater::loop() {
     } catch (...) {
       control_.fail(std::current_exception());
     }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      --running_;
+    }
+    cv_.notify_all();
   }
+}
+
+void Updater::wait_idle() {
+  std::unique_lock<std::mutex> lock(mutex_);
+  control_.wait(lock, cv_, [&] { return running_ == 0; });
 }
 
 bool Updater::job_ready(const Job& job) const {

@@ -134,6 +134,9 @@ class Updater {
   void for_decay_ranges(int unit, int64_t b, int64_t e, const kernels::AdamwHyper& h,
                         const std::function<void(int64_t, int64_t, const kernels::AdamwHyper&)>& fn) const;
   // Updates of steps > `step` wait until this is raised (checkpoint gate).
+  // Waits until no job is running: a job's span is recorded after the step it completes is seen
+  // done (wait_step), so the run's last spans are complete only after this.
+  void wait_idle();
   void allow_updates_through(int64_t step);
   bool verify_mode() const { return verify_; }
   // Steps skipped so far, those before this run included. Exact once wait_step(s) returned for the
@@ -236,6 +239,7 @@ class Updater {
   int64_t expected_accumulations_ = 0;// verify mode: accumulation jobs per step
 
   std::mutex mutex_;
+  int running_ = 0;  // jobs taken from jobs_ and not yet finished (wait_idle); under mutex_
   std::condition_variable cv_;        // jobs, losses, gate, completion
   std::deque<Job> jobs_;
   std::map<int64_t, StepInfo> steps_;

@@ -190,7 +190,7 @@ TEST(Systems, Zero3OffloadFetchesPartitionsEveryPassAndUpdatesAfterTheBackward) 
     double backward_end = 0;
     for (int rank = 0; rank < 2; ++rank) backward_end = std::max(backward_end, last_end(spans(r, "compute", "bwd", step, rank)));
     const auto updates = spans(r, "cpu_update", "verify+adamw", step, -1);
-    ASSERT_FALSE(updates.empty());
+    ASSERT_FALSE(updates.empty()) << "step " << step;
     EXPECT_GE(first_start(updates), backward_end) << "step " << step << ": an update ran during a backward";
     for (int rank = 0; rank < 2; ++rank) {
       EXPECT_TRUE(spans(r, "h2d", "params", step, rank).empty()) << "a whole unit crossed the link";
