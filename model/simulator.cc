@@ -220,8 +220,9 @@ class GraphBuilder {
     // A tied head reads the embedding from a slot of its own, as the executor delivers it (its bytes
     // travel with the head's below): that slot's occupant is evicted, and the copy waits for its
     // last reader too.
+    bool tied_resident = false;  // then the embedding is not delivered again
     const std::vector<int> tied_slot_dep =
-        w.tied_h2d_bytes > 0 ? occupy_slot(0) : std::vector<int>(static_cast<std::size_t>(N_), -1);
+        w.tied_h2d_bytes > 0 ? occupy_slot(0, &tied_resident) : std::vector<int>(static_cast<std::size_t>(N_), -1);
     const int chunks = static_cast<int>(w.chunks);
     const std::vector<int>& gates = update_prev_[static_cast<std::size_t>(u)];
     if (tr.params_resident) {
@@ -266,12 +267,12 @@ class GraphBuilder {
           deps.push_back(convert_last_[rk]);
         }
         h2d_chunk[rk][static_cast<std::size_t>(k)] =
-            copy_task(r, true, (w.deliver_h2d_bytes + w.tied_h2d_bytes) / chunks, deps,
+            copy_task(r, true, (w.deliver_h2d_bytes + (tied_resident ? 0.0 : w.tied_h2d_bytes)) / chunks, deps,
                       fmt::format("{} {} c{}", phase, unit_name(u), k));
         ready[rk] = h2d_chunk[rk][static_cast<std::size_t>(k)];
       }
     }
-    const double ag = w.deliver_allgather_bytes + w.tied_allgather_bytes;
+    const double ag = w.deliver_allgather_bytes + (tied_resident ? 0.0 : w.tied_allgather_bytes);
     if (ag > 0) {
       for (int k = 0; k < chunks; ++k) {
         std::vector<int> deps;
@@ -300,13 +301,14 @@ class GraphBuilder {
 
   // Puts unit `u` in a slot on every rank without a delivery of its own (a tied head's embedding):
   // refreshed where resident, else in the least recently used slot. Returns per rank the compute the
-  // slot's previous occupant last ran (-1: none, or resident).
-  std::vector<int> occupy_slot(int u) {
+  // slot's previous occupant last ran (-1: none, or resident); `was_resident` says which.
+  std::vector<int> occupy_slot(int u, bool* was_resident) {
     std::vector<int> evicted(static_cast<std::size_t>(N_), -1);
     ++use_counter_;
     bool resident = false;
     for (const Slot& s : slots_[0])
       if (s.unit == u) resident = true;
+    *was_resident = resident;
     std::size_t victim = 0;
     for (std::size_t i = 1; i < slots_[0].size(); ++i)
       if (slots_[0][i].last_use < slots_[0][victim].last_use) victim = i;

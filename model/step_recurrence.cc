@@ -744,13 +744,19 @@ class Recurrence {
   }
 
   // One delivery of unit w to this rank, starting no earlier than `gate`; returns when it is usable.
-  double deliver_chain(const UnitWork& w, double gate) {
+  // `tied_resident`: a tied head whose embedding is still in a slot moves only its own parameters.
+  double deliver_chain(const UnitWork& w, double gate, bool tied_resident = false) {
     const UnitConst& k = konst(w);
-    double h2d = k.h2d_bytes * inv_h2d_rate_ + k.h2d_latency_s;
+    double h2d = (k.h2d_bytes - (tied_resident ? w.tied_h2d_bytes : 0.0)) * inv_h2d_rate_ + k.h2d_latency_s;
     stats().h2d_busy += h2d;
     const double conv = w.deliver_convert_thread_s / (c_.convert_threads_per_rank * convert_factor_);
     stats().convert_busy += conv;
-    return chain({{&convert_, conv}, {&h2d_, h2d}, {&fabric_free_, k.allgather_s}}, k.inv_chunks, gate);
+    double allgather = k.allgather_s;
+    if (tied_resident && w.tied_allgather_bytes > 0)
+      allgather = w.deliver_allgather_bytes > 0
+                      ? w.deliver_allgather_bytes / c_.allgather_busbw_Bps + lat_ * k.chunks * c_.fabric_latency_s
+                      : 0.0;
+    return chain({{&convert_, conv}, {&h2d_, h2d}, {&fabric_free_, allgather}}, k.inv_chunks, gate);
   }
 
   Slot& lru_slot() {
@@ -760,13 +766,14 @@ class Recurrence {
 
   // Puts unit `u` in a slot without a delivery of its own: a tied head reads the embedding from a
   // slot of its own, as the executor delivers it (its bytes travel with the head's, which wait for
-  // both slots), evicting the least recently used unit. Returns when that slot is free (0: resident).
+  // both slots), evicting the least recently used unit. Returns when that slot is free, or -1 when u
+  // was resident (then not delivered again).
   double occupy_slot(int u) {
     ++use_counter_;
     for (auto& s : slots_)
       if (s.unit == u) {
         s.last_use = use_counter_;
-        return 0.0;
+        return -1.0;
       }
     Slot& slot = lru_slot();
     slot.unit = u;
@@ -804,7 +811,9 @@ class Recurrence {
     Slot& slot = lru_slot();
     slot.unit = u;
     slot.last_use = use_counter_;
-    const double slot_free = std::max(slot.free_at, w.tied_h2d_bytes > 0 ? occupy_slot(0) : 0.0);
+    const double tied_slot = w.tied_h2d_bytes > 0 ? occupy_slot(0) : 0.0;
+    const bool tied_resident = tied_slot < 0;  // the embedding is not delivered again
+    const double slot_free = std::max(slot.free_at, tied_slot);
     const SystemTraits& tr = sw_.traits;
     if (tr.params_resident) return gate;
     if (tr.gpu_sharded_state) {
@@ -815,25 +824,25 @@ class Recurrence {
       return t;
     }
     const double gate_all = std::max(slot_free, gate);
-    double end = deliver_chain(w, gate_all);
+    double end = deliver_chain(w, gate_all, tied_resident);
     const double chunks = static_cast<double>(w.chunks);
     if (gate_end > 0) end = std::max(end, gate_end + delivery_time(w) / chunks);
-    h2d_bytes_ += w.deliver_h2d_bytes + w.tied_h2d_bytes;
+    const double tied_h2d = tied_resident ? 0.0 : w.tied_h2d_bytes;
+    h2d_bytes_ += w.deliver_h2d_bytes + tied_h2d;
     d2h_bytes_ += w.deliver_d2h_bytes;
-    ph.h2d_bytes += w.deliver_h2d_bytes + w.tied_h2d_bytes;
+    ph.h2d_bytes += w.deliver_h2d_bytes + tied_h2d;
     ph.d2h_bytes += w.deliver_d2h_bytes;
     h2d_copies_ += chunks;
-    double ag = w.deliver_allgather_bytes + w.tied_allgather_bytes;
+    double ag = w.deliver_allgather_bytes + (tied_resident ? 0.0 : w.tied_allgather_bytes);
     if (ag > 0) fabric_s_ += ag / c_.allgather_busbw_Bps + lat_ * chunks * c_.fabric_latency_s;
-    (void)ag;
-    double hm = sw_.ranks * (w.deliver_host_mem_bytes + w.tied_host_mem_bytes);
+    double hm = sw_.ranks * (w.deliver_host_mem_bytes + (tied_resident ? 0.0 : w.tied_host_mem_bytes));
     ph.host_mem_bytes += hm;
     host_mem_bytes_ += hm;
     double conv = sw_.ranks * w.deliver_convert_thread_s;
     ph.cpu_core_thread_s += conv;
     cpu_core_thread_s_ += conv;
     if (c_.emulated) {
-      double copy_threads = sw_.ranks * (w.deliver_h2d_bytes + w.tied_h2d_bytes) / c_.h2d_link_Bps;
+      double copy_threads = sw_.ranks * (w.deliver_h2d_bytes + tied_h2d) / c_.h2d_link_Bps;
       ph.cpu_core_thread_s += copy_threads;
       cpu_core_thread_s_ += copy_threads;
     }
