@@ -106,14 +106,7 @@ PlanFile PlanFlags::resolve() const {
   if (update_threads) p.update_threads = *update_threads;
   if (mlp_token_tile) p.mlp_token_tile = *mlp_token_tile;
   if (gpu_mem_budget) {
-    try {
-      p.gpu_mem_budget_bytes = parse_bytes(*gpu_mem_budget);
-    } catch (const InputError& e) {
-      throw InputError("--gpu-mem-budget", e.what());
-    }
-    // 0 is the plan's "no budget given" inside; from a user it would silently mean the default.
-    if (p.gpu_mem_budget_bytes <= 0)
-      throw InputError("--gpu-mem-budget", "must be more than 0 bytes; leave the flag out for the default");
+    p.gpu_mem_budget_bytes = budget_bytes_flag(*gpu_mem_budget, "--gpu-mem-budget");
   }
   return f;
 }

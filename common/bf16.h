@@ -11,9 +11,12 @@ namespace slidedp {
 
 using bf16_bits = uint16_t;  // raw bfloat16 bits; no arithmetic on them
 
+// An fp32 bit pattern that is a NaN: exponent all ones, mantissa not zero.
+inline bool is_nan_bits(uint32_t u) { return (u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0; }
+
 inline bf16_bits float_to_bf16(float f) {
   uint32_t u = std::bit_cast<uint32_t>(f);
-  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0) {
+  if (is_nan_bits(u)) {
     return static_cast<bf16_bits>((u >> 16) | 0x0040u);  // NaN: keep sign and top payload, force quiet
   }
   uint32_t rounding_bias = 0x7fffu + ((u >> 16) & 1u);  // ties to even

@@ -1,6 +1,9 @@
 // Numeric flag checks; see cli_checks.h.
 #include "common/cli_checks.h"
 
+#include "common/error.h"
+#include "common/units.h"
+
 #include <fmt/format.h>
 
 #include <cerrno>
@@ -37,6 +40,17 @@ CLI::Validator integer_in(long long lo, long long hi, const std::string& unit) {
         return "";
       },
       fmt::format("{}..{}", lo, hi));
+}
+
+int64_t budget_bytes_flag(const std::string& text, const char* flag) {
+  int64_t bytes = 0;
+  try {
+    bytes = parse_bytes(text);
+  } catch (const InputError& e) {
+    throw InputError(flag, e.what());
+  }
+  if (bytes <= 0) throw InputError(flag, "must be more than 0 bytes; leave the flag out for the default");
+  return bytes;
 }
 
 }  // namespace slidedp

@@ -26,8 +26,6 @@ struct SplitMaster {
   uint16_t remainder = 0;   // the fp32 pattern's low 16 bits
 };
 
-inline bool is_nan_bits(uint32_t u) { return (u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu) != 0; }
-
 inline SplitMaster split_master(float f) {
   const uint32_t u = std::bit_cast<uint32_t>(f);
   const auto low = static_cast<uint16_t>(u & 0xffffu);

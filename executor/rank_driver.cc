@@ -311,8 +311,7 @@ void RankDriver::micro_step(int64_t step, int a) {
         s.stale = s.unit >= 0;
         continue;
       }
-      if (s.buffer.id >= 0) release(s.buffer, s.last_use);
-      s = Slot{};
+      if (s.unit >= 0) forget(s.unit, s.last_use);
     }
   }
 

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <optional>
 
+#include "common/cli_checks.h"
 #include "common/cli_main.h"
 #include "common/error.h"
 #include "common/file_util.h"
@@ -23,17 +24,13 @@
 namespace slidedp::planner {
 namespace {
 
-int64_t bytes_flag(const std::optional<std::string>& text, const char* flag) {
-  if (!text) return 0;
-  int64_t bytes = 0;
+// A byte count given to `flag` (0 allowed: a reserve of nothing), named in the error.
+int64_t bytes_flag(const std::string& text, const char* flag) {
   try {
-    bytes = parse_bytes(*text);
+    return parse_bytes(text);
   } catch (const InputError& e) {
     throw InputError(flag, e.what());
   }
-  // 0 means "not given" in the search spec; from a user it would silently mean the default.
-  if (bytes <= 0) throw InputError(flag, "must be more than 0 bytes; leave the flag out for the default");
-  return bytes;
 }
 
 int plan_main(int argc, char** argv) {
@@ -158,8 +155,8 @@ int plan_main(int argc, char** argv) {
   spec.max_global_batch_tokens = max_global_batch;
   spec.max_micro_batch = max_mb;
   spec.max_accum_steps = max_acc;
-  spec.gpu_mem_budget_bytes = bytes_flag(budget, "--gpu-mem-budget");
-  if (reserve) spec.gpu_mem_reserve_bytes = bytes_flag(reserve, "--gpu-mem-reserve");
+  if (budget) spec.gpu_mem_budget_bytes = budget_bytes_flag(*budget, "--gpu-mem-budget");
+  if (reserve) spec.gpu_mem_reserve_bytes = bytes_flag(*reserve, "--gpu-mem-reserve");
   if (param_route) spec.param_routes = {parse_param_route(*param_route, "--param-route")};
   if (grad_route) spec.grad_routes = {parse_grad_route(*grad_route, "--grad-route")};
   spec.chunk_numels = chunks;
