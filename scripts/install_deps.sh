@@ -10,6 +10,7 @@ packages=(
   libyaml-cpp-dev libsqlite3-dev sqlite3 libgtest-dev libgmock-dev libbenchmark-dev
   libeigen3-dev nlohmann-json3-dev libcli11-dev libfmt-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
+  libpcre2-dev libutf8proc-dev
   python3
 )
 # Tests only (SLIDEDP_TEST_DEPS=0 skips it, as the quickstart does): regenerates tests/data/step_golden
