@@ -19,6 +19,7 @@
 #include "io/sequence_sampler.h"
 #include "io/token_dataset.h"
 #include "io/token_import.h"
+#include "text/tokenizer.h"
 
 namespace slidedp {
 namespace {
@@ -30,6 +31,9 @@ struct BuildArgs {
   int64_t vocab_size = 0;
   std::string dtype = "auto";
   int64_t eos_id = -1;
+  std::string tokenizer;  // model folder or tokenizer.json
+  bool append_eos = false;
+  bool no_special_tokens = false;
   bool embedded = false;
   bool json = false;
 };
@@ -38,6 +42,8 @@ struct InspectArgs {
   std::string path;
   int64_t seq_len = 0;
   int64_t head = 0;
+  std::string tokenizer;
+  bool decode = false;
   bool json = false;
 };
 
@@ -56,7 +62,18 @@ int run_build(const BuildArgs& a) {
     formats.push_back(input_format_for(a.input_format, in));
     any_ids = any_ids || formats.back() != InputFormat::kText;
   }
+  std::optional<text::Tokenizer> tokenizer;
+  if (!a.tokenizer.empty()) tokenizer.emplace(text::Tokenizer::load(a.tokenizer));
+  if (a.append_eos && !tokenizer) throw InputError("--append-eos", "needs --tokenizer (whose EOS it appends)");
+  if (a.no_special_tokens && !tokenizer) throw InputError("--no-special-tokens", "needs --tokenizer");
   int64_t vocab = a.vocab_size;
+  if (tokenizer) {
+    if (vocab == 0) vocab = tokenizer->vocab_size();
+    if (vocab < tokenizer->vocab_size())
+      throw InputError("--vocab-size", fmt::format("{} is below the tokenizer's {} ({})", vocab, tokenizer->vocab_size(),
+                                                   tokenizer->origin()));
+    any_ids = false;
+  }
   if (vocab == 0) {
     if (any_ids) throw InputError("--vocab-size", "is required for token ids (jsonl, npy inputs)");
     vocab = kByteVocabSize;
@@ -64,6 +81,14 @@ int run_build(const BuildArgs& a) {
   if (vocab < 0 || vocab > kMaxVocabSize)
     throw InputError("--vocab-size", fmt::format("{} is outside [1, 2^31]", vocab));
   std::optional<uint32_t> eos;
+  if (a.append_eos) {
+    if (a.eos_id >= 0) throw InputError("--append-eos", "give either --append-eos or --eos-id");
+    const auto& name = tokenizer->config().eos_token;
+    const auto id = name ? tokenizer->token_id(*name) : std::nullopt;
+    if (!id) throw InputError("--append-eos", fmt::format("{} names no EOS token (tokenizer_config.json: eos_token)",
+                                                          tokenizer->origin()));
+    eos = static_cast<uint32_t>(*id);
+  }
   if (a.eos_id >= 0) {
     if (a.eos_id >= vocab)
       throw InputError("--eos-id", fmt::format("{} is >= vocab_size {}", a.eos_id, vocab));
@@ -79,18 +104,21 @@ int run_build(const BuildArgs& a) {
   if (dtype == TokenDtype::kUint16 && vocab > 65536)
     throw InputError("--dtype", fmt::format("uint16 cannot hold ids of a vocabulary of {}", vocab));
 
+  TextEncoding encoding;
+  encoding.tokenizer = tokenizer ? &*tokenizer : nullptr;
+  encoding.add_special_tokens = !a.no_special_tokens;
   TokenStream stream;
   Progress progress("slidedp-data", static_cast<double>(a.inputs.size()), "files",
                     !a.json && a.inputs.size() > 1);
-  if (a.embedded) append_text(stream, default_corpus_text(), "<embedded tiny_corpus.txt>", vocab, eos);
+  if (a.embedded) append_text(stream, default_corpus_text(), "<embedded tiny_corpus.txt>", vocab, eos, encoding);
   for (std::size_t i = 0; i < a.inputs.size(); ++i) {
     const std::string& in = a.inputs[i];
     switch (formats[i]) {
       case InputFormat::kText:
-        append_text(stream, read_text_file(in), in, vocab, eos);
+        append_text(stream, read_text_file(in), in, vocab, eos, encoding);
         break;
       case InputFormat::kJsonl:
-        append_jsonl(stream, read_text_file(in), in, vocab, eos);
+        append_jsonl(stream, read_text_file(in), in, vocab, eos, encoding);
         break;
       case InputFormat::kNpy: {
         MappedFile f(in);
@@ -112,7 +140,8 @@ int run_build(const BuildArgs& a) {
     nlohmann::json j = {
         {"out", a.out},           {"num_tokens", stream.tokens.size()}, {"documents", stream.documents},
         {"vocab_size", vocab},    {"dtype", token_dtype_name(dtype)},   {"has_loss_mask", stream.has_mask},
-        {"loss_tokens", counted}, {"file_bytes", file_bytes},           {"inputs", nlohmann::json::array()}};
+        {"loss_tokens", counted}, {"file_bytes", file_bytes},           {"inputs", nlohmann::json::array()},
+        {"tokenizer", tokenizer ? nlohmann::json(tokenizer->origin()) : nlohmann::json()}};
     if (a.embedded) j["inputs"].push_back({{"path", "<embedded tiny_corpus.txt>"}, {"format", "text"}});
     for (std::size_t i = 0; i < a.inputs.size(); ++i)
       j["inputs"].push_back({{"path", a.inputs[i]}, {"format", input_format_name(formats[i])}});
@@ -129,12 +158,21 @@ int run_build(const BuildArgs& a) {
 }
 
 int run_inspect(const InspectArgs& a) {
+  if (a.decode && a.tokenizer.empty()) throw InputError("--decode", "needs --tokenizer (the model folder)");
   TokenDataset d = TokenDataset::open(a.path);
+  std::optional<text::Tokenizer> tokenizer;
+  if (!a.tokenizer.empty()) tokenizer.emplace(text::Tokenizer::load(a.tokenizer));
+  const int64_t head_tokens = a.decode && a.head == 0 ? 64 : a.head;
   int64_t counted = 0;
   for (int64_t i = 0; i < d.num_tokens(); ++i) counted += d.counts_in_loss(i) ? 1 : 0;
   int64_t sequences = a.seq_len > 0 && d.num_tokens() > a.seq_len ? (d.num_tokens() - 1) / a.seq_len : 0;
   std::vector<uint32_t> head;
-  for (int64_t i = 0; i < std::min(a.head, d.num_tokens()); ++i) head.push_back(d.token(i));
+  for (int64_t i = 0; i < std::min(head_tokens, d.num_tokens()); ++i) head.push_back(d.token(i));
+  std::optional<std::string> decoded;
+  if (a.decode) {
+    const std::vector<int32_t> ids(head.begin(), head.end());
+    decoded = tokenizer->decode(ids);
+  }
   if (a.json) {
     nlohmann::json j = {{"path", a.path},
                         {"num_tokens", d.num_tokens()},
@@ -143,6 +181,7 @@ int run_inspect(const InspectArgs& a) {
                         {"has_loss_mask", d.has_loss_mask()},
                         {"loss_tokens", counted},
                         {"head", head}};
+    if (decoded) j["decoded"] = *decoded;
     if (a.seq_len > 0) {
       j["seq_len"] = a.seq_len;
       j["sequences"] = sequences;
@@ -157,6 +196,7 @@ int run_inspect(const InspectArgs& a) {
       std::printf("  %lld sequences of %lld tokens (+1 shifted target)\n", static_cast<long long>(sequences),
                   static_cast<long long>(a.seq_len));
     if (!head.empty()) std::printf("  head: %s\n", fmt::format("{}", fmt::join(head, " ")).c_str());
+    if (decoded) std::printf("  decoded: %s\n", nlohmann::json(*decoded).dump().c_str());
   }
   return 0;
 }
@@ -171,8 +211,9 @@ int main_body(int argc, char** argv) {
   CLI::App* build = app.add_subcommand(
       "build",
       "Tokenize or convert INPUT files (concatenated in order) into one token file.\n"
-      "  text : raw bytes, one token per byte (vocab 256)\n"
-      "  jsonl: one document per line, [id, ...] or {\"input_ids\": [...], \"loss_mask\": [0/1, ...]}\n"
+      "  text : one document per file, through the model's tokenizer (--tokenizer), else one token per byte (vocab 256)\n"
+      "  jsonl: one document per line, [id, ...] or {\"input_ids\": [...], \"loss_mask\": [0/1, ...]},\n"
+      "         or text (\"...\" or {\"text\": \"...\"}) through the model's tokenizer\n"
       "  npy  : a 1-D NumPy array of int32, int64, uint16 or uint32 ids");
   build->add_option("inputs", b.inputs, "Input files (text, .jsonl or .npy)");
   build->add_option("--out,-o", b.out, "Token file to write (replaced atomically)")->required();
@@ -185,6 +226,13 @@ int main_body(int argc, char** argv) {
                     "Token width: auto (uint16 when vocab <= 65536, else uint32), uint16, uint32");
   build->add_option("--eos-id", b.eos_id,
                     "Append this token id after every document (text file, JSON line, array)");
+  build->add_option("--tokenizer,--model", b.tokenizer,
+                    "The model's tokenizer: a Hugging Face model folder (tokenizer.json, tokenizer_config.json) or a "
+                    "tokenizer.json; vocab size and special tokens come from it");
+  build->add_flag("--append-eos", b.append_eos,
+                  "Append the tokenizer's EOS token (tokenizer_config.json: eos_token) after every document");
+  build->add_flag("--no-special-tokens", b.no_special_tokens,
+                  "Do not add the tokenizer's post-processor tokens (e.g. Gemma's BOS) around each document");
   build->add_flag("--embedded", b.embedded,
                   "Also include the embedded default corpus (byte-level text) first");
   build->add_flag("--json", b.json, "Print the summary as JSON on stdout");
@@ -195,6 +243,8 @@ int main_body(int argc, char** argv) {
   inspect->add_option("--seq-len", ins.seq_len,
                       "Also report how many packed sequences of this length it makes");
   inspect->add_option("--head", ins.head, "Print the first N token ids");
+  inspect->add_option("--tokenizer,--model", ins.tokenizer, "The model folder whose tokenizer --decode uses");
+  inspect->add_flag("--decode", ins.decode, "Also print the first --head tokens (default 64) as text");
   inspect->add_flag("--json", ins.json, "Print the summary as JSON on stdout");
 
   try {

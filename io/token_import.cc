@@ -11,6 +11,8 @@
 
 #include "common/error.h"
 #include "common/strict_json.h"
+#include "text/tokenizer.h"
+#include "text/utf8.h"
 
 namespace slidedp {
 namespace {
@@ -180,9 +182,37 @@ const char* input_format_name(InputFormat format) {
   return "?";
 }
 
+namespace {
+
+// The 1-based line and column of byte `offset` in `text`.
+std::string line_of(std::string_view text, size_t offset) {
+  size_t line = 1, line_start = 0;
+  for (size_t i = 0; i < offset && i < text.size(); ++i)
+    if (text[i] == '\n') ++line, line_start = i + 1;
+  return fmt::format("line {}, byte {} of the line", line, offset - line_start + 1);
+}
+
+// Encodes one document with the model's tokenizer; `where` names the file (and line).
+void append_encoded(TokenStream& out, std::string_view text, const std::string& where, int64_t vocab_size,
+                    const TextEncoding& encoding, text::WordCache& cache) {
+  if (const size_t bad = text::first_invalid_utf8(text); bad != std::string_view::npos)
+    throw InputError(where, fmt::format("invalid UTF-8 at {}", line_of(text, bad)));
+  const std::vector<int32_t> ids = encoding.tokenizer->encode(text, encoding.add_special_tokens, &cache);
+  out.tokens.reserve(out.tokens.size() + ids.size());
+  for (int32_t id : ids) push_token(out, id, 1, vocab_size, where);
+}
+
+}  // namespace
+
 void append_text(TokenStream& out, std::string_view text, const std::string& path, int64_t vocab_size,
-                 std::optional<uint32_t> eos) {
+                 std::optional<uint32_t> eos, const TextEncoding& encoding) {
   if (text.empty()) throw InputError(path, "empty file");
+  if (encoding.tokenizer) {
+    text::WordCache cache;
+    append_encoded(out, text, path, vocab_size, encoding, cache);
+    end_document(out, eos, vocab_size, path);
+    return;
+  }
   if (vocab_size < 256)
     throw InputError(path, fmt::format("byte-level text needs vocab_size >= 256 (got {})", vocab_size));
   out.tokens.reserve(out.tokens.size() + text.size());
@@ -195,8 +225,9 @@ void append_text(TokenStream& out, std::string_view text, const std::string& pat
 }
 
 void append_jsonl(TokenStream& out, std::string_view text, const std::string& path, int64_t vocab_size,
-                  std::optional<uint32_t> eos) {
+                  std::optional<uint32_t> eos, const TextEncoding& encoding) {
   if (text.empty()) throw InputError(path, "empty file");
+  text::WordCache cache;
   int64_t line_no = 0;
   int64_t lines_read = 0;
   std::size_t pos = 0;
@@ -209,13 +240,24 @@ void append_jsonl(TokenStream& out, std::string_view text, const std::string& pa
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines separate nothing
     const std::string where = fmt::format("{}: line {}", path, line_no);
     const json j = parse_json_strict<json>(line, where);
+    const json* document = j.is_string() ? &j : j.is_object() && j.contains("text") ? &j["text"] : nullptr;
+    if (document) {
+      if (j.is_object() && j.size() != 1) throw InputError(where, "a text line is {\"text\": \"...\"} with no other key");
+      if (!document->is_string()) throw InputError(where + ": text", "expected a string");
+      if (!encoding.tokenizer)
+        throw InputError(where, "a line of text needs the model's tokenizer (--tokenizer or --model DIR)");
+      append_encoded(out, document->get_ref<const std::string&>(), where, vocab_size, encoding, cache);
+      end_document(out, eos, vocab_size, where);
+      ++lines_read;
+      continue;
+    }
     const json* ids = &j;
     const json* mask = nullptr;
     if (j.is_object()) {
       for (const auto& [k, _] : j.items())
         if (k != "input_ids" && k != "loss_mask")
           throw InputError(where,
-                           fmt::format("unknown key '{}' (expected input_ids and optional loss_mask)", k));
+                           fmt::format("unknown key '{}' (expected input_ids and optional loss_mask, or text)", k));
       if (!j.contains("input_ids")) throw InputError(where, "missing key 'input_ids'");
       ids = &j["input_ids"];
       if (j.contains("loss_mask")) mask = &j["loss_mask"];

@@ -1,6 +1,7 @@
-// Turning raw inputs into token streams for slidedp-data: text through the byte-level tokenizer,
-// already tokenized ids in JSON lines (a list of ints per line, or {"input_ids": [...],
-// "loss_mask": [...]}), and 1-D NumPy .npy arrays (int32/int64/uint16/uint32; the header is parsed
+// Turning raw inputs into token streams for slidedp-data: text through the model's tokenizer (or the
+// byte-level one without a model), already tokenized ids in JSON lines (a list of ints per line, or
+// {"input_ids": [...], "loss_mask": [...]}), text in JSON lines ("..." or {"text": "..."}, with a
+// tokenizer), and 1-D NumPy .npy arrays (int32/int64/uint16/uint32; the header is parsed
 // here, no NumPy needed). Every id is checked against the vocabulary as it is read; errors name the
 // file and, for JSON lines, the line number.
 #pragma once
@@ -13,6 +14,15 @@
 #include <vector>
 
 namespace slidedp {
+namespace text {
+class Tokenizer;
+}
+
+// How text becomes ids: the model's tokenizer, or none (byte-level for text files; JSON-lines text refused).
+struct TextEncoding {
+  const text::Tokenizer* tokenizer = nullptr;
+  bool add_special_tokens = true;  // the tokenizer's post-processor tokens (e.g. BOS) around each document
+};
 
 struct TokenStream {
   std::vector<uint32_t> tokens;
@@ -29,9 +39,9 @@ const char* input_format_name(InputFormat format);
 // Each appends one or more documents; `eos` (when set) is appended after every document, counted in
 // the loss. Throws InputError naming `path` (and the line) on bad input.
 void append_text(TokenStream& out, std::string_view text, const std::string& path, int64_t vocab_size,
-                 std::optional<uint32_t> eos);
+                 std::optional<uint32_t> eos, const TextEncoding& encoding = {});
 void append_jsonl(TokenStream& out, std::string_view text, const std::string& path, int64_t vocab_size,
-                  std::optional<uint32_t> eos);
+                  std::optional<uint32_t> eos, const TextEncoding& encoding = {});
 void append_npy(TokenStream& out, std::span<const uint8_t> file, const std::string& path, int64_t vocab_size,
                 std::optional<uint32_t> eos);
 
