@@ -1,6 +1,7 @@
 // A compiled pre-tokenizer regex on PCRE2 (UTF + UCP, JIT when available). Patterns are written for
 // Oniguruma, the engine of Hugging Face `tokenizers`; the one difference that matters for released
-// tokenizers is \s: PCRE2's misses U+0085, so \s and \S are rewritten to Unicode White_Space.
+// tokenizers is \s: PCRE2's also matches U+180E (its \h set), so \s and \S are rewritten to Unicode
+// White_Space, Oniguruma's meaning.
 #pragma once
 
 #include <memory>

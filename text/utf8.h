@@ -23,8 +23,8 @@ char32_t next_code_point(std::string_view s, size_t& i);
 
 void append_utf8(std::string& out, char32_t c);
 
-// Unicode White_Space (the property Rust's and Oniguruma's \s use; JavaScript's \s differs on
-// U+0085 and U+FEFF).
+// Unicode White_Space (what Oniguruma's \s matches; JavaScript's differs on U+0085 and U+FEFF,
+// PCRE2's on U+180E).
 bool is_unicode_white_space(char32_t c);
 
 }  // namespace slidedp::text
