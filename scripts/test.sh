@@ -32,7 +32,7 @@ fi
 if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
   echo "== parsers, run log, kernels, faults and resume under AddressSanitizer + UndefinedBehaviorSanitizer =="
   asan="$root/build-asan"
-  targets=(test_io test_model_vocabulary test_run_log test_cli_main test_thread_pool test_lr_schedule test_kernels_optim
+  targets=(test_io test_text test_model_vocabulary test_run_log test_cli_main test_thread_pool test_lr_schedule test_kernels_optim
            test_kernels_transformer_ops test_kernels_transformer_units test_kernels_transformer_moe
            test_kernels_transformer_router_aux_loss test_kernels_transformer_gemma4 test_kernels_transformer_qwen3_5
            test_kernels_transformer_delta_rule test_kernels_transformer_deltanet test_executor_faults test_executor_resume

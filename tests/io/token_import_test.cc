@@ -12,6 +12,8 @@
 #include "common/error.h"
 #include "io/token_dataset.h"
 #include "io_test_util.h"
+#include "tests/text/text_test_util.h"
+#include "text/tokenizer.h"
 
 namespace slidedp {
 namespace {
@@ -77,8 +79,11 @@ TEST(TokenImport, JsonLinesOfListsAndObjectsWithMasks) {
       {"{\"input_ids\": [1], \"labels\": [1]}", {"line 1", "unknown key 'labels'"}},
       {"{\"input_ids\": [1, 2], \"loss_mask\": [1]}", {"loss_mask", "2 values"}},
       {"{\"input_ids\": [1], \"loss_mask\": [2]}", {"loss_mask[0]"}},
-      {"{\"text\": \"hello\"}", {"unknown key 'text'"}},
-      {"\"hello\"", {"expected a list of token ids"}},
+      {"{\"text\": \"hello\"}", {"line 1", "needs the model's tokenizer"}},
+      {"\"hello\"", {"line 1", "needs the model's tokenizer"}},
+      {"{\"text\": 5}", {"line 1: text", "expected a string"}},
+      {"{\"text\": \"a\", \"input_ids\": [1]}", {"no other key"}},
+      {"true", {"expected a list of token ids"}},
       {"", {"empty file"}},
       {"\n \n", {"no JSON lines"}},
   };
@@ -191,6 +196,54 @@ TEST(SlidedpData, BuildsFromTextJsonlAndNpy) {
   r = testing::run_command(tool() + " build --embedded --out " + (dir / "e.bin"));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_GT(TokenDataset::open(dir / "e.bin").num_tokens(), 30000);
+}
+
+// With the model's tokenizer: the file holds what text::Tokenizer::encode gives for each document
+// (whose agreement with Hugging Face is tests/text), the EOS after each, the tokenizer's vocabulary;
+// invalid UTF-8 names the file and line; --decode gives the text back.
+TEST(SlidedpData, BuildsTextThroughTheModelsTokenizer) {
+  TempDir dir;
+  const std::filesystem::path model = dir / "model";
+  std::filesystem::create_directories(model);
+  std::ofstream(model / "tokenizer.json")
+      << testing::byte_level_tokenizer_json({{"h", "e"}, {"l", "l"}, {"he", "ll"}, {"hell", "o"}},
+                                           R"('s|\s+(?!\S)|\s+|\S+)")
+             .dump();
+  std::ofstream(model / "tokenizer_config.json") << R"({"eos_token": "<|end|>"})";
+  const text::Tokenizer tokenizer = text::Tokenizer::load(model);
+  testing::write_bytes(dir / "a.txt", "hello hello\n");
+  testing::write_bytes(dir / "b.jsonl", "\"hello<|end|>x\"\n{\"text\": \"wörld\"}\n");
+  auto r = testing::run_command(tool() + " build " + (dir / "a.txt") + " " + (dir / "b.jsonl") + " --tokenizer " +
+                                model.string() + " --append-eos --out " + (dir / "t.bin") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["documents"], 3);
+  std::vector<int32_t> expected;
+  const int32_t eos = *tokenizer.token_id("<|end|>");
+  for (const char* doc : {"hello hello\n", "hello<|end|>x", "wörld"}) {
+    for (int32_t id : tokenizer.encode(doc, true)) expected.push_back(id);
+    expected.push_back(eos);
+  }
+  TokenDataset t = TokenDataset::open(dir / "t.bin");
+  EXPECT_EQ(t.vocab_size(), tokenizer.vocab_size());
+  std::vector<int32_t> got;
+  for (int64_t i = 0; i < t.num_tokens(); ++i) got.push_back(static_cast<int32_t>(t.token(i)));
+  EXPECT_EQ(got, expected);
+  EXPECT_EQ(got[0], *tokenizer.token_id("hello"));
+
+  r = testing::run_command(tool() + " inspect " + (dir / "t.bin") + " --model " + model.string() + " --decode --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["decoded"], "hello hello\n<|end|>hello<|end|>x<|end|>wörld<|end|>");
+
+  testing::write_bytes(dir / "bad.txt", "fine\nbad \xFF here\n");
+  r = testing::run_command(tool() + " build " + (dir / "bad.txt") + " --tokenizer " + model.string() + " --out " +
+                           (dir / "x.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("bad.txt: invalid UTF-8 at line 2, byte 5"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "x.bin"));
+  r = testing::run_command(tool() + " build " + (dir / "a.txt") + " --tokenizer " + (dir / "nowhere") + " --out " +
+                           (dir / "x.bin"));
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("tokenizer.json"), std::string::npos) << r.output;
 }
 
 TEST(SlidedpData, BadInputExitsNonZeroNamingTheProblem) {
