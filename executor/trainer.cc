@@ -622,6 +622,11 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   if (!o.save_model_dir.empty()) {
     HfSaveOptions so;
     so.overwrite = true;
+    // The folder the run started from gives its tokenizer (and generation config) to the saved one, so
+    // that it loads back as a whole model; saving over that folder keeps them anyway.
+    std::error_code same_error;
+    if (!o.init_model_dir.empty() && !std::filesystem::equivalent(o.init_model_dir, o.save_model_dir, same_error))
+      so.copy_extra_files_from = o.init_model_dir;
     if (sharded_nodes) {
       save_sharded_model(*link, state, o.card, o.save_model_dir, so);
     } else if (node == 0) {

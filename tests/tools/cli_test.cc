@@ -284,6 +284,31 @@ TEST(Cli, EveryStepSkippedIsAFailedRun) {
   fs::remove_all(d);
 }
 
+// --save-model from a --model folder: the saved folder carries the tokenizer files of the folder the
+// run started from, so that it loads back as a whole model (issue 44 item 5).
+TEST(Cli, SavedModelCarriesTheTokenizerOfItsSource) {
+  fs::path d = scratch("carriestokenizer");
+  const ModelCard card = model_card_from_yaml(
+      "name: tiny\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nintermediate_size: 64\nvocab_size: 256\n",
+      "tiny");
+  std::vector<std::vector<float>> weights = exec::init_random_weights(make_model_layout(card), 1);
+  UnitSpans spans(weights.begin(), weights.end());
+  save_hf_model((d / "model").string(), card, spans);
+  std::ofstream(d / "model" / "tokenizer.json") << "{\"tokenizer\": 1}";
+  std::ofstream(d / "model" / "tokenizer_config.json") << "{\"eos_token\": \"x\"}";
+  const Result r = sh(bin("slidedp-run") + " --model " + (d / "model").string() + " --steps 1 --seq 16 --ranks 1 -q " +
+                      "--no-db --save-model " + (d / "out").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
+    std::ifstream a(d / "model" / f), b(d / "out" / f);
+    ASSERT_TRUE(b.good()) << f << " was not carried";
+    EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}));
+  }
+  EXPECT_TRUE(fs::exists(d / "out" / "config.json"));
+  fs::remove_all(d);
+}
+
 // Flags bounded like their YAML twins: sizes that overflowed byte counts (--chunk-numel 2^62 aborted
 // slidedp-run) or made the planner loop for hours (--global-batch-tokens 2^62) are refused, exit 2.
 TEST(Cli, HugeSizesAreRefusedLikeTheirYamlTwins) {
