@@ -2,11 +2,10 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
-#include <sstream>
 
 #include "common/error.h"
+#include "common/file_util.h"
 #include "common/strict_json.h"
 #include "text/byte_level.h"
 #include "text/utf8.h"
@@ -21,14 +20,6 @@ using nlohmann::json;
 constexpr size_t kMaxCachedWordBytes = 256;
 constexpr size_t kMaxCachedWords = 1 << 16;
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw IoError(path.string(), "cannot be read");
-  std::ostringstream s;
-  s << in.rdbuf();
-  if (!in.good() && !in.eof()) throw IoError(path.string(), "read failed");
-  return s.str();
-}
 
 // A token given in tokenizer_config.json as a string or as {"content": ...}.
 std::optional<std::string> token_string(const json& j, const std::string& key, const std::string& origin) {
@@ -50,7 +41,7 @@ TokenizerConfig read_tokenizer_config(const fs::path& dir) {
   const fs::path path = dir / "tokenizer_config.json";
   if (fs::exists(path)) {
     const std::string origin = path.string();
-    const json j = parse_json_strict(read_file(path), origin);
+    const json j = parse_json_strict(read_text_file(path.string()), origin);
     if (!j.is_object()) throw InputError(origin, "expected a JSON object");
     config.bos_token = token_string(j, "bos_token", origin);
     config.eos_token = token_string(j, "eos_token", origin);
@@ -76,7 +67,7 @@ TokenizerConfig read_tokenizer_config(const fs::path& dir) {
   // transformers prefers chat_template.jinja to the template inside tokenizer_config.json.
   const fs::path jinja = dir / "chat_template.jinja";
   if (fs::exists(jinja)) {
-    config.chat_template = read_file(jinja);
+    config.chat_template = read_text_file(jinja.string());
     config.chat_template_origin = jinja.string();
   }
   return config;
@@ -134,7 +125,7 @@ Tokenizer Tokenizer::load(const fs::path& path) {
     throw IoError(file.string(), "not found (the model folder needs its tokenizer.json, as Hugging Face saves it)");
   Tokenizer t;
   t.origin_ = file.string();
-  const json j = parse_json_strict(read_file(file), t.origin_);
+  const json j = parse_json_strict(read_text_file(file.string()), t.origin_);
   if (!j.is_object()) throw InputError(t.origin_, "expected a JSON object");
   t.config_ = read_tokenizer_config(is_dir ? path : file.parent_path());
 

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <limits>
 #include <sstream>
@@ -256,20 +257,25 @@ TEST(Cli, SigtermFinishesTheStepCheckpointsAndLogsTheRunInterrupted) {
   fs::remove_all(d);
 }
 
+
+// A 2-layer Llama-style model folder of random weights (seeded), `edit` applied before it is saved.
+void save_tiny_model(const fs::path& dir, uint64_t seed, const std::function<void(std::vector<std::vector<float>>&)>& edit) {
+  const ModelCard card = model_card_from_yaml(
+      "name: tiny\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
+      "num_key_value_heads: 2\nintermediate_size: 64\nvocab_size: 256\n",
+      "tiny");
+  std::vector<std::vector<float>> weights = exec::init_random_weights(make_model_layout(card), seed);
+  edit(weights);
+  UnitSpans spans(weights.begin(), weights.end());
+  save_hf_model(dir.string(), card, spans);
+}
 // --on-nonfinite skip on a model whose every step is non-finite (an inf weight): skipping all of them
 // is not training. Exit 5 naming the cause, the run logged failed with an error row, no model saved.
 TEST(Cli, EveryStepSkippedIsAFailedRun) {
   fs::path d = scratch("allskipped");
-  const ModelCard card = model_card_from_yaml(
-      "name: poisoned\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
-      "num_key_value_heads: 2\nintermediate_size: 64\nvocab_size: 256\n",
-      "poisoned");
-  std::vector<std::vector<float>> weights = exec::init_random_weights(make_model_layout(card), 1);
   // Layer 0's input norm at 3e38 (finite, so the folder loads; a non-finite weight is refused): the
   // normed activations overflow to infinity and every token's loss is NaN.
-  weights[1][0] = 3e38f;
-  UnitSpans spans(weights.begin(), weights.end());
-  save_hf_model((d / "model").string(), card, spans);
+  save_tiny_model(d / "model", 1, [](std::vector<std::vector<float>>& weights) { weights[1][0] = 3e38f; });
   const std::string db = (d / "runs.db").string();
   Result r = sh(bin("slidedp-run") + " --model " + (d / "model").string() + " --steps 2 --seq 16 --ranks 1 -q " +
                 "--on-nonfinite skip --db " + db + " --save-model " + (d / "out").string());
@@ -288,13 +294,7 @@ TEST(Cli, EveryStepSkippedIsAFailedRun) {
 // run started from, so that it loads back as a whole model (issue 44 item 5).
 TEST(Cli, SavedModelCarriesTheTokenizerOfItsSource) {
   fs::path d = scratch("carriestokenizer");
-  const ModelCard card = model_card_from_yaml(
-      "name: tiny\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
-      "num_key_value_heads: 2\nintermediate_size: 64\nvocab_size: 256\n",
-      "tiny");
-  std::vector<std::vector<float>> weights = exec::init_random_weights(make_model_layout(card), 1);
-  UnitSpans spans(weights.begin(), weights.end());
-  save_hf_model((d / "model").string(), card, spans);
+  save_tiny_model(d / "model", 1, [](std::vector<std::vector<float>>&) {});
   std::ofstream(d / "model" / "tokenizer.json") << "{\"tokenizer\": 1}";
   std::ofstream(d / "model" / "tokenizer_config.json") << "{\"eos_token\": \"x\"}";
   const Result r = sh(bin("slidedp-run") + " --model " + (d / "model").string() + " --steps 1 --seq 16 --ranks 1 -q " +
