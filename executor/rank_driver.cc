@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/optim/bf16_convert.h"
+#include "model/memory_account.h"
 
 namespace slidedp::exec {
 
@@ -46,6 +47,11 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
     for (HostBuffer& b : convert_staging_) b = backend.alloc_host(bytes, true);
   }
   if (config.device_optimizer) load_state();
+  if (config.accumulate_on_gpu) {
+    const int64_t bytes = grad_staging_slot_bytes(layout, config.plan, dtype_bytes(config.wire_dtype));
+    accum_source_ = backend.alloc_host(bytes, true);
+    accum_target_ = alloc(bytes, "gradient sum copied back in (ZeRO-Offload)");
+  }
 }
 
 void RankDriver::load_state() {
@@ -243,24 +249,28 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
   const int rank = config_.rank;
   Updater* updater = &updater_;
   if (config_.device_optimizer) return send_grads_to_shard(step, unit, wirebuf, converted, numel);
+  const bool last_micro = micro == config_.plan.accum_steps - 1;
+  // ZeRO-Offload's accumulation: the sum leaves from the compute stream on all but the last micro-step.
+  const bool sum_out = config_.accumulate_on_gpu && !last_micro;
+  Stream& out = sum_out ? device_.compute() : d2h;
   if (!config_.gpu_route()) {
-    d2h.wait(converted);
+    out.wait(converted);
     // SlideFormer's one shared gradient buffer: unit u's gradient leaves once unit u+1 is updated
     // (on the last micro-step, the one that updates).
-    const bool last_micro = micro == config_.plan.accum_steps - 1;
     if (config_.shared_grad_buffer && last_micro && part == GradPart::kOwn && unit + 1 < U_) {
       const UnitState& next = state_.unit(unit + 1);
       for (const auto& counter : next.updated) d2h.wait_counter(*counter, static_cast<uint64_t>(step + 1));
     }
     for (int64_t k = 0; k < chunks; ++k) {
       const int64_t b = k * chunk, e = std::min(numel, b + chunk);
+      if (config_.accumulate_on_gpu) sum_back_in(step, micro, unit, k, (e - b) * wb, "grad accum in", out);
       StagingRing::Slot slot = ring_.next();
-      d2h.wait_counter(ring_.released(slot.index), slot.generation);
-      d2h.copy_d2h(slot.ptr, wirebuf, b * wb, (e - b) * wb, tag("d2h", "grad", step, unit, k));
+      out.wait_counter(ring_.released(slot.index), slot.generation);
+      out.copy_d2h(slot.ptr, wirebuf, b * wb, (e - b) * wb, tag("d2h", sum_out ? "grad accum out" : "grad", step, unit, k));
       ChunkArrival a{step, micro, unit, k, part, rank, slot.index, slot.ptr, b, e};
-      d2h.host_fn([updater, a] { updater->arrive(a); });
+      out.host_fn([updater, a] { updater->arrive(a); });
     }
-    EventPtr drained = d2h.record();
+    EventPtr drained = out.record();
     release(wirebuf, drained);
     return drained;
   }
@@ -278,18 +288,30 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
     const int64_t b = k * chunk, e = std::min(numel, b + chunk);
     const ShardRange s = config_.grad_shard(e - b);
     backend_.reduce_scatter(rank, wirebuf, b, wire, e - b, shards, off, tag("fabric", "reduce-scatter", step, unit, k));
-    d2h.wait(comm.record());
+    out.wait(comm.record());
+    if (config_.accumulate_on_gpu) sum_back_in(step, micro, unit, k, s.size() * 4, "grad shard accum in", out);
     StagingRing::Slot slot = ring_.next();
-    d2h.wait_counter(ring_.released(slot.index), slot.generation);
-    d2h.copy_d2h(slot.ptr, shards, off * 4, s.size() * 4, tag("d2h", "grad shard", step, unit, k));
+    out.wait_counter(ring_.released(slot.index), slot.generation);
+    out.copy_d2h(slot.ptr, shards, off * 4, s.size() * 4, tag("d2h", sum_out ? "grad shard accum out" : "grad shard", step, unit, k));
     ChunkArrival a{step, micro, unit, k, part, rank, slot.index, slot.ptr, b + s.begin, b + s.end};
-    d2h.host_fn([updater, a] { updater->arrive(a); });
+    out.host_fn([updater, a] { updater->arrive(a); });
     off += s.size();
   }
   release(wirebuf, comm.record());
-  EventPtr drained = d2h.record();
+  EventPtr drained = out.record();
   release(shards, drained);
   return drained;
+}
+
+// ZeRO-Offload's copy of the gradient sum so far back to the device, on every micro-step but the
+// first, on the compute stream once the chunk is reduced (`bytes`: what the chunk's copy out moves).
+// The gradient leaving next (by `out`) waits for it, as DeepSpeed's add of it comes first.
+void RankDriver::sum_back_in(int64_t step, int micro, int unit, int64_t k, int64_t bytes, const char* what, Stream& out) {
+  if (micro == 0) return;
+  Stream& compute = device_.compute();
+  if (&out != &compute) compute.wait(device_.comm().record());
+  compute.copy_h2d(accum_target_, 0, accum_source_.ptr, bytes, tag("h2d", what, step, unit, k));
+  if (&out != &compute) out.wait(compute.record());
 }
 
 void RankDriver::micro_step(int64_t step, int a) {

@@ -65,6 +65,13 @@ struct DriverConfig {
   // hook and released after it, and a checkpointed layer's recompute is a forward, so such a layer's
   // parameters are fetched again for its backward (three fetches a step where a kept layer has two).
   bool refetch_for_recompute = false;
+  // ZeRO-Offload's with accumulation (DeepSpeed's `async_accumulate_grad_in_cpu_via_gpu`, model/
+  // step_work.h SystemTraits::accumulate_on_gpu): on the compute stream after each chunk's reduction,
+  // every micro-step but the first copies the sum so far back in and every one but the last copies the
+  // new sum out (the last one's leaves by the D2H stream as before). The executor keeps its exact fp32
+  // accumulation on the host, so the copy back in moves DeepSpeed's bytes into a scratch buffer and the
+  // GPU's add is not run: the copies hold the compute stream and the link as DeepSpeed's do.
+  bool accumulate_on_gpu = false;
   const TargetPacing* pacing = nullptr;  // paces the conversions (slidedp-run --emulate); may be null
 
   // The gpu gradient route: a reduce-scatter over every node's ranks (BackendOptions::cross_node
@@ -111,6 +118,7 @@ class RankDriver {
   // Converts `grads` (fp32, device) to the wire dtype and sends it by the route; returns the event
   // after which the rank's gradient buffers for this unit are free again.
   EventPtr send_grads(int64_t step, int micro, int unit, GradPart part, const DeviceBuffer& grads, int64_t numel);
+  void sum_back_in(int64_t step, int micro, int unit, int64_t k, int64_t bytes, const char* what, Stream& out);
   DeviceBuffer alloc(int64_t bytes, const char* what) { return device_.alloc(bytes, what); }
   void release(const DeviceBuffer& b, const EventPtr& e) { device_.release(b, e); }
   SpanTag tag(const char* category, const char* what, int64_t step, int unit, int64_t chunk = -1) const;
@@ -164,6 +172,9 @@ class RankDriver {
   EventPtr device_updated_;              // the last AdamW of the shards (or their loading)
   // convert_on_load: two staging buffers of one chunk, and the copy that last read each.
   HostBuffer convert_staging_[2];
+  // accumulate_on_gpu: the copy back in's source (pinned) and target, one staging slot each.
+  HostBuffer accum_source_;
+  DeviceBuffer accum_target_;
   EventPtr staging_copied_[2];
   int64_t convert_counter_ = 0;
 };

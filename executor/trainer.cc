@@ -350,6 +350,12 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       account.items.insert(account.items.begin(), MemoryItem{"sharded fp32 master + AdamW m, v + gradient (FSDP2)", 16.0 * static_cast<double>(shard)});
       account.peak_bytes += 16.0 * static_cast<double>(shard);
     }
+    if (traits.accumulate_on_gpu && plan.accum_steps > 1) {
+      // The device end of ZeRO-Offload's copy of the gradient sum back in (rank_driver.h), held all run.
+      const double bytes = static_cast<double>(grad_staging_slot_bytes(layout, plan, o.exact_fp32 ? 4 : 2));
+      account.items.insert(account.items.begin(), MemoryItem{"gradient sum copied back in (ZeRO-Offload)", bytes});
+      account.peak_bytes += bytes;
+    }
     result.device_account = account;
     MemoryEstimate m;
     m.gpu_items = account.items;
@@ -463,6 +469,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.convert_on_load = traits.convert_on_load;
     dc.refetch_for_recompute = traits.refetch_for_recompute;
     dc.resident_params = traits.params_resident;
+    dc.accumulate_on_gpu = traits.accumulate_on_gpu && plan.accum_steps > 1;
     dc.whole_update_gate = traits.update_after_backward && !traits.gpu_optimizer;
     dc.device_optimizer = traits.gpu_optimizer;
     // (With the update after the backward, waiting for an update inside the backward would deadlock.)

@@ -5,9 +5,10 @@ namespace slidedp {
 double target_bytes_per_element(const SystemTraits& traits, CopyKind kind) {
   switch (kind) {
     case CopyKind::kParams: return traits.param_fetch_bytes;
-    case CopyKind::kGrad: return 2.0;  // every system sends bf16 gradients over the cpu route
+    case CopyKind::kGrad: return traits.grad_bytes;
     case CopyKind::kGradShard: return traits.grad_shard_bytes;
     case CopyKind::kActivation: return 2.0;  // bf16 activations on the GPU
+    case CopyKind::kGradAccum: return 2.0;   // DeepSpeed's pinned accumulator has the parameters' fp16 dtype
   }
   return 0;
 }
@@ -17,6 +18,8 @@ std::optional<CopyKind> copy_kind_of(std::string_view what) {
   if (what == "grad") return CopyKind::kGrad;
   if (what == "grad shard") return CopyKind::kGradShard;
   if (what == "offload" || what == "prefetch") return CopyKind::kActivation;
+  if (what == "grad accum in" || what == "grad accum out" || what == "grad shard accum in" || what == "grad shard accum out")
+    return CopyKind::kGradAccum;
   return std::nullopt;
 }
 

@@ -17,6 +17,7 @@ enum class CopyKind {
   kGrad,        // a rank's gradient of a unit, GPU -> host (the cpu route)
   kGradShard,   // the reduced gradient shard of the gpu route, GPU -> host
   kActivation,  // an offloaded unit input: out in the forward, back in the backward
+  kGradAccum,   // ZeRO-Offload's fp16 gradient sum between micro-steps, out and back in
 };
 
 // Bytes per element on the target for `traits`' system.

@@ -344,6 +344,7 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
   s.accumulate_unit0 = tied;
   if (traits.convert_on_load) s.convert_staging_bytes = std::min(plan.chunk_numel, layout.max_unit_numel()) * s.mirror_bytes;
   s.device_nonfinite_count = traits.gpu_optimizer;
+  if (traits.accumulate_on_gpu && plan.accum_steps > 1) s.accum_source_bytes = grad_staging_slot_bytes(layout, plan, s.mirror_bytes);
   return s;
 }
 
@@ -400,6 +401,8 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   if (spec.convert_staging_bytes > 0)
     items.push_back({"conversion staging (pinned, two per rank)", N * 2 * static_cast<double>(spec.convert_staging_bytes)});
   if (spec.device_nonfinite_count) items.push_back({"gradient check counts (pinned)", N * 4});
+  if (spec.accum_source_bytes > 0)
+    items.push_back({"gradient sum's copy-back source (pinned, one per rank)", N * static_cast<double>(spec.accum_source_bytes)});
   return items;
 }
 

@@ -68,6 +68,8 @@ struct HostMemorySpec {
   bool accumulate_unit0 = false;       // of the tied embedding only (the head's part of its gradient)
   int64_t convert_staging_bytes = 0;   // per rank, two buffers (SlideFormer converts before each delivery)
   bool device_nonfinite_count = false; // FSDP2: each rank's host copy of its gradient check (4 bytes)
+  int64_t accum_source_bytes = 0;      // ZeRO-Offload with accumulation: per rank, the pinned source of
+                                       // the gradient sum's copy back in (one staging slot)
 };
 
 // The spec of `system` running `plan` (as plan_for_system returns it, verify_updates set for clipping or

@@ -261,6 +261,9 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       gpu("resident bf16 parameters", P * kBf16);
       gpu("gradient bucket being reduced and offloaded (bf16)", std::min(P / N, 5e8) * kBf16);
       gpu("gradient of the unit in backward (fp32)", max_unit * kFp32);
+      // With accumulation the fp16 sum comes back into a buffer of the largest parameter's size
+      // (stage2.py v0.3.0 L342-344); a unit bounds it.
+      if (p.accum_steps > 1) gpu("fp16 gradient sum copied back in (largest unit)", max_unit * kBf16);
       break;
     case System::kFsdp2:
       gpu("sharded fp32 params + grads + AdamW m, v", P * 16.0 / N);
@@ -317,6 +320,8 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       host("fp32 Adam moments", P * 2.0 * kFp32, false);
       host("fp32 gradients", P * kFp32, true);
       host("bf16 parameter upload buffer", P * kBf16, true);
+      // async_accumulate_grad_in_cpu_via_gpu's pinned fp16 sum of each rank's partition (L811-814).
+      if (p.accum_steps > 1) host("fp16 gradient sum between micro-steps", P * kBf16, true);
       break;
     case System::kMegaTrain:
       host("fp32 master weights", P * kFp32, false);

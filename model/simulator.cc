@@ -347,7 +347,9 @@ class GraphBuilder {
                                                      w.grad_nic_bytes / chunks);
       }
     }
-    const double d2h_bytes = w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
+    // ZeRO-Offload with accumulation: only the last micro-step's gradient leaves by the D2H queue.
+    const bool roundtrip = w.accum_in_h2d_bytes > 0;
+    const double d2h_bytes = roundtrip && !last ? 0.0 : w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
     std::vector<std::vector<int>> arrived(static_cast<std::size_t>(chunks));
     for (int r = 0; r < N_; ++r) {
       const std::size_t rk = static_cast<std::size_t>(r);
@@ -357,6 +359,7 @@ class GraphBuilder {
         deps.push_back(computed[rk]);
         dep(deps, rs[static_cast<std::size_t>(k)]);
         if (k == 0 && tr.shared_grad_buffer) dep(deps, cpu_last_);
+        if (roundtrip) deps = {accumulate_on_gpu(r, u, k, last, std::move(deps))};
         if (d2h_bytes > 0) {
           lastd = copy_task(r, false, d2h_bytes / chunks, deps, fmt::format("grad {} c{}", unit_name(u), k));
         } else {
@@ -398,6 +401,27 @@ class GraphBuilder {
     pending_chunks_ = chunks;
   }
 
+  // ZeRO-Offload's fp16 accumulation of chunk k of unit u's partition on rank r, on the compute
+  // stream after `deps` (its backward and reduction): the sum so far back in and added on every
+  // micro-step but the first, the new sum out on every one but the last, in that order and holding the
+  // stream (the next compute waits for the copy out). Returns the last task.
+  int accumulate_on_gpu(int r, int u, int k, bool last, std::vector<int> deps) {
+    const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
+    const double chunks = static_cast<double>(w.grad_chunks);
+    dep(deps, gpu_last_[static_cast<std::size_t>(r)]);
+    int id = -1;
+    if (micro_ > 0) {
+      id = copy_task(r, true, w.accum_in_h2d_bytes / chunks, deps, fmt::format("accum in {} c{}", unit_name(u), k));
+      id = compute_task(r, w.accum_add_gpu_s / chunks, {id}, fmt::format("accum add {} c{}", unit_name(u), k));
+      deps = {id};
+    }
+    if (!last) {
+      id = copy_task(r, false, w.accum_out_d2h_bytes / chunks, deps, fmt::format("accum out {} c{}", unit_name(u), k));
+      id = compute_task(r, 0.0, {id}, fmt::format("wait accum out {} c{}", unit_name(u), k));
+    }
+    return id;
+  }
+
   // One exchange between nodes (the network runs them one after another, as the CPU its tasks).
   int network_task(double bytes, double messages, std::vector<int> deps, const std::string& label) {
     FluidEngine::Task t;
@@ -433,6 +457,7 @@ class GraphBuilder {
 
   void micro_step(int a, bool last) {
     const int U = static_cast<int>(sw_.units.size());
+    micro_ = a;
     if (a == 0)
       for (auto& rank_slots : slots_)
         for (Slot& s : rank_slots) s.unit = -1;  // parameters changed since the last step
@@ -562,6 +587,7 @@ class GraphBuilder {
   MachineResources res_;
   std::int64_t max_tasks_;
   std::vector<int> gpu_last_, h2d_last_, d2h_last_, fabric_last_, convert_last_;
+  int micro_ = 0;  // the micro-step being scheduled
   int cpu_last_ = -1;
   int network_last_ = -1;
   struct Pending {

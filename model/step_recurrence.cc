@@ -864,7 +864,9 @@ class Recurrence {
     const double rs = k.reduce_scatter_s;
     fabric_s_ += rs;
     network_s_ += k.reduce_scatter_nic_s;
-    const double d2h_bytes = k.grad_d2h_bytes;
+    // ZeRO-Offload with accumulation: only the last micro-step's gradient leaves by the D2H queue.
+    const bool roundtrip = w.accum_in_h2d_bytes > 0;
+    const double d2h_bytes = roundtrip && !last ? 0.0 : k.grad_d2h_bytes;
     const double d2h = d2h_bytes > 0 ? d2h_bytes * inv_d2h_rate_ + k.grad_latency_s : 0.0;
     stats().d2h_busy += d2h;
     double gate = std::max(gpu_, extra_gate);
@@ -882,6 +884,11 @@ class Recurrence {
       end = chain({{&fabric_free_, std::max(rs, nic + std::min(nic, backlog))}, {&d2h_, d2h}}, k.inv_grad_chunks, gate,
                   &first_chunk);
       network_ = reduce_scatter_network_end_ = std::max(network_, start) + nic;
+    } else if (roundtrip) {
+      double rs_first = gate;
+      const double rs_end = chain({{&fabric_free_, rs}}, k.inv_grad_chunks, gate, &rs_first);
+      gpu_ = accumulate_on_gpu(w, k, last, rs_first, rs_end, ph);
+      end = chain({{&d2h_, d2h}}, k.inv_grad_chunks, gpu_, &first_chunk);
     } else {
       end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
     }
@@ -912,6 +919,42 @@ class Recurrence {
       cpu0_end_ = cpu_end;
       cpu0_s_ = cpu_s;
     }
+    return end;
+  }
+
+  // ZeRO-Offload's fp16 accumulation of unit w's partition, on the compute stream after its reduction
+  // (rs_first: its first chunk reduced, rs_end: its last): the sum so far back in and added on every
+  // micro-step but the first, the new sum out on every one but the last. One stream carries both
+  // copies and the add, chunk after chunk, so they overlap neither each other nor compute. Returns
+  // when the compute stream is free again.
+  double accumulate_on_gpu(const UnitWork& w, const UnitConst& k, bool last, double rs_first, double rs_end,
+                           PhaseDemand& ph) {
+    const double in_bytes = micro_ > 0 ? w.accum_in_h2d_bytes : 0.0;
+    const double out_bytes = last ? 0.0 : w.accum_out_d2h_bytes;
+    // At a direction's own rate, not the phase's mean-field share: one stream carries both copies one
+    // after the other, so they never share the link's duplex with each other.
+    const double in_s = in_bytes > 0 ? copy_time(in_bytes, h2d_rate0_, k.grad_chunks) : 0.0;
+    const double out_s = out_bytes > 0 ? copy_time(out_bytes, d2h_rate0_, k.grad_chunks) : 0.0;
+    const double add_s = micro_ > 0 ? w.accum_add_gpu_s : 0.0;
+    const double total = in_s + add_s + out_s;
+    // The copies share each link with what its queue carries meanwhile (deliveries, offloads): they
+    // do not wait for it, and the queue's later work moves back by their time on it.
+    const double start = std::max(gpu_, rs_first);
+    const double end = std::max(start + total, rs_end + total * k.inv_grad_chunks);
+    if (in_s > 0) h2d_ = std::max(h2d_, start) + in_s;
+    if (out_s > 0) d2h_ = std::max(d2h_, start + in_s + add_s) + out_s;
+    stats().h2d_busy += in_s;
+    stats().d2h_busy += out_s;
+    compute_ += add_s;
+    h2d_bytes_ += in_bytes;
+    d2h_bytes_ += out_bytes;
+    ph.h2d_bytes += in_bytes;
+    ph.d2h_bytes += out_bytes;
+    if (in_s > 0) h2d_copies_ += k.grad_chunks;
+    if (out_s > 0) d2h_copies_ += k.grad_chunks;
+    const double hm = sw_.ranks * (in_bytes + out_bytes) * hm_per_copy();
+    ph.host_mem_bytes += hm;
+    host_mem_bytes_ += hm;
     return end;
   }
 

@@ -42,7 +42,7 @@ bool same_work(const UnitWork& a, const UnitWork& b) {
   // Byte-wise over every field but the index, skipping the padding after `policy` (the model
   // evaluates this for every unit of every plan, so it must be cheap). Bit-equal doubles are
   // equal values; 0.0 against -0.0 compares unequal, which only costs a jump.
-  static_assert(sizeof(UnitWork) == 264 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
+  static_assert(sizeof(UnitWork) == 288 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
                     offsetof(UnitWork, policy) == 32 && offsetof(UnitWork, fwd_s) == 40,
                 "UnitWork changed: update same_work");
   const auto* pa = reinterpret_cast<const unsigned char*>(&a);
@@ -75,7 +75,11 @@ SystemTraits system_traits(System system) {
       t.params_resident = true;
       t.update_after_backward = true;
       t.upload_after_update = true;
-      t.grad_shard_bytes = 2.0;
+      // The last micro-step's partition leaves as fp32 (stage2.py v0.3.0 L869-881, `.float()` before
+      // the copy); earlier ones leave as the fp16 accumulator (accumulate_on_gpu).
+      t.grad_shard_bytes = kFp32;
+      t.grad_bytes = kFp32;
+      t.accumulate_on_gpu = true;
       t.cpu_optimizer = CpuOptimizer::kDeepSpeed;
       t.update_on_all_cores = true;
       break;
@@ -424,10 +428,20 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.grad_nic_bytes += gpu_reduce ? rs_nic_bytes(emb) : 0;
     }
 
+    if (sw.traits.accumulate_on_gpu && A > 1) {
+      // DeepSpeed's round trip of the fp16 sum: this rank's partition (the tied head's contribution
+      // too), in and out as the micro-step says; the add reads both fp16 operands and writes one.
+      const double emb = ul.reads_tied_embedding ? static_cast<double>(w.layout.units.front().flat_numel) : 0.0;
+      const double elems = (moved + emb) / W;
+      u.accum_in_h2d_bytes = elems * target_bytes_per_element(sw.traits, CopyKind::kGradAccum);
+      u.accum_out_d2h_bytes = u.accum_in_h2d_bytes;
+      u.accum_add_gpu_s = elems * 3.0 * kBf16 / c.gpu_hbm_Bps;
+    }
+
     // Gradient bytes the host reads per parameter: every rank's bf16 gradient, or the one reduced shard.
     const double in_bytes = gpu_reduce ? sw.traits.grad_shard_bytes : static_cast<double>(N) * kBf16;
-    if (sw.traits.gpu_sharded_state) {
-      // nothing on the host
+    if (sw.traits.gpu_sharded_state || sw.traits.accumulate_on_gpu) {
+      // nothing on the host (ZeRO-Offload's gradients are DMA targets only)
     } else if (sw.traits.update_after_backward) {
       // Grads are accumulated on the host each micro-step; the update happens after backward.
       u.cpu_accum_thread_s = n * in_bytes / r;
@@ -443,7 +457,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.cpu_accum_thread_s = n * in_bytes / r;
       u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
     }
-    if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state) {
+    if (ul.reads_tied_embedding && !sw.traits.gpu_sharded_state && !sw.traits.accumulate_on_gpu) {
       // The head's contribution to the tied embedding gradient is accumulated on the host until the
       // embedding's own gradient arrives at the end of backward.
       const double e = static_cast<double>(w.layout.units.front().flat_numel);

@@ -64,8 +64,18 @@ struct SystemTraits {
   bool gpu_optimizer = false;        // FSDP2: AdamW on the GPU
   // Bytes per element of the gpu route's reduced shard, what leaves the GPU and the updater reads:
   // SlideDP sums the ranks' bf16 gradients in fp32 and keeps the sum (the cpu route's exact result);
-  // ZeRO-Offload's partitions leave in half precision.
+  // ZeRO-Offload's partition leaves as fp32 on the last micro-step (DeepSpeed casts it on the GPU and
+  // copies it into the optimizer's fp32 gradient buffer).
   double grad_shard_bytes = 4.0;
+  // Bytes per element of a rank's whole gradient leaving by the cpu route (one rank's ZeRO-Offload
+  // partition is the whole model: fp32 as above).
+  double grad_bytes = 2.0;
+  // ZeRO-Offload (DeepSpeed stage 2 with cpu_offload, `async_accumulate_grad_in_cpu_via_gpu`):
+  // gradients accumulate on the GPU in fp16 through a pinned host buffer, every micro-step but the
+  // first copying the sum so far back in and every one but the last copying the new sum out, on the
+  // compute stream (`overlap_comm` off, DeepSpeed's default); the host does no arithmetic on gradients
+  // (the boundary's fp32 copy lands in the optimizer's gradient buffer).
+  bool accumulate_on_gpu = false;
   // Bytes per parameter a delivery copies from host memory before the all-gather: bf16 (2), or
   // FSDP's CPU-offloaded fp32 shard (4), cast to bf16 on the GPU.
   double param_fetch_bytes = 2.0;
@@ -101,6 +111,9 @@ struct UnitWork {
   double grad_nic_bytes = 0;  // several nodes, gpu route: the reduce-scatter's bytes on this node's network
   double grad_d2h_bytes = 0;             // bytes over this rank's link
   double tied_grad_d2h_bytes = 0;        // head: the tied embedding's gradient contribution
+  // accumulate_on_gpu, per rank: the fp16 sum so far back in on micro-steps 1..A-1 and the GPU's add
+  // of it, the new sum out on micro-steps 0..A-2 (then grad_d2h_bytes leaves on the last only).
+  double accum_in_h2d_bytes = 0, accum_out_d2h_bytes = 0, accum_add_gpu_s = 0;
   // Host CPU work of the unit's gradients, all ranks together: `last` = the final micro-step
   // (reduce + AdamW, bf16 mirror written), `accum` = each earlier micro-step (reduce/accumulate).
   double cpu_last_thread_s = 0, cpu_accum_thread_s = 0;

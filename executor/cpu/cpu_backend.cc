@@ -237,7 +237,8 @@ class CpuStream final : public Stream {
     if (!pacing_) return std::nullopt;
     const std::optional<CopyKind> kind = copy_kind_of(tag.what);
     if (!kind) return pacing_->copy(rank_, h2d, static_cast<double>(bytes));
-    const bool fp32_here = *kind == CopyKind::kGradShard || *kind == CopyKind::kActivation;
+    const bool fp32_here = *kind == CopyKind::kGradShard || *kind == CopyKind::kActivation ||
+                           std::string_view(tag.what).starts_with("grad shard");  // ZeRO-Offload's sum of a shard
     const double element_bytes = fp32_here ? 4.0 : static_cast<double>(param_bytes_);
     return pacing_->copy(rank_, h2d, *kind, static_cast<double>(bytes) / element_bytes);
   }

@@ -14,6 +14,9 @@
 // fetched once for the recompute and the backward together). And the first GPU run (results/gpu/
 // 2026-12-04-h200) showed the model charging a tied head's embedding again with every unit resident
 // (0.525 GB a step on Llama-3.2-1B that the H200 did not copy): the every-unit-resident case.
+// ZeRO-Offload with accumulation (A = 2 here) moves DeepSpeed's fp16 gradient sum out on the first
+// micro-step and back in on the second, then its fp32 partition: both directions are checked, with
+// several ranks (shards) and one (the whole model by the cpu route's copies).
 #include <gtest/gtest.h>
 
 #include <fmt/format.h>
@@ -35,6 +38,7 @@ struct Case {
   GradRoute grad_route = GradRoute::kCpu;
   bool offload = false;
   bool every_unit_resident = false;  // buffer depth = units: nothing is delivered twice in a step
+  int ranks = 2;
 };
 
 // The model's host-link bytes of one step for one rank: the recurrence's totals (one step, no jumps).
@@ -47,7 +51,7 @@ std::pair<double, double> model_bytes_per_step(const TrainOptions& o) {
 }
 
 void expect_paced_bytes_are_the_models(const ModelCard& card, const Case& c) {
-  TrainOptions o = testing::tiny_options(2, 2, 2, 2);
+  TrainOptions o = testing::tiny_options(c.ranks, 2, 2, 2);
   o.card = card;
   o.system = c.system;
   o.plan.param_route = c.param_route;
@@ -79,6 +83,8 @@ const std::vector<Case>& cases() {
       {"slidedp every unit resident", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false, true},
       {"slideformer-dp", System::kSlideFormerDP},
       {"zero-offload", System::kZeroOffload},
+      // One rank: its partition is the whole model, leaving by the cpu route's copies.
+      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
       {"zero3-offload", System::kZero3Offload},
       {"megatrain", System::kMegaTrain},
       {"fsdp2", System::kFsdp2},
@@ -102,11 +108,16 @@ TEST(CopyBytes, TagsNameTheKindsTheModelCharges) {
   EXPECT_EQ(copy_kind_of("grad shard"), CopyKind::kGradShard);
   EXPECT_EQ(copy_kind_of("offload"), CopyKind::kActivation);
   EXPECT_EQ(copy_kind_of("prefetch"), CopyKind::kActivation);
+  for (const char* what : {"grad accum in", "grad accum out", "grad shard accum in", "grad shard accum out"})
+    EXPECT_EQ(copy_kind_of(what), CopyKind::kGradAccum) << what;
   EXPECT_FALSE(copy_kind_of("tokens"));
   EXPECT_FALSE(copy_kind_of("loss"));
-  // SlideDP's gpu-route shard is the fp32 sum (4 bytes); ZeRO-Offload's partition leaves in 16 bits.
+  // SlideDP's gpu-route shard is the fp32 sum (4 bytes). ZeRO-Offload's partition leaves as fp32 on the
+  // last micro-step (DeepSpeed casts it before the copy) and as its fp16 sum on the others.
   EXPECT_EQ(target_bytes_per_element(system_traits(System::kSlideDP), CopyKind::kGradShard), 4.0);
-  EXPECT_EQ(target_bytes_per_element(system_traits(System::kZeroOffload), CopyKind::kGradShard), 2.0);
+  EXPECT_EQ(target_bytes_per_element(system_traits(System::kZeroOffload), CopyKind::kGradShard), 4.0);
+  EXPECT_EQ(target_bytes_per_element(system_traits(System::kZeroOffload), CopyKind::kGrad), 4.0);
+  EXPECT_EQ(target_bytes_per_element(system_traits(System::kZeroOffload), CopyKind::kGradAccum), 2.0);
 }
 
 }  // namespace

@@ -187,15 +187,58 @@ TEST(StepModel, GradientBytesFollowTheRouteAndTheShardDtype) {
   gpu.grad_route = GradRoute::kGpu;
   const StepWork a = build_step_work(w, hw, cpu, System::kSlideDP), b = build_step_work(w, hw, gpu, System::kSlideDP);
   const StepWork z = build_step_work(w, hw, gpu, System::kZeroOffload);
+  Plan gpu_accum = gpu;
+  gpu_accum.accum_steps = 4;
+  const StepWork za = build_step_work(w, hw, gpu_accum, System::kZeroOffload);
   for (std::size_t i = 0; i < a.units.size(); ++i) {
     const double n = static_cast<double>(a.units[i].numel);
     EXPECT_NEAR(a.units[i].grad_d2h_bytes, 2.0 * n, 1e-6 * n);
     EXPECT_EQ(a.units[i].grad_reduce_scatter_bytes, 0.0);
     EXPECT_NEAR(b.units[i].grad_reduce_scatter_bytes, 0.75 * 2.0 * n, 1e-6 * n);
     EXPECT_NEAR(b.units[i].grad_d2h_bytes, 4.0 * n / 4, 1e-6 * n);
-    EXPECT_NEAR(z.units[i].grad_d2h_bytes, 2.0 * n / 4, 1e-6 * n);
+    // ZeRO-Offload: the last micro-step's partition in fp32; with accumulation the fp16 sum of the
+    // partition crosses each way, and the host does no arithmetic on gradients.
+    EXPECT_NEAR(z.units[i].grad_d2h_bytes, 4.0 * n / 4, 1e-6 * n);
+    EXPECT_EQ(z.units[i].accum_in_h2d_bytes, 0.0);
+    EXPECT_NEAR(za.units[i].accum_in_h2d_bytes, 2.0 * n / 4, 1e-6 * n);
+    EXPECT_NEAR(za.units[i].accum_out_d2h_bytes, 2.0 * n / 4, 1e-6 * n);
+    EXPECT_EQ(za.units[i].cpu_accum_thread_s, 0.0);
+    EXPECT_EQ(za.units[i].cpu_last_thread_s, 0.0);
     // Earlier micro-steps add the gradient into the accumulator: reads of 4 bf16 slots vs one fp32 shard.
     EXPECT_NEAR(a.units[i].cpu_accum_thread_s, 2.0 * b.units[i].cpu_accum_thread_s, 1e-9 * a.units[i].cpu_accum_thread_s);
+  }
+}
+
+// ZeRO-Offload's fp16 gradient sum crosses the link on the compute stream (DeepSpeed's overlap_comm
+// off): each micro-step added to a step adds its compute and one whole round trip (the sum back in,
+// the GPU's add, the new sum out), hidden behind nothing. Closed form from the step's own work, in both
+// views. Before, the model charged the out copy on the D2H queue, hidden, and no copy back in: the
+// difference was the compute alone.
+TEST(StepModel, ZeroOffloadAccumulationRoundTripHoldsTheComputeStream) {
+  const Workload w = make_workload(tiny_card(), 128);
+  const Hardware hw = synthetic_hw(1.0, 0.001, 0.002, 1e6);  // 1 MB/s H2D, 2 MB/s D2H
+  auto step = [&](int A, bool simulated) {
+    Plan p = one_rank_plan(4);
+    p.accum_steps = A;
+    return simulated ? simulate(w, hw, p, System::kZeroOffload).prediction.step_time_s
+                     : predict_analytical(w, hw, p, System::kZeroOffload).step_time_s;
+  };
+  Plan p = one_rank_plan(4);
+  p.accum_steps = 2;
+  const StepWork sw = build_step_work(w, hw, p, System::kZeroOffload);
+  double compute = 0, round_trip = 0;
+  for (const UnitWork& u : sw.units) {
+    compute += u.fwd_s + u.recompute_s + u.bwd_s;
+    const double n = static_cast<double>(u.numel + (u.tied_grad_d2h_bytes > 0 ? sw.units.front().numel : 0));
+    EXPECT_NEAR(u.accum_in_h2d_bytes, 2.0 * n, 1e-9 * n);
+    round_trip += u.accum_in_h2d_bytes / 1e6 + u.accum_add_gpu_s + u.accum_out_d2h_bytes / 2e6;
+  }
+  ASSERT_GT(round_trip, 1e-3);
+  for (bool simulated : {false, true}) {
+    SCOPED_TRACE(simulated ? "simulator" : "recurrence");
+    // (Sums of a few dozen terms of about a second: 1e-9 relative.)
+    EXPECT_NEAR(step(3, simulated) - step(2, simulated), compute + round_trip, 1e-9 * step(3, simulated));
+    EXPECT_NEAR(step(5, simulated) - step(3, simulated), 2.0 * (compute + round_trip), 1e-9 * step(5, simulated));
   }
 }
 
