@@ -47,6 +47,7 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
     for (HostBuffer& b : convert_staging_) b = backend.alloc_host(bytes, true);
   }
   if (config.device_optimizer) load_state();
+  if (config.fetch_fp32) fetch_fp32_ = alloc(fp32_fetch_bytes(layout, config.plan), "fp32 parameter shard fetched (FSDP offload)");
   if (config.accumulate_on_gpu) {
     const int64_t bytes = grad_staging_slot_bytes(layout, config.plan, dtype_bytes(config.wire_dtype));
     accum_source_ = backend.alloc_host(bytes, true);
@@ -222,6 +223,17 @@ EventPtr RankDriver::deliver(int64_t step, int unit, const DeviceBuffer& buf) {
       h2d.wait(conv.record());
       h2d.copy_h2d(buf, b * pbytes, staging, n * pbytes, tag("h2d", "params", step, unit, k));
       staging_copied_[sb] = h2d.record();
+    } else if (config_.fetch_fp32) {
+      // FSDP offload: the fp32 shard over the link, cast on the device, then the all-gather.
+      const ShardRange s = shard_range(e - b, config_.ranks, config_.rank);
+      Stream& comm = device_.comm();
+      h2d.copy_h2d(fetch_fp32_, 0, reinterpret_cast<const std::byte*>(us.master_f32() + b + s.begin), s.size() * 4,
+                   tag("h2d", sharded ? "params shard fp32" : "params fp32", step, unit, k));
+      comm.wait(h2d.record());
+      device_.convert_fp32(fetch_fp32_, 0, buf, b + s.begin, device_.param_dtype(), s.size(), &comm);
+      h2d.wait(comm.record());  // the next chunk's copy reuses the buffer
+      if (sharded)
+        backend_.all_gather(config_.rank, buf, b, e - b, device_.param_dtype(), tag("fabric", "all-gather", step, unit, k));
     } else if (!sharded) {
       h2d.copy_h2d(buf, b * pbytes, us.mirror.ptr + b * pbytes, (e - b) * pbytes, tag("h2d", "params", step, unit, k));
     } else {
@@ -232,7 +244,7 @@ EventPtr RankDriver::deliver(int64_t step, int unit, const DeviceBuffer& buf) {
       backend_.all_gather(config_.rank, buf, b, e - b, device_.param_dtype(), tag("fabric", "all-gather", step, unit, k));
     }
   }
-  return sharded ? device_.comm().record() : h2d.record();
+  return sharded || config_.fetch_fp32 ? device_.comm().record() : h2d.record();
 }
 
 EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part, const DeviceBuffer& grads,

@@ -72,6 +72,11 @@ struct DriverConfig {
   // accumulation on the host, so the copy back in moves DeepSpeed's bytes into a scratch buffer and the
   // GPU's add is not run: the copies hold the compute stream and the link as DeepSpeed's do.
   bool accumulate_on_gpu = false;
+  // FSDP's CPU offload (--system fsdp-offload, `CPUOffload(offload_params=True)`): the parameters on
+  // the host are the fp32 master, so a delivery copies this rank's fp32 shard of each chunk (the whole
+  // chunk with one rank) into a device buffer, casts it to the parameter dtype on the comm stream (as
+  // FSDP's unshard does) and all-gathers the rest.
+  bool fetch_fp32 = false;
   const TargetPacing* pacing = nullptr;  // paces the conversions (slidedp-run --emulate); may be null
 
   // The gpu gradient route: a reduce-scatter over every node's ranks (BackendOptions::cross_node
@@ -175,6 +180,7 @@ class RankDriver {
   // accumulate_on_gpu: the copy back in's source (pinned) and target, one staging slot each.
   HostBuffer accum_source_;
   DeviceBuffer accum_target_;
+  DeviceBuffer fetch_fp32_;  // fetch_fp32: one chunk's fp32 shard on its way to the parameter dtype
   EventPtr staging_copied_[2];
   int64_t convert_counter_ = 0;
 };

@@ -231,9 +231,6 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   const ModelLayout layout = make_model_layout(o.card);
   validate(o, layout);
   const SystemTraits traits = system_traits(o.system);
-  if (o.system == System::kFsdpOffload)
-    throw InputError("--system", "fsdp-offload is modelled (slidedp-predict, slidedp-sweep) but not run: FSDP copies "
-                                 "fp32 shards to the GPU and fp32 gradients back, the executor moves bf16");
   if (traits.gpu_optimizer) {
     // FSDP2's optimizer state lives on the devices: the host-side features that read it mid-run
     // (checkpoints, the global-norm clip, skipping a step) are not part of this baseline's run.
@@ -349,6 +346,12 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       }
       account.items.insert(account.items.begin(), MemoryItem{"sharded fp32 master + AdamW m, v + gradient (FSDP2)", 16.0 * static_cast<double>(shard)});
       account.peak_bytes += 16.0 * static_cast<double>(shard);
+    }
+    if (traits.param_fetch_bytes == 4.0) {
+      // FSDP offload's fp32 shard on its way to the parameter dtype (rank_driver.h), held all run.
+      const double bytes = static_cast<double>(fp32_fetch_bytes(layout, plan));
+      account.items.insert(account.items.begin(), MemoryItem{"fp32 parameter shard fetched (FSDP offload)", bytes});
+      account.peak_bytes += bytes;
     }
     if (traits.accumulate_on_gpu && plan.accum_steps > 1) {
       // The device end of ZeRO-Offload's copy of the gradient sum back in (rank_driver.h), held all run.
@@ -470,6 +473,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.refetch_for_recompute = traits.refetch_for_recompute;
     dc.resident_params = traits.params_resident;
     dc.accumulate_on_gpu = traits.accumulate_on_gpu && plan.accum_steps > 1;
+    dc.fetch_fp32 = traits.param_fetch_bytes == 4.0;
     dc.whole_update_gate = traits.update_after_backward && !traits.gpu_optimizer;
     dc.device_optimizer = traits.gpu_optimizer;
     // (With the update after the backward, waiting for an update inside the backward would deadlock.)

@@ -356,6 +356,11 @@ int64_t grad_staging_slot_bytes(const ModelLayout& layout, const Plan& plan, int
   return (bytes + 63) / 64 * 64;
 }
 
+int64_t fp32_fetch_bytes(const ModelLayout& layout, const Plan& plan) {
+  const int64_t chunk = std::min(plan.chunk_numel, layout.max_unit_numel());
+  return (shard_range(chunk, plan.ranks, 0).size() * 4 + 63) / 64 * 64;
+}
+
 std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan& plan, int64_t seq_len,
                                           const HostMemorySpec& spec) {
   const double P = static_cast<double>(layout.total_flat_numel), N = plan.ranks;

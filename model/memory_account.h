@@ -81,6 +81,11 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
 // route, the fp32 shard of one on the gpu route. The trainer allocates it; the account charges it.
 int64_t grad_staging_slot_bytes(const ModelLayout& layout, const Plan& plan, int64_t wire_bytes);
 
+// The device buffer a delivery of FSDP's CPU offload copies one chunk's fp32 shard into (rank 0's
+// shard, the largest; the whole chunk with one rank), 64-byte aligned. The rank driver allocates it;
+// the trainer's up-front account charges it.
+int64_t fp32_fetch_bytes(const ModelLayout& layout, const Plan& plan);
+
 // Host memory of the executor for the plan (HostState, staging rings, token and offload buffers, the
 // system's own): items and their sum. The model charges SlideDP's host memory with it, and the trainer
 // refuses a run whose items exceed the host's RAM before allocating any of them.

@@ -135,8 +135,11 @@ int run_main(int argc, char** argv) {
                  "offload), zero-offload (parameters resident on the devices, reduce-scatter, each rank's partition "
                  "updated on the host after the backward, uploaded and all-gathered, full recompute), megatrain "
                  "(full recompute, host accumulation one rank at a time, update after the backward), fsdp2 "
-                 "(sharded state and AdamW on the devices, all-gather and reduce-scatter; no checkpoints); overrides the plan's routes, chunk and activation policies as slidedp-predict "
-                 "--system does");
+                 "(sharded state and AdamW on the devices, all-gather and reduce-scatter; no checkpoints), "
+                 "zero3-offload (16-bit partitions fetched from the host and all-gathered each pass, again for the "
+                 "backward of a recomputed layer, update after the backward), fsdp-offload (fp32 shards fetched and "
+                 "cast on the device, all-gathered, update after the backward); overrides the plan's routes, chunk "
+                 "and activation policies as slidedp-predict --system does");
   app.add_option("--emulate", emulate,
                  "CPU backend paced at the step model's costs for a target machine: a hardware preset or profile (e.g. "
                  "h100-sxm-x4). Every operation is done for real, then held as long as the model says the target takes "

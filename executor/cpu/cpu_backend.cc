@@ -237,8 +237,10 @@ class CpuStream final : public Stream {
     if (!pacing_) return std::nullopt;
     const std::optional<CopyKind> kind = copy_kind_of(tag.what);
     if (!kind) return pacing_->copy(rank_, h2d, static_cast<double>(bytes));
+    // (ZeRO-Offload's sums of a shard are fp32 shards too; FSDP offload fetches fp32 parameters.)
+    const std::string_view what = tag.what;
     const bool fp32_here = *kind == CopyKind::kGradShard || *kind == CopyKind::kActivation ||
-                           std::string_view(tag.what).starts_with("grad shard");  // ZeRO-Offload's sum of a shard
+                           what.starts_with("grad shard") || what.ends_with(" fp32");
     const double element_bytes = fp32_here ? 4.0 : static_cast<double>(param_bytes_);
     return pacing_->copy(rank_, h2d, *kind, static_cast<double>(bytes) / element_bytes);
   }

@@ -86,6 +86,7 @@ const std::vector<Case>& cases() {
       // One rank: its partition is the whole model, leaving by the cpu route's copies.
       {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
       {"zero3-offload", System::kZero3Offload},
+      {"fsdp-offload", System::kFsdpOffload},  // fp32 parameter shards: 4 bytes per element
       {"megatrain", System::kMegaTrain},
       {"fsdp2", System::kFsdp2},
   };
@@ -104,6 +105,8 @@ TEST(CopyBytes, PacedCopiesWeighWhatTheModelCharges) {
 TEST(CopyBytes, TagsNameTheKindsTheModelCharges) {
   EXPECT_EQ(copy_kind_of("params"), CopyKind::kParams);
   EXPECT_EQ(copy_kind_of("params shard"), CopyKind::kParams);
+  EXPECT_EQ(copy_kind_of("params fp32"), CopyKind::kParams);
+  EXPECT_EQ(copy_kind_of("params shard fp32"), CopyKind::kParams);
   EXPECT_EQ(copy_kind_of("grad"), CopyKind::kGrad);
   EXPECT_EQ(copy_kind_of("grad shard"), CopyKind::kGradShard);
   EXPECT_EQ(copy_kind_of("offload"), CopyKind::kActivation);

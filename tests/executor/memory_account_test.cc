@@ -199,7 +199,7 @@ TEST(MemoryAccount, HostItemsAreWhatTheExecutorAllocatesForEverySystemAndFamily)
   int compared = 0;
   for (const Family& f : families)
     for (System system : {System::kSlideDP, System::kSlideFormerDP, System::kZeroOffload, System::kMegaTrain,
-                          System::kFsdp2})
+                          System::kFsdp2, System::kZero3Offload, System::kFsdpOffload})
       for (int variant = 0; variant < 3; ++variant) {
         TrainOptions o = tiny_options(2, 2, variant == 1 ? 2 : 1, 1);
         o.card = f.card;
@@ -226,7 +226,7 @@ TEST(MemoryAccount, HostItemsAreWhatTheExecutorAllocatesForEverySystemAndFamily)
         EXPECT_EQ(pinned, static_cast<double>(r.host_allocated.pinned));
         ++compared;
       }
-  EXPECT_EQ(compared, 75);
+  EXPECT_EQ(compared, 105);
 }
 
 // A run whose host memory exceeds the RAM it may use is refused before it allocates, naming the

@@ -208,15 +208,31 @@ TEST(Systems, Zero3OffloadFetchesPartitionsEveryPassAndUpdatesAfterTheBackward) 
   }
 }
 
-// FSDP's CPU offload is modelled (slidedp-predict --system fsdp-offload) but the executor moves bf16
-// where FSDP copies fp32 shards: refused by name rather than run as something else.
-TEST(Systems, FsdpOffloadIsRefusedByTheExecutorNamingWhy) {
-  TrainOptions o = options(System::kFsdpOffload, 1, false);
-  try {
-    train(o);
-    FAIL() << "fsdp-offload ran";
-  } catch (const InputError& e) {
-    EXPECT_NE(std::string(e.what()).find("fsdp-offload"), std::string::npos) << e.what();
+// FSDP with CPU offload: the host holds the fp32 parameters, so every delivery copies this rank's fp32
+// shard of each chunk (4 bytes per element, where ZeRO-3 offload copies 2), casts it on the device and
+// all-gathers the rest; the layers are fetched again for the backward (two slots); the optimizer runs
+// after the backward. The cast is the rounding the host mirror holds: bitwise SlideDP's weights.
+TEST(Systems, FsdpOffloadFetchesFp32ShardsAndUpdatesAfterTheBackward) {
+  expect_bitwise_like_slidedp(System::kFsdpOffload);
+  const TrainOptions o = options(System::kFsdpOffload, 2, false);
+  const TrainResult r = train(o);
+  const int U = static_cast<int>(o.card.num_layers) + 2;
+  for (int step = 0; step < 3; ++step) {
+    double backward_end = 0;
+    for (int rank = 0; rank < 2; ++rank) backward_end = std::max(backward_end, last_end(spans(r, "compute", "bwd", step, rank)));
+    const auto updates = spans(r, "cpu_update", "verify+adamw", step, -1);
+    ASSERT_FALSE(updates.empty()) << "step " << step;
+    EXPECT_GE(first_start(updates), backward_end) << "step " << step << ": an update ran during a backward";
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(spans(r, "h2d", "params", step, rank).empty()) << "a whole unit crossed the link";
+      EXPECT_TRUE(spans(r, "h2d", "params shard", step, rank).empty()) << "a 16-bit shard crossed the link";
+      for (int u = 0; u < U; ++u) {
+        const int64_t numel = static_cast<int64_t>(r.master[static_cast<size_t>(u)].size());
+        const size_t chunks = static_cast<size_t>((numel + o.plan.chunk_numel - 1) / o.plan.chunk_numel);
+        EXPECT_GE(spans(r, "h2d", "params shard fp32", step, rank, u).size(), 2 * chunks)
+            << "rank " << rank << " unit " << u << ": once in each of two micro-steps";
+      }
+    }
   }
 }
 
