@@ -43,12 +43,7 @@ CLI::Validator integer_in(long long lo, long long hi, const std::string& unit) {
 }
 
 int64_t budget_bytes_flag(const std::string& text, const char* flag) {
-  int64_t bytes = 0;
-  try {
-    bytes = parse_bytes(text);
-  } catch (const InputError& e) {
-    throw InputError(flag, e.what());
-  }
+  const int64_t bytes = parse_bytes_flag(text, flag);
   if (bytes <= 0) throw InputError(flag, "must be more than 0 bytes; leave the flag out for the default");
   return bytes;
 }

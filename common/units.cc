@@ -42,6 +42,14 @@ int64_t parse_bytes(const std::string& text) {
   return static_cast<int64_t>(std::llround(bytes));
 }
 
+int64_t parse_bytes_flag(const std::string& text, const std::string& flag) {
+  try {
+    return parse_bytes(text);
+  } catch (const InputError& e) {
+    throw InputError(flag, e.what());
+  }
+}
+
 std::string format_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
   int i = 0;

@@ -9,6 +9,8 @@ namespace slidedp {
 
 // "123", "1.5e9", "80GB", "70 GiB", "512MiB", "4k" -> bytes. Throws InputError on anything else.
 int64_t parse_bytes(const std::string& text);
+// The same for the value of a command-line flag, named in the error.
+int64_t parse_bytes_flag(const std::string& text, const std::string& flag);
 
 std::string format_bytes(double bytes);         // "1.50 GiB"
 std::string format_seconds(double seconds);     // "12.3 ms", "4.56 s", "1h 02m"

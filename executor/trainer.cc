@@ -212,17 +212,30 @@ void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const P
   // A folder's or a random initialization's whole fp32 weights live until the state has taken them.
   if (o.resume_dir.empty())
     items.push_back({"initial weights while they load (fp32)", 4.0 * static_cast<double>(layout.total_flat_numel)});
+  std::sort(items.begin(), items.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
+  auto largest = [](const std::vector<MemoryItem>& of) {
+    std::string text;
+    for (std::size_t i = 0; i < std::min<std::size_t>(3, of.size()); ++i)
+      text += fmt::format("{}{} {}", i ? ", " : "", of[i].name, format_bytes(of[i].bytes));
+    return text;
+  };
   double total = 0;
   for (const MemoryItem& i : items) total += i.bytes;
   const int64_t ram = o.host_ram_bytes > 0 ? o.host_ram_bytes : physical_ram_bytes();
-  if (ram <= 0 || total <= static_cast<double>(ram)) return;
-  std::sort(items.begin(), items.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
-  std::string largest;
-  for (std::size_t i = 0; i < std::min<std::size_t>(3, items.size()); ++i)
-    largest += fmt::format("{}{} {}", i ? ", " : "", items[i].name, format_bytes(items[i].bytes));
-  throw InfeasibleError(fmt::format("{}: the run needs {} of host memory but this host has {} of RAM (largest: {}); "
-                                    "shard the host state across nodes, offload fewer layers or use a smaller model",
-                                    o.card.name, format_bytes(total), format_bytes(static_cast<double>(ram)), largest));
+  if (ram > 0 && total > static_cast<double>(ram))
+    throw InfeasibleError(fmt::format("{}: the run needs {} of host memory but this host has {} of RAM (largest: {}); "
+                                      "shard the host state across nodes, offload fewer layers or use a smaller model",
+                                      o.card.name, format_bytes(total), format_bytes(static_cast<double>(ram)), largest(items)));
+  if (o.host_pinned_limit_bytes <= 0) return;
+  std::vector<MemoryItem> pinned;
+  double pinned_total = 0;
+  for (const MemoryItem& i : items)
+    if (i.name.find("(pinned") != std::string::npos) pinned.push_back(i), pinned_total += i.bytes;
+  if (pinned_total > static_cast<double>(o.host_pinned_limit_bytes))
+    throw InfeasibleError(fmt::format("{}: the run page-locks {} of host memory but may pin {} (--host-pinned-limit; "
+                                      "largest: {}); offload fewer layers, use smaller chunks or raise the limit",
+                                      o.card.name, format_bytes(pinned_total),
+                                      format_bytes(static_cast<double>(o.host_pinned_limit_bytes)), largest(pinned)));
 }
 
 }  // namespace

@@ -82,6 +82,9 @@ struct TrainOptions {
   double stop_grace_s = 0;
   // The RAM the run may use (0: this host's physical RAM); tests set it to check the refusal.
   int64_t host_ram_bytes = 0;
+  // The page-locked (pinned) host memory the run may use (0: no limit below the RAM): the staging
+  // rings, token and offload buffers and the systems' own pinned buffers must fit it as well.
+  int64_t host_pinned_limit_bytes = 0;
   // Run at a target machine's ratios (CPU backend): every operation is held until the target would be
   // done, with time stretched by time_scale (<= 0: measured, TargetPacing::measured_time_scale).
   std::optional<Hardware> emulate;

@@ -84,7 +84,7 @@ int run_main(int argc, char** argv) {
   double lr = 3e-3, min_lr = 0, weight_decay = 0.01, clip = 0, adam_eps = 1e-8, router_aux_loss_coef = 0;
   std::optional<int32_t> document_end;
   std::vector<double> adam_betas = {0.9, 0.999};
-  std::string no_decay_on = "none", emulate, system = "slidedp";
+  std::string no_decay_on = "none", emulate, system = "slidedp", host_pinned_limit;
   double time_scale = 0, node_timeout = 300, stop_grace = 120;
   int64_t total_steps = 0;
   uint64_t data_seed = 1234, init_seed = 42;
@@ -155,6 +155,10 @@ int run_main(int argc, char** argv) {
                  "plan's gpu_mem_reserve_bytes, shared by the ranks on that GPU, and 16 GiB per emulated device on the "
                  "CPU backend)")
       ->check(integer_in(1, int64_t{1} << 50, "bytes"));
+  app.add_option("--host-pinned-limit", host_pinned_limit,
+                 "Page-locked host memory the run may use, bytes or with a unit (e.g. 64GiB; default: no limit below "
+                 "the RAM): a run whose pinned buffers (staging rings, token and offload buffers) exceed it is refused "
+                 "before it allocates, naming the largest (exit 3)");
   app.add_flag("--exact", exact, "Deliver fp32 parameters and gradients (no bf16 rounding; for exact comparisons)");
   app.add_option("--db", db, "SQLite run log (created if missing)");
   app.add_flag("--no-db", no_db, "Do not write a run log");
@@ -244,6 +248,7 @@ int run_main(int argc, char** argv) {
   o.backend = backend;
   o.exact_fp32 = exact;
   o.device_budget_bytes = device_budget;
+  if (!host_pinned_limit.empty()) o.host_pinned_limit_bytes = budget_bytes_flag(host_pinned_limit, "--host-pinned-limit");
   o.update_threads = update_threads_flag;
   o.dataset = data.empty() ? default_corpus_dataset() : TokenDataset::open(data);
   o.data_seed = data_seed;

@@ -24,15 +24,6 @@
 namespace slidedp::planner {
 namespace {
 
-// A byte count given to `flag` (0 allowed: a reserve of nothing), named in the error.
-int64_t bytes_flag(const std::string& text, const char* flag) {
-  try {
-    return parse_bytes(text);
-  } catch (const InputError& e) {
-    throw InputError(flag, e.what());
-  }
-}
-
 int plan_main(int argc, char** argv) {
   CLI::App app{
       "slidedp-plan: search routes, chunk sizes, activation policies and batch shape for a model on a "
@@ -156,7 +147,7 @@ int plan_main(int argc, char** argv) {
   spec.max_micro_batch = max_mb;
   spec.max_accum_steps = max_acc;
   if (budget) spec.gpu_mem_budget_bytes = budget_bytes_flag(*budget, "--gpu-mem-budget");
-  if (reserve) spec.gpu_mem_reserve_bytes = bytes_flag(*reserve, "--gpu-mem-reserve");
+  if (reserve) spec.gpu_mem_reserve_bytes = parse_bytes_flag(*reserve, "--gpu-mem-reserve");
   if (param_route) spec.param_routes = {parse_param_route(*param_route, "--param-route")};
   if (grad_route) spec.grad_routes = {parse_grad_route(*grad_route, "--grad-route")};
   spec.chunk_numels = chunks;

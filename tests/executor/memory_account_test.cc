@@ -251,5 +251,35 @@ TEST(MemoryAccount, ARunOverTheHostsRamIsRefusedNamingItsLargestItems) {
   EXPECT_EQ(train(o).steps.size(), 1u);
 }
 
+// The pinned part of the account against --host-pinned-limit: one byte under it is refused before
+// anything is allocated, naming the largest pinned item; at the limit it runs. A run under a limit
+// that counted every item (pinned or not) would be refused at the state's size.
+TEST(MemoryAccount, ARunOverThePinnedLimitIsRefusedNamingItsLargestPinnedItems) {
+  TrainOptions o = tiny_options(2, 2, 2, 1);
+  o.plan.offload_layers = 1;  // offload buffers are pinned too
+  const ModelLayout layout = make_model_layout(o.card);
+  const HostMemorySpec spec = host_memory_spec(layout, o.plan, o.system, o.card.tie_word_embeddings, false,
+                                               o.card.hidden_size * 4);
+  double pinned = 0, largest = 0;
+  std::string largest_name;
+  for (const MemoryItem& i : host_memory_items(layout, o.plan, o.seq_len, spec))
+    if (i.name.find("(pinned") != std::string::npos) {
+      pinned += i.bytes;
+      if (i.bytes > largest) largest = i.bytes, largest_name = i.name;
+    }
+  ASSERT_GT(pinned, 0.0);
+  o.host_pinned_limit_bytes = static_cast<int64_t>(pinned) - 1;
+  try {
+    train(o);
+    ADD_FAILURE() << "a run over the pinned limit was accepted";
+  } catch (const InfeasibleError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("page-locks"), std::string::npos) << what;
+    EXPECT_NE(what.find(largest_name), std::string::npos) << what;
+  }
+  o.host_pinned_limit_bytes = static_cast<int64_t>(pinned);
+  EXPECT_EQ(train(o).steps.size(), 1u);
+}
+
 }  // namespace
 }  // namespace slidedp::exec

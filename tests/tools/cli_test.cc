@@ -86,6 +86,12 @@ TEST(Cli, RunErrorsHaveDistinctExitCodes) {
   r = sh(bin("slidedp-run") + " --no-db --steps 1 --device-budget 65536");
   EXPECT_EQ(r.code, 3) << r.out;
   EXPECT_NE(r.out.find("exceeds the budget"), std::string::npos) << r.out;
+  r = sh(bin("slidedp-run") + " --no-db --steps 1 --host-pinned-limit 1KiB");
+  EXPECT_EQ(r.code, 3) << r.out;
+  EXPECT_NE(r.out.find("page-locks"), std::string::npos) << r.out;
+  r = sh(bin("slidedp-run") + " --no-db --steps 1 --host-pinned-limit 12XB");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--host-pinned-limit"), std::string::npos) << r.out;
   r = sh(bin("slidedp-run") + " --no-db --steps 1 --param-route broadcast");
   EXPECT_EQ(r.code, 2) << r.out;
   std::ofstream(d / "bad.yaml") << "ranks: 2\nchunk_numell: 5\n";
