@@ -200,7 +200,7 @@ std::string save_sharded_model(NodeLink& link, const HostState& state, const Mod
       link, "the model folder " + dir, [&] { return begin_hf_model_save(dir, card, options); },
       [&](const std::string& tmp) {
         const PartTensors part = exchange_part_tensors(link, state, layout, split, {0});
-        write_hf_model_part(tmp, layout, split, link.node(), part.masters(), options.dtype);
+        write_hf_model_part(tmp, layout, split, link.node(), part.masters(), options.dtype, options.poll);
       },
       [&](const std::string& tmp) {
         finish_hf_model_save(tmp, dir, layout, split, options.dtype);

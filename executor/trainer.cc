@@ -651,20 +651,21 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     std::error_code same_error;
     if (!o.init_model_dir.empty() && !std::filesystem::equivalent(o.init_model_dir, o.save_model_dir, same_error))
       so.copy_extra_files_from = o.init_model_dir;
-    if (sharded_nodes) {
-      save_sharded_model(*link, state, o.card, o.save_model_dir, so);
-    } else if (node == 0) {
-      UnitSpans final_weights;
-      for (int u = 0; u < U; ++u) final_weights.emplace_back(state.unit(u).master_f32(), static_cast<size_t>(state.unit(u).numel));
-      // A second signal during the save ends the run at once (the watch records it as the run's
-      // error), leaving the destination as it was: a large model's save outlasts a scheduler's grace.
-      so.poll = [&control] { control.check(); };
-      try {
+    // A second signal during the save ends the run at once (the watch records it as the run's error),
+    // leaving the destination as it was: a large model's save outlasts a scheduler's grace. Across
+    // nodes the node it reached stops writing its part and every node abandons the folder together.
+    so.poll = [&control] { control.check(); };
+    try {
+      if (sharded_nodes) {
+        save_sharded_model(*link, state, o.card, o.save_model_dir, so);
+      } else if (node == 0) {
+        UnitSpans final_weights;
+        for (int u = 0; u < U; ++u) final_weights.emplace_back(state.unit(u).master_f32(), static_cast<size_t>(state.unit(u).numel));
         save_hf_model(o.save_model_dir, o.card, final_weights, so);
-      } catch (const Aborted&) {
-        control.rethrow_if_failed();
-        throw;
       }
+    } catch (const Aborted&) {
+      control.rethrow_if_failed();
+      throw;
     }
   }
   for (auto& d : drivers) d->release_all();

@@ -176,6 +176,38 @@ TEST(MultiNode, AShardedStateSavesTheModelInOnePartPerNodeEqualToOneNodes) {
   fs::remove_all(dir);
 }
 
+// Two SIGTERMs to every node while a sharded state's --save-model writes its parts of a 124 M-parameter
+// model: each node stops writing its part, node 0 removes the temp folder and neither it nor the
+// destination is left (before, the nodes wrote their parts to the end whatever the signals, then
+// published the folder). The signals go to the slidedp-run processes (not mpirun) as soon as node 0's
+// temp folder appears; the parts take far longer than the 50 ms between them.
+TEST(MultiNode, ASecondSignalAbandonsAShardedModelSaveOnEveryNode) {
+  const fs::path dir = scratch("save_signal");
+  fs::create_directories(dir / "out");
+  std::ofstream(dir / "config.json") << R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 768,
+      "intermediate_size": 3072, "num_hidden_layers": 8, "num_attention_heads": 12, "num_key_value_heads": 12,
+      "vocab_size": 32000, "max_position_embeddings": 2048, "rms_norm_eps": 1e-5, "rope_theta": 10000.0,
+      "tie_word_embeddings": false, "hidden_act": "silu"})";
+  const std::string out = (dir / "out").string();
+  std::ofstream(dir / "signal.sh")
+      << on_nodes(2, kRun + " --no-db -q --steps 0 --ranks 1 --host-state sharded --model " + (dir / "config.json").string() +
+                         " --save-model " + out + "/model")
+      << " > " << (dir / "log.txt").string() << " 2>&1 &\n"
+      << "job=$!\n"
+      << "for i in $(seq 6000); do ls -A " << out << " | grep -q '^[.]tmp-' && break; sleep 0.01; done\n"
+      << "signal() { for p in $(pgrep -f -- '--save-model " << out << "/model'); do\n"
+      << "  [ \"$(cat /proc/$p/comm 2>/dev/null)\" = slidedp-run ] && kill -TERM $p; done; }\n"
+      << "signal; sleep 0.05; signal\n"
+      << "wait $job; echo \"rc=$?\"\n";
+  const auto r = run_shell("bash " + (dir / "signal.sh").string());
+  const std::string log = read_file(dir / "log.txt");
+  EXPECT_EQ(r.out.find("rc=0"), std::string::npos) << "the run ended as if nothing happened:\n" << r.out << log;
+  EXPECT_NE(log.find("interrupted"), std::string::npos) << log;
+  EXPECT_FALSE(fs::exists(dir / "out/model"));
+  for (const auto& e : fs::directory_iterator(dir / "out")) ADD_FAILURE() << "left behind: " << e.path() << "\n" << log;
+  fs::remove_all(dir);
+}
+
 // Every node writes its part of a sharded checkpoint into node 0's folder, so the nodes must share its
 // file system. Two working folders (mpirun's per-process --wdir) and a relative --checkpoint-dir
 // stand in for two hosts without a shared one: every node fails, naming the node, and no folder is
