@@ -16,7 +16,8 @@ packages=(
 # Tests only (SLIDEDP_TEST_DEPS=0 skips it, as the quickstart does): regenerates tests/data/step_golden
 # in ctest (StepGoldens.Regenerate) to prove the committed files come from
 # scripts/golden/make_step_goldens.py: ~80 s and ~600 MiB (178 packages) on Debian 12.
-if [ "${SLIDEDP_TEST_DEPS:-1}" = "1" ]; then packages+=(python3-torch); fi
+# python3-jinja2: the reference renderer of the chat-template agreement test (transformers renders with it).
+if [ "${SLIDEDP_TEST_DEPS:-1}" = "1" ]; then packages+=(python3-torch python3-jinja2); fi
 # Fuzzing campaigns only (scripts/fuzz.sh sets it): clang with libFuzzer and the sanitizer runtimes.
 if [ "${SLIDEDP_FUZZ_DEPS:-0}" = "1" ]; then packages+=(clang libclang-rt-dev); fi
 missing=()
