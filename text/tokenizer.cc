@@ -378,6 +378,28 @@ std::string Tokenizer::token_text(int32_t id) const {
   return model_->token_bytes(id);
 }
 
+std::string Tokenizer::token_surface(int32_t id) const {
+  if (id < 0 || id >= vocab_size_) throw InputError("", fmt::format("token id {} is not in the vocabulary (size {})", id, vocab_size_));
+  std::string t = token_text(id);
+  if (decoder_.byte_level) return t;
+  const bool added = added_index_of_id_.count(id) > 0;  // (the decoder replaces in added tokens too, as decode does)
+  for (const Decoder::Step& step : decoder_.steps) {
+    if (step.kind == DecoderStep::kReplace) t = replace_all(t, step.from, step.to);
+    if (step.kind == DecoderStep::kByteFallback && !added) {
+      const int byte = model_->byte_of_fallback_token(id);
+      if (byte >= 0) t = std::string(1, static_cast<char>(byte));
+    }
+  }
+  return t;
+}
+
+std::vector<std::string> Tokenizer::special_token_contents() const {
+  std::vector<std::string> out;
+  for (const AddedToken& t : added_)
+    if (t.special) out.push_back(t.content);
+  return out;
+}
+
 std::string Tokenizer::decode(std::span<const int32_t> ids, bool skip_special_tokens) const {
   std::vector<std::string> tokens;
   std::vector<int32_t> kept;

@@ -49,6 +49,13 @@ class Tokenizer {
   int64_t vocab_size() const { return vocab_size_; }
   // The id of a token given as its text (an added token's content or a vocabulary entry).
   std::optional<int32_t> token_id(std::string_view content) const;
+  // The bytes token `id` stands for in the text, decoded alone (the decoder's per-token steps: byte
+  // level, Replace, byte fallback to its one byte; not Fuse or Strip). Where the tokenizer is lossless
+  // the surfaces of encode(text) concatenate to the text: what lets a character range (an assistant's
+  // turn) be mapped to the tokens it covers.
+  std::string token_surface(int32_t id) const;
+  // The added tokens marked special (end-of-turn markers and the like), by content.
+  std::vector<std::string> special_token_contents() const;
   bool is_special(int32_t id) const;
   const TokenizerConfig& config() const { return config_; }
   const std::string& origin() const { return origin_; }
