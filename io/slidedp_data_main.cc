@@ -19,6 +19,7 @@
 #include "io/sequence_sampler.h"
 #include "io/token_dataset.h"
 #include "io/token_import.h"
+#include "text/chat_encoding.h"
 #include "text/tokenizer.h"
 
 namespace slidedp {
@@ -34,6 +35,7 @@ struct BuildArgs {
   std::string tokenizer;  // model folder or tokenizer.json
   bool append_eos = false;
   bool no_special_tokens = false;
+  bool train_on_all = false;
   bool embedded = false;
   bool json = false;
 };
@@ -104,9 +106,21 @@ int run_build(const BuildArgs& a) {
   if (dtype == TokenDtype::kUint16 && vocab > 65536)
     throw InputError("--dtype", fmt::format("uint16 cannot hold ids of a vocabulary of {}", vocab));
 
+  if (a.train_on_all && !tokenizer) throw InputError("--train-on-all", "needs --tokenizer (conversations use its chat template)");
   TextEncoding encoding;
   encoding.tokenizer = tokenizer ? &*tokenizer : nullptr;
   encoding.add_special_tokens = !a.no_special_tokens;
+  encoding.train_on_all = a.train_on_all;
+  // The chat template is compiled up front, but only conversations need it: text inputs build without one.
+  std::optional<text::ChatEncoder> chat;
+  if (tokenizer) {
+    try {
+      chat.emplace(*tokenizer);
+      encoding.chat = &*chat;
+    } catch (const InputError& e) {
+      encoding.chat_unavailable = e.what();
+    }
+  }
   TokenStream stream;
   Progress progress("slidedp-data", static_cast<double>(a.inputs.size()), "files",
                     !a.json && a.inputs.size() > 1);
@@ -139,6 +153,7 @@ int run_build(const BuildArgs& a) {
   if (a.json) {
     nlohmann::json j = {
         {"out", a.out},           {"num_tokens", stream.tokens.size()}, {"documents", stream.documents},
+        {"conversations", stream.conversations},
         {"vocab_size", vocab},    {"dtype", token_dtype_name(dtype)},   {"has_loss_mask", stream.has_mask},
         {"loss_tokens", counted}, {"file_bytes", file_bytes},           {"inputs", nlohmann::json::array()},
         {"tokenizer", tokenizer ? nlohmann::json(tokenizer->origin()) : nlohmann::json()}};
@@ -148,9 +163,9 @@ int run_build(const BuildArgs& a) {
     std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf(
-        "wrote %s: %zu tokens in %lld documents, vocab %lld, %s, loss mask %s (%lld tokens count), %llu "
+        "wrote %s: %zu tokens in %lld documents (%lld conversations), vocab %lld, %s, loss mask %s (%lld tokens count), %llu "
         "bytes\n",
-        a.out.c_str(), stream.tokens.size(), static_cast<long long>(stream.documents),
+        a.out.c_str(), stream.tokens.size(), static_cast<long long>(stream.documents), static_cast<long long>(stream.conversations),
         static_cast<long long>(vocab), token_dtype_name(dtype), stream.has_mask ? "yes" : "no",
         static_cast<long long>(counted), static_cast<unsigned long long>(file_bytes));
   }
@@ -213,7 +228,9 @@ int main_body(int argc, char** argv) {
       "Tokenize or convert INPUT files (concatenated in order) into one token file.\n"
       "  text : one document per file, through the model's tokenizer (--tokenizer), else one token per byte (vocab 256)\n"
       "  jsonl: one document per line, [id, ...] or {\"input_ids\": [...], \"loss_mask\": [0/1, ...]},\n"
-      "         or text (\"...\" or {\"text\": \"...\"}) through the model's tokenizer\n"
+      "         or text (\"...\" or {\"text\": \"...\"}) through the model's tokenizer, or a conversation\n"
+      "         ({\"messages\": [{\"role\": ..., \"content\": ...}, ...]} or {\"prompt\": ..., \"completion\": ...})\n"
+      "         through the model's chat template, the loss on the assistant's turns (--train-on-all: on all)\n"
       "  npy  : a 1-D NumPy array of int32, int64, uint16 or uint32 ids");
   build->add_option("inputs", b.inputs, "Input files (text, .jsonl or .npy)");
   build->add_option("--out,-o", b.out, "Token file to write (replaced atomically)")->required();
@@ -231,6 +248,9 @@ int main_body(int argc, char** argv) {
                     "tokenizer.json; vocab size and special tokens come from it");
   build->add_flag("--append-eos", b.append_eos,
                   "Append the tokenizer's EOS token (tokenizer_config.json: eos_token) after every document");
+  build->add_flag("--train-on-all", b.train_on_all,
+                  "Conversations: the loss on every token, not only the assistant's turns (the default, as TRL's "
+                  "assistant-only loss and torchtune's train_on_input=False)");
   build->add_flag("--no-special-tokens", b.no_special_tokens,
                   "Do not add the tokenizer's post-processor tokens (e.g. Gemma's BOS) around each document");
   build->add_flag("--embedded", b.embedded,

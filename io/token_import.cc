@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "common/strict_json.h"
+#include "text/chat_encoding.h"
 #include "text/tokenizer.h"
 #include "text/utf8.h"
 
@@ -240,6 +241,21 @@ void append_jsonl(TokenStream& out, std::string_view text, const std::string& pa
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines separate nothing
     const std::string where = fmt::format("{}: line {}", path, line_no);
     const json j = parse_json_strict<json>(line, where);
+    if (j.is_object() && (j.contains("messages") || (j.contains("prompt") && j.contains("completion")))) {
+      if (!encoding.chat)
+        throw InputError(where, encoding.chat_unavailable.empty()
+                                    ? std::string("a conversation needs the model's tokenizer and chat template (--tokenizer or --model DIR)")
+                                    : "a conversation needs the model's chat template: " + encoding.chat_unavailable);
+      // Parsed again keeping the keys' order: a template's tojson prints them as written.
+      const text::ChatExample ex =
+          encoding.chat->encode(parse_json_strict<nlohmann::ordered_json>(line, where), encoding.train_on_all, where, &cache);
+      if (!encoding.train_on_all) out.has_mask = true;
+      for (std::size_t k = 0; k < ex.ids.size(); ++k) push_token(out, ex.ids[k], ex.mask[k], vocab_size, where);
+      end_document(out, eos, vocab_size, where);
+      ++out.conversations;
+      ++lines_read;
+      continue;
+    }
     const json* document = j.is_string() ? &j : j.is_object() && j.contains("text") ? &j["text"] : nullptr;
     if (document) {
       if (j.is_object() && j.size() != 1) throw InputError(where, "a text line is {\"text\": \"...\"} with no other key");

@@ -1,7 +1,7 @@
 // Turning raw inputs into token streams for slidedp-data: text through the model's tokenizer (or the
 // byte-level one without a model), already tokenized ids in JSON lines (a list of ints per line, or
 // {"input_ids": [...], "loss_mask": [...]}), text in JSON lines ("..." or {"text": "..."}, with a
-// tokenizer), and 1-D NumPy .npy arrays (int32/int64/uint16/uint32; the header is parsed
+// tokenizer), conversations in JSON lines (with the model's chat template), and 1-D NumPy .npy arrays (int32/int64/uint16/uint32; the header is parsed
 // here, no NumPy needed). Every id is checked against the vocabulary as it is read; errors name the
 // file and, for JSON lines, the line number.
 #pragma once
@@ -16,12 +16,18 @@
 namespace slidedp {
 namespace text {
 class Tokenizer;
+class ChatEncoder;
 }
 
 // How text becomes ids: the model's tokenizer, or none (byte-level for text files; JSON-lines text refused).
 struct TextEncoding {
   const text::Tokenizer* tokenizer = nullptr;
   bool add_special_tokens = true;  // the tokenizer's post-processor tokens (e.g. BOS) around each document
+  // Conversations (JSON lines {"messages": ...} or {"prompt": ..., "completion": ...}) through the model's
+  // chat template, the loss on the assistant's turns (text/chat_encoding.h), or on every token.
+  const text::ChatEncoder* chat = nullptr;
+  std::string chat_unavailable;  // why there is no `chat` (no template, one we cannot render): named on use
+  bool train_on_all = false;
 };
 
 struct TokenStream {
@@ -29,6 +35,7 @@ struct TokenStream {
   std::vector<uint8_t> loss_mask;  // one 0/1 byte per token, kept in step with tokens
   bool has_mask = false;           // some input carried an explicit loss mask
   int64_t documents = 0;           // text files, JSON lines or arrays appended
+  int64_t conversations = 0;       // of them, conversations rendered with the chat template
 };
 
 enum class InputFormat { kText, kJsonl, kNpy };

@@ -13,6 +13,7 @@
 #include "io/token_dataset.h"
 #include "io_test_util.h"
 #include "tests/text/text_test_util.h"
+#include "text/chat_encoding.h"
 #include "text/tokenizer.h"
 
 namespace slidedp {
@@ -244,6 +245,69 @@ TEST(SlidedpData, BuildsTextThroughTheModelsTokenizer) {
                            (dir / "x.bin"));
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_NE(r.output.find("tokenizer.json"), std::string::npos) << r.output;
+}
+
+// Conversations through the model folder's chat template: the file holds text::ChatEncoder's ids and
+// assistant mask for each (tests/text checks that encoder against Jinja2 and generation markers), a
+// text line between them counts whole, --train-on-all writes no mask; without a template a
+// conversation is refused naming it, exit 2, and no file is written.
+TEST(SlidedpData, BuildsConversationsWithTheAssistantMask) {
+  TempDir dir;
+  const std::filesystem::path model = dir / "model";
+  std::filesystem::create_directories(model);
+  nlohmann::json tj = testing::byte_level_tokenizer_json({{"h", "i"}, {"o", "k"}}, R"(\s+(?!\S)|\s+|\S+)");
+  tj["added_tokens"] = nlohmann::json::array({{{"id", 300}, {"content", "<|im_start|>"}, {"special", true}, {"single_word", false},
+                                               {"lstrip", false}, {"rstrip", false}, {"normalized", false}},
+                                              {{"id", 301}, {"content", "<|im_end|>"}, {"special", true}, {"single_word", false},
+                                               {"lstrip", false}, {"rstrip", false}, {"normalized", false}}});
+  std::ofstream(model / "tokenizer.json") << tj.dump();
+  std::ofstream(model / "tokenizer_config.json")
+      << nlohmann::json{{"eos_token", "<|im_end|>"},
+                        {"chat_template", "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"}}
+             .dump();
+  const text::Tokenizer tokenizer = text::Tokenizer::load(model);
+  const text::ChatEncoder encoder(tokenizer);
+  const std::vector<std::string> lines = {
+      R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "ok ok"}]})",
+      R"("hi there")", R"({"prompt": "hi", "completion": "ok"})"};
+  std::string file;
+  for (const std::string& l : lines) file += l + "\n";
+  testing::write_bytes(dir / "chat.jsonl", file);
+  auto r = testing::run_command(tool() + " build " + (dir / "chat.jsonl") + " --model " + model.string() + " --out " +
+                                (dir / "c.bin") + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(nlohmann::json::parse(r.output)["conversations"], 2);
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> mask;
+  for (std::size_t k = 0; k < lines.size(); ++k) {
+    if (k == 1) {
+      for (int32_t id : tokenizer.encode("hi there", true)) ids.push_back(id), mask.push_back(1);
+      continue;
+    }
+    const text::ChatExample ex = encoder.encode(nlohmann::ordered_json::parse(lines[k]), false, "x");
+    ids.insert(ids.end(), ex.ids.begin(), ex.ids.end());
+    mask.insert(mask.end(), ex.mask.begin(), ex.mask.end());
+  }
+  TokenDataset t = TokenDataset::open(dir / "c.bin");
+  ASSERT_TRUE(t.has_loss_mask());
+  std::vector<int32_t> got;
+  std::vector<uint8_t> got_mask;
+  for (int64_t i = 0; i < t.num_tokens(); ++i) got.push_back(static_cast<int32_t>(t.token(i))), got_mask.push_back(t.counts_in_loss(i));
+  EXPECT_EQ(got, ids);
+  EXPECT_EQ(got_mask, mask);
+  EXPECT_LT(std::count(mask.begin(), mask.end(), 1), static_cast<std::ptrdiff_t>(mask.size()));  // the users' turns do not count
+
+  r = testing::run_command(tool() + " build " + (dir / "chat.jsonl") + " --model " + model.string() + " --train-on-all --out " +
+                           (dir / "all.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_FALSE(TokenDataset::open(dir / "all.bin").has_loss_mask());
+
+  std::ofstream(model / "tokenizer_config.json") << R"({"eos_token": "<|im_end|>"})";
+  r = testing::run_command(tool() + " build " + (dir / "chat.jsonl") + " --model " + model.string() + " --out " + (dir / "n.bin"));
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("chat.jsonl: line 1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("chat template"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir / "n.bin"));
 }
 
 TEST(SlidedpData, BadInputExitsNonZeroNamingTheProblem) {
