@@ -137,28 +137,28 @@ std::string write_in_parts(NodeLink& link, const std::string& what, const std::f
       failed = std::current_exception();
     }
   }
-  throw_if_any_node_failed(link, failed, "starting " + what);
-  tmp = all_gather_text(link, me == 0 ? tmp : std::string(), "the folder of " + what)[0];
-  // A node that cannot see node 0's folder would write its part elsewhere: refuse before the exchange.
-  if (!fs::is_directory(tmp))
-    failed = std::make_exception_ptr(IoError(tmp, fmt::format("node {} cannot see the folder node 0 created: the nodes of a "
-                                                              "run must share the folder's file system",
-                                                              me)));
-  auto agree = [&](const std::string& step) {
-    try {
-      throw_if_any_node_failed(link, failed, step);
-    } catch (...) {
-      if (me == 0) abandon(tmp);
-      throw;
-    }
-  };
-  agree("opening " + what);
+  // Until the folder is published, any way out of here (another node's failure, an interrupted
+  // collective, an abandoned write) takes node 0's temp folder with it.
+  const std::string created = me == 0 && !failed ? tmp : std::string();
   try {
-    write_part(tmp);
+    throw_if_any_node_failed(link, failed, "starting " + what);
+    tmp = all_gather_text(link, me == 0 ? tmp : std::string(), "the folder of " + what)[0];
+    // A node that cannot see node 0's folder would write its part elsewhere: refuse before the exchange.
+    if (!fs::is_directory(tmp))
+      failed = std::make_exception_ptr(IoError(tmp, fmt::format("node {} cannot see the folder node 0 created: the nodes of a "
+                                                                "run must share the folder's file system",
+                                                                me)));
+    throw_if_any_node_failed(link, failed, "opening " + what);
+    try {
+      write_part(tmp);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    throw_if_any_node_failed(link, failed, "writing " + what);
   } catch (...) {
-    failed = std::current_exception();
+    if (!created.empty()) abandon(created);
+    throw;
   }
-  agree("writing " + what);
   std::string final_dir;
   if (me == 0) {
     try {

@@ -76,7 +76,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "no seed inputs given\n");
     return 2;
   }
-  for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL}) std::signal(sig, write_finding);
+  // A timeout is a finding too, as libFuzzer counts it (10 s per input): SIGALRM writes the input.
+  for (int sig : {SIGABRT, SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGALRM}) std::signal(sig, write_finding);
   long inputs = 0;
   for (std::size_t f = 0; f < files.size(); ++f) {
     std::ifstream in(files[f], std::ios::binary);
@@ -85,10 +86,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string seed_input((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    run(seed_input);
+    auto timed = [](const std::string& input) {
+      ::alarm(10);
+      run(input);
+      ::alarm(0);
+    };
+    timed(seed_input);
     ++inputs;
     std::mt19937_64 rng(seed * 1000003ull + f);
-    for (long m = 0; m < mutations; ++m, ++inputs) run(slidedp::fuzz::mutate(seed_input, rng));
+    for (long m = 0; m < mutations; ++m, ++inputs) timed(slidedp::fuzz::mutate(seed_input, rng));
   }
   std::printf("%s: %ld inputs (%zu seeds, %ld mutations each), no finding\n", argv[0], inputs, files.size(), mutations);
   return 0;

@@ -3,7 +3,7 @@
 # runs the whole test suite, then runs the executor's pipeline, fault and resume tests and the run
 # log's tests (its background writer) again under ThreadSanitizer (a second, smaller build;
 # SLIDEDP_TSAN=0 skips it) and the tests of what reads user input and does index arithmetic (parsers
-# and the replays of 11 of the 12 fuzz targets, the run log, the CPU kernels, faults and resume) under
+# and the replays of 12 of the 13 fuzz targets, the run log, the CPU kernels, faults and resume) under
 # AddressSanitizer + UndefinedBehaviorSanitizer (a third; SLIDEDP_ASAN=0 skips it). The sweep spec's
 # fuzz target needs the planner and sweeps built under ASan (about 3 minutes of CI's 40): its replay
 # runs in the plain build and its ASan campaign in scripts/fuzz.sh. The multi-node tests run only in
@@ -37,7 +37,7 @@ if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
            test_kernels_transformer_router_aux_loss test_kernels_transformer_gemma4 test_kernels_transformer_qwen3_5
            test_kernels_transformer_delta_rule test_kernels_transformer_deltanet test_executor_faults test_executor_resume
            fuzz_hardware_yaml fuzz_model_card_yaml fuzz_hf_config_json fuzz_plan_yaml fuzz_lr_schedule_yaml
-           fuzz_safetensors fuzz_safetensors_index fuzz_npy fuzz_jsonl fuzz_trainer_state fuzz_token_file)
+           fuzz_safetensors fuzz_safetensors_index fuzz_npy fuzz_jsonl fuzz_trainer_state fuzz_token_file fuzz_chat_template)
   # -O1 -g1: line tables for the reports at half the build time of -O2 -g (CI's 30 minutes)
   SLIDEDP_BUILD_DIR="$asan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
     -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \

@@ -20,6 +20,12 @@ bool python_space(char32_t c) {
 
 [[noreturn]] void fail(const std::string& where, const std::string& what) { throw InputError(where, what); }
 
+// What a template may build: no string past 64 MiB (a rendered conversation is kilobytes; a template
+// that grows a string without bound is refused rather than left to exhaust memory).
+void check_size(double bytes, const std::string& where) {
+  if (bytes > 64.0 * 1024 * 1024) fail(where, "a string past 64 MiB");
+}
+
 const std::string& need_string(const Value& v, const std::string& where, const char* what) {
   if (!v.is_string()) fail(where, fmt::format("{} needs a string, got {}", what, v.type_name()));
   return v.s;
@@ -87,7 +93,9 @@ List split(const std::string& s, const Value& sep, int64_t maxsplit, const std::
   return out;
 }
 
-std::string replace_all(std::string s, const std::string& a, const std::string& b, int64_t count) {
+std::string replace_all(std::string s, const std::string& a, const std::string& b, int64_t count, const std::string& where) {
+  const double matches = a.empty() ? static_cast<double>(s.size()) + 1 : static_cast<double>(s.size()) / static_cast<double>(a.size());
+  check_size(static_cast<double>(s.size()) + matches * static_cast<double>(b.size()), where);
   if (a.empty()) {
     // Python inserts `b` around every code point.
     std::string out = b;
@@ -153,7 +161,7 @@ Value string_method(const std::string& s, const std::string& name, const std::st
   if (name == "replace")
     return method([s, where](Args& a) {
       return Value::string(replace_all(s, need_string(a.get(0, "old"), where, "replace"), need_string(a.get(1, "new"), where, "replace"),
-                                       int_arg(a.get(2, "count"), -1)));
+                                       int_arg(a.get(2, "count"), -1), where));
     });
   if (name == "upper" || name == "lower") {
     const bool up = name == "upper";
@@ -341,11 +349,17 @@ Value slice(const Value& obj, const Value& start, const Value& stop, const Value
     return k;
   };
   const int64_t b = adjust(start, step < 0 ? n - 1 : 0), e = adjust(stop, step < 0 ? -1 : n);
+  // Counted, not stepped to the end: b + step may pass int64 for a huge step.
+  const uint64_t magnitude = step > 0 ? static_cast<uint64_t>(step) : 0 - static_cast<uint64_t>(step);
+  const int64_t span = step > 0 ? e - b : b - e;
+  const int64_t count = span > 0 ? static_cast<int64_t>((static_cast<uint64_t>(span) - 1) / magnitude + 1) : 0;
   List items;
   std::string text;
-  for (int64_t k = b; step > 0 ? k < e : k > e; k += step) {
+  int64_t k = b;
+  for (int64_t i = 0; i < count; ++i) {
     if (obj.is_list()) items.push_back((*obj.list)[static_cast<std::size_t>(k)]);
     else text += cps[static_cast<std::size_t>(k)];
+    if (i + 1 < count) k += step;
   }
   return obj.is_list() ? Value::of_list(std::move(items)) : Value::string(text);
 }
@@ -396,7 +410,11 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
   if (name == "trim") return Value::string(strip(need_string(v, where, "trim"), a.get(0, "chars"), true, true, where));
   if (name == "tojson") {
     const Value indent = a.get(0, "indent");
-    return Value::string(to_json(v, indent.is_undefined() || indent.is_none() ? -1 : static_cast<int>(int_arg(indent, 0))));
+    if (indent.is_undefined() || indent.is_none()) return Value::string(to_json(v));
+    // (json.dumps reads a negative indent as 0: newlines, no spaces; past 1024 it is refused here.)
+    const int64_t spaces = std::max<int64_t>(0, int_arg(indent, 0));
+    if (spaces > 1024) fail(where, fmt::format("tojson indent {} (at most 1024)", spaces));
+    return Value::string(to_json(v, static_cast<int>(spaces)));
   }
   if (name == "length" || name == "count") return Value::integer(length_of(v, where));
   if (name == "string") return Value::string(to_str(v));
@@ -426,7 +444,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
     return Value::string(out);
   }
   if (name == "replace")
-    return Value::string(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")), int_arg(a.get(2, "count"), -1)));
+    return Value::string(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")), int_arg(a.get(2, "count"), -1), where));
   if (name == "list") return Value::of_list(iterate(v, where));
   if (name == "items") {
     if (!v.is_map()) fail(where, fmt::format("items of a {}", v.type_name()));
@@ -535,6 +553,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
   }
   if (name == "indent") {
     const int64_t width = int_arg(a.get(0, "width"), 4);
+    check_size(static_cast<double>(width) * static_cast<double>(to_str(v).size() + 1), where);
     const bool first = a.get(1, "first", Value::boolean(false)).truthy();
     const bool blank = a.get(2, "blank", Value::boolean(false)).truthy();
     const std::string pad(static_cast<std::size_t>(std::max<int64_t>(0, width)), ' ');
@@ -557,6 +576,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
   if (name == "wordcount") return Value::integer(static_cast<int64_t>(split(to_str(v), Value::undefined(), -1, where).size()));
   if (name == "center") {
     const int64_t width = int_arg(a.get(0, "width"), 80);
+    check_size(static_cast<double>(width), where);
     const std::string s = to_str(v);
     const int64_t n = static_cast<int64_t>(code_points(s).size());
     if (n >= width) return Value::string(s);

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <ctime>
@@ -116,6 +117,7 @@ class ExprParser {
     return e;
   }
   ExprPtr not_expr() {
+    const Nesting guard(*this);
     if (is_name("not")) {
       auto e = make(Expr::Kind::kNot, next().line);
       e->kids.push_back(not_expr());
@@ -175,6 +177,7 @@ class ExprParser {
     return e;
   }
   ExprPtr unary(bool with_filter) {
+    const Nesting guard(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token op = next();
@@ -211,12 +214,12 @@ class ExprParser {
       }
       case Token::Kind::kInt: {
         auto e = make(Expr::Kind::kLiteral, t.line);
-        e->literal = Value::integer(std::stoll(t.text));
+        e->literal = Value::integer(int_literal(t));
         return e;
       }
       case Token::Kind::kFloat: {
         auto e = make(Expr::Kind::kLiteral, t.line);
-        e->literal = Value::number(std::stod(t.text));
+        e->literal = Value::number(std::strtod(t.text.c_str(), nullptr));  // past the range: inf, as Python reads it
         return e;
       }
       case Token::Kind::kOp:
@@ -263,6 +266,15 @@ class ExprParser {
     }
     throw InputError(line_where(t.line), fmt::format("unexpected '{}' in an expression", t.kind == Token::Kind::kEnd ? "end of tag" : t.text));
   }
+  // Python's integers have no bound; ours are 64 bits: a larger literal is refused, not wrapped.
+  static int64_t int_literal(const Token& t) {
+    int64_t v = 0;
+    const auto r = std::from_chars(t.text.data(), t.text.data() + t.text.size(), v);
+    if (r.ec != std::errc() || r.ptr != t.text.data() + t.text.size())
+      throw InputError(line_where(t.line), fmt::format("the integer {} is past 64 bits", t.text));
+    return v;
+  }
+
   void call_args(Expr& e) {
     expect_op("(");
     while (!is_op(")")) {
@@ -287,7 +299,7 @@ class ExprParser {
         if (n.kind == Token::Kind::kInt) {
           auto item = make(Expr::Kind::kItem, line);
           auto key = make(Expr::Kind::kLiteral, line);
-          key->literal = Value::integer(std::stoll(n.text));
+          key->literal = Value::integer(int_literal(n));
           item->kids.push_back(std::move(e));
           item->kids.push_back(std::move(key));
           e = std::move(item);
@@ -357,8 +369,19 @@ class ExprParser {
     }
   }
 
+  // Nested brackets and unary operators recurse: bounded so that no tag can exhaust the stack.
+  struct Nesting {
+    explicit Nesting(ExprParser& p) : p_(p) {
+      if (++p_.depth_ > kMaxNesting) p_.fail(fmt::format("expressions nested deeper than {}", kMaxNesting));
+    }
+    ~Nesting() { --p_.depth_; }
+    ExprParser& p_;
+  };
+  static constexpr int kMaxNesting = 64;
+
   std::vector<Token> t_;
   std::size_t k_ = 0;
+  int depth_ = 0;
 };
 
 // ---- the statement tree ----
@@ -377,6 +400,11 @@ class Compiler {
   // Parses nodes until a statement whose keyword is in `stops` (returned in `stop`, its tag's parser
   // left after the keyword in `tag_`); at the template's end when `stops` is empty.
   Body parse_body(const std::vector<std::string>& stops, std::string* stop) {
+    if (++depth_ > 64) throw InputError(line_where(at_ < pieces_.size() ? pieces_[at_].line : 0), "blocks nested deeper than 64");
+    struct Leave {
+      int& d;
+      ~Leave() { --d; }
+    } leave{depth_};
     Body body;
     while (at_ < pieces_.size()) {
       const Piece& p = pieces_[at_++];
@@ -388,7 +416,10 @@ class Compiler {
         body.push_back(std::move(n));
         continue;
       }
-      tag_ = std::make_unique<ExprParser>(tokenize_tag(p.text, p.line));
+      std::vector<Token> tokens = tokenize_tag(p.text, p.line);
+      // A chain of operators builds a tree as deep as it is long, which rendering walks recursively.
+      if (tokens.size() > 4096) throw InputError(line_where(p.line), "a tag of more than 4096 tokens");
+      tag_ = std::make_unique<ExprParser>(std::move(tokens));
       if (p.kind == Piece::Kind::kOutput) {
         auto n = std::make_unique<Node>();
         n->kind = Node::Kind::kOutput;
@@ -509,12 +540,21 @@ class Compiler {
 
   std::vector<Piece> pieces_;
   std::size_t at_ = 0;
+  int depth_ = 0;
   std::unique_ptr<ExprParser> tag_;
 };
 
 // ---- rendering ----
 
 using Scope = std::unordered_map<std::string, Value>;
+
+// Bounds a template cannot pass (a conversation's rendering is kilobytes; a template that loops or
+// recurses without end is refused, not left to exhaust memory or the stack).
+constexpr std::size_t kMaxDepth = 256;
+constexpr double kMaxOutputBytes = 64.0 * 1024 * 1024;
+// Loops nest (a range of 100,000 in a range of 100,000): a rendering is also bounded in work. A
+// released template spends hundreds of steps per message.
+constexpr int64_t kMaxSteps = 2'000'000;
 
 Value strftime_now(Args& a) {
   const std::time_t now = std::time(nullptr);
@@ -547,8 +587,15 @@ class Renderer {
       if (a.positional.size() >= 2) b = as_int(a.positional[0]), e = as_int(a.positional[1]);
       if (a.positional.size() >= 3) s = as_int(a.positional[2]);
       if (s == 0) throw InputError("chat template", "range() step cannot be zero");
+      // Jinja's sandbox refuses ranges over 100,000 items (MAX_RANGE); so do we, before allocating.
+      const double count = std::ceil((static_cast<double>(e) - static_cast<double>(b)) / static_cast<double>(s));
+      if (count > 100000) throw InputError("chat template", "range() of more than 100000 items");
       List out;
-      for (int64_t k = b; s > 0 ? k < e : k > e; k += s) out.push_back(Value::integer(k));
+      int64_t k = b;
+      for (int64_t i = 0; i < static_cast<int64_t>(std::max(0.0, count)); ++i) {
+        out.push_back(Value::integer(k));
+        if (__builtin_add_overflow(k, s, &k)) break;  // (the last item: a huge step passes int64 after it)
+      }
       return Value::of_list(out);
     });
     globals["dict"] = Value::function([](Args& a) {
@@ -585,9 +632,10 @@ class Renderer {
   }
 
   Flow node(const Node& n) {
+    if (++steps_ > kMaxSteps) throw InputError(line_where(n.line), fmt::format("the template runs past {} steps", kMaxSteps));
     switch (n.kind) {
-      case Node::Kind::kText: out_.text += n.text; return Flow::kNormal;
-      case Node::Kind::kOutput: out_.text += to_str(eval(*n.exprs[0])); return Flow::kNormal;
+      case Node::Kind::kText: append(n.text, n.line); return Flow::kNormal;
+      case Node::Kind::kOutput: append(to_str(eval(*n.exprs[0])), n.line); return Flow::kNormal;
       case Node::Kind::kIf:
         for (std::size_t k = 0; k < n.exprs.size(); ++k)
           if (eval(*n.exprs[k]).truthy()) return block(n.bodies[k]);
@@ -624,6 +672,11 @@ class Renderer {
     return Flow::kNormal;
   }
 
+  void append(const std::string& text, int line) {
+    if (out_.text.size() + text.size() > kMaxOutputBytes) throw InputError(line_where(line), "the template's output passes 64 MiB");
+    out_.text += text;
+  }
+
   void assign(const Node& n, Value v) {
     if (n.attr.empty()) {
       scopes_.back()[n.text] = std::move(v);
@@ -636,6 +689,9 @@ class Renderer {
   }
 
   Value call_macro(const Node& def, Args& a) {
+    // Jinja2 stops a runaway recursion with Python's recursion limit; we stop at a depth templates
+    // never reach, before the stack does.
+    if (scopes_.size() > kMaxDepth) throw InputError(line_where(def.line), fmt::format("macro calls nested deeper than {}", kMaxDepth));
     Scope s;
     for (std::size_t k = 0; k < def.names.size(); ++k) {
       Value v = a.get(k, def.names[k]);
@@ -709,8 +765,17 @@ class Renderer {
     return a;
   }
 
+  // "chat template line N", made once per line (every evaluation passes it on for errors).
+  const std::string& where_of(int line) {
+    const std::size_t k = static_cast<std::size_t>(std::max(0, line));
+    if (k >= wheres_.size()) wheres_.resize(k + 1);
+    if (wheres_[k].empty()) wheres_[k] = line_where(line);
+    return wheres_[k];
+  }
+
   Value eval(const Expr& e) {
-    const std::string where = line_where(e.line);
+    if (++steps_ > kMaxSteps) throw InputError(line_where(e.line), fmt::format("the template runs past {} steps", kMaxSteps));
+    const std::string& where = where_of(e.line);
     switch (e.kind) {
       case Expr::Kind::kLiteral: return e.literal;
       case Expr::Kind::kName: return lookup(e.name);
@@ -782,7 +847,11 @@ class Renderer {
         throw InputError(where, fmt::format("'{}' is undefined", (a.is_undefined() ? a : b).s.empty() ? "a value" : (a.is_undefined() ? a : b).s));
       throw InputError(where, fmt::format("unsupported operand types for {}: {} and {}", op, a.type_name(), b.type_name()));
     };
-    if (op == "~") return Value::string(to_str(a) + to_str(b));
+    auto joined = [&](const std::string& x, const std::string& y) {
+      if (static_cast<double>(x.size() + y.size()) > kMaxOutputBytes) throw InputError(where, "a string past 64 MiB");
+      return Value::string(x + y);
+    };
+    if (op == "~") return joined(to_str(a), to_str(b));
     if (op == "==") return Value::boolean(equal(a, b));
     if (op == "!=") return Value::boolean(!equal(a, b));
     if (op == "in" || op == "not in") {
@@ -806,40 +875,49 @@ class Renderer {
       else return bad();
       return Value::boolean(op == "<" ? c < 0 : op == "<=" ? c <= 0 : op == ">" ? c > 0 : c >= 0);
     }
-    if (op == "+" && a.is_string() && b.is_string()) return Value::string(a.s + b.s);
+    if (op == "+" && a.is_string() && b.is_string()) return joined(a.s, b.s);
     if (op == "+" && a.is_list() && b.is_list()) {
+      if (a.list->size() + b.list->size() > 10'000'000) throw InputError(where, "a list past 10,000,000 items");
       List l = *a.list;
       l.insert(l.end(), b.list->begin(), b.list->end());
       return Value::of_list(std::move(l));
     }
     if (op == "*" && ((a.is_string() && b.kind == K::kInt) || (a.kind == K::kInt && b.is_string()))) {
       const std::string& s = a.is_string() ? a.s : b.s;
+      const int64_t n = a.is_string() ? b.i : a.i;
+      if (n > 0 && static_cast<double>(s.size()) * static_cast<double>(n) > kMaxOutputBytes)
+        throw InputError(where, "a string repeated past 64 MiB");
       std::string out;
-      for (int64_t k = 0; k < (a.is_string() ? b.i : a.i); ++k) out += s;
+      for (int64_t k = 0; k < n && !s.empty(); ++k) out += s;
       return Value::string(out);
     }
     if (!a.is_number() || !b.is_number()) return bad();
     const bool ints = a.kind != K::kFloat && b.kind != K::kFloat;
     const int64_t x = a.kind == K::kBool ? a.b : a.i, y = b.kind == K::kBool ? b.b : b.i;
     const double p = a.as_double(), q = b.as_double();
-    if (op == "+") return ints ? Value::integer(x + y) : Value::number(p + q);
-    if (op == "-") return ints ? Value::integer(x - y) : Value::number(p - q);
-    if (op == "*") return ints ? Value::integer(x * y) : Value::number(p * q);
+    int64_t r = 0;
+    auto overflow = [&]() -> Value { throw InputError(where, fmt::format("integer overflow in {}", op)); };
+    if (op == "+") return ints ? (__builtin_add_overflow(x, y, &r) ? overflow() : Value::integer(r)) : Value::number(p + q);
+    if (op == "-") return ints ? (__builtin_sub_overflow(x, y, &r) ? overflow() : Value::integer(r)) : Value::number(p - q);
+    if (op == "*") return ints ? (__builtin_mul_overflow(x, y, &r) ? overflow() : Value::integer(r)) : Value::number(p * q);
     if ((op == "/" || op == "//" || op == "%") && q == 0) throw InputError(where, "division by zero");
     if (op == "/") return Value::number(p / q);
     if (op == "//") {
+      if (ints && x == INT64_MIN && y == -1) return overflow();
       if (ints) return Value::integer(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
       return Value::number(std::floor(p / q));
     }
     if (op == "%") {
-      if (ints) return Value::integer(((x % y) + y) % y);
-      const double r = std::fmod(p, q);
-      return Value::number(r != 0 && ((r < 0) != (q < 0)) ? r + q : r);
+      if (ints) return Value::integer(y == -1 ? 0 : ((x % y) + y) % y);
+      const double m = std::fmod(p, q);
+      return Value::number(m != 0 && ((m < 0) != (q < 0)) ? m + q : m);
     }
     if (op == "**") {
+      if (ints && y >= 0 && (x == 0 || x == 1 || x == -1)) return Value::integer(x == 0 ? (y == 0 ? 1 : 0) : x == 1 ? 1 : (y % 2 ? -1 : 1));
       if (ints && y >= 0) {
-        int64_t r = 1;
-        for (int64_t k = 0; k < y; ++k) r *= x;
+        r = 1;
+        for (int64_t k = 0; k < y && r != 0; ++k)
+          if (__builtin_mul_overflow(r, x, &r)) return overflow();
         return Value::integer(r);
       }
       return Value::number(std::pow(p, q));
@@ -849,6 +927,8 @@ class Renderer {
 
   std::vector<Scope> scopes_;
   Rendered out_;
+  int64_t steps_ = 0;
+  std::vector<std::string> wheres_;
 };
 
 }  // namespace

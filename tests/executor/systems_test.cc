@@ -177,6 +177,15 @@ TEST(Systems, ZeroOffloadUploadsEachPartitionOncePerStepAfterTheUpdate) {
   }
 }
 
+// The host update of `step` began only after both ranks' backward of it had ended.
+void expect_update_after_the_backward(const TrainResult& r, int step) {
+  double backward_end = 0;
+  for (int rank = 0; rank < 2; ++rank) backward_end = std::max(backward_end, last_end(spans(r, "compute", "bwd", step, rank)));
+  const auto updates = spans(r, "cpu_update", "verify+adamw", step, -1);
+  ASSERT_FALSE(updates.empty()) << "step " << step;
+  EXPECT_GE(first_start(updates), backward_end) << "step " << step << ": an update ran during a backward";
+}
+
 // ZeRO-3 with parameters and optimizer on the host: every micro-step fetches each rank's partition of
 // every unit and all-gathers it (again for the backward unless the unit is still in a slot; ZeRO-Offload
 // keeps them resident: once a step), and the host update follows the whole backward. The weights are SlideDP's
@@ -187,11 +196,7 @@ TEST(Systems, Zero3OffloadFetchesPartitionsEveryPassAndUpdatesAfterTheBackward) 
   const TrainResult r = train(o);
   const int U = static_cast<int>(o.card.num_layers) + 2;
   for (int step = 0; step < 3; ++step) {
-    double backward_end = 0;
-    for (int rank = 0; rank < 2; ++rank) backward_end = std::max(backward_end, last_end(spans(r, "compute", "bwd", step, rank)));
-    const auto updates = spans(r, "cpu_update", "verify+adamw", step, -1);
-    ASSERT_FALSE(updates.empty()) << "step " << step;
-    EXPECT_GE(first_start(updates), backward_end) << "step " << step << ": an update ran during a backward";
+    expect_update_after_the_backward(r, step);
     for (int rank = 0; rank < 2; ++rank) {
       EXPECT_TRUE(spans(r, "h2d", "params", step, rank).empty()) << "a whole unit crossed the link";
       size_t decoder_fetches = 0, decoder_chunks = 0;
@@ -218,11 +223,7 @@ TEST(Systems, FsdpOffloadFetchesFp32ShardsAndUpdatesAfterTheBackward) {
   const TrainResult r = train(o);
   const int U = static_cast<int>(o.card.num_layers) + 2;
   for (int step = 0; step < 3; ++step) {
-    double backward_end = 0;
-    for (int rank = 0; rank < 2; ++rank) backward_end = std::max(backward_end, last_end(spans(r, "compute", "bwd", step, rank)));
-    const auto updates = spans(r, "cpu_update", "verify+adamw", step, -1);
-    ASSERT_FALSE(updates.empty()) << "step " << step;
-    EXPECT_GE(first_start(updates), backward_end) << "step " << step << ": an update ran during a backward";
+    expect_update_after_the_backward(r, step);
     for (int rank = 0; rank < 2; ++rank) {
       EXPECT_TRUE(spans(r, "h2d", "params", step, rank).empty()) << "a whole unit crossed the link";
       EXPECT_TRUE(spans(r, "h2d", "params shard", step, rank).empty()) << "a 16-bit shard crossed the link";
