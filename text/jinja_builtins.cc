@@ -132,7 +132,7 @@ Value pair(Value a, Value b) {
   return t;
 }
 
-int64_t int_arg(const Value& v, int64_t fallback) { return v.is_undefined() || v.is_none() ? fallback : v.kind == Value::Kind::kInt ? v.i : static_cast<int64_t>(v.as_double()); }
+int64_t int_arg(const Value& v, int64_t fallback) { return v.is_undefined() || v.is_none() ? fallback : v.as_int(); }
 
 Value string_method(const std::string& s, const std::string& name, const std::string& where) {
   if (name == "startswith" || name == "endswith") {
@@ -387,7 +387,10 @@ bool apply_test(const std::string& name, const Value& v, Args& a, const std::str
     return (((v.i % 2) + 2) % 2 == 0) == (name == "even");
   }
   const Value x = a.get(0, "value");
-  if (name == "divisibleby") return int_arg(x, 1) != 0 && int_arg(v, 0) % int_arg(x, 1) == 0;
+  if (name == "divisibleby") {
+    const int64_t d = int_arg(x, 1);
+    return d != 0 && (d == -1 || int_arg(v, 0) % d == 0);
+  }
   if (name == "eq" || name == "equalto" || name == "==") return equal(v, x);
   if (name == "ne" || name == "!=") return !equal(v, x);
   if (name == "lt" || name == "<") return less(v, x, where);
@@ -468,7 +471,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
   }
   if (name == "int") {
     if (v.kind == K::kInt) return v;
-    if (v.is_number()) return Value::integer(static_cast<int64_t>(v.as_double()));
+    if (v.is_number()) return Value::integer(v.as_int());
     try {
       return Value::integer(std::stoll(to_str(v)));
     } catch (...) {
@@ -484,6 +487,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
     }
   }
   if (name == "abs") {
+    if (v.kind == K::kInt && v.i == INT64_MIN) fail(where, "integer overflow in abs");
     if (v.kind == K::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
     return Value::number(std::fabs(v.as_double()));
   }
@@ -499,7 +503,7 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
     for (const Value& x : iterate(v, where)) {
       if (!x.is_number()) fail(where, "sum of a non-number");
       all_int = all_int && x.kind != K::kFloat;
-      itotal += x.kind == K::kBool ? x.b : x.i;
+      if (x.kind != K::kFloat && __builtin_add_overflow(itotal, x.as_int(), &itotal)) fail(where, "integer overflow in sum");
       total += x.as_double();
     }
     return all_int ? Value::integer(itotal) : Value::number(total);

@@ -582,7 +582,7 @@ class Renderer {
     globals["strftime_now"] = Value::function(strftime_now);
     globals["range"] = Value::function([](Args& a) {
       int64_t b = 0, e = 0, s = 1;
-      auto as_int = [](const Value& v) { return v.kind == Value::Kind::kInt ? v.i : static_cast<int64_t>(v.as_double()); };
+      auto as_int = [](const Value& v) { return v.as_int(); };
       if (a.positional.size() == 1) e = as_int(a.positional[0]);
       if (a.positional.size() >= 2) b = as_int(a.positional[0]), e = as_int(a.positional[1]);
       if (a.positional.size() >= 3) s = as_int(a.positional[2]);
@@ -805,6 +805,7 @@ class Renderer {
       case Expr::Kind::kNot: return Value::boolean(!eval(*e.kids[0]).truthy());
       case Expr::Kind::kNeg: {
         const Value v = eval(*e.kids[0]);
+        if (v.kind == Value::Kind::kInt && v.i == INT64_MIN) throw InputError(where, "integer overflow in '-'");
         if (v.kind == Value::Kind::kInt || v.kind == Value::Kind::kBool) return Value::integer(-(v.kind == Value::Kind::kBool ? v.b : v.i));
         if (v.kind == Value::Kind::kFloat) return Value::number(-v.f);
         throw InputError(where, fmt::format("'-' of a {}", v.type_name()));
@@ -908,7 +909,10 @@ class Renderer {
       return Value::number(std::floor(p / q));
     }
     if (op == "%") {
-      if (ints) return Value::integer(y == -1 ? 0 : ((x % y) + y) % y);
+      if (ints) {
+        const int64_t m = y == -1 ? 0 : x % y;  // Python's: the sign of the divisor (no overflow: signs differ)
+        return Value::integer(m != 0 && ((m < 0) != (y < 0)) ? m + y : m);
+      }
       const double m = std::fmod(p, q);
       return Value::number(m != 0 && ((m < 0) != (q < 0)) ? m + q : m);
     }

@@ -58,6 +58,16 @@ Value Value::function(Function f) {
   return v;
 }
 
+int64_t Value::as_int() const {
+  if (kind == Kind::kInt) return i;
+  if (kind == Kind::kBool) return b;
+  const double x = as_double();
+  if (std::isnan(x)) return 0;
+  if (x >= 9.2233720368547758e18) return INT64_MAX;
+  if (x <= -9.2233720368547758e18) return INT64_MIN;
+  return static_cast<int64_t>(x);
+}
+
 bool Value::truthy() const {
   switch (kind) {
     case Kind::kUndefined:

@@ -53,6 +53,9 @@ struct Value {
   bool is_list() const { return kind == Kind::kList; }
   bool is_map() const { return kind == Kind::kMap; }
   double as_double() const { return kind == Kind::kFloat ? f : static_cast<double>(kind == Kind::kBool ? b : i); }
+  // An integer argument: ints as they are, floats truncated as Python's int() does, clamped to 64
+  // bits (NaN: 0) where Python's would be larger.
+  int64_t as_int() const;
 
   bool truthy() const;
   const char* type_name() const;  // Python's: "str", "int", "list", "dict", "NoneType", ...
