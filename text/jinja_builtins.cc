@@ -183,7 +183,8 @@ Value string_method(const std::string& s, const std::string& name, const std::st
   }
   if (name == "find" || name == "count")
     return method([s, name, where](Args& a) {
-      const std::string& t = need_string(a.get(0, "sub"), where, "find");
+      const Value sub = a.get(0, "sub");  // (held: need_string returns a reference into it)
+      const std::string& t = need_string(sub, where, "find");
       if (name == "find") {
         const std::size_t at = s.find(t);
         return Value::integer(at == std::string::npos ? -1 : static_cast<int64_t>(code_points(s.substr(0, at)).size()));
