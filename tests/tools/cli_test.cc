@@ -24,6 +24,7 @@
 #include "io/hf_model.h"
 #include "model/model_card.h"
 #include "tests/shell_command.h"
+#include "tests/text/text_test_util.h"
 
 namespace slidedp {
 namespace {
@@ -265,16 +266,54 @@ TEST(Cli, SigtermFinishesTheStepCheckpointsAndLogsTheRunInterrupted) {
 
 
 // A 2-layer Llama-style model folder of random weights (seeded), `edit` applied before it is saved.
-void save_tiny_model(const fs::path& dir, uint64_t seed, const std::function<void(std::vector<std::vector<float>>&)>& edit) {
+void save_tiny_model(const fs::path& dir, uint64_t seed, const std::function<void(std::vector<std::vector<float>>&)>& edit,
+                     int vocab = 256) {
   const ModelCard card = model_card_from_yaml(
       "name: tiny\nmodel_type: llama\nhidden_size: 32\nnum_hidden_layers: 2\nnum_attention_heads: 4\n"
-      "num_key_value_heads: 2\nintermediate_size: 64\nvocab_size: 256\n",
+      "num_key_value_heads: 2\nintermediate_size: 64\nvocab_size: " + std::to_string(vocab) + "\n",
       "tiny");
   std::vector<std::vector<float>> weights = exec::init_random_weights(make_model_layout(card), seed);
   edit(weights);
   UnitSpans spans(weights.begin(), weights.end());
   save_hf_model(dir.string(), card, spans);
 }
+// The README's chat fine-tuning example, end to end on a model folder made here: a byte-level tokenizer
+// with ChatML's two special tokens and a ChatML template beside 258-token weights; slidedp-data
+// builds the conversations with the assistant mask, slidedp-run trains on them and saves a folder that
+// carries the tokenizer and loads back.
+TEST(Cli, TheReadmesChatExampleRunsOnATinyFolder) {
+  fs::path d = scratch("readmechat");
+  save_tiny_model(d / "model", 3, [](std::vector<std::vector<float>>&) {}, 258);
+  nlohmann::json tj = testing::byte_level_tokenizer_json({}, R"(\s+(?!\S)|\s+|\S+)");
+  tj["added_tokens"] = nlohmann::json::array();
+  for (const auto& [id, content] : {std::pair{256, "<|im_start|>"}, std::pair{257, "<|im_end|>"}})
+    tj["added_tokens"].push_back({{"id", id}, {"content", content}, {"special", true}, {"single_word", false},
+                                  {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
+  std::ofstream(d / "model" / "tokenizer.json") << tj.dump();
+  std::ofstream(d / "model" / "tokenizer_config.json")
+      << nlohmann::json{{"eos_token", "<|im_end|>"},
+                        {"chat_template", "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"}}
+             .dump();
+  std::ofstream chats(d / "chats.jsonl");
+  for (int k = 0; k < 40; ++k)
+    chats << nlohmann::json{{"messages", {{{"role", "user"}, {"content", "What is " + std::to_string(k) + " plus one?"}},
+                                          {{"role", "assistant"}, {"content", "It is " + std::to_string(k + 1) + "."}}}}}
+                 .dump()
+          << "\n";
+  chats.close();
+  Result r = sh(bin("slidedp-data") + " build " + (d / "chats.jsonl").string() + " --model " + (d / "model").string() +
+                " --out " + (d / "chats.tok").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("40 conversations"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("loss mask yes"), std::string::npos) << r.out;
+  r = sh(bin("slidedp-run") + " --model " + (d / "model").string() + " --data " + (d / "chats.tok").string() +
+         " --steps 3 --seq 32 --ranks 2 -q --no-db --save-model " + (d / "out").string());
+  ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_TRUE(fs::exists(d / "out" / "tokenizer.json"));
+  EXPECT_EQ(load_hf_model((d / "out").string()).layout.total_flat_numel, load_hf_model((d / "model").string()).layout.total_flat_numel);
+  fs::remove_all(d);
+}
+
 // --on-nonfinite skip on a model whose every step is non-finite (an inf weight): skipping all of them
 // is not training. Exit 5 naming the cause, the run logged failed with an error row, no model saved.
 TEST(Cli, EveryStepSkippedIsAFailedRun) {
