@@ -98,7 +98,7 @@ std::vector<std::pair<std::size_t, std::size_t>> ChatEncoder::find_assistant_spa
   };
   for (std::size_t i = 0; i < messages.size(); ++i) {
     const json& m = messages[i];
-    if (m["role"] != "assistant" || (m.contains("content") && !m["content"].is_string() && !m["content"].is_null())) continue;
+    if (m["role"] != "assistant") continue;
     json probe = variables;
     probe["messages"][i]["content"] = kSentinel;
     const std::string other = template_.render(*jinja::from_json(probe).map).text;
@@ -113,7 +113,12 @@ std::vector<std::pair<std::size_t, std::size_t>> ChatEncoder::find_assistant_spa
     const std::size_t think = begin >= 7 ? text.rfind("<think>", begin - 7) : std::string::npos;
     if (think != std::string::npos && think >= cursor && next_special(think).first >= begin) begin = think;
     // The answer: the content after its thinking block, as written or trimmed, from `start` on.
-    std::string answer = m.contains("content") && m["content"].is_string() ? m["content"].get<std::string>() : "";
+    // The answer as text: the content, or the last text part of a list of parts.
+    std::string answer;
+    if (m.contains("content") && m["content"].is_string()) answer = m["content"].get<std::string>();
+    if (m.contains("content") && m["content"].is_array())
+      for (const json& part : m["content"])
+        if (part.is_object() && part.contains("text") && part["text"].is_string()) answer = part["text"].get<std::string>();
     if (answer.find("</think>") != std::string::npos) {
       answer = answer.substr(answer.rfind("</think>") + 8);
       answer.erase(0, std::min(answer.size(), answer.find_first_not_of('\n')));
@@ -122,7 +127,8 @@ std::vector<std::pair<std::size_t, std::size_t>> ChatEncoder::find_assistant_spa
     const std::size_t turn_close = next_special(start).first;
     for (const std::string& candidate : {answer, py_strip(answer)}) {
       const std::size_t p = candidate.empty() ? std::string::npos : text.find(candidate, start);
-      if (p != std::string::npos && (turn_close == std::string::npos || p + candidate.size() <= turn_close))
+      // (At the turn's start the answer may hold special tokens' text itself.)
+      if (p != std::string::npos && (p == start || turn_close == std::string::npos || p + candidate.size() <= turn_close))
         end = std::max(end, p + candidate.size());
     }
     const auto [close, close_len] = next_special(end);
@@ -133,7 +139,25 @@ std::vector<std::pair<std::size_t, std::size_t>> ChatEncoder::find_assistant_spa
   return spans;
 }
 
+// The deepest nesting of `j`, counted without recursion (a line of a million brackets must be refused,
+// not overflow the stack of whatever walks it next).
+std::size_t json_depth(const json& j) {
+  std::size_t deepest = 0;
+  std::vector<std::pair<const json*, std::size_t>> stack{{&j, 1}};
+  while (!stack.empty()) {
+    const auto [x, d] = stack.back();
+    stack.pop_back();
+    deepest = std::max(deepest, d);
+    if (x->is_structured())
+      for (const auto& child : *x) stack.emplace_back(&child, d + 1);
+  }
+  return deepest;
+}
+
 ChatExample ChatEncoder::encode(const json& line, bool train_on_all, const std::string& where, WordCache* cache) const {
+  if (json_depth(line) > 64) throw InputError(where, "a conversation nested deeper than 64 levels");
+  if (line.contains("messages") && (line.contains("prompt") || line.contains("completion")))
+    throw InputError(where, "both messages and prompt/completion: give one of them");
   for (const auto& [k, _] : line.items())
     if (k != "messages" && k != "prompt" && k != "completion" && k != "tools" && k != "chat_template_kwargs")
       throw InputError(where, fmt::format("unknown key '{}' (a conversation has messages, or prompt and completion; "

@@ -685,7 +685,21 @@ class Renderer {
     const Value ns = lookup(n.text);
     if (!ns.is_map() || !ns.map->is_namespace)
       throw InputError(line_where(n.line), fmt::format("set {}.{}: '{}' is not a namespace()", n.text, n.attr, n.text));
+    // A namespace inside itself would be a cycle (printing it would not end, nor would freeing it).
+    if (holds(v, ns.map.get())) throw InputError(line_where(n.line), fmt::format("set {}.{}: a value holding '{}' itself", n.text, n.attr, n.text));
     ns.map->set(n.attr, std::move(v));
+  }
+
+  static bool holds(const Value& v, const Map* target) {
+    if (v.is_map()) {
+      if (v.map.get() == target) return true;
+      for (const auto& [k, x] : v.map->items)
+        if (holds(x, target)) return true;
+    }
+    if (v.is_list())
+      for (const Value& x : *v.list)
+        if (holds(x, target)) return true;
+    return false;
   }
 
   Value call_macro(const Node& def, Args& a) {
@@ -723,6 +737,7 @@ class Renderer {
     }
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < len; ++k) {
+      if (++steps_ > kMaxSteps) throw InputError(where, fmt::format("the template runs past {} steps", kMaxSteps));
       scopes_.emplace_back();
       bind_targets(n, items[static_cast<std::size_t>(k)], where);
       Map loop;

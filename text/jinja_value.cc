@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
+#include "common/error.h"
+
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -42,13 +46,26 @@ Value Value::string(std::string x) {
   v.s = std::move(x);
   return v;
 }
+namespace {
+uint32_t nesting_of(uint32_t deepest_child) {
+  if (deepest_child >= 256) throw InputError("chat template", "lists and mappings nested deeper than 256");
+  return deepest_child + 1;
+}
+}  // namespace
+
 Value Value::of_list(List x) {
   Value v = of_kind(Kind::kList);
+  uint32_t deepest = 0;
+  for (const Value& e : x) deepest = std::max(deepest, e.nesting);
+  v.nesting = nesting_of(deepest);
   v.list = std::make_shared<List>(std::move(x));
   return v;
 }
 Value Value::of_map(Map x) {
   Value v = of_kind(Kind::kMap);
+  uint32_t deepest = 0;
+  for (const auto& [k, e] : x.items) deepest = std::max(deepest, e.nesting);
+  v.nesting = nesting_of(deepest);
   v.map = std::make_shared<Map>(std::move(x));
   return v;
 }

@@ -35,6 +35,9 @@ struct Value {
   std::shared_ptr<Map> map;       // kMap (a namespace is a map with `is_namespace`)
   std::shared_ptr<Function> fn;   // kFunction
   bool tuple = false;             // kList written as a tuple: printed (a, b), otherwise a list
+  // Lists and mappings inside one another, this one counted (0: a scalar). Printing, comparing and
+  // freeing recurse, so a template cannot nest them past 256 (of_list, of_map throw).
+  uint32_t nesting = 0;
 
   static Value undefined(std::string name = {});
   static Value none();
