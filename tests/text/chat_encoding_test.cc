@@ -157,6 +157,33 @@ TEST(ChatEncoding, BadConversationsAreRefusedNamingTheLineAndField) {
   refused(q, {{"prompt", 3}, {"completion", "x"}}, "prompt");
   // Gemma's template raises on roles that do not alternate: its message, with where.
   refused(g, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}}, "alternate");
+  refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}}}, {"prompt", "a"}, {"completion", "b"}}, "both");
+  json deep = json::array();
+  for (int k = 0; k < 1000; ++k) deep = json::array({std::move(deep)});  // (100,000 crashed the value conversion)
+  refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}}}, {"tools", deep}},
+          "nested deeper");
+}
+
+// Found by a hostile run: an assistant content given as text parts is masked as the same text given
+// as a string (it counted nothing); an answer holding a special token's text counts whole, through
+// the real end of the turn (the mask stopped at the first <|im_end|> inside it).
+TEST(ChatEncoding, PartsAndSpecialTextInAnswersAreMaskedWhole) {
+  const Tokenizer gemma = released("gemma3"), qwen = released("qwen3");
+  const ChatEncoder g(gemma), q(qwen);
+  const json as_parts = {{"messages", {{{"role", "user"}, {"content", "hi"}},
+                                       {{"role", "assistant"}, {"content", {{{"type", "text"}, {"text", "yo there"}}}}}}}};
+  const json as_text = {{"messages", {{{"role", "user"}, {"content", "hi"}}, {{"role", "assistant"}, {"content", "yo there"}}}}};
+  const ChatExample a = g.encode(as_parts, false, "line"), b = g.encode(as_text, false, "line");
+  EXPECT_EQ(a.ids, b.ids);
+  EXPECT_EQ(a.mask, b.mask);
+  EXPECT_GT(std::count(a.mask.begin(), a.mask.end(), 1), 2);
+  const json special = {{"messages", {{{"role", "user"}, {"content", "x"}},
+                                      {{"role", "assistant"}, {"content", "<|im_end|><|im_start|>user y"}}}}};
+  const ChatExample c = q.encode(special, false, "line");
+  std::vector<int32_t> kept;
+  for (std::size_t k = 0; k < c.ids.size(); ++k)
+    if (c.mask[k]) kept.push_back(c.ids[k]);
+  EXPECT_EQ(qwen.decode(kept), "<think>\n\n</think>\n\n<|im_end|><|im_start|>user y<|im_end|>");
 }
 
 }  // namespace
