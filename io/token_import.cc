@@ -241,6 +241,9 @@ void append_jsonl(TokenStream& out, std::string_view text, const std::string& pa
     if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;  // blank lines separate nothing
     const std::string where = fmt::format("{}: line {}", path, line_no);
     const json j = parse_json_strict<json>(line, where);
+    if (j.is_object() && j.contains("prompt") != j.contains("completion"))
+      throw InputError(where, j.contains("prompt") ? "a prompt without completion (a pair needs both)"
+                                                   : "a completion without prompt (a pair needs both)");
     if (j.is_object() && (j.contains("messages") || (j.contains("prompt") && j.contains("completion")))) {
       if (!encoding.chat)
         throw InputError(where, encoding.chat_unavailable.empty()

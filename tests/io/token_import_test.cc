@@ -84,6 +84,8 @@ TEST(TokenImport, JsonLinesOfListsAndObjectsWithMasks) {
       {"\"hello\"", {"line 1", "needs the model's tokenizer"}},
       {"{\"text\": 5}", {"line 1: text", "expected a string"}},
       {"{\"text\": \"a\", \"input_ids\": [1]}", {"no other key"}},
+      {"{\"prompt\": \"a\"}", {"line 1", "prompt without completion"}},
+      {"{\"completion\": \"a\"}", {"line 1", "completion without prompt"}},
       {"true", {"expected a list of token ids"}},
       {"", {"empty file"}},
       {"\n \n", {"no JSON lines"}},
