@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
 
 #include "common/error.h"
 #include "executor/trainer.h"
@@ -186,31 +187,45 @@ void expect_update_after_the_backward(const TrainResult& r, int step) {
   EXPECT_GE(first_start(updates), backward_end) << "step " << step << ": an update ran during a backward";
 }
 
+size_t chunks_of(const TrainResult& r, const TrainOptions& o, int u) {
+  const int64_t numel = static_cast<int64_t>(r.master[static_cast<size_t>(u)].size());
+  return static_cast<size_t>((numel + o.plan.chunk_numel - 1) / o.plan.chunk_numel);
+}
+
+// A baseline whose parameters live on the host (ZeRO-3 offload, FSDP offload): bitwise SlideDP's
+// weights, and in each of three steps (2 ranks, 2 micro-steps) the update after the backward, no whole
+// unit over any link, and per rank what `fetches` checks of its deliveries.
+void expect_host_offload_schedule(System system,
+                                  const std::function<void(const TrainResult&, const TrainOptions&, int, int)>& fetches) {
+  expect_bitwise_like_slidedp(system);
+  const TrainOptions o = options(system, 2, false);
+  const TrainResult r = train(o);
+  for (int step = 0; step < 3; ++step) {
+    expect_update_after_the_backward(r, step);
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(spans(r, "h2d", "params", step, rank).empty()) << "a whole unit crossed the link";
+      fetches(r, o, step, rank);
+    }
+  }
+}
+
 // ZeRO-3 with parameters and optimizer on the host: every micro-step fetches each rank's partition of
 // every unit and all-gathers it (again for the backward unless the unit is still in a slot; ZeRO-Offload
 // keeps them resident: once a step), and the host update follows the whole backward. The weights are SlideDP's
 // for the same plan, bit for bit (sharded delivery, gpu route, the update after the backward).
 TEST(Systems, Zero3OffloadFetchesPartitionsEveryPassAndUpdatesAfterTheBackward) {
-  expect_bitwise_like_slidedp(System::kZero3Offload);
-  const TrainOptions o = options(System::kZero3Offload, 2, false);
-  const TrainResult r = train(o);
-  const int U = static_cast<int>(o.card.num_layers) + 2;
-  for (int step = 0; step < 3; ++step) {
-    expect_update_after_the_backward(r, step);
-    for (int rank = 0; rank < 2; ++rank) {
-      EXPECT_TRUE(spans(r, "h2d", "params", step, rank).empty()) << "a whole unit crossed the link";
-      size_t decoder_fetches = 0, decoder_chunks = 0;
-      for (int u = 1; u + 1 < U; ++u) {  // the decoder layers: fetched in every micro-step
-        const int64_t numel = static_cast<int64_t>(r.master[static_cast<size_t>(u)].size());
-        const size_t chunks = static_cast<size_t>((numel + o.plan.chunk_numel - 1) / o.plan.chunk_numel);
-        const size_t fetched = spans(r, "h2d", "params shard", step, rank, u).size();
-        EXPECT_GE(fetched, 2 * chunks) << "rank " << rank << " unit " << u << ": once in each of two micro-steps";
-        decoder_fetches += fetched, decoder_chunks += chunks;
-      }
-      // and again for the backward of what the two slots no longer hold (3 of 4 passes in this 3-layer model)
-      EXPECT_GE(decoder_fetches, 3 * decoder_chunks) << "rank " << rank;
+  expect_host_offload_schedule(System::kZero3Offload, [](const TrainResult& r, const TrainOptions& o, int step, int rank) {
+    const int U = static_cast<int>(o.card.num_layers) + 2;
+    size_t decoder_fetches = 0, decoder_chunks = 0;
+    for (int u = 1; u + 1 < U; ++u) {  // the decoder layers: fetched in every micro-step
+      const size_t chunks = chunks_of(r, o, u);
+      const size_t fetched = spans(r, "h2d", "params shard", step, rank, u).size();
+      EXPECT_GE(fetched, 2 * chunks) << "rank " << rank << " unit " << u << ": once in each of two micro-steps";
+      decoder_fetches += fetched, decoder_chunks += chunks;
     }
-  }
+    // and again for the backward of what the two slots no longer hold (3 of 4 passes in this 3-layer model)
+    EXPECT_GE(decoder_fetches, 3 * decoder_chunks) << "rank " << rank;
+  });
 }
 
 // FSDP with CPU offload: the host holds the fp32 parameters, so every delivery copies this rank's fp32
@@ -218,23 +233,12 @@ TEST(Systems, Zero3OffloadFetchesPartitionsEveryPassAndUpdatesAfterTheBackward) 
 // all-gathers the rest; the layers are fetched again for the backward (two slots); the optimizer runs
 // after the backward. The cast is the rounding the host mirror holds: bitwise SlideDP's weights.
 TEST(Systems, FsdpOffloadFetchesFp32ShardsAndUpdatesAfterTheBackward) {
-  expect_bitwise_like_slidedp(System::kFsdpOffload);
-  const TrainOptions o = options(System::kFsdpOffload, 2, false);
-  const TrainResult r = train(o);
-  const int U = static_cast<int>(o.card.num_layers) + 2;
-  for (int step = 0; step < 3; ++step) {
-    expect_update_after_the_backward(r, step);
-    for (int rank = 0; rank < 2; ++rank) {
-      EXPECT_TRUE(spans(r, "h2d", "params", step, rank).empty()) << "a whole unit crossed the link";
-      EXPECT_TRUE(spans(r, "h2d", "params shard", step, rank).empty()) << "a 16-bit shard crossed the link";
-      for (int u = 0; u < U; ++u) {
-        const int64_t numel = static_cast<int64_t>(r.master[static_cast<size_t>(u)].size());
-        const size_t chunks = static_cast<size_t>((numel + o.plan.chunk_numel - 1) / o.plan.chunk_numel);
-        EXPECT_GE(spans(r, "h2d", "params shard fp32", step, rank, u).size(), 2 * chunks)
-            << "rank " << rank << " unit " << u << ": once in each of two micro-steps";
-      }
-    }
-  }
+  expect_host_offload_schedule(System::kFsdpOffload, [](const TrainResult& r, const TrainOptions& o, int step, int rank) {
+    EXPECT_TRUE(spans(r, "h2d", "params shard", step, rank).empty()) << "a 16-bit shard crossed the link";
+    for (int u = 0; u < static_cast<int>(o.card.num_layers) + 2; ++u)
+      EXPECT_GE(spans(r, "h2d", "params shard fp32", step, rank, u).size(), 2 * chunks_of(r, o, u))
+          << "rank " << rank << " unit " << u << ": once in each of two micro-steps";
+  });
 }
 
 TEST(Systems, MegaTrainAndZeroOffloadMoveNoParameterBeforeTheWholeUpdate) {
