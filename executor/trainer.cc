@@ -257,6 +257,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   // ZeRO-Offload keeps every unit's parameters on the device: one slot per unit, charged as such.
   if (traits.params_resident) plan.gpu_buffer_depth = layout.num_units();
   plan.verify_updates = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
+  // The baselines' device buffers of their own (rank_driver.h): decided once, for the account and the drivers.
+  const bool fetch_fp32 = traits.param_fetch_bytes == 4.0;                      // FSDP offload
+  const bool accumulate_on_gpu = traits.accumulate_on_gpu && plan.accum_steps > 1;  // ZeRO-Offload
   // Refused before any allocation, not by the OOM killer: the host memory the run allocates (the
   // account the model charges, model/memory_account.h) and the initial weights while they load.
   check_host_memory(o, layout, plan);
@@ -360,13 +363,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       account.items.insert(account.items.begin(), MemoryItem{"sharded fp32 master + AdamW m, v + gradient (FSDP2)", 16.0 * static_cast<double>(shard)});
       account.peak_bytes += 16.0 * static_cast<double>(shard);
     }
-    if (traits.param_fetch_bytes == 4.0) {
+    if (fetch_fp32) {
       // FSDP offload's fp32 shard on its way to the parameter dtype (rank_driver.h), held all run.
       const double bytes = static_cast<double>(fp32_fetch_bytes(layout, plan));
       account.items.insert(account.items.begin(), MemoryItem{"fp32 parameter shard fetched (FSDP offload)", bytes});
       account.peak_bytes += bytes;
     }
-    if (traits.accumulate_on_gpu && plan.accum_steps > 1) {
+    if (accumulate_on_gpu) {
       // The device end of ZeRO-Offload's copy of the gradient sum back in (rank_driver.h), held all run.
       const double bytes = static_cast<double>(grad_staging_slot_bytes(layout, plan, o.exact_fp32 ? 4 : 2));
       account.items.insert(account.items.begin(), MemoryItem{"gradient sum copied back in (ZeRO-Offload)", bytes});
@@ -485,8 +488,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     dc.convert_on_load = traits.convert_on_load;
     dc.refetch_for_recompute = traits.refetch_for_recompute;
     dc.resident_params = traits.params_resident;
-    dc.accumulate_on_gpu = traits.accumulate_on_gpu && plan.accum_steps > 1;
-    dc.fetch_fp32 = traits.param_fetch_bytes == 4.0;
+    dc.accumulate_on_gpu = accumulate_on_gpu;
+    dc.fetch_fp32 = fetch_fp32;
     dc.whole_update_gate = traits.update_after_backward && !traits.gpu_optimizer;
     dc.device_optimizer = traits.gpu_optimizer;
     // (With the update after the backward, waiting for an update inside the backward would deadlock.)
