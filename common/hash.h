@@ -1,5 +1,6 @@
 // FNV-1a, 64-bit: the digest of texts that only need telling apart (a spec file's version, the
-// start-up check's fields across nodes, a checkpoint's state), not protecting.
+// start-up check's fields across nodes, a checkpoint's state), not protecting. splitmix64: a mixing
+// function whose values are the same on every platform (seeded shuffles, synthetic inputs).
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,13 @@ inline uint64_t fnv1a(std::string_view text) {
     h *= 1099511628211ull;
   }
   return h;
+}
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
 }
 
 }  // namespace slidedp

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <charconv>
 #include <optional>
 
 #include "common/cli_main.h"
@@ -15,6 +16,7 @@
 #include "common/output_paths.h"
 #include "common/progress.h"
 #include "io/default_corpus.h"
+#include "io/document_packing.h"
 #include "io/posix_file.h"
 #include "io/sequence_sampler.h"
 #include "io/token_dataset.h"
@@ -38,6 +40,12 @@ struct BuildArgs {
   bool train_on_all = false;
   bool embedded = false;
   bool json = false;
+  std::string document_end;  // a token of the tokenizer or an id; empty: none (or chosen by --pack)
+  int64_t pack = 0;          // sequence length to pack to; 0: no packing
+  std::string long_documents = "drop";
+  double eval_fraction = 0;
+  std::string eval_out;
+  uint64_t split_seed = 0;
 };
 
 struct InspectArgs {
@@ -49,6 +57,60 @@ struct InspectArgs {
   bool json = false;
 };
 
+// The token that ends every document: --document-end as an id or a token's text; else, when packing,
+// the end the documents already carry (--append-eos, --eos-id) or the first of the tokenizer's EOS and
+// pad tokens that no document holds inside.
+std::optional<uint32_t> resolve_document_end(const BuildArgs& a, const text::Tokenizer* tokenizer,
+                                             std::optional<uint32_t> eos, int64_t vocab, const TokenStream& stream) {
+  if (!a.document_end.empty()) {
+    int64_t id = -1;
+    const auto [end, ec] = std::from_chars(a.document_end.data(), a.document_end.data() + a.document_end.size(), id);
+    if (ec == std::errc() && end == a.document_end.data() + a.document_end.size()) {
+      if (id < 0 || id >= vocab)
+        throw InputError("--document-end", fmt::format("{} is outside the vocabulary [0, {})", id, vocab));
+      return static_cast<uint32_t>(id);
+    }
+    if (!tokenizer) throw InputError("--document-end", fmt::format("'{}' is not an id (a token's text needs --tokenizer)", a.document_end));
+    const auto found = tokenizer->token_id(a.document_end);
+    if (!found) throw InputError("--document-end", fmt::format("'{}' is no token of {}", a.document_end, tokenizer->origin()));
+    return static_cast<uint32_t>(*found);
+  }
+  if (a.pack == 0) return std::nullopt;
+  if (eos) return eos;
+  std::vector<std::string> tried;
+  if (tokenizer)
+    for (const auto& name : {tokenizer->config().eos_token, tokenizer->config().pad_token}) {
+      const auto id = name ? tokenizer->token_id(*name) : std::nullopt;
+      if (!id) continue;
+      tried.push_back(fmt::format("{} ({})", *name, *id));
+      bool inside = false;
+      int64_t begin = 0;
+      for (const int64_t end : stream.document_ends) {
+        for (int64_t i = begin; i + 1 < end && !inside; ++i) inside = stream.tokens[static_cast<size_t>(i)] == static_cast<uint32_t>(*id);
+        begin = end;
+      }
+      if (!inside) return static_cast<uint32_t>(*id);
+    }
+  throw InputError("--pack", tried.empty() ? std::string("needs --document-end (the token that ends every document)")
+                                           : fmt::format("the tokenizer's {} occur inside documents; give --document-end "
+                                                         "(a token no document holds)",
+                                                         fmt::join(tried, " and ")));
+}
+
+struct WrittenFile {
+  std::string path;
+  TokenStream stream;
+  PackSummary pack;
+  bool documents = false;  // ended by a recorded document end
+};
+
+nlohmann::json pack_json(const PackSummary& p) {
+  return {{"sequences", p.sequences},           {"ends_added", p.ends_added},
+          {"padding_tokens", p.padding_tokens}, {"dropped_documents", p.dropped_documents},
+          {"dropped_tokens", p.dropped_tokens}, {"truncated_documents", p.truncated_documents},
+          {"truncated_tokens", p.truncated_tokens}, {"split_documents", p.split_documents}};
+}
+
 int run_build(const BuildArgs& a) {
   if (a.inputs.empty() && !a.embedded)
     throw InputError("slidedp-data build", "give INPUT files or --embedded");
@@ -58,6 +120,18 @@ int run_build(const BuildArgs& a) {
   for (const auto& in : a.inputs) inputs.push_back({"INPUT", in});
   refuse_output_over_inputs({"--out", a.out}, inputs);
   refuse_output_in_checkpoints({"--out", a.out});
+  if ((a.eval_fraction != 0) != !a.eval_out.empty())
+    throw InputError(a.eval_out.empty() ? "--eval-fraction" : "--eval-out",
+                     "--eval-fraction F and --eval-out FILE go together (the held-out documents are written there)");
+  if (!a.eval_out.empty()) {
+    check_output_file_target({"--eval-out", a.eval_out});
+    std::vector<NamedPath> taken = inputs;
+    taken.push_back({"--out", a.out});
+    refuse_output_over_inputs({"--eval-out", a.eval_out}, taken);
+    refuse_output_in_checkpoints({"--eval-out", a.eval_out});
+  }
+  if (a.pack < 0 || a.pack == 1) throw InputError("--pack", fmt::format("{} is not a sequence length of at least 2", a.pack));
+  const LongDocuments long_documents = long_documents_from_name(a.long_documents);
   std::vector<InputFormat> formats;
   bool any_ids = false;
   for (const auto& in : a.inputs) {
@@ -143,31 +217,86 @@ int run_build(const BuildArgs& a) {
     progress.update(static_cast<double>(i + 1), in);
   }
   if (stream.tokens.empty()) throw InputError("slidedp-data build", "the inputs hold no tokens");
-  std::span<const uint8_t> mask;
-  if (stream.has_mask) mask = stream.loss_mask;
-  write_token_file(a.out, stream.tokens, mask, vocab, dtype);
+  const std::optional<uint32_t> document_end = resolve_document_end(a, tokenizer ? &*tokenizer : nullptr, eos, vocab, stream);
+  std::vector<WrittenFile> files;
+  if (a.eval_fraction != 0) {
+    auto [train, held] = split_documents(stream, a.eval_fraction, a.split_seed);
+    files.push_back({a.out, std::move(train), {}, false});
+    files.push_back({a.eval_out, std::move(held), {}, false});
+    files[0].stream.conversations = files[1].stream.conversations = -1;  // not tracked per document
+  } else {
+    files.push_back({a.out, std::move(stream), {}, false});
+  }
+  // Everything is built before the first file is written: an error leaves no output behind.
+  TokenFileDocuments layout;
+  if (document_end) {
+    layout.document_end = document_end;
+    layout.packed_seq_len = a.pack;
+    for (WrittenFile& f : files) {
+      const int64_t conversations = f.stream.conversations;
+      PackedTokens packed = pack_documents(f.stream, {*document_end, a.pack, long_documents});
+      f.stream = std::move(packed.stream);
+      f.stream.conversations = conversations;
+      f.pack = packed.summary;
+      f.documents = true;
+    }
+  }
+  for (const WrittenFile& f : files) {
+    std::span<const uint8_t> mask;
+    if (f.stream.has_mask) mask = f.stream.loss_mask;
+    write_token_file(f.path, f.stream.tokens, mask, vocab, dtype, layout);
+  }
 
-  int64_t counted = 0;
-  for (uint8_t m : stream.loss_mask) counted += m;
-  const auto file_bytes = std::filesystem::file_size(a.out);
+  nlohmann::json summary = nlohmann::json::array();
+  for (const WrittenFile& f : files) {
+    const TokenStream& st = f.stream;
+    int64_t counted = 0;
+    for (uint8_t m : st.loss_mask) counted += m;
+    const auto file_bytes = std::filesystem::file_size(f.path);
+    nlohmann::json j = {{"out", f.path},           {"num_tokens", st.tokens.size()}, {"documents", st.documents},
+                        {"vocab_size", vocab},      {"dtype", token_dtype_name(dtype)}, {"has_loss_mask", st.has_mask},
+                        {"loss_tokens", counted},   {"file_bytes", file_bytes}};
+    if (st.conversations >= 0) j["conversations"] = st.conversations;
+    if (f.documents) {
+      j["document_end"] = *document_end;
+      if (a.pack > 0) j["packed_seq_len"] = a.pack;
+      j["packing"] = pack_json(f.pack);
+    }
+    summary.push_back(j);
+    if (a.json) continue;
+    std::printf("wrote %s: %zu tokens in %lld documents", f.path.c_str(), st.tokens.size(),
+                static_cast<long long>(st.documents));
+    if (st.conversations >= 0) std::printf(" (%lld conversations read)", static_cast<long long>(st.conversations));
+    std::printf(", vocab %lld, %s, loss mask %s (%lld tokens count), %llu bytes\n", static_cast<long long>(vocab),
+                token_dtype_name(dtype), st.has_mask ? "yes" : "no", static_cast<long long>(counted),
+                static_cast<unsigned long long>(file_bytes));
+    if (!f.documents) continue;
+    const PackSummary& p = f.pack;
+    std::printf("  documents end with token %u (slidedp-run reads it from the file as --document-end)\n", *document_end);
+    if (a.pack > 0)
+      std::printf("  packed into %lld sequences of %lld tokens: %lld padding tokens (%.1f%%), %lld end tokens added\n",
+                  static_cast<long long>(p.sequences), static_cast<long long>(a.pack),
+                  static_cast<long long>(p.padding_tokens),
+                  100.0 * static_cast<double>(p.padding_tokens) / static_cast<double>(st.tokens.size()),
+                  static_cast<long long>(p.ends_added));
+    if (p.dropped_documents > 0)
+      std::printf("  dropped %lld documents longer than a sequence (%lld tokens; --long-documents truncate|split keeps them)\n",
+                  static_cast<long long>(p.dropped_documents), static_cast<long long>(p.dropped_tokens));
+    if (p.truncated_documents > 0)
+      std::printf("  truncated %lld documents (%lld tokens cut off)\n", static_cast<long long>(p.truncated_documents),
+                  static_cast<long long>(p.truncated_tokens));
+    if (p.split_documents > 0)
+      std::printf("  split %lld documents across sequences\n", static_cast<long long>(p.split_documents));
+  }
   if (a.json) {
-    nlohmann::json j = {
-        {"out", a.out},           {"num_tokens", stream.tokens.size()}, {"documents", stream.documents},
-        {"conversations", stream.conversations},
-        {"vocab_size", vocab},    {"dtype", token_dtype_name(dtype)},   {"has_loss_mask", stream.has_mask},
-        {"loss_tokens", counted}, {"file_bytes", file_bytes},           {"inputs", nlohmann::json::array()},
-        {"tokenizer", tokenizer ? nlohmann::json(tokenizer->origin()) : nlohmann::json()}};
+    nlohmann::json j = summary[0];
+    if (summary.size() > 1) j["eval"] = summary[1];
+    j["inputs"] = nlohmann::json::array();
+    j["tokenizer"] = tokenizer ? nlohmann::json(tokenizer->origin()) : nlohmann::json();
     if (a.embedded) j["inputs"].push_back({{"path", "<embedded tiny_corpus.txt>"}, {"format", "text"}});
     for (std::size_t i = 0; i < a.inputs.size(); ++i)
       j["inputs"].push_back({{"path", a.inputs[i]}, {"format", input_format_name(formats[i])}});
     std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::printf(
-        "wrote %s: %zu tokens in %lld documents (%lld conversations), vocab %lld, %s, loss mask %s (%lld tokens count), %llu "
-        "bytes\n",
-        a.out.c_str(), stream.tokens.size(), static_cast<long long>(stream.documents), static_cast<long long>(stream.conversations),
-        static_cast<long long>(vocab), token_dtype_name(dtype), stream.has_mask ? "yes" : "no",
-        static_cast<long long>(counted), static_cast<unsigned long long>(file_bytes));
   }
   return 0;
 }
@@ -197,6 +326,9 @@ int run_inspect(const InspectArgs& a) {
                         {"loss_tokens", counted},
                         {"head", head}};
     if (decoded) j["decoded"] = *decoded;
+    const TokenFileDocuments& docs = d.documents();
+    if (docs.document_end) j["document_end"] = *docs.document_end;
+    if (docs.packed_seq_len > 0) j["packed_seq_len"] = docs.packed_seq_len;
     if (a.seq_len > 0) {
       j["seq_len"] = a.seq_len;
       j["sequences"] = sequences;
@@ -207,6 +339,10 @@ int run_inspect(const InspectArgs& a) {
                 static_cast<long long>(d.num_tokens()), static_cast<long long>(d.vocab_size()),
                 token_dtype_name(d.dtype()), d.has_loss_mask() ? "yes" : "no",
                 static_cast<long long>(counted));
+    const TokenFileDocuments& docs = d.documents();
+    if (docs.document_end) std::printf("  documents end with token %u\n", *docs.document_end);
+    if (docs.packed_seq_len > 0)
+      std::printf("  packed: sequences of %lld tokens hold whole documents\n", static_cast<long long>(docs.packed_seq_len));
     if (a.seq_len > 0)
       std::printf("  %lld sequences of %lld tokens (+1 shifted target)\n", static_cast<long long>(sequences),
                   static_cast<long long>(a.seq_len));
@@ -255,6 +391,22 @@ int main_body(int argc, char** argv) {
                   "Do not add the tokenizer's post-processor tokens (e.g. Gemma's BOS) around each document");
   build->add_flag("--embedded", b.embedded,
                   "Also include the embedded default corpus (byte-level text) first");
+  build->add_option("--document-end", b.document_end,
+                    "End every document with this token (its text, e.g. \"<|endoftext|>\", or an id) unless it "
+                    "already ends with it; the file records it and slidedp-run restarts attention, positions and "
+                    "state after it. The token must occur inside no document");
+  build->add_option("--pack", b.pack,
+                    "Pack whole documents into sequences of this many tokens (slidedp-run --seq-len), best-fit "
+                    "decreasing, padding with the document end (no loss); implies a document end (default: "
+                    "--append-eos/--eos-id's, else the tokenizer's EOS or pad token that no document holds)");
+  build->add_option("--long-documents", b.long_documents,
+                    "With --pack, a document longer than a sequence: drop (default, counted in the summary), "
+                    "truncate, or split across sequences");
+  build->add_option("--eval-fraction", b.eval_fraction,
+                    "Hold out this fraction of the documents (0 < F < 1, chosen by --split-seed) into --eval-out, "
+                    "for slidedp-run --eval-data");
+  build->add_option("--eval-out", b.eval_out, "Token file for the held-out documents of --eval-fraction");
+  build->add_option("--split-seed", b.split_seed, "Seed of the held-out documents' choice (default 0)");
   build->add_flag("--json", b.json, "Print the summary as JSON on stdout");
 
   InspectArgs ins;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <filesystem>
 
@@ -23,8 +24,9 @@ struct TokenFileHeader {
   uint64_t num_tokens;
   uint64_t vocab_size;
   uint32_t flags;
-  uint32_t reserved0;
-  uint8_t reserved[24];
+  uint32_t document_end;    // flags bit 1; else zero
+  uint64_t packed_seq_len;  // flags bit 2; else zero
+  uint8_t reserved[16];
 };
 static_assert(sizeof(TokenFileHeader) == kTokenFileHeaderBytes, "token file header must be 64 bytes");
 
@@ -39,6 +41,25 @@ int64_t first_bad_token(const uint8_t* p, int64_t n, uint64_t vocab) {
   return -1;
 }
 
+// Why `documents` does not describe these tokens (empty: it does). A packed file is bins of T tokens
+// each ending with the document end, then one more end token, so that the sampler's S = (N - 1) / T
+// sequences are exactly the bins.
+template <class TokenAt>
+std::string documents_mismatch(const TokenFileDocuments& d, uint64_t num_tokens, uint64_t vocab, TokenAt token_at) {
+  if (!d.document_end) return d.packed_seq_len != 0 ? "packed_seq_len without a document end" : "";
+  if (*d.document_end >= vocab) return fmt::format("document_end {} is >= vocab_size {}", *d.document_end, vocab);
+  if (d.packed_seq_len == 0) return "";
+  const uint64_t T = static_cast<uint64_t>(d.packed_seq_len);
+  if (d.packed_seq_len < 0 || num_tokens == 0 || (num_tokens - 1) % T != 0)
+    return fmt::format("{} tokens are not whole packed sequences of {} plus one end token", num_tokens, d.packed_seq_len);
+  for (uint64_t i = T - 1; i < num_tokens; i += T)
+    if (token_at(i) != *d.document_end)
+      return fmt::format("packed sequence {} ends with token {}, not the document end {}", i / T, token_at(i),
+                         *d.document_end);
+  if (token_at(num_tokens - 1) != *d.document_end) return "the last token is not the document end";
+  return "";
+}
+
 }  // namespace
 
 struct TokenDataset::Storage {
@@ -51,6 +72,7 @@ struct TokenDataset::Storage {
   int64_t num_tokens = 0;
   int64_t vocab_size = 0;
   TokenDtype dtype = TokenDtype::kUint32;
+  TokenFileDocuments documents;
 };
 
 const char* token_dtype_name(TokenDtype dtype) { return dtype == TokenDtype::kUint16 ? "uint16" : "uint32"; }
@@ -79,10 +101,13 @@ TokenDataset TokenDataset::open(const std::string& path) {
   if (h.token_bytes != 2 && h.token_bytes != 4)
     throw InputError(path + ": token_bytes",
                      fmt::format("{} (expected 2 for uint16 or 4 for uint32)", h.token_bytes));
-  if ((h.flags & ~kTokenFileFlagLossMask) != 0)
-    throw InputError(path + ": flags",
-                     fmt::format("unknown flag bits 0x{:x}", h.flags & ~kTokenFileFlagLossMask));
-  bool reserved_zero = h.reserved0 == 0;
+  constexpr uint32_t known = kTokenFileFlagLossMask | kTokenFileFlagDocumentEnd | kTokenFileFlagPacked;
+  if ((h.flags & ~known) != 0)
+    throw InputError(path + ": flags", fmt::format("unknown flag bits 0x{:x}", h.flags & ~known));
+  if ((h.flags & kTokenFileFlagPacked) && !(h.flags & kTokenFileFlagDocumentEnd))
+    throw InputError(path + ": flags", "packed (bit 2) without a document end (bit 1)");
+  bool reserved_zero = ((h.flags & kTokenFileFlagDocumentEnd) || h.document_end == 0) &&
+                       ((h.flags & kTokenFileFlagPacked) || h.packed_seq_len == 0);
   for (uint8_t b : h.reserved) reserved_zero = reserved_zero && b == 0;
   if (!reserved_zero) throw InputError(path + ": reserved", "reserved header bytes must be zero");
   if (h.vocab_size == 0 || h.vocab_size > static_cast<uint64_t>(kMaxVocabSize))
@@ -119,8 +144,17 @@ TokenDataset TokenDataset::open(const std::string& path) {
     for (int64_t i = 0; i < s->num_tokens; ++i)
       if (s->mask[i] > 1)
         throw InputError(path, fmt::format("loss mask byte {} at index {} is not 0 or 1", s->mask[i], i));
+  if (h.flags & kTokenFileFlagDocumentEnd) s->documents.document_end = h.document_end;
+  if (h.flags & kTokenFileFlagPacked) {
+    if (h.packed_seq_len == 0 || h.packed_seq_len > static_cast<uint64_t>(INT64_MAX))
+      throw InputError(path + ": packed_seq_len", fmt::format("{} is not a sequence length", h.packed_seq_len));
+    s->documents.packed_seq_len = static_cast<int64_t>(h.packed_seq_len);
+  }
   TokenDataset d;
   d.s_ = std::move(s);
+  const std::string why = documents_mismatch(d.s_->documents, h.num_tokens, h.vocab_size,
+                                             [&d](uint64_t i) { return d.token(static_cast<int64_t>(i)); });
+  if (!why.empty()) throw InputError(path + ": documents", why);
   return d;
 }
 
@@ -157,6 +191,7 @@ int64_t TokenDataset::num_tokens() const { return s_->num_tokens; }
 int64_t TokenDataset::vocab_size() const { return s_->vocab_size; }
 bool TokenDataset::has_loss_mask() const { return s_->mask != nullptr; }
 TokenDtype TokenDataset::dtype() const { return s_->dtype; }
+const TokenFileDocuments& TokenDataset::documents() const { return s_->documents; }
 
 uint32_t TokenDataset::token(int64_t i) const {
   SLIDEDP_CHECK(i >= 0 && i < s_->num_tokens, "token index out of range");
@@ -176,7 +211,8 @@ bool TokenDataset::counts_in_loss(int64_t i) const {
 }
 
 void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
-                      std::span<const uint8_t> loss_mask, int64_t vocab_size, TokenDtype dtype) {
+                      std::span<const uint8_t> loss_mask, int64_t vocab_size, TokenDtype dtype,
+                      const TokenFileDocuments& documents) {
   if (vocab_size <= 0 || vocab_size > kMaxVocabSize)
     throw InputError(path + ": vocab_size", fmt::format("{} is outside [1, 2^31]", vocab_size));
   if (dtype == TokenDtype::kUint16 && vocab_size > 65536)
@@ -192,6 +228,9 @@ void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
   for (std::size_t i = 0; i < loss_mask.size(); ++i)
     if (loss_mask[i] > 1)
       throw InputError(path, fmt::format("loss mask byte {} at index {} is not 0 or 1", loss_mask[i], i));
+  const std::string why = documents_mismatch(documents, tokens.size(), static_cast<uint64_t>(vocab_size),
+                                             [&tokens](uint64_t i) { return tokens[i]; });
+  if (!why.empty()) throw InputError(path + ": documents", why);
 
   TokenFileHeader h{};
   std::memcpy(h.magic, kTokenFileMagic, 8);
@@ -200,6 +239,14 @@ void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
   h.num_tokens = tokens.size();
   h.vocab_size = static_cast<uint64_t>(vocab_size);
   h.flags = loss_mask.empty() ? 0u : kTokenFileFlagLossMask;
+  if (documents.document_end) {
+    h.flags |= kTokenFileFlagDocumentEnd;
+    h.document_end = *documents.document_end;
+  }
+  if (documents.packed_seq_len > 0) {
+    h.flags |= kTokenFileFlagPacked;
+    h.packed_seq_len = static_cast<uint64_t>(documents.packed_seq_len);
+  }
 
   namespace fs = std::filesystem;
   fs::path target(path);

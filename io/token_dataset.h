@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -17,6 +18,17 @@ inline constexpr char kTokenFileMagic[8] = {'S', 'D', 'P', 'T', 'O', 'K', 'N', '
 inline constexpr uint32_t kTokenFileVersion = 1;
 inline constexpr int64_t kTokenFileHeaderBytes = 64;
 inline constexpr uint32_t kTokenFileFlagLossMask = 1u;  // flags bit 0: a loss mask follows the tokens
+// flags bit 1: the documents end with the token id at offset 36 (u32): slidedp-run's --document-end.
+inline constexpr uint32_t kTokenFileFlagDocumentEnd = 2u;
+// flags bit 2 (with bit 1): packed by slidedp-data build --pack T: every T tokens hold whole documents,
+// each bin ending with the document end, plus one trailing end token (u64 T at offset 40).
+inline constexpr uint32_t kTokenFileFlagPacked = 4u;
+
+// What a token file says about its documents (both optional).
+struct TokenFileDocuments {
+  std::optional<uint32_t> document_end;  // the id ending every document
+  int64_t packed_seq_len = 0;            // > 0: packed into sequences of this many tokens
+};
 
 enum class TokenDtype : uint32_t { kUint16 = 2, kUint32 = 4 };  // value = bytes per token
 const char* token_dtype_name(TokenDtype dtype);                 // "uint16" | "uint32"
@@ -42,6 +54,7 @@ class TokenDataset {
   int64_t vocab_size() const;
   bool has_loss_mask() const;
   TokenDtype dtype() const;  // the file's token width (uint32 for in-memory datasets)
+  const TokenFileDocuments& documents() const;  // none for in-memory datasets and older files
 
   uint32_t token(int64_t i) const;
   // True when the token at `i` counts as a training target (always true without a mask).
@@ -53,8 +66,10 @@ class TokenDataset {
 };
 
 // Writes a token file atomically (temp file, fsync, rename). `loss_mask` empty or one byte per token.
-// Throws InputError when a token id >= vocab_size or the dtype cannot hold the vocabulary.
+// Throws InputError when a token id >= vocab_size or the dtype cannot hold the vocabulary, or when
+// `documents` does not describe the tokens (a packed bin not ending with the document end).
 void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
-                      std::span<const uint8_t> loss_mask, int64_t vocab_size, TokenDtype dtype);
+                      std::span<const uint8_t> loss_mask, int64_t vocab_size, TokenDtype dtype,
+                      const TokenFileDocuments& documents = {});
 
 }  // namespace slidedp

@@ -32,6 +32,8 @@ void end_document(TokenStream& out, std::optional<uint32_t> eos, int64_t vocab_s
                   const std::string& where) {
   if (eos) push_token(out, *eos, 1, vocab_size, where + ": --eos-id");
   ++out.documents;
+  out.document_ends.push_back(static_cast<int64_t>(out.tokens.size()));
+  out.document_sources.push_back(where);
 }
 
 // A value of the Python literal subset numpy writes.

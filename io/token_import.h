@@ -36,6 +36,9 @@ struct TokenStream {
   bool has_mask = false;           // some input carried an explicit loss mask
   int64_t documents = 0;           // text files, JSON lines or arrays appended
   int64_t conversations = 0;       // of them, conversations rendered with the chat template
+  // Document d is tokens [document_ends[d - 1], document_ends[d]) (from 0 for d = 0); its file (and line).
+  std::vector<int64_t> document_ends;
+  std::vector<std::string> document_sources;
 };
 
 enum class InputFormat { kText, kJsonl, kNpy };

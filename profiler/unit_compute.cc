@@ -15,6 +15,7 @@
 
 #include "common/bf16.h"
 #include "common/error.h"
+#include "common/hash.h"
 #include "kernels/cpu/transformer/blas.h"
 #include "model/model_costs.h"
 
@@ -25,12 +26,11 @@ using exec::DeviceBuffer;
 using exec::DType;
 using exec::UnitOpArgs;
 
-// splitmix64: the same values on every platform.
+// splitmix64's sequence: the same values on every platform.
 uint64_t next_random(uint64_t& s) {
-  uint64_t z = (s += 0x9e3779b97f4a7c15ull);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-  return z ^ (z >> 31);
+  const uint64_t z = splitmix64(s);
+  s += 0x9e3779b97f4a7c15ull;
+  return z;
 }
 double uniform(uint64_t& s) { return static_cast<double>(next_random(s) >> 11) * 0x1.0p-53; }
 

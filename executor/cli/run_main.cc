@@ -69,6 +69,23 @@ extern "C" void on_stop_signal(int sig) {
   std::raise(sig);
 }
 
+// The run's document end: --document-end, else what the token file records (a different one given is
+// refused: the file's documents end with its own). A file packed for another sequence length still
+// trains, its documents then cut at sequence boundaries: said on stderr.
+std::optional<int32_t> document_end_of(const TokenDataset& data, std::optional<int32_t> flag, int64_t seq_len) {
+  const TokenFileDocuments& docs = data.documents();
+  if (docs.packed_seq_len > 0 && docs.packed_seq_len != seq_len)
+    std::fprintf(stderr,
+                 "slidedp-run: note: %s was packed for sequences of %lld tokens; at --seq %lld documents are cut at "
+                 "sequence boundaries\n",
+                 data.name().c_str(), static_cast<long long>(docs.packed_seq_len), static_cast<long long>(seq_len));
+  if (!docs.document_end) return flag;
+  if (flag && static_cast<uint32_t>(*flag) != *docs.document_end)
+    throw InputError("--document-end", fmt::format("{} differs from the document end {} that {} records", *flag,
+                                                   *docs.document_end, data.name()));
+  return static_cast<int32_t>(*docs.document_end);
+}
+
 int run_main(int argc, char** argv) {
   CLI::App app{
       "slidedp-run: train a Llama, Qwen2/3, Mistral, Gemma 4 or Qwen3.6 model with layer streaming from host memory,\n"
@@ -121,10 +138,10 @@ int run_main(int argc, char** argv) {
                  "step's sequences; the logged loss includes it (default 0: off, as the references fine-tune)")
       ->check(finite_in(0, 1e3));
   app.add_option("--document-end", document_end,
-                 "Packed documents: the token id that ends every document (e.g. the tokenizer's EOS, which slidedp-data "
-                 "appends with --eos-id). Attention, RoPE positions and Gated DeltaNet state restart after it, and it is "
-                 "not trained to predict the next document's first token (default: none, each sequence one stream; "
-                 "CPU backend)")
+                 "Packed documents: the token id that ends every document. Attention, RoPE positions and Gated DeltaNet "
+                 "state restart after it, and it is not trained to predict the next document's first token (default: "
+                 "the one the token file records, slidedp-data build --document-end/--pack; else none, each sequence "
+                 "one stream)")
       ->check(integer_in(0, INT32_MAX));
   app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
       ->check(CLI::IsMember({"abort", "skip"}));
@@ -305,7 +322,7 @@ int run_main(int argc, char** argv) {
   o.optimizer.no_decay = exec::parse_no_decay_groups(no_decay_on, "--no-decay-on");
   o.optimizer.clip_grad_norm = clip;
   o.router_aux_loss_coef = router_aux_loss_coef;
-  o.document_end = document_end;
+  o.document_end = document_end_of(o.dataset, document_end, pf.seq_len);
   o.optimizer.on_nonfinite = on_nonfinite == "skip" ? exec::NonFinitePolicy::kSkip : exec::NonFinitePolicy::kAbort;
   if (!inject_nan.empty()) {
     long long step = -1, unit = -1, rank = -1;
