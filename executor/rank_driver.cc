@@ -326,48 +326,116 @@ void RankDriver::sum_back_in(int64_t step, int micro, int unit, int64_t k, int64
   if (&out != &compute) out.wait(compute.record());
 }
 
+void RankDriver::invalidate_parameters() {
+  // The parameters changed since the last step: nothing resident can be reused as it is.
+  for (Slot& s : slots_) {
+    if (config_.resident_params) {
+      s.stale = s.unit >= 0;
+      continue;
+    }
+    if (s.unit >= 0) forget(s.unit, s.last_use);
+  }
+}
+
+RankDriver::DeviceBatch RankDriver::upload_batch(int64_t step, const FillBatch& fill) {
+  const int64_t tokens = B_ * config_.seq_len;
+  Stream& h2d = device_.h2d();
+  DeviceBatch d;
+  d.parity = static_cast<int>(micro_counter_++ % 2);
+  if (data_copied_[d.parity]) data_copied_[d.parity]->wait_host();  // the buffer's last copy has run
+  std::byte* host = data_host_[d.parity].ptr;
+  auto* host_ids = reinterpret_cast<int32_t*>(host);
+  const bool documents = sampler_.document_end().has_value();
+  fill(std::span<int32_t>(host_ids, tokens), std::span<int32_t>(host_ids + tokens, tokens),
+       documents ? std::span<int32_t>(host_ids + 2 * tokens, tokens) : std::span<int32_t>());
+  d.ids = alloc(tokens * 4, "token ids");
+  d.targets = alloc(tokens * 4, "targets");
+  h2d.copy_h2d(d.ids, 0, host, tokens * 4, tag("h2d", "tokens", step, -1));
+  h2d.copy_h2d(d.targets, 0, host + tokens * 4, tokens * 4, tag("h2d", "targets", step, -1));
+  if (documents) {
+    d.positions = alloc(tokens * 4, "document positions");
+    h2d.copy_h2d(d.positions, 0, host + 2 * tokens * 4, tokens * 4, tag("h2d", "positions", step, -1));
+  }
+  data_copied_[d.parity] = h2d.record();
+  device_.compute().wait(data_copied_[d.parity]);
+  return d;
+}
+
+RankDriver::HeadCall RankDriver::run_head(int64_t step, const Delivered& p, const DeviceBuffer& x,
+                                          const DeviceBuffer& targets, double grad_scale,
+                                          const DeviceBuffer& router_stats, double router_aux_weight) {
+  Device& dev = device_;
+  Stream& compute = dev.compute();
+  const int u = U_ - 1;
+  const UnitLayout& ul = layout_.units[static_cast<size_t>(u)];
+  DeviceBuffer lm_params = p.buffer;
+  int64_t lm_offset = ul.find("lm_head.weight") ? ul.find("lm_head.weight")->offset : 0;
+  if (config_.tied) {
+    Delivered e = acquire(step, 0);
+    compute.wait(e.ready);
+    lm_params = e.buffer;
+    lm_offset = layout_.embedding_weight().offset;
+  }
+  HeadCall h;
+  UnitOpArgs& args = h.args;
+  args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.lm_head_params = lm_params, args.lm_head_offset = lm_offset;
+  args.x = x;
+  args.targets = targets;
+  args.dx = alloc(mem_.decoder.hidden_bytes, "gradient of hidden state");
+  const int64_t head_numel = state_.unit(u).numel;
+  args.grads = alloc(head_numel * 4, "head gradient");
+  dev.zero(args.grads, 0, head_numel * 4);
+  if (config_.tied) {
+    h.tied_grads = alloc(state_.unit(0).numel * 4, "tied embedding gradient");
+    dev.zero(h.tied_grads, 0, state_.unit(0).numel * 4);
+    args.lm_head_grads = h.tied_grads, args.lm_head_grad_offset = lm_offset;
+  } else {
+    args.lm_head_grads = args.grads, args.lm_head_grad_offset = lm_offset;
+  }
+  args.loss = alloc(16, "loss");
+  args.workspace = alloc(mem_.head.forward_workspace_bytes, "workspace");
+  args.grad_scale = grad_scale;
+  args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
+  dev.forward(args);
+  h.done = compute.record();
+  mark_use(u, h.done);
+  if (config_.tied) mark_use(0, h.done);
+  release(args.workspace, h.done);
+  release(args.x, h.done);
+  return h;
+}
+
+void RankDriver::loss_to_host(int parity, int64_t step, const DeviceBuffer& loss, const EventPtr& done,
+                              std::function<void(double sum, double count)> report) {
+  Stream& d2h = device_.d2h();
+  if (loss_copied_[parity]) loss_copied_[parity]->wait_host();
+  d2h.wait(done);
+  d2h.copy_d2h(loss_host_[parity].ptr, loss, 0, 16, tag("d2h", "loss", step, U_ - 1));
+  release(loss, d2h.record());
+  const double* lh = reinterpret_cast<const double*>(loss_host_[parity].ptr);
+  d2h.host_fn([report = std::move(report), lh] { report(lh[0], lh[1]); });
+  loss_copied_[parity] = d2h.record();  // after the report: the host buffer is free again
+}
+
 void RankDriver::micro_step(int64_t step, int a) {
   const Plan& plan = config_.plan;
   const int64_t T = config_.seq_len;
-  const int64_t tokens = B_ * T;
   const RankMemorySpec& mem = mem_;
-  const UnitMemory& head_mem = mem.head;
   const int64_t hidden = mem.decoder.hidden_bytes;
   Device& dev = device_;
   Stream& compute = dev.compute();
   Stream& h2d = dev.h2d();
   Stream& d2h = dev.d2h();
 
-  if (a == 0) {
-    // The parameters changed since the last step: nothing resident can be reused as it is.
-    for (Slot& s : slots_) {
-      if (config_.resident_params) {
-        s.stale = s.unit >= 0;
-        continue;
-      }
-      if (s.unit >= 0) forget(s.unit, s.last_use);
-    }
-  }
+  if (a == 0) invalidate_parameters();
 
   // ---- data: this rank's (B, T) inputs, targets and (packed documents) positions of micro-step a ----
-  const int parity = static_cast<int>(micro_counter_++ % 2);
-  if (data_copied_[parity]) data_copied_[parity]->wait_host();  // the buffer's last copy has run
-  auto* host_ids = reinterpret_cast<int32_t*>(data_host_[parity].ptr);
-  const bool documents = sampler_.document_end().has_value();
-  sampler_.fill_micro_batch(step, a, config_.node * config_.ranks + config_.rank, config_.nodes * config_.ranks, B_,
-                            std::span<int32_t>(host_ids, tokens), std::span<int32_t>(host_ids + tokens, tokens),
-                            documents ? std::span<int32_t>(host_ids + 2 * tokens, tokens) : std::span<int32_t>());
-  DeviceBuffer ids = alloc(tokens * 4, "token ids");
-  DeviceBuffer targets = alloc(tokens * 4, "targets");
-  h2d.copy_h2d(ids, 0, data_host_[parity].ptr, tokens * 4, tag("h2d", "tokens", step, -1));
-  h2d.copy_h2d(targets, 0, data_host_[parity].ptr + tokens * 4, tokens * 4, tag("h2d", "targets", step, -1));
-  DeviceBuffer positions;
-  if (documents) {
-    positions = alloc(tokens * 4, "document positions");
-    h2d.copy_h2d(positions, 0, data_host_[parity].ptr + 2 * tokens * 4, tokens * 4, tag("h2d", "positions", step, -1));
-  }
-  data_copied_[parity] = h2d.record();
-  compute.wait(data_copied_[parity]);
+  const DeviceBatch batch = upload_batch(step, [&](std::span<int32_t> in, std::span<int32_t> tg, std::span<int32_t> pos) {
+    sampler_.fill_micro_batch(step, a, global_rank(), config_.nodes * config_.ranks, B_, in, tg, pos);
+  });
+  const int parity = batch.parity;
+  const DeviceBuffer ids = batch.ids, targets = batch.targets, positions = batch.positions;
   // Router statistics of this micro-batch (MoE): every layer's forward adds to them, backward reads them.
   DeviceBuffer router_stats;
   if (mem.router_stats_bytes > 0) {
@@ -424,57 +492,19 @@ void RankDriver::micro_step(int64_t step, int a) {
       }
     } else {
       // Head: final norm + lm_head + fused loss, forward and backward in one pass.
-      DeviceBuffer lm_params = p.buffer;
-      int64_t lm_offset = ul.find("lm_head.weight") ? ul.find("lm_head.weight")->offset : 0;
-      if (config_.tied) {
-        Delivered e = acquire(step, 0);
-        compute.wait(e.ready);
-        lm_params = e.buffer;
-        lm_offset = layout_.embedding_weight().offset;
-      }
-      UnitOpArgs args;
-      args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
-      args.lm_head_params = lm_params, args.lm_head_offset = lm_offset;
-      args.x = out[static_cast<size_t>(u - 1)];
-      args.targets = targets;
-      args.dx = alloc(hidden, "gradient of hidden state");
-      const int64_t head_numel = state_.unit(u).numel;
-      args.grads = alloc(head_numel * 4, "head gradient");
-      dev.zero(args.grads, 0, head_numel * 4);
-      DeviceBuffer tied_grads;
-      if (config_.tied) {
-        tied_grads = alloc(state_.unit(0).numel * 4, "tied embedding gradient");
-        dev.zero(tied_grads, 0, state_.unit(0).numel * 4);
-        args.lm_head_grads = tied_grads, args.lm_head_grad_offset = lm_offset;
-      } else {
-        args.lm_head_grads = args.grads, args.lm_head_grad_offset = lm_offset;
-      }
-      args.loss = alloc(16, "loss");
-      args.workspace = alloc(head_mem.forward_workspace_bytes, "workspace");
-      args.grad_scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sampler_.step_num_targets(step)));
-      args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
-      dev.forward(args);
-      EventPtr done = compute.record();
-      mark_use(u, done);
-      if (config_.tied) mark_use(0, done);
-      release(args.workspace, done);
-      release(args.x, done);
+      const double scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sampler_.step_num_targets(step)));
+      HeadCall head = run_head(step, p, out[static_cast<size_t>(u - 1)], targets, scale, router_stats, router_aux_weight);
       out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
       // The loss (sum, count) goes to the host first, so the updater sees it before any gradient.
-      const int lp = parity;
-      if (loss_copied_[lp]) loss_copied_[lp]->wait_host();
-      d2h.wait(done);
-      d2h.copy_d2h(loss_host_[lp].ptr, args.loss, 0, 16, tag("d2h", "loss", step, u));
-      release(args.loss, d2h.record());
-      const double* lh = reinterpret_cast<const double*>(loss_host_[lp].ptr);
       Updater* updater = &updater_;
-      const int rank = config_.rank;
-      d2h.host_fn([updater, step, a, rank, lh] { updater->report_loss(step, a, rank, lh[0], lh[1]); });
-      loss_copied_[lp] = d2h.record();  // after the report: the host buffer is free again
-      EventPtr drained = send_grads(step, a, u, GradPart::kOwn, args.grads, head_numel);
-      if (config_.tied) drained = send_grads(step, a, 0, GradPart::kTiedHead, tied_grads, state_.unit(0).numel);
+      loss_to_host(parity, step, head.args.loss, head.done,
+                   [updater, step, a, rank = config_.rank](double sum, double count) {
+                     updater->report_loss(step, a, rank, sum, count);
+                   });
+      EventPtr drained = send_grads(step, a, u, GradPart::kOwn, head.args.grads, state_.unit(u).numel);
+      if (config_.tied) drained = send_grads(step, a, 0, GradPart::kTiedHead, head.tied_grads, state_.unit(0).numel);
       drain_[u] = drained;
-      dy = args.dx;
+      dy = head.args.dx;
     }
   }
 

@@ -8,6 +8,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <span>
 #include <map>
 #include <vector>
 
@@ -20,6 +22,8 @@
 #include "model/plan.h"
 
 namespace slidedp::exec {
+
+class EvalTally;
 
 struct DriverConfig {
   int rank = 0;   // this node's device
@@ -93,6 +97,10 @@ class RankDriver {
 
   // Enqueues every micro-step of optimizer step `step` (0-based). Returns once enqueued.
   void issue_step(int64_t step);
+  // Enqueues this rank's share of an evaluation of `data` (executor/evaluation.h) with the weights
+  // step `params_step` reads (those after step params_step - 1), reported to `tally` as `eval_id`.
+  // Every rank of every node calls it at the same point of its program.
+  void issue_eval(int64_t params_step, int64_t eval_id, const SequenceSampler& data, EvalTally& tally);
   // Frees the device buffers still held (parameter slots) once the streams are idle.
   void release_all();
   // device_optimizer: copies this rank's shards of the master weights and moments back into the host
@@ -113,6 +121,31 @@ class RankDriver {
   };
 
   void micro_step(int64_t step, int micro);
+  // Drops (or, with resident parameters, marks stale) every parameter slot: the weights changed.
+  void invalidate_parameters();
+  // This rank's global data rank (node * ranks + rank).
+  int global_rank() const { return config_.node * config_.ranks + config_.rank; }
+  // A micro-batch's token ids, targets and (packed documents) positions, filled into the host staging
+  // by `fill` and copied to the device; the compute stream waits for them.
+  struct DeviceBatch {
+    DeviceBuffer ids, targets, positions;
+    int parity = 0;  // which host staging (and loss buffer) it used
+  };
+  using FillBatch = std::function<void(std::span<int32_t> inputs, std::span<int32_t> targets, std::span<int32_t> positions)>;
+  DeviceBatch upload_batch(int64_t step, const FillBatch& fill);
+  // The head's fused forward + loss + backward on `x` (released after it); the caller sends or drops
+  // the gradients (args.grads, tied_grads) and owns args.dx and args.loss.
+  struct HeadCall {
+    UnitOpArgs args;
+    DeviceBuffer tied_grads;  // tied embeddings: the lm_head part of unit 0's gradient
+    EventPtr done;
+  };
+  HeadCall run_head(int64_t step, const Delivered& p, const DeviceBuffer& x, const DeviceBuffer& targets,
+                    double grad_scale, const DeviceBuffer& router_stats, double router_aux_weight);
+  // Copies the head's (loss sum, counted targets) to the host after `done` and calls `report` with
+  // them on the d2h stream.
+  void loss_to_host(int parity, int64_t step, const DeviceBuffer& loss, const EventPtr& done,
+                    std::function<void(double sum, double count)> report);
   Delivered acquire(int64_t step, int unit);
   // Copies `unit`'s parameters of step `step` into `buf` by the route; returns the event after which
   // they are there.

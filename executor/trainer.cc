@@ -24,6 +24,7 @@
 #include "executor/host_state.h"
 #include "executor/init_weights.h"
 #include "executor/node_state.h"
+#include "executor/evaluation.h"
 #include "executor/rank_driver.h"
 #include "executor/run_control.h"
 #include "executor/state_checkpoint.h"
@@ -115,6 +116,18 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
                      fmt::format("model {} has no mixture-of-experts router; the load-balancing loss needs one", o.card.name));
   if (o.trace_kernels && o.backend != "cuda")
     throw InputError("--trace-kernels", "CUPTI records GPU kernels; the " + o.backend + " backend runs none (use --backend cuda)");
+  if (o.eval_dataset) {
+    const TokenDataset& e = *o.eval_dataset;
+    if (e.vocab_size() > o.card.vocab_size)
+      throw InputError(e.name(), fmt::format("token vocabulary {} exceeds the model's vocab_size {}", e.vocab_size(),
+                                             o.card.vocab_size));
+    const auto recorded = e.documents().document_end;
+    if (recorded && (!o.document_end || static_cast<int64_t>(*recorded) != *o.document_end))
+      throw InputError(e.name() + ": document end",
+                       fmt::format("the evaluation file's documents end with token {}, the run's with {}", *recorded,
+                                   o.document_end ? std::to_string(*o.document_end) : "none"));
+  }
+  if (o.eval_every < 0) throw InputError("eval_every", fmt::format("{} must be >= 0", o.eval_every));
   if (o.document_end && (*o.document_end < 0 || *o.document_end >= o.card.vocab_size))
     throw InputError("document_end", fmt::format("token id {} is outside the vocabulary of {} ({} tokens)",
                                                  *o.document_end, o.card.name, o.card.vocab_size));
@@ -327,6 +340,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
                                                   : !o.init_model_dir.empty() ? o.init_model_dir
                                                                               : fmt::format("random, seed {}", o.init_seed)},
                               {"steps", std::to_string(o.steps)},
+                              {"evaluation", o.eval_dataset ? fmt::format("{} {} every {}", o.eval_dataset->name(),
+                                                                          o.eval_dataset->num_tokens(), o.eval_every)
+                                                            : "none"},
                               {"optimizer", fmt::format("{} wd {} betas {} {} eps {} clip {} exact {}", o.lr.summary(),
                                                         o.optimizer.weight_decay, o.optimizer.beta1, o.optimizer.beta2,
                                                         o.optimizer.eps, o.optimizer.clip_grad_norm, o.exact_fp32)}});
@@ -472,6 +488,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   }
   SequenceSampler sampler(o.dataset, o.seq_len, global_batch, o.data_seed, o.document_end);
   if (ckpt) sampler.resume(ckpt->state().data_cursor, result.start_step);
+  // Evaluation: every held-out sequence in file order, shared among the ranks (evaluation.h).
+  std::optional<SequenceSampler> eval_sampler;
+  std::optional<EvalTally> eval_tally;
+  if (o.eval_dataset) {
+    eval_sampler.emplace(*o.eval_dataset, o.seq_len, 1, 0, o.document_end);
+    eval_tally.emplace(control, N, eval_micro_batches(eval_sampler->num_sequences(), N * M, plan.micro_batch));
+  }
 
   std::vector<std::unique_ptr<RankDriver>> drivers;
   for (int r = 0; r < N; ++r) {
@@ -506,6 +529,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   }
 
   const int64_t first = result.start_step, last = result.start_step + o.steps;  // [first, last)
+  // After which steps the held-out data is evaluated: every eval_every-th and the last.
+  auto eval_after = [&](int64_t s) {
+    return eval_sampler && (s + 1 == last || (o.eval_every > 0 && (s + 1) % o.eval_every == 0));
+  };
   StepPermits permits(control);
   std::vector<std::thread> threads_v;
   for (int r = 0; r < N; ++r) {
@@ -514,6 +541,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         for (int64_t s = first; s < last; ++s) {
           if (!permits.wait(s)) return;
           drivers[static_cast<size_t>(r)]->issue_step(s);
+          if (eval_after(s)) drivers[static_cast<size_t>(r)]->issue_eval(s + 1, s, *eval_sampler, *eval_tally);
         }
       } catch (const Aborted&) {
       } catch (...) {
@@ -559,6 +587,15 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         std::vector<MeasuredSpan> more = backend->take_spans();
         spans.insert(spans.end(), more.begin(), more.end());
         summarize_step(spans, s, o.sample_spans_every > 0 && (s + 1) % o.sample_spans_every == 0, rec);
+      }
+      if (eval_after(s)) {
+        const auto t_eval = std::chrono::steady_clock::now();
+        EvalLoss e = eval_tally->wait(s);
+        if (link) e = sum_over_nodes(*link, e, &control);
+        rec.eval_loss = e.loss();
+        rec.eval_tokens = static_cast<int64_t>(e.tokens);
+        rec.eval_wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_eval).count();
+        t_prev = std::chrono::steady_clock::now();  // the next step's time does not include the wait
       }
       if (link) gather_node_phases(*link, rec);
       // The step is reported (and logged by the caller) before its checkpoint is published: a kill

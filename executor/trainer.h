@@ -49,6 +49,11 @@ struct TrainOptions {
   // RoPE positions and recurrent state restart after it, and it does not predict the next document's
   // first token (io/sequence_sampler.h). None: each sequence is one stream.
   std::optional<int32_t> document_end;
+  // Evaluation (executor/evaluation.h): the mean token loss of every sequence of `eval_dataset` (cut
+  // at seq_len as the training data, the same document end) after every `eval_every`-th step and
+  // after the last one; no evaluation without a dataset. The weights are not updated by it.
+  std::optional<TokenDataset> eval_dataset;
+  int64_t eval_every = 0;  // 0: after the last step only
   // Optimization.
   int64_t steps = 10;                  // optimizer steps to run (after a resume: further steps)
   LrScheduleConfig lr;
@@ -112,6 +117,11 @@ struct TrainStep {
   double grad_norm = -1;
   bool skipped = false;
   std::string skipped_reason;
+  // The evaluation after this step (TrainOptions::eval_dataset): mean token loss over eval_tokens
+  // targets, and the seconds the trainer waited for it after the step was done.
+  std::optional<double> eval_loss;
+  int64_t eval_tokens = 0;
+  double eval_wait_s = 0;
   std::map<std::string, double> busy_s;
   std::vector<PhaseTotal> totals;
   std::vector<PhaseSpan> spans;

@@ -109,7 +109,6 @@ PackedTokens pack_documents(const TokenStream& in, const PackOptions& o) {
   TokenStream& out = r.stream;
   PackSummary& s = r.summary;
   out.has_mask = true;
-  out.conversations = in.conversations;
   std::vector<Piece> pieces;
   for (const DocumentView& d : documents_of(in)) {
     if (d.size() == 0) continue;

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "common/error.h"
 #include "common/hash.h"
 
@@ -126,11 +128,34 @@ int64_t SequenceSampler::fill_micro_batch(int64_t step, int64_t micro_step, int 
     counted +=
         pack_sequence(seq, inputs.subspan(b * seq_len_, seq_len_), targets.subspan(b * seq_len_, seq_len_));
   }
-  if (document_end_ && !positions.empty()) {
-    SLIDEDP_CHECK(positions.size() == inputs.size(), "micro-batch positions must hold micro_batch_size * seq_len elements");
-    for (int64_t i = 0; i < static_cast<int64_t>(inputs.size()); ++i)
-      positions[i] = i % seq_len_ == 0 || inputs[i - 1] == *document_end_ ? 0 : positions[i - 1] + 1;
+  fill_positions(inputs, positions);
+  return counted;
+}
+
+void SequenceSampler::fill_positions(std::span<const int32_t> inputs, std::span<int32_t> positions) const {
+  if (!document_end_ || positions.empty()) return;
+  SLIDEDP_CHECK(positions.size() == inputs.size(), "micro-batch positions must hold micro_batch_size * seq_len elements");
+  for (int64_t i = 0; i < static_cast<int64_t>(inputs.size()); ++i)
+    positions[i] = i % seq_len_ == 0 || inputs[i - 1] == *document_end_ ? 0 : positions[i - 1] + 1;
+}
+
+int64_t SequenceSampler::fill_sequences(int64_t first, int64_t rows, std::span<int32_t> inputs,
+                                        std::span<int32_t> targets, std::span<int32_t> positions) const {
+  SLIDEDP_CHECK(first >= 0 && rows > 0, "fill_sequences needs a first sequence and rows");
+  SLIDEDP_CHECK(static_cast<int64_t>(inputs.size()) == rows * seq_len_ && static_cast<int64_t>(targets.size()) == rows * seq_len_,
+                "fill_sequences buffers must hold rows * seq_len elements");
+  int64_t counted = 0;
+  for (int64_t b = 0; b < rows; ++b) {
+    auto in = inputs.subspan(b * seq_len_, seq_len_);
+    auto tg = targets.subspan(b * seq_len_, seq_len_);
+    if (first + b < num_sequences_) {
+      counted += pack_sequence(first + b, in, tg);
+    } else {
+      std::fill(in.begin(), in.end(), 0);
+      std::fill(tg.begin(), tg.end(), kIgnoreIndex);
+    }
   }
+  fill_positions(inputs, positions);
   return counted;
 }
 

@@ -75,6 +75,11 @@ class SequenceSampler {
   int64_t fill_micro_batch(int64_t step, int64_t micro_step, int rank, int ranks, int64_t micro_batch_size,
                            std::span<int32_t> inputs, std::span<int32_t> targets,
                            std::span<int32_t> positions = {}) const;
+  // Sequences [first, first + rows) in their file order (evaluation: no shuffle, no epochs) into
+  // (rows, T) buffers, positions as fill_micro_batch's; a row past the last sequence is padding whose
+  // targets are all ignored. Returns the targets that count.
+  int64_t fill_sequences(int64_t first, int64_t rows, std::span<int32_t> inputs, std::span<int32_t> targets,
+                         std::span<int32_t> positions = {}) const;
   // Packs sequence `sequence` into (T) inputs and targets; returns the targets that count.
   int64_t pack_sequence(int64_t sequence, std::span<int32_t> inputs, std::span<int32_t> targets) const;
   // Targets that count over the whole global batch of `step` (the loss normaliser every rank agrees on).
@@ -92,6 +97,8 @@ class SequenceSampler {
   // Whether token `index` of the dataset is a target that counts (its mask byte, and with document
   // ends, not the first token after one).
   bool target_counts(int64_t index) const;
+  // Each token's position in its document (with a document end and a positions buffer).
+  void fill_positions(std::span<const int32_t> inputs, std::span<int32_t> positions) const;
 
   TokenDataset dataset_;
   int64_t seq_len_;

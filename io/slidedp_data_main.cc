@@ -218,12 +218,12 @@ int run_build(const BuildArgs& a) {
   }
   if (stream.tokens.empty()) throw InputError("slidedp-data build", "the inputs hold no tokens");
   const std::optional<uint32_t> document_end = resolve_document_end(a, tokenizer ? &*tokenizer : nullptr, eos, vocab, stream);
+  const int64_t documents_read = stream.documents, conversations_read = stream.conversations;
   std::vector<WrittenFile> files;
   if (a.eval_fraction != 0) {
     auto [train, held] = split_documents(stream, a.eval_fraction, a.split_seed);
     files.push_back({a.out, std::move(train), {}, false});
     files.push_back({a.eval_out, std::move(held), {}, false});
-    files[0].stream.conversations = files[1].stream.conversations = -1;  // not tracked per document
   } else {
     files.push_back({a.out, std::move(stream), {}, false});
   }
@@ -233,10 +233,8 @@ int run_build(const BuildArgs& a) {
     layout.document_end = document_end;
     layout.packed_seq_len = a.pack;
     for (WrittenFile& f : files) {
-      const int64_t conversations = f.stream.conversations;
       PackedTokens packed = pack_documents(f.stream, {*document_end, a.pack, long_documents});
       f.stream = std::move(packed.stream);
-      f.stream.conversations = conversations;
       f.pack = packed.summary;
       f.documents = true;
     }
@@ -256,7 +254,6 @@ int run_build(const BuildArgs& a) {
     nlohmann::json j = {{"out", f.path},           {"num_tokens", st.tokens.size()}, {"documents", st.documents},
                         {"vocab_size", vocab},      {"dtype", token_dtype_name(dtype)}, {"has_loss_mask", st.has_mask},
                         {"loss_tokens", counted},   {"file_bytes", file_bytes}};
-    if (st.conversations >= 0) j["conversations"] = st.conversations;
     if (f.documents) {
       j["document_end"] = *document_end;
       if (a.pack > 0) j["packed_seq_len"] = a.pack;
@@ -264,9 +261,11 @@ int run_build(const BuildArgs& a) {
     }
     summary.push_back(j);
     if (a.json) continue;
+    if (&f == &files.front())
+      std::printf("read %lld documents (%lld conversations)\n", static_cast<long long>(documents_read),
+                  static_cast<long long>(conversations_read));
     std::printf("wrote %s: %zu tokens in %lld documents", f.path.c_str(), st.tokens.size(),
                 static_cast<long long>(st.documents));
-    if (st.conversations >= 0) std::printf(" (%lld conversations read)", static_cast<long long>(st.conversations));
     std::printf(", vocab %lld, %s, loss mask %s (%lld tokens count), %llu bytes\n", static_cast<long long>(vocab),
                 token_dtype_name(dtype), st.has_mask ? "yes" : "no", static_cast<long long>(counted),
                 static_cast<unsigned long long>(file_bytes));
@@ -291,6 +290,8 @@ int run_build(const BuildArgs& a) {
   if (a.json) {
     nlohmann::json j = summary[0];
     if (summary.size() > 1) j["eval"] = summary[1];
+    j["documents_read"] = documents_read;
+    j["conversations"] = conversations_read;
     j["inputs"] = nlohmann::json::array();
     j["tokenizer"] = tokenizer ? nlohmann::json(tokenizer->origin()) : nlohmann::json();
     if (a.embedded) j["inputs"].push_back({{"path", "<embedded tiny_corpus.txt>"}, {"format", "text"}});

@@ -27,6 +27,16 @@ std::string run_log_schema_sql() {
   return std::string(*text);
 }
 
+// A table's CREATE statement as run_log_schema.sql defines it (a migration that adds a table runs
+// the same text as a new file).
+std::string create_table_sql(const std::string& table) {
+  const std::string& schema = run_log_schema_sql();
+  const std::size_t begin = schema.find("CREATE TABLE " + table + " (");
+  const std::size_t end = begin == std::string::npos ? begin : schema.find("\n);", begin);
+  SLIDEDP_CHECK(end != std::string::npos, "run_log_schema.sql defines no table " + table);
+  return schema.substr(begin, end + 3 - begin) + "\n";
+}
+
 // Opens `path` and makes sure it is a run log of this schema version; `create` makes an empty or
 // missing file into one (the writer), otherwise the file must already be one (readers).
 // PRAGMA journal_mode=WAL needs the file to itself for a moment, and SQLite answers SQLITE_BUSY at once
@@ -104,26 +114,31 @@ std::unique_ptr<Connection> open_run_log(const std::string& path, bool create) {
                             : std::string("not a SlideDP run log (application_id ") + hex + ")");
   }
   int64_t version = query_int(*c, "PRAGMA user_version");
-  if (version == 1) {
-    // Version 2 added the node of multi-node runs' phases: appended columns, the totals' key.
-    c->exec("BEGIN IMMEDIATE", "starting the migration to run log schema 2");
+  // Each migration runs in one transaction and only if no other process did it meanwhile.
+  auto migrate = [&](int64_t from, const std::string& sql) {
+    if (version != from) return;
+    const std::string what = "the migration of the run log from schema " + std::to_string(from) + " to " +
+                             std::to_string(from + 1);
+    c->exec("BEGIN IMMEDIATE", "starting " + what);
     try {
-      if (query_int(*c, "PRAGMA user_version") == 1)  // else: another process migrated it meanwhile
-        c->exec(
-            "ALTER TABLE phases ADD COLUMN node INTEGER CHECK (node IS NULL OR node >= 0);"
-            "ALTER TABLE phase_totals ADD COLUMN node INTEGER CHECK (node IS NULL OR node >= 0);"
-            "DROP INDEX phase_totals_unique;"
-            "CREATE UNIQUE INDEX phase_totals_unique ON phase_totals "
-            "(run_id, step, ifnull(node, 0), ifnull(rank, -1), category);"
-            "PRAGMA user_version = 2;",
-            "migrating the run log from schema 1 to 2");
-      c->exec("COMMIT", "committing the migration to run log schema 2");
+      if (query_int(*c, "PRAGMA user_version") == from)
+        c->exec(sql + "PRAGMA user_version = " + std::to_string(from + 1) + ";", what);
+      c->exec("COMMIT", "committing " + what);
     } catch (...) {
       sqlite3_exec(c->db(), "ROLLBACK", nullptr, nullptr, nullptr);
       throw;
     }
     version = query_int(*c, "PRAGMA user_version");
-  }
+  };
+  // Version 2 added the node of multi-node runs' phases: appended columns, the totals' key.
+  migrate(1,
+          "ALTER TABLE phases ADD COLUMN node INTEGER CHECK (node IS NULL OR node >= 0);"
+          "ALTER TABLE phase_totals ADD COLUMN node INTEGER CHECK (node IS NULL OR node >= 0);"
+          "DROP INDEX phase_totals_unique;"
+          "CREATE UNIQUE INDEX phase_totals_unique ON phase_totals "
+          "(run_id, step, ifnull(node, 0), ifnull(rank, -1), category);");
+  // Version 3 added the evaluations' table, created from the schema file's one definition.
+  migrate(2, create_table_sql("evals"));
   if (version > kRunLogSchemaVersion)
     throw IoError(path, "run log schema version " + std::to_string(version) +
                             " was written by a newer SlideDP; "

@@ -100,6 +100,22 @@ std::vector<StepRow> RunLogReader::steps(int64_t run_id) const {
   return out;
 }
 
+std::vector<EvalRecord> RunLogReader::evals(int64_t run_id) const {
+  Statement s(*impl_->conn, "SELECT step, loss, tokens, wait_s, data FROM evals WHERE run_id = ?1 ORDER BY step");
+  s.bind(1, run_id);
+  std::vector<EvalRecord> out;
+  while (s.step()) {
+    EvalRecord e;
+    e.step = s.integer(0);
+    e.loss = s.real(1);
+    e.tokens = s.integer(2);
+    e.wait_s = s.real(3);
+    e.data = s.text(4);
+    out.push_back(std::move(e));
+  }
+  return out;
+}
+
 std::vector<PhaseTotal> RunLogReader::phase_totals(int64_t run_id) const {
   // NULL ranks sort first in SQLite: the host's totals precede rank 0's.
   Statement s(*impl_->conn,

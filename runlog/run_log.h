@@ -23,7 +23,7 @@ namespace slidedp::runlog {
 
 // The schema version this build writes and reads (PRAGMA user_version). An older file is migrated
 // when opened (runlog/open_log.cc); a newer or unknown one is refused with an IoError naming it.
-inline constexpr int kRunLogSchemaVersion = 2;
+inline constexpr int kRunLogSchemaVersion = 3;
 // PRAGMA application_id of a run log: 'SDPL'. Tells a run log from any other SQLite file.
 inline constexpr int32_t kRunLogApplicationId = 0x5344504C;
 
@@ -81,6 +81,15 @@ struct StepRecord {
   std::optional<double> grad_norm;  // global norm before clipping; nullopt when not computed
   bool skipped = false;             // true: the optimizer state was left untouched
   std::string skip_reason;          // required when skipped, empty otherwise
+};
+
+// One evaluation on held-out data after optimizer step `step` (slidedp-run --eval-data).
+struct EvalRecord {
+  int64_t step = 0;  // 1-based, as StepRecord::step
+  double loss = std::numeric_limits<double>::quiet_NaN();  // mean token loss (NaN/Inf stored as NULL)
+  int64_t tokens = 0;  // targets that counted
+  double wait_s = 0;   // the trainer's wait for it after the step was done
+  std::string data;    // the held-out token file
 };
 
 // Busy time of one category on one rank (nullopt: host) in one step: the union of its spans.
@@ -170,6 +179,9 @@ class RunLog {
   void log_phase_totals(int64_t run_id, std::span<const PhaseTotal> totals);
   void log_spans(int64_t run_id, std::span<const PhaseSpan> spans);
   void log_error(int64_t run_id, const ErrorRecord& error);
+  // Throws InputError naming the field for a step below 1, negative tokens or wait, an empty data
+  // name, or an evaluation of that step already logged.
+  void log_eval(int64_t run_id, const EvalRecord& eval);
   void log_prediction(int64_t run_id, const PredictionRecord& prediction);
   void log_profile_samples(int64_t run_id, std::span<const ProfileSample> samples);
   // Sets the final status (not kRunning) and ended_at. Throws InputError if the run does not exist
@@ -245,6 +257,7 @@ class RunLogReader {
   std::vector<PhaseTotal> phase_totals(int64_t run_id) const;  // by step, rank (host first), category
   std::vector<PhaseSpan> spans(int64_t run_id) const;          // by step, start_s
   std::vector<ErrorRow> errors(int64_t run_id) const;          // in order written
+  std::vector<EvalRecord> evals(int64_t run_id) const;         // by step
   std::vector<PredictionRecord> predictions(int64_t run_id) const;
   // run_state(run(run_id)): the recorded status, except that 'running' becomes kDidNotFinish unless
   // the recorded process is alive: same host, same boot, the pid exists, is not a zombie and started

@@ -1,4 +1,4 @@
--- The SlideDP run log, schema version 2 (docs/RUN_LOG.md). runlog/open_log.cc embeds this file and
+-- The SlideDP run log, schema version 3 (docs/RUN_LOG.md). runlog/open_log.cc embeds this file and
 -- runs it once, in one transaction, on an empty database; it is the only place the schema is defined.
 -- Writers go through RunLog; readers (planner, fidelity tools, people with the sqlite3 shell) should
 -- prefer the views at the end, which stay stable when tables gain columns.
@@ -119,6 +119,19 @@ CREATE TABLE predictions (
 );
 CREATE INDEX predictions_by_run ON predictions (run_id);
 
+-- Evaluations while training (slidedp-run --eval-data): one row per evaluation, after optimizer step
+-- `step` (1-based, as steps.step), with the weights that step produced. Version 3 added the table.
+CREATE TABLE evals (
+  run_id           INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+  step             INTEGER NOT NULL CHECK (step >= 1),
+  loss             REAL,   -- mean token loss over the held-out targets; NULL when not finite
+  perplexity       REAL,   -- exp(loss); NULL when not finite
+  tokens           INTEGER NOT NULL CHECK (tokens >= 0),  -- targets that counted
+  wait_s           REAL    NOT NULL CHECK (wait_s >= 0),  -- the trainer's wait for it after the step
+  data             TEXT    NOT NULL,  -- the held-out token file
+  PRIMARY KEY (run_id, step)
+);
+
 -- The profiler's raw samples: one row per repetition of a measurement.
 CREATE TABLE profile_samples (
   id               INTEGER PRIMARY KEY,
@@ -202,4 +215,4 @@ FROM runs r;
 -- Marks the file as a SlideDP run log ('SDPL') and records the schema version; RunLog refuses files
 -- with another application id or a version it does not know (runlog/run_log.h).
 PRAGMA application_id = 1396985932;
-PRAGMA user_version = 2;
+PRAGMA user_version = 3;

@@ -151,6 +151,9 @@ struct RunLog::Impl {
         insert_error(
             *conn,
             "INSERT INTO errors (run_id, at, step, rank, kind, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
+        insert_eval(*conn,
+                    "INSERT INTO evals (run_id, step, loss, perplexity, tokens, wait_s, data) "
+                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
         insert_prediction(*conn,
                           "INSERT INTO predictions (run_id, method, step_time_s, tokens_per_s, exposed_s, "
                           "bottleneck, breakdown_json, busy_json) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
@@ -238,7 +241,7 @@ struct RunLog::Impl {
   // Declared first: destroyed last, after the statements.
   std::unique_ptr<Connection> conn;
   Statement begin, commit, touch_run, insert_run, insert_step, insert_total, insert_span, insert_error,
-      insert_prediction, insert_sample, end, status_of;
+      insert_eval, insert_prediction, insert_sample, end, status_of;
   // When each run this writer began started, on the steady clock (elapsed_s is immune to clock steps).
   std::map<int64_t, std::chrono::steady_clock::time_point> started;
 };
@@ -382,6 +385,31 @@ void RunLog::log_error(int64_t run_id, const ErrorRecord& e) {
       .bind(5, e.kind)
       .bind(6, e.message)
       .run();
+  txn.commit();
+}
+
+void RunLog::log_eval(int64_t run_id, const EvalRecord& e) {
+  Impl& m = *impl_;
+  const std::string w = "evals[step " + std::to_string(e.step) + "]";
+  if (e.step < 1) throw InputError(m.where(w + ".step"), "must be at least 1 (optimizer steps are 1-based)");
+  if (e.tokens < 0) throw InputError(m.where(w + ".tokens"), "must be >= 0");
+  if (!(std::isfinite(e.wait_s) && e.wait_s >= 0))
+    throw InputError(m.where(w + ".wait_s"), "must be finite and >= 0 seconds, got " + num(e.wait_s));
+  if (e.data.empty()) throw InputError(m.where(w + ".data"), "must name the held-out data");
+  Impl::Transaction txn(m);
+  m.touch(run_id, utc_now_ms());
+  m.insert_eval.bind(1, run_id)
+      .bind(2, e.step)
+      .bind(3, e.loss)
+      .bind(4, std::exp(e.loss))  // a non-finite value binds as NULL
+      .bind(5, e.tokens)
+      .bind(6, e.wait_s)
+      .bind(7, e.data);
+  try {
+    m.insert_eval.run();
+  } catch (const InputError&) {
+    throw InputError(m.where(w), "already logged for run " + std::to_string(run_id));
+  }
   txn.commit();
 }
 

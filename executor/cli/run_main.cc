@@ -93,6 +93,8 @@ int run_main(int argc, char** argv) {
       "default: slidedp-tiny on the text compiled into the binary."};
   PlanFlags flags;
   flags.add_to(app);
+  std::string eval_data;
+  int64_t eval_every = 0;
   std::string data, backend = "cpu", db = "runs/runs.db", trace, save_model, checkpoint_dir, resume, lr_file;
   std::string on_nonfinite = "abort";
   std::string inject_nan;  // STEP:UNIT:RANK
@@ -108,6 +110,12 @@ int run_main(int argc, char** argv) {
   bool json = false, bench = false, exact = false, no_db = false, quiet = false, trace_kernels = false;
   std::string schedule = "constant";
   app.add_option("--data", data, "Token file (slidedp-data build ...); default: the embedded text, byte-tokenized");
+  app.add_option("--eval-data", eval_data,
+                 "Held-out token file (e.g. slidedp-data build --eval-fraction): its mean token loss and perplexity, "
+                 "over every sequence of --seq tokens with the weights of that step, after every --eval-every steps "
+                 "and after the last; logged (run log table evals), on the progress line and in --json. No update");
+  app.add_option("--eval-every", eval_every, "Evaluate --eval-data after every N-th step (default 0: after the last only)")
+      ->check(integer_in(0, 1'000'000'000));
   app.add_option("--steps", steps, "Optimizer steps to run (after --resume: further steps)")->check(integer_in(0, 1'000'000'000));
   app.add_option("--lr", lr, "Peak learning rate")->check(finite_in(1e-12, 1));
   app.add_option("--schedule", schedule, "Learning-rate schedule: constant | cosine (decays to --min-lr at the last step)")
@@ -268,6 +276,9 @@ int run_main(int argc, char** argv) {
   if (!host_pinned_limit.empty()) o.host_pinned_limit_bytes = budget_bytes_flag(host_pinned_limit, "--host-pinned-limit");
   o.update_threads = update_threads_flag;
   o.dataset = data.empty() ? default_corpus_dataset() : TokenDataset::open(data);
+  if (!eval_data.empty()) o.eval_dataset = TokenDataset::open(eval_data);
+  if (eval_every > 0 && eval_data.empty()) throw InputError("--eval-every", "needs --eval-data (the held-out token file)");
+  o.eval_every = eval_every;
   o.data_seed = data_seed;
   o.init_seed = init_seed;
   o.steps = steps;
@@ -286,12 +297,13 @@ int run_main(int argc, char** argv) {
     exec::check_nodes_agree(*g_link, {{"--resume (the checkpoint's files)",
                                        resumed ? fmt::format("step {}, {}", resumed->optimizer_step, contents(resume)) : "none"},
                                       {"--model (its files)", contents(pf.model)},
-                                      {"--data (its contents)", data.empty() ? "(embedded)" : contents(data)}});
+                                      {"--data (its contents)", data.empty() ? "(embedded)" : contents(data)},
+                                      {"--eval-data (its contents)", eval_data.empty() ? "(none)" : contents(eval_data)}});
   }
   // Every output is checked against every input before anything is written, and the checkpoint
   // root is taken for this run (node 0 writes its run.json and holds its lock until the run ends).
   auto if_file = [](const std::string& name_or_path) { return path_exists(name_or_path) ? name_or_path : ""; };
-  check_run_paths({.model = if_file(pf.model), .data = data, .resume = resume, .lr_schedule = lr_file,
+  check_run_paths({.model = if_file(pf.model), .data = data, .eval_data = eval_data, .resume = resume, .lr_schedule = lr_file,
                    .plan_file = flags.plan_file, .hardware = if_file(pf.hardware), .emulate = if_file(emulate),
                    .save_model = save_model, .checkpoint_dir = checkpoint_dir, .db = no_db ? "" : db, .trace = trace});
   std::optional<CheckpointRootLease> root_lease;
@@ -450,11 +462,13 @@ int run_main(int argc, char** argv) {
   double tokens_total = 0, time_total = 0;
   Table bench_table({"step", "loss", "step time", "compute", "h2d", "d2h", "fabric", "cpu update", "exposed", "tokens/s"},
                     {"", "", "s", "s", "s", "s", "s", "s", "s", ""});
+  std::string last_eval;  // the latest evaluation, kept on the progress line until the next
   auto on_step = [&](const exec::TrainStep& s) {
     tokens_total += static_cast<double>(s.tokens);
     time_total += s.wall_s;
+    if (s.eval_loss) last_eval = fmt::format(" | eval {:.4f} (ppl {:.4g}) at step {}", *s.eval_loss, std::exp(*s.eval_loss), s.step);
     progress.update(static_cast<double>(s.step - start_step),
-                    fmt::format("step {} loss {:.4f} | {:.0f} tokens/s{}", s.step, s.loss,
+                    fmt::format("step {} loss {:.4f}{} | {:.0f} tokens/s{}", s.step, s.loss, last_eval,
                                 static_cast<double>(s.tokens) / s.wall_s, s.skipped ? " | SKIPPED: " + s.skipped_reason : ""));
     if (log) {
       runlog::StepRecord r;
@@ -468,6 +482,15 @@ int run_main(int argc, char** argv) {
       r.skipped = s.skipped;
       r.skip_reason = s.skipped_reason;
       step_log->submit([run_id, r, totals = s.totals, spans = s.spans](runlog::RunLog& l) { l.log_step(run_id, r, totals, spans); });
+      if (s.eval_loss) {
+        runlog::EvalRecord e;
+        e.step = s.step;
+        e.loss = *s.eval_loss;
+        e.tokens = s.eval_tokens;
+        e.wait_s = s.eval_wait_s;
+        e.data = eval_data;
+        step_log->submit([run_id, e](runlog::RunLog& l) { l.log_eval(run_id, e); });
+      }
     }
     if (bench) {
       auto busy = [&](const char* k) { return s.busy_s.count(k) ? s.busy_s.at(k) : 0.0; };
@@ -539,9 +562,14 @@ int run_main(int argc, char** argv) {
     j["system"] = system_name(o.system);
     j["backend"] = backend;
     j["steps"] = nlohmann::json::array();
-    for (const auto& s : result.steps)
+    j["evals"] = nlohmann::json::array();
+    for (const auto& s : result.steps) {
       j["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"tokens", s.tokens}, {"wall_s", s.wall_s}, {"lr", s.lr},
                             {"skipped", s.skipped}, {"busy_s", s.busy_s}});
+      if (s.eval_loss)
+        j["evals"].push_back({{"step", s.step}, {"loss", *s.eval_loss}, {"perplexity", std::exp(*s.eval_loss)},
+                              {"tokens", s.eval_tokens}, {"wait_s", s.eval_wait_s}});
+    }
     j["tokens_per_s"] = tps;
     j["final_loss"] = result.steps.empty() ? 0.0 : result.steps.back().loss;
     j["device_high_water_bytes"] = result.device_high_water_bytes;

@@ -15,7 +15,7 @@
 namespace slidedp {
 
 void check_run_paths(const RunPaths& p) {
-  const std::vector<NamedPath> inputs = {{"--model", p.model},     {"--data", p.data},
+  const std::vector<NamedPath> inputs = {{"--model", p.model},     {"--data", p.data}, {"--eval-data", p.eval_data},
                                          {"--resume", p.resume},   {"--lr-schedule", p.lr_schedule},
                                          {"--plan", p.plan_file},  {"--hardware", p.hardware},
                                          {"--emulate", p.emulate}};

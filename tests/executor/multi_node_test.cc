@@ -18,11 +18,13 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "executor/backend_registry.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
+#include "io/token_dataset.h"
 #include "tests/shell_command.h"
 
 namespace slidedp {
@@ -409,6 +411,35 @@ TEST(MultiNode, TheRunLogHasOneRunEachStepOnceAndEveryNodesPhasesTagged) {
   // Each node's two ranks computed in every step, and each node's host ran its update.
   EXPECT_EQ(q("SELECT count(*) FROM phase_totals WHERE category = 'compute'"), "12\n");
   EXPECT_EQ(q("SELECT count(DISTINCT node) FROM phase_totals WHERE category = 'cpu_update' AND rank IS NULL"), "2\n");
+  fs::remove_all(dir);
+}
+
+// Evaluation across nodes (--eval-data): each node's ranks evaluate their share of the held-out
+// sequences (15 of them over 4 ranks: the last micro-batch is part padding) and the nodes' sums are
+// added. The same loss over the same targets as one node with every rank; the sums group differently
+// ((a + b) + (c + d) against a + b + c + d), so equal to a few double roundings, not bitwise.
+TEST(MultiNode, EvaluationOverNodesEqualsOneNodes) {
+  const fs::path dir = scratch("eval");
+  std::vector<uint32_t> tokens(15 * 128 + 1);
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<uint32_t>((i * 2654435761u) >> 7) % 256;
+  write_token_file((dir / "eval.tok").string(), tokens, {}, 256, TokenDtype::kUint16);
+  const std::string flags = " --json --seq 128 --eval-every 1 --eval-data " + (dir / "eval.tok").string();
+  auto one = run_shell(train(dir / "one", flags + " --ranks 4", 2));
+  ASSERT_EQ(one.code, 0) << one.out;
+  auto many = run_shell(on_nodes(2, train(dir / "many", flags + " --ranks 2", 2)));
+  ASSERT_EQ(many.code, 0) << many.out;
+  auto evals = [](const std::string& out) {
+    return nlohmann::json::parse(out.substr(out.find('{'), out.rfind('}') - out.find('{') + 1))["evals"];
+  };
+  const auto a = evals(one.out), b = evals(many.out);
+  ASSERT_EQ(a.size(), 2u) << one.out;
+  ASSERT_EQ(b.size(), 2u) << many.out;
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(a[i]["tokens"], 15 * 128);
+    EXPECT_EQ(b[i]["tokens"], 15 * 128);
+    const double x = a[i]["loss"], y = b[i]["loss"];
+    EXPECT_NEAR(x, y, 1e-12 * x) << "evaluation after step " << i + 1;
+  }
   fs::remove_all(dir);
 }
 

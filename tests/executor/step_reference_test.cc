@@ -496,9 +496,9 @@ TEST_P(StepReference, MatchesPyTorch) {
   std::string cmd = fmt::format(
       "{} --model {} --data {} --seq {} --steps {} --exact --no-db --json -q --threads 1 "
       "--checkpoint-dir {} --checkpoint-every 1 --keep-checkpoints {} --ranks {} --micro-batch {} --accum {} "
-      "--param-route {} --grad-route {} --activation {} --chunk-numel {} {}",
+      "--param-route {} --grad-route {} --activation {} --chunk-numel {} --eval-data {} --eval-every 1 {}",
       SLIDEDP_RUN_BIN, model_dir, g.data_path, g.T, kSteps, (dir / "ckpt").string(), kSteps, c.ranks,
-      c.micro_batch, c.accum, c.param_route, c.grad_route, c.activation, c.chunk_numel, g.run_flags);
+      c.micro_batch, c.accum, c.param_route, c.grad_route, c.activation, c.chunk_numel, g.data_path, g.run_flags);
   if (c.depth > 0) cmd += fmt::format(" --depth {}", c.depth);
   if (c.save_model) cmd += " --save-model " + (dir / "saved").string();
   const testing::CommandResult out = testing::run_shell(cmd);
@@ -522,6 +522,23 @@ TEST_P(StepReference, MatchesPyTorch) {
   }
   EXPECT_LE(wl.ratio, 1.0) << "loss: " << wl.str();
   report += " | loss " + fmt::format("{:.2g}", wl.ratio);
+
+  // Evaluation (--eval-data, the training file itself): the data set is the whole step, so the
+  // evaluation after step s is the reference's loss of step s + 1 (the weights after s steps, the same
+  // tokens), within that loss's bound. The router-aux cases' reference loss holds the load-balancing
+  // term, which an evaluation leaves out: there, only that it ran.
+  ASSERT_EQ(j["evals"].size(), static_cast<size_t>(kSteps)) << out.out;
+  const bool aux = g.run_flags.find("--router-aux-loss-coef") != std::string::npos;
+  Worst we;
+  for (int s = 1; s < kSteps; ++s) {
+    const json& ev = j["evals"][static_cast<size_t>(s - 1)];
+    EXPECT_EQ(ev["step"].get<int64_t>(), s);
+    EXPECT_EQ(ev["tokens"].get<int64_t>(), g.h.targets[static_cast<size_t>(s)]) << "evaluation after step " << s;
+    if (!aux)
+      we.add(ev["loss"].get<double>(), g.h.loss[static_cast<size_t>(s)], g.loss_tol[static_cast<size_t>(s)], "eval loss", s);
+  }
+  EXPECT_LE(we.ratio, 1.0) << "evaluation: " << we.str();
+  report += " | eval " + fmt::format("{:.2g}", we.ratio);
 
   // Master weights and moments after steps 1 and 3, from the checkpoints.
   double rho1 = 0;  // (7): the executor's weight error after step 1 over one step's movement

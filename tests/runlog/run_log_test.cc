@@ -151,7 +151,7 @@ TEST(RunLog, CreatesFoldersWalSchemaAndVersion) {
       "AND type IN ('table', 'view') ORDER BY type, name");
   std::vector<std::string> got;
   for (auto& r : names) got.push_back(r[0]);
-  const std::vector<std::string> want = {"table errors",      "table phase_totals",    "table phases",
+  const std::vector<std::string> want = {"table errors",      "table evals",           "table phase_totals",    "table phases",
                                          "table predictions", "table profile_samples", "table runs",
                                          "table steps",       "view run_busy",         "view run_summary",
                                          "view steady_steps", "view step_busy",        "view step_view"};
@@ -496,15 +496,15 @@ TEST(RunLog, MigratesSchemaOneFiles) {
   RawDb(old).exec(
       "DROP INDEX phase_totals_unique; ALTER TABLE phases DROP COLUMN node; ALTER TABLE phase_totals DROP COLUMN node; "
       "CREATE UNIQUE INDEX phase_totals_unique ON phase_totals (run_id, step, ifnull(rank, -1), category); "
-      "PRAGMA user_version = 1;");
+      "DROP TABLE evals; PRAGMA user_version = 1;");
   ASSERT_EQ(RawDb(old).one("PRAGMA user_version"), "1");
   {
     RunLog log = RunLog::open(old);
     std::vector<PhaseTotal> totals = {{2, 0, "compute", 0.5, 12, 0}, {2, 0, "compute", 0.25, 12, 1}};
     log.log_step(id, step_record(2, 2.4, 128, 1.0, 0.8), totals);
   }
-  EXPECT_EQ(RawDb(old).one("PRAGMA user_version"), "2");
-  for (const char* table : {"phases", "phase_totals"})
+  EXPECT_EQ(RawDb(old).one("PRAGMA user_version"), std::to_string(kRunLogSchemaVersion));
+  for (const char* table : {"phases", "phase_totals", "evals"})
     EXPECT_EQ(RawDb(old).rows(std::string("SELECT name FROM pragma_table_info('") + table + "')"),
               RawDb(fresh).rows(std::string("SELECT name FROM pragma_table_info('") + table + "')"))
         << table;
@@ -514,6 +514,50 @@ TEST(RunLog, MigratesSchemaOneFiles) {
   ASSERT_EQ(totals.size(), 3u);
   EXPECT_FALSE(totals[0].node.has_value());  // step 1's row, from before the migration
   EXPECT_EQ(totals[2].node, 1);
+  EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
+}
+
+// Version 2 had no evaluations' table: opening one adds it exactly as a new file defines it, and the
+// steps already logged stay.
+TEST(RunLog, MigratesSchemaTwoFilesAndLogsEvaluations) {
+  TempDir tmp;
+  const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
+  { RunLog log = RunLog::open(fresh); }
+  int64_t id = 0;
+  {
+    RunLog log = RunLog::open(old);
+    id = log.begin_run(train_info());
+    log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8));
+  }
+  RawDb(old).exec("DROP TABLE evals; PRAGMA user_version = 2;");
+  {
+    RunLog log = RunLog::open(old);
+    EvalRecord e;
+    e.step = 1;
+    e.loss = 2.25;
+    e.tokens = 512;
+    e.wait_s = 0.5;
+    e.data = "held_out.tok";
+    log.log_eval(id, e);
+    // One evaluation per step; bad fields are named.
+    EXPECT_TRUE(contains(expect_throw<InputError>([&] { log.log_eval(id, e); }), "already logged"));
+    e.step = 0;
+    EXPECT_TRUE(contains(expect_throw<InputError>([&] { log.log_eval(id, e); }), "evals[step 0].step"));
+    e.step = 2;
+    e.loss = std::numeric_limits<double>::quiet_NaN();
+    log.log_eval(id, e);
+  }
+  EXPECT_EQ(RawDb(old).one("PRAGMA user_version"), std::to_string(kRunLogSchemaVersion));
+  EXPECT_EQ(RawDb(old).one("SELECT sql FROM sqlite_master WHERE name = 'evals'"),
+            RawDb(fresh).one("SELECT sql FROM sqlite_master WHERE name = 'evals'"));
+  EXPECT_DOUBLE_EQ(RawDb(old).number("SELECT perplexity FROM evals WHERE step = 1"), std::exp(2.25));
+  const auto evals = RunLogReader(old).evals(id);
+  ASSERT_EQ(evals.size(), 2u);
+  EXPECT_EQ(evals[0].loss, 2.25);
+  EXPECT_EQ(evals[0].tokens, 512);
+  EXPECT_EQ(evals[0].data, "held_out.tok");
+  EXPECT_TRUE(std::isnan(evals[1].loss));  // stored as NULL
+  EXPECT_EQ(RunLogReader(old).steps(id).size(), 1u);
   EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
 }
 

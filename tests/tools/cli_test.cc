@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -278,20 +279,20 @@ void save_tiny_model(const fs::path& dir, uint64_t seed, const std::function<voi
   save_hf_model(dir.string(), card, spans);
 }
 // The README's chat fine-tuning example, end to end on a model folder made here: a byte-level tokenizer
-// with ChatML's two special tokens and a ChatML template beside 258-token weights; slidedp-data
+// with ChatML's two special tokens, a pad token and a ChatML template beside 259-token weights; slidedp-data
 // builds the conversations with the assistant mask, slidedp-run trains on them and saves a folder that
 // carries the tokenizer and loads back.
 TEST(Cli, TheReadmesChatExampleRunsOnATinyFolder) {
   fs::path d = scratch("readmechat");
-  save_tiny_model(d / "model", 3, [](std::vector<std::vector<float>>&) {}, 258);
+  save_tiny_model(d / "model", 3, [](std::vector<std::vector<float>>&) {}, 259);
   nlohmann::json tj = testing::byte_level_tokenizer_json({}, R"(\s+(?!\S)|\s+|\S+)");
   tj["added_tokens"] = nlohmann::json::array();
-  for (const auto& [id, content] : {std::pair{256, "<|im_start|>"}, std::pair{257, "<|im_end|>"}})
+  for (const auto& [id, content] : {std::pair{256, "<|im_start|>"}, std::pair{257, "<|im_end|>"}, std::pair{258, "<|pad|>"}})
     tj["added_tokens"].push_back({{"id", id}, {"content", content}, {"special", true}, {"single_word", false},
                                   {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
   std::ofstream(d / "model" / "tokenizer.json") << tj.dump();
   std::ofstream(d / "model" / "tokenizer_config.json")
-      << nlohmann::json{{"eos_token", "<|im_end|>"},
+      << nlohmann::json{{"eos_token", "<|im_end|>"}, {"pad_token", "<|pad|>"},
                         {"chat_template", "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"}}
              .dump();
   std::ofstream chats(d / "chats.jsonl");
@@ -301,16 +302,59 @@ TEST(Cli, TheReadmesChatExampleRunsOnATinyFolder) {
                  .dump()
           << "\n";
   chats.close();
+  // As the README: packed, a part held out, trained with the held-out loss, saved with its tokenizer.
+  // The template ends turns with the EOS, so packing takes the pad token as the document end.
   Result r = sh(bin("slidedp-data") + " build " + (d / "chats.jsonl").string() + " --model " + (d / "model").string() +
-                " --out " + (d / "chats.tok").string());
+                " --pack 64 --eval-fraction 0.25 --eval-out " + (d / "chats-eval.tok").string() + " --out " +
+                (d / "chats.tok").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("40 conversations"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("loss mask yes"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("wrote " + (d / "chats-eval.tok").string() + ": "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("documents end with token 258"), std::string::npos) << r.out;
+  const std::string db = (d / "runs.db").string();
   r = sh(bin("slidedp-run") + " --model " + (d / "model").string() + " --data " + (d / "chats.tok").string() +
-         " --steps 3 --seq 32 --ranks 2 -q --no-db --save-model " + (d / "out").string());
+         " --seq 64 --eval-data " + (d / "chats-eval.tok").string() + " --eval-every 2 --steps 3 --ranks 2 --db " + db +
+         " --save-model " + (d / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find(" | eval "), std::string::npos) << "the progress line shows the evaluation:\n" << r.out;
+  runlog::RunLogReader log(db);
+  const auto evals = log.evals(log.list_runs().front().id);
+  ASSERT_EQ(evals.size(), 2u);  // after step 2 and after the last
+  EXPECT_EQ(evals[0].step, 2);
+  EXPECT_EQ(evals[1].step, 3);
+  EXPECT_GT(evals[1].tokens, 0);
+  EXPECT_TRUE(std::isfinite(evals[1].loss));
   EXPECT_TRUE(fs::exists(d / "out" / "tokenizer.json"));
   EXPECT_EQ(load_hf_model((d / "out").string()).layout.total_flat_numel, load_hf_model((d / "model").string()).layout.total_flat_numel);
+  fs::remove_all(d);
+}
+
+// --eval-data / --eval-every given wrong: exit 2 before any step, naming the flag or the file.
+TEST(Cli, EvaluationFlagsRefuseWhatCannotBeEvaluated) {
+  fs::path d = scratch("evalflags");
+  const std::string data = bin("slidedp-data") + " build --vocab-size ";
+  std::ofstream(d / "docs.jsonl") << "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]\n";
+  ASSERT_EQ(sh(data + "256 " + (d / "docs.jsonl").string() + " --out " + (d / "short.tok").string()).code, 0);
+  ASSERT_EQ(sh(data + "256 " + (d / "docs.jsonl").string() + " --document-end 0 --out " + (d / "ends.tok").string()).code, 0);
+  ASSERT_EQ(sh(data + "300 " + (d / "docs.jsonl").string() + " --out " + (d / "wide.tok").string()).code, 0);
+  const std::string run = bin("slidedp-run") + " --no-db -q --steps 1 --ranks 1";
+  const struct {
+    std::string flags, names;
+  } cases[] = {
+      {" --seq 16 --eval-every 2", "--eval-every"},
+      {" --seq 16 --eval-data " + (d / "ends.tok").string(), "ends.tok: document end"},  // the run has none
+      {" --seq 16 --eval-data " + (d / "wide.tok").string(), "wide.tok"},                // vocabulary 300 > 256
+      {" --seq 32 --eval-data " + (d / "short.tok").string(), "short.tok"},  // 18 tokens: no sequence of 32
+      {" --seq 16 --eval-data " + (d / "missing.tok").string(), "missing.tok"},
+      {" --seq 16 --eval-data " + (d / "short.tok").string() + " --save-model " + (d / "short.tok").string(), "--save-model"},
+  };
+  for (const auto& c : cases) {
+    const Result r = sh(run + c.flags);
+    EXPECT_TRUE(r.code == 2 || r.code == 4) << c.flags << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.names), std::string::npos) << c.flags << "\n" << r.out;
+  }
+  EXPECT_TRUE(fs::exists(d / "short.tok"));
   fs::remove_all(d);
 }
 
