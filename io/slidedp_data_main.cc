@@ -151,7 +151,9 @@ int run_build(const BuildArgs& a) {
     any_ids = false;
   }
   if (vocab == 0) {
-    if (any_ids) throw InputError("--vocab-size", "is required for token ids (jsonl, npy inputs)");
+    if (any_ids)
+      throw InputError("--vocab-size", "is required for token ids in JSON lines or .npy (text and conversations take "
+                                       "theirs from the model's tokenizer: --tokenizer or --model DIR)");
     vocab = kByteVocabSize;
   }
   if (vocab < 0 || vocab > kMaxVocabSize)

@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "text/jinja_builtins.h"
+#include "text/utf8.h"
 
 namespace slidedp::text {
 namespace {
@@ -20,6 +21,9 @@ std::string template_source(const Tokenizer& t) {
 }
 
 jinja::Template compile(const std::string& source, const std::string& origin) {
+  // The rendered text goes to the tokenizer, which reads UTF-8 only: a template that is not is named here.
+  if (const size_t bad = first_invalid_utf8(source); bad != std::string::npos)
+    throw InputError(origin, fmt::format("the chat template is not valid UTF-8 (byte {})", bad));
   try {
     return jinja::Template(source);
   } catch (const InputError& e) {
@@ -34,6 +38,13 @@ json messages_of(const json& line, const std::string& where) {
     if (!m.is_object()) throw InputError(at, "expected a message object {\"role\": ..., \"content\": ...}");
     if (!m.contains("role") || !m["role"].is_string()) throw InputError(at + ".role", "expected a string");
     if (!m.contains("content") && !m.contains("tool_calls")) throw InputError(at + ".content", "missing");
+    if (m.contains("tool_calls") && !m["tool_calls"].is_array()) throw InputError(at + ".tool_calls", "expected a list");
+    if (m.contains("content")) {
+      const json& c = m["content"];
+      if (!(c.is_string() || c.is_array() || (c.is_null() && m.contains("tool_calls"))))
+        throw InputError(at + ".content",
+                         fmt::format("expected a string or a list of parts, got {} (null only beside tool_calls)", c.type_name()));
+    }
     messages.push_back(m);
   };
   if (line.contains("messages")) {
@@ -164,7 +175,10 @@ ChatExample ChatEncoder::encode(const json& line, bool train_on_all, const std::
                                           "optionally tools and chat_template_kwargs)", k));
   const json messages = messages_of(line, where);
   json variables = {{"messages", messages}, {"add_generation_prompt", false}, {"tools", nullptr}, {"documents", nullptr}};
-  if (line.contains("tools")) variables["tools"] = line["tools"];
+  if (line.contains("tools")) {
+    if (!line["tools"].is_array()) throw InputError(where + ": tools", "expected a list of tool definitions");
+    variables["tools"] = line["tools"];
+  }
   const TokenizerConfig& c = tokenizer_.config();
   if (c.bos_token) variables["bos_token"] = *c.bos_token;
   if (c.eos_token) variables["eos_token"] = *c.eos_token;
@@ -209,6 +223,9 @@ ChatExample ChatEncoder::encode(const json& line, bool train_on_all, const std::
   for (const auto& [b, e] : spans)
     for (std::size_t k = 0; k < ex.ids.size(); ++k)
       if (starts[k] < e && starts[k + 1] > b) ex.mask[k] = 1;
+  if (std::find(ex.mask.begin(), ex.mask.end(), uint8_t{1}) == ex.mask.end())
+    throw InputError(where + ": messages", "no assistant turn: nothing of this conversation would count in the loss "
+                                           "(--train-on-all trains on every token)");
   return ex;
 }
 

@@ -158,6 +158,24 @@ TEST(ChatEncoding, BadConversationsAreRefusedNamingTheLineAndField) {
   // Gemma's template raises on roles that do not alternate: its message, with where.
   refused(g, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "user"}, {"content", "b"}}}}}, "alternate");
   refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}}}, {"prompt", "a"}, {"completion", "b"}}, "both");
+  // A conversation nothing of which would train (no assistant turn), a null or numeric content, tools
+  // or tool calls that are not lists: each named (they rendered, or failed inside the template).
+  refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}}}}, "no assistant turn");
+  refused(q, {{"messages", {{{"role", "user"}, {"content", nullptr}}, {{"role", "assistant"}, {"content", "b"}}}}},
+          "messages[0].content");
+  refused(q, {{"messages", {{{"role", "user"}, {"content", 5}}, {{"role", "assistant"}, {"content", "b"}}}}},
+          "messages[0].content");
+  refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}, {"tool_calls", "f()"}}}}},
+          "messages[1].tool_calls");
+  refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}}}, {"tools", "x"}},
+          "tools");
+  // A template that is not UTF-8 is refused when compiled, naming where it came from.
+  try {
+    ChatEncoder bad(qwen, "{{ '\xff' }}", "model/chat_template.jinja");
+    ADD_FAILURE() << "a non-UTF-8 template compiled";
+  } catch (const InputError& x) {
+    EXPECT_NE(std::string(x.what()).find("model/chat_template.jinja"), std::string::npos) << x.what();
+  }
   json deep = json::array();
   for (int k = 0; k < 1000; ++k) deep = json::array({std::move(deep)});  // (100,000 crashed the value conversion)
   refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}}}, {"tools", deep}},
