@@ -90,6 +90,32 @@ TEST(CudaTraining, PackedDocumentsFollowTheCpuLossCurve) {
   EXPECT_NE(b.steps[0].loss, c.steps[0].loss) << "the boundaries change the loss";
 }
 
+// Evaluation on the GPU (--eval-data): the data are exactly one step's 8 sequences, so the evaluation
+// after step s runs step s + 1's forward on the same tokens with the same weights: equal to step s + 1's
+// training loss but for the order of the sums (the same bf16 kernels; 1e-6 relative, far below the
+// 1e-2 a step's update moves it).
+TEST(CudaTraining, EvaluationEqualsTheNextStepsLossOnTheSameTokens) {
+  if (cuda_visible_devices() == 0)
+    GTEST_SKIP()
+        << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
+  TrainOptions o = curve_options();
+  o.steps = 3;
+  const TokenDataset all = default_corpus_dataset();
+  std::vector<uint32_t> tokens;
+  for (int64_t i = 0; i < 8 * o.seq_len + 1; ++i) tokens.push_back(all.token(i));
+  o.dataset = TokenDataset::from_tokens("one step", tokens, {}, all.vocab_size());
+  o.eval_dataset = o.dataset;
+  o.eval_every = 1;
+  o.backend = "cuda";
+  const TrainResult r = train(o);
+  ASSERT_EQ(r.steps.size(), 3u);
+  for (size_t s = 0; s + 1 < r.steps.size(); ++s) {
+    ASSERT_TRUE(r.steps[s].eval_loss.has_value());
+    EXPECT_EQ(r.steps[s].eval_tokens, r.steps[s + 1].tokens);
+    EXPECT_NEAR(*r.steps[s].eval_loss, r.steps[s + 1].loss, 1e-6 * r.steps[s + 1].loss) << "after step " << s + 1;
+  }
+}
+
 }  // namespace
 }  // namespace slidedp::exec
 
