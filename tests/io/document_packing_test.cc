@@ -3,7 +3,7 @@
 // once, inside one sequence, followed by the end token; what the sampler then feeds the model (each
 // row's document positions) equals the positions of the input documents counted one by one; the
 // held-out split is a partition of the documents of the size asked; the file records the end token
-// and slidedp-run takes it from there.
+// (slidedp-run taking it from there: tests/tools/cli_test.cc).
 #include "io/document_packing.h"
 
 #include <gtest/gtest.h>
@@ -208,40 +208,6 @@ TEST(DocumentPacking, ATokenFileThatLiesAboutItsPackingIsRefused) {
   bytes[36] = 9;  // document_end, a token the bins do not end with
   testing::write_bytes(dir / "lying2.tok", bytes);
   EXPECT_THROW(TokenDataset::open(dir / "lying2.tok"), InputError);
-}
-
-std::string data_tool() { return SLIDEDP_DATA_BIN; }
-std::string run_tool() { return SLIDEDP_RUN_BIN; }
-
-// End to end on the byte-level tokenizer: build with --pack and a held-out split, inspect, and train
-// on it with slidedp-run taking the document end from the file (a different one given is refused).
-TEST(DocumentPacking, SlidedpDataPacksAndSlidedpRunReadsTheDocumentEnd) {
-  TempDir dir;
-  std::string lines;
-  for (int i = 0; i < 40; ++i) lines += "[" + std::to_string(10 + i % 7) + ", 30, 40]\n";
-  testing::write_bytes(dir / "docs.jsonl", lines);
-  const auto built = testing::run_command(data_tool() + " build " + (dir / "docs.jsonl") + " --vocab-size 64 --out " +
-                                          (dir / "train.tok") + " --pack 16 --document-end 0 --eval-fraction 0.25 " +
-                                          "--eval-out " + (dir / "eval.tok") + " --json");
-  ASSERT_EQ(built.exit_code, 0) << built.output;
-  const auto j = nlohmann::json::parse(built.output);
-  EXPECT_EQ(j["documents"], 30);
-  EXPECT_EQ(j["eval"]["documents"], 10);
-  EXPECT_EQ(j["packed_seq_len"], 16);
-  EXPECT_EQ(j["packing"]["sequences"], 8);  // four documents of 3 + end in each sequence of 16
-  EXPECT_EQ(TokenDataset::open(dir / "eval.tok").documents().document_end, 0u);
-
-  const std::string run = run_tool() + " --data " + (dir / "train.tok") +
-                          " --model slidedp-tiny --seq 16 --steps 1 --micro-batch 1 --ranks 1 --no-db -q --json";
-  const auto trained = testing::run_command(run);
-  EXPECT_EQ(trained.exit_code, 0) << trained.output;
-  const auto refused = testing::run_command(run + " --document-end 5");
-  EXPECT_EQ(refused.exit_code, 2) << refused.output;
-  EXPECT_NE(refused.output.find("--document-end"), std::string::npos) << refused.output;
-  const auto other_len = testing::run_command(run_tool() + " --data " + (dir / "train.tok") +
-                                              " --model slidedp-tiny --seq 8 --steps 1 --micro-batch 1 --ranks 1 --no-db -q");
-  EXPECT_EQ(other_len.exit_code, 0) << other_len.output;
-  EXPECT_NE(other_len.output.find("packed for sequences of 16"), std::string::npos) << other_len.output;
 }
 
 }  // namespace

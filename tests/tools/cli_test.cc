@@ -330,6 +330,35 @@ TEST(Cli, TheReadmesChatExampleRunsOnATinyFolder) {
   fs::remove_all(d);
 }
 
+// End to end on the byte-level tokenizer: slidedp-data packs with a held-out split, and slidedp-run
+// takes the document end from the file (a different one given is refused; another --seq is said).
+TEST(Cli, SlidedpRunReadsThePackedFilesDocumentEnd) {
+  fs::path d = scratch("packed");
+  std::ofstream docs(d / "docs.jsonl");
+  for (int i = 0; i < 40; ++i) docs << "[" << 10 + i % 7 << ", 30, 40]\n";
+  docs.close();
+  Result r = sh(bin("slidedp-data") + " build " + (d / "docs.jsonl").string() + " --vocab-size 64 --out " +
+                (d / "train.tok").string() + " --pack 16 --document-end 0 --eval-fraction 0.25 --eval-out " +
+                (d / "eval.tok").string() + " --json");
+  ASSERT_EQ(r.code, 0) << r.out;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["documents"], 30);
+  EXPECT_EQ(j["eval"]["documents"], 10);
+  EXPECT_EQ(j["packed_seq_len"], 16);
+  EXPECT_EQ(j["packing"]["sequences"], 8);  // four documents of 3 + end in each sequence of 16
+  const std::string run = bin("slidedp-run") + " --data " + (d / "train.tok").string() +
+                          " --steps 1 --micro-batch 1 --ranks 1 --no-db -q";
+  r = sh(run + " --seq 16");
+  EXPECT_EQ(r.code, 0) << r.out;
+  r = sh(run + " --seq 16 --document-end 5");
+  EXPECT_EQ(r.code, 2) << r.out;
+  EXPECT_NE(r.out.find("--document-end"), std::string::npos) << r.out;
+  r = sh(run + " --seq 8");
+  EXPECT_EQ(r.code, 0) << r.out;
+  EXPECT_NE(r.out.find("packed for sequences of 16"), std::string::npos) << r.out;
+  fs::remove_all(d);
+}
+
 // --eval-data / --eval-every given wrong: exit 2 before any step, naming the flag or the file.
 TEST(Cli, EvaluationFlagsRefuseWhatCannotBeEvaluated) {
   fs::path d = scratch("evalflags");
