@@ -111,10 +111,9 @@ nlohmann::json pack_json(const PackSummary& p) {
           {"truncated_tokens", p.truncated_tokens}, {"split_documents", p.split_documents}};
 }
 
-int run_build(const BuildArgs& a) {
-  if (a.inputs.empty() && !a.embedded)
-    throw InputError("slidedp-data build", "give INPUT files or --embedded");
-  // The output is replaced at the end: it must be neither an input nor a folder, checked before reading.
+// Every output is checked before anything is read: neither an input nor a folder, not over another.
+void check_build_outputs(const BuildArgs& a) {
+  if (a.inputs.empty() && !a.embedded) throw InputError("slidedp-data build", "give INPUT files or --embedded");
   check_output_file_target({"--out", a.out});
   std::vector<NamedPath> inputs;
   for (const auto& in : a.inputs) inputs.push_back({"INPUT", in});
@@ -125,29 +124,22 @@ int run_build(const BuildArgs& a) {
                      "--eval-fraction F and --eval-out FILE go together (the held-out documents are written there)");
   if (!a.eval_out.empty()) {
     check_output_file_target({"--eval-out", a.eval_out});
-    std::vector<NamedPath> taken = inputs;
-    taken.push_back({"--out", a.out});
-    refuse_output_over_inputs({"--eval-out", a.eval_out}, taken);
+    inputs.push_back({"--out", a.out});
+    refuse_output_over_inputs({"--eval-out", a.eval_out}, inputs);
     refuse_output_in_checkpoints({"--eval-out", a.eval_out});
   }
-  if (a.pack < 0 || a.pack == 1) throw InputError("--pack", fmt::format("{} is not a sequence length of at least 2", a.pack));
-  const LongDocuments long_documents = long_documents_from_name(a.long_documents);
-  std::vector<InputFormat> formats;
-  bool any_ids = false;
-  for (const auto& in : a.inputs) {
-    formats.push_back(input_format_for(a.input_format, in));
-    any_ids = any_ids || formats.back() != InputFormat::kText;
-  }
-  std::optional<text::Tokenizer> tokenizer;
-  if (!a.tokenizer.empty()) tokenizer.emplace(text::Tokenizer::load(a.tokenizer));
-  if (a.append_eos && !tokenizer) throw InputError("--append-eos", "needs --tokenizer (whose EOS it appends)");
-  if (a.no_special_tokens && !tokenizer) throw InputError("--no-special-tokens", "needs --tokenizer");
+  if (a.pack < 0 || a.pack == 1)
+    throw InputError("--pack", fmt::format("{} is not a sequence length of at least 2", a.pack));
+}
+
+// The vocabulary every id must be below: --vocab-size, else the tokenizer's, else bytes for text.
+int64_t build_vocab(const BuildArgs& a, const text::Tokenizer* tokenizer, bool any_ids) {
   int64_t vocab = a.vocab_size;
   if (tokenizer) {
     if (vocab == 0) vocab = tokenizer->vocab_size();
     if (vocab < tokenizer->vocab_size())
-      throw InputError("--vocab-size", fmt::format("{} is below the tokenizer's {} ({})", vocab, tokenizer->vocab_size(),
-                                                   tokenizer->origin()));
+      throw InputError("--vocab-size", fmt::format("{} is below the tokenizer's {} ({})", vocab,
+                                                   tokenizer->vocab_size(), tokenizer->origin()));
     any_ids = false;
   }
   if (vocab == 0) {
@@ -158,20 +150,27 @@ int run_build(const BuildArgs& a) {
   }
   if (vocab < 0 || vocab > kMaxVocabSize)
     throw InputError("--vocab-size", fmt::format("{} is outside [1, 2^31]", vocab));
-  std::optional<uint32_t> eos;
+  return vocab;
+}
+
+// The token appended after every document: --append-eos's (the tokenizer's EOS) or --eos-id.
+std::optional<uint32_t> build_eos(const BuildArgs& a, const text::Tokenizer* tokenizer, int64_t vocab) {
   if (a.append_eos) {
+    if (!tokenizer) throw InputError("--append-eos", "needs --tokenizer (whose EOS it appends)");
     if (a.eos_id >= 0) throw InputError("--append-eos", "give either --append-eos or --eos-id");
     const auto& name = tokenizer->config().eos_token;
     const auto id = name ? tokenizer->token_id(*name) : std::nullopt;
-    if (!id) throw InputError("--append-eos", fmt::format("{} names no EOS token (tokenizer_config.json: eos_token)",
-                                                          tokenizer->origin()));
-    eos = static_cast<uint32_t>(*id);
+    if (!id)
+      throw InputError("--append-eos", fmt::format("{} names no EOS token (tokenizer_config.json: eos_token)",
+                                                   tokenizer->origin()));
+    return static_cast<uint32_t>(*id);
   }
-  if (a.eos_id >= 0) {
-    if (a.eos_id >= vocab)
-      throw InputError("--eos-id", fmt::format("{} is >= vocab_size {}", a.eos_id, vocab));
-    eos = static_cast<uint32_t>(a.eos_id);
-  }
+  if (a.eos_id < 0) return std::nullopt;
+  if (a.eos_id >= vocab) throw InputError("--eos-id", fmt::format("{} is >= vocab_size {}", a.eos_id, vocab));
+  return static_cast<uint32_t>(a.eos_id);
+}
+
+TokenDtype build_dtype(const BuildArgs& a, int64_t vocab) {
   TokenDtype dtype = token_dtype_for_vocab(vocab);
   if (a.dtype == "uint16")
     dtype = TokenDtype::kUint16;
@@ -181,25 +180,14 @@ int run_build(const BuildArgs& a) {
     throw InputError("--dtype", fmt::format("'{}' is not one of auto, uint16, uint32", a.dtype));
   if (dtype == TokenDtype::kUint16 && vocab > 65536)
     throw InputError("--dtype", fmt::format("uint16 cannot hold ids of a vocabulary of {}", vocab));
+  return dtype;
+}
 
-  if (a.train_on_all && !tokenizer) throw InputError("--train-on-all", "needs --tokenizer (conversations use its chat template)");
-  TextEncoding encoding;
-  encoding.tokenizer = tokenizer ? &*tokenizer : nullptr;
-  encoding.add_special_tokens = !a.no_special_tokens;
-  encoding.train_on_all = a.train_on_all;
-  // The chat template is compiled up front, but only conversations need it: text inputs build without one.
-  std::optional<text::ChatEncoder> chat;
-  if (tokenizer) {
-    try {
-      chat.emplace(*tokenizer);
-      encoding.chat = &*chat;
-    } catch (const InputError& e) {
-      encoding.chat_unavailable = e.what();
-    }
-  }
+// Every input in order (the embedded corpus first when asked), as one stream of documents.
+TokenStream read_inputs(const BuildArgs& a, const std::vector<InputFormat>& formats, int64_t vocab,
+                        std::optional<uint32_t> eos, const TextEncoding& encoding) {
   TokenStream stream;
-  Progress progress("slidedp-data", static_cast<double>(a.inputs.size()), "files",
-                    !a.json && a.inputs.size() > 1);
+  Progress progress("slidedp-data", static_cast<double>(a.inputs.size()), "files", !a.json && a.inputs.size() > 1);
   if (a.embedded) append_text(stream, default_corpus_text(), "<embedded tiny_corpus.txt>", vocab, eos, encoding);
   for (std::size_t i = 0; i < a.inputs.size(); ++i) {
     const std::string& in = a.inputs[i];
@@ -219,8 +207,12 @@ int run_build(const BuildArgs& a) {
     progress.update(static_cast<double>(i + 1), in);
   }
   if (stream.tokens.empty()) throw InputError("slidedp-data build", "the inputs hold no tokens");
-  const std::optional<uint32_t> document_end = resolve_document_end(a, tokenizer ? &*tokenizer : nullptr, eos, vocab, stream);
-  const int64_t documents_read = stream.documents, conversations_read = stream.conversations;
+  return stream;
+}
+
+// The files to write, fully built before the first is written (an error leaves no output behind):
+// the stream, or its training and held-out documents, each ended (and packed) when a document end is set.
+std::vector<WrittenFile> make_outputs(const BuildArgs& a, TokenStream stream, std::optional<uint32_t> document_end) {
   std::vector<WrittenFile> files;
   if (a.eval_fraction != 0) {
     auto [train, held] = split_documents(stream, a.eval_fraction, a.split_seed);
@@ -229,78 +221,124 @@ int run_build(const BuildArgs& a) {
   } else {
     files.push_back({a.out, std::move(stream), {}, false});
   }
-  // Everything is built before the first file is written: an error leaves no output behind.
-  TokenFileDocuments layout;
-  if (document_end) {
-    layout.document_end = document_end;
-    layout.packed_seq_len = a.pack;
-    for (WrittenFile& f : files) {
-      PackedTokens packed = pack_documents(f.stream, {*document_end, a.pack, long_documents});
-      f.stream = std::move(packed.stream);
-      f.pack = packed.summary;
-      f.documents = true;
+  if (!document_end) return files;
+  const LongDocuments long_documents = long_documents_from_name(a.long_documents);
+  for (WrittenFile& f : files) {
+    PackedTokens packed = pack_documents(f.stream, {*document_end, a.pack, long_documents});
+    f.stream = std::move(packed.stream);
+    f.pack = packed.summary;
+    f.documents = true;
+  }
+  return files;
+}
+
+// One file's summary line and what packing did to it.
+void print_written(const WrittenFile& f, const nlohmann::json& j, int64_t pack) {
+  std::printf("wrote %s: %zu tokens in %lld documents, vocab %lld, %s, loss mask %s (%lld tokens count), %llu bytes\n",
+              f.path.c_str(), f.stream.tokens.size(), static_cast<long long>(f.stream.documents),
+              static_cast<long long>(j["vocab_size"].get<int64_t>()), j["dtype"].get<std::string>().c_str(),
+              f.stream.has_mask ? "yes" : "no", static_cast<long long>(j["loss_tokens"].get<int64_t>()),
+              static_cast<unsigned long long>(j["file_bytes"].get<uint64_t>()));
+  if (!f.documents) return;
+  const PackSummary& p = f.pack;
+  std::printf("  documents end with token %u (slidedp-run reads it from the file as --document-end)\n",
+              j["document_end"].get<uint32_t>());
+  if (pack > 0)
+    std::printf("  packed into %lld sequences of %lld tokens: %lld padding tokens (%.1f%%), %lld end tokens added\n",
+                static_cast<long long>(p.sequences), static_cast<long long>(pack),
+                static_cast<long long>(p.padding_tokens),
+                100.0 * static_cast<double>(p.padding_tokens) / static_cast<double>(f.stream.tokens.size()),
+                static_cast<long long>(p.ends_added));
+  if (p.dropped_documents > 0)
+    std::printf("  dropped %lld documents longer than a sequence (%lld tokens; --long-documents truncate|split "
+                "keeps them)\n",
+                static_cast<long long>(p.dropped_documents), static_cast<long long>(p.dropped_tokens));
+  if (p.truncated_documents > 0)
+    std::printf("  truncated %lld documents (%lld tokens cut off)\n", static_cast<long long>(p.truncated_documents),
+                static_cast<long long>(p.truncated_tokens));
+  if (p.split_documents > 0)
+    std::printf("  split %lld documents across sequences\n", static_cast<long long>(p.split_documents));
+}
+
+nlohmann::json written_json(const WrittenFile& f, int64_t vocab, TokenDtype dtype, int64_t pack,
+                            std::optional<uint32_t> document_end) {
+  const TokenStream& st = f.stream;
+  int64_t counted = 0;
+  for (uint8_t m : st.loss_mask) counted += m;
+  nlohmann::json j = {{"out", f.path},         {"num_tokens", st.tokens.size()},   {"documents", st.documents},
+                      {"vocab_size", vocab},    {"dtype", token_dtype_name(dtype)}, {"has_loss_mask", st.has_mask},
+                      {"loss_tokens", counted}, {"file_bytes", std::filesystem::file_size(f.path)}};
+  if (f.documents) {
+    j["document_end"] = *document_end;
+    if (pack > 0) j["packed_seq_len"] = pack;
+    j["packing"] = pack_json(f.pack);
+  }
+  return j;
+}
+
+int run_build(const BuildArgs& a) {
+  check_build_outputs(a);
+  std::vector<InputFormat> formats;
+  bool any_ids = false;
+  for (const auto& in : a.inputs) {
+    formats.push_back(input_format_for(a.input_format, in));
+    any_ids = any_ids || formats.back() != InputFormat::kText;
+  }
+  long_documents_from_name(a.long_documents);  // a bad name is refused before the inputs are read
+  std::optional<text::Tokenizer> tokenizer;
+  if (!a.tokenizer.empty()) tokenizer.emplace(text::Tokenizer::load(a.tokenizer));
+  const text::Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
+  if (a.no_special_tokens && !tok) throw InputError("--no-special-tokens", "needs --tokenizer");
+  if (a.train_on_all && !tok) throw InputError("--train-on-all", "needs --tokenizer (conversations use its chat template)");
+  const int64_t vocab = build_vocab(a, tok, any_ids);
+  const std::optional<uint32_t> eos = build_eos(a, tok, vocab);
+  const TokenDtype dtype = build_dtype(a, vocab);
+
+  TextEncoding encoding;
+  encoding.tokenizer = tok;
+  encoding.add_special_tokens = !a.no_special_tokens;
+  encoding.train_on_all = a.train_on_all;
+  // The chat template is compiled up front, but only conversations need it: text inputs build without one.
+  std::optional<text::ChatEncoder> chat;
+  if (tok) {
+    try {
+      chat.emplace(*tok);
+      encoding.chat = &*chat;
+    } catch (const InputError& e) {
+      encoding.chat_unavailable = e.what();
     }
   }
+  TokenStream stream = read_inputs(a, formats, vocab, eos, encoding);
+  const std::optional<uint32_t> document_end = resolve_document_end(a, tok, eos, vocab, stream);
+  const int64_t documents_read = stream.documents, conversations_read = stream.conversations;
+  const std::vector<WrittenFile> files = make_outputs(a, std::move(stream), document_end);
+  TokenFileDocuments layout;
+  layout.document_end = document_end;
+  if (document_end) layout.packed_seq_len = a.pack;
   for (const WrittenFile& f : files) {
     std::span<const uint8_t> mask;
     if (f.stream.has_mask) mask = f.stream.loss_mask;
     write_token_file(f.path, f.stream.tokens, mask, vocab, dtype, layout);
   }
 
-  nlohmann::json summary = nlohmann::json::array();
-  for (const WrittenFile& f : files) {
-    const TokenStream& st = f.stream;
-    int64_t counted = 0;
-    for (uint8_t m : st.loss_mask) counted += m;
-    const auto file_bytes = std::filesystem::file_size(f.path);
-    nlohmann::json j = {{"out", f.path},           {"num_tokens", st.tokens.size()}, {"documents", st.documents},
-                        {"vocab_size", vocab},      {"dtype", token_dtype_name(dtype)}, {"has_loss_mask", st.has_mask},
-                        {"loss_tokens", counted},   {"file_bytes", file_bytes}};
-    if (f.documents) {
-      j["document_end"] = *document_end;
-      if (a.pack > 0) j["packed_seq_len"] = a.pack;
-      j["packing"] = pack_json(f.pack);
-    }
-    summary.push_back(j);
-    if (a.json) continue;
-    if (&f == &files.front())
-      std::printf("read %lld documents (%lld conversations)\n", static_cast<long long>(documents_read),
-                  static_cast<long long>(conversations_read));
-    std::printf("wrote %s: %zu tokens in %lld documents", f.path.c_str(), st.tokens.size(),
-                static_cast<long long>(st.documents));
-    std::printf(", vocab %lld, %s, loss mask %s (%lld tokens count), %llu bytes\n", static_cast<long long>(vocab),
-                token_dtype_name(dtype), st.has_mask ? "yes" : "no", static_cast<long long>(counted),
-                static_cast<unsigned long long>(file_bytes));
-    if (!f.documents) continue;
-    const PackSummary& p = f.pack;
-    std::printf("  documents end with token %u (slidedp-run reads it from the file as --document-end)\n", *document_end);
-    if (a.pack > 0)
-      std::printf("  packed into %lld sequences of %lld tokens: %lld padding tokens (%.1f%%), %lld end tokens added\n",
-                  static_cast<long long>(p.sequences), static_cast<long long>(a.pack),
-                  static_cast<long long>(p.padding_tokens),
-                  100.0 * static_cast<double>(p.padding_tokens) / static_cast<double>(st.tokens.size()),
-                  static_cast<long long>(p.ends_added));
-    if (p.dropped_documents > 0)
-      std::printf("  dropped %lld documents longer than a sequence (%lld tokens; --long-documents truncate|split keeps them)\n",
-                  static_cast<long long>(p.dropped_documents), static_cast<long long>(p.dropped_tokens));
-    if (p.truncated_documents > 0)
-      std::printf("  truncated %lld documents (%lld tokens cut off)\n", static_cast<long long>(p.truncated_documents),
-                  static_cast<long long>(p.truncated_tokens));
-    if (p.split_documents > 0)
-      std::printf("  split %lld documents across sequences\n", static_cast<long long>(p.split_documents));
+  std::vector<nlohmann::json> written;
+  for (const WrittenFile& f : files) written.push_back(written_json(f, vocab, dtype, a.pack, document_end));
+  if (!a.json) {
+    std::printf("read %lld documents (%lld conversations)\n", static_cast<long long>(documents_read),
+                static_cast<long long>(conversations_read));
+    for (size_t i = 0; i < files.size(); ++i) print_written(files[i], written[i], a.pack);
+    return 0;
   }
-  if (a.json) {
-    nlohmann::json j = summary[0];
-    if (summary.size() > 1) j["eval"] = summary[1];
-    j["documents_read"] = documents_read;
-    j["conversations"] = conversations_read;
-    j["inputs"] = nlohmann::json::array();
-    j["tokenizer"] = tokenizer ? nlohmann::json(tokenizer->origin()) : nlohmann::json();
-    if (a.embedded) j["inputs"].push_back({{"path", "<embedded tiny_corpus.txt>"}, {"format", "text"}});
-    for (std::size_t i = 0; i < a.inputs.size(); ++i)
-      j["inputs"].push_back({{"path", a.inputs[i]}, {"format", input_format_name(formats[i])}});
-    std::printf("%s\n", j.dump(2).c_str());
-  }
+  nlohmann::json j = written[0];
+  if (written.size() > 1) j["eval"] = written[1];
+  j["documents_read"] = documents_read;
+  j["conversations"] = conversations_read;
+  j["inputs"] = nlohmann::json::array();
+  j["tokenizer"] = tok ? nlohmann::json(tok->origin()) : nlohmann::json();
+  if (a.embedded) j["inputs"].push_back({{"path", "<embedded tiny_corpus.txt>"}, {"format", "text"}});
+  for (std::size_t i = 0; i < a.inputs.size(); ++i)
+    j["inputs"].push_back({{"path", a.inputs[i]}, {"format", input_format_name(formats[i])}});
+  std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
 
