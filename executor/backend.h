@@ -78,6 +78,7 @@ struct SpanTag {
   int chunk = -1;
   int step = -1;
   const char* what = "";      // "fwd", "bwd", "recompute+bwd", "params", "grad", "offload", ...
+  bool eval = false;          // an evaluation's work (executor/evaluation.h): `step` is the weights'
 };
 
 // An in-order queue of work on one device.
@@ -126,6 +127,7 @@ struct UnitOpArgs {
   DeviceBuffer router_stats;
   double router_aux_weight = 0;
   int step = -1;            // for the measured timeline
+  bool eval = false;        // an evaluation's operation (the timeline keeps it out of the steps)
 };
 
 // The measured timeline's tag of a unit operation on the compute stream (every backend's).
@@ -135,6 +137,7 @@ inline SpanTag compute_span_tag(const UnitOpArgs& a, const char* what) {
   t.unit = a.unit;
   t.step = a.step;
   t.what = what;
+  t.eval = a.eval;
   return t;
 }
 

@@ -9,7 +9,9 @@
 
 namespace slidedp::exec {
 
-double EvalLoss::loss() const { return tokens > 0 ? loss_sum / tokens : std::numeric_limits<double>::quiet_NaN(); }
+double EvalLoss::loss() const {
+  return tokens > 0 ? loss_sum / tokens : std::numeric_limits<double>::quiet_NaN();
+}
 double EvalLoss::perplexity() const { return std::exp(loss()); }
 
 int64_t eval_micro_batches(int64_t sequences, int64_t global_ranks, int64_t micro_batch) {
@@ -41,12 +43,23 @@ void EvalTally::report(int64_t step, int rank, int64_t micro, double loss_sum, d
   if (p.sums.empty()) {
     p.sums.assign(n, 0.0);
     p.tokens.assign(n, 0.0);
+    p.received_of.assign(static_cast<size_t>(ranks_), 0);
   }
   const size_t i = static_cast<size_t>(rank * micro_batches_ + micro);
   SLIDEDP_CHECK(i < n, "evaluation report out of range");
   p.sums[i] = loss_sum;
   p.tokens[i] = tokens;
-  if (++p.received == static_cast<int64_t>(n)) arrived_.notify_all();
+  ++p.received_of[static_cast<size_t>(rank)];
+  ++p.received;
+  arrived_.notify_all();
+}
+
+void EvalTally::wait_rank(int64_t step, int rank) {
+  std::unique_lock lock(mutex_);
+  control_.wait(lock, arrived_, [&] {
+    const auto it = pending_.find(step);
+    return it != pending_.end() && it->second.received_of[static_cast<size_t>(rank)] == micro_batches_;
+  });
 }
 
 EvalLoss EvalTally::wait(int64_t step) {
@@ -59,8 +72,7 @@ EvalLoss EvalTally::wait(int64_t step) {
     r.loss_sum += p.sums[i];
     r.tokens += p.tokens[i];
   }
-  pending_.erase(step);
-  return r;
+  return r;  // the entry stays: a rank may still be waiting on it (wait_rank); a few bytes per evaluation
 }
 
 }  // namespace slidedp::exec

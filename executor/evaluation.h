@@ -17,8 +17,8 @@
 namespace slidedp::exec {
 
 struct EvalLoss {
-  double loss_sum = 0;  // summed token losses (nats)
-  double tokens = 0;    // targets that count
+  double loss_sum = 0;        // summed token losses (nats)
+  double tokens = 0;          // targets that count
   double loss() const;        // mean token loss; NaN without tokens
   double perplexity() const;  // exp(loss)
 };
@@ -43,8 +43,11 @@ class EvalTally {
   // Thread-safe; called from the ranks' streams.
   void report(int64_t step, int rank, int64_t micro, double loss_sum, double tokens);
   // Blocks until every rank's every micro-batch of `step` has reported (throws Aborted once the run is
-  // aborted) and forgets the step.
+  // aborted) and returns their sum.
   EvalLoss wait(int64_t step);
+  // Blocks until every micro-batch of `rank` for `step` has reported (throws Aborted once the run is
+  // aborted): the rank's evaluation is off its streams.
+  void wait_rank(int64_t step, int rank);
 
  private:
   const RunControl& control_;
@@ -54,6 +57,7 @@ class EvalTally {
   std::condition_variable arrived_;
   struct Pending {
     std::vector<double> sums, tokens;
+    std::vector<int64_t> received_of;  // per rank
     int64_t received = 0;
   };
   std::map<int64_t, Pending> pending_;

@@ -113,6 +113,7 @@ SpanTag RankDriver::tag(const char* category, const char* what, int64_t step, in
   t.step = static_cast<int>(step);
   t.unit = unit;
   t.chunk = static_cast<int>(chunk);
+  t.eval = evaluating_;
   return t;
 }
 
@@ -378,7 +379,8 @@ RankDriver::HeadCall RankDriver::run_head(int64_t step, const Delivered& p, cons
   }
   HeadCall h;
   UnitOpArgs& args = h.args;
-  args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = config_.seq_len,
+  args.params = p.buffer;
   args.lm_head_params = lm_params, args.lm_head_offset = lm_offset;
   args.x = x;
   args.targets = targets;
@@ -397,6 +399,7 @@ RankDriver::HeadCall RankDriver::run_head(int64_t step, const Delivered& p, cons
   args.workspace = alloc(mem_.head.forward_workspace_bytes, "workspace");
   args.grad_scale = grad_scale;
   args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
+  args.eval = evaluating_;
   dev.forward(args);
   h.done = compute.record();
   mark_use(u, h.done);
@@ -431,9 +434,10 @@ void RankDriver::micro_step(int64_t step, int a) {
   if (a == 0) invalidate_parameters();
 
   // ---- data: this rank's (B, T) inputs, targets and (packed documents) positions of micro-step a ----
-  const DeviceBatch batch = upload_batch(step, [&](std::span<int32_t> in, std::span<int32_t> tg, std::span<int32_t> pos) {
-    sampler_.fill_micro_batch(step, a, global_rank(), config_.nodes * config_.ranks, B_, in, tg, pos);
-  });
+  const DeviceBatch batch =
+      upload_batch(step, [&](std::span<int32_t> in, std::span<int32_t> tg, std::span<int32_t> pos) {
+        sampler_.fill_micro_batch(step, a, global_rank(), config_.nodes * config_.ranks, B_, in, tg, pos);
+      });
   const int parity = batch.parity;
   const DeviceBuffer ids = batch.ids, targets = batch.targets, positions = batch.positions;
   // Router statistics of this micro-batch (MoE): every layer's forward adds to them, backward reads them.
@@ -493,7 +497,8 @@ void RankDriver::micro_step(int64_t step, int a) {
     } else {
       // Head: final norm + lm_head + fused loss, forward and backward in one pass.
       const double scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sampler_.step_num_targets(step)));
-      HeadCall head = run_head(step, p, out[static_cast<size_t>(u - 1)], targets, scale, router_stats, router_aux_weight);
+      HeadCall head =
+          run_head(step, p, out[static_cast<size_t>(u - 1)], targets, scale, router_stats, router_aux_weight);
       out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
       // The loss (sum, count) goes to the host first, so the updater sees it before any gradient.
       Updater* updater = &updater_;
@@ -502,7 +507,8 @@ void RankDriver::micro_step(int64_t step, int a) {
                      updater->report_loss(step, a, rank, sum, count);
                    });
       EventPtr drained = send_grads(step, a, u, GradPart::kOwn, head.args.grads, state_.unit(u).numel);
-      if (config_.tied) drained = send_grads(step, a, 0, GradPart::kTiedHead, head.tied_grads, state_.unit(0).numel);
+      if (config_.tied)
+        drained = send_grads(step, a, 0, GradPart::kTiedHead, head.tied_grads, state_.unit(0).numel);
       drain_[u] = drained;
       dy = head.args.dx;
     }

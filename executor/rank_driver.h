@@ -9,8 +9,8 @@
 
 #include <cstdint>
 #include <functional>
-#include <span>
 #include <map>
+#include <span>
 #include <vector>
 
 #include "executor/backend.h"
@@ -131,7 +131,8 @@ class RankDriver {
     DeviceBuffer ids, targets, positions;
     int parity = 0;  // which host staging (and loss buffer) it used
   };
-  using FillBatch = std::function<void(std::span<int32_t> inputs, std::span<int32_t> targets, std::span<int32_t> positions)>;
+  using FillBatch = std::function<void(std::span<int32_t> inputs, std::span<int32_t> targets,
+                                       std::span<int32_t> positions)>;
   DeviceBatch upload_batch(int64_t step, const FillBatch& fill);
   // The head's fused forward + loss + backward on `x` (released after it); the caller sends or drops
   // the gradients (args.grads, tied_grads) and owns args.dx and args.loss.
@@ -215,6 +216,7 @@ class RankDriver {
   DeviceBuffer accum_target_;
   DeviceBuffer fetch_fp32_;  // fetch_fp32: one chunk's fp32 shard on its way to the parameter dtype
   EventPtr staging_copied_[2];
+  bool evaluating_ = false;  // issue_eval is issuing: its spans are tagged as an evaluation's
   int64_t convert_counter_ = 0;
 };
 

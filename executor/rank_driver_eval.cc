@@ -2,17 +2,19 @@
 // micro-batches with the weights of `params_step`, delivered as that step's forward delivers them, and
 // the head's loss reported to the tally. Each layer's saved state is dropped as soon as the next layer
 // has its input, and the head's gradients never leave the device.
+#include <initializer_list>
+
 #include "executor/evaluation.h"
 #include "executor/rank_driver.h"
 
-#include <initializer_list>
-
 namespace slidedp::exec {
 
-void RankDriver::issue_eval(int64_t params_step, int64_t eval_id, const SequenceSampler& data, EvalTally& tally) {
+void RankDriver::issue_eval(int64_t params_step, int64_t eval_id, const SequenceSampler& data,
+                            EvalTally& tally) {
   invalidate_parameters();  // the slots hold the weights of an earlier step
+  evaluating_ = true;
   const int ranks = config_.nodes * config_.ranks;
-  const int64_t micro_batches = eval_micro_batches(data.num_sequences(), ranks, B_);
+  const int64_t micro_batches = eval_micro_batches(data.sequences_with_tail(), ranks, B_);
   const int64_t hidden = mem_.decoder.hidden_bytes;
   Device& dev = device_;
   Stream& compute = dev.compute();
@@ -34,6 +36,7 @@ void RankDriver::issue_eval(int64_t params_step, int64_t eval_id, const Sequence
       compute.wait(p.ready);
       UnitOpArgs args;
       args.unit = u, args.step = step_tag, args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+      args.eval = true;
       args.y = alloc(hidden, "hidden state");
       if (u == 0) {
         args.tokens = batch.ids;
@@ -60,13 +63,17 @@ void RankDriver::issue_eval(int64_t params_step, int64_t eval_id, const Sequence
     // No router statistics: the loss is the language-model loss alone (the load-balancing term is a
     // training objective). The gradients, at any scale, are dropped.
     const HeadCall head = run_head(params_step, p, x, batch.targets, 1.0, DeviceBuffer{}, 0.0);
-    for (const DeviceBuffer* b : std::initializer_list<const DeviceBuffer*>{&head.args.dx, &head.args.grads, &head.tied_grads, &batch.ids, &batch.targets,
-                                  &batch.positions, &router_stats})
+    for (const DeviceBuffer* b : std::initializer_list<const DeviceBuffer*>{
+             &head.args.dx, &head.args.grads, &head.tied_grads, &batch.ids, &batch.targets, &batch.positions,
+             &router_stats})
       if (*b) release(*b, head.done);
     EvalTally* t = &tally;
     loss_to_host(batch.parity, params_step, head.args.loss, head.done,
-                 [t, eval_id, rank = config_.rank, m](double sum, double count) { t->report(eval_id, rank, m, sum, count); });
+                 [t, eval_id, rank = config_.rank, m](double sum, double count) {
+                   t->report(eval_id, rank, m, sum, count);
+                 });
   }
+  evaluating_ = false;
 }
 
 }  // namespace slidedp::exec

@@ -4,7 +4,6 @@
 #include "executor/trainer.h"
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <chrono>
@@ -12,19 +11,20 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/error.h"
-#include "common/intervals.h"
 #include "common/host_memory.h"
+#include "common/intervals.h"
 #include "common/provenance.h"
 #include "common/thread_pool.h"
 #include "common/units.h"
 #include "executor/backend_registry.h"
+#include "executor/evaluation.h"
 #include "executor/host_state.h"
 #include "executor/init_weights.h"
 #include "executor/node_state.h"
-#include "executor/evaluation.h"
 #include "executor/rank_driver.h"
 #include "executor/run_control.h"
 #include "executor/state_checkpoint.h"
@@ -35,9 +35,9 @@
 #include "kernels/cpu/transformer/model_step.h"
 #include "model/hardware.h"
 #include "model/memory_model.h"
-#include "model/workload.h"
 #include "model/simulator.h"
 #include "model/step_work.h"
+#include "model/workload.h"
 
 namespace slidedp::exec {
 namespace {
@@ -119,12 +119,18 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
   if (o.eval_dataset) {
     const TokenDataset& e = *o.eval_dataset;
     if (e.vocab_size() > o.card.vocab_size)
-      throw InputError(e.name(), fmt::format("token vocabulary {} exceeds the model's vocab_size {}", e.vocab_size(),
-                                             o.card.vocab_size));
-    const auto recorded = e.documents().document_end;
-    if (recorded && (!o.document_end || static_cast<int64_t>(*recorded) != *o.document_end))
+      throw InputError(e.name(), fmt::format("token vocabulary {} exceeds the model's vocab_size {}",
+                                             e.vocab_size(), o.card.vocab_size));
+    // The two files' recorded document ends must agree (the run's end comes from the training file or
+    // --document-end and applies to both).
+    const auto recorded = e.documents().document_end, trained = o.dataset.documents().document_end;
+    auto say = [](std::optional<uint32_t> id) { return id ? std::to_string(*id) : std::string("none"); };
+    if ((recorded && (!o.document_end || static_cast<int64_t>(*recorded) != *o.document_end)) ||
+        (trained && recorded != trained))
       throw InputError(e.name() + ": document end",
-                       fmt::format("the evaluation file's documents end with token {}, the run's with {}", *recorded,
+                       fmt::format("the evaluation file's documents end with token {}, the training file's with {} "
+                                   "(the run's: {})",
+                                   say(recorded), say(trained),
                                    o.document_end ? std::to_string(*o.document_end) : "none"));
   }
   if (o.eval_every < 0) throw InputError("eval_every", fmt::format("{} must be >= 0", o.eval_every));
@@ -163,7 +169,7 @@ void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep
   std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> by;
   double t0 = 1e300;
   for (const MeasuredSpan& sp : spans) {
-    if (sp.tag.step != s) continue;
+    if (sp.tag.step != s || sp.tag.eval) continue;  // an evaluation's work is no step's
     by[{sp.rank, sp.tag.category}].push_back({sp.start_s, sp.end_s});
     t0 = std::min(t0, sp.start_s);
   }
@@ -179,7 +185,7 @@ void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep
   }
   if (!keep_spans) return;
   for (const MeasuredSpan& sp : spans) {
-    if (sp.tag.step != s) continue;
+    if (sp.tag.step != s || sp.tag.eval) continue;
     PhaseSpan p;
     p.step = s + 1;
     if (sp.rank >= 0) p.rank = sp.rank;
@@ -204,7 +210,10 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
     std::string what = s.tag.what;
     if (s.tag.unit >= 0) what += fmt::format(" u{}", s.tag.unit);
     if (s.tag.chunk >= 0) what += fmt::format(" c{}", s.tag.chunk);
-    if (s.tag.step >= 0) what += fmt::format(" (step {})", s.tag.step + 1);
+    if (s.tag.eval)
+      what += fmt::format(" (evaluation after step {})", s.tag.step);
+    else if (s.tag.step >= 0)
+      what += fmt::format(" (step {})", s.tag.step + 1);
     t.name = what;
     t.category = s.tag.category;
     t.start_s = s.start_s;
@@ -330,22 +339,24 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   if (link) {
     link->on_failure([&control](std::exception_ptr e) { control.fail(e); });
     const Provenance& pv = provenance();
-    check_nodes_agree(*link, {{"binary", fmt::format("{} {} {}", pv.version, pv.git_revision, pv.compiler)},
-                              {"model", fmt::format("{} {} {}", o.card.name, o.card.total_params(), layout.total_flat_numel)},
-                              {"plan", plan_to_yaml(plan)},
-                              {"seq_len", std::to_string(o.seq_len)},
-                              {"data", fmt::format("{} {} seed {} document end {}", o.dataset.name(), o.dataset.num_tokens(),
-                                                   o.data_seed, o.document_end ? std::to_string(*o.document_end) : "none")},
-                              {"initial weights", ckpt ? fmt::format("checkpoint at step {}", result.start_step)
-                                                  : !o.init_model_dir.empty() ? o.init_model_dir
-                                                                              : fmt::format("random, seed {}", o.init_seed)},
-                              {"steps", std::to_string(o.steps)},
-                              {"evaluation", o.eval_dataset ? fmt::format("{} {} every {}", o.eval_dataset->name(),
-                                                                          o.eval_dataset->num_tokens(), o.eval_every)
-                                                            : "none"},
-                              {"optimizer", fmt::format("{} wd {} betas {} {} eps {} clip {} exact {}", o.lr.summary(),
-                                                        o.optimizer.weight_decay, o.optimizer.beta1, o.optimizer.beta2,
-                                                        o.optimizer.eps, o.optimizer.clip_grad_norm, o.exact_fp32)}});
+    check_nodes_agree(
+        *link,
+        {{"binary", fmt::format("{} {} {}", pv.version, pv.git_revision, pv.compiler)},
+         {"model", fmt::format("{} {} {}", o.card.name, o.card.total_params(), layout.total_flat_numel)},
+         {"plan", plan_to_yaml(plan)},
+         {"seq_len", std::to_string(o.seq_len)},
+         {"data", fmt::format("{} {} seed {} document end {}", o.dataset.name(), o.dataset.num_tokens(),
+                              o.data_seed, o.document_end ? std::to_string(*o.document_end) : "none")},
+         {"initial weights", ckpt ? fmt::format("checkpoint at step {}", result.start_step)
+                             : !o.init_model_dir.empty() ? o.init_model_dir
+                                                         : fmt::format("random, seed {}", o.init_seed)},
+         {"steps", std::to_string(o.steps)},
+         {"evaluation", o.eval_dataset ? fmt::format("{} {} every {}", o.eval_dataset->name(),
+                                                     o.eval_dataset->num_tokens(), o.eval_every)
+                                       : "none"},
+         {"optimizer", fmt::format("{} wd {} betas {} {} eps {} clip {} exact {}", o.lr.summary(),
+                                   o.optimizer.weight_decay, o.optimizer.beta1, o.optimizer.beta2,
+                                   o.optimizer.eps, o.optimizer.clip_grad_norm, o.exact_fp32)}});
   }
   BackendOptions bo;
   bo.pacing = pacing;
@@ -493,7 +504,15 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   std::optional<EvalTally> eval_tally;
   if (o.eval_dataset) {
     eval_sampler.emplace(*o.eval_dataset, o.seq_len, 1, 0, o.document_end);
-    eval_tally.emplace(control, N, eval_micro_batches(eval_sampler->num_sequences(), N * M, plan.micro_batch));
+    const int64_t rows = eval_sampler->sequences_with_tail();
+    eval_tally.emplace(control, N, eval_micro_batches(rows, N * M, plan.micro_batch));
+    // Nothing to average over (a mask of zeros) is refused: every evaluation would be NaN.
+    std::vector<int32_t> in(static_cast<size_t>(o.seq_len)), tg(in.size());
+    int64_t counted = 0;
+    for (int64_t q = 0; q < rows && counted == 0; ++q) counted += eval_sampler->fill_sequences(q, 1, in, tg);
+    if (counted == 0)
+      throw InputError(o.eval_dataset->name() + ": loss mask",
+                       "no target of the evaluation data counts (every mask byte is 0): there is nothing to evaluate");
   }
 
   std::vector<std::unique_ptr<RankDriver>> drivers;
@@ -533,6 +552,19 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   auto eval_after = [&](int64_t s) {
     return eval_sampler && (s + 1 == last || (o.eval_every > 0 && (s + 1) % o.eval_every == 0));
   };
+  // Waits for the evaluation the ranks report as `id`, adds every node's and reports it.
+  auto collect_eval = [&](int64_t after_step, int64_t id) {
+    const auto t0 = std::chrono::steady_clock::now();
+    EvalLoss e = eval_tally->wait(id);
+    if (link) e = sum_over_nodes(*link, e, &control);
+    EvalPoint p;
+    p.step = after_step;
+    p.loss = e.loss();
+    p.tokens = static_cast<int64_t>(e.tokens);
+    p.wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    result.evals.push_back(p);
+    if (o.on_eval) o.on_eval(p);
+  };
   StepPermits permits(control);
   std::vector<std::thread> threads_v;
   for (int r = 0; r < N; ++r) {
@@ -541,7 +573,15 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         for (int64_t s = first; s < last; ++s) {
           if (!permits.wait(s)) return;
           drivers[static_cast<size_t>(r)]->issue_step(s);
-          if (eval_after(s)) drivers[static_cast<size_t>(r)]->issue_eval(s + 1, s, *eval_sampler, *eval_tally);
+          if (eval_after(s)) {
+            drivers[static_cast<size_t>(r)]->issue_eval(s + 1, s, *eval_sampler, *eval_tally);
+            eval_tally->wait_rank(s, r);  // the next step's work starts after the evaluation's
+          }
+        }
+        // No step to run: the evaluation of the starting weights (a model or a checkpoint).
+        if (first == last && eval_sampler) {
+          drivers[static_cast<size_t>(r)]->issue_eval(first, first - 1, *eval_sampler, *eval_tally);
+          eval_tally->wait_rank(first - 1, r);
         }
       } catch (const Aborted&) {
       } catch (...) {
@@ -567,6 +607,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     if (first < last) {
       updater.allow_updates_through(first);
       announce(first);
+    } else if (eval_sampler) {
+      collect_eval(first, first - 1);
     }
     auto t_prev = std::chrono::steady_clock::now();
     for (int64_t s = first; s < last; ++s) {
@@ -587,15 +629,6 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         std::vector<MeasuredSpan> more = backend->take_spans();
         spans.insert(spans.end(), more.begin(), more.end());
         summarize_step(spans, s, o.sample_spans_every > 0 && (s + 1) % o.sample_spans_every == 0, rec);
-      }
-      if (eval_after(s)) {
-        const auto t_eval = std::chrono::steady_clock::now();
-        EvalLoss e = eval_tally->wait(s);
-        if (link) e = sum_over_nodes(*link, e, &control);
-        rec.eval_loss = e.loss();
-        rec.eval_tokens = static_cast<int64_t>(e.tokens);
-        rec.eval_wait_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t_eval).count();
-        t_prev = std::chrono::steady_clock::now();  // the next step's time does not include the wait
       }
       if (link) gather_node_phases(*link, rec);
       // The step is reported (and logged by the caller) before its checkpoint is published: a kill
@@ -637,6 +670,12 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
           cd.state = ts;
           result.last_checkpoint = save_checkpoint(o.checkpoint_dir, cd, o.keep_checkpoints);
         }
+      }
+      // The evaluation after this step, once the step is logged and checkpointed (a stop during it
+      // loses nothing). The ranks start step s+1 only after it: its time does not include it.
+      if (eval_after(s)) {
+        collect_eval(s + 1, s);
+        t_prev = std::chrono::steady_clock::now();
       }
       if (stop_now) {
         result.stopped_early = true;  // step s+1 may be in flight; its updates stay behind the gate

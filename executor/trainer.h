@@ -30,6 +30,14 @@ namespace slidedp::exec {
 using runlog::PhaseSpan;
 using runlog::PhaseTotal;
 
+// One evaluation on held-out data (TrainOptions::eval_dataset).
+struct EvalPoint {
+  int64_t step = 0;    // after this many optimizer steps (0: the starting weights)
+  double loss = 0;     // mean token loss over `tokens` targets (NaN when none counted)
+  int64_t tokens = 0;
+  double wait_s = 0;   // how long the trainer waited for it after the step was checkpointed
+};
+
 struct TrainOptions {
   ModelCard card;
   int64_t seq_len = 128;
@@ -50,10 +58,13 @@ struct TrainOptions {
   // first token (io/sequence_sampler.h). None: each sequence is one stream.
   std::optional<int32_t> document_end;
   // Evaluation (executor/evaluation.h): the mean token loss of every sequence of `eval_dataset` (cut
-  // at seq_len as the training data, the same document end) after every `eval_every`-th step and
-  // after the last one; no evaluation without a dataset. The weights are not updated by it.
+  // at seq_len as the training data, the last part-filled; the same document end) after every
+  // `eval_every`-th step and after the last one (with steps = 0: of the starting weights); no
+  // evaluation without a dataset. The weights are not updated by it. Each is reported to `on_eval`
+  // once the step it follows is reported and checkpointed.
   std::optional<TokenDataset> eval_dataset;
   int64_t eval_every = 0;  // 0: after the last step only
+  std::function<void(const EvalPoint&)> on_eval;
   // Optimization.
   int64_t steps = 10;                  // optimizer steps to run (after a resume: further steps)
   LrScheduleConfig lr;
@@ -117,11 +128,6 @@ struct TrainStep {
   double grad_norm = -1;
   bool skipped = false;
   std::string skipped_reason;
-  // The evaluation after this step (TrainOptions::eval_dataset): mean token loss over eval_tokens
-  // targets, and the seconds the trainer waited for it after the step was done.
-  std::optional<double> eval_loss;
-  int64_t eval_tokens = 0;
-  double eval_wait_s = 0;
   std::map<std::string, double> busy_s;
   std::vector<PhaseTotal> totals;
   std::vector<PhaseSpan> spans;
@@ -129,6 +135,7 @@ struct TrainStep {
 
 struct TrainResult {
   std::vector<TrainStep> steps;
+  std::vector<EvalPoint> evals;  // in step order
   std::vector<std::vector<float>> master;  // final fp32 master weights per unit (empty when sharded across nodes)
   std::vector<int64_t> device_high_water_bytes;       // per rank, deferred frees counted until done
   std::vector<int64_t> device_held_high_water_bytes;  // per rank, as the allocation order holds them

@@ -30,7 +30,9 @@ std::vector<DocumentView> documents_of(const TokenStream& in) {
   return docs;
 }
 
-const std::string& source_of(const TokenStream& in, int64_t d) { return in.document_sources[static_cast<size_t>(d)]; }
+const std::string& source_of(const TokenStream& in, int64_t d) {
+  return in.document_sources[static_cast<size_t>(d)];
+}
 
 // A document as written: its tokens (the end token it already carries, if any, stays counted as the
 // input says) and whether an end token must follow.
@@ -51,7 +53,8 @@ void write_piece(const TokenStream& in, const Piece& p, uint32_t end_id, TokenSt
 }
 
 // The pieces a document becomes in bins of T tokens (each piece plus its end token fits in T).
-std::vector<Piece> pieces_of(const TokenStream& in, const DocumentView& d, const PackOptions& o, PackSummary& s) {
+std::vector<Piece> pieces_of(const TokenStream& in, const DocumentView& d, const PackOptions& o,
+                             PackSummary& s) {
   const bool ends = in.tokens[static_cast<size_t>(d.end - 1)] == o.document_end;
   const int64_t body = ends ? d.size() - 1 : d.size();  // tokens before the end token
   if (o.seq_len == 0 || body + 1 <= o.seq_len) return {Piece{d.index, d.begin, d.end, !ends}};
@@ -78,10 +81,11 @@ std::vector<Piece> pieces_of(const TokenStream& in, const DocumentView& d, const
 void refuse_end_inside(const TokenStream& in, const DocumentView& d, uint32_t end_id) {
   for (int64_t i = d.begin; i + 1 < d.end; ++i)
     if (in.tokens[static_cast<size_t>(i)] == end_id)
-      throw InputError(source_of(in, d.index) + ": --document-end",
-                       fmt::format("the document end token {} occurs inside this document (token {} of {}): the run "
-                                   "would start a new document there; choose a token the documents do not use",
-                                   end_id, i - d.begin, d.size()));
+      throw InputError(
+          source_of(in, d.index) + ": --document-end",
+          fmt::format("the document end token {} occurs inside this document (token {} of {}): the run "
+                      "would start a new document there; choose a token the documents do not use",
+                      end_id, i - d.begin, d.size()));
 }
 
 }  // namespace
@@ -95,9 +99,12 @@ LongDocuments long_documents_from_name(const std::string& name) {
 
 const char* long_documents_name(LongDocuments policy) {
   switch (policy) {
-    case LongDocuments::kDrop: return "drop";
-    case LongDocuments::kTruncate: return "truncate";
-    case LongDocuments::kSplit: return "split";
+    case LongDocuments::kDrop:
+      return "drop";
+    case LongDocuments::kTruncate:
+      return "truncate";
+    case LongDocuments::kSplit:
+      return "split";
   }
   return "?";
 }
@@ -115,10 +122,12 @@ PackedTokens pack_documents(const TokenStream& in, const PackOptions& o) {
     refuse_end_inside(in, d, o.document_end);
     for (const Piece& p : pieces_of(in, d, o, s)) pieces.push_back(p);
   }
+  if (pieces.empty() && o.seq_len == 0) throw InputError("--document-end", "no document holds a token");
   if (pieces.empty())
-    throw InputError("--pack", fmt::format("no document fits a sequence of {} tokens (with its end token): nothing "
-                                           "to write ({} dropped; --long-documents truncate or split keeps them)",
-                                           o.seq_len, s.dropped_documents));
+    throw InputError("--pack",
+                     fmt::format("no document fits a sequence of {} tokens (with its end token): nothing "
+                                 "to write ({} dropped; --long-documents truncate or split keeps them)",
+                                 o.seq_len, s.dropped_documents));
   for (const Piece& p : pieces) s.ends_added += p.add_end ? 1 : 0;
   s.documents = static_cast<int64_t>(pieces.size());
   auto finish_document = [&](const Piece& p) {
@@ -178,11 +187,14 @@ PackedTokens pack_documents(const TokenStream& in, const PackOptions& o) {
 std::pair<TokenStream, TokenStream> split_documents(const TokenStream& in, double fraction, uint64_t seed) {
   if (!(fraction > 0 && fraction < 1))
     throw InputError("--eval-fraction", fmt::format("{} is outside (0, 1)", fraction));
-  const std::vector<DocumentView> docs = documents_of(in);
+  std::vector<DocumentView> docs;  // the documents that hold a token: an empty one is no document to hold out
+  for (const DocumentView& d : documents_of(in))
+    if (d.size() > 0) docs.push_back(d);
   const int64_t n = static_cast<int64_t>(docs.size());
   const int64_t held = std::max<int64_t>(1, std::llround(fraction * static_cast<double>(n)));
   if (held >= n)
-    throw InputError("--eval-fraction", fmt::format("{} of {} documents leaves none to train on", fraction, n));
+    throw InputError("--eval-fraction",
+                     fmt::format("{} of {} documents leaves none to train on", fraction, n));
   // Fisher-Yates with splitmix64 draws: the same choice on every platform.
   std::vector<int64_t> perm(static_cast<size_t>(n));
   std::iota(perm.begin(), perm.end(), int64_t{0});
@@ -191,11 +203,12 @@ std::pair<TokenStream, TokenStream> split_documents(const TokenStream& in, doubl
     state = splitmix64(state);
     std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(state % static_cast<uint64_t>(i + 1))]);
   }
-  std::vector<bool> is_held(static_cast<size_t>(n), false);
+  std::vector<bool> is_held(static_cast<size_t>(n), false);  // by position in `docs`
   for (int64_t k = 0; k < held; ++k) is_held[static_cast<size_t>(perm[static_cast<size_t>(k)])] = true;
   std::pair<TokenStream, TokenStream> r;
-  for (const DocumentView& d : docs) {
-    TokenStream& out = is_held[static_cast<size_t>(d.index)] ? r.second : r.first;
+  for (size_t i = 0; i < docs.size(); ++i) {
+    const DocumentView& d = docs[i];
+    TokenStream& out = is_held[i] ? r.second : r.first;
     out.tokens.insert(out.tokens.end(), in.tokens.begin() + d.begin, in.tokens.begin() + d.end);
     out.loss_mask.insert(out.loss_mask.end(), in.loss_mask.begin() + d.begin, in.loss_mask.begin() + d.end);
     out.document_ends.push_back(static_cast<int64_t>(out.tokens.size()));

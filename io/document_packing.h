@@ -26,10 +26,10 @@ struct PackOptions {
 };
 
 struct PackSummary {
-  int64_t documents = 0;           // documents written (pieces of split ones counted once each)
-  int64_t sequences = 0;           // packed sequences (bins) of T tokens
-  int64_t ends_added = 0;          // end tokens appended to documents that did not end with one
-  int64_t padding_tokens = 0;      // end tokens filling bins (no loss)
+  int64_t documents = 0;       // documents written (pieces of split ones counted once each)
+  int64_t sequences = 0;       // packed sequences (bins) of T tokens
+  int64_t ends_added = 0;      // end tokens appended to documents that did not end with one
+  int64_t padding_tokens = 0;  // end tokens filling bins (no loss)
   int64_t dropped_documents = 0, dropped_tokens = 0;      // longer than T, left out
   int64_t truncated_documents = 0, truncated_tokens = 0;  // longer than T, cut (tokens cut off)
   int64_t split_documents = 0;                            // longer than T, cut into pieces

@@ -132,9 +132,14 @@ int64_t SequenceSampler::fill_micro_batch(int64_t step, int64_t micro_step, int 
   return counted;
 }
 
+int64_t SequenceSampler::sequences_with_tail() const {
+  return num_sequences_ + (num_sequences_ * seq_len_ + 1 < dataset_.num_tokens() ? 1 : 0);
+}
+
 void SequenceSampler::fill_positions(std::span<const int32_t> inputs, std::span<int32_t> positions) const {
   if (!document_end_ || positions.empty()) return;
-  SLIDEDP_CHECK(positions.size() == inputs.size(), "micro-batch positions must hold micro_batch_size * seq_len elements");
+  SLIDEDP_CHECK(positions.size() == inputs.size(),
+                "micro-batch positions must hold micro_batch_size * seq_len elements");
   for (int64_t i = 0; i < static_cast<int64_t>(inputs.size()); ++i)
     positions[i] = i % seq_len_ == 0 || inputs[i - 1] == *document_end_ ? 0 : positions[i - 1] + 1;
 }
@@ -142,7 +147,8 @@ void SequenceSampler::fill_positions(std::span<const int32_t> inputs, std::span<
 int64_t SequenceSampler::fill_sequences(int64_t first, int64_t rows, std::span<int32_t> inputs,
                                         std::span<int32_t> targets, std::span<int32_t> positions) const {
   SLIDEDP_CHECK(first >= 0 && rows > 0, "fill_sequences needs a first sequence and rows");
-  SLIDEDP_CHECK(static_cast<int64_t>(inputs.size()) == rows * seq_len_ && static_cast<int64_t>(targets.size()) == rows * seq_len_,
+  SLIDEDP_CHECK(static_cast<int64_t>(inputs.size()) == rows * seq_len_ &&
+                    static_cast<int64_t>(targets.size()) == rows * seq_len_,
                 "fill_sequences buffers must hold rows * seq_len elements");
   int64_t counted = 0;
   for (int64_t b = 0; b < rows; ++b) {
@@ -150,9 +156,18 @@ int64_t SequenceSampler::fill_sequences(int64_t first, int64_t rows, std::span<i
     auto tg = targets.subspan(b * seq_len_, seq_len_);
     if (first + b < num_sequences_) {
       counted += pack_sequence(first + b, in, tg);
-    } else {
-      std::fill(in.begin(), in.end(), 0);
-      std::fill(tg.begin(), tg.end(), kIgnoreIndex);
+      continue;
+    }
+    std::fill(in.begin(), in.end(), 0);
+    std::fill(tg.begin(), tg.end(), kIgnoreIndex);
+    // The tokens after the last whole sequence, when there are any: a part-filled row.
+    const int64_t start = (first + b) * seq_len_, n = dataset_.num_tokens();
+    for (int64_t t = 0; first + b == num_sequences_ && start + t + 1 < n; ++t) {
+      in[t] = static_cast<int32_t>(dataset_.token(start + t));
+      if (target_counts(start + t + 1)) {
+        tg[t] = static_cast<int32_t>(dataset_.token(start + t + 1));
+        ++counted;
+      }
     }
   }
   fill_positions(inputs, positions);

@@ -75,9 +75,12 @@ class SequenceSampler {
   int64_t fill_micro_batch(int64_t step, int64_t micro_step, int rank, int ranks, int64_t micro_batch_size,
                            std::span<int32_t> inputs, std::span<int32_t> targets,
                            std::span<int32_t> positions = {}) const;
-  // Sequences [first, first + rows) in their file order (evaluation: no shuffle, no epochs) into
-  // (rows, T) buffers, positions as fill_micro_batch's; a row past the last sequence is padding whose
-  // targets are all ignored. Returns the targets that count.
+  // S, plus one when tokens remain after the last whole sequence (which training leaves out).
+  int64_t sequences_with_tail() const;
+  // Sequences [first, first + rows) in their file order (evaluation: no shuffle, no epochs, the tail
+  // after the last whole sequence as a part-filled row S) into (rows, T) buffers, positions as
+  // fill_micro_batch's; a row past them is padding whose targets are all ignored. Returns the
+  // targets that count.
   int64_t fill_sequences(int64_t first, int64_t rows, std::span<int32_t> inputs, std::span<int32_t> targets,
                          std::span<int32_t> positions = {}) const;
   // Packs sequence `sequence` into (T) inputs and targets; returns the targets that count.

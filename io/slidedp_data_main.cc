@@ -4,10 +4,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <charconv>
 #include <cstdio>
 #include <filesystem>
 #include <nlohmann/json.hpp>
-#include <charconv>
 #include <optional>
 
 #include "common/cli_main.h"
@@ -61,18 +61,24 @@ struct InspectArgs {
 // the end the documents already carry (--append-eos, --eos-id) or the first of the tokenizer's EOS and
 // pad tokens that no document holds inside.
 std::optional<uint32_t> resolve_document_end(const BuildArgs& a, const text::Tokenizer* tokenizer,
-                                             std::optional<uint32_t> eos, int64_t vocab, const TokenStream& stream) {
+                                             std::optional<uint32_t> eos, int64_t vocab,
+                                             const TokenStream& stream) {
   if (!a.document_end.empty()) {
     int64_t id = -1;
-    const auto [end, ec] = std::from_chars(a.document_end.data(), a.document_end.data() + a.document_end.size(), id);
+    const auto [end, ec] =
+        std::from_chars(a.document_end.data(), a.document_end.data() + a.document_end.size(), id);
     if (ec == std::errc() && end == a.document_end.data() + a.document_end.size()) {
       if (id < 0 || id >= vocab)
         throw InputError("--document-end", fmt::format("{} is outside the vocabulary [0, {})", id, vocab));
       return static_cast<uint32_t>(id);
     }
-    if (!tokenizer) throw InputError("--document-end", fmt::format("'{}' is not an id (a token's text needs --tokenizer)", a.document_end));
+    if (!tokenizer)
+      throw InputError("--document-end",
+                       fmt::format("'{}' is not an id (a token's text needs --tokenizer)", a.document_end));
     const auto found = tokenizer->token_id(a.document_end);
-    if (!found) throw InputError("--document-end", fmt::format("'{}' is no token of {}", a.document_end, tokenizer->origin()));
+    if (!found)
+      throw InputError("--document-end",
+                       fmt::format("'{}' is no token of {}", a.document_end, tokenizer->origin()));
     return static_cast<uint32_t>(*found);
   }
   if (a.pack == 0) return std::nullopt;
@@ -86,15 +92,17 @@ std::optional<uint32_t> resolve_document_end(const BuildArgs& a, const text::Tok
       bool inside = false;
       int64_t begin = 0;
       for (const int64_t end : stream.document_ends) {
-        for (int64_t i = begin; i + 1 < end && !inside; ++i) inside = stream.tokens[static_cast<size_t>(i)] == static_cast<uint32_t>(*id);
+        for (int64_t i = begin; i + 1 < end && !inside; ++i)
+          inside = stream.tokens[static_cast<size_t>(i)] == static_cast<uint32_t>(*id);
         begin = end;
       }
       if (!inside) return static_cast<uint32_t>(*id);
     }
-  throw InputError("--pack", tried.empty() ? std::string("needs --document-end (the token that ends every document)")
-                                           : fmt::format("the tokenizer's {} occur inside documents; give --document-end "
-                                                         "(a token no document holds)",
-                                                         fmt::join(tried, " and ")));
+  throw InputError(
+      "--pack", tried.empty() ? std::string("needs --document-end (the token that ends every document)")
+                              : fmt::format("the tokenizer's {} occur inside documents; give --document-end "
+                                            "(a token no document holds)",
+                                            fmt::join(tried, " and ")));
 }
 
 struct WrittenFile {
@@ -105,31 +113,42 @@ struct WrittenFile {
 };
 
 nlohmann::json pack_json(const PackSummary& p) {
-  return {{"sequences", p.sequences},           {"ends_added", p.ends_added},
-          {"padding_tokens", p.padding_tokens}, {"dropped_documents", p.dropped_documents},
-          {"dropped_tokens", p.dropped_tokens}, {"truncated_documents", p.truncated_documents},
-          {"truncated_tokens", p.truncated_tokens}, {"split_documents", p.split_documents}};
+  return {{"sequences", p.sequences},
+          {"ends_added", p.ends_added},
+          {"padding_tokens", p.padding_tokens},
+          {"dropped_documents", p.dropped_documents},
+          {"dropped_tokens", p.dropped_tokens},
+          {"truncated_documents", p.truncated_documents},
+          {"truncated_tokens", p.truncated_tokens},
+          {"split_documents", p.split_documents}};
 }
+
+// The longest sequence slidedp-run trains (its --seq).
+constexpr int64_t kMaxPackedSeqLen = int64_t{1} << 24;
 
 // Every output is checked before anything is read: neither an input nor a folder, not over another.
 void check_build_outputs(const BuildArgs& a) {
-  if (a.inputs.empty() && !a.embedded) throw InputError("slidedp-data build", "give INPUT files or --embedded");
+  if (a.inputs.empty() && !a.embedded)
+    throw InputError("slidedp-data build", "give INPUT files or --embedded");
   check_output_file_target({"--out", a.out});
   std::vector<NamedPath> inputs;
   for (const auto& in : a.inputs) inputs.push_back({"INPUT", in});
   refuse_output_over_inputs({"--out", a.out}, inputs);
   refuse_output_in_checkpoints({"--out", a.out});
-  if ((a.eval_fraction != 0) != !a.eval_out.empty())
-    throw InputError(a.eval_out.empty() ? "--eval-fraction" : "--eval-out",
-                     "--eval-fraction F and --eval-out FILE go together (the held-out documents are written there)");
+  if (!a.eval_out.empty() && !(a.eval_fraction > 0 && a.eval_fraction < 1))
+    throw InputError("--eval-fraction", fmt::format("{} is outside (0, 1) (--eval-out needs a fraction to hold out)",
+                                                    a.eval_fraction));
+  if (a.eval_fraction != 0 && a.eval_out.empty())
+    throw InputError("--eval-out", "--eval-fraction F needs --eval-out FILE (the held-out documents are written there)");
   if (!a.eval_out.empty()) {
     check_output_file_target({"--eval-out", a.eval_out});
     inputs.push_back({"--out", a.out});
     refuse_output_over_inputs({"--eval-out", a.eval_out}, inputs);
     refuse_output_in_checkpoints({"--eval-out", a.eval_out});
   }
-  if (a.pack < 0 || a.pack == 1)
-    throw InputError("--pack", fmt::format("{} is not a sequence length of at least 2", a.pack));
+  if (a.pack < 0 || a.pack == 1 || a.pack > kMaxPackedSeqLen)
+    throw InputError("--pack", fmt::format("{} is not a sequence length in [2, {}] (0: no packing)", a.pack,
+                                           kMaxPackedSeqLen));
 }
 
 // The vocabulary every id must be below: --vocab-size, else the tokenizer's, else bytes for text.
@@ -144,8 +163,9 @@ int64_t build_vocab(const BuildArgs& a, const text::Tokenizer* tokenizer, bool a
   }
   if (vocab == 0) {
     if (any_ids)
-      throw InputError("--vocab-size", "is required for token ids in JSON lines or .npy (text and conversations take "
-                                       "theirs from the model's tokenizer: --tokenizer or --model DIR)");
+      throw InputError("--vocab-size",
+                       "is required for token ids in JSON lines or .npy (text and conversations take "
+                       "theirs from the model's tokenizer: --tokenizer or --model DIR)");
     vocab = kByteVocabSize;
   }
   if (vocab < 0 || vocab > kMaxVocabSize)
@@ -187,7 +207,8 @@ TokenDtype build_dtype(const BuildArgs& a, int64_t vocab) {
 TokenStream read_inputs(const BuildArgs& a, const std::vector<InputFormat>& formats, int64_t vocab,
                         std::optional<uint32_t> eos, const TextEncoding& encoding) {
   TokenStream stream;
-  Progress progress("slidedp-data", static_cast<double>(a.inputs.size()), "files", !a.json && a.inputs.size() > 1);
+  Progress progress("slidedp-data", static_cast<double>(a.inputs.size()), "files",
+                    !a.json && a.inputs.size() > 1);
   if (a.embedded) append_text(stream, default_corpus_text(), "<embedded tiny_corpus.txt>", vocab, eos, encoding);
   for (std::size_t i = 0; i < a.inputs.size(); ++i) {
     const std::string& in = a.inputs[i];
@@ -212,7 +233,8 @@ TokenStream read_inputs(const BuildArgs& a, const std::vector<InputFormat>& form
 
 // The files to write, fully built before the first is written (an error leaves no output behind):
 // the stream, or its training and held-out documents, each ended (and packed) when a document end is set.
-std::vector<WrittenFile> make_outputs(const BuildArgs& a, TokenStream stream, std::optional<uint32_t> document_end) {
+std::vector<WrittenFile> make_outputs(const BuildArgs& a, TokenStream stream,
+                                      std::optional<uint32_t> document_end) {
   std::vector<WrittenFile> files;
   if (a.eval_fraction != 0) {
     auto [train, held] = split_documents(stream, a.eval_fraction, a.split_seed);
@@ -234,28 +256,32 @@ std::vector<WrittenFile> make_outputs(const BuildArgs& a, TokenStream stream, st
 
 // One file's summary line and what packing did to it.
 void print_written(const WrittenFile& f, const nlohmann::json& j, int64_t pack) {
-  std::printf("wrote %s: %zu tokens in %lld documents, vocab %lld, %s, loss mask %s (%lld tokens count), %llu bytes\n",
-              f.path.c_str(), f.stream.tokens.size(), static_cast<long long>(f.stream.documents),
-              static_cast<long long>(j["vocab_size"].get<int64_t>()), j["dtype"].get<std::string>().c_str(),
-              f.stream.has_mask ? "yes" : "no", static_cast<long long>(j["loss_tokens"].get<int64_t>()),
-              static_cast<unsigned long long>(j["file_bytes"].get<uint64_t>()));
+  std::printf(
+      "wrote %s: %zu tokens in %lld documents, vocab %lld, %s, loss mask %s (%lld tokens count), %llu "
+      "bytes\n",
+      f.path.c_str(), f.stream.tokens.size(), static_cast<long long>(f.stream.documents),
+      static_cast<long long>(j["vocab_size"].get<int64_t>()), j["dtype"].get<std::string>().c_str(),
+      f.stream.has_mask ? "yes" : "no", static_cast<long long>(j["loss_tokens"].get<int64_t>()),
+      static_cast<unsigned long long>(j["file_bytes"].get<uint64_t>()));
   if (!f.documents) return;
   const PackSummary& p = f.pack;
   std::printf("  documents end with token %u (slidedp-run reads it from the file as --document-end)\n",
               j["document_end"].get<uint32_t>());
   if (pack > 0)
-    std::printf("  packed into %lld sequences of %lld tokens: %lld padding tokens (%.1f%%), %lld end tokens added\n",
-                static_cast<long long>(p.sequences), static_cast<long long>(pack),
-                static_cast<long long>(p.padding_tokens),
-                100.0 * static_cast<double>(p.padding_tokens) / static_cast<double>(f.stream.tokens.size()),
-                static_cast<long long>(p.ends_added));
+    std::printf(
+        "  packed into %lld sequences of %lld tokens: %lld padding tokens (%.1f%%), %lld end tokens added\n",
+        static_cast<long long>(p.sequences), static_cast<long long>(pack),
+        static_cast<long long>(p.padding_tokens),
+        100.0 * static_cast<double>(p.padding_tokens) / static_cast<double>(f.stream.tokens.size()),
+        static_cast<long long>(p.ends_added));
   if (p.dropped_documents > 0)
-    std::printf("  dropped %lld documents longer than a sequence (%lld tokens; --long-documents truncate|split "
-                "keeps them)\n",
-                static_cast<long long>(p.dropped_documents), static_cast<long long>(p.dropped_tokens));
+    std::printf(
+        "  dropped %lld documents longer than a sequence (%lld tokens; --long-documents truncate|split "
+        "keeps them)\n",
+        static_cast<long long>(p.dropped_documents), static_cast<long long>(p.dropped_tokens));
   if (p.truncated_documents > 0)
-    std::printf("  truncated %lld documents (%lld tokens cut off)\n", static_cast<long long>(p.truncated_documents),
-                static_cast<long long>(p.truncated_tokens));
+    std::printf("  truncated %lld documents (%lld tokens cut off)\n",
+                static_cast<long long>(p.truncated_documents), static_cast<long long>(p.truncated_tokens));
   if (p.split_documents > 0)
     std::printf("  split %lld documents across sequences\n", static_cast<long long>(p.split_documents));
 }
@@ -265,9 +291,14 @@ nlohmann::json written_json(const WrittenFile& f, int64_t vocab, TokenDtype dtyp
   const TokenStream& st = f.stream;
   int64_t counted = 0;
   for (uint8_t m : st.loss_mask) counted += m;
-  nlohmann::json j = {{"out", f.path},         {"num_tokens", st.tokens.size()},   {"documents", st.documents},
-                      {"vocab_size", vocab},    {"dtype", token_dtype_name(dtype)}, {"has_loss_mask", st.has_mask},
-                      {"loss_tokens", counted}, {"file_bytes", std::filesystem::file_size(f.path)}};
+  nlohmann::json j = {{"out", f.path},
+                      {"num_tokens", st.tokens.size()},
+                      {"documents", st.documents},
+                      {"vocab_size", vocab},
+                      {"dtype", token_dtype_name(dtype)},
+                      {"has_loss_mask", st.has_mask},
+                      {"loss_tokens", counted},
+                      {"file_bytes", std::filesystem::file_size(f.path)}};
   if (f.documents) {
     j["document_end"] = *document_end;
     if (pack > 0) j["packed_seq_len"] = pack;
@@ -289,7 +320,8 @@ int run_build(const BuildArgs& a) {
   if (!a.tokenizer.empty()) tokenizer.emplace(text::Tokenizer::load(a.tokenizer));
   const text::Tokenizer* tok = tokenizer ? &*tokenizer : nullptr;
   if (a.no_special_tokens && !tok) throw InputError("--no-special-tokens", "needs --tokenizer");
-  if (a.train_on_all && !tok) throw InputError("--train-on-all", "needs --tokenizer (conversations use its chat template)");
+  if (a.train_on_all && !tok)
+    throw InputError("--train-on-all", "needs --tokenizer (conversations use its chat template)");
   const int64_t vocab = build_vocab(a, tok, any_ids);
   const std::optional<uint32_t> eos = build_eos(a, tok, vocab);
   const TokenDtype dtype = build_dtype(a, vocab);
@@ -383,7 +415,8 @@ int run_inspect(const InspectArgs& a) {
     const TokenFileDocuments& docs = d.documents();
     if (docs.document_end) std::printf("  documents end with token %u\n", *docs.document_end);
     if (docs.packed_seq_len > 0)
-      std::printf("  packed: sequences of %lld tokens hold whole documents\n", static_cast<long long>(docs.packed_seq_len));
+      std::printf("  packed: sequences of %lld tokens hold whole documents\n",
+                  static_cast<long long>(docs.packed_seq_len));
     if (a.seq_len > 0)
       std::printf("  %lld sequences of %lld tokens (+1 shifted target)\n", static_cast<long long>(sequences),
                   static_cast<long long>(a.seq_len));
@@ -432,22 +465,32 @@ int main_body(int argc, char** argv) {
                   "Do not add the tokenizer's post-processor tokens (e.g. Gemma's BOS) around each document");
   build->add_flag("--embedded", b.embedded,
                   "Also include the embedded default corpus (byte-level text) first");
-  build->add_option("--document-end", b.document_end,
-                    "End every document with this token (its text, e.g. \"<|endoftext|>\", or an id) unless it "
-                    "already ends with it; the file records it and slidedp-run restarts attention, positions and "
-                    "state after it. The token must occur inside no document");
-  build->add_option("--pack", b.pack,
-                    "Pack whole documents into sequences of this many tokens (slidedp-run --seq-len), best-fit "
-                    "decreasing, padding with the document end (no loss); implies a document end (default: "
-                    "--append-eos/--eos-id's, else the tokenizer's EOS or pad token that no document holds)");
+  build->add_option(
+      "--document-end", b.document_end,
+      "End every document with this token (its text, e.g. \"<|endoftext|>\", or an id) unless it "
+      "already ends with it; the file records it and slidedp-run restarts attention, positions and "
+      "state after it. The token must occur inside no document");
+  build->add_option(
+      "--pack", b.pack,
+      "Pack whole documents into sequences of this many tokens (slidedp-run --seq-len), best-fit "
+      "decreasing, padding with the document end (no loss); implies a document end (default: "
+      "--append-eos/--eos-id's, else the tokenizer's EOS or pad token that no document holds)");
   build->add_option("--long-documents", b.long_documents,
                     "With --pack, a document longer than a sequence: drop (default, counted in the summary), "
                     "truncate, or split across sequences");
-  build->add_option("--eval-fraction", b.eval_fraction,
-                    "Hold out this fraction of the documents (0 < F < 1, chosen by --split-seed) into --eval-out, "
-                    "for slidedp-run --eval-data");
+  build->add_option(
+      "--eval-fraction", b.eval_fraction,
+      "Hold out this fraction of the documents (0 < F < 1, chosen by --split-seed) into --eval-out, "
+      "for slidedp-run --eval-data");
   build->add_option("--eval-out", b.eval_out, "Token file for the held-out documents of --eval-fraction");
-  build->add_option("--split-seed", b.split_seed, "Seed of the held-out documents' choice (default 0)");
+  build->add_option("--split-seed", b.split_seed, "Seed of the held-out documents' choice (default 0)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            return !v.empty() && v.size() <= 19 && v.find_first_not_of("0123456789") == std::string::npos
+                       ? std::string()
+                       : "'" + v + "' is not an integer in [0, 10^19)";
+          },
+          "UINT"));
   build->add_flag("--json", b.json, "Print the summary as JSON on stdout");
 
   InspectArgs ins;
@@ -466,6 +509,8 @@ int main_body(int argc, char** argv) {
     int rc = app.exit(e);  // prints help (rc 0) or the usage error
     return rc == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
   }
+  if (*build && build->count("--document-end") && b.document_end.empty())
+    throw InputError("--document-end", "is empty (give a token's text or an id)");
   if (*build) return run_build(b);
   return run_inspect(ins);
 }

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "common/error.h"
+#include "common/file_util.h"
 #include "io/posix_file.h"
 
 namespace slidedp {
@@ -45,13 +46,16 @@ int64_t first_bad_token(const uint8_t* p, int64_t n, uint64_t vocab) {
 // each ending with the document end, then one more end token, so that the sampler's S = (N - 1) / T
 // sequences are exactly the bins.
 template <class TokenAt>
-std::string documents_mismatch(const TokenFileDocuments& d, uint64_t num_tokens, uint64_t vocab, TokenAt token_at) {
+std::string documents_mismatch(const TokenFileDocuments& d, uint64_t num_tokens, uint64_t vocab,
+                               TokenAt token_at) {
   if (!d.document_end) return d.packed_seq_len != 0 ? "packed_seq_len without a document end" : "";
-  if (*d.document_end >= vocab) return fmt::format("document_end {} is >= vocab_size {}", *d.document_end, vocab);
+  if (*d.document_end >= vocab)
+    return fmt::format("document_end {} is >= vocab_size {}", *d.document_end, vocab);
   if (d.packed_seq_len == 0) return "";
   const uint64_t T = static_cast<uint64_t>(d.packed_seq_len);
   if (d.packed_seq_len < 0 || num_tokens == 0 || (num_tokens - 1) % T != 0)
-    return fmt::format("{} tokens are not whole packed sequences of {} plus one end token", num_tokens, d.packed_seq_len);
+    return fmt::format("{} tokens are not whole packed sequences of {} plus one end token", num_tokens,
+                       d.packed_seq_len);
   for (uint64_t i = T - 1; i < num_tokens; i += T)
     if (token_at(i) != *d.document_end)
       return fmt::format("packed sequence {} ends with token {}, not the document end {}", i / T, token_at(i),
@@ -65,6 +69,7 @@ std::string documents_mismatch(const TokenFileDocuments& d, uint64_t num_tokens,
 struct TokenDataset::Storage {
   std::string name;
   MappedFile file;              // when opened from a file
+  std::string copied;           // when read from a file into memory
   std::vector<uint32_t> owned;  // when built in memory
   std::vector<uint8_t> owned_mask;
   const uint8_t* tokens = nullptr;
@@ -85,7 +90,20 @@ TokenDataset TokenDataset::open(const std::string& path) {
   auto s = std::make_shared<Storage>();
   s->name = path;
   s->file = MappedFile(path);
-  std::span<const uint8_t> bytes = s->file.bytes();
+  const std::span<const uint8_t> bytes = s->file.bytes();
+  return validated(std::move(s), bytes);
+}
+
+TokenDataset TokenDataset::read(const std::string& path) {
+  auto s = std::make_shared<Storage>();
+  s->name = path;
+  s->copied = read_text_file(path);  // binary-safe: the bytes as they are
+  const std::span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(s->copied.data()), s->copied.size());
+  return validated(std::move(s), bytes);
+}
+
+TokenDataset TokenDataset::validated(std::shared_ptr<Storage> s, std::span<const uint8_t> bytes) {
+  const std::string path = s->name;
   if (bytes.empty()) throw InputError(path, "empty file (not a token file)");
   if (bytes.size() < sizeof(TokenFileHeader))
     throw IoError(path, fmt::format("truncated: {} bytes, shorter than the {}-byte header", bytes.size(),
@@ -106,8 +124,11 @@ TokenDataset TokenDataset::open(const std::string& path) {
     throw InputError(path + ": flags", fmt::format("unknown flag bits 0x{:x}", h.flags & ~known));
   if ((h.flags & kTokenFileFlagPacked) && !(h.flags & kTokenFileFlagDocumentEnd))
     throw InputError(path + ": flags", "packed (bit 2) without a document end (bit 1)");
-  bool reserved_zero = ((h.flags & kTokenFileFlagDocumentEnd) || h.document_end == 0) &&
-                       ((h.flags & kTokenFileFlagPacked) || h.packed_seq_len == 0);
+  if (!(h.flags & kTokenFileFlagDocumentEnd) && h.document_end != 0)
+    throw InputError(path + ": document_end", "set (offset 36) while flags bit 1 says the file has none");
+  if (!(h.flags & kTokenFileFlagPacked) && h.packed_seq_len != 0)
+    throw InputError(path + ": packed_seq_len", "set (offset 40) while flags bit 2 says the file is not packed");
+  bool reserved_zero = true;
   for (uint8_t b : h.reserved) reserved_zero = reserved_zero && b == 0;
   if (!reserved_zero) throw InputError(path + ": reserved", "reserved header bytes must be zero");
   if (h.vocab_size == 0 || h.vocab_size > static_cast<uint64_t>(kMaxVocabSize))
@@ -146,8 +167,9 @@ TokenDataset TokenDataset::open(const std::string& path) {
         throw InputError(path, fmt::format("loss mask byte {} at index {} is not 0 or 1", s->mask[i], i));
   if (h.flags & kTokenFileFlagDocumentEnd) s->documents.document_end = h.document_end;
   if (h.flags & kTokenFileFlagPacked) {
-    if (h.packed_seq_len == 0 || h.packed_seq_len > static_cast<uint64_t>(INT64_MAX))
-      throw InputError(path + ": packed_seq_len", fmt::format("{} is not a sequence length", h.packed_seq_len));
+    if (h.packed_seq_len < 2 || h.packed_seq_len > static_cast<uint64_t>(INT64_MAX))
+      throw InputError(path + ": packed_seq_len",
+                       fmt::format("{} is not a sequence length", h.packed_seq_len));
     s->documents.packed_seq_len = static_cast<int64_t>(h.packed_seq_len);
   }
   TokenDataset d;
@@ -251,6 +273,9 @@ void write_token_file(const std::string& path, std::span<const uint32_t> tokens,
   namespace fs = std::filesystem;
   fs::path target(path);
   fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code made;
+  fs::create_directories(dir, made);  // as the tools' output checks allow: a missing folder is created
+  if (made) throw IoError(path, "cannot create the folder " + dir.string() + ": " + made.message());
   std::string tmp =
       (dir / ("." + target.filename().string() + ".tmp." + std::to_string(::getpid()))).string();
   try {

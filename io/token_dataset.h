@@ -44,6 +44,9 @@ class TokenDataset {
   // Maps and validates a token file. Throws IoError (missing, truncated) or InputError (wrong magic,
   // version, flags, token id >= vocab, mask byte not 0/1), each naming the file.
   static TokenDataset open(const std::string& path);
+  // The same, the file read into memory: for a small file that may be rewritten while it is in use
+  // (a held-out set regenerated during a run), which would break a mapping (SIGBUS on truncation).
+  static TokenDataset read(const std::string& path);
   // An in-memory dataset (the embedded corpus, tests); validated like a file. `loss_mask` is empty
   // (every target counts) or one 0/1 byte per token.
   static TokenDataset from_tokens(std::string name, std::vector<uint32_t> tokens,
@@ -62,6 +65,8 @@ class TokenDataset {
 
  private:
   struct Storage;
+  // Checks `bytes` (the file's, held by `s`) and points the dataset into them.
+  static TokenDataset validated(std::shared_ptr<Storage> s, std::span<const uint8_t> bytes);
   std::shared_ptr<const Storage> s_;
 };
 

@@ -101,7 +101,8 @@ std::vector<StepRow> RunLogReader::steps(int64_t run_id) const {
 }
 
 std::vector<EvalRecord> RunLogReader::evals(int64_t run_id) const {
-  Statement s(*impl_->conn, "SELECT step, loss, tokens, wait_s, data FROM evals WHERE run_id = ?1 ORDER BY step");
+  Statement s(*impl_->conn,
+              "SELECT step, loss, tokens, wait_s, data FROM evals WHERE run_id = ?1 ORDER BY step");
   s.bind(1, run_id);
   std::vector<EvalRecord> out;
   while (s.step()) {

@@ -85,11 +85,11 @@ struct StepRecord {
 
 // One evaluation on held-out data after optimizer step `step` (slidedp-run --eval-data).
 struct EvalRecord {
-  int64_t step = 0;  // 1-based, as StepRecord::step
+  int64_t step = 0;                                        // as StepRecord::step; 0: the starting weights
   double loss = std::numeric_limits<double>::quiet_NaN();  // mean token loss (NaN/Inf stored as NULL)
-  int64_t tokens = 0;  // targets that counted
-  double wait_s = 0;   // the trainer's wait for it after the step was done
-  std::string data;    // the held-out token file
+  int64_t tokens = 0;                                      // targets that counted
+  double wait_s = 0;  // the trainer's wait for it after the step was done
+  std::string data;   // the held-out token file
 };
 
 // Busy time of one category on one rank (nullopt: host) in one step: the union of its spans.
@@ -179,7 +179,7 @@ class RunLog {
   void log_phase_totals(int64_t run_id, std::span<const PhaseTotal> totals);
   void log_spans(int64_t run_id, std::span<const PhaseSpan> spans);
   void log_error(int64_t run_id, const ErrorRecord& error);
-  // Throws InputError naming the field for a step below 1, negative tokens or wait, an empty data
+  // Throws InputError naming the field for a negative step, tokens or wait, an empty data
   // name, or an evaluation of that step already logged.
   void log_eval(int64_t run_id, const EvalRecord& eval);
   void log_prediction(int64_t run_id, const PredictionRecord& prediction);

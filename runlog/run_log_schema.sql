@@ -119,11 +119,12 @@ CREATE TABLE predictions (
 );
 CREATE INDEX predictions_by_run ON predictions (run_id);
 
--- Evaluations while training (slidedp-run --eval-data): one row per evaluation, after optimizer step
--- `step` (1-based, as steps.step), with the weights that step produced. Version 3 added the table.
+-- Evaluations on held-out data (slidedp-run --eval-data): one row per evaluation, after optimizer step
+-- `step` (as steps.step), with the weights that step produced; 0: the starting weights (--steps 0).
+-- Version 3 added the table.
 CREATE TABLE evals (
   run_id           INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
-  step             INTEGER NOT NULL CHECK (step >= 1),
+  step             INTEGER NOT NULL CHECK (step >= 0),
   loss             REAL,   -- mean token loss over the held-out targets; NULL when not finite
   perplexity       REAL,   -- exp(loss); NULL when not finite
   tokens           INTEGER NOT NULL CHECK (tokens >= 0),  -- targets that counted

@@ -145,9 +145,10 @@ struct RunLog::Impl {
         insert_total(*conn,
                      "INSERT INTO phase_totals (run_id, step, rank, category, busy_s, count, node) "
                      "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
-        insert_span(*conn,
-                    "INSERT INTO phases (run_id, step, rank, category, name, unit, chunk, start_s, end_s, node) "
-                    "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
+        insert_span(
+            *conn,
+            "INSERT INTO phases (run_id, step, rank, category, name, unit, chunk, start_s, end_s, node) "
+            "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"),
         insert_error(
             *conn,
             "INSERT INTO errors (run_id, at, step, rank, kind, message) VALUES (?1, ?2, ?3, ?4, ?5, ?6)"),
@@ -391,7 +392,7 @@ void RunLog::log_error(int64_t run_id, const ErrorRecord& e) {
 void RunLog::log_eval(int64_t run_id, const EvalRecord& e) {
   Impl& m = *impl_;
   const std::string w = "evals[step " + std::to_string(e.step) + "]";
-  if (e.step < 1) throw InputError(m.where(w + ".step"), "must be at least 1 (optimizer steps are 1-based)");
+  if (e.step < 0) throw InputError(m.where(w + ".step"), "must be at least 0 (0: the starting weights)");
   if (e.tokens < 0) throw InputError(m.where(w + ".tokens"), "must be >= 0");
   if (!(std::isfinite(e.wait_s) && e.wait_s >= 0))
     throw InputError(m.where(w + ".wait_s"), "must be finite and >= 0 seconds, got " + num(e.wait_s));

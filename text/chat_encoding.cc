@@ -38,12 +38,15 @@ json messages_of(const json& line, const std::string& where) {
     if (!m.is_object()) throw InputError(at, "expected a message object {\"role\": ..., \"content\": ...}");
     if (!m.contains("role") || !m["role"].is_string()) throw InputError(at + ".role", "expected a string");
     if (!m.contains("content") && !m.contains("tool_calls")) throw InputError(at + ".content", "missing");
-    if (m.contains("tool_calls") && !m["tool_calls"].is_array()) throw InputError(at + ".tool_calls", "expected a list");
+    if (m.contains("tool_calls") && !m["tool_calls"].is_array())
+      throw InputError(at + ".tool_calls", "expected a list");
     if (m.contains("content")) {
       const json& c = m["content"];
       if (!(c.is_string() || c.is_array() || (c.is_null() && m.contains("tool_calls"))))
-        throw InputError(at + ".content",
-                         fmt::format("expected a string or a list of parts, got {} (null only beside tool_calls)", c.type_name()));
+        throw InputError(
+            at + ".content",
+            fmt::format("expected a string or a list of parts, got {} (null only beside tool_calls)",
+                        c.type_name()));
     }
     messages.push_back(m);
   };
@@ -224,8 +227,9 @@ ChatExample ChatEncoder::encode(const json& line, bool train_on_all, const std::
     for (std::size_t k = 0; k < ex.ids.size(); ++k)
       if (starts[k] < e && starts[k + 1] > b) ex.mask[k] = 1;
   if (std::find(ex.mask.begin(), ex.mask.end(), uint8_t{1}) == ex.mask.end())
-    throw InputError(where + ": messages", "no assistant turn: nothing of this conversation would count in the loss "
-                                           "(--train-on-all trains on every token)");
+    throw InputError(where + ": messages",
+                     "no assistant turn: nothing of this conversation would count in the loss "
+                     "(--train-on-all trains on every token)");
   return ex;
 }
 

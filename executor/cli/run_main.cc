@@ -72,18 +72,31 @@ extern "C" void on_stop_signal(int sig) {
 // The run's document end: --document-end, else what the token file records (a different one given is
 // refused: the file's documents end with its own). A file packed for another sequence length still
 // trains, its documents then cut at sequence boundaries: said on stderr.
-std::optional<int32_t> document_end_of(const TokenDataset& data, std::optional<int32_t> flag, int64_t seq_len) {
+void note_packing(const TokenDataset& data, int64_t seq_len) {
   const TokenFileDocuments& docs = data.documents();
   if (docs.packed_seq_len > 0 && docs.packed_seq_len != seq_len)
-    std::fprintf(stderr,
-                 "slidedp-run: note: %s was packed for sequences of %lld tokens; at --seq %lld documents are cut at "
-                 "sequence boundaries\n",
-                 data.name().c_str(), static_cast<long long>(docs.packed_seq_len), static_cast<long long>(seq_len));
+    std::fprintf(
+        stderr,
+        "slidedp-run: note: %s was packed for sequences of %lld tokens; at --seq %lld documents are cut at "
+        "sequence boundaries\n",
+        data.name().c_str(), static_cast<long long>(docs.packed_seq_len), static_cast<long long>(seq_len));
+}
+
+std::optional<int32_t> document_end_of(const TokenDataset& data, std::optional<int32_t> flag,
+                                       int64_t seq_len) {
+  note_packing(data, seq_len);
+  const TokenFileDocuments& docs = data.documents();
   if (!docs.document_end) return flag;
   if (flag && static_cast<uint32_t>(*flag) != *docs.document_end)
-    throw InputError("--document-end", fmt::format("{} differs from the document end {} that {} records", *flag,
-                                                   *docs.document_end, data.name()));
+    throw InputError("--document-end", fmt::format("{} differs from the document end {} that {} records",
+                                                   *flag, *docs.document_end, data.name()));
   return static_cast<int32_t>(*docs.document_end);
+}
+
+std::string fs_absolute(const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p = std::filesystem::absolute(path, ec);
+  return ec ? path : p.string();
 }
 
 int run_main(int argc, char** argv) {
@@ -110,11 +123,13 @@ int run_main(int argc, char** argv) {
   bool json = false, bench = false, exact = false, no_db = false, quiet = false, trace_kernels = false;
   std::string schedule = "constant";
   app.add_option("--data", data, "Token file (slidedp-data build ...); default: the embedded text, byte-tokenized");
-  app.add_option("--eval-data", eval_data,
-                 "Held-out token file (e.g. slidedp-data build --eval-fraction): its mean token loss and perplexity, "
-                 "over every sequence of --seq tokens with the weights of that step, after every --eval-every steps "
-                 "and after the last; logged (run log table evals), on the progress line and in --json. No update");
-  app.add_option("--eval-every", eval_every, "Evaluate --eval-data after every N-th step (default 0: after the last only)")
+  app.add_option(
+      "--eval-data", eval_data,
+      "Held-out token file (e.g. slidedp-data build --eval-fraction): its mean token loss and perplexity, "
+      "over every sequence of --seq tokens with the weights of that step, after every --eval-every steps "
+      "and after the last; logged (run log table evals), on the progress line and in --json. No update");
+  app.add_option("--eval-every", eval_every,
+                 "Evaluate --eval-data after every N-th step (default 0: after the last only)")
       ->check(integer_in(0, 1'000'000'000));
   app.add_option("--steps", steps, "Optimizer steps to run (after --resume: further steps)")->check(integer_in(0, 1'000'000'000));
   app.add_option("--lr", lr, "Peak learning rate")->check(finite_in(1e-12, 1));
@@ -145,11 +160,13 @@ int run_main(int argc, char** argv) {
                  "router_aux_loss_coef, e.g. 0.001), pooled per sequence over every MoE layer and averaged over the "
                  "step's sequences; the logged loss includes it (default 0: off, as the references fine-tune)")
       ->check(finite_in(0, 1e3));
-  app.add_option("--document-end", document_end,
-                 "Packed documents: the token id that ends every document. Attention, RoPE positions and Gated DeltaNet "
-                 "state restart after it, and it is not trained to predict the next document's first token (default: "
-                 "the one the token file records, slidedp-data build --document-end/--pack; else none, each sequence "
-                 "one stream)")
+  app.add_option(
+         "--document-end", document_end,
+         "Packed documents: the token id that ends every document. Attention, RoPE positions and Gated "
+         "DeltaNet "
+         "state restart after it, and it is not trained to predict the next document's first token (default: "
+         "the one the token file records, slidedp-data build --document-end/--pack; else none, each sequence "
+         "one stream)")
       ->check(integer_in(0, INT32_MAX));
   app.add_option("--on-nonfinite", on_nonfinite, "NaN/Inf loss or gradient: abort (default) | skip (the step leaves the state untouched; costs the update overlap)")
       ->check(CLI::IsMember({"abort", "skip"}));
@@ -276,8 +293,15 @@ int run_main(int argc, char** argv) {
   if (!host_pinned_limit.empty()) o.host_pinned_limit_bytes = budget_bytes_flag(host_pinned_limit, "--host-pinned-limit");
   o.update_threads = update_threads_flag;
   o.dataset = data.empty() ? default_corpus_dataset() : TokenDataset::open(data);
-  if (!eval_data.empty()) o.eval_dataset = TokenDataset::open(eval_data);
-  if (eval_every > 0 && eval_data.empty()) throw InputError("--eval-every", "needs --eval-data (the held-out token file)");
+  if (app.count("--eval-data") && eval_data.empty()) throw InputError("--eval-data", "is empty (give a token file)");
+  // Read into memory: a held-out file regenerated while the run goes on must not break a mapping.
+  if (!eval_data.empty()) {
+    if (!path_exists(eval_data)) throw IoError(eval_data, "no such file (--eval-data)");
+    o.eval_dataset = TokenDataset::read(eval_data);
+    note_packing(*o.eval_dataset, pf.seq_len);
+  }
+  if (eval_every > 0 && eval_data.empty())
+    throw InputError("--eval-every", "needs --eval-data (the held-out token file)");
   o.eval_every = eval_every;
   o.data_seed = data_seed;
   o.init_seed = init_seed;
@@ -294,18 +318,28 @@ int run_main(int argc, char** argv) {
   // checkpoint, a model folder or a token file copied differently), which would mix two runs' weights.
   if (g_link) {
     auto contents = [](const std::string& path) { return path_exists(path) ? content_fingerprint(path) : "(none)"; };
-    exec::check_nodes_agree(*g_link, {{"--resume (the checkpoint's files)",
-                                       resumed ? fmt::format("step {}, {}", resumed->optimizer_step, contents(resume)) : "none"},
-                                      {"--model (its files)", contents(pf.model)},
-                                      {"--data (its contents)", data.empty() ? "(embedded)" : contents(data)},
-                                      {"--eval-data (its contents)", eval_data.empty() ? "(none)" : contents(eval_data)}});
+    exec::check_nodes_agree(
+        *g_link, {{"--resume (the checkpoint's files)",
+                   resumed ? fmt::format("step {}, {}", resumed->optimizer_step, contents(resume)) : "none"},
+                  {"--model (its files)", contents(pf.model)},
+                  {"--data (its contents)", data.empty() ? "(embedded)" : contents(data)},
+                  {"--eval-data (its contents)", eval_data.empty() ? "(none)" : contents(eval_data)}});
   }
   // Every output is checked against every input before anything is written, and the checkpoint
   // root is taken for this run (node 0 writes its run.json and holds its lock until the run ends).
   auto if_file = [](const std::string& name_or_path) { return path_exists(name_or_path) ? name_or_path : ""; };
-  check_run_paths({.model = if_file(pf.model), .data = data, .eval_data = eval_data, .resume = resume, .lr_schedule = lr_file,
-                   .plan_file = flags.plan_file, .hardware = if_file(pf.hardware), .emulate = if_file(emulate),
-                   .save_model = save_model, .checkpoint_dir = checkpoint_dir, .db = no_db ? "" : db, .trace = trace});
+  check_run_paths({.model = if_file(pf.model),
+                   .data = data,
+                   .eval_data = eval_data,
+                   .resume = resume,
+                   .lr_schedule = lr_file,
+                   .plan_file = flags.plan_file,
+                   .hardware = if_file(pf.hardware),
+                   .emulate = if_file(emulate),
+                   .save_model = save_model,
+                   .checkpoint_dir = checkpoint_dir,
+                   .db = no_db ? "" : db,
+                   .trace = trace});
   std::optional<CheckpointRootLease> root_lease;
   if (!checkpoint_dir.empty() && lead)
     root_lease.emplace(CheckpointRootLease::acquire(checkpoint_dir, "--checkpoint-dir", o.card.name, resume));
@@ -463,13 +497,26 @@ int run_main(int argc, char** argv) {
   Table bench_table({"step", "loss", "step time", "compute", "h2d", "d2h", "fabric", "cpu update", "exposed", "tokens/s"},
                     {"", "", "s", "s", "s", "s", "s", "s", "s", ""});
   std::string last_eval;  // the latest evaluation, kept on the progress line until the next
+  // An evaluation: kept on the progress line until the next, and logged.
+  o.on_eval = [&](const exec::EvalPoint& e) {
+    last_eval = fmt::format(" | eval {:.4f} (ppl {:.4g}) after step {}", e.loss, std::exp(e.loss), e.step);
+    if (!quiet && !json && o.steps == 0) fmt::print("evaluation{}\n", last_eval.substr(7));
+    if (!log) return;
+    runlog::EvalRecord r;
+    r.step = e.step;
+    r.loss = e.loss;
+    r.tokens = e.tokens;
+    r.wait_s = e.wait_s;
+    r.data = fs_absolute(eval_data);
+    step_log->submit([run_id, r](runlog::RunLog& l) { l.log_eval(run_id, r); });
+  };
   auto on_step = [&](const exec::TrainStep& s) {
     tokens_total += static_cast<double>(s.tokens);
     time_total += s.wall_s;
-    if (s.eval_loss) last_eval = fmt::format(" | eval {:.4f} (ppl {:.4g}) at step {}", *s.eval_loss, std::exp(*s.eval_loss), s.step);
     progress.update(static_cast<double>(s.step - start_step),
                     fmt::format("step {} loss {:.4f}{} | {:.0f} tokens/s{}", s.step, s.loss, last_eval,
-                                static_cast<double>(s.tokens) / s.wall_s, s.skipped ? " | SKIPPED: " + s.skipped_reason : ""));
+                                static_cast<double>(s.tokens) / s.wall_s,
+                                s.skipped ? " | SKIPPED: " + s.skipped_reason : ""));
     if (log) {
       runlog::StepRecord r;
       r.step = s.step;
@@ -482,15 +529,6 @@ int run_main(int argc, char** argv) {
       r.skipped = s.skipped;
       r.skip_reason = s.skipped_reason;
       step_log->submit([run_id, r, totals = s.totals, spans = s.spans](runlog::RunLog& l) { l.log_step(run_id, r, totals, spans); });
-      if (s.eval_loss) {
-        runlog::EvalRecord e;
-        e.step = s.step;
-        e.loss = *s.eval_loss;
-        e.tokens = s.eval_tokens;
-        e.wait_s = s.eval_wait_s;
-        e.data = eval_data;
-        step_log->submit([run_id, e](runlog::RunLog& l) { l.log_eval(run_id, e); });
-      }
     }
     if (bench) {
       auto busy = [&](const char* k) { return s.busy_s.count(k) ? s.busy_s.at(k) : 0.0; };
@@ -514,7 +552,11 @@ int run_main(int argc, char** argv) {
     } training_over;
     result = exec::train(o, on_step);  // throws when every step was skipped, too
     if (!lead) return 0;
-    progress.finish(result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss));
+    std::string final = result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss);
+    if (!result.evals.empty() && !result.steps.empty())
+      final += fmt::format(", held-out loss {:.4f} (perplexity {:.4g}) after step {}", result.evals.back().loss,
+                           std::exp(result.evals.back().loss), result.evals.back().step);
+    progress.finish(final);
     if (!trace.empty())
       write_chrome_trace(trace, exec::timeline_spans(result.spans),
                          fmt::format("measured: slidedp-run {} ({} backend)", o.card.name, backend));
@@ -563,13 +605,12 @@ int run_main(int argc, char** argv) {
     j["backend"] = backend;
     j["steps"] = nlohmann::json::array();
     j["evals"] = nlohmann::json::array();
-    for (const auto& s : result.steps) {
+    for (const auto& s : result.steps)
       j["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"tokens", s.tokens}, {"wall_s", s.wall_s}, {"lr", s.lr},
                             {"skipped", s.skipped}, {"busy_s", s.busy_s}});
-      if (s.eval_loss)
-        j["evals"].push_back({{"step", s.step}, {"loss", *s.eval_loss}, {"perplexity", std::exp(*s.eval_loss)},
-                              {"tokens", s.eval_tokens}, {"wait_s", s.eval_wait_s}});
-    }
+    for (const auto& e : result.evals)
+      j["evals"].push_back({{"step", e.step}, {"loss", e.loss}, {"perplexity", std::exp(e.loss)},
+                            {"tokens", e.tokens}, {"wait_s", e.wait_s}});
     j["tokens_per_s"] = tps;
     j["final_loss"] = result.steps.empty() ? 0.0 : result.steps.back().loss;
     j["device_high_water_bytes"] = result.device_high_water_bytes;

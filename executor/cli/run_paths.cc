@@ -15,9 +15,13 @@
 namespace slidedp {
 
 void check_run_paths(const RunPaths& p) {
-  const std::vector<NamedPath> inputs = {{"--model", p.model},     {"--data", p.data}, {"--eval-data", p.eval_data},
-                                         {"--resume", p.resume},   {"--lr-schedule", p.lr_schedule},
-                                         {"--plan", p.plan_file},  {"--hardware", p.hardware},
+  const std::vector<NamedPath> inputs = {{"--model", p.model},
+                                         {"--data", p.data},
+                                         {"--eval-data", p.eval_data},
+                                         {"--resume", p.resume},
+                                         {"--lr-schedule", p.lr_schedule},
+                                         {"--plan", p.plan_file},
+                                         {"--hardware", p.hardware},
                                          {"--emulate", p.emulate}};
   const NamedPath save{"--save-model", p.save_model}, ckpt{"--checkpoint-dir", p.checkpoint_dir}, db{"--db", p.db},
       trace{"--trace", p.trace};

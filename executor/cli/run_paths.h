@@ -11,7 +11,8 @@ namespace slidedp {
 struct RunPaths {
   // inputs
   std::string model;  // a Hugging Face folder, a config.json or a card file ("" for a preset)
-  std::string data, eval_data, resume, lr_schedule, plan_file, hardware, emulate;  // hardware/emulate: a profile file or ""
+  std::string data, eval_data, resume, lr_schedule, plan_file, hardware,
+      emulate;  // hardware/emulate: a profile file or ""
   // outputs
   std::string save_model, checkpoint_dir, db, trace;
 };

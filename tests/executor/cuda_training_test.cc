@@ -109,10 +109,11 @@ TEST(CudaTraining, EvaluationEqualsTheNextStepsLossOnTheSameTokens) {
   o.backend = "cuda";
   const TrainResult r = train(o);
   ASSERT_EQ(r.steps.size(), 3u);
+  ASSERT_EQ(r.evals.size(), 3u);
   for (size_t s = 0; s + 1 < r.steps.size(); ++s) {
-    ASSERT_TRUE(r.steps[s].eval_loss.has_value());
-    EXPECT_EQ(r.steps[s].eval_tokens, r.steps[s + 1].tokens);
-    EXPECT_NEAR(*r.steps[s].eval_loss, r.steps[s + 1].loss, 1e-6 * r.steps[s + 1].loss) << "after step " << s + 1;
+    EXPECT_EQ(r.evals[s].step, static_cast<int64_t>(s + 1));
+    EXPECT_EQ(r.evals[s].tokens, r.steps[s + 1].tokens);
+    EXPECT_NEAR(r.evals[s].loss, r.steps[s + 1].loss, 1e-6 * r.steps[s + 1].loss) << "after step " << s + 1;
   }
 }
 

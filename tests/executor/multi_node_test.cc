@@ -12,13 +12,13 @@
 #include <chrono>
 #include <cstring>
 #include <filesystem>
-#include <map>
-#include <regex>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <thread>
-#include <nlohmann/json.hpp>
 #include <tuple>
 
 #include "executor/backend_registry.h"

@@ -211,3 +211,63 @@ TEST(Pipeline, LossGoesDownOnTheEmbeddedText) {
 
 }  // namespace
 }  // namespace slidedp::exec
+
+namespace slidedp::exec {
+namespace {
+
+// The first `sequences` sequences of the embedded text at seq_len, plus `tail` tokens more.
+TokenDataset embedded_prefix(int64_t sequences, int64_t seq_len, int64_t tail) {
+  const TokenDataset all = default_corpus_dataset();
+  std::vector<uint32_t> tokens;
+  for (int64_t i = 0; i < sequences * seq_len + 1 + tail; ++i) tokens.push_back(all.token(i));
+  return TokenDataset::from_tokens("prefix", tokens, {}, all.vocab_size());
+}
+
+// Evaluation (executor/evaluation.h) against the training step on the same tokens: with data of
+// exactly one step's sequences, the evaluation of the starting weights (--steps 0) is step 1's loss,
+// and the one after step s is step s + 1's (CPU backend, fp32 throughout, one rank). Training takes
+// the rows in its shuffled order, the evaluation in file order, and OpenBLAS rounds an fp32 row's dot
+// products by where the row falls in its blocks: 1e-9 relative measured; 1e-7 is about one fp32
+// rounding of the loss, while the weights of the step before move it by 1e-2. Two ranks evaluate their
+// halves of the held-out rows after the weights their split trained (fp32 gradient sums in another
+// order): within 1e-6.
+TEST(Pipeline, EvaluationEqualsTheTrainingLossOfTheSameTokens) {
+  TrainOptions o = testing::tiny_options(1, 4, 1, 3);
+  o.exact_fp32 = true;
+  o.dataset = embedded_prefix(4, o.seq_len, 0);
+  o.eval_dataset = o.dataset;
+  o.eval_every = 1;
+  const TrainResult trained = train(o);
+  ASSERT_EQ(trained.evals.size(), 3u);
+  for (size_t s = 0; s + 1 < trained.steps.size(); ++s) {
+    EXPECT_EQ(trained.evals[s].step, static_cast<int64_t>(s + 1));
+    EXPECT_EQ(trained.evals[s].tokens, trained.steps[s + 1].tokens);
+    EXPECT_NEAR(trained.evals[s].loss, trained.steps[s + 1].loss, 1e-7 * trained.steps[s + 1].loss);
+  }
+  TrainOptions before = o;
+  before.steps = 0;
+  const TrainResult start = train(before);
+  ASSERT_EQ(start.evals.size(), 1u);
+  EXPECT_EQ(start.evals[0].step, 0);
+  EXPECT_NEAR(start.evals[0].loss, trained.steps[0].loss, 1e-7 * trained.steps[0].loss);
+  TrainOptions two = o;
+  two.plan.ranks = 2;
+  two.plan.micro_batch = 2;
+  const TrainResult split = train(two);
+  ASSERT_EQ(split.evals.size(), 3u);
+  EXPECT_NEAR(split.evals[0].loss, trained.evals[0].loss, 1e-6 * trained.evals[0].loss);
+}
+
+// The held-out file's tokens after its last whole sequence are evaluated too (training leaves them
+// out), in a part-filled row; rows past the end count nothing: every target of the file counts once.
+TEST(Pipeline, EvaluationCountsEveryTargetOfTheFile) {
+  TrainOptions o = testing::tiny_options(2, 2, 1, 1);
+  o.eval_dataset = embedded_prefix(5, o.seq_len, 7);  // 5 whole sequences and 7 tokens: rows 0..5 of 8
+  const TrainResult r = train(o);
+  ASSERT_EQ(r.evals.size(), 1u);
+  EXPECT_EQ(r.evals[0].tokens, 5 * o.seq_len + 7);
+  EXPECT_TRUE(std::isfinite(r.evals[0].loss));
+}
+
+}  // namespace
+}  // namespace slidedp::exec

@@ -498,7 +498,8 @@ TEST_P(StepReference, MatchesPyTorch) {
       "--checkpoint-dir {} --checkpoint-every 1 --keep-checkpoints {} --ranks {} --micro-batch {} --accum {} "
       "--param-route {} --grad-route {} --activation {} --chunk-numel {} --eval-data {} --eval-every 1 {}",
       SLIDEDP_RUN_BIN, model_dir, g.data_path, g.T, kSteps, (dir / "ckpt").string(), kSteps, c.ranks,
-      c.micro_batch, c.accum, c.param_route, c.grad_route, c.activation, c.chunk_numel, g.data_path, g.run_flags);
+      c.micro_batch, c.accum, c.param_route, c.grad_route, c.activation, c.chunk_numel, g.data_path,
+      g.run_flags);
   if (c.depth > 0) cmd += fmt::format(" --depth {}", c.depth);
   if (c.save_model) cmd += " --save-model " + (dir / "saved").string();
   const testing::CommandResult out = testing::run_shell(cmd);
@@ -533,9 +534,11 @@ TEST_P(StepReference, MatchesPyTorch) {
   for (int s = 1; s < kSteps; ++s) {
     const json& ev = j["evals"][static_cast<size_t>(s - 1)];
     EXPECT_EQ(ev["step"].get<int64_t>(), s);
-    EXPECT_EQ(ev["tokens"].get<int64_t>(), g.h.targets[static_cast<size_t>(s)]) << "evaluation after step " << s;
+    EXPECT_EQ(ev["tokens"].get<int64_t>(), g.h.targets[static_cast<size_t>(s)])
+        << "evaluation after step " << s;
     if (!aux)
-      we.add(ev["loss"].get<double>(), g.h.loss[static_cast<size_t>(s)], g.loss_tol[static_cast<size_t>(s)], "eval loss", s);
+      we.add(ev["loss"].get<double>(), g.h.loss[static_cast<size_t>(s)], g.loss_tol[static_cast<size_t>(s)],
+             "eval loss", s);
   }
   EXPECT_LE(we.ratio, 1.0) << "evaluation: " << we.str();
   report += " | eval " + fmt::format("{:.2g}", we.ratio);

@@ -80,13 +80,15 @@ TEST(DocumentPacking, EveryDocumentLandsWholeInOneSequence) {
   const TokenStream& out = p.stream;
   ASSERT_EQ(static_cast<int64_t>(out.tokens.size()), p.summary.sequences * T + 1);
   // Every sequence ends with the end token, so no document crosses a boundary.
-  for (int64_t k = 1; k <= p.summary.sequences; ++k) EXPECT_EQ(out.tokens[static_cast<size_t>(k * T - 1)], kEnd);
+  for (int64_t k = 1; k <= p.summary.sequences; ++k)
+    EXPECT_EQ(out.tokens[static_cast<size_t>(k * T - 1)], kEnd);
   const auto docs = read_back(out);
   ASSERT_EQ(docs.size(), lengths.size());
   for (size_t d = 0; d < lengths.size(); ++d) {
     const auto& [tokens, mask] = docs.at(static_cast<uint32_t>(d + 2));
     ASSERT_EQ(static_cast<int64_t>(tokens.size()), lengths[d]) << "document " << d;
-    for (size_t i = 0; i < mask.size(); ++i) EXPECT_EQ(mask[i], (i + d) % 2) << "document " << d << " token " << i;
+    for (size_t i = 0; i < mask.size(); ++i)
+      EXPECT_EQ(mask[i], (i + d) % 2) << "document " << d << " token " << i;
   }
   // Padding and the added end tokens never count in the loss.
   for (size_t i = 0; i < out.tokens.size(); ++i)
@@ -109,8 +111,7 @@ TEST(DocumentPacking, TheSamplerSeesWholeDocumentsFromPositionZero) {
   const std::vector<int64_t> lengths = random_lengths(120, T - 1, 11);
   const PackedTokens p = pack_documents(make_stream(lengths), {kEnd, T, LongDocuments::kDrop});
   TempDir dir;
-  write_token_file(dir / "p.tok", p.stream.tokens, p.stream.loss_mask, 200, TokenDtype::kUint16,
-                   {kEnd, T});
+  write_token_file(dir / "p.tok", p.stream.tokens, p.stream.loss_mask, 200, TokenDtype::kUint16, {kEnd, T});
   const TokenDataset data = TokenDataset::open(dir / "p.tok");
   ASSERT_EQ(data.documents().document_end, kEnd);
   ASSERT_EQ(data.documents().packed_seq_len, T);
@@ -128,7 +129,8 @@ TEST(DocumentPacking, TheSamplerSeesWholeDocumentsFromPositionZero) {
       seen_length[id] = pos + 1;
     }
   }
-  for (size_t d = 0; d < lengths.size(); ++d) EXPECT_EQ(seen_length[static_cast<uint32_t>(d + 2)], lengths[d]) << d;
+  for (size_t d = 0; d < lengths.size(); ++d)
+    EXPECT_EQ(seen_length[static_cast<uint32_t>(d + 2)], lengths[d]) << d;
 }
 
 TEST(DocumentPacking, LongDocumentsAreDroppedTruncatedOrSplitAsAsked) {
@@ -153,7 +155,8 @@ TEST(DocumentPacking, LongDocumentsAreDroppedTruncatedOrSplitAsAsked) {
   EXPECT_EQ(split.summary.documents, 1 + 3 + 1 + 2);
 
   // A document that already ends with the end token fits at exactly T and gets no second one.
-  const PackedTokens exact = pack_documents(make_stream({10}, /*with_end=*/true), {kEnd, T, LongDocuments::kDrop});
+  const PackedTokens exact =
+      pack_documents(make_stream({10}, /*with_end=*/true), {kEnd, T, LongDocuments::kDrop});
   EXPECT_EQ(exact.summary.ends_added, 0);
   EXPECT_EQ(exact.summary.sequences, 1);
   EXPECT_EQ(exact.stream.loss_mask[9], 1);  // the document's own end keeps its mask
@@ -169,7 +172,8 @@ TEST(DocumentPacking, AnEndTokenInsideADocumentIsRefusedNamingIt) {
     EXPECT_NE(std::string(e.what()).find("doc1"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("--document-end"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(pack_documents(make_stream({30}), {kEnd, 8, LongDocuments::kDrop}), InputError);  // nothing fits
+  EXPECT_THROW(pack_documents(make_stream({30}), {kEnd, 8, LongDocuments::kDrop}),
+               InputError);  // nothing fits
 }
 
 TEST(DocumentPacking, TheHeldOutSplitIsAPartitionOfTheSizeAsked) {
@@ -185,6 +189,11 @@ TEST(DocumentPacking, TheHeldOutSplitIsAPartitionOfTheSizeAsked) {
   EXPECT_EQ(split_documents(in, 0.1, 42).second.tokens, held.tokens);
   EXPECT_NE(split_documents(in, 0.1, 43).second.tokens, held.tokens);
   EXPECT_THROW(split_documents(in, 1.0, 0), InputError);
+  // Empty documents are no documents to hold out: neither side is left without a token.
+  const auto [rest, one] = split_documents(make_stream({0, 3, 0, 2}), 0.5, 1);
+  EXPECT_EQ(rest.documents, 1);
+  EXPECT_EQ(one.documents, 1);
+  EXPECT_EQ(rest.tokens.size() + one.tokens.size(), 5u);
   EXPECT_THROW(split_documents(make_stream({3}), 0.5, 0), InputError);
 }
 

@@ -151,10 +151,10 @@ TEST(RunLog, CreatesFoldersWalSchemaAndVersion) {
       "AND type IN ('table', 'view') ORDER BY type, name");
   std::vector<std::string> got;
   for (auto& r : names) got.push_back(r[0]);
-  const std::vector<std::string> want = {"table errors",      "table evals",           "table phase_totals",    "table phases",
-                                         "table predictions", "table profile_samples", "table runs",
-                                         "table steps",       "view run_busy",         "view run_summary",
-                                         "view steady_steps", "view step_busy",        "view step_view"};
+  const std::vector<std::string> want = {
+      "table errors",          "table evals",    "table phase_totals", "table phases",  "table predictions",
+      "table profile_samples", "table runs",     "table steps",        "view run_busy", "view run_summary",
+      "view steady_steps",     "view step_busy", "view step_view"};
   EXPECT_EQ(got, want);
 }
 
@@ -494,7 +494,8 @@ TEST(RunLog, MigratesSchemaOneFiles) {
   }
   // Back to schema 1 as it was: no node columns, the three-part key.
   RawDb(old).exec(
-      "DROP INDEX phase_totals_unique; ALTER TABLE phases DROP COLUMN node; ALTER TABLE phase_totals DROP COLUMN node; "
+      "DROP INDEX phase_totals_unique; ALTER TABLE phases DROP COLUMN node; ALTER TABLE phase_totals DROP "
+      "COLUMN node; "
       "CREATE UNIQUE INDEX phase_totals_unique ON phase_totals (run_id, step, ifnull(rank, -1), category); "
       "DROP TABLE evals; PRAGMA user_version = 1;");
   ASSERT_EQ(RawDb(old).one("PRAGMA user_version"), "1");
@@ -541,8 +542,8 @@ TEST(RunLog, MigratesSchemaTwoFilesAndLogsEvaluations) {
     log.log_eval(id, e);
     // One evaluation per step; bad fields are named.
     EXPECT_TRUE(contains(expect_throw<InputError>([&] { log.log_eval(id, e); }), "already logged"));
-    e.step = 0;
-    EXPECT_TRUE(contains(expect_throw<InputError>([&] { log.log_eval(id, e); }), "evals[step 0].step"));
+    e.step = -1;
+    EXPECT_TRUE(contains(expect_throw<InputError>([&] { log.log_eval(id, e); }), "evals[step -1].step"));
     e.step = 2;
     e.loss = std::numeric_limits<double>::quiet_NaN();
     log.log_eval(id, e);

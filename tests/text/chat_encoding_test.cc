@@ -161,13 +161,20 @@ TEST(ChatEncoding, BadConversationsAreRefusedNamingTheLineAndField) {
   // A conversation nothing of which would train (no assistant turn), a null or numeric content, tools
   // or tool calls that are not lists: each named (they rendered, or failed inside the template).
   refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}}}}, "no assistant turn");
-  refused(q, {{"messages", {{{"role", "user"}, {"content", nullptr}}, {{"role", "assistant"}, {"content", "b"}}}}},
-          "messages[0].content");
+  refused(
+      q,
+      {{"messages", {{{"role", "user"}, {"content", nullptr}}, {{"role", "assistant"}, {"content", "b"}}}}},
+      "messages[0].content");
   refused(q, {{"messages", {{{"role", "user"}, {"content", 5}}, {{"role", "assistant"}, {"content", "b"}}}}},
           "messages[0].content");
-  refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}, {"tool_calls", "f()"}}}}},
+  refused(q,
+          {{"messages",
+            {{{"role", "user"}, {"content", "a"}},
+             {{"role", "assistant"}, {"content", "b"}, {"tool_calls", "f()"}}}}},
           "messages[1].tool_calls");
-  refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}}}, {"tools", "x"}},
+  refused(q,
+          {{"messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}}},
+           {"tools", "x"}},
           "tools");
   // A template that is not UTF-8 is refused when compiled, naming where it came from.
   try {

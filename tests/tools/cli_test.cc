@@ -10,20 +10,19 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
-#include <functional>
 #include <fstream>
+#include <functional>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
 #include "common/error.h"
 #include "executor/init_weights.h"
-#include "runlog/run_log.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "model/model_card.h"
+#include "runlog/run_log.h"
 #include "tests/shell_command.h"
 #include "tests/text/text_test_util.h"
 
@@ -284,17 +283,21 @@ void save_tiny_model(const fs::path& dir, uint64_t seed, const std::function<voi
 // carries the tokenizer and loads back.
 TEST(Cli, TheReadmesChatExampleRunsOnATinyFolder) {
   fs::path d = scratch("readmechat");
-  save_tiny_model(d / "model", 3, [](std::vector<std::vector<float>>&) {}, 259);
+  save_tiny_model(
+      d / "model", 3, [](std::vector<std::vector<float>>&) {}, 259);
   nlohmann::json tj = testing::byte_level_tokenizer_json({}, R"(\s+(?!\S)|\s+|\S+)");
   tj["added_tokens"] = nlohmann::json::array();
-  for (const auto& [id, content] : {std::pair{256, "<|im_start|>"}, std::pair{257, "<|im_end|>"}, std::pair{258, "<|pad|>"}})
+  for (const auto& [id, content] :
+       {std::pair{256, "<|im_start|>"}, std::pair{257, "<|im_end|>"}, std::pair{258, "<|pad|>"}})
     tj["added_tokens"].push_back({{"id", id}, {"content", content}, {"special", true}, {"single_word", false},
                                   {"lstrip", false}, {"rstrip", false}, {"normalized", false}});
   std::ofstream(d / "model" / "tokenizer.json") << tj.dump();
-  std::ofstream(d / "model" / "tokenizer_config.json")
-      << nlohmann::json{{"eos_token", "<|im_end|>"}, {"pad_token", "<|pad|>"},
-                        {"chat_template", "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor %}"}}
-             .dump();
+  std::ofstream(d / "model" / "tokenizer_config.json") << nlohmann::json{
+      {"eos_token", "<|im_end|>"},
+      {"pad_token", "<|pad|>"},
+      {"chat_template",
+       "{% for m in messages %}{{ '<|im_start|>' + m.role + '\\n' + m.content + '<|im_end|>\\n' }}{% endfor "
+       "%}"}}.dump();
   std::ofstream chats(d / "chats.jsonl");
   for (int k = 0; k < 40; ++k)
     chats << nlohmann::json{{"messages", {{{"role", "user"}, {"content", "What is " + std::to_string(k) + " plus one?"}},
@@ -304,9 +307,9 @@ TEST(Cli, TheReadmesChatExampleRunsOnATinyFolder) {
   chats.close();
   // As the README: packed, a part held out, trained with the held-out loss, saved with its tokenizer.
   // The template ends turns with the EOS, so packing takes the pad token as the document end.
-  Result r = sh(bin("slidedp-data") + " build " + (d / "chats.jsonl").string() + " --model " + (d / "model").string() +
-                " --pack 64 --eval-fraction 0.25 --eval-out " + (d / "chats-eval.tok").string() + " --out " +
-                (d / "chats.tok").string());
+  Result r = sh(bin("slidedp-data") + " build " + (d / "chats.jsonl").string() + " --model " +
+                (d / "model").string() + " --pack 64 --eval-fraction 0.25 --eval-out " +
+                (d / "chats-eval.tok").string() + " --out " + (d / "chats.tok").string());
   ASSERT_EQ(r.code, 0) << r.out;
   EXPECT_NE(r.out.find("40 conversations"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("loss mask yes"), std::string::npos) << r.out;
@@ -314,10 +317,11 @@ TEST(Cli, TheReadmesChatExampleRunsOnATinyFolder) {
   EXPECT_NE(r.out.find("documents end with token 258"), std::string::npos) << r.out;
   const std::string db = (d / "runs.db").string();
   r = sh(bin("slidedp-run") + " --model " + (d / "model").string() + " --data " + (d / "chats.tok").string() +
-         " --seq 64 --eval-data " + (d / "chats-eval.tok").string() + " --eval-every 2 --steps 3 --ranks 2 --db " + db +
-         " --save-model " + (d / "out").string());
+         " --seq 64 --eval-data " + (d / "chats-eval.tok").string() +
+         " --eval-every 2 --steps 3 --ranks 2 --db " + db + " --save-model " + (d / "out").string());
   ASSERT_EQ(r.code, 0) << r.out;
-  EXPECT_NE(r.out.find(" | eval "), std::string::npos) << "the progress line shows the evaluation:\n" << r.out;
+  EXPECT_NE(r.out.find(" | eval "), std::string::npos) << "the progress line shows the evaluation:\n"
+                                                       << r.out;
   runlog::RunLogReader log(db);
   const auto evals = log.evals(log.list_runs().front().id);
   ASSERT_EQ(evals.size(), 2u);  // after step 2 and after the last
@@ -365,7 +369,10 @@ TEST(Cli, EvaluationFlagsRefuseWhatCannotBeEvaluated) {
   const std::string data = bin("slidedp-data") + " build --vocab-size ";
   std::ofstream(d / "docs.jsonl") << "[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]\n";
   ASSERT_EQ(sh(data + "256 " + (d / "docs.jsonl").string() + " --out " + (d / "short.tok").string()).code, 0);
-  ASSERT_EQ(sh(data + "256 " + (d / "docs.jsonl").string() + " --document-end 0 --out " + (d / "ends.tok").string()).code, 0);
+  ASSERT_EQ(
+      sh(data + "256 " + (d / "docs.jsonl").string() + " --document-end 0 --out " + (d / "ends.tok").string())
+          .code,
+      0);
   ASSERT_EQ(sh(data + "300 " + (d / "docs.jsonl").string() + " --out " + (d / "wide.tok").string()).code, 0);
   const std::string run = bin("slidedp-run") + " --no-db -q --steps 1 --ranks 1";
   const struct {
@@ -373,10 +380,11 @@ TEST(Cli, EvaluationFlagsRefuseWhatCannotBeEvaluated) {
   } cases[] = {
       {" --seq 16 --eval-every 2", "--eval-every"},
       {" --seq 16 --eval-data " + (d / "ends.tok").string(), "ends.tok: document end"},  // the run has none
-      {" --seq 16 --eval-data " + (d / "wide.tok").string(), "wide.tok"},                // vocabulary 300 > 256
+      {" --seq 16 --eval-data " + (d / "wide.tok").string(), "wide.tok"},    // vocabulary 300 > 256
       {" --seq 32 --eval-data " + (d / "short.tok").string(), "short.tok"},  // 18 tokens: no sequence of 32
       {" --seq 16 --eval-data " + (d / "missing.tok").string(), "missing.tok"},
-      {" --seq 16 --eval-data " + (d / "short.tok").string() + " --save-model " + (d / "short.tok").string(), "--save-model"},
+      {" --seq 16 --eval-data " + (d / "short.tok").string() + " --save-model " + (d / "short.tok").string(),
+       "--save-model"},
   };
   for (const auto& c : cases) {
     const Result r = sh(run + c.flags);
