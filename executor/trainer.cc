@@ -127,11 +127,12 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
     auto say = [](std::optional<uint32_t> id) { return id ? std::to_string(*id) : std::string("none"); };
     if ((recorded && (!o.document_end || static_cast<int64_t>(*recorded) != *o.document_end)) ||
         (trained && recorded != trained))
-      throw InputError(e.name() + ": document end",
-                       fmt::format("the evaluation file's documents end with token {}, the training file's with {} "
-                                   "(the run's: {})",
-                                   say(recorded), say(trained),
-                                   o.document_end ? std::to_string(*o.document_end) : "none"));
+      throw InputError(
+          e.name() + ": document end",
+          fmt::format("the evaluation file's documents end with token {}, the training file's with {} "
+                      "(the run's: {})",
+                      say(recorded), say(trained),
+                      o.document_end ? std::to_string(*o.document_end) : "none"));
   }
   if (o.eval_every < 0) throw InputError("eval_every", fmt::format("{} must be >= 0", o.eval_every));
   if (o.document_end && (*o.document_end < 0 || *o.document_end >= o.card.vocab_size))
@@ -511,8 +512,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     int64_t counted = 0;
     for (int64_t q = 0; q < rows && counted == 0; ++q) counted += eval_sampler->fill_sequences(q, 1, in, tg);
     if (counted == 0)
-      throw InputError(o.eval_dataset->name() + ": loss mask",
-                       "no target of the evaluation data counts (every mask byte is 0): there is nothing to evaluate");
+      throw InputError(
+          o.eval_dataset->name() + ": loss mask",
+          "no target of the evaluation data counts (every mask byte is 0): there is nothing to evaluate");
   }
 
   std::vector<std::unique_ptr<RankDriver>> drivers;

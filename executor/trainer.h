@@ -32,10 +32,10 @@ using runlog::PhaseTotal;
 
 // One evaluation on held-out data (TrainOptions::eval_dataset).
 struct EvalPoint {
-  int64_t step = 0;    // after this many optimizer steps (0: the starting weights)
-  double loss = 0;     // mean token loss over `tokens` targets (NaN when none counted)
+  int64_t step = 0;  // after this many optimizer steps (0: the starting weights)
+  double loss = 0;   // mean token loss over `tokens` targets (NaN when none counted)
   int64_t tokens = 0;
-  double wait_s = 0;   // how long the trainer waited for it after the step was checkpointed
+  double wait_s = 0;  // how long the trainer waited for it after the step was checkpointed
 };
 
 struct TrainOptions {
@@ -135,7 +135,7 @@ struct TrainStep {
 
 struct TrainResult {
   std::vector<TrainStep> steps;
-  std::vector<EvalPoint> evals;  // in step order
+  std::vector<EvalPoint> evals;            // in step order
   std::vector<std::vector<float>> master;  // final fp32 master weights per unit (empty when sharded across nodes)
   std::vector<int64_t> device_high_water_bytes;       // per rank, deferred frees counted until done
   std::vector<int64_t> device_held_high_water_bytes;  // per rank, as the allocation order holds them

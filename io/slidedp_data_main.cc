@@ -136,10 +136,12 @@ void check_build_outputs(const BuildArgs& a) {
   refuse_output_over_inputs({"--out", a.out}, inputs);
   refuse_output_in_checkpoints({"--out", a.out});
   if (!a.eval_out.empty() && !(a.eval_fraction > 0 && a.eval_fraction < 1))
-    throw InputError("--eval-fraction", fmt::format("{} is outside (0, 1) (--eval-out needs a fraction to hold out)",
-                                                    a.eval_fraction));
+    throw InputError(
+        "--eval-fraction",
+        fmt::format("{} is outside (0, 1) (--eval-out needs a fraction to hold out)", a.eval_fraction));
   if (a.eval_fraction != 0 && a.eval_out.empty())
-    throw InputError("--eval-out", "--eval-fraction F needs --eval-out FILE (the held-out documents are written there)");
+    throw InputError("--eval-out",
+                     "--eval-fraction F needs --eval-out FILE (the held-out documents are written there)");
   if (!a.eval_out.empty()) {
     check_output_file_target({"--eval-out", a.eval_out});
     inputs.push_back({"--out", a.out});

@@ -127,7 +127,8 @@ TokenDataset TokenDataset::validated(std::shared_ptr<Storage> s, std::span<const
   if (!(h.flags & kTokenFileFlagDocumentEnd) && h.document_end != 0)
     throw InputError(path + ": document_end", "set (offset 36) while flags bit 1 says the file has none");
   if (!(h.flags & kTokenFileFlagPacked) && h.packed_seq_len != 0)
-    throw InputError(path + ": packed_seq_len", "set (offset 40) while flags bit 2 says the file is not packed");
+    throw InputError(path + ": packed_seq_len",
+                     "set (offset 40) while flags bit 2 says the file is not packed");
   bool reserved_zero = true;
   for (uint8_t b : h.reserved) reserved_zero = reserved_zero && b == 0;
   if (!reserved_zero) throw InputError(path + ": reserved", "reserved header bytes must be zero");

@@ -293,7 +293,8 @@ int run_main(int argc, char** argv) {
   if (!host_pinned_limit.empty()) o.host_pinned_limit_bytes = budget_bytes_flag(host_pinned_limit, "--host-pinned-limit");
   o.update_threads = update_threads_flag;
   o.dataset = data.empty() ? default_corpus_dataset() : TokenDataset::open(data);
-  if (app.count("--eval-data") && eval_data.empty()) throw InputError("--eval-data", "is empty (give a token file)");
+  if (app.count("--eval-data") && eval_data.empty())
+    throw InputError("--eval-data", "is empty (give a token file)");
   // Read into memory: a held-out file regenerated while the run goes on must not break a mapping.
   if (!eval_data.empty()) {
     if (!path_exists(eval_data)) throw IoError(eval_data, "no such file (--eval-data)");
@@ -552,10 +553,12 @@ int run_main(int argc, char** argv) {
     } training_over;
     result = exec::train(o, on_step);  // throws when every step was skipped, too
     if (!lead) return 0;
-    std::string final = result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss);
+    std::string final =
+        result.steps.empty() ? "" : fmt::format("final loss {:.4f}", result.steps.back().loss);
     if (!result.evals.empty() && !result.steps.empty())
-      final += fmt::format(", held-out loss {:.4f} (perplexity {:.4g}) after step {}", result.evals.back().loss,
-                           std::exp(result.evals.back().loss), result.evals.back().step);
+      final +=
+          fmt::format(", held-out loss {:.4f} (perplexity {:.4g}) after step {}", result.evals.back().loss,
+                      std::exp(result.evals.back().loss), result.evals.back().step);
     progress.finish(final);
     if (!trace.empty())
       write_chrome_trace(trace, exec::timeline_spans(result.spans),
@@ -609,8 +612,11 @@ int run_main(int argc, char** argv) {
       j["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"tokens", s.tokens}, {"wall_s", s.wall_s}, {"lr", s.lr},
                             {"skipped", s.skipped}, {"busy_s", s.busy_s}});
     for (const auto& e : result.evals)
-      j["evals"].push_back({{"step", e.step}, {"loss", e.loss}, {"perplexity", std::exp(e.loss)},
-                            {"tokens", e.tokens}, {"wait_s", e.wait_s}});
+      j["evals"].push_back({{"step", e.step},
+                            {"loss", e.loss},
+                            {"perplexity", std::exp(e.loss)},
+                            {"tokens", e.tokens},
+                            {"wait_s", e.wait_s}});
     j["tokens_per_s"] = tps;
     j["final_loss"] = result.steps.empty() ? 0.0 : result.steps.back().loss;
     j["device_high_water_bytes"] = result.device_high_water_bytes;
