@@ -17,7 +17,8 @@ packages=(
 # in ctest (StepGoldens.Regenerate) to prove the committed files come from
 # scripts/golden/make_step_goldens.py: ~80 s and ~600 MiB (178 packages) on Debian 12.
 # python3-jinja2: the reference renderer of the chat-template agreement test (transformers renders with it).
-if [ "${SLIDEDP_TEST_DEPS:-1}" = "1" ]; then packages+=(python3-torch python3-jinja2); fi
+# clang-format and clang-tidy: scripts/style_check.sh, which the test command runs on the changed files.
+if [ "${SLIDEDP_TEST_DEPS:-1}" = "1" ]; then packages+=(python3-torch python3-jinja2 clang-format clang-tidy); fi
 # Fuzzing campaigns only (scripts/fuzz.sh sets it): clang with libFuzzer and the sanitizer runtimes.
 if [ "${SLIDEDP_FUZZ_DEPS:-0}" = "1" ]; then packages+=(clang libclang-rt-dev); fi
 missing=()

@@ -8,7 +8,10 @@
 # fuzz target needs the planner and sweeps built under ASan (about 3 minutes of CI's 40): its replay
 # runs in the plain build and its ASan campaign in scripts/fuzz.sh. The multi-node tests run only in
 # the plain build: their second process is an MPI library's, uninstrumented. Tests that
-# need a GPU skip themselves with a visible reason. Extra arguments go to the main ctest run.
+# need a GPU skip themselves with a visible reason. Before the tests, scripts/style_check.sh checks the
+# files changed since .style-base (clang-format on the changed lines, no function over 150 lines; about a
+# minute); a finding fails the command after everything has run (SLIDEDP_STYLE=0 skips it). Extra
+# arguments go to the main ctest run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="${SLIDEDP_TEST_JOBS:-2}"
@@ -17,6 +20,13 @@ jobs="${SLIDEDP_TEST_JOBS:-2}"
 # costs compile time that CI's 30 minutes need
 "$root/scripts/build.sh" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG"
 build="${SLIDEDP_BUILD_DIR:-$root/build}"
+# Style on what changed since .style-base (clang-format on changed lines, function sizes): reported
+# here, its verdict the script's exit status once every test has run.
+style_status=0
+if [ "${SLIDEDP_STYLE:-1}" = "1" ]; then
+  echo "== style checks on the changed files =="
+  SLIDEDP_BUILD_DIR="$build" "$root/scripts/style_check.sh" || style_status=1
+fi
 ctest --test-dir "$build" -j "$jobs" --output-on-failure "$@"
 
 if [ "${SLIDEDP_TSAN:-1}" = "1" ]; then
@@ -44,4 +54,8 @@ if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
     --target "${targets[@]}"
   ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
     ctest --test-dir "$asan" -j "$jobs" --output-on-failure -R "$("$root/scripts/built_tests.py" "$asan")"
+fi
+if [ "$style_status" != 0 ]; then
+  echo "test.sh: the style checks failed (see '== style checks' above)"
+  exit 1
 fi
