@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "common/error.h"
 #include "text/jinja_builtins.h"
@@ -37,6 +38,13 @@ json messages_of(const json& line, const std::string& where) {
   auto add = [&](const json& m, const std::string& at) {
     if (!m.is_object()) throw InputError(at, "expected a message object {\"role\": ..., \"content\": ...}");
     if (!m.contains("role") || !m["role"].is_string()) throw InputError(at + ".role", "expected a string");
+    // The roles the released templates of our families know; another would be rendered by a template
+    // that does not check (Llama 3's prints any header) and train on a turn the model never sees.
+    static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool", "ipython", "function"};
+    if (!kRoles.count(m["role"].get<std::string>()))
+      throw InputError(at + ".role", fmt::format("unknown role '{}' (one of system, developer, user, assistant, tool, "
+                                                 "ipython, function)",
+                                                 m["role"].get<std::string>()));
     if (!m.contains("content") && !m.contains("tool_calls")) throw InputError(at + ".content", "missing");
     if (m.contains("tool_calls") && !m["tool_calls"].is_array())
       throw InputError(at + ".tool_calls", "expected a list");

@@ -88,7 +88,7 @@ TEST(TokenFile, EveryMalformedFileIsAnErrorNamingIt) {
     std::memcpy(b.data() + offset, value, n);
     return b;
   };
-  uint32_t v2 = 2, b3 = 3, flag_bits = 6, one = 1;
+  uint32_t v2 = 2, b3 = 3, flag_bits = 8, one = 1;
   uint64_t huge = 1000, vocab5 = 5, vocab_big = 70000;
   struct Case {
     const char* label;
@@ -106,7 +106,9 @@ TEST(TokenFile, EveryMalformedFileIsAnErrorNamingIt) {
       {"token >= vocab", patched(24, &vocab5, 8), ErrorKind::kInput, "token 5 at index 0 is >= vocab_size 5"},
       {"uint16 with a big vocab", patched(24, &vocab_big, 8), ErrorKind::kInput, "uint16"},
       {"unknown flags", patched(32, &flag_bits, 4), ErrorKind::kInput, "flags"},
-      {"reserved not zero", patched(40, &one, 4), ErrorKind::kInput, "reserved"},
+      {"reserved not zero", patched(48, &one, 4), ErrorKind::kInput, "reserved"},
+      {"document end without its flag", patched(36, &one, 4), ErrorKind::kInput, "document_end"},
+      {"packed length without its flag", patched(40, &one, 4), ErrorKind::kInput, "packed_seq_len"},
       {"mask flag without mask bytes", patched(32, &one, 4), ErrorKind::kIo, "truncated"},
       {"trailing bytes", good + "xy", ErrorKind::kInput, "belong to nothing"},
   };
