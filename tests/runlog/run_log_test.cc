@@ -479,7 +479,7 @@ TEST(RunLog, PhasesOfSeveralNodesKeepTheirNode) {
 }
 
 // A file of schema 1 (before the node columns) is migrated when opened, its rows kept, and ends up
-// with the columns of a file created at schema 2.
+// with the columns and tables of a file created now.
 TEST(RunLog, MigratesSchemaOneFiles) {
   TempDir tmp;
   const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
