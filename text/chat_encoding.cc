@@ -40,11 +40,13 @@ json messages_of(const json& line, const std::string& where) {
     if (!m.contains("role") || !m["role"].is_string()) throw InputError(at + ".role", "expected a string");
     // The roles the released templates of our families know; another would be rendered by a template
     // that does not check (Llama 3's prints any header) and train on a turn the model never sees.
-    static const std::set<std::string> kRoles = {"system", "developer", "user", "assistant", "tool", "ipython", "function"};
+    static const std::set<std::string> kRoles = {"system", "developer", "user",    "assistant",
+                                                 "tool",   "ipython",   "function"};
     if (!kRoles.count(m["role"].get<std::string>()))
-      throw InputError(at + ".role", fmt::format("unknown role '{}' (one of system, developer, user, assistant, tool, "
-                                                 "ipython, function)",
-                                                 m["role"].get<std::string>()));
+      throw InputError(at + ".role",
+                       fmt::format("unknown role '{}' (one of system, developer, user, assistant, tool, "
+                                   "ipython, function)",
+                                   m["role"].get<std::string>()));
     if (!m.contains("content") && !m.contains("tool_calls")) throw InputError(at + ".content", "missing");
     if (m.contains("tool_calls") && !m["tool_calls"].is_array())
       throw InputError(at + ".tool_calls", "expected a list");

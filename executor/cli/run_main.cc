@@ -501,7 +501,7 @@ int run_main(int argc, char** argv) {
   // An evaluation: kept on the progress line until the next, and logged.
   o.on_eval = [&](const exec::EvalPoint& e) {
     last_eval = fmt::format(" | eval {:.4f} (ppl {:.4g}) after step {}", e.loss, std::exp(e.loss), e.step);
-    if (!quiet && !json && o.steps == 0) fmt::print("evaluation{}\n", last_eval.substr(7));
+    if (lead && !quiet && !json && o.steps == 0) fmt::print("evaluation{}\n", last_eval.substr(7));
     if (!log) return;
     runlog::EvalRecord r;
     r.step = e.step;

@@ -161,7 +161,8 @@ TEST(ChatEncoding, BadConversationsAreRefusedNamingTheLineAndField) {
   // A conversation nothing of which would train (no assistant turn), a null or numeric content, tools
   // or tool calls that are not lists: each named (they rendered, or failed inside the template).
   refused(q, {{"messages", {{{"role", "user"}, {"content", "a"}}}}}, "no assistant turn");
-  refused(q, {{"messages", {{{"role", "robot"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}}}},
+  refused(q,
+          {{"messages", {{{"role", "robot"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}}}},
           "messages[0].role");
   refused(
       q,
