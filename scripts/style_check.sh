@@ -24,7 +24,8 @@ status=0
 # clang-format on the lines that changed.
 formatting="$(git clang-format --diff --extensions cc,h,cu,cuh "$base" -- "${files[@]}" 2>&1)"
 if [ "${formatting#diff --git}" != "$formatting" ]; then
-  echo "style: clang-format would change these lines (apply: git clang-format $base):"
+  echo "style: clang-format would change these lines (apply: commit, then git clang-format $base, which leaves files"
+  echo "       with unstaged changes alone, and commit again):"
   echo "$formatting"
   status=1
 fi
