@@ -100,10 +100,7 @@ TEST(CudaTraining, EvaluationEqualsTheNextStepsLossOnTheSameTokens) {
         << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
   TrainOptions o = curve_options();
   o.steps = 3;
-  const TokenDataset all = default_corpus_dataset();
-  std::vector<uint32_t> tokens;
-  for (int64_t i = 0; i < 8 * o.seq_len + 1; ++i) tokens.push_back(all.token(i));
-  o.dataset = TokenDataset::from_tokens("one step", tokens, {}, all.vocab_size());
+  o.dataset = testing::embedded_prefix(8, o.seq_len);
   o.eval_dataset = o.dataset;
   o.eval_every = 1;
   o.backend = "cuda";

@@ -96,6 +96,15 @@ inline TrainOptions tiny_options(int ranks, int micro_batch, int accum, int64_t 
   return o;
 }
 
+// The first `sequences` sequences of the embedded text at `seq_len` (their shifted targets included),
+// plus `tail` tokens more: data of an exact number of sequences.
+inline TokenDataset embedded_prefix(int64_t sequences, int64_t seq_len, int64_t tail = 0) {
+  const TokenDataset all = default_corpus_dataset();
+  std::vector<uint32_t> tokens;
+  for (int64_t i = 0; i < sequences * seq_len + 1 + tail; ++i) tokens.push_back(all.token(i));
+  return TokenDataset::from_tokens("embedded prefix", tokens, {}, all.vocab_size());
+}
+
 // Max |a - b| / (atol + rtol |b|) over every weight; <= 1 means within tolerance.
 inline double weight_error(const TrainResult& a, const TrainResult& b, double atol, double rtol) {
   double worst = 0;

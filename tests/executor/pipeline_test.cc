@@ -215,14 +215,6 @@ TEST(Pipeline, LossGoesDownOnTheEmbeddedText) {
 namespace slidedp::exec {
 namespace {
 
-// The first `sequences` sequences of the embedded text at seq_len, plus `tail` tokens more.
-TokenDataset embedded_prefix(int64_t sequences, int64_t seq_len, int64_t tail) {
-  const TokenDataset all = default_corpus_dataset();
-  std::vector<uint32_t> tokens;
-  for (int64_t i = 0; i < sequences * seq_len + 1 + tail; ++i) tokens.push_back(all.token(i));
-  return TokenDataset::from_tokens("prefix", tokens, {}, all.vocab_size());
-}
-
 // Evaluation (executor/evaluation.h) against the training step on the same tokens: with data of
 // exactly one step's sequences, the evaluation of the starting weights (--steps 0) is step 1's loss,
 // and the one after step s is step s + 1's (CPU backend, fp32 throughout, one rank). Training takes
@@ -234,7 +226,7 @@ TokenDataset embedded_prefix(int64_t sequences, int64_t seq_len, int64_t tail) {
 TEST(Pipeline, EvaluationEqualsTheTrainingLossOfTheSameTokens) {
   TrainOptions o = testing::tiny_options(1, 4, 1, 3);
   o.exact_fp32 = true;
-  o.dataset = embedded_prefix(4, o.seq_len, 0);
+  o.dataset = testing::embedded_prefix(4, o.seq_len, 0);
   o.eval_dataset = o.dataset;
   o.eval_every = 1;
   const TrainResult trained = train(o);
@@ -262,7 +254,7 @@ TEST(Pipeline, EvaluationEqualsTheTrainingLossOfTheSameTokens) {
 // out), in a part-filled row; rows past the end count nothing: every target of the file counts once.
 TEST(Pipeline, EvaluationCountsEveryTargetOfTheFile) {
   TrainOptions o = testing::tiny_options(2, 2, 1, 1);
-  o.eval_dataset = embedded_prefix(5, o.seq_len, 7);  // 5 whole sequences and 7 tokens: rows 0..5 of 8
+  o.eval_dataset = testing::embedded_prefix(5, o.seq_len, 7);  // 5 whole sequences and 7 tokens: rows 0..5 of 8
   const TrainResult r = train(o);
   ASSERT_EQ(r.evals.size(), 1u);
   EXPECT_EQ(r.evals[0].tokens, 5 * o.seq_len + 7);
