@@ -254,7 +254,8 @@ TEST(Pipeline, EvaluationEqualsTheTrainingLossOfTheSameTokens) {
 // out), in a part-filled row; rows past the end count nothing: every target of the file counts once.
 TEST(Pipeline, EvaluationCountsEveryTargetOfTheFile) {
   TrainOptions o = testing::tiny_options(2, 2, 1, 1);
-  o.eval_dataset = testing::embedded_prefix(5, o.seq_len, 7);  // 5 whole sequences and 7 tokens: rows 0..5 of 8
+  o.eval_dataset =
+      testing::embedded_prefix(5, o.seq_len, 7);  // 5 whole sequences and 7 tokens: rows 0..5 of 8
   const TrainResult r = train(o);
   ASSERT_EQ(r.evals.size(), 1u);
   EXPECT_EQ(r.evals[0].tokens, 5 * o.seq_len + 7);
