@@ -141,6 +141,18 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
   (void)layout;
 }
 
+// A token file whose every target is masked out (no mask byte 1 after the first token) holds nothing
+// to `purpose` (train on, evaluate).
+void refuse_all_masked(const TokenDataset& d, const char* purpose) {
+  if (!d.has_loss_mask()) return;
+  for (int64_t i = 1; i < d.num_tokens(); ++i)
+    if (d.counts_in_loss(i)) return;
+  throw InputError(d.name() + ": loss mask",
+                   fmt::format("every target is masked out (no mask byte is 1 after the first token): there is "
+                               "nothing to {}",
+                               purpose));
+}
+
 // Multi-node: node 0's record of a step gets every node's phase totals and sampled spans, each
 // tagged with its node (the run log's phases.node); the other nodes send theirs.
 void gather_node_phases(NodeLink& link, TrainStep& rec) {
@@ -491,13 +503,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   Updater updater(state, ring_ptrs, pool, control, uc);
 
   const int64_t global_batch = plan.global_batch_sequences();
-  if (o.dataset.has_loss_mask()) {  // a mask of zeros would "train" at loss 0 without a gradient
-    bool any_target = false;
-    for (int64_t i = 1; i < o.dataset.num_tokens() && !any_target; ++i) any_target = o.dataset.counts_in_loss(i);
-    if (!any_target)
-      throw InputError(o.dataset.name() + ": loss mask", "every target is masked out (no mask byte is 1 after the first "
-                                                         "token): there is nothing to train on");
-  }
+  refuse_all_masked(o.dataset, "train on");  // it would "train" at loss 0 without a gradient
+  if (o.eval_dataset) refuse_all_masked(*o.eval_dataset, "evaluate");  // every evaluation would be NaN
   SequenceSampler sampler(o.dataset, o.seq_len, global_batch, o.data_seed, o.document_end);
   if (ckpt) sampler.resume(ckpt->state().data_cursor, result.start_step);
   // Evaluation: every held-out sequence in file order, shared among the ranks (evaluation.h).
@@ -507,14 +514,6 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     eval_sampler.emplace(*o.eval_dataset, o.seq_len, 1, 0, o.document_end);
     const int64_t rows = eval_sampler->sequences_with_tail();
     eval_tally.emplace(control, N, eval_micro_batches(rows, N * M, plan.micro_batch));
-    // Nothing to average over (a mask of zeros) is refused: every evaluation would be NaN.
-    std::vector<int32_t> in(static_cast<size_t>(o.seq_len)), tg(in.size());
-    int64_t counted = 0;
-    for (int64_t q = 0; q < rows && counted == 0; ++q) counted += eval_sampler->fill_sequences(q, 1, in, tg);
-    if (counted == 0)
-      throw InputError(
-          o.eval_dataset->name() + ": loss mask",
-          "no target of the evaluation data counts (every mask byte is 0): there is nothing to evaluate");
   }
 
   std::vector<std::unique_ptr<RankDriver>> drivers;
