@@ -147,10 +147,11 @@ void refuse_all_masked(const TokenDataset& d, const char* purpose) {
   if (!d.has_loss_mask()) return;
   for (int64_t i = 1; i < d.num_tokens(); ++i)
     if (d.counts_in_loss(i)) return;
-  throw InputError(d.name() + ": loss mask",
-                   fmt::format("every target is masked out (no mask byte is 1 after the first token): there is "
-                               "nothing to {}",
-                               purpose));
+  throw InputError(
+      d.name() + ": loss mask",
+      fmt::format("every target is masked out (no mask byte is 1 after the first token): there is "
+                  "nothing to {}",
+                  purpose));
 }
 
 // Multi-node: node 0's record of a step gets every node's phase totals and sampled spans, each

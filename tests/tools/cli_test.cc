@@ -374,9 +374,11 @@ TEST(Cli, EvaluationFlagsRefuseWhatCannotBeEvaluated) {
           .code,
       0);
   ASSERT_EQ(sh(data + "300 " + (d / "docs.jsonl").string() + " --out " + (d / "wide.tok").string()).code, 0);
-  std::ofstream(d / "masked.jsonl") << "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18], "
-                                       "\"loss_mask\": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}\n";
-  ASSERT_EQ(sh(data + "256 " + (d / "masked.jsonl").string() + " --out " + (d / "masked.tok").string()).code, 0);
+  std::ofstream(d / "masked.jsonl")
+      << "{\"input_ids\": [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18], "
+         "\"loss_mask\": [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}\n";
+  ASSERT_EQ(sh(data + "256 " + (d / "masked.jsonl").string() + " --out " + (d / "masked.tok").string()).code,
+            0);
   const std::string run = bin("slidedp-run") + " --no-db -q --steps 1 --ranks 1";
   const struct {
     std::string flags, names;
@@ -386,7 +388,8 @@ TEST(Cli, EvaluationFlagsRefuseWhatCannotBeEvaluated) {
       {" --seq 16 --eval-data " + (d / "wide.tok").string(), "wide.tok"},    // vocabulary 300 > 256
       {" --seq 32 --eval-data " + (d / "short.tok").string(), "short.tok"},  // 18 tokens: no sequence of 32
       {" --seq 16 --eval-data " + (d / "missing.tok").string(), "missing.tok"},
-      {" --seq 16 --eval-data " + (d / "masked.tok").string(), "nothing to evaluate"},  // every evaluation NaN
+      {" --seq 16 --eval-data " + (d / "masked.tok").string(),
+       "nothing to evaluate"},  // every evaluation NaN
       {" --seq 16 --eval-data " + (d / "short.tok").string() + " --save-model " + (d / "short.tok").string(),
        "--save-model"},
   };
