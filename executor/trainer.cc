@@ -116,6 +116,13 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
                      fmt::format("model {} has no mixture-of-experts router; the load-balancing loss needs one", o.card.name));
   if (o.trace_kernels && o.backend != "cuda")
     throw InputError("--trace-kernels", "CUPTI records GPU kernels; the " + o.backend + " backend runs none (use --backend cuda)");
+  // A file that records its documents' end token is trained with that one (io/token_dataset.h): any
+  // caller of train(), not only slidedp-run, which takes it from the file.
+  if (const auto recorded = o.dataset.documents().document_end;
+      recorded && (!o.document_end || static_cast<int64_t>(*recorded) != *o.document_end))
+    throw InputError("--document-end",
+                     fmt::format("{} differs from the document end {} that {} records",
+                                 o.document_end ? std::to_string(*o.document_end) : "none", *recorded, o.dataset.name()));
   if (o.eval_dataset) {
     const TokenDataset& e = *o.eval_dataset;
     if (e.vocab_size() > o.card.vocab_size)

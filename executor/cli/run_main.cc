@@ -69,8 +69,7 @@ extern "C" void on_stop_signal(int sig) {
   std::raise(sig);
 }
 
-// The run's document end: --document-end, else what the token file records (a different one given is
-// refused: the file's documents end with its own). A file packed for another sequence length still
+// The run's document end: --document-end, else what the token file records. A file packed for another sequence length still
 // trains, its documents then cut at sequence boundaries: said on stderr.
 void note_packing(const TokenDataset& data, int64_t seq_len) {
   const TokenFileDocuments& docs = data.documents();
@@ -86,10 +85,8 @@ std::optional<int32_t> document_end_of(const TokenDataset& data, std::optional<i
                                        int64_t seq_len) {
   note_packing(data, seq_len);
   const TokenFileDocuments& docs = data.documents();
-  if (!docs.document_end) return flag;
-  if (flag && static_cast<uint32_t>(*flag) != *docs.document_end)
-    throw InputError("--document-end", fmt::format("{} differs from the document end {} that {} records",
-                                                   *flag, *docs.document_end, data.name()));
+  // A flag that differs is refused by the trainer, which checks every caller's options against the file.
+  if (flag || !docs.document_end) return flag;
   return static_cast<int32_t>(*docs.document_end);
 }
 
