@@ -120,9 +120,9 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
   // caller of train(), not only slidedp-run, which takes it from the file.
   if (const auto recorded = o.dataset.documents().document_end;
       recorded && (!o.document_end || static_cast<int64_t>(*recorded) != *o.document_end))
-    throw InputError("--document-end",
-                     fmt::format("{} differs from the document end {} that {} records",
-                                 o.document_end ? std::to_string(*o.document_end) : "none", *recorded, o.dataset.name()));
+    throw InputError("--document-end", fmt::format("{} differs from the document end {} that {} records",
+                                                   o.document_end ? std::to_string(*o.document_end) : "none",
+                                                   *recorded, o.dataset.name()));
   if (o.eval_dataset) {
     const TokenDataset& e = *o.eval_dataset;
     if (e.vocab_size() > o.card.vocab_size)

@@ -69,8 +69,8 @@ extern "C" void on_stop_signal(int sig) {
   std::raise(sig);
 }
 
-// The run's document end: --document-end, else what the token file records. A file packed for another sequence length still
-// trains, its documents then cut at sequence boundaries: said on stderr.
+// The run's document end: --document-end, else what the token file records. A file packed for another
+// sequence length still trains, its documents then cut at sequence boundaries: said on stderr.
 void note_packing(const TokenDataset& data, int64_t seq_len) {
   const TokenFileDocuments& docs = data.documents();
   if (docs.packed_seq_len > 0 && docs.packed_seq_len != seq_len)
