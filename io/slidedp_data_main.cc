@@ -109,7 +109,6 @@ struct WrittenFile {
   std::string path;
   TokenStream stream;
   PackSummary pack;
-  bool documents = false;  // ended by a recorded document end
 };
 
 nlohmann::json pack_json(const PackSummary& p) {
@@ -240,10 +239,10 @@ std::vector<WrittenFile> make_outputs(const BuildArgs& a, TokenStream stream,
   std::vector<WrittenFile> files;
   if (a.eval_fraction != 0) {
     auto [train, held] = split_documents(stream, a.eval_fraction, a.split_seed);
-    files.push_back({a.out, std::move(train), {}, false});
-    files.push_back({a.eval_out, std::move(held), {}, false});
+    files.push_back({a.out, std::move(train)});
+    files.push_back({a.eval_out, std::move(held)});
   } else {
-    files.push_back({a.out, std::move(stream), {}, false});
+    files.push_back({a.out, std::move(stream)});
   }
   if (!document_end) return files;
   const LongDocuments long_documents = long_documents_from_name(a.long_documents);
@@ -251,7 +250,6 @@ std::vector<WrittenFile> make_outputs(const BuildArgs& a, TokenStream stream,
     PackedTokens packed = pack_documents(f.stream, {*document_end, a.pack, long_documents});
     f.stream = std::move(packed.stream);
     f.pack = packed.summary;
-    f.documents = true;
   }
   return files;
 }
@@ -265,7 +263,7 @@ void print_written(const WrittenFile& f, const nlohmann::json& j, int64_t pack) 
       static_cast<long long>(j["vocab_size"].get<int64_t>()), j["dtype"].get<std::string>().c_str(),
       f.stream.has_mask ? "yes" : "no", static_cast<long long>(j["loss_tokens"].get<int64_t>()),
       static_cast<unsigned long long>(j["file_bytes"].get<uint64_t>()));
-  if (!f.documents) return;
+  if (!j.contains("document_end")) return;
   const PackSummary& p = f.pack;
   std::printf("  documents end with token %u (slidedp-run reads it from the file as --document-end)\n",
               j["document_end"].get<uint32_t>());
@@ -301,7 +299,7 @@ nlohmann::json written_json(const WrittenFile& f, int64_t vocab, TokenDtype dtyp
                       {"has_loss_mask", st.has_mask},
                       {"loss_tokens", counted},
                       {"file_bytes", std::filesystem::file_size(f.path)}};
-  if (f.documents) {
+  if (document_end) {
     j["document_end"] = *document_end;
     if (pack > 0) j["packed_seq_len"] = pack;
     j["packing"] = pack_json(f.pack);
