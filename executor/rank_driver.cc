@@ -65,6 +65,8 @@ void RankDriver::load_state() {
       sh.offset.push_back(sh.numel);
       sh.numel += shard_range(e - b, config_.ranks, config_.rank).size();
     }
+    SLIDEDP_CHECK(sh.numel == sharded_state_numel(layout_, config_.plan, u, config_.rank),
+                  "the device shard differs from the memory account's");
     const int64_t bytes = std::max<int64_t>(sh.numel, 1) * 4;
     sh.master = alloc(bytes, "sharded fp32 master (FSDP2)");
     sh.exp_avg = alloc(bytes, "sharded AdamW m (FSDP2)");

@@ -400,29 +400,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     // planner uses, over this backend's units and allocator (model/memory_account.h).
     RankMemorySpec spec = backend->device(0).memory_spec(plan.micro_batch, o.seq_len);
     spec.document_positions = o.document_end.has_value();
+    spec.system = {traits.gpu_optimizer, fetch_fp32, accumulate_on_gpu};  // as the drivers allocate (below)  // as the drivers allocate (below)
     RankMemoryAccount account = rank_memory_account(layout, plan, o.seq_len, o.card.tie_word_embeddings, spec);
-    if (traits.gpu_sharded_state) {
-      // FSDP2's sharded fp32 master, moments and gradient (rank 0's shards are the largest).
-      int64_t shard = 0;
-      for (int u = 0; u < U; ++u) {
-        const int64_t n = layout.units[static_cast<size_t>(u)].flat_numel;
-        for (int64_t b = 0; b < n; b += plan.chunk_numel) shard += shard_range(std::min(n, b + plan.chunk_numel) - b, N, 0).size();
-      }
-      account.items.insert(account.items.begin(), MemoryItem{"sharded fp32 master + AdamW m, v + gradient (FSDP2)", 16.0 * static_cast<double>(shard)});
-      account.peak_bytes += 16.0 * static_cast<double>(shard);
-    }
-    if (fetch_fp32) {
-      // FSDP offload's fp32 shard on its way to the parameter dtype (rank_driver.h), held all run.
-      const double bytes = static_cast<double>(fp32_fetch_bytes(layout, plan));
-      account.items.insert(account.items.begin(), MemoryItem{"fp32 parameter shard fetched (FSDP offload)", bytes});
-      account.peak_bytes += bytes;
-    }
-    if (accumulate_on_gpu) {
-      // The device end of ZeRO-Offload's copy of the gradient sum back in (rank_driver.h), held all run.
-      const double bytes = static_cast<double>(grad_staging_slot_bytes(layout, plan, o.exact_fp32 ? 4 : 2));
-      account.items.insert(account.items.begin(), MemoryItem{"gradient sum copied back in (ZeRO-Offload)", bytes});
-      account.peak_bytes += bytes;
-    }
     result.device_account = account;
     MemoryEstimate m;
     m.gpu_items = account.items;

@@ -29,6 +29,7 @@ enum Category {
   kGradients,      // the unit's fp32 gradient and its wire copy
   kDraining,       // the previous unit's wire gradient still draining to the host
   kBackendScratch, // the backend's own scratch (embedding sort, reduce-scatter staging, shards)
+  kSystemBuffers,  // a baseline's own buffers, held all run (SystemDeviceBuffers)
   kCategories
 };
 const char* category_name(int c) {
@@ -44,6 +45,7 @@ const char* category_name(int c) {
     case kGradients: return "gradient of the unit (fp32 + wire copy)";
     case kDraining: return "gradient draining to the host (previous unit)";
     case kBackendScratch: return "backend scratch (sort, reduce-scatter staging, shards)";
+    case kSystemBuffers: return "the system's own buffers";
   }
   return "?";
 }
@@ -148,7 +150,21 @@ struct Slots {
   }
 };
 
+std::string system_buffers_name(const SystemDeviceBuffers& s) {
+  if (s.sharded_state) return "sharded fp32 master + AdamW m, v + gradient, non-finite count (FSDP2)";
+  if (s.fetch_fp32) return "fp32 parameter shard fetched (FSDP offload)";
+  return "gradient sum copied back in (ZeRO-Offload)";
+}
+
 }  // namespace
+
+int64_t sharded_state_numel(const ModelLayout& layout, const Plan& plan, int unit, int rank) {
+  const int64_t n = layout.units.at(static_cast<size_t>(unit)).flat_numel;
+  int64_t shard = 0;
+  for (int64_t b = 0; b < n; b += plan.chunk_numel)
+    shard += shard_range(std::min(n, b + plan.chunk_numel) - b, plan.ranks, rank).size();
+  return shard;
+}
 
 RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied,
                                       const RankMemorySpec& spec) {
@@ -198,6 +214,17 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
     led.release(wire);
     draining.push_back(led.keep_in_flight(shards, kDraining));
   };
+
+  // A baseline's own buffers: allocated with its driver, held all run.
+  const Where start{Where::kForward, 0};
+  if (spec.system.sharded_state) {
+    for (int u = 0; u < U; ++u)
+      for (int buffer = 0; buffer < 4; ++buffer)  // master, m, v, gradient
+        led.alloc(kSystemBuffers, std::max<int64_t>(sharded_state_numel(layout, plan, u, 0), 1) * 4, start);
+    led.alloc(kSystemBuffers, 4, start);  // the gradients' non-finite count, read before the update
+  }
+  if (spec.system.fetch_fp32) led.alloc(kSystemBuffers, fp32_fetch_bytes(layout, plan), start);
+  if (spec.system.accumulate_on_gpu) led.alloc(kSystemBuffers, grad_staging_slot_bytes(layout, plan, spec.wire_bytes), start);
 
   std::vector<int> out(static_cast<size_t>(U), -1), saved(static_cast<size_t>(std::max(L, 1)), -1);
   for (int a = 0; a < micro_steps; ++a) {
@@ -316,6 +343,7 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
     if (by[c] <= 0) continue;
     std::string name = category_name(c);
     if (c == kSlots) name = fmt::format("parameter slots ({} deep)", plan.gpu_buffer_depth);
+    if (c == kSystemBuffers) name = system_buffers_name(spec.system);
     acc.items.push_back({name, static_cast<double>(by[c])});
   }
   acc.driver_peak_bytes = static_cast<double>(led.driver_peak());

@@ -21,6 +21,14 @@
 
 namespace slidedp {
 
+// The device buffers a baseline's rank driver holds all run besides SlideDP's own (executor/rank_driver.h,
+// decided by the trainer from the system's traits).
+struct SystemDeviceBuffers {
+  bool sharded_state = false;      // FSDP2: the rank's fp32 master, AdamW m and v and gradient shards
+  bool fetch_fp32 = false;         // FSDP offload: one chunk's fp32 shard on its way to the parameter dtype
+  bool accumulate_on_gpu = false;  // ZeRO-Offload with accumulation: the gradient sum copied back in
+};
+
 struct MemoryItem {
   std::string name;  // "parameter slots (2 deep)", "fp32 master weights", ...
   double bytes = 0;
@@ -46,6 +54,7 @@ struct RankMemorySpec {
   bool reduce_scatter_staging = false;
   int64_t runtime_bytes = 0;         // CUDA context and libraries (hardware profile)
   int64_t collective_bytes = 0;      // NCCL's buffers of the rank's communicator, when ranks > 1
+  SystemDeviceBuffers system;        // a baseline's buffers, charged for rank 0 (whose shards are the largest)
 };
 
 struct RankMemoryAccount {
@@ -59,6 +68,10 @@ struct RankMemoryAccount {
 // Per-rank device memory of `plan` for the model of `layout`. `tied`: the head reads unit 0.
 RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied,
                                       const RankMemorySpec& spec);
+
+// FSDP2's device shard of unit `unit` for `rank`: the rank's piece of every chunk, in elements (each of
+// the four state buffers holds this many fp32 values; the rank driver allocates them by it).
+int64_t sharded_state_numel(const ModelLayout& layout, const Plan& plan, int unit, int rank);
 
 // What the executor allocates on the host besides the state's size, for a plan as a system runs it.
 struct HostMemorySpec {

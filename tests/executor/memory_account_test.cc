@@ -115,6 +115,28 @@ TEST(MemoryAccount, ReplayEqualsWhatTheRankDriverHoldsForGemma4) {
   EXPECT_GE(compared, 8);
 }
 
+// Every system the executor runs: the baselines' own buffers (FSDP2's device state, FSDP offload's fp32
+// fetch, ZeRO-Offload's gradient sum copied back in) are charged as their drivers allocate them, so the
+// replay still equals what the driver holds, exactly, for every family.
+TEST(MemoryAccount, ReplayEqualsWhatTheRankDriverHoldsForEverySystem) {
+  int compared = 0;
+  for (const ModelCard& card : {testing::tiny_card(true), testing::tiny_gemma4_moe_card(), testing::tiny_qwen3_5_card()})
+    for (System system : {System::kSlideDP, System::kSlideFormerDP, System::kZeroOffload, System::kMegaTrain,
+                          System::kFsdp2, System::kZero3Offload, System::kFsdpOffload})
+      for (int accum : {1, 2}) {
+        TrainOptions o = tiny_options(2, 1, accum, 1);
+        o.card = card;
+        o.system = system;
+        SCOPED_TRACE(fmt::format("{} {} accumulation {}", card.name, system_name(system), accum));
+        const TrainResult r = train(o);
+        ASSERT_FALSE(r.device_held_high_water_bytes.empty());
+        EXPECT_EQ(static_cast<double>(r.device_held_high_water_bytes[0]), r.device_account.driver_peak_bytes)
+            << "the account peaks at " << r.device_account.peak_at;
+        ++compared;
+      }
+  EXPECT_EQ(compared, 42);
+}
+
 // Budget = the account's peak: the run completes (the arena never needs more than the account), and the
 // arena really fills it: its high-water mark (deferred frees counted until their stream gets there) is at
 // least 90% of the peak. 90% leaves room for the in-flight allowance, which the streams' timing may not
