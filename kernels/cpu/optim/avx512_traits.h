@@ -51,16 +51,20 @@ struct Avx512 {
   static F load(const bf16_bits* p) { return widen(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
   static F load(const bf16_bits* p, Tail t) { return widen(_mm256_maskz_loadu_epi16(t.k, p)); }
 
-  // common/bf16.h with integer arithmetic: (u + 0x7fff + lsb) >> 16, NaN -> (u >> 16) | 0x40.
-  static __m256i narrow_integer(F v) {
+  // common/bf16.h with integer arithmetic, in 32-bit lanes: (u + 0x7fff + lsb) >> 16, NaN -> (u >> 16)
+  // | 0x40. Without the lsb, exact ties round toward zero: the split master's rule (split_master.h).
+  template <bool kTiesToEven>
+  static __m512i round_bits(F v) {
     const __m512i u = _mm512_castps_si512(v);
     const __m512i hi = _mm512_srli_epi32(u, 16);
-    const __m512i lsb = _mm512_and_si512(hi, _mm512_set1_epi32(1));
-    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+    __m512i biased = _mm512_add_epi32(u, _mm512_set1_epi32(0x7fff));
+    if constexpr (kTiesToEven) biased = _mm512_add_epi32(biased, _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+    __m512i r = _mm512_srli_epi32(biased, 16);
     const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
     r = _mm512_mask_or_epi32(r, is_nan, hi, _mm512_set1_epi32(0x40));
-    return _mm512_cvtepi32_epi16(r);
+    return r;
   }
+  static __m256i narrow_integer(F v) { return _mm512_cvtepi32_epi16(round_bits<true>(v)); }
   static __m256i narrow(F v) {
 #if defined(__AVX512BF16__)
     const __m256i fast = (__m256i)_mm512_cvtneps_pbh(v);
@@ -73,8 +77,34 @@ struct Avx512 {
     return narrow_integer(v);
 #endif
   }
-  static void store(bf16_bits* p, F v) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), narrow(v)); }
-  static void store(bf16_bits* p, F v, Tail t) { _mm256_mask_storeu_epi16(p, t.k, narrow(v)); }
+  static __m256i load16(const uint16_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
+  static __m256i load16(const uint16_t* p, Tail t) { return _mm256_maskz_loadu_epi16(t.k, p); }
+  static void store16(uint16_t* p, __m256i h) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), h); }
+  static void store16(uint16_t* p, __m256i h, Tail t) { _mm256_mask_storeu_epi16(p, t.k, h); }
+  static void store(bf16_bits* p, F v) { store16(p, narrow(v)); }
+  static void store(bf16_bits* p, F v, Tail t) { store16(p, narrow(v), t); }
+  template <class... T>
+  static void store_toward_zero(bf16_bits* p, F v, T... tail) {
+    store16(p, _mm512_cvtepi32_epi16(round_bits<false>(v)), tail...);
+  }
+
+  // common/split_master.h: upper = mirror << 16; a remainder above 0x8000 means the mirror was rounded
+  // up, one bf16 step taken back (not for a NaN mirror, whose remainder is or-ed in).
+  template <class... T>
+  static F join_master(const bf16_bits* mirror, const uint16_t* remainder, T... tail) {
+    const __m512i upper = _mm512_slli_epi32(_mm512_cvtepu16_epi32(load16(mirror, tail...)), 16);
+    const __m512i low = _mm512_cvtepu16_epi32(load16(remainder, tail...));
+    const __mmask16 nan = _mm512_cmp_ps_mask(_mm512_castsi512_ps(upper), _mm512_castsi512_ps(upper), _CMP_UNORD_Q);
+    const __mmask16 back = _mm512_cmpgt_epu32_mask(low, _mm512_set1_epi32(0x8000)) & static_cast<__mmask16>(~nan);
+    const __m512i sum = _mm512_add_epi32(upper, low);
+    return _mm512_castsi512_ps(_mm512_mask_sub_epi32(sum, back, sum, _mm512_set1_epi32(0x10000)));
+  }
+  template <class... T>
+  static void split_master(bf16_bits* mirror, uint16_t* remainder, F v, T... tail) {
+    store16(mirror, _mm512_cvtepi32_epi16(round_bits<false>(v)), tail...);
+    store16(remainder, _mm512_cvtepi32_epi16(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0xffff))),
+            tail...);
+  }
 
   static Acc16 acc16_zero() { return Acc16{_mm512_setzero_pd(), _mm512_setzero_pd()}; }
   // Widened squares are exact, so the fma equals the reference's separate multiply and add.

@@ -46,26 +46,61 @@ struct Avx2 {
     return widen(_mm_load_si128(reinterpret_cast<const __m128i*>(buf)));
   }
 
-  // fp32 -> bf16 as common/bf16.h: (u + 0x7fff + lsb) >> 16, NaN -> (u >> 16) | 0x40.
-  static __m128i narrow(F v) {
+  // fp32 -> bf16 in 32-bit lanes as common/bf16.h: (u + 0x7fff + lsb) >> 16, NaN -> (u >> 16) | 0x40.
+  // Without the lsb, exact ties round toward zero: the split master's rule (common/split_master.h).
+  template <bool kTiesToEven>
+  static __m256i round_bits(F v) {
     const __m256i u = _mm256_castps_si256(v);
     const __m256i hi = _mm256_srli_epi32(u, 16);
-    const __m256i lsb = _mm256_and_si256(hi, _mm256_set1_epi32(1));
-    const __m256i rounded =
-        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(u, _mm256_set1_epi32(0x7fff)), lsb), 16);
+    __m256i biased = _mm256_add_epi32(u, _mm256_set1_epi32(0x7fff));
+    if constexpr (kTiesToEven) biased = _mm256_add_epi32(biased, _mm256_and_si256(hi, _mm256_set1_epi32(1)));
+    const __m256i rounded = _mm256_srli_epi32(biased, 16);
     const __m256i quiet_nan = _mm256_or_si256(hi, _mm256_set1_epi32(0x40));
     const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
-    const __m256i r = _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
-    // Values are <= 0xffff, so the signed-saturating pack is exact; packus works per 128-bit half,
-    // giving [r0-3, r0-3 | r4-7, r4-7]; qwords 0 and 2 hold r0-3 and r4-7.
+    return _mm256_blendv_epi8(rounded, quiet_nan, is_nan);
+  }
+  // 32-bit lanes holding values <= 0xffff to 16-bit lanes. The signed-saturating pack is exact for
+  // them; packus works per 128-bit half, giving [r0-3, r0-3 | r4-7, r4-7]; qwords 0 and 2 hold r0-7.
+  static __m128i pack16(__m256i r) {
     const __m256i packed = _mm256_packus_epi32(r, r);
     return _mm256_castsi256_si128(_mm256_permute4x64_epi64(packed, 0x08));
   }
-  static void store(bf16_bits* p, F v) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), narrow(v)); }
-  static void store(bf16_bits* p, F v, Tail t) {
-    alignas(16) bf16_bits buf[8];
-    _mm_store_si128(reinterpret_cast<__m128i*>(buf), narrow(v));
-    __builtin_memcpy(p, buf, static_cast<size_t>(t.n) * sizeof(bf16_bits));
+  static __m128i narrow(F v) { return pack16(round_bits<true>(v)); }
+  static __m128i load16(const uint16_t* p) { return _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)); }
+  static __m128i load16(const uint16_t* p, Tail t) {
+    alignas(16) uint16_t buf[8] = {};
+    __builtin_memcpy(buf, p, static_cast<size_t>(t.n) * sizeof(uint16_t));
+    return _mm_load_si128(reinterpret_cast<const __m128i*>(buf));
+  }
+  static void store16(uint16_t* p, __m128i h) { _mm_storeu_si128(reinterpret_cast<__m128i*>(p), h); }
+  static void store16(uint16_t* p, __m128i h, Tail t) {
+    alignas(16) uint16_t buf[8];
+    _mm_store_si128(reinterpret_cast<__m128i*>(buf), h);
+    __builtin_memcpy(p, buf, static_cast<size_t>(t.n) * sizeof(uint16_t));
+  }
+  static void store(bf16_bits* p, F v) { store16(p, narrow(v)); }
+  static void store(bf16_bits* p, F v, Tail t) { store16(p, narrow(v), t); }
+  template <class... T>
+  static void store_toward_zero(bf16_bits* p, F v, T... tail) {
+    store16(p, pack16(round_bits<false>(v)), tail...);
+  }
+
+  // common/split_master.h: upper = mirror << 16; a remainder above 0x8000 means the mirror was rounded
+  // up, one bf16 step taken back (not for a NaN mirror, whose remainder is or-ed in).
+  template <class... T>
+  static F join_master(const bf16_bits* mirror, const uint16_t* remainder, T... tail) {
+    const __m256i upper = _mm256_slli_epi32(_mm256_cvtepu16_epi32(load16(mirror, tail...)), 16);
+    const __m256i low = _mm256_cvtepu16_epi32(load16(remainder, tail...));
+    const __m256i above = _mm256_cmpgt_epi32(low, _mm256_set1_epi32(0x8000));
+    const __m256i nan =
+        _mm256_castps_si256(_mm256_cmp_ps(_mm256_castsi256_ps(upper), _mm256_castsi256_ps(upper), _CMP_UNORD_Q));
+    const __m256i step = _mm256_andnot_si256(nan, _mm256_and_si256(above, _mm256_set1_epi32(0x10000)));
+    return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_sub_epi32(upper, step), low));
+  }
+  template <class... T>
+  static void split_master(bf16_bits* mirror, uint16_t* remainder, F v, T... tail) {
+    store16(mirror, pack16(round_bits<false>(v)), tail...);
+    store16(remainder, pack16(_mm256_and_si256(_mm256_castps_si256(v), _mm256_set1_epi32(0xffff))), tail...);
   }
 
   static Acc16 acc16_zero() {

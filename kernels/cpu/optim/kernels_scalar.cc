@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "common/split_master.h"
 #include "kernels/cpu/optim/kernel_table.h"
 
 namespace slidedp::kernels::detail {
@@ -29,11 +30,18 @@ inline void adamw_element(const AdamwState& s, float grad, const AdamwConstants&
   const float m = std::fma(s.exp_avg[i], c.beta1, g * c.one_minus_beta1);
   const float v = std::fma(s.exp_avg_sq[i], c.beta2, (g * g) * c.one_minus_beta2);
   const float denom = std::fma(std::sqrt(v), c.inv_sqrt_bias_correction2, c.eps);
-  const float p = std::fma(c.neg_step_size, m / denom, s.param[i] * c.decay);
+  const float master = s.remainder ? join_master(s.param_bf16[i], s.remainder[i]) : s.param[i];
+  const float p = std::fma(c.neg_step_size, m / denom, master * c.decay);
   s.exp_avg[i] = m;
   s.exp_avg_sq[i] = v;
+  if (s.remainder) {
+    const SplitMaster split = split_master(p);
+    s.param_bf16[i] = split.mirror;
+    s.remainder[i] = split.remainder;
+    return;
+  }
   s.param[i] = p;
-  if (s.param_bf16) s.param_bf16[i] = float_to_bf16(p);
+  if (s.param_bf16) s.param_bf16[i] = s.mirror_ties_toward_zero ? split_master(p).mirror : float_to_bf16(p);
 }
 
 template <class G>

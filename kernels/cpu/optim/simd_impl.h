@@ -10,6 +10,7 @@
 //
 // V provides: kW (fp32 lanes), F (vector), Tail + tail(n) for 0 < n < kW, zero(), set1(),
 // load/store of float and bf16_bits (full and with Tail; bf16 stores round as common/bf16.h),
+// store_toward_zero, join_master and split_master (common/split_master.h's rule, full and with Tail),
 // add, mul, div, sqrt, fma(a, b, c) = a * b + c rounded once, and Acc16 (16 double lanes) with
 // acc16_zero(), acc16_add_squares(acc, x[16 / kW]) and acc16_store(double[16], acc).
 #pragma once
@@ -78,10 +79,19 @@ struct StatePtrs {
   float* m;
   float* v;
   bf16_bits* mirror;
+  uint16_t* remainder;
+};
+
+// How the master is held and what the update writes besides it (adamw.h AdamwState).
+enum class MasterForm {
+  kFp32,                // fp32 master, no mirror
+  kFp32Mirror,          // fp32 master, mirror rounded to nearest even (torch's cast)
+  kFp32MirrorTowardZero,  // fp32 master, mirror rounded as the split's (exact ties toward zero)
+  kSplit,               // the master is the pair (mirror, remainder): common/split_master.h
 };
 
 // kW (or, with a Tail, fewer) elements of AdamW starting at i; same operation order as the reference.
-template <class V, bool kMirror, class Src, class... Tail>
+template <class V, MasterForm kForm, class Src, class... Tail>
 SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const AdamwVec<V>& k, int64_t i,
                                        Tail... tail) {
   using F = typename V::F;
@@ -89,30 +99,45 @@ SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const
   const F m = V::fma(V::load(s.m + i, tail...), k.beta1, V::mul(g, k.one_minus_beta1));
   const F v = V::fma(V::load(s.v + i, tail...), k.beta2, V::mul(V::mul(g, g), k.one_minus_beta2));
   const F denom = V::fma(V::sqrt(v), k.inv_sqrt_bias_correction2, k.eps);
-  const F p = V::fma(k.neg_step_size, V::div(m, denom), V::mul(V::load(s.p + i, tail...), k.decay));
+  F master;
+  if constexpr (kForm == MasterForm::kSplit) {
+    master = V::join_master(s.mirror + i, s.remainder + i, tail...);
+  } else {
+    master = V::load(s.p + i, tail...);
+  }
+  const F p = V::fma(k.neg_step_size, V::div(m, denom), V::mul(master, k.decay));
   V::store(s.m + i, m, tail...);
   V::store(s.v + i, v, tail...);
-  V::store(s.p + i, p, tail...);
-  if constexpr (kMirror) V::store(s.mirror + i, p, tail...);
+  if constexpr (kForm == MasterForm::kSplit) {
+    V::split_master(s.mirror + i, s.remainder + i, p, tail...);
+  } else {
+    V::store(s.p + i, p, tail...);
+    if constexpr (kForm == MasterForm::kFp32Mirror) V::store(s.mirror + i, p, tail...);
+    if constexpr (kForm == MasterForm::kFp32MirrorTowardZero) V::store_toward_zero(s.mirror + i, p, tail...);
+  }
 }
 
-template <class V, bool kMirror, class Src>
+template <class V, MasterForm kForm, class Src>
 void adamw_span(const AdamwState& state, const Src& src, const AdamwConstants& c, int64_t begin,
                 int64_t end) {
   const AdamwVec<V> k(c);
-  const StatePtrs s{state.param, state.exp_avg, state.exp_avg_sq, state.param_bf16};
+  const StatePtrs s{state.param, state.exp_avg, state.exp_avg_sq, state.param_bf16, state.remainder};
   int64_t i = begin;
-  for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kMirror>(s, src, k, i);
-  if (i < end) adamw_vector<V, kMirror>(s, src, k, i, V::tail(end - i));
+  for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kForm>(s, src, k, i);
+  if (i < end) adamw_vector<V, kForm>(s, src, k, i, V::tail(end - i));
 }
 
 template <class V, class Src>
 void adamw_dispatch_mirror(const AdamwState& s, const Src& src, const AdamwConstants& c, int64_t begin,
                            int64_t end) {
-  if (s.param_bf16) {
-    adamw_span<V, true>(s, src, c, begin, end);
+  if (s.remainder) {
+    adamw_span<V, MasterForm::kSplit>(s, src, c, begin, end);
+  } else if (!s.param_bf16) {
+    adamw_span<V, MasterForm::kFp32>(s, src, c, begin, end);
+  } else if (s.mirror_ties_toward_zero) {
+    adamw_span<V, MasterForm::kFp32MirrorTowardZero>(s, src, c, begin, end);
   } else {
-    adamw_span<V, false>(s, src, c, begin, end);
+    adamw_span<V, MasterForm::kFp32Mirror>(s, src, c, begin, end);
   }
 }
 
