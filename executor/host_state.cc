@@ -5,6 +5,7 @@
 
 #include "common/bf16.h"
 #include "common/error.h"
+#include "common/split_master.h"
 #include "kernels/cpu/optim/bf16_convert.h"
 
 namespace slidedp::exec {
@@ -12,6 +13,9 @@ namespace slidedp::exec {
 HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStateOptions& options)
     : options_(options) {
   SLIDEDP_CHECK(options.chunk_numel > 0);
+  SLIDEDP_CHECK(!(options.split_master || options.mirror_ties_toward_zero) || options.mirror_dtype == DType::kBF16,
+                "a split master and its mirror rule need a bf16 mirror");
+  if (options_.split_master) options_.mirror_ties_toward_zero = true;
   const int64_t mbytes = dtype_bytes(options.mirror_dtype);
   units_.resize(layout.units.size());
   for (size_t u = 0; u < layout.units.size(); ++u) {
@@ -31,11 +35,15 @@ HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStat
       }
     }
     const int64_t f32 = s.own_numel * 4;
-    s.master = backend.alloc_host(f32, false);
+    if (options.split_master) {
+      s.remainder = backend.alloc_host(s.own_numel * 2, false);
+    } else {
+      s.master = backend.alloc_host(f32, false);
+    }
     s.exp_avg = backend.alloc_host(f32, false);
     s.exp_avg_sq = backend.alloc_host(f32, false);
     s.mirror = backend.alloc_host(s.numel * mbytes, true);
-    host_bytes_ += 3 * f32 + s.numel * mbytes;
+    host_bytes_ += (options.split_master ? s.own_numel * 2 : f32) + 2 * f32 + s.numel * mbytes;
     pinned_bytes_ += s.numel * mbytes;
     if (options.accumulate_all || (u == 0 && options.accumulate_unit0)) {
       s.accum = backend.alloc_host(f32, false);  // this node's shard, as master
@@ -70,10 +78,19 @@ void HostState::load_master(std::span<const std::span<const float>> units) {
 void HostState::load_unit_master(int u, std::span<const float> whole) {
   UnitState& s = unit(u);
   SLIDEDP_CHECK(static_cast<int64_t>(whole.size()) == s.numel, "master buffer size differs from the layout");
-  copy_own(s, whole.data(), s.master_f32());
   std::memset(s.exp_avg.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
   std::memset(s.exp_avg_sq.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
   // The whole mirror, from the whole input (a sharded master holds only part of it).
+  if (options_.mirror_ties_toward_zero) {
+    auto* mirror = reinterpret_cast<bf16_bits*>(s.mirror.ptr);
+    for (int64_t i = 0; i < s.numel; ++i) mirror[i] = slidedp::split_master(whole[static_cast<size_t>(i)]).mirror;
+    if (!options_.split_master) return copy_own(s, whole.data(), s.master_f32());
+    for (const ShardRange& r : held_ranges(u))
+      for (int64_t i = r.begin; i < r.end; ++i)
+        s.remainder_u16()[s.local(i)] = slidedp::split_master(whole[static_cast<size_t>(i)]).remainder;
+    return;
+  }
+  copy_own(s, whole.data(), s.master_f32());
   if (options_.mirror_dtype == DType::kBF16) {
     kernels::f32_to_bf16(whole.data(), reinterpret_cast<bf16_bits*>(s.mirror.ptr), s.numel);
   } else {
@@ -90,7 +107,12 @@ std::vector<ShardRange> HostState::held_ranges(int u) const {
 kernels::AdamwState HostState::adamw_state(int u, int64_t b) const {
   const UnitState& s = unit(u);
   kernels::AdamwState st;
-  st.param = s.master_f32() + s.local(b);
+  if (options_.split_master) {
+    st.remainder = s.remainder_u16() + s.local(b);
+  } else {
+    st.param = s.master_f32() + s.local(b);
+  }
+  st.mirror_ties_toward_zero = options_.mirror_ties_toward_zero;
   st.exp_avg = s.m_f32() + s.local(b);
   st.exp_avg_sq = s.v_f32() + s.local(b);
   st.param_bf16 = options_.mirror_dtype == DType::kBF16 ? reinterpret_cast<bf16_bits*>(s.mirror.ptr) + b : nullptr;
@@ -101,6 +123,17 @@ void HostState::write_fp32_mirror(int u, int64_t b, int64_t n) const {
   if (options_.mirror_dtype != DType::kF32) return;
   const UnitState& s = unit(u);
   std::memcpy(reinterpret_cast<float*>(s.mirror.ptr) + b, s.master_f32() + s.local(b), static_cast<size_t>(n) * 4);
+}
+
+std::span<const float> HostState::master_values(int u, std::vector<float>& out) const {
+  const UnitState& s = unit(u);
+  if (!options_.split_master) return {s.master_f32(), static_cast<size_t>(s.own_numel)};
+  out.resize(static_cast<size_t>(s.own_numel));
+  const auto* mirror = reinterpret_cast<const bf16_bits*>(s.mirror.ptr);
+  for (const ShardRange& r : held_ranges(u))
+    for (int64_t i = r.begin; i < r.end; ++i)
+      out[static_cast<size_t>(s.local(i))] = join_master(mirror[i], s.remainder_u16()[s.local(i)]);
+  return out;
 }
 
 void HostState::set_updated(uint64_t steps) {

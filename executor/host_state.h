@@ -1,6 +1,8 @@
 // The ONE authoritative training state, in host memory: per unit, flat fp32 master weights, AdamW m
 // and v, the delivery mirror (bf16, or fp32 in exact mode) that every rank's H2D copies read, and an
-// fp32 gradient accumulator where one is needed. Allocated once, laid out exactly like the unit's
+// fp32 gradient accumulator where one is needed. With a split master (common/split_master.h) the fp32
+// master is held as the bf16 mirror plus a 16-bit remainder, bit for bit: 12 bytes per parameter with
+// the mirror instead of 14. Allocated once, laid out exactly like the unit's
 // parameters (model/unit_layout.h). Per chunk, a host counter says how many optimizer steps the chunk
 // has received; deliveries of step s wait for it to reach s (synchronous data-parallel semantics).
 // Also the per-rank gradient staging rings the D2H copies land in.
@@ -24,7 +26,8 @@ struct UnitState {
   int64_t chunk_numel = 0;
   // master, m, v and the accumulator hold this node's shard of every chunk, chunk after chunk (the
   // whole unit unless the state is sharded across nodes); the mirror is always whole.
-  HostBuffer master, exp_avg, exp_avg_sq;  // fp32
+  HostBuffer master, exp_avg, exp_avg_sq;  // fp32 (master empty when split)
+  HostBuffer remainder;                    // split master: the low 16 bits of every held element
   HostBuffer mirror;                       // param dtype, pinned: what deliveries copy
   HostBuffer accum;                        // fp32 gradient accumulator (empty when not needed)
   std::vector<std::unique_ptr<HostCounter>> updated;  // per chunk: optimizer steps applied
@@ -39,7 +42,8 @@ struct UnitState {
     const size_t k = static_cast<size_t>(i / chunk_numel);
     return own_offset[k] + (i - own[k].begin);
   }
-  float* master_f32() const { return reinterpret_cast<float*>(master.ptr); }
+  float* master_f32() const { return reinterpret_cast<float*>(master.ptr); }  // null when split
+  uint16_t* remainder_u16() const { return reinterpret_cast<uint16_t*>(remainder.ptr); }
   float* m_f32() const { return reinterpret_cast<float*>(exp_avg.ptr); }
   float* v_f32() const { return reinterpret_cast<float*>(exp_avg_sq.ptr); }
   float* accum_f32() const { return reinterpret_cast<float*>(accum.ptr); }
@@ -54,6 +58,12 @@ struct HostStateOptions {
   // chunk's master, m, v and accumulator (model/plan.h); host memory for them falls by `shards`.
   int shard = 0, shards = 1;
   int shard_ranks = 1;  // ranks per node
+  // The fp32 master held as the bf16 mirror plus a 16-bit remainder (needs a bf16 mirror), and the
+  // mirror's rounding: exact ties toward zero with a split master (the only rule that keeps it exact),
+  // or, when set, with an fp32 master too (so the two can be compared bit for bit); else to nearest
+  // even, as torch's cast.
+  bool split_master = false;
+  bool mirror_ties_toward_zero = false;
 };
 
 class HostState {
@@ -73,6 +83,10 @@ class HostState {
   kernels::AdamwState adamw_state(int u, int64_t b) const;
   // An fp32 mirror (exact mode) of elements [b, b + n) of unit u, copied from the updated master.
   void write_fp32_mirror(int u, int64_t b, int64_t n) const;
+  // The fp32 master of the elements of unit u this node holds, in UnitState::local order (the held
+  // buffer itself unless split; a split master is rebuilt, bit for bit, into `out`).
+  std::span<const float> master_values(int u, std::vector<float>& out) const;
+  bool split_master() const { return options_.split_master; }
   // Every chunk's counter to `steps` (after a resume at optimizer step `steps`).
   void set_updated(uint64_t steps);
 

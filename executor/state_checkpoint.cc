@@ -75,9 +75,13 @@ PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const 
   PartTensors part;
   TransferCount done;
   int posted = 0;
+  // A split master is rebuilt in fp32 for the exchange (the sends read it until the end).
+  const bool moves_master = std::find(kinds.begin(), kinds.end(), 0) != kinds.end();
+  std::vector<std::vector<float>> rebuilt_master(static_cast<size_t>(state.num_units()));
   for (int u = 0; u < state.num_units(); ++u) {
     const UnitState& us = state.unit(u);
-    const float* held[3] = {us.master_f32(), us.m_f32(), us.v_f32()};
+    std::vector<float>& rebuilt = rebuilt_master[static_cast<size_t>(u)];  // sent until done.wait below
+    const float* held[3] = {moves_master ? state.master_values(u, rebuilt).data() : nullptr, us.m_f32(), us.v_f32()};
     const UnitLayout& unit = layout.units[static_cast<size_t>(u)];
     for (size_t t = 0; t < unit.tensors.size(); ++t) {
       const TensorSpec& spec = unit.tensors[t];

@@ -220,6 +220,18 @@ void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep
   }
 }
 
+// Whether the host holds the master split (TrainOptions::master): only SlideDP's state with a bf16
+// mirror can; the baselines hold fp32 masters as the systems they stand for do.
+bool use_split_master(const TrainOptions& o) {
+  const bool can = o.system == System::kSlideDP && !o.exact_fp32;
+  if (o.master == MasterStorage::kSplit && !can)
+    throw InputError("--master", o.exact_fp32 ? "split: not with --exact (the mirror is fp32 there)"
+                                              : fmt::format("split: not with --system {} (its master is fp32)",
+                                                            system_name(o.system)));
+  if (o.mirror_ties_toward_zero && o.exact_fp32) throw InputError("--exact", "the mirror rule needs a bf16 mirror");
+  return o.master == MasterStorage::kSplit || (o.master == MasterStorage::kAuto && can);
+}
+
 }  // namespace
 
 std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans) {
@@ -248,13 +260,18 @@ namespace {
 
 // The host memory of the run against this host's RAM (o.host_ram_bytes when a test sets it): refused
 // with the largest items named. `plan` as the system runs it, verify_updates set.
-void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const Plan& plan) {
-  const HostMemorySpec spec = host_memory_spec(layout, plan, o.system, o.card.tie_word_embeddings, o.exact_fp32,
-                                               o.card.hidden_size * backend_activation_bytes(o.backend));
+void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const Plan& plan, bool split_master) {
+  HostMemorySpec spec = host_memory_spec(layout, plan, o.system, o.card.tie_word_embeddings, o.exact_fp32,
+                                         o.card.hidden_size * backend_activation_bytes(o.backend));
+  spec.split_master = split_master;
   std::vector<MemoryItem> items = host_memory_items(layout, plan, o.seq_len, spec);
-  // A folder's or a random initialization's whole fp32 weights live until the state has taken them.
+  // A folder's or a random initialization's whole fp32 weights live until the state has taken them; a
+  // split master is rebuilt in fp32 while a checkpoint or the model is written (later, never both).
+  const double whole_fp32 = 4.0 * static_cast<double>(layout.total_flat_numel);
   if (o.resume_dir.empty())
-    items.push_back({"initial weights while they load (fp32)", 4.0 * static_cast<double>(layout.total_flat_numel)});
+    items.push_back({"initial weights while they load (fp32)", whole_fp32});
+  else if (split_master && (!o.checkpoint_dir.empty() || !o.save_model_dir.empty()))
+    items.push_back({"master rebuilt in fp32 while a checkpoint or the model is written", whole_fp32});
   std::sort(items.begin(), items.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
   auto largest = [](const std::vector<MemoryItem>& of) {
     std::string text;
@@ -305,7 +322,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   const bool accumulate_on_gpu = traits.accumulate_on_gpu && plan.accum_steps > 1;  // ZeRO-Offload
   // Refused before any allocation, not by the OOM killer: the host memory the run allocates (the
   // account the model charges, model/memory_account.h) and the initial weights while they load.
-  check_host_memory(o, layout, plan);
+  const bool split_master = use_split_master(o);
+  check_host_memory(o, layout, plan, split_master);
   const int N = plan.ranks;
   const int U = layout.num_units();
   const int M = plan.nodes, node = o.link && M > 1 ? o.link->node() : 0;
@@ -440,6 +458,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   hso.accumulate_all = (plan.accum_steps > 1 || verify) && !traits.gpu_optimizer;
   hso.accumulate_unit0 = o.card.tie_word_embeddings;
   if (sharded_nodes) hso.shard = node, hso.shards = M, hso.shard_ranks = N;
+  hso.split_master = split_master;
+  hso.mirror_ties_toward_zero = o.mirror_ties_toward_zero;
   HostState state(*backend, layout, hso);
   result.host_state_bytes = state.host_bytes();
   if (ckpt) {
@@ -648,10 +668,11 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         } else if (node == 0) {
           CheckpointData cd;
           cd.card = o.card;
+          std::vector<std::vector<float>> rebuilt(static_cast<size_t>(U));  // a split master, in fp32
           for (int u = 0; u < U; ++u) {
             const UnitState& us = state.unit(u);
             const size_t n = static_cast<size_t>(us.numel);
-            cd.master.emplace_back(us.master_f32(), n);
+            cd.master.push_back(state.master_values(u, rebuilt[static_cast<size_t>(u)]));
             cd.adam_m.emplace_back(us.m_f32(), n);
             cd.adam_v.emplace_back(us.v_f32(), n);
           }
@@ -727,7 +748,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         save_sharded_model(*link, state, o.card, o.save_model_dir, so);
       } else if (node == 0) {
         UnitSpans final_weights;
-        for (int u = 0; u < U; ++u) final_weights.emplace_back(state.unit(u).master_f32(), static_cast<size_t>(state.unit(u).numel));
+        std::vector<std::vector<float>> rebuilt(static_cast<size_t>(U));  // a split master, in fp32
+        for (int u = 0; u < U; ++u) final_weights.push_back(state.master_values(u, rebuilt[static_cast<size_t>(u)]));
         save_hf_model(o.save_model_dir, o.card, final_weights, so);
       }
     } catch (const Aborted&) {
@@ -742,8 +764,9 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   }
   if (!sharded_nodes)
     for (int u = 0; u < U; ++u) {
-      const UnitState& us = state.unit(u);
-      result.master.emplace_back(us.master_f32(), us.master_f32() + us.numel);
+      std::vector<float> rebuilt;
+      const std::span<const float> values = state.master_values(u, rebuilt);
+      result.master.emplace_back(values.begin(), values.end());
     }
   result.host_allocated = backend->host_bytes_allocated();
   if (pacing) {

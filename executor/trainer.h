@@ -38,6 +38,13 @@ struct EvalPoint {
   double wait_s = 0;  // how long the trainer waited for it after the step was checkpointed
 };
 
+// How the host holds the fp32 master weights (executor/host_state.h).
+enum class MasterStorage {
+  kAuto,   // split where it can be (SlideDP with a bf16 mirror), else fp32
+  kSplit,  // the bf16 mirror plus a 16-bit remainder, exact (common/split_master.h): 2 bytes fewer
+  kFp32,   // a separate fp32 copy; the mirror rounds to nearest even, as torch's cast
+};
+
 struct TrainOptions {
   ModelCard card;
   int64_t seq_len = 128;
@@ -48,6 +55,10 @@ struct TrainOptions {
   System system = System::kSlideDP;
   std::string backend = "cpu";         // "cpu" | "cuda"
   bool exact_fp32 = false;             // fp32 delivery and gradients (exact tests)
+  MasterStorage master = MasterStorage::kAuto;
+  // An fp32 master whose mirror rounds exact ties toward zero as a split master's does, so that the
+  // two storages can be compared bit for bit (tests).
+  bool mirror_ties_toward_zero = false;
   int64_t device_budget_bytes = 0;     // 0: the plan's budget, else the backend's default (device_budget.h)
   int update_threads = 0;              // 0: plan.update_threads, else all cores
   // Data.

@@ -365,6 +365,7 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
   HostMemorySpec s;
   s.hidden_bytes_per_token = hidden_bytes_per_token;
   s.mirror_bytes = exact_fp32 ? 4 : 2;
+  s.split_master = system == System::kSlideDP && !exact_fp32;
   // Accumulation, the verified update (clip, skip) and an update after the backward keep every unit's
   // gradient until the step's last micro-step; FSDP2 accumulates on its devices.
   const bool verify = plan.verify_updates || traits.update_after_backward;
@@ -403,7 +404,11 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   const double M = plan.nodes;
   const bool sharded = plan.nodes > 1 && plan.host_state == HostState::kSharded;
   const double own = sharded ? std::ceil(P / M) : P;  // the node's part of the state (the largest part)
-  items.push_back({sharded ? fmt::format("fp32 master weights (1/{} shard)", plan.nodes) : "fp32 master weights", own * 4});
+  const std::string shard = sharded ? fmt::format(" (1/{} shard)", plan.nodes) : "";
+  if (spec.split_master)
+    items.push_back({"master weights' low halves (split master: the mirror holds the rest)" + shard, own * 2});
+  else
+    items.push_back({"fp32 master weights" + shard, own * 4});
   items.push_back({sharded ? fmt::format("fp32 AdamW m and v (1/{} shard)", plan.nodes) : "fp32 AdamW m and v", own * 8});
   if (plan.nodes > 1) items.push_back({"network exchange buffers (pinned)", 2 * 2 * chunk * 4});
   if (sharded) {

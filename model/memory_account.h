@@ -77,6 +77,7 @@ int64_t sharded_state_numel(const ModelLayout& layout, const Plan& plan, int uni
 struct HostMemorySpec {
   int64_t hidden_bytes_per_token = 0;  // an offloaded layer input per token (the backend's activation dtype)
   int64_t mirror_bytes = 2;            // the delivery mirror and the wire per element (bf16; fp32 for --exact)
+  bool split_master = false;           // the fp32 master held as the mirror plus a 16-bit remainder
   bool accumulate_all = false;         // an fp32 gradient accumulator of every unit
   bool accumulate_unit0 = false;       // of the tied embedding only (the head's part of its gradient)
   int64_t convert_staging_bytes = 0;   // per rank, two buffers (SlideFormer converts before each delivery)
@@ -87,6 +88,7 @@ struct HostMemorySpec {
 
 // The spec of `system` running `plan` (as plan_for_system returns it, verify_updates set for clipping or
 // skipping) on a backend whose activations take `hidden_bytes_per_token`: what the trainer allocates.
+// SlideDP splits its master unless exact (the trainer's default; --master fp32 sets it back).
 HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, System system, bool tied,
                                 bool exact_fp32, int64_t hidden_bytes_per_token);
 

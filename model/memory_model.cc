@@ -344,6 +344,7 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       host("fp32 gradient shards", P * kFp32, true);
       break;
   }
+  m.host_bytes_per_param = P > 0 ? m.host_bytes / P : 0;
   return m;
 }
 

@@ -22,6 +22,7 @@ struct MemoryEstimate {
   double gpu_budget_bytes = 0;
   double host_bytes = 0;
   double host_pinned_bytes = 0;
+  double host_bytes_per_param = 0;  // host_bytes over the model's parameters (SlideDP: 12 of state + buffers)
   double host_ram_bytes = 0;
   double host_pinned_limit_bytes = 0;
   bool fits_gpu() const { return gpu_peak_bytes <= gpu_budget_bytes; }

@@ -34,6 +34,7 @@ nlohmann::json prediction_to_json(const Prediction& p) {
   j["gpu_mem_budget_bytes"] = p.memory.gpu_budget_bytes;
   j["host_mem_bytes"] = p.memory.host_bytes;
   j["host_pinned_bytes"] = p.memory.host_pinned_bytes;
+  j["host_mem_bytes_per_param"] = p.memory.host_bytes_per_param;
   nlohmann::json gi = nlohmann::json::object(), hi = nlohmann::json::object();
   for (const auto& i : p.memory.gpu_items) gi[i.name] = i.bytes;
   for (const auto& i : p.memory.host_items) hi[i.name] = i.bytes;
@@ -86,6 +87,7 @@ std::string prediction_to_text(const Prediction& p, const std::string& context) 
   Table h({"host memory", "bytes"}, {"", ""});
   for (const auto& i : p.memory.host_items) h.add_row({i.name, format_bytes(i.bytes)});
   h.add_row({"total", format_bytes(p.memory.host_bytes)});
+  h.add_row({"per parameter", fmt::format("{:.1f} B", p.memory.host_bytes_per_param)});
   h.add_row({"RAM", format_bytes(p.memory.host_ram_bytes)});
   out += h.render();
   return out;

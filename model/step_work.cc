@@ -19,10 +19,6 @@ namespace {
 
 constexpr double kBf16 = 2.0;
 constexpr double kFp32 = 4.0;
-// Host-memory bytes per parameter of one fused AdamW update with bf16 gradients and the bf16
-// delivery mirror written in the same pass: read p 4 + g 2 + m 4 + v 4, write p 4 + m 4 + v 4 +
-// mirror 2 (shared/reference/hardware-facts.md).
-constexpr double kAdamwHostBytesPerParam = 28.0;
 
 // Parameters of decoder layer `layer` that expert-aware delivery leaves on the host for a micro-batch
 // of `tokens` tokens: the experts no token is expected to route to (0 when off or dense).
@@ -63,6 +59,7 @@ SystemTraits system_traits(System system) {
   SystemTraits t;
   switch (system) {
     case System::kSlideDP:
+      t.adamw_host_bytes_per_param = 24.0;  // the split master
       break;
     case System::kSlideFormerDP:
       t.convert_on_load = true;
@@ -452,7 +449,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       // Fused reduce + AdamW on the last micro-step: the input bytes beyond AdamW's own bf16 gradient are read in the
       // same pass; with accumulation the fp32 accumulator is read too.
       u.cpu_last_thread_s = n / a + n * (in_bytes - kBf16) / r + (A > 1 ? n * kFp32 / r : 0.0);
-      u.cpu_last_host_mem_bytes = n * (kAdamwHostBytesPerParam + in_bytes - kBf16 + (A > 1 ? kFp32 : 0.0));
+      u.cpu_last_host_mem_bytes = n * (sw.traits.adamw_host_bytes_per_param + in_bytes - kBf16 + (A > 1 ? kFp32 : 0.0));
       // Earlier micro-steps add their reduced gradient into the fp32 accumulator.
       u.cpu_accum_thread_s = n * in_bytes / r;
       u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
@@ -508,7 +505,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       } else {
         u.cpu_after_exchange_thread_s = combine * kFp32 / r + owned / a + (A > 1 ? owned * kFp32 / r : 0.0);
         u.cpu_after_exchange_host_mem_bytes = combine * 3.0 * kFp32 +
-                                              owned * (kAdamwHostBytesPerParam + kFp32 - kBf16 + (A > 1 ? kFp32 : 0.0));
+                                              owned * (sw.traits.adamw_host_bytes_per_param + kFp32 - kBf16 + (A > 1 ? kFp32 : 0.0));
       }
     }
     if (u.policy == ActivationPolicy::kOffload)
@@ -534,7 +531,7 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     const bool sharded_nodes = M > 1 && p.host_state == HostState::kSharded;
     const double owned = sharded_nodes ? P / M : P;
     sw.post_update_thread_s = owned / rate * c.update_threads;
-    sw.post_update_host_mem_bytes = owned * (kAdamwHostBytesPerParam + kFp32);
+    sw.post_update_host_mem_bytes = owned * (sw.traits.adamw_host_bytes_per_param + kFp32);
     if (sharded_nodes) sw.post_gather_nic_bytes = (M - 1.0) / M * P * kBf16;
     if (sw.traits.upload_after_update) {
       sw.post_upload_h2d_bytes = P * kBf16 / N;

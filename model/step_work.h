@@ -85,6 +85,11 @@ struct SystemTraits {
   // checkpointed layer's recompute is a forward, so its parameters come three times a step (forward,
   // recompute, backward) where a kept layer's come twice.
   bool refetch_for_recompute = false;
+  // Host-memory bytes per parameter of one fused AdamW update with bf16 gradients, the bf16 mirror
+  // written in the same pass (kernels/cpu/optim/adamw.h): an fp32 master reads p 4 + g 2 + m 4 + v 4 and
+  // writes p 4 + m 4 + v 4 + mirror 2 = 28; SlideDP's split master (executor/host_state.h) reads and
+  // writes the mirror and a 16-bit remainder instead of p and the mirror: 24.
+  double adamw_host_bytes_per_param = 28.0;
 };
 
 // Work of one unit. GPU seconds and link bytes are per rank per micro-step; CPU and host-memory work

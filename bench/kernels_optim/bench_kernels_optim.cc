@@ -53,6 +53,9 @@ constexpr Bytes kBytesTriad{4 + 4, 4};                              // b, c -> a
 constexpr Bytes kBytesAdamwBf16Grad{4 + 2 + 4 + 4, 4 + 4 + 4 + 2};  // p g m v -> p m v mirror = 28
 constexpr Bytes kBytesAdamwFp32Grad{4 + 4 + 4 + 4, 4 + 4 + 4 + 2};  // = 30
 constexpr Bytes kBytesAdamwFp32GradNoMirror{4 + 4 + 4 + 4, 4 + 4 + 4};  // torch's work = 28
+// The split master (common/split_master.h): mirror and remainder read and written in place of p and
+// the mirror: mirror r g m v -> mirror r m v = 24.
+constexpr Bytes kBytesAdamwSplitBf16Grad{2 + 2 + 2 + 4 + 4, 2 + 2 + 4 + 4};
 constexpr int kSlots = 4;                                               // ranks of the reduction cases
 constexpr Bytes kBytesReduceBf16{2.0 * kSlots, 4};                      // N bf16 slots -> fp32 = 12
 constexpr Bytes kBytesFusedBf16{4 + 2.0 * kSlots + 4 + 4, 4 + 4 + 4 + 2};  // = 34
@@ -100,10 +103,16 @@ struct Workspace {
   std::unique_ptr<HostArray<float>> p, m, v, g32;     // (n,) fp32: master, moments, fp32 grad/output
   std::vector<std::unique_ptr<HostArray<bf16_bits>>> slot;  // kSlots x (n,) bf16 per-rank gradients
   std::unique_ptr<HostArray<bf16_bits>> mirror;       // (n,) bf16 delivery mirror
+  std::unique_ptr<HostArray<uint16_t>> remainder;     // (n,) split master's low halves (with `mirror`)
   std::vector<const bf16_bits*> slot_ptrs;
 
   AdamwState state(bool with_mirror) const {
     return AdamwState{p->data, m->data, v->data, with_mirror ? mirror->data : nullptr};
+  }
+  AdamwState split_state() const {
+    AdamwState s{nullptr, m->data, v->data, mirror->data};
+    s.remainder = remainder->data;
+    return s;
   }
 };
 
@@ -122,6 +131,7 @@ Workspace& workspace(int64_t n) {
       ws.slot_ptrs.push_back(ws.slot.back()->data);
     }
     ws.mirror = std::make_unique<HostArray<bf16_bits>>(pool, n, bf16_bits{0});
+    ws.remainder = std::make_unique<HostArray<uint16_t>>(pool, n, uint16_t{0});
     ws.n = n;
   }
   return ws;
@@ -206,6 +216,15 @@ void bench_adamw_bf16(benchmark::State& state, int64_t n, int threads) {
       [&] { adamw_update(pool, w.state(true), w.slot[0]->data, bench_hyper(), 0, n); });
 }
 
+// The mirror holds whatever the other AdamW cases left (0 or values near 0.5): a normal master either
+// way, as the remainder is 0 at first.
+void bench_adamw_split(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace(n);
+  ThreadPool& pool = pool_of(threads);
+  run(state, n, kBytesAdamwSplitBf16Grad,
+      [&] { adamw_update(pool, w.split_state(), w.slot[0]->data, bench_hyper(), 0, n); });
+}
+
 void bench_adamw_fp32(benchmark::State& state, int64_t n, int threads, bool mirror) {
   Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
@@ -272,6 +291,7 @@ void register_all(const std::vector<int64_t>& sizes) {
       {"update_inplace", kBytesCopy, bench_update},
       {"triad", kBytesTriad, bench_triad},
       {"adamw_bf16grad_mirror", kBytesAdamwBf16Grad, bench_adamw_bf16},
+      {"adamw_bf16grad_split_master", kBytesAdamwSplitBf16Grad, bench_adamw_split},
       {"adamw_fp32grad_mirror", kBytesAdamwFp32Grad,
        [](benchmark::State& s, int64_t n, int t) { bench_adamw_fp32(s, n, t, true); }},
       {"adamw_fp32grad_nomirror", kBytesAdamwFp32GradNoMirror,

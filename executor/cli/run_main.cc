@@ -107,6 +107,7 @@ int run_main(int argc, char** argv) {
   int64_t eval_every = 0;
   std::string data, backend = "cpu", db = "runs/runs.db", trace, save_model, checkpoint_dir, resume, lr_file;
   std::string on_nonfinite = "abort";
+  std::string master = "auto";
   std::string inject_nan;  // STEP:UNIT:RANK
   int64_t steps = 40, checkpoint_every = 0, warmup = 0, device_budget = 0;
   int keep = 3, update_threads_flag = 0;
@@ -199,6 +200,13 @@ int run_main(int argc, char** argv) {
                  "the RAM): a run whose pinned buffers (staging rings, token and offload buffers) exceed it is refused "
                  "before it allocates, naming the largest (exit 3)");
   app.add_flag("--exact", exact, "Deliver fp32 parameters and gradients (no bf16 rounding; for exact comparisons)");
+  app.add_option("--master", master,
+                 "How the host holds the fp32 master weights: split (the bf16 mirror plus a 16-bit remainder, "
+                 "bit for bit the fp32 value: 12 instead of 14 bytes of host state per parameter; the mirror "
+                 "rounds exact ties toward zero, unlike torch's cast on 1 in 2^17 values) | fp32 (a separate "
+                 "copy; the mirror rounds to nearest even) | auto (default: split for SlideDP without --exact, "
+                 "else fp32)")
+      ->check(CLI::IsMember({"auto", "split", "fp32"}));
   app.add_option("--db", db, "SQLite run log (created if missing)");
   app.add_flag("--no-db", no_db, "Do not write a run log");
   app.add_option("--trace", trace, "Write the measured timeline as Chrome trace JSON (open in Perfetto)");
@@ -286,6 +294,9 @@ int run_main(int argc, char** argv) {
   const Plan run_plan = plan_for_system(o.plan, o.system, o.card);
   o.backend = backend;
   o.exact_fp32 = exact;
+  o.master = master == "split"  ? exec::MasterStorage::kSplit
+             : master == "fp32" ? exec::MasterStorage::kFp32
+                                : exec::MasterStorage::kAuto;
   o.device_budget_bytes = device_budget;
   if (!host_pinned_limit.empty()) o.host_pinned_limit_bytes = budget_bytes_flag(host_pinned_limit, "--host-pinned-limit");
   o.update_threads = update_threads_flag;

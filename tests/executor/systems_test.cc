@@ -28,10 +28,12 @@ TrainOptions options(System system, int accum, bool exact) {
   return o;
 }
 
-// SlideDP over the plan `system` imposes: the same routes, chunks and activation policies.
+// SlideDP over the plan `system` imposes: the same routes, chunks and activation policies, and the
+// baselines' fp32 master (SlideDP's default split master rounds its mirror's exact ties otherwise).
 TrainResult slidedp_reference(const TrainOptions& o) {
   TrainOptions r = o;
   r.system = System::kSlideDP;
+  r.master = MasterStorage::kFp32;
   r.plan = plan_for_system(o.plan, o.system, o.card);
   return train(r);
 }
