@@ -59,7 +59,7 @@ SystemTraits system_traits(System system) {
   SystemTraits t;
   switch (system) {
     case System::kSlideDP:
-      t.adamw_host_bytes_per_param = 24.0;  // the split master
+      t.adamw_host_bytes_per_param = 26.0;  // the split master
       break;
     case System::kSlideFormerDP:
       t.convert_on_load = true;

@@ -88,7 +88,7 @@ struct SystemTraits {
   // Host-memory bytes per parameter of one fused AdamW update with bf16 gradients, the bf16 mirror
   // written in the same pass (kernels/cpu/optim/adamw.h): an fp32 master reads p 4 + g 2 + m 4 + v 4 and
   // writes p 4 + m 4 + v 4 + mirror 2 = 28; SlideDP's split master (executor/host_state.h) reads and
-  // writes the mirror and a 16-bit remainder instead of p and the mirror: 24.
+  // writes the mirror and a 16-bit remainder instead of p (4) and, written, p and the mirror (6): 26.
   double adamw_host_bytes_per_param = 28.0;
 };
 

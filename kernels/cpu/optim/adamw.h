@@ -6,8 +6,8 @@
 //   denom = fma(sqrt(v), 1 / sqrt(1 - beta2^step), eps)
 //   p = fma(-lr / (1 - beta1^step), m / denom, p * (1 - lr * weight_decay));   mirror = bf16_rne(p)
 // Bytes per parameter: bf16 grad: read 4 (p) + 2 (g) + 4 (m) + 4 (v), write 4 + 4 + 4 + 2 = 28;
-// fp32 grad: 30; without the mirror subtract 2; a split master (below) reads and writes 2 + 2 for p and
-// its mirror: 24 and 26.
+// fp32 grad: 30; without the mirror subtract 2; a split master (below) reads mirror and remainder (2 + 2)
+// for p and writes them for p and the mirror: 26 and 28.
 #pragma once
 
 #include <cstdint>
@@ -62,7 +62,7 @@ double adamw_clip_coef(double grad_sum_squares, double max_norm);
 //
 // The master either is `param` (fp32), or is split (common/split_master.h): `param` null, the master is
 // the pair (param_bf16, remainder), read and written, so it costs 4 bytes per parameter with its mirror
-// instead of 6 and the update moves 4 bytes fewer (reads 2 + 2, writes 2 + 2 instead of 4 + 4 + 2).
+// instead of 6 and the update moves 2 bytes fewer (reads 2 + 2, writes 2 + 2 instead of 4, 4 + 2).
 // The split's mirror rounds exact ties toward zero (split_master.h says why); `mirror_ties_toward_zero`
 // gives an fp32 master's mirror the same rule, so the two forms' runs can be compared bit for bit.
 struct AdamwState {
