@@ -72,6 +72,13 @@ struct AdamwState {
   bf16_bits* param_bf16 = nullptr;  // (numel,) bf16 delivery mirror, written; nullptr: not written
   uint16_t* remainder = nullptr;    // (numel,) split master's low halves, read and written; null: fp32 master
   bool mirror_ties_toward_zero = false;  // an fp32 master's mirror rounds ties as the split's does
+  // bf16 moments (lossy, opt-in): m and v held in bf16 (exp_avg and exp_avg_sq null), computed in fp32
+  // and stored with stochastic rounding (stochastic_rounding.h): element i's noise is
+  // rounding_noise(seed, moment_index_base + i), seed m_seed for m and v_seed for v.
+  bf16_bits* exp_avg_bf16 = nullptr;
+  bf16_bits* exp_avg_sq_bf16 = nullptr;
+  uint32_t m_seed = 0, v_seed = 0;
+  int64_t moment_index_base = 0;
 };
 
 // Range forms: update elements [begin, end) on the calling thread. grad is the chunk's (numel,)

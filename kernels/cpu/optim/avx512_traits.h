@@ -88,6 +88,26 @@ struct Avx512 {
     store16(p, _mm512_cvtepi32_epi16(round_bits<false>(v)), tail...);
   }
 
+  // kernels/cpu/optim/stochastic_rounding.h: lane j's noise is lowbias32((index + j) ^ seed); the
+  // pattern plus its top 16 bits, truncated (NaN made quiet as narrow_integer does).
+  template <class... T>
+  static void store_stochastic(bf16_bits* p, F v, uint32_t seed, int64_t index, T... tail) {
+    auto i32 = [](uint32_t x) { return _mm512_set1_epi32(static_cast<int>(x)); };
+    __m512i x = _mm512_add_epi32(i32(static_cast<uint32_t>(index)),
+                                 _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15));
+    x = _mm512_xor_si512(x, i32(seed));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    x = _mm512_mullo_epi32(x, i32(0x7feb352du));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 15));
+    x = _mm512_mullo_epi32(x, i32(0x846ca68bu));
+    x = _mm512_xor_si512(x, _mm512_srli_epi32(x, 16));
+    const __m512i u = _mm512_castps_si512(v);
+    __m512i r = _mm512_srli_epi32(_mm512_add_epi32(u, _mm512_srli_epi32(x, 16)), 16);
+    const __mmask16 is_nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    r = _mm512_mask_or_epi32(r, is_nan, _mm512_srli_epi32(u, 16), i32(0x40));
+    store16(p, _mm512_cvtepi32_epi16(r), tail...);
+  }
+
   // common/split_master.h: upper = mirror << 16; a remainder above 0x8000 means the mirror was rounded
   // up, one bf16 step taken back (not for a NaN mirror, whose remainder is or-ed in).
   template <class... T>

@@ -85,6 +85,25 @@ struct Avx2 {
     store16(p, pack16(round_bits<false>(v)), tail...);
   }
 
+  // kernels/cpu/optim/stochastic_rounding.h: lane j's noise is lowbias32((index + j) ^ seed); the
+  // pattern plus its top 16 bits, truncated (NaN made quiet as narrow does).
+  template <class... T>
+  static void store_stochastic(bf16_bits* p, F v, uint32_t seed, int64_t index, T... tail) {
+    auto i32 = [](uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); };
+    __m256i x = _mm256_add_epi32(i32(static_cast<uint32_t>(index)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    x = _mm256_xor_si256(x, i32(seed));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    x = _mm256_mullo_epi32(x, i32(0x7feb352du));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 15));
+    x = _mm256_mullo_epi32(x, i32(0x846ca68bu));
+    x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
+    const __m256i u = _mm256_castps_si256(v);
+    const __m256i rounded = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_srli_epi32(x, 16)), 16);
+    const __m256i quiet_nan = _mm256_or_si256(_mm256_srli_epi32(u, 16), i32(0x40));
+    const __m256i is_nan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
+    store16(p, pack16(_mm256_blendv_epi8(rounded, quiet_nan, is_nan)), tail...);
+  }
+
   // common/split_master.h: upper = mirror << 16; a remainder above 0x8000 means the mirror was rounded
   // up, one bf16 step taken back (not for a NaN mirror, whose remainder is or-ed in).
   template <class... T>

@@ -8,6 +8,7 @@
 
 #include "common/split_master.h"
 #include "kernels/cpu/optim/kernel_table.h"
+#include "kernels/cpu/optim/stochastic_rounding.h"
 
 namespace slidedp::kernels::detail {
 namespace {
@@ -26,14 +27,23 @@ float reduced_at(const SlotArgs<T>& s, int64_t i) {
 
 // One element of AdamW, in the order documented in adamw.h.
 inline void adamw_element(const AdamwState& s, float grad, const AdamwConstants& c, int64_t i) {
+  const bool bf16_moments = s.exp_avg_bf16 != nullptr;
+  const float m_old = bf16_moments ? bf16_to_float(s.exp_avg_bf16[i]) : s.exp_avg[i];
+  const float v_old = bf16_moments ? bf16_to_float(s.exp_avg_sq_bf16[i]) : s.exp_avg_sq[i];
   const float g = (grad * c.grad_scale) * c.clip_coef;
-  const float m = std::fma(s.exp_avg[i], c.beta1, g * c.one_minus_beta1);
-  const float v = std::fma(s.exp_avg_sq[i], c.beta2, (g * g) * c.one_minus_beta2);
+  const float m = std::fma(m_old, c.beta1, g * c.one_minus_beta1);
+  const float v = std::fma(v_old, c.beta2, (g * g) * c.one_minus_beta2);
   const float denom = std::fma(std::sqrt(v), c.inv_sqrt_bias_correction2, c.eps);
   const float master = s.remainder ? join_master(s.param_bf16[i], s.remainder[i]) : s.param[i];
   const float p = std::fma(c.neg_step_size, m / denom, master * c.decay);
-  s.exp_avg[i] = m;
-  s.exp_avg_sq[i] = v;
+  if (bf16_moments) {
+    const auto index = static_cast<uint32_t>(s.moment_index_base + i);
+    s.exp_avg_bf16[i] = float_to_bf16_stochastic(m, rounding_noise(s.m_seed, index));
+    s.exp_avg_sq_bf16[i] = float_to_bf16_stochastic(v, rounding_noise(s.v_seed, index));
+  } else {
+    s.exp_avg[i] = m;
+    s.exp_avg_sq[i] = v;
+  }
   if (s.remainder) {
     const SplitMaster split = split_master(p);
     s.param_bf16[i] = split.mirror;

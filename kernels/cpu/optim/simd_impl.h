@@ -80,6 +80,10 @@ struct StatePtrs {
   float* v;
   bf16_bits* mirror;
   uint16_t* remainder;
+  bf16_bits* m16;  // bf16 moments (m and v null)
+  bf16_bits* v16;
+  uint32_t m_seed, v_seed;
+  int64_t moment_index_base;
 };
 
 // How the master is held and what the update writes besides it (adamw.h AdamwState).
@@ -91,13 +95,21 @@ enum class MasterForm {
 };
 
 // kW (or, with a Tail, fewer) elements of AdamW starting at i; same operation order as the reference.
-template <class V, MasterForm kForm, class Src, class... Tail>
+template <class V, MasterForm kForm, bool kBf16Moments, class Src, class... Tail>
 SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const AdamwVec<V>& k, int64_t i,
                                        Tail... tail) {
   using F = typename V::F;
+  F m_old, v_old;
+  if constexpr (kBf16Moments) {
+    m_old = V::load(s.m16 + i, tail...);
+    v_old = V::load(s.v16 + i, tail...);
+  } else {
+    m_old = V::load(s.m + i, tail...);
+    v_old = V::load(s.v + i, tail...);
+  }
   const F g = V::mul(V::mul(src.load(i, tail...), k.grad_scale), k.clip_coef);
-  const F m = V::fma(V::load(s.m + i, tail...), k.beta1, V::mul(g, k.one_minus_beta1));
-  const F v = V::fma(V::load(s.v + i, tail...), k.beta2, V::mul(V::mul(g, g), k.one_minus_beta2));
+  const F m = V::fma(m_old, k.beta1, V::mul(g, k.one_minus_beta1));
+  const F v = V::fma(v_old, k.beta2, V::mul(V::mul(g, g), k.one_minus_beta2));
   const F denom = V::fma(V::sqrt(v), k.inv_sqrt_bias_correction2, k.eps);
   F master;
   if constexpr (kForm == MasterForm::kSplit) {
@@ -106,8 +118,13 @@ SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const
     master = V::load(s.p + i, tail...);
   }
   const F p = V::fma(k.neg_step_size, V::div(m, denom), V::mul(master, k.decay));
-  V::store(s.m + i, m, tail...);
-  V::store(s.v + i, v, tail...);
+  if constexpr (kBf16Moments) {
+    V::store_stochastic(s.m16 + i, m, s.m_seed, s.moment_index_base + i, tail...);
+    V::store_stochastic(s.v16 + i, v, s.v_seed, s.moment_index_base + i, tail...);
+  } else {
+    V::store(s.m + i, m, tail...);
+    V::store(s.v + i, v, tail...);
+  }
   if constexpr (kForm == MasterForm::kSplit) {
     V::split_master(s.mirror + i, s.remainder + i, p, tail...);
   } else {
@@ -117,27 +134,39 @@ SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const
   }
 }
 
-template <class V, MasterForm kForm, class Src>
+template <class V, MasterForm kForm, bool kBf16Moments, class Src>
 void adamw_span(const AdamwState& state, const Src& src, const AdamwConstants& c, int64_t begin,
                 int64_t end) {
   const AdamwVec<V> k(c);
-  const StatePtrs s{state.param, state.exp_avg, state.exp_avg_sq, state.param_bf16, state.remainder};
+  const StatePtrs s{state.param,         state.exp_avg,         state.exp_avg_sq, state.param_bf16,
+                    state.remainder,     state.exp_avg_bf16,    state.exp_avg_sq_bf16,
+                    state.m_seed,        state.v_seed,          state.moment_index_base};
   int64_t i = begin;
-  for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kForm>(s, src, k, i);
-  if (i < end) adamw_vector<V, kForm>(s, src, k, i, V::tail(end - i));
+  for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kForm, kBf16Moments>(s, src, k, i);
+  if (i < end) adamw_vector<V, kForm, kBf16Moments>(s, src, k, i, V::tail(end - i));
+}
+
+template <class V, MasterForm kForm, class Src>
+void adamw_dispatch_moments(const AdamwState& s, const Src& src, const AdamwConstants& c, int64_t begin,
+                            int64_t end) {
+  if (s.exp_avg_bf16) {
+    adamw_span<V, kForm, true>(s, src, c, begin, end);
+  } else {
+    adamw_span<V, kForm, false>(s, src, c, begin, end);
+  }
 }
 
 template <class V, class Src>
 void adamw_dispatch_mirror(const AdamwState& s, const Src& src, const AdamwConstants& c, int64_t begin,
                            int64_t end) {
   if (s.remainder) {
-    adamw_span<V, MasterForm::kSplit>(s, src, c, begin, end);
+    adamw_dispatch_moments<V, MasterForm::kSplit>(s, src, c, begin, end);
   } else if (!s.param_bf16) {
-    adamw_span<V, MasterForm::kFp32>(s, src, c, begin, end);
+    adamw_dispatch_moments<V, MasterForm::kFp32>(s, src, c, begin, end);
   } else if (s.mirror_ties_toward_zero) {
-    adamw_span<V, MasterForm::kFp32MirrorTowardZero>(s, src, c, begin, end);
+    adamw_dispatch_moments<V, MasterForm::kFp32MirrorTowardZero>(s, src, c, begin, end);
   } else {
-    adamw_span<V, MasterForm::kFp32Mirror>(s, src, c, begin, end);
+    adamw_dispatch_moments<V, MasterForm::kFp32Mirror>(s, src, c, begin, end);
   }
 }
 
