@@ -22,6 +22,10 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--host-state", host_state, "Host state across nodes: replicated | sharded (1/nodes of the fp32 state per node)")
       ->check(CLI::IsMember({"replicated", "sharded"}));
+  app.add_option("--optimizer-states", optimizer_states,
+                 "AdamW's moments on the host: fp32 (default) | bf16 (4 instead of 8 bytes per parameter, "
+                 "rounded stochastically; lossy: changes the numerics; not with --exact or a baseline)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")->check(integer_in(1, 4096));
   app.add_option("--micro-batch", micro_batch, "Sequences per rank per micro-step")->check(integer_in(1, 1 << 20));
   app.add_option("--accum", accum_steps, "Micro-steps (gradient accumulation) per optimizer step")->check(integer_in(1, 1 << 20));
@@ -95,6 +99,7 @@ PlanFile PlanFlags::resolve() const {
   Plan& p = f.plan;
   if (nodes) p.nodes = *nodes;
   if (host_state) p.host_state = parse_host_state(*host_state, "--host-state");
+  if (optimizer_states) p.optimizer_states = parse_optimizer_states(*optimizer_states, "--optimizer-states");
   if (ranks) p.ranks = *ranks;
   if (micro_batch) p.micro_batch = *micro_batch;
   if (accum_steps) p.accum_steps = *accum_steps;

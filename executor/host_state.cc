@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/split_master.h"
 #include "kernels/cpu/optim/bf16_convert.h"
+#include "kernels/cpu/optim/stochastic_rounding.h"
 
 namespace slidedp::exec {
 
@@ -40,10 +41,11 @@ HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStat
     } else {
       s.master = backend.alloc_host(f32, false);
     }
-    s.exp_avg = backend.alloc_host(f32, false);
-    s.exp_avg_sq = backend.alloc_host(f32, false);
+    const int64_t moment = options.bf16_moments ? s.own_numel * 2 : f32;
+    s.exp_avg = backend.alloc_host(moment, false);
+    s.exp_avg_sq = backend.alloc_host(moment, false);
     s.mirror = backend.alloc_host(s.numel * mbytes, true);
-    host_bytes_ += (options.split_master ? s.own_numel * 2 : f32) + 2 * f32 + s.numel * mbytes;
+    host_bytes_ += (options.split_master ? s.own_numel * 2 : f32) + 2 * moment + s.numel * mbytes;
     pinned_bytes_ += s.numel * mbytes;
     if (options.accumulate_all || (u == 0 && options.accumulate_unit0)) {
       s.accum = backend.alloc_host(f32, false);  // this node's shard, as master
@@ -78,8 +80,8 @@ void HostState::load_master(std::span<const std::span<const float>> units) {
 void HostState::load_unit_master(int u, std::span<const float> whole) {
   UnitState& s = unit(u);
   SLIDEDP_CHECK(static_cast<int64_t>(whole.size()) == s.numel, "master buffer size differs from the layout");
-  std::memset(s.exp_avg.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
-  std::memset(s.exp_avg_sq.ptr, 0, static_cast<size_t>(s.own_numel) * 4);
+  std::memset(s.exp_avg.ptr, 0, static_cast<size_t>(s.exp_avg.bytes));  // +0.0 in fp32 and bf16 alike
+  std::memset(s.exp_avg_sq.ptr, 0, static_cast<size_t>(s.exp_avg_sq.bytes));
   // The whole mirror, from the whole input (a sharded master holds only part of it).
   if (options_.mirror_ties_toward_zero) {
     auto* mirror = reinterpret_cast<bf16_bits*>(s.mirror.ptr);
@@ -113,8 +115,14 @@ kernels::AdamwState HostState::adamw_state(int u, int64_t b) const {
     st.param = s.master_f32() + s.local(b);
   }
   st.mirror_ties_toward_zero = options_.mirror_ties_toward_zero;
-  st.exp_avg = s.m_f32() + s.local(b);
-  st.exp_avg_sq = s.v_f32() + s.local(b);
+  if (options_.bf16_moments) {
+    st.exp_avg_bf16 = reinterpret_cast<bf16_bits*>(s.exp_avg.ptr) + s.local(b);
+    st.exp_avg_sq_bf16 = reinterpret_cast<bf16_bits*>(s.exp_avg_sq.ptr) + s.local(b);
+    st.moment_index_base = b;  // the unit's element index: the same noise on any node or chunking
+  } else {
+    st.exp_avg = s.m_f32() + s.local(b);
+    st.exp_avg_sq = s.v_f32() + s.local(b);
+  }
   st.param_bf16 = options_.mirror_dtype == DType::kBF16 ? reinterpret_cast<bf16_bits*>(s.mirror.ptr) + b : nullptr;
   return st;
 }
@@ -134,6 +142,32 @@ std::span<const float> HostState::master_values(int u, std::vector<float>& out) 
     for (int64_t i = r.begin; i < r.end; ++i)
       out[static_cast<size_t>(s.local(i))] = join_master(mirror[i], s.remainder_u16()[s.local(i)]);
   return out;
+}
+
+std::span<const float> HostState::moment_values(int u, int which, std::vector<float>& out) const {
+  const UnitState& s = unit(u);
+  const HostBuffer& b = which == 0 ? s.exp_avg : s.exp_avg_sq;
+  if (!options_.bf16_moments) return {reinterpret_cast<const float*>(b.ptr), static_cast<size_t>(s.own_numel)};
+  out.resize(static_cast<size_t>(s.own_numel));
+  kernels::bf16_to_f32(reinterpret_cast<const bf16_bits*>(b.ptr), out.data(), s.own_numel);
+  return out;
+}
+
+void HostState::set_moment_values(int u, int which, std::span<const float> values) {
+  UnitState& s = unit(u);
+  SLIDEDP_CHECK(static_cast<int64_t>(values.size()) == s.own_numel, "moment values: one per held element");
+  HostBuffer& b = which == 0 ? s.exp_avg : s.exp_avg_sq;
+  if (options_.bf16_moments) {
+    kernels::f32_to_bf16(values.data(), reinterpret_cast<bf16_bits*>(b.ptr), s.own_numel);
+  } else {
+    std::memcpy(b.ptr, values.data(), values.size() * 4);
+  }
+}
+
+void HostState::set_rounding_seeds(kernels::AdamwState& st, int u, int64_t step) const {
+  if (!options_.bf16_moments) return;
+  st.m_seed = kernels::moment_seed(step, u, 0);
+  st.v_seed = kernels::moment_seed(step, u, 1);
 }
 
 void HostState::set_updated(uint64_t steps) {

@@ -26,7 +26,7 @@ struct UnitState {
   int64_t chunk_numel = 0;
   // master, m, v and the accumulator hold this node's shard of every chunk, chunk after chunk (the
   // whole unit unless the state is sharded across nodes); the mirror is always whole.
-  HostBuffer master, exp_avg, exp_avg_sq;  // fp32 (master empty when split)
+  HostBuffer master, exp_avg, exp_avg_sq;  // fp32 (master empty when split; m and v bf16 when so held)
   HostBuffer remainder;                    // split master: the low 16 bits of every held element
   HostBuffer mirror;                       // param dtype, pinned: what deliveries copy
   HostBuffer accum;                        // fp32 gradient accumulator (empty when not needed)
@@ -44,7 +44,7 @@ struct UnitState {
   }
   float* master_f32() const { return reinterpret_cast<float*>(master.ptr); }  // null when split
   uint16_t* remainder_u16() const { return reinterpret_cast<uint16_t*>(remainder.ptr); }
-  float* m_f32() const { return reinterpret_cast<float*>(exp_avg.ptr); }
+  float* m_f32() const { return reinterpret_cast<float*>(exp_avg.ptr); }  // fp32 moments only
   float* v_f32() const { return reinterpret_cast<float*>(exp_avg_sq.ptr); }
   float* accum_f32() const { return reinterpret_cast<float*>(accum.ptr); }
 };
@@ -64,6 +64,8 @@ struct HostStateOptions {
   // even, as torch's cast.
   bool split_master = false;
   bool mirror_ties_toward_zero = false;
+  // AdamW's m and v in bf16, rounded stochastically by the update (kernels/cpu/optim/adamw.h).
+  bool bf16_moments = false;
 };
 
 class HostState {
@@ -87,6 +89,15 @@ class HostState {
   // buffer itself unless split; a split master is rebuilt, bit for bit, into `out`).
   std::span<const float> master_values(int u, std::vector<float>& out) const;
   bool split_master() const { return options_.split_master; }
+  // AdamW's first (which 0) or second (1) moment of the elements of unit u this node holds, in fp32
+  // (the held buffer itself unless bf16; bf16 ones widened, exactly, into `out`).
+  std::span<const float> moment_values(int u, int which, std::vector<float>& out) const;
+  // Sets them from fp32 values in UnitState::local order (bf16 ones rounded to nearest: exact for
+  // values a bf16 run wrote).
+  void set_moment_values(int u, int which, std::span<const float> values);
+  bool bf16_moments() const { return options_.bf16_moments; }
+  // The update's rounding seeds of unit u at AdamW step `step` (bf16 moments).
+  void set_rounding_seeds(kernels::AdamwState& st, int u, int64_t step) const;
   // Every chunk's counter to `steps` (after a resume at optimizer step `steps`).
   void set_updated(uint64_t steps);
 

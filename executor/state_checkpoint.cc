@@ -37,12 +37,16 @@ void load_host_state(const CheckpointReader& checkpoint, HostState& state) {
     });
     state.load_unit_master(u, whole);
     const std::vector<ShardRange> held = state.held_ranges(u);
+    std::vector<float> moment;  // bf16 moments: read in fp32, then rounded (exact for a bf16 run's)
     for (Part part : {Part::kExpAvg, Part::kExpAvgSq}) {
-      float* to = part == Part::kExpAvg ? us.m_f32() : us.v_f32();
+      const int which = part == Part::kExpAvg ? 0 : 1;
+      if (state.bf16_moments()) moment.resize(static_cast<size_t>(us.own_numel));
+      float* to = state.bf16_moments() ? moment.data() : which == 0 ? us.m_f32() : us.v_f32();
       pool.parallel_for(static_cast<int64_t>(held.size()), [&](int64_t k) {
         const ShardRange r = held[static_cast<size_t>(k)];
         if (r.size() > 0) checkpoint.read(part, u, r.begin, r.end, to + us.local(r.begin));
       });
+      if (state.bf16_moments()) state.set_moment_values(u, which, moment);
     }
   }
 }
@@ -75,13 +79,17 @@ PartTensors exchange_part_tensors(NodeLink& link, const HostState& state, const 
   PartTensors part;
   TransferCount done;
   int posted = 0;
-  // A split master is rebuilt in fp32 for the exchange (the sends read it until the end).
+  // A split master and bf16 moments are widened to fp32 for the exchange (the sends read them until the end).
   const bool moves_master = std::find(kinds.begin(), kinds.end(), 0) != kinds.end();
-  std::vector<std::vector<float>> rebuilt_master(static_cast<size_t>(state.num_units()));
+  const bool moves_moments = std::find(kinds.begin(), kinds.end(), 1) != kinds.end();
+  std::vector<std::array<std::vector<float>, 3>> rebuilt(static_cast<size_t>(state.num_units()));
   for (int u = 0; u < state.num_units(); ++u) {
     const UnitState& us = state.unit(u);
-    std::vector<float>& rebuilt = rebuilt_master[static_cast<size_t>(u)];  // sent until done.wait below
-    const float* held[3] = {moves_master ? state.master_values(u, rebuilt).data() : nullptr, us.m_f32(), us.v_f32()};
+    // Sent until done.wait below: a split master and bf16 moments widened to fp32 for the exchange.
+    auto& widened = rebuilt[static_cast<size_t>(u)];
+    const float* held[3] = {moves_master ? state.master_values(u, widened[0]).data() : nullptr,
+                            moves_moments ? state.moment_values(u, 0, widened[1]).data() : nullptr,
+                            moves_moments ? state.moment_values(u, 1, widened[2]).data() : nullptr};
     const UnitLayout& unit = layout.units[static_cast<size_t>(u)];
     for (size_t t = 0; t < unit.tensors.size(); ++t) {
       const TensorSpec& spec = unit.tensors[t];

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -229,6 +230,12 @@ bool use_split_master(const TrainOptions& o) {
                                               : fmt::format("split: not with --system {} (its master is fp32)",
                                                             system_name(o.system)));
   if (o.mirror_ties_toward_zero && o.exact_fp32) throw InputError("--exact", "the mirror rule needs a bf16 mirror");
+  if (o.plan.optimizer_states != OptimizerStates::kFp32) {
+    // Lossy: not where the run promises exact numbers, nor for a baseline, whose system holds fp32.
+    if (o.exact_fp32) throw InputError("--optimizer-states", "bf16 is lossy: not with --exact");
+    if (o.system != System::kSlideDP)
+      throw InputError("--optimizer-states", fmt::format("bf16: not with --system {} (its moments are fp32)", system_name(o.system)));
+  }
   return o.master == MasterStorage::kSplit || (o.master == MasterStorage::kAuto && can);
 }
 
@@ -459,6 +466,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   hso.accumulate_unit0 = o.card.tie_word_embeddings;
   if (sharded_nodes) hso.shard = node, hso.shards = M, hso.shard_ranks = N;
   hso.split_master = split_master;
+  hso.bf16_moments = plan.optimizer_states == OptimizerStates::kBf16;
   hso.mirror_ties_toward_zero = o.mirror_ties_toward_zero;
   HostState state(*backend, layout, hso);
   result.host_state_bytes = state.host_bytes();
@@ -662,19 +670,20 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         ts.learning_rate = rec.lr;
         ts.data_cursor = sampler.cursor_at_step(s + 1);
         ts.metadata_json = o.metadata_json;
+        ts.optimizer_states = optimizer_states_name(plan.optimizer_states);
         if (sharded_nodes) {
           // Every node writes its part of one folder; none holds the whole state.
           result.last_checkpoint = save_sharded_checkpoint(*link, state, o.card, ts, o.checkpoint_dir, o.keep_checkpoints);
         } else if (node == 0) {
           CheckpointData cd;
           cd.card = o.card;
-          std::vector<std::vector<float>> rebuilt(static_cast<size_t>(U));  // a split master, in fp32
+          // A split master and bf16 moments, widened to fp32 while they are written.
+          std::vector<std::array<std::vector<float>, 3>> widened(static_cast<size_t>(U));
           for (int u = 0; u < U; ++u) {
-            const UnitState& us = state.unit(u);
-            const size_t n = static_cast<size_t>(us.numel);
-            cd.master.push_back(state.master_values(u, rebuilt[static_cast<size_t>(u)]));
-            cd.adam_m.emplace_back(us.m_f32(), n);
-            cd.adam_v.emplace_back(us.v_f32(), n);
+            auto& w = widened[static_cast<size_t>(u)];
+            cd.master.push_back(state.master_values(u, w[0]));
+            cd.adam_m.push_back(state.moment_values(u, 0, w[1]));
+            cd.adam_v.push_back(state.moment_values(u, 1, w[2]));
           }
           cd.state = ts;
           result.last_checkpoint = save_checkpoint(o.checkpoint_dir, cd, o.keep_checkpoints);

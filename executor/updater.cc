@@ -492,6 +492,7 @@ void Updater::update_input(Job& job, const GradInput& in) {
   }
   kernels::AdamwState st = state_.adamw_state(job.unit, b);
   const kernels::AdamwHyper h = hyper(job.step, job.lr, 1.0);
+  state_.set_rounding_seeds(st, job.unit, h.step);
   const float* acc = has_accum ? u.accum_f32() + u.local(b) : nullptr;
   auto run = [&](auto tag) {
     using T = decltype(tag);
@@ -753,6 +754,7 @@ void Updater::verify_pass(int64_t step) {
       const ShardRange own = state_.node_part(e - b, node_);
       const int64_t ob = b + own.begin, oe = b + own.end;
       kernels::AdamwState st = state_.adamw_state(u, ob);
+      state_.set_rounding_seeds(st, u, h.step);
       by_decay(u, ob, oe, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
         kernels::adamw_update(pool_, st, s.accum_f32() + s.local(ob), ph, pb - ob, pe - ob);
       });

@@ -122,6 +122,7 @@ TrainerState parse_trainer_state(const std::string& path) {
   std::vector<std::string> keys = {"format", "format_version", "optimizer_step", "lr_schedule_step", "learning_rate",
                                    "data_cursor", "rng_state", "metadata"};
   if (version >= 2) keys.insert(keys.end(), {"adamw_step", "lr_schedule"});
+  if (j.is_object() && j.contains("optimizer_states")) keys.push_back("optimizer_states");
   r.keys(j, "", keys);
   if (j["format"] != "slidedp-checkpoint")
     throw InputError(path + ": format", "expected \"slidedp-checkpoint\"");
@@ -136,6 +137,12 @@ TrainerState parse_trainer_state(const std::string& path) {
       if (!j["lr_schedule"].is_object()) throw InputError(path + ": lr_schedule", "expected an object or null");
       s.lr_schedule_json = j["lr_schedule"].dump();
     }
+  }
+  if (j.contains("optimizer_states")) {
+    const json& f = j["optimizer_states"];
+    if (!f.is_string() || (f != "fp32" && f != "bf16"))
+      throw InputError(path + ": optimizer_states", fmt::format("{} is not \"fp32\" or \"bf16\"", f.dump()));
+    s.optimizer_states = f.get<std::string>();
   }
   s.lr_schedule_step = r.integer(j, "", "lr_schedule_step");
   s.learning_rate = r.number(j, "", "learning_rate");
@@ -202,6 +209,10 @@ json trainer_state_json(const TrainerState& st) {
                 {"rng_state", json::array()},
                 {"metadata", metadata}};
   for (uint64_t w : st.rng_state) state["rng_state"].push_back(hex64(w));
+  if (st.optimizer_states != "fp32") {
+    if (st.optimizer_states != "bf16") throw InputError("checkpoint: optimizer_states", st.optimizer_states + " is not fp32 or bf16");
+    state["optimizer_states"] = st.optimizer_states;
+  }
   return state;
 }
 

@@ -40,6 +40,9 @@ struct TrainerState {
                                      // resumed run continues the same schedule
   DataCursor data_cursor;            // where the next step's data starts
   std::vector<uint64_t> rng_state;   // any generator words (dropout, sampling), restored verbatim
+  // How the run held AdamW's moments ("fp32" or "bf16"; the files hold them in fp32 either way, bf16
+  // ones widened exactly). Written only when not fp32, so older readers take the other checkpoints.
+  std::string optimizer_states = "fp32";
   std::string metadata_json = "{}";  // any JSON value (plan, hardware, run configuration); stored as
                                      // JSON and returned compact with key order kept
   bool operator==(const TrainerState&) const = default;

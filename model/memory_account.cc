@@ -366,6 +366,7 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
   s.hidden_bytes_per_token = hidden_bytes_per_token;
   s.mirror_bytes = exact_fp32 ? 4 : 2;
   s.split_master = system == System::kSlideDP && !exact_fp32;
+  s.moment_bytes = plan.optimizer_states == OptimizerStates::kBf16 ? 4 : 8;
   // Accumulation, the verified update (clip, skip) and an update after the backward keep every unit's
   // gradient until the step's last micro-step; FSDP2 accumulates on its devices.
   const bool verify = plan.verify_updates || traits.update_after_backward;
@@ -409,7 +410,8 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
     items.push_back({"master weights' low halves (split master: the mirror holds the rest)" + shard, own * 2});
   else
     items.push_back({"fp32 master weights" + shard, own * 4});
-  items.push_back({sharded ? fmt::format("fp32 AdamW m and v (1/{} shard)", plan.nodes) : "fp32 AdamW m and v", own * 8});
+  items.push_back({(spec.moment_bytes == 8 ? "fp32 AdamW m and v" : "bf16 AdamW m and v") + shard,
+                   own * static_cast<double>(spec.moment_bytes)});
   if (plan.nodes > 1) items.push_back({"network exchange buffers (pinned)", 2 * 2 * chunk * 4});
   if (sharded) {
     // A checkpoint gathers whole tensors of the node's part while it is written, m and v together

@@ -17,6 +17,14 @@ const char* param_route_name(ParamRoute r) {
 const char* grad_route_name(GradRoute r) { return r == GradRoute::kCpu ? "cpu" : "gpu"; }
 const char* host_state_name(HostState s) { return s == HostState::kReplicated ? "replicated" : "sharded"; }
 
+const char* optimizer_states_name(OptimizerStates s) { return s == OptimizerStates::kFp32 ? "fp32" : "bf16"; }
+
+OptimizerStates parse_optimizer_states(const std::string& s, const std::string& where) {
+  if (s == "fp32") return OptimizerStates::kFp32;
+  if (s == "bf16") return OptimizerStates::kBf16;
+  throw InputError(where, "'" + s + "' is not fp32 or bf16");
+}
+
 HostState parse_host_state(const std::string& s, const std::string& where) {
   if (s == "replicated") return HostState::kReplicated;
   if (s == "sharded") return HostState::kSharded;
@@ -110,6 +118,7 @@ Plan plan_from_yaml_reader(const YamlReader& r) {
   Plan p;
   p.nodes = static_cast<int>(r.integer_or("nodes", 1, 1, 4096));
   p.host_state = parse_host_state(r.text_or("host_state", "replicated"), r.where("host_state"));
+  p.optimizer_states = parse_optimizer_states(r.text_or("optimizer_states", "fp32"), r.where("optimizer_states"));
   p.ranks = static_cast<int>(r.integer_or("ranks", 1, 1, 4096));
   p.micro_batch = static_cast<int>(r.integer_or("micro_batch", 1, 1, 1 << 20));
   p.accum_steps = static_cast<int>(r.integer_or("accum_steps", 1, 1, 1 << 20));
@@ -177,6 +186,8 @@ void emit_plan_keys(YAML::Emitter& e, const Plan& p) {
     e << YAML::Key << "nodes" << YAML::Value << p.nodes;
     e << YAML::Key << "host_state" << YAML::Value << host_state_name(p.host_state);
   }
+  if (p.optimizer_states != OptimizerStates::kFp32)
+    e << YAML::Key << "optimizer_states" << YAML::Value << optimizer_states_name(p.optimizer_states);
   e << YAML::Key << "ranks" << YAML::Value << p.ranks;
   e << YAML::Key << "micro_batch" << YAML::Value << p.micro_batch;
   e << YAML::Key << "accum_steps" << YAML::Value << p.accum_steps;

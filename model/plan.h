@@ -16,6 +16,11 @@ enum class ParamRoute { kReplicated, kSharded };  // every rank DMAs the unit | 
 enum class GradRoute { kCpu, kGpu };  // per-rank host slots summed by CPU | reduce-scatter on GPU
 // Where the authoritative host state lives across nodes: whole on every node, or 1/M on each.
 enum class HostState { kReplicated, kSharded };
+// How the host holds AdamW's moments m and v: fp32 (8 bytes per parameter), or bf16 rounded
+// stochastically (4; lossy: the planner picks it only where the user allows it).
+enum class OptimizerStates { kFp32, kBf16 };
+const char* optimizer_states_name(OptimizerStates s);  // "fp32" | "bf16"
+OptimizerStates parse_optimizer_states(const std::string& s, const std::string& where);
 const char* param_route_name(ParamRoute r);
 const char* host_state_name(HostState s);
 const char* grad_route_name(GradRoute r);
@@ -30,6 +35,7 @@ struct Plan {
   // sharded state each node updates its 1/M and all-gathers the updated bf16 mirror.
   int nodes = 1;
   HostState host_state = HostState::kReplicated;
+  OptimizerStates optimizer_states = OptimizerStates::kFp32;  // SlideDP's; the baselines keep fp32
   int ranks = 1;  // per node
   int micro_batch = 1;   // sequences per rank per micro-step
   int accum_steps = 1;   // micro-steps per optimizer step

@@ -112,8 +112,9 @@ SystemTraits system_traits(System system) {
 Plan plan_for_system(const Plan& plan, System system, const ModelCard& card) {
   Plan p = plan;
   const int L = static_cast<int>(card.num_layers);
-  // The baselines' implementations run each layer's MLP over the whole micro-batch at once.
-  if (system != System::kSlideDP) p.mlp_token_tile = 0;
+  // The baselines' implementations run each layer's MLP over the whole micro-batch at once, and hold
+  // fp32 moments.
+  if (system != System::kSlideDP) p.mlp_token_tile = 0, p.optimizer_states = OptimizerStates::kFp32;
   switch (system) {
     case System::kSlideDP:
       break;
@@ -249,6 +250,8 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   sw.traits = system_traits(system);
   const Plan p = plan_for_system(plan_in, system, card);
   if (system == System::kSlideDP && p.verify_updates) sw.traits.update_after_backward = true;
+  // bf16 moments: m and v read and written in 2 bytes each instead of 4.
+  if (p.optimizer_states == OptimizerStates::kBf16) sw.traits.adamw_host_bytes_per_param -= 8.0;
   p.validate(L, "plan");
   const int N = p.ranks;
   if (!hw.gpu.emulated_on_host && N > hw.gpu.count)
