@@ -18,7 +18,8 @@ struct PlanFlags {
   std::string hardware;
   std::optional<int64_t> seq_len;
   std::optional<int> nodes, ranks, micro_batch, accum_steps, depth, update_threads;
-  std::optional<std::string> host_state, param_route, grad_route, gpu_mem_budget, activation, optimizer_states;
+  std::optional<std::string> host_state, param_route, grad_route, gpu_mem_budget, activation,
+      optimizer_states;
   std::optional<int64_t> chunk_numel, mlp_token_tile;
 
   // Registers the flags; `with_workload` adds --model/--hardware/--seq.

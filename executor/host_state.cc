@@ -14,8 +14,9 @@ namespace slidedp::exec {
 HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStateOptions& options)
     : options_(options) {
   SLIDEDP_CHECK(options.chunk_numel > 0);
-  SLIDEDP_CHECK(!(options.split_master || options.mirror_ties_toward_zero) || options.mirror_dtype == DType::kBF16,
-                "a split master and its mirror rule need a bf16 mirror");
+  SLIDEDP_CHECK(
+      !(options.split_master || options.mirror_ties_toward_zero) || options.mirror_dtype == DType::kBF16,
+      "a split master and its mirror rule need a bf16 mirror");
   if (options_.split_master) options_.mirror_ties_toward_zero = true;
   const int64_t mbytes = dtype_bytes(options.mirror_dtype);
   units_.resize(layout.units.size());
@@ -85,7 +86,8 @@ void HostState::load_unit_master(int u, std::span<const float> whole) {
   // The whole mirror, from the whole input (a sharded master holds only part of it).
   if (options_.mirror_ties_toward_zero) {
     auto* mirror = reinterpret_cast<bf16_bits*>(s.mirror.ptr);
-    for (int64_t i = 0; i < s.numel; ++i) mirror[i] = slidedp::split_master(whole[static_cast<size_t>(i)]).mirror;
+    for (int64_t i = 0; i < s.numel; ++i)
+      mirror[i] = slidedp::split_master(whole[static_cast<size_t>(i)]).mirror;
     if (!options_.split_master) return copy_own(s, whole.data(), s.master_f32());
     for (const ShardRange& r : held_ranges(u))
       for (int64_t i = r.begin; i < r.end; ++i)
@@ -147,7 +149,8 @@ std::span<const float> HostState::master_values(int u, std::vector<float>& out) 
 std::span<const float> HostState::moment_values(int u, int which, std::vector<float>& out) const {
   const UnitState& s = unit(u);
   const HostBuffer& b = which == 0 ? s.exp_avg : s.exp_avg_sq;
-  if (!options_.bf16_moments) return {reinterpret_cast<const float*>(b.ptr), static_cast<size_t>(s.own_numel)};
+  if (!options_.bf16_moments)
+    return {reinterpret_cast<const float*>(b.ptr), static_cast<size_t>(s.own_numel)};
   out.resize(static_cast<size_t>(s.own_numel));
   kernels::bf16_to_f32(reinterpret_cast<const bf16_bits*>(b.ptr), out.data(), s.own_numel);
   return out;

@@ -47,8 +47,9 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
     for (HostBuffer& b : convert_staging_) b = backend.alloc_host(bytes, true);
   }
   // The baselines read an fp32 master (FSDP's state and fetch, SlideFormer's conversion).
-  SLIDEDP_CHECK(!state.split_master() || !(config.device_optimizer || config.fetch_fp32 || config.convert_on_load),
-                "a baseline's driver needs an fp32 master");
+  SLIDEDP_CHECK(
+      !state.split_master() || !(config.device_optimizer || config.fetch_fp32 || config.convert_on_load),
+      "a baseline's driver needs an fp32 master");
   if (config.device_optimizer) load_state();
   if (config.fetch_fp32) fetch_fp32_ = alloc(fp32_fetch_bytes(layout, config.plan), "fp32 parameter shard fetched (FSDP offload)");
   if (config.accumulate_on_gpu) {

@@ -226,15 +226,18 @@ void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep
 bool use_split_master(const TrainOptions& o) {
   const bool can = o.system == System::kSlideDP && !o.exact_fp32;
   if (o.master == MasterStorage::kSplit && !can)
-    throw InputError("--master", o.exact_fp32 ? "split: not with --exact (the mirror is fp32 there)"
-                                              : fmt::format("split: not with --system {} (its master is fp32)",
-                                                            system_name(o.system)));
-  if (o.mirror_ties_toward_zero && o.exact_fp32) throw InputError("--exact", "the mirror rule needs a bf16 mirror");
+    throw InputError("--master", o.exact_fp32
+                                     ? "split: not with --exact (the mirror is fp32 there)"
+                                     : fmt::format("split: not with --system {} (its master is fp32)",
+                                                   system_name(o.system)));
+  if (o.mirror_ties_toward_zero && o.exact_fp32)
+    throw InputError("--exact", "the mirror rule needs a bf16 mirror");
   if (o.plan.optimizer_states != OptimizerStates::kFp32) {
     // Lossy: not where the run promises exact numbers, nor for a baseline, whose system holds fp32.
     if (o.exact_fp32) throw InputError("--optimizer-states", "bf16 is lossy: not with --exact");
     if (o.system != System::kSlideDP)
-      throw InputError("--optimizer-states", fmt::format("bf16: not with --system {} (its moments are fp32)", system_name(o.system)));
+      throw InputError("--optimizer-states", fmt::format("bf16: not with --system {} (its moments are fp32)",
+                                                         system_name(o.system)));
   }
   return o.master == MasterStorage::kSplit || (o.master == MasterStorage::kAuto && can);
 }
@@ -267,7 +270,8 @@ namespace {
 
 // The host memory of the run against this host's RAM (o.host_ram_bytes when a test sets it): refused
 // with the largest items named. `plan` as the system runs it, verify_updates set.
-void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const Plan& plan, bool split_master) {
+void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const Plan& plan,
+                       bool split_master) {
   HostMemorySpec spec = host_memory_spec(layout, plan, o.system, o.card.tie_word_embeddings, o.exact_fp32,
                                          o.card.hidden_size * backend_activation_bytes(o.backend));
   spec.split_master = split_master;
@@ -425,8 +429,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     // planner uses, over this backend's units and allocator (model/memory_account.h).
     RankMemorySpec spec = backend->device(0).memory_spec(plan.micro_batch, o.seq_len);
     spec.document_positions = o.document_end.has_value();
-    spec.system = {traits.gpu_optimizer, fetch_fp32, accumulate_on_gpu};  // as the drivers allocate (below)  // as the drivers allocate (below)
-    RankMemoryAccount account = rank_memory_account(layout, plan, o.seq_len, o.card.tie_word_embeddings, spec);
+    spec.system = {traits.gpu_optimizer, fetch_fp32,
+                   accumulate_on_gpu};  // as the drivers allocate (below)  // as the drivers allocate (below)
+    RankMemoryAccount account =
+        rank_memory_account(layout, plan, o.seq_len, o.card.tie_word_embeddings, spec);
     result.device_account = account;
     MemoryEstimate m;
     m.gpu_items = account.items;
@@ -758,7 +764,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
       } else if (node == 0) {
         UnitSpans final_weights;
         std::vector<std::vector<float>> rebuilt(static_cast<size_t>(U));  // a split master, in fp32
-        for (int u = 0; u < U; ++u) final_weights.push_back(state.master_values(u, rebuilt[static_cast<size_t>(u)]));
+        for (int u = 0; u < U; ++u)
+          final_weights.push_back(state.master_values(u, rebuilt[static_cast<size_t>(u)]));
         save_hf_model(o.save_model_dir, o.card, final_weights, so);
       }
     } catch (const Aborted&) {

@@ -210,7 +210,8 @@ json trainer_state_json(const TrainerState& st) {
                 {"metadata", metadata}};
   for (uint64_t w : st.rng_state) state["rng_state"].push_back(hex64(w));
   if (st.optimizer_states != "fp32") {
-    if (st.optimizer_states != "bf16") throw InputError("checkpoint: optimizer_states", st.optimizer_states + " is not fp32 or bf16");
+    if (st.optimizer_states != "bf16")
+      throw InputError("checkpoint: optimizer_states", st.optimizer_states + " is not fp32 or bf16");
     state["optimizer_states"] = st.optimizer_states;
   }
   return state;

@@ -20,16 +20,16 @@ namespace {
 enum Category {
   kSlots,
   kTokens,
-  kRouterStats,    // MoE: the micro-batch's router statistics
-  kHiddenKept,     // unit inputs kept from forward to backward (keep and recompute layers)
-  kSavedKept,      // saved state of keep layers
-  kHiddenMoving,   // the hidden states a unit reads and writes right now (x, y, dy, dx)
-  kOffload,        // offload: inputs being copied out, prefetched inputs
-  kUnitScratch,    // saved state being (re)built and the unit's workspace
-  kGradients,      // the unit's fp32 gradient and its wire copy
-  kDraining,       // the previous unit's wire gradient still draining to the host
-  kBackendScratch, // the backend's own scratch (embedding sort, reduce-scatter staging, shards)
-  kSystemBuffers,  // a baseline's own buffers, held all run (SystemDeviceBuffers)
+  kRouterStats,     // MoE: the micro-batch's router statistics
+  kHiddenKept,      // unit inputs kept from forward to backward (keep and recompute layers)
+  kSavedKept,       // saved state of keep layers
+  kHiddenMoving,    // the hidden states a unit reads and writes right now (x, y, dy, dx)
+  kOffload,         // offload: inputs being copied out, prefetched inputs
+  kUnitScratch,     // saved state being (re)built and the unit's workspace
+  kGradients,       // the unit's fp32 gradient and its wire copy
+  kDraining,        // the previous unit's wire gradient still draining to the host
+  kBackendScratch,  // the backend's own scratch (embedding sort, reduce-scatter staging, shards)
+  kSystemBuffers,   // a baseline's own buffers, held all run (SystemDeviceBuffers)
   kCategories
 };
 const char* category_name(int c) {
@@ -45,7 +45,8 @@ const char* category_name(int c) {
     case kGradients: return "gradient of the unit (fp32 + wire copy)";
     case kDraining: return "gradient draining to the host (previous unit)";
     case kBackendScratch: return "backend scratch (sort, reduce-scatter staging, shards)";
-    case kSystemBuffers: return "the system's own buffers";
+    case kSystemBuffers:
+      return "the system's own buffers";
   }
   return "?";
 }
@@ -224,7 +225,8 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
     led.alloc(kSystemBuffers, 4, start);  // the gradients' non-finite count, read before the update
   }
   if (spec.system.fetch_fp32) led.alloc(kSystemBuffers, fp32_fetch_bytes(layout, plan), start);
-  if (spec.system.accumulate_on_gpu) led.alloc(kSystemBuffers, grad_staging_slot_bytes(layout, plan, spec.wire_bytes), start);
+  if (spec.system.accumulate_on_gpu)
+    led.alloc(kSystemBuffers, grad_staging_slot_bytes(layout, plan, spec.wire_bytes), start);
 
   std::vector<int> out(static_cast<size_t>(U), -1), saved(static_cast<size_t>(std::max(L, 1)), -1);
   for (int a = 0; a < micro_steps; ++a) {
@@ -407,7 +409,8 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   const double own = sharded ? std::ceil(P / M) : P;  // the node's part of the state (the largest part)
   const std::string shard = sharded ? fmt::format(" (1/{} shard)", plan.nodes) : "";
   if (spec.split_master)
-    items.push_back({"master weights' low halves (split master: the mirror holds the rest)" + shard, own * 2});
+    items.push_back(
+        {"master weights' low halves (split master: the mirror holds the rest)" + shard, own * 2});
   else
     items.push_back({"fp32 master weights" + shard, own * 4});
   items.push_back({(spec.moment_bytes == 8 ? "fp32 AdamW m and v" : "bf16 AdamW m and v") + shard,

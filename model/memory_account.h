@@ -54,7 +54,7 @@ struct RankMemorySpec {
   bool reduce_scatter_staging = false;
   int64_t runtime_bytes = 0;         // CUDA context and libraries (hardware profile)
   int64_t collective_bytes = 0;      // NCCL's buffers of the rank's communicator, when ranks > 1
-  SystemDeviceBuffers system;        // a baseline's buffers, charged for rank 0 (whose shards are the largest)
+  SystemDeviceBuffers system;  // a baseline's buffers, charged for rank 0 (whose shards are the largest)
 };
 
 struct RankMemoryAccount {

@@ -118,7 +118,8 @@ Plan plan_from_yaml_reader(const YamlReader& r) {
   Plan p;
   p.nodes = static_cast<int>(r.integer_or("nodes", 1, 1, 4096));
   p.host_state = parse_host_state(r.text_or("host_state", "replicated"), r.where("host_state"));
-  p.optimizer_states = parse_optimizer_states(r.text_or("optimizer_states", "fp32"), r.where("optimizer_states"));
+  p.optimizer_states =
+      parse_optimizer_states(r.text_or("optimizer_states", "fp32"), r.where("optimizer_states"));
   p.ranks = static_cast<int>(r.integer_or("ranks", 1, 1, 4096));
   p.micro_batch = static_cast<int>(r.integer_or("micro_batch", 1, 1, 1 << 20));
   p.accum_steps = static_cast<int>(r.integer_or("accum_steps", 1, 1, 1 << 20));

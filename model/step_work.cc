@@ -452,7 +452,8 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       // Fused reduce + AdamW on the last micro-step: the input bytes beyond AdamW's own bf16 gradient are read in the
       // same pass; with accumulation the fp32 accumulator is read too.
       u.cpu_last_thread_s = n / a + n * (in_bytes - kBf16) / r + (A > 1 ? n * kFp32 / r : 0.0);
-      u.cpu_last_host_mem_bytes = n * (sw.traits.adamw_host_bytes_per_param + in_bytes - kBf16 + (A > 1 ? kFp32 : 0.0));
+      u.cpu_last_host_mem_bytes =
+          n * (sw.traits.adamw_host_bytes_per_param + in_bytes - kBf16 + (A > 1 ? kFp32 : 0.0));
       // Earlier micro-steps add their reduced gradient into the fp32 accumulator.
       u.cpu_accum_thread_s = n * in_bytes / r;
       u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
@@ -507,8 +508,9 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
         u.cpu_after_exchange_host_mem_bytes = u.cpu_accum_after_exchange_host_mem_bytes;
       } else {
         u.cpu_after_exchange_thread_s = combine * kFp32 / r + owned / a + (A > 1 ? owned * kFp32 / r : 0.0);
-        u.cpu_after_exchange_host_mem_bytes = combine * 3.0 * kFp32 +
-                                              owned * (sw.traits.adamw_host_bytes_per_param + kFp32 - kBf16 + (A > 1 ? kFp32 : 0.0));
+        u.cpu_after_exchange_host_mem_bytes =
+            combine * 3.0 * kFp32 +
+            owned * (sw.traits.adamw_host_bytes_per_param + kFp32 - kBf16 + (A > 1 ? kFp32 : 0.0));
       }
     }
     if (u.policy == ActivationPolicy::kOffload)

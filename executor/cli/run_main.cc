@@ -200,12 +200,13 @@ int run_main(int argc, char** argv) {
                  "the RAM): a run whose pinned buffers (staging rings, token and offload buffers) exceed it is refused "
                  "before it allocates, naming the largest (exit 3)");
   app.add_flag("--exact", exact, "Deliver fp32 parameters and gradients (no bf16 rounding; for exact comparisons)");
-  app.add_option("--master", master,
-                 "How the host holds the fp32 master weights: split (the bf16 mirror plus a 16-bit remainder, "
-                 "bit for bit the fp32 value: 12 instead of 14 bytes of host state per parameter; the mirror "
-                 "rounds exact ties toward zero, unlike torch's cast on 1 in 2^17 values) | fp32 (a separate "
-                 "copy; the mirror rounds to nearest even) | auto (default: split for SlideDP without --exact, "
-                 "else fp32)")
+  app.add_option(
+         "--master", master,
+         "How the host holds the fp32 master weights: split (the bf16 mirror plus a 16-bit remainder, "
+         "bit for bit the fp32 value: 12 instead of 14 bytes of host state per parameter; the mirror "
+         "rounds exact ties toward zero, unlike torch's cast on 1 in 2^17 values) | fp32 (a separate "
+         "copy; the mirror rounds to nearest even) | auto (default: split for SlideDP without --exact, "
+         "else fp32)")
       ->check(CLI::IsMember({"auto", "split", "fp32"}));
   app.add_option("--db", db, "SQLite run log (created if missing)");
   app.add_flag("--no-db", no_db, "Do not write a run log");

@@ -120,7 +120,8 @@ TEST(MemoryAccount, ReplayEqualsWhatTheRankDriverHoldsForGemma4) {
 // replay still equals what the driver holds, exactly, for every family.
 TEST(MemoryAccount, ReplayEqualsWhatTheRankDriverHoldsForEverySystem) {
   int compared = 0;
-  for (const ModelCard& card : {testing::tiny_card(true), testing::tiny_gemma4_moe_card(), testing::tiny_qwen3_5_card()})
+  for (const ModelCard& card :
+       {testing::tiny_card(true), testing::tiny_gemma4_moe_card(), testing::tiny_qwen3_5_card()})
     for (System system : {System::kSlideDP, System::kSlideFormerDP, System::kZeroOffload, System::kMegaTrain,
                           System::kFsdp2, System::kZero3Offload, System::kFsdpOffload})
       for (int accum : {1, 2}) {

@@ -50,7 +50,7 @@ TEST(OptimizerStates, Bf16MomentsTrainAsFp32MomentsDo) {
   ASSERT_GT(fell, 0.5) << "the reference run must train for the comparison to mean anything";
   const double gap = std::fabs(testing::mean_loss(bf16, 20, 30) - testing::mean_loss(fp32, 20, 30));
   EXPECT_LT(gap, 0.05 * fell) << "fp32 " << testing::mean_loss(fp32, 20, 30) << ", bf16 "
-                               << testing::mean_loss(bf16, 20, 30);
+                              << testing::mean_loss(bf16, 20, 30);
   EXPECT_FALSE(testing::bitwise_equal(fp32, bf16)) << "the bf16 run must not be the fp32 run";
 }
 
@@ -72,7 +72,8 @@ TEST(OptimizerStates, CheckpointsRecordTheFormatAndConvertOnResume) {
   first.checkpoint_every = 2;
   train(first);
   const std::string dir = resolve_checkpoint_dir(first.checkpoint_dir);
-  EXPECT_NE(read_text_file(dir + "/trainer_state.json").find("\"optimizer_states\": \"bf16\""), std::string::npos);
+  EXPECT_NE(read_text_file(dir + "/trainer_state.json").find("\"optimizer_states\": \"bf16\""),
+            std::string::npos);
   TrainOptions widened = tiny_options(2, 1, 1, 2);
   widened.resume_dir = first.checkpoint_dir;
   EXPECT_EQ(train(widened).steps.size(), 2u);
@@ -80,7 +81,8 @@ TEST(OptimizerStates, CheckpointsRecordTheFormatAndConvertOnResume) {
   fp32_first.checkpoint_dir = (root / "fp32").string();
   fp32_first.checkpoint_every = 2;
   train(fp32_first);
-  EXPECT_EQ(read_text_file(resolve_checkpoint_dir(fp32_first.checkpoint_dir) + "/trainer_state.json").find("optimizer_states"),
+  EXPECT_EQ(read_text_file(resolve_checkpoint_dir(fp32_first.checkpoint_dir) + "/trainer_state.json")
+                .find("optimizer_states"),
             std::string::npos);
   TrainOptions rounded = bf16_states(tiny_options(2, 1, 1, 2));
   rounded.resume_dir = fp32_first.checkpoint_dir;

@@ -87,7 +87,8 @@ TEST(SplitMaster, EqualsTheFp32MasterWithTheSameMirrorRuleForEveryFamilyAndRoute
         o.plan.grad_route = gr;
         o.plan.param_route = accum == 2 ? ParamRoute::kSharded : ParamRoute::kReplicated;
         o.plan.offload_layers = 1;
-        SCOPED_TRACE(fmt::format("{} {} route, accumulation {}", f.name, gr == GradRoute::kGpu ? "gpu" : "cpu", accum));
+        SCOPED_TRACE(fmt::format("{} {} route, accumulation {}", f.name,
+                                 gr == GradRoute::kGpu ? "gpu" : "cpu", accum));
         expect_same_run_and_checkpoint(o, std::to_string(runs++));
       }
   EXPECT_EQ(runs, 16);

@@ -78,9 +78,9 @@ TEST(MemoryModel, HostItemsForATinyModel) {
   p.chunk_numel = 1024;
   MemoryEstimate m = estimate_memory(w, hw, p, System::kSlideDP);
   const double P = 16384 + 2 * 36992 + 16448;
-  // split master's low halves 2P, m and v 8P, bf16 mirror 2P, fp32 accumulator 4P (accum 2), staging rings of 2 ranks x
-  // 8 chunks x 1024 x 2 bytes, offloaded inputs 2 ranks x 1 layer x 64 tokens x 64 x 2, token buffers
-  // 2 ranks x 2 x (64 x 8 + 16).
+  // split master's low halves 2P, m and v 8P, bf16 mirror 2P, fp32 accumulator 4P (accum 2), staging rings of
+  // 2 ranks x 8 chunks x 1024 x 2 bytes, offloaded inputs 2 ranks x 1 layer x 64 tokens x 64 x 2, token
+  // buffers 2 ranks x 2 x (64 x 8 + 16).
   EXPECT_DOUBLE_EQ(item(m.host_items, "master weights' low halves"), 2 * P);
   EXPECT_DOUBLE_EQ(item(m.host_items, "fp32 AdamW"), 8 * P);
   EXPECT_DOUBLE_EQ(item(m.host_items, "delivery mirror (bf16)"), 2 * P);

@@ -46,7 +46,8 @@ namespace {
 void check_state(const AdamwState& s, int64_t begin, int64_t end) {
   detail::check_range(begin, end);
   if (end > begin) {
-    SLIDEDP_CHECK((s.exp_avg != nullptr && s.exp_avg_sq != nullptr) != (s.exp_avg_bf16 != nullptr && s.exp_avg_sq_bf16 != nullptr),
+    SLIDEDP_CHECK((s.exp_avg != nullptr && s.exp_avg_sq != nullptr) !=
+                      (s.exp_avg_bf16 != nullptr && s.exp_avg_sq_bf16 != nullptr),
                   "AdamW moments: both fp32 or both bf16");
     SLIDEDP_CHECK(s.remainder ? s.param == nullptr && s.param_bf16 != nullptr : s.param != nullptr,
                   "AdamW master: fp32, or split into a mirror and a remainder");

@@ -114,15 +114,18 @@ struct Avx512 {
   static F join_master(const bf16_bits* mirror, const uint16_t* remainder, T... tail) {
     const __m512i upper = _mm512_slli_epi32(_mm512_cvtepu16_epi32(load16(mirror, tail...)), 16);
     const __m512i low = _mm512_cvtepu16_epi32(load16(remainder, tail...));
-    const __mmask16 nan = _mm512_cmp_ps_mask(_mm512_castsi512_ps(upper), _mm512_castsi512_ps(upper), _CMP_UNORD_Q);
-    const __mmask16 back = _mm512_cmpgt_epu32_mask(low, _mm512_set1_epi32(0x8000)) & static_cast<__mmask16>(~nan);
+    const __mmask16 nan =
+        _mm512_cmp_ps_mask(_mm512_castsi512_ps(upper), _mm512_castsi512_ps(upper), _CMP_UNORD_Q);
+    const __mmask16 back =
+        _mm512_cmpgt_epu32_mask(low, _mm512_set1_epi32(0x8000)) & static_cast<__mmask16>(~nan);
     const __m512i sum = _mm512_add_epi32(upper, low);
     return _mm512_castsi512_ps(_mm512_mask_sub_epi32(sum, back, sum, _mm512_set1_epi32(0x10000)));
   }
   template <class... T>
   static void split_master(bf16_bits* mirror, uint16_t* remainder, F v, T... tail) {
     store16(mirror, _mm512_cvtepi32_epi16(round_bits<false>(v)), tail...);
-    store16(remainder, _mm512_cvtepi32_epi16(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0xffff))),
+    store16(remainder,
+            _mm512_cvtepi32_epi16(_mm512_and_si512(_mm512_castps_si512(v), _mm512_set1_epi32(0xffff))),
             tail...);
   }
 

@@ -90,7 +90,8 @@ struct Avx2 {
   template <class... T>
   static void store_stochastic(bf16_bits* p, F v, uint32_t seed, int64_t index, T... tail) {
     auto i32 = [](uint32_t x) { return _mm256_set1_epi32(static_cast<int>(x)); };
-    __m256i x = _mm256_add_epi32(i32(static_cast<uint32_t>(index)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+    __m256i x =
+        _mm256_add_epi32(i32(static_cast<uint32_t>(index)), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     x = _mm256_xor_si256(x, i32(seed));
     x = _mm256_xor_si256(x, _mm256_srli_epi32(x, 16));
     x = _mm256_mullo_epi32(x, i32(0x7feb352du));
@@ -111,8 +112,8 @@ struct Avx2 {
     const __m256i upper = _mm256_slli_epi32(_mm256_cvtepu16_epi32(load16(mirror, tail...)), 16);
     const __m256i low = _mm256_cvtepu16_epi32(load16(remainder, tail...));
     const __m256i above = _mm256_cmpgt_epi32(low, _mm256_set1_epi32(0x8000));
-    const __m256i nan =
-        _mm256_castps_si256(_mm256_cmp_ps(_mm256_castsi256_ps(upper), _mm256_castsi256_ps(upper), _CMP_UNORD_Q));
+    const __m256i nan = _mm256_castps_si256(
+        _mm256_cmp_ps(_mm256_castsi256_ps(upper), _mm256_castsi256_ps(upper), _CMP_UNORD_Q));
     const __m256i step = _mm256_andnot_si256(nan, _mm256_and_si256(above, _mm256_set1_epi32(0x10000)));
     return _mm256_castsi256_ps(_mm256_add_epi32(_mm256_sub_epi32(upper, step), low));
   }

@@ -88,10 +88,10 @@ struct StatePtrs {
 
 // How the master is held and what the update writes besides it (adamw.h AdamwState).
 enum class MasterForm {
-  kFp32,                // fp32 master, no mirror
-  kFp32Mirror,          // fp32 master, mirror rounded to nearest even (torch's cast)
+  kFp32,                  // fp32 master, no mirror
+  kFp32Mirror,            // fp32 master, mirror rounded to nearest even (torch's cast)
   kFp32MirrorTowardZero,  // fp32 master, mirror rounded as the split's (exact ties toward zero)
-  kSplit,               // the master is the pair (mirror, remainder): common/split_master.h
+  kSplit,                 // the master is the pair (mirror, remainder): common/split_master.h
 };
 
 // kW (or, with a Tail, fewer) elements of AdamW starting at i; same operation order as the reference.
@@ -138,9 +138,9 @@ template <class V, MasterForm kForm, bool kBf16Moments, class Src>
 void adamw_span(const AdamwState& state, const Src& src, const AdamwConstants& c, int64_t begin,
                 int64_t end) {
   const AdamwVec<V> k(c);
-  const StatePtrs s{state.param,         state.exp_avg,         state.exp_avg_sq, state.param_bf16,
-                    state.remainder,     state.exp_avg_bf16,    state.exp_avg_sq_bf16,
-                    state.m_seed,        state.v_seed,          state.moment_index_base};
+  const StatePtrs s{state.param,     state.exp_avg,          state.exp_avg_sq,      state.param_bf16,
+                    state.remainder, state.exp_avg_bf16,     state.exp_avg_sq_bf16, state.m_seed,
+                    state.v_seed,    state.moment_index_base};
   int64_t i = begin;
   for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kForm, kBf16Moments>(s, src, k, i);
   if (i < end) adamw_vector<V, kForm, kBf16Moments>(s, src, k, i, V::tail(end - i));

@@ -32,12 +32,23 @@ std::vector<float> hard_patterns(int64_t n, uint32_t seed) {
   for (int64_t i = 0; i < n; ++i) {
     uint32_t u = rng();
     switch (i % 8) {
-      case 0: u = (u & 0xffff0000u) | 0x8000u; break;  // exact tie
-      case 1: u = (u & 0xffff0000u) | 0x8001u; break;
-      case 2: u = (u & 0xffff0000u) | 0x7fffu; break;
-      case 3: u &= 0x807fffffu; break;                   // subnormal (or zero)
-      case 4: u = specials[static_cast<size_t>(i / 8) % std::size(specials)]; break;
-      default: break;
+      case 0:
+        u = (u & 0xffff0000u) | 0x8000u;
+        break;  // exact tie
+      case 1:
+        u = (u & 0xffff0000u) | 0x8001u;
+        break;
+      case 2:
+        u = (u & 0xffff0000u) | 0x7fffu;
+        break;
+      case 3:
+        u &= 0x807fffffu;
+        break;  // subnormal (or zero)
+      case 4:
+        u = specials[static_cast<size_t>(i / 8) % std::size(specials)];
+        break;
+      default:
+        break;
     }
     if (is_nan_bits(u)) u &= 0xff800000u;  // masters are never NaN (refused on load)
     out.push_back(std::bit_cast<float>(u));
@@ -103,7 +114,8 @@ AdamwHyper hyper(double lr) {
 }
 
 // The split update equals the fp32 update with the toward-zero mirror, split afterwards.
-void check_against_fp32(const LevelCase& level, int64_t n, int mis, const std::vector<float>& master, double lr) {
+void check_against_fp32(const LevelCase& level, int64_t n, int mis, const std::vector<float>& master,
+                        double lr) {
   SCOPED_TRACE(::testing::Message() << "n=" << n << " misalign=" << mis << " lr=" << lr);
   GuardedBuffer<float> grad(n, mis);
   grad.assign(random_floats(n, 14, -2.0f, 2.0f));
@@ -157,7 +169,8 @@ TEST_P(SplitMasterAdamwTest, TowardZeroMirrorDiffersFromNearestEvenOnlyOnOddTies
   int differ = 0;
   for (int64_t i = 0; i < n; ++i) {
     const uint32_t u = std::bit_cast<uint32_t>(master[static_cast<size_t>(i)]);
-    const bool odd_tie = (u & 0xffffu) == 0x8000u && ((u >> 16) & 1u) == 1u && (u & 0x7f800000u) != 0x7f800000u;
+    const bool odd_tie =
+        (u & 0xffffu) == 0x8000u && ((u >> 16) & 1u) == 1u && (u & 0x7f800000u) != 0x7f800000u;
     ASSERT_EQ(even.mirror[i] != zero.mirror[i], odd_tie) << std::hex << u;
     differ += odd_tie;
   }
