@@ -103,6 +103,7 @@ std::string explain_choice(const SearchResult& r) {
   std::string out = fmt::format(
       "why: the winner is bound by {} ({:.0f}% busy), {:.1f}% of its step not covered by GPU compute",
       p.bottleneck, 100.0 * p.bottleneck_utilization, 100.0 * p.exposed_s / p.step_time_s);
+  if (!r.optimizer_states_reason.empty()) out += ". " + r.optimizer_states_reason;
   if (r.top.size() < 2) return out + "; it is the only candidate that fits the budgets.";
   const Candidate& u = r.top[1];
   const char* by = w.simulated ? "by the simulator" : "by the model";

@@ -683,10 +683,45 @@ SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpa
 namespace {
 SearchResult search_one_placement(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                                   const SearchOptions& options);
+SearchResult search_placements(const Workload& w, const Hardware& hw, const SearchSpec& spec,
+                               const SearchOptions& options);
 }  // namespace
 
 SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                           const SearchOptions& options) {
+  if (!spec.allow_lossy_states) return search_placements(w, hw, spec, options);
+  // Lossy moments are searched beside fp32 ones and win only by a margin or by fitting.
+  SearchSpec fp32 = spec, bf16 = spec;
+  fp32.optimizer_states = OptimizerStates::kFp32;
+  bf16.optimizer_states = OptimizerStates::kBf16;
+  std::optional<SearchResult> exact;
+  std::string fp32_miss;
+  try {
+    exact = search_placements(w, hw, fp32, options);
+  } catch (const InfeasibleError& e) {
+    fp32_miss = e.what();
+  }
+  SearchResult lossy = search_placements(w, hw, bf16, options);  // infeasible both ways: its error
+  if (!exact) {
+    lossy.optimizer_states_reason =
+        fmt::format("AdamW's moments in bf16 (allowed): no plan with fp32 moments fits ({})", fp32_miss);
+    return lossy;
+  }
+  const double gain = 1.0 - lossy.best().final_score() / exact->best().final_score();
+  if (gain >= kLossyStatesMinGain) {
+    lossy.optimizer_states_reason = fmt::format(
+        "AdamW's moments in bf16 (allowed): {:.1f}% less time per token than the best plan with fp32 moments", 100 * gain);
+    return lossy;
+  }
+  exact->optimizer_states_reason = fmt::format(
+      "AdamW's moments in fp32: bf16 (allowed) would gain {:.1f}%, under the {:.0f}% that a lossy format must",
+      100 * gain, 100 * kLossyStatesMinGain);
+  return *exact;
+}
+
+namespace {
+SearchResult search_placements(const Workload& w, const Hardware& hw, const SearchSpec& spec,
+                               const SearchOptions& options) {
   // Several nodes: the host state's placement is one more choice; each is searched on its own and
   // the best plans of both are merged (the spaces are otherwise identical).
   std::vector<HostState> states = spec.host_states;
@@ -728,7 +763,6 @@ SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpe
   return *merged;
 }
 
-namespace {
 SearchResult search_one_placement(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                                   const SearchOptions& options) {
   SearchSpace space = make_search_space(w, hw, spec);

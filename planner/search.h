@@ -93,6 +93,8 @@ struct SearchResult {
   SearchStats stats;
   // Per infeasibility reason, the violation of the candidate that came closest to fitting.
   std::map<std::string, std::string> closest_miss;
+  // With lossy states allowed: which moments the winner holds and why (explain_choice prints it).
+  std::string optimizer_states_reason;
   const Candidate& best() const { return top.front(); }
 };
 
@@ -100,6 +102,9 @@ struct SearchResult {
 // many candidates it excluded and by how much the closest one missed it.
 SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                           const SearchOptions& options = {});
+// bf16 moments are lossy: with them allowed, the planner takes them only for at least this much
+// less time per token than the best plan with fp32 moments (or when none of those fits).
+constexpr double kLossyStatesMinGain = 0.02;
 SearchResult search_space(const Workload& w, const Hardware& hw, const SearchSpace& space,
                           const SearchOptions& options = {});
 

@@ -190,6 +190,7 @@ Plan SearchSpace::plan(const CandidateIndex& i) const {
   const ActivationMix& m = mixes.at(static_cast<std::size_t>(i.mix));
   p.nodes = nodes;
   p.host_state = host_state;
+  p.optimizer_states = optimizer_states;
   p.ranks = ranks;
   p.micro_batch = s.micro_batch;
   p.accum_steps = s.accum_steps;
@@ -215,6 +216,7 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   sp.num_layers = L;
   sp.nodes = spec.nodes;
   sp.host_state = spec.host_states.empty() ? HostState::kReplicated : spec.host_states.front();
+  sp.optimizer_states = spec.optimizer_states;
   sp.ranks = spec.ranks;
   sp.objective = spec.objective;
   sp.seq_len = w.seq_len;

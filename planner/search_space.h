@@ -41,6 +41,10 @@ struct ActivationMix {
 struct SearchSpec {
   int nodes = 1;  // several nodes: each plan's host state is searched too (host_states)
   std::vector<HostState> host_states;  // empty: both placements when nodes > 1
+  // AdamW's moments: fp32, unless lossy states are allowed (--allow-lossy-states): then bf16 is
+  // searched too and chosen where fp32 does not fit or bf16 is at least kLossyStatesMinGain faster.
+  bool allow_lossy_states = false;
+  OptimizerStates optimizer_states = OptimizerStates::kFp32;  // the one searched (search_plans sets it)
   int ranks = 1;  // per node
   Objective objective = Objective::kMatchedBatch;
   int64_t global_batch_tokens = 0;                     // kMatchedBatch: ranks x micro x accum x seq_len
@@ -83,6 +87,7 @@ struct SearchSpace {
   int num_layers = 0;
   int nodes = 1;
   HostState host_state = HostState::kReplicated;
+  OptimizerStates optimizer_states = OptimizerStates::kFp32;
   int ranks = 1;
   Objective objective = Objective::kMatchedBatch;
   int64_t seq_len = 0;

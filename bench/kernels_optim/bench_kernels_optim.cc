@@ -56,6 +56,8 @@ constexpr Bytes kBytesAdamwFp32GradNoMirror{4 + 4 + 4 + 4, 4 + 4 + 4};  // torch
 // The split master (common/split_master.h): mirror and remainder read and written in place of p and
 // the mirror: mirror r g m v -> mirror r m v = 24.
 constexpr Bytes kBytesAdamwSplitBf16Grad{2 + 2 + 2 + 4 + 4, 2 + 2 + 4 + 4};
+// The split master with bf16 moments (stochastically rounded): mirror r g m v -> mirror r m v = 18.
+constexpr Bytes kBytesAdamwSplitBf16Moments{2 + 2 + 2 + 2 + 2, 2 + 2 + 2 + 2};
 constexpr int kSlots = 4;                                               // ranks of the reduction cases
 constexpr Bytes kBytesReduceBf16{2.0 * kSlots, 4};                      // N bf16 slots -> fp32 = 12
 constexpr Bytes kBytesFusedBf16{4 + 2.0 * kSlots + 4 + 4, 4 + 4 + 4 + 2};  // = 34
@@ -104,6 +106,7 @@ struct Workspace {
   std::vector<std::unique_ptr<HostArray<bf16_bits>>> slot;  // kSlots x (n,) bf16 per-rank gradients
   std::unique_ptr<HostArray<bf16_bits>> mirror;       // (n,) bf16 delivery mirror
   std::unique_ptr<HostArray<uint16_t>> remainder;     // (n,) split master's low halves (with `mirror`)
+  std::unique_ptr<HostArray<bf16_bits>> m16, v16;     // (n,) bf16 moments
   std::vector<const bf16_bits*> slot_ptrs;
 
   AdamwState state(bool with_mirror) const {
@@ -112,6 +115,14 @@ struct Workspace {
   AdamwState split_state() const {
     AdamwState s{nullptr, m->data, v->data, mirror->data};
     s.remainder = remainder->data;
+    return s;
+  }
+  AdamwState split_bf16_moments_state() const {
+    AdamwState s{nullptr, nullptr, nullptr, mirror->data};
+    s.remainder = remainder->data;
+    s.exp_avg_bf16 = m16->data;
+    s.exp_avg_sq_bf16 = v16->data;
+    s.m_seed = 1, s.v_seed = 2;
     return s;
   }
 };
@@ -132,6 +143,8 @@ Workspace& workspace(int64_t n) {
     }
     ws.mirror = std::make_unique<HostArray<bf16_bits>>(pool, n, bf16_bits{0});
     ws.remainder = std::make_unique<HostArray<uint16_t>>(pool, n, uint16_t{0});
+    ws.m16 = std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(0.01f));
+    ws.v16 = std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(1e-4f));
     ws.n = n;
   }
   return ws;
@@ -225,6 +238,13 @@ void bench_adamw_split(benchmark::State& state, int64_t n, int threads) {
       [&] { adamw_update(pool, w.split_state(), w.slot[0]->data, bench_hyper(), 0, n); });
 }
 
+void bench_adamw_split_bf16_moments(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace(n);
+  ThreadPool& pool = pool_of(threads);
+  run(state, n, kBytesAdamwSplitBf16Moments,
+      [&] { adamw_update(pool, w.split_bf16_moments_state(), w.slot[0]->data, bench_hyper(), 0, n); });
+}
+
 void bench_adamw_fp32(benchmark::State& state, int64_t n, int threads, bool mirror) {
   Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
@@ -292,6 +312,7 @@ void register_all(const std::vector<int64_t>& sizes) {
       {"triad", kBytesTriad, bench_triad},
       {"adamw_bf16grad_mirror", kBytesAdamwBf16Grad, bench_adamw_bf16},
       {"adamw_bf16grad_split_master", kBytesAdamwSplitBf16Grad, bench_adamw_split},
+      {"adamw_bf16grad_split_bf16_moments", kBytesAdamwSplitBf16Moments, bench_adamw_split_bf16_moments},
       {"adamw_fp32grad_mirror", kBytesAdamwFp32Grad,
        [](benchmark::State& s, int64_t n, int t) { bench_adamw_fp32(s, n, t, true); }},
       {"adamw_fp32grad_nomirror", kBytesAdamwFp32GradNoMirror,

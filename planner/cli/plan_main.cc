@@ -41,7 +41,7 @@ int plan_main(int argc, char** argv) {
   std::optional<std::string> budget, reserve, param_route, grad_route;
   std::vector<int64_t> chunks;
   std::vector<int> depths, threads;
-  bool json = false, exhaustive = false, no_sim = false, no_db = false;
+  bool json = false, exhaustive = false, no_sim = false, no_db = false, allow_lossy_states = false;
   std::optional<std::string> list;
   int refine_rounds = 2;
   app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x8) or profile YAML")
@@ -57,6 +57,10 @@ int plan_main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--host-state", host_state, "Only this host state placement across nodes: replicated | sharded")
       ->check(CLI::IsMember({"replicated", "sharded"}));
+  app.add_flag("--allow-lossy-states", allow_lossy_states,
+               "Let the plan hold AdamW's moments in bf16 (4 instead of 8 bytes per parameter, rounded "
+               "stochastically; changes the numerics): chosen only where no plan with fp32 moments fits or bf16 "
+               "is at least 2% faster per token; the explanation says which");
   auto* g = app.add_option(
       "--global-batch-tokens", global_batch,
       "Matched batch: tokens per optimizer step, fixed (= nodes x ranks x micro-batch x accumulation x seq)")
@@ -130,6 +134,7 @@ int plan_main(int argc, char** argv) {
   spec.ranks = ranks;
   spec.nodes = nodes;
   if (host_state) spec.host_states = {parse_host_state(*host_state, "--host-state")};
+  spec.allow_lossy_states = allow_lossy_states;
   if (global_batch) {
     spec.objective = Objective::kMatchedBatch;
     spec.global_batch_tokens = *global_batch;
