@@ -447,13 +447,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   UpdaterConfig uc;
   uc.ranks = N;
   uc.accum_steps = plan.accum_steps;
-  uc.route = plan.grad_shards() > 1 ? GradRouteKind::kGpu : GradRouteKind::kCpu;
+  uc.route = plan.grad_shards() > 1 ? GradRoute::kGpu : GradRoute::kCpu;
   uc.wire_dtype = wire;
   uc.tied = o.card.tie_word_embeddings;
   uc.optimizer = o.optimizer;
   uc.pacing = pacing.get();
   uc.update_after_backward = traits.update_after_backward;
-  uc.serial_accumulation = traits.lock_serialized_accumulation && uc.route == GradRouteKind::kCpu;
+  uc.serial_accumulation = traits.lock_serialized_accumulation && uc.route == GradRoute::kCpu;
   uc.device_optimizer = traits.gpu_optimizer;
   uc.link = link;
   uc.sharded_state = sharded_nodes;

@@ -28,10 +28,10 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
   SLIDEDP_CHECK(config.no_decay_ranges.empty() || static_cast<int>(config.no_decay_ranges.size()) == state.num_units(),
                 "no-decay ranges: one list per unit");
   skipped_steps_.store(config.skipped_steps_before);
-  SLIDEDP_CHECK(!config.serial_accumulation || (verify_ && config.route == GradRouteKind::kCpu),
+  SLIDEDP_CHECK(!config.serial_accumulation || (verify_ && config.route == GradRoute::kCpu),
                 "serial accumulation is MegaTrain's: the cpu route with the update after the backward");
   // Accumulation jobs per chunk and micro-step: one per rank's shard (gpu route) or per rank (serial).
-  const int64_t per_chunk = config.route == GradRouteKind::kGpu || config.serial_accumulation ? config.ranks : 1;
+  const int64_t per_chunk = config.route == GradRoute::kGpu || config.serial_accumulation ? config.ranks : 1;
   for (int u = 0; u < state.num_units(); ++u) expected_chunks_ += state.unit(u).chunks;
   expected_accumulations_ = expected_chunks_ * config.accum_steps * per_chunk;
   if (config.tied) expected_accumulations_ += state.unit(0).chunks * config.accum_steps * per_chunk;
@@ -40,7 +40,7 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
                 "the device optimizer neither clips nor skips");
   if (config.device_optimizer) expected_chunks_ = expected_accumulations_ = 0;
   if (config.link) {
-    SLIDEDP_CHECK((config.route == GradRouteKind::kCpu || config.sharded_state) && !config.serial_accumulation &&
+    SLIDEDP_CHECK((config.route == GradRoute::kCpu || config.sharded_state) && !config.serial_accumulation &&
                       !config.device_optimizer && !config.pacing,
                   "multi-node: SlideDP's placement, unpaced; the gpu route with a sharded state");
     nodes_ = config.link->nodes();
@@ -206,8 +206,8 @@ void Updater::arrive(const ChunkArrival& a) {
     job.first_write = written == 0;
     job.order = written;
     ++written;
-    if (nodes_ > 1 && config_.route == GradRouteKind::kCpu) expect_cross(job);
-    if (nodes_ > 1 && config_.route == GradRouteKind::kGpu && update) {
+    if (nodes_ > 1 && config_.route == GradRoute::kCpu) expect_cross(job);
+    if (nodes_ > 1 && config_.route == GradRoute::kGpu && update) {
       // The reduce-scatter spanned every node: this shard is summed already. The chunk's other
       // nodes' updated mirror parts may land once its first shard is here (every rank of every node
       // has computed this unit's gradient, so no delivery of it for this step is left).
@@ -216,7 +216,7 @@ void Updater::arrive(const ChunkArrival& a) {
     }
     jobs_.push_back(std::move(job));
   };
-  if (config_.route == GradRouteKind::kGpu) {
+  if (config_.route == GradRoute::kGpu) {
     make_job({a}, a.rank);  // a reduced shard: independent of the other ranks' shards
   } else if (config_.serial_accumulation) {
     // One job per rank, queued in rank order (the single updater thread runs them in queue order):
@@ -397,7 +397,7 @@ void Updater::run_job(Job& job) {
 
 Updater::GradInput Updater::ring_input(const Job& job) const {
   GradInput in;
-  in.dtype = config_.route == GradRouteKind::kGpu ? DType::kF32 : config_.wire_dtype;
+  in.dtype = config_.route == GradRoute::kGpu ? DType::kF32 : config_.wire_dtype;
   for (const auto& a : job.parts) in.slots.push_back(a.data);
   in.begin = job.parts.front().begin;
   in.end = job.parts.front().end;
@@ -461,7 +461,7 @@ void Updater::update(Job& job) {
 
   std::lock_guard<std::mutex> lock(mutex_);
   StepInfo& info = steps_.at(job.step);
-  if (config_.route == GradRouteKind::kGpu) {
+  if (config_.route == GradRoute::kGpu) {
     int& done = info.shards_done[{job.unit, job.chunk}];
     if (++done < config_.ranks) return;
   }
@@ -487,7 +487,7 @@ void Updater::update_input(Job& job, const GradInput& in) {
   bool has_accum;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    const int written_rank = config_.route == GradRouteKind::kGpu ? job.parts.front().rank : -1;
+    const int written_rank = config_.route == GradRoute::kGpu ? job.parts.front().rank : -1;
     has_accum = steps_.at(job.step).written[{job.unit, job.chunk * (config_.ranks + 1) + written_rank + 1}] > 1;
   }
   kernels::AdamwState st = state_.adamw_state(job.unit, b);

@@ -32,11 +32,11 @@
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
 #include "executor/weight_decay_groups.h"
+#include "model/plan.h"
 
 namespace slidedp::exec {
 
 enum class NonFinitePolicy { kAbort, kSkip };
-enum class GradRouteKind { kCpu, kGpu };
 enum class GradPart { kOwn, kTiedHead };  // kTiedHead: the head's contribution to unit 0's gradient
 
 struct OptimizerConfig {
@@ -50,7 +50,9 @@ struct OptimizerConfig {
 struct UpdaterConfig {
   int ranks = 1;
   int accum_steps = 1;
-  GradRouteKind route = GradRouteKind::kCpu;
+  // What lands in the staging slots: kGpu when the plan's reduce-scatter shards the gradients
+  // (Plan::grad_shards() > 1: fp32 shards, one rank each), else every rank's whole chunk.
+  GradRoute route = GradRoute::kCpu;
   DType wire_dtype = DType::kBF16;  // cpu route slot dtype (the gpu route lands fp32 shards)
   bool tied = false;
   OptimizerConfig optimizer;
