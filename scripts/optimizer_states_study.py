@@ -19,8 +19,10 @@ import glob
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
+import tempfile
 
 MODEL = """name: study-3m
 model_type: llama
@@ -48,8 +50,7 @@ def main():
     ap.add_argument("--formats", default="fp32,bf16")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
-    work = os.path.join(args.out, "work")
-    os.makedirs(work, exist_ok=True)
+    work = tempfile.mkdtemp(prefix="slidedp_states_")  # the token files and the card; removed at the end
     card = os.path.join(work, "model.yaml")
     with open(card, "w") as f:
         f.write(MODEL)
@@ -98,6 +99,7 @@ def main():
     with open(os.path.join(args.out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=2)
     write_svg(os.path.join(args.out, "loss.svg"), by, evals)
+    shutil.rmtree(work)
     json.dump({k: v for k, v in summary.items() if k != "provenance"}, sys.stdout, indent=2)
     print()
 
