@@ -86,12 +86,12 @@ void HostState::load_unit_master(int u, std::span<const float> whole) {
   // The whole mirror, from the whole input (a sharded master holds only part of it).
   if (options_.mirror_ties_toward_zero) {
     auto* mirror = reinterpret_cast<bf16_bits*>(s.mirror.ptr);
-    for (int64_t i = 0; i < s.numel; ++i)
-      mirror[i] = slidedp::split_master(whole[static_cast<size_t>(i)]).mirror;
+    if (options_.split_master && s.own.empty())  // the whole unit held: mirror and remainder in one pass
+      return kernels::f32_to_split(whole.data(), mirror, s.remainder_u16(), s.numel);
+    kernels::f32_to_split(whole.data(), mirror, nullptr, s.numel);
     if (!options_.split_master) return copy_own(s, whole.data(), s.master_f32());
-    for (const ShardRange& r : held_ranges(u))
-      for (int64_t i = r.begin; i < r.end; ++i)
-        s.remainder_u16()[s.local(i)] = slidedp::split_master(whole[static_cast<size_t>(i)]).remainder;
+    for (const ShardRange& r : held_ranges(u))  // a node's part: its remainders (and their mirror again)
+      kernels::f32_to_split(whole.data() + r.begin, mirror + r.begin, s.remainder_u16() + s.local(r.begin), r.size());
     return;
   }
   copy_own(s, whole.data(), s.master_f32());

@@ -26,6 +26,12 @@ void to_f32(ThreadPool* pool, const bf16_bits* in, float* out, int64_t n, int64_
 
 }  // namespace
 
+void f32_to_split(const float* in, bf16_bits* mirror, uint16_t* remainder, int64_t n) {
+  detail::check_range(0, n);
+  SLIDEDP_CHECK((in != nullptr && mirror != nullptr) || n == 0, "null conversion buffer");
+  detail::active_kernel_table().f32_to_split(in, mirror, remainder, n);
+}
+
 void f32_to_bf16(const float* in, bf16_bits* out, int64_t n) { to_bf16(nullptr, in, out, n, kTileNumel); }
 void bf16_to_f32(const bf16_bits* in, float* out, int64_t n) { to_f32(nullptr, in, out, n, kTileNumel); }
 void f32_to_bf16(ThreadPool& pool, const float* in, bf16_bits* out, int64_t n, int64_t tile_numel) {

@@ -19,6 +19,10 @@ void bf16_to_f32(const bf16_bits* in, float* out, int64_t n);
 
 void f32_to_bf16(ThreadPool& pool, const float* in, bf16_bits* out, int64_t n,
                  int64_t tile_numel = kTileNumel);
+
+// fp32 values split as common/split_master.h splits them: the mirror (rounded with ties toward zero)
+// and, where `remainder` is not null, the low 16 bits. Bytes per element: 4 + 2 (+ 2).
+void f32_to_split(const float* in, bf16_bits* mirror, uint16_t* remainder, int64_t n);
 void bf16_to_f32(ThreadPool& pool, const bf16_bits* in, float* out, int64_t n,
                  int64_t tile_numel = kTileNumel);
 

@@ -102,6 +102,14 @@ void bf16_to_f32_scalar(const bf16_bits* in, float* out, int64_t n) {
   for (int64_t i = 0; i < n; ++i) out[i] = bf16_to_float(in[i]);
 }
 
+void split_scalar(const float* in, bf16_bits* mirror, uint16_t* remainder, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const SplitMaster s = split_master(in[i]);
+    mirror[i] = s.mirror;
+    if (remainder) remainder[i] = s.remainder;
+  }
+}
+
 void triad_scalar(float* a, const float* b, const float* c, float q, int64_t n) {
   for (int64_t i = 0; i < n; ++i) a[i] = std::fma(q, c[i], b[i]);
 }
@@ -119,6 +127,7 @@ const KernelTable kTable = {
     sum_squares_block_bf16,
     f32_to_bf16_scalar,
     bf16_to_f32_scalar,
+    split_scalar,
     triad_scalar,
 };
 

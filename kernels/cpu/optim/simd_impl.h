@@ -263,6 +263,22 @@ void convert_entry(const From* in, To* out, int64_t n) {
   }
 }
 
+// The split master's halves (remainder null: the toward-zero mirror alone).
+template <class V>
+void split_entry(const float* in, bf16_bits* mirror, uint16_t* remainder, int64_t n) {
+  auto one = [&](int64_t i, auto... tail) {
+    const typename V::F v = V::load(in + i, tail...);
+    if (remainder) {
+      V::split_master(mirror + i, remainder + i, v, tail...);
+    } else {
+      V::store_toward_zero(mirror + i, v, tail...);
+    }
+  };
+  int64_t i = 0;
+  for (; i + V::kW <= n; i += V::kW) one(i);
+  if (i < n) one(i, V::tail(n - i));
+}
+
 template <class V>
 void triad_entry(float* a, const float* b, const float* c, float q, int64_t n) {
   const typename V::F qv = V::set1(q);
@@ -289,6 +305,7 @@ constexpr KernelTable make_kernel_table() {
       sum_squares_entry<V, bf16_bits>,
       convert_entry<V, float, bf16_bits>,
       convert_entry<V, bf16_bits, float>,
+      split_entry<V>,
       triad_entry<V>,
   };
 }

@@ -15,6 +15,7 @@
 
 #include "common/split_master.h"
 #include "kernels/cpu/optim/adamw.h"
+#include "kernels/cpu/optim/bf16_convert.h"
 #include "tests/kernels/optim/optim_test_util.h"
 
 namespace slidedp::kernels::testing {
@@ -175,6 +176,27 @@ TEST_P(SplitMasterAdamwTest, TowardZeroMirrorDiffersFromNearestEvenOnlyOnOddTies
     differ += odd_tie;
   }
   EXPECT_GT(differ, 100);
+}
+
+// The bulk split (the host state's load) equals common/split_master.h element by element, with and
+// without the remainder.
+TEST_P(SplitMasterAdamwTest, BulkSplitEqualsTheScalarSplit) {
+  use_level(GetParam());
+  for (int64_t n : odd_sizes())
+    for (int mis : {0, 1}) {
+      const std::vector<float> in = hard_patterns(n, 18);
+      GuardedBuffer<bf16_bits> mirror(n, mis), alone(n, mis);
+      GuardedBuffer<uint16_t> remainder(n, mis);
+      f32_to_split(in.data(), mirror.data(), remainder.data(), n);
+      f32_to_split(in.data(), alone.data(), nullptr, n);
+      for (int64_t i = 0; i < n; ++i) {
+        const SplitMaster s = split_master(in[static_cast<size_t>(i)]);
+        ASSERT_EQ(mirror[i], s.mirror) << i;
+        ASSERT_EQ(alone[i], s.mirror) << i;
+        ASSERT_EQ(remainder[i], s.remainder) << i;
+      }
+      EXPECT_TRUE(mirror.guards_intact() && alone.guards_intact() && remainder.guards_intact());
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(Levels, SplitMasterAdamwTest, ::testing::ValuesIn(simd_cases()), level_name);
