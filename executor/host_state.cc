@@ -91,7 +91,8 @@ void HostState::load_unit_master(int u, std::span<const float> whole) {
     kernels::f32_to_split(whole.data(), mirror, nullptr, s.numel);
     if (!options_.split_master) return copy_own(s, whole.data(), s.master_f32());
     for (const ShardRange& r : held_ranges(u))  // a node's part: its remainders (and their mirror again)
-      kernels::f32_to_split(whole.data() + r.begin, mirror + r.begin, s.remainder_u16() + s.local(r.begin), r.size());
+      kernels::f32_to_split(whole.data() + r.begin, mirror + r.begin, s.remainder_u16() + s.local(r.begin),
+                            r.size());
     return;
   }
   copy_own(s, whole.data(), s.master_f32());

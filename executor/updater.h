@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "common/thread_pool.h"
-#include "kernels/cpu/optim/adamw.h"
 #include "executor/cross_node.h"
 #include "executor/host_state.h"
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
 #include "executor/weight_decay_groups.h"
+#include "kernels/cpu/optim/adamw.h"
 #include "model/plan.h"
 
 namespace slidedp::exec {

@@ -710,11 +710,13 @@ SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpe
   const double gain = 1.0 - lossy.best().final_score() / exact->best().final_score();
   if (gain >= kLossyStatesMinGain) {
     lossy.optimizer_states_reason = fmt::format(
-        "AdamW's moments in bf16 (allowed): {:.1f}% less time per token than the best plan with fp32 moments", 100 * gain);
+        "AdamW's moments in bf16 (allowed): {:.1f}% less time per token than the best plan with fp32 moments",
+        100 * gain);
     return lossy;
   }
   exact->optimizer_states_reason = fmt::format(
-      "AdamW's moments in fp32: bf16 (allowed) would gain {:.1f}%, under the {:.0f}% that a lossy format must",
+      "AdamW's moments in fp32: bf16 (allowed) would gain {:.1f}%, under the {:.0f}% that a lossy format "
+      "must",
       100 * gain, 100 * kLossyStatesMinGain);
   return *exact;
 }

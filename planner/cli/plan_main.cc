@@ -57,10 +57,11 @@ int plan_main(int argc, char** argv) {
       ->check(CLI::Range(1, 4096));
   app.add_option("--host-state", host_state, "Only this host state placement across nodes: replicated | sharded")
       ->check(CLI::IsMember({"replicated", "sharded"}));
-  app.add_flag("--allow-lossy-states", allow_lossy_states,
-               "Let the plan hold AdamW's moments in bf16 (4 instead of 8 bytes per parameter, rounded "
-               "stochastically; changes the numerics): chosen only where no plan with fp32 moments fits or bf16 "
-               "is at least 2% faster per token; the explanation says which");
+  app.add_flag(
+      "--allow-lossy-states", allow_lossy_states,
+      "Let the plan hold AdamW's moments in bf16 (4 instead of 8 bytes per parameter, rounded "
+      "stochastically; changes the numerics): chosen only where no plan with fp32 moments fits or bf16 "
+      "is at least 2% faster per token; the explanation says which");
   auto* g = app.add_option(
       "--global-batch-tokens", global_batch,
       "Matched batch: tokens per optimizer step, fixed (= nodes x ranks x micro-batch x accumulation x seq)")

@@ -49,10 +49,13 @@ TEST(LossyStates, AllowedTheyWinOnlyByTheMarginOrByFitting) {
     const SearchResult a = search_plans(w, hw, fp32, quick()), b = search_plans(w, hw, bf16, quick());
     const SearchResult r = search_plans(w, hw, allowed, quick());
     const double gain = 1.0 - b.best().final_score() / a.best().final_score();
-    const OptimizerStates want = gain >= kLossyStatesMinGain ? OptimizerStates::kBf16 : OptimizerStates::kFp32;
+    const OptimizerStates want =
+        gain >= kLossyStatesMinGain ? OptimizerStates::kBf16 : OptimizerStates::kFp32;
     EXPECT_EQ(r.best().plan.optimizer_states, want) << "gain " << gain;
-    EXPECT_EQ(r.best().final_score(), want == OptimizerStates::kBf16 ? b.best().final_score() : a.best().final_score());
-    EXPECT_NE(r.optimizer_states_reason.find(want == OptimizerStates::kBf16 ? "in bf16" : "in fp32"), std::string::npos)
+    EXPECT_EQ(r.best().final_score(),
+              want == OptimizerStates::kBf16 ? b.best().final_score() : a.best().final_score());
+    EXPECT_NE(r.optimizer_states_reason.find(want == OptimizerStates::kBf16 ? "in bf16" : "in fp32"),
+              std::string::npos)
         << r.optimizer_states_reason;
     EXPECT_NE(explain_choice(r).find(r.optimizer_states_reason), std::string::npos);
   }

@@ -43,7 +43,8 @@ struct KernelTable {
   double (*sum_squares_block_bf16)(const bf16_bits* x, int64_t n);
   void (*f32_to_bf16)(const float* in, bf16_bits* out, int64_t n);
   void (*bf16_to_f32)(const bf16_bits* in, float* out, int64_t n);
-  void (*f32_to_split)(const float* in, bf16_bits* mirror, uint16_t* remainder, int64_t n);  // remainder nullable
+  void (*f32_to_split)(const float* in, bf16_bits* mirror, uint16_t* remainder,
+                       int64_t n);  // remainder nullable
   void (*triad)(float* a, const float* b, const float* c, float q, int64_t n);
 };
 
