@@ -172,6 +172,9 @@ TEST(Checkpoint, RejectsBadBuffersAndBadStateFiles) {
       {"\"format_version\": 2", "\"format_version\": 3", "format_version"},
       {"\"adamw_step\": 1", "\"adamw_step\": 2", "adamw_step"},  // more updates than steps
       {"\"lr_schedule\": null", "\"lr_schedule\": 3", "lr_schedule"},
+      // the moments' format is fp32 or bf16 (the key appears only for bf16; added here)
+      {"\"learning_rate\"", "\"optimizer_states\": \"int8\", \"learning_rate\"", "optimizer_states"},
+      {"\"learning_rate\"", "\"optimizer_states\": 16, \"learning_rate\"", "optimizer_states"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.to);
