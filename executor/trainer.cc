@@ -221,10 +221,9 @@ void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep
   }
 }
 
-// Whether the host holds the master split (TrainOptions::master): only SlideDP's state with a bf16
-// mirror can; the baselines hold fp32 masters as the systems they stand for do.
+// Whether the host holds the master split (TrainOptions::master; who can: can_split_master).
 bool use_split_master(const TrainOptions& o) {
-  const bool can = o.system == System::kSlideDP && !o.exact_fp32;
+  const bool can = can_split_master(o.system, o.exact_fp32);
   if (o.master == MasterStorage::kSplit && !can)
     throw InputError("--master", o.exact_fp32
                                      ? "split: not with --exact (the mirror is fp32 there)"

@@ -367,7 +367,7 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
   HostMemorySpec s;
   s.hidden_bytes_per_token = hidden_bytes_per_token;
   s.mirror_bytes = exact_fp32 ? 4 : 2;
-  s.split_master = system == System::kSlideDP && !exact_fp32;
+  s.split_master = can_split_master(system, exact_fp32);
   s.moment_bytes = plan.optimizer_states == OptimizerStates::kBf16 ? 4 : 8;
   // Accumulation, the verified update (clip, skip) and an update after the backward keep every unit's
   // gradient until the step's last micro-step; FSDP2 accumulates on its devices.

@@ -73,6 +73,11 @@ RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& pla
 // the four state buffers holds this many fp32 values; the rank driver allocates them by it).
 int64_t sharded_state_numel(const ModelLayout& layout, const Plan& plan, int unit, int rank);
 
+// Whether `system` can hold its master split (executor/host_state.h): SlideDP's state with a bf16 mirror
+// (not --exact); the baselines hold fp32 masters, as the systems they stand for do. The default where
+// it can.
+inline bool can_split_master(System system, bool exact_fp32) { return system == System::kSlideDP && !exact_fp32; }
+
 // What the executor allocates on the host besides the state's size, for a plan as a system runs it.
 struct HostMemorySpec {
   int64_t hidden_bytes_per_token = 0;  // an offloaded layer input per token (the backend's activation dtype)
