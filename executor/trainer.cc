@@ -675,7 +675,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         ts.learning_rate = rec.lr;
         ts.data_cursor = sampler.cursor_at_step(s + 1);
         ts.metadata_json = o.metadata_json;
-        ts.optimizer_states = optimizer_states_name(plan.optimizer_states);
+        ts.optimizer_states = plan.optimizer_states;
         if (sharded_nodes) {
           // Every node writes its part of one folder; none holds the whole state.
           result.last_checkpoint = save_sharded_checkpoint(*link, state, o.card, ts, o.checkpoint_dir, o.keep_checkpoints);

@@ -25,6 +25,7 @@
 #include "io/sequence_sampler.h"
 #include "io/unit_tensors.h"
 #include "model/model_card.h"
+#include "model/plan.h"
 #include "model/unit_layout.h"
 
 namespace slidedp {
@@ -42,7 +43,7 @@ struct TrainerState {
   std::vector<uint64_t> rng_state;   // any generator words (dropout, sampling), restored verbatim
   // How the run held AdamW's moments ("fp32" or "bf16"; the files hold them in fp32 either way, bf16
   // ones widened exactly). Written only when not fp32, so older readers take the other checkpoints.
-  std::string optimizer_states = "fp32";
+  OptimizerStates optimizer_states = OptimizerStates::kFp32;
   std::string metadata_json = "{}";  // any JSON value (plan, hardware, run configuration); stored as
                                      // JSON and returned compact with key order kept
   bool operator==(const TrainerState&) const = default;
