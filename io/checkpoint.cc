@@ -140,7 +140,8 @@ TrainerState parse_trainer_state(const std::string& path) {
   }
   if (j.contains("optimizer_states")) {
     const json& f = j["optimizer_states"];
-    if (!f.is_string()) throw InputError(path + ": optimizer_states", fmt::format("{} is not a name", f.dump()));
+    if (!f.is_string())
+      throw InputError(path + ": optimizer_states", fmt::format("{} is not a name", f.dump()));
     s.optimizer_states = parse_optimizer_states(f.get<std::string>(), path + ": optimizer_states");
   }
   s.lr_schedule_step = r.integer(j, "", "lr_schedule_step");
@@ -208,7 +209,8 @@ json trainer_state_json(const TrainerState& st) {
                 {"rng_state", json::array()},
                 {"metadata", metadata}};
   for (uint64_t w : st.rng_state) state["rng_state"].push_back(hex64(w));
-  if (st.optimizer_states != OptimizerStates::kFp32) state["optimizer_states"] = optimizer_states_name(st.optimizer_states);
+  if (st.optimizer_states != OptimizerStates::kFp32)
+    state["optimizer_states"] = optimizer_states_name(st.optimizer_states);
   return state;
 }
 

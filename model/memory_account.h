@@ -76,7 +76,9 @@ int64_t sharded_state_numel(const ModelLayout& layout, const Plan& plan, int uni
 // Whether `system` can hold its master split (executor/host_state.h): SlideDP's state with a bf16 mirror
 // (not --exact); the baselines hold fp32 masters, as the systems they stand for do. The default where
 // it can.
-inline bool can_split_master(System system, bool exact_fp32) { return system == System::kSlideDP && !exact_fp32; }
+inline bool can_split_master(System system, bool exact_fp32) {
+  return system == System::kSlideDP && !exact_fp32;
+}
 
 // What the executor allocates on the host besides the state's size, for a plan as a system runs it.
 struct HostMemorySpec {
