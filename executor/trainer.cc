@@ -456,6 +456,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   uc.device_optimizer = traits.gpu_optimizer;
   uc.link = link;
   uc.sharded_state = sharded_nodes;
+  uc.norm_pass_after_backward = o.norm_pass_after_backward;
   // Frozen buffers (Gemma 4's layer_scalar) are never decayed, whatever the groups say.
   if (o.optimizer.no_decay.any() || has_frozen_buffers(layout))
     uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);

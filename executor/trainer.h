@@ -59,6 +59,10 @@ struct TrainOptions {
   // An fp32 master whose mirror rounds exact ties toward zero as a split master's does, so that the
   // two storages can be compared bit for bit (tests).
   bool mirror_ties_toward_zero = false;
+  // Clipping or skipping: sum the gradient norm by a pass after the backward instead of as the chunks
+  // are reduced (the same bits; the reference tests/executor/clip_schedule_test.cc holds the fused
+  // sum to).
+  bool norm_pass_after_backward = false;
   int64_t device_budget_bytes = 0;     // 0: the plan's budget, else the backend's default (device_budget.h)
   int update_threads = 0;              // 0: plan.update_threads, else all cores
   // Data.

@@ -39,6 +39,15 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
                                               config.optimizer.on_nonfinite == NonFinitePolicy::kAbort),
                 "the device optimizer neither clips nor skips");
   if (config.device_optimizer) expected_chunks_ = expected_accumulations_ = 0;
+  if (verify_ && !config.norm_pass_after_backward) {
+    std::vector<int64_t> held, writes;
+    for (int u = 0; u < state.num_units(); ++u) {
+      held.push_back(state.unit(u).own_numel);
+      const int parts = config.tied && u == 0 ? 2 : 1;  // the tied head adds into the embedding's
+      writes.push_back(int64_t{config.accum_steps} * parts * (config.serial_accumulation ? config.ranks : 1));
+    }
+    norm_.emplace(held, writes);
+  }
   if (config.link) {
     SLIDEDP_CHECK((config.route == GradRoute::kCpu || config.sharded_state) && !config.serial_accumulation &&
                       !config.device_optimizer && !config.pacing,
@@ -437,6 +446,10 @@ void Updater::accumulate_input(Job& job, const GradInput& in) {
   };
   if (in.dtype == DType::kBF16) run(bf16_bits{});
   else run(float{});
+  if (norm_) {
+    const int64_t lb = state_.unit(job.unit).local(in.begin);
+    norm_->added(pool_, job.unit, state_.unit(job.unit).accum_f32(), lb, lb + n);
+  }
 }
 
 void Updater::accumulated(int64_t step) {
@@ -706,7 +719,12 @@ void Updater::verify_pass(int64_t step) {
   // Global gradient norm over every unit's accumulated gradient (deterministic order). A sharded
   // state's nodes each hold a part: they exchange their sums and add them in node order.
   double sumsq = 0;
-  for (int u = 0; u < state_.num_units(); ++u) sumsq += kernels::sum_squares(pool_, state_.unit(u).accum_f32(), state_.unit(u).own_numel);
+  if (norm_) {
+    sumsq = norm_->take_sum();
+  } else {
+    for (int u = 0; u < state_.num_units(); ++u)
+      sumsq += kernels::sum_squares(pool_, state_.unit(u).accum_f32(), state_.unit(u).own_numel);
+  }
   if (config_.sharded_state) sumsq = sum_over_nodes(step, sumsq);
   bool finite;
   std::string reason;

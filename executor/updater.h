@@ -8,10 +8,12 @@
 //  * overlapped (default): the last micro-step's chunks are reduced and updated in one fused pass;
 //    earlier micro-steps accumulate into fp32. The loss of every rank is checked before the first
 //    update; with check_grads, each chunk's reduced gradient is checked before it is applied.
-//  * verify (gradient clipping, or skipping non-finite steps; and MegaTrain's schedule): every chunk is
-//    first accumulated and the global gradient norm measured; only then are all chunks updated (unit 0
-//    first, so the next step can start). This exposes the whole update after backward: that is the
-//    price of clipping.
+//  * verify (gradient clipping, or skipping non-finite steps; and the baselines that update after the
+//    backward): every chunk is first reduced into the fp32 accumulator, and the global gradient norm
+//    is summed as its blocks complete (grad_norm_blocks.h); once the last chunk is in, every chunk is
+//    updated, unit 0 first, each released to the next step's deliveries as it is done, so the update
+//    overlaps the next step's forward in layer order. The accumulator holds the step's gradient until
+//    the norm is known: exact clipping needs the whole gradient before any element is applied.
 #pragma once
 
 #include <atomic>
@@ -27,6 +29,7 @@
 
 #include "common/thread_pool.h"
 #include "executor/cross_node.h"
+#include "executor/grad_norm_blocks.h"
 #include "executor/host_state.h"
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
@@ -85,6 +88,9 @@ struct UpdaterConfig {
   // node's ranks in global rank order.
   NodeLink* link = nullptr;
   bool sharded_state = false;
+  // Verify mode: sum the norm by a pass over every accumulator after the last chunk is in, instead of
+  // as the chunks are reduced. The same bits, later: the reference the fused sum is tested against.
+  bool norm_pass_after_backward = false;
 };
 
 // One rank's gradient payload in a staging slot: elements [begin, end) of `unit`.
@@ -237,6 +243,7 @@ class Updater {
   RunControl& control_;
   UpdaterConfig config_;
   bool verify_;
+  std::optional<GradNormBlocks> norm_;  // verify mode, unless norm_pass_after_backward
   int64_t expected_chunks_ = 0;       // own-part chunks per step
   int64_t expected_accumulations_ = 0;// verify mode: accumulation jobs per step
 
