@@ -355,7 +355,11 @@ int Updater::begin_paced(const Job& job) const {
   const ChunkArrival& a = job.parts.front();
   // A job of one rank's gradient (serial accumulation) is that rank's share of the unit's host work.
   const double rank_share = config_.serial_accumulation ? 1.0 / config_.ranks : 1.0;
-  const PacedWork p = config_.pacing->update(job.unit, a.end - a.begin, job.kind == Job::kUpdate, rank_share);
+  // The step's last contribution to a chunk: the fused update, or in verify mode the accumulation
+  // whose blocks' squares are summed (the step model's cpu_last_* of the unit).
+  const bool last = job.kind == Job::kUpdate ||
+                    (verify_ && job.micro == config_.accum_steps - 1 && job.part == GradPart::kOwn);
+  const PacedWork p = config_.pacing->update(job.unit, a.end - a.begin, last, rank_share);
   return config_.pacing->pacer().begin(p.usages, p.work, p.delay_s);
 }
 

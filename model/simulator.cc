@@ -533,6 +533,7 @@ class GraphBuilder {
     std::vector<int> deps;
     for (int r = 0; r < N_; ++r) dep(deps, gpu_last_[static_cast<std::size_t>(r)]);
     for (int r = 0; r < N_; ++r) dep(deps, d2h_last_[static_cast<std::size_t>(r)]);
+    if (sw_.traits.update_in_layer_order) return update_in_layer_order(deps);
     int last = -1;
     if (sw_.post_update_thread_s > 0) {
       last = cpu_task(sw_.post_update_thread_s, sw_.post_update_host_mem_bytes, 0.0, deps, "optimizer step");
@@ -565,6 +566,32 @@ class GraphBuilder {
     }
     if (step_ == measured_step_) post_last_ = last;
     for (auto& v : update_cur_) v.assign(1, last);
+  }
+
+  // The update after the backward chunk by chunk, unit 0 first, each chunk's share of the update's
+  // work by elements (then, across nodes with a sharded state, its share of the updated mirror's
+  // gather): the next step's delivery of a chunk waits for its own update only.
+  void update_in_layer_order(const std::vector<int>& deps) {
+    double elements = 0;
+    for (const UnitWork& w : sw_.units) elements += static_cast<double>(w.numel);
+    std::vector<int> after = deps;
+    for (std::size_t u = 0; u < sw_.units.size(); ++u) {
+      const UnitWork& w = sw_.units[u];
+      const double share = elements > 0 ? static_cast<double>(w.numel) / elements / static_cast<double>(w.chunks) : 0.0;
+      update_cur_[u].clear();
+      for (int64_t k = 0; k < w.chunks; ++k) {
+        int id = cpu_task(sw_.post_update_thread_s * share, sw_.post_update_host_mem_bytes * share, 0.0, after,
+                          fmt::format("adamw {} c{}", unit_name(static_cast<int>(u)), k));
+        after.clear();
+        if (step_ == measured_step_ && post_first_ < 0) post_first_ = id;
+        if (sw_.post_gather_nic_bytes > 0)
+          id = network_task(sw_.post_gather_nic_bytes * share, 2.0 * (c_.nodes - 1), {id},
+                            fmt::format("gather {} c{}", unit_name(static_cast<int>(u)), k));
+        update_cur_[u].push_back(id);
+      }
+    }
+    // The breakdown's serial part: until unit 0 is updated (the next step's first compute needs it).
+    if (step_ == measured_step_) post_last_ = update_cur_.front().back();
   }
 
   void probe() {

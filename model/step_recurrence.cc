@@ -207,6 +207,7 @@ class Recurrence {
       if (sw_.post_update_thread_s > 0) {
         post_cpu = sw_.post_update_thread_s / c_.update_threads;
         post.host_mem_bytes = sw_.post_update_host_mem_bytes;
+        post.cpu_update_thread_s = sw_.post_update_thread_s;
         post_cpu = std::max(post_cpu, post.host_mem_bytes / c_.host_mem_Bps);
         cpu_update_thread_s_ += sw_.post_update_thread_s;
         host_mem_bytes_ += sw_.post_update_host_mem_bytes;
@@ -230,6 +231,9 @@ class Recurrence {
         upload += t;
         network_s_ += t;
       }
+      if (tr.update_in_layer_order) {
+        next_compute = release_in_layer_order(post_start, post_cpu, upload, post, last_compute, r);
+      } else {
       double post_end = post_start + post_cpu + upload + sw_.post_gpu_s;
       compute_ += sw_.post_gpu_s;
       double first = 0;
@@ -241,6 +245,7 @@ class Recurrence {
       r.breakdown.exposed_tail_s = std::max(0.0, post_start - last_compute);
       r.breakdown.post_update_s = post_end - post_start - sw_.post_gpu_s;
       r.breakdown.exposed_head_s = first;
+      }
     }
     r.first_compute_s = first_compute_;
     r.step_s = next_compute - first_compute_;
@@ -275,10 +280,22 @@ class Recurrence {
     set_phase(2 * m, a, 0);
     begin_phase(-1.0);
     std::fill(offload_end_.begin(), offload_end_.end(), 0.0);
+    // The previous step's update in layer order gates this forward unit by unit (no jump over runs:
+    // the gates move the regime) and shares its host.
+    gated_ = a == 0 && !unit_gates_.empty();
+    if (gated_) {
+      PhaseStats& p = stats();
+      p.cpu_busy += carried_cpu_s_;
+      p.cpu_thread_s += carried_.cpu_update_thread_s;
+      p.cpu_host_mem_bytes += carried_.host_mem_bytes;
+      queue_host_work(carried_, carried_start_);
+    }
     for (int u = 0; u < U; ++u) {
       forward_unit(u);
-      if (jump_) u = jump_after(u, +1);
+      if (jump_ && !gated_) u = jump_after(u, +1);
     }
+    if (a == 0 && !gated_) forward_host_mem_bytes_ = demand_.host_mem_bytes, forward_phase_s_ = gpu_ - phase_start_;
+    if (gated_) unit_gates_.clear(), gated_ = false;
     // A phase cannot end before the links carried its transfers: the bound delays the GPU
     // (max-plus, so the whole model stays monotone in every capacity). Host work queues on.
     gpu_ = std::max(gpu_, phase_start_ + link_need(demand_));
@@ -304,6 +321,52 @@ class Recurrence {
     }
   }
 
+  // The update after the backward releases each unit to the next step's deliveries as it is done,
+  // unit 0 first (SlideDP's clipping): unit u's chunks are updated in its share of the update's time
+  // (by elements), its first chunk leaving after 1/chunks of it. The next step's forward waits unit
+  // by unit; the update's host work overlaps that forward (queued from post_start, and counted in its
+  // first phase's utilizations). Returns the next step's first compute.
+  double release_in_layer_order(double post_start, double post_cpu, double gather, const PhaseDemand& post,
+                                double last_compute, RunResult& r) {
+    const UnitWork& u0 = sw_.units.front();
+    double elements = 0;
+    for (const UnitWork& w : sw_.units) elements += static_cast<double>(w.numel);
+    const double total = std::max(post_cpu, shared_update_s(post.host_mem_bytes)) + gather;
+    unit_gates_.assign(sw_.units.size(), {0.0, 0.0});
+    double t = post_start;
+    for (std::size_t u = 0; u < sw_.units.size(); ++u) {
+      const UnitWork& w = sw_.units[u];
+      const double d = elements > 0 ? total * static_cast<double>(w.numel) / elements : 0.0;
+      unit_gates_[u] = {t + d / static_cast<double>(w.chunks), t + d};
+      t += d;
+    }
+    cpu_ = std::max(cpu_, post_start + post_cpu);
+    carried_ = post;
+    carried_start_ = post_start;
+    carried_cpu_s_ = post_cpu;
+    const double gate_end = unit_gates_.front().second;
+    const double slot = lru_slot().free_at;
+    const double end = std::max(deliver_chain_probe(u0, std::max(slot, unit_gates_.front().first)),
+                                gate_end + delivery_time(u0) / static_cast<double>(u0.chunks));
+    const double next_compute = std::max(gpu_, end);
+    r.breakdown.exposed_tail_s = std::max(0.0, post_start - last_compute);
+    r.breakdown.post_update_s = gate_end - post_start;
+    r.breakdown.exposed_head_s = next_compute - gate_end;
+    return next_compute;
+  }
+
+  // The update's host-memory time beside the next forward's own host traffic F (its deliveries and
+  // offloads), by progressive filling of bandwidth B: the update (U bytes) ends at t = U/B + (the
+  // forward's bytes moved by then)/B. A forward that takes T ungated (as this step's first forward
+  // did when nothing held it) spreads F over T, so t = U / (B - F/T) while t < T; past T all of F
+  // shares: (U + F) / B.
+  double shared_update_s(double update_bytes) const {
+    const double B = c_.host_mem_Bps, F = forward_host_mem_bytes_, T = forward_phase_s_;
+    const double all = (update_bytes + F) / B;
+    if (all >= T || T <= 0) return all;
+    return update_bytes / (B - F / T);
+  }
+
   void begin_phase(double phase_start) {
     demand_ = PhaseDemand{};
     if (phase_start >= 0) std::swap(demand_, head_demand_);  // a backward: the head's gradients
@@ -316,8 +379,10 @@ class Recurrence {
     ++setup_.counters.unit_visits;
     const UnitWork& w = sw_.units[static_cast<std::size_t>(u)];
     // The step's first delivery: chunk k of unit 0 leaves once the previous step updated it.
-    double ready = (micro_ == 0 && u == 0) ? use_params(u, next_gate_first_, demand_, next_gate_end_)
-                                           : use_params(u, 0.0, demand_);
+    double ready = gated_ ? use_params(u, unit_gates_[static_cast<std::size_t>(u)].first, demand_,
+                                       unit_gates_[static_cast<std::size_t>(u)].second)
+                   : (micro_ == 0 && u == 0) ? use_params(u, next_gate_first_, demand_, next_gate_end_)
+                                             : use_params(u, 0.0, demand_);
     double start = std::max(gpu_, ready);
     if (u >= 2) start = std::max(start, offload_end_[static_cast<std::size_t>(u - 2)]);
     if (first_compute_ < 0) first_compute_ = start;
@@ -376,7 +441,7 @@ class Recurrence {
     compute_ += w.recompute_s + w.bwd_s;
     bwd_end_[static_cast<std::size_t>(u)] = gpu_;
     release(u, gpu_);
-    if (u == 0 && last_ && !sw_.traits.update_after_backward) begin_drain();
+    if (u == 0 && last_ && (!sw_.traits.update_after_backward || sw_.traits.update_in_layer_order)) begin_drain();
     grad_done_[static_cast<std::size_t>(u)] = grads(u, last_, demand_, 0.0);
   }
 
@@ -1091,6 +1156,14 @@ class Recurrence {
   std::vector<QueuedExchange> queued_;
   double cpu0_start_ = 0, cpu0_end_ = 0, cpu0_s_ = 0;
   double next_gate_first_ = 0, next_gate_end_ = 0;  // gating of the next step's first delivery
+  // Update in layer order: per unit, when its first chunk and its last are updated (the next step's
+  // forward waits on them), and the update's host work, carried into that forward.
+  std::vector<std::pair<double, double>> unit_gates_;
+  bool gated_ = false;
+  PhaseDemand carried_;
+  double carried_start_ = 0, carried_cpu_s_ = 0;
+  // The first forward's own host-memory traffic (deliveries, offloads) and length, when not gated.
+  double forward_host_mem_bytes_ = 0, forward_phase_s_ = 0;
   // The phase being run.
   int micro_ = 0;
   bool last_ = false;  // the step's last micro-step

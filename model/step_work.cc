@@ -249,7 +249,10 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   StepWork sw;
   sw.traits = system_traits(system);
   const Plan p = plan_for_system(plan_in, system, card);
-  if (system == System::kSlideDP && p.verify_updates) sw.traits.update_after_backward = true;
+  // Clipping (or skipping): the update needs the global norm, so it follows the backward; SlideDP
+  // releases each unit as it is updated (executor/updater.h, verify mode).
+  if (system == System::kSlideDP && p.verify_updates)
+    sw.traits.update_after_backward = sw.traits.update_in_layer_order = true;
   // bf16 moments: m and v read and written in 2 bytes each instead of 4.
   if (p.optimizer_states == OptimizerStates::kBf16) sw.traits.adamw_host_bytes_per_param -= 8.0;
   p.validate(L, "plan");
@@ -448,6 +451,12 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
       u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
       u.cpu_last_thread_s = u.cpu_accum_thread_s;
       u.cpu_last_host_mem_bytes = u.cpu_accum_host_mem_bytes;
+      if (sw.traits.update_in_layer_order) {
+        // SlideDP sums the norm's squares as each block of the last micro-step's sum completes
+        // (executor/grad_norm_blocks.h): the accumulator read once more.
+        u.cpu_last_thread_s += n * kFp32 / r;
+        u.cpu_last_host_mem_bytes += n * kFp32;
+      }
     } else {
       // Fused reduce + AdamW on the last micro-step: the input bytes beyond AdamW's own bf16 gradient are read in the
       // same pass; with accumulation the fp32 accumulator is read too.
@@ -536,7 +545,11 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     const bool sharded_nodes = M > 1 && p.host_state == HostState::kSharded;
     const double owned = sharded_nodes ? P / M : P;
     sw.post_update_thread_s = owned / rate * c.update_threads;
-    sw.post_update_host_mem_bytes = owned * (sw.traits.adamw_host_bytes_per_param + kFp32);
+    // SlideDP's update reads the fp32 accumulator (4 bytes) where the fused kernel's count has a bf16
+    // gradient (2); its norm was summed during the backward. The baselines keep their charge: the
+    // fused count plus 4 bytes of gradient.
+    const double grad_read = sw.traits.update_in_layer_order ? kFp32 - kBf16 : kFp32;
+    sw.post_update_host_mem_bytes = owned * (sw.traits.adamw_host_bytes_per_param + grad_read);
     if (sharded_nodes) sw.post_gather_nic_bytes = (M - 1.0) / M * P * kBf16;
     if (sw.traits.upload_after_update) {
       sw.post_upload_h2d_bytes = P * kBf16 / N;

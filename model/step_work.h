@@ -56,6 +56,10 @@ struct SystemTraits {
   bool gpu_sharded_state = false;    // FSDP2: everything on GPU, sharded
   bool convert_on_load = false;      // SlideFormer: fp32 -> bf16 per rank before each delivery
   bool update_after_backward = false;  // the optimizer runs after backward, not overlapped
+  // With update_after_backward: each unit's chunks are released to the next step's deliveries as they
+  // are updated, unit 0 first, so the update overlaps the next step's forward in layer order
+  // (SlideDP's clipping); else the next step waits for the whole update (the baselines' optimizer.step()).
+  bool update_in_layer_order = false;
   bool shared_grad_buffer = false;   // SlideFormer: D2H of unit u waits for the update of unit u+1
   int barriers_per_chunk = 0;        // SlideFormer: two barriers per chunk around rank 0's work
   bool lock_serialized_accumulation = false;  // MegaTrain: ranks add grads on the host one at a time
