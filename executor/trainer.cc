@@ -326,7 +326,10 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   Plan plan = plan_for_system(o.plan, o.system, o.card);
   // ZeRO-Offload keeps every unit's parameters on the device: one slot per unit, charged as such.
   if (traits.params_resident) plan.gpu_buffer_depth = layout.num_units();
-  plan.verify_updates = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
+  // Clipping and skipping need the update after the backward; a plan may ask for that schedule too
+  // (slidedp-plan --clip, a study measuring it) without either.
+  plan.verify_updates = plan.verify_updates || o.optimizer.clip_grad_norm > 0 ||
+                        o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
   // The baselines' device buffers of their own (rank_driver.h): decided once, for the account and the drivers.
   const bool fetch_fp32 = traits.param_fetch_bytes == 4.0;                      // FSDP offload
   const bool accumulate_on_gpu = traits.accumulate_on_gpu && plan.accum_steps > 1;  // ZeRO-Offload
@@ -457,13 +460,13 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   uc.link = link;
   uc.sharded_state = sharded_nodes;
   uc.norm_pass_after_backward = o.norm_pass_after_backward;
+  uc.verify_updates = plan.verify_updates;
   // Frozen buffers (Gemma 4's layer_scalar) are never decayed, whatever the groups say.
   if (o.optimizer.no_decay.any() || has_frozen_buffers(layout))
     uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
   if (ckpt && ckpt->state().adamw_step >= 0)
     uc.skipped_steps_before = ckpt->state().optimizer_step - ckpt->state().adamw_step;
-  const bool verify = o.optimizer.clip_grad_norm > 0 || o.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
-                      traits.update_after_backward;
+  const bool verify = plan.verify_updates || traits.update_after_backward;
 
   HostStateOptions hso;
   hso.chunk_numel = plan.chunk_numel;

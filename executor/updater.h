@@ -91,6 +91,8 @@ struct UpdaterConfig {
   // Verify mode: sum the norm by a pass over every accumulator after the last chunk is in, instead of
   // as the chunks are reduced. The same bits, later: the reference the fused sum is tested against.
   bool norm_pass_after_backward = false;
+  // Verify mode without clipping or skipping (a plan that asks for the schedule: Plan::verify_updates).
+  bool verify_updates = false;
 };
 
 // One rank's gradient payload in a staging slot: elements [begin, end) of `unit`.

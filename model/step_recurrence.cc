@@ -294,7 +294,7 @@ class Recurrence {
       forward_unit(u);
       if (jump_ && !gated_) u = jump_after(u, +1);
     }
-    if (a == 0 && !gated_) forward_host_mem_bytes_ = demand_.host_mem_bytes, forward_phase_s_ = gpu_ - phase_start_;
+    if (a == 0) forward_host_mem_bytes_ = demand_.host_mem_bytes;
     if (gated_) unit_gates_.clear(), gated_ = false;
     // A phase cannot end before the links carried its transfers: the bound delays the GPU
     // (max-plus, so the whole model stays monotone in every capacity). Host work queues on.
@@ -356,12 +356,15 @@ class Recurrence {
   }
 
   // The update's host-memory time beside the next forward's own host traffic F (its deliveries and
-  // offloads), by progressive filling of bandwidth B: the update (U bytes) ends at t = U/B + (the
-  // forward's bytes moved by then)/B. A forward that takes T ungated (as this step's first forward
-  // did when nothing held it) spreads F over T, so t = U / (B - F/T) while t < T; past T all of F
-  // shares: (U + F) / B.
+  // offloads, as this step's first forward had them), by progressive filling of bandwidth B: the
+  // update (U bytes) ends at t = U/B + (the forward's bytes moved by then)/B. Spreading F over the
+  // forward's compute time T, t = U / (B - F/T) while t < T; past T all of F shares: (U + F) / B.
+  // T is compute, not the forward's measured length, so that the time depends on the plan's batch
+  // shape and activations only: the planner's bounds relax chunks and latencies and must stay below.
   double shared_update_s(double update_bytes) const {
-    const double B = c_.host_mem_Bps, F = forward_host_mem_bytes_, T = forward_phase_s_;
+    const double B = c_.host_mem_Bps, F = forward_host_mem_bytes_;
+    double T = 0;
+    for (const UnitWork& w : sw_.units) T += w.fwd_s;
     const double all = (update_bytes + F) / B;
     if (all >= T || T <= 0) return all;
     return update_bytes / (B - F / T);
@@ -1162,8 +1165,7 @@ class Recurrence {
   bool gated_ = false;
   PhaseDemand carried_;
   double carried_start_ = 0, carried_cpu_s_ = 0;
-  // The first forward's own host-memory traffic (deliveries, offloads) and length, when not gated.
-  double forward_host_mem_bytes_ = 0, forward_phase_s_ = 0;
+  double forward_host_mem_bytes_ = 0;  // the first forward's own host-memory traffic (deliveries, offloads)
   // The phase being run.
   int micro_ = 0;
   bool last_ = false;  // the step's last micro-step

@@ -388,9 +388,11 @@ class Searcher {
     return false;
   }
 
-  // Per unit, the least CPU time over the thread counts (thread-seconds / threads), per (shape, route).
+  // Per unit, the least CPU time over the thread counts (thread-seconds / threads), per (shape, route);
+  // and the same of the update after the backward (clipping).
   struct ThreadRelax {
     std::vector<double> last_s, accum_s, after_exchange_s, accum_after_exchange_s;
+    double post_s = kInf;
   };
   const ThreadRelax& thread_relax(int s, int r) {
     auto& slot = thread_relax_[static_cast<std::size_t>(s) * sp_.routes.size() + static_cast<std::size_t>(r)];
@@ -403,6 +405,7 @@ class Searcher {
       slot->accum_after_exchange_s.assign(U, kInf);
       for (int t = 0; t < static_cast<int>(sp_.threads.size()); ++t) {
         const StepWork& b = patcher(s, r, t).all_offload();
+        slot->post_s = std::min(slot->post_s, b.post_update_thread_s / b.cap.update_threads);
         for (std::size_t u = 0; u < U; ++u) {
           slot->last_s[u] = std::min(slot->last_s[u], b.units[u].cpu_last_thread_s / b.cap.update_threads);
           slot->accum_s[u] = std::min(slot->accum_s[u], b.units[u].cpu_accum_thread_s / b.cap.update_threads);
@@ -434,6 +437,7 @@ class Searcher {
     if (threads_free && sp_.threads.size() > 1) {
       const ThreadRelax& tr = thread_relax(i.shape, i.route);
       work_.cap.update_threads = 1;
+      work_.post_update_thread_s = tr.post_s;
       for (std::size_t u = 0; u < work_.units.size(); ++u) {
         work_.units[u].cpu_last_thread_s = tr.last_s[u];
         work_.units[u].cpu_accum_thread_s = tr.accum_s[u];

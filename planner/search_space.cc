@@ -191,6 +191,7 @@ Plan SearchSpace::plan(const CandidateIndex& i) const {
   p.nodes = nodes;
   p.host_state = host_state;
   p.optimizer_states = optimizer_states;
+  p.verify_updates = verify_updates;
   p.ranks = ranks;
   p.micro_batch = s.micro_batch;
   p.accum_steps = s.accum_steps;
@@ -217,6 +218,7 @@ SearchSpace make_search_space(const Workload& w, const Hardware& hw, const Searc
   sp.nodes = spec.nodes;
   sp.host_state = spec.host_states.empty() ? HostState::kReplicated : spec.host_states.front();
   sp.optimizer_states = spec.optimizer_states;
+  sp.verify_updates = spec.verify_updates;
   sp.ranks = spec.ranks;
   sp.objective = spec.objective;
   sp.seq_len = w.seq_len;

@@ -45,6 +45,9 @@ struct SearchSpec {
   // searched too and chosen where fp32 does not fit or bf16 is at least kLossyStatesMinGain faster.
   bool allow_lossy_states = false;
   OptimizerStates optimizer_states = OptimizerStates::kFp32;  // the one searched (search_plans sets it)
+  // The run clips or skips (Plan::verify_updates): every plan is scored with the update after the
+  // backward.
+  bool verify_updates = false;
   int ranks = 1;  // per node
   Objective objective = Objective::kMatchedBatch;
   int64_t global_batch_tokens = 0;                     // kMatchedBatch: ranks x micro x accum x seq_len
@@ -88,6 +91,7 @@ struct SearchSpace {
   int nodes = 1;
   HostState host_state = HostState::kReplicated;
   OptimizerStates optimizer_states = OptimizerStates::kFp32;
+  bool verify_updates = false;
   int ranks = 1;
   Objective objective = Objective::kMatchedBatch;
   int64_t seq_len = 0;

@@ -228,9 +228,6 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
       o.steps = cfg.steps;
       o.lr.lr = 1e-3;
       o.trace = true;
-      // A plan that verifies its updates runs them as a clipped run does (after the backward, layer by
-      // layer); skipping non-finite steps is what puts it there without changing a value.
-      if (fp.plan.verify_updates) o.optimizer.on_nonfinite = exec::NonFinitePolicy::kSkip;
       if (cfg.paced) o.emulate = cfg.hardware, o.time_scale = scale[i];
       exec::TrainResult r = exec::train(o);
       paced_ops[i] += r.paced_ops;

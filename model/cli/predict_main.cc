@@ -32,7 +32,8 @@ int predict_main(int argc, char** argv) {
   std::string system = "slidedp";
   std::string method = "analytical";
   std::string trace;
-  bool json = false;
+  bool json = false, clip = false;
+  app.add_flag("--clip", clip, "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, --on-nonfinite skip): the update follows the backward and overlaps the next step's forward unit by unit (plan key verify_updates)");
   app.add_option("--system", system,
                  "slidedp | slideformer-dp | zero-offload | megatrain | fsdp2 | all (compare every system)");
   app.add_option("--method", method, "analytical (fast closed form) | simulator (discrete-event) | both")
@@ -51,6 +52,7 @@ int predict_main(int argc, char** argv) {
   }
 
   PlanFile pf = flags.resolve();
+  if (clip) pf.plan.verify_updates = true;
   check_output_file_target({"--trace", trace});
   refuse_output_in_checkpoints({"--trace", trace});
   refuse_output_over_inputs({"--trace", trace}, {{"--plan", flags.plan_file}, {"--model", path_exists(pf.model) ? pf.model : ""},
