@@ -112,6 +112,8 @@ SweepRow evaluate_point(const SweepSpec& spec, const SweepPoint& pt, bool simula
     s.nodes = pt.nodes;
     s.objective = planner::Objective::kMatchedBatch;
     s.global_batch_tokens = pt.tokens_per_step;
+    s.optimizer_states = g.optimizer_states;
+    s.verify_updates = g.clip;
     planner::SearchOptions o;
     o.top_k = 1;
     o.rescore_with_simulator = false;  // every system is ranked by the same (analytical) model

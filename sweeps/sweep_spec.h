@@ -13,6 +13,7 @@
 #include "common/yaml_reader.h"
 #include "model/hardware.h"
 #include "model/model_card.h"
+#include "model/plan.h"
 #include "model/system.h"
 
 namespace slidedp {
@@ -43,6 +44,10 @@ struct SweepGrid {
   // router of this Zipf skew. Whole grids, so a study sets "all" and "routed" side by side.
   bool expert_aware_delivery = false;
   double router_skew = 0.0;
+  // SlideDP's AdamW moments on the host, and whether the run clips (the update after the backward,
+  // Plan::verify_updates): whole grids, so a study sets formats side by side. SlideDP only.
+  OptimizerStates optimizer_states = OptimizerStates::kFp32;
+  bool clip = false;
 };
 
 // Analyses a spec may ask for (sweep_analysis.h).

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -147,6 +148,45 @@ TEST_F(TinySweep, SlideDPRowIsThePlannersChoiceAndBaselinesKeepTheirFixedChoices
 
 // A baseline's plan is the fastest batch split that fits: no other split of the same step that fits
 // is faster under the same model.
+// A grid's optimizer_states and clip reach the planner: the row is its choice under them, and the CSV
+// says which format and schedule each point ran.
+TEST(SweepRunner, AGridsFormatAndClippingAreThePlannersAndTheCsvs) {
+  const SweepSpec spec = sweep_spec_from_yaml(R"(name: formats
+grids:
+  - name: bf16 clipped
+    hardware: [{preset: h100-sxm-x4}]
+    ranks: [4]
+    models: [llama-3.2-1b]
+    seq_lens: [1024]
+    tokens_per_step: [16384]
+    systems: [slidedp]
+    optimizer_states: bf16
+    clip: true
+)", "formats.yaml");
+  const SweepResult res = run_sweep(spec, SweepRunOptions{});
+  ASSERT_EQ(res.rows.size(), 1u);
+  const SweepRow& r = res.rows[0];
+  ASSERT_TRUE(r.feasible) << r.infeasible_reason;
+  EXPECT_EQ(r.plan.optimizer_states, OptimizerStates::kBf16);
+  EXPECT_TRUE(r.plan.verify_updates);
+  planner::SearchSpec s;
+  s.ranks = 4;
+  s.objective = planner::Objective::kMatchedBatch;
+  s.global_batch_tokens = 16384;
+  s.optimizer_states = OptimizerStates::kBf16;
+  s.verify_updates = true;
+  planner::SearchOptions o;
+  o.top_k = 1;
+  o.rescore_with_simulator = false;
+  const planner::SearchResult want =
+      planner::search_plans(make_workload(spec.grids[0].models[0], 1024), spec.grids[0].hardware[0].hw, s, o);
+  EXPECT_EQ(r.predicted.step_time_s, want.best().predicted.step_time_s);
+  const std::vector<std::string> cols = sweep_csv_columns(), cells = sweep_csv_cells(r);
+  const auto at = [&](const std::string& c) { return cells[static_cast<std::size_t>(std::find(cols.begin(), cols.end(), c) - cols.begin())]; };
+  EXPECT_EQ(at("optimizer_states"), "bf16");
+  EXPECT_EQ(at("clip"), "1");
+}
+
 TEST(SweepRunner, BaselinePlanIsTheFastestSplitThatFits) {
   const Workload w = make_workload(model_preset("qwen3-14b"), 4096);
   const Hardware hw = hardware_preset("h100-sxm-x4");
