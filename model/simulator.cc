@@ -577,11 +577,12 @@ class GraphBuilder {
     std::vector<int> after = deps;
     for (std::size_t u = 0; u < sw_.units.size(); ++u) {
       const UnitWork& w = sw_.units[u];
-      const double share = elements > 0 ? static_cast<double>(w.numel) / elements / static_cast<double>(w.chunks) : 0.0;
+      const double share =
+          elements > 0 ? static_cast<double>(w.numel) / elements / static_cast<double>(w.chunks) : 0.0;
       update_cur_[u].clear();
       for (int64_t k = 0; k < w.chunks; ++k) {
-        int id = cpu_task(sw_.post_update_thread_s * share, sw_.post_update_host_mem_bytes * share, 0.0, after,
-                          fmt::format("adamw {} c{}", unit_name(static_cast<int>(u)), k));
+        int id = cpu_task(sw_.post_update_thread_s * share, sw_.post_update_host_mem_bytes * share, 0.0,
+                          after, fmt::format("adamw {} c{}", unit_name(static_cast<int>(u)), k));
         after.clear();
         if (step_ == measured_step_ && post_first_ < 0) post_first_ = id;
         if (sw_.post_gather_nic_bytes > 0)

@@ -234,17 +234,18 @@ class Recurrence {
       if (tr.update_in_layer_order) {
         next_compute = release_in_layer_order(post_start, post_cpu, upload, post, last_compute, r);
       } else {
-      double post_end = post_start + post_cpu + upload + sw_.post_gpu_s;
-      compute_ += sw_.post_gpu_s;
-      double first = 0;
-      if (tr.stream_params) first = delivery_time(u0);
-      if (tr.gpu_sharded_state) first = u0.deliver_allgather_bytes / c_.allgather_busbw_Bps + lat_ * c_.fabric_latency_s;
-      next_compute = post_end + first;
-      next_gate_first_ = post_end;
-      next_gate_end_ = 0;
-      r.breakdown.exposed_tail_s = std::max(0.0, post_start - last_compute);
-      r.breakdown.post_update_s = post_end - post_start - sw_.post_gpu_s;
-      r.breakdown.exposed_head_s = first;
+        double post_end = post_start + post_cpu + upload + sw_.post_gpu_s;
+        compute_ += sw_.post_gpu_s;
+        double first = 0;
+        if (tr.stream_params) first = delivery_time(u0);
+        if (tr.gpu_sharded_state)
+          first = u0.deliver_allgather_bytes / c_.allgather_busbw_Bps + lat_ * c_.fabric_latency_s;
+        next_compute = post_end + first;
+        next_gate_first_ = post_end;
+        next_gate_end_ = 0;
+        r.breakdown.exposed_tail_s = std::max(0.0, post_start - last_compute);
+        r.breakdown.post_update_s = post_end - post_start - sw_.post_gpu_s;
+        r.breakdown.exposed_head_s = first;
       }
     }
     r.first_compute_s = first_compute_;
@@ -444,7 +445,8 @@ class Recurrence {
     compute_ += w.recompute_s + w.bwd_s;
     bwd_end_[static_cast<std::size_t>(u)] = gpu_;
     release(u, gpu_);
-    if (u == 0 && last_ && (!sw_.traits.update_after_backward || sw_.traits.update_in_layer_order)) begin_drain();
+    if (u == 0 && last_ && (!sw_.traits.update_after_backward || sw_.traits.update_in_layer_order))
+      begin_drain();
     grad_done_[static_cast<std::size_t>(u)] = grads(u, last_, demand_, 0.0);
   }
 

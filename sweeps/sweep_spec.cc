@@ -294,11 +294,14 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
   grid.optimizer_states = parse_optimizer_states(g.text_or("optimizer_states", "fp32", {"fp32", "bf16"}),
                                                  g.where("optimizer_states"));
   grid.clip = g.boolean_or("clip", false);
-  const bool baselines = std::any_of(grid.systems.begin(), grid.systems.end(), [](System s) { return s != System::kSlideDP; });
+  const bool baselines =
+      std::any_of(grid.systems.begin(), grid.systems.end(), [](System s) { return s != System::kSlideDP; });
   if (baselines && grid.optimizer_states != OptimizerStates::kFp32)
-    throw InputError(g.where("optimizer_states"), "SlideDP's alone: the baselines hold fp32 moments (systems: [slidedp])");
+    throw InputError(g.where("optimizer_states"),
+                     "SlideDP's alone: the baselines hold fp32 moments (systems: [slidedp])");
   if (baselines && grid.clip)
-    throw InputError(g.where("clip"), "SlideDP's alone: the baselines place their updates their own way (systems: [slidedp])");
+    throw InputError(g.where("clip"),
+                     "SlideDP's alone: the baselines place their updates their own way (systems: [slidedp])");
   g.done();
 
   // Every point must be expressible: ranks within each machine, tokens a multiple of ranks x seq_len.

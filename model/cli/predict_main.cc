@@ -33,7 +33,10 @@ int predict_main(int argc, char** argv) {
   std::string method = "analytical";
   std::string trace;
   bool json = false, clip = false;
-  app.add_flag("--clip", clip, "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, --on-nonfinite skip): the update follows the backward and overlaps the next step's forward unit by unit (plan key verify_updates)");
+  app.add_flag("--clip", clip,
+               "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, "
+               "--on-nonfinite skip): the update follows the backward and overlaps the next step's forward "
+               "unit by unit (plan key verify_updates)");
   app.add_option("--system", system,
                  "slidedp | slideformer-dp | zero-offload | megatrain | fsdp2 | all (compare every system)");
   app.add_option("--method", method, "analytical (fast closed form) | simulator (discrete-event) | both")

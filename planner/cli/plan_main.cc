@@ -41,7 +41,8 @@ int plan_main(int argc, char** argv) {
   std::optional<std::string> budget, reserve, param_route, grad_route;
   std::vector<int64_t> chunks;
   std::vector<int> depths, threads;
-  bool json = false, exhaustive = false, no_sim = false, no_db = false, allow_lossy_states = false, clip = false;
+  bool json = false, exhaustive = false, no_sim = false, no_db = false, allow_lossy_states = false,
+       clip = false;
   std::optional<std::string> list;
   int refine_rounds = 2;
   app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x8) or profile YAML")
@@ -62,7 +63,10 @@ int plan_main(int argc, char** argv) {
       "Let the plan hold AdamW's moments in bf16 (4 instead of 8 bytes per parameter, rounded "
       "stochastically; changes the numerics): chosen only where no plan with fp32 moments fits or bf16 "
       "is at least 2% faster per token; the explanation says which");
-  app.add_flag("--clip", clip, "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, --on-nonfinite skip): the update follows the backward and overlaps the next step's forward unit by unit (plans are scored so; the written plan says verify_updates)");
+  app.add_flag("--clip", clip,
+               "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, "
+               "--on-nonfinite skip): the update follows the backward and overlaps the next step's forward "
+               "unit by unit (plans are scored so; the written plan says verify_updates)");
   auto* g = app.add_option(
       "--global-batch-tokens", global_batch,
       "Matched batch: tokens per optimizer step, fixed (= nodes x ranks x micro-batch x accumulation x seq)")

@@ -73,7 +73,8 @@ TEST(ClipSchedule, FusedNormEqualsTheNormPassForEveryFamilyRouteAndAccumulation)
         o.plan.grad_route = gr;
         o.plan.param_route = accum == 2 ? ParamRoute::kSharded : ParamRoute::kReplicated;
         o.optimizer.clip_grad_norm = 0.05;  // clips every step of these runs (the norms are ~1)
-        SCOPED_TRACE(fmt::format("{} {} route, accumulation {}", f.name, gr == GradRoute::kGpu ? "gpu" : "cpu", accum));
+        SCOPED_TRACE(fmt::format("{} {} route, accumulation {}", f.name,
+                                 gr == GradRoute::kGpu ? "gpu" : "cpu", accum));
         expect_same_clipped_run(o);
         ++runs;
       }
@@ -124,7 +125,8 @@ TEST(ClipSchedule, TheClippedUpdateOverlapsTheNextStepsForward) {
   // The next step's forward of its first units ran before this step's update finished: it did not
   // wait for the whole update.
   EXPECT_LT(next_fwd[1].end, update.front().end)
-      << "step 3's second forward unit ended at " << next_fwd[1].end << " s, step 2's update at " << update.front().end;
+      << "step 3's second forward unit ended at " << next_fwd[1].end << " s, step 2's update at "
+      << update.front().end;
 }
 
 }  // namespace

@@ -41,7 +41,8 @@ const std::vector<std::string>& draw_presets() {
   return names;
 }
 
-std::optional<Compared> draw_and_compare(std::mt19937_64& rng, RandomPlanRanges ranges = {}, bool verify = false) {
+std::optional<Compared> draw_and_compare(std::mt19937_64& rng, RandomPlanRanges ranges = {},
+                                         bool verify = false) {
   static const std::vector<std::string> models = {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b", "llama-3.1-8b", "qwen3-32b"};
   static const std::vector<int64_t> seqs = {1024, 2048, 4096, 8192};
   const auto& names = draw_presets();
@@ -59,7 +60,6 @@ std::optional<Compared> draw_and_compare(std::mt19937_64& rng, RandomPlanRanges 
   Simulation s = simulate_step_work(build_step_work(w, hw, p, System::kSlideDP), opt);
   return Compared{hwname, mname, w, p, a, s.prediction};
 }
-
 
 TEST(ModelAgreement, AnalyticalMatchesSimulatorOnRandomPlans) {
   std::mt19937_64 rng(20261129);
@@ -132,26 +132,32 @@ TEST(ModelAgreement, ClippedPlansAgreeWithTheSimulatorAsTheSamePlansUnclipped) {
     SimulatorOptions opt;
     opt.record_timeline = false;
     opt.measure_sync = false;
-    const Prediction sim = simulate_step_work(build_step_work(c->w, hardware_preset(c->hw), plain, System::kSlideDP), opt).prediction;
+    const Prediction sim =
+        simulate_step_work(build_step_work(c->w, hardware_preset(c->hw), plain, System::kSlideDP), opt)
+            .prediction;
     const double d = std::fabs(c->error() - (a.step_time_s - sim.step_time_s) / sim.step_time_s);
     if (std::getenv("SLIDEDP_AGREEMENT_VERBOSE") && d > 0.02)
-      std::printf("%+6.1f%% (plain %+6.1f%%) %s %s seq %lld | %s | a %.3f s %.3f | a.stall %.3f s.stall %.3f a.tail %.3f s.tail %.3f\n",
-                  100 * c->error(), 100 * (a.step_time_s - sim.step_time_s) / sim.step_time_s, c->hw.c_str(),
-                  c->model.c_str(), static_cast<long long>(c->w.seq_len),
-                  c->plan.summary(static_cast<int>(c->w.model.num_layers)).c_str(), c->analytical.step_time_s,
-                  c->simulated.step_time_s, c->analytical.breakdown.stall_s, c->simulated.breakdown.stall_s,
-                  c->analytical.breakdown.exposed_tail_s, c->simulated.breakdown.exposed_tail_s);
+      std::printf(
+          "%+6.1f%% (plain %+6.1f%%) %s %s seq %lld | %s | a %.3f s %.3f | a.stall %.3f s.stall %.3f a.tail "
+          "%.3f s.tail %.3f\n",
+          100 * c->error(), 100 * (a.step_time_s - sim.step_time_s) / sim.step_time_s, c->hw.c_str(),
+          c->model.c_str(), static_cast<long long>(c->w.seq_len),
+          c->plan.summary(static_cast<int>(c->w.model.num_layers)).c_str(), c->analytical.step_time_s,
+          c->simulated.step_time_s, c->analytical.breakdown.stall_s, c->simulated.breakdown.stall_s,
+          c->analytical.breakdown.exposed_tail_s, c->simulated.breakdown.exposed_tail_s);
     if (added.empty() || d > *std::max_element(added.begin(), added.end()))
-      worst_desc = fmt::format("{} {} seq {} | {} | clipped: analytical {:.4f} simulator {:.4f}", c->hw, c->model,
-                               c->w.seq_len, c->plan.summary(static_cast<int>(c->w.model.num_layers)),
-                               c->analytical.step_time_s, c->simulated.step_time_s);
+      worst_desc =
+          fmt::format("{} {} seq {} | {} | clipped: analytical {:.4f} simulator {:.4f}", c->hw, c->model,
+                      c->w.seq_len, c->plan.summary(static_cast<int>(c->w.model.num_layers)),
+                      c->analytical.step_time_s, c->simulated.step_time_s);
     added.push_back(d);
   }
   ASSERT_GE(added.size(), 200u) << "too few feasible plans drawn";
   std::sort(added.begin(), added.end());
   auto pct = [&](double q) { return added[static_cast<std::size_t>(q * (added.size() - 1))]; };
-  std::printf("clipping's change of the disagreement, %zu plans: median %.2f%%, p90 %.2f%%, max %.2f%%\nworst: %s\n",
-              added.size(), 100 * pct(0.5), 100 * pct(0.9), 100 * added.back(), worst_desc.c_str());
+  std::printf(
+      "clipping's change of the disagreement, %zu plans: median %.2f%%, p90 %.2f%%, max %.2f%%\nworst: %s\n",
+      added.size(), 100 * pct(0.5), 100 * pct(0.9), 100 * added.back(), worst_desc.c_str());
   EXPECT_LE(pct(0.5), 0.01);
   EXPECT_LE(pct(0.9), 0.04);
   EXPECT_LE(added.back(), 0.10) << "worst: " << worst_desc;

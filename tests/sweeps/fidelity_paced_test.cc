@@ -3,7 +3,6 @@
 // busiest resource is the predicted one. Wall-clock ratios: the binary runs alone (SERIAL).
 #include <gtest/gtest.h>
 
-
 #include "model/hardware.h"
 #include "sweeps/fidelity.h"
 #include "tests/executor/executor_test_util.h"
@@ -105,7 +104,8 @@ TEST(FidelityRegimes, PacedStudyMeasuresTheClippedScheduleHostMemoryBound) {
   // The cost of clipping, measured against predicted. Tolerance: they agree within 0.5% here (1.151
   // measured, 1.154 predicted); 7% leaves room for the pacer's wake-ups on a slower host and still
   // fails the model whose next step waits for the whole update (1.356 predicted, 1.178 measured).
-  EXPECT_NEAR(measured / predicted, 1.0, 0.07) << "clipped / plain: measured " << measured << ", predicted " << predicted;
+  EXPECT_NEAR(measured / predicted, 1.0, 0.07)
+      << "clipped / plain: measured " << measured << ", predicted " << predicted;
 }
 
 }  // namespace

@@ -162,7 +162,8 @@ grids:
     systems: [slidedp]
     optimizer_states: bf16
     clip: true
-)", "formats.yaml");
+)",
+                                              "formats.yaml");
   const SweepResult res = run_sweep(spec, SweepRunOptions{});
   ASSERT_EQ(res.rows.size(), 1u);
   const SweepRow& r = res.rows[0];
@@ -182,7 +183,9 @@ grids:
       planner::search_plans(make_workload(spec.grids[0].models[0], 1024), spec.grids[0].hardware[0].hw, s, o);
   EXPECT_EQ(r.predicted.step_time_s, want.best().predicted.step_time_s);
   const std::vector<std::string> cols = sweep_csv_columns(), cells = sweep_csv_cells(r);
-  const auto at = [&](const std::string& c) { return cells[static_cast<std::size_t>(std::find(cols.begin(), cols.end(), c) - cols.begin())]; };
+  const auto at = [&](const std::string& c) {
+    return cells[static_cast<std::size_t>(std::find(cols.begin(), cols.end(), c) - cols.begin())];
+  };
   EXPECT_EQ(at("optimizer_states"), "bf16");
   EXPECT_EQ(at("clip"), "1");
 }
