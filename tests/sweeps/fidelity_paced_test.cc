@@ -12,17 +12,23 @@ namespace {
 
 // A 2-plan paced study on a made-up target whose `bottleneck` binds: measured in the target's seconds,
 // the steps agree with the uncalibrated prediction and the measured busiest resource is the predicted.
-void expect_paced_study_agrees(const Hardware& target, ParamRoute pr, GradRoute gr, const std::string& bottleneck) {
+// A paced study of the 16-layer toy model on `target`, `steps` steps per plan, one round.
+FidelityConfig paced_study(const Hardware& target, int steps) {
   FidelityConfig cfg;
   cfg.card = exec::testing::tiny16_card();
   cfg.seq_len = 16;
   cfg.hardware = target;
   cfg.paced = true;
-  // 20, or more on a host slow to wake threads (the agreement checked below is the same at any scale).
+  // 20, or more on a host slow to wake threads (the agreements checked are the same at any scale).
   cfg.time_scale = exec::testing::paced_test_time_scale();
-  cfg.steps = 4;
+  cfg.steps = steps;
   cfg.warmup = 1;
   cfg.rounds = 1;
+  return cfg;
+}
+
+void expect_paced_study_agrees(const Hardware& target, ParamRoute pr, GradRoute gr, const std::string& bottleneck) {
+  FidelityConfig cfg = paced_study(target, 4);
   for (int ranks : {1, 2}) {
     FidelityPlan f;
     f.name = "p" + std::to_string(ranks);
@@ -72,15 +78,7 @@ TEST(FidelityRegimes, PacedStudyMeasuresTheClippedScheduleHostMemoryBound) {
   // forward about as long, so whether the next step waits for all of the update or unit by unit shows.
   hw.host.mem_bw_gbps = 0.3;
   hw.gpu.bf16_peak_flops = 1e9;
-  FidelityConfig cfg;
-  cfg.card = exec::testing::tiny16_card();
-  cfg.seq_len = 16;
-  cfg.hardware = hw;
-  cfg.paced = true;
-  cfg.time_scale = exec::testing::paced_test_time_scale();
-  cfg.steps = 5;
-  cfg.warmup = 1;
-  cfg.rounds = 1;
+  FidelityConfig cfg = paced_study(hw, 5);
   for (bool clip : {false, true}) {
     FidelityPlan f;
     f.name = clip ? "clip" : "plain";
