@@ -151,7 +151,7 @@ int run_main(int argc, char** argv) {
   app.add_option("--adam-eps", adam_eps, "AdamW epsilon, added outside the square root as in torch (default 1e-8; above 0: a parameter whose "
                  "gradient is 0 divides by it)")
       ->check(finite_in(1e-30, 1));
-  app.add_option("--clip-grad-norm", clip, "Clip the global gradient norm to this value (0: off; costs the update overlap)")
+  app.add_option("--clip-grad-norm", clip, "Clip the global gradient norm to this value (0: off). The update then follows the backward and overlaps the next step's forward layer by layer: plan for it with slidedp-plan --clip (plan key verify_updates)")
       ->check(finite_in(0, 1e12));
   app.add_option("--router-aux-loss-coef", router_aux_loss_coef,
                  "Mixture-of-experts models: coefficient of the router's load-balancing loss (transformers' "
@@ -389,7 +389,8 @@ int run_main(int argc, char** argv) {
     o.inject_nan_unit = static_cast<int>(unit);
     o.inject_rank = static_cast<int>(rank);
   }
-  o.plan.verify_updates = clip > 0 || on_nonfinite == "skip";
+  // The plan's own verify_updates (slidedp-plan --clip) stands; clipping or skipping sets it too.
+  o.plan.verify_updates = o.plan.verify_updates || clip > 0 || on_nonfinite == "skip";
   o.checkpoint_dir = checkpoint_dir;
   o.save_model_dir = save_model;
   o.checkpoint_every = checkpoint_every;
@@ -617,9 +618,12 @@ int run_main(int argc, char** argv) {
     j["backend"] = backend;
     j["steps"] = nlohmann::json::array();
     j["evals"] = nlohmann::json::array();
-    for (const auto& s : result.steps)
-      j["steps"].push_back({{"step", s.step}, {"loss", s.loss}, {"tokens", s.tokens}, {"wall_s", s.wall_s}, {"lr", s.lr},
-                            {"skipped", s.skipped}, {"busy_s", s.busy_s}});
+    for (const auto& s : result.steps) {
+      nlohmann::json step = {{"step", s.step},       {"loss", s.loss},       {"tokens", s.tokens}, {"wall_s", s.wall_s},
+                             {"lr", s.lr},           {"skipped", s.skipped}, {"busy_s", s.busy_s}};
+      if (s.grad_norm >= 0) step["grad_norm"] = s.grad_norm;  // measured when clipping or skipping
+      j["steps"].push_back(step);
+    }
     for (const auto& e : result.evals)
       j["evals"].push_back({{"step", e.step},
                             {"loss", e.loss},
@@ -669,6 +673,9 @@ int run_main(int argc, char** argv) {
   if (predicted) fmt::print(" (model predicted {})", format_seconds(predicted->step_time_s * scale));
   fmt::print("\nloss {:.4f} -> {:.4f}\n", result.steps.empty() ? 0.0 : result.steps.front().loss,
              result.steps.empty() ? 0.0 : result.steps.back().loss);
+  if (!result.steps.empty() && result.steps.back().grad_norm >= 0)
+    fmt::print("gradient norm {:.4g} -> {:.4g} (the update after the backward: verify_updates)\n",
+               result.steps.front().grad_norm, result.steps.back().grad_norm);
   int64_t hw = 0;
   for (auto h : result.device_high_water_bytes) hw = std::max(hw, h);
   fmt::print("device memory high water {} of {} budget per rank (account: {}, peak at {}); host state {}\n",

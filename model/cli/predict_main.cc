@@ -32,11 +32,16 @@ int predict_main(int argc, char** argv) {
   std::string system = "slidedp";
   std::string method = "analytical";
   std::string trace;
-  bool json = false, clip = false;
-  app.add_flag("--clip", clip,
-               "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, "
-               "--on-nonfinite skip): the update follows the backward and overlaps the next step's forward "
-               "unit by unit (plan key verify_updates)");
+  bool json = false;
+  bool clip = false, no_clip = false;
+  auto* clip_flag = app.add_flag(
+      "--clip", clip,
+      "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, "
+      "--on-nonfinite skip): the update follows the backward and overlaps the next step's forward unit by "
+      "unit (plan key verify_updates). SlideDP's alone: the baselines are modeled with their own update "
+      "placement");
+  app.add_flag("--no-clip", no_clip, "A plan file's verify_updates off: the run neither clips nor skips")
+      ->excludes(clip_flag);
   app.add_option("--system", system,
                  "slidedp | slideformer-dp | zero-offload | megatrain | fsdp2 | all (compare every system)");
   app.add_option("--method", method, "analytical (fast closed form) | simulator (discrete-event) | both")
@@ -56,6 +61,7 @@ int predict_main(int argc, char** argv) {
 
   PlanFile pf = flags.resolve();
   if (clip) pf.plan.verify_updates = true;
+  if (no_clip) pf.plan.verify_updates = false;
   check_output_file_target({"--trace", trace});
   refuse_output_in_checkpoints({"--trace", trace});
   refuse_output_over_inputs({"--trace", trace}, {{"--plan", flags.plan_file}, {"--model", path_exists(pf.model) ? pf.model : ""},
@@ -73,6 +79,10 @@ int predict_main(int argc, char** argv) {
     systems.push_back(parse_system(system, "--system"));
   }
   pf.plan.validate(static_cast<int>(w.model.num_layers), pf.plan_source());
+  if (pf.plan.verify_updates && (systems.size() > 1 || systems.front() != System::kSlideDP))
+    throw InputError(clip ? "--clip" : pf.plan_source() + ": verify_updates",
+                     "clipping is modeled for SlideDP (--system slidedp); the baselines' presets describe their "
+                     "published update placement");
 
   nlohmann::json out = nlohmann::json::array();
   std::vector<std::string> infeasible;  // single-system predictions that cannot fit
@@ -99,11 +109,14 @@ int predict_main(int argc, char** argv) {
         j["hardware"] = hw.name;
         j["seq_len"] = w.seq_len;
         j["plan"] = pf.plan.summary(static_cast<int>(w.model.num_layers));
+        j["verify_updates"] = pf.plan.verify_updates;
+        j["optimizer_states"] = optimizer_states_name(pf.plan.optimizer_states);
         out.push_back(j);
       } else {
         std::string ctx = fmt::format("{} ({}) on {} | seq {} | {}", w.model.name, w.model.params_summary(), hw.name,
                                       w.seq_len,
                                       plan_for_system(pf.plan, s, w.model).summary(static_cast<int>(w.model.num_layers)));
+        if (pf.plan.verify_updates) ctx += " | clipped: the update follows the backward (verify_updates)";
         std::cout << prediction_to_text(p, ctx) << "\n";
       }
     }

@@ -199,6 +199,7 @@ int plan_main(int argc, char** argv) {
     j["model"] = w.model.name;
     j["hardware"] = hw.name;
     j["chosen_plan_yaml"] = yaml;
+    j["clip"] = clip;
     if (refined) j["refine"] = refine_to_json(*refined, L);
     if (!out.empty()) j["out"] = out;
     std::cout << j.dump(2) << "\n";
@@ -218,6 +219,9 @@ int plan_main(int argc, char** argv) {
   }
   fmt::print("{} ({}) on {} | seq {} | {} ranks | {}\n\n", w.model.name, w.model.params_summary(), hw.name, seq,
              ranks, goal);
+  if (clip)
+    std::cout << "planned for clipping (--clip): every step time below has the update after the backward, "
+                 "overlapping the next step's forward layer by layer\n";
   std::cout << render_top_table(r) << "\n" << explain_choice(r) << "\n" << render_search_stats(r) << "\n";
   if (refined) std::cout << "\nmeasured on this machine (CPU backend):\n" << render_refine(*refined, L);
   if (!out.empty()) {

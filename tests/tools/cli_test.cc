@@ -156,6 +156,45 @@ TEST(Cli, ResumedRunsProgressCountsThisRunsSteps) {
   fs::remove_all(d);
 }
 
+// A plan for clipping (verify_updates, as slidedp-plan --clip writes it) runs that schedule: the run
+// measures the gradient norm (only the update after the backward does), where the same plan without
+// the key does not; predict reads the key, --no-clip turns it off, and the baselines refuse it.
+TEST(Cli, APlansVerifyUpdatesReachesTheRunAndThePrediction) {
+  const fs::path d = scratch("verify_updates");
+  const std::string plan =
+      "model: slidedp-tiny\nhardware: cpu-dev\nseq_len: 128\nranks: 2\nmicro_batch: 2\naccum_steps: 1\n"
+      "param_route: sharded\ngrad_route: cpu\nchunk_numel: 65536\nactivation:\n  recompute: rest\n";
+  std::ofstream(d / "clip.yaml") << plan << "verify_updates: true\n";
+  std::ofstream(d / "plain.yaml") << plan;
+  const auto norms = [&](const std::string& file) {
+    Result r = sh(bin("slidedp-run") + " --no-db --json -q --steps 2 --plan " + (d / file).string() + " 2>/dev/null");
+    EXPECT_EQ(r.code, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
+    int measured = 0;
+    for (const auto& step : j["steps"]) measured += step.contains("grad_norm");
+    return measured;
+  };
+  EXPECT_EQ(norms("clip.yaml"), 2);
+  EXPECT_EQ(norms("plain.yaml"), 0);
+  const auto predicted = [&](const std::string& args) {
+    Result r = sh(bin("slidedp-predict") + " --json " + args);
+    EXPECT_EQ(r.code, 0) << r.out;
+    const nlohmann::json j = nlohmann::json::parse(r.out);
+    return std::make_pair(j["verify_updates"].get<bool>(), j["step_time_s"].get<double>());
+  };
+  const auto clipped = predicted("--plan " + (d / "clip.yaml").string());
+  const auto off = predicted("--plan " + (d / "clip.yaml").string() + " --no-clip");
+  const auto on = predicted("--plan " + (d / "plain.yaml").string() + " --clip");
+  EXPECT_TRUE(clipped.first);
+  EXPECT_FALSE(off.first);
+  EXPECT_EQ(on, clipped);
+  EXPECT_EQ(off, predicted("--plan " + (d / "plain.yaml").string()));
+  Result e = sh(bin("slidedp-predict") + " --plan " + (d / "plain.yaml").string() + " --clip --system megatrain 2>&1");
+  EXPECT_EQ(e.code, 2) << e.out;
+  EXPECT_NE(e.out.find("--clip"), std::string::npos) << e.out;
+  fs::remove_all(d);
+}
+
 // Paced emulation: a run at a target's ratios reports its scale and its paced operations; bad input
 // names the flag or the profile's field and exits 2.
 TEST(Cli, EmulateRunsPacedAndRejectsBadInput) {
