@@ -151,7 +151,10 @@ int run_main(int argc, char** argv) {
   app.add_option("--adam-eps", adam_eps, "AdamW epsilon, added outside the square root as in torch (default 1e-8; above 0: a parameter whose "
                  "gradient is 0 divides by it)")
       ->check(finite_in(1e-30, 1));
-  app.add_option("--clip-grad-norm", clip, "Clip the global gradient norm to this value (0: off). The update then follows the backward and overlaps the next step's forward layer by layer: plan for it with slidedp-plan --clip (plan key verify_updates)")
+  app.add_option("--clip-grad-norm", clip,
+                 "Clip the global gradient norm to this value (0: off). The update then follows the backward "
+                 "and overlaps the next step's forward layer by layer: plan for it with slidedp-plan --clip "
+                 "(plan key verify_updates)")
       ->check(finite_in(0, 1e12));
   app.add_option("--router-aux-loss-coef", router_aux_loss_coef,
                  "Mixture-of-experts models: coefficient of the router's load-balancing loss (transformers' "
@@ -619,8 +622,9 @@ int run_main(int argc, char** argv) {
     j["steps"] = nlohmann::json::array();
     j["evals"] = nlohmann::json::array();
     for (const auto& s : result.steps) {
-      nlohmann::json step = {{"step", s.step},       {"loss", s.loss},       {"tokens", s.tokens}, {"wall_s", s.wall_s},
-                             {"lr", s.lr},           {"skipped", s.skipped}, {"busy_s", s.busy_s}};
+      nlohmann::json step = {{"step", s.step},     {"loss", s.loss}, {"tokens", s.tokens},
+                             {"wall_s", s.wall_s}, {"lr", s.lr},     {"skipped", s.skipped},
+                             {"busy_s", s.busy_s}};
       if (s.grad_norm >= 0) step["grad_norm"] = s.grad_norm;  // measured when clipping or skipping
       j["steps"].push_back(step);
     }

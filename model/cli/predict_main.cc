@@ -80,9 +80,10 @@ int predict_main(int argc, char** argv) {
   }
   pf.plan.validate(static_cast<int>(w.model.num_layers), pf.plan_source());
   if (pf.plan.verify_updates && (systems.size() > 1 || systems.front() != System::kSlideDP))
-    throw InputError(clip ? "--clip" : pf.plan_source() + ": verify_updates",
-                     "clipping is modeled for SlideDP (--system slidedp); the baselines' presets describe their "
-                     "published update placement");
+    throw InputError(
+        clip ? "--clip" : pf.plan_source() + ": verify_updates",
+        "clipping is modeled for SlideDP (--system slidedp); the baselines' presets describe their "
+        "published update placement");
 
   nlohmann::json out = nlohmann::json::array();
   std::vector<std::string> infeasible;  // single-system predictions that cannot fit

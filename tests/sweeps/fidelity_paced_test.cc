@@ -27,7 +27,8 @@ FidelityConfig paced_study(const Hardware& target, int steps) {
   return cfg;
 }
 
-void expect_paced_study_agrees(const Hardware& target, ParamRoute pr, GradRoute gr, const std::string& bottleneck) {
+void expect_paced_study_agrees(const Hardware& target, ParamRoute pr, GradRoute gr,
+                               const std::string& bottleneck) {
   FidelityConfig cfg = paced_study(target, 4);
   for (int ranks : {1, 2}) {
     FidelityPlan f;

@@ -167,7 +167,8 @@ TEST(Cli, APlansVerifyUpdatesReachesTheRunAndThePrediction) {
   std::ofstream(d / "clip.yaml") << plan << "verify_updates: true\n";
   std::ofstream(d / "plain.yaml") << plan;
   const auto norms = [&](const std::string& file) {
-    Result r = sh(bin("slidedp-run") + " --no-db --json -q --steps 2 --plan " + (d / file).string() + " 2>/dev/null");
+    Result r = sh(bin("slidedp-run") + " --no-db --json -q --steps 2 --plan " + (d / file).string() +
+                  " 2>/dev/null");
     EXPECT_EQ(r.code, 0) << r.out;
     const nlohmann::json j = nlohmann::json::parse(r.out.substr(r.out.find('{')));
     int measured = 0;
@@ -189,7 +190,8 @@ TEST(Cli, APlansVerifyUpdatesReachesTheRunAndThePrediction) {
   EXPECT_FALSE(off.first);
   EXPECT_EQ(on, clipped);
   EXPECT_EQ(off, predicted("--plan " + (d / "plain.yaml").string()));
-  Result e = sh(bin("slidedp-predict") + " --plan " + (d / "plain.yaml").string() + " --clip --system megatrain 2>&1");
+  Result e = sh(bin("slidedp-predict") + " --plan " + (d / "plain.yaml").string() +
+                " --clip --system megatrain 2>&1");
   EXPECT_EQ(e.code, 2) << e.out;
   EXPECT_NE(e.out.find("--clip"), std::string::npos) << e.out;
   fs::remove_all(d);
