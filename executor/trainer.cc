@@ -466,12 +466,12 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     uc.no_decay_ranges = no_decay_ranges(layout, o.optimizer.no_decay);
   if (ckpt && ckpt->state().adamw_step >= 0)
     uc.skipped_steps_before = ckpt->state().optimizer_step - ckpt->state().adamw_step;
-  const bool verify = plan.verify_updates || traits.update_after_backward;
+  const bool verify = updates_after_backward(plan, traits);
 
   HostStateOptions hso;
   hso.chunk_numel = plan.chunk_numel;
   hso.mirror_dtype = o.exact_fp32 ? DType::kF32 : DType::kBF16;
-  hso.accumulate_all = (plan.accum_steps > 1 || verify) && !traits.gpu_optimizer;
+  hso.accumulate_all = accumulates_every_unit(plan, traits);
   hso.accumulate_unit0 = o.card.tie_word_embeddings;
   if (sharded_nodes) hso.shard = node, hso.shards = M, hso.shard_ranks = N;
   hso.split_master = split_master;

@@ -369,10 +369,7 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
   s.mirror_bytes = exact_fp32 ? 4 : 2;
   s.split_master = can_split_master(system, exact_fp32);
   s.moment_bytes = plan.optimizer_states == OptimizerStates::kBf16 ? 4 : 8;
-  // Accumulation, the verified update (clip, skip) and an update after the backward keep every unit's
-  // gradient until the step's last micro-step; FSDP2 accumulates on its devices.
-  const bool verify = plan.verify_updates || traits.update_after_backward;
-  s.accumulate_all = (plan.accum_steps > 1 || verify) && !traits.gpu_optimizer;
+  s.accumulate_all = accumulates_every_unit(plan, traits);
   s.accumulate_unit0 = tied;
   if (traits.convert_on_load) s.convert_staging_bytes = std::min(plan.chunk_numel, layout.max_unit_numel()) * s.mirror_bytes;
   s.device_nonfinite_count = traits.gpu_optimizer;

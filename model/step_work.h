@@ -96,6 +96,16 @@ struct SystemTraits {
   double adamw_host_bytes_per_param = 28.0;
 };
 
+// Whether the update follows the backward (clipping, skipping: Plan::verify_updates; or the system's
+// own placement), and whether every unit's gradient is then held in the fp32 accumulator until the
+// step's last micro-step (so too with accumulation); FSDP2 accumulates on its devices.
+inline bool updates_after_backward(const Plan& plan, const SystemTraits& traits) {
+  return plan.verify_updates || traits.update_after_backward;
+}
+inline bool accumulates_every_unit(const Plan& plan, const SystemTraits& traits) {
+  return (plan.accum_steps > 1 || updates_after_backward(plan, traits)) && !traits.gpu_optimizer;
+}
+
 // Work of one unit. GPU seconds and link bytes are per rank per micro-step; CPU and host-memory work
 // is for all ranks together.
 struct UnitWork {
