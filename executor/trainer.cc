@@ -328,8 +328,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   if (traits.params_resident) plan.gpu_buffer_depth = layout.num_units();
   // Clipping and skipping need the update after the backward; a plan may ask for that schedule too
   // (slidedp-plan --clip, a study measuring it) without either.
-  plan.verify_updates = plan.verify_updates || o.optimizer.clip_grad_norm > 0 ||
-                        o.optimizer.on_nonfinite == NonFinitePolicy::kSkip;
+  plan.verify_updates = plan.verify_updates || needs_update_after_backward(o.optimizer);
   // The baselines' device buffers of their own (rank_driver.h): decided once, for the account and the drivers.
   const bool fetch_fp32 = traits.param_fetch_bytes == 4.0;                      // FSDP offload
   const bool accumulate_on_gpu = traits.accumulate_on_gpu && plan.accum_steps > 1;  // ZeRO-Offload

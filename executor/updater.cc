@@ -21,8 +21,7 @@ Updater::Updater(HostState& state, std::vector<StagingRing*> rings, ThreadPool& 
       pool_(pool),
       control_(control),
       config_(config),
-      verify_(!config.device_optimizer && (config.optimizer.clip_grad_norm > 0 ||
-                                           config.optimizer.on_nonfinite == NonFinitePolicy::kSkip ||
+      verify_(!config.device_optimizer && (needs_update_after_backward(config.optimizer) ||
                                            config.update_after_backward || config.verify_updates)) {
   SLIDEDP_CHECK(static_cast<int>(rings_.size()) == config.ranks, "one staging ring per rank");
   SLIDEDP_CHECK(config.no_decay_ranges.empty() || static_cast<int>(config.no_decay_ranges.size()) == state.num_units(),

@@ -50,6 +50,12 @@ struct OptimizerConfig {
   bool check_grads = true;      // overlapped mode: check each chunk's gradient for NaN/Inf
 };
 
+// Clipping and skipping non-finite steps need the global norm before any chunk is updated: the
+// update after the backward (Plan::verify_updates).
+inline bool needs_update_after_backward(const OptimizerConfig& o) {
+  return o.clip_grad_norm > 0 || o.on_nonfinite == NonFinitePolicy::kSkip;
+}
+
 struct UpdaterConfig {
   int ranks = 1;
   int accum_steps = 1;

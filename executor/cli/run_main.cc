@@ -393,7 +393,7 @@ int run_main(int argc, char** argv) {
     o.inject_rank = static_cast<int>(rank);
   }
   // The plan's own verify_updates (slidedp-plan --clip) stands; clipping or skipping sets it too.
-  o.plan.verify_updates = o.plan.verify_updates || clip > 0 || on_nonfinite == "skip";
+  o.plan.verify_updates = o.plan.verify_updates || exec::needs_update_after_backward(o.optimizer);
   o.checkpoint_dir = checkpoint_dir;
   o.save_model_dir = save_model;
   o.checkpoint_every = checkpoint_every;
