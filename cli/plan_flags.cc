@@ -24,8 +24,10 @@ void PlanFlags::add_to(CLI::App& app, bool with_workload) {
       ->check(CLI::IsMember({"replicated", "sharded"}));
   app.add_option("--optimizer-states", optimizer_states,
                  "AdamW's moments on the host: fp32 (default) | bf16 (4 instead of 8 bytes per parameter, "
-                 "rounded stochastically; lossy: changes the numerics; not with --exact or a baseline)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+                 "rounded stochastically) | 8bit (2.03: a byte each plus an fp32 scale per block of 256, as "
+                 "bitsandbytes' 8-bit Adam); the last two are lossy: they change the numerics, and neither "
+                 "goes with --exact or a baseline")
+      ->check(CLI::IsMember({"fp32", "bf16", "8bit"}));
   app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")->check(integer_in(1, 4096));
   app.add_option("--micro-batch", micro_batch, "Sequences per rank per micro-step")->check(integer_in(1, 1 << 20));
   app.add_option("--accum", accum_steps, "Micro-steps (gradient accumulation) per optimizer step")->check(integer_in(1, 1 << 20));

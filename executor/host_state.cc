@@ -1,12 +1,15 @@
 // Host state allocation and loading; see host_state.h.
 #include "executor/host_state.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "common/bf16.h"
 #include "common/error.h"
 #include "common/split_master.h"
+#include "model/q8_segments.h"
 #include "kernels/cpu/optim/bf16_convert.h"
+#include "kernels/cpu/optim/q8_moments.h"
 #include "kernels/cpu/optim/stochastic_rounding.h"
 
 namespace slidedp::exec {
@@ -42,9 +45,12 @@ HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStat
     } else {
       s.master = backend.alloc_host(f32, false);
     }
-    const int64_t moment = options.bf16_moments ? s.own_numel * 2 : f32;
+    const int64_t moment = options.moments == OptimizerStates::kFp32   ? f32
+                           : options.moments == OptimizerStates::kBf16 ? s.own_numel * 2
+                                                                       : s.own_numel;
     s.exp_avg = backend.alloc_host(moment, false);
     s.exp_avg_sq = backend.alloc_host(moment, false);
+    if (options.moments == OptimizerStates::k8bit) allocate_q8_scales(backend, layout.units[u], s);
     s.mirror = backend.alloc_host(s.numel * mbytes, true);
     host_bytes_ += (options.split_master ? s.own_numel * 2 : f32) + 2 * moment + s.numel * mbytes;
     pinned_bytes_ += s.numel * mbytes;
@@ -56,6 +62,30 @@ HostState::HostState(Backend& backend, const ModelLayout& layout, const HostStat
   }
 }
 
+// Scales for the segments this node holds (a sharded state's parts are unions of segments).
+void HostState::allocate_q8_scales(Backend& backend, const UnitLayout& layout, UnitState& s) {
+  s.q8_bounds = q8_segment_bounds(layout, options_.chunk_numel, options_.update_pieces);
+  int64_t blocks = 0;
+  for (size_t k = 0; k + 1 < s.q8_bounds.size(); ++k) {
+    const int64_t b = s.q8_bounds[k], e = s.q8_bounds[k + 1];
+    bool held = s.own.empty();
+    for (const ShardRange& r : s.own) held = held || (b >= r.begin && e <= r.end);
+    s.q8_scale_offset.push_back(held ? blocks : -1);
+    if (held) blocks += kernels::q8_blocks(e - b);
+  }
+  s.m_scale = backend.alloc_host(std::max<int64_t>(blocks, 1) * 4, false);
+  s.v_scale = backend.alloc_host(std::max<int64_t>(blocks, 1) * 4, false);
+  host_bytes_ += 8 * blocks;
+}
+
+size_t HostState::q8_segment_at(const UnitState& s, int64_t begin) {
+  const auto it = std::lower_bound(s.q8_bounds.begin(), s.q8_bounds.end(), begin);
+  SLIDEDP_CHECK(it != s.q8_bounds.end() && *it == begin, "8-bit moments: an update range starts on a segment boundary");
+  const auto k = static_cast<size_t>(it - s.q8_bounds.begin());
+  SLIDEDP_CHECK(k + 1 == s.q8_bounds.size() || s.q8_scale_offset[k] >= 0, "8-bit moments: a segment this node holds");
+  return k;
+}
+
 std::pair<int64_t, int64_t> HostState::chunk_range(int u, int64_t k) const {
   const UnitState& s = unit(u);
   const int64_t begin = k * options_.chunk_numel;
@@ -63,6 +93,13 @@ std::pair<int64_t, int64_t> HostState::chunk_range(int u, int64_t k) const {
 }
 
 namespace {
+
+// fn(begin, end, scale_offset) for each 8-bit segment of unit `s` this node holds.
+template <class Fn>
+void for_each_held_segment(const UnitState& s, Fn&& fn) {
+  for (size_t k = 0; k + 1 < s.q8_bounds.size(); ++k)
+    if (s.q8_scale_offset[k] >= 0) fn(s.q8_bounds[k], s.q8_bounds[k + 1], s.q8_scale_offset[k]);
+}
 
 // Copies the elements of `whole` (a unit's flat values) this node holds into `dst`.
 void copy_own(const UnitState& s, const float* whole, float* dst) {
@@ -81,8 +118,9 @@ void HostState::load_master(std::span<const std::span<const float>> units) {
 void HostState::load_unit_master(int u, std::span<const float> whole) {
   UnitState& s = unit(u);
   SLIDEDP_CHECK(static_cast<int64_t>(whole.size()) == s.numel, "master buffer size differs from the layout");
-  std::memset(s.exp_avg.ptr, 0, static_cast<size_t>(s.exp_avg.bytes));  // +0.0 in fp32 and bf16 alike
-  std::memset(s.exp_avg_sq.ptr, 0, static_cast<size_t>(s.exp_avg_sq.bytes));
+  // +0.0 in fp32, bf16 and the 8-bit codes alike (and their scales)
+  for (HostBuffer* b : {&s.exp_avg, &s.exp_avg_sq, &s.m_scale, &s.v_scale})
+    if (b->ptr) std::memset(b->ptr, 0, static_cast<size_t>(b->bytes));
   // The whole mirror, from the whole input (a sharded master holds only part of it).
   if (options_.mirror_ties_toward_zero) {
     auto* mirror = reinterpret_cast<bf16_bits*>(s.mirror.ptr);
@@ -118,10 +156,13 @@ kernels::AdamwState HostState::adamw_state(int u, int64_t b) const {
     st.param = s.master_f32() + s.local(b);
   }
   st.mirror_ties_toward_zero = options_.mirror_ties_toward_zero;
-  if (options_.bf16_moments) {
+  if (options_.moments == OptimizerStates::kBf16) {
     st.exp_avg_bf16 = reinterpret_cast<bf16_bits*>(s.exp_avg.ptr) + s.local(b);
     st.exp_avg_sq_bf16 = reinterpret_cast<bf16_bits*>(s.exp_avg_sq.ptr) + s.local(b);
     st.moment_index_base = b;  // the unit's element index: the same noise on any node or chunking
+  } else if (options_.moments == OptimizerStates::k8bit) {
+    st.exp_avg_q8 = reinterpret_cast<uint8_t*>(s.exp_avg.ptr) + s.local(b);  // scales: for_each_update_piece
+    st.exp_avg_sq_q8 = reinterpret_cast<uint8_t*>(s.exp_avg_sq.ptr) + s.local(b);
   } else {
     st.exp_avg = s.m_f32() + s.local(b);
     st.exp_avg_sq = s.v_f32() + s.local(b);
@@ -150,10 +191,19 @@ std::span<const float> HostState::master_values(int u, std::vector<float>& out) 
 std::span<const float> HostState::moment_values(int u, int which, std::vector<float>& out) const {
   const UnitState& s = unit(u);
   const HostBuffer& b = which == 0 ? s.exp_avg : s.exp_avg_sq;
-  if (!options_.bf16_moments)
+  if (options_.moments == OptimizerStates::kFp32)
     return {reinterpret_cast<const float*>(b.ptr), static_cast<size_t>(s.own_numel)};
   out.resize(static_cast<size_t>(s.own_numel));
-  kernels::bf16_to_f32(reinterpret_cast<const bf16_bits*>(b.ptr), out.data(), s.own_numel);
+  if (options_.moments == OptimizerStates::kBf16) {
+    kernels::bf16_to_f32(reinterpret_cast<const bf16_bits*>(b.ptr), out.data(), s.own_numel);
+    return out;
+  }
+  const float* scales = which == 0 ? s.m_scale_f32() : s.v_scale_f32();
+  const auto moment = which == 0 ? kernels::Moment::kFirst : kernels::Moment::kSecond;
+  for_each_held_segment(s, [&](int64_t sb, int64_t se, int64_t scale_offset) {
+    kernels::q8_decode(moment, reinterpret_cast<const uint8_t*>(b.ptr) + s.local(sb), scales + scale_offset,
+                       se - sb, out.data() + s.local(sb));
+  });
   return out;
 }
 
@@ -161,15 +211,22 @@ void HostState::set_moment_values(int u, int which, std::span<const float> value
   UnitState& s = unit(u);
   SLIDEDP_CHECK(static_cast<int64_t>(values.size()) == s.own_numel, "moment values: one per held element");
   HostBuffer& b = which == 0 ? s.exp_avg : s.exp_avg_sq;
-  if (options_.bf16_moments) {
+  if (options_.moments == OptimizerStates::kBf16) {
     kernels::f32_to_bf16(values.data(), reinterpret_cast<bf16_bits*>(b.ptr), s.own_numel);
-  } else {
+  } else if (options_.moments == OptimizerStates::kFp32) {
     std::memcpy(b.ptr, values.data(), values.size() * 4);
+  } else {
+    float* scales = which == 0 ? s.m_scale_f32() : s.v_scale_f32();
+    const auto moment = which == 0 ? kernels::Moment::kFirst : kernels::Moment::kSecond;
+    for_each_held_segment(s, [&](int64_t sb, int64_t se, int64_t scale_offset) {
+      kernels::q8_encode(moment, values.data() + s.local(sb), se - sb, reinterpret_cast<uint8_t*>(b.ptr) + s.local(sb),
+                         scales + scale_offset);
+    });
   }
 }
 
 void HostState::set_rounding_seeds(kernels::AdamwState& st, int u, int64_t step) const {
-  if (!options_.bf16_moments) return;
+  if (options_.moments != OptimizerStates::kBf16) return;
   st.m_seed = kernels::moment_seed(step, u, 0);
   st.v_seed = kernels::moment_seed(step, u, 1);
 }

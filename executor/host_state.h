@@ -26,7 +26,11 @@ struct UnitState {
   int64_t chunk_numel = 0;
   // master, m, v and the accumulator hold this node's shard of every chunk, chunk after chunk (the
   // whole unit unless the state is sharded across nodes); the mirror is always whole.
-  HostBuffer master, exp_avg, exp_avg_sq;  // fp32 (master empty when split; m and v bf16 when so held)
+  HostBuffer master, exp_avg, exp_avg_sq;  // fp32 (master empty when split; m and v bf16 or 8-bit when so held)
+  // 8-bit moments: the unit's segment boundaries (model/q8_segments.h), per segment where its blocks'
+  // scales start in m_scale and v_scale (-1: a segment this node does not hold), and the scales.
+  std::vector<int64_t> q8_bounds, q8_scale_offset;
+  HostBuffer m_scale, v_scale;
   HostBuffer remainder;                    // split master: the low 16 bits of every held element
   HostBuffer mirror;                       // param dtype, pinned: what deliveries copy
   HostBuffer accum;                        // fp32 gradient accumulator (empty when not needed)
@@ -47,6 +51,8 @@ struct UnitState {
   float* m_f32() const { return reinterpret_cast<float*>(exp_avg.ptr); }  // fp32 moments only
   float* v_f32() const { return reinterpret_cast<float*>(exp_avg_sq.ptr); }
   float* accum_f32() const { return reinterpret_cast<float*>(accum.ptr); }
+  float* m_scale_f32() const { return reinterpret_cast<float*>(m_scale.ptr); }
+  float* v_scale_f32() const { return reinterpret_cast<float*>(v_scale.ptr); }
 };
 
 struct HostStateOptions {
@@ -64,8 +70,10 @@ struct HostStateOptions {
   // even, as torch's cast.
   bool split_master = false;
   bool mirror_ties_toward_zero = false;
-  // AdamW's m and v in bf16, rounded stochastically by the update (kernels/cpu/optim/adamw.h).
-  bool bf16_moments = false;
+  // AdamW's m and v in fp32, in bf16 rounded stochastically, or in 8-bit blocks (kernels/cpu/optim/adamw.h).
+  OptimizerStates moments = OptimizerStates::kFp32;
+  // 8-bit moments: the pieces a chunk's update may be cut into (nodes x ranks: the gpu route's shards).
+  int update_pieces = 1;
 };
 
 class HostState {
@@ -95,7 +103,23 @@ class HostState {
   // Sets them from fp32 values in UnitState::local order (bf16 ones rounded to nearest: exact for
   // values a bf16 run wrote).
   void set_moment_values(int u, int which, std::span<const float> values);
-  bool bf16_moments() const { return options_.bf16_moments; }
+  OptimizerStates moments() const { return options_.moments; }
+  // Calls fn(piece_begin, piece_end, piece_state) for the pieces of [begin, end) one kernel call may
+  // update: with 8-bit moments one per segment, the state `st` (made by adamw_state(u, base)) given the
+  // segment's scales and block origin; otherwise [begin, end) with `st` itself.
+  template <class Fn>
+  void for_each_update_piece(int u, int64_t base, const kernels::AdamwState& st, int64_t begin, int64_t end,
+                             Fn&& fn) const {
+    if (options_.moments != OptimizerStates::k8bit) return fn(begin, end, st);
+    const UnitState& s = unit(u);
+    for (size_t k = q8_segment_at(s, begin); k + 1 < s.q8_bounds.size() && s.q8_bounds[k] < end; ++k) {
+      kernels::AdamwState piece = st;
+      piece.exp_avg_scale = s.m_scale_f32() + s.q8_scale_offset[k];
+      piece.exp_avg_sq_scale = s.v_scale_f32() + s.q8_scale_offset[k];
+      piece.q8_origin = s.q8_bounds[k] - base;
+      fn(s.q8_bounds[k], s.q8_bounds[k + 1], piece);
+    }
+  }
   // The update's rounding seeds of unit u at AdamW step `step` (bf16 moments).
   void set_rounding_seeds(kernels::AdamwState& st, int u, int64_t step) const;
   // Every chunk's counter to `steps` (after a resume at optimizer step `steps`).
@@ -119,6 +143,9 @@ class HostState {
   int64_t pinned_bytes() const { return pinned_bytes_; }
 
  private:
+  static size_t q8_segment_at(const UnitState& s, int64_t begin);  // the segment starting at `begin`
+  void allocate_q8_scales(Backend& backend, const UnitLayout& layout, UnitState& s);
+
   HostStateOptions options_;
   std::vector<UnitState> units_;
   int64_t host_bytes_ = 0, pinned_bytes_ = 0;

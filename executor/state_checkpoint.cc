@@ -37,16 +37,18 @@ void load_host_state(const CheckpointReader& checkpoint, HostState& state) {
     });
     state.load_unit_master(u, whole);
     const std::vector<ShardRange> held = state.held_ranges(u);
-    std::vector<float> moment;  // bf16 moments: read in fp32, then rounded (exact for a bf16 run's)
+    // Lossy moments: read in fp32, then rounded or encoded (exact for a run's own in the same blocks).
+    const bool lossy = state.moments() != OptimizerStates::kFp32;
+    std::vector<float> moment;
     for (Part part : {Part::kExpAvg, Part::kExpAvgSq}) {
       const int which = part == Part::kExpAvg ? 0 : 1;
-      if (state.bf16_moments()) moment.resize(static_cast<size_t>(us.own_numel));
-      float* to = state.bf16_moments() ? moment.data() : which == 0 ? us.m_f32() : us.v_f32();
+      if (lossy) moment.resize(static_cast<size_t>(us.own_numel));
+      float* to = lossy ? moment.data() : which == 0 ? us.m_f32() : us.v_f32();
       pool.parallel_for(static_cast<int64_t>(held.size()), [&](int64_t k) {
         const ShardRange r = held[static_cast<size_t>(k)];
         if (r.size() > 0) checkpoint.read(part, u, r.begin, r.end, to + us.local(r.begin));
       });
-      if (state.bf16_moments()) state.set_moment_values(u, which, moment);
+      if (lossy) state.set_moment_values(u, which, moment);
     }
   }
 }

@@ -233,9 +233,10 @@ bool use_split_master(const TrainOptions& o) {
     throw InputError("--exact", "the mirror rule needs a bf16 mirror");
   if (o.plan.optimizer_states != OptimizerStates::kFp32) {
     // Lossy: not where the run promises exact numbers, nor for a baseline, whose system holds fp32.
-    if (o.exact_fp32) throw InputError("--optimizer-states", "bf16 is lossy: not with --exact");
+    const char* name = optimizer_states_name(o.plan.optimizer_states);
+    if (o.exact_fp32) throw InputError("--optimizer-states", fmt::format("{} is lossy: not with --exact", name));
     if (o.system != System::kSlideDP)
-      throw InputError("--optimizer-states", fmt::format("bf16: not with --system {} (its moments are fp32)",
+      throw InputError("--optimizer-states", fmt::format("{}: not with --system {} (its moments are fp32)", name,
                                                          system_name(o.system)));
   }
   return o.master == MasterStorage::kSplit || (o.master == MasterStorage::kAuto && can);
@@ -474,7 +475,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   hso.accumulate_unit0 = o.card.tie_word_embeddings;
   if (sharded_nodes) hso.shard = node, hso.shards = M, hso.shard_ranks = N;
   hso.split_master = split_master;
-  hso.bf16_moments = plan.optimizer_states == OptimizerStates::kBf16;
+  hso.moments = plan.optimizer_states;
+  hso.update_pieces = M * N;
   hso.mirror_ties_toward_zero = o.mirror_ties_toward_zero;
   HostState state(*backend, layout, hso);
   result.host_state_bytes = state.host_bytes();
@@ -685,7 +687,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
         } else if (node == 0) {
           CheckpointData cd;
           cd.card = o.card;
-          // A split master and bf16 moments, widened to fp32 while they are written.
+          // A split master and lossy moments, widened to fp32 while they are written.
           std::vector<std::array<std::vector<float>, 3>> widened(static_cast<size_t>(U));
           for (int u = 0; u < U; ++u) {
             auto& w = widened[static_cast<size_t>(u)];

@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "model/memory_model.h"
+#include "model/q8_segments.h"
 #include "model/step_work.h"
 
 namespace slidedp {
@@ -368,7 +369,7 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
   s.hidden_bytes_per_token = hidden_bytes_per_token;
   s.mirror_bytes = exact_fp32 ? 4 : 2;
   s.split_master = can_split_master(system, exact_fp32);
-  s.moment_bytes = plan.optimizer_states == OptimizerStates::kBf16 ? 4 : 8;
+  s.moments = plan.optimizer_states;
   s.accumulate_all = accumulates_every_unit(plan, traits);
   s.accumulate_unit0 = tied;
   if (traits.convert_on_load) s.convert_staging_bytes = std::min(plan.chunk_numel, layout.max_unit_numel()) * s.mirror_bytes;
@@ -410,8 +411,15 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
         {"master weights' low halves (split master: the mirror holds the rest)" + shard, own * 2});
   else
     items.push_back({"fp32 master weights" + shard, own * 4});
-  items.push_back({(spec.moment_bytes == 8 ? "fp32 AdamW m and v" : "bf16 AdamW m and v") + shard,
-                   own * static_cast<double>(spec.moment_bytes)});
+  if (spec.moments == OptimizerStates::k8bit) {
+    // A byte per element each and two fp32 scales per block (blocks start anew at every segment).
+    const double blocks = std::ceil(static_cast<double>(q8_model_blocks(layout, plan.chunk_numel, plan.nodes * plan.ranks)) /
+                                    (sharded ? M : 1.0));
+    items.push_back({"8-bit AdamW m and v with their block scales" + shard, own * 2 + blocks * 8});
+  } else {
+    items.push_back({fmt::format("{} AdamW m and v", optimizer_states_name(spec.moments)) + shard,
+                     own * moment_bytes_per_param(spec.moments)});
+  }
   if (plan.nodes > 1) items.push_back({"network exchange buffers (pinned)", 2 * 2 * chunk * 4});
   if (sharded) {
     // A checkpoint gathers whole tensors of the node's part while it is written, m and v together

@@ -85,7 +85,7 @@ struct HostMemorySpec {
   int64_t hidden_bytes_per_token = 0;  // an offloaded layer input per token (the backend's activation dtype)
   int64_t mirror_bytes = 2;            // the delivery mirror and the wire per element (bf16; fp32 for --exact)
   bool split_master = false;           // the fp32 master held as the mirror plus a 16-bit remainder
-  int64_t moment_bytes = 8;            // AdamW's m and v per element (fp32; bf16: 4)
+  OptimizerStates moments = OptimizerStates::kFp32;  // how AdamW's m and v are held
   bool accumulate_all = false;         // an fp32 gradient accumulator of every unit
   bool accumulate_unit0 = false;       // of the tied embedding only (the head's part of its gradient)
   int64_t convert_staging_bytes = 0;   // per rank, two buffers (SlideFormer converts before each delivery)

@@ -253,8 +253,8 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
   // releases each unit as it is updated (executor/updater.h, verify mode).
   if (system == System::kSlideDP && p.verify_updates)
     sw.traits.update_after_backward = sw.traits.update_in_layer_order = true;
-  // bf16 moments: m and v read and written in 2 bytes each instead of 4.
-  if (p.optimizer_states == OptimizerStates::kBf16) sw.traits.adamw_host_bytes_per_param -= 8.0;
+  // Lossy moments: m and v read and written in their own bytes instead of fp32's 8 together.
+  sw.traits.adamw_host_bytes_per_param -= 2.0 * (8.0 - moment_bytes_per_param(p.optimizer_states));
   p.validate(L, "plan");
   const int N = p.ranks;
   if (!hw.gpu.emulated_on_host && N > hw.gpu.count)

@@ -694,35 +694,44 @@ SearchResult search_placements(const Workload& w, const Hardware& hw, const Sear
 SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                           const SearchOptions& options) {
   if (!spec.allow_lossy_states) return search_placements(w, hw, spec, options);
-  // Lossy moments are searched beside fp32 ones and win only by a margin or by fitting.
-  SearchSpec fp32 = spec, bf16 = spec;
-  fp32.optimizer_states = OptimizerStates::kFp32;
-  bf16.optimizer_states = OptimizerStates::kBf16;
-  std::optional<SearchResult> exact;
-  std::string fp32_miss;
-  try {
-    exact = search_placements(w, hw, fp32, options);
-  } catch (const InfeasibleError& e) {
-    fp32_miss = e.what();
+  // Formats from the most to the least exact: each is taken over the one before only where that one
+  // does not fit or it is at least kLossyStatesMinGain faster per token.
+  std::optional<SearchResult> chosen;
+  std::string why, misses;
+  for (OptimizerStates format : {OptimizerStates::kFp32, OptimizerStates::kBf16, OptimizerStates::k8bit}) {
+    SearchSpec one = spec;
+    one.optimizer_states = format;
+    const char* name = optimizer_states_name(format);
+    std::optional<SearchResult> found;
+    try {
+      found = search_placements(w, hw, one, options);
+    } catch (const InfeasibleError& e) {
+      if (format == OptimizerStates::k8bit && !chosen) throw;  // nothing fits: the last format's error
+      misses += fmt::format("{}{}: {}", misses.empty() ? "" : "; ", name, e.what());
+      continue;
+    }
+    if (!chosen) {
+      why = format == OptimizerStates::kFp32
+                ? ""
+                : fmt::format("AdamW's moments in {} (allowed): no plan with more exact moments fits ({})", name, misses);
+      chosen = std::move(found);
+      continue;
+    }
+    const double gain = 1.0 - found->best().final_score() / chosen->best().final_score();
+    const char* held = optimizer_states_name(chosen->best().plan.optimizer_states);
+    if (gain >= kLossyStatesMinGain) {
+      why = fmt::format("AdamW's moments in {} (allowed): {:.1f}% less time per token than the best plan with {} moments",
+                        name, 100 * gain, held);
+      chosen = std::move(found);
+    } else if (why.empty() || chosen->best().plan.optimizer_states == OptimizerStates::kFp32) {
+      why += fmt::format("{}{} (allowed) would gain {:.1f}%", why.empty() ? fmt::format("AdamW's moments in {}: ", held) : ", ",
+                         name, 100 * gain);
+    }
   }
-  SearchResult lossy = search_placements(w, hw, bf16, options);  // infeasible both ways: its error
-  if (!exact) {
-    lossy.optimizer_states_reason =
-        fmt::format("AdamW's moments in bf16 (allowed): no plan with fp32 moments fits ({})", fp32_miss);
-    return lossy;
-  }
-  const double gain = 1.0 - lossy.best().final_score() / exact->best().final_score();
-  if (gain >= kLossyStatesMinGain) {
-    lossy.optimizer_states_reason = fmt::format(
-        "AdamW's moments in bf16 (allowed): {:.1f}% less time per token than the best plan with fp32 moments",
-        100 * gain);
-    return lossy;
-  }
-  exact->optimizer_states_reason = fmt::format(
-      "AdamW's moments in fp32: bf16 (allowed) would gain {:.1f}%, under the {:.0f}% that a lossy format "
-      "must",
-      100 * gain, 100 * kLossyStatesMinGain);
-  return *exact;
+  if (chosen->best().plan.optimizer_states == OptimizerStates::kFp32)
+    why += fmt::format(", under the {:.0f}% that a lossy format must", 100 * kLossyStatesMinGain);
+  chosen->optimizer_states_reason = why;
+  return *chosen;
 }
 
 namespace {

@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Loss parity of AdamW's moment formats (issue: fewer host bytes per parameter, item 3).
 
-Trains the same model on the same real text with fp32 moments and with bf16 moments (stochastic
-rounding), everything else equal (the split master in both), and writes into OUT:
+Trains the same model on the same real text with fp32 moments, with bf16 moments (stochastic
+rounding) and with 8-bit blockwise moments, everything else equal (the split master in all), and writes
+into OUT:
   runs.csv       step, format, training loss, learning rate
   evals.csv      step, format, held-out loss
   summary.json   per format: mean and worst relative gap of the training loss to fp32's over the last
                  20% of the steps, the final held-out loss; the commands, git revision, machine, date
-  loss.svg       both training-loss curves (and the held-out points)
+  loss.svg       the training-loss curves (and the held-out points)
 
 The text is Debian's license texts (/usr/share/common-licenses, present on every Debian system),
 byte-tokenized; 10% of the files are held out. Usage:
@@ -47,7 +48,7 @@ def main():
     ap.add_argument("--build", default="build")
     ap.add_argument("--out", default="results/optimizer-states")
     ap.add_argument("--steps", type=int, default=1000)
-    ap.add_argument("--formats", default="fp32,bf16")
+    ap.add_argument("--formats", default="fp32,bf16,8bit")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="slidedp_states_")  # the token files and the card; removed at the end
@@ -105,7 +106,7 @@ def main():
 
 
 def write_svg(path, by, evals):
-    colors = {"fp32": "#1f77b4", "bf16": "#d62728"}
+    colors = {"fp32": "#1f77b4", "bf16": "#d62728", "8bit": "#2ca02c"}
     W, H, L, B = 720, 400, 60, 40
     steps = [s for f in by for s in by[f]]
     losses = [l for f in by for l in by[f].values()] + [e[2] for e in evals]

@@ -29,10 +29,12 @@
 
 #include "common/bf16.h"
 #include "common/provenance.h"
+#include "common/q8_block.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/optim/adamw.h"
 #include "kernels/cpu/optim/bf16_convert.h"
 #include "kernels/cpu/optim/grad_reduce.h"
+#include "kernels/cpu/optim/q8_moments.h"
 #include "kernels/cpu/optim/simd_level.h"
 #include "kernels/cpu/optim/stream_bandwidth.h"
 #include "kernels/cpu/optim/sum_squares.h"
@@ -58,6 +60,9 @@ constexpr Bytes kBytesAdamwFp32GradNoMirror{4 + 4 + 4 + 4, 4 + 4 + 4};  // torch
 constexpr Bytes kBytesAdamwSplitBf16Grad{2 + 2 + 2 + 4 + 4, 2 + 2 + 4 + 4};
 // The split master with bf16 moments (stochastically rounded): mirror r g m v -> mirror r m v = 18.
 constexpr Bytes kBytesAdamwSplitBf16Moments{2 + 2 + 2 + 2 + 2, 2 + 2 + 2 + 2};
+// The split master with 8-bit moments: a byte each and two fp32 scales per block of 256, read and
+// written: mirror r g m v -> mirror r m v = 14.06.
+constexpr Bytes kBytesAdamwSplitQ8Moments{2 + 2 + 2 + 1 + 1 + 8.0 / kQ8Block, 2 + 2 + 1 + 1 + 8.0 / kQ8Block};
 constexpr int kSlots = 4;                                               // ranks of the reduction cases
 constexpr Bytes kBytesReduceBf16{2.0 * kSlots, 4};                      // N bf16 slots -> fp32 = 12
 constexpr Bytes kBytesFusedBf16{4 + 2.0 * kSlots + 4 + 4, 4 + 4 + 4 + 2};  // = 34
@@ -107,6 +112,8 @@ struct Workspace {
   std::unique_ptr<HostArray<bf16_bits>> mirror;       // (n,) bf16 delivery mirror
   std::unique_ptr<HostArray<uint16_t>> remainder;     // (n,) split master's low halves (with `mirror`)
   std::unique_ptr<HostArray<bf16_bits>> m16, v16;     // (n,) bf16 moments
+  std::unique_ptr<HostArray<uint8_t>> m8, v8;         // (n,) 8-bit moments' codes
+  std::unique_ptr<HostArray<float>> m_scale, v_scale; // (n / 256,) their blocks' scales
   std::vector<const bf16_bits*> slot_ptrs;
 
   AdamwState state(bool with_mirror) const {
@@ -123,6 +130,13 @@ struct Workspace {
     s.exp_avg_bf16 = m16->data;
     s.exp_avg_sq_bf16 = v16->data;
     s.m_seed = 1, s.v_seed = 2;
+    return s;
+  }
+  AdamwState split_q8_moments_state() const {
+    AdamwState s{nullptr, nullptr, nullptr, mirror->data};
+    s.remainder = remainder->data;
+    s.exp_avg_q8 = m8->data, s.exp_avg_sq_q8 = v8->data;
+    s.exp_avg_scale = m_scale->data, s.exp_avg_sq_scale = v_scale->data;
     return s;
   }
 };
@@ -145,6 +159,11 @@ Workspace& workspace(int64_t n) {
     ws.remainder = std::make_unique<HostArray<uint16_t>>(pool, n, uint16_t{0});
     ws.m16 = std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(0.01f));
     ws.v16 = std::make_unique<HostArray<bf16_bits>>(pool, n, float_to_bf16(1e-4f));
+    // Codes of 1.0 (moment_codes.h) with scales 0.01 and 1e-4: m ~ g and v ~ g^2 as above.
+    ws.m8 = std::make_unique<HostArray<uint8_t>>(pool, n, uint8_t{120});
+    ws.v8 = std::make_unique<HostArray<uint8_t>>(pool, n, uint8_t{248});
+    ws.m_scale = std::make_unique<HostArray<float>>(pool, q8_blocks(n), 0.01f);
+    ws.v_scale = std::make_unique<HostArray<float>>(pool, q8_blocks(n), 1e-4f);
     ws.n = n;
   }
   return ws;
@@ -245,6 +264,13 @@ void bench_adamw_split_bf16_moments(benchmark::State& state, int64_t n, int thre
       [&] { adamw_update(pool, w.split_bf16_moments_state(), w.slot[0]->data, bench_hyper(), 0, n); });
 }
 
+void bench_adamw_split_q8_moments(benchmark::State& state, int64_t n, int threads) {
+  Workspace& w = workspace(n);
+  ThreadPool& pool = pool_of(threads);
+  run(state, n, kBytesAdamwSplitQ8Moments,
+      [&] { adamw_update(pool, w.split_q8_moments_state(), w.slot[0]->data, bench_hyper(), 0, n); });
+}
+
 void bench_adamw_fp32(benchmark::State& state, int64_t n, int threads, bool mirror) {
   Workspace& w = workspace(n);
   ThreadPool& pool = pool_of(threads);
@@ -313,6 +339,7 @@ void register_all(const std::vector<int64_t>& sizes) {
       {"adamw_bf16grad_mirror", kBytesAdamwBf16Grad, bench_adamw_bf16},
       {"adamw_bf16grad_split_master", kBytesAdamwSplitBf16Grad, bench_adamw_split},
       {"adamw_bf16grad_split_bf16_moments", kBytesAdamwSplitBf16Moments, bench_adamw_split_bf16_moments},
+      {"adamw_bf16grad_split_8bit_moments", kBytesAdamwSplitQ8Moments, bench_adamw_split_q8_moments},
       {"adamw_fp32grad_mirror", kBytesAdamwFp32Grad,
        [](benchmark::State& s, int64_t n, int t) { bench_adamw_fp32(s, n, t, true); }},
       {"adamw_fp32grad_nomirror", kBytesAdamwFp32GradNoMirror,

@@ -61,8 +61,8 @@ int plan_main(int argc, char** argv) {
   app.add_flag(
       "--allow-lossy-states", allow_lossy_states,
       "Let the plan hold AdamW's moments in bf16 (4 instead of 8 bytes per parameter, rounded "
-      "stochastically; changes the numerics): chosen only where no plan with fp32 moments fits or bf16 "
-      "is at least 2% faster per token; the explanation says which");
+      "stochastically) or 8-bit blocks (2.03; both change the numerics): each taken over the more exact one "
+      "only where that does not fit or it is at least 2% faster per token; the explanation says which");
   app.add_flag("--clip", clip,
                "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, "
                "--on-nonfinite skip): the update follows the backward and overlaps the next step's forward "

@@ -1,4 +1,4 @@
-// bf16 AdamW moments (Plan::optimizer_states, --optimizer-states bf16) in training runs:
+// Lossy AdamW moments (Plan::optimizer_states, --optimizer-states bf16 | 8bit) in training runs:
 //  * the rounding noise is a function of the unit element, the AdamW step and the unit, never of how
 //    the work is cut: every parameter and gradient route and activation policy gives the same bits,
 //    and a run resumed from its checkpoint continues bit for bit (the checkpoint holds the moments
@@ -8,7 +8,11 @@
 //    loss fell over the run (bf16 m and v are within one bf16 step, 2^-8 relative, of their fp32
 //    values, unbiased; a run that did not train, or trained with moments off by more, fails);
 //  * host state is 4 bytes per parameter smaller; a checkpoint moves between the formats (widened or
-//    rounded on load); lossy states are refused with --exact and for a baseline.
+//    rounded on load); lossy states are refused with --exact and for a baseline;
+//  * 8-bit blockwise moments likewise: the same bits on every route and policy (the blocks are cut
+//    where any route's ranges can start, model/q8_segments.h), a bitwise resume (decoding and
+//    re-encoding a block gives back its codes), training within a bound of fp32 moments, 6 bytes per
+//    parameter less plus 8 per block, the host memory account to the byte, conversions on resume.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -18,6 +22,8 @@
 #include "common/file_util.h"
 #include "executor/trainer.h"
 #include "io/checkpoint.h"
+#include "model/memory_account.h"
+#include "model/q8_segments.h"
 #include "tests/executor/executor_test_util.h"
 
 namespace slidedp::exec {
@@ -28,6 +34,10 @@ using testing::tiny_options;
 
 TrainOptions bf16_states(TrainOptions o) {
   o.plan.optimizer_states = OptimizerStates::kBf16;
+  return o;
+}
+TrainOptions q8_states(TrainOptions o) {
+  o.plan.optimizer_states = OptimizerStates::k8bit;
   return o;
 }
 
@@ -91,12 +101,101 @@ TEST(OptimizerStates, CheckpointsRecordTheFormatAndConvertOnResume) {
 }
 
 TEST(OptimizerStates, LossyStatesAreRefusedWithExactAndForABaseline) {
-  TrainOptions exact = bf16_states(tiny_options(1, 1, 1, 1));
-  exact.exact_fp32 = true;
-  EXPECT_THROW(train(exact), InputError);
-  TrainOptions baseline = bf16_states(tiny_options(1, 1, 1, 1));
-  baseline.system = System::kZeroOffload;
-  EXPECT_THROW(train(baseline), InputError);
+  for (OptimizerStates f : {OptimizerStates::kBf16, OptimizerStates::k8bit}) {
+    TrainOptions exact = tiny_options(1, 1, 1, 1);
+    exact.plan.optimizer_states = f;
+    exact.exact_fp32 = true;
+    EXPECT_THROW(train(exact), InputError);
+    TrainOptions baseline = exact;
+    baseline.exact_fp32 = false;
+    baseline.system = System::kZeroOffload;
+    EXPECT_THROW(train(baseline), InputError);
+  }
+}
+
+// Two ranks and chunks of 1,000 elements (tiny_options): blocks start at chunk, shard and tensor
+// edges, most of them short.
+TrainOptions q8_tiny(int accum, int steps) { return q8_states(tiny_options(2, 1, accum, steps)); }
+
+TEST(OptimizerStates, EightBitMomentsGiveTheSameBitsOnEveryRouteAndPolicy) {
+  for (int accum : {1, 2}) {
+    SCOPED_TRACE(accum);
+    TrainOptions o = q8_tiny(accum, 3);
+    o.plan.recompute_layers = Plan::kRest;
+    testing::expect_every_route_and_policy_bitwise(
+        o, {ActivationPolicy::kOffload, ActivationPolicy::kRecompute, ActivationPolicy::kKeep});
+  }
+}
+
+TEST(OptimizerStates, EightBitMomentsResumeBitwise) {
+  testing::expect_resume_is_bitwise(q8_tiny(1, 6), "q8_states");
+}
+
+// The same bound as bf16's: 8-bit codes are within 2^-4 of each value (nearest of 3 fraction bits),
+// unbiased in sign over a block, so 30 steps of the tiny model train within 5% of what fp32 fell.
+TEST(OptimizerStates, EightBitMomentsTrainAsFp32MomentsDo) {
+  TrainOptions o = tiny_options(2, 2, 1, 30);
+  o.lr.lr = 3e-3;
+  const TrainResult fp32 = train(o), q8 = train(q8_states(o));
+  const double fell = fp32.steps.front().loss - testing::mean_loss(fp32, 20, 30);
+  ASSERT_GT(fell, 0.5) << "the reference run must train for the comparison to mean anything";
+  const double gap = std::fabs(testing::mean_loss(q8, 20, 30) - testing::mean_loss(fp32, 20, 30));
+  EXPECT_LT(gap, 0.05 * fell) << "fp32 " << testing::mean_loss(fp32, 20, 30) << ", 8bit "
+                              << testing::mean_loss(q8, 20, 30);
+  EXPECT_FALSE(testing::bitwise_equal(fp32, q8)) << "the 8-bit run must not be the fp32 run";
+}
+
+// 8 bytes of fp32 m and v become 2 bytes of codes per parameter and two fp32 scales per block; the
+// blocks are at least P / 256 and at most one more per segment. The host memory account agrees to
+// the byte (it is what refuses a run over the host's RAM).
+TEST(OptimizerStates, EightBitMomentsTakeSixBytesPerParameterLessPlusTheirScales) {
+  TrainOptions o = q8_tiny(1, 1);
+  o.card = testing::tiny_card(true);
+  TrainOptions plain = o;
+  plain.plan.optimizer_states = OptimizerStates::kFp32;
+  const TrainResult fp32 = train(plain), q8 = train(o);
+  const ModelLayout layout = make_model_layout(o.card);
+  const auto P = static_cast<int64_t>(layout.total_flat_numel);
+  const int64_t blocks = q8_model_blocks(layout, o.plan.chunk_numel, o.plan.ranks);
+  int64_t segments = 0;
+  for (const UnitLayout& u : layout.units) segments += static_cast<int64_t>(q8_segment_bounds(u, o.plan.chunk_numel, 2).size()) - 1;
+  EXPECT_GE(blocks * 256, P);
+  EXPECT_LE(blocks, P / 256 + segments);
+  EXPECT_EQ(fp32.host_state_bytes - q8.host_state_bytes, 6 * P - 8 * blocks);
+  const HostMemorySpec spec = host_memory_spec(layout, o.plan, o.system, o.card.tie_word_embeddings, false,
+                                               o.card.hidden_size * 4);
+  double total = 0;
+  for (const MemoryItem& i : host_memory_items(layout, o.plan, o.seq_len, spec)) total += i.bytes;
+  EXPECT_EQ(total, static_cast<double>(q8.host_allocated.total));
+}
+
+// An 8-bit run's checkpoint says so and resumes with fp32 or bf16 moments; fp32 and bf16 runs'
+// resume with 8-bit ones (encoded on load), and so does one cut into other blocks (other chunks).
+TEST(OptimizerStates, EightBitCheckpointsConvertOnResume) {
+  const fs::path root = fs::temp_directory_path() / ("slidedp_q8_states_" + std::to_string(::getpid()));
+  fs::remove_all(root);
+  auto save = [&](TrainOptions o, const std::string& name) {
+    o.checkpoint_dir = (root / name).string();
+    o.checkpoint_every = 2;
+    train(o);
+    return o.checkpoint_dir;
+  };
+  const std::string q8_dir = save(q8_tiny(1, 2), "q8");
+  EXPECT_NE(read_text_file(resolve_checkpoint_dir(q8_dir) + "/trainer_state.json").find("\"optimizer_states\": \"8bit\""),
+            std::string::npos);
+  for (OptimizerStates into : {OptimizerStates::kFp32, OptimizerStates::kBf16}) {
+    TrainOptions o = tiny_options(2, 1, 1, 2);
+    o.plan.optimizer_states = into;
+    o.resume_dir = q8_dir;
+    EXPECT_EQ(train(o).steps.size(), 2u);
+  }
+  for (const std::string& from : {save(tiny_options(2, 1, 1, 2), "fp32"), save(bf16_states(tiny_options(2, 1, 1, 2)), "bf16"), q8_dir}) {
+    TrainOptions o = q8_tiny(1, 2);
+    o.plan.chunk_numel = 3000;
+    o.resume_dir = from;
+    EXPECT_EQ(train(o).steps.size(), 2u) << from;
+  }
+  fs::remove_all(root);
 }
 
 }  // namespace

@@ -1,8 +1,9 @@
 // The planner and lossy optimizer states (SearchSpec::allow_lossy_states, slidedp-plan
-// --allow-lossy-states): bf16 moments are never chosen unless allowed; when allowed, the choice follows
-// the rule stated in planner/search.h, checked against separate searches of each format (the
-// reference): bf16 where no plan with fp32 moments fits, or where its best plan takes at least
-// kLossyStatesMinGain less time per token; fp32 otherwise; the explanation says which and why.
+// --allow-lossy-states): bf16 and 8-bit moments are never chosen unless allowed; when allowed, the
+// choice follows the rule stated in planner/search.h, checked against separate searches of each format
+// (the reference): going from fp32 to bf16 to 8bit, a format is taken over the one chosen so far where
+// that one does not fit, or where its best plan takes at least kLossyStatesMinGain less time per
+// token; the explanation says which and why.
 #include <gtest/gtest.h>
 
 #include "model/hardware.h"
@@ -33,7 +34,7 @@ SearchOptions quick() {
 TEST(LossyStates, NeverChosenUnlessAllowed) {
   const Workload w = make_workload(model_preset("qwen3-14b"), 4096);
   const SearchResult r = search_plans(w, hardware_preset("h100-sxm-x4"), small_spec(4), quick());
-  for (const Candidate& c : r.top) EXPECT_EQ(c.plan.optimizer_states, OptimizerStates::kFp32);
+  for (const Candidate& c : r.top) EXPECT_EQ(c.plan.optimizer_states, OptimizerStates::kFp32);  // neither lossy one
   EXPECT_TRUE(r.optimizer_states_reason.empty());
 }
 
@@ -43,41 +44,56 @@ TEST(LossyStates, AllowedTheyWinOnlyByTheMarginOrByFitting) {
     SCOPED_TRACE(hw_name);
     const Workload w = make_workload(model_preset("qwen3-14b"), 4096);
     const Hardware hw = hardware_preset(hw_name);
-    SearchSpec fp32 = small_spec(4), bf16 = small_spec(4), allowed = small_spec(4);
-    bf16.optimizer_states = OptimizerStates::kBf16;
+    SearchSpec allowed = small_spec(4);
     allowed.allow_lossy_states = true;
-    const SearchResult a = search_plans(w, hw, fp32, quick()), b = search_plans(w, hw, bf16, quick());
+    OptimizerStates want = OptimizerStates::kFp32;
+    double want_score = 0;
+    for (OptimizerStates f : {OptimizerStates::kFp32, OptimizerStates::kBf16, OptimizerStates::k8bit}) {
+      SearchSpec one = small_spec(4);
+      one.optimizer_states = f;
+      const double score = search_plans(w, hw, one, quick()).best().final_score();
+      if (f == OptimizerStates::kFp32 || 1.0 - score / want_score >= kLossyStatesMinGain) want = f, want_score = score;
+    }
     const SearchResult r = search_plans(w, hw, allowed, quick());
-    const double gain = 1.0 - b.best().final_score() / a.best().final_score();
-    const OptimizerStates want =
-        gain >= kLossyStatesMinGain ? OptimizerStates::kBf16 : OptimizerStates::kFp32;
-    EXPECT_EQ(r.best().plan.optimizer_states, want) << "gain " << gain;
-    EXPECT_EQ(r.best().final_score(),
-              want == OptimizerStates::kBf16 ? b.best().final_score() : a.best().final_score());
-    EXPECT_NE(r.optimizer_states_reason.find(want == OptimizerStates::kBf16 ? "in bf16" : "in fp32"),
-              std::string::npos)
+    EXPECT_EQ(r.best().plan.optimizer_states, want) << r.optimizer_states_reason;
+    EXPECT_EQ(r.best().final_score(), want_score);
+    EXPECT_NE(r.optimizer_states_reason.find(std::string("in ") + optimizer_states_name(want)), std::string::npos)
         << r.optimizer_states_reason;
     EXPECT_NE(explain_choice(r).find(r.optimizer_states_reason), std::string::npos);
   }
 }
 
-// A host whose RAM holds the state with bf16 moments (8 bytes per parameter with the split master,
-// plus buffers) but not with fp32 ones (12): only bf16 fits, so it is chosen when allowed, and without
-// the permission the search is infeasible.
+// Hosts whose RAM holds the state with lossy moments but not with more exact ones: with the split
+// master fp32 moments need 12 bytes per parameter, bf16 8, 8-bit 6.03, plus buffers. At 10.5 only bf16
+// and 8bit fit, and bf16 is taken unless 8bit beats it by the margin; at 7.5 only 8bit fits. Without
+// the permission both are infeasible.
 TEST(LossyStates, ChosenWhereOnlyTheyFitTheHost) {
   const Workload w = make_workload(model_preset("qwen2.5-7b"), 2048);
-  Hardware hw = hardware_preset("h100-sxm-x4");
   const double P = static_cast<double>(w.layout.total_flat_numel);
-  hw.host.ram_bytes = static_cast<int64_t>(10.5 * P);
-  hw.host.pinned_limit_bytes = hw.host.ram_bytes;
-  SearchSpec spec = small_spec(4);
-  EXPECT_THROW(search_plans(w, hw, spec, quick()), InfeasibleError);
-  spec.allow_lossy_states = true;
-  const SearchResult r = search_plans(w, hw, spec, quick());
-  EXPECT_EQ(r.best().plan.optimizer_states, OptimizerStates::kBf16);
-  EXPECT_NE(r.optimizer_states_reason.find("no plan with fp32 moments fits"), std::string::npos)
-      << r.optimizer_states_reason;
-  EXPECT_LE(r.best().predicted.memory.host_bytes, static_cast<double>(hw.host.ram_bytes));
+  for (double bytes_per_param : {10.5, 7.5}) {
+    SCOPED_TRACE(bytes_per_param);
+    Hardware hw = hardware_preset("h100-sxm-x4");
+    hw.host.ram_bytes = static_cast<int64_t>(bytes_per_param * P);
+    hw.host.pinned_limit_bytes = hw.host.ram_bytes;
+    SearchSpec spec = small_spec(4);
+    EXPECT_THROW(search_plans(w, hw, spec, quick()), InfeasibleError);
+    spec.allow_lossy_states = true;
+    const SearchResult r = search_plans(w, hw, spec, quick());
+    if (bytes_per_param < 8) {
+      EXPECT_EQ(r.best().plan.optimizer_states, OptimizerStates::k8bit);
+      spec.optimizer_states = OptimizerStates::kBf16;
+      spec.allow_lossy_states = false;
+      EXPECT_THROW(search_plans(w, hw, spec, quick()), InfeasibleError) << "bf16 must not fit here";
+    } else {
+      EXPECT_NE(r.best().plan.optimizer_states, OptimizerStates::kFp32);
+    }
+    const bool by_margin = r.best().plan.optimizer_states == OptimizerStates::k8bit && bytes_per_param > 8;
+    EXPECT_NE(r.optimizer_states_reason.find(by_margin ? "less time per token than the best plan with bf16"
+                                                       : "no plan with more exact moments fits"),
+              std::string::npos)
+        << r.optimizer_states_reason;
+    EXPECT_LE(r.best().predicted.memory.host_bytes, static_cast<double>(hw.host.ram_bytes));
+  }
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "kernels/cpu/optim/dispatch_util.h"
 #include "kernels/cpu/optim/kernel_table.h"
+#include "kernels/cpu/optim/moment_codes.h"
 
 namespace slidedp::kernels {
 namespace {
@@ -43,12 +44,17 @@ AdamwConstants adamw_constants(const AdamwHyper& h) {
 
 namespace {
 
-void check_state(const AdamwState& s, int64_t begin, int64_t end) {
+void check_state(const AdamwState& s, int64_t begin, int64_t end, int64_t tile_numel) {
   detail::check_range(begin, end);
+  SLIDEDP_CHECK(!s.exp_avg_q8 || tile_numel % kQ8Block == 0, "8-bit AdamW moments: tiles of whole blocks");
   if (end > begin) {
-    SLIDEDP_CHECK((s.exp_avg != nullptr && s.exp_avg_sq != nullptr) !=
-                      (s.exp_avg_bf16 != nullptr && s.exp_avg_sq_bf16 != nullptr),
-                  "AdamW moments: both fp32 or both bf16");
+    const int forms = (s.exp_avg != nullptr && s.exp_avg_sq != nullptr) +
+                      (s.exp_avg_bf16 != nullptr && s.exp_avg_sq_bf16 != nullptr) +
+                      (s.exp_avg_q8 != nullptr && s.exp_avg_sq_q8 != nullptr && s.exp_avg_scale != nullptr &&
+                       s.exp_avg_sq_scale != nullptr);
+    SLIDEDP_CHECK(forms == 1, "AdamW moments: both fp32, both bf16 or both 8-bit with their scales");
+    SLIDEDP_CHECK(!s.exp_avg_q8 || (begin >= s.q8_origin && (begin - s.q8_origin) % kQ8Block == 0),
+                  "8-bit AdamW moments: a range starts on a block boundary");
     SLIDEDP_CHECK(s.remainder ? s.param == nullptr && s.param_bf16 != nullptr : s.param != nullptr,
                   "AdamW master: fp32, or split into a mirror and a remainder");
   }
@@ -58,7 +64,7 @@ void check_state(const AdamwState& s, int64_t begin, int64_t end) {
 template <class G>
 void update(ThreadPool* pool, const AdamwState& s, const G* grad, const AdamwHyper& h, int64_t begin,
             int64_t end, int64_t tile_numel) {
-  check_state(s, begin, end);
+  check_state(s, begin, end, tile_numel);
   const AdamwConstants c = adamw_constants(h);
   SLIDEDP_CHECK(grad != nullptr || end == begin, "null gradient");
   const detail::KernelTable& t = detail::active_kernel_table();
@@ -74,7 +80,7 @@ void update(ThreadPool* pool, const AdamwState& s, const G* grad, const AdamwHyp
 template <class T>
 void fused(ThreadPool* pool, const AdamwState& s, const GradSlots<T>& slots, const AdamwHyper& h,
            int64_t begin, int64_t end, int64_t tile_numel) {
-  check_state(s, begin, end);
+  check_state(s, begin, end, tile_numel);
   const detail::SlotArgs<T> a = detail::slot_args(slots, begin, end);
   const AdamwConstants c = adamw_constants(h);
   const detail::KernelTable& t = detail::active_kernel_table();

@@ -7,7 +7,8 @@
 //   p = fma(-lr / (1 - beta1^step), m / denom, p * (1 - lr * weight_decay));   mirror = bf16_rne(p)
 // Bytes per parameter: bf16 grad: read 4 (p) + 2 (g) + 4 (m) + 4 (v), write 4 + 4 + 4 + 2 = 28;
 // fp32 grad: 30; without the mirror subtract 2; a split master (below) reads mirror and remainder (2 + 2)
-// for p and writes them for p and the mirror: 26 and 28.
+// for p and writes them for p and the mirror: 26 and 28. bf16 moments move 8 bytes fewer, 8-bit ones
+// 12 fewer plus 16 per block of 256 (the scales read and written): a split master's 14.06 and 16.06.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +80,17 @@ struct AdamwState {
   bf16_bits* exp_avg_sq_bf16 = nullptr;
   uint32_t m_seed = 0, v_seed = 0;
   int64_t moment_index_base = 0;
+  // 8-bit moments (lossy, opt-in; exp_avg and exp_avg_sq null): one byte per element each
+  // (moment_codes.h) and one fp32 scale per block of kQ8Block elements, block j being elements
+  // [q8_origin + j * kQ8Block, ...) with scales exp_avg_scale[j] and exp_avg_sq_scale[j]. Each block is
+  // decoded, updated in fp32 and encoded with its new scales, so a call's range must start on a block
+  // boundary and cover whole blocks but its last, which is short only where the caller's blocks are
+  // (HostState cuts every unit into such segments).
+  uint8_t* exp_avg_q8 = nullptr;
+  uint8_t* exp_avg_sq_q8 = nullptr;
+  float* exp_avg_scale = nullptr;
+  float* exp_avg_sq_scale = nullptr;
+  int64_t q8_origin = 0;
 };
 
 // Range forms: update elements [begin, end) on the calling thread. grad is the chunk's (numel,)

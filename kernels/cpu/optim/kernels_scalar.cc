@@ -3,11 +3,13 @@
 // -ffp-contract=off and no target flags, so it stays a true reference: the compiler cannot vectorize
 // it, fuse a*b+c behind our back, or share code paths (or compiler bugs) with the SIMD levels, and
 // std::fma is the correctly rounded library call. It is also the fallback on CPUs without AVX2.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
 #include "common/split_master.h"
 #include "kernels/cpu/optim/kernel_table.h"
+#include "kernels/cpu/optim/moment_codes.h"
 #include "kernels/cpu/optim/stochastic_rounding.h"
 
 namespace slidedp::kernels::detail {
@@ -25,44 +27,78 @@ float reduced_at(const SlotArgs<T>& s, int64_t i) {
   return s.accum ? std::fma(sum, s.scale, s.accum[i]) : sum * s.scale;
 }
 
-// One element of AdamW, in the order documented in adamw.h.
-inline void adamw_element(const AdamwState& s, float grad, const AdamwConstants& c, int64_t i) {
-  const bool bf16_moments = s.exp_avg_bf16 != nullptr;
-  const float m_old = bf16_moments ? bf16_to_float(s.exp_avg_bf16[i]) : s.exp_avg[i];
-  const float v_old = bf16_moments ? bf16_to_float(s.exp_avg_sq_bf16[i]) : s.exp_avg_sq[i];
+// One element of AdamW, in the order documented in adamw.h: writes the master (and mirror) and
+// returns the new m and v.
+struct Moments {
+  float m, v;
+};
+inline Moments adamw_core(const AdamwState& s, float grad, const AdamwConstants& c, int64_t i, Moments old) {
   const float g = (grad * c.grad_scale) * c.clip_coef;
-  const float m = std::fma(m_old, c.beta1, g * c.one_minus_beta1);
-  const float v = std::fma(v_old, c.beta2, (g * g) * c.one_minus_beta2);
+  const float m = std::fma(old.m, c.beta1, g * c.one_minus_beta1);
+  const float v = std::fma(old.v, c.beta2, (g * g) * c.one_minus_beta2);
   const float denom = std::fma(std::sqrt(v), c.inv_sqrt_bias_correction2, c.eps);
   const float master = s.remainder ? join_master(s.param_bf16[i], s.remainder[i]) : s.param[i];
   const float p = std::fma(c.neg_step_size, m / denom, master * c.decay);
-  if (bf16_moments) {
-    const auto index = static_cast<uint32_t>(s.moment_index_base + i);
-    s.exp_avg_bf16[i] = float_to_bf16_stochastic(m, rounding_noise(s.m_seed, index));
-    s.exp_avg_sq_bf16[i] = float_to_bf16_stochastic(v, rounding_noise(s.v_seed, index));
-  } else {
-    s.exp_avg[i] = m;
-    s.exp_avg_sq[i] = v;
-  }
   if (s.remainder) {
     const SplitMaster split = split_master(p);
     s.param_bf16[i] = split.mirror;
     s.remainder[i] = split.remainder;
-    return;
+  } else {
+    s.param[i] = p;
+    if (s.param_bf16) s.param_bf16[i] = s.mirror_ties_toward_zero ? split_master(p).mirror : float_to_bf16(p);
   }
-  s.param[i] = p;
-  if (s.param_bf16) s.param_bf16[i] = s.mirror_ties_toward_zero ? split_master(p).mirror : float_to_bf16(p);
+  return {m, v};
+}
+
+// Elements [begin, end) with fp32 or bf16 moments.
+template <class GradAt>
+void adamw_elements(const AdamwState& s, const AdamwConstants& c, int64_t begin, int64_t end, GradAt grad) {
+  for (int64_t i = begin; i < end; ++i) {
+    if (s.exp_avg_bf16) {
+      const Moments m = adamw_core(s, grad(i), c, i, {bf16_to_float(s.exp_avg_bf16[i]), bf16_to_float(s.exp_avg_sq_bf16[i])});
+      const auto index = static_cast<uint32_t>(s.moment_index_base + i);
+      s.exp_avg_bf16[i] = float_to_bf16_stochastic(m.m, rounding_noise(s.m_seed, index));
+      s.exp_avg_sq_bf16[i] = float_to_bf16_stochastic(m.v, rounding_noise(s.v_seed, index));
+    } else {
+      const Moments m = adamw_core(s, grad(i), c, i, {s.exp_avg[i], s.exp_avg_sq[i]});
+      s.exp_avg[i] = m.m;
+      s.exp_avg_sq[i] = m.v;
+    }
+  }
+}
+
+// Elements [begin, end) with 8-bit moments, block by block: decoded, updated, encoded anew.
+template <class GradAt>
+void adamw_blocks(const AdamwState& s, const AdamwConstants& c, int64_t begin, int64_t end, GradAt grad) {
+  float m[kQ8Block], v[kQ8Block];
+  for (int64_t b = begin; b < end; b += kQ8Block) {
+    const int64_t n = std::min(kQ8Block, end - b), block = (b - s.q8_origin) / kQ8Block;
+    decode_q8_block<FirstMomentCode>(s.exp_avg_q8 + b, s.exp_avg_scale[block], m, n);
+    decode_q8_block<SecondMomentCode>(s.exp_avg_sq_q8 + b, s.exp_avg_sq_scale[block], v, n);
+    for (int64_t j = 0; j < n; ++j) {
+      const Moments next = adamw_core(s, grad(b + j), c, b + j, {m[j], v[j]});
+      m[j] = next.m, v[j] = next.v;
+    }
+    encode_q8_block<FirstMomentCode>(m, n, s.exp_avg_q8 + b, s.exp_avg_scale + block);
+    encode_q8_block<SecondMomentCode>(v, n, s.exp_avg_sq_q8 + b, s.exp_avg_sq_scale + block);
+  }
+}
+
+template <class GradAt>
+void adamw_any(const AdamwState& s, const AdamwConstants& c, int64_t begin, int64_t end, GradAt grad) {
+  if (s.exp_avg_q8) return adamw_blocks(s, c, begin, end, grad);
+  adamw_elements(s, c, begin, end, grad);
 }
 
 template <class G>
 void adamw(const AdamwState& s, const G* grad, const AdamwConstants& c, int64_t begin, int64_t end) {
-  for (int64_t i = begin; i < end; ++i) adamw_element(s, grad_at(grad, i), c, i);
+  adamw_any(s, c, begin, end, [&](int64_t i) { return grad_at(grad, i); });
 }
 
 template <class T>
 void reduce_adamw(const AdamwState& s, const SlotArgs<T>& slots, const AdamwConstants& c, int64_t begin,
                   int64_t end) {
-  for (int64_t i = begin; i < end; ++i) adamw_element(s, reduced_at(slots, i), c, i);
+  adamw_any(s, c, begin, end, [&](int64_t i) { return reduced_at(slots, i); });
 }
 
 template <class T>

@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/optim/kernel_table.h"
+#include "kernels/cpu/optim/moment_codes.h"
 
 #define SLIDEDP_OPTIM_INLINE inline __attribute__((always_inline))
 
@@ -83,7 +84,14 @@ struct StatePtrs {
   bf16_bits* m16;  // bf16 moments (m and v null)
   bf16_bits* v16;
   uint32_t m_seed, v_seed;
-  int64_t moment_index_base;
+  int64_t moment_index_base;  // bf16: the noise's element index of 0; buffered: the element of m[0], v[0]
+};
+
+// How m and v are read and written.
+enum class MomentForm {
+  kFp32,      // the state's fp32 arrays
+  kBf16,      // bf16 arrays, stored with stochastic rounding
+  kBuffered,  // one 8-bit block's moments, decoded into fp32 buffers (m and v) before and encoded after
 };
 
 // How the master is held and what the update writes besides it (adamw.h AdamwState).
@@ -95,14 +103,17 @@ enum class MasterForm {
 };
 
 // kW (or, with a Tail, fewer) elements of AdamW starting at i; same operation order as the reference.
-template <class V, MasterForm kForm, bool kBf16Moments, class Src, class... Tail>
+template <class V, MasterForm kForm, MomentForm kMoments, class Src, class... Tail>
 SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const AdamwVec<V>& k, int64_t i,
                                        Tail... tail) {
   using F = typename V::F;
   F m_old, v_old;
-  if constexpr (kBf16Moments) {
+  if constexpr (kMoments == MomentForm::kBf16) {
     m_old = V::load(s.m16 + i, tail...);
     v_old = V::load(s.v16 + i, tail...);
+  } else if constexpr (kMoments == MomentForm::kBuffered) {
+    m_old = V::load(s.m + (i - s.moment_index_base), tail...);
+    v_old = V::load(s.v + (i - s.moment_index_base), tail...);
   } else {
     m_old = V::load(s.m + i, tail...);
     v_old = V::load(s.v + i, tail...);
@@ -118,9 +129,12 @@ SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const
     master = V::load(s.p + i, tail...);
   }
   const F p = V::fma(k.neg_step_size, V::div(m, denom), V::mul(master, k.decay));
-  if constexpr (kBf16Moments) {
+  if constexpr (kMoments == MomentForm::kBf16) {
     V::store_stochastic(s.m16 + i, m, s.m_seed, s.moment_index_base + i, tail...);
     V::store_stochastic(s.v16 + i, v, s.v_seed, s.moment_index_base + i, tail...);
+  } else if constexpr (kMoments == MomentForm::kBuffered) {
+    V::store(s.m + (i - s.moment_index_base), m, tail...);
+    V::store(s.v + (i - s.moment_index_base), v, tail...);
   } else {
     V::store(s.m + i, m, tail...);
     V::store(s.v + i, v, tail...);
@@ -134,25 +148,56 @@ SLIDEDP_OPTIM_INLINE void adamw_vector(const StatePtrs& s, const Src& src, const
   }
 }
 
-template <class V, MasterForm kForm, bool kBf16Moments, class Src>
+template <class V, MasterForm kForm, MomentForm kMoments, class Src>
+SLIDEDP_OPTIM_INLINE void adamw_range(const StatePtrs& s, const Src& src, const AdamwVec<V>& k, int64_t begin,
+                                      int64_t end) {
+  int64_t i = begin;
+  for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kForm, kMoments>(s, src, k, i);
+  if (i < end) adamw_vector<V, kForm, kMoments>(s, src, k, i, V::tail(end - i));
+}
+
+StatePtrs state_ptrs(const AdamwState& state) {
+  return StatePtrs{state.param,     state.exp_avg,          state.exp_avg_sq,      state.param_bf16,
+                   state.remainder, state.exp_avg_bf16,     state.exp_avg_sq_bf16, state.m_seed,
+                   state.v_seed,    state.moment_index_base};
+}
+
+template <class V, MasterForm kForm, MomentForm kMoments, class Src>
 void adamw_span(const AdamwState& state, const Src& src, const AdamwConstants& c, int64_t begin,
                 int64_t end) {
+  adamw_range<V, kForm, kMoments>(state_ptrs(state), src, AdamwVec<V>(c), begin, end);
+}
+
+// 8-bit moments, block by block (begin is a block boundary): decode the block's m and v, update in
+// fp32, encode with the block's new scales.
+template <class V, MasterForm kForm, class Src>
+void adamw_span_q8(const AdamwState& state, const Src& src, const AdamwConstants& c, int64_t begin,
+                   int64_t end) {
   const AdamwVec<V> k(c);
-  const StatePtrs s{state.param,     state.exp_avg,          state.exp_avg_sq,      state.param_bf16,
-                    state.remainder, state.exp_avg_bf16,     state.exp_avg_sq_bf16, state.m_seed,
-                    state.v_seed,    state.moment_index_base};
-  int64_t i = begin;
-  for (; i + V::kW <= end; i += V::kW) adamw_vector<V, kForm, kBf16Moments>(s, src, k, i);
-  if (i < end) adamw_vector<V, kForm, kBf16Moments>(s, src, k, i, V::tail(end - i));
+  alignas(64) float m[kQ8Block], v[kQ8Block];
+  StatePtrs s = state_ptrs(state);
+  s.m = m, s.v = v;
+  for (int64_t b = begin; b < end; b += kQ8Block) {
+    const int64_t n = end - b < kQ8Block ? end - b : kQ8Block;
+    const int64_t block = (b - state.q8_origin) / kQ8Block;
+    decode_q8_block<FirstMomentCode>(state.exp_avg_q8 + b, state.exp_avg_scale[block], m, n);
+    decode_q8_block<SecondMomentCode>(state.exp_avg_sq_q8 + b, state.exp_avg_sq_scale[block], v, n);
+    s.moment_index_base = b;
+    adamw_range<V, kForm, MomentForm::kBuffered>(s, src, k, b, b + n);
+    encode_q8_block<FirstMomentCode>(m, n, state.exp_avg_q8 + b, state.exp_avg_scale + block);
+    encode_q8_block<SecondMomentCode>(v, n, state.exp_avg_sq_q8 + b, state.exp_avg_sq_scale + block);
+  }
 }
 
 template <class V, MasterForm kForm, class Src>
 void adamw_dispatch_moments(const AdamwState& s, const Src& src, const AdamwConstants& c, int64_t begin,
                             int64_t end) {
-  if (s.exp_avg_bf16) {
-    adamw_span<V, kForm, true>(s, src, c, begin, end);
+  if (s.exp_avg_q8) {
+    adamw_span_q8<V, kForm>(s, src, c, begin, end);
+  } else if (s.exp_avg_bf16) {
+    adamw_span<V, kForm, MomentForm::kBf16>(s, src, c, begin, end);
   } else {
-    adamw_span<V, kForm, false>(s, src, c, begin, end);
+    adamw_span<V, kForm, MomentForm::kFp32>(s, src, c, begin, end);
   }
 }
 
