@@ -173,6 +173,7 @@ void adamw_span(const AdamwState& state, const Src& src, const AdamwConstants& c
 template <class V, MasterForm kForm, class Src>
 void adamw_span_q8(const AdamwState& state, const Src& src, const AdamwConstants& c, int64_t begin,
                    int64_t end) {
+  using Lanes = VectorLanes<V::kW>;
   const AdamwVec<V> k(c);
   alignas(64) float m[kQ8Block], v[kQ8Block];
   StatePtrs s = state_ptrs(state);
@@ -180,12 +181,12 @@ void adamw_span_q8(const AdamwState& state, const Src& src, const AdamwConstants
   for (int64_t b = begin; b < end; b += kQ8Block) {
     const int64_t n = end - b < kQ8Block ? end - b : kQ8Block;
     const int64_t block = (b - state.q8_origin) / kQ8Block;
-    decode_q8_block<FirstMomentCode>(state.exp_avg_q8 + b, state.exp_avg_scale[block], m, n);
-    decode_q8_block<SecondMomentCode>(state.exp_avg_sq_q8 + b, state.exp_avg_sq_scale[block], v, n);
+    decode_q8_block<FirstMomentCode, Lanes>(state.exp_avg_q8 + b, state.exp_avg_scale[block], m, n);
+    decode_q8_block<SecondMomentCode, Lanes>(state.exp_avg_sq_q8 + b, state.exp_avg_sq_scale[block], v, n);
     s.moment_index_base = b;
     adamw_range<V, kForm, MomentForm::kBuffered>(s, src, k, b, b + n);
-    encode_q8_block<FirstMomentCode>(m, n, state.exp_avg_q8 + b, state.exp_avg_scale + block);
-    encode_q8_block<SecondMomentCode>(v, n, state.exp_avg_sq_q8 + b, state.exp_avg_sq_scale + block);
+    encode_q8_block<FirstMomentCode, Lanes>(m, n, state.exp_avg_q8 + b, state.exp_avg_scale + block);
+    encode_q8_block<SecondMomentCode, Lanes>(v, n, state.exp_avg_sq_q8 + b, state.exp_avg_sq_scale + block);
   }
 }
 
