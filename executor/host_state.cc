@@ -73,8 +73,9 @@ void HostState::allocate_q8_scales(Backend& backend, const UnitLayout& layout, U
     s.q8_scale_offset.push_back(held ? blocks : -1);
     if (held) blocks += kernels::q8_blocks(e - b);
   }
-  s.m_scale = backend.alloc_host(std::max<int64_t>(blocks, 1) * 4, false);
-  s.v_scale = backend.alloc_host(std::max<int64_t>(blocks, 1) * 4, false);
+  if (blocks == 0) return;  // nothing held (an empty unit)
+  s.m_scale = backend.alloc_host(blocks * 4, false);
+  s.v_scale = backend.alloc_host(blocks * 4, false);
   host_bytes_ += 8 * blocks;
 }
 

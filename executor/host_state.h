@@ -98,7 +98,7 @@ class HostState {
   std::span<const float> master_values(int u, std::vector<float>& out) const;
   bool split_master() const { return options_.split_master; }
   // AdamW's first (which 0) or second (1) moment of the elements of unit u this node holds, in fp32
-  // (the held buffer itself unless bf16; bf16 ones widened, exactly, into `out`).
+  // (the held buffer itself when fp32; bf16 ones widened, exactly, and 8-bit ones decoded into `out`).
   std::span<const float> moment_values(int u, int which, std::vector<float>& out) const;
   // Sets them from fp32 values in UnitState::local order (bf16 ones rounded to nearest: exact for
   // values a bf16 run wrote).
@@ -113,6 +113,8 @@ class HostState {
     if (options_.moments != OptimizerStates::k8bit) return fn(begin, end, st);
     const UnitState& s = unit(u);
     for (size_t k = q8_segment_at(s, begin); k + 1 < s.q8_bounds.size() && s.q8_bounds[k] < end; ++k) {
+      SLIDEDP_CHECK(s.q8_bounds[k + 1] <= end && s.q8_scale_offset[k] >= 0,
+                    "8-bit moments: an update range ends on a segment boundary, inside what this node holds");
       kernels::AdamwState piece = st;
       piece.exp_avg_scale = s.m_scale_f32() + s.q8_scale_offset[k];
       piece.exp_avg_sq_scale = s.v_scale_f32() + s.q8_scale_offset[k];

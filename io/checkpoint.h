@@ -41,8 +41,9 @@ struct TrainerState {
                                      // resumed run continues the same schedule
   DataCursor data_cursor;            // where the next step's data starts
   std::vector<uint64_t> rng_state;   // any generator words (dropout, sampling), restored verbatim
-  // How the run held AdamW's moments ("fp32" or "bf16"; the files hold them in fp32 either way, bf16
-  // ones widened exactly). Written only when not fp32, so older readers take the other checkpoints.
+  // How the run held AdamW's moments ("fp32", "bf16" or "8bit"; the files hold them in fp32 either way,
+  // bf16 ones widened exactly, 8-bit ones decoded). Written only when not fp32, so older readers take
+  // the other checkpoints.
   OptimizerStates optimizer_states = OptimizerStates::kFp32;
   std::string metadata_json = "{}";  // any JSON value (plan, hardware, run configuration); stored as
                                      // JSON and returned compact with key order kept

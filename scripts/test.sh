@@ -15,7 +15,11 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 jobs="${SLIDEDP_TEST_JOBS:-2}"
+# Each phase's start, so a CI log shows where its minutes go (the 40-minute budget).
+phase() { echo "== $1 ($(date -u +%H:%M:%S)) =="; }
+phase "dependencies"
 "$root/scripts/install_deps.sh"
+phase "build"
 # -O2 without -g: the tests print the file and line of a failed check themselves, and debug info
 # costs compile time that CI's 30 minutes need
 "$root/scripts/build.sh" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG"
@@ -24,13 +28,14 @@ build="${SLIDEDP_BUILD_DIR:-$root/build}"
 # here, its verdict the script's exit status once every test has run.
 style_status=0
 if [ "${SLIDEDP_STYLE:-1}" = "1" ]; then
-  echo "== style checks on the changed files =="
+  phase "style checks on the changed files"
   SLIDEDP_BUILD_DIR="$build" "$root/scripts/style_check.sh" || style_status=1
 fi
+phase "tests"
 ctest --test-dir "$build" -j "$jobs" --output-on-failure "$@"
 
 if [ "${SLIDEDP_TSAN:-1}" = "1" ]; then
-  echo "== executor pipeline tests under ThreadSanitizer =="
+  phase "executor pipeline tests under ThreadSanitizer"
   tsan="$root/build-tsan"
   SLIDEDP_BUILD_DIR="$tsan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
     -DSLIDEDP_SANITIZE=thread -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_MODULES="common;model;kernels;io;runlog;executor" \
@@ -40,7 +45,7 @@ if [ "${SLIDEDP_TSAN:-1}" = "1" ]; then
 fi
 
 if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
-  echo "== parsers, run log, kernels, faults and resume under AddressSanitizer + UndefinedBehaviorSanitizer =="
+  phase "parsers, run log, kernels, faults and resume under AddressSanitizer + UndefinedBehaviorSanitizer"
   asan="$root/build-asan"
   targets=(test_io test_text test_model_vocabulary test_run_log test_cli_main test_thread_pool test_lr_schedule test_kernels_optim
            test_kernels_transformer_ops test_kernels_transformer_units test_kernels_transformer_moe
@@ -55,6 +60,7 @@ if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
   ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
     ctest --test-dir "$asan" -j "$jobs" --output-on-failure -R "$("$root/scripts/built_tests.py" "$asan")"
 fi
+phase "done"
 if [ "$style_status" != 0 ]; then
   echo "test.sh: the style checks failed (see '== style checks' above)"
   exit 1

@@ -200,7 +200,8 @@ void decode_q8_block(const uint8_t* codes, float scale, float* out, int64_t n) {
 
 // One block's n values to codes and their scale, the largest magnitude (compared as fp32 patterns,
 // which order non-negative floats; a NaN gives a NaN scale). A scale too small for its reciprocal to
-// be finite divides instead; a block of zeros has scale 0 and zero codes.
+// be finite divides instead; a block of zeros has scale 0 and zero codes. A non-finite value spoils its
+// whole block (an Inf scale decodes every code as NaN): the run's gradient check is what stops it.
 template <class Code, class L = ScalarLanes>
 void encode_q8_block(const float* in, int64_t n, uint8_t* codes, float* scale) {
   typename L::U top_lanes = L::splat(0u);
