@@ -104,6 +104,13 @@ constexpr double kDeepSpeedAdamVsOurs = 0.6;
 // unfused path on a 56-core Sapphire Rapids (pytorch/pytorch PR #123074), where DeepSpeed's CPU-Adam
 // was 5.5-5.7x torch's unfused Adam (ZeRO-Offload Table 4): about 0.93 of DeepSpeed's.
 constexpr double kTorchFusedAdamwVsDeepSpeed = 0.93;
+// SlideDP's AdamW over a split master with lossy moments against the same kernel with fp32 moments,
+// both compute-bound (262,144 elements, in cache; one thread): bf16 moments (stochastic rounding: a
+// hash per element) 0.54, 8-bit moments (decode and encode per block) 0.34. Measured on this project's
+// development VM (AMD EPYC guest, AVX2), results/kernels/README.md ("Lossy moments"). Where memory
+// binds, the step model charges the bytes besides; a profile or preset may state measured tables.
+constexpr double kBf16MomentsVsOurs = 0.54;
+constexpr double k8bitMomentsVsOurs = 0.34;
 
 std::vector<RatePoint> scaled(std::vector<RatePoint> t, double f) {
   for (RatePoint& p : t) p.rate *= f;
@@ -122,6 +129,20 @@ std::vector<RatePoint> CpuSpec::optimizer_rates(CpuOptimizer which) const {
     case CpuOptimizer::kTorch:
       if (!torch_adamw_params_per_s.empty()) return torch_adamw_params_per_s;
       return scaled(optimizer_rates(CpuOptimizer::kDeepSpeed), kTorchFusedAdamwVsDeepSpeed);
+  }
+  return adamw_params_per_s;
+}
+
+std::vector<RatePoint> CpuSpec::slidedp_rates(OptimizerStates moments) const {
+  switch (moments) {
+    case OptimizerStates::kFp32:
+      return adamw_params_per_s;
+    case OptimizerStates::kBf16:
+      return !adamw_bf16_moments_params_per_s.empty() ? adamw_bf16_moments_params_per_s
+                                                      : scaled(adamw_params_per_s, kBf16MomentsVsOurs);
+    case OptimizerStates::k8bit:
+      return !adamw_8bit_moments_params_per_s.empty() ? adamw_8bit_moments_params_per_s
+                                                      : scaled(adamw_params_per_s, k8bitMomentsVsOurs);
   }
   return adamw_params_per_s;
 }
@@ -228,6 +249,10 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
     hw.cpu.deepspeed_adam_params_per_s = read_rate_table(c, "deepspeed_adam_params_per_s", "params/s", 1.0);
   if (c.has("torch_adamw_params_per_s"))
     hw.cpu.torch_adamw_params_per_s = read_rate_table(c, "torch_adamw_params_per_s", "params/s", 1.0);
+  if (c.has("adamw_bf16_moments_params_per_s"))
+    hw.cpu.adamw_bf16_moments_params_per_s = read_rate_table(c, "adamw_bf16_moments_params_per_s", "params/s", 1.0);
+  if (c.has("adamw_8bit_moments_params_per_s"))
+    hw.cpu.adamw_8bit_moments_params_per_s = read_rate_table(c, "adamw_8bit_moments_params_per_s", "params/s", 1.0);
   hw.cpu.convert_gbps_per_thread = c.number_or("convert_gbps_per_thread", 10.0, 1e-3, kMaxGbps, "GB/s");
   c.done();
 
@@ -338,6 +363,14 @@ std::string hardware_to_yaml(const Hardware& hw) {
   if (!hw.cpu.torch_adamw_params_per_s.empty()) {
     e << YAML::Key << "torch_adamw_params_per_s" << YAML::Value;
     emit_rate_table(e, hw.cpu.torch_adamw_params_per_s);
+  }
+  if (!hw.cpu.adamw_bf16_moments_params_per_s.empty()) {
+    e << YAML::Key << "adamw_bf16_moments_params_per_s" << YAML::Value;
+    emit_rate_table(e, hw.cpu.adamw_bf16_moments_params_per_s);
+  }
+  if (!hw.cpu.adamw_8bit_moments_params_per_s.empty()) {
+    e << YAML::Key << "adamw_8bit_moments_params_per_s" << YAML::Value;
+    emit_rate_table(e, hw.cpu.adamw_8bit_moments_params_per_s);
   }
   e << YAML::Key << "convert_gbps_per_thread" << YAML::Value << hw.cpu.convert_gbps_per_thread;
   e << YAML::EndMap;

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "model/optimizer_states.h"
 #include "model/unit_layout.h"
 
 namespace slidedp {
@@ -96,11 +97,18 @@ struct CpuSpec {
   // offload). Empty in the file: derived from adamw_params_per_s (cpu_optimizer_rates, hardware.cc).
   std::vector<RatePoint> deepspeed_adam_params_per_s;
   std::vector<RatePoint> torch_adamw_params_per_s;
+  // SlideDP's kernel with lossy moments (more arithmetic per parameter: rounding, or decoding and
+  // encoding blocks), parameters per second by threads. Empty in the file: ours times the ratio
+  // measured at a cache-resident size (kBf16MomentsVsOurs, k8bitMomentsVsOurs, hardware.cc).
+  std::vector<RatePoint> adamw_bf16_moments_params_per_s;
+  std::vector<RatePoint> adamw_8bit_moments_params_per_s;
   // Rate at `threads` (interpolated; flat beyond the table's last point). Aborts on an empty table.
   static double interpolate(const std::vector<RatePoint>& table, double threads);
   // The rate table of `which`: the file's, or for DeepSpeed's and torch's when the file has none, ours
   // times the ratio the published comparisons give (kDeepSpeedAdamVsOurs, hardware.cc).
   std::vector<RatePoint> optimizer_rates(CpuOptimizer which) const;
+  // SlideDP's rate table for its moments' format.
+  std::vector<RatePoint> slidedp_rates(OptimizerStates moments) const;
 };
 
 // Measured compute time of one unit kind for one model (from slidedp-profile):

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "model/model_costs.h"
+#include "model/optimizer_states.h"
 
 namespace slidedp {
 
@@ -16,15 +17,6 @@ enum class ParamRoute { kReplicated, kSharded };  // every rank DMAs the unit | 
 enum class GradRoute { kCpu, kGpu };  // per-rank host slots summed by CPU | reduce-scatter on GPU
 // Where the authoritative host state lives across nodes: whole on every node, or 1/M on each.
 enum class HostState { kReplicated, kSharded };
-// How the host holds AdamW's moments m and v: fp32 (8 bytes per parameter), bf16 rounded
-// stochastically (4), or 8-bit codes with an fp32 scale per block of 256 (2.03125,
-// kernels/cpu/optim/moment_codes.h). The last two are lossy: the planner picks them only where the
-// user allows it.
-enum class OptimizerStates { kFp32, kBf16, k8bit };
-const char* optimizer_states_name(OptimizerStates s);  // "fp32" | "bf16" | "8bit"
-OptimizerStates parse_optimizer_states(const std::string& s, const std::string& where);
-// Host bytes of m and v together per parameter; the update reads and writes each once.
-double moment_bytes_per_param(OptimizerStates s);
 const char* param_route_name(ParamRoute r);
 const char* host_state_name(HostState s);
 const char* grad_route_name(GradRoute r);

@@ -285,7 +285,9 @@ StepWork build_step_work(const Workload& w, const Hardware& hw, const Plan& plan
     // rank's share of the cores.
     c.update_threads = std::max(1.0, std::floor(static_cast<double>(hw.cpu.cores) / N));
   }
-  const std::vector<RatePoint> optimizer_rates = hw.cpu.optimizer_rates(sw.traits.cpu_optimizer);
+  const std::vector<RatePoint> optimizer_rates = sw.traits.cpu_optimizer == CpuOptimizer::kSlideDP
+                                                     ? hw.cpu.slidedp_rates(p.optimizer_states)
+                                                     : hw.cpu.optimizer_rates(sw.traits.cpu_optimizer);
   c.adamw_params_per_thread_s = CpuSpec::interpolate(optimizer_rates, c.update_threads) / c.update_threads;
   c.reduce_Bps_per_thread = CpuSpec::interpolate(hw.cpu.reduce_gbps, c.update_threads) * 1e9 / c.update_threads;
   c.convert_Bps_per_thread = hw.cpu.convert_gbps_per_thread * 1e9;
