@@ -105,12 +105,12 @@ constexpr double kDeepSpeedAdamVsOurs = 0.6;
 // was 5.5-5.7x torch's unfused Adam (ZeRO-Offload Table 4): about 0.93 of DeepSpeed's.
 constexpr double kTorchFusedAdamwVsDeepSpeed = 0.93;
 // SlideDP's AdamW over a split master with lossy moments against the same kernel with fp32 moments,
-// both compute-bound (262,144 elements, in cache; one thread): bf16 moments (stochastic rounding: a
-// hash per element) 0.54, 8-bit moments (decode and encode per block) 0.34. Measured on this project's
+// both compute-bound (262,144 elements, in cache; one thread; split master both): bf16 moments (stochastic rounding: a
+// hash per element) 0.55, 8-bit moments (decode and encode per block) 0.35. Measured on this project's
 // development VM (AMD EPYC guest, AVX2), results/kernels/README.md ("Lossy moments"). Where memory
 // binds, the step model charges the bytes besides; a profile or preset may state measured tables.
-constexpr double kBf16MomentsVsOurs = 0.54;
-constexpr double k8bitMomentsVsOurs = 0.34;
+constexpr double kBf16MomentsVsOurs = 0.55;
+constexpr double k8bitMomentsVsOurs = 0.35;
 
 std::vector<RatePoint> scaled(std::vector<RatePoint> t, double f) {
   for (RatePoint& p : t) p.rate *= f;
