@@ -72,6 +72,17 @@ class StepPermits {
   bool finished_ = false;
 };
 
+}  // namespace
+
+void validate_multi_node_plan(const Plan& plan) {
+  if (plan.nodes > 1 && plan.grad_route == GradRoute::kGpu && plan.host_state != slidedp::HostState::kSharded)
+    throw InputError("plan: host_state",
+                     "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
+                     "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: cpu)");
+}
+
+namespace {
+
 void validate(const TrainOptions& o, const ModelLayout& layout) {
   const int L = static_cast<int>(o.card.num_layers);
   o.plan.validate(L, "plan");
@@ -82,10 +93,7 @@ void validate(const TrainOptions& o, const ModelLayout& layout) {
                                                   o.plan.nodes, o.plan.nodes));
     if (o.system != System::kSlideDP)
       throw InputError("--system", "multi-node runs are SlideDP's placement (the baselines are single-node)");
-    if (o.plan.grad_route == GradRoute::kGpu && o.plan.host_state != slidedp::HostState::kSharded)
-      throw InputError("plan: host_state",
-                       "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
-                       "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: cpu)");
+    validate_multi_node_plan(o.plan);
     if (o.emulate) throw InputError("--emulate", "pacing is single-node");
   }
   if (o.card.tie_word_embeddings && o.plan.gpu_buffer_depth < 2)

@@ -178,4 +178,8 @@ std::vector<TimelineSpan> timeline_spans(const std::vector<MeasuredSpan>& spans)
 // Runs training. on_step is called on the calling thread after every step (progress, logging).
 TrainResult train(const TrainOptions& options, const std::function<void(const TrainStep&)>& on_step = {});
 
+// The plan rules of a run across nodes that need no process to check (train() checks them too):
+// slidedp-run refuses such a plan before it writes anything, on every node alike.
+void validate_multi_node_plan(const Plan& plan);
+
 }  // namespace slidedp::exec

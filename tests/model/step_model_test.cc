@@ -173,6 +173,30 @@ TEST(StepModel, ShardedRouteDividesHostReadsByRanks) {
             predict_analytical(w, hw, rep).busy_s.at(resource::kHostMem));
 }
 
+// The update's thread rate by moment format: the profile's own table where it states one, else the
+// fp32 rate times the compute-bound ratio (0.55 bf16, 0.35 8-bit; hardware.cc); the bytes per parameter
+// charged to host memory fall by 8 and 12 - 16/256 (adamw.h). The baselines keep fp32 whatever the plan.
+TEST(StepModel, LossyMomentsChargeTheirOwnRateAndBytes) {
+  const Workload w = make_workload(model_preset("qwen3-14b"), 4096);
+  Hardware hw = hardware_preset("h100-sxm-x4");
+  Plan fp32;
+  fp32.ranks = 4;
+  Plan bf16 = fp32, q8 = fp32;
+  bf16.optimizer_states = OptimizerStates::kBf16;
+  q8.optimizer_states = OptimizerStates::k8bit;
+  const StepWork a = build_step_work(w, hw, fp32, System::kSlideDP), b = build_step_work(w, hw, bf16, System::kSlideDP),
+                 c = build_step_work(w, hw, q8, System::kSlideDP);
+  EXPECT_NEAR(b.cap.adamw_params_per_thread_s, 0.55 * a.cap.adamw_params_per_thread_s, 1e-9 * a.cap.adamw_params_per_thread_s);
+  EXPECT_NEAR(c.cap.adamw_params_per_thread_s, 0.35 * a.cap.adamw_params_per_thread_s, 1e-9 * a.cap.adamw_params_per_thread_s);
+  EXPECT_DOUBLE_EQ(a.traits.adamw_host_bytes_per_param - b.traits.adamw_host_bytes_per_param, 8.0);
+  EXPECT_DOUBLE_EQ(a.traits.adamw_host_bytes_per_param - c.traits.adamw_host_bytes_per_param, 12.0 - 16.0 / 256);
+  hw.cpu.adamw_8bit_moments_params_per_s = {{1, 1e8}};  // a profile's own table wins
+  const StepWork d = build_step_work(w, hw, q8, System::kSlideDP);
+  EXPECT_DOUBLE_EQ(d.cap.adamw_params_per_thread_s * d.cap.update_threads, 1e8);  // the table is flat past 1 thread
+  const StepWork z = build_step_work(w, hw, q8, System::kZeroOffload);
+  EXPECT_EQ(z.cap.adamw_params_per_thread_s, build_step_work(w, hw, fp32, System::kZeroOffload).cap.adamw_params_per_thread_s);
+}
+
 // What one rank's gradients put on each link, from first principles, per parameter n of a unit: the
 // cpu route sends the bf16 gradient (2n) over the link; the gpu route puts (N-1)/N of the bf16 bytes
 // on the fabric and sends its 1/N shard of the sum in the executor's dtype: fp32 for SlideDP (the
