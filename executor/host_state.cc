@@ -7,10 +7,10 @@
 #include "common/bf16.h"
 #include "common/error.h"
 #include "common/split_master.h"
-#include "model/q8_segments.h"
 #include "kernels/cpu/optim/bf16_convert.h"
 #include "kernels/cpu/optim/q8_moments.h"
 #include "kernels/cpu/optim/stochastic_rounding.h"
+#include "model/q8_segments.h"
 
 namespace slidedp::exec {
 
@@ -81,9 +81,11 @@ void HostState::allocate_q8_scales(Backend& backend, const UnitLayout& layout, U
 
 size_t HostState::q8_segment_at(const UnitState& s, int64_t begin) {
   const auto it = std::lower_bound(s.q8_bounds.begin(), s.q8_bounds.end(), begin);
-  SLIDEDP_CHECK(it != s.q8_bounds.end() && *it == begin, "8-bit moments: an update range starts on a segment boundary");
+  SLIDEDP_CHECK(it != s.q8_bounds.end() && *it == begin,
+                "8-bit moments: an update range starts on a segment boundary");
   const auto k = static_cast<size_t>(it - s.q8_bounds.begin());
-  SLIDEDP_CHECK(k + 1 == s.q8_bounds.size() || s.q8_scale_offset[k] >= 0, "8-bit moments: a segment this node holds");
+  SLIDEDP_CHECK(k + 1 == s.q8_bounds.size() || s.q8_scale_offset[k] >= 0,
+                "8-bit moments: a segment this node holds");
   return k;
 }
 
@@ -220,8 +222,8 @@ void HostState::set_moment_values(int u, int which, std::span<const float> value
     float* scales = which == 0 ? s.m_scale_f32() : s.v_scale_f32();
     const auto moment = which == 0 ? kernels::Moment::kFirst : kernels::Moment::kSecond;
     for_each_held_segment(s, [&](int64_t sb, int64_t se, int64_t scale_offset) {
-      kernels::q8_encode(moment, values.data() + s.local(sb), se - sb, reinterpret_cast<uint8_t*>(b.ptr) + s.local(sb),
-                         scales + scale_offset);
+      kernels::q8_encode(moment, values.data() + s.local(sb), se - sb,
+                         reinterpret_cast<uint8_t*>(b.ptr) + s.local(sb), scales + scale_offset);
     });
   }
 }

@@ -26,7 +26,8 @@ struct UnitState {
   int64_t chunk_numel = 0;
   // master, m, v and the accumulator hold this node's shard of every chunk, chunk after chunk (the
   // whole unit unless the state is sharded across nodes); the mirror is always whole.
-  HostBuffer master, exp_avg, exp_avg_sq;  // fp32 (master empty when split; m and v bf16 or 8-bit when so held)
+  HostBuffer master, exp_avg,
+      exp_avg_sq;  // fp32 (master empty when split; m and v bf16 or 8-bit when so held)
   // 8-bit moments: the unit's segment boundaries (model/q8_segments.h), per segment where its blocks'
   // scales start in m_scale and v_scale (-1: a segment this node does not hold), and the scales.
   std::vector<int64_t> q8_bounds, q8_scale_offset;

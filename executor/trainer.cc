@@ -76,9 +76,11 @@ class StepPermits {
 
 void validate_multi_node_plan(const Plan& plan) {
   if (plan.nodes > 1 && plan.grad_route == GradRoute::kGpu && plan.host_state != slidedp::HostState::kSharded)
-    throw InputError("plan: host_state",
-                     "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
-                     "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: cpu)");
+    throw InputError(
+        "plan: host_state",
+        "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
+        "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: "
+        "cpu)");
 }
 
 namespace {
@@ -242,10 +244,11 @@ bool use_split_master(const TrainOptions& o) {
   if (o.plan.optimizer_states != OptimizerStates::kFp32) {
     // Lossy: not where the run promises exact numbers, nor for a baseline, whose system holds fp32.
     const char* name = optimizer_states_name(o.plan.optimizer_states);
-    if (o.exact_fp32) throw InputError("--optimizer-states", fmt::format("{} is lossy: not with --exact", name));
+    if (o.exact_fp32)
+      throw InputError("--optimizer-states", fmt::format("{} is lossy: not with --exact", name));
     if (o.system != System::kSlideDP)
-      throw InputError("--optimizer-states", fmt::format("{}: not with --system {} (its moments are fp32)", name,
-                                                         system_name(o.system)));
+      throw InputError("--optimizer-states", fmt::format("{}: not with --system {} (its moments are fp32)",
+                                                         name, system_name(o.system)));
   }
   return o.master == MasterStorage::kSplit || (o.master == MasterStorage::kAuto && can);
 }

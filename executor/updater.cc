@@ -524,9 +524,10 @@ void Updater::update_input(Job& job, const GradInput& in) {
     }
     // Pieces are offsets into the chunk (the slots and the state pointers start at element b).
     by_decay(job.unit, b, b + n, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
-      state_.for_each_update_piece(job.unit, b, st, pb, pe, [&](int64_t qb, int64_t qe, const kernels::AdamwState& qs) {
-        kernels::reduce_adamw_update(pool_, qs, slots, ph, qb - b, qe - b);
-      });
+      state_.for_each_update_piece(job.unit, b, st, pb, pe,
+                                   [&](int64_t qb, int64_t qe, const kernels::AdamwState& qs) {
+                                     kernels::reduce_adamw_update(pool_, qs, slots, ph, qb - b, qe - b);
+                                   });
     });
   };
   if (in.dtype == DType::kBF16) run(bf16_bits{});
@@ -779,9 +780,10 @@ void Updater::verify_pass(int64_t step) {
       kernels::AdamwState st = state_.adamw_state(u, ob);
       state_.set_rounding_seeds(st, u, h.step);
       by_decay(u, ob, oe, h, [&](int64_t pb, int64_t pe, const kernels::AdamwHyper& ph) {
-        state_.for_each_update_piece(u, ob, st, pb, pe, [&](int64_t qb, int64_t qe, const kernels::AdamwState& qs) {
-          kernels::adamw_update(pool_, qs, s.accum_f32() + s.local(ob), ph, qb - ob, qe - ob);
-        });
+        state_.for_each_update_piece(
+            u, ob, st, pb, pe, [&](int64_t qb, int64_t qe, const kernels::AdamwState& qs) {
+              kernels::adamw_update(pool_, qs, s.accum_f32() + s.local(ob), ph, qb - ob, qe - ob);
+            });
       });
       state_.write_fp32_mirror(u, ob, oe - ob);
       hold_paced(flow);

@@ -105,9 +105,9 @@ constexpr double kDeepSpeedAdamVsOurs = 0.6;
 // was 5.5-5.7x torch's unfused Adam (ZeRO-Offload Table 4): about 0.93 of DeepSpeed's.
 constexpr double kTorchFusedAdamwVsDeepSpeed = 0.93;
 // SlideDP's AdamW over a split master with lossy moments against the same kernel with fp32 moments,
-// both compute-bound (262,144 elements, in cache; one thread; split master both): bf16 moments (stochastic rounding: a
-// hash per element) 0.55, 8-bit moments (decode and encode per block) 0.35. Measured on this project's
-// development VM (AMD EPYC guest, AVX2), results/kernels/README.md ("Lossy moments"). Where memory
+// both compute-bound (262,144 elements, in cache; one thread; split master both): bf16 moments (stochastic
+// rounding: a hash per element) 0.55, 8-bit moments (decode and encode per block) 0.35. Measured on this
+// project's development VM (AMD EPYC guest, AVX2), results/kernels/README.md ("Lossy moments"). Where memory
 // binds, the step model charges the bytes besides; a profile or preset may state measured tables.
 constexpr double kBf16MomentsVsOurs = 0.55;
 constexpr double k8bitMomentsVsOurs = 0.35;
@@ -250,9 +250,11 @@ Hardware hardware_from_yaml(const std::string& yaml_text, const std::string& ori
   if (c.has("torch_adamw_params_per_s"))
     hw.cpu.torch_adamw_params_per_s = read_rate_table(c, "torch_adamw_params_per_s", "params/s", 1.0);
   if (c.has("adamw_bf16_moments_params_per_s"))
-    hw.cpu.adamw_bf16_moments_params_per_s = read_rate_table(c, "adamw_bf16_moments_params_per_s", "params/s", 1.0);
+    hw.cpu.adamw_bf16_moments_params_per_s =
+        read_rate_table(c, "adamw_bf16_moments_params_per_s", "params/s", 1.0);
   if (c.has("adamw_8bit_moments_params_per_s"))
-    hw.cpu.adamw_8bit_moments_params_per_s = read_rate_table(c, "adamw_8bit_moments_params_per_s", "params/s", 1.0);
+    hw.cpu.adamw_8bit_moments_params_per_s =
+        read_rate_table(c, "adamw_8bit_moments_params_per_s", "params/s", 1.0);
   hw.cpu.convert_gbps_per_thread = c.number_or("convert_gbps_per_thread", 10.0, 1e-3, kMaxGbps, "GB/s");
   c.done();
 

@@ -413,8 +413,9 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
     items.push_back({"fp32 master weights" + shard, own * 4});
   if (spec.moments == OptimizerStates::k8bit) {
     // A byte per element each and two fp32 scales per block (blocks start anew at every segment).
-    const double blocks = std::ceil(static_cast<double>(q8_model_blocks(layout, plan.chunk_numel, plan.nodes * plan.ranks)) /
-                                    (sharded ? M : 1.0));
+    const double blocks =
+        std::ceil(static_cast<double>(q8_model_blocks(layout, plan.chunk_numel, plan.nodes * plan.ranks)) /
+                  (sharded ? M : 1.0));
     items.push_back({"8-bit AdamW m and v with their block scales" + shard, own * 2 + blocks * 8});
   } else {
     items.push_back({fmt::format("{} AdamW m and v", optimizer_states_name(spec.moments)) + shard,

@@ -8,9 +8,12 @@ namespace slidedp {
 
 const char* optimizer_states_name(OptimizerStates s) {
   switch (s) {
-    case OptimizerStates::kFp32: return "fp32";
-    case OptimizerStates::kBf16: return "bf16";
-    case OptimizerStates::k8bit: return "8bit";
+    case OptimizerStates::kFp32:
+      return "fp32";
+    case OptimizerStates::kBf16:
+      return "bf16";
+    case OptimizerStates::k8bit:
+      return "8bit";
   }
   return "?";
 }
@@ -23,9 +26,12 @@ OptimizerStates parse_optimizer_states(const std::string& s, const std::string& 
 
 double moment_bytes_per_param(OptimizerStates s) {
   switch (s) {
-    case OptimizerStates::kFp32: return 8.0;
-    case OptimizerStates::kBf16: return 4.0;
-    case OptimizerStates::k8bit: return 2.0 + 2.0 * 4.0 / static_cast<double>(kQ8Block);  // a byte each, two fp32 scales per block
+    case OptimizerStates::kFp32:
+      return 8.0;
+    case OptimizerStates::kBf16:
+      return 4.0;
+    case OptimizerStates::k8bit:
+      return 2.0 + 2.0 * 4.0 / static_cast<double>(kQ8Block);  // a byte each, two fp32 scales per block
   }
   return 8.0;
 }

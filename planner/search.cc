@@ -713,19 +713,21 @@ SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpe
     if (!chosen) {
       why = format == OptimizerStates::kFp32
                 ? ""
-                : fmt::format("AdamW's moments in {} (allowed): no plan with more exact moments fits ({})", name, misses);
+                : fmt::format("AdamW's moments in {} (allowed): no plan with more exact moments fits ({})",
+                              name, misses);
       chosen = std::move(found);
       continue;
     }
     const double gain = 1.0 - found->best().final_score() / chosen->best().final_score();
     const char* held = optimizer_states_name(chosen->best().plan.optimizer_states);
     if (gain >= kLossyStatesMinGain) {
-      why = fmt::format("AdamW's moments in {} (allowed): {:.1f}% less time per token than the best plan with {} moments",
-                        name, 100 * gain, held);
+      why = fmt::format(
+          "AdamW's moments in {} (allowed): {:.1f}% less time per token than the best plan with {} moments",
+          name, 100 * gain, held);
       chosen = std::move(found);
     } else if (why.empty() || chosen->best().plan.optimizer_states == OptimizerStates::kFp32) {
-      why += fmt::format("{}{} (allowed) would gain {:.1f}%", why.empty() ? fmt::format("AdamW's moments in {}: ", held) : ", ",
-                         name, 100 * gain);
+      why += fmt::format("{}{} (allowed) would gain {:.1f}%",
+                         why.empty() ? fmt::format("AdamW's moments in {}: ", held) : ", ", name, 100 * gain);
     }
   }
   if (chosen->best().plan.optimizer_states == OptimizerStates::kFp32)

@@ -291,8 +291,8 @@ SweepGrid read_grid(const YamlReader& g, int index, const std::string& spec_dir)
   grid.router_skew = g.number_or("router_skew", 0.0, 0.0, 10.0, "");
   if (g.has("router_skew") && !grid.expert_aware_delivery)
     throw InputError(g.where("router_skew"), "only means something with expert_delivery: routed");
-  grid.optimizer_states = parse_optimizer_states(g.text_or("optimizer_states", "fp32", {"fp32", "bf16", "8bit"}),
-                                                 g.where("optimizer_states"));
+  grid.optimizer_states = parse_optimizer_states(
+      g.text_or("optimizer_states", "fp32", {"fp32", "bf16", "8bit"}), g.where("optimizer_states"));
   grid.clip = g.boolean_or("clip", false);
   const bool baselines =
       std::any_of(grid.systems.begin(), grid.systems.end(), [](System s) { return s != System::kSlideDP; });

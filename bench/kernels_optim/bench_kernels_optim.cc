@@ -113,7 +113,7 @@ struct Workspace {
   std::unique_ptr<HostArray<uint16_t>> remainder;     // (n,) split master's low halves (with `mirror`)
   std::unique_ptr<HostArray<bf16_bits>> m16, v16;     // (n,) bf16 moments
   std::unique_ptr<HostArray<uint8_t>> m8, v8;         // (n,) 8-bit moments' codes
-  std::unique_ptr<HostArray<float>> m_scale, v_scale; // (n / 256,) their blocks' scales
+  std::unique_ptr<HostArray<float>> m_scale, v_scale;  // (n / 256,) their blocks' scales
   std::vector<const bf16_bits*> slot_ptrs;
 
   AdamwState state(bool with_mirror) const {

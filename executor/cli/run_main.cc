@@ -296,7 +296,8 @@ int run_main(int argc, char** argv) {
   o.system = parse_system(system, "--system");
   // What will run: the plan as the system overrides it (routes, chunk, activation policies).
   const Plan run_plan = plan_for_system(o.plan, o.system, o.card);
-  exec::validate_multi_node_plan(o.plan);  // before the checkpoint root is taken (node 0 alone would write it)
+  exec::validate_multi_node_plan(
+      o.plan);  // before the checkpoint root is taken (node 0 alone would write it)
   o.backend = backend;
   o.exact_fp32 = exact;
   o.master = master == "split"  ? exec::MasterStorage::kSplit

@@ -158,12 +158,13 @@ TEST(OptimizerStates, EightBitMomentsTakeSixBytesPerParameterLessPlusTheirScales
   const auto P = static_cast<int64_t>(layout.total_flat_numel);
   const int64_t blocks = q8_model_blocks(layout, o.plan.chunk_numel, o.plan.ranks);
   int64_t segments = 0;
-  for (const UnitLayout& u : layout.units) segments += static_cast<int64_t>(q8_segment_bounds(u, o.plan.chunk_numel, 2).size()) - 1;
+  for (const UnitLayout& u : layout.units)
+    segments += static_cast<int64_t>(q8_segment_bounds(u, o.plan.chunk_numel, 2).size()) - 1;
   EXPECT_GE(blocks * 256, P);
   EXPECT_LE(blocks, P / 256 + segments);
   EXPECT_EQ(fp32.host_state_bytes - q8.host_state_bytes, 6 * P - 8 * blocks);
-  const HostMemorySpec spec = host_memory_spec(layout, o.plan, o.system, o.card.tie_word_embeddings, false,
-                                               o.card.hidden_size * 4);
+  const HostMemorySpec spec =
+      host_memory_spec(layout, o.plan, o.system, o.card.tie_word_embeddings, false, o.card.hidden_size * 4);
   double total = 0;
   for (const MemoryItem& i : host_memory_items(layout, o.plan, o.seq_len, spec)) total += i.bytes;
   EXPECT_EQ(total, static_cast<double>(q8.host_allocated.total));
@@ -181,7 +182,8 @@ TEST(OptimizerStates, EightBitCheckpointsConvertOnResume) {
     return o.checkpoint_dir;
   };
   const std::string q8_dir = save(q8_tiny(1, 2), "q8");
-  EXPECT_NE(read_text_file(resolve_checkpoint_dir(q8_dir) + "/trainer_state.json").find("\"optimizer_states\": \"8bit\""),
+  EXPECT_NE(read_text_file(resolve_checkpoint_dir(q8_dir) + "/trainer_state.json")
+                .find("\"optimizer_states\": \"8bit\""),
             std::string::npos);
   for (OptimizerStates into : {OptimizerStates::kFp32, OptimizerStates::kBf16}) {
     TrainOptions o = tiny_options(2, 1, 1, 2);
@@ -189,7 +191,8 @@ TEST(OptimizerStates, EightBitCheckpointsConvertOnResume) {
     o.resume_dir = q8_dir;
     EXPECT_EQ(train(o).steps.size(), 2u);
   }
-  for (const std::string& from : {save(tiny_options(2, 1, 1, 2), "fp32"), save(bf16_states(tiny_options(2, 1, 1, 2)), "bf16"), q8_dir}) {
+  for (const std::string& from : {save(tiny_options(2, 1, 1, 2), "fp32"),
+                                  save(bf16_states(tiny_options(2, 1, 1, 2)), "bf16"), q8_dir}) {
     TrainOptions o = q8_tiny(1, 2);
     o.plan.chunk_numel = 3000;
     o.resume_dir = from;

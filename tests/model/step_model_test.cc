@@ -184,17 +184,23 @@ TEST(StepModel, LossyMomentsChargeTheirOwnRateAndBytes) {
   Plan bf16 = fp32, q8 = fp32;
   bf16.optimizer_states = OptimizerStates::kBf16;
   q8.optimizer_states = OptimizerStates::k8bit;
-  const StepWork a = build_step_work(w, hw, fp32, System::kSlideDP), b = build_step_work(w, hw, bf16, System::kSlideDP),
+  const StepWork a = build_step_work(w, hw, fp32, System::kSlideDP),
+                 b = build_step_work(w, hw, bf16, System::kSlideDP),
                  c = build_step_work(w, hw, q8, System::kSlideDP);
-  EXPECT_NEAR(b.cap.adamw_params_per_thread_s, 0.55 * a.cap.adamw_params_per_thread_s, 1e-9 * a.cap.adamw_params_per_thread_s);
-  EXPECT_NEAR(c.cap.adamw_params_per_thread_s, 0.35 * a.cap.adamw_params_per_thread_s, 1e-9 * a.cap.adamw_params_per_thread_s);
+  EXPECT_NEAR(b.cap.adamw_params_per_thread_s, 0.55 * a.cap.adamw_params_per_thread_s,
+              1e-9 * a.cap.adamw_params_per_thread_s);
+  EXPECT_NEAR(c.cap.adamw_params_per_thread_s, 0.35 * a.cap.adamw_params_per_thread_s,
+              1e-9 * a.cap.adamw_params_per_thread_s);
   EXPECT_DOUBLE_EQ(a.traits.adamw_host_bytes_per_param - b.traits.adamw_host_bytes_per_param, 8.0);
-  EXPECT_DOUBLE_EQ(a.traits.adamw_host_bytes_per_param - c.traits.adamw_host_bytes_per_param, 12.0 - 16.0 / 256);
+  EXPECT_DOUBLE_EQ(a.traits.adamw_host_bytes_per_param - c.traits.adamw_host_bytes_per_param,
+                   12.0 - 16.0 / 256);
   hw.cpu.adamw_8bit_moments_params_per_s = {{1, 1e8}};  // a profile's own table wins
   const StepWork d = build_step_work(w, hw, q8, System::kSlideDP);
-  EXPECT_DOUBLE_EQ(d.cap.adamw_params_per_thread_s * d.cap.update_threads, 1e8);  // the table is flat past 1 thread
+  EXPECT_DOUBLE_EQ(d.cap.adamw_params_per_thread_s * d.cap.update_threads,
+                   1e8);  // the table is flat past 1 thread
   const StepWork z = build_step_work(w, hw, q8, System::kZeroOffload);
-  EXPECT_EQ(z.cap.adamw_params_per_thread_s, build_step_work(w, hw, fp32, System::kZeroOffload).cap.adamw_params_per_thread_s);
+  EXPECT_EQ(z.cap.adamw_params_per_thread_s,
+            build_step_work(w, hw, fp32, System::kZeroOffload).cap.adamw_params_per_thread_s);
 }
 
 // What one rank's gradients put on each link, from first principles, per parameter n of a unit: the

@@ -34,7 +34,8 @@ SearchOptions quick() {
 TEST(LossyStates, NeverChosenUnlessAllowed) {
   const Workload w = make_workload(model_preset("qwen3-14b"), 4096);
   const SearchResult r = search_plans(w, hardware_preset("h100-sxm-x4"), small_spec(4), quick());
-  for (const Candidate& c : r.top) EXPECT_EQ(c.plan.optimizer_states, OptimizerStates::kFp32);  // neither lossy one
+  for (const Candidate& c : r.top)
+    EXPECT_EQ(c.plan.optimizer_states, OptimizerStates::kFp32);  // neither lossy one
   EXPECT_TRUE(r.optimizer_states_reason.empty());
 }
 
@@ -52,12 +53,14 @@ TEST(LossyStates, AllowedTheyWinOnlyByTheMarginOrByFitting) {
       SearchSpec one = small_spec(4);
       one.optimizer_states = f;
       const double score = search_plans(w, hw, one, quick()).best().final_score();
-      if (f == OptimizerStates::kFp32 || 1.0 - score / want_score >= kLossyStatesMinGain) want = f, want_score = score;
+      if (f == OptimizerStates::kFp32 || 1.0 - score / want_score >= kLossyStatesMinGain)
+        want = f, want_score = score;
     }
     const SearchResult r = search_plans(w, hw, allowed, quick());
     EXPECT_EQ(r.best().plan.optimizer_states, want) << r.optimizer_states_reason;
     EXPECT_EQ(r.best().final_score(), want_score);
-    EXPECT_NE(r.optimizer_states_reason.find(std::string("in ") + optimizer_states_name(want)), std::string::npos)
+    EXPECT_NE(r.optimizer_states_reason.find(std::string("in ") + optimizer_states_name(want)),
+              std::string::npos)
         << r.optimizer_states_reason;
     EXPECT_NE(explain_choice(r).find(r.optimizer_states_reason), std::string::npos);
   }

@@ -55,7 +55,8 @@ template <class GradAt>
 void adamw_elements(const AdamwState& s, const AdamwConstants& c, int64_t begin, int64_t end, GradAt grad) {
   for (int64_t i = begin; i < end; ++i) {
     if (s.exp_avg_bf16) {
-      const Moments m = adamw_core(s, grad(i), c, i, {bf16_to_float(s.exp_avg_bf16[i]), bf16_to_float(s.exp_avg_sq_bf16[i])});
+      const Moments m = adamw_core(s, grad(i), c, i,
+                                   {bf16_to_float(s.exp_avg_bf16[i]), bf16_to_float(s.exp_avg_sq_bf16[i])});
       const auto index = static_cast<uint32_t>(s.moment_index_base + i);
       s.exp_avg_bf16[i] = float_to_bf16_stochastic(m.m, rounding_noise(s.m_seed, index));
       s.exp_avg_sq_bf16[i] = float_to_bf16_stochastic(m.v, rounding_noise(s.v_seed, index));

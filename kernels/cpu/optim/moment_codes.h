@@ -59,7 +59,7 @@ struct LaneTypes<8> {
   }
   static void store_bytes(uint8_t* p, U u) {  // lanes hold 0..255
     const __m256i v = __builtin_bit_cast(__m256i, u);
-    const __m256i words = _mm256_packus_epi32(v, v);       // per 128 bits: lanes 0-3 (4-7) twice
+    const __m256i words = _mm256_packus_epi32(v, v);          // per 128 bits: lanes 0-3 (4-7) twice
     const __m256i bytes = _mm256_packus_epi16(words, words);  // per 128 bits: their bytes in the low 4
     const __m256i both = _mm256_permutevar8x32_epi32(bytes, _mm256_setr_epi32(0, 4, 0, 0, 0, 0, 0, 0));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(both));
@@ -132,7 +132,8 @@ struct MagnitudeCode {
     const U normal = (rounded >> 20) - kRebias;
     // Signed compares (AVX2 has no unsigned ones): a wrapped `normal` is negative, and its lane takes
     // the subnormal code below; `bits` and codes are below 2^31.
-    const U saturated = select<L>(L::mask(L::as_int(normal) > static_cast<int32_t>(kMaxCode)), L::splat(kMaxCode), normal);
+    const U saturated =
+        select<L>(L::mask(L::as_int(normal) > static_cast<int32_t>(kMaxCode)), L::splat(kMaxCode), normal);
     // Subnormal: multiples of 2^(-2 - bias), rounded to nearest even by the 2^23 trick (exact below
     // 2^22); clamped first so that no lane converts an out-of-range float.
     typename L::F scaled = L::from_bits(bits) * kSubnormalInverseStep;

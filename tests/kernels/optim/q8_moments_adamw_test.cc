@@ -110,12 +110,14 @@ TEST(Q8MomentCodes, EncodingIsTheNearestCodebookEntry) {
 TEST(Q8MomentCodes, DecodingThenEncodingGivesBackCodesAndScales) {
   const int64_t n = 3 * kQ8Block + 77;  // a short last block
   std::vector<float> m = random_floats(n, 11, -0.1f, 0.1f), v = random_floats(n, 12, 0.0f, 1e-3f);
-  for (int64_t i = 0; i < 40; ++i) v[static_cast<size_t>(i * 7)] = std::ldexp(1.0f, -30 - static_cast<int>(i));
+  for (int64_t i = 0; i < 40; ++i)
+    v[static_cast<size_t>(i * 7)] = std::ldexp(1.0f, -30 - static_cast<int>(i));
   std::fill(m.begin() + kQ8Block, m.begin() + 2 * kQ8Block, 0.0f);  // a zero block
   for (Moment which : {Moment::kFirst, Moment::kSecond}) {
     const std::vector<float>& x = which == Moment::kFirst ? m : v;
     std::vector<uint8_t> codes(static_cast<size_t>(n)), again(codes.size());
-    std::vector<float> scales(static_cast<size_t>(q8_blocks(n))), scales_again(scales.size()), decoded(x.size());
+    std::vector<float> scales(static_cast<size_t>(q8_blocks(n))), scales_again(scales.size()),
+        decoded(x.size());
     q8_encode(which, x.data(), n, codes.data(), scales.data());
     q8_decode(which, codes.data(), scales.data(), n, decoded.data());
     q8_encode(which, decoded.data(), n, again.data(), scales_again.data());
@@ -125,7 +127,8 @@ TEST(Q8MomentCodes, DecodingThenEncodingGivesBackCodesAndScales) {
       const auto first = x.begin() + b * kQ8Block, last = x.begin() + std::min(n, (b + 1) * kQ8Block);
       float top = 0;
       for (auto it = first; it != last; ++it) top = std::max(top, std::fabs(*it));
-      EXPECT_EQ(scales[static_cast<size_t>(b)], top) << "block " << b << ": the scale is its largest magnitude";
+      EXPECT_EQ(scales[static_cast<size_t>(b)], top)
+          << "block " << b << ": the scale is its largest magnitude";
     }
   }
 }
@@ -185,8 +188,8 @@ void expect_same(const State& a, const State& b, int64_t n) {
   EXPECT_TRUE(same_bits(a.v_scale.data(), b.v_scale.data(), q8_blocks(n))) << "v scales";
   EXPECT_TRUE(same_bits(a.mirror.data(), b.mirror.data(), n)) << "mirror";
   EXPECT_TRUE(same_bits(a.remainder.data(), b.remainder.data(), n)) << "remainder";
-  EXPECT_TRUE(b.m.guards_intact() && b.v.guards_intact() && b.mirror.guards_intact() && b.m_scale.guards_intact() &&
-              b.v_scale.guards_intact());
+  EXPECT_TRUE(b.m.guards_intact() && b.v.guards_intact() && b.mirror.guards_intact() &&
+              b.m_scale.guards_intact() && b.v_scale.guards_intact());
 }
 
 using Q8MomentsAdamwTest = LevelTest;
@@ -236,7 +239,8 @@ TEST(Q8Moments, ScalarEqualsTheNaiveBlockUpdate) {
     const int64_t lo = b * kQ8Block, hi = std::min(n, lo + kQ8Block);
     float m_top = 0, v_top = 0;
     for (int64_t i = lo; i < hi; ++i)
-      m_top = std::max(m_top, std::fabs(m[static_cast<size_t>(i)])), v_top = std::max(v_top, v[static_cast<size_t>(i)]);
+      m_top = std::max(m_top, std::fabs(m[static_cast<size_t>(i)])),
+      v_top = std::max(v_top, v[static_cast<size_t>(i)]);
     ASSERT_EQ(s.m_scale[b], m_top) << b;
     ASSERT_EQ(s.v_scale[b], v_top) << b;
     for (int64_t i = lo; i < hi; ++i) {
@@ -254,7 +258,8 @@ TEST(Q8Moments, SecondMomentDecaysAsInFp32BecauseTheScaleCarriesIt) {
   const int steps = 1000;
   std::vector<float> zero(static_cast<size_t>(n), 0.0f), p(static_cast<size_t>(n), 1.0f), p8(p);
   std::vector<float> m32(static_cast<size_t>(n), 0.0f), v32(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) v32[static_cast<size_t>(i)] = std::pow(10.0f, -4.0f * static_cast<float>(i) / n);
+  for (int64_t i = 0; i < n; ++i)
+    v32[static_cast<size_t>(i)] = std::pow(10.0f, -4.0f * static_cast<float>(i) / n);
   std::vector<uint8_t> m8(static_cast<size_t>(n)), v8(m8.size());
   float m_scale = 0, v_scale = 0;
   q8_encode(Moment::kFirst, m32.data(), n, m8.data(), &m_scale);
@@ -269,7 +274,8 @@ TEST(Q8Moments, SecondMomentDecaysAsInFp32BecauseTheScaleCarriesIt) {
     h.step = t;
     adamw_update(AdamwState{p.data(), m32.data(), v_ref.data(), nullptr}, zero.data(), h, 0, n);
     AdamwState s{p8.data(), nullptr, nullptr, nullptr};
-    s.exp_avg_q8 = m8.data(), s.exp_avg_sq_q8 = v8.data(), s.exp_avg_scale = &m_scale, s.exp_avg_sq_scale = &v_scale;
+    s.exp_avg_q8 = m8.data(), s.exp_avg_sq_q8 = v8.data(), s.exp_avg_scale = &m_scale,
+    s.exp_avg_sq_scale = &v_scale;
     adamw_update(s, zero.data(), h, 0, n);
   }
   std::vector<float> v_got(static_cast<size_t>(n));
