@@ -107,6 +107,10 @@ TEST(MultiNode, NodesTimesRanksEqualOneNodeWithAllRanksBitwise) {
       {"sharded_2x2_clip", 2, 2, "--accum 2 --host-state sharded --clip-grad-norm 0.05"},
       // A NaN in global rank 2's gradient (node 1) of step 2: every node skips that step.
       {"sharded_gpu_2x2_skip", 2, 2, "--host-state sharded --grad-route gpu --on-nonfinite skip --test-inject-nan 1:2:2 --json"},
+      // 8-bit moments: blocks are cut at every one of the nodes x ranks shards, the same 4 as one
+      // node's 4 ranks, so each node updates whole blocks of its part and the runs agree bit for bit.
+      {"sharded_gpu_2x2_8bit", 2, 2, "--host-state sharded --grad-route gpu --chunk-numel 10006 --optimizer-states 8bit"},
+      {"replicated_2x1_8bit_accum", 2, 1, "--accum 2 --optimizer-states 8bit"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
