@@ -14,7 +14,9 @@
 // Internal linkage: included by kernel files built with different target flags (kernel_table.h).
 #pragma once
 
+#if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#endif
 
 #include <cstdint>
 #include <cstring>
