@@ -49,6 +49,7 @@ def main():
     ap.add_argument("--out", default="results/optimizer-states")
     ap.add_argument("--steps", type=int, default=1000)
     ap.add_argument("--formats", default="fp32,bf16,8bit")
+    ap.add_argument("--merge", default="", help="an earlier OUT whose other formats' runs join these")
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     work = tempfile.mkdtemp(prefix="slidedp_states_")  # the token files and the card; removed at the end
@@ -78,6 +79,26 @@ def main():
     by = {}
     for step, fmt, loss, _ in runs:
         by.setdefault(fmt, {})[step] = loss
+    if args.merge:  # the formats run before, from the OUT of an earlier run (same data and commands)
+        with open(os.path.join(args.merge, "runs.csv")) as f:
+            for line in f.read().splitlines()[1:]:
+                step, fmt, loss, lr = line.split(",")
+                if fmt not in by:
+                    runs.append((int(step), fmt, float(loss), lr))
+        with open(os.path.join(args.merge, "evals.csv")) as f:
+            for line in f.read().splitlines()[1:]:
+                step, fmt, loss = line.split(",")
+                if fmt not in by:
+                    evals.append((int(step), fmt, float(loss)))
+        with open(os.path.join(args.merge, "summary.json")) as f:
+            earlier = json.load(f)
+        for fmt, v in earlier.items():
+            if fmt != "provenance" and fmt not in by:
+                summary[fmt] = {k: v[k] for k in ("final_eval_loss", "host_state_bytes") if k in v}
+                summary[fmt]["from"] = earlier.get("provenance", {}).get("git", "?")
+        by = {}
+        for step, fmt, loss, _ in runs:
+            by.setdefault(fmt, {})[step] = loss
     steps = sorted(by["fp32"])
     tail = steps[int(0.8 * len(steps)):]
     for fmt in by:
