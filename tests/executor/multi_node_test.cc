@@ -99,17 +99,21 @@ TEST(MultiNode, NodesTimesRanksEqualOneNodeWithAllRanksBitwise) {
       // the part its host state holds. Chunks of 10006 and 10007 elements split unevenly over 4 and 3
       // ranks (and 4 ranks split 10006 unlike 2 nodes would); fp32 gradients, whose sums round, so
       // that the order of addition shows.
-      {"sharded_gpu_2x2_accum_exact", 2, 2, "--accum 2 --host-state sharded --grad-route gpu --chunk-numel 10006 --exact"},
-      {"sharded_gpu_3x1_tied", 3, 1, "--host-state sharded --grad-route gpu --param-route replicated --chunk-numel 10007 TIED"},
+      {"sharded_gpu_2x2_accum_exact", 2, 2,
+       "--accum 2 --host-state sharded --grad-route gpu --chunk-numel 10006 --exact"},
+      {"sharded_gpu_3x1_tied", 3, 1,
+       "--host-state sharded --grad-route gpu --param-route replicated --chunk-numel 10007 TIED"},
       // A sharded state clips and skips too: each node's part's sum of squares, added in node order.
       // That double may differ from one node's in its last bits, which changes the clip coefficient
       // only if it straddles a rounding boundary of the fp32 it is cast to (odds about 1e-9).
       {"sharded_2x2_clip", 2, 2, "--accum 2 --host-state sharded --clip-grad-norm 0.05"},
       // A NaN in global rank 2's gradient (node 1) of step 2: every node skips that step.
-      {"sharded_gpu_2x2_skip", 2, 2, "--host-state sharded --grad-route gpu --on-nonfinite skip --test-inject-nan 1:2:2 --json"},
+      {"sharded_gpu_2x2_skip", 2, 2,
+       "--host-state sharded --grad-route gpu --on-nonfinite skip --test-inject-nan 1:2:2 --json"},
       // 8-bit moments: blocks are cut at every one of the nodes x ranks shards, the same 4 as one
       // node's 4 ranks, so each node updates whole blocks of its part and the runs agree bit for bit.
-      {"sharded_gpu_2x2_8bit", 2, 2, "--host-state sharded --grad-route gpu --chunk-numel 10006 --optimizer-states 8bit"},
+      {"sharded_gpu_2x2_8bit", 2, 2,
+       "--host-state sharded --grad-route gpu --chunk-numel 10006 --optimizer-states 8bit"},
       {"replicated_2x1_8bit_accum", 2, 1, "--accum 2 --optimizer-states 8bit"},
   };
   for (const Case& c : cases) {

@@ -68,7 +68,9 @@ void expect_trains_as_fp32_moments_do(OptimizerStates format) {
   EXPECT_FALSE(testing::bitwise_equal(fp32, other)) << "the lossy run must not be the fp32 run";
 }
 
-TEST(OptimizerStates, Bf16MomentsTrainAsFp32MomentsDo) { expect_trains_as_fp32_moments_do(OptimizerStates::kBf16); }
+TEST(OptimizerStates, Bf16MomentsTrainAsFp32MomentsDo) {
+  expect_trains_as_fp32_moments_do(OptimizerStates::kBf16);
+}
 
 TEST(OptimizerStates, Bf16MomentsTakeFourBytesPerParameterLess) {
   TrainOptions o = tiny_options(1, 1, 1, 1);
