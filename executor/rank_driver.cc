@@ -429,196 +429,204 @@ void RankDriver::loss_to_host(int parity, int64_t step, const DeviceBuffer& loss
 
 void RankDriver::micro_step(int64_t step, int a) {
   const Plan& plan = config_.plan;
-  const int64_t T = config_.seq_len;
-  const RankMemorySpec& mem = mem_;
-  const int64_t hidden = mem.decoder.hidden_bytes;
-  Device& dev = device_;
-  Stream& compute = dev.compute();
-  Stream& h2d = dev.h2d();
-  Stream& d2h = dev.d2h();
-
   if (a == 0) invalidate_parameters();
-
-  // ---- data: this rank's (B, T) inputs, targets and (packed documents) positions of micro-step a ----
-  const DeviceBatch batch =
-      upload_batch(step, [&](std::span<int32_t> in, std::span<int32_t> tg, std::span<int32_t> pos) {
-        sampler_.fill_micro_batch(step, a, global_rank(), config_.nodes * config_.ranks, B_, in, tg, pos);
-      });
-  const int parity = batch.parity;
-  const DeviceBuffer ids = batch.ids, targets = batch.targets, positions = batch.positions;
-  // Router statistics of this micro-batch (MoE): every layer's forward adds to them, backward reads them.
-  DeviceBuffer router_stats;
-  if (mem.router_stats_bytes > 0) {
-    router_stats = alloc(mem.router_stats_bytes, "router statistics");
-    dev.zero(router_stats, 0, mem.router_stats_bytes);
+  MicroStep m;
+  m.step = step;
+  m.micro = a;
+  // This rank's (B, T) inputs, targets and (packed documents) positions of micro-step a.
+  m.batch = upload_batch(step, [&](std::span<int32_t> in, std::span<int32_t> tg, std::span<int32_t> pos) {
+    sampler_.fill_micro_batch(step, a, global_rank(), config_.nodes * config_.ranks, B_, in, tg, pos);
+  });
+  if (mem_.router_stats_bytes > 0) {
+    m.router_stats = alloc(mem_.router_stats_bytes, "router statistics");
+    device_.zero(m.router_stats, 0, mem_.router_stats_bytes);
   }
   const double step_sequences = static_cast<double>(B_) * plan.accum_steps * config_.ranks * config_.nodes;
-  const double router_aux_weight = config_.router_aux_loss_coef / step_sequences;
+  m.router_aux_weight = config_.router_aux_loss_coef / step_sequences;
+  m.out.resize(static_cast<size_t>(U_));
+  m.saved.resize(static_cast<size_t>(std::max(L_, 1)));
+  m.offloaded.resize(static_cast<size_t>(std::max(L_, 1)));
 
-  // ---- forward ----
-  std::vector<DeviceBuffer> out(static_cast<size_t>(U_));  // out[u]: output of unit u (input of u+1)
-  std::vector<DeviceBuffer> saved(static_cast<size_t>(std::max(L_, 1)));
-  std::vector<EventPtr> offloaded(static_cast<size_t>(std::max(L_, 1)));
-  DeviceBuffer dy;
   for (int u = 0; u < U_; ++u) {
-    const UnitLayout& ul = layout_.units[static_cast<size_t>(u)];
-    Delivered p = acquire(step, u);
-    compute.wait(p.ready);
-    if (ul.kind == UnitKind::kEmbedding) {
-      UnitOpArgs args;
-      args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer, args.tokens = ids;
-      args.y = out[0] = alloc(hidden, "hidden state");
-      dev.forward(args);
-      mark_use(u, compute.record());
-    } else if (ul.kind == UnitKind::kDecoder) {
-      const int l = u - 1;
-      const ActivationPolicy policy = plan.layer_policy(l, L_);
-      if (l >= 2 && offloaded[static_cast<size_t>(l - 2)]) compute.wait(offloaded[static_cast<size_t>(l - 2)]);
-      UnitOpArgs args;
-      args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
-      args.x = out[static_cast<size_t>(u - 1)];
-      args.y = out[static_cast<size_t>(u)] = alloc(hidden, "hidden state");
-      args.saved = alloc(mem.layer_memory(l).saved_bytes, "saved activations");
-      args.workspace = alloc(mem.layer_memory(l).forward_workspace_bytes, "workspace");
-      args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
-      args.positions = positions;
-      dev.forward(args);
-      EventPtr done = compute.record();
-      mark_use(u, done);
-      release(args.workspace, done);
-      if (policy == ActivationPolicy::kKeep) {
-        saved[static_cast<size_t>(l)] = args.saved;
-      } else {
-        release(args.saved, done);  // recompute later from the unit input
-      }
-      if (policy == ActivationPolicy::kOffload) {
-        d2h.wait(done);
-        // The host buffer is free once the previous micro-step's prefetch of it has run.
-        d2h.wait(offload_read_[l]);
-        d2h.copy_d2h(offload_host_.at(l).ptr, args.x, 0, hidden, tag("d2h", "offload", step, u));
-        offloaded[static_cast<size_t>(l)] = d2h.record();
-        release(args.x, offloaded[static_cast<size_t>(l)]);
-        out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
-      }
-    } else {
-      // Head: final norm + lm_head + fused loss, forward and backward in one pass.
-      const double scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sampler_.step_num_targets(step)));
-      HeadCall head =
-          run_head(step, p, out[static_cast<size_t>(u - 1)], targets, scale, router_stats, router_aux_weight);
-      out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
-      // The loss (sum, count) goes to the host first, so the updater sees it before any gradient.
-      Updater* updater = &updater_;
-      loss_to_host(parity, step, head.args.loss, head.done,
-                   [updater, step, a, rank = config_.rank](double sum, double count) {
-                     updater->report_loss(step, a, rank, sum, count);
-                   });
-      EventPtr drained = send_grads(step, a, u, GradPart::kOwn, head.args.grads, state_.unit(u).numel);
-      if (config_.tied)
-        drained = send_grads(step, a, 0, GradPart::kTiedHead, head.tied_grads, state_.unit(0).numel);
-      drain_[u] = drained;
-      dy = head.args.dx;
-    }
+    const Delivered p = acquire(step, u);
+    device_.compute().wait(p.ready);
+    const UnitKind kind = layout_.units[static_cast<size_t>(u)].kind;
+    if (kind == UnitKind::kEmbedding)
+      forward_embedding(m, u, p);
+    else if (kind == UnitKind::kDecoder)
+      forward_layer(m, u, p);
+    else
+      forward_head(m, u, p);
   }
-
-  // ---- backward ----
-  std::map<int, std::pair<DeviceBuffer, EventPtr>> prefetched;  // layer -> (input, ready)
-  auto prefetch = [&](int l) {
-    if (l < 0 || plan.layer_policy(l, L_) != ActivationPolicy::kOffload || prefetched.count(l)) return;
-    DeviceBuffer x = alloc(hidden, "prefetched hidden state");
-    h2d.wait(offloaded[static_cast<size_t>(l)]);  // the forward's offload of this input has landed
-    h2d.copy_h2d(x, 0, offload_host_.at(l).ptr, hidden, tag("h2d", "prefetch", step, l + 1));
-    prefetched[l] = {x, h2d.record()};
-    offload_read_[l] = prefetched[l].second;
-  };
   const bool lookahead = backward_delivery_lookahead(plan);
   std::optional<Delivered> ahead;  // unit u-1, delivered before unit u's gradient left (lookahead)
   for (int u = L_; u >= 1; --u) {
-    const int l = u - 1;
-    const ActivationPolicy policy = plan.layer_policy(l, L_);
-    Delivered p = ahead ? *std::exchange(ahead, std::nullopt) : acquire(step, u);
-    prefetch(l);
-    prefetch(l - 1);  // two deep: the next layer's input is on its way while this one computes
-    compute.wait(p.ready);
-    UnitOpArgs args;
-    args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer;
-    args.positions = positions;  // recompute and backward
-    if (policy == ActivationPolicy::kOffload) {
-      compute.wait(prefetched[l].second);
-      args.x = prefetched[l].first;
-      prefetched.erase(l);
-    } else {
-      args.x = out[static_cast<size_t>(u - 1)];
-    }
-    if (policy == ActivationPolicy::kKeep) {
-      args.saved = saved[static_cast<size_t>(l)];
-    } else {
-      args.saved = alloc(mem.layer_memory(l).saved_bytes, "saved activations (recomputed)");
-      args.workspace = alloc(mem.layer_memory(l).forward_workspace_bytes, "workspace");
-      dev.recompute(args);
-      release(args.workspace, compute.record());
-      if (config_.refetch_for_recompute) {
-        // The recompute's forward hook released the parameters; the backward gathers them again.
-        forget(u, compute.record());
-        p = acquire(step, u);
-        compute.wait(p.ready);
-        args.params = p.buffer;
-      }
-    }
-    // Two gradient buffers: this unit's reuses the one unit u+2 drained.
-    if (drain_.count(u + 2)) compute.wait(drain_[u + 2]);
-    const int64_t numel = state_.unit(u).numel;
-    args.grads = alloc(numel * 4, "unit gradient");
-    dev.zero(args.grads, 0, numel * 4);
-    args.dy = dy;
-    args.dx = alloc(hidden, "gradient of hidden state");
-    args.workspace = alloc(mem.layer_memory(l).backward_workspace_bytes, "workspace");
-    args.router_stats = router_stats, args.router_aux_weight = router_aux_weight;
-    dev.backward(args);
-    if (step == config_.inject_throw_step && u == config_.inject_throw_unit) {
-      auto* s = &compute;
-      s->host_fn([r = config_.rank, u] {
-        throw RuntimeError(fmt::format("injected fault: rank {} failed in the backward of unit {}", r, u));
-      });
-    }
-    if (step == config_.inject_nan_step && u == config_.inject_nan_unit) {
-      // Fault injection (CPU backend tests): a NaN in this rank's gradient, written in stream order
-      // right after the backward that produced it.
-      DeviceBuffer g = args.grads;
-      compute.host_fn([g] { reinterpret_cast<float*>(g.ptr)[0] = std::numeric_limits<float>::quiet_NaN(); });
-    }
-    EventPtr done = compute.record();
-    mark_use(u, done);
-    release(args.x, done);
-    release(args.saved, done);
-    release(args.workspace, done);
-    release(dy, done);
-    out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
+    const Delivered p = ahead ? *std::exchange(ahead, std::nullopt) : acquire(step, u);
+    prefetch_input(m, u - 1);
+    prefetch_input(m, u - 2);  // two deep: the next layer's input is on its way while this one computes
+    const DeviceBuffer grads = backward_layer(m, u, p);
     if (lookahead) ahead = acquire(step, u - 1);  // its all-gather goes ahead of this reduce-scatter
-    drain_[u] = send_grads(step, a, u, GradPart::kOwn, args.grads, numel);
-    dy = args.dx;
+    drain_[u] = send_grads(step, a, u, GradPart::kOwn, grads, state_.unit(u).numel);
   }
-  // Embedding: scatter-add of the gradient into the rows of this micro-batch's tokens.
-  {
-    Delivered p = ahead ? *std::exchange(ahead, std::nullopt) : acquire(step, 0);
-    compute.wait(p.ready);
-    if (drain_.count(2)) compute.wait(drain_[2]);
-    const int64_t numel = state_.unit(0).numel;
-    UnitOpArgs args;
-    args.unit = 0, args.step = static_cast<int>(step), args.B = B_, args.T = T, args.params = p.buffer, args.tokens = ids, args.dy = dy;
-    args.grads = alloc(numel * 4, "embedding gradient");
-    dev.zero(args.grads, 0, numel * 4);
-    dev.backward(args);
-    EventPtr done = compute.record();
-    mark_use(0, done);
-    release(dy, done);
-    release(ids, done);
-    release(targets, done);
-    if (positions) release(positions, done);
-    if (router_stats.bytes > 0) release(router_stats, done);
-    drain_[0] = send_grads(step, a, 0, GradPart::kOwn, args.grads, numel);
-  }
+  backward_embedding(m, ahead ? *std::exchange(ahead, std::nullopt) : acquire(step, 0));
   drain_.clear();
   if (config_.device_optimizer && a == plan.accum_steps - 1) device_update(step);
+}
+
+void RankDriver::forward_embedding(MicroStep& m, int u, const Delivered& p) {
+  UnitOpArgs args;
+  args.unit = u, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.tokens = m.batch.ids;
+  args.y = m.out[0] = alloc(mem_.decoder.hidden_bytes, "hidden state");
+  device_.forward(args);
+  mark_use(u, device_.compute().record());
+}
+
+void RankDriver::forward_layer(MicroStep& m, int u, const Delivered& p) {
+  Stream& compute = device_.compute();
+  Stream& d2h = device_.d2h();
+  const int64_t hidden = mem_.decoder.hidden_bytes;
+  const int l = u - 1;
+  const ActivationPolicy policy = config_.plan.layer_policy(l, L_);
+  if (l >= 2 && m.offloaded[static_cast<size_t>(l - 2)]) compute.wait(m.offloaded[static_cast<size_t>(l - 2)]);
+  UnitOpArgs args;
+  args.unit = u, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.x = m.out[static_cast<size_t>(u - 1)];
+  args.y = m.out[static_cast<size_t>(u)] = alloc(hidden, "hidden state");
+  args.saved = alloc(mem_.layer_memory(l).saved_bytes, "saved activations");
+  args.workspace = alloc(mem_.layer_memory(l).forward_workspace_bytes, "workspace");
+  args.router_stats = m.router_stats, args.router_aux_weight = m.router_aux_weight;
+  args.positions = m.batch.positions;
+  device_.forward(args);
+  EventPtr done = compute.record();
+  mark_use(u, done);
+  release(args.workspace, done);
+  if (policy == ActivationPolicy::kKeep)
+    m.saved[static_cast<size_t>(l)] = args.saved;
+  else
+    release(args.saved, done);  // recompute later from the unit input
+  if (policy != ActivationPolicy::kOffload) return;
+  d2h.wait(done);
+  // The host buffer is free once the previous micro-step's prefetch of it has run.
+  d2h.wait(offload_read_[l]);
+  d2h.copy_d2h(offload_host_.at(l).ptr, args.x, 0, hidden, tag("d2h", "offload", m.step, u));
+  m.offloaded[static_cast<size_t>(l)] = d2h.record();
+  release(args.x, m.offloaded[static_cast<size_t>(l)]);
+  m.out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
+}
+
+// The head: final norm + lm_head + fused loss, forward and backward in one pass.
+void RankDriver::forward_head(MicroStep& m, int u, const Delivered& p) {
+  const int64_t step = m.step;
+  const double scale = 1.0 / static_cast<double>(std::max<int64_t>(1, sampler_.step_num_targets(step)));
+  HeadCall head = run_head(step, p, m.out[static_cast<size_t>(u - 1)], m.batch.targets, scale, m.router_stats,
+                           m.router_aux_weight);
+  m.out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
+  // The loss (sum, count) goes to the host first, so the updater sees it before any gradient.
+  Updater* updater = &updater_;
+  loss_to_host(m.batch.parity, step, head.args.loss, head.done,
+               [updater, step, a = m.micro, rank = config_.rank](double sum, double count) {
+                 updater->report_loss(step, a, rank, sum, count);
+               });
+  EventPtr drained = send_grads(step, m.micro, u, GradPart::kOwn, head.args.grads, state_.unit(u).numel);
+  if (config_.tied) drained = send_grads(step, m.micro, 0, GradPart::kTiedHead, head.tied_grads, state_.unit(0).numel);
+  drain_[u] = drained;
+  m.dy = head.args.dx;
+}
+
+void RankDriver::prefetch_input(MicroStep& m, int l) {
+  if (l < 0 || config_.plan.layer_policy(l, L_) != ActivationPolicy::kOffload || m.prefetched.count(l)) return;
+  Stream& h2d = device_.h2d();
+  const int64_t hidden = mem_.decoder.hidden_bytes;
+  DeviceBuffer x = alloc(hidden, "prefetched hidden state");
+  h2d.wait(m.offloaded[static_cast<size_t>(l)]);  // the forward's offload of this input has landed
+  h2d.copy_h2d(x, 0, offload_host_.at(l).ptr, hidden, tag("h2d", "prefetch", m.step, l + 1));
+  m.prefetched[l] = {x, h2d.record()};
+  offload_read_[l] = m.prefetched[l].second;
+}
+
+DeviceBuffer RankDriver::backward_layer(MicroStep& m, int u, Delivered p) {
+  Stream& compute = device_.compute();
+  const int64_t step = m.step;
+  const int l = u - 1;
+  const ActivationPolicy policy = config_.plan.layer_policy(l, L_);
+  compute.wait(p.ready);
+  UnitOpArgs args;
+  args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.positions = m.batch.positions;  // recompute and backward
+  if (policy == ActivationPolicy::kOffload) {
+    compute.wait(m.prefetched[l].second);
+    args.x = m.prefetched[l].first;
+    m.prefetched.erase(l);
+  } else {
+    args.x = m.out[static_cast<size_t>(u - 1)];
+  }
+  if (policy == ActivationPolicy::kKeep) {
+    args.saved = m.saved[static_cast<size_t>(l)];
+  } else {
+    args.saved = alloc(mem_.layer_memory(l).saved_bytes, "saved activations (recomputed)");
+    args.workspace = alloc(mem_.layer_memory(l).forward_workspace_bytes, "workspace");
+    device_.recompute(args);
+    release(args.workspace, compute.record());
+    if (config_.refetch_for_recompute) {
+      // The recompute's forward hook released the parameters; the backward gathers them again.
+      forget(u, compute.record());
+      p = acquire(step, u);
+      compute.wait(p.ready);
+      args.params = p.buffer;
+    }
+  }
+  // Two gradient buffers: this unit's reuses the one unit u+2 drained.
+  if (drain_.count(u + 2)) compute.wait(drain_[u + 2]);
+  const int64_t numel = state_.unit(u).numel;
+  args.grads = alloc(numel * 4, "unit gradient");
+  device_.zero(args.grads, 0, numel * 4);
+  args.dy = m.dy;
+  args.dx = alloc(mem_.decoder.hidden_bytes, "gradient of hidden state");
+  args.workspace = alloc(mem_.layer_memory(l).backward_workspace_bytes, "workspace");
+  args.router_stats = m.router_stats, args.router_aux_weight = m.router_aux_weight;
+  device_.backward(args);
+  if (step == config_.inject_throw_step && u == config_.inject_throw_unit)
+    compute.host_fn([r = config_.rank, u] {
+      throw RuntimeError(fmt::format("injected fault: rank {} failed in the backward of unit {}", r, u));
+    });
+  if (step == config_.inject_nan_step && u == config_.inject_nan_unit) {
+    // Fault injection (CPU backend tests): a NaN in this rank's gradient, written in stream order
+    // right after the backward that produced it.
+    DeviceBuffer g = args.grads;
+    compute.host_fn([g] { reinterpret_cast<float*>(g.ptr)[0] = std::numeric_limits<float>::quiet_NaN(); });
+  }
+  EventPtr done = compute.record();
+  mark_use(u, done);
+  release(args.x, done);
+  release(args.saved, done);
+  release(args.workspace, done);
+  release(m.dy, done);
+  m.out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
+  m.dy = args.dx;
+  return args.grads;
+}
+
+// The embedding: scatter-add of the gradient into the rows of this micro-batch's tokens.
+void RankDriver::backward_embedding(MicroStep& m, const Delivered& p) {
+  Stream& compute = device_.compute();
+  compute.wait(p.ready);
+  if (drain_.count(2)) compute.wait(drain_[2]);
+  const int64_t numel = state_.unit(0).numel;
+  UnitOpArgs args;
+  args.unit = 0, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.tokens = m.batch.ids, args.dy = m.dy;
+  args.grads = alloc(numel * 4, "embedding gradient");
+  device_.zero(args.grads, 0, numel * 4);
+  device_.backward(args);
+  EventPtr done = compute.record();
+  mark_use(0, done);
+  release(m.dy, done);
+  release(m.batch.ids, done);
+  release(m.batch.targets, done);
+  if (m.batch.positions) release(m.batch.positions, done);
+  if (m.router_stats.bytes > 0) release(m.router_stats, done);
+  drain_[0] = send_grads(m.step, m.micro, 0, GradPart::kOwn, args.grads, numel);
 }
 
 // FSDP2: each chunk reduce-scattered (fp32 sums in rank order, as the gpu route), then added into

@@ -120,7 +120,19 @@ class RankDriver {
     EventPtr ready;  // null: already resident
   };
 
+  // One micro-step: its batch uploaded, the forward unit by unit (the head's backward with it), the
+  // decoder layers' backward in reverse, the embedding's, each unit's gradient sent by the route.
   void micro_step(int64_t step, int micro);
+  struct MicroStep;
+  void forward_embedding(MicroStep& m, int u, const Delivered& p);
+  void forward_layer(MicroStep& m, int u, const Delivered& p);
+  void forward_head(MicroStep& m, int u, const Delivered& p);
+  // An offloaded layer's input back from the host ahead of its backward (no-op for other layers).
+  void prefetch_input(MicroStep& m, int l);
+  // Unit u's backward (recomputing its activations first unless kept); `p` its parameters. Returns
+  // its gradient, for the caller to send.
+  DeviceBuffer backward_layer(MicroStep& m, int u, Delivered p);
+  void backward_embedding(MicroStep& m, const Delivered& p);
   // Drops (or, with resident parameters, marks stale) every parameter slot: the weights changed.
   void invalidate_parameters();
   // This rank's global data rank (node * ranks + rank).
@@ -134,6 +146,19 @@ class RankDriver {
   using FillBatch = std::function<void(std::span<int32_t> inputs, std::span<int32_t> targets,
                                        std::span<int32_t> positions)>;
   DeviceBatch upload_batch(int64_t step, const FillBatch& fill);
+  // One micro-step's buffers and events, from its batch's upload to its embedding's backward.
+  struct MicroStep {
+    int64_t step = 0;
+    int micro = 0;
+    DeviceBatch batch;
+    DeviceBuffer router_stats;  // MoE: every layer's forward adds to them, the backward reads them
+    double router_aux_weight = 0;
+    std::vector<DeviceBuffer> out;     // out[u]: output of unit u (input of u+1)
+    std::vector<DeviceBuffer> saved;   // per layer: saved activations of a kept layer
+    std::vector<EventPtr> offloaded;   // per layer: an offloaded input's copy to the host
+    std::map<int, std::pair<DeviceBuffer, EventPtr>> prefetched;  // layer -> (input, ready)
+    DeviceBuffer dy;                   // the gradient flowing back
+  };
   // The head's fused forward + loss + backward on `x` (released after it); the caller sends or drops
   // the gradients (args.grads, tied_grads) and owns args.dx and args.loss.
   struct HeadCall {

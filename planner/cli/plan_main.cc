@@ -24,13 +24,8 @@
 namespace slidedp::planner {
 namespace {
 
-int plan_main(int argc, char** argv) {
-  CLI::App app{
-      "slidedp-plan: search routes, chunk sizes, activation policies and batch shape for a model on a "
-      "machine,\n"
-      "under GPU and host memory budgets; print the top plans and why the winner wins; write it as a plan "
-      "file\n"
-      "that slidedp-run --plan and slidedp-predict --plan accept."};
+// slidedp-plan's flags: their values with defaults, and their registration (the --help text).
+struct PlanCliFlags {
   std::string hardware, model, out, maximize, db = "runs/runs.db", data;
   int64_t seq = 0;
   int ranks = 0, nodes = 1, top = 5, refine = 0, max_mb = 0, max_acc = 0;
@@ -41,10 +36,18 @@ int plan_main(int argc, char** argv) {
   std::optional<std::string> budget, reserve, param_route, grad_route;
   std::vector<int64_t> chunks;
   std::vector<int> depths, threads;
-  bool json = false, exhaustive = false, no_sim = false, no_db = false, allow_lossy_states = false,
-       clip = false;
+  bool json = false, exhaustive = false, no_sim = false, no_db = false, allow_lossy_states = false, clip = false;
   std::optional<std::string> list;
   int refine_rounds = 2;
+
+  void add_to(CLI::App& app) {
+    add_search_flags(app);
+    add_output_flags(app);
+  }
+
+ private:
+  // The workload, the goal and the space searched.
+  void add_search_flags(CLI::App& app) {
   app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x8) or profile YAML")
       ->required();
   app.add_option("--model", model,
@@ -96,6 +99,10 @@ int plan_main(int argc, char** argv) {
                  "Only these chunk sizes (elements; repeat the flag or give several)");
   app.add_option("--depth", depths, "Only these GPU buffer depths");
   app.add_option("--update-threads", threads, "Only these update thread counts (0 = all free cores)");
+  }
+
+  // How many plans are shown and how they are scored, refined, logged and written.
+  void add_output_flags(CLI::App& app) {
   app.add_option("--top", top, "Plans to show and re-score with the simulator")->check(CLI::PositiveNumber);
   app.add_flag("--no-simulator", no_sim, "Rank by the analytical model only (no simulator re-scoring)");
   app.add_option(
@@ -122,115 +129,157 @@ int plan_main(int argc, char** argv) {
   app.add_flag("--no-db", no_db, "Do not log --refine runs");
   app.add_option("--out", out, "Write the chosen plan here (default: print it)");
   app.add_flag("--json", json, "Print one JSON object instead of the readable report");
+  }
+};
+
+// Outputs are checked before the search (a refined search runs for minutes): never onto an input.
+void check_outputs(const PlanCliFlags& f) {
+  check_output_file_target({"--out", f.out});
+  refuse_output_in_checkpoints({"--out", f.out});
+  refuse_output_over_inputs({"--out", f.out},
+                            {{"--hardware", is_folder(f.hardware) || path_exists(f.hardware) ? f.hardware : ""},
+                             {"--model", path_exists(f.model) ? f.model : ""},
+                             {"--data", f.data}});
+  if (!f.db.empty() && f.refine > 0) check_output_file_target({"--db", f.db});
+  if (f.nodes > 1 && f.refine > 0)
+    throw InputError("--refine", "measures plans on this machine, which runs one node; drop --nodes or --refine");
+}
+
+SearchSpec search_spec_from(const PlanCliFlags& f) {
+  SearchSpec spec;
+  spec.ranks = f.ranks;
+  spec.nodes = f.nodes;
+  if (f.host_state) spec.host_states = {parse_host_state(*f.host_state, "--host-state")};
+  spec.allow_lossy_states = f.allow_lossy_states;
+  spec.verify_updates = f.clip;
+  if (f.global_batch) {
+    spec.objective = Objective::kMatchedBatch;
+    spec.global_batch_tokens = *f.global_batch;
+  } else if (!f.maximize.empty()) {
+    spec.objective = Objective::kMaxThroughput;
+  } else if (f.token_budget) {
+    spec.objective = Objective::kMinTimeToTokens;
+    spec.token_budget_tokens = *f.token_budget;
+  } else {
+    throw InputError(
+        "", "give the goal: --global-batch-tokens N (matched batch), --maximize throughput, or --token-budget N");
+  }
+  spec.max_global_batch_tokens = f.max_global_batch;
+  spec.max_micro_batch = f.max_mb;
+  spec.max_accum_steps = f.max_acc;
+  if (f.budget) spec.gpu_mem_budget_bytes = budget_bytes_flag(*f.budget, "--gpu-mem-budget");
+  if (f.reserve) spec.gpu_mem_reserve_bytes = parse_bytes_flag(*f.reserve, "--gpu-mem-reserve");
+  if (f.param_route) spec.param_routes = {parse_param_route(*f.param_route, "--param-route")};
+  if (f.grad_route) spec.grad_routes = {parse_grad_route(*f.grad_route, "--grad-route")};
+  spec.chunk_numels = f.chunks;
+  spec.buffer_depths = f.depths;
+  spec.update_threads = f.threads;
+  return spec;
+}
+
+// --refine K: the top K run on this machine's CPU backend; the measured best is kept.
+std::optional<RefineResult> refine_if_asked(const PlanCliFlags& f, const Workload& w, const Hardware& hw,
+                                            const SearchResult& r, int argc, char** argv) {
+  if (f.refine <= 0) return std::nullopt;
+  RefineOptions ro;
+  ro.candidates = f.refine;
+  ro.steps = f.refine_steps;
+  ro.rounds = f.refine_rounds;
+  ro.db_path = f.no_db ? "" : f.db;
+  ro.command_line = command_line(argc, argv);
+  ro.model_name = f.model;
+  ro.data_path = f.data;
+  if (!f.json) ro.on_progress = [](const std::string& line) { fmt::print(stderr, "refine: {}\n", line); };
+  return refine_plans(w, hw, r, ro);
+}
+
+std::string goal_text(const SearchSpec& spec) {
+  switch (spec.objective) {
+    case Objective::kMatchedBatch:
+      return fmt::format("matched batch of {} tokens per step", spec.global_batch_tokens);
+    case Objective::kMaxThroughput:
+      return fmt::format("maximum tokens/s (up to {} tokens per step)", spec.max_global_batch_tokens);
+    case Objective::kMinTimeToTokens:
+      return fmt::format("least time to {} tokens", spec.token_budget_tokens);
+  }
+  return "";
+}
+
+// What the search found, the written plan and, with --refine, what was measured.
+struct PlanOutcome {
+  const PlanCliFlags& flags;
+  const Workload& workload;
+  const Hardware& hardware;
+  const SearchSpec& spec;
+  const SearchResult& search;
+  const std::optional<RefineResult>& refined;
+  const PlanFile& chosen;
+  const std::string& yaml;
+};
+
+void print_json(const PlanOutcome& p) {
+  nlohmann::json j = search_result_to_json(p.search);
+  j["model"] = p.workload.model.name;
+  j["hardware"] = p.hardware.name;
+  j["chosen_plan_yaml"] = p.yaml;
+  j["clip"] = p.flags.clip;
+  if (p.refined) j["refine"] = refine_to_json(*p.refined, static_cast<int>(p.workload.model.num_layers));
+  if (!p.flags.out.empty()) j["out"] = p.flags.out;
+  std::cout << j.dump(2) << "\n";
+}
+
+void print_report(const PlanOutcome& p) {
+  const PlanCliFlags& f = p.flags;
+  const int L = static_cast<int>(p.workload.model.num_layers);
+  fmt::print("{} ({}) on {} | seq {} | {} ranks | {}\n\n", p.workload.model.name, p.workload.model.params_summary(),
+             p.hardware.name, f.seq, f.ranks, goal_text(p.spec));
+  if (f.clip)
+    std::cout << "planned for clipping (--clip): every step time below has the update after the backward, "
+                 "overlapping the next step's forward layer by layer\n";
+  std::cout << render_top_table(p.search) << "\n" << explain_choice(p.search) << "\n" << render_search_stats(p.search) << "\n";
+  if (p.refined) std::cout << "\nmeasured on this machine (CPU backend):\n" << render_refine(*p.refined, L);
+  if (!f.out.empty()) {
+    fmt::print("\nwrote {} ({}); run it with slidedp-run --plan {}, check it with slidedp-predict --plan {}\n", f.out,
+               candidate_summary(p.chosen.plan, L), f.out, f.out);
+  } else {
+    fmt::print("\nchosen plan:\n{}", p.yaml);
+  }
+}
+
+int plan_main(int argc, char** argv) {
+  CLI::App app{
+      "slidedp-plan: search routes, chunk sizes, activation policies and batch shape for a model on a "
+      "machine,\n"
+      "under GPU and host memory budgets; print the top plans and why the winner wins; write it as a plan "
+      "file\n"
+      "that slidedp-run --plan and slidedp-predict --plan accept."};
+  PlanCliFlags f;
+  f.add_to(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
   }
-
-  // Outputs are checked before the search (a refined search runs for minutes): never onto an input.
-  check_output_file_target({"--out", out});
-  refuse_output_in_checkpoints({"--out", out});
-  refuse_output_over_inputs({"--out", out}, {{"--hardware", is_folder(hardware) || path_exists(hardware) ? hardware : ""},
-                                             {"--model", path_exists(model) ? model : ""}, {"--data", data}});
-  if (!db.empty() && refine > 0) check_output_file_target({"--db", db});
-  if (nodes > 1 && refine > 0)
-    throw InputError("--refine", "measures plans on this machine, which runs one node; drop --nodes or --refine");
-  SearchSpec spec;
-  spec.ranks = ranks;
-  spec.nodes = nodes;
-  if (host_state) spec.host_states = {parse_host_state(*host_state, "--host-state")};
-  spec.allow_lossy_states = allow_lossy_states;
-  spec.verify_updates = clip;
-  if (global_batch) {
-    spec.objective = Objective::kMatchedBatch;
-    spec.global_batch_tokens = *global_batch;
-  } else if (!maximize.empty()) {
-    spec.objective = Objective::kMaxThroughput;
-  } else if (token_budget) {
-    spec.objective = Objective::kMinTimeToTokens;
-    spec.token_budget_tokens = *token_budget;
-  } else {
-    throw InputError(
-        "",
-        "give the goal: --global-batch-tokens N (matched batch), --maximize throughput, or --token-budget N");
-  }
-  spec.max_global_batch_tokens = max_global_batch;
-  spec.max_micro_batch = max_mb;
-  spec.max_accum_steps = max_acc;
-  if (budget) spec.gpu_mem_budget_bytes = budget_bytes_flag(*budget, "--gpu-mem-budget");
-  if (reserve) spec.gpu_mem_reserve_bytes = parse_bytes_flag(*reserve, "--gpu-mem-reserve");
-  if (param_route) spec.param_routes = {parse_param_route(*param_route, "--param-route")};
-  if (grad_route) spec.grad_routes = {parse_grad_route(*grad_route, "--grad-route")};
-  spec.chunk_numels = chunks;
-  spec.buffer_depths = depths;
-  spec.update_threads = threads;
-
-  const Workload w = make_workload(load_model_card(model), seq);
-  const Hardware hw = load_hardware(hardware);
+  check_outputs(f);
+  const SearchSpec spec = search_spec_from(f);
+  const Workload w = make_workload(load_model_card(f.model), f.seq);
+  const Hardware hw = load_hardware(f.hardware);
   SearchOptions so;
-  so.top_k = std::max(top, refine);
-  so.rescore_with_simulator = !no_sim;
-  so.exhaustive = exhaustive;
-  so.distinct_families = list ? *list == "families" : refine > 0;
-  SearchResult r = search_plans(w, hw, spec, so);
-  const int L = static_cast<int>(w.model.num_layers);
-
-  std::optional<RefineResult> refined;
-  if (refine > 0) {
-    RefineOptions ro;
-    ro.candidates = refine;
-    ro.steps = refine_steps;
-    ro.rounds = refine_rounds;
-    ro.db_path = no_db ? "" : db;
-    ro.command_line = command_line(argc, argv);
-    ro.model_name = model;
-    ro.data_path = data;
-    if (!json) ro.on_progress = [](const std::string& line) { fmt::print(stderr, "refine: {}\n", line); };
-    refined = refine_plans(w, hw, r, ro);
-  }
-  PlanFile chosen = best_plan_file(r, model, hardware, seq);
+  so.top_k = std::max(f.top, f.refine);
+  so.rescore_with_simulator = !f.no_sim;
+  so.exhaustive = f.exhaustive;
+  so.distinct_families = f.list ? *f.list == "families" : f.refine > 0;
+  const SearchResult r = search_plans(w, hw, spec, so);
+  const std::optional<RefineResult> refined = refine_if_asked(f, w, hw, r, argc, argv);
+  PlanFile chosen = best_plan_file(r, f.model, f.hardware, f.seq);
   if (refined) chosen.plan = refined->chosen_run().plan;
   const std::string yaml = plan_file_to_yaml(chosen);
-  if (!out.empty()) write_file_atomic(out, yaml);
-
-  if (json) {
-    nlohmann::json j = search_result_to_json(r);
-    j["model"] = w.model.name;
-    j["hardware"] = hw.name;
-    j["chosen_plan_yaml"] = yaml;
-    j["clip"] = clip;
-    if (refined) j["refine"] = refine_to_json(*refined, L);
-    if (!out.empty()) j["out"] = out;
-    std::cout << j.dump(2) << "\n";
-    return 0;
-  }
-  std::string goal;
-  switch (spec.objective) {
-    case Objective::kMatchedBatch:
-      goal = fmt::format("matched batch of {} tokens per step", spec.global_batch_tokens);
-      break;
-    case Objective::kMaxThroughput:
-      goal = fmt::format("maximum tokens/s (up to {} tokens per step)", spec.max_global_batch_tokens);
-      break;
-    case Objective::kMinTimeToTokens:
-      goal = fmt::format("least time to {} tokens", spec.token_budget_tokens);
-      break;
-  }
-  fmt::print("{} ({}) on {} | seq {} | {} ranks | {}\n\n", w.model.name, w.model.params_summary(), hw.name, seq,
-             ranks, goal);
-  if (clip)
-    std::cout << "planned for clipping (--clip): every step time below has the update after the backward, "
-                 "overlapping the next step's forward layer by layer\n";
-  std::cout << render_top_table(r) << "\n" << explain_choice(r) << "\n" << render_search_stats(r) << "\n";
-  if (refined) std::cout << "\nmeasured on this machine (CPU backend):\n" << render_refine(*refined, L);
-  if (!out.empty()) {
-    fmt::print(
-        "\nwrote {} ({}); run it with slidedp-run --plan {}, check it with slidedp-predict --plan {}\n", out,
-        candidate_summary(chosen.plan, L), out, out);
-  } else {
-    fmt::print("\nchosen plan:\n{}", yaml);
-  }
+  if (!f.out.empty()) write_file_atomic(f.out, yaml);
+  const PlanOutcome outcome{f, w, hw, spec, r, refined, chosen, yaml};
+  if (f.json)
+    print_json(outcome);
+  else
+    print_report(outcome);
   return 0;
 }
 
