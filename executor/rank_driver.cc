@@ -475,7 +475,8 @@ void RankDriver::micro_step(int64_t step, int a) {
 
 void RankDriver::forward_embedding(MicroStep& m, int u, const Delivered& p) {
   UnitOpArgs args;
-  args.unit = u, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.unit = u, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len,
+  args.params = p.buffer;
   args.tokens = m.batch.ids;
   args.y = m.out[0] = alloc(mem_.decoder.hidden_bytes, "hidden state");
   device_.forward(args);
@@ -488,9 +489,11 @@ void RankDriver::forward_layer(MicroStep& m, int u, const Delivered& p) {
   const int64_t hidden = mem_.decoder.hidden_bytes;
   const int l = u - 1;
   const ActivationPolicy policy = config_.plan.layer_policy(l, L_);
-  if (l >= 2 && m.offloaded[static_cast<size_t>(l - 2)]) compute.wait(m.offloaded[static_cast<size_t>(l - 2)]);
+  if (l >= 2 && m.offloaded[static_cast<size_t>(l - 2)])
+    compute.wait(m.offloaded[static_cast<size_t>(l - 2)]);
   UnitOpArgs args;
-  args.unit = u, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.unit = u, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len,
+  args.params = p.buffer;
   args.x = m.out[static_cast<size_t>(u - 1)];
   args.y = m.out[static_cast<size_t>(u)] = alloc(hidden, "hidden state");
   args.saved = alloc(mem_.layer_memory(l).saved_bytes, "saved activations");
@@ -529,13 +532,15 @@ void RankDriver::forward_head(MicroStep& m, int u, const Delivered& p) {
                  updater->report_loss(step, a, rank, sum, count);
                });
   EventPtr drained = send_grads(step, m.micro, u, GradPart::kOwn, head.args.grads, state_.unit(u).numel);
-  if (config_.tied) drained = send_grads(step, m.micro, 0, GradPart::kTiedHead, head.tied_grads, state_.unit(0).numel);
+  if (config_.tied)
+    drained = send_grads(step, m.micro, 0, GradPart::kTiedHead, head.tied_grads, state_.unit(0).numel);
   drain_[u] = drained;
   m.dy = head.args.dx;
 }
 
 void RankDriver::prefetch_input(MicroStep& m, int l) {
-  if (l < 0 || config_.plan.layer_policy(l, L_) != ActivationPolicy::kOffload || m.prefetched.count(l)) return;
+  if (l < 0 || config_.plan.layer_policy(l, L_) != ActivationPolicy::kOffload || m.prefetched.count(l))
+    return;
   Stream& h2d = device_.h2d();
   const int64_t hidden = mem_.decoder.hidden_bytes;
   DeviceBuffer x = alloc(hidden, "prefetched hidden state");
@@ -552,7 +557,8 @@ DeviceBuffer RankDriver::backward_layer(MicroStep& m, int u, Delivered p) {
   const ActivationPolicy policy = config_.plan.layer_policy(l, L_);
   compute.wait(p.ready);
   UnitOpArgs args;
-  args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.unit = u, args.step = static_cast<int>(step), args.B = B_, args.T = config_.seq_len,
+  args.params = p.buffer;
   args.positions = m.batch.positions;  // recompute and backward
   if (policy == ActivationPolicy::kOffload) {
     compute.wait(m.prefetched[l].second);
@@ -614,7 +620,8 @@ void RankDriver::backward_embedding(MicroStep& m, const Delivered& p) {
   if (drain_.count(2)) compute.wait(drain_[2]);
   const int64_t numel = state_.unit(0).numel;
   UnitOpArgs args;
-  args.unit = 0, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len, args.params = p.buffer;
+  args.unit = 0, args.step = static_cast<int>(m.step), args.B = B_, args.T = config_.seq_len,
+  args.params = p.buffer;
   args.tokens = m.batch.ids, args.dy = m.dy;
   args.grads = alloc(numel * 4, "embedding gradient");
   device_.zero(args.grads, 0, numel * 4);

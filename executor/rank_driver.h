@@ -153,11 +153,11 @@ class RankDriver {
     DeviceBatch batch;
     DeviceBuffer router_stats;  // MoE: every layer's forward adds to them, the backward reads them
     double router_aux_weight = 0;
-    std::vector<DeviceBuffer> out;     // out[u]: output of unit u (input of u+1)
-    std::vector<DeviceBuffer> saved;   // per layer: saved activations of a kept layer
-    std::vector<EventPtr> offloaded;   // per layer: an offloaded input's copy to the host
+    std::vector<DeviceBuffer> out;    // out[u]: output of unit u (input of u+1)
+    std::vector<DeviceBuffer> saved;  // per layer: saved activations of a kept layer
+    std::vector<EventPtr> offloaded;  // per layer: an offloaded input's copy to the host
     std::map<int, std::pair<DeviceBuffer, EventPtr>> prefetched;  // layer -> (input, ready)
-    DeviceBuffer dy;                   // the gradient flowing back
+    DeviceBuffer dy;                                              // the gradient flowing back
   };
   // The head's fused forward + loss + backward on `x` (released after it); the caller sends or drops
   // the gradients (args.grads, tied_grads) and owns args.dx and args.loss.

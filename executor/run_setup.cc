@@ -45,7 +45,8 @@ bool use_split_master(const TrainOptions& o) {
 
 // The host memory of the run against this host's RAM (o.host_ram_bytes when a test sets it): refused
 // with the largest items named. `plan` as the system runs it, verify_updates set.
-void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const Plan& plan, bool split_master) {
+void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const Plan& plan,
+                       bool split_master) {
   HostMemorySpec spec = host_memory_spec(layout, plan, o.system, o.card.tie_word_embeddings, o.exact_fp32,
                                          o.card.hidden_size * backend_activation_bytes(o.backend));
   spec.split_master = split_master;
@@ -57,7 +58,8 @@ void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const P
     items.push_back({"initial weights while they load (fp32)", whole_fp32});
   else if (split_master && (!o.checkpoint_dir.empty() || !o.save_model_dir.empty()))
     items.push_back({"master rebuilt in fp32 while a checkpoint or the model is written", whole_fp32});
-  std::sort(items.begin(), items.end(), [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
+  std::sort(items.begin(), items.end(),
+            [](const MemoryItem& a, const MemoryItem& b) { return a.bytes > b.bytes; });
   auto largest = [](const std::vector<MemoryItem>& of) {
     std::string text;
     for (std::size_t i = 0; i < std::min<std::size_t>(3, of.size()); ++i)
@@ -68,29 +70,33 @@ void check_host_memory(const TrainOptions& o, const ModelLayout& layout, const P
   for (const MemoryItem& i : items) total += i.bytes;
   const int64_t ram = o.host_ram_bytes > 0 ? o.host_ram_bytes : physical_ram_bytes();
   if (ram > 0 && total > static_cast<double>(ram))
-    throw InfeasibleError(fmt::format("{}: the run needs {} of host memory but this host has {} of RAM (largest: {}); "
-                                      "shard the host state across nodes, offload fewer layers or use a smaller model",
-                                      o.card.name, format_bytes(total), format_bytes(static_cast<double>(ram)), largest(items)));
+    throw InfeasibleError(fmt::format(
+        "{}: the run needs {} of host memory but this host has {} of RAM (largest: {}); "
+        "shard the host state across nodes, offload fewer layers or use a smaller model",
+        o.card.name, format_bytes(total), format_bytes(static_cast<double>(ram)), largest(items)));
   if (o.host_pinned_limit_bytes <= 0) return;
   std::vector<MemoryItem> pinned;
   double pinned_total = 0;
   for (const MemoryItem& i : items)
     if (i.name.find("(pinned") != std::string::npos) pinned.push_back(i), pinned_total += i.bytes;
   if (pinned_total > static_cast<double>(o.host_pinned_limit_bytes))
-    throw InfeasibleError(fmt::format("{}: the run page-locks {} of host memory but may pin {} (--host-pinned-limit; "
-                                      "largest: {}); offload fewer layers, use smaller chunks or raise the limit",
-                                      o.card.name, format_bytes(pinned_total),
-                                      format_bytes(static_cast<double>(o.host_pinned_limit_bytes)), largest(pinned)));
+    throw InfeasibleError(
+        fmt::format("{}: the run page-locks {} of host memory but may pin {} (--host-pinned-limit; "
+                    "largest: {}); offload fewer layers, use smaller chunks or raise the limit",
+                    o.card.name, format_bytes(pinned_total),
+                    format_bytes(static_cast<double>(o.host_pinned_limit_bytes)), largest(pinned)));
 }
 
 // FSDP2's optimizer state lives on the devices: the host-side features that read it mid-run
 // (checkpoints, the global-norm clip, skipping a step) are not part of this baseline's run.
 void refuse_host_features_of_device_optimizer(const TrainOptions& o) {
   if (!o.checkpoint_dir.empty())
-    throw InputError("--checkpoint-dir", "--system fsdp2 keeps the optimizer state on the devices; the executor "
-                                         "checkpoints host state: run it without checkpoints");
+    throw InputError("--checkpoint-dir",
+                     "--system fsdp2 keeps the optimizer state on the devices; the executor "
+                     "checkpoints host state: run it without checkpoints");
   if (o.optimizer.clip_grad_norm > 0) throw InputError("--clip-grad-norm", "not with --system fsdp2");
-  if (o.optimizer.on_nonfinite == NonFinitePolicy::kSkip) throw InputError("--on-nonfinite", "skip: not with --system fsdp2");
+  if (o.optimizer.on_nonfinite == NonFinitePolicy::kSkip)
+    throw InputError("--on-nonfinite", "skip: not with --system fsdp2");
 }
 
 }  // namespace
@@ -130,9 +136,11 @@ InitialWeights load_initial_weights(const TrainOptions& o, const ModelLayout& la
     // with the wrong math (other heads, eps, RoPE).
     const std::vector<std::string> differ = architecture_differences(o.card, ckpt.card());
     if (!differ.empty())
-      throw InputError(ckpt.dir() + "/config.json",
-                       fmt::format("the checkpoint is of another model than the run's ({}): {}{}", o.card.name,
-                                   differ.front(), differ.size() > 1 ? fmt::format(" (and {} more)", differ.size() - 1) : ""));
+      throw InputError(
+          ckpt.dir() + "/config.json",
+          fmt::format("the checkpoint is of another model than the run's ({}): {}{}", o.card.name,
+                      differ.front(),
+                      differ.size() > 1 ? fmt::format(" (and {} more)", differ.size() - 1) : ""));
     if (ckpt.layout().total_flat_numel != layout.total_flat_numel)
       throw InputError(ckpt.dir(), "the checkpoint's model does not match the run's model");
     init.start_step = ckpt.state().optimizer_step;
@@ -151,31 +159,31 @@ std::shared_ptr<const TargetPacing> make_pacing(const TrainOptions& o, const Run
   if (!o.emulate) return nullptr;
   const Workload w = make_workload(o.card, o.seq_len);
   const Hardware& target = *o.emulate;
-  scale = o.time_scale > 0 ? o.time_scale : TargetPacing::measured_time_scale(w, target, shape.plan, o.system);
+  scale =
+      o.time_scale > 0 ? o.time_scale : TargetPacing::measured_time_scale(w, target, shape.plan, o.system);
   return std::make_shared<TargetPacing>(w, target, shape.plan, scale, o.system);
 }
 
-void check_nodes_run_the_same(NodeLink& link, const TrainOptions& o, const ModelLayout& layout, const RunShape& shape,
-                              const InitialWeights& init) {
+void check_nodes_run_the_same(NodeLink& link, const TrainOptions& o, const ModelLayout& layout,
+                              const RunShape& shape, const InitialWeights& init) {
   const Provenance& pv = provenance();
   check_nodes_agree(
-      link,
-      {{"binary", fmt::format("{} {} {}", pv.version, pv.git_revision, pv.compiler)},
-       {"model", fmt::format("{} {} {}", o.card.name, o.card.total_params(), layout.total_flat_numel)},
-       {"plan", plan_to_yaml(shape.plan)},
-       {"seq_len", std::to_string(o.seq_len)},
-       {"data", fmt::format("{} {} seed {} document end {}", o.dataset.name(), o.dataset.num_tokens(), o.data_seed,
-                            o.document_end ? std::to_string(*o.document_end) : "none")},
-       {"initial weights", init.checkpoint          ? fmt::format("checkpoint at step {}", init.start_step)
-                           : !o.init_model_dir.empty() ? o.init_model_dir
-                                                       : fmt::format("random, seed {}", o.init_seed)},
-       {"steps", std::to_string(o.steps)},
-       {"evaluation", o.eval_dataset ? fmt::format("{} {} every {}", o.eval_dataset->name(),
-                                                   o.eval_dataset->num_tokens(), o.eval_every)
-                                     : "none"},
-       {"optimizer", fmt::format("{} wd {} betas {} {} eps {} clip {} exact {}", o.lr.summary(),
-                                 o.optimizer.weight_decay, o.optimizer.beta1, o.optimizer.beta2, o.optimizer.eps,
-                                 o.optimizer.clip_grad_norm, o.exact_fp32)}});
+      link, {{"binary", fmt::format("{} {} {}", pv.version, pv.git_revision, pv.compiler)},
+             {"model", fmt::format("{} {} {}", o.card.name, o.card.total_params(), layout.total_flat_numel)},
+             {"plan", plan_to_yaml(shape.plan)},
+             {"seq_len", std::to_string(o.seq_len)},
+             {"data", fmt::format("{} {} seed {} document end {}", o.dataset.name(), o.dataset.num_tokens(),
+                                  o.data_seed, o.document_end ? std::to_string(*o.document_end) : "none")},
+             {"initial weights", init.checkpoint ? fmt::format("checkpoint at step {}", init.start_step)
+                                 : !o.init_model_dir.empty() ? o.init_model_dir
+                                                             : fmt::format("random, seed {}", o.init_seed)},
+             {"steps", std::to_string(o.steps)},
+             {"evaluation", o.eval_dataset ? fmt::format("{} {} every {}", o.eval_dataset->name(),
+                                                         o.eval_dataset->num_tokens(), o.eval_every)
+                                           : "none"},
+             {"optimizer", fmt::format("{} wd {} betas {} {} eps {} clip {} exact {}", o.lr.summary(),
+                                       o.optimizer.weight_decay, o.optimizer.beta1, o.optimizer.beta2,
+                                       o.optimizer.eps, o.optimizer.clip_grad_norm, o.exact_fp32)}});
 }
 
 BackendOptions backend_options(const TrainOptions& o, const RunShape& shape,
@@ -190,8 +198,9 @@ BackendOptions backend_options(const TrainOptions& o, const RunShape& shape,
   bo.mlp_token_tile = plan.mlp_token_tile;
   bo.packed_documents = o.document_end.has_value();
   bo.kernel_activity = o.trace_kernels;
-  bo.collectives = plan.grad_shards() > 1 || (N > 1 && (plan.param_route == ParamRoute::kSharded ||
-                                                        shape.traits.params_resident || shape.traits.gpu_optimizer));
+  bo.collectives =
+      plan.grad_shards() > 1 || (N > 1 && (plan.param_route == ParamRoute::kSharded ||
+                                           shape.traits.params_resident || shape.traits.gpu_optimizer));
   if (shape.nodes > 1 && plan.grad_route == GradRoute::kGpu) bo.cross_node = shape.link;
   // 0 leaves the default to the backend: a GPU's memory minus the plan's reserve, or 16 GiB emulated.
   bo.device_budget_bytes = o.device_budget_bytes > 0 ? o.device_budget_bytes : plan.gpu_mem_budget_bytes;
@@ -203,8 +212,10 @@ RankMemoryAccount check_device_memory(const TrainOptions& o, const ModelLayout& 
                                       Backend& backend) {
   RankMemorySpec spec = backend.device(0).memory_spec(shape.plan.micro_batch, o.seq_len);
   spec.document_positions = o.document_end.has_value();
-  spec.system = {shape.traits.gpu_optimizer, shape.fetch_fp32, shape.accumulate_on_gpu};  // as the drivers allocate
-  RankMemoryAccount account = rank_memory_account(layout, shape.plan, o.seq_len, o.card.tie_word_embeddings, spec);
+  spec.system = {shape.traits.gpu_optimizer, shape.fetch_fp32,
+                 shape.accumulate_on_gpu};  // as the drivers allocate
+  RankMemoryAccount account =
+      rank_memory_account(layout, shape.plan, o.seq_len, o.card.tie_word_embeddings, spec);
   MemoryEstimate m;
   m.gpu_items = account.items;
   m.gpu_peak_bytes = account.peak_bytes;
@@ -288,13 +299,14 @@ void load_initial_state(HostState& state, InitialWeights& init) {
 
 int update_thread_count(const TrainOptions& o, const RunShape& shape) {
   const bool one_process = o.system == System::kSlideFormerDP || o.system == System::kMegaTrain;
-  return o.update_threads > 0          ? o.update_threads
+  return o.update_threads > 0            ? o.update_threads
          : shape.plan.update_threads > 0 ? shape.plan.update_threads
          : one_process                   ? std::max(1, ThreadPool::available_cpus() / shape.ranks)
                                          : ThreadPool::available_cpus();
 }
 
-DriverConfig driver_config(const TrainOptions& o, const RunShape& shape, int rank, const TargetPacing* pacing) {
+DriverConfig driver_config(const TrainOptions& o, const RunShape& shape, int rank,
+                           const TargetPacing* pacing) {
   const SystemTraits& traits = shape.traits;
   DriverConfig dc;
   dc.rank = rank;

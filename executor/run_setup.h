@@ -55,8 +55,8 @@ InitialWeights load_initial_weights(const TrainOptions& o, const ModelLayout& la
 std::shared_ptr<const TargetPacing> make_pacing(const TrainOptions& o, const RunShape& shape, double& scale);
 
 // Several nodes: the binary, model, plan, data, starting weights and optimizer the same on every node.
-void check_nodes_run_the_same(NodeLink& link, const TrainOptions& o, const ModelLayout& layout, const RunShape& shape,
-                              const InitialWeights& init);
+void check_nodes_run_the_same(NodeLink& link, const TrainOptions& o, const ModelLayout& layout,
+                              const RunShape& shape, const InitialWeights& init);
 
 BackendOptions backend_options(const TrainOptions& o, const RunShape& shape,
                                std::shared_ptr<const TargetPacing> pacing);
@@ -80,6 +80,7 @@ void load_initial_state(HostState& state, InitialWeights& init);
 // MegaTrain's main process: one process's share).
 int update_thread_count(const TrainOptions& o, const RunShape& shape);
 
-DriverConfig driver_config(const TrainOptions& o, const RunShape& shape, int rank, const TargetPacing* pacing);
+DriverConfig driver_config(const TrainOptions& o, const RunShape& shape, int rank,
+                           const TargetPacing* pacing);
 
 }  // namespace slidedp::exec

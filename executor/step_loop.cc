@@ -4,7 +4,6 @@
 #include <array>
 #include <chrono>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "common/intervals.h"
@@ -20,9 +19,11 @@ namespace {
 // tagged with its node (the run log's phases.node); the other nodes send theirs.
 void gather_node_phases(NodeLink& link, TrainStep& rec) {
   nlohmann::json j = {{"t", nlohmann::json::array()}, {"s", nlohmann::json::array()}};
-  for (const PhaseTotal& t : rec.totals) j["t"].push_back({t.rank.value_or(-1), t.category, t.busy_s, t.count});
+  for (const PhaseTotal& t : rec.totals)
+    j["t"].push_back({t.rank.value_or(-1), t.category, t.busy_s, t.count});
   for (const PhaseSpan& p : rec.spans)
-    j["s"].push_back({p.rank.value_or(-1), p.category, p.name, p.unit.value_or(-1), p.chunk.value_or(-1), p.start_s, p.end_s});
+    j["s"].push_back({p.rank.value_or(-1), p.category, p.name, p.unit.value_or(-1), p.chunk.value_or(-1),
+                      p.start_s, p.end_s});
   const std::vector<std::string> all = gather_text(link, j.dump(), 0);
   if (link.node() != 0) return;
   for (PhaseTotal& t : rec.totals) t.node = 0;
@@ -292,7 +293,8 @@ void StepLoop::run(const std::function<void(const TrainStep&)>& on_step) {
   }
   if (!result_.stopped_early) p_.control.rethrow_if_failed();
   if (p_.options.trace) {
-    if (!result_.stopped_early) p_.updater.wait_idle();  // the last update's span is recorded after its step is done
+    if (!result_.stopped_early)
+      p_.updater.wait_idle();  // the last update's span is recorded after its step is done
     std::vector<MeasuredSpan> more = p_.backend.take_spans();
     spans_.insert(spans_.end(), more.begin(), more.end());
     result_.spans = std::move(spans_);

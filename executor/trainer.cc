@@ -29,8 +29,8 @@
 #include "executor/rank_driver.h"
 #include "executor/run_control.h"
 #include "executor/run_setup.h"
-#include "executor/step_loop.h"
 #include "executor/state_checkpoint.h"
+#include "executor/step_loop.h"
 #include "executor/weight_decay_groups.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
@@ -170,13 +170,15 @@ namespace {
 
 // The final weights as a Hugging Face folder, straight from the host state: sharded across nodes,
 // each node writes its part (no node collects them); otherwise node 0 writes it.
-void save_final_model(const TrainOptions& o, const RunShape& shape, const HostState& state, RunControl& control) {
+void save_final_model(const TrainOptions& o, const RunShape& shape, const HostState& state,
+                      RunControl& control) {
   HfSaveOptions so;
   so.overwrite = true;
   // The folder the run started from gives its tokenizer (and generation config) to the saved one, so
   // that it loads back as a whole model; saving over that folder keeps them anyway.
   std::error_code same_error;
-  if (!o.init_model_dir.empty() && !std::filesystem::equivalent(o.init_model_dir, o.save_model_dir, same_error))
+  if (!o.init_model_dir.empty() &&
+      !std::filesystem::equivalent(o.init_model_dir, o.save_model_dir, same_error))
     so.copy_extra_files_from = o.init_model_dir;
   // A second signal during the save ends the run at once (the watch records it as the run's error),
   // leaving the destination as it was: a large model's save outlasts a scheduler's grace. Across
@@ -201,11 +203,13 @@ void save_final_model(const TrainOptions& o, const RunShape& shape, const HostSt
 // Skipping every step is not training (the weights are as loaded): an error for every caller, the
 // CLI, the planner's measured runs and the sweeps alike.
 void refuse_all_skipped(const std::vector<TrainStep>& steps) {
-  const auto skipped = std::count_if(steps.begin(), steps.end(), [](const TrainStep& s) { return s.skipped; });
+  const auto skipped =
+      std::count_if(steps.begin(), steps.end(), [](const TrainStep& s) { return s.skipped; });
   if (!steps.empty() && skipped == static_cast<std::ptrdiff_t>(steps.size()))
-    throw NumericError(fmt::format("every one of the {} steps was skipped (--on-nonfinite skip; the last: {}): the "
-                                   "weights are as loaded",
-                                   steps.size(), steps.back().skipped_reason));
+    throw NumericError(
+        fmt::format("every one of the {} steps was skipped (--on-nonfinite skip; the last: {}): the "
+                    "weights are as loaded",
+                    steps.size(), steps.back().skipped_reason));
 }
 
 // What the run leaves for its caller: the devices' high-water marks, the final master weights (when
@@ -258,7 +262,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
     shape.link->on_failure([&control](std::exception_ptr e) { control.fail(e); });
     check_nodes_run_the_same(*shape.link, o, layout, shape, init);
   }
-  std::unique_ptr<Backend> backend = make_backend(o.backend, o.card, layout, backend_options(o, shape, pacing), control);
+  std::unique_ptr<Backend> backend =
+      make_backend(o.backend, o.card, layout, backend_options(o, shape, pacing), control);
   result.device_budget_bytes = backend->device(0).budget_bytes();
   result.device_account = check_device_memory(o, layout, shape, *backend);
 
@@ -283,7 +288,8 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
 
   refuse_all_masked(o.dataset, "train on");  // it would "train" at loss 0 without a gradient
   if (o.eval_dataset) refuse_all_masked(*o.eval_dataset, "evaluate");  // every evaluation would be NaN
-  SequenceSampler sampler(o.dataset, o.seq_len, shape.plan.global_batch_sequences(), o.data_seed, o.document_end);
+  SequenceSampler sampler(o.dataset, o.seq_len, shape.plan.global_batch_sequences(), o.data_seed,
+                          o.document_end);
   if (init.checkpoint) sampler.resume(init.checkpoint->state().data_cursor, result.start_step);
   // Evaluation: every held-out sequence in file order, shared among the ranks (evaluation.h).
   std::optional<SequenceSampler> eval_sampler;
@@ -295,11 +301,12 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   }
   std::vector<std::unique_ptr<RankDriver>> drivers;
   for (int r = 0; r < N; ++r)
-    drivers.push_back(std::make_unique<RankDriver>(*backend, state, updater, *rings[static_cast<size_t>(r)], sampler,
-                                                   layout, driver_config(o, shape, r, pacing.get())));
+    drivers.push_back(std::make_unique<RankDriver>(*backend, state, updater, *rings[static_cast<size_t>(r)],
+                                                   sampler, layout,
+                                                   driver_config(o, shape, r, pacing.get())));
 
-  StepLoop({o, shape, *backend, state, updater, sampler, drivers, control, interrupts, pacing.get(), eval_sampler,
-            eval_tally},
+  StepLoop({o, shape, *backend, state, updater, sampler, drivers, control, interrupts, pacing.get(),
+            eval_sampler, eval_tally},
            result)
       .run(on_step);
   // FSDP2's final state comes back from the devices (a run stopped early keeps its initial host state).

@@ -283,7 +283,9 @@ class StepWorkBuilder {
   void set_after_backward();
 
   // Gradient bytes the host reads per parameter: every rank's bf16 gradient, or the one reduced shard.
-  double grad_in_bytes() const { return p_.grad_shards() > 1 ? sw_.traits.grad_shard_bytes : static_cast<double>(N_) * kBf16; }
+  double grad_in_bytes() const {
+    return p_.grad_shards() > 1 ? sw_.traits.grad_shard_bytes : static_cast<double>(N_) * kBf16;
+  }
   double tied_numel(const UnitLayout& ul) const {
     return ul.reads_tied_embedding ? static_cast<double>(w_.layout.units.front().flat_numel) : 0.0;
   }
@@ -298,7 +300,7 @@ class StepWorkBuilder {
   // Host-memory bytes moved per byte copied: a DMA reads (H2D) or writes (D2H) host memory once; an
   // emulated device's memcpy reads and writes host memory.
   double hm_per_copy_byte_ = 1;
-  double fanin_ = 0;                   // (N-1)/N
+  double fanin_ = 0;                         // (N-1)/N
   double adamw_rate_ = 0, reduce_rate_ = 0;  // per update thread: parameters/s, bytes/s
 };
 
@@ -317,23 +319,27 @@ void StepWorkBuilder::check_plan() const {
   const int N = p_.ranks;
   if (!hw_.gpu.emulated_on_host && N > hw_.gpu.count)
     throw InputError("plan: ranks", fmt::format("{} ranks but {} has {} GPUs", N, hw_.name, hw_.gpu.count));
-  const bool needs_fabric = N > 1 && (p_.param_route == ParamRoute::kSharded || p_.grad_route == GradRoute::kGpu ||
-                                      !sw_.traits.stream_params);
+  const bool needs_fabric = N > 1 && (p_.param_route == ParamRoute::kSharded ||
+                                      p_.grad_route == GradRoute::kGpu || !sw_.traits.stream_params);
   if (needs_fabric && hw_.fabric.kind == "none")
-    throw InputError("plan", fmt::format("{} has no GPU fabric; use param_route replicated and grad_route cpu",
-                                         hw_.name));
+    throw InputError(
+        "plan", fmt::format("{} has no GPU fabric; use param_route replicated and grad_route cpu", hw_.name));
   const int M = p_.nodes;
   if (M <= 1) return;
   if (system_ != System::kSlideDP)
-    throw InputError("plan: nodes", fmt::format("{} runs on one node here; multi-node plans are SlideDP's", system_name(system_)));
+    throw InputError("plan: nodes", fmt::format("{} runs on one node here; multi-node plans are SlideDP's",
+                                                system_name(system_)));
   if (hw_.network.nic_gbps <= 0)
-    throw InputError("plan: nodes",
-                     fmt::format("{} nodes, but {} describes no network between nodes (hardware key network.nic_gbps)",
-                                 M, hw_.name));
+    throw InputError(
+        "plan: nodes",
+        fmt::format("{} nodes, but {} describes no network between nodes (hardware key network.nic_gbps)", M,
+                    hw_.name));
   if (p_.grad_route == GradRoute::kGpu && p_.host_state != HostState::kSharded)
-    throw InputError("plan: host_state",
-                     "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
-                     "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: cpu)");
+    throw InputError(
+        "plan: host_state",
+        "replicated: the gpu route's reduce-scatter over every node's ranks leaves each node only its part "
+        "of the sum, which host_state: sharded updates where it lands (or reduce on the hosts: grad_route: "
+        "cpu)");
 }
 
 void StepWorkBuilder::set_capacities() {
@@ -358,8 +364,9 @@ void StepWorkBuilder::set_capacities() {
     // rank's share of the cores.
     c.update_threads = std::max(1.0, std::floor(static_cast<double>(hw.cpu.cores) / N));
   }
-  optimizer_rates_ = sw_.traits.cpu_optimizer == CpuOptimizer::kSlideDP ? hw.cpu.slidedp_rates(p_.optimizer_states)
-                                                                         : hw.cpu.optimizer_rates(sw_.traits.cpu_optimizer);
+  optimizer_rates_ = sw_.traits.cpu_optimizer == CpuOptimizer::kSlideDP
+                         ? hw.cpu.slidedp_rates(p_.optimizer_states)
+                         : hw.cpu.optimizer_rates(sw_.traits.cpu_optimizer);
   c.adamw_params_per_thread_s = CpuSpec::interpolate(optimizer_rates_, c.update_threads) / c.update_threads;
   c.reduce_Bps_per_thread = CpuSpec::interpolate(hw.cpu.reduce_gbps, c.update_threads) * 1e9 / c.update_threads;
   c.convert_Bps_per_thread = hw.cpu.convert_gbps_per_thread * 1e9;
@@ -430,17 +437,20 @@ UnitWork StepWorkBuilder::unit(const UnitLayout& ul) const {
   u.numel = ul.flat_numel;
   u.chunks = num_chunks(u.numel, p_.chunk_numel);
   u.grad_chunks = u.chunks;
-  if (ul.reads_tied_embedding) u.grad_chunks += num_chunks(w_.layout.units.front().flat_numel, p_.chunk_numel);
+  if (ul.reads_tied_embedding)
+    u.grad_chunks += num_chunks(w_.layout.units.front().flat_numel, p_.chunk_numel);
   u.policy = ul.kind == UnitKind::kDecoder ? p_.layer_policy(ul.layer, L) : ActivationPolicy::kKeep;
-  const UnitComputeTimes t = unit_compute_times(w_, hw_, ul.kind, ul.layer, p_.micro_batch, p_.mlp_token_tile);
+  const UnitComputeTimes t =
+      unit_compute_times(w_, hw_, ul.kind, ul.layer, p_.micro_batch, p_.mlp_token_tile);
   u.fwd_s = t.fwd_s;
   u.bwd_s = t.bwd_s;
   u.recompute_s = u.policy == ActivationPolicy::kKeep ? 0.0 : t.recompute_s;
   if (system_ == System::kFsdp2 && ul.kind == UnitKind::kDecoder)
     u.recompute_s = p_.layer_policy(ul.layer, L) == ActivationPolicy::kKeep ? 0.0 : t.recompute_s;
   // Expert-aware what-if: the experts no token of the micro-batch routes to stay on the host.
-  const double moved = static_cast<double>(u.numel) -
-                       (ul.kind == UnitKind::kDecoder ? unrouted_expert_params(w_, ul.layer, sw_.tokens_per_rank_micro) : 0.0);
+  const double moved =
+      static_cast<double>(u.numel) -
+      (ul.kind == UnitKind::kDecoder ? unrouted_expert_params(w_, ul.layer, sw_.tokens_per_rank_micro) : 0.0);
   set_delivery(ul, moved, u);
   set_gradients(ul, moved, u);
   set_host_work(ul, u);
@@ -539,10 +549,11 @@ void StepWorkBuilder::set_host_work(const UnitLayout& ul, UnitWork& u) const {
       u.cpu_last_host_mem_bytes += n * kFp32;
     }
   } else {
-    // Fused reduce + AdamW on the last micro-step: the input bytes beyond AdamW's own bf16 gradient are read in the
-    // same pass; with accumulation the fp32 accumulator is read too.
+    // Fused reduce + AdamW on the last micro-step: the input bytes beyond AdamW's own bf16 gradient are read
+    // in the same pass; with accumulation the fp32 accumulator is read too.
     u.cpu_last_thread_s = n / a + n * (in_bytes - kBf16) / r + (A_ > 1 ? n * kFp32 / r : 0.0);
-    u.cpu_last_host_mem_bytes = n * (traits.adamw_host_bytes_per_param + in_bytes - kBf16 + (A_ > 1 ? kFp32 : 0.0));
+    u.cpu_last_host_mem_bytes =
+        n * (traits.adamw_host_bytes_per_param + in_bytes - kBf16 + (A_ > 1 ? kFp32 : 0.0));
     // Earlier micro-steps add their reduced gradient into the fp32 accumulator.
     u.cpu_accum_thread_s = n * in_bytes / r;
     u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
@@ -568,7 +579,8 @@ void StepWorkBuilder::set_work_across_nodes(const UnitLayout& ul, UnitWork& u) c
     // The gpu route: the reduce-scatter summed every node's ranks already (grad_nic_bytes). Each
     // node updates the part its sharded state holds, its ranks' shards (1/M of each chunk), as one
     // node updates its whole chunk, then all-gathers the updated bf16 mirror.
-    for (double* v : {&u.cpu_last_thread_s, &u.cpu_accum_thread_s, &u.cpu_last_host_mem_bytes, &u.cpu_accum_host_mem_bytes})
+    for (double* v : {&u.cpu_last_thread_s, &u.cpu_accum_thread_s, &u.cpu_last_host_mem_bytes,
+                      &u.cpu_accum_host_mem_bytes})
       *v /= M;
     // (Verify mode: the update, and so the gather, follow the backward: post_gather_nic_bytes.)
     u.nic_gather_bytes = sw_.traits.update_after_backward ? 0.0 : (M - 1.0) / M * n * kBf16;
@@ -606,7 +618,8 @@ void StepWorkBuilder::set_work_across_nodes(const UnitLayout& ul, UnitWork& u) c
   } else {
     u.cpu_after_exchange_thread_s = combine * kFp32 / r + owned / a + (A_ > 1 ? owned * kFp32 / r : 0.0);
     u.cpu_after_exchange_host_mem_bytes =
-        combine * 3.0 * kFp32 + owned * (sw_.traits.adamw_host_bytes_per_param + kFp32 - kBf16 + (A_ > 1 ? kFp32 : 0.0));
+        combine * 3.0 * kFp32 +
+        owned * (sw_.traits.adamw_host_bytes_per_param + kFp32 - kBf16 + (A_ > 1 ? kFp32 : 0.0));
   }
 }
 

@@ -36,9 +36,10 @@ void RunLogSession::settle(bool failing) {
   }
   step_log_.reset();
   if (left.uncommitted + left.dropped == 0) return;
-  const std::string what = fmt::format("{} step rows were not logged: the run log was locked by another process "
-                                       "for more than a minute after training ({} still queued, {} beyond the queue)",
-                                       left.uncommitted + left.dropped, left.uncommitted, left.dropped);
+  const std::string what = fmt::format(
+      "{} step rows were not logged: the run log was locked by another process "
+      "for more than a minute after training ({} still queued, {} beyond the queue)",
+      left.uncommitted + left.dropped, left.uncommitted, left.dropped);
   fmt::print(stderr, "warning: {}: {}\n", log_.path(), what);
   runlog::ErrorRecord er;
   er.kind = "log";

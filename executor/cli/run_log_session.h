@@ -18,7 +18,8 @@ namespace slidedp {
 class RunLogSession {
  public:
   // Opens the log at `db` and begins the run.
-  RunLogSession(const std::string& db, const runlog::RunInfo& info, const std::optional<Prediction>& predicted);
+  RunLogSession(const std::string& db, const runlog::RunInfo& info,
+                const std::optional<Prediction>& predicted);
   RunLogSession(const RunLogSession&) = delete;
   RunLogSession& operator=(const RunLogSession&) = delete;
 

@@ -3,17 +3,16 @@
 // Shows progress (step, loss, tokens/s, ETA), logs every run, step and phase to SQLite, writes
 // checkpoints and can resume, writes the measured timeline as Chrome trace JSON, and in --bench mode
 // reports each resource's busy time and the exposed (not overlapped) time per step.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
-#include <optional>
-
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/plan_flags.h"
 #include "common/cli_checks.h"
@@ -109,7 +108,8 @@ bool check_launch(const PlanFile& pf, RunFlags& f) {
     throw InputError("--nodes", fmt::format("the plan has {} nodes but the launcher started {} process(es): run `mpirun "
                                             "-np {} slidedp-run ...` (one process per node)",
                                             pf.plan.nodes, g_link->nodes(), pf.plan.nodes));
-  if (!g_link && pf.plan.nodes > 1) g_link = exec::make_mpi_link(pf.plan.nodes, f.node_timeout);  // refuses, naming mpirun
+  if (!g_link && pf.plan.nodes > 1)
+    g_link = exec::make_mpi_link(pf.plan.nodes, f.node_timeout);  // refuses, naming mpirun
   const bool lead = !g_link || g_link->node() == 0;
   if (!lead) f.quiet = true, f.no_db = true, f.json = false, f.trace.clear();
   return lead;
@@ -125,7 +125,8 @@ void apply_embedded_default(PlanFile& pf, const PlanFlags& flags, bool defaults)
   if (!flags.micro_batch) pf.plan.micro_batch = 4;
   if (!flags.param_route) pf.plan.param_route = ParamRoute::kSharded;
   if (!flags.chunk_numel) pf.plan.chunk_numel = 1 << 16;
-  if (!flags.activation) pf.plan.offload_layers = 1, pf.plan.recompute_layers = 2, pf.plan.keep_layers = Plan::kRest;
+  if (!flags.activation)
+    pf.plan.offload_layers = 1, pf.plan.recompute_layers = 2, pf.plan.keep_layers = Plan::kRest;
 }
 
 // The model, the plan, what runs where, the data and the optimizer: the trainer's options that follow
@@ -139,24 +140,28 @@ exec::TrainOptions model_data_and_optimizer(const CLI::App& app, const RunFlags&
   o.seq_len = pf.seq_len;
   o.plan = pf.plan;
   o.system = parse_system(f.system, "--system");
-  exec::validate_multi_node_plan(o.plan);  // before the checkpoint root is taken (node 0 alone would write it)
+  exec::validate_multi_node_plan(
+      o.plan);  // before the checkpoint root is taken (node 0 alone would write it)
   o.backend = f.backend;
   o.exact_fp32 = f.exact;
   o.master = f.master == "split"  ? exec::MasterStorage::kSplit
              : f.master == "fp32" ? exec::MasterStorage::kFp32
                                   : exec::MasterStorage::kAuto;
   o.device_budget_bytes = f.device_budget;
-  if (!f.host_pinned_limit.empty()) o.host_pinned_limit_bytes = budget_bytes_flag(f.host_pinned_limit, "--host-pinned-limit");
+  if (!f.host_pinned_limit.empty())
+    o.host_pinned_limit_bytes = budget_bytes_flag(f.host_pinned_limit, "--host-pinned-limit");
   o.update_threads = f.update_threads;
   o.dataset = f.data.empty() ? default_corpus_dataset() : TokenDataset::open(f.data);
-  if (app.count("--eval-data") && f.eval_data.empty()) throw InputError("--eval-data", "is empty (give a token file)");
+  if (app.count("--eval-data") && f.eval_data.empty())
+    throw InputError("--eval-data", "is empty (give a token file)");
   // Read into memory: a held-out file regenerated while the run goes on must not break a mapping.
   if (!f.eval_data.empty()) {
     if (!path_exists(f.eval_data)) throw IoError(f.eval_data, "no such file (--eval-data)");
     o.eval_dataset = TokenDataset::read(f.eval_data);
     note_packing(*o.eval_dataset, pf.seq_len);
   }
-  if (f.eval_every > 0 && f.eval_data.empty()) throw InputError("--eval-every", "needs --eval-data (the held-out token file)");
+  if (f.eval_every > 0 && f.eval_data.empty())
+    throw InputError("--eval-every", "needs --eval-data (the held-out token file)");
   o.eval_every = f.eval_every;
   o.data_seed = f.data_seed;
   o.init_seed = f.init_seed;
@@ -170,9 +175,12 @@ exec::TrainOptions model_data_and_optimizer(const CLI::App& app, const RunFlags&
 
 // What each node reads, by content: one path can hold other files on another host (a root's newest
 // checkpoint, a model folder or a token file copied differently), which would mix two runs' weights.
-void check_nodes_read_the_same(const RunFlags& f, const PlanFile& pf, const std::optional<TrainerState>& resumed) {
+void check_nodes_read_the_same(const RunFlags& f, const PlanFile& pf,
+                               const std::optional<TrainerState>& resumed) {
   if (!g_link) return;
-  auto contents = [](const std::string& path) { return path_exists(path) ? content_fingerprint(path) : "(none)"; };
+  auto contents = [](const std::string& path) {
+    return path_exists(path) ? content_fingerprint(path) : "(none)";
+  };
   exec::check_nodes_agree(
       *g_link, {{"--resume (the checkpoint's files)",
                  resumed ? fmt::format("step {}, {}", resumed->optimizer_step, contents(f.resume)) : "none"},
@@ -222,11 +230,12 @@ double set_emulation(exec::TrainOptions& o, const CLI::App& app, const RunFlags&
     if (app.count("--time-scale")) throw InputError("--time-scale", "only with --emulate");
     return 1.0;
   }
-  if (f.backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
+  if (f.backend != "cpu")
+    throw InputError("--emulate", "pacing to a target machine is for the CPU backend (--backend cpu)");
   o.emulate = load_hardware(f.emulate);
   o.time_scale = f.time_scale > 0 ? f.time_scale
-                                  : exec::TargetPacing::measured_time_scale(make_workload(o.card, o.seq_len), *o.emulate,
-                                                                            o.plan, o.system);
+                                  : exec::TargetPacing::measured_time_scale(make_workload(o.card, o.seq_len),
+                                                                            *o.emulate, o.plan, o.system);
   return o.time_scale;
 }
 
@@ -238,7 +247,9 @@ struct ModelView {
 
 ModelView predict_run(const exec::TrainOptions& o, const RunFlags& f, const PlanFile& pf) {
   ModelView v;
-  v.hardware_name = !f.emulate.empty() ? f.emulate : !pf.hardware.empty() ? pf.hardware : (f.backend == "cpu" ? "cpu-dev" : "");
+  v.hardware_name = !f.emulate.empty()     ? f.emulate
+                    : !pf.hardware.empty() ? pf.hardware
+                                           : (f.backend == "cpu" ? "cpu-dev" : "");
   if (v.hardware_name.empty()) return v;
   const Hardware hw = load_hardware(v.hardware_name);
   v.hardware_yaml = hardware_to_yaml(hw);
@@ -250,7 +261,8 @@ ModelView predict_run(const exec::TrainOptions& o, const RunFlags& f, const Plan
   return v;
 }
 
-runlog::RunInfo run_info(const exec::TrainOptions& o, const Plan& run_plan, const ModelView& model, int argc, char** argv) {
+runlog::RunInfo run_info(const exec::TrainOptions& o, const Plan& run_plan, const ModelView& model, int argc,
+                         char** argv) {
   runlog::RunInfo info;
   info.kind = runlog::RunKind::kTrain;
   info.command_line = command_line(argc, argv);
@@ -267,24 +279,27 @@ runlog::RunInfo run_info(const exec::TrainOptions& o, const Plan& run_plan, cons
 
 // The lines before the first step: the run, the checkpoints, the model's prediction.
 void print_header(const exec::TrainOptions& o, const Plan& run_plan, const ModelView& model, double scale,
-                  const std::optional<CheckpointRootLease>& root_lease, const std::optional<TrainerState>& resumed,
-                  const RunFlags& f) {
+                  const std::optional<CheckpointRootLease>& root_lease,
+                  const std::optional<TrainerState>& resumed, const RunFlags& f) {
   if (f.json) return;
-  fmt::print("{} ({} params) | seq {} | {}{} | {} backend | {} | {} tokens/step{}\n", o.card.name,
-             format_count(static_cast<double>(o.card.total_params())), o.seq_len,
-             o.system == System::kSlideDP ? "" : std::string(system_name(o.system)) + ": ",
-             run_plan.summary(static_cast<int>(o.card.num_layers)), o.backend, o.lr.summary(),
-             o.plan.global_batch_sequences() * o.seq_len,
-             g_link ? fmt::format(" | {} nodes, host state {}", g_link->nodes(), host_state_name(o.plan.host_state)) : "");
+  fmt::print(
+      "{} ({} params) | seq {} | {}{} | {} backend | {} | {} tokens/step{}\n", o.card.name,
+      format_count(static_cast<double>(o.card.total_params())), o.seq_len,
+      o.system == System::kSlideDP ? "" : std::string(system_name(o.system)) + ": ",
+      run_plan.summary(static_cast<int>(o.card.num_layers)), o.backend, o.lr.summary(),
+      o.plan.global_batch_sequences() * o.seq_len,
+      g_link ? fmt::format(" | {} nodes, host state {}", g_link->nodes(), host_state_name(o.plan.host_state))
+             : "");
   if (root_lease)
-    fmt::print("checkpoints: {} ({} run {}{})\n", f.checkpoint_dir, root_lease->continues() ? "continuing" : "new",
-               root_lease->owner().run_id,
+    fmt::print("checkpoints: {} ({} run {}{})\n", f.checkpoint_dir,
+               root_lease->continues() ? "continuing" : "new", root_lease->owner().run_id,
                resumed ? fmt::format(", from step {} of {}", resumed->optimizer_step, f.resume) : "");
   if (model.predicted)
     fmt::print("model prediction on {}: {} per step, bottleneck {}{}\n", model.hardware_name,
                format_seconds(model.predicted->step_time_s), model.predicted->bottleneck,
-               f.emulate.empty() ? "" : fmt::format(" (paced at time scale {:.4g}: {} per step here)", scale,
-                                                    format_seconds(model.predicted->step_time_s * scale)));
+               f.emulate.empty() ? ""
+                                 : fmt::format(" (paced at time scale {:.4g}: {} per step here)", scale,
+                                               format_seconds(model.predicted->step_time_s * scale)));
 }
 
 runlog::StepRecord step_record(const exec::TrainStep& s, std::optional<double> predicted_step_s) {
@@ -313,7 +328,8 @@ std::string final_line(const exec::TrainResult& result) {
 
 int run_main(int argc, char** argv) {
   CLI::App app{
-      "slidedp-run: train a Llama, Qwen2/3, Mistral, Gemma 4 or Qwen3.6 model with layer streaming from host memory,\n"
+      "slidedp-run: train a Llama, Qwen2/3, Mistral, Gemma 4 or Qwen3.6 model with layer streaming from host "
+      "memory,\n"
       "synchronous data parallel over the plan's ranks. Without --model and --data it trains the embedded\n"
       "default: slidedp-tiny on the text compiled into the binary."};
   RunFlags f;
@@ -346,13 +362,17 @@ int run_main(int argc, char** argv) {
   // the run ends.
   std::optional<CheckpointRootLease> root_lease;
   if (!f.checkpoint_dir.empty() && lead)
-    root_lease.emplace(CheckpointRootLease::acquire(f.checkpoint_dir, "--checkpoint-dir", o.card.name, f.resume));
+    root_lease.emplace(
+        CheckpointRootLease::acquire(f.checkpoint_dir, "--checkpoint-dir", o.card.name, f.resume));
   const int64_t start_step = resumed ? resumed->optimizer_step : 0;
   o.lr = lr_schedule_from(f, app, start_step, resumed ? resumed->lr_schedule_json : "", f.resume);
   set_outputs_and_control(o, f, traced);
-  o.metadata_json = nlohmann::json{{"plan", plan_to_yaml(o.plan)}, {"system", system_name(o.system)}, {"model", o.card.name},
+  o.metadata_json = nlohmann::json{{"plan", plan_to_yaml(o.plan)},
+                                   {"system", system_name(o.system)},
+                                   {"model", o.card.name},
                                    {"seq_len", o.seq_len},
-                                   {"checkpoint_run_id", root_lease ? root_lease->owner().run_id : ""}}.dump();
+                                   {"checkpoint_run_id", root_lease ? root_lease->owner().run_id : ""}}
+                        .dump();
   const double scale = set_emulation(o, app, f);
   const ModelView model = predict_run(o, f, pf);
   std::optional<double> predicted_step_s;
@@ -369,7 +389,12 @@ int run_main(int argc, char** argv) {
   o.on_eval = [&](const exec::EvalPoint& e) {
     last_eval = fmt::format(" | eval {:.4f} (ppl {:.4g}) after step {}", e.loss, std::exp(e.loss), e.step);
     if (lead && !f.quiet && !f.json && o.steps == 0) fmt::print("evaluation{}\n", last_eval.substr(7));
-    if (log) log->log_eval({.step = e.step, .loss = e.loss, .tokens = e.tokens, .wait_s = e.wait_s, .data = fs_absolute(f.eval_data)});
+    if (log)
+      log->log_eval({.step = e.step,
+                     .loss = e.loss,
+                     .tokens = e.tokens,
+                     .wait_s = e.wait_s,
+                     .data = fs_absolute(f.eval_data)});
   };
   auto on_step = [&](const exec::TrainStep& s) {
     progress.update(static_cast<double>(s.step - start_step),

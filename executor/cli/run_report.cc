@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
 #include "common/units.h"
@@ -58,18 +57,21 @@ void print_kernel_table(const exec::TrainResult& result) {
   for (const exec::KernelTotal& k : kernels) all += k.seconds;
   Table kt({"kernel", "calls", "time", "per call", "of kernel time"}, {"", "", "ms", "us", "%"});
   for (std::size_t i = 0; i < std::min<std::size_t>(12, kernels.size()); ++i)
-    kt.add_row({kernels[i].kernel, std::to_string(kernels[i].calls), fmt::format("{:.3f}", kernels[i].seconds * 1e3),
+    kt.add_row({kernels[i].kernel, std::to_string(kernels[i].calls),
+                fmt::format("{:.3f}", kernels[i].seconds * 1e3),
                 fmt::format("{:.1f}", kernels[i].seconds * 1e6 / static_cast<double>(kernels[i].calls)),
                 fmt::format("{:.1f}", all > 0 ? 100 * kernels[i].seconds / all : 0.0)});
-  std::cout << "\nlargest kernels, rank 0 (" << kernels.size() << " kinds, " << format_seconds(all) << " in all)\n"
+  std::cout << "\nlargest kernels, rank 0 (" << kernels.size() << " kinds, " << format_seconds(all)
+            << " in all)\n"
             << kt.render();
 }
 
 }  // namespace
 
 Table bench_table() {
-  return Table({"step", "loss", "step time", "compute", "h2d", "d2h", "fabric", "cpu update", "exposed", "tokens/s"},
-               {"", "", "s", "s", "s", "s", "s", "s", "s", ""});
+  return Table(
+      {"step", "loss", "step time", "compute", "h2d", "d2h", "fabric", "cpu update", "exposed", "tokens/s"},
+      {"", "", "s", "s", "s", "s", "s", "s", "s", ""});
 }
 
 void add_bench_row(Table& table, const exec::TrainStep& s) {
@@ -77,7 +79,8 @@ void add_bench_row(Table& table, const exec::TrainStep& s) {
   table.add_row({std::to_string(s.step), fmt::format("{:.4f}", s.loss), fmt::format("{:.4f}", s.wall_s),
                  fmt::format("{:.4f}", busy("compute")), fmt::format("{:.4f}", busy("h2d")),
                  fmt::format("{:.4f}", busy("d2h")), fmt::format("{:.4f}", busy("fabric")),
-                 fmt::format("{:.4f}", busy("cpu_update")), fmt::format("{:.4f}", std::max(0.0, s.wall_s - busy("compute"))),
+                 fmt::format("{:.4f}", busy("cpu_update")),
+                 fmt::format("{:.4f}", std::max(0.0, s.wall_s - busy("compute"))),
                  fmt::format("{:.0f}", static_cast<double>(s.tokens) / s.wall_s)});
 }
 
@@ -92,8 +95,11 @@ void print_json_report(const RunOutcome& run) {
   j["steps"] = steps_json(result);
   j["evals"] = nlohmann::json::array();
   for (const auto& e : result.evals)
-    j["evals"].push_back(
-        {{"step", e.step}, {"loss", e.loss}, {"perplexity", std::exp(e.loss)}, {"tokens", e.tokens}, {"wait_s", e.wait_s}});
+    j["evals"].push_back({{"step", e.step},
+                          {"loss", e.loss},
+                          {"perplexity", std::exp(e.loss)},
+                          {"tokens", e.tokens},
+                          {"wait_s", e.wait_s}});
   j["tokens_per_s"] = steady_state(result.steps).tokens_per_s();
   j["final_loss"] = result.steps.empty() ? 0.0 : result.steps.back().loss;
   j["device_high_water_bytes"] = result.device_high_water_bytes;
@@ -124,14 +130,16 @@ void print_human_report(const RunOutcome& run, const Table& bench) {
   fmt::print("\n{} steps, steady state {:.0f} tokens/s, {} per step", n, steady.tokens_per_s(),
              format_seconds(n > 1 ? steady.seconds / static_cast<double>(n - 1) : steady.seconds));
   if (run.predicted_step_s) fmt::print(" (model predicted {})", format_seconds(*run.predicted_step_s));
-  fmt::print("\nloss {:.4f} -> {:.4f}\n", n == 0 ? 0.0 : result.steps.front().loss, n == 0 ? 0.0 : result.steps.back().loss);
+  fmt::print("\nloss {:.4f} -> {:.4f}\n", n == 0 ? 0.0 : result.steps.front().loss,
+             n == 0 ? 0.0 : result.steps.back().loss);
   if (n > 0 && result.steps.back().grad_norm >= 0)
     fmt::print("gradient norm {:.4g} -> {:.4g} (the update after the backward: verify_updates)\n",
                result.steps.front().grad_norm, result.steps.back().grad_norm);
   int64_t hw = 0;
   for (auto h : result.device_high_water_bytes) hw = std::max(hw, h);
   fmt::print("device memory high water {} of {} budget per rank (account: {}, peak at {}); host state {}\n",
-             format_bytes(static_cast<double>(hw)), format_bytes(static_cast<double>(result.device_budget_bytes)),
+             format_bytes(static_cast<double>(hw)),
+             format_bytes(static_cast<double>(result.device_budget_bytes)),
              format_bytes(result.device_account.peak_bytes), result.device_account.peak_at,
              format_bytes(static_cast<double>(result.host_state_bytes)));
   if (run.run_id >= 0) fmt::print("run {} logged to {}\n", run.run_id, f.db);
@@ -140,9 +148,11 @@ void print_human_report(const RunOutcome& run, const Table& bench) {
   if (result.stopped_early) fmt::print("stopped early on request\n");
   if (result.paced_overruns > 0)
     fmt::print(stderr,
-               "warning: {} of {} paced operations took longer here than the target would at time scale {:.4g} (by {} "
+               "warning: {} of {} paced operations took longer here than the target would at time scale "
+               "{:.4g} (by {} "
                "together): the run is slower here than the pacing allows; raise --time-scale\n",
-               result.paced_overruns, result.paced_ops, run.time_scale, format_seconds(result.paced_overrun_s));
+               result.paced_overruns, result.paced_ops, run.time_scale,
+               format_seconds(result.paced_overrun_s));
 }
 
 }  // namespace slidedp

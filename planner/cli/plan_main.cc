@@ -36,7 +36,8 @@ struct PlanCliFlags {
   std::optional<std::string> budget, reserve, param_route, grad_route;
   std::vector<int64_t> chunks;
   std::vector<int> depths, threads;
-  bool json = false, exhaustive = false, no_sim = false, no_db = false, allow_lossy_states = false, clip = false;
+  bool json = false, exhaustive = false, no_sim = false, no_db = false, allow_lossy_states = false,
+       clip = false;
   std::optional<std::string> list;
   int refine_rounds = 2;
 
@@ -48,87 +49,97 @@ struct PlanCliFlags {
  private:
   // The workload, the goal and the space searched.
   void add_search_flags(CLI::App& app) {
-  app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x8) or profile YAML")
-      ->required();
-  app.add_option("--model", model,
-                 "Model preset name (e.g. qwen2.5-72b), card YAML, config.json or HF model folder")
-      ->required();
-  app.add_option("--seq", seq, "Sequence length in tokens")->required()->check(CLI::PositiveNumber);
-  app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")->required()->check(CLI::PositiveNumber);
-  app.add_option("--nodes", nodes,
-                 "Nodes like this machine, joined by its network (hardware key network.nic_gbps); the host state's "
-                 "placement across them is searched too. slidedp-run runs such a plan under mpirun, one process per node; --refine measures on this node alone and refuses it")
-      ->check(CLI::Range(1, 4096));
-  app.add_option("--host-state", host_state, "Only this host state placement across nodes: replicated | sharded")
-      ->check(CLI::IsMember({"replicated", "sharded"}));
-  app.add_flag(
-      "--allow-lossy-states", allow_lossy_states,
-      "Let the plan hold AdamW's moments in bf16 (4 instead of 8 bytes per parameter, rounded "
-      "stochastically) or 8-bit blocks (2.03; both change the numerics): each taken over the more exact one "
-      "only where that does not fit or it is at least 2% faster per token; the explanation says which");
-  app.add_flag("--clip", clip,
-               "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, "
-               "--on-nonfinite skip): the update follows the backward and overlaps the next step's forward "
-               "unit by unit (plans are scored so; the written plan says verify_updates)");
-  auto* g = app.add_option(
-      "--global-batch-tokens", global_batch,
-      "Matched batch: tokens per optimizer step, fixed (= nodes x ranks x micro-batch x accumulation x seq)")
-                ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  auto* m = app.add_option("--maximize", maximize, "Free batch: maximize this (throughput)")
-                ->check(CLI::IsMember({"throughput"}));
-  auto* b = app.add_option("--token-budget", token_budget,
-                           "Free batch: minimize the time to train this many tokens");
-  g->excludes(m)->excludes(b);
-  m->excludes(b);
-  app.add_option("--max-global-batch-tokens", max_global_batch,
-                 "Free batch: the largest tokens per step considered")
-      ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
-  app.add_option("--max-micro-batch", max_mb, "Largest micro-batch considered (0: memory decides)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--max-accum", max_acc, "Largest accumulation considered (0: no limit)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option(
-      "--gpu-mem-budget", budget,
-      "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus the reserve");
-  app.add_option("--gpu-mem-reserve", reserve, "GPU memory kept free for allocator slack and fragmentation when no budget is given (default 512MiB; the CUDA context and NCCL buffers are items of the memory account, from the hardware profile)");
-  app.add_option("--param-route", param_route, "Only this parameter route: replicated | sharded")
-      ->check(CLI::IsMember({"replicated", "sharded"}));
-  app.add_option("--grad-route", grad_route, "Only this gradient route: cpu | gpu")
-      ->check(CLI::IsMember({"cpu", "gpu"}));
-  app.add_option("--chunk-numel", chunks,
-                 "Only these chunk sizes (elements; repeat the flag or give several)");
-  app.add_option("--depth", depths, "Only these GPU buffer depths");
-  app.add_option("--update-threads", threads, "Only these update thread counts (0 = all free cores)");
+    app.add_option("--hardware", hardware, "Hardware preset name (e.g. h100-sxm-x8) or profile YAML")
+        ->required();
+    app.add_option("--model", model,
+                   "Model preset name (e.g. qwen2.5-72b), card YAML, config.json or HF model folder")
+        ->required();
+    app.add_option("--seq", seq, "Sequence length in tokens")->required()->check(CLI::PositiveNumber);
+    app.add_option("--ranks", ranks, "Data-parallel ranks (GPUs) per node")
+        ->required()
+        ->check(CLI::PositiveNumber);
+    app.add_option(
+           "--nodes", nodes,
+           "Nodes like this machine, joined by its network (hardware key network.nic_gbps); the host state's "
+           "placement across them is searched too. slidedp-run runs such a plan under mpirun, one process "
+           "per node; --refine measures on this node alone and refuses it")
+        ->check(CLI::Range(1, 4096));
+    app.add_option("--host-state", host_state,
+                   "Only this host state placement across nodes: replicated | sharded")
+        ->check(CLI::IsMember({"replicated", "sharded"}));
+    app.add_flag(
+        "--allow-lossy-states", allow_lossy_states,
+        "Let the plan hold AdamW's moments in bf16 (4 instead of 8 bytes per parameter, rounded "
+        "stochastically) or 8-bit blocks (2.03; both change the numerics): each taken over the more exact "
+        "one "
+        "only where that does not fit or it is at least 2% faster per token; the explanation says which");
+    app.add_flag(
+        "--clip", clip,
+        "A run that clips its gradient norm or skips non-finite steps (slidedp-run --clip-grad-norm, "
+        "--on-nonfinite skip): the update follows the backward and overlaps the next step's forward "
+        "unit by unit (plans are scored so; the written plan says verify_updates)");
+    auto* g = app.add_option("--global-batch-tokens", global_batch,
+                             "Matched batch: tokens per optimizer step, fixed (= nodes x ranks x micro-batch "
+                             "x accumulation x seq)")
+                  ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+    auto* m = app.add_option("--maximize", maximize, "Free batch: maximize this (throughput)")
+                  ->check(CLI::IsMember({"throughput"}));
+    auto* b = app.add_option("--token-budget", token_budget,
+                             "Free batch: minimize the time to train this many tokens");
+    g->excludes(m)->excludes(b);
+    m->excludes(b);
+    app.add_option("--max-global-batch-tokens", max_global_batch,
+                   "Free batch: the largest tokens per step considered")
+        ->check(CLI::Range(int64_t{1}, int64_t{1} << 40));
+    app.add_option("--max-micro-batch", max_mb, "Largest micro-batch considered (0: memory decides)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--max-accum", max_acc, "Largest accumulation considered (0: no limit)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option(
+        "--gpu-mem-budget", budget,
+        "GPU memory budget per rank, bytes or with a unit (70GiB); default: GPU memory minus the reserve");
+    app.add_option(
+        "--gpu-mem-reserve", reserve,
+        "GPU memory kept free for allocator slack and fragmentation when no budget is given (default 512MiB; "
+        "the CUDA context and NCCL buffers are items of the memory account, from the hardware profile)");
+    app.add_option("--param-route", param_route, "Only this parameter route: replicated | sharded")
+        ->check(CLI::IsMember({"replicated", "sharded"}));
+    app.add_option("--grad-route", grad_route, "Only this gradient route: cpu | gpu")
+        ->check(CLI::IsMember({"cpu", "gpu"}));
+    app.add_option("--chunk-numel", chunks,
+                   "Only these chunk sizes (elements; repeat the flag or give several)");
+    app.add_option("--depth", depths, "Only these GPU buffer depths");
+    app.add_option("--update-threads", threads, "Only these update thread counts (0 = all free cores)");
   }
 
   // How many plans are shown and how they are scored, refined, logged and written.
   void add_output_flags(CLI::App& app) {
-  app.add_option("--top", top, "Plans to show and re-score with the simulator")->check(CLI::PositiveNumber);
-  app.add_flag("--no-simulator", no_sim, "Rank by the analytical model only (no simulator re-scoring)");
-  app.add_option(
-         "--list", list,
-         "plans: the K best plans (default); families: the best plan of K different batch-shape/route/"
-         "activation families (slower; the default with --refine, so the measured plans differ)")
-      ->check(CLI::IsMember({"plans", "families"}));
-  app.add_flag("--exhaustive", exhaustive,
-               "Score every feasible candidate (no pruning; slow, for checking the search)");
-  app.add_option(
-         "--refine", refine,
-         "Run the top K plans for a few steps on this machine's CPU backend and keep the measured best "
-         "(a model that fits this machine; on a profile of real GPUs the runs are paced at its ratios, "
-         "as slidedp-run --emulate)")
-      ->check(CLI::NonNegativeNumber);
-  app.add_option("--refine-steps", refine_steps,
-                 "Optimizer steps per refined plan and round (the first 2 are warm-up)")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--refine-rounds", refine_rounds,
-                 "Rounds of refinement runs, in alternating candidate order so drift favors no one")
-      ->check(CLI::PositiveNumber);
-  app.add_option("--data", data, "Token file for --refine (default: the embedded text, byte-tokenized)");
-  app.add_option("--db", db, "Run log for --refine runs (created if missing)");
-  app.add_flag("--no-db", no_db, "Do not log --refine runs");
-  app.add_option("--out", out, "Write the chosen plan here (default: print it)");
-  app.add_flag("--json", json, "Print one JSON object instead of the readable report");
+    app.add_option("--top", top, "Plans to show and re-score with the simulator")->check(CLI::PositiveNumber);
+    app.add_flag("--no-simulator", no_sim, "Rank by the analytical model only (no simulator re-scoring)");
+    app.add_option(
+           "--list", list,
+           "plans: the K best plans (default); families: the best plan of K different batch-shape/route/"
+           "activation families (slower; the default with --refine, so the measured plans differ)")
+        ->check(CLI::IsMember({"plans", "families"}));
+    app.add_flag("--exhaustive", exhaustive,
+                 "Score every feasible candidate (no pruning; slow, for checking the search)");
+    app.add_option(
+           "--refine", refine,
+           "Run the top K plans for a few steps on this machine's CPU backend and keep the measured best "
+           "(a model that fits this machine; on a profile of real GPUs the runs are paced at its ratios, "
+           "as slidedp-run --emulate)")
+        ->check(CLI::NonNegativeNumber);
+    app.add_option("--refine-steps", refine_steps,
+                   "Optimizer steps per refined plan and round (the first 2 are warm-up)")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--refine-rounds", refine_rounds,
+                   "Rounds of refinement runs, in alternating candidate order so drift favors no one")
+        ->check(CLI::PositiveNumber);
+    app.add_option("--data", data, "Token file for --refine (default: the embedded text, byte-tokenized)");
+    app.add_option("--db", db, "Run log for --refine runs (created if missing)");
+    app.add_flag("--no-db", no_db, "Do not log --refine runs");
+    app.add_option("--out", out, "Write the chosen plan here (default: print it)");
+    app.add_flag("--json", json, "Print one JSON object instead of the readable report");
   }
 };
 
@@ -136,10 +147,10 @@ struct PlanCliFlags {
 void check_outputs(const PlanCliFlags& f) {
   check_output_file_target({"--out", f.out});
   refuse_output_in_checkpoints({"--out", f.out});
-  refuse_output_over_inputs({"--out", f.out},
-                            {{"--hardware", is_folder(f.hardware) || path_exists(f.hardware) ? f.hardware : ""},
-                             {"--model", path_exists(f.model) ? f.model : ""},
-                             {"--data", f.data}});
+  refuse_output_over_inputs(
+      {"--out", f.out}, {{"--hardware", is_folder(f.hardware) || path_exists(f.hardware) ? f.hardware : ""},
+                         {"--model", path_exists(f.model) ? f.model : ""},
+                         {"--data", f.data}});
   if (!f.db.empty() && f.refine > 0) check_output_file_target({"--db", f.db});
   if (f.nodes > 1 && f.refine > 0)
     throw InputError("--refine", "measures plans on this machine, which runs one node; drop --nodes or --refine");
@@ -162,7 +173,8 @@ SearchSpec search_spec_from(const PlanCliFlags& f) {
     spec.token_budget_tokens = *f.token_budget;
   } else {
     throw InputError(
-        "", "give the goal: --global-batch-tokens N (matched batch), --maximize throughput, or --token-budget N");
+        "",
+        "give the goal: --global-batch-tokens N (matched batch), --maximize throughput, or --token-budget N");
   }
   spec.max_global_batch_tokens = f.max_global_batch;
   spec.max_micro_batch = f.max_mb;
@@ -231,16 +243,19 @@ void print_json(const PlanOutcome& p) {
 void print_report(const PlanOutcome& p) {
   const PlanCliFlags& f = p.flags;
   const int L = static_cast<int>(p.workload.model.num_layers);
-  fmt::print("{} ({}) on {} | seq {} | {} ranks | {}\n\n", p.workload.model.name, p.workload.model.params_summary(),
-             p.hardware.name, f.seq, f.ranks, goal_text(p.spec));
+  fmt::print("{} ({}) on {} | seq {} | {} ranks | {}\n\n", p.workload.model.name,
+             p.workload.model.params_summary(), p.hardware.name, f.seq, f.ranks, goal_text(p.spec));
   if (f.clip)
     std::cout << "planned for clipping (--clip): every step time below has the update after the backward, "
                  "overlapping the next step's forward layer by layer\n";
-  std::cout << render_top_table(p.search) << "\n" << explain_choice(p.search) << "\n" << render_search_stats(p.search) << "\n";
+  std::cout << render_top_table(p.search) << "\n"
+            << explain_choice(p.search) << "\n"
+            << render_search_stats(p.search) << "\n";
   if (p.refined) std::cout << "\nmeasured on this machine (CPU backend):\n" << render_refine(*p.refined, L);
   if (!f.out.empty()) {
-    fmt::print("\nwrote {} ({}); run it with slidedp-run --plan {}, check it with slidedp-predict --plan {}\n", f.out,
-               candidate_summary(p.chosen.plan, L), f.out, f.out);
+    fmt::print(
+        "\nwrote {} ({}); run it with slidedp-run --plan {}, check it with slidedp-predict --plan {}\n",
+        f.out, candidate_summary(p.chosen.plan, L), f.out, f.out);
   } else {
     fmt::print("\nchosen plan:\n{}", p.yaml);
   }
