@@ -168,198 +168,257 @@ int64_t sharded_state_numel(const ModelLayout& layout, const Plan& plan, int uni
   return shard;
 }
 
-RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied,
-                                      const RankMemorySpec& spec) {
-  const int U = layout.num_units(), L = U - 2, N = plan.ranks;
-  const int64_t B = plan.micro_batch, T = seq_len, tokens = B * T;
-  const int64_t hidden = spec.decoder.hidden_bytes;
-  const int W = plan.grad_shards();  // the gpu route's shards: every node's ranks
-  const bool gpu_route = W > 1;
-  auto numel = [&](int u) { return layout.units[static_cast<size_t>(u)].flat_numel; };
-  auto policy = [&](int l) { return plan.layer_policy(l, L); };
+namespace {
 
-  // The driver repeats one allocation pattern every micro-step after the first (only the first
-  // releases the slots of the previous step), so three micro-steps reach every peak a longer
-  // accumulation does; the replay costs O(units), not O(units x accumulation) (the planner asks for
-  // every candidate, up to 2^20 micro-steps).
-  const int micro_steps = std::min(plan.accum_steps, 3);
-  Ledger led(spec, static_cast<size_t>(16 * U * micro_steps + 64));
-  Slots slots;
-  slots.slots.resize(static_cast<size_t>(std::max(1, plan.gpu_buffer_depth)));
+// rank_memory_account's replay of the driver's allocations (executor/rank_driver.cc), micro-step by
+// micro-step in the driver's order: its buffers by category in a Ledger, its parameter slots.
+class AccountReplay {
+ public:
+  AccountReplay(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied, const RankMemorySpec& spec)
+      : layout_(layout),
+        plan_(plan),
+        spec_(spec),
+        tied_(tied),
+        U_(layout.num_units()),
+        L_(U_ - 2),
+        W_(plan.grad_shards()),
+        tokens_(plan.micro_batch * seq_len),
+        // The driver repeats one allocation pattern every micro-step after the first (only the first
+        // releases the slots of the previous step), so three micro-steps reach every peak a longer
+        // accumulation does; the replay costs O(units), not O(units x accumulation) (the planner asks
+        // for every candidate, up to 2^20 micro-steps).
+        micro_steps_(std::min(plan.accum_steps, 3)),
+        led_(spec, static_cast<size_t>(16 * U_ * micro_steps_ + 64)),
+        offload_in_flight_(static_cast<size_t>(std::max(L_, 1)), -1),
+        out_(static_cast<size_t>(U_), -1),
+        saved_(static_cast<size_t>(std::max(L_, 1)), -1) {
+    slots_.slots.resize(static_cast<size_t>(std::max(1, plan.gpu_buffer_depth)));
+  }
+
+  RankMemoryAccount run() {
+    system_buffers();
+    for (int a = 0; a < micro_steps_; ++a) micro_step(a);
+    return account();
+  }
+
+ private:
+  int64_t numel(int u) const { return layout_.units[static_cast<size_t>(u)].flat_numel; }
+  ActivationPolicy policy(int l) const { return plan_.layer_policy(l, L_); }
+  void acquire(int u, const Where& where) { slots_.acquire(led_, u, numel(u) * spec_.param_bytes, where); }
   // Wire gradients released by the driver but still draining: the backward of unit u waits for the
   // drain of unit u+2 (two gradient buffers), so at most the latest one is in flight when it allocates.
-  std::deque<int> draining;
-  auto settle_drains = [&](size_t keep) {
-    while (draining.size() > keep) led.release_in_flight(draining.front()), draining.pop_front();
-  };
-  std::vector<int> offload_in_flight(static_cast<size_t>(std::max(L, 1)), -1);  // layer -> input being copied out
+  void settle_drains(size_t keep) {
+    while (draining_.size() > keep) led_.release_in_flight(draining_.front()), draining_.pop_front();
+  }
+  void system_buffers();
+  void micro_step(int a);
+  void forward_layer(int u, const Where& where);
+  void head(int u, const Where& where);
+  void prefetch(int l, const Where& where);
+  void backward_layer(int u, bool lookahead);
+  void send_grads(int grads, int64_t n, const Where& where);
+  RankMemoryAccount account() const;
 
-  // RankDriver::send_grads: the fp32 gradient becomes a wire copy, which drains to the host.
-  auto send_grads = [&](int grads, int64_t n, const Where& where) {
-    const int wire = led.alloc(kGradients, n * spec.wire_bytes, where);
-    led.release(grads);
-    if (!gpu_route) {
-      draining.push_back(led.keep_in_flight(wire, kDraining));
-      return;
-    }
-    // Rank 0's shards (the largest: shard_range gives the remainder to the first ranks) of the unit's
-    // full chunks and its last, shorter one; the staging holds one chunk at a time (the largest counts).
-    const int64_t chunk = plan.chunk_numel, full = n / chunk, rest = n % chunk;
-    const int64_t shard_total = full * shard_range(chunk, W, 0).size() + (rest > 0 ? shard_range(rest, W, 0).size() : 0);
-    const int shards = led.alloc(kBackendScratch, std::max<int64_t>(shard_total, 1) * 4, where);
-    if (spec.reduce_scatter_staging && n > 0) {
-      const int64_t c = std::min(n, chunk);
-      const int64_t staging = W > plan.ranks ? (spec.wire_bytes == 2 ? c * 4 : 0)
-                                             : exchange_received_numel(c, W, 0) * spec.wire_bytes;
-      if (staging > 0) led.release(led.alloc(kBackendScratch, staging, where));
-    }
-    led.release(wire);
-    draining.push_back(led.keep_in_flight(shards, kDraining));
-  };
+  const ModelLayout& layout_;
+  const Plan& plan_;
+  const RankMemorySpec& spec_;
+  const bool tied_;
+  const int U_, L_, W_;  // W_: the gpu route's shards, every node's ranks
+  const int64_t tokens_;
+  const int micro_steps_;
+  Ledger led_;
+  Slots slots_;
+  std::deque<int> draining_;
+  std::vector<int> offload_in_flight_;  // layer -> input being copied out
+  std::vector<int> out_, saved_;        // unit -> its output; layer -> its kept activations
+  std::vector<int> prefetched_;         // layer -> its input, back on the device
+  int dy_ = -1;
+};
 
-  // A baseline's own buffers: allocated with its driver, held all run.
+// RankDriver::send_grads: the fp32 gradient becomes a wire copy, which drains to the host.
+void AccountReplay::send_grads(int grads, int64_t n, const Where& where) {
+  const int wire = led_.alloc(kGradients, n * spec_.wire_bytes, where);
+  led_.release(grads);
+  if (W_ <= 1) {
+    draining_.push_back(led_.keep_in_flight(wire, kDraining));
+    return;
+  }
+  // Rank 0's shards (the largest: shard_range gives the remainder to the first ranks) of the unit's
+  // full chunks and its last, shorter one; the staging holds one chunk at a time (the largest counts).
+  const int64_t chunk = plan_.chunk_numel, full = n / chunk, rest = n % chunk;
+  const int64_t shard_total = full * shard_range(chunk, W_, 0).size() + (rest > 0 ? shard_range(rest, W_, 0).size() : 0);
+  const int shards = led_.alloc(kBackendScratch, std::max<int64_t>(shard_total, 1) * 4, where);
+  if (spec_.reduce_scatter_staging && n > 0) {
+    const int64_t c = std::min(n, chunk);
+    const int64_t staging = W_ > plan_.ranks ? (spec_.wire_bytes == 2 ? c * 4 : 0)
+                                             : exchange_received_numel(c, W_, 0) * spec_.wire_bytes;
+    if (staging > 0) led_.release(led_.alloc(kBackendScratch, staging, where));
+  }
+  led_.release(wire);
+  draining_.push_back(led_.keep_in_flight(shards, kDraining));
+}
+
+// A baseline's own buffers: allocated with its driver, held all run.
+void AccountReplay::system_buffers() {
   const Where start{Where::kForward, 0};
-  if (spec.system.sharded_state) {
-    for (int u = 0; u < U; ++u)
+  if (spec_.system.sharded_state) {
+    for (int u = 0; u < U_; ++u)
       for (int buffer = 0; buffer < 4; ++buffer)  // master, m, v, gradient
-        led.alloc(kSystemBuffers, std::max<int64_t>(sharded_state_numel(layout, plan, u, 0), 1) * 4, start);
-    led.alloc(kSystemBuffers, 4, start);  // the gradients' non-finite count, read before the update
+        led_.alloc(kSystemBuffers, std::max<int64_t>(sharded_state_numel(layout_, plan_, u, 0), 1) * 4, start);
+    led_.alloc(kSystemBuffers, 4, start);  // the gradients' non-finite count, read before the update
   }
-  if (spec.system.fetch_fp32) led.alloc(kSystemBuffers, fp32_fetch_bytes(layout, plan), start);
-  if (spec.system.accumulate_on_gpu)
-    led.alloc(kSystemBuffers, grad_staging_slot_bytes(layout, plan, spec.wire_bytes), start);
+  if (spec_.system.fetch_fp32) led_.alloc(kSystemBuffers, fp32_fetch_bytes(layout_, plan_), start);
+  if (spec_.system.accumulate_on_gpu)
+    led_.alloc(kSystemBuffers, grad_staging_slot_bytes(layout_, plan_, spec_.wire_bytes), start);
+}
 
-  std::vector<int> out(static_cast<size_t>(U), -1), saved(static_cast<size_t>(std::max(L, 1)), -1);
-  for (int a = 0; a < micro_steps; ++a) {
-    if (a == 0) slots.release_all(led);
-    const int ids = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
-    const int targets = led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0});
-    const int positions = spec.document_positions ? led.alloc(kTokens, tokens * 4, Where{Where::kForward, 0}) : -1;
-    const int router = spec.router_stats_bytes > 0 ? led.alloc(kRouterStats, spec.router_stats_bytes, Where{Where::kForward, 0}) : -1;
-    int dy = -1;
-    // ---- forward ----
-    for (int u = 0; u < U; ++u) {
-      const UnitLayout& ul = layout.units[static_cast<size_t>(u)];
-      const Where where{ul.kind == UnitKind::kHead ? Where::kHead : Where::kForward, u};
-      slots.acquire(led, u, numel(u) * spec.param_bytes, where);
-      if (ul.kind == UnitKind::kEmbedding) {
-        out[0] = led.alloc(kHiddenMoving, hidden, where);
-      } else if (ul.kind == UnitKind::kDecoder) {
-        const int l = u - 1;
-        if (l >= 2 && offload_in_flight[static_cast<size_t>(l - 2)] >= 0) {  // waits for the offload two back
-          led.release_in_flight(offload_in_flight[static_cast<size_t>(l - 2)]);
-          offload_in_flight[static_cast<size_t>(l - 2)] = -1;
-        }
-        out[static_cast<size_t>(u)] = led.alloc(kHiddenMoving, hidden, where);
-        const int s = led.alloc(kUnitScratch, spec.layer_memory(l).saved_bytes, where);
-        led.release(led.alloc(kUnitScratch, spec.layer_memory(l).forward_workspace_bytes, where));
-        const int x = out[static_cast<size_t>(u - 1)];
-        if (policy(l) == ActivationPolicy::kKeep) {
-          saved[static_cast<size_t>(l)] = led.keep_in_flight(s, kSavedKept);
-        } else {
-          led.release(s);
-        }
-        if (policy(l) == ActivationPolicy::kOffload) {
-          offload_in_flight[static_cast<size_t>(l)] = led.keep_in_flight(x, kOffload);
-          out[static_cast<size_t>(u - 1)] = -1;
-        } else {
-          led.keep_in_flight(x, kHiddenKept);
-        }
-      } else {
-        if (tied) slots.acquire(led, 0, numel(0) * spec.param_bytes, where);
-        const int dx = led.alloc(kHiddenMoving, hidden, where);
-        const int grads = led.alloc(kGradients, numel(u) * 4, where);
-        const int tied_grads = tied ? led.alloc(kGradients, numel(0) * 4, where) : -1;
-        const int loss = led.alloc(kBackendScratch, 16, where);
-        led.release(led.alloc(kUnitScratch, spec.head.forward_workspace_bytes, where));
-        led.release(out[static_cast<size_t>(u - 1)]);
-        out[static_cast<size_t>(u - 1)] = -1;
-        led.release(loss);
-        send_grads(grads, numel(u), where);
-        if (tied) send_grads(tied_grads, numel(0), where);
-        dy = dx;
-      }
-    }
-    // ---- backward ----
-    std::vector<int> prefetched(static_cast<size_t>(std::max(L, 1)), -1);  // layer -> its input, back on the device
-    auto prefetch = [&](int l, const Where& where) {
-      if (l < 0 || policy(l) != ActivationPolicy::kOffload || prefetched[static_cast<size_t>(l)] >= 0) return;
-      if (offload_in_flight[static_cast<size_t>(l)] >= 0) {  // the prefetch waits for the offload of the same input
-        led.release_in_flight(offload_in_flight[static_cast<size_t>(l)]);
-        offload_in_flight[static_cast<size_t>(l)] = -1;
-      }
-      prefetched[static_cast<size_t>(l)] = led.alloc(kOffload, hidden, where);
-    };
-    const bool lookahead = backward_delivery_lookahead(plan);
-    for (int u = L; u >= 1; --u) {
-      const int l = u - 1;
-      const Where where{Where::kBackward, u};
-      if (!lookahead || u == L) slots.acquire(led, u, numel(u) * spec.param_bytes, where);
-      prefetch(l, where);
-      prefetch(l - 1, where);
-      int x;
-      if (policy(l) == ActivationPolicy::kOffload) {
-        x = prefetched[static_cast<size_t>(l)];
-        prefetched[static_cast<size_t>(l)] = -1;
-      } else {
-        x = out[static_cast<size_t>(u - 1)];
-      }
-      int s;
-      if (policy(l) == ActivationPolicy::kKeep) {
-        s = saved[static_cast<size_t>(l)];
-      } else {
-        s = led.alloc(kUnitScratch, spec.layer_memory(l).saved_bytes, where);
-        led.release(led.alloc(kUnitScratch, spec.layer_memory(l).forward_workspace_bytes, where));
-      }
-      settle_drains(1);
-      const int grads = led.alloc(kGradients, numel(u) * 4, where);
-      const int dx = led.alloc(kHiddenMoving, hidden, where);
-      const int ws = led.alloc(kUnitScratch, spec.layer_memory(l).backward_workspace_bytes, where);
-      led.release(x);
-      led.release(s);
-      led.release(ws);
-      led.release(dy);
-      out[static_cast<size_t>(u - 1)] = -1;
-      if (lookahead) slots.acquire(led, u - 1, numel(u - 1) * spec.param_bytes, where);
-      send_grads(grads, numel(u), where);
-      dy = dx;
-    }
-    {
-      const Where where{Where::kBackward, 0};
-      if (!lookahead || L == 0) slots.acquire(led, 0, numel(0) * spec.param_bytes, where);
-      settle_drains(1);
-      const int grads = led.alloc(kGradients, numel(0) * 4, where);
-      if (spec.embedding_backward_scratch_bytes > 0)
-        led.release(led.alloc(kBackendScratch, spec.embedding_backward_scratch_bytes, where));
-      led.release(dy);
-      led.release(ids);
-      led.release(targets);
-      led.release(positions);
-      if (router >= 0) led.release(router);
-      send_grads(grads, numel(0), where);
-    }
+void AccountReplay::micro_step(int a) {
+  if (a == 0) slots_.release_all(led_);
+  const Where first{Where::kForward, 0};
+  const int ids = led_.alloc(kTokens, tokens_ * 4, first);
+  const int targets = led_.alloc(kTokens, tokens_ * 4, first);
+  const int positions = spec_.document_positions ? led_.alloc(kTokens, tokens_ * 4, first) : -1;
+  const int router = spec_.router_stats_bytes > 0 ? led_.alloc(kRouterStats, spec_.router_stats_bytes, first) : -1;
+  dy_ = -1;
+  for (int u = 0; u < U_; ++u) {
+    const UnitKind kind = layout_.units[static_cast<size_t>(u)].kind;
+    const Where where{kind == UnitKind::kHead ? Where::kHead : Where::kForward, u};
+    acquire(u, where);
+    if (kind == UnitKind::kEmbedding)
+      out_[0] = led_.alloc(kHiddenMoving, spec_.decoder.hidden_bytes, where);
+    else if (kind == UnitKind::kDecoder)
+      forward_layer(u, where);
+    else
+      head(u, where);
   }
+  prefetched_.assign(static_cast<size_t>(std::max(L_, 1)), -1);
+  const bool lookahead = backward_delivery_lookahead(plan_);
+  for (int u = L_; u >= 1; --u) backward_layer(u, lookahead);
+  // The embedding's backward.
+  const Where where{Where::kBackward, 0};
+  if (!lookahead || L_ == 0) acquire(0, where);
+  settle_drains(1);
+  const int grads = led_.alloc(kGradients, numel(0) * 4, where);
+  if (spec_.embedding_backward_scratch_bytes > 0)
+    led_.release(led_.alloc(kBackendScratch, spec_.embedding_backward_scratch_bytes, where));
+  led_.release(dy_);
+  led_.release(ids);
+  led_.release(targets);
+  led_.release(positions);
+  if (router >= 0) led_.release(router);
+  send_grads(grads, numel(0), where);
+}
 
+void AccountReplay::forward_layer(int u, const Where& where) {
+  const int l = u - 1;
+  if (l >= 2 && offload_in_flight_[static_cast<size_t>(l - 2)] >= 0) {  // waits for the offload two back
+    led_.release_in_flight(offload_in_flight_[static_cast<size_t>(l - 2)]);
+    offload_in_flight_[static_cast<size_t>(l - 2)] = -1;
+  }
+  out_[static_cast<size_t>(u)] = led_.alloc(kHiddenMoving, spec_.decoder.hidden_bytes, where);
+  const int s = led_.alloc(kUnitScratch, spec_.layer_memory(l).saved_bytes, where);
+  led_.release(led_.alloc(kUnitScratch, spec_.layer_memory(l).forward_workspace_bytes, where));
+  const int x = out_[static_cast<size_t>(u - 1)];
+  if (policy(l) == ActivationPolicy::kKeep)
+    saved_[static_cast<size_t>(l)] = led_.keep_in_flight(s, kSavedKept);
+  else
+    led_.release(s);
+  if (policy(l) == ActivationPolicy::kOffload) {
+    offload_in_flight_[static_cast<size_t>(l)] = led_.keep_in_flight(x, kOffload);
+    out_[static_cast<size_t>(u - 1)] = -1;
+  } else {
+    led_.keep_in_flight(x, kHiddenKept);
+  }
+}
+
+// The head: fused forward, loss and backward.
+void AccountReplay::head(int u, const Where& where) {
+  if (tied_) acquire(0, where);
+  const int dx = led_.alloc(kHiddenMoving, spec_.decoder.hidden_bytes, where);
+  const int grads = led_.alloc(kGradients, numel(u) * 4, where);
+  const int tied_grads = tied_ ? led_.alloc(kGradients, numel(0) * 4, where) : -1;
+  const int loss = led_.alloc(kBackendScratch, 16, where);
+  led_.release(led_.alloc(kUnitScratch, spec_.head.forward_workspace_bytes, where));
+  led_.release(out_[static_cast<size_t>(u - 1)]);
+  out_[static_cast<size_t>(u - 1)] = -1;
+  led_.release(loss);
+  send_grads(grads, numel(u), where);
+  if (tied_) send_grads(tied_grads, numel(0), where);
+  dy_ = dx;
+}
+
+void AccountReplay::prefetch(int l, const Where& where) {
+  if (l < 0 || policy(l) != ActivationPolicy::kOffload || prefetched_[static_cast<size_t>(l)] >= 0) return;
+  if (offload_in_flight_[static_cast<size_t>(l)] >= 0) {  // the prefetch waits for the offload of the same input
+    led_.release_in_flight(offload_in_flight_[static_cast<size_t>(l)]);
+    offload_in_flight_[static_cast<size_t>(l)] = -1;
+  }
+  prefetched_[static_cast<size_t>(l)] = led_.alloc(kOffload, spec_.decoder.hidden_bytes, where);
+}
+
+void AccountReplay::backward_layer(int u, bool lookahead) {
+  const int l = u - 1;
+  const Where where{Where::kBackward, u};
+  if (!lookahead || u == L_) acquire(u, where);
+  prefetch(l, where);
+  prefetch(l - 1, where);
+  int x;
+  if (policy(l) == ActivationPolicy::kOffload) {
+    x = prefetched_[static_cast<size_t>(l)];
+    prefetched_[static_cast<size_t>(l)] = -1;
+  } else {
+    x = out_[static_cast<size_t>(u - 1)];
+  }
+  int s;
+  if (policy(l) == ActivationPolicy::kKeep) {
+    s = saved_[static_cast<size_t>(l)];
+  } else {
+    s = led_.alloc(kUnitScratch, spec_.layer_memory(l).saved_bytes, where);
+    led_.release(led_.alloc(kUnitScratch, spec_.layer_memory(l).forward_workspace_bytes, where));
+  }
+  settle_drains(1);
+  const int grads = led_.alloc(kGradients, numel(u) * 4, where);
+  const int dx = led_.alloc(kHiddenMoving, spec_.decoder.hidden_bytes, where);
+  const int ws = led_.alloc(kUnitScratch, spec_.layer_memory(l).backward_workspace_bytes, where);
+  led_.release(x);
+  led_.release(s);
+  led_.release(ws);
+  led_.release(dy_);
+  out_[static_cast<size_t>(u - 1)] = -1;
+  if (lookahead) acquire(u - 1, where);
+  send_grads(grads, numel(u), where);
+  dy_ = dx;
+}
+
+RankMemoryAccount AccountReplay::account() const {
   RankMemoryAccount acc;
-  const int64_t* by = led.at_peak();
+  const int64_t* by = led_.at_peak();
   for (int c = 0; c < kCategories; ++c) {
     if (by[c] <= 0) continue;
     std::string name = category_name(c);
-    if (c == kSlots) name = fmt::format("parameter slots ({} deep)", plan.gpu_buffer_depth);
-    if (c == kSystemBuffers) name = system_buffers_name(spec.system);
+    if (c == kSlots) name = fmt::format("parameter slots ({} deep)", plan_.gpu_buffer_depth);
+    if (c == kSystemBuffers) name = system_buffers_name(spec_.system);
     acc.items.push_back({name, static_cast<double>(by[c])});
   }
-  acc.driver_peak_bytes = static_cast<double>(led.driver_peak());
-  acc.peak_at = where_text(led.peak_at());
-  if (spec.runtime_bytes > 0) acc.items.push_back({"CUDA context and libraries (hardware profile)", static_cast<double>(spec.runtime_bytes)});
+  acc.driver_peak_bytes = static_cast<double>(led_.driver_peak());
+  acc.peak_at = where_text(led_.peak_at());
+  if (spec_.runtime_bytes > 0)
+    acc.items.push_back({"CUDA context and libraries (hardware profile)", static_cast<double>(spec_.runtime_bytes)});
   // The node's communicator, and across nodes the gpu route's over every node's ranks.
-  const int communicators = (N > 1 ? 1 : 0) + (plan.nodes > 1 && gpu_route ? 1 : 0);
-  if (spec.collective_bytes > 0 && communicators > 0)
+  const int communicators = (plan_.ranks > 1 ? 1 : 0) + (plan_.nodes > 1 && W_ > 1 ? 1 : 0);
+  if (spec_.collective_bytes > 0 && communicators > 0)
     acc.items.push_back({communicators > 1 ? "NCCL communicator buffers, node and all nodes (hardware profile)"
                                            : "NCCL communicator buffers (hardware profile)",
-                         static_cast<double>(communicators * spec.collective_bytes)});
+                         static_cast<double>(communicators * spec_.collective_bytes)});
   for (const MemoryItem& i : acc.items) acc.peak_bytes += i.bytes;
   return acc;
+}
+
+}  // namespace
+
+RankMemoryAccount rank_memory_account(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied,
+                                      const RankMemorySpec& spec) {
+  return AccountReplay(layout, plan, seq_len, tied, spec).run();
 }
 
 HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, System system, bool tied,

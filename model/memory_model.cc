@@ -159,99 +159,79 @@ RankMemorySpec rank_memory_spec(const Workload& w, const Hardware& hw, const Pla
   return s;
 }
 
-MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan& plan_in, System system) {
+namespace {
+
+// What the baselines' memory is sized by (their layers are PyTorch's; SlideDP's own memory is the
+// account's, from its units).
+struct BaselineSizes {
+  double N = 1, D = 1, tokens = 0, P = 0;
+  double max_unit = 0;    // the largest unit, with the tied embedding the head reads
+  double max_window = 0;  // the largest window of D consecutive units
+  double max_grad = 0;    // the fp32 gradient of the unit in backward + the bf16 one still draining
+  // Per token: layers of different shapes (Gemma 4's sliding and global layers) are charged the mean
+  // for kept and recomputed layers (the policies' counts multiply it), the largest for one layer's
+  // working set.
+  LayerActivationBytes act, act_max;
+  Plan::PolicyCounts pc;
+};
+
+BaselineSizes baseline_sizes(const Workload& w, const Plan& p) {
   const ModelCard& card = w.model;
-  const Plan p = plan_for_system(plan_in, system, card);
   const int L = static_cast<int>(card.num_layers);
-  const double N = p.ranks;
-  const double tokens = static_cast<double>(p.micro_batch) * static_cast<double>(w.seq_len);
   const auto& units = w.layout.units;
-  const double P = static_cast<double>(w.layout.total_flat_numel);
-  const double emb_numel = static_cast<double>(units.front().flat_numel);
-  // The baselines' layers are PyTorch's (SlideDP's own memory is the account's, from its units).
-  // Layers of different shapes (Gemma 4's sliding and global layers): kept and recomputed layers are
-  // charged the mean (the policies' counts multiply it), the one-layer working set the largest.
-  LayerActivationBytes act = torch_decoder_activation_bytes_per_token(card, 0), act_max = act;
+  BaselineSizes s;
+  s.N = p.ranks;
+  s.D = p.gpu_buffer_depth;
+  s.tokens = static_cast<double>(p.micro_batch) * static_cast<double>(w.seq_len);
+  s.P = static_cast<double>(w.layout.total_flat_numel);
+  s.act = s.act_max = torch_decoder_activation_bytes_per_token(card, 0);
   if (!card.uniform_layers()) {
-    act = {};
+    s.act = {};
     for (int l = 0; l < L; ++l) {
       const LayerActivationBytes a = torch_decoder_activation_bytes_per_token(card, l);
-      act.saved_keep += a.saved_keep / L, act.unit_input += a.unit_input / L, act.transient += a.transient / L;
-      act_max.saved_keep = std::max(act_max.saved_keep, a.saved_keep);
-      act_max.transient = std::max(act_max.transient, a.transient);
+      s.act.saved_keep += a.saved_keep / L, s.act.unit_input += a.unit_input / L, s.act.transient += a.transient / L;
+      s.act_max.saved_keep = std::max(s.act_max.saved_keep, a.saved_keep);
+      s.act_max.transient = std::max(s.act_max.transient, a.transient);
     }
   }
-  const double D = p.gpu_buffer_depth;
-
-  MemoryEstimate m;
-  m.gpu_budget_bytes = gpu_budget_bytes(p, hw);
-  m.host_ram_bytes = static_cast<double>(hw.host.ram_bytes);
-  m.host_pinned_limit_bytes = static_cast<double>(hw.host.pinned_limit_bytes);
-  auto gpu = [&](const std::string& name, double bytes) {
-    if (bytes > 0) m.gpu_items.push_back({name, bytes});
-  };
-  auto host = [&](const std::string& name, double bytes, bool pinned) {
-    if (bytes <= 0) return;
-    m.host_items.push_back({name + (pinned ? " (pinned)" : ""), bytes});
-    m.host_bytes += bytes;
-    if (pinned) m.host_pinned_bytes += bytes;
-  };
-
-  // Largest unit and the largest window of D consecutive units (bf16), counting the tied embedding
-  // the head reads.
+  const double emb_numel = static_cast<double>(units.front().flat_numel);
   auto unit_numel = [&](std::size_t i) {
     double n = static_cast<double>(units[i].flat_numel);
     if (units[i].reads_tied_embedding) n += emb_numel;
     return n;
   };
-  double max_unit = 0, max_window = 0;
   for (std::size_t i = 0; i < units.size(); ++i) {
-    max_unit = std::max(max_unit, unit_numel(i));
+    s.max_unit = std::max(s.max_unit, unit_numel(i));
     double win = 0;
-    for (std::size_t j = i; j < std::min(units.size(), i + static_cast<std::size_t>(D)); ++j) win += unit_numel(j);
-    max_window = std::max(max_window, win);
+    for (std::size_t j = i; j < std::min(units.size(), i + static_cast<std::size_t>(s.D)); ++j) win += unit_numel(j);
+    s.max_window = std::max(s.max_window, win);
   }
-  // Gradient buffers: the fp32 gradient of the unit in backward plus the bf16 staging of the previous
-  // unit's gradient still draining to the host.
-  double max_grad = 0;
   for (std::size_t i = 0; i + 1 < units.size(); ++i)
-    max_grad = std::max(max_grad, unit_numel(i) * kFp32 + unit_numel(i + 1) * kBf16);
-  max_grad = std::max(max_grad, unit_numel(units.size() - 1) * kFp32);
+    s.max_grad = std::max(s.max_grad, unit_numel(i) * kFp32 + unit_numel(i + 1) * kBf16);
+  s.max_grad = std::max(s.max_grad, unit_numel(units.size() - 1) * kFp32);
+  s.pc = p.policy_counts(L);
+  return s;
+}
 
-  // Activations alive from forward to backward, by policy.
-  Plan::PolicyCounts pc = p.policy_counts(L);
-  const double act_keep = pc.keep * act.saved_keep * tokens;
-  const double act_recompute = pc.recompute * act.unit_input * tokens;
-  const double act_offload_prefetch = pc.offload > 0 ? 2.0 * act.unit_input * tokens : 0.0;
-  // Working set of one unit: a recomputed layer's saved state and its backward transient, or the
-  // head's loss chunk with the hidden state, its norm and their gradients.
-  const double layer_ws = (act_max.saved_keep + act_max.transient) * tokens;
-  const double head_ws = head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
-                         card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
-  double working_set = std::max(layer_ws, head_ws);
-  double act_recompute_used = act_recompute;
-  if (system == System::kMegaTrain) {
-    // MegaTrain checkpoints every K = 4th layer input and recomputes from there. Its GPU holds one
-    // layer's saved state at a time, not the block's four: its README reports about 40 GB on the GPU
-    // for Qwen2.5-32B at 96 x 1024 tokens (DLYuanGod/MegaTrain README, commits 1123036..2a9f977), where
-    // four layers' saved state alone would take about 60 GB.
-    act_recompute_used = std::ceil(L / 4.0) * act.unit_input * tokens;
-  }
-
+// A baseline's GPU buffers of its own (slots, gradients, shards) by what its code allocates.
+void add_baseline_buffers(MemoryEstimate& m, System system, const Plan& p, const BaselineSizes& s) {
+  auto gpu = [&](const std::string& name, double bytes) {
+    if (bytes > 0) m.gpu_items.push_back({name, bytes});
+  };
+  const double N = s.N, P = s.P, max_unit = s.max_unit;
   switch (system) {
     case System::kSlideDP:
-      break;  // the memory account, below
-    case System::kMegaTrain: {
-      gpu(fmt::format("parameter slots ({} deep, bf16)", p.gpu_buffer_depth), max_window * kBf16);
+      break;  // the memory account
+    case System::kMegaTrain:
+      gpu(fmt::format("parameter slots ({} deep, bf16)", p.gpu_buffer_depth), s.max_window * kBf16);
       if (p.param_route == ParamRoute::kSharded && N > 1) gpu("all-gather shard staging", max_unit * kBf16 / N);
-      gpu("gradient buffers (fp32 unit + bf16 draining)", max_grad);
+      gpu("gradient buffers (fp32 unit + bf16 draining)", s.max_grad);
       if (p.grad_route == GradRoute::kGpu && N > 1) gpu("reduce-scatter buffers (bf16)", max_unit * kBf16 * (1.0 + 1.0 / N));
       break;
-    }
     case System::kSlideFormerDP:
       // Slots sized by the largest unit, each holding bf16 params and bf16 grads (its gradients go to
       // the host in bf16 straight from the slot).
-      gpu("unit slots sized by the largest unit (bf16 params + grads)", D * max_unit * 2.0 * kBf16);
+      gpu("unit slots sized by the largest unit (bf16 params + grads)", s.D * max_unit * 2.0 * kBf16);
       break;
     case System::kZeroOffload:
       // With the optimizer on the CPU the reduced gradients leave for the host bucket by bucket: the GPU
@@ -282,38 +262,55 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       gpu("unsharded unit gradient (fp32)", max_unit * kFp32);
       break;
   }
-  if (system == System::kSlideDP) {
-    m.gpu_items = cached_account(w, p, rank_memory_spec(w, hw, p)).items;
-  } else {
-    gpu("activations: keep layers", act_keep);
-    gpu("activations: recompute layers (unit inputs)", act_recompute_used);
-    gpu("activations: offload prefetch buffers", act_offload_prefetch);
-    gpu("working set of one unit", working_set);
-    gpu("workspace", kWorkspaceBytes);
-  }
-  m.gpu_peak_bytes = sum_items(m.gpu_items);
+}
 
-  // Host.
-  const double offloaded = N * pc.offload * act.unit_input * tokens;
+// A baseline's activations on the GPU, by policy, and one unit's working set.
+void add_baseline_activations(MemoryEstimate& m, const Workload& w, System system, const Plan& p,
+                              const BaselineSizes& s) {
+  auto gpu = [&](const std::string& name, double bytes) {
+    if (bytes > 0) m.gpu_items.push_back({name, bytes});
+  };
+  const ModelCard& card = w.model;
+  const double tokens = s.tokens;
+  double act_recompute = s.pc.recompute * s.act.unit_input * tokens;
+  if (system == System::kMegaTrain) {
+    // MegaTrain checkpoints every K = 4th layer input and recomputes from there. Its GPU holds one
+    // layer's saved state at a time, not the block's four: its README reports about 40 GB on the GPU
+    // for Qwen2.5-32B at 96 x 1024 tokens (DLYuanGod/MegaTrain README, commits 1123036..2a9f977), where
+    // four layers' saved state alone would take about 60 GB.
+    act_recompute = std::ceil(static_cast<double>(card.num_layers) / 4.0) * s.act.unit_input * tokens;
+  }
+  // Working set of one unit: a recomputed layer's saved state and its backward transient, or the
+  // head's loss chunk with the hidden state, its norm and their gradients.
+  const double layer_ws = (s.act_max.saved_keep + s.act_max.transient) * tokens;
+  const double head_ws = head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
+                         card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
+  gpu("activations: keep layers", s.pc.keep * s.act.saved_keep * tokens);
+  gpu("activations: recompute layers (unit inputs)", act_recompute);
+  gpu("activations: offload prefetch buffers", s.pc.offload > 0 ? 2.0 * s.act.unit_input * tokens : 0.0);
+  gpu("working set of one unit", std::max(layer_ws, head_ws));
+  gpu("workspace", kWorkspaceBytes);
+}
+
+// A baseline's host memory by what its code allocates (pinned where it pins).
+void add_baseline_host(MemoryEstimate& m, System system, const Plan& p, const BaselineSizes& s) {
+  auto host = [&](const std::string& name, double bytes, bool pinned) {
+    if (bytes <= 0) return;
+    m.host_items.push_back({name + (pinned ? " (pinned)" : ""), bytes});
+    m.host_bytes += bytes;
+    if (pinned) m.host_pinned_bytes += bytes;
+  };
+  const double N = s.N, P = s.P, max_unit = s.max_unit;
   switch (system) {
-    case System::kSlideDP: {
-      const int64_t act_bytes = hw.gpu.emulated_on_host ? 4 : 2;  // the offloaded inputs' dtype
-      const HostMemorySpec spec = host_memory_spec(w.layout, p, system, card.tie_word_embeddings, /*exact_fp32=*/false,
-                                                   card.hidden_size * act_bytes);
-      for (const MemoryItem& i : host_memory_items(w.layout, p, w.seq_len, spec)) {
-        const bool pinned = i.name.find("(pinned)") != std::string::npos;
-        m.host_items.push_back(i);
-        m.host_bytes += i.bytes;
-        if (pinned) m.host_pinned_bytes += i.bytes;
-      }
+    case System::kSlideDP:
+    case System::kFsdp2:
       break;
-    }
     case System::kSlideFormerDP:
       host("fp32 master weights (/dev/shm)", P * kFp32, false);
       host("fp32 Adam moments (rank 0)", P * 2.0 * kFp32, false);
       host("pinned bf16 staging per rank (largest unit)", N * max_unit * kBf16, true);
       host("pinned bf16 gradient rows per rank (largest unit)", N * max_unit * kBf16, true);
-      host("offloaded activations", offloaded, true);
+      host("offloaded activations", N * s.pc.offload * s.act.unit_input * s.tokens, true);
       break;
     case System::kZeroOffload:
       host("fp32 master weights", P * kFp32, false);
@@ -330,8 +327,6 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       host("fp32 gradient accumulator (shared, locked)", P * kFp32, false);
       host("pinned gradient slabs", N * 2.0 * max_unit * kBf16, true);
       break;
-    case System::kFsdp2:
-      break;
     case System::kZero3Offload:
       host("fp32 master weights", P * kFp32, false);
       host("fp32 Adam moments", P * 2.0 * kFp32, false);
@@ -344,6 +339,41 @@ MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan
       host("fp32 gradient shards", P * kFp32, true);
       break;
   }
+}
+
+// SlideDP's host memory: the items the executor allocates (model/memory_account.h).
+void add_slidedp_host(MemoryEstimate& m, const Workload& w, const Hardware& hw, const Plan& p) {
+  const ModelCard& card = w.model;
+  const int64_t act_bytes = hw.gpu.emulated_on_host ? 4 : 2;  // the offloaded inputs' dtype
+  const HostMemorySpec spec = host_memory_spec(w.layout, p, System::kSlideDP, card.tie_word_embeddings,
+                                               /*exact_fp32=*/false, card.hidden_size * act_bytes);
+  for (const MemoryItem& i : host_memory_items(w.layout, p, w.seq_len, spec)) {
+    const bool pinned = i.name.find("(pinned)") != std::string::npos;
+    m.host_items.push_back(i);
+    m.host_bytes += i.bytes;
+    if (pinned) m.host_pinned_bytes += i.bytes;
+  }
+}
+
+}  // namespace
+
+MemoryEstimate estimate_memory(const Workload& w, const Hardware& hw, const Plan& plan_in, System system) {
+  const Plan p = plan_for_system(plan_in, system, w.model);
+  MemoryEstimate m;
+  m.gpu_budget_bytes = gpu_budget_bytes(p, hw);
+  m.host_ram_bytes = static_cast<double>(hw.host.ram_bytes);
+  m.host_pinned_limit_bytes = static_cast<double>(hw.host.pinned_limit_bytes);
+  if (system == System::kSlideDP) {
+    m.gpu_items = cached_account(w, p, rank_memory_spec(w, hw, p)).items;
+    add_slidedp_host(m, w, hw, p);
+  } else {
+    const BaselineSizes s = baseline_sizes(w, p);
+    add_baseline_buffers(m, system, p, s);
+    add_baseline_activations(m, w, system, p, s);
+    add_baseline_host(m, system, p, s);
+  }
+  m.gpu_peak_bytes = sum_items(m.gpu_items);
+  const double P = static_cast<double>(w.layout.total_flat_numel);
   m.host_bytes_per_param = P > 0 ? m.host_bytes / P : 0;
   return m;
 }
