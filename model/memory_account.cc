@@ -174,7 +174,8 @@ namespace {
 // micro-step in the driver's order: its buffers by category in a Ledger, its parameter slots.
 class AccountReplay {
  public:
-  AccountReplay(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied, const RankMemorySpec& spec)
+  AccountReplay(const ModelLayout& layout, const Plan& plan, int64_t seq_len, bool tied,
+                const RankMemorySpec& spec)
       : layout_(layout),
         plan_(plan),
         spec_(spec),
@@ -246,7 +247,8 @@ void AccountReplay::send_grads(int grads, int64_t n, const Where& where) {
   // Rank 0's shards (the largest: shard_range gives the remainder to the first ranks) of the unit's
   // full chunks and its last, shorter one; the staging holds one chunk at a time (the largest counts).
   const int64_t chunk = plan_.chunk_numel, full = n / chunk, rest = n % chunk;
-  const int64_t shard_total = full * shard_range(chunk, W_, 0).size() + (rest > 0 ? shard_range(rest, W_, 0).size() : 0);
+  const int64_t shard_total =
+      full * shard_range(chunk, W_, 0).size() + (rest > 0 ? shard_range(rest, W_, 0).size() : 0);
   const int shards = led_.alloc(kBackendScratch, std::max<int64_t>(shard_total, 1) * 4, where);
   if (spec_.reduce_scatter_staging && n > 0) {
     const int64_t c = std::min(n, chunk);
@@ -264,7 +266,8 @@ void AccountReplay::system_buffers() {
   if (spec_.system.sharded_state) {
     for (int u = 0; u < U_; ++u)
       for (int buffer = 0; buffer < 4; ++buffer)  // master, m, v, gradient
-        led_.alloc(kSystemBuffers, std::max<int64_t>(sharded_state_numel(layout_, plan_, u, 0), 1) * 4, start);
+        led_.alloc(kSystemBuffers, std::max<int64_t>(sharded_state_numel(layout_, plan_, u, 0), 1) * 4,
+                   start);
     led_.alloc(kSystemBuffers, 4, start);  // the gradients' non-finite count, read before the update
   }
   if (spec_.system.fetch_fp32) led_.alloc(kSystemBuffers, fp32_fetch_bytes(layout_, plan_), start);
@@ -278,7 +281,8 @@ void AccountReplay::micro_step(int a) {
   const int ids = led_.alloc(kTokens, tokens_ * 4, first);
   const int targets = led_.alloc(kTokens, tokens_ * 4, first);
   const int positions = spec_.document_positions ? led_.alloc(kTokens, tokens_ * 4, first) : -1;
-  const int router = spec_.router_stats_bytes > 0 ? led_.alloc(kRouterStats, spec_.router_stats_bytes, first) : -1;
+  const int router =
+      spec_.router_stats_bytes > 0 ? led_.alloc(kRouterStats, spec_.router_stats_bytes, first) : -1;
   dy_ = -1;
   for (int u = 0; u < U_; ++u) {
     const UnitKind kind = layout_.units[static_cast<size_t>(u)].kind;
@@ -349,7 +353,8 @@ void AccountReplay::head(int u, const Where& where) {
 
 void AccountReplay::prefetch(int l, const Where& where) {
   if (l < 0 || policy(l) != ActivationPolicy::kOffload || prefetched_[static_cast<size_t>(l)] >= 0) return;
-  if (offload_in_flight_[static_cast<size_t>(l)] >= 0) {  // the prefetch waits for the offload of the same input
+  if (offload_in_flight_[static_cast<size_t>(l)] >=
+      0) {  // the prefetch waits for the offload of the same input
     led_.release_in_flight(offload_in_flight_[static_cast<size_t>(l)]);
     offload_in_flight_[static_cast<size_t>(l)] = -1;
   }
@@ -403,12 +408,14 @@ RankMemoryAccount AccountReplay::account() const {
   acc.driver_peak_bytes = static_cast<double>(led_.driver_peak());
   acc.peak_at = where_text(led_.peak_at());
   if (spec_.runtime_bytes > 0)
-    acc.items.push_back({"CUDA context and libraries (hardware profile)", static_cast<double>(spec_.runtime_bytes)});
+    acc.items.push_back(
+        {"CUDA context and libraries (hardware profile)", static_cast<double>(spec_.runtime_bytes)});
   // The node's communicator, and across nodes the gpu route's over every node's ranks.
   const int communicators = (plan_.ranks > 1 ? 1 : 0) + (plan_.nodes > 1 && W_ > 1 ? 1 : 0);
   if (spec_.collective_bytes > 0 && communicators > 0)
-    acc.items.push_back({communicators > 1 ? "NCCL communicator buffers, node and all nodes (hardware profile)"
-                                           : "NCCL communicator buffers (hardware profile)",
+    acc.items.push_back({communicators > 1
+                             ? "NCCL communicator buffers, node and all nodes (hardware profile)"
+                             : "NCCL communicator buffers (hardware profile)",
                          static_cast<double>(communicators * spec_.collective_bytes)});
   for (const MemoryItem& i : acc.items) acc.peak_bytes += i.bytes;
   return acc;

@@ -189,7 +189,8 @@ BaselineSizes baseline_sizes(const Workload& w, const Plan& p) {
     s.act = {};
     for (int l = 0; l < L; ++l) {
       const LayerActivationBytes a = torch_decoder_activation_bytes_per_token(card, l);
-      s.act.saved_keep += a.saved_keep / L, s.act.unit_input += a.unit_input / L, s.act.transient += a.transient / L;
+      s.act.saved_keep += a.saved_keep / L, s.act.unit_input += a.unit_input / L,
+          s.act.transient += a.transient / L;
       s.act_max.saved_keep = std::max(s.act_max.saved_keep, a.saved_keep);
       s.act_max.transient = std::max(s.act_max.transient, a.transient);
     }
@@ -203,7 +204,8 @@ BaselineSizes baseline_sizes(const Workload& w, const Plan& p) {
   for (std::size_t i = 0; i < units.size(); ++i) {
     s.max_unit = std::max(s.max_unit, unit_numel(i));
     double win = 0;
-    for (std::size_t j = i; j < std::min(units.size(), i + static_cast<std::size_t>(s.D)); ++j) win += unit_numel(j);
+    for (std::size_t j = i; j < std::min(units.size(), i + static_cast<std::size_t>(s.D)); ++j)
+      win += unit_numel(j);
     s.max_window = std::max(s.max_window, win);
   }
   for (std::size_t i = 0; i + 1 < units.size(); ++i)
@@ -283,8 +285,9 @@ void add_baseline_activations(MemoryEstimate& m, const Workload& w, System syste
   // Working set of one unit: a recomputed layer's saved state and its backward transient, or the
   // head's loss chunk with the hidden state, its norm and their gradients.
   const double layer_ws = (s.act_max.saved_keep + s.act_max.transient) * tokens;
-  const double head_ws = head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
-                         card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
+  const double head_ws =
+      head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
+      card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
   gpu("activations: keep layers", s.pc.keep * s.act.saved_keep * tokens);
   gpu("activations: recompute layers (unit inputs)", act_recompute);
   gpu("activations: offload prefetch buffers", s.pc.offload > 0 ? 2.0 * s.act.unit_input * tokens : 0.0);

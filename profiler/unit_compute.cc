@@ -128,7 +128,7 @@ struct UnitComputeState {
   int64_t lm_offset = 0;
   std::vector<DecoderKind> kinds;
   int64_t emb_n = 0, head_n = 0;
-  std::vector<int64_t> dec_n;  // per decoder kind
+  std::vector<int64_t> dec_n;                  // per decoder kind
   std::vector<DeviceParams> P;                 // per device
   std::vector<std::unique_ptr<Chain>> chains;  // per (T, B)
   ~UnitComputeState() {
@@ -163,7 +163,8 @@ struct UnitComputeState {
     exec::Device& dev = *p.dev;
     HeadCall h;
     UnitOpArgs& a = h.a;
-    a.unit = L + 1, a.B = ch.B, a.T = ch.T, a.params = p.head, a.x = ch.in[static_cast<std::size_t>(d)].y.back();
+    a.unit = L + 1, a.B = ch.B, a.T = ch.T, a.params = p.head,
+    a.x = ch.in[static_cast<std::size_t>(d)].y.back();
     a.targets = ch.in[static_cast<std::size_t>(d)].targets, a.dx = dx;
     a.lm_head_params = tied ? p.emb : p.head;
     a.lm_head_offset = lm_offset;
@@ -254,7 +255,8 @@ void UnitComputeState::upload_params(const ModelLayout& layout, const UnitComput
   const std::vector<std::byte> head_host = unit_params(head_l, pdt, o.seed + 2);
   std::vector<std::vector<std::byte>> dec_host;
   for (std::size_t k = 0; k < nk; ++k)
-    dec_host.push_back(unit_params(layout.units[static_cast<std::size_t>(kinds[k].layer) + 1], pdt, o.seed + 1 + 3 * k));
+    dec_host.push_back(
+        unit_params(layout.units[static_cast<std::size_t>(kinds[k].layer) + 1], pdt, o.seed + 1 + 3 * k));
   for (int d = 0; d < devices; ++d) {
     DeviceParams& p = P[static_cast<std::size_t>(d)];
     p.dev = &backend->device(d);
@@ -428,8 +430,8 @@ Case chain_case(const std::shared_ptr<UnitComputeState>& st, const Chain* ch, in
     for (std::size_t i = 0; i < warm.size(); ++i) {
       // Back-to-back uses hold their allocations until the stream reaches them: keep that under
       // about 1 GiB per device.
-      const int mem_cap = static_cast<int>(std::clamp<int64_t>(
-          (int64_t{1} << 30) / std::max<int64_t>(ch->ops[i].alloc_bytes, 1), 1, 1 << 14));
+      const int mem_cap = static_cast<int>(
+          std::clamp<int64_t>((int64_t{1} << 30) / std::max<int64_t>(ch->ops[i].alloc_bytes, 1), 1, 1 << 14));
       (*K)[i] = std::min(inner_for(policy, warm[i]), mem_cap);
     }
   };
@@ -488,9 +490,9 @@ void add_fits(UnitComputeResult& res, const ModelCard& card, const std::vector<D
 }
 
 // The measured cases of every chain (concurrent, and alone when measured), their fits and profiles.
-UnitComputeResult unit_compute_result(const UnitComputeState& st, const CaseSamples& vals, const ModelCard& card,
-                                      int devices, bool also_alone, bool kernels, exec::Backend& backend,
-                                      Measurements& out) {
+UnitComputeResult unit_compute_result(const UnitComputeState& st, const CaseSamples& vals,
+                                      const ModelCard& card, int devices, bool also_alone, bool kernels,
+                                      exec::Backend& backend, Measurements& out) {
   const bool alone_too = devices > 1 && also_alone;
   UnitComputeResult res;
   res.model = card.name;
