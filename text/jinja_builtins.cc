@@ -408,35 +408,18 @@ bool apply_test(const std::string& name, const Value& v, Args& a, const std::str
   fail(where, fmt::format("unknown test '{}'", name));
 }
 
-Value apply_filter(const std::string& name, const Value& v, Args& a, const std::string& where) {
-  using K = Value::Kind;
-  if (name == "safe") return v;
-  if (name == "trim") return Value::string(strip(need_string(v, where, "trim"), a.get(0, "chars"), true, true, where));
-  if (name == "tojson") {
+namespace {
+
+Value filter_tojson(const Value& v, Args& a, const std::string& where) {
     const Value indent = a.get(0, "indent");
     if (indent.is_undefined() || indent.is_none()) return Value::string(to_json(v));
     // (json.dumps reads a negative indent as 0: newlines, no spaces; past 1024 it is refused here.)
     const int64_t spaces = std::max<int64_t>(0, int_arg(indent, 0));
     if (spaces > 1024) fail(where, fmt::format("tojson indent {} (at most 1024)", spaces));
     return Value::string(to_json(v, static_cast<int>(spaces)));
-  }
-  if (name == "length" || name == "count") return Value::integer(length_of(v, where));
-  if (name == "string") return Value::string(to_str(v));
-  if (name == "upper" || name == "lower") return Value::string(upper_or_lower(to_str(v), name == "upper"));
-  if (name == "title" || name == "capitalize") {
-    Args none;
-    return (*string_method(to_str(v), name, where).fn)(none);
-  }
-  if (name == "default" || name == "d") {
-    const bool boolean = a.get(1, "boolean", Value::boolean(false)).truthy();
-    return (v.is_undefined() || (boolean && !v.truthy())) ? a.get(0, "default_value", Value::string("")) : v;
-  }
-  if (name == "first" || name == "last") {
-    const List items = iterate(v, where);
-    if (items.empty()) return Value::undefined();
-    return name == "first" ? items.front() : items.back();
-  }
-  if (name == "join") {
+}
+
+Value filter_join(const Value& v, Args& a, const std::string& where) {
     const std::string sep = a.get(0, "d", Value::string("")).is_string() ? a.get(0, "d", Value::string("")).s : "";
     const Value attr = a.get(1, "attribute");
     std::string out;
@@ -446,16 +429,9 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
       first = false;
     }
     return Value::string(out);
-  }
-  if (name == "replace")
-    return Value::string(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")), int_arg(a.get(2, "count"), -1), where));
-  if (name == "list") return Value::of_list(iterate(v, where));
-  if (name == "items") {
-    if (!v.is_map()) fail(where, fmt::format("items of a {}", v.type_name()));
-    Args none;
-    return (*get_attr(v, "items", where).fn)(none);
-  }
-  if (name == "dictsort") {
+}
+
+Value filter_dictsort(const Value& v, const std::string& where) {
     if (!v.is_map()) fail(where, fmt::format("dictsort of a {}", v.type_name()));
     List out;
     for (const auto& [k, x] : v.map->items) out.push_back(pair(Value::string(k), x));
@@ -463,14 +439,17 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
       return upper_or_lower((*p.list)[0].s, false) < upper_or_lower((*q.list)[0].s, false);
     });
     return Value::of_list(out);
-  }
-  if (name == "reverse") {
+}
+
+Value filter_reverse(const Value& v, const std::string& where) {
     if (v.is_string()) return slice(v, Value::undefined(), Value::undefined(), Value::integer(-1), where);
     List items = iterate(v, where);
     std::reverse(items.begin(), items.end());
     return Value::of_list(items);
-  }
-  if (name == "int") {
+}
+
+Value filter_int(const Value& v, Args& a) {
+  using K = Value::Kind;
     if (v.kind == K::kInt) return v;
     if (v.is_number()) return Value::integer(v.as_int());
     try {
@@ -478,26 +457,26 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
     } catch (...) {
       return a.get(0, "default", Value::integer(0));
     }
-  }
-  if (name == "float") {
+}
+
+Value filter_float(const Value& v, Args& a) {
     if (v.is_number()) return Value::number(v.as_double());
     try {
       return Value::number(std::stod(to_str(v)));
     } catch (...) {
       return a.get(0, "default", Value::number(0));
     }
-  }
-  if (name == "abs") {
+}
+
+Value filter_abs(const Value& v, const std::string& where) {
+  using K = Value::Kind;
     if (v.kind == K::kInt && v.i == INT64_MIN) fail(where, "integer overflow in abs");
     if (v.kind == K::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
     return Value::number(std::fabs(v.as_double()));
-  }
-  if (name == "round") {
-    const int64_t digits = int_arg(a.get(0, "precision"), 0);
-    const double scale = std::pow(10.0, static_cast<double>(digits));
-    return Value::number(std::nearbyint(v.as_double() * scale) / scale);
-  }
-  if (name == "sum") {
+}
+
+Value filter_sum(const Value& v, const std::string& where) {
+  using K = Value::Kind;
     double total = 0;
     bool all_int = true;
     int64_t itotal = 0;
@@ -508,8 +487,9 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
       total += x.as_double();
     }
     return all_int ? Value::integer(itotal) : Value::number(total);
-  }
-  if (name == "min" || name == "max" || name == "sort" || name == "unique") {
+}
+
+Value filter_ordering(const std::string& name, const Value& v, Args& a, const std::string& where) {
     List items = iterate(v, where);
     if (name == "unique") {
       List out;
@@ -524,8 +504,9 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
     }
     if (items.empty()) return Value::undefined();
     return name == "min" ? items.front() : items.back();
-  }
-  if (name == "map" || name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") {
+}
+
+Value filter_map_or_select(const std::string& name, const Value& v, Args& a, const std::string& where) {
     const List items = iterate(v, where);
     List out;
     const bool by_attr = name == "selectattr" || name == "rejectattr" || (name == "map" && !a.get(0, "attribute").is_undefined() &&
@@ -555,8 +536,9 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
       if (ok == (name == "select" || name == "selectattr")) out.push_back(x);
     }
     return Value::of_list(out);
-  }
-  if (name == "indent") {
+}
+
+Value filter_indent(const Value& v, Args& a, const std::string& where) {
     const int64_t width = int_arg(a.get(0, "width"), 4);
     check_size(static_cast<double>(width) * static_cast<double>(to_str(v).size() + 1), where);
     const bool first = a.get(1, "first", Value::boolean(false)).truthy();
@@ -577,9 +559,9 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
       first_line = false;
     }
     return Value::string(out);
-  }
-  if (name == "wordcount") return Value::integer(static_cast<int64_t>(split(to_str(v), Value::undefined(), -1, where).size()));
-  if (name == "center") {
+}
+
+Value filter_center(const Value& v, Args& a, const std::string& where) {
     const int64_t width = int_arg(a.get(0, "width"), 80);
     check_size(static_cast<double>(width), where);
     const std::string s = to_str(v);
@@ -588,8 +570,9 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
     const int64_t left = (width - n) / 2 + ((width - n) % 2 & width % 2);
     return Value::string(std::string(static_cast<std::size_t>(left), ' ') + s +
                          std::string(static_cast<std::size_t>(width - n - left), ' '));
-  }
-  if (name == "batch") {
+}
+
+Value filter_batch(const Value& v, Args& a, const std::string& where) {
     const int64_t size = std::max<int64_t>(1, int_arg(a.get(0, "linecount"), 1));
     List out, cur;
     for (const Value& x : iterate(v, where)) {
@@ -598,7 +581,56 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
     }
     if (!cur.empty()) out.push_back(Value::of_list(cur));
     return Value::of_list(out);
+}
+
+}  // namespace
+
+Value apply_filter(const std::string& name, const Value& v, Args& a, const std::string& where) {
+  if (name == "safe") return v;
+  if (name == "trim") return Value::string(strip(need_string(v, where, "trim"), a.get(0, "chars"), true, true, where));
+  if (name == "tojson") return filter_tojson(v, a, where);
+  if (name == "length" || name == "count") return Value::integer(length_of(v, where));
+  if (name == "string") return Value::string(to_str(v));
+  if (name == "upper" || name == "lower") return Value::string(upper_or_lower(to_str(v), name == "upper"));
+  if (name == "title" || name == "capitalize") {
+    Args none;
+    return (*string_method(to_str(v), name, where).fn)(none);
   }
+  if (name == "default" || name == "d") {
+    const bool boolean = a.get(1, "boolean", Value::boolean(false)).truthy();
+    return (v.is_undefined() || (boolean && !v.truthy())) ? a.get(0, "default_value", Value::string("")) : v;
+  }
+  if (name == "first" || name == "last") {
+    const List items = iterate(v, where);
+    if (items.empty()) return Value::undefined();
+    return name == "first" ? items.front() : items.back();
+  }
+  if (name == "join") return filter_join(v, a, where);
+  if (name == "replace")
+    return Value::string(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")), int_arg(a.get(2, "count"), -1), where));
+  if (name == "list") return Value::of_list(iterate(v, where));
+  if (name == "items") {
+    if (!v.is_map()) fail(where, fmt::format("items of a {}", v.type_name()));
+    Args none;
+    return (*get_attr(v, "items", where).fn)(none);
+  }
+  if (name == "dictsort") return filter_dictsort(v, where);
+  if (name == "reverse") return filter_reverse(v, where);
+  if (name == "int") return filter_int(v, a);
+  if (name == "float") return filter_float(v, a);
+  if (name == "abs") return filter_abs(v, where);
+  if (name == "round") {
+    const int64_t digits = int_arg(a.get(0, "precision"), 0);
+    const double scale = std::pow(10.0, static_cast<double>(digits));
+    return Value::number(std::nearbyint(v.as_double() * scale) / scale);
+  }
+  if (name == "sum") return filter_sum(v, where);
+  if (name == "min" || name == "max" || name == "sort" || name == "unique") return filter_ordering(name, v, a, where);
+  if (name == "map" || name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") return filter_map_or_select(name, v, a, where);
+  if (name == "indent") return filter_indent(v, a, where);
+  if (name == "wordcount") return Value::integer(static_cast<int64_t>(split(to_str(v), Value::undefined(), -1, where).size()));
+  if (name == "center") return filter_center(v, a, where);
+  if (name == "batch") return filter_batch(v, a, where);
   fail(where, fmt::format("unknown filter '{}'", name));
 }
 
