@@ -411,183 +411,188 @@ bool apply_test(const std::string& name, const Value& v, Args& a, const std::str
 namespace {
 
 Value filter_tojson(const Value& v, Args& a, const std::string& where) {
-    const Value indent = a.get(0, "indent");
-    if (indent.is_undefined() || indent.is_none()) return Value::string(to_json(v));
-    // (json.dumps reads a negative indent as 0: newlines, no spaces; past 1024 it is refused here.)
-    const int64_t spaces = std::max<int64_t>(0, int_arg(indent, 0));
-    if (spaces > 1024) fail(where, fmt::format("tojson indent {} (at most 1024)", spaces));
-    return Value::string(to_json(v, static_cast<int>(spaces)));
+  const Value indent = a.get(0, "indent");
+  if (indent.is_undefined() || indent.is_none()) return Value::string(to_json(v));
+  // (json.dumps reads a negative indent as 0: newlines, no spaces; past 1024 it is refused here.)
+  const int64_t spaces = std::max<int64_t>(0, int_arg(indent, 0));
+  if (spaces > 1024) fail(where, fmt::format("tojson indent {} (at most 1024)", spaces));
+  return Value::string(to_json(v, static_cast<int>(spaces)));
 }
 
 Value filter_join(const Value& v, Args& a, const std::string& where) {
-    const std::string sep = a.get(0, "d", Value::string("")).is_string() ? a.get(0, "d", Value::string("")).s : "";
-    const Value attr = a.get(1, "attribute");
-    std::string out;
-    bool first = true;
-    for (const Value& x : iterate(v, where)) {
-      out += (first ? "" : sep) + to_str(attr.is_undefined() ? x : get_item(x, attr, where));
-      first = false;
-    }
-    return Value::string(out);
+  const std::string sep =
+      a.get(0, "d", Value::string("")).is_string() ? a.get(0, "d", Value::string("")).s : "";
+  const Value attr = a.get(1, "attribute");
+  std::string out;
+  bool first = true;
+  for (const Value& x : iterate(v, where)) {
+    out += (first ? "" : sep) + to_str(attr.is_undefined() ? x : get_item(x, attr, where));
+    first = false;
+  }
+  return Value::string(out);
 }
 
 Value filter_dictsort(const Value& v, const std::string& where) {
-    if (!v.is_map()) fail(where, fmt::format("dictsort of a {}", v.type_name()));
-    List out;
-    for (const auto& [k, x] : v.map->items) out.push_back(pair(Value::string(k), x));
-    std::stable_sort(out.begin(), out.end(), [](const Value& p, const Value& q) {
-      return upper_or_lower((*p.list)[0].s, false) < upper_or_lower((*q.list)[0].s, false);
-    });
-    return Value::of_list(out);
+  if (!v.is_map()) fail(where, fmt::format("dictsort of a {}", v.type_name()));
+  List out;
+  for (const auto& [k, x] : v.map->items) out.push_back(pair(Value::string(k), x));
+  std::stable_sort(out.begin(), out.end(), [](const Value& p, const Value& q) {
+    return upper_or_lower((*p.list)[0].s, false) < upper_or_lower((*q.list)[0].s, false);
+  });
+  return Value::of_list(out);
 }
 
 Value filter_reverse(const Value& v, const std::string& where) {
-    if (v.is_string()) return slice(v, Value::undefined(), Value::undefined(), Value::integer(-1), where);
-    List items = iterate(v, where);
-    std::reverse(items.begin(), items.end());
-    return Value::of_list(items);
+  if (v.is_string()) return slice(v, Value::undefined(), Value::undefined(), Value::integer(-1), where);
+  List items = iterate(v, where);
+  std::reverse(items.begin(), items.end());
+  return Value::of_list(items);
 }
 
 Value filter_int(const Value& v, Args& a) {
   using K = Value::Kind;
-    if (v.kind == K::kInt) return v;
-    if (v.is_number()) return Value::integer(v.as_int());
-    try {
-      return Value::integer(std::stoll(to_str(v)));
-    } catch (...) {
-      return a.get(0, "default", Value::integer(0));
-    }
+  if (v.kind == K::kInt) return v;
+  if (v.is_number()) return Value::integer(v.as_int());
+  try {
+    return Value::integer(std::stoll(to_str(v)));
+  } catch (...) {
+    return a.get(0, "default", Value::integer(0));
+  }
 }
 
 Value filter_float(const Value& v, Args& a) {
-    if (v.is_number()) return Value::number(v.as_double());
-    try {
-      return Value::number(std::stod(to_str(v)));
-    } catch (...) {
-      return a.get(0, "default", Value::number(0));
-    }
+  if (v.is_number()) return Value::number(v.as_double());
+  try {
+    return Value::number(std::stod(to_str(v)));
+  } catch (...) {
+    return a.get(0, "default", Value::number(0));
+  }
 }
 
 Value filter_abs(const Value& v, const std::string& where) {
   using K = Value::Kind;
-    if (v.kind == K::kInt && v.i == INT64_MIN) fail(where, "integer overflow in abs");
-    if (v.kind == K::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
-    return Value::number(std::fabs(v.as_double()));
+  if (v.kind == K::kInt && v.i == INT64_MIN) fail(where, "integer overflow in abs");
+  if (v.kind == K::kInt) return Value::integer(v.i < 0 ? -v.i : v.i);
+  return Value::number(std::fabs(v.as_double()));
 }
 
 Value filter_sum(const Value& v, const std::string& where) {
   using K = Value::Kind;
-    double total = 0;
-    bool all_int = true;
-    int64_t itotal = 0;
-    for (const Value& x : iterate(v, where)) {
-      if (!x.is_number()) fail(where, "sum of a non-number");
-      all_int = all_int && x.kind != K::kFloat;
-      if (x.kind != K::kFloat && __builtin_add_overflow(itotal, x.as_int(), &itotal)) fail(where, "integer overflow in sum");
-      total += x.as_double();
-    }
-    return all_int ? Value::integer(itotal) : Value::number(total);
+  double total = 0;
+  bool all_int = true;
+  int64_t itotal = 0;
+  for (const Value& x : iterate(v, where)) {
+    if (!x.is_number()) fail(where, "sum of a non-number");
+    all_int = all_int && x.kind != K::kFloat;
+    if (x.kind != K::kFloat && __builtin_add_overflow(itotal, x.as_int(), &itotal))
+      fail(where, "integer overflow in sum");
+    total += x.as_double();
+  }
+  return all_int ? Value::integer(itotal) : Value::number(total);
 }
 
 Value filter_ordering(const std::string& name, const Value& v, Args& a, const std::string& where) {
-    List items = iterate(v, where);
-    if (name == "unique") {
-      List out;
-      for (const Value& x : items)
-        if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(x, y); })) out.push_back(x);
-      return Value::of_list(out);
-    }
-    std::stable_sort(items.begin(), items.end(), [&](const Value& p, const Value& q) { return less(p, q, where); });
-    if (name == "sort") {
-      if (a.get(0, "reverse").truthy()) std::reverse(items.begin(), items.end());
-      return Value::of_list(items);
-    }
-    if (items.empty()) return Value::undefined();
-    return name == "min" ? items.front() : items.back();
+  List items = iterate(v, where);
+  if (name == "unique") {
+    List out;
+    for (const Value& x : items)
+      if (std::none_of(out.begin(), out.end(), [&](const Value& y) { return equal(x, y); })) out.push_back(x);
+    return Value::of_list(out);
+  }
+  std::stable_sort(items.begin(), items.end(),
+                   [&](const Value& p, const Value& q) { return less(p, q, where); });
+  if (name == "sort") {
+    if (a.get(0, "reverse").truthy()) std::reverse(items.begin(), items.end());
+    return Value::of_list(items);
+  }
+  if (items.empty()) return Value::undefined();
+  return name == "min" ? items.front() : items.back();
 }
 
 Value filter_map_or_select(const std::string& name, const Value& v, Args& a, const std::string& where) {
-    const List items = iterate(v, where);
-    List out;
-    const bool by_attr = name == "selectattr" || name == "rejectattr" || (name == "map" && !a.get(0, "attribute").is_undefined() &&
-                                                                          a.positional.empty());
-    for (const Value& x : items) {
-      if (name == "map") {
-        if (by_attr) {
-          out.push_back(get_item(x, a.get(0, "attribute"), where));
-        } else {
-          Args rest;
-          rest.positional.assign(a.positional.begin() + 1, a.positional.end());
-          rest.keyword = a.keyword;
-          out.push_back(apply_filter(to_str(a.get(0, "filter")), x, rest, where));
-        }
-        continue;
-      }
-      const Value subject = by_attr ? get_item(x, a.get(0, "attribute"), where) : x;
-      const std::size_t test_at = by_attr ? 1 : 0;
-      bool ok;
-      if (a.positional.size() <= test_at) {
-        ok = subject.truthy();
+  const List items = iterate(v, where);
+  List out;
+  const bool by_attr = name == "selectattr" || name == "rejectattr" ||
+                       (name == "map" && !a.get(0, "attribute").is_undefined() && a.positional.empty());
+  for (const Value& x : items) {
+    if (name == "map") {
+      if (by_attr) {
+        out.push_back(get_item(x, a.get(0, "attribute"), where));
       } else {
         Args rest;
-        rest.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(test_at) + 1, a.positional.end());
-        ok = apply_test(to_str(a.positional[test_at]), subject, rest, where);
+        rest.positional.assign(a.positional.begin() + 1, a.positional.end());
+        rest.keyword = a.keyword;
+        out.push_back(apply_filter(to_str(a.get(0, "filter")), x, rest, where));
       }
-      if (ok == (name == "select" || name == "selectattr")) out.push_back(x);
+      continue;
     }
-    return Value::of_list(out);
+    const Value subject = by_attr ? get_item(x, a.get(0, "attribute"), where) : x;
+    const std::size_t test_at = by_attr ? 1 : 0;
+    bool ok;
+    if (a.positional.size() <= test_at) {
+      ok = subject.truthy();
+    } else {
+      Args rest;
+      rest.positional.assign(a.positional.begin() + static_cast<std::ptrdiff_t>(test_at) + 1,
+                             a.positional.end());
+      ok = apply_test(to_str(a.positional[test_at]), subject, rest, where);
+    }
+    if (ok == (name == "select" || name == "selectattr")) out.push_back(x);
+  }
+  return Value::of_list(out);
 }
 
 Value filter_indent(const Value& v, Args& a, const std::string& where) {
-    const int64_t width = int_arg(a.get(0, "width"), 4);
-    check_size(static_cast<double>(width) * static_cast<double>(to_str(v).size() + 1), where);
-    const bool first = a.get(1, "first", Value::boolean(false)).truthy();
-    const bool blank = a.get(2, "blank", Value::boolean(false)).truthy();
-    const std::string pad(static_cast<std::size_t>(std::max<int64_t>(0, width)), ' ');
-    const std::string s = to_str(v);
-    std::string out;
-    std::size_t pos = 0;
-    bool first_line = true;
-    while (true) {
-      const std::size_t nl = s.find('\n', pos);
-      const std::string line = s.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-      if ((first_line ? first : true) && (blank || !line.empty())) out += pad;
-      out += line;
-      if (nl == std::string::npos) break;
-      out += '\n';
-      pos = nl + 1;
-      first_line = false;
-    }
-    return Value::string(out);
+  const int64_t width = int_arg(a.get(0, "width"), 4);
+  check_size(static_cast<double>(width) * static_cast<double>(to_str(v).size() + 1), where);
+  const bool first = a.get(1, "first", Value::boolean(false)).truthy();
+  const bool blank = a.get(2, "blank", Value::boolean(false)).truthy();
+  const std::string pad(static_cast<std::size_t>(std::max<int64_t>(0, width)), ' ');
+  const std::string s = to_str(v);
+  std::string out;
+  std::size_t pos = 0;
+  bool first_line = true;
+  while (true) {
+    const std::size_t nl = s.find('\n', pos);
+    const std::string line = s.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if ((first_line ? first : true) && (blank || !line.empty())) out += pad;
+    out += line;
+    if (nl == std::string::npos) break;
+    out += '\n';
+    pos = nl + 1;
+    first_line = false;
+  }
+  return Value::string(out);
 }
 
 Value filter_center(const Value& v, Args& a, const std::string& where) {
-    const int64_t width = int_arg(a.get(0, "width"), 80);
-    check_size(static_cast<double>(width), where);
-    const std::string s = to_str(v);
-    const int64_t n = static_cast<int64_t>(code_points(s).size());
-    if (n >= width) return Value::string(s);
-    const int64_t left = (width - n) / 2 + ((width - n) % 2 & width % 2);
-    return Value::string(std::string(static_cast<std::size_t>(left), ' ') + s +
-                         std::string(static_cast<std::size_t>(width - n - left), ' '));
+  const int64_t width = int_arg(a.get(0, "width"), 80);
+  check_size(static_cast<double>(width), where);
+  const std::string s = to_str(v);
+  const int64_t n = static_cast<int64_t>(code_points(s).size());
+  if (n >= width) return Value::string(s);
+  const int64_t left = (width - n) / 2 + ((width - n) % 2 & width % 2);
+  return Value::string(std::string(static_cast<std::size_t>(left), ' ') + s +
+                       std::string(static_cast<std::size_t>(width - n - left), ' '));
 }
 
 Value filter_batch(const Value& v, Args& a, const std::string& where) {
-    const int64_t size = std::max<int64_t>(1, int_arg(a.get(0, "linecount"), 1));
-    List out, cur;
-    for (const Value& x : iterate(v, where)) {
-      cur.push_back(x);
-      if (static_cast<int64_t>(cur.size()) == size) out.push_back(Value::of_list(cur)), cur.clear();
-    }
-    if (!cur.empty()) out.push_back(Value::of_list(cur));
-    return Value::of_list(out);
+  const int64_t size = std::max<int64_t>(1, int_arg(a.get(0, "linecount"), 1));
+  List out, cur;
+  for (const Value& x : iterate(v, where)) {
+    cur.push_back(x);
+    if (static_cast<int64_t>(cur.size()) == size) out.push_back(Value::of_list(cur)), cur.clear();
+  }
+  if (!cur.empty()) out.push_back(Value::of_list(cur));
+  return Value::of_list(out);
 }
 
 }  // namespace
 
 Value apply_filter(const std::string& name, const Value& v, Args& a, const std::string& where) {
   if (name == "safe") return v;
-  if (name == "trim") return Value::string(strip(need_string(v, where, "trim"), a.get(0, "chars"), true, true, where));
+  if (name == "trim")
+    return Value::string(strip(need_string(v, where, "trim"), a.get(0, "chars"), true, true, where));
   if (name == "tojson") return filter_tojson(v, a, where);
   if (name == "length" || name == "count") return Value::integer(length_of(v, where));
   if (name == "string") return Value::string(to_str(v));
@@ -607,7 +612,8 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
   }
   if (name == "join") return filter_join(v, a, where);
   if (name == "replace")
-    return Value::string(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")), int_arg(a.get(2, "count"), -1), where));
+    return Value::string(replace_all(to_str(v), to_str(a.get(0, "old")), to_str(a.get(1, "new")),
+                                     int_arg(a.get(2, "count"), -1), where));
   if (name == "list") return Value::of_list(iterate(v, where));
   if (name == "items") {
     if (!v.is_map()) fail(where, fmt::format("items of a {}", v.type_name()));
@@ -625,10 +631,13 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, const std::
     return Value::number(std::nearbyint(v.as_double() * scale) / scale);
   }
   if (name == "sum") return filter_sum(v, where);
-  if (name == "min" || name == "max" || name == "sort" || name == "unique") return filter_ordering(name, v, a, where);
-  if (name == "map" || name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr") return filter_map_or_select(name, v, a, where);
+  if (name == "min" || name == "max" || name == "sort" || name == "unique")
+    return filter_ordering(name, v, a, where);
+  if (name == "map" || name == "select" || name == "reject" || name == "selectattr" || name == "rejectattr")
+    return filter_map_or_select(name, v, a, where);
   if (name == "indent") return filter_indent(v, a, where);
-  if (name == "wordcount") return Value::integer(static_cast<int64_t>(split(to_str(v), Value::undefined(), -1, where).size()));
+  if (name == "wordcount")
+    return Value::integer(static_cast<int64_t>(split(to_str(v), Value::undefined(), -1, where).size()));
   if (name == "center") return filter_center(v, a, where);
   if (name == "batch") return filter_batch(v, a, where);
   fail(where, fmt::format("unknown filter '{}'", name));
