@@ -169,45 +169,72 @@ std::vector<FidelityPlan> plans_within_ranks(std::vector<FidelityPlan> plans, in
   return plans;
 }
 
-FidelityReport run_fidelity(const FidelityConfig& cfg) {
-  FidelityReport rep;
-  rep.model_name = cfg.card.name;
-  rep.hardware_name = cfg.hardware.name;
-  rep.backend = cfg.backend;
-  rep.seq_len = cfg.seq_len;
-  rep.paced = cfg.paced;
-  const std::vector<FidelityPlan> plans = cfg.plans.empty() ? default_fidelity_plans() : cfg.plans;
-  if (plans.size() < 2) throw InputError("fidelity", "needs at least 2 plans (one to fit, one to hold out)");
-  if (cfg.steps <= cfg.warmup) throw InputError("fidelity", "steps must exceed the warm-up steps");
-  if (cfg.rounds < 1) throw InputError("fidelity", "rounds must be at least 1");
-  const Workload w = make_workload(cfg.card, cfg.seq_len);
+namespace {
 
-  // Fit / held-out split: a seeded shuffle, half each.
-  std::vector<size_t> order(plans.size());
+// Fit / held-out split: a seeded shuffle, half each.
+std::vector<bool> fit_half(std::size_t plans, uint64_t seed) {
+  std::vector<size_t> order(plans);
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::mt19937_64 rng(cfg.split_seed);
+  std::mt19937_64 rng(seed);
   std::shuffle(order.begin(), order.end(), rng);
-  std::vector<bool> fit(plans.size(), false);
-  for (size_t i = 0; i < plans.size() / 2; ++i) fit[order[i]] = true;
+  std::vector<bool> fit(plans, false);
+  for (size_t i = 0; i < plans / 2; ++i) fit[order[i]] = true;
+  return fit;
+}
 
-  // ---- measure ----
-  // Every plan runs `rounds` times, each round in its own seeded order, so slow drift of the host (other
-  // tenants, frequency, page cache) spreads over all plans instead of landing on the ones that ran
-  // last; the round-to-round spread is reported as the measurement's own noise.
-  struct Samples {
-    std::vector<double> step, exposed, round_step;
-    std::map<std::string, std::vector<double>> busy;
-  };
-  std::vector<Samples> samples(plans.size());
+// One plan's measurements over every round, in the target's seconds when paced.
+struct PlanSamples {
+  std::vector<double> step, exposed, round_step;
+  std::map<std::string, std::vector<double>> busy;
+  double scale = 1;  // paced: seconds here per second of the target
+  int64_t paced_ops = 0, paced_overruns = 0;
+};
+
+// One run of `fp`, its steps after the warm-up added to `sm`.
+void measure_once(const FidelityConfig& cfg, const FidelityPlan& fp, PlanSamples& sm) {
+  exec::TrainOptions o;
+  o.card = cfg.card;
+  o.seq_len = cfg.seq_len;
+  o.plan = fp.plan;
+  o.system = fp.system;
+  o.backend = cfg.backend;
+  o.dataset = default_corpus_dataset();
+  o.steps = cfg.steps;
+  o.lr.lr = 1e-3;
+  o.trace = true;
+  if (cfg.paced) o.emulate = cfg.hardware, o.time_scale = sm.scale;
+  const exec::TrainResult r = exec::train(o);
+  sm.paced_ops += r.paced_ops;
+  sm.paced_overruns += r.paced_overruns;
+  std::vector<double> this_run;
+  const double per_target_s = 1.0 / sm.scale;  // seconds here -> the target's seconds
+  for (size_t s = static_cast<size_t>(cfg.warmup); s < r.steps.size(); ++s) {
+    const exec::TrainStep& ts = r.steps[s];
+    const double step = ts.wall_s * per_target_s;
+    sm.step.push_back(step);
+    this_run.push_back(step);
+    const double compute = (ts.busy_s.count("compute") ? ts.busy_s.at("compute") : 0.0) * per_target_s;
+    sm.exposed.push_back(std::max(0.0, step - compute));
+    for (const auto& [res, cat] : fidelity_resources())
+      sm.busy[res].push_back((ts.busy_s.count(cat) ? ts.busy_s.at(cat) : 0.0) * per_target_s);
+  }
+  sm.round_step.push_back(median(this_run));
+}
+
+// Every plan runs `rounds` times, each round in its own seeded order, so slow drift of the host (other
+// tenants, frequency, page cache) spreads over all plans instead of landing on the ones that ran
+// last; the round-to-round spread is reported as the measurement's own noise.
+std::vector<PlanSamples> measure_plans(const FidelityConfig& cfg, const std::vector<FidelityPlan>& plans,
+                                       const Workload& w) {
+  std::vector<PlanSamples> samples(plans.size());
   // Paced: one time scale per plan, measured once (it depends on the plan's micro-batch and ranks).
-  std::vector<double> scale(plans.size(), 1.0);
   if (cfg.paced) {
     if (cfg.backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend");
     for (size_t i = 0; i < plans.size(); ++i)
-      scale[i] = cfg.time_scale > 0 ? cfg.time_scale
-                                    : exec::TargetPacing::measured_time_scale(w, cfg.hardware, plans[i].plan, plans[i].system);
+      samples[i].scale = cfg.time_scale > 0 ? cfg.time_scale
+                                            : exec::TargetPacing::measured_time_scale(w, cfg.hardware, plans[i].plan,
+                                                                                      plans[i].system);
   }
-  std::vector<int64_t> paced_ops(plans.size(), 0), paced_overruns(plans.size(), 0);
   const int total = cfg.rounds * static_cast<int>(plans.size());
   int done = 0;
   std::mt19937_64 round_rng(cfg.split_seed + 1);
@@ -216,84 +243,52 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
     for (size_t i = 0; i < run_order.size(); ++i) run_order[i] = i;
     std::shuffle(run_order.begin(), run_order.end(), round_rng);
     for (size_t i : run_order) {
-      const FidelityPlan& fp = plans[i];
-      if (cfg.progress) cfg.progress(done, total, fp.name);
-      exec::TrainOptions o;
-      o.card = cfg.card;
-      o.seq_len = cfg.seq_len;
-      o.plan = fp.plan;
-      o.system = fp.system;
-      o.backend = cfg.backend;
-      o.dataset = default_corpus_dataset();
-      o.steps = cfg.steps;
-      o.lr.lr = 1e-3;
-      o.trace = true;
-      if (cfg.paced) o.emulate = cfg.hardware, o.time_scale = scale[i];
-      exec::TrainResult r = exec::train(o);
-      paced_ops[i] += r.paced_ops;
-      paced_overruns[i] += r.paced_overruns;
-      Samples& sm = samples[i];
-      std::vector<double> this_run;
-      const double per_target_s = 1.0 / scale[i];  // seconds here -> the target's seconds
-      for (size_t s = static_cast<size_t>(cfg.warmup); s < r.steps.size(); ++s) {
-        const exec::TrainStep& ts = r.steps[s];
-        const double step = ts.wall_s * per_target_s;
-        sm.step.push_back(step);
-        this_run.push_back(step);
-        const double compute = (ts.busy_s.count("compute") ? ts.busy_s.at("compute") : 0.0) * per_target_s;
-        sm.exposed.push_back(std::max(0.0, step - compute));
-        for (const auto& [res, cat] : fidelity_resources())
-          sm.busy[res].push_back((ts.busy_s.count(cat) ? ts.busy_s.at(cat) : 0.0) * per_target_s);
-      }
-      sm.round_step.push_back(median(this_run));
+      if (cfg.progress) cfg.progress(done, total, plans[i].name);
+      measure_once(cfg, plans[i], samples[i]);
       ++done;
     }
   }
   if (cfg.progress) cfg.progress(done, total, "");
+  return samples;
+}
 
-  std::vector<double> spreads;
-  for (size_t i = 0; i < plans.size(); ++i) {
-    const FidelityPlan& fp = plans[i];
-    const Samples& sm = samples[i];
-    FidelityRow row;
-    row.name = fp.name;
-    row.plan_summary = plan_for_system(fp.plan, fp.system, cfg.card).summary(static_cast<int>(cfg.card.num_layers));
-    if (fp.system != System::kSlideDP) row.plan_summary = std::string(system_name(fp.system)) + ": " + row.plan_summary;
-    if (fp.plan.update_threads > 0) row.plan_summary += fmt::format(" | {} update threads", fp.plan.update_threads);
-    row.time_scale = scale[i];
-    row.paced_ops = paced_ops[i];
-    row.paced_overruns = paced_overruns[i];
-    rep.paced_ops += paced_ops[i];
-    rep.paced_overruns += paced_overruns[i];
-    row.ranks = fp.plan.ranks;
-    row.fit = fit[i];
-    row.round_step_s = sm.round_step;
-    row.measured_step_s = median(sm.step);
-    row.measured_exposed_s = median(sm.exposed);
-    double best = -1;
-    for (const auto& [res, v] : sm.busy) {
-      row.measured_busy_s[res] = median(v);
-      if (row.measured_busy_s[res] > best) best = row.measured_busy_s[res], row.measured_busiest = res;
-    }
-    if (sm.round_step.size() > 1) {
-      const auto [lo, hi] = std::minmax_element(sm.round_step.begin(), sm.round_step.end());
-      row.round_spread = (*hi - *lo) / median(sm.round_step);
-      spreads.push_back(row.round_spread);
-      rep.worst_round_spread = std::max(rep.worst_round_spread, row.round_spread);
-    }
-    const FidelityPrediction p = predict_for_fidelity(w, cfg.hardware, fp.plan, fp.system);
-    row.predicted_step_s = p.step;
-    row.predicted_exposed_s = p.exposed;
-    row.predicted_busy_s = p.busy;
-    row.predicted_bottleneck = p.bottleneck;
-    rep.rows.push_back(row);
+// A plan's row: its measured medians and spread, and the uncalibrated prediction.
+FidelityRow measured_row(const FidelityConfig& cfg, const Workload& w, const FidelityPlan& fp, const PlanSamples& sm,
+                         bool fit) {
+  FidelityRow row;
+  row.name = fp.name;
+  row.plan_summary = plan_for_system(fp.plan, fp.system, cfg.card).summary(static_cast<int>(cfg.card.num_layers));
+  if (fp.system != System::kSlideDP) row.plan_summary = std::string(system_name(fp.system)) + ": " + row.plan_summary;
+  if (fp.plan.update_threads > 0) row.plan_summary += fmt::format(" | {} update threads", fp.plan.update_threads);
+  row.time_scale = sm.scale;
+  row.paced_ops = sm.paced_ops;
+  row.paced_overruns = sm.paced_overruns;
+  row.ranks = fp.plan.ranks;
+  row.fit = fit;
+  row.round_step_s = sm.round_step;
+  row.measured_step_s = median(sm.step);
+  row.measured_exposed_s = median(sm.exposed);
+  double best = -1;
+  for (const auto& [res, v] : sm.busy) {
+    row.measured_busy_s[res] = median(v);
+    if (row.measured_busy_s[res] > best) best = row.measured_busy_s[res], row.measured_busiest = res;
   }
-  rep.rounds = cfg.rounds;
-  rep.mean_round_spread = mean(spreads);
+  if (sm.round_step.size() > 1) {
+    const auto [lo, hi] = std::minmax_element(sm.round_step.begin(), sm.round_step.end());
+    row.round_spread = (*hi - *lo) / median(sm.round_step);
+  }
+  const FidelityPrediction p = predict_for_fidelity(w, cfg.hardware, fp.plan, fp.system);
+  row.predicted_step_s = p.step;
+  row.predicted_exposed_s = p.exposed;
+  row.predicted_busy_s = p.busy;
+  row.predicted_bottleneck = p.bottleneck;
+  return row;
+}
 
-  // ---- calibrate on the fit half: one time scale per resource, measured / predicted busy ----
-  Hardware cal = cfg.hardware;
-  cal.sync = {};  // fitted below, on top of the scaled pipeline
+// Calibration on the fit half: one time scale per resource, measured / predicted busy.
+Hardware scale_resources(const Hardware& hw, FidelityReport& rep) {
+  Hardware cal = hw;
+  cal.sync = {};  // fitted afterwards, on top of the scaled pipeline
   for (const auto& [res, cat] : fidelity_resources()) {
     double m = 0, pr = 0;
     for (const auto& row : rep.rows)
@@ -303,64 +298,75 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
     rep.scales[res] = s;
     scale_resource(cal, res, s);
   }
+  return cal;
+}
 
-  // ---- predict again with the scaled profile ----
-  std::vector<FidelityPrediction> scaled;
-  for (size_t i = 0; i < plans.size(); ++i) scaled.push_back(predict_for_fidelity(w, cal, plans[i].plan, plans[i].system));
-
-  // ---- the synchronisation term, least squares on the fit half: measured / scaled - 1 = a + b x,
-  // x = sqrt(2 ln N), with a, b >= 0 (synchronisation only costs time): when the unconstrained fit
-  // makes one negative, it is 0 and the other is fitted alone. With one rank count in the fit half
-  // only the base a can be fitted. ----
-  {
-    std::vector<double> xs, ys, resources_only;
-    for (size_t i = 0; i < plans.size(); ++i) {
-      const FidelityRow& row = rep.rows[i];
-      if (!row.fit) {
-        resources_only.push_back(std::fabs(scaled[i].step - row.measured_step_s) / row.measured_step_s);
-        continue;
-      }
-      xs.push_back(std::sqrt(2.0 * std::log(static_cast<double>(row.ranks))));
-      ys.push_back(row.measured_step_s / scaled[i].step - 1.0);
+// The synchronisation term, least squares on the fit half: measured / scaled - 1 = a + b x,
+// x = sqrt(2 ln N), with a, b >= 0 (synchronisation only costs time): when the unconstrained fit
+// makes one negative, it is 0 and the other is fitted alone. With one rank count in the fit half
+// only the base a can be fitted. The profile's schema stops at SyncSpec::kMax (a step 11x its
+// pipeline); a fit beyond it is the measurement, not the machine: clamped, and said in the returned
+// note.
+std::string fit_sync(FidelityReport& rep, const std::vector<FidelityPrediction>& scaled) {
+  std::vector<double> xs, ys, resources_only;
+  for (size_t i = 0; i < rep.rows.size(); ++i) {
+    const FidelityRow& row = rep.rows[i];
+    if (!row.fit) {
+      resources_only.push_back(std::fabs(scaled[i].step - row.measured_step_s) / row.measured_step_s);
+      continue;
     }
-    rep.heldout_mape_resources_only = mean(resources_only);
-    const auto [a, b] = fit_sync_term(xs, ys);
-    rep.sync_base = a;
-    rep.sync_straggler = b;
+    xs.push_back(std::sqrt(2.0 * std::log(static_cast<double>(row.ranks))));
+    ys.push_back(row.measured_step_s / scaled[i].step - 1.0);
   }
-  // The profile's schema stops at SyncSpec::kMax (a step 11x its pipeline); a fit beyond it is the
-  // measurement, not the machine: keep the file readable and say so.
-  std::string sync_note;
-  if (rep.sync_base > SyncSpec::kMax || rep.sync_straggler > SyncSpec::kMax) {
-    sync_note = fmt::format(" (fitted base {:.3f}, straggler {:.3f}, clamped to {})", rep.sync_base,
-                            rep.sync_straggler, SyncSpec::kMax);
-    rep.sync_base = std::min(rep.sync_base, SyncSpec::kMax);
-    rep.sync_straggler = std::min(rep.sync_straggler, SyncSpec::kMax);
-  }
+  rep.heldout_mape_resources_only = mean(resources_only);
+  const auto [a, b] = fit_sync_term(xs, ys);
+  rep.sync_base = a;
+  rep.sync_straggler = b;
+  if (rep.sync_base <= SyncSpec::kMax && rep.sync_straggler <= SyncSpec::kMax) return "";
+  const std::string note = fmt::format(" (fitted base {:.3f}, straggler {:.3f}, clamped to {})", rep.sync_base,
+                                       rep.sync_straggler, SyncSpec::kMax);
+  rep.sync_base = std::min(rep.sync_base, SyncSpec::kMax);
+  rep.sync_straggler = std::min(rep.sync_straggler, SyncSpec::kMax);
+  return note;
+}
+
+// The calibrated profile's name, description and source line.
+void name_calibration(Hardware& cal, const FidelityConfig& cfg, const FidelityReport& rep, const std::string& sync_note) {
   cal.sync = {rep.sync_base, rep.sync_straggler};
   cal.name = cfg.hardware.name + "-calibrated";
   cal.description = fmt::format("{} calibrated against measured executor runs by slidedp-sweep fidelity",
                                 cfg.hardware.name);
+  std::string scales;
+  for (const auto& [res, sc] : rep.scales) scales += fmt::format("{}{} x{:.3f}", scales.empty() ? "" : ", ", res, sc);
   cal.sources["calibration"] = fmt::format(
       "slidedp-sweep fidelity on {} plans of {} (seq {}): resource time scales {}; synchronisation term "
       "base {:.4f}, straggler {:.4f}{}",
-      rep.rows.size(), cfg.card.name, cfg.seq_len,
-      [&] {
-        std::string t;
-        for (const auto& [res, sc] : rep.scales) t += fmt::format("{}{} x{:.3f}", t.empty() ? "" : ", ", res, sc);
-        return t;
-      }(),
-      rep.sync_base, rep.sync_straggler, sync_note);
-  rep.calibrated_hardware = cal;
+      rep.rows.size(), cfg.card.name, cfg.seq_len, scales, rep.sync_base, rep.sync_straggler, sync_note);
+}
 
-  // ---- the calibrated profile's own predictions (the model applies its synchronisation term) ----
-  std::vector<FidelityPrediction> calibrated;
-  for (size_t i = 0; i < plans.size(); ++i) calibrated.push_back(predict_for_fidelity(w, cal, plans[i].plan, plans[i].system));
+// Why the worst held-out plan missed: the resource whose calibrated prediction is furthest from its
+// measurement.
+std::string worst_reason(const FidelityRow& row) {
+  std::string why;
+  double far = -1;
+  for (const auto& [res, cat] : fidelity_resources()) {
+    const double d = std::fabs(row.calibrated_busy_s.at(res) - row.measured_busy_s.at(res));
+    if (d > far) far = d, why = res;
+  }
+  return fmt::format(
+      "step predicted {} vs measured {}; the largest busy-time gap is {} (predicted {}, measured {}); "
+      "exposed time predicted {} vs measured {}",
+      format_seconds(row.calibrated_step_s), format_seconds(row.measured_step_s), why,
+      format_seconds(row.calibrated_busy_s.at(why)), format_seconds(row.measured_busy_s.at(why)),
+      format_seconds(row.calibrated_exposed_s), format_seconds(row.measured_exposed_s));
+}
 
-  // ---- report on the held-out half ----
+// The calibrated predictions against the measurements: errors on the held-out half (and the fit
+// half, and before calibration), exposed time, bottlenecks.
+void report_errors(FidelityReport& rep, const std::vector<FidelityPrediction>& calibrated) {
   std::vector<double> held, fitted, raw, raw_held, exp_err, exp_rel, exp_rel_raw;
   int match = 0, raw_match = 0;
-  for (size_t i = 0; i < plans.size(); ++i) {
+  for (size_t i = 0; i < rep.rows.size(); ++i) {
     FidelityRow& row = rep.rows[i];
     const FidelityPrediction& p = calibrated[i];
     row.calibrated_step_s = p.step;
@@ -386,19 +392,7 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
     if (!row.fit && e > rep.heldout_worst) {
       rep.heldout_worst = e;
       rep.worst_plan = row.name + " (" + row.plan_summary + ")";
-      // Why: the resource whose calibrated prediction is furthest from its measurement.
-      std::string why;
-      double far = -1;
-      for (const auto& [res, cat] : fidelity_resources()) {
-        const double d = std::fabs(row.calibrated_busy_s.at(res) - row.measured_busy_s.at(res));
-        if (d > far) far = d, why = res;
-      }
-      rep.worst_reason = fmt::format(
-          "step predicted {} vs measured {}; the largest busy-time gap is {} (predicted {}, measured {}); "
-          "exposed time predicted {} vs measured {}",
-          format_seconds(row.calibrated_step_s), format_seconds(row.measured_step_s), why,
-          format_seconds(row.calibrated_busy_s.at(why)), format_seconds(row.measured_busy_s.at(why)),
-          format_seconds(row.calibrated_exposed_s), format_seconds(row.measured_exposed_s));
+      rep.worst_reason = worst_reason(row);
     }
   }
   rep.heldout_mape = mean(held);
@@ -410,11 +404,53 @@ FidelityReport run_fidelity(const FidelityConfig& cfg) {
   rep.exposed_rel_mean = mean(exp_rel);
   rep.exposed_rel_raw_mean = mean(exp_rel_raw);
   rep.exposed_rel_worst = exp_rel.empty() ? 0.0 : *std::max_element(exp_rel.begin(), exp_rel.end());
-  const double n = static_cast<double>(plans.size());
+  const double n = static_cast<double>(rep.rows.size());
   rep.bottleneck_match = match / n;
   rep.raw_bottleneck_match = raw_match / n;
   for (const auto& [res, count] : rep.measured_bottleneck_counts)
     if (count / n > rep.majority_bottleneck_match) rep.majority_bottleneck_match = count / n, rep.majority_bottleneck = res;
+}
+
+}  // namespace
+
+FidelityReport run_fidelity(const FidelityConfig& cfg) {
+  FidelityReport rep;
+  rep.model_name = cfg.card.name;
+  rep.hardware_name = cfg.hardware.name;
+  rep.backend = cfg.backend;
+  rep.seq_len = cfg.seq_len;
+  rep.paced = cfg.paced;
+  const std::vector<FidelityPlan> plans = cfg.plans.empty() ? default_fidelity_plans() : cfg.plans;
+  if (plans.size() < 2) throw InputError("fidelity", "needs at least 2 plans (one to fit, one to hold out)");
+  if (cfg.steps <= cfg.warmup) throw InputError("fidelity", "steps must exceed the warm-up steps");
+  if (cfg.rounds < 1) throw InputError("fidelity", "rounds must be at least 1");
+  const Workload w = make_workload(cfg.card, cfg.seq_len);
+  const std::vector<bool> fit = fit_half(plans.size(), cfg.split_seed);
+  const std::vector<PlanSamples> samples = measure_plans(cfg, plans, w);
+  std::vector<double> spreads;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const FidelityRow row = measured_row(cfg, w, plans[i], samples[i], fit[i]);
+    rep.paced_ops += row.paced_ops;
+    rep.paced_overruns += row.paced_overruns;
+    if (samples[i].round_step.size() > 1) {
+      spreads.push_back(row.round_spread);
+      rep.worst_round_spread = std::max(rep.worst_round_spread, row.round_spread);
+    }
+    rep.rows.push_back(row);
+  }
+  rep.rounds = cfg.rounds;
+  rep.mean_round_spread = mean(spreads);
+
+  Hardware cal = scale_resources(cfg.hardware, rep);
+  std::vector<FidelityPrediction> scaled;
+  for (const FidelityPlan& fp : plans) scaled.push_back(predict_for_fidelity(w, cal, fp.plan, fp.system));
+  const std::string sync_note = fit_sync(rep, scaled);
+  name_calibration(cal, cfg, rep, sync_note);
+  rep.calibrated_hardware = cal;
+  // The calibrated profile's own predictions (the model applies its synchronisation term).
+  std::vector<FidelityPrediction> calibrated;
+  for (const FidelityPlan& fp : plans) calibrated.push_back(predict_for_fidelity(w, cal, fp.plan, fp.system));
+  report_errors(rep, calibrated);
   return rep;
 }
 
