@@ -232,8 +232,8 @@ std::vector<PlanSamples> measure_plans(const FidelityConfig& cfg, const std::vec
     if (cfg.backend != "cpu") throw InputError("--emulate", "pacing to a target machine is for the CPU backend");
     for (size_t i = 0; i < plans.size(); ++i)
       samples[i].scale = cfg.time_scale > 0 ? cfg.time_scale
-                                            : exec::TargetPacing::measured_time_scale(w, cfg.hardware, plans[i].plan,
-                                                                                      plans[i].system);
+                                            : exec::TargetPacing::measured_time_scale(
+                                                  w, cfg.hardware, plans[i].plan, plans[i].system);
   }
   const int total = cfg.rounds * static_cast<int>(plans.size());
   int done = 0;
@@ -253,13 +253,16 @@ std::vector<PlanSamples> measure_plans(const FidelityConfig& cfg, const std::vec
 }
 
 // A plan's row: its measured medians and spread, and the uncalibrated prediction.
-FidelityRow measured_row(const FidelityConfig& cfg, const Workload& w, const FidelityPlan& fp, const PlanSamples& sm,
-                         bool fit) {
+FidelityRow measured_row(const FidelityConfig& cfg, const Workload& w, const FidelityPlan& fp,
+                         const PlanSamples& sm, bool fit) {
   FidelityRow row;
   row.name = fp.name;
-  row.plan_summary = plan_for_system(fp.plan, fp.system, cfg.card).summary(static_cast<int>(cfg.card.num_layers));
-  if (fp.system != System::kSlideDP) row.plan_summary = std::string(system_name(fp.system)) + ": " + row.plan_summary;
-  if (fp.plan.update_threads > 0) row.plan_summary += fmt::format(" | {} update threads", fp.plan.update_threads);
+  row.plan_summary =
+      plan_for_system(fp.plan, fp.system, cfg.card).summary(static_cast<int>(cfg.card.num_layers));
+  if (fp.system != System::kSlideDP)
+    row.plan_summary = std::string(system_name(fp.system)) + ": " + row.plan_summary;
+  if (fp.plan.update_threads > 0)
+    row.plan_summary += fmt::format(" | {} update threads", fp.plan.update_threads);
   row.time_scale = sm.scale;
   row.paced_ops = sm.paced_ops;
   row.paced_overruns = sm.paced_overruns;
@@ -323,21 +326,23 @@ std::string fit_sync(FidelityReport& rep, const std::vector<FidelityPrediction>&
   rep.sync_base = a;
   rep.sync_straggler = b;
   if (rep.sync_base <= SyncSpec::kMax && rep.sync_straggler <= SyncSpec::kMax) return "";
-  const std::string note = fmt::format(" (fitted base {:.3f}, straggler {:.3f}, clamped to {})", rep.sync_base,
-                                       rep.sync_straggler, SyncSpec::kMax);
+  const std::string note = fmt::format(" (fitted base {:.3f}, straggler {:.3f}, clamped to {})",
+                                       rep.sync_base, rep.sync_straggler, SyncSpec::kMax);
   rep.sync_base = std::min(rep.sync_base, SyncSpec::kMax);
   rep.sync_straggler = std::min(rep.sync_straggler, SyncSpec::kMax);
   return note;
 }
 
 // The calibrated profile's name, description and source line.
-void name_calibration(Hardware& cal, const FidelityConfig& cfg, const FidelityReport& rep, const std::string& sync_note) {
+void name_calibration(Hardware& cal, const FidelityConfig& cfg, const FidelityReport& rep,
+                      const std::string& sync_note) {
   cal.sync = {rep.sync_base, rep.sync_straggler};
   cal.name = cfg.hardware.name + "-calibrated";
   cal.description = fmt::format("{} calibrated against measured executor runs by slidedp-sweep fidelity",
                                 cfg.hardware.name);
   std::string scales;
-  for (const auto& [res, sc] : rep.scales) scales += fmt::format("{}{} x{:.3f}", scales.empty() ? "" : ", ", res, sc);
+  for (const auto& [res, sc] : rep.scales)
+    scales += fmt::format("{}{} x{:.3f}", scales.empty() ? "" : ", ", res, sc);
   cal.sources["calibration"] = fmt::format(
       "slidedp-sweep fidelity on {} plans of {} (seq {}): resource time scales {}; synchronisation term "
       "base {:.4f}, straggler {:.4f}{}",
