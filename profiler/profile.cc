@@ -68,6 +68,93 @@ const char* profile_scale_name(ProfileScale s) {
 }
 
 
+namespace {
+
+// The model with the most parameters: the working sets are sized by it.
+const ModelCard& largest_model(const std::vector<ModelCard>& models) {
+  const ModelCard* largest = &models.front();
+  for (const ModelCard& c : models)
+    if (make_model_layout(c).total_flat_numel > make_model_layout(*largest).total_flat_numel) largest = &c;
+  return *largest;
+}
+
+std::string working_set_text(const ProfileOptions& options, const StagePlan& plan, const ModelCard& largest,
+                             int64_t model_params, int64_t llc) {
+  return fmt::format(
+      "{}: host-memory arrays {}, update {} elements, copy region {} ({} has {} parameters; last-level cache "
+      "{})",
+      options.model_working_set && options.scale != ProfileScale::kSmoke ? "model-sized where smaller than DRAM-sized"
+                                                                          : "scale defaults",
+      format_bytes(static_cast<double>(plan.host.array_bytes)), plan.update.numel,
+      format_bytes(static_cast<double>(plan.links.region_bytes)), largest.name,
+      format_count(static_cast<double>(model_params)), format_bytes(static_cast<double>(llc)));
+}
+
+// The GPUs (or, without any or with --cpu-backend, the CPU backend's emulated devices) to profile.
+GpuInventory choose_backend(const ProfileOptions& options, ProfileResult& r,
+                            const std::function<void(const std::string&)>& say) {
+  GpuInventory inv;
+  if (!options.cpu_backend) inv = probe_gpus();
+  if (options.cpu_backend) {
+    r.gpu_note = "--cpu-backend given: profiling the CPU backend (emulated devices)";
+  } else if (inv.count == 0) {
+    r.gpu_note = fmt::format("no GPU ({}): profiling the CPU backend (emulated devices) instead", inv.why_none);
+  }
+  r.backend = r.gpu_note.empty() ? "cuda" : "cpu";
+  if (options.kernels && r.backend != "cuda")
+    throw InputError("--kernels", "times the GPU's kernels (CUPTI), but " + r.gpu_note);
+  say(r.gpu_note.empty() ? fmt::format("{} x {} found: profiling the GPUs", inv.count, inv.model) : r.gpu_note);
+  return inv;
+}
+
+// Each stage's expected seconds (r.stages, r.expected_s) and the unit stage's device count.
+void estimate_stages(const ProfileOptions& options, ProfileResult& r, StagePlan& plan, int devices, bool units,
+                     double copy_gbps, double gflops) {
+  // Devices computing at once for the unit times: as many as the cores hold at the backend's threads
+  // per device (more would be oversubscription, which the model charges through cpu.cores itself).
+  plan.units.concurrent_devices =
+      r.backend == "cpu" ? std::min(devices, std::max(1, r.cores / r.threads_per_device)) : devices;
+  plan.units.also_alone = plan.units.concurrent_devices > 1;
+  plan.units.kernel_breakdown = options.kernels;
+  r.stages.push_back({"host memory", estimate_host_memory_s(plan.host, plan.repeat, copy_gbps)});
+  r.stages.push_back({"cpu update", estimate_cpu_update_s(plan.update, plan.repeat, copy_gbps)});
+  if (r.backend == "cpu") {
+    r.stages.push_back({"links + fabric", estimate_backend_links_s(plan.links, devices, plan.repeat, copy_gbps)});
+  } else {
+    double bytes = 0;
+    for (int64_t s : plan.gpu.sizes) bytes += static_cast<double>(s);
+    r.stages.push_back(
+        {"gpu links + fabric", (plan.repeat.reps + 1) * (8.0 * bytes / 20e9 + 0.5 * plan.gpu.sizes.size())});
+  }
+  if (units) {
+    // On a GPU the CPU-rate estimate of the units is a generous upper bound.
+    const double rate = r.backend == "cpu" ? gflops : 100e3;
+    for (const ModelCard& c : options.models)
+      r.stages.push_back({"units " + c.name, estimate_unit_compute_s(c, plan.units, plan.repeat, rate)});
+  }
+  for (const PlannedStage& st : r.stages) r.expected_s += st.estimate_s;
+}
+
+std::string stage_estimates_text(const ProfileResult& r) {
+  std::string t;
+  for (const PlannedStage& p : r.stages) t += fmt::format("{}{} {}", t.empty() ? "" : ", ", p.name, format_seconds(p.estimate_s));
+  return t;
+}
+
+// What the stages hold for the whole run (their cases take part in every round).
+std::string held_bytes_text(const StagePlan& plan, const std::string& backend, int devices) {
+  const auto& u = plan.update;
+  const int max_slots = std::max(*std::max_element(u.slots.begin(), u.slots.end()), u.reduce_slots);
+  const double host_b = 3.0 * static_cast<double>(plan.host.array_bytes);
+  const double update_b = static_cast<double>(u.numel) * (4 * 4 + 2 + 2 * max_slots);
+  const double links_b = backend == "cpu" ? 4.0 * static_cast<double>(plan.links.region_bytes) * devices : 0.0;
+  return fmt::format("held for the whole run: {} (host memory {}, cpu update {}, links {}) + unit inputs",
+                     format_bytes(host_b + update_b + links_b), format_bytes(host_b), format_bytes(update_b),
+                     format_bytes(links_b));
+}
+
+}  // namespace
+
 ProfileResult run_profile(const ProfileOptions& options) {
   check_options(options);
   ProfileResult r;
@@ -81,35 +168,12 @@ ProfileResult run_profile(const ProfileOptions& options) {
   r.cores = ThreadPool::available_cpus();
   std::vector<int> threads = options.threads.empty() ? default_thread_counts(r.cores) : options.threads;
   const int64_t llc = last_level_cache_bytes();
-  const ModelCard* largest = &options.models.front();
-  for (const ModelCard& c : options.models)
-    if (make_model_layout(c).total_flat_numel > make_model_layout(*largest).total_flat_numel) largest = &c;
-  const int64_t model_params = make_model_layout(*largest).total_flat_numel;
+  const ModelCard& largest = largest_model(options.models);
+  const int64_t model_params = make_model_layout(largest).total_flat_numel;
   StagePlan plan = plan_for(options, r.cores, threads, llc, model_params);
-  r.working_set = fmt::format(
-      "{}: host-memory arrays {}, update {} elements, copy region {} ({} has {} parameters; last-level cache "
-      "{})",
-      options.model_working_set && options.scale != ProfileScale::kSmoke
-          ? "model-sized where smaller than DRAM-sized"
-          : "scale defaults",
-      format_bytes(static_cast<double>(plan.host.array_bytes)), plan.update.numel,
-      format_bytes(static_cast<double>(plan.links.region_bytes)), largest->name,
-      format_count(static_cast<double>(model_params)), format_bytes(static_cast<double>(llc)));
+  r.working_set = working_set_text(options, plan, largest, model_params, llc);
 
-  // ---- which backend ----
-  GpuInventory inv;
-  if (!options.cpu_backend) inv = probe_gpus();
-  if (options.cpu_backend) {
-    r.gpu_note = "--cpu-backend given: profiling the CPU backend (emulated devices)";
-  } else if (inv.count == 0) {
-    r.gpu_note =
-        fmt::format("no GPU ({}): profiling the CPU backend (emulated devices) instead", inv.why_none);
-  }
-  r.backend = r.gpu_note.empty() ? "cuda" : "cpu";
-  if (options.kernels && r.backend != "cuda")
-    throw InputError("--kernels", "times the GPU's kernels (CUPTI), but " + r.gpu_note);
-  say(r.gpu_note.empty() ? fmt::format("{} x {} found: profiling the GPUs", inv.count, inv.model)
-                         : r.gpu_note);
+  const GpuInventory inv = choose_backend(options, r, say);
 
   Measurements& out = r.measurements;
   StageContext base{out, plan.repeat, {}};
@@ -149,52 +213,14 @@ ProfileResult run_profile(const ProfileOptions& options) {
     r.sgemm_gflops = measure_sgemm_gflops(plan.sgemm_n, base);
     gflops = r.sgemm_gflops.median;
   }
-  // Devices computing at once for the unit times: as many as the cores hold at the backend's threads
-  // per device (more would be oversubscription, which the model charges through cpu.cores itself).
-  plan.units.concurrent_devices =
-      r.backend == "cpu" ? std::min(devices, std::max(1, r.cores / r.threads_per_device)) : devices;
-  plan.units.also_alone = plan.units.concurrent_devices > 1;
-  plan.units.kernel_breakdown = options.kernels;
-  r.stages.push_back({"host memory", estimate_host_memory_s(plan.host, plan.repeat, copy_gbps)});
-  r.stages.push_back({"cpu update", estimate_cpu_update_s(plan.update, plan.repeat, copy_gbps)});
-  if (r.backend == "cpu") {
-    r.stages.push_back(
-        {"links + fabric", estimate_backend_links_s(plan.links, devices, plan.repeat, copy_gbps)});
-  } else {
-    double bytes = 0;
-    for (int64_t s : plan.gpu.sizes) bytes += static_cast<double>(s);
-    r.stages.push_back(
-        {"gpu links + fabric", (plan.repeat.reps + 1) * (8.0 * bytes / 20e9 + 0.5 * plan.gpu.sizes.size())});
-  }
-  if (backend) {
-    // On a GPU the CPU-rate estimate of the units is a generous upper bound.
-    const double rate = r.backend == "cpu" ? gflops : 100e3;
-    for (const ModelCard& c : options.models)
-      r.stages.push_back({"units " + c.name, estimate_unit_compute_s(c, plan.units, plan.repeat, rate)});
-  }
-  for (const PlannedStage& st : r.stages) r.expected_s += st.estimate_s;
+  estimate_stages(options, r, plan, devices, backend != nullptr, copy_gbps, gflops);
   say(fmt::format(
       "{} run on {} ({} cores, load {:.2f}): expected about {} ({})", profile_scale_name(options.scale),
-      provenance().cpu_model, r.cores, r.load_before, format_seconds(r.expected_s), [&] {
-        std::string t;
-        for (const PlannedStage& p : r.stages)
-          t += fmt::format("{}{} {}", t.empty() ? "" : ", ", p.name, format_seconds(p.estimate_s));
-        return t;
-      }()));
+      provenance().cpu_model, r.cores, r.load_before, format_seconds(r.expected_s), stage_estimates_text(r)));
   say("working sets " + r.working_set);
-  {
-    // Every stage's buffers stay allocated for the whole run, since its cases take part in every
-    // round: model-sized they are a few MiB, DRAM-sized they add up (say so before allocating).
-    const auto& u = plan.update;
-    const int max_slots = std::max(*std::max_element(u.slots.begin(), u.slots.end()), u.reduce_slots);
-    const double host_b = 3.0 * static_cast<double>(plan.host.array_bytes);
-    const double update_b = static_cast<double>(u.numel) * (4 * 4 + 2 + 2 * max_slots);
-    const double links_b =
-        r.backend == "cpu" ? 4.0 * static_cast<double>(plan.links.region_bytes) * devices : 0.0;
-    say(fmt::format("held for the whole run: {} (host memory {}, cpu update {}, links {}) + unit inputs",
-                    format_bytes(host_b + update_b + links_b), format_bytes(host_b), format_bytes(update_b),
-                    format_bytes(links_b)));
-  }
+  // Every stage's buffers stay allocated for the whole run, since its cases take part in every
+  // round: model-sized they are a few MiB, DRAM-sized they add up (say so before allocating).
+  say(held_bytes_text(plan, r.backend, devices));
 
   // The network stage first and alone: node 1 waits for nothing else (it runs only this stage).
   if (options.link) {
@@ -263,7 +289,7 @@ ProfileResult run_profile(const ProfileOptions& options) {
   r.elapsed_s = now_s() - t_start;
   r.load_after = load_average_1m();
 
-  assemble_profile(r, plan, *largest, devices, inv);
+  assemble_profile(r, plan, largest, devices, inv);
   return r;
 }
 
