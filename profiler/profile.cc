@@ -67,7 +67,6 @@ const char* profile_scale_name(ProfileScale s) {
   return "?";
 }
 
-
 namespace {
 
 // The model with the most parameters: the working sets are sized by it.
@@ -83,8 +82,9 @@ std::string working_set_text(const ProfileOptions& options, const StagePlan& pla
   return fmt::format(
       "{}: host-memory arrays {}, update {} elements, copy region {} ({} has {} parameters; last-level cache "
       "{})",
-      options.model_working_set && options.scale != ProfileScale::kSmoke ? "model-sized where smaller than DRAM-sized"
-                                                                          : "scale defaults",
+      options.model_working_set && options.scale != ProfileScale::kSmoke
+          ? "model-sized where smaller than DRAM-sized"
+          : "scale defaults",
       format_bytes(static_cast<double>(plan.host.array_bytes)), plan.update.numel,
       format_bytes(static_cast<double>(plan.links.region_bytes)), largest.name,
       format_count(static_cast<double>(model_params)), format_bytes(static_cast<double>(llc)));
@@ -98,18 +98,20 @@ GpuInventory choose_backend(const ProfileOptions& options, ProfileResult& r,
   if (options.cpu_backend) {
     r.gpu_note = "--cpu-backend given: profiling the CPU backend (emulated devices)";
   } else if (inv.count == 0) {
-    r.gpu_note = fmt::format("no GPU ({}): profiling the CPU backend (emulated devices) instead", inv.why_none);
+    r.gpu_note =
+        fmt::format("no GPU ({}): profiling the CPU backend (emulated devices) instead", inv.why_none);
   }
   r.backend = r.gpu_note.empty() ? "cuda" : "cpu";
   if (options.kernels && r.backend != "cuda")
     throw InputError("--kernels", "times the GPU's kernels (CUPTI), but " + r.gpu_note);
-  say(r.gpu_note.empty() ? fmt::format("{} x {} found: profiling the GPUs", inv.count, inv.model) : r.gpu_note);
+  say(r.gpu_note.empty() ? fmt::format("{} x {} found: profiling the GPUs", inv.count, inv.model)
+                         : r.gpu_note);
   return inv;
 }
 
 // Each stage's expected seconds (r.stages, r.expected_s) and the unit stage's device count.
-void estimate_stages(const ProfileOptions& options, ProfileResult& r, StagePlan& plan, int devices, bool units,
-                     double copy_gbps, double gflops) {
+void estimate_stages(const ProfileOptions& options, ProfileResult& r, StagePlan& plan, int devices,
+                     bool units, double copy_gbps, double gflops) {
   // Devices computing at once for the unit times: as many as the cores hold at the backend's threads
   // per device (more would be oversubscription, which the model charges through cpu.cores itself).
   plan.units.concurrent_devices =
@@ -119,7 +121,8 @@ void estimate_stages(const ProfileOptions& options, ProfileResult& r, StagePlan&
   r.stages.push_back({"host memory", estimate_host_memory_s(plan.host, plan.repeat, copy_gbps)});
   r.stages.push_back({"cpu update", estimate_cpu_update_s(plan.update, plan.repeat, copy_gbps)});
   if (r.backend == "cpu") {
-    r.stages.push_back({"links + fabric", estimate_backend_links_s(plan.links, devices, plan.repeat, copy_gbps)});
+    r.stages.push_back(
+        {"links + fabric", estimate_backend_links_s(plan.links, devices, plan.repeat, copy_gbps)});
   } else {
     double bytes = 0;
     for (int64_t s : plan.gpu.sizes) bytes += static_cast<double>(s);
@@ -137,7 +140,8 @@ void estimate_stages(const ProfileOptions& options, ProfileResult& r, StagePlan&
 
 std::string stage_estimates_text(const ProfileResult& r) {
   std::string t;
-  for (const PlannedStage& p : r.stages) t += fmt::format("{}{} {}", t.empty() ? "" : ", ", p.name, format_seconds(p.estimate_s));
+  for (const PlannedStage& p : r.stages)
+    t += fmt::format("{}{} {}", t.empty() ? "" : ", ", p.name, format_seconds(p.estimate_s));
   return t;
 }
 
@@ -147,7 +151,8 @@ std::string held_bytes_text(const StagePlan& plan, const std::string& backend, i
   const int max_slots = std::max(*std::max_element(u.slots.begin(), u.slots.end()), u.reduce_slots);
   const double host_b = 3.0 * static_cast<double>(plan.host.array_bytes);
   const double update_b = static_cast<double>(u.numel) * (4 * 4 + 2 + 2 * max_slots);
-  const double links_b = backend == "cpu" ? 4.0 * static_cast<double>(plan.links.region_bytes) * devices : 0.0;
+  const double links_b =
+      backend == "cpu" ? 4.0 * static_cast<double>(plan.links.region_bytes) * devices : 0.0;
   return fmt::format("held for the whole run: {} (host memory {}, cpu update {}, links {}) + unit inputs",
                      format_bytes(host_b + update_b + links_b), format_bytes(host_b), format_bytes(update_b),
                      format_bytes(links_b));
@@ -214,9 +219,9 @@ ProfileResult run_profile(const ProfileOptions& options) {
     gflops = r.sgemm_gflops.median;
   }
   estimate_stages(options, r, plan, devices, backend != nullptr, copy_gbps, gflops);
-  say(fmt::format(
-      "{} run on {} ({} cores, load {:.2f}): expected about {} ({})", profile_scale_name(options.scale),
-      provenance().cpu_model, r.cores, r.load_before, format_seconds(r.expected_s), stage_estimates_text(r)));
+  say(fmt::format("{} run on {} ({} cores, load {:.2f}): expected about {} ({})",
+                  profile_scale_name(options.scale), provenance().cpu_model, r.cores, r.load_before,
+                  format_seconds(r.expected_s), stage_estimates_text(r)));
   say("working sets " + r.working_set);
   // Every stage's buffers stay allocated for the whole run, since its cases take part in every
   // round: model-sized they are a few MiB, DRAM-sized they add up (say so before allocating).
