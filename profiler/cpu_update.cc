@@ -10,15 +10,23 @@
 #include <memory>
 
 #include "common/bf16.h"
+#include "common/error.h"
 #include "common/thread_pool.h"
 #include "kernels/cpu/optim/adamw.h"
 #include "kernels/cpu/optim/bf16_convert.h"
 #include "kernels/cpu/optim/grad_reduce.h"
+#include "model/copy_bytes.h"
 
 namespace slidedp::profiler {
 namespace {
 
-constexpr double kBf16 = 2.0;
+// The reduction's rate is in bytes of the gradient the host reads: what the step model charges per
+// element of a rank's gradient (model/copy_bytes.h), which is the bf16 the slots here hold.
+double grad_bytes() {
+  const double bytes = target_bytes_per_element(system_traits(System::kSlideDP), CopyKind::kGrad);
+  SLIDEDP_CHECK(bytes == sizeof(bf16_bits), "the profiler's gradient slots are bf16; the step model charges other bytes");
+  return bytes;
+}
 
 // Deterministic, well-scaled values (no denormals, no zeros in v): what a real gradient looks like
 // to the arithmetic units.
@@ -163,11 +171,11 @@ PreparedStage<CpuUpdateResult> prepare_cpu_update(const CpuUpdateOptions& o, Sta
       if (o.slots.size() >= 2) {
         LinearFit f = fit_nonnegative(X, y);
         row.slot_fit = f.quality;
-        // slope = seconds per extra slot per pass = n x 2 bytes / rate.
-        row.reduce_gbps = f.coef[1] > 0 ? static_cast<double>(n) * kBf16 / f.coef[1] / 1e9 : 0.0;
+        // slope = seconds per extra slot per pass = n x grad_bytes() / rate.
+        row.reduce_gbps = f.coef[1] > 0 ? static_cast<double>(n) * grad_bytes() / f.coef[1] / 1e9 : 0.0;
       }
       std::vector<double> rs = vals[i++][0];
-      for (double& x : rs) x = o.reduce_slots * kBf16 * static_cast<double>(n) / x / 1e9;
+      for (double& x : rs) x = o.reduce_slots * grad_bytes() * static_cast<double>(n) / x / 1e9;
       row.reduce_standalone_gbps =
           out.add({"cpu_update",
                    "reduce_grads_gbps",
