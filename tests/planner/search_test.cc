@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cctype>
+
 #include <cstdio>
 #include <random>
 
@@ -214,34 +216,44 @@ TEST(Search, RescoringKeepsTheModelsRankingWhenTheSimulatorCannotHoldAStep) {
   }
 }
 
-TEST(Search, BoundsHoldOnEveryCandidateOfEveryPresetMachine) {
-  for (const std::string& hw_name : hardware_preset_names()) {
-    for (const char* model : {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b"}) {
-      SCOPED_TRACE(hw_name + " " + model);
-      const Workload w = make_workload(model_preset(model), 2048);
-      const Hardware hw = hardware_preset(hw_name);
-      SearchSpec spec;
-      spec.ranks = std::min(4, hw.gpu.count);
-      spec.objective = Objective::kMaxThroughput;
-      spec.max_global_batch_tokens = int64_t{spec.ranks} * 2048 * 4;
-      const int L = static_cast<int>(w.model.num_layers);
-      spec.layer_counts = {0, 1, L / 4, L / 2, L};
-      spec.chunk_numels = {1 << 20, 1 << 23, 1 << 26};
-      spec.buffer_depths = {1, 2, 3};
-      SearchOptions o;
-      o.top_k = 1'000'000;
-      o.rescore_with_simulator = false;
-      SearchResult r;
-      try {
-        r = search_plans(w, hw, spec, o);
-      } catch (const InfeasibleError&) {
-        continue;  // a 14B model on a small machine
-      }
-      EXPECT_EQ(r.stats.pruned, 0);
-      expect_accounted(r.stats);
+// One test per preset machine (ctest runs them side by side; together they take minutes).
+class BoundsOnPreset : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BoundsOnPreset, HoldOnEveryCandidate) {
+  const std::string hw_name = GetParam();
+  for (const char* model : {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b"}) {
+    SCOPED_TRACE(hw_name + " " + model);
+    const Workload w = make_workload(model_preset(model), 2048);
+    const Hardware hw = hardware_preset(hw_name);
+    SearchSpec spec;
+    spec.ranks = std::min(4, hw.gpu.count);
+    spec.objective = Objective::kMaxThroughput;
+    spec.max_global_batch_tokens = int64_t{spec.ranks} * 2048 * 4;
+    const int L = static_cast<int>(w.model.num_layers);
+    spec.layer_counts = {0, 1, L / 4, L / 2, L};
+    spec.chunk_numels = {1 << 20, 1 << 23, 1 << 26};
+    spec.buffer_depths = {1, 2, 3};
+    SearchOptions o;
+    o.top_k = 1'000'000;
+    o.rescore_with_simulator = false;
+    SearchResult r;
+    try {
+      r = search_plans(w, hw, spec, o);
+    } catch (const InfeasibleError&) {
+      continue;  // a 14B model on a small machine
     }
+    EXPECT_EQ(r.stats.pruned, 0);
+    expect_accounted(r.stats);
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(EveryPresetMachine, BoundsOnPreset, ::testing::ValuesIn(hardware_preset_names()),
+                         [](const auto& tp) {
+                           std::string name = tp.param;
+                           for (char& ch : name)
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           return name;
+                         });
 
 // The same across nodes, both placements of the host state, on the preset that describes a network.
 TEST(Search, BoundsHoldOnEveryCandidateAcrossNodes) {
