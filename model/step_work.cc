@@ -285,8 +285,9 @@ class StepWorkBuilder {
   // Gradient bytes the host reads per parameter: every rank's gradient as it arrives, or the one
   // reduced shard, each weighing what its copy does (model/copy_bytes.h).
   double grad_in_bytes() const {
-    return p_.grad_shards() > 1 ? target_bytes_per_element(sw_.traits, CopyKind::kGradShard)
-                                : static_cast<double>(N_) * target_bytes_per_element(sw_.traits, CopyKind::kGrad);
+    return p_.grad_shards() > 1
+               ? target_bytes_per_element(sw_.traits, CopyKind::kGradShard)
+               : static_cast<double>(N_) * target_bytes_per_element(sw_.traits, CopyKind::kGrad);
   }
   double tied_numel(const UnitLayout& ul) const {
     return ul.reads_tied_embedding ? static_cast<double>(w_.layout.units.front().flat_numel) : 0.0;

@@ -24,7 +24,8 @@ namespace {
 // element of a rank's gradient (model/copy_bytes.h), which is the bf16 the slots here hold.
 double grad_bytes() {
   const double bytes = target_bytes_per_element(system_traits(System::kSlideDP), CopyKind::kGrad);
-  SLIDEDP_CHECK(bytes == sizeof(bf16_bits), "the profiler's gradient slots are bf16; the step model charges other bytes");
+  SLIDEDP_CHECK(bytes == sizeof(bf16_bits),
+                "the profiler's gradient slots are bf16; the step model charges other bytes");
   return bytes;
 }
 

@@ -182,8 +182,10 @@ void GpuState::allocate(const GpuMeasureOptions& o, int64_t max_size, int64_t pa
   SLIDEDP_CUDA_CHECK(cublasSetStream(cublas, gemm_stream->s));
   // Random operands, written on the GEMM's own stream: on zeros tensor cores run about 13% faster
   // (cuda-review D10), which would overstate the peak every compute estimate divides by.
-  kernels::cuda::fill_uniform_bf16(static_cast<kernels::cuda::bf16*>(gemm_a->p), N * N, 1, -1.0f, 1.0f, gemm_stream->s);
-  kernels::cuda::fill_uniform_bf16(static_cast<kernels::cuda::bf16*>(gemm_b->p), N * N, 2, -1.0f, 1.0f, gemm_stream->s);
+  kernels::cuda::fill_uniform_bf16(static_cast<kernels::cuda::bf16*>(gemm_a->p), N * N, 1, -1.0f, 1.0f,
+                                   gemm_stream->s);
+  kernels::cuda::fill_uniform_bf16(static_cast<kernels::cuda::bf16*>(gemm_b->p), N * N, 2, -1.0f, 1.0f,
+                                   gemm_stream->s);
 }
 
 std::string GpuState::fabric_kind() const {
@@ -263,39 +265,41 @@ std::vector<Mode> link_modes(int n) {
 }
 
 // K copies of `bytes` per participant of `m`; the mean span per direction over its participants.
-Case link_case(const std::shared_ptr<GpuState>& st, const Mode& m, int64_t bytes, const RepeatPolicy& repeat) {
-  return timed_case(m.name + " " + m.label + " " + std::to_string(bytes), repeat,
-                    [st, parts = m.parts, kinds = m.kinds, bytes](int K) {
-                      for (const Part& p : parts) {
-                        PerGpu& g = st->G[static_cast<std::size_t>(p.gpu)];
-                        StreamPair& sp = p.kind == 'h' ? *g.h2d : *g.d2h;
-                        SLIDEDP_CUDA_CHECK(cudaSetDevice(p.gpu));
-                        SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
-                        for (int k = 0; k < K; ++k) {
-                          if (p.kind == 'h')
-                            SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.dev_in->p, g.host_out->p, static_cast<std::size_t>(bytes),
-                                                               cudaMemcpyHostToDevice, sp.s));
-                          else
-                            SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.host_in->p, g.dev_out->p, static_cast<std::size_t>(bytes),
-                                                               cudaMemcpyDeviceToHost, sp.s));
-                        }
-                        SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
-                      }
-                      sync_all(st->n);
-                      std::vector<double> out;
-                      for (char k : kinds) {
-                        double sum = 0;
-                        int cnt = 0;
-                        for (const Part& p : parts) {
-                          if (p.kind != k) continue;
-                          PerGpu& g = st->G[static_cast<std::size_t>(p.gpu)];
-                          sum += (k == 'h' ? *g.h2d : *g.d2h).elapsed_s();
-                          ++cnt;
-                        }
-                        out.push_back(sum / cnt);
-                      }
-                      return out;
-                    });
+Case link_case(const std::shared_ptr<GpuState>& st, const Mode& m, int64_t bytes,
+               const RepeatPolicy& repeat) {
+  return timed_case(
+      m.name + " " + m.label + " " + std::to_string(bytes), repeat,
+      [st, parts = m.parts, kinds = m.kinds, bytes](int K) {
+        for (const Part& p : parts) {
+          PerGpu& g = st->G[static_cast<std::size_t>(p.gpu)];
+          StreamPair& sp = p.kind == 'h' ? *g.h2d : *g.d2h;
+          SLIDEDP_CUDA_CHECK(cudaSetDevice(p.gpu));
+          SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
+          for (int k = 0; k < K; ++k) {
+            if (p.kind == 'h')
+              SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.dev_in->p, g.host_out->p, static_cast<std::size_t>(bytes),
+                                                 cudaMemcpyHostToDevice, sp.s));
+            else
+              SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.host_in->p, g.dev_out->p, static_cast<std::size_t>(bytes),
+                                                 cudaMemcpyDeviceToHost, sp.s));
+          }
+          SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
+        }
+        sync_all(st->n);
+        std::vector<double> out;
+        for (char k : kinds) {
+          double sum = 0;
+          int cnt = 0;
+          for (const Part& p : parts) {
+            if (p.kind != k) continue;
+            PerGpu& g = st->G[static_cast<std::size_t>(p.gpu)];
+            sum += (k == 'h' ? *g.h2d : *g.d2h).elapsed_s();
+            ++cnt;
+          }
+          out.push_back(sum / cnt);
+        }
+        return out;
+      });
 }
 
 Case h2d_case(const std::shared_ptr<GpuState>& st, bool pinned, int64_t bytes, const RepeatPolicy& repeat) {
@@ -304,7 +308,8 @@ Case h2d_case(const std::shared_ptr<GpuState>& st, bool pinned, int64_t bytes, c
     SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
     SLIDEDP_CUDA_CHECK(cudaEventRecord(g.h2d->start, g.h2d->s));
     for (int k = 0; k < K; ++k)
-      SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.dev_in->p, pinned ? g.host_out->p : static_cast<void*>(st->pageable.data()),
+      SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(g.dev_in->p,
+                                         pinned ? g.host_out->p : static_cast<void*>(st->pageable.data()),
                                          static_cast<std::size_t>(bytes), cudaMemcpyHostToDevice, g.h2d->s));
     SLIDEDP_CUDA_CHECK(cudaEventRecord(g.h2d->end, g.h2d->s));
     SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(g.h2d->s));
@@ -318,8 +323,8 @@ Case hbm_case(const std::shared_ptr<GpuState>& st, int64_t bytes, const RepeatPo
     SLIDEDP_CUDA_CHECK(cudaSetDevice(0));
     SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.start, sp.s));
     for (int k = 0; k < K; ++k)
-      SLIDEDP_CUDA_CHECK(
-          cudaMemcpyAsync(st->hbm_a->p, st->hbm_b->p, static_cast<std::size_t>(bytes), cudaMemcpyDeviceToDevice, sp.s));
+      SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(st->hbm_a->p, st->hbm_b->p, static_cast<std::size_t>(bytes),
+                                         cudaMemcpyDeviceToDevice, sp.s));
     SLIDEDP_CUDA_CHECK(cudaEventRecord(sp.end, sp.s));
     SLIDEDP_CUDA_CHECK(cudaStreamSynchronize(sp.s));
     return std::vector<double>{sp.elapsed_s()};
@@ -355,8 +360,8 @@ void enqueue_collective(GpuState& st, bool gather, int64_t bytes, int K) {
     for (int g = 0; g < ranks; ++g) {
       const auto gi = static_cast<std::size_t>(g);
       if (gather)
-        SLIDEDP_CUDA_CHECK(ncclAllGather(st.send[gi]->b() + gi * shard * 2, st.recv[gi]->p, shard, ncclBfloat16,
-                                         st.comms[gi], st.coll_streams[gi]->s));
+        SLIDEDP_CUDA_CHECK(ncclAllGather(st.send[gi]->b() + gi * shard * 2, st.recv[gi]->p, shard,
+                                         ncclBfloat16, st.comms[gi], st.coll_streams[gi]->s));
       else
         kernels::cuda::exchange_shards(st.send[gi]->b(), 2, plans[gi], st.recv[gi]->b(), st.comms[gi],
                                        st.coll_streams[gi]->s);
@@ -372,7 +377,8 @@ void enqueue_collective(GpuState& st, bool gather, int64_t bytes, int K) {
   }
 }
 
-Case collective_case(const std::shared_ptr<GpuState>& st, bool gather, int64_t bytes, const RepeatPolicy& repeat) {
+Case collective_case(const std::shared_ptr<GpuState>& st, bool gather, int64_t bytes,
+                     const RepeatPolicy& repeat) {
   return timed_case(std::string(gather ? "all_gather " : "reduce_scatter ") + std::to_string(bytes), repeat,
                     [st, gather, bytes](int K) {
                       const int ranks = st->n;
@@ -389,7 +395,8 @@ Case collective_case(const std::shared_ptr<GpuState>& st, bool gather, int64_t b
                       }
                       sync_all(ranks);
                       double sum = 0;
-                      for (int g = 0; g < ranks; ++g) sum += st->coll_streams[static_cast<std::size_t>(g)]->elapsed_s();
+                      for (int g = 0; g < ranks; ++g)
+                        sum += st->coll_streams[static_cast<std::size_t>(g)]->elapsed_s();
                       return std::vector<double>{sum / ranks};
                     });
 }
@@ -405,14 +412,20 @@ void add_link_curves(GpuMeasurements& res, const std::vector<Mode>& modes, const
       LinkCurve c;
       c.mode = m.name;
       c.direction = k == 'h' ? "h2d" : "d2h";
-      c.devices = static_cast<int>(std::count_if(m.parts.begin(), m.parts.end(), [&](const Part& p) { return p.kind == k; }));
+      c.devices = static_cast<int>(
+          std::count_if(m.parts.begin(), m.parts.end(), [&](const Part& p) { return p.kind == k; }));
       curves.push_back(c);
     }
     for (int64_t bytes : sizes) {
       for (std::size_t k = 0; k < curves.size(); ++k) {
-        const nlohmann::json params = {{"bytes", bytes},          {"mode", m.name}, {"direction", curves[k].direction},
-                                       {"devices", curves[k].devices}, {"gpus", m.label}, {"pinned", true}};
-        curves[k].points.push_back({bytes, out.add({"links", curves[k].direction + "_s", params, "s", vals[i][k]}).spread()});
+        const nlohmann::json params = {{"bytes", bytes},
+                                       {"mode", m.name},
+                                       {"direction", curves[k].direction},
+                                       {"devices", curves[k].devices},
+                                       {"gpus", m.label},
+                                       {"pinned", true}};
+        curves[k].points.push_back(
+            {bytes, out.add({"links", curves[k].direction + "_s", params, "s", vals[i][k]}).spread()});
       }
       ++i;
     }
@@ -438,32 +451,44 @@ void add_link_curves(GpuMeasurements& res, const std::vector<Mode>& modes, const
 }
 
 // Pageable vs pinned, device memory, GEMM: seconds per operation into rates. Reads vals from `i` on.
-void add_rates(GpuMeasurements& res, const GpuMeasureOptions& o, int64_t pageable_bytes, const CaseSamples& vals,
-               std::size_t& i, Measurements& out) {
+void add_rates(GpuMeasurements& res, const GpuMeasureOptions& o, int64_t pageable_bytes,
+               const CaseSamples& vals, std::size_t& i, Measurements& out) {
   const auto rates = [](std::vector<double> seconds, double work) {
     for (double& x : seconds) x = work / x;
     return seconds;
   };
   const double pb = static_cast<double>(pageable_bytes);
-  res.pinned_h2d_gbps =
-      out.add({"links", "pinned_h2d_gbps", {{"bytes", pageable_bytes}, {"gpu", 0}}, "GB/s", rates(vals[i++][0], pb / 1e9)})
-          .spread();
-  res.pageable_h2d_gbps =
-      out.add({"links", "pageable_h2d_gbps", {{"bytes", pageable_bytes}, {"gpu", 0}}, "GB/s", rates(vals[i++][0], pb / 1e9)})
-          .spread();
-  res.hbm_gbps = out.add({"gpu", "hbm_gbps", {{"bytes", o.hbm_bytes}, {"gpu", 0}}, "GB/s",
+  res.pinned_h2d_gbps = out.add({"links",
+                                 "pinned_h2d_gbps",
+                                 {{"bytes", pageable_bytes}, {"gpu", 0}},
+                                 "GB/s",
+                                 rates(vals[i++][0], pb / 1e9)})
+                            .spread();
+  res.pageable_h2d_gbps = out.add({"links",
+                                   "pageable_h2d_gbps",
+                                   {{"bytes", pageable_bytes}, {"gpu", 0}},
+                                   "GB/s",
+                                   rates(vals[i++][0], pb / 1e9)})
+                              .spread();
+  res.hbm_gbps = out.add({"gpu",
+                          "hbm_gbps",
+                          {{"bytes", o.hbm_bytes}, {"gpu", 0}},
+                          "GB/s",
                           rates(vals[i++][0], 2.0 * static_cast<double>(o.hbm_bytes) / 1e9)})
                      .spread();
   const double gemm_n = static_cast<double>(o.gemm_n);
-  res.bf16_gemm_tflops = out.add({"gpu", "bf16_gemm_tflops", {{"n", o.gemm_n}, {"gpu", 0}}, "TFLOP/s",
+  res.bf16_gemm_tflops = out.add({"gpu",
+                                  "bf16_gemm_tflops",
+                                  {{"n", o.gemm_n}, {"gpu", 0}},
+                                  "TFLOP/s",
                                   rates(vals[i++][0], 2.0 * gemm_n * gemm_n * gemm_n / 1e12)})
                              .spread();
 }
 
 // The collectives' curves, with nccl-tests' bus bandwidth (each port moves S (N-1)/N bytes). Reads
 // vals from `i` on.
-void add_collectives(GpuMeasurements& res, const GpuMeasureOptions& o, int n, const CaseSamples& vals, std::size_t& i,
-                     Measurements& out) {
+void add_collectives(GpuMeasurements& res, const GpuMeasureOptions& o, int n, const CaseSamples& vals,
+                     std::size_t& i, Measurements& out) {
   for (const char* what : {"all_gather", "reduce_scatter"}) {
     LinkCurve c;
     c.mode = what;
@@ -509,7 +534,8 @@ PreparedStage<GpuMeasurements> prepare_gpus(const GpuMeasureOptions& o, StageCon
   const std::size_t collective_cases = stage.cases.size();
   if (collectives)
     for (const bool gather : {true, false})
-      for (int64_t bytes : o.collective_sizes) stage.cases.push_back(collective_case(st, gather, bytes, ctx.repeat));
+      for (int64_t bytes : o.collective_sizes)
+        stage.cases.push_back(collective_case(st, gather, bytes, ctx.repeat));
 
   stage.finish = [o, n, modes, link_cases, collective_cases, collectives, collective_bytes, fabric_kind, pageable_bytes,
                   &out = ctx.out](const CaseSamples& vals) {

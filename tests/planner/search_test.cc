@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cctype>
-
 #include <cstdio>
 #include <random>
 
