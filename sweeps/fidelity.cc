@@ -325,7 +325,7 @@ std::string fit_sync(FidelityReport& rep, const std::vector<FidelityPrediction>&
   const auto [a, b] = fit_sync_term(xs, ys);
   rep.sync_base = a;
   rep.sync_straggler = b;
-  if (rep.sync_base <= SyncSpec::kMax && rep.sync_straggler <= SyncSpec::kMax) return "";
+  if (!(rep.sync_base > SyncSpec::kMax || rep.sync_straggler > SyncSpec::kMax)) return "";
   const std::string note = fmt::format(" (fitted base {:.3f}, straggler {:.3f}, clamped to {})",
                                        rep.sync_base, rep.sync_straggler, SyncSpec::kMax);
   rep.sync_base = std::min(rep.sync_base, SyncSpec::kMax);
