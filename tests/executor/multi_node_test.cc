@@ -87,7 +87,9 @@ std::string tied_card(const fs::path& dir) {
   return " --model " + (dir / "tied.yaml").string();
 }
 
-// One test per case (ctest runs them side by side; each launches its nodes under mpirun).
+// One test per case (ctest runs them side by side; each launches its nodes under mpirun). Its name
+// is the case's, printed the same way, so that ctest's test name is the name alone.
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 class NodesTimesRanks : public ::testing::TestWithParam<Case> {};
 
 const std::vector<Case>& nodes_times_ranks_cases() {

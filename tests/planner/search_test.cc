@@ -215,11 +215,28 @@ TEST(Search, RescoringKeepsTheModelsRankingWhenTheSimulatorCannotHoldAStep) {
   }
 }
 
-// One test per preset machine (ctest runs them side by side; together they take minutes).
-class BoundsOnPreset : public ::testing::TestWithParam<std::string> {};
+// One test per preset machine (ctest runs them side by side; together they take minutes). The
+// test's name is the preset's with '_' for '-', printed the same way, so that ctest's test name is
+// that name alone.
+struct Preset {
+  std::string hardware;
+  std::string name() const {
+    std::string n = hardware;
+    for (char& ch : n)
+      if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+    return n;
+  }
+};
+void PrintTo(const Preset& p, std::ostream* os) { *os << p.name(); }
+std::vector<Preset> presets() {
+  std::vector<Preset> all;
+  for (const std::string& h : hardware_preset_names()) all.push_back({h});
+  return all;
+}
+class BoundsOnPreset : public ::testing::TestWithParam<Preset> {};
 
 TEST_P(BoundsOnPreset, HoldOnEveryCandidate) {
-  const std::string hw_name = GetParam();
+  const std::string hw_name = GetParam().hardware;
   for (const char* model : {"llama-3.2-1b", "qwen2.5-7b", "qwen3-14b"}) {
     SCOPED_TRACE(hw_name + " " + model);
     const Workload w = make_workload(model_preset(model), 2048);
@@ -246,13 +263,8 @@ TEST_P(BoundsOnPreset, HoldOnEveryCandidate) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(EveryPresetMachine, BoundsOnPreset, ::testing::ValuesIn(hardware_preset_names()),
-                         [](const auto& tp) {
-                           std::string name = tp.param;
-                           for (char& ch : name)
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(EveryPresetMachine, BoundsOnPreset, ::testing::ValuesIn(presets()),
+                         [](const auto& tp) { return tp.param.name(); });
 
 // The same across nodes, both placements of the host state, on the preset that describes a network.
 TEST(Search, BoundsHoldOnEveryCandidateAcrossNodes) {
