@@ -133,7 +133,8 @@ TEST_P(NodesTimesRanks, EqualOneNodeWithAllRanksBitwise) {
   if (const size_t t = flags.find(" TIED"); t != std::string::npos) flags.replace(t, 5, tied_card(dir));
   auto one = run_shell(train(dir / "one", flags + " --ranks " + std::to_string(all)));
   ASSERT_EQ(one.code, 0) << one.out;
-  auto many = run_shell(on_nodes(c.nodes, train(dir / "many", flags + " --ranks " + std::to_string(c.ranks_per_node))));
+  auto many = run_shell(
+      on_nodes(c.nodes, train(dir / "many", flags + " --ranks " + std::to_string(c.ranks_per_node))));
   ASSERT_EQ(many.code, 0) << many.out;
   expect_same_state(dir / "one/step-00000003", dir / "many/step-00000003");
   if (flags.find("--test-inject-nan") != std::string::npos) {
@@ -142,7 +143,8 @@ TEST_P(NodesTimesRanks, EqualOneNodeWithAllRanksBitwise) {
     }
   }
   // The same loss is reported: node 0 sums every node's losses in global rank order.
-  EXPECT_TRUE(many.out.find("checkpoint: ") != std::string::npos || many.out.find("\"checkpoint\": ") != std::string::npos)
+  EXPECT_TRUE(many.out.find("checkpoint: ") != std::string::npos ||
+              many.out.find("\"checkpoint\": ") != std::string::npos)
       << many.out;
   fs::remove_all(dir);
 }
@@ -389,7 +391,8 @@ TEST(MultiNode, AHungNodeFailsTheRunWithinTheTimeoutNamingIt) {
   // Node 0 waits on the stopped node either for its part (a receive) or for it to take node 0's (a
   // send larger than MPI's eager limit completes only when the receiver matches it): which one comes
   // first depends on where the stop lands. Either names node 1.
-  EXPECT_TRUE(out.find("to hear from node 1") != std::string::npos || out.find("to send to node 1") != std::string::npos)
+  EXPECT_TRUE(out.find("to hear from node 1") != std::string::npos ||
+              out.find("to send to node 1") != std::string::npos)
       << out;
   fs::remove_all(dir);
 }
