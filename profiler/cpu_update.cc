@@ -41,57 +41,69 @@ void fill_values(float* p, int64_t n, float scale, uint64_t seed) {
 
 }  // namespace
 
-PreparedStage<CpuUpdateResult> prepare_cpu_update(const CpuUpdateOptions& o, StageContext& ctx) {
-  // The buffers and pools every case walks, shared by the cases until the run ends.
-  struct State {
-    int64_t n = 0;
-    HostArray param, m, v, mirror, out;  // fp32 master, moments; bf16 mirror; fp32 reduction output
-    std::vector<HostArray> slot_bufs;    // bf16 gradient slots, (n,) each
-    kernels::AdamwHyper hyper;
-    int64_t table_chunk = 0;
-    std::vector<const bf16_bits*> reduce_ptrs;  // the standalone reduction's slots
-    std::vector<std::unique_ptr<ThreadPool>> pools;
+namespace {
 
-    std::vector<const bf16_bits*> slot_ptrs(int count, int64_t offset) const {
-      std::vector<const bf16_bits*> p;
-      for (int s = 0; s < count; ++s)
-        p.push_back(slot_bufs[static_cast<std::size_t>(s)].as<bf16_bits>() + offset);
-      return p;
+// The buffers and pools every case walks, shared by the cases until the run ends.
+struct CpuUpdateState {
+  int64_t n = 0;
+  HostArray param, m, v, mirror, out;  // fp32 master, moments; bf16 mirror; fp32 reduction output
+  std::vector<HostArray> slot_bufs;    // bf16 gradient slots, (n,) each
+  kernels::AdamwHyper hyper;
+  int64_t table_chunk = 0;
+  std::vector<const bf16_bits*> reduce_ptrs;  // the standalone reduction's slots
+  std::vector<std::unique_ptr<ThreadPool>> pools;
+
+  std::vector<const bf16_bits*> slot_ptrs(int count, int64_t offset) const {
+    std::vector<const bf16_bits*> p;
+    for (int s = 0; s < count; ++s)
+      p.push_back(slot_bufs[static_cast<std::size_t>(s)].as<bf16_bits>() + offset);
+    return p;
+  }
+  // One fused reduce + AdamW pass over all n elements, chunk by chunk, like the updater: one call
+  // per chunk (slots, state and mirror offset to the chunk), each call parallel over the pool.
+  void fused_pass(ThreadPool& pool, int slots, int64_t chunk) {
+    for (int64_t b = 0; b < n; b += chunk) {
+      const int64_t e = std::min(n, b + chunk);
+      kernels::AdamwState st{param.as<float>() + b, m.as<float>() + b, v.as<float>() + b,
+                             mirror.as<bf16_bits>() + b};
+      std::vector<const bf16_bits*> ptrs = slot_ptrs(slots, b);
+      kernels::GradSlots<bf16_bits> gs{std::span<const bf16_bits* const>(ptrs), 1.0f, nullptr};
+      kernels::reduce_adamw_update(pool, st, gs, hyper, 0, e - b);
     }
-    // One fused reduce + AdamW pass over all n elements, chunk by chunk, like the updater: one call
-    // per chunk (slots, state and mirror offset to the chunk), each call parallel over the pool.
-    void fused_pass(ThreadPool& pool, int slots, int64_t chunk) {
-      for (int64_t b = 0; b < n; b += chunk) {
-        const int64_t e = std::min(n, b + chunk);
-        kernels::AdamwState st{param.as<float>() + b, m.as<float>() + b, v.as<float>() + b,
-                               mirror.as<bf16_bits>() + b};
-        std::vector<const bf16_bits*> ptrs = slot_ptrs(slots, b);
-        kernels::GradSlots<bf16_bits> gs{std::span<const bf16_bits* const>(ptrs), 1.0f, nullptr};
-        kernels::reduce_adamw_update(pool, st, gs, hyper, 0, e - b);
-      }
-    }
-  };
-  auto st = std::make_shared<State>();
-  const int64_t n = o.numel;
-  st->n = n;
+  }
+
+  // Every buffer at n = o.numel, filled with well-scaled values; the slots hold bf16 gradients.
+  void allocate(const CpuUpdateOptions& o);
+};
+
+void CpuUpdateState::allocate(const CpuUpdateOptions& o) {
+  n = o.numel;
   const int max_slots = std::max(*std::max_element(o.slots.begin(), o.slots.end()), o.reduce_slots);
-  st->param = HostArray(n * 4, 0);
-  st->m = HostArray(n * 4, 0);
-  st->v = HostArray(n * 4, 0);
-  st->mirror = HostArray(n * 2, 0);
-  st->out = HostArray(n * 4, 0);
-  fill_values(st->param.as<float>(), n, 0.1f, 1);
-  fill_values(st->m.as<float>(), n, 1e-3f, 2);
-  fill_values(st->v.as<float>(), n, 1e-6f, 3);
-  for (int64_t i = 0; i < n; ++i) st->v.as<float>()[i] = std::abs(st->v.as<float>()[i]) + 1e-8f;
+  param = HostArray(n * 4, 0);
+  m = HostArray(n * 4, 0);
+  v = HostArray(n * 4, 0);
+  mirror = HostArray(n * 2, 0);
+  out = HostArray(n * 4, 0);
+  fill_values(param.as<float>(), n, 0.1f, 1);
+  fill_values(m.as<float>(), n, 1e-3f, 2);
+  fill_values(v.as<float>(), n, 1e-6f, 3);
+  for (int64_t i = 0; i < n; ++i) v.as<float>()[i] = std::abs(v.as<float>()[i]) + 1e-8f;
   {
     std::vector<float> tmp(static_cast<std::size_t>(n));
     for (int s = 0; s < max_slots; ++s) {
       fill_values(tmp.data(), n, 1e-2f, 10 + static_cast<uint64_t>(s));
-      st->slot_bufs.emplace_back(n * 2, 0);
-      kernels::f32_to_bf16(tmp.data(), st->slot_bufs.back().as<bf16_bits>(), n);
+      slot_bufs.emplace_back(n * 2, 0);
+      kernels::f32_to_bf16(tmp.data(), slot_bufs.back().as<bf16_bits>(), n);
     }
   }
+}
+
+}  // namespace
+
+PreparedStage<CpuUpdateResult> prepare_cpu_update(const CpuUpdateOptions& o, StageContext& ctx) {
+  auto st = std::make_shared<CpuUpdateState>();
+  const int64_t n = o.numel;
+  st->allocate(o);
   st->hyper.lr = 1e-4;
   st->hyper.step = 10;
   auto passes = [&](std::string label, std::function<void()> pass) {
