@@ -55,20 +55,14 @@ double kendall_tau_b(const std::vector<double>& x, const std::vector<double>& y)
   return denom > 0 ? (concordant - discordant) / denom : std::numeric_limits<double>::quiet_NaN();
 }
 
-RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search,
-                          const RefineOptions& o) {
-  // A profile of real GPUs is reached by pacing this machine's runs to its ratios.
-  const bool paced = !hw.gpu.emulated_on_host;
-  if (o.candidates < 1) throw InputError("--refine", "must be at least 1");
-  if (o.rounds < 1) throw InputError("--refine-rounds", "must be at least 1");
-  if (o.steps <= o.warmup_steps)
-    throw InputError("--refine-steps", fmt::format("must exceed the {} warm-up steps", o.warmup_steps));
-  const int L = search.space.num_layers;
-  const double ram = static_cast<double>(physical_ram_bytes()), usable = ram * o.host_ram_fraction;
+namespace {
 
-  RefineResult res;
-  res.db_path = o.db_path;
+// The top K candidates as runs to measure; one that cannot fit this machine's RAM is marked failed
+// (all of them failing is an error naming the model).
+std::vector<RefinedRun> candidate_runs(const Workload& w, const SearchResult& search, const RefineOptions& o) {
+  const double ram = static_cast<double>(physical_ram_bytes()), usable = ram * o.host_ram_fraction;
   const int K = std::min<int>(o.candidates, static_cast<int>(search.top.size()));
+  std::vector<RefinedRun> runs;
   for (int i = 0; i < K; ++i) {
     const Candidate& c = search.top[static_cast<std::size_t>(i)];
     RefinedRun r;
@@ -81,133 +75,144 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
           "needs {} of host memory (host state + {} emulated devices), this machine has {} ({}% usable)",
           format_bytes(machine_bytes(c)), c.plan.ranks, format_bytes(ram),
           static_cast<int>(std::lround(100 * o.host_ram_fraction)));
-    res.runs.push_back(r);
+    runs.push_back(r);
   }
-  if (std::all_of(res.runs.begin(), res.runs.end(), [](const RefinedRun& r) { return !r.failed.empty(); }))
+  if (std::all_of(runs.begin(), runs.end(), [](const RefinedRun& r) { return !r.failed.empty(); }))
     throw InfeasibleError(fmt::format(
         "--refine runs plans for real on this machine's CPU backend, which holds the host state and every "
         "emulated "
         "device in host RAM; {} {}. Refinement applies to models that fit this machine (small models such as "
         "slidedp-tiny or llama-3.2-1b); plan {} without --refine",
-        w.model.name, res.runs.front().failed, w.model.name));
+        w.model.name, runs.front().failed, w.model.name));
+  return runs;
+}
 
-  const TokenDataset data = o.data_path.empty() ? default_corpus_dataset() : TokenDataset::open(o.data_path);
-  if (data.vocab_size() > w.model.vocab_size)
-    throw InputError(o.data_path.empty() ? "--data" : o.data_path,
-                     fmt::format("token vocabulary {} exceeds {}'s vocab_size {}", data.vocab_size(),
-                                 w.model.name, w.model.vocab_size));
-  std::optional<runlog::RunLog> log;
-  if (!o.db_path.empty()) {
-    log.emplace(runlog::RunLog::open(o.db_path));
-    runlog::RunInfo info;
-    info.kind = runlog::RunKind::kRefine;
-    info.command_line = o.command_line;
-    info.backend = "cpu";
-    info.plan_summary = fmt::format("refine top {} of {} candidates", K, search.stats.space_size);
-    info.hardware_name = hw.name;
-    info.hardware_yaml = hardware_to_yaml(hw);
-    info.model_name = w.model.name;
-    info.seq_len = w.seq_len;
-    info.system = "slidedp";
-    nlohmann::json notes;
-    notes["objective"] = objective_name(search.space.objective);
-    notes["candidates"] = nlohmann::json::array();
-    for (const RefinedRun& r : res.runs)
-      notes["candidates"].push_back({{"predicted_rank", r.predicted_rank},
-                                     {"plan", candidate_summary(r.plan, L)},
-                                     {"predicted_step_s", r.predicted_step_s}});
-    info.notes_json = notes.dump();
-    res.parent_run_id = log->begin_run(info);
+// The run log's common fields of the refinement and of each run.
+runlog::RunInfo refine_run_info(const Workload& w, const Hardware& hw, const RefineOptions& o) {
+  runlog::RunInfo info;
+  info.command_line = o.command_line;
+  info.backend = "cpu";
+  info.hardware_name = hw.name;
+  info.hardware_yaml = hardware_to_yaml(hw);
+  info.model_name = w.model.name;
+  info.seq_len = w.seq_len;
+  info.system = "slidedp";
+  return info;
+}
+
+// The refinement's own row: the objective and the candidates with their predictions.
+int64_t begin_refinement(runlog::RunLog& log, const Workload& w, const Hardware& hw, const SearchResult& search,
+                         const RefineOptions& o, const std::vector<RefinedRun>& runs) {
+  runlog::RunInfo info = refine_run_info(w, hw, o);
+  info.kind = runlog::RunKind::kRefine;
+  info.plan_summary = fmt::format("refine top {} of {} candidates", runs.size(), search.stats.space_size);
+  nlohmann::json notes;
+  notes["objective"] = objective_name(search.space.objective);
+  notes["candidates"] = nlohmann::json::array();
+  for (const RefinedRun& r : runs)
+    notes["candidates"].push_back({{"predicted_rank", r.predicted_rank},
+                                   {"plan", candidate_summary(r.plan, search.space.num_layers)},
+                                   {"predicted_step_s", r.predicted_step_s}});
+  info.notes_json = notes.dump();
+  return log.begin_run(info);
+}
+
+// What every measured run shares.
+struct RefineContext {
+  const Workload& w;
+  const Hardware& hw;
+  const SearchResult& search;
+  const RefineOptions& o;
+  const TokenDataset& data;
+  runlog::RunLog* log;  // null: not logged
+  int64_t parent_run_id;
+  bool paced;
+};
+
+// A run's row in the log: its plan, round and predictions.
+int64_t begin_candidate_run(const RefineContext& ctx, RefinedRun& r, const Candidate& c, int round) {
+  runlog::RunInfo info = refine_run_info(ctx.w, ctx.hw, ctx.o);
+  info.kind = runlog::RunKind::kTrain;
+  info.parent_run_id = ctx.parent_run_id;
+  info.plan_yaml = plan_to_yaml(r.plan);
+  info.plan_summary = r.plan.summary(ctx.search.space.num_layers);
+  nlohmann::json notes = {{"refine_predicted_rank", r.predicted_rank}, {"refine_round", round}};
+  if (ctx.paced) notes["emulate"] = ctx.hw.name, notes["time_scale"] = r.time_scale;
+  info.notes_json = notes.dump();
+  const int64_t run_id = ctx.log->begin_run(info);
+  r.run_ids.push_back(run_id);
+  ctx.log->log_prediction(run_id, runlog::prediction_record(c.predicted));
+  if (c.simulated) ctx.log->log_prediction(run_id, runlog::prediction_record(*c.simulated));
+  return run_id;
+}
+
+runlog::StepRecord step_record(const exec::TrainStep& s, double predicted_step_s) {
+  runlog::StepRecord rec;
+  rec.step = s.step;
+  rec.loss = s.loss;
+  rec.tokens = s.tokens;
+  rec.wall_s = s.wall_s;
+  rec.predicted_step_s = predicted_step_s;
+  rec.lr = s.lr;
+  if (s.grad_norm >= 0) rec.grad_norm = s.grad_norm;
+  rec.skipped = s.skipped;
+  rec.skip_reason = s.skipped_reason;
+  return rec;
+}
+
+// One measured run of candidate `c` (one round), its steps after the warm-up added to `measured`; a
+// refusal by the executor marks the candidate failed.
+void run_candidate(const RefineContext& ctx, RefinedRun& r, const Candidate& c, int round,
+                   std::vector<double>& measured) {
+  const RefineOptions& o = ctx.o;
+  exec::TrainOptions t;
+  t.card = ctx.w.model;
+  t.seq_len = ctx.w.seq_len;
+  t.plan = r.plan;
+  t.backend = "cpu";
+  // The model's thread count for this plan (all free cores = cores not emulating devices), not the
+  // executor's default of every core, so the run is the plan the model scored.
+  t.update_threads = resolve_update_threads(r.plan, ctx.hw);
+  t.dataset = ctx.data;
+  t.data_seed = o.data_seed;
+  t.steps = o.steps;
+  if (ctx.paced) t.emulate = ctx.hw, t.time_scale = r.time_scale;
+  const int64_t run_id = ctx.log ? begin_candidate_run(ctx, r, c, round) : -1;
+  int64_t seen = 0;
+  try {
+    exec::train(t, [&](const exec::TrainStep& s) {
+      const double step_s = s.wall_s / r.time_scale;  // the target's seconds when paced
+      r.step_wall_s.push_back(step_s);
+      if (++seen > o.warmup_steps) measured.push_back(step_s);
+      // (What this run should take here: the prediction times the scale.)
+      if (ctx.log) ctx.log->log_step(run_id, step_record(s, r.predicted_step_s * r.time_scale));
+    });
+  } catch (const Error& e) {
+    // One candidate that the executor refuses (its own memory accounting, a failure while running)
+    // must not stop the others: record it and go on. Bad input (a token file that does not fit the
+    // model) and I/O errors concern every candidate: those stop the refinement.
+    const bool candidate_specific = e.kind() != ErrorKind::kInput && e.kind() != ErrorKind::kIo;
+    if (ctx.log) {
+      runlog::ErrorRecord er;
+      er.kind = e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
+      er.message = e.what();
+      ctx.log->log_error(run_id, er);
+      ctx.log->end_run(run_id, runlog::RunStatus::kFailed);
+      if (!candidate_specific) ctx.log->end_run(ctx.parent_run_id, runlog::RunStatus::kFailed);
+    }
+    if (!candidate_specific) throw;
+    r.failed = e.what();
+    if (o.on_progress) o.on_progress(fmt::format("candidate {}: failed: {}", r.predicted_rank, r.failed));
+    return;
   }
+  if (ctx.log) ctx.log->end_run(run_id, runlog::RunStatus::kFinished);
+}
 
-  // One measured run of candidate i (one round); a refusal by the executor marks the candidate failed.
-  std::vector<std::vector<double>> measured_steps(res.runs.size());
-  auto run_once = [&](std::size_t i, int round) {
-    RefinedRun& r = res.runs[i];
-    const Candidate& c = search.top[i];
-    exec::TrainOptions t;
-    t.card = w.model;
-    t.seq_len = w.seq_len;
-    t.plan = r.plan;
-    t.backend = "cpu";
-    // The model's thread count for this plan (all free cores = cores not emulating devices), not the
-    // executor's default of every core, so the run is the plan the model scored.
-    t.update_threads = resolve_update_threads(r.plan, hw);
-    t.dataset = data;
-    t.data_seed = o.data_seed;
-    t.steps = o.steps;
-    if (paced) t.emulate = hw, t.time_scale = r.time_scale;
-    int64_t run_id = -1;
-    if (log) {
-      runlog::RunInfo info;
-      info.kind = runlog::RunKind::kTrain;
-      info.parent_run_id = res.parent_run_id;
-      info.command_line = o.command_line;
-      info.backend = "cpu";
-      info.plan_yaml = plan_to_yaml(r.plan);
-      info.plan_summary = r.plan.summary(L);
-      info.hardware_name = hw.name;
-      info.hardware_yaml = hardware_to_yaml(hw);
-      info.model_name = w.model.name;
-      info.seq_len = w.seq_len;
-      info.system = "slidedp";
-      nlohmann::json notes = {{"refine_predicted_rank", r.predicted_rank}, {"refine_round", round}};
-      if (paced) notes["emulate"] = hw.name, notes["time_scale"] = r.time_scale;
-      info.notes_json = notes.dump();
-      run_id = log->begin_run(info);
-      r.run_ids.push_back(run_id);
-      log->log_prediction(run_id, runlog::prediction_record(c.predicted));
-      if (c.simulated) log->log_prediction(run_id, runlog::prediction_record(*c.simulated));
-    }
-    int64_t seen = 0;
-    try {
-      exec::train(t, [&](const exec::TrainStep& s) {
-        const double step_s = s.wall_s / r.time_scale;  // the target's seconds when paced
-        r.step_wall_s.push_back(step_s);
-        if (++seen > o.warmup_steps) measured_steps[i].push_back(step_s);
-        if (log) {
-          runlog::StepRecord rec;
-          rec.step = s.step;
-          rec.loss = s.loss;
-          rec.tokens = s.tokens;
-          rec.wall_s = s.wall_s;
-          rec.predicted_step_s = r.predicted_step_s * r.time_scale;  // what this run should take here
-          rec.lr = s.lr;
-          if (s.grad_norm >= 0) rec.grad_norm = s.grad_norm;
-          rec.skipped = s.skipped;
-          rec.skip_reason = s.skipped_reason;
-          log->log_step(run_id, rec);
-        }
-      });
-    } catch (const Error& e) {
-      // One candidate that the executor refuses (its own memory accounting, a failure while running)
-      // must not stop the others: record it and go on. Bad input (a token file that does not fit the
-      // model) and I/O errors concern every candidate: those stop the refinement.
-      const bool candidate_specific = e.kind() != ErrorKind::kInput && e.kind() != ErrorKind::kIo;
-      if (log) {
-        runlog::ErrorRecord er;
-        er.kind = e.kind() == ErrorKind::kInfeasible ? "infeasible" : "error";
-        er.message = e.what();
-        log->log_error(run_id, er);
-        log->end_run(run_id, runlog::RunStatus::kFailed);
-        if (!candidate_specific) log->end_run(res.parent_run_id, runlog::RunStatus::kFailed);
-      }
-      if (!candidate_specific) throw;
-      r.failed = e.what();
-      if (o.on_progress) o.on_progress(fmt::format("candidate {}: failed: {}", r.predicted_rank, r.failed));
-      return;
-    }
-    if (log) log->end_run(run_id, runlog::RunStatus::kFinished);
-  };
-  if (paced)
-    for (RefinedRun& r : res.runs)
-      if (r.failed.empty())
-        r.time_scale = o.time_scale > 0 ? o.time_scale : exec::TargetPacing::measured_time_scale(w, hw, r.plan);
-  for (int round = 0; round < o.rounds; ++round)
-    for (std::size_t k = 0; k < res.runs.size(); ++k) {
-      const std::size_t i = round % 2 == 0 ? k : res.runs.size() - 1 - k;
-      if (res.runs[i].failed.empty()) run_once(i, round);
-    }
+// Each run's median step, tokens/s and score; the measured best chosen; Kendall's tau of the
+// predicted against the measured scores.
+void choose_measured_best(RefineResult& res, const SearchResult& search, const RefineOptions& o,
+                          const std::vector<std::vector<double>>& measured_steps) {
+  const int L = search.space.num_layers;
   for (std::size_t i = 0; i < res.runs.size(); ++i) {
     RefinedRun& r = res.runs[i];
     if (!r.failed.empty()) continue;
@@ -217,12 +222,9 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     r.measured_score = search.space.score(r.measured_step_s, shape);
     if (o.on_progress)
       o.on_progress(fmt::format("candidate {}: {} measured {} per step ({:.0f} tokens/s), predicted {}",
-                                r.predicted_rank, candidate_summary(r.plan, L),
-                                format_seconds(r.measured_step_s), r.measured_tokens_per_s,
-                                format_seconds(r.predicted_step_s)));
+                                r.predicted_rank, candidate_summary(r.plan, L), format_seconds(r.measured_step_s),
+                                r.measured_tokens_per_s, format_seconds(r.predicted_step_s)));
   }
-  if (log) log->end_run(res.parent_run_id, runlog::RunStatus::kFinished);
-
   std::vector<double> predicted, measured;
   double best_tps = 0;
   for (std::size_t i = 0; i < res.runs.size(); ++i) {
@@ -235,10 +237,49 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
     best_tps = std::max(best_tps, r.measured_tokens_per_s);
   }
   if (res.chosen < 0)
-    throw RuntimeError(fmt::format("--refine: none of the {} candidates ran; first failure: {}",
-                                   res.runs.size(), res.runs.front().failed));
+    throw RuntimeError(fmt::format("--refine: none of the {} candidates ran; first failure: {}", res.runs.size(),
+                                   res.runs.front().failed));
   res.kendall_tau = kendall_tau_b(predicted, measured);
   res.chosen_over_best_tokens_per_s = res.chosen_run().measured_tokens_per_s / best_tps;
+}
+
+}  // namespace
+
+RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchResult& search,
+                          const RefineOptions& o) {
+  // A profile of real GPUs is reached by pacing this machine's runs to its ratios.
+  const bool paced = !hw.gpu.emulated_on_host;
+  if (o.candidates < 1) throw InputError("--refine", "must be at least 1");
+  if (o.rounds < 1) throw InputError("--refine-rounds", "must be at least 1");
+  if (o.steps <= o.warmup_steps)
+    throw InputError("--refine-steps", fmt::format("must exceed the {} warm-up steps", o.warmup_steps));
+  RefineResult res;
+  res.db_path = o.db_path;
+  res.runs = candidate_runs(w, search, o);
+  const TokenDataset data = o.data_path.empty() ? default_corpus_dataset() : TokenDataset::open(o.data_path);
+  if (data.vocab_size() > w.model.vocab_size)
+    throw InputError(o.data_path.empty() ? "--data" : o.data_path,
+                     fmt::format("token vocabulary {} exceeds {}'s vocab_size {}", data.vocab_size(),
+                                 w.model.name, w.model.vocab_size));
+  std::optional<runlog::RunLog> log;
+  if (!o.db_path.empty()) {
+    log.emplace(runlog::RunLog::open(o.db_path));
+    res.parent_run_id = begin_refinement(*log, w, hw, search, o, res.runs);
+  }
+  const RefineContext ctx{w, hw, search, o, data, log ? &*log : nullptr, res.parent_run_id, paced};
+  if (paced)
+    for (RefinedRun& r : res.runs)
+      if (r.failed.empty())
+        r.time_scale = o.time_scale > 0 ? o.time_scale : exec::TargetPacing::measured_time_scale(w, hw, r.plan);
+  // Rounds in alternating order, so that slow drift of the host favours no candidate.
+  std::vector<std::vector<double>> measured_steps(res.runs.size());
+  for (int round = 0; round < o.rounds; ++round)
+    for (std::size_t k = 0; k < res.runs.size(); ++k) {
+      const std::size_t i = round % 2 == 0 ? k : res.runs.size() - 1 - k;
+      if (res.runs[i].failed.empty()) run_candidate(ctx, res.runs[i], search.top[i], round, measured_steps[i]);
+    }
+  if (log) log->end_run(res.parent_run_id, runlog::RunStatus::kFinished);
+  choose_measured_best(res, search, o, measured_steps);
   return res;
 }
 

@@ -110,20 +110,9 @@ MeasuredSweep run_measured_sweep(const SweepSpec& spec, const MeasuredOptions& o
   return s;
 }
 
-std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std::string& dir,
-                                               const std::string& command) {
-  namespace fs = std::filesystem;
-  fs::create_directories(dir);
-  const SweepResult& mod = s.modelled;
-  const SweepResult meas = s.measured_as_rows();
-  const std::string stamp = sweep_stamp(mod, command);
-  std::vector<std::string> written;
-  auto write = [&](const std::string& name, const std::string& text) {
-    write_file_atomic((fs::path(dir) / name).string(), text);
-    written.push_back(name);
-  };
+namespace {
 
-  // ---- points.csv ----
+std::string measured_points_csv(const MeasuredSweep& s, const std::string& stamp) {
   std::string csv = "# " + stamp + "\n";
   csv += "hardware,model,seq_len,ranks,tokens_per_step,system,plan,ran,not_run,predicted_step_s,measured_step_s,error,"
          "predicted_tokens_per_s,measured_tokens_per_s,predicted_bottleneck,time_scale,paced_ops,paced_overruns\n";
@@ -135,9 +124,11 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
                        r.tokens_per_s(), m.tokens_per_s, r.feasible ? r.scored().bottleneck : "", m.time_scale,
                        m.paced_ops, m.paced_overruns);
   }
-  write("points.csv", csv);
+  return csv;
+}
 
-  // ---- the model's error per system and hardware ----
+// The model's error per system and hardware.
+Table error_table(const MeasuredSweep& s) {
   std::map<std::pair<std::string, std::string>, std::vector<double>> errors;  // (hardware, system) -> |error|
   for (const MeasuredPoint& m : s.points)
     if (m.ran) errors[{m.row.hardware, m.row.system}].push_back(std::fabs(m.error()));
@@ -148,32 +139,36 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
     err.add_row({key.first, key.second, std::to_string(v.size()), fmt::format("{:.1f}", 100 * sum / v.size()),
                  fmt::format("{:.1f}", 100 * *std::max_element(v.begin(), v.end()))});
   }
+  return err;
+}
 
-  // ---- speedups: measured beside modelled, over the baselines that ran ----
-  std::set<std::string> ran_systems;
-  for (const MeasuredPoint& m : s.points)
-    if (m.ran) ran_systems.insert(m.row.system);
-  std::set<std::string> hardware;
-  for (const SweepRow& r : mod.rows) hardware.insert(r.hardware);
+// The modelled rows with the systems that did not run marked infeasible: the model on exactly the
+// measured cases.
+SweepResult modelled_where_measured(const MeasuredSweep& s) {
+  SweepResult same = s.modelled;
+  for (std::size_t i = 0; i < same.rows.size(); ++i)
+    if (!s.points[i].ran) same.rows[i].feasible = false;
+  return same;
+}
+
+const SpeedupStat* find_baseline(const std::vector<SpeedupStat>& v, const std::string& baseline) {
+  for (const SpeedupStat& x : v)
+    if (x.baseline == baseline) return &x;
+  return nullptr;
+}
+
+// SlideDP's speedups, measured beside modelled, over the baselines that ran.
+Table speedup_table(const MeasuredSweep& s, const SweepResult& meas, const std::set<std::string>& hardware,
+                    const std::set<std::string>& ran_systems) {
   Table sp({"hardware", "baseline", "points", "measured", "modelled (same points)", "modelled (all points)"},
            {"", "", "", "geomean x", "geomean x", "geomean x"});
+  const SweepResult same = modelled_where_measured(s);
   for (const std::string& h : hardware) {
     const auto measured = speedup_totals(meas.rows, h, "");
-    // The model on exactly the measured cases: the modelled rows of systems that did not run are
-    // marked infeasible too.
-    SweepResult same = mod;
-    for (std::size_t i = 0; i < same.rows.size(); ++i)
-      if (!s.points[i].ran) same.rows[i].feasible = false;
     const auto modelled_same = speedup_totals(same.rows, h, "");
-    const auto modelled_all = speedup_totals(mod.rows, h, "");
-    for (const SpeedupStat& st : modelled_all) {
-      auto find = [&](const std::vector<SpeedupStat>& v) -> const SpeedupStat* {
-        for (const SpeedupStat& x : v)
-          if (x.baseline == st.baseline) return &x;
-        return nullptr;
-      };
-      const SpeedupStat* me = find(measured);
-      const SpeedupStat* ms = find(modelled_same);
+    for (const SpeedupStat& st : speedup_totals(s.modelled.rows, h, "")) {
+      const SpeedupStat* me = find_baseline(measured, st.baseline);
+      const SpeedupStat* ms = find_baseline(modelled_same, st.baseline);
       const bool ran = ran_systems.count(st.baseline) > 0;
       sp.add_row({h, st.baseline, ran && me ? std::to_string(me->points) : "0",
                   ran && me && me->points ? fmt::format("{:.2f} ({:.2f}-{:.2f})", me->geomean, me->min, me->max) : "not run",
@@ -181,12 +176,14 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
                   st.points ? fmt::format("{:.2f}", st.geomean) : "-"});
     }
   }
+  return sp;
+}
 
-  // ---- plots ----
+std::string measured_vs_predicted_svg(const MeasuredSweep& s, const std::string& command) {
   ScatterPlot sc;
   sc.title = s.backend == "cpu" ? "Matched batch: predicted vs measured step time (paced CPU backend, target seconds)"
                                  : "Matched batch: predicted vs measured step time (" + s.backend + " backend)";
-  sc.caption = sweep_plot_stamp(mod, command);
+  sc.caption = sweep_plot_stamp(s.modelled, command);
   sc.x = {"measured step time (s)", true};
   sc.y = {"predicted step time (s, simulator)", true};
   std::map<std::string, PlotSeries> by_system;
@@ -200,42 +197,38 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
                                     format_tokens(m.row.point.tokens_per_step), m.row.plan_summary));
   }
   for (auto& [name, ps] : by_system) sc.series.push_back(ps);
-  write("measured_vs_predicted.svg", svg_scatter(sc));
-  for (const std::string& h : hardware) {
-    BarPlot bp;
-    bp.title = fmt::format("SlideDP's measured speedup over each baseline, {} ({})", h,
-                           s.backend == "cpu" ? "paced" : s.backend + " backend");
-    bp.caption = sweep_plot_stamp(mod, command);
-    bp.y_label = "tokens/s ratio (geomean)";
-    bp.bars = {"measured", "modelled"};
-    std::vector<double> measured_v, modelled_v;
-    SweepResult same = mod;
-    for (std::size_t i = 0; i < same.rows.size(); ++i)
-      if (!s.points[i].ran) same.rows[i].feasible = false;
-    const auto ms = speedup_totals(same.rows, h, "");
-    for (const SpeedupStat& st : speedup_totals(meas.rows, h, "")) {
-      if (!ran_systems.count(st.baseline) || st.points == 0) continue;
-      bp.groups.push_back(st.baseline);
-      measured_v.push_back(st.geomean);
-      double m = 0;
-      for (const SpeedupStat& x : ms)
-        if (x.baseline == st.baseline) m = x.geomean;
-      modelled_v.push_back(m);
-    }
-    bp.values = {measured_v, modelled_v};
-    bp.reference_line = 1.0;
-    if (!bp.groups.empty()) write(fmt::format("speedups_measured__{}.svg", file_name_slug(h)), svg_bars(bp));
-  }
+  return svg_scatter(sc);
+}
 
-  // ---- README ----
+// Hardware `h`'s measured and modelled speedups as bars; empty when no baseline ran there.
+std::string speedup_bars_svg(const MeasuredSweep& s, const SweepResult& meas, const std::string& h,
+                             const std::set<std::string>& ran_systems, const std::string& command) {
+  BarPlot bp;
+  bp.title = fmt::format("SlideDP's measured speedup over each baseline, {} ({})", h,
+                         s.backend == "cpu" ? "paced" : s.backend + " backend");
+  bp.caption = sweep_plot_stamp(s.modelled, command);
+  bp.y_label = "tokens/s ratio (geomean)";
+  bp.bars = {"measured", "modelled"};
+  std::vector<double> measured_v, modelled_v;
+  const auto ms = speedup_totals(modelled_where_measured(s).rows, h, "");
+  for (const SpeedupStat& st : speedup_totals(meas.rows, h, "")) {
+    if (!ran_systems.count(st.baseline) || st.points == 0) continue;
+    bp.groups.push_back(st.baseline);
+    measured_v.push_back(st.geomean);
+    const SpeedupStat* m = find_baseline(ms, st.baseline);
+    modelled_v.push_back(m ? m->geomean : 0.0);
+  }
+  bp.values = {measured_v, modelled_v};
+  bp.reference_line = 1.0;
+  return bp.groups.empty() ? "" : svg_bars(bp);
+}
+
+// How the points were measured, for the README's first paragraph.
+std::string how_measured(const MeasuredSweep& s) {
   int ran = 0, overruns = 0;
   int64_t ops = 0;
   for (const MeasuredPoint& m : s.points) ran += m.ran, overruns += static_cast<int>(m.paced_overruns), ops += m.paced_ops;
-  const Provenance& pv = provenance();
-  std::string md = "# Matched batch, measured: " + mod.spec.name + "\n\n";
-  md += "Produced by: `" + command + "`  \n" +
-        fmt::format("spec {} (hash {}), git {}, {} ({} cores), {}, {}\n\n", mod.spec.file, hash_hex(mod.spec.text_hash),
-                    pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp(), format_seconds(s.wall_s));
+  std::string md;
   if (s.backend == "cpu")
     md += fmt::format(
         "{} points; {} ran on the executor, each on the CPU backend paced at the model's costs for its hardware "
@@ -253,6 +246,29 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
       "Every plan is the one the model chose for its system at that many tokens per step (as `slidedp-sweep "
       "run --simulate`); the prediction beside each measurement is the simulator's. What a paced measurement "
       "checks and cannot check: docs/EXECUTOR.md (paced emulation).\n\n");
+  return md;
+}
+
+Table every_point_table(const MeasuredSweep& s) {
+  Table pts({"hardware", "tokens", "system", "plan", "predicted", "measured", "error", "scale"},
+            {"", "", "", "", "ms", "ms", "%", ""});
+  for (const MeasuredPoint& m : s.points)
+    pts.add_row({m.row.hardware, format_tokens(m.row.point.tokens_per_step), m.row.system,
+                 m.row.feasible ? m.row.plan_summary : "-",
+                 m.row.feasible ? fmt::format("{:.2f}", 1e3 * m.predicted_step_s()) : "-",
+                 m.ran ? fmt::format("{:.2f}", 1e3 * m.step_s) : m.not_run, m.ran ? fmt::format("{:+.1f}", 100 * m.error()) : "-",
+                 m.ran ? fmt::format("{:.0f}", m.time_scale) : "-"});
+  return pts;
+}
+
+std::string measured_readme(const MeasuredSweep& s, const SweepResult& meas, const Table& sp, const std::string& command) {
+  const SweepResult& mod = s.modelled;
+  const Provenance& pv = provenance();
+  std::string md = "# Matched batch, measured: " + mod.spec.name + "\n\n";
+  md += "Produced by: `" + command + "`  \n" +
+        fmt::format("spec {} (hash {}), git {}, {} ({} cores), {}, {}\n\n", mod.spec.file, hash_hex(mod.spec.text_hash),
+                    pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp(), format_seconds(s.wall_s));
+  md += how_measured(s);
   md += "## SlideDP's speedup, measured and modelled\n\n```\n" + sp.render() + "```\n\n";
   const auto claims_measured = evaluate_claims(meas);
   const auto claims_modelled = evaluate_claims(mod);
@@ -263,19 +279,37 @@ std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std
                         claims_measured[i].model, claims_modelled[i].model);
     md += "\n(Baselines the executor does not run count as points they cannot fit in the measured column.)\n\n";
   }
-  md += "## The model against the measurements\n\n```\n" + err.render() + "```\n\n";
-  Table pts({"hardware", "tokens", "system", "plan", "predicted", "measured", "error", "scale"},
-            {"", "", "", "", "ms", "ms", "%", ""});
-  for (const MeasuredPoint& m : s.points)
-    pts.add_row({m.row.hardware, format_tokens(m.row.point.tokens_per_step), m.row.system,
-                 m.row.feasible ? m.row.plan_summary : "-",
-                 m.row.feasible ? fmt::format("{:.2f}", 1e3 * m.predicted_step_s()) : "-",
-                 m.ran ? fmt::format("{:.2f}", 1e3 * m.step_s) : m.not_run, m.ran ? fmt::format("{:+.1f}", 100 * m.error()) : "-",
-                 m.ran ? fmt::format("{:.0f}", m.time_scale) : "-"});
-  md += "## Every point\n\n```\n" + pts.render() + "```\n\n";
+  md += "## The model against the measurements\n\n```\n" + error_table(s).render() + "```\n\n";
+  md += "## Every point\n\n```\n" + every_point_table(s).render() + "```\n\n";
   md += "Files: `points.csv`, `measured_vs_predicted.svg`, `speedups_measured__<hardware>.svg`.\n\n";
   md += "The spec:\n\n```yaml\n" + mod.spec.text + "```\n";
-  write("README.md", md);
+  return md;
+}
+
+}  // namespace
+
+std::vector<std::string> write_measured_report(const MeasuredSweep& s, const std::string& dir,
+                                               const std::string& command) {
+  namespace fs = std::filesystem;
+  fs::create_directories(dir);
+  const SweepResult meas = s.measured_as_rows();
+  std::vector<std::string> written;
+  auto write = [&](const std::string& name, const std::string& text) {
+    write_file_atomic((fs::path(dir) / name).string(), text);
+    written.push_back(name);
+  };
+  write("points.csv", measured_points_csv(s, sweep_stamp(s.modelled, command)));
+  std::set<std::string> ran_systems;
+  for (const MeasuredPoint& m : s.points)
+    if (m.ran) ran_systems.insert(m.row.system);
+  std::set<std::string> hardware;
+  for (const SweepRow& r : s.modelled.rows) hardware.insert(r.hardware);
+  const Table sp = speedup_table(s, meas, hardware, ran_systems);
+  write("measured_vs_predicted.svg", measured_vs_predicted_svg(s, command));
+  for (const std::string& h : hardware)
+    if (const std::string svg = speedup_bars_svg(s, meas, h, ran_systems, command); !svg.empty())
+      write(fmt::format("speedups_measured__{}.svg", file_name_slug(h)), svg);
+  write("README.md", measured_readme(s, meas, sp, command));
   return written;
 }
 
