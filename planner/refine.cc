@@ -59,7 +59,8 @@ namespace {
 
 // The top K candidates as runs to measure; one that cannot fit this machine's RAM is marked failed
 // (all of them failing is an error naming the model).
-std::vector<RefinedRun> candidate_runs(const Workload& w, const SearchResult& search, const RefineOptions& o) {
+std::vector<RefinedRun> candidate_runs(const Workload& w, const SearchResult& search,
+                                       const RefineOptions& o) {
   const double ram = static_cast<double>(physical_ram_bytes()), usable = ram * o.host_ram_fraction;
   const int K = std::min<int>(o.candidates, static_cast<int>(search.top.size()));
   std::vector<RefinedRun> runs;
@@ -101,8 +102,9 @@ runlog::RunInfo refine_run_info(const Workload& w, const Hardware& hw, const Ref
 }
 
 // The refinement's own row: the objective and the candidates with their predictions.
-int64_t begin_refinement(runlog::RunLog& log, const Workload& w, const Hardware& hw, const SearchResult& search,
-                         const RefineOptions& o, const std::vector<RefinedRun>& runs) {
+int64_t begin_refinement(runlog::RunLog& log, const Workload& w, const Hardware& hw,
+                         const SearchResult& search, const RefineOptions& o,
+                         const std::vector<RefinedRun>& runs) {
   runlog::RunInfo info = refine_run_info(w, hw, o);
   info.kind = runlog::RunKind::kRefine;
   info.plan_summary = fmt::format("refine top {} of {} candidates", runs.size(), search.stats.space_size);
@@ -222,8 +224,9 @@ void choose_measured_best(RefineResult& res, const SearchResult& search, const R
     r.measured_score = search.space.score(r.measured_step_s, shape);
     if (o.on_progress)
       o.on_progress(fmt::format("candidate {}: {} measured {} per step ({:.0f} tokens/s), predicted {}",
-                                r.predicted_rank, candidate_summary(r.plan, L), format_seconds(r.measured_step_s),
-                                r.measured_tokens_per_s, format_seconds(r.predicted_step_s)));
+                                r.predicted_rank, candidate_summary(r.plan, L),
+                                format_seconds(r.measured_step_s), r.measured_tokens_per_s,
+                                format_seconds(r.predicted_step_s)));
   }
   std::vector<double> predicted, measured;
   double best_tps = 0;
@@ -237,8 +240,8 @@ void choose_measured_best(RefineResult& res, const SearchResult& search, const R
     best_tps = std::max(best_tps, r.measured_tokens_per_s);
   }
   if (res.chosen < 0)
-    throw RuntimeError(fmt::format("--refine: none of the {} candidates ran; first failure: {}", res.runs.size(),
-                                   res.runs.front().failed));
+    throw RuntimeError(fmt::format("--refine: none of the {} candidates ran; first failure: {}",
+                                   res.runs.size(), res.runs.front().failed));
   res.kendall_tau = kendall_tau_b(predicted, measured);
   res.chosen_over_best_tokens_per_s = res.chosen_run().measured_tokens_per_s / best_tps;
 }
@@ -270,13 +273,15 @@ RefineResult refine_plans(const Workload& w, const Hardware& hw, const SearchRes
   if (paced)
     for (RefinedRun& r : res.runs)
       if (r.failed.empty())
-        r.time_scale = o.time_scale > 0 ? o.time_scale : exec::TargetPacing::measured_time_scale(w, hw, r.plan);
+        r.time_scale =
+            o.time_scale > 0 ? o.time_scale : exec::TargetPacing::measured_time_scale(w, hw, r.plan);
   // Rounds in alternating order, so that slow drift of the host favours no candidate.
   std::vector<std::vector<double>> measured_steps(res.runs.size());
   for (int round = 0; round < o.rounds; ++round)
     for (std::size_t k = 0; k < res.runs.size(); ++k) {
       const std::size_t i = round % 2 == 0 ? k : res.runs.size() - 1 - k;
-      if (res.runs[i].failed.empty()) run_candidate(ctx, res.runs[i], search.top[i], round, measured_steps[i]);
+      if (res.runs[i].failed.empty())
+        run_candidate(ctx, res.runs[i], search.top[i], round, measured_steps[i]);
     }
   if (log) log->end_run(res.parent_run_id, runlog::RunStatus::kFinished);
   choose_measured_best(res, search, o, measured_steps);

@@ -118,13 +118,15 @@ struct LinksState {
     if (collectives) {
       backend->set_tracing(false);
       for (const exec::MeasuredSpan& span : backend->take_spans()) {
-        if (std::string_view(span.tag.category) != "fabric" || std::string_view(span.tag.what) != "profile") continue;
+        if (std::string_view(span.tag.category) != "fabric" || std::string_view(span.tag.what) != "profile")
+          continue;
         for (Participant& p : parts)
           if (p.collective() && p.device == span.rank) p.collective_s += span.end_s - span.start_s;
       }
       for (const Participant& p : parts)
-        SLIDEDP_CHECK(!p.collective() || p.collective_s > 0,
-                      "the backend recorded no span of a profiled collective on device " + std::to_string(p.device));
+        SLIDEDP_CHECK(
+            !p.collective() || p.collective_s > 0,
+            "the backend recorded no span of a profiled collective on device " + std::to_string(p.device));
     }
   }
 };
@@ -192,21 +194,22 @@ std::vector<Mode> collective_modes(const BackendLinkOptions& o, int D) {
 }
 
 // K operations of the mode at `bytes`; the mean span per kind over its participants.
-Case mode_case(const std::shared_ptr<LinksState>& st, const Mode& mode, const std::vector<char>& kinds, int64_t bytes,
-               const RepeatPolicy& repeat) {
-  return timed_case(fmt::format("{} {}", mode.name, bytes), repeat, [st, kinds, bytes, parts0 = mode.parts](int inner) {
-    std::vector<Participant> parts = parts0;
-    st->run_batch(parts, bytes, inner);
-    std::vector<double> out;
-    for (char k : kinds) {
-      double sum = 0;
-      int cnt = 0;
-      for (const Participant& p : parts)
-        if (p.kind == k) sum += p.seconds(), ++cnt;
-      out.push_back(sum / cnt);
-    }
-    return out;
-  });
+Case mode_case(const std::shared_ptr<LinksState>& st, const Mode& mode, const std::vector<char>& kinds,
+               int64_t bytes, const RepeatPolicy& repeat) {
+  return timed_case(fmt::format("{} {}", mode.name, bytes), repeat,
+                    [st, kinds, bytes, parts0 = mode.parts](int inner) {
+                      std::vector<Participant> parts = parts0;
+                      st->run_batch(parts, bytes, inner);
+                      std::vector<double> out;
+                      for (char k : kinds) {
+                        double sum = 0;
+                        int cnt = 0;
+                        for (const Participant& p : parts)
+                          if (p.kind == k) sum += p.seconds(), ++cnt;
+                        out.push_back(sum / cnt);
+                      }
+                      return out;
+                    });
 }
 
 // Curves: for each mode and kind, the points over its sizes, then the fit.

@@ -256,18 +256,21 @@ Table every_point_table(const MeasuredSweep& s) {
     pts.add_row({m.row.hardware, format_tokens(m.row.point.tokens_per_step), m.row.system,
                  m.row.feasible ? m.row.plan_summary : "-",
                  m.row.feasible ? fmt::format("{:.2f}", 1e3 * m.predicted_step_s()) : "-",
-                 m.ran ? fmt::format("{:.2f}", 1e3 * m.step_s) : m.not_run, m.ran ? fmt::format("{:+.1f}", 100 * m.error()) : "-",
+                 m.ran ? fmt::format("{:.2f}", 1e3 * m.step_s) : m.not_run,
+                 m.ran ? fmt::format("{:+.1f}", 100 * m.error()) : "-",
                  m.ran ? fmt::format("{:.0f}", m.time_scale) : "-"});
   return pts;
 }
 
-std::string measured_readme(const MeasuredSweep& s, const SweepResult& meas, const Table& sp, const std::string& command) {
+std::string measured_readme(const MeasuredSweep& s, const SweepResult& meas, const Table& sp,
+                            const std::string& command) {
   const SweepResult& mod = s.modelled;
   const Provenance& pv = provenance();
   std::string md = "# Matched batch, measured: " + mod.spec.name + "\n\n";
   md += "Produced by: `" + command + "`  \n" +
-        fmt::format("spec {} (hash {}), git {}, {} ({} cores), {}, {}\n\n", mod.spec.file, hash_hex(mod.spec.text_hash),
-                    pv.git_revision, pv.cpu_model, pv.cpu_count, utc_timestamp(), format_seconds(s.wall_s));
+        fmt::format("spec {} (hash {}), git {}, {} ({} cores), {}, {}\n\n", mod.spec.file,
+                    hash_hex(mod.spec.text_hash), pv.git_revision, pv.cpu_model, pv.cpu_count,
+                    utc_timestamp(), format_seconds(s.wall_s));
   md += how_measured(s);
   md += "## SlideDP's speedup, measured and modelled\n\n```\n" + sp.render() + "```\n\n";
   const auto claims_measured = evaluate_claims(meas);
