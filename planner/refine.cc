@@ -17,6 +17,7 @@
 #include "common/units.h"
 #include "runlog/run_log.h"
 #include "executor/target_pacing.h"
+#include "executor/step_record.h"
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
 #include "io/token_dataset.h"
@@ -148,20 +149,6 @@ int64_t begin_candidate_run(const RefineContext& ctx, RefinedRun& r, const Candi
   return run_id;
 }
 
-runlog::StepRecord step_record(const exec::TrainStep& s, double predicted_step_s) {
-  runlog::StepRecord rec;
-  rec.step = s.step;
-  rec.loss = s.loss;
-  rec.tokens = s.tokens;
-  rec.wall_s = s.wall_s;
-  rec.predicted_step_s = predicted_step_s;
-  rec.lr = s.lr;
-  if (s.grad_norm >= 0) rec.grad_norm = s.grad_norm;
-  rec.skipped = s.skipped;
-  rec.skip_reason = s.skipped_reason;
-  return rec;
-}
-
 // One measured run of candidate `c` (one round), its steps after the warm-up added to `measured`; a
 // refusal by the executor marks the candidate failed.
 void run_candidate(const RefineContext& ctx, RefinedRun& r, const Candidate& c, int round,
@@ -187,7 +174,7 @@ void run_candidate(const RefineContext& ctx, RefinedRun& r, const Candidate& c, 
       r.step_wall_s.push_back(step_s);
       if (++seen > o.warmup_steps) measured.push_back(step_s);
       // (What this run should take here: the prediction times the scale.)
-      if (ctx.log) ctx.log->log_step(run_id, step_record(s, r.predicted_step_s * r.time_scale));
+      if (ctx.log) ctx.log->log_step(run_id, exec::step_record(s, r.predicted_step_s * r.time_scale));
     });
   } catch (const Error& e) {
     // One candidate that the executor refuses (its own memory accounting, a failure while running)

@@ -29,6 +29,7 @@
 #include "executor/node_state.h"
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
+#include "executor/step_record.h"
 #include "executor/trainer.h"
 #include "io/checkpoint.h"
 #include "io/checkpoint_root.h"
@@ -302,20 +303,6 @@ void print_header(const exec::TrainOptions& o, const Plan& run_plan, const Model
                                                format_seconds(model.predicted->step_time_s * scale)));
 }
 
-runlog::StepRecord step_record(const exec::TrainStep& s, std::optional<double> predicted_step_s) {
-  runlog::StepRecord r;
-  r.step = s.step;
-  r.loss = s.loss;
-  r.tokens = s.tokens;
-  r.wall_s = s.wall_s;
-  if (predicted_step_s) r.predicted_step_s = *predicted_step_s;
-  r.lr = s.lr;
-  if (s.grad_norm >= 0) r.grad_norm = s.grad_norm;
-  r.skipped = s.skipped;
-  r.skip_reason = s.skipped_reason;
-  return r;
-}
-
 // The progress line's end: the final loss and the latest held-out loss.
 std::string final_line(const exec::TrainResult& result) {
   if (result.steps.empty()) return "";
@@ -401,7 +388,7 @@ int run_main(int argc, char** argv) {
                     fmt::format("step {} loss {:.4f}{} | {:.0f} tokens/s{}", s.step, s.loss, last_eval,
                                 static_cast<double>(s.tokens) / s.wall_s,
                                 s.skipped ? " | SKIPPED: " + s.skipped_reason : ""));
-    if (log) log->log_step(step_record(s, predicted_step_s), s);
+    if (log) log->log_step(exec::step_record(s, predicted_step_s), s);
     if (f.bench) add_bench_row(bench, s);
   };
 
