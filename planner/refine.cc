@@ -10,19 +10,19 @@
 #include <cmath>
 #include <optional>
 
-#include "common/median.h"
 #include "common/error.h"
 #include "common/host_memory.h"
+#include "common/median.h"
 #include "common/table.h"
 #include "common/units.h"
-#include "runlog/run_log.h"
-#include "executor/target_pacing.h"
 #include "executor/step_record.h"
+#include "executor/target_pacing.h"
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
 #include "io/token_dataset.h"
 #include "model/step_work.h"
 #include "planner/report.h"
+#include "runlog/run_log.h"
 
 namespace slidedp::planner {
 namespace {
