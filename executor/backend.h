@@ -17,8 +17,9 @@
 
 #include "kernels/cpu/optim/adamw.h"
 #include "model/memory_account.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/shard_range.h"
+#include "card/unit_layout.h"
 #include "model/unit_memory.h"
 
 namespace slidedp::exec {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "card/shard_range.h"
 #include "common/bf16.h"
 #include "common/error.h"
 #include "common/split_master.h"

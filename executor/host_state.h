@@ -3,7 +3,7 @@
 // fp32 gradient accumulator where one is needed. With a split master (common/split_master.h) the fp32
 // master is held as the bf16 mirror plus a 16-bit remainder, bit for bit: 12 bytes per parameter with
 // the mirror instead of 14. Allocated once, laid out exactly like the unit's
-// parameters (model/unit_layout.h). Per chunk, a host counter says how many optimizer steps the chunk
+// parameters (card/unit_layout.h). Per chunk, a host counter says how many optimizer steps the chunk
 // has received; deliveries of step s wait for it to reach s (synchronous data-parallel semantics).
 // Also the per-rank gradient staging rings the D2H copies land in.
 #pragma once
@@ -13,10 +13,11 @@
 #include <span>
 #include <vector>
 
+#include "card/shard_range.h"
 #include "executor/backend.h"
 #include "kernels/cpu/optim/adamw.h"
 #include "model/plan.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 namespace slidedp::exec {
 

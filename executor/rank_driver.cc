@@ -9,6 +9,7 @@
 #include <optional>
 #include <utility>
 
+#include "card/shard_range.h"
 #include "common/error.h"
 #include "kernels/cpu/optim/bf16_convert.h"
 #include "model/memory_account.h"

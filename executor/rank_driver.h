@@ -13,6 +13,7 @@
 #include <span>
 #include <vector>
 
+#include "card/shard_range.h"
 #include "executor/backend.h"
 #include "executor/host_state.h"
 #include "executor/run_control.h"

@@ -9,6 +9,7 @@
 #include "common/provenance.h"
 #include "common/thread_pool.h"
 #include "common/units.h"
+#include "executor/backend_registry.h"
 #include "executor/init_weights.h"
 #include "executor/node_state.h"
 #include "executor/state_checkpoint.h"

@@ -9,7 +9,7 @@
 #include <optional>
 
 #include "executor/backend.h"
-#include "executor/backend_registry.h"
+#include "executor/backend_options.h"
 #include "executor/host_state.h"
 #include "executor/rank_driver.h"
 #include "executor/target_pacing.h"

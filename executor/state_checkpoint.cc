@@ -10,6 +10,7 @@
 #include <functional>
 #include <initializer_list>
 
+#include "card/shard_range.h"
 #include "common/error.h"
 #include "common/thread_pool.h"
 #include "executor/node_state.h"

@@ -19,7 +19,7 @@
 #include "executor/updater.h"
 #include "io/token_dataset.h"
 #include "model/memory_account.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/plan.h"
 #include "model/simulator.h"
 #include "model/system.h"

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "card/shard_range.h"
 #include "common/error.h"
 #include "kernels/cpu/optim/grad_reduce.h"
 #include "kernels/cpu/optim/sum_squares.h"

@@ -27,6 +27,7 @@
 #include <thread>
 #include <vector>
 
+#include "card/shard_range.h"
 #include "common/thread_pool.h"
 #include "executor/cross_node.h"
 #include "executor/grad_norm_blocks.h"

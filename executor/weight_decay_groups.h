@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 namespace slidedp::exec {
 

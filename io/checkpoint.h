@@ -24,9 +24,9 @@
 
 #include "io/sequence_sampler.h"
 #include "io/unit_tensors.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/plan.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 namespace slidedp {
 

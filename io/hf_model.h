@@ -1,5 +1,5 @@
 // Hugging Face model folders <-> unit flat buffers. A folder is config.json (read and written by
-// model/hf_config.cc) plus model.safetensors or shards listed in model.safetensors.index.json.
+// card/hf_config.cc) plus model.safetensors or shards listed in model.safetensors.index.json.
 // Loading checks every tensor's presence, dtype and shape against the config; saving writes bf16
 // shards with an index and publishes the whole folder atomically (temp folder, fsync, rename), so a
 // reader never sees a half-written model. load -> save -> load is bitwise identical.
@@ -11,8 +11,8 @@
 
 #include "io/safetensors.h"
 #include "io/unit_tensors.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 
 namespace slidedp {
 

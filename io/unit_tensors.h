@@ -1,4 +1,4 @@
-// Hugging Face tensor names <-> unit flat buffers (model/unit_layout.h). Shared by the model folder
+// Hugging Face tensor names <-> unit flat buffers (card/unit_layout.h). Shared by the model folder
 // reader/writer and by checkpoints: each unit is one fp32 buffer of layout.units[u].flat_numel
 // elements, every named tensor at its aligned offset, the padding zero.
 #pragma once
@@ -12,7 +12,7 @@
 
 #include "common/thread_pool.h"
 #include "io/safetensors.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 namespace slidedp {
 

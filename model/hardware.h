@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "model/optimizer_states.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 namespace slidedp {
 

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <deque>
 
+#include "card/shard_range.h"
 #include "common/error.h"
 #include "model/memory_model.h"
 #include "model/q8_segments.h"

@@ -16,7 +16,7 @@
 
 #include "model/plan.h"
 #include "model/system.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 #include "model/unit_memory.h"
 
 namespace slidedp {

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "card/shard_range.h"
 #include "common/error.h"
 #include "common/q8_block.h"
 #include "model/plan.h"

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 namespace slidedp {
 

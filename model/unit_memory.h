@@ -8,8 +8,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 
 namespace slidedp {
 

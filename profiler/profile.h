@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "profiler/backend_links.h"
 #include "profiler/cpu_update.h"
 #include "profiler/gpu.h"

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "profiler/gpu.h"
 #include "profiler/profile.h"
 #include "profiler/stage_plan.h"

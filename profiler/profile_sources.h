@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "profiler/gpu.h"
 #include "profiler/profile.h"
 #include "profiler/stage_plan.h"

@@ -18,8 +18,8 @@
 #include "executor/backend.h"
 #include "executor/kernel_activity.h"
 #include "model/hardware.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "profiler/fit.h"
 #include "profiler/stage.h"
 

@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/plan.h"
 #include "model/system.h"
 #include "model/workload.h"

@@ -12,7 +12,7 @@
 #include "common/hash.h"
 #include "common/yaml_reader.h"
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/plan.h"
 #include "model/system.h"
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/plan.h"
 #include "model/system.h"
 #include "sweeps/sweep_spec.h"

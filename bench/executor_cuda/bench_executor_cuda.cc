@@ -34,9 +34,9 @@
 #include "io/token_dataset.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/model_costs.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 namespace slidedp {
 namespace {

@@ -108,7 +108,7 @@ def main():
     p.add_argument("--steps", type=int, default=2)
     p.add_argument("--flops-per-token", type=float, default=0.0, help="model FLOPs per token (from bench.csv)")
     p.add_argument("--out", default="")
-    # Llama-3.2-1B (model/presets/models/llama-3.2-1b.yaml)
+    # Llama-3.2-1B (card/presets/models/llama-3.2-1b.yaml)
     p.add_argument("--hidden", type=int, default=2048)
     p.add_argument("--layers", type=int, default=16)
     p.add_argument("--heads", type=int, default=32)

@@ -23,7 +23,7 @@
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/working_set.h"
 #include "model/model_costs.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 namespace slidedp::kernels {
 namespace {

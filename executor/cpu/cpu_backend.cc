@@ -12,6 +12,7 @@
 #include <optional>
 #include <thread>
 
+#include "card/shard_range.h"
 #include "common/bf16.h"
 #include "common/error.h"
 #include "common/units.h"

@@ -13,8 +13,8 @@
 #include "executor/node_link.h"
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 
 namespace slidedp::exec {
 

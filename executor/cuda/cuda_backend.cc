@@ -29,6 +29,7 @@
 #include <thread>
 #include <utility>
 
+#include "card/shard_range.h"
 #include "common/error.h"
 #include "common/units.h"
 #include "executor/cuda/counter_wait.h"

@@ -11,10 +11,10 @@
 #include <string>
 
 #include "executor/backend.h"
-#include "executor/backend_registry.h"
+#include "executor/backend_options.h"
 #include "executor/run_control.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 
 namespace slidedp::exec {
 

@@ -13,7 +13,7 @@
 
 #include "kernels/cpu/transformer/gemma4_layer.h"
 #include "kernels/cuda/gemma4_scratch.h"
-#include "kernels/cuda/units.h"
+#include "kernels/cuda/unit_context.h"
 
 namespace slidedp::kernels::cuda {
 

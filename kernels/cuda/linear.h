@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/units.h"
+#include "kernels/cuda/unit_context.h"
 
 namespace slidedp::kernels::cuda {
 

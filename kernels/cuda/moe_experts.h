@@ -14,7 +14,7 @@
 
 #include "kernels/cpu/transformer/moe_experts.h"
 #include "kernels/cuda/moe_scratch.h"
-#include "kernels/cuda/units.h"
+#include "kernels/cuda/unit_context.h"
 
 namespace slidedp::kernels::cuda {
 

@@ -12,7 +12,7 @@
 
 #include "kernels/cpu/transformer/qwen3_5_layer.h"
 #include "kernels/cuda/qwen3_5_scratch.h"
-#include "kernels/cuda/units.h"
+#include "kernels/cuda/unit_context.h"
 
 namespace slidedp::kernels::cuda {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "kernels/cuda/device_math.h"
-#include "model/plan.h"  // shard_range
+#include "card/shard_range.h"
 
 namespace slidedp::kernels::cuda {
 

@@ -18,26 +18,10 @@
 #include "kernels/cpu/transformer/unit_spec.h"
 #include "kernels/cuda/attention.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/unit_context.h"
 #include "kernels/cuda/unit_scratch.h"
 
 namespace slidedp::kernels::cuda {
-
-using bf16 = __nv_bfloat16;
-
-struct UnitContext {
-  GemmContext* gemm = nullptr;  // the device's cuBLASLt context
-  cudaStream_t stream = nullptr;
-  AttentionImpl attention = AttentionImpl::kAuto;
-  // Decoder operations of packed sequences: (B, T) int32 positions inside each token's document
-  // (RoPE's positions; attention stays inside each document). Null: one document per sequence.
-  const int32_t* positions = nullptr;
-};
-
-// A caller-provided block of device memory.
-struct DeviceWorkspace {
-  void* data = nullptr;
-  int64_t bytes = 0;
-};
 
 // ---- sizes (bytes): decoder and head in unit_scratch.h; the embedding's sort scratch needs CUB ----
 int64_t embedding_backward_workspace_bytes(const EmbeddingSpec& spec, int64_t B, int64_t T);

@@ -13,7 +13,7 @@
 #include "model/chrome_trace.h"
 #include "cli/plan_flags.h"
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/prediction_report.h"
 #include "model/simulator.h"
 #include "model/step_model.h"

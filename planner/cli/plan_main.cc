@@ -16,7 +16,7 @@
 #include "common/units.h"
 #include "runlog/interrupt.h"
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "planner/refine.h"
 #include "planner/report.h"
 #include "planner/search.h"

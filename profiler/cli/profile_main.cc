@@ -18,7 +18,7 @@
 #include "executor/node_state.h"
 #include "runlog/interrupt.h"
 #include "runlog/run_log.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "profiler/profile.h"
 #include "profiler/report.h"
 

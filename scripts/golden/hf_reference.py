@@ -42,7 +42,7 @@ def is_gemma4(cfg):
 
 
 def tensor_names(cfg):
-    """(name, shape) of every parameter in checkpoint order (model/unit_layout.cc's order)."""
+    """(name, shape) of every parameter in checkpoint order (card/unit_layout.cc's order)."""
     if is_gemma4(cfg):
         from gemma4 import gemma4_tensor_names  # noqa: E402 (a family of its own file)
         return gemma4_tensor_names(cfg)

@@ -12,7 +12,7 @@
 #include "common/units.h"
 #include "executor/target_pacing.h"
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "sweeps/cli/commands.h"
 #include "sweeps/sweep_report.h"
 #include "sweeps/fidelity.h"

@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "card/shard_range.h"
 #include "common/bf16.h"
 #include "common/error.h"
 #include "executor/cuda/cuda_backend.h"

@@ -16,7 +16,7 @@
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 
 namespace slidedp::exec::testing {
 

@@ -29,7 +29,7 @@
 #include "io/safetensors.h"
 #include "io/sequence_sampler.h"
 #include "io/token_dataset.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 #include "tests/shell_command.h"
 
 namespace slidedp {

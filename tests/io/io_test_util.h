@@ -18,8 +18,8 @@
 
 #include "common/bf16.h"
 #include "io/unit_tensors.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 
 namespace slidedp::testing {
 

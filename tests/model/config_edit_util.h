@@ -7,7 +7,7 @@
 #include <string>
 
 #include "common/error.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 
 namespace slidedp::testing {
 

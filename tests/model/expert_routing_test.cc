@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/step_work.h"
 #include "model/workload.h"
 

@@ -8,9 +8,9 @@
 #include <string>
 
 #include "common/error.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/model_costs.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 #include "tests/model/config_edit_util.h"
 
 namespace slidedp {

@@ -6,7 +6,7 @@
 #include <random>
 
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/plan.h"
 
 namespace slidedp {

@@ -3,7 +3,7 @@
 // has 256 x 64 = 16384 elements).
 #pragma once
 
-#include "model/model_card.h"
+#include "card/model_card.h"
 
 namespace slidedp {
 

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/step_model.h"
 #include "model/workload.h"
 #include "planner/search.h"

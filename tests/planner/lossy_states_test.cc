@@ -7,7 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "model/hardware.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "model/workload.h"
 #include "planner/report.h"
 #include "planner/search.h"

@@ -21,7 +21,7 @@
 #include "executor/init_weights.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "runlog/run_log.h"
 #include "tests/shell_command.h"
 #include "tests/text/text_test_util.h"

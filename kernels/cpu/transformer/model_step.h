@@ -12,8 +12,8 @@
 #include "kernels/cpu/transformer/gemma4_layer.h"
 #include "kernels/cpu/transformer/qwen3_5_layer.h"
 #include "kernels/cpu/transformer/unit_spec.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 
 namespace slidedp::kernels {
 

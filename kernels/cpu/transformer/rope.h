@@ -11,7 +11,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/model_card.h"
+#include "card/model_card.h"
 
 namespace slidedp::kernels {
 

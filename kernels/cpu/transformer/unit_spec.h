@@ -1,6 +1,6 @@
 // What the math of one unit needs, read once from the model card and the unit's flat-buffer
 // layout: dimensions, eps, architecture switches, and the element offset of every tensor inside
-// the unit's ONE flat parameter buffer (model/unit_layout.h). The flat gradient buffer has the
+// the unit's ONE flat parameter buffer (card/unit_layout.h). The flat gradient buffer has the
 // same layout, so the same offsets address both. All decoder layers share one spec (same shapes,
 // same relative offsets). Tunables of the CPU math (tile sizes) live here too, with defaults.
 #pragma once
@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 
 namespace slidedp::kernels {
 

@@ -18,7 +18,7 @@
 #include "kernels/cuda/moe_scratch.h"
 #include "kernels/cuda/qwen3_5_scratch.h"
 #include "kernels/cuda/units.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 #include "model/unit_memory.h"
 #include "tests/kernels/transformer/test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"

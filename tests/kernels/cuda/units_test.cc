@@ -36,8 +36,8 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemma4_unit.h"
 #include "kernels/cuda/qwen3_5_unit.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"
 

@@ -13,7 +13,7 @@
 
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "kernels/cpu/transformer/rope.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 #include "tests/kernels/transformer/layer_run_util.h"
 #include "tests/kernels/transformer/test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"

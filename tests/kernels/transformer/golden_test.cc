@@ -13,8 +13,8 @@
 
 #include "kernels/cpu/transformer/bf16_params.h"
 #include "kernels/cpu/transformer/model_step.h"
-#include "model/model_card.h"
-#include "model/unit_layout.h"
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "tests/kernels/transformer/safetensors_file.h"
 #include "tests/kernels/transformer/test_util.h"
 

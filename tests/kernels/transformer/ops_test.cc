@@ -17,9 +17,9 @@
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 #include "kernels/cpu/transformer/embedding_unit.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels {

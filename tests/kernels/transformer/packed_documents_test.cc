@@ -19,7 +19,7 @@
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/rope.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 #include "tests/kernels/transformer/test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"
 

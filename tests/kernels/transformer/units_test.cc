@@ -15,7 +15,7 @@
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "kernels/cpu/transformer/working_set.h"
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 #include "tests/kernels/transformer/decoder_test_util.h"
 #include "tests/kernels/transformer/test_util.h"
 

@@ -140,7 +140,7 @@ std::vector<AttentionKind> gemma4_default_layer_types(int64_t num_layers);
 // Qwen3.5's: full attention every full_attention_interval-th layer (3, 7, 11, ... for 4), linear otherwise.
 std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers, int64_t full_attention_interval = 4);
 
-// Named presets (model/presets/models/*.yaml, compiled in).
+// Named presets (card/presets/models/*.yaml, compiled in).
 std::vector<std::string> model_preset_names();
 bool is_model_preset(const std::string& name);
 ModelCard model_preset(const std::string& name);

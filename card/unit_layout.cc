@@ -1,5 +1,5 @@
 // Unit layouts from a model card; see unit_layout.h for the contract.
-#include "model/unit_layout.h"
+#include "card/unit_layout.h"
 
 #include "common/error.h"
 

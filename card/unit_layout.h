@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "model/model_card.h"
+#include "card/model_card.h"
 
 namespace slidedp {
 

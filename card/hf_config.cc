@@ -11,7 +11,7 @@
 
 #include "common/error.h"
 #include "common/strict_json.h"
-#include "model/model_card.h"
+#include "card/model_card.h"
 
 namespace slidedp {
 namespace {

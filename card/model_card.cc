@@ -1,6 +1,6 @@
 // Model cards: parameter counting, validation, presets and the YAML card format. The Hugging Face
 // config.json reader/writer lives in hf_config.cc.
-#include "model/model_card.h"
+#include "card/model_card.h"
 
 #include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
