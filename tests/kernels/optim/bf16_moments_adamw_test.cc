@@ -17,6 +17,7 @@
 #include "common/bf16.h"
 #include "kernels/cpu/optim/adamw.h"
 #include "kernels/cpu/optim/stochastic_rounding.h"
+#include "tests/kernels/optim/moment_format_fixture.h"
 #include "tests/kernels/optim/optim_test_util.h"
 
 namespace slidedp::kernels::testing {
@@ -24,36 +25,17 @@ namespace {
 
 using Bf16MomentsAdamwTest = LevelTest;
 
-AdamwHyper hyper() {
-  AdamwHyper h;
-  h.lr = 1e-2;
-  h.weight_decay = 0.1;
-  h.step = 7;
-  h.grad_scale = 0.5;
-  return h;
-}
-
-struct State {
-  GuardedBuffer<float> p;
-  GuardedBuffer<bf16_bits> m, v, mirror;
-  GuardedBuffer<uint16_t> remainder;
-  bool split;
-  State(int64_t n, int mis, bool split_master)
-      : p(n, mis), m(n, mis), v(n, mis), mirror(n, mis), remainder(n, mis), split(split_master) {
-    p.assign(random_floats(n, 31, -1.0f, 1.0f));
+// The bf16 moments of n elements beside the master (moment_format_fixture.h).
+struct Bf16MomentsUnderTest : MasterUnderTest {
+  GuardedBuffer<bf16_bits> m, v;
+  Bf16MomentsUnderTest(int64_t n, int mis, bool split_master)
+      : MasterUnderTest(n, mis, split_master), m(n, mis), v(n, mis) {
     m.assign(random_bf16(n, 32, -0.1f, 0.1f));
     v.assign(random_bf16(n, 33, 0.0f, 0.01f));
-    mirror.assign(random_bf16(n, 34, -1.0f, 1.0f));
-    remainder.assign(std::vector<uint16_t>(static_cast<size_t>(n), 0x1234));
   }
   AdamwState state() {
     AdamwState s;
-    if (split) {
-      s.remainder = remainder.data();
-    } else {
-      s.param = p.data();
-    }
-    s.param_bf16 = mirror.data();
+    point(s);
     s.exp_avg_bf16 = m.data();
     s.exp_avg_sq_bf16 = v.data();
     s.m_seed = 0x1111u;
@@ -63,13 +45,11 @@ struct State {
   }
 };
 
-void expect_same(const State& a, const State& b, int64_t n) {
-  EXPECT_TRUE(same_bits(a.p.data(), b.p.data(), n)) << "p";
+void expect_same(const Bf16MomentsUnderTest& a, const Bf16MomentsUnderTest& b, int64_t n) {
+  a.expect_same_as(b, n);
   EXPECT_TRUE(same_bits(a.m.data(), b.m.data(), n)) << "m";
   EXPECT_TRUE(same_bits(a.v.data(), b.v.data(), n)) << "v";
-  EXPECT_TRUE(same_bits(a.mirror.data(), b.mirror.data(), n)) << "mirror";
-  EXPECT_TRUE(same_bits(a.remainder.data(), b.remainder.data(), n)) << "remainder";
-  EXPECT_TRUE(b.m.guards_intact() && b.v.guards_intact() && b.mirror.guards_intact());
+  EXPECT_TRUE(b.m.guards_intact() && b.v.guards_intact());
 }
 
 TEST_P(Bf16MomentsAdamwTest, EveryLevelEqualsTheScalarReference) {
@@ -82,16 +62,16 @@ TEST_P(Bf16MomentsAdamwTest, EveryLevelEqualsTheScalarReference) {
         g32.assign(random_floats(n, 35, -2.0f, 2.0f));
         g16.assign(random_bf16(n, 36, -2.0f, 2.0f));
         const int64_t begin = n > 2 ? 2 : 0;
-        State ref(n, mis, split), got(n, mis, split);
+        Bf16MomentsUnderTest ref(n, mis, split), got(n, mis, split);
         use_scalar();
-        adamw_update(ref.state(), g32.data(), hyper(), begin, n);
-        adamw_update(ref.state(), g16.data(), hyper(), begin, n);
+        adamw_update(ref.state(), g32.data(), moment_format_hyper(), begin, n);
+        adamw_update(ref.state(), g16.data(), moment_format_hyper(), begin, n);
         const std::vector<const bf16_bits*> slots = {g16.data(), g16.data()};
-        reduce_adamw_update(ref.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, hyper(), begin, n);
+        reduce_adamw_update(ref.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(), begin, n);
         use_level(GetParam());
-        adamw_update(got.state(), g32.data(), hyper(), begin, n);
-        adamw_update(got.state(), g16.data(), hyper(), begin, n);
-        reduce_adamw_update(got.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, hyper(), begin, n);
+        adamw_update(got.state(), g32.data(), moment_format_hyper(), begin, n);
+        adamw_update(got.state(), g16.data(), moment_format_hyper(), begin, n);
+        reduce_adamw_update(got.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(), begin, n);
         expect_same(ref, got, n);
       }
 }
@@ -101,13 +81,13 @@ INSTANTIATE_TEST_SUITE_P(Levels, Bf16MomentsAdamwTest, ::testing::ValuesIn(simd_
 TEST(Bf16Moments, ScalarEqualsTheFp32UpdateRoundedStochastically) {
   const int64_t n = 1003;
   use_scalar();
-  State s(n, 0, false);
+  Bf16MomentsUnderTest s(n, 0, false);
   GuardedBuffer<float> p(n, 0), m(n, 0), v(n, 0), g(n, 0);
   p.assign(s.p.to_vector());
   for (int64_t i = 0; i < n; ++i) m[i] = bf16_to_float(s.m[i]), v[i] = bf16_to_float(s.v[i]);
   g.assign(random_floats(n, 37, -2.0f, 2.0f));
-  adamw_update(AdamwState{p.data(), m.data(), v.data(), nullptr}, g.data(), hyper(), 0, n);
-  adamw_update(s.state(), g.data(), hyper(), 0, n);
+  adamw_update(AdamwState{p.data(), m.data(), v.data(), nullptr}, g.data(), moment_format_hyper(), 0, n);
+  adamw_update(s.state(), g.data(), moment_format_hyper(), 0, n);
   for (int64_t i = 0; i < n; ++i) {
     ASSERT_EQ(std::bit_cast<uint32_t>(s.p[i]), std::bit_cast<uint32_t>(p[i])) << i;
     const auto index = static_cast<uint32_t>(1000 + i);

@@ -25,6 +25,7 @@
 #include "kernels/cpu/optim/adamw.h"
 #include "kernels/cpu/optim/moment_codes.h"
 #include "kernels/cpu/optim/q8_moments.h"
+#include "tests/kernels/optim/moment_format_fixture.h"
 #include "tests/kernels/optim/optim_test_util.h"
 
 namespace slidedp::kernels::testing {
@@ -133,45 +134,23 @@ TEST(Q8MomentCodes, DecodingThenEncodingGivesBackCodesAndScales) {
   }
 }
 
-AdamwHyper hyper() {
-  AdamwHyper h;
-  h.lr = 1e-2;
-  h.weight_decay = 0.1;
-  h.step = 7;
-  h.grad_scale = 0.5;
-  return h;
-}
-
-struct State {
-  GuardedBuffer<float> p, m_scale, v_scale;
+// The 8-bit moments of n elements and their blocks' scales beside the master (moment_format_fixture.h).
+struct Q8MomentsUnderTest : MasterUnderTest {
+  GuardedBuffer<float> m_scale, v_scale;
   GuardedBuffer<uint8_t> m, v;
-  GuardedBuffer<bf16_bits> mirror;
-  GuardedBuffer<uint16_t> remainder;
-  bool split;
-  State(int64_t n, int mis, bool split_master)
-      : p(n, mis),
+  Q8MomentsUnderTest(int64_t n, int mis, bool split_master)
+      : MasterUnderTest(n, mis, split_master),
         m_scale(q8_blocks(n), mis),
         v_scale(q8_blocks(n), mis),
         m(n, mis),
-        v(n, mis),
-        mirror(n, mis),
-        remainder(n, mis),
-        split(split_master) {
-    p.assign(random_floats(n, 31, -1.0f, 1.0f));
+        v(n, mis) {
     const std::vector<float> m0 = random_floats(n, 32, -0.1f, 0.1f), v0 = random_floats(n, 33, 0.0f, 0.01f);
     q8_encode(Moment::kFirst, m0.data(), n, m.data(), m_scale.data());
     q8_encode(Moment::kSecond, v0.data(), n, v.data(), v_scale.data());
-    mirror.assign(random_bf16(n, 34, -1.0f, 1.0f));
-    remainder.assign(std::vector<uint16_t>(static_cast<size_t>(n), 0x1234));
   }
   AdamwState state() {
     AdamwState s;
-    if (split) {
-      s.remainder = remainder.data();
-    } else {
-      s.param = p.data();
-    }
-    s.param_bf16 = mirror.data();
+    point(s);
     s.exp_avg_q8 = m.data();
     s.exp_avg_sq_q8 = v.data();
     s.exp_avg_scale = m_scale.data();
@@ -180,16 +159,13 @@ struct State {
   }
 };
 
-void expect_same(const State& a, const State& b, int64_t n) {
-  EXPECT_TRUE(same_bits(a.p.data(), b.p.data(), n)) << "p";
+void expect_same(const Q8MomentsUnderTest& a, const Q8MomentsUnderTest& b, int64_t n) {
+  a.expect_same_as(b, n);
   EXPECT_TRUE(same_bits(a.m.data(), b.m.data(), n)) << "m";
   EXPECT_TRUE(same_bits(a.v.data(), b.v.data(), n)) << "v";
   EXPECT_TRUE(same_bits(a.m_scale.data(), b.m_scale.data(), q8_blocks(n))) << "m scales";
   EXPECT_TRUE(same_bits(a.v_scale.data(), b.v_scale.data(), q8_blocks(n))) << "v scales";
-  EXPECT_TRUE(same_bits(a.mirror.data(), b.mirror.data(), n)) << "mirror";
-  EXPECT_TRUE(same_bits(a.remainder.data(), b.remainder.data(), n)) << "remainder";
-  EXPECT_TRUE(b.m.guards_intact() && b.v.guards_intact() && b.mirror.guards_intact() &&
-              b.m_scale.guards_intact() && b.v_scale.guards_intact());
+  EXPECT_TRUE(b.m.guards_intact() && b.v.guards_intact() && b.m_scale.guards_intact() && b.v_scale.guards_intact());
 }
 
 using Q8MomentsAdamwTest = LevelTest;
@@ -206,12 +182,12 @@ TEST_P(Q8MomentsAdamwTest, EveryLevelEqualsTheScalarReference) {
         g32.assign(random_floats(n, 35, -2.0f, 2.0f));
         g16.assign(random_bf16(n, 36, -2.0f, 2.0f));
         const int64_t later = n > kQ8Block ? kQ8Block : 0;  // a range from the second block on
-        State ref(n, mis, split), got(n, mis, split);
+        Q8MomentsUnderTest ref(n, mis, split), got(n, mis, split);
         const std::vector<const bf16_bits*> slots = {g16.data(), g16.data()};
-        auto run = [&](State& s) {
-          adamw_update(s.state(), g32.data(), hyper(), 0, n);
-          adamw_update(s.state(), g16.data(), hyper(), later, n);
-          reduce_adamw_update(s.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, hyper(), 0, n);
+        auto run = [&](Q8MomentsUnderTest& s) {
+          adamw_update(s.state(), g32.data(), moment_format_hyper(), 0, n);
+          adamw_update(s.state(), g16.data(), moment_format_hyper(), later, n);
+          reduce_adamw_update(s.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(), 0, n);
         };
         use_scalar();
         run(ref);
@@ -226,15 +202,15 @@ INSTANTIATE_TEST_SUITE_P(Levels, Q8MomentsAdamwTest, ::testing::ValuesIn(simd_ca
 TEST(Q8Moments, ScalarEqualsTheNaiveBlockUpdate) {
   const int64_t n = 2 * kQ8Block + 100;
   use_scalar();
-  State s(n, 0, false);
+  Q8MomentsUnderTest s(n, 0, false);
   std::vector<float> p = s.p.to_vector(), m(static_cast<size_t>(n)), v(m.size());
   for (int64_t i = 0; i < n; ++i) {
     m[static_cast<size_t>(i)] = static_cast<float>(first_moment_value(s.m[i])) * s.m_scale[i / kQ8Block];
     v[static_cast<size_t>(i)] = static_cast<float>(second_moment_value(s.v[i])) * s.v_scale[i / kQ8Block];
   }
   const std::vector<float> g = random_floats(n, 37, -2.0f, 2.0f);
-  adamw_update(AdamwState{p.data(), m.data(), v.data(), nullptr}, g.data(), hyper(), 0, n);  // fp32 moments
-  adamw_update(s.state(), g.data(), hyper(), 0, n);
+  adamw_update(AdamwState{p.data(), m.data(), v.data(), nullptr}, g.data(), moment_format_hyper(), 0, n);  // fp32 moments
+  adamw_update(s.state(), g.data(), moment_format_hyper(), 0, n);
   for (int64_t b = 0; b * kQ8Block < n; ++b) {
     const int64_t lo = b * kQ8Block, hi = std::min(n, lo + kQ8Block);
     float m_top = 0, v_top = 0;
