@@ -19,5 +19,7 @@ std::string format_count(double value);         // "14.77 B" for parameter count
 
 constexpr double kGB = 1e9;    // links and bandwidths are quoted in decimal GB/s everywhere
 constexpr double kGiB = 1073741824.0;
+constexpr double kBf16Bytes = 2.0;  // bytes of one bf16 element, in byte counts held as doubles
+constexpr double kFp32Bytes = 4.0;
 
 }  // namespace slidedp

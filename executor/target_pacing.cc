@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "common/seconds_since.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
@@ -60,10 +61,6 @@ PacedWork TargetPacing::post_backward_update() const {
 }
 
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // This host's time for a decoder layer's forward, its backward, and the head's fused pass, with the
 // CPU backend's kernels on one thread (parameters and inputs are small constants: only time matters).

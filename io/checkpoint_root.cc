@@ -23,7 +23,7 @@ namespace slidedp {
 namespace {
 
 namespace fs = std::filesystem;
-using nlohmann::json;
+using OwnerJson = nlohmann::json;  // run.json, the root's owner
 
 constexpr const char* kOwnerFile = "run.json";
 constexpr const char* kLockFile = "run.lock";
@@ -34,13 +34,13 @@ std::string new_run_id() {
   return fmt::format("{:016x}", v);
 }
 
-std::string field(const json& j, const char* key, const std::string& origin) {
+std::string field(const OwnerJson& j, const char* key, const std::string& origin) {
   if (!j.contains(key) || !j[key].is_string()) throw InputError(origin + ": " + key, "expected a string");
   return j[key].get<std::string>();
 }
 
 void write_owner(const std::string& root, const CheckpointRootOwner& o) {
-  const json j = {{"run_id", o.run_id}, {"created_utc", o.created_utc}, {"model", o.model}, {"resumed_from", o.resumed_from}};
+  const OwnerJson j = {{"run_id", o.run_id}, {"created_utc", o.created_utc}, {"model", o.model}, {"resumed_from", o.resumed_from}};
   write_file_atomic((fs::path(root) / kOwnerFile).string(), j.dump(2) + "\n");
 }
 
@@ -73,7 +73,7 @@ int lock_root(const std::string& root, const std::string& flag) {
 std::optional<CheckpointRootOwner> read_checkpoint_root_owner(const std::string& root) {
   const std::string path = (fs::path(root) / kOwnerFile).string();
   if (!path_exists(path)) return std::nullopt;
-  const json j = parse_json_strict<json>(read_text_file(path), path);
+  const OwnerJson j = parse_json_strict<OwnerJson>(read_text_file(path), path);
   if (!j.is_object()) throw InputError(path, "expected a JSON object");
   CheckpointRootOwner o;
   o.run_id = field(j, "run_id", path);

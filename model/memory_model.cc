@@ -18,7 +18,6 @@
 namespace slidedp {
 namespace {
 
-constexpr double kBf16 = 2.0, kFp32 = 4.0;
 constexpr double kWorkspaceBytes = 256.0 * (1 << 20);  // GEMM workspaces, small kernel buffers
 
 double sum_items(const std::vector<MemoryItem>& items) {
@@ -209,8 +208,8 @@ BaselineSizes baseline_sizes(const Workload& w, const Plan& p) {
     s.max_window = std::max(s.max_window, win);
   }
   for (std::size_t i = 0; i + 1 < units.size(); ++i)
-    s.max_grad = std::max(s.max_grad, unit_numel(i) * kFp32 + unit_numel(i + 1) * kBf16);
-  s.max_grad = std::max(s.max_grad, unit_numel(units.size() - 1) * kFp32);
+    s.max_grad = std::max(s.max_grad, unit_numel(i) * kFp32Bytes + unit_numel(i + 1) * kBf16Bytes);
+  s.max_grad = std::max(s.max_grad, unit_numel(units.size() - 1) * kFp32Bytes);
   s.pc = p.policy_counts(L);
   return s;
 }
@@ -225,43 +224,43 @@ void add_baseline_buffers(MemoryEstimate& m, System system, const Plan& p, const
     case System::kSlideDP:
       break;  // the memory account
     case System::kMegaTrain:
-      gpu(fmt::format("parameter slots ({} deep, bf16)", p.gpu_buffer_depth), s.max_window * kBf16);
-      if (p.param_route == ParamRoute::kSharded && N > 1) gpu("all-gather shard staging", max_unit * kBf16 / N);
+      gpu(fmt::format("parameter slots ({} deep, bf16)", p.gpu_buffer_depth), s.max_window * kBf16Bytes);
+      if (p.param_route == ParamRoute::kSharded && N > 1) gpu("all-gather shard staging", max_unit * kBf16Bytes / N);
       gpu("gradient buffers (fp32 unit + bf16 draining)", s.max_grad);
-      if (p.grad_route == GradRoute::kGpu && N > 1) gpu("reduce-scatter buffers (bf16)", max_unit * kBf16 * (1.0 + 1.0 / N));
+      if (p.grad_route == GradRoute::kGpu && N > 1) gpu("reduce-scatter buffers (bf16)", max_unit * kBf16Bytes * (1.0 + 1.0 / N));
       break;
     case System::kSlideFormerDP:
       // Slots sized by the largest unit, each holding bf16 params and bf16 grads (its gradients go to
       // the host in bf16 straight from the slot).
-      gpu("unit slots sized by the largest unit (bf16 params + grads)", s.D * max_unit * 2.0 * kBf16);
+      gpu("unit slots sized by the largest unit (bf16 params + grads)", s.D * max_unit * 2.0 * kBf16Bytes);
       break;
     case System::kZeroOffload:
       // With the optimizer on the CPU the reduced gradients leave for the host bucket by bucket: the GPU
       // holds the bucket being reduced (DeepSpeed's reduce_bucket_size, 5e8 elements by default), not
       // the partition; the ZeRO-Offload paper trains 13B on one 32 GB V100, whose 26 GB of fp16
       // parameters would leave no room for a 26 GB gradient partition.
-      gpu("resident bf16 parameters", P * kBf16);
-      gpu("gradient bucket being reduced and offloaded (bf16)", std::min(P / N, 5e8) * kBf16);
-      gpu("gradient of the unit in backward (fp32)", max_unit * kFp32);
+      gpu("resident bf16 parameters", P * kBf16Bytes);
+      gpu("gradient bucket being reduced and offloaded (bf16)", std::min(P / N, 5e8) * kBf16Bytes);
+      gpu("gradient of the unit in backward (fp32)", max_unit * kFp32Bytes);
       // With accumulation the fp16 sum comes back into a buffer of the largest parameter's size
       // (stage2.py v0.3.0 L342-344); a unit bounds it.
-      if (p.accum_steps > 1) gpu("fp16 gradient sum copied back in (largest unit)", max_unit * kBf16);
+      if (p.accum_steps > 1) gpu("fp16 gradient sum copied back in (largest unit)", max_unit * kBf16Bytes);
       break;
     case System::kFsdp2:
       gpu("sharded fp32 params + grads + AdamW m, v", P * 16.0 / N);
-      gpu("unsharded bf16 units (prefetch 2)", 2.0 * max_unit * kBf16);
-      gpu("unsharded unit gradient (fp32)", max_unit * kFp32);
+      gpu("unsharded bf16 units (prefetch 2)", 2.0 * max_unit * kBf16Bytes);
+      gpu("unsharded unit gradient (fp32)", max_unit * kFp32Bytes);
       break;
     case System::kZero3Offload:
       // Parameters live on the host: the layer gathered now and the one prefetched, the layer's
       // gradient and its reduce-scatter bucket.
-      gpu("gathered bf16 parameters (unit + prefetch)", 2.0 * max_unit * kBf16);
-      gpu("gradient of the unit in backward (bf16) + reduce-scatter bucket", 2.0 * max_unit * kBf16);
+      gpu("gathered bf16 parameters (unit + prefetch)", 2.0 * max_unit * kBf16Bytes);
+      gpu("gradient of the unit in backward (bf16) + reduce-scatter bucket", 2.0 * max_unit * kBf16Bytes);
       break;
     case System::kFsdpOffload:
-      gpu("fp32 shard copied from the host (unit + prefetch)", 2.0 * max_unit * kFp32 / N);
-      gpu("unsharded bf16 units (prefetch 2)", 2.0 * max_unit * kBf16);
-      gpu("unsharded unit gradient (fp32)", max_unit * kFp32);
+      gpu("fp32 shard copied from the host (unit + prefetch)", 2.0 * max_unit * kFp32Bytes / N);
+      gpu("unsharded bf16 units (prefetch 2)", 2.0 * max_unit * kBf16Bytes);
+      gpu("unsharded unit gradient (fp32)", max_unit * kFp32Bytes);
       break;
   }
 }
@@ -287,7 +286,7 @@ void add_baseline_activations(MemoryEstimate& m, const Workload& w, System syste
   const double layer_ws = (s.act_max.saved_keep + s.act_max.transient) * tokens;
   const double head_ws =
       head_loss_chunk_bytes(card, std::min<int64_t>(p.loss_chunk_tokens, static_cast<int64_t>(tokens))) +
-      card.hidden_size * (kBf16 + kFp32) * 2.0 * tokens;
+      card.hidden_size * (kBf16Bytes + kFp32Bytes) * 2.0 * tokens;
   gpu("activations: keep layers", s.pc.keep * s.act.saved_keep * tokens);
   gpu("activations: recompute layers (unit inputs)", act_recompute);
   gpu("activations: offload prefetch buffers", s.pc.offload > 0 ? 2.0 * s.act.unit_input * tokens : 0.0);
@@ -309,37 +308,37 @@ void add_baseline_host(MemoryEstimate& m, System system, const Plan& p, const Ba
     case System::kFsdp2:
       break;
     case System::kSlideFormerDP:
-      host("fp32 master weights (/dev/shm)", P * kFp32, false);
-      host("fp32 Adam moments (rank 0)", P * 2.0 * kFp32, false);
-      host("pinned bf16 staging per rank (largest unit)", N * max_unit * kBf16, true);
-      host("pinned bf16 gradient rows per rank (largest unit)", N * max_unit * kBf16, true);
+      host("fp32 master weights (/dev/shm)", P * kFp32Bytes, false);
+      host("fp32 Adam moments (rank 0)", P * 2.0 * kFp32Bytes, false);
+      host("pinned bf16 staging per rank (largest unit)", N * max_unit * kBf16Bytes, true);
+      host("pinned bf16 gradient rows per rank (largest unit)", N * max_unit * kBf16Bytes, true);
       host("offloaded activations", N * s.pc.offload * s.act.unit_input * s.tokens, true);
       break;
     case System::kZeroOffload:
-      host("fp32 master weights", P * kFp32, false);
-      host("fp32 Adam moments", P * 2.0 * kFp32, false);
-      host("fp32 gradients", P * kFp32, true);
-      host("bf16 parameter upload buffer", P * kBf16, true);
+      host("fp32 master weights", P * kFp32Bytes, false);
+      host("fp32 Adam moments", P * 2.0 * kFp32Bytes, false);
+      host("fp32 gradients", P * kFp32Bytes, true);
+      host("bf16 parameter upload buffer", P * kBf16Bytes, true);
       // async_accumulate_grad_in_cpu_via_gpu's pinned fp16 sum of each rank's partition (L811-814).
-      if (p.accum_steps > 1) host("fp16 gradient sum between micro-steps", P * kBf16, true);
+      if (p.accum_steps > 1) host("fp16 gradient sum between micro-steps", P * kBf16Bytes, true);
       break;
     case System::kMegaTrain:
-      host("fp32 master weights", P * kFp32, false);
-      host("fp32 Adam moments", P * 2.0 * kFp32, false);
-      host("shared flat bf16 weights (registered)", P * kBf16, true);
-      host("fp32 gradient accumulator (shared, locked)", P * kFp32, false);
-      host("pinned gradient slabs", N * 2.0 * max_unit * kBf16, true);
+      host("fp32 master weights", P * kFp32Bytes, false);
+      host("fp32 Adam moments", P * 2.0 * kFp32Bytes, false);
+      host("shared flat bf16 weights (registered)", P * kBf16Bytes, true);
+      host("fp32 gradient accumulator (shared, locked)", P * kFp32Bytes, false);
+      host("pinned gradient slabs", N * 2.0 * max_unit * kBf16Bytes, true);
       break;
     case System::kZero3Offload:
-      host("fp32 master weights", P * kFp32, false);
-      host("fp32 Adam moments", P * 2.0 * kFp32, false);
-      host("bf16 parameter partitions", P * kBf16, true);
-      host("fp32 gradient partitions", P * kFp32, true);
+      host("fp32 master weights", P * kFp32Bytes, false);
+      host("fp32 Adam moments", P * 2.0 * kFp32Bytes, false);
+      host("bf16 parameter partitions", P * kBf16Bytes, true);
+      host("fp32 gradient partitions", P * kFp32Bytes, true);
       break;
     case System::kFsdpOffload:
-      host("fp32 parameter shards (the master)", P * kFp32, true);
-      host("fp32 AdamW moments", P * 2.0 * kFp32, false);
-      host("fp32 gradient shards", P * kFp32, true);
+      host("fp32 parameter shards (the master)", P * kFp32Bytes, true);
+      host("fp32 AdamW moments", P * 2.0 * kFp32Bytes, false);
+      host("fp32 gradient shards", P * kFp32Bytes, true);
       break;
   }
 }

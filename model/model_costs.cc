@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "common/units.h"
+
 namespace slidedp {
 
 const char* activation_policy_name(ActivationPolicy p) {
@@ -142,22 +144,22 @@ namespace {
 LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, const LayerShape& s,
                                                         int64_t mlp_token_tile) {
   const double C = static_cast<double>(c.hidden_size);
-  constexpr double kBf16 = 2.0, kFp32 = 4.0, kChunk = 64;
+  constexpr double kChunk = 64;
   LayerActivationBytes a;
-  a.unit_input = C * kBf16;
+  a.unit_input = C * kBf16Bytes;
   double elems = 2.0 * C, fp32 = 0, transient = 0;
   if (s.linear()) {
     const double conv = static_cast<double>(s.linear_conv_dim()), vd = static_cast<double>(s.linear_value_dim());
     const double kd = static_cast<double>(s.linear_key_dim()), nv = static_cast<double>(s.linear_v_heads);
     elems += 2.0 * conv + vd + 2.0 * kd + 2.0 * vd;
     fp32 += 2.0 * nv;
-    transient += nv * static_cast<double>(s.linear_k_dim) * static_cast<double>(s.linear_v_dim) * kFp32 / kChunk +
-                 conv * kFp32;
+    transient += nv * static_cast<double>(s.linear_k_dim) * static_cast<double>(s.linear_v_dim) * kFp32Bytes / kChunk +
+                 conv * kFp32Bytes;
   } else {
     const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
     elems += 2.0 * q + kv + kv + q + kv + 2.0 * q;
     fp32 += static_cast<double>(s.num_heads);
-    transient += (2.0 * q + 2.0 * kv) * kFp32;
+    transient += (2.0 * q + 2.0 * kv) * kFp32Bytes;
   }
   const bool tiled = mlp_token_tile > 0 && !s.moe();
   elems += tiled ? C : 2.0 * C;
@@ -165,12 +167,12 @@ LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, cons
     const double k = static_cast<double>(s.experts_per_token), Ie = static_cast<double>(s.expert_intermediate_size);
     const double Is = static_cast<double>(s.shared_expert_intermediate_size);
     elems += static_cast<double>(s.num_experts) + k * 3.0 * Ie + 3.0 * Is + 1.0 + 2.0 * C;
-    transient += (k * 2.0 * Ie + 2.0 * Is) * kFp32;
+    transient += (k * 2.0 * Ie + 2.0 * Is) * kFp32Bytes;
   } else if (!tiled) {
     elems += 3.0 * static_cast<double>(s.intermediate_size);
-    transient += 2.0 * static_cast<double>(s.intermediate_size) * kFp32;
+    transient += 2.0 * static_cast<double>(s.intermediate_size) * kFp32Bytes;
   }
-  a.saved_keep = elems * kBf16 + fp32 * kFp32;
+  a.saved_keep = elems * kBf16Bytes + fp32 * kFp32Bytes;
   a.transient = transient;
   return a;
 }
@@ -182,9 +184,8 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int 
   if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s, mlp_token_tile);
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
-  constexpr double kBf16 = 2.0, kFp32 = 4.0;
   LayerActivationBytes a;
-  a.unit_input = C * kBf16;
+  a.unit_input = C * kBf16Bytes;
   // Saved for backward under `keep`: layer input, normed input, q/k/v after RoPE (and pre-norm q/k
   // for Qwen3), attention output, per-head softmax log-sum-exp (fp32), residual after attention,
   // normed residual, gate and up projections, and the SwiGLU product that feeds down_proj.
@@ -205,12 +206,12 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int 
                static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size) +
                C + C;
   }
-  a.saved_keep = elems * kBf16 + static_cast<double>(s.num_heads) * kFp32;
+  a.saved_keep = elems * kBf16Bytes + static_cast<double>(s.num_heads) * kFp32Bytes;
   // Peak transient of backward: gradients flowing through the widest tensors (gate/up grads in fp32
   // before the down-projection backward; per tile when tiled) plus the recomputed activations.
-  a.transient = (tiled ? 0.0 : 2.0 * I * kFp32) + (q + 2.0 * kv) * kFp32;
+  a.transient = (tiled ? 0.0 : 2.0 * I * kFp32Bytes) + (q + 2.0 * kv) * kFp32Bytes;
   if (s.moe())
-    a.transient += static_cast<double>(s.experts_per_token) * 2.0 * static_cast<double>(s.expert_intermediate_size) * kFp32;
+    a.transient += static_cast<double>(s.experts_per_token) * 2.0 * static_cast<double>(s.expert_intermediate_size) * kFp32Bytes;
   return a;
 }
 
@@ -222,9 +223,8 @@ LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   const double H = static_cast<double>(s.num_heads), KV = static_cast<double>(s.num_kv_heads);
-  constexpr double kBf16 = 2.0, kFp32 = 4.0;
   LayerActivationBytes a;
-  a.unit_input = C * kBf16;
+  a.unit_input = C * kBf16Bytes;
   double elems = 4.0 * C + 2.0 * q + 2.0 * kv + 3.0 * I;  // x, h1, h, h2; q, att; k, v; gate, up, product
   double rows = 2.0;                                       // 1/rms of the two layer norms
   if (c.qk_norm || c.gemma4()) elems += q + kv, rows += H + KV;  // q and k before their norms; per-head 1/rms
@@ -237,8 +237,8 @@ LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c
                static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size),
           rows += 3.0;
   }
-  a.saved_keep = elems * kBf16 + (H + rows) * kFp32;      // + log-sum-exp per head
-  a.transient = (I + 2.0 * C) * kBf16;
+  a.saved_keep = elems * kBf16Bytes + (H + rows) * kFp32Bytes;      // + log-sum-exp per head
+  a.transient = (I + 2.0 * C) * kBf16Bytes;
   return a;
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "common/units.h"
 #include "model/copy_bytes.h"
 #include "model/expert_routing.h"
 #include "model/model_costs.h"
@@ -17,8 +18,6 @@
 namespace slidedp {
 namespace {
 
-constexpr double kBf16 = 2.0;
-constexpr double kFp32 = 4.0;
 
 // Parameters of decoder layer `layer` that expert-aware delivery leaves on the host for a micro-batch
 // of `tokens` tokens: the experts no token is expected to route to (0 when off or dense).
@@ -74,8 +73,8 @@ SystemTraits system_traits(System system) {
       t.upload_after_update = true;
       // The last micro-step's partition leaves as fp32 (stage2.py v0.3.0 L869-881, `.float()` before
       // the copy); earlier ones leave as the fp16 accumulator (accumulate_on_gpu).
-      t.grad_shard_bytes = kFp32;
-      t.grad_bytes = kFp32;
+      t.grad_shard_bytes = kFp32Bytes;
+      t.grad_bytes = kFp32Bytes;
       t.accumulate_on_gpu = true;
       t.cpu_optimizer = CpuOptimizer::kDeepSpeed;
       t.update_on_all_cores = true;
@@ -203,8 +202,8 @@ UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitK
   switch (kind) {
     case UnitKind::kEmbedding:
       // Gather (read + write a bf16 row per token); backward zeroes and scatter-adds an fp32 grad.
-      elementwise_fwd = tokens * C * kBf16 * 2.0 / hbm;
-      elementwise_bwd = (static_cast<double>(w.model.embedding_params()) * kFp32 + tokens * C * kFp32 * 2.0) / hbm;
+      elementwise_fwd = tokens * C * kBf16Bytes * 2.0 / hbm;
+      elementwise_bwd = (static_cast<double>(w.model.embedding_params()) * kFp32Bytes + tokens * C * kFp32Bytes * 2.0) / hbm;
       break;
     case UnitKind::kDecoder: {
       // Norms, RoPE, SwiGLU, residuals: each saved activation is written once and read about once.
@@ -225,7 +224,7 @@ UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitK
       break;
     }
     case UnitKind::kHead:
-      elementwise_fwd = tokens * static_cast<double>(w.model.vocab_size) * kFp32 * 2.0 / hbm;
+      elementwise_fwd = tokens * static_cast<double>(w.model.vocab_size) * kFp32Bytes * 2.0 / hbm;
       break;
   }
   const double overhead = hw.gpu.kernel_overhead_s;
@@ -460,7 +459,7 @@ UnitWork StepWorkBuilder::unit(const UnitLayout& ul) const {
   if (M_ > 1) set_work_across_nodes(ul, u);
   if (u.policy == ActivationPolicy::kOffload)
     // The layer input's elements (unit_input is counted in bf16), weighed as the copy is paced.
-    u.act_offload_bytes = decoder_activation_bytes_per_token(w_.model, ul.layer).unit_input / kBf16 *
+    u.act_offload_bytes = decoder_activation_bytes_per_token(w_.model, ul.layer).unit_input / kBf16Bytes *
                           target_bytes_per_element(sw_.traits, CopyKind::kActivation) *
                           static_cast<double>(sw_.tokens_per_rank_micro);
   return u;
@@ -468,8 +467,8 @@ UnitWork StepWorkBuilder::unit(const UnitLayout& ul) const {
 
 void StepWorkBuilder::set_delivery(const UnitLayout& ul, double moved, UnitWork& u) const {
   const double n = static_cast<double>(u.numel);
-  const double bytes = moved * kBf16;
-  const double fetch = target_bytes_per_element(sw_.traits, CopyKind::kParams) / kBf16;
+  const double bytes = moved * kBf16Bytes;
+  const double fetch = target_bytes_per_element(sw_.traits, CopyKind::kParams) / kBf16Bytes;
   const Delivery d = deliver(bytes, fetch);
   u.deliver_h2d_bytes = d.h2d;
   u.deliver_allgather_bytes = d.allgather;
@@ -478,16 +477,16 @@ void StepWorkBuilder::set_delivery(const UnitLayout& ul, double moved, UnitWork&
   if (sw_.traits.convert_on_load) {
     // SlideFormer converts the fp32 master to bf16 into pinned staging on each rank's CPU thread:
     // read 4 B, write 2 B per parameter, then the DMA reads the 2 B.
-    u.deliver_convert_thread_s = n * kFp32 / sw_.cap.convert_Bps_per_thread;
-    u.deliver_host_mem_bytes += n * (kFp32 + kBf16);
+    u.deliver_convert_thread_s = n * kFp32Bytes / sw_.cap.convert_Bps_per_thread;
+    u.deliver_host_mem_bytes += n * (kFp32Bytes + kBf16Bytes);
   }
   if (!ul.reads_tied_embedding) return;
-  const double emb_bytes = tied_numel(ul) * kBf16;
+  const double emb_bytes = tied_numel(ul) * kBf16Bytes;
   const Delivery e = deliver(emb_bytes, fetch);
   u.tied_h2d_bytes = e.h2d;
   u.tied_allgather_bytes = e.allgather;
   u.tied_host_mem_bytes = e.host_mem;
-  if (sw_.traits.convert_on_load) u.tied_host_mem_bytes += emb_bytes / kBf16 * (kFp32 + kBf16);
+  if (sw_.traits.convert_on_load) u.tied_host_mem_bytes += emb_bytes / kBf16Bytes * (kFp32Bytes + kBf16Bytes);
 }
 
 // The gpu route's reduce-scatter within a node exchanges the bf16 gradient's shards: (N-1)/N of it
@@ -503,11 +502,11 @@ void StepWorkBuilder::set_gradients(const UnitLayout& ul, double moved, UnitWork
   const double ring = (W - 1.0) / W;
   auto rs_port_bytes = [&](double elems) {
     if (N <= 1) return 0.0;
-    return W > N ? elems * kFp32 * ring : elems * kBf16 * fanin_;
+    return W > N ? elems * kFp32Bytes * ring : elems * kBf16Bytes * fanin_;
   };
-  auto rs_nic_bytes = [&](double elems) { return W > N ? elems * kFp32 * ring : 0.0; };
+  auto rs_nic_bytes = [&](double elems) { return W > N ? elems * kFp32Bytes * ring : 0.0; };
   if (traits.gpu_sharded_state) {
-    u.grad_reduce_scatter_bytes = N > 1 ? moved * kBf16 * fanin_ : 0;
+    u.grad_reduce_scatter_bytes = N > 1 ? moved * kBf16Bytes * fanin_ : 0;
   } else if (gpu_reduce) {
     u.grad_reduce_scatter_bytes = rs_port_bytes(moved);
     u.grad_nic_bytes = rs_nic_bytes(moved);
@@ -528,7 +527,7 @@ void StepWorkBuilder::set_gradients(const UnitLayout& ul, double moved, UnitWork
     const double elems = (moved + tied_numel(ul)) / W;
     u.accum_in_h2d_bytes = elems * target_bytes_per_element(traits, CopyKind::kGradAccum);
     u.accum_out_d2h_bytes = u.accum_in_h2d_bytes;
-    u.accum_add_gpu_s = elems * 3.0 * kBf16 / sw_.cap.gpu_hbm_Bps;
+    u.accum_add_gpu_s = elems * 3.0 * kBf16Bytes / sw_.cap.gpu_hbm_Bps;
   }
 }
 
@@ -542,31 +541,31 @@ void StepWorkBuilder::set_host_work(const UnitLayout& ul, UnitWork& u) const {
   } else if (traits.update_after_backward) {
     // Grads are accumulated on the host each micro-step; the update happens after backward.
     u.cpu_accum_thread_s = n * in_bytes / r;
-    u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
+    u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32Bytes);
     u.cpu_last_thread_s = u.cpu_accum_thread_s;
     u.cpu_last_host_mem_bytes = u.cpu_accum_host_mem_bytes;
     if (traits.update_in_layer_order) {
       // SlideDP sums the norm's squares as each block of the last micro-step's sum completes
       // (executor/grad_norm_blocks.h): the accumulator read once more.
-      u.cpu_last_thread_s += n * kFp32 / r;
-      u.cpu_last_host_mem_bytes += n * kFp32;
+      u.cpu_last_thread_s += n * kFp32Bytes / r;
+      u.cpu_last_host_mem_bytes += n * kFp32Bytes;
     }
   } else {
     // Fused reduce + AdamW on the last micro-step: the input bytes beyond AdamW's own bf16 gradient are read
     // in the same pass; with accumulation the fp32 accumulator is read too.
-    u.cpu_last_thread_s = n / a + n * (in_bytes - kBf16) / r + (A_ > 1 ? n * kFp32 / r : 0.0);
+    u.cpu_last_thread_s = n / a + n * (in_bytes - kBf16Bytes) / r + (A_ > 1 ? n * kFp32Bytes / r : 0.0);
     u.cpu_last_host_mem_bytes =
-        n * (traits.adamw_host_bytes_per_param + in_bytes - kBf16 + (A_ > 1 ? kFp32 : 0.0));
+        n * (traits.adamw_host_bytes_per_param + in_bytes - kBf16Bytes + (A_ > 1 ? kFp32Bytes : 0.0));
     // Earlier micro-steps add their reduced gradient into the fp32 accumulator.
     u.cpu_accum_thread_s = n * in_bytes / r;
-    u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32);
+    u.cpu_accum_host_mem_bytes = n * (in_bytes + 2.0 * kFp32Bytes);
   }
   if (ul.reads_tied_embedding) {
     // The head's contribution to the tied embedding gradient is accumulated on the host until the
     // embedding's own gradient arrives at the end of backward.
     const double e = tied_numel(ul);
     const double work = e * in_bytes / r;
-    const double hm = e * (in_bytes + 2.0 * kFp32);
+    const double hm = e * (in_bytes + 2.0 * kFp32Bytes);
     u.cpu_last_thread_s += work;
     u.cpu_accum_thread_s += work;
     u.cpu_last_host_mem_bytes += hm;
@@ -586,7 +585,7 @@ void StepWorkBuilder::set_work_across_nodes(const UnitLayout& ul, UnitWork& u) c
                       &u.cpu_accum_host_mem_bytes})
       *v /= M;
     // (Verify mode: the update, and so the gather, follow the backward: post_gather_nic_bytes.)
-    u.nic_gather_bytes = sw_.traits.update_after_backward ? 0.0 : (M - 1.0) / M * n * kBf16;
+    u.nic_gather_bytes = sw_.traits.update_after_backward ? 0.0 : (M - 1.0) / M * n * kBf16Bytes;
     u.nic_messages = 2.0 * (M - 1);
     return;
   }
@@ -603,26 +602,26 @@ void StepWorkBuilder::set_work_across_nodes(const UnitLayout& ul, UnitWork& u) c
   const double owned = sharded ? n / M : n;
   const double tied_e = tied_numel(ul);
   u.cpu_last_thread_s = n * in_bytes / r + tied_e * in_bytes / r;
-  u.cpu_last_host_mem_bytes = n * (in_bytes + kFp32) + tied_e * (in_bytes + 2.0 * kFp32);
+  u.cpu_last_host_mem_bytes = n * (in_bytes + kFp32Bytes) + tied_e * (in_bytes + 2.0 * kFp32Bytes);
   u.cpu_accum_thread_s = u.cpu_last_thread_s;
   u.cpu_accum_host_mem_bytes = u.cpu_last_host_mem_bytes;
   const bool verify = sw_.traits.update_after_backward;
-  u.nic_exchange_bytes = (sharded ? 1.0 : 2.0) * frac * n * kFp32;
-  u.nic_gather_bytes = sharded && !verify ? frac * n * kBf16 : 0.0;
+  u.nic_exchange_bytes = (sharded ? 1.0 : 2.0) * frac * n * kFp32Bytes;
+  u.nic_gather_bytes = sharded && !verify ? frac * n * kBf16Bytes : 0.0;
   u.nic_messages = 2.0 * (M - 1);  // ring steps: the all-reduce's two phases, or reduce-scatter + all-gather
   u.nic_host_mem_bytes = 2.0 * u.nic_exchange_bytes;
   const double combine = frac * n;  // fp32 partial sums added on arrival
   // Adding the sum into the accumulator: read both, write one.
-  u.cpu_accum_after_exchange_thread_s = combine * kFp32 / r + owned * kFp32 / r;
-  u.cpu_accum_after_exchange_host_mem_bytes = combine * 3.0 * kFp32 + owned * 3.0 * kFp32;
+  u.cpu_accum_after_exchange_thread_s = combine * kFp32Bytes / r + owned * kFp32Bytes / r;
+  u.cpu_accum_after_exchange_host_mem_bytes = combine * 3.0 * kFp32Bytes + owned * 3.0 * kFp32Bytes;
   if (verify) {
     u.cpu_after_exchange_thread_s = u.cpu_accum_after_exchange_thread_s;
     u.cpu_after_exchange_host_mem_bytes = u.cpu_accum_after_exchange_host_mem_bytes;
   } else {
-    u.cpu_after_exchange_thread_s = combine * kFp32 / r + owned / a + (A_ > 1 ? owned * kFp32 / r : 0.0);
+    u.cpu_after_exchange_thread_s = combine * kFp32Bytes / r + owned / a + (A_ > 1 ? owned * kFp32Bytes / r : 0.0);
     u.cpu_after_exchange_host_mem_bytes =
-        combine * 3.0 * kFp32 +
-        owned * (sw_.traits.adamw_host_bytes_per_param + kFp32 - kBf16 + (A_ > 1 ? kFp32 : 0.0));
+        combine * 3.0 * kFp32Bytes +
+        owned * (sw_.traits.adamw_host_bytes_per_param + kFp32Bytes - kBf16Bytes + (A_ > 1 ? kFp32Bytes : 0.0));
   }
 }
 
@@ -648,12 +647,12 @@ void StepWorkBuilder::set_after_backward() {
     // SlideDP's update reads the fp32 accumulator (4 bytes) where the fused kernel's count has a bf16
     // gradient (2); its norm was summed during the backward. The baselines keep their charge: the
     // fused count plus 4 bytes of gradient.
-    const double grad_read = traits.update_in_layer_order ? kFp32 - kBf16 : kFp32;
+    const double grad_read = traits.update_in_layer_order ? kFp32Bytes - kBf16Bytes : kFp32Bytes;
     sw_.post_update_host_mem_bytes = owned * (traits.adamw_host_bytes_per_param + grad_read);
-    if (sharded_nodes) sw_.post_gather_nic_bytes = (M - 1.0) / M * P * kBf16;
+    if (sharded_nodes) sw_.post_gather_nic_bytes = (M - 1.0) / M * P * kBf16Bytes;
     if (traits.upload_after_update) {
-      sw_.post_upload_h2d_bytes = P * kBf16 / N;
-      sw_.post_allgather_bytes = N > 1 ? P * kBf16 * fanin_ : 0.0;
+      sw_.post_upload_h2d_bytes = P * kBf16Bytes / N;
+      sw_.post_allgather_bytes = N > 1 ? P * kBf16Bytes * fanin_ : 0.0;
     }
   }
   if (traits.gpu_optimizer) {

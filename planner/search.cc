@@ -17,6 +17,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "common/seconds_since.h"
 #include "common/units.h"
 #include "model/memory_model.h"
 #include "model/simulator.h"
@@ -30,10 +31,6 @@ namespace {
 // the exact value by a few ulps; a node is cut only when its bound is above the threshold by more.
 constexpr double kRoundingSlack = 1e-9;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 // A scored candidate, light enough to keep thousands of.
 struct Scored {

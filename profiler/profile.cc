@@ -31,7 +31,7 @@
 namespace slidedp::profiler {
 namespace {
 
-constexpr int64_t MiB = 1024 * 1024;
+constexpr int64_t kMiB = 1024 * 1024;
 
 double load_average_1m() {
   std::ifstream in("/proc/loadavg");
@@ -42,7 +42,7 @@ double load_average_1m() {
 
 // Single-thread memcpy GB/s over 2 x LLC: the yardstick of the duration estimate (not recorded).
 double calibrate_copy_gbps(int64_t llc) {
-  const int64_t bytes = std::max(8 * MiB, 2 * llc);
+  const int64_t bytes = std::max(8 * kMiB, 2 * llc);
   HostArray a(bytes, 1), b(bytes, 2);
   double best = 0;
   for (int i = 0; i < 3; ++i) {

@@ -14,6 +14,7 @@
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/provenance.h"
+#include "common/seconds_since.h"
 #include "common/table.h"
 #include "common/units.h"
 #include "executor/target_pacing.h"
@@ -65,10 +66,6 @@ MeasuredPoint measure(const SweepSpec& spec, const SweepRow& row, const Measured
   m.paced_ops = r.paced_ops;
   m.paced_overruns = r.paced_overruns;
   return m;
-}
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 }  // namespace

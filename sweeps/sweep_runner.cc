@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "common/error.h"
+#include "common/seconds_since.h"
 #include "model/simulator.h"
 #include "model/step_model.h"
 #include "model/step_work.h"
@@ -21,10 +22,6 @@
 
 namespace slidedp {
 namespace {
-
-double seconds_since(std::chrono::steady_clock::time_point t0) {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
 
 std::string join_lines(const std::vector<std::string>& v) { return fmt::format("{}", fmt::join(v, "; ")); }
 

@@ -23,6 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 using testing::bitwise_equal;
+using testing::error_of;
 using testing::random_units;
 using testing::TempDir;
 using testing::tiny_card;
@@ -37,16 +38,6 @@ void write_model_dir(const std::string& dir, const std::string& config,
   SafetensorsWriteOptions opt;
   opt.dtype = dtype;
   write_safetensors(dir + "/model.safetensors", tensors, opt);
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(HfModel, RoundTripSingleFileIsBitwise) {

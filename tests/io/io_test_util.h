@@ -17,11 +17,23 @@
 #include <vector>
 
 #include "common/bf16.h"
+#include "common/error.h"
 #include "io/unit_tensors.h"
 #include "card/model_card.h"
 #include "card/unit_layout.h"
 
 namespace slidedp::testing {
+
+// The message of the SlideDP error f() throws, or "(no error)".
+template <typename F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 class TempDir {
  public:

@@ -19,6 +19,7 @@
 namespace slidedp {
 namespace {
 
+using testing::error_of;
 using testing::TempDir;
 
 // A .npy file as NumPy writes it: magic, version, header length, the dict padded so the data starts
@@ -47,16 +48,6 @@ std::string npy(const std::string& descr, const std::vector<T>& values, const st
 
 std::span<const uint8_t> bytes_of(const std::string& s) {
   return {reinterpret_cast<const uint8_t*>(s.data()), s.size()};
-}
-
-template <typename F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 
 TEST(TokenImport, JsonLinesOfListsAndObjectsWithMasks) {

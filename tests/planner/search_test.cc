@@ -17,7 +17,7 @@
 namespace slidedp::planner {
 namespace {
 
-struct Case {
+struct SearchCase {
   std::string name;
   std::string model;
   std::string hardware;
@@ -27,19 +27,19 @@ struct Case {
   bool no_fabric = false;
 };
 
-void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+void PrintTo(const SearchCase& c, std::ostream* os) { *os << c.name; }
 
-std::vector<Case> cases() {
-  std::vector<Case> out;
+std::vector<SearchCase> cases() {
+  std::vector<SearchCase> out;
   {
-    Case c{"tiny_cpudev_matched", "slidedp-tiny", "cpu-dev", 128, {}, 3};
+    SearchCase c{"tiny_cpudev_matched", "slidedp-tiny", "cpu-dev", 128, {}, 3};
     c.spec.ranks = 2;
     c.spec.global_batch_tokens = 2 * 128 * 4;
     out.push_back(c);
   }
   {
     // Memory binds: a 12 GiB budget for a 1B model at 8k tokens per rank.
-    Case c{"llama1b_h100x4_tight", "llama-3.2-1b", "h100-sxm-x4", 2048, {}, 4};
+    SearchCase c{"llama1b_h100x4_tight", "llama-3.2-1b", "h100-sxm-x4", 2048, {}, 4};
     c.spec.ranks = 4;
     c.spec.global_batch_tokens = 4 * 2048 * 4;
     c.spec.gpu_mem_budget_bytes = int64_t{12} << 30;
@@ -49,7 +49,7 @@ std::vector<Case> cases() {
     out.push_back(c);
   }
   {
-    Case c{"qwen7b_rtx4090_throughput", "qwen2.5-7b", "rtx4090-x4", 4096, {}, 3};
+    SearchCase c{"qwen7b_rtx4090_throughput", "qwen2.5-7b", "rtx4090-x4", 4096, {}, 3};
     c.spec.ranks = 4;
     c.spec.objective = Objective::kMaxThroughput;
     c.spec.max_global_batch_tokens = 4 * 4096 * 8;
@@ -60,7 +60,7 @@ std::vector<Case> cases() {
     out.push_back(c);
   }
   {
-    Case c{"llama3b_a800_time_to_tokens", "llama-3.2-3b", "a800-x4", 1024, {}, 2};
+    SearchCase c{"llama3b_a800_time_to_tokens", "llama-3.2-3b", "a800-x4", 1024, {}, 2};
     c.spec.ranks = 3;
     c.spec.objective = Objective::kMinTimeToTokens;
     c.spec.token_budget_tokens = 100'000'000;
@@ -73,7 +73,7 @@ std::vector<Case> cases() {
   }
   {
     // The default grids of a 16-layer model (every offload/keep count), threads and chunks narrowed.
-    Case c{"llama1b_h100x4_default_grid", "llama-3.2-1b", "h100-sxm-x4", 4096, {}, 5};
+    SearchCase c{"llama1b_h100x4_default_grid", "llama-3.2-1b", "h100-sxm-x4", 4096, {}, 5};
     c.spec.ranks = 4;
     c.spec.global_batch_tokens = 4 * 4096 * 4;
     c.spec.update_threads = {0};
@@ -82,7 +82,7 @@ std::vector<Case> cases() {
   }
   {
     // Two nodes with a sharded host state: the exchange between nodes in every bound.
-    Case c{"qwen7b_h100x8_two_nodes_sharded", "qwen2.5-7b", "h100-sxm-x8", 2048, {}, 3};
+    SearchCase c{"qwen7b_h100x8_two_nodes_sharded", "qwen2.5-7b", "h100-sxm-x8", 2048, {}, 3};
     c.spec.nodes = 2;
     c.spec.host_states = {HostState::kSharded};
     c.spec.ranks = 8;
@@ -93,7 +93,7 @@ std::vector<Case> cases() {
     out.push_back(c);
   }
   {
-    Case c{"tiny_no_fabric", "slidedp-tiny", "h100-sxm-x4", 256, {}, 1, true};
+    SearchCase c{"tiny_no_fabric", "slidedp-tiny", "h100-sxm-x4", 256, {}, 1, true};
     c.spec.ranks = 4;
     c.spec.global_batch_tokens = 4 * 256 * 2;
     out.push_back(c);
@@ -101,7 +101,7 @@ std::vector<Case> cases() {
   return out;
 }
 
-Hardware case_hardware(const Case& c) {
+Hardware case_hardware(const SearchCase& c) {
   Hardware hw = hardware_preset(c.hardware);
   if (c.no_fabric) hw.fabric.kind = "none";
   return hw;
@@ -113,12 +113,12 @@ void expect_accounted(const SearchStats& s) {
   EXPECT_EQ(s.relaxation_violations, 0);
 }
 
-class SearchVsExhaustive : public ::testing::TestWithParam<Case> {};
+class SearchVsExhaustive : public ::testing::TestWithParam<SearchCase> {};
 
 TEST_P(SearchVsExhaustive, SameTopKAndEveryCandidateAccounted) {
   for (bool distinct : {true, false}) {
     SCOPED_TRACE(distinct ? "distinct families" : "all variants");
-    const Case c = GetParam();
+    const SearchCase c = GetParam();
     const Workload w = make_workload(model_preset(c.model), c.seq);
     const Hardware hw = case_hardware(c);
     SearchOptions o;
@@ -165,7 +165,7 @@ TEST_P(SearchVsExhaustive, SameTopKAndEveryCandidateAccounted) {
 }
 
 TEST_P(SearchVsExhaustive, ChosenPlansRespectEveryBudget) {
-  const Case c = GetParam();
+  const SearchCase c = GetParam();
   const Workload w = make_workload(model_preset(c.model), c.seq);
   const Hardware hw = case_hardware(c);
   SearchResult r = search_plans(w, hw, c.spec, {});
@@ -192,7 +192,7 @@ INSTANTIATE_TEST_SUITE_P(Spaces, SearchVsExhaustive, ::testing::ValuesIn(cases()
 // A top plan whose step the simulator cannot hold (SearchOptions::max_simulated_tasks) leaves every
 // top plan with its analytical score, in the model's order, and says so; with room, all are re-scored.
 TEST(Search, RescoringKeepsTheModelsRankingWhenTheSimulatorCannotHoldAStep) {
-  const Case c = cases().front();
+  const SearchCase c = cases().front();
   const Workload w = make_workload(model_preset(c.model), c.seq);
   const Hardware hw = case_hardware(c);
   SearchOptions o;
