@@ -23,9 +23,12 @@ phase "build"
 # -O2 without -g: the tests print the file and line of a failed check themselves, and debug info
 # costs compile time that CI's 40 minutes need. The test binaries' own code at -O1 (the code under
 # test at -O2), and CUDA for sm_80 alone: CI compiles it without running it, at the oldest
-# architecture the kernels support (a GPU check builds for its own GPU).
+# architecture the kernels support (a GPU check builds for its own GPU). All three builds compile
+# each target's sources in unity batches (SLIDEDP_UNITY_BUILD, about half the CPU time); a
+# developer's build (scripts/build.sh alone) compiles every file on its own and so checks includes.
+unity="-DSLIDEDP_UNITY_BUILD=${SLIDEDP_UNITY_BUILD:-ON}"
 "$root/scripts/build.sh" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" "-DSLIDEDP_TEST_CXX_FLAGS=-O1" \
-  "-DCMAKE_CUDA_ARCHITECTURES=80"
+  "-DCMAKE_CUDA_ARCHITECTURES=80" "$unity"
 build="${SLIDEDP_BUILD_DIR:-$root/build}"
 # Style on what changed since .style-base (clang-format on changed lines, function sizes): reported
 # here, its verdict the script's exit status once every test has run.
@@ -46,7 +49,7 @@ if [ "${SLIDEDP_TSAN:-1}" = "1" ]; then
   phase "executor pipeline tests under ThreadSanitizer"
   tsan="$root/build-tsan"
   SLIDEDP_BUILD_DIR="$tsan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
-    -DSLIDEDP_SANITIZE=thread -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_MODULES="common;model;kernels;io;runlog;executor" \
+    -DSLIDEDP_SANITIZE=thread -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_MODULES="common;model;kernels;io;runlog;executor" "$unity" \
     "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
     --target test_executor_pipeline test_executor_faults test_executor_resume test_run_log
   TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" \
@@ -64,7 +67,7 @@ if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
            fuzz_safetensors fuzz_safetensors_index fuzz_npy fuzz_jsonl fuzz_trainer_state fuzz_token_file fuzz_chat_template)
   # -O1 -g1: line tables for the reports at half the build time of -O2 -g (CI's 40 minutes)
   SLIDEDP_BUILD_DIR="$asan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
-    -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+    -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "$unity" \
     --target "${targets[@]}"
   ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
     ctest --test-dir "$asan" -j "$jobs" --output-on-failure -R "$("$root/scripts/built_tests.py" "$asan")"
