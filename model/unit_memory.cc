@@ -2,6 +2,7 @@
 #include "model/unit_memory.h"
 
 #include <cmath>
+#include <variant>
 
 #include "common/error.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
@@ -54,41 +55,26 @@ UnitMemory cpu_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int laye
   return m;
 }
 
-UnitMemory cuda_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int64_t B, int64_t T) {
+// Decoder layer `layer` on the GPU (kernels/cuda/*_scratch.h, each family's sizes).
+UnitMemory cuda_layer_memory(const kernels::ModelSpecs& s, int layer, int64_t B, int64_t T) {
   namespace kc = kernels::cuda;
   UnitMemory m;
   m.hidden_bytes = B * T * s.embedding.C * 2;  // bf16
-  switch (kind) {
-    case UnitKind::kEmbedding:
-      break;
-    case UnitKind::kDecoder:
-      m.saved_bytes = kc::decoder_saved_bytes(s.decoder, B, T);
-      m.forward_workspace_bytes = kc::decoder_forward_workspace_bytes(s.decoder, B, T);
-      m.backward_workspace_bytes = kc::decoder_backward_workspace_bytes(s.decoder, B, T);
-      break;
-    case UnitKind::kHead:
-      m.forward_workspace_bytes = kc::head_workspace_bytes(s.head, B, T);
-      break;
-  }
+  std::visit(
+      [&](const auto& spec) {
+        m.saved_bytes = kc::layer_saved_bytes(spec, B, T);
+        m.forward_workspace_bytes = kc::layer_forward_workspace_bytes(spec, B, T);
+        m.backward_workspace_bytes = kc::layer_backward_workspace_bytes(spec, B, T);
+      },
+      s.layer(layer));
   return m;
 }
 
-// A Gemma 4 or Qwen3.6 layer on the GPU (kernels/cuda/gemma4_unit.h, qwen3_5_unit.h): each layer its
-// own shape.
-UnitMemory cuda_hybrid_memory(const kernels::ModelSpecs& s, int layer, int64_t B, int64_t T) {
-  namespace kc = kernels::cuda;
-  const auto l = static_cast<size_t>(layer);
+UnitMemory cuda_unit_memory(const kernels::ModelSpecs& s, UnitKind kind, int layer, int64_t B, int64_t T) {
+  if (kind == UnitKind::kDecoder) return cuda_layer_memory(s, layer, B, T);
   UnitMemory m;
   m.hidden_bytes = B * T * s.embedding.C * 2;  // bf16
-  if (s.gemma4()) {
-    m.saved_bytes = kc::gemma4_saved_bytes(s.gemma4_layers.at(l), B, T);
-    m.forward_workspace_bytes = kc::gemma4_forward_workspace_bytes(s.gemma4_layers.at(l), B, T);
-    m.backward_workspace_bytes = kc::gemma4_backward_workspace_bytes(s.gemma4_layers.at(l), B, T);
-  } else {
-    m.saved_bytes = kc::qwen3_5_saved_bytes(s.qwen3_5_layers.at(l), B, T);
-    m.forward_workspace_bytes = kc::qwen3_5_forward_workspace_bytes(s.qwen3_5_layers.at(l), B, T);
-    m.backward_workspace_bytes = kc::qwen3_5_backward_workspace_bytes(s.qwen3_5_layers.at(l), B, T);
-  }
+  if (kind == UnitKind::kHead) m.forward_workspace_bytes = kernels::cuda::head_workspace_bytes(s.head, B, T);
   return m;
 }
 
@@ -103,8 +89,7 @@ std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const Model
   const kernels::ModelSpecs s = specs_for(card, layout, options);
   for (int l = 0; l < card.num_layers; ++l)
     out.push_back(options.code == UnitCode::kCpu ? cpu_unit_memory(s, UnitKind::kDecoder, l, B, T, options.exact_fp32)
-                  : card.hybrid_layers()         ? cuda_hybrid_memory(s, l, B, T)
-                                                 : cuda_unit_memory(s, UnitKind::kDecoder, B, T));
+                                                 : cuda_layer_memory(s, l, B, T));
   return out;
 }
 
@@ -114,7 +99,7 @@ UnitMemory unit_memory(const ModelCard& card, const ModelLayout& layout, UnitKin
   if (card.hybrid_layers() && kind == UnitKind::kDecoder) return decoder_unit_memories(card, layout, B, T, options).at(0);
   const kernels::ModelSpecs s = specs_for(card, layout, options);
   return options.code == UnitCode::kCpu ? cpu_unit_memory(s, kind, 0, B, T, options.exact_fp32)
-                                        : cuda_unit_memory(s, kind, B, T);
+                                        : cuda_unit_memory(s, kind, 0, B, T);
 }
 
 int64_t embedding_backward_scratch_estimate(UnitCode code, int64_t tokens) {

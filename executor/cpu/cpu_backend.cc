@@ -570,8 +570,8 @@ class CpuDevice final : public Device {
     o.code = UnitCode::kCpu;
     o.exact_fp32 = math_.exact;
     o.loss_chunk_tokens = math_.specs.head.loss_chunk_tokens;
-    o.mlp_token_tile = math_.specs.decoder.mlp_token_tile;
-    o.cpu_threads = static_cast<int>(math_.specs.decoder.threads);
+    o.mlp_token_tile = math_.specs.mlp_token_tile;
+    o.cpu_threads = static_cast<int>(math_.specs.threads);
     return o;
   }
   // The unit's parameters as fp32: the buffer itself in exact mode, else widened into the arena.

@@ -28,6 +28,7 @@
 #include <set>
 #include <thread>
 #include <utility>
+#include <variant>
 
 #include "card/shard_range.h"
 #include "common/error.h"
@@ -658,15 +659,12 @@ class CudaDevice final : public Device {
           kc::embedding_forward(ctx, s.embedding, bf(a.params), i32(a.tokens), a.B, a.T, bf(a.y));
           break;
         case UnitKind::kDecoder:
-          if (s.gemma4())
-            kc::gemma4_forward(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B,
-                               a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
-          else if (s.qwen3_5())
-            kc::qwen3_5_forward(with_positions(ctx, a), qwen3_5_spec(a), bf(a.params), bf(a.x), bf(a.y), ws(a.saved),
-                                a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
-          else
-            kc::decoder_forward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B,
-                                a.T, ws(a.workspace));
+          std::visit(
+              [&](const auto& spec) {
+                kc::layer_forward(with_positions(ctx, a), spec, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B, a.T,
+                                  ws(a.workspace), opt_ptr(router_stats_of(s, a)));
+              },
+              layer_spec(a));
           break;
         case UnitKind::kHead: {
           const kc::bf16* lm = s.head.tied ? bf(a.lm_head_params) + a.lm_head_offset : bf(a.params) + s.head.lm_head_w;
@@ -686,15 +684,12 @@ class CudaDevice final : public Device {
   void recompute(const UnitOpArgs& a) override {
     const kc::UnitContext ctx = context();
     compute_.traced(tag(a, "recompute"), [&] {
-      if (math_.specs.gemma4())
-        kc::gemma4_recompute(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), ws(a.saved), a.B, a.T,
-                             ws(a.workspace));
-      else if (math_.specs.qwen3_5())
-        kc::qwen3_5_recompute(with_positions(ctx, a), qwen3_5_spec(a), bf(a.params), bf(a.x), ws(a.saved), a.B, a.T,
-                              ws(a.workspace));
-      else
-        kc::decoder_recompute(with_positions(ctx, a), math_.specs.decoder, bf(a.params), bf(a.x), ws(a.saved), a.B,
-                              a.T, ws(a.workspace));
+      std::visit(
+          [&](const auto& spec) {
+            kc::layer_recompute(with_positions(ctx, a), spec, bf(a.params), bf(a.x), ws(a.saved), a.B, a.T,
+                                ws(a.workspace));
+          },
+          layer_spec(a));
     });
   }
 
@@ -715,15 +710,12 @@ class CudaDevice final : public Device {
     }
     SLIDEDP_CHECK(kind == UnitKind::kDecoder, "backward of the head is fused into its forward");
     compute_.traced(tag(a, "bwd"), [&] {
-      if (s.gemma4())
-        kc::gemma4_backward(with_positions(ctx, a), gemma4_spec(a), bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
-                            bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
-      else if (s.qwen3_5())
-        kc::qwen3_5_backward(with_positions(ctx, a), qwen3_5_spec(a), bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
-                             bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
-      else
-        kc::decoder_backward(with_positions(ctx, a), s.decoder, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
-                             bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace));
+      std::visit(
+          [&](const auto& spec) {
+            kc::layer_backward(with_positions(ctx, a), spec, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy), bf(a.dx),
+                               f32(a.grads), a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
+          },
+          layer_spec(a));
     });
   }
 
@@ -821,16 +813,11 @@ class CudaDevice final : public Device {
     UnitMemoryOptions o;
     o.code = UnitCode::kCuda;
     o.loss_chunk_tokens = math_.specs.head.loss_chunk_tokens;
-    o.mlp_token_tile = math_.specs.decoder.mlp_token_tile;
+    o.mlp_token_tile = math_.specs.mlp_token_tile;
     return o;
   }
-  // The Gemma 4 layer of a decoder unit (unit u holds layer u - 1).
-  const kernels::Gemma4LayerSpec& gemma4_spec(const UnitOpArgs& a) const {
-    return math_.specs.gemma4_layers.at(static_cast<size_t>(a.unit - 1));
-  }
-  const kernels::Qwen35LayerSpec& qwen3_5_spec(const UnitOpArgs& a) const {
-    return math_.specs.qwen3_5_layers.at(static_cast<size_t>(a.unit - 1));
-  }
+  // The layer spec of a decoder unit (unit u holds layer u - 1), of the model's family.
+  const kernels::LayerSpec& layer_spec(const UnitOpArgs& a) const { return math_.specs.layer(a.unit - 1); }
   static kc::bf16* bf(const DeviceBuffer& b) { return reinterpret_cast<kc::bf16*>(b.ptr); }
   static float* f32(const DeviceBuffer& b) { return reinterpret_cast<float*>(b.ptr); }
   static const int32_t* i32(const DeviceBuffer& b) { return reinterpret_cast<const int32_t*>(b.ptr); }

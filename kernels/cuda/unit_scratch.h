@@ -236,6 +236,14 @@ HeadScratch<Bf16> carve_head(Carver& a, const HeadSpec& s, int64_t N) {
 int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
 int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T);  // also recompute
 int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
+// The same under the names every family's GPU layer provides (visited per layer by the memory account).
+inline int64_t layer_saved_bytes(const DecoderSpec& s, int64_t B, int64_t T) { return decoder_saved_bytes(s, B, T); }
+inline int64_t layer_forward_workspace_bytes(const DecoderSpec& s, int64_t B, int64_t T) {
+  return decoder_forward_workspace_bytes(s, B, T);
+}
+inline int64_t layer_backward_workspace_bytes(const DecoderSpec& s, int64_t B, int64_t T) {
+  return decoder_backward_workspace_bytes(s, B, T);
+}
 int64_t head_workspace_bytes(const HeadSpec& spec, int64_t B, int64_t T);
 
 }  // namespace slidedp::kernels::cuda

@@ -21,6 +21,10 @@
 #include "kernels/cuda/unit_context.h"
 #include "kernels/cuda/unit_scratch.h"
 
+namespace slidedp::kernels {
+struct RouterStats;  // kernels/cpu/transformer/router_aux_loss.h: this family's dense layers take none
+}  // namespace slidedp::kernels
+
 namespace slidedp::kernels::cuda {
 
 // ---- sizes (bytes): decoder and head in unit_scratch.h; the embedding's sort scratch needs CUB ----
@@ -37,6 +41,22 @@ void decoder_recompute(const UnitContext& ctx, const DecoderSpec& spec, const bf
 void decoder_backward(const UnitContext& ctx, const DecoderSpec& spec, const bf16* params, const bf16* x,
                       DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads, int64_t B, int64_t T,
                       DeviceWorkspace ws);
+
+// The family's GPU operations under the names every family provides (the CUDA backend visits the
+// layer's kernels::LayerSpec once per operation).
+inline void layer_forward(const UnitContext& ctx, const DecoderSpec& s, const bf16* params, const bf16* x, bf16* y,
+                          DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws, const RouterStats* /*dense: none*/) {
+  decoder_forward(ctx, s, params, x, y, saved, B, T, ws);
+}
+inline void layer_recompute(const UnitContext& ctx, const DecoderSpec& s, const bf16* params, const bf16* x,
+                            DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+  decoder_recompute(ctx, s, params, x, saved, B, T, ws);
+}
+inline void layer_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* params, const bf16* x,
+                           DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads, int64_t B, int64_t T,
+                           DeviceWorkspace ws, const RouterStats* /*dense: none*/) {
+  decoder_backward(ctx, s, params, x, saved, dy, dx, grads, B, T, ws);
+}
 
 // ---- head ----
 // x (B, T, C), targets (B, T) int32. dx (B, T, C) overwritten; grads (the head's flat fp32 buffer)

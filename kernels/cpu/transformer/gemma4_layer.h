@@ -84,4 +84,40 @@ void gemma4_backward(const Gemma4LayerSpec& spec, const Real* params, const Real
                      const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
                      const RouterStats* router = nullptr, const int32_t* positions = nullptr);
 
+// The family's operations under the names every family provides: layer_spec.h's LayerSpec holds one
+// alternative per family and layer_dispatch.cc visits it once per operation.
+inline int64_t layer_flat_numel(const Gemma4LayerSpec& s) { return s.flat_numel; }
+inline int64_t layer_moe_experts(const Gemma4LayerSpec& s) { return s.has_moe() ? s.moe.E : 0; }
+inline void layer_set_threads(Gemma4LayerSpec& s, int64_t threads) { s.threads = threads; }
+// False when the family cannot tile its MLP (rows > 0); the caller names the plan key.
+inline bool layer_set_mlp_token_tile(Gemma4LayerSpec&, int64_t rows) { return rows == 0; }
+template <typename Real>
+int64_t layer_saved_bytes(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+  return gemma4_saved_bytes<Real>(s, B, T);
+}
+template <typename Real>
+int64_t layer_forward_workspace_bytes(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+  return gemma4_forward_workspace_bytes<Real>(s, B, T);
+}
+template <typename Real>
+int64_t layer_backward_workspace_bytes(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+  return gemma4_backward_workspace_bytes<Real>(s, B, T);
+}
+template <typename Real>
+void layer_forward(const Gemma4LayerSpec& s, const Real* params, const Real* x, Real* y, Workspace saved, int64_t B,
+                   int64_t T, Workspace ws, const RouterStats* router, const int32_t* positions) {
+  gemma4_forward(s, params, x, y, saved, B, T, ws, router, positions);
+}
+template <typename Real>
+void layer_recompute(const Gemma4LayerSpec& s, const Real* params, const Real* x, Workspace saved, int64_t B, int64_t T,
+                     Workspace ws, const int32_t* positions) {
+  gemma4_recompute(s, params, x, saved, B, T, ws, positions);
+}
+template <typename Real>
+void layer_backward(const Gemma4LayerSpec& s, const Real* params, const Real* x, Workspace saved, const Real* dy, Real* dx,
+                    Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router,
+                    const int32_t* positions) {
+  gemma4_backward(s, params, x, saved, dy, dx, grads, B, T, ws, router, positions);
+}
+
 }  // namespace slidedp::kernels

@@ -1,8 +1,6 @@
-// The decoder layer of any supported family behind one set of calls: the Llama family's unit
-// (decoder_layer.h, one spec for every layer), Gemma 4's (gemma4_layer.h) or Qwen3.5 / 3.6's
-// (qwen3_5_layer.h), a spec per layer.
-// The executor, the unstreamed model step and the memory queries call these, so a family is added
-// in one place.
+// The decoder layer l of a model, whatever its family, behind one set of calls: each visits the
+// layer's spec (layer_spec.h) and calls its family's overload. The executor, the unstreamed model
+// step and the memory queries call these.
 #pragma once
 
 #include <cstdint>

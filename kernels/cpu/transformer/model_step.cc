@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <variant>
 #include <vector>
 
 #include "common/error.h"
@@ -16,52 +17,50 @@
 
 namespace slidedp::kernels {
 
+namespace {
+
+// The one place the card's family picks the layer spec's alternative (layer_spec.h).
+LayerSpec make_layer_spec(const ModelCard& card, const UnitLayout& unit) {
+  if (card.gemma4()) return make_gemma4_layer_spec(card, unit);
+  if (card.qwen3_5()) return make_qwen3_5_layer_spec(card, unit);
+  return make_decoder_spec(card, unit);
+}
+
+}  // namespace
+
 ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
   SLIDEDP_CHECK(layout.num_units() == card.num_layers + 2, "layout does not match the card");
   ModelSpecs s;
   s.num_layers = card.num_layers;
   s.embedding = make_embedding_spec(card, layout.units.front());
-  if (card.gemma4()) {
-    for (int64_t l = 0; l < card.num_layers; ++l)
-      s.gemma4_layers.push_back(make_gemma4_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]));
-  } else if (card.qwen3_5()) {
-    for (int64_t l = 0; l < card.num_layers; ++l)
-      s.qwen3_5_layers.push_back(make_qwen3_5_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]));
-  } else if (card.num_layers > 0) {
-    s.decoder = make_decoder_spec(card, layout.units[1]);
-  }
+  for (int64_t l = 0; l < card.num_layers; ++l)
+    s.layers.push_back(make_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]));
   s.head = make_head_spec(card, layout.units.back());
   return s;
 }
 
 int64_t ModelSpecs::moe_layers() const {
   int64_t n = 0;
-  for (const Gemma4LayerSpec& g : gemma4_layers) n += g.has_moe() ? 1 : 0;
-  for (const Qwen35LayerSpec& q : qwen3_5_layers) n += q.has_moe() ? 1 : 0;
+  for (const LayerSpec& l : layers) n += std::visit([](const auto& spec) { return layer_moe_experts(spec); }, l) > 0;
   return n;
 }
 
 int64_t ModelSpecs::moe_experts() const {
-  for (const Gemma4LayerSpec& g : gemma4_layers)
-    if (g.has_moe()) return g.moe.E;
-  for (const Qwen35LayerSpec& q : qwen3_5_layers)
-    if (q.has_moe()) return q.moe.E;
+  for (const LayerSpec& l : layers)
+    if (const int64_t E = std::visit([](const auto& spec) { return layer_moe_experts(spec); }, l); E > 0) return E;
   return 0;
 }
 
-void ModelSpecs::set_threads(int64_t threads) {
-  decoder.threads = threads;
-  for (Gemma4LayerSpec& g : gemma4_layers) g.threads = threads;
-  for (Qwen35LayerSpec& q : qwen3_5_layers) {
-    q.threads = threads;
-    q.gdn.threads = threads;
-  }
+void ModelSpecs::set_threads(int64_t t) {
+  threads = t;
+  for (LayerSpec& l : layers) std::visit([t](auto& spec) { layer_set_threads(spec, t); }, l);
 }
 
 void ModelSpecs::set_mlp_token_tile(int64_t rows) {
-  if (rows > 0 && (gemma4() || qwen3_5()))
-    throw InputError("mlp_token_tile", "MLP token tiles are built for the Llama family's layers only; use 0");
-  decoder.mlp_token_tile = rows;
+  for (LayerSpec& l : layers)
+    if (!std::visit([rows](auto& spec) { return layer_set_mlp_token_tile(spec, rows); }, l))
+      throw InputError("mlp_token_tile", "MLP token tiles are built for the Llama family's layers only; use 0");
+  mlp_token_tile = rows;
 }
 
 template <typename Real>

@@ -9,8 +9,7 @@
 #include <vector>
 
 #include "kernels/cpu/transformer/cross_entropy.h"
-#include "kernels/cpu/transformer/gemma4_layer.h"
-#include "kernels/cpu/transformer/qwen3_5_layer.h"
+#include "kernels/cpu/transformer/layer_spec.h"
 #include "kernels/cpu/transformer/unit_spec.h"
 #include "card/model_card.h"
 #include "card/unit_layout.h"
@@ -19,17 +18,19 @@ namespace slidedp::kernels {
 
 struct ModelSpecs {
   EmbeddingSpec embedding;
-  DecoderSpec decoder;  // the Llama family: shared by all layers
-  std::vector<Gemma4LayerSpec> gemma4_layers;  // Gemma 4: one per layer (decoder unused)
-  std::vector<Qwen35LayerSpec> qwen3_5_layers;  // Qwen3.5 / 3.6: one per layer (decoder unused)
+  std::vector<LayerSpec> layers;  // one per decoder layer, of the model's family
   HeadSpec head;
   int64_t num_layers = 0;
-  bool gemma4() const { return !gemma4_layers.empty(); }
-  bool qwen3_5() const { return !qwen3_5_layers.empty(); }
+  // The CPU tunables every layer was given (set_threads, set_mlp_token_tile), for whoever sizes the
+  // same units again.
+  int64_t threads = 1;
+  int64_t mlp_token_tile = 0;
+  const LayerSpec& layer(int64_t l) const { return layers.at(static_cast<size_t>(l)); }
   // Layers with a routed MoE block and their experts (the router statistics' shape; 0: dense).
   int64_t moe_layers() const;
   int64_t moe_experts() const;
-  // The CPU tunables of every layer: worker threads and the MLP token tile (Llama family only).
+  // The CPU tunables of every layer: worker threads and the MLP token tile (throws InputError naming
+  // mlp_token_tile for a family that does not tile its MLP).
   void set_threads(int64_t threads);
   void set_mlp_token_tile(int64_t rows);
 };

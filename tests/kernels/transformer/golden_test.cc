@@ -9,6 +9,7 @@
 
 #include <cmath>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "kernels/cpu/transformer/bf16_params.h"
@@ -85,7 +86,8 @@ struct Golden {
   template <typename Real>
   std::vector<std::vector<Real>> run(int64_t rows_per_call, LossResult* loss) const {
     ModelSpecs specs = make_model_specs(card, layout);
-    specs.decoder.attn_tile = 4;
+    for (LayerSpec& l : specs.layers)  // the Llama family's attention tile; others tile as they do
+      if (auto* d = std::get_if<DecoderSpec>(&l)) d->attn_tile = 4;
     specs.head.loss_chunk_tokens = 7;
     std::vector<std::vector<Real>> params, grads;
     for (const auto& flat : unit_bf16) {

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <variant>
 #include <vector>
 
 #include "kernels/cpu/transformer/model_step.h"
@@ -141,12 +142,11 @@ void expect_model_gradients_match(const ModelCard& card, uint64_t seed) {
   // a confident router: its input scaled up, so the top-k choices sit far from ties
   for (int64_t l = 0; l < card.num_layers; ++l) {
     std::vector<double>& p = params[static_cast<size_t>(l + 1)];
-    if (specs.gemma4()) {
-      const Gemma4LayerSpec& s = specs.gemma4_layers[static_cast<size_t>(l)];
-      for (int64_t c = 0; c < s.C; ++c) p[static_cast<size_t>(s.router_scale + c)] *= 12.0;
+    if (const auto* g = std::get_if<Gemma4LayerSpec>(&specs.layer(l))) {
+      for (int64_t c = 0; c < g->C; ++c) p[static_cast<size_t>(g->router_scale + c)] *= 12.0;
     } else {
-      const Qwen35LayerSpec& s = specs.qwen3_5_layers[static_cast<size_t>(l)];
-      for (int64_t i = 0; i < s.moe.E * s.C; ++i) p[static_cast<size_t>(s.router_w + i)] *= 6.0;
+      const auto& q = std::get<Qwen35LayerSpec>(specs.layer(l));
+      for (int64_t i = 0; i < q.moe.E * q.C; ++i) p[static_cast<size_t>(q.router_w + i)] *= 6.0;
     }
   }
   const std::vector<int32_t> tokens = {3, 7, 7, 22, 0, 1, 14, 3};
@@ -179,8 +179,11 @@ void expect_model_gradients_match(const ModelCard& card, uint64_t seed) {
     std::vector<double> analytic = grads[u];
     // Gemma 4's layer_scalar is a buffer transformers never trains: its gradient is 0 by design, so
     // its own finite difference stands in for it (every other element is compared)
-    if (specs.gemma4() && u >= 1 && u <= static_cast<size_t>(card.num_layers)) {
-      const size_t scalar = static_cast<size_t>(specs.gemma4_layers[u - 1].layer_scalar);
+    const auto* gemma4 = u >= 1 && u <= static_cast<size_t>(card.num_layers)
+                             ? std::get_if<Gemma4LayerSpec>(&specs.layer(static_cast<int64_t>(u) - 1))
+                             : nullptr;
+    if (gemma4 != nullptr) {
+      const size_t scalar = static_cast<size_t>(gemma4->layer_scalar);
       EXPECT_EQ(analytic[scalar], 0.0);
       analytic[scalar] = central_difference(params[u], scalar, loss);
     }

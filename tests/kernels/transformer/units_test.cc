@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <thread>
+#include <variant>
 #include <vector>
 
 #include "kernels/cpu/transformer/arena.h"
@@ -268,7 +269,8 @@ TEST_P(ModelStepTest, EveryGradientMatchesFiniteDifferences) {
   ModelCard card = tiny_card(type, tied);
   const ModelLayout layout = make_model_layout(card);
   ModelSpecs specs = make_model_specs(card, layout);
-  specs.decoder.attn_tile = 2;
+  for (LayerSpec& l : specs.layers)
+    if (auto* d = std::get_if<DecoderSpec>(&l)) d->attn_tile = 2;
   specs.head.loss_chunk_tokens = 3;
   const int64_t B = 2, T = 4;
   std::vector<std::vector<double>> params, grads;

@@ -1,0 +1,17 @@
+// A decoder layer's spec, whatever its family: one alternative per family. Each family's header gives
+// the same overload set on its spec (layer_flat_numel, layer_saved_bytes, layer_forward, ...; on the
+// GPU kernels/cuda/layer_dispatch.h's), so dispatch is one std::visit per operation and a new family
+// is its own files plus its alternative here.
+#pragma once
+
+#include <variant>
+
+#include "kernels/cpu/transformer/decoder_layer.h"  // the Llama family (Llama, Qwen2/2.5, Qwen3, Mistral)
+#include "kernels/cpu/transformer/gemma4_layer.h"
+#include "kernels/cpu/transformer/qwen3_5_layer.h"  // Qwen3.5 / Qwen3.6
+
+namespace slidedp::kernels {
+
+using LayerSpec = std::variant<DecoderSpec, Gemma4LayerSpec, Qwen35LayerSpec>;
+
+}  // namespace slidedp::kernels
