@@ -11,7 +11,6 @@
 #include "executor/backend_options.h"
 #include "executor/run_control.h"
 #include "card/model_card.h"
-#include "card/shard_range.h"
 #include "card/unit_layout.h"
 
 namespace slidedp::exec {

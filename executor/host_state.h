@@ -63,7 +63,7 @@ struct HostStateOptions {
   bool accumulate_all = false;   // an fp32 accumulator for every unit (accumulation, clipping, skip)
   bool accumulate_unit0 = false; // tied embeddings: unit 0 collects the head's contribution first
   // Sharded across nodes: this node holds node_range(chunk, shards, shard_ranks, shard) of every
-  // chunk's master, m, v and accumulator (model/plan.h); host memory for them falls by `shards`.
+  // chunk's master, m, v and accumulator (card/shard_range.h); host memory for them falls by `shards`.
   int shard = 0, shards = 1;
   int shard_ranks = 1;  // ranks per node
   // The fp32 master held as the bf16 mirror plus a 16-bit remainder (needs a bf16 mirror), and the

@@ -2,11 +2,12 @@
 """The module graph of SlideDP, read from the sources' #include lines.
 
 A module is a top-level folder that holds code (common/, card/, model/, ...); a module's command-line
-tool (its cli/ folder, e.g. model/cli/ for slidedp-predict) is a node of its own, above every library.
-Module A depends on module B when a file under A includes "B/...". Prints the graph (each module with the modules it
-includes, in dependency order) as Markdown or JSON; --check exits 1 when two modules include each
-other, directly or through others, naming one include that closes each cycle. tests/, bench/ and
-fuzz/ are leaves: they may include anything and nothing includes them.
+tool (its cli/ folder, e.g. model/cli/ for slidedp-predict) is a node of its own, above every
+library. Module A depends on module B when a file under A includes "B/...". Prints the graph (each
+module with the modules it includes, in dependency order) as Markdown or JSON; --check exits 1 when
+two modules include each other, directly or through others, naming one include that closes each
+cycle. tests/, bench/ and fuzz/ sit on top: they may include any library, and no library includes
+them (bench/ reuses test helpers).
 
   scripts/module_graph.py [--root DIR] [--json] [--check]
 """

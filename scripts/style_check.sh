@@ -16,7 +16,7 @@ if ! git cat-file -e "${base}^{commit}" 2>/dev/null; then
   echo "style: the base commit '$base' is not in this clone: nothing to compare against, skipped"
   exit 0
 fi
-mapfile -t files < <(git diff --name-only --diff-filter=AM "$base" -- '*.cc' '*.h' '*.cu' '*.cuh')
+mapfile -t files < <(git diff --name-only --diff-filter=AMR "$base" -- '*.cc' '*.h' '*.cu' '*.cuh')
 echo "style: ${#files[@]} C++/CUDA files changed since ${base:0:12}"
 [ ${#files[@]} -eq 0 ] && exit 0
 status=0
@@ -40,7 +40,10 @@ mapfile -t sources < <(printf '%s\n' "${files[@]}" | grep -E '\.cc$' | grep -vE 
 # One command per source file, also when the build compiled unity batches (CI's builds do).
 db="$(mktemp -d)"
 trap 'rm -rf "$db"' EXIT
-python3 "$root/scripts/lib/per_file_compile_commands.py" "$build" "$db"
+if ! python3 "$root/scripts/lib/per_file_compile_commands.py" "$build" "$db"; then
+  echo "style: no per-file compile commands from $build/compile_commands.json: function sizes not checked"
+  exit 1
+fi
 for s in "${sources[@]}"; do
   grep -qF "\"$root/$s\"" "$db/compile_commands.json" ||
     echo "style: $s is not in this build (a CUDA file in a build without CUDA?): its function sizes not checked"

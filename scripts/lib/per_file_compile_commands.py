@@ -26,8 +26,12 @@ def main():
             per_file.append(e)
             continue
         for source in UNITY_INCLUDE.findall(batch.read_text()):
-            per_file.append({"directory": e["directory"], "file": source,
-                             "command": e["command"].replace(str(batch), source)})
+            entry = {"directory": e["directory"], "file": source}
+            if "command" in e:
+                entry["command"] = e["command"].replace(str(batch), source)
+            else:  # the "arguments" form of the format
+                entry["arguments"] = [source if a == str(batch) else a for a in e["arguments"]]
+            per_file.append(entry)
     out.mkdir(parents=True, exist_ok=True)
     (out / "compile_commands.json").write_text(json.dumps(per_file, indent=1))
     return 0

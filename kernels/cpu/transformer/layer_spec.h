@@ -1,7 +1,7 @@
 // A decoder layer's spec, whatever its family: one alternative per family. Each family's header gives
 // the same overload set on its spec (layer_flat_numel, layer_saved_bytes, layer_forward, ...; on the
-// GPU kernels/cuda/layer_dispatch.h's), so dispatch is one std::visit per operation and a new family
-// is its own files plus its alternative here.
+// GPU its kernels/cuda/*_scratch.h the sizes and *_unit.h the operations), so dispatch is one
+// std::visit per operation and a new family's layer is its own files plus its alternative here.
 #pragma once
 
 #include <variant>
