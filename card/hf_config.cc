@@ -6,12 +6,12 @@
 
 #include <algorithm>
 #include <map>
-#include <optional>
 #include <nlohmann/json.hpp>
+#include <optional>
 
+#include "card/model_card.h"
 #include "common/error.h"
 #include "common/strict_json.h"
-#include "card/model_card.h"
 
 namespace slidedp {
 namespace {
@@ -19,7 +19,7 @@ namespace {
 using nlohmann::json;
 
 int64_t get_int(const json& j, const std::string& key, const std::string& origin, bool required,
-                 int64_t fallback) {
+                int64_t fallback) {
   if (!j.contains(key) || j[key].is_null()) {
     if (required) throw InputError(origin + ": " + key, "missing required key");
     return fallback;
@@ -40,9 +40,11 @@ bool get_bool(const json& j, const std::string& key, const std::string& origin, 
   return j[key].get<bool>();
 }
 
-std::string get_text(const json& j, const std::string& key, const std::string& origin, const std::string& fallback) {
+std::string get_text(const json& j, const std::string& key, const std::string& origin,
+                     const std::string& fallback) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_string()) throw InputError(origin + ": " + key, fmt::format("expected a string, got {}", j[key].dump()));
+  if (!j[key].is_string())
+    throw InputError(origin + ": " + key, fmt::format("expected a string, got {}", j[key].dump()));
   return j[key].get<std::string>();
 }
 
@@ -63,27 +65,33 @@ void read_gemma4_per_layer_config(const json& t, const std::string& at, ModelCar
         (layer = std::stoll(key)) >= c.num_layers)
       throw InputError(ew, fmt::format("is not a layer index below num_hidden_layers ({})", c.num_layers));
     if (c.layer_types[static_cast<size_t>(layer)] != AttentionKind::kFull)
-      throw InputError(ew, "layer " + key + " is a sliding-attention layer; only full-attention layers differ here");
+      throw InputError(
+          ew, "layer " + key + " is a sliding-attention layer; only full-attention layers differ here");
     if (!entry.is_object()) throw InputError(ew, "expected an object");
     for (const auto& [k, v] : entry.items())
       if (k != "head_dim" && k != "num_key_value_heads")
-        throw InputError(ew + "." + k, "is not supported (only head_dim and num_key_value_heads may differ per layer)");
+        throw InputError(ew + "." + k,
+                         "is not supported (only head_dim and num_key_value_heads may differ per layer)");
     const int64_t hd = get_int(entry, "head_dim", ew, false, c.global_head_dim);
-    if (head_dim && *head_dim != hd) throw InputError(ew + ".head_dim", "full-attention layers of different head_dim are not supported");
+    if (head_dim && *head_dim != hd)
+      throw InputError(ew + ".head_dim", "full-attention layers of different head_dim are not supported");
     head_dim = hd;
     if (entry.contains("num_key_value_heads")) {
       const int64_t kv = get_int(entry, "num_key_value_heads", ew, false, 0);
       if (kv_heads && *kv_heads != kv)
-        throw InputError(ew + ".num_key_value_heads", "full-attention layers of different KV heads are not supported");
+        throw InputError(ew + ".num_key_value_heads",
+                         "full-attention layers of different KV heads are not supported");
       kv_heads = kv;
     }
   }
   auto agree = [&](const char* key, int64_t stated, int64_t from_layers) {
     if (t.contains(key) && !t[key].is_null() && stated != from_layers)
-      throw InputError(at + "." + key, fmt::format("{} disagrees with per_layer_config ({})", stated, from_layers));
+      throw InputError(at + "." + key,
+                       fmt::format("{} disagrees with per_layer_config ({})", stated, from_layers));
   };
   if (head_dim) agree("global_head_dim", c.global_head_dim, *head_dim), c.global_head_dim = *head_dim;
-  if (kv_heads) agree("num_global_key_value_heads", c.num_global_kv_heads, *kv_heads), c.num_global_kv_heads = *kv_heads;
+  if (kv_heads)
+    agree("num_global_key_value_heads", c.num_global_kv_heads, *kv_heads), c.num_global_kv_heads = *kv_heads;
 }
 
 // Gemma 4's text model: `t` is the text_config of a gemma4 config (or a whole gemma4_text config).
@@ -110,24 +118,28 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
   c.sliding_window = get_int(t, "sliding_window", at, false, 512);
   c.final_logit_softcapping = get_number(t, "final_logit_softcapping", at, 0.0);
   if (get_int(t, "hidden_size_per_layer_input", at, false, 256) != 0)
-    throw InputError(at + ".hidden_size_per_layer_input",
-                     "per-layer embeddings (Gemma 4 E2B/E4B) are not supported; the 26B-A4B and 31B set it to 0");
+    throw InputError(
+        at + ".hidden_size_per_layer_input",
+        "per-layer embeddings (Gemma 4 E2B/E4B) are not supported; the 26B-A4B and 31B set it to 0");
   if (get_int(t, "num_kv_shared_layers", at, false, 0) != 0)
-    throw InputError(at + ".num_kv_shared_layers", "KV sharing across layers (Gemma 4 E2B/E4B) is not supported");
+    throw InputError(at + ".num_kv_shared_layers",
+                     "KV sharing across layers (Gemma 4 E2B/E4B) is not supported");
   if (get_bool(t, "use_double_wide_mlp", at, false))
     throw InputError(at + ".use_double_wide_mlp", "double-wide MLPs (Gemma 4 E2B) are not supported");
   if (get_bool(t, "attention_bias", at, false))
     throw InputError(at + ".attention_bias", "projection biases are not supported for gemma4");
   if (t.contains("use_bidirectional_attention") && t["use_bidirectional_attention"] == "all")
-    throw InputError(at + ".use_bidirectional_attention", "'all' (bidirectional text) is not supported; text is causal");
+    throw InputError(at + ".use_bidirectional_attention",
+                     "'all' (bidirectional text) is not supported; text is causal");
   if (t.contains("hidden_activation") && t["hidden_activation"] != "gelu_pytorch_tanh")
     throw InputError(at + ".hidden_activation", "only gelu_pytorch_tanh is supported");
   if (t.contains("layer_types") && !t["layer_types"].is_null()) {
     if (!t["layer_types"].is_array()) throw InputError(at + ".layer_types", "expected an array");
     for (const json& k : t["layer_types"]) {
-      if (!k.is_string()) throw InputError(at + ".layer_types", fmt::format("{} is not a layer type name", k.dump()));
-      c.layer_types.push_back(
-          attention_kind_from_name(k.get<std::string>(), {AttentionKind::kSliding, AttentionKind::kFull}, at + ".layer_types"));
+      if (!k.is_string())
+        throw InputError(at + ".layer_types", fmt::format("{} is not a layer type name", k.dump()));
+      c.layer_types.push_back(attention_kind_from_name(
+          k.get<std::string>(), {AttentionKind::kSliding, AttentionKind::kFull}, at + ".layer_types"));
     }
     if (static_cast<int64_t>(c.layer_types.size()) != c.num_layers)
       throw InputError(at + ".layer_types", fmt::format("has {} entries for {} layers (num_hidden_layers)",
@@ -152,7 +164,8 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
     }
     if (rp.contains("full_attention")) {
       const json& f = rp["full_attention"];
-      if (!f.is_object() || get_text(f, "rope_type", rat + ".full_attention", "proportional") != "proportional")
+      if (!f.is_object() ||
+          get_text(f, "rope_type", rat + ".full_attention", "proportional") != "proportional")
         throw InputError(rat + ".full_attention.rope_type", "only 'proportional' is supported");
       c.global_rope_theta = get_number(f, "rope_theta", rat + ".full_attention", 1e6);
       c.global_partial_rotary_factor = get_number(f, "partial_rotary_factor", rat + ".full_attention", 1.0);
@@ -169,7 +182,8 @@ ModelCard gemma4_card(const json& t, const std::string& origin, const std::strin
 
 // One RoPE description of the llama-style families: `type` "default" means unscaled.
 RopeScaling rope_scaling_from(const json& r, const std::string& at) {
-  const std::string type = r.contains("rope_type") ? get_text(r, "rope_type", at, "") : get_text(r, "type", at, "default");
+  const std::string type =
+      r.contains("rope_type") ? get_text(r, "rope_type", at, "") : get_text(r, "type", at, "default");
   if (type != "llama3" && type != "linear" && type != "default")
     throw InputError(at + ".rope_type", fmt::format("'{}' is not supported (default, llama3, linear)", type));
   RopeScaling s;
@@ -177,7 +191,8 @@ RopeScaling rope_scaling_from(const json& r, const std::string& at) {
   s.type = type;
   // The keys each type needs, required as transformers' validate_rope requires them.
   const bool llama3 = type == "llama3";
-  for (const char* key : {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
+  for (const char* key :
+       {"factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings"})
     if ((llama3 || std::string(key) == "factor") && (!r.contains(key) || r[key].is_null()))
       throw InputError(at + "." + key, fmt::format("missing (rope_type {} needs it)", type));
   s.factor = get_number(r, "factor", at, 1.0);
@@ -189,9 +204,10 @@ RopeScaling rope_scaling_from(const json& r, const std::string& at) {
 }
 
 bool same_scaling(const RopeScaling& a, const RopeScaling& b) {
-  return a.type == b.type && (a.type == "none" || (a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
-                                                   a.high_freq_factor == b.high_freq_factor &&
-                                                   a.original_max_position_embeddings == b.original_max_position_embeddings));
+  return a.type == b.type &&
+         (a.type == "none" || (a.factor == b.factor && a.low_freq_factor == b.low_freq_factor &&
+                               a.high_freq_factor == b.high_freq_factor &&
+                               a.original_max_position_embeddings == b.original_max_position_embeddings));
 }
 
 // Llama, Qwen2/2.5/3 and Mistral state RoPE in one of two layouts: transformers 4 writes a top-level
@@ -206,9 +222,11 @@ void read_llama_rope(const json& j, const std::string& origin, ModelCard& c) {
   const bool has_scaling = j.contains("rope_scaling") && !j["rope_scaling"].is_null() &&
                            !(j["rope_scaling"].is_object() && j["rope_scaling"].empty());
   if (has_scaling && !j["rope_scaling"].is_object())
-    throw InputError(origin + ": rope_scaling", fmt::format("expected an object or null, got {}", j["rope_scaling"].dump()));
+    throw InputError(origin + ": rope_scaling",
+                     fmt::format("expected an object or null, got {}", j["rope_scaling"].dump()));
   const double top_theta = get_number(j, "rope_theta", origin, 10000.0);
-  const RopeScaling top_scaling = has_scaling ? rope_scaling_from(j["rope_scaling"], origin + ": rope_scaling") : RopeScaling{};
+  const RopeScaling top_scaling =
+      has_scaling ? rope_scaling_from(j["rope_scaling"], origin + ": rope_scaling") : RopeScaling{};
   c.hf_rope_parameters = has_rp;
   if (!has_rp) {
     c.rope_theta = top_theta;
@@ -221,18 +239,21 @@ void read_llama_rope(const json& j, const std::string& origin, ModelCard& c) {
   c.rope_theta = get_number(rp, "rope_theta", rat, has_theta ? top_theta : 10000.0);
   c.rope_scaling = rope_scaling_from(rp, rat);
   if (get_number(rp, "partial_rotary_factor", rat, 1.0) != 1.0)
-    throw InputError(rat + ".partial_rotary_factor", "partial RoPE is not supported for " + c.model_type + " (only 1.0)");
+    throw InputError(rat + ".partial_rotary_factor",
+                     "partial RoPE is not supported for " + c.model_type + " (only 1.0)");
   if (has_theta && top_theta != c.rope_theta)
-    throw InputError(origin + ": rope_theta",
-                     fmt::format("{:g} disagrees with rope_parameters.rope_theta {:g}: the config states RoPE twice; "
-                                 "keep one",
-                                 top_theta, c.rope_theta));
+    throw InputError(
+        origin + ": rope_theta",
+        fmt::format("{:g} disagrees with rope_parameters.rope_theta {:g}: the config states RoPE twice; "
+                    "keep one",
+                    top_theta, c.rope_theta));
   if (has_scaling && !same_scaling(top_scaling, c.rope_scaling))
-    throw InputError(origin + ": rope_scaling",
-                     fmt::format("rope_type '{}' disagrees with rope_parameters (rope_type '{}'): the config states "
-                                 "RoPE twice; keep one",
-                                 top_scaling.type == "none" ? "default" : top_scaling.type,
-                                 c.rope_scaling.type == "none" ? "default" : c.rope_scaling.type));
+    throw InputError(
+        origin + ": rope_scaling",
+        fmt::format("rope_type '{}' disagrees with rope_parameters (rope_type '{}'): the config states "
+                    "RoPE twice; keep one",
+                    top_scaling.type == "none" ? "default" : top_scaling.type,
+                    c.rope_scaling.type == "none" ? "default" : c.rope_scaling.type));
 }
 
 // The card's layer_types as config.json names.
@@ -277,8 +298,10 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
   if (get_bool(t, "attention_bias", at, false))
     throw InputError(at + ".attention_bias", "projection biases are not supported for " + c.model_type);
   if (t.contains("attn_output_gate") && !get_bool(t, "attn_output_gate", at, true))
-    throw InputError(at + ".attn_output_gate", "false is not supported: the released models gate the attention output");
-  if (t.contains("hidden_act") && t["hidden_act"] != "silu") throw InputError(at + ".hidden_act", "only silu is supported");
+    throw InputError(at + ".attn_output_gate",
+                     "false is not supported: the released models gate the attention output");
+  if (t.contains("hidden_act") && t["hidden_act"] != "silu")
+    throw InputError(at + ".hidden_act", "only silu is supported");
   c.linear_num_key_heads = get_int(t, "linear_num_key_heads", at, true, 0);
   c.linear_num_value_heads = get_int(t, "linear_num_value_heads", at, true, 0);
   c.linear_key_head_dim = get_int(t, "linear_key_head_dim", at, true, 0);
@@ -287,9 +310,10 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
   if (t.contains("layer_types") && !t["layer_types"].is_null()) {
     if (!t["layer_types"].is_array()) throw InputError(at + ".layer_types", "expected an array");
     for (const json& k : t["layer_types"]) {
-      if (!k.is_string()) throw InputError(at + ".layer_types", fmt::format("{} is not a layer type name", k.dump()));
-      c.layer_types.push_back(
-          attention_kind_from_name(k.get<std::string>(), {AttentionKind::kLinear, AttentionKind::kFull}, at + ".layer_types"));
+      if (!k.is_string())
+        throw InputError(at + ".layer_types", fmt::format("{} is not a layer type name", k.dump()));
+      c.layer_types.push_back(attention_kind_from_name(
+          k.get<std::string>(), {AttentionKind::kLinear, AttentionKind::kFull}, at + ".layer_types"));
     }
     if (static_cast<int64_t>(c.layer_types.size()) != c.num_layers)
       throw InputError(at + ".layer_types", fmt::format("has {} entries for {} layers (num_hidden_layers)",
@@ -297,17 +321,19 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
   } else {
     const int64_t interval = get_int(t, "full_attention_interval", at, false, 4);
     if (interval < 1)
-      throw InputError(at + ".full_attention_interval",
-                       fmt::format("{} is not a layer interval: expected a positive integer (every N-th layer is "
-                                   "full attention)",
-                                   interval));
+      throw InputError(
+          at + ".full_attention_interval",
+          fmt::format("{} is not a layer interval: expected a positive integer (every N-th layer is "
+                      "full attention)",
+                      interval));
     c.layer_types = qwen3_5_default_layer_types(c.num_layers, interval);
   }
   // rope_parameters (transformers 5) or the older top-level keys; mrope_section collapses to 1-D RoPE
   // for text, whose three position streams are equal.
   const bool has_rp = t.contains("rope_parameters") && !t["rope_parameters"].is_null();
   if (has_rp && !t["rope_parameters"].is_object())
-    throw InputError(at + ".rope_parameters", fmt::format("expected an object, got {}", t["rope_parameters"].dump()));
+    throw InputError(at + ".rope_parameters",
+                     fmt::format("expected an object, got {}", t["rope_parameters"].dump()));
   const json& rp = has_rp ? t["rope_parameters"] : t;
   const std::string rat = &rp == &t ? at : at + ".rope_parameters";
   if (rp.contains("rope_type") && rp["rope_type"] != "default")
@@ -315,11 +341,13 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
   // Inside rope_parameters first, else the top-level key (transformers fills the dict from it); the
   // released files state both, equal.
   c.rope_theta = get_number(rp, "rope_theta", rat, get_number(t, "rope_theta", at, 10000000.0));
-  c.partial_rotary_factor = get_number(rp, "partial_rotary_factor", rat, get_number(t, "partial_rotary_factor", at, 0.25));
+  c.partial_rotary_factor =
+      get_number(rp, "partial_rotary_factor", rat, get_number(t, "partial_rotary_factor", at, 0.25));
   for (const char* key : {"rope_theta", "partial_rotary_factor"})
     if (has_rp && rp.contains(key) && t.contains(key) && !t[key].is_null() &&
         get_number(t, key, at, 0) != get_number(rp, key, rat, 0))
-      throw InputError(at + "." + key, fmt::format("{} disagrees with rope_parameters.{} {}", t[key].dump(), key, rp[key].dump()));
+      throw InputError(at + "." + key, fmt::format("{} disagrees with rope_parameters.{} {}", t[key].dump(),
+                                                   key, rp[key].dump()));
   if (moe) {
     c.num_experts = get_int(t, "num_experts", at, true, 0);
     c.num_experts_per_tok = get_int(t, "num_experts_per_tok", at, true, 0);
@@ -351,7 +379,8 @@ std::string qwen3_5_hf_config(const ModelCard& c, const std::string& dtype) {
   t["linear_key_head_dim"] = c.linear_key_head_dim;
   t["linear_value_head_dim"] = c.linear_value_head_dim;
   t["linear_conv_kernel_dim"] = c.linear_conv_kernel_dim;
-  t["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", c.rope_theta},
+  t["rope_parameters"] = {{"rope_type", "default"},
+                          {"rope_theta", c.rope_theta},
                           {"partial_rotary_factor", c.partial_rotary_factor}};
   t["attn_output_gate"] = true;
   t["hidden_act"] = "silu";
@@ -377,29 +406,33 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   c.model_type = j["model_type"].get<std::string>();
   // Keys we do not use are still refused when of the wrong type (a file transformers would not load).
   if (j.contains("architectures") && !j["architectures"].is_null()) {
-    if (!j["architectures"].is_array()) throw InputError(origin + ": architectures", "expected a list of class names");
+    if (!j["architectures"].is_array())
+      throw InputError(origin + ": architectures", "expected a list of class names");
     for (const json& a : j["architectures"])
-      if (!a.is_string()) throw InputError(origin + ": architectures", fmt::format("{} is not a class name", a.dump()));
+      if (!a.is_string())
+        throw InputError(origin + ": architectures", fmt::format("{} is not a class name", a.dump()));
   }
   for (const char* key : {"torch_dtype", "dtype"}) get_text(j, key, origin, "");
   const bool gemma4 = c.model_type == "gemma4" || c.model_type == "gemma4_text";
-  const bool qwen3_5 = c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe" || c.model_type == "qwen3_5_text" ||
-                       c.model_type == "qwen3_5_moe_text";
+  const bool qwen3_5 = c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe" ||
+                       c.model_type == "qwen3_5_text" || c.model_type == "qwen3_5_moe_text";
   if (gemma4 || qwen3_5) {
     // The released checkpoints are ...ForConditionalGeneration: the text model under text_config; the
     // vision (and audio) towers and Qwen's MTP head are not trained and their tensors are not read.
     // Qwen3.6 is loaded with the Qwen3.5 classes.
     const bool outer = c.model_type == "gemma4" || c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe";
     if (outer && (!j.contains("text_config") || !j["text_config"].is_object()))
-      throw InputError(origin + ": text_config",
-                       fmt::format("missing or not an object (a {} config holds the text model there)", c.model_type));
+      throw InputError(
+          origin + ": text_config",
+          fmt::format("missing or not an object (a {} config holds the text model there)", c.model_type));
     const json& t = outer ? j["text_config"] : j;
     const std::string where = outer ? "text_config" : "config";
     ModelCard m = gemma4 ? gemma4_card(t, origin, where)
                          : qwen3_5_card(t, c.model_type.rfind("qwen3_5_moe", 0) == 0, origin, where);
     if (outer && j.contains("tie_word_embeddings"))
       m.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, m.tie_word_embeddings);
-    if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) m.hf_repo = j["_name_or_path"].get<std::string>();
+    if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
+      m.hf_repo = j["_name_or_path"].get<std::string>();
     const bool towers = gemma4 ? j.contains("vision_config") && !j["vision_config"].is_null() : outer;
     m.source = "config.json " + origin +
                (towers ? (gemma4 ? " (text model; the vision tower is not trained)"
@@ -410,9 +443,10 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   }
   if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
       c.model_type != "mistral")
-    throw InputError(origin + ": model_type",
-                     fmt::format("'{}' is not supported (llama, qwen2, qwen3, mistral, gemma4, qwen3_5, qwen3_5_moe)",
-                                 c.model_type));
+    throw InputError(
+        origin + ": model_type",
+        fmt::format("'{}' is not supported (llama, qwen2, qwen3, mistral, gemma4, qwen3_5, qwen3_5_moe)",
+                    c.model_type));
   c.name = origin;
   if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
     c.hf_repo = j["_name_or_path"].get<std::string>();
@@ -437,16 +471,19 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
     // In LlamaAttention (and Qwen3, built on it) attention_bias also adds an o_proj bias, which the
     // unit layout does not have; such checkpoints are rare and rejected rather than mis-loaded.
     if (get_bool(j, "attention_bias", origin, false))
-      throw InputError(origin + ": attention_bias", "biases on q/k/v/o projections are not supported for " + c.model_type);
+      throw InputError(origin + ": attention_bias",
+                       "biases on q/k/v/o projections are not supported for " + c.model_type);
   }
   if (get_bool(j, "mlp_bias", origin, false))
     throw InputError(origin + ": mlp_bias", "MLP biases are not supported");
   // What these families could also state and the units do not do: refused, never trained as SiLU or
   // without the dropout the file asks for.
   if (get_text(j, "hidden_act", origin, "silu") != "silu")
-    throw InputError(origin + ": hidden_act", fmt::format("'{}' is not supported (silu)", j["hidden_act"].get<std::string>()));
+    throw InputError(origin + ": hidden_act",
+                     fmt::format("'{}' is not supported (silu)", j["hidden_act"].get<std::string>()));
   if (get_number(j, "attention_dropout", origin, 0.0) != 0.0)
-    throw InputError(origin + ": attention_dropout", "dropout is not supported; fine-tuning configs state 0.0");
+    throw InputError(origin + ": attention_dropout",
+                     "dropout is not supported; fine-tuning configs state 0.0");
   c.qk_norm = c.model_type == "qwen3";
   if (get_bool(j, "use_sliding_window", origin, false))
     throw InputError(origin + ": use_sliding_window", "sliding-window attention is not supported");
@@ -454,12 +491,14 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   if (j.contains("layer_types") && !j["layer_types"].is_null()) {
     const json& lt = j["layer_types"];
     if (!lt.is_array() || static_cast<int64_t>(lt.size()) != c.num_layers)
-      throw InputError(origin + ": layer_types", fmt::format("expected {} entries (num_hidden_layers), got {}", c.num_layers,
-                                                             lt.dump()));
+      throw InputError(
+          origin + ": layer_types",
+          fmt::format("expected {} entries (num_hidden_layers), got {}", c.num_layers, lt.dump()));
     for (const json& k : lt)
       if (k != "full_attention")
-        throw InputError(origin + ": layer_types", fmt::format("{} is not supported for {}: every layer is full_attention",
-                                                               k.dump(), c.model_type));
+        throw InputError(
+            origin + ": layer_types",
+            fmt::format("{} is not supported for {}: every layer is full_attention", k.dump(), c.model_type));
   }
   if (c.model_type == "mistral" && j.contains("sliding_window") && !j["sliding_window"].is_null() &&
       get_int(j, "sliding_window", origin, false, 0) < c.max_position_embeddings)
@@ -490,12 +529,13 @@ std::string gemma4_hf_config(const ModelCard& c, const std::string& dtype) {
   t["rms_norm_eps"] = c.rms_norm_eps;
   t["sliding_window"] = c.sliding_window;
   t["layer_types"] = layer_types_json(c);
-  t["rope_parameters"] = {
-      {"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
-      {"full_attention",
-       {{"rope_type", "proportional"}, {"partial_rotary_factor", c.global_partial_rotary_factor},
-        {"rope_theta", c.global_rope_theta}}}};
-  t["final_logit_softcapping"] = c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr);
+  t["rope_parameters"] = {{"sliding_attention", {{"rope_type", "default"}, {"rope_theta", c.rope_theta}}},
+                          {"full_attention",
+                           {{"rope_type", "proportional"},
+                            {"partial_rotary_factor", c.global_partial_rotary_factor},
+                            {"rope_theta", c.global_rope_theta}}}};
+  t["final_logit_softcapping"] =
+      c.final_logit_softcapping > 0 ? json(c.final_logit_softcapping) : json(nullptr);
   t["hidden_activation"] = "gelu_pytorch_tanh";
   t["hidden_size_per_layer_input"] = 0;
   t["num_kv_shared_layers"] = 0;

@@ -33,17 +33,17 @@ AttentionKind attention_kind_from_name(const std::string& name, std::initializer
 struct LayerShape {
   AttentionKind attention = AttentionKind::kFull;
   int64_t num_heads = 0, num_kv_heads = 0, head_dim = 0;
-  int64_t window = 0;         // sliding window: a query sees itself and the window - 1 keys before it; 0 = all
-  bool k_eq_v = false;        // values are v_norm(k_proj(x)) (Gemma 4 global layers): no v_proj
+  int64_t window = 0;   // sliding window: a query sees itself and the window - 1 keys before it; 0 = all
+  bool k_eq_v = false;  // values are v_norm(k_proj(x)) (Gemma 4 global layers): no v_proj
   double rope_theta = 0;
-  int64_t rope_angles = 0;    // frequency slots that rotate, of head_dim / 2 (the rest have frequency 0)
-  int64_t intermediate_size = 0;         // the dense MLP
-  int64_t num_experts = 0;               // MoE block beside the dense MLP (0: none)
+  int64_t rope_angles = 0;        // frequency slots that rotate, of head_dim / 2 (the rest have frequency 0)
+  int64_t intermediate_size = 0;  // the dense MLP
+  int64_t num_experts = 0;        // MoE block beside the dense MLP (0: none)
   int64_t experts_per_token = 0;
   int64_t expert_intermediate_size = 0;
   int64_t shared_expert_intermediate_size = 0;  // Qwen3.6 MoE: one sigmoid-gated shared SwiGLU expert
-  bool output_gate = false;   // Qwen3.6 full attention: q_proj also yields a per-channel gate (2 q_dim rows)
-  int64_t rotary_dim = 0;     // Qwen3.6: the leading channels that rotate (partial RoPE); 0: see rope_angles
+  bool output_gate = false;  // Qwen3.6 full attention: q_proj also yields a per-channel gate (2 q_dim rows)
+  int64_t rotary_dim = 0;    // Qwen3.6: the leading channels that rotate (partial RoPE); 0: see rope_angles
   // Gated DeltaNet (attention kLinear): key heads, value heads (a multiple), their head dims, the
   // depthwise conv's kernel.
   int64_t linear_k_heads = 0, linear_v_heads = 0, linear_k_dim = 0, linear_v_dim = 0, conv_kernel = 0;
@@ -57,14 +57,14 @@ struct LayerShape {
 };
 
 struct ModelCard {
-  std::string name;        // preset name ("qwen3-14b") or the folder/file it came from
-  std::string hf_repo;     // "Qwen/Qwen3-14B" where known
-  std::string model_type;  // "llama" | "qwen2" | "qwen3" | "mistral" | "gemma4" | "qwen3_5" | "qwen3_5_moe"
-  int64_t hidden_size = 0;        // C
-  int64_t num_layers = 0;         // L
-  int64_t num_heads = 0;          // H (query heads)
-  int64_t num_kv_heads = 0;       // KV heads (GQA)
-  int64_t head_dim = 0;           // hd (Gemma 4: of the sliding layers)
+  std::string name;          // preset name ("qwen3-14b") or the folder/file it came from
+  std::string hf_repo;       // "Qwen/Qwen3-14B" where known
+  std::string model_type;    // "llama" | "qwen2" | "qwen3" | "mistral" | "gemma4" | "qwen3_5" | "qwen3_5_moe"
+  int64_t hidden_size = 0;   // C
+  int64_t num_layers = 0;    // L
+  int64_t num_heads = 0;     // H (query heads)
+  int64_t num_kv_heads = 0;  // KV heads (GQA)
+  int64_t head_dim = 0;      // hd (Gemma 4: of the sliding layers)
   int64_t intermediate_size = 0;  // I (SwiGLU; Gemma 4: the dense GeGLU MLP)
   int64_t vocab_size = 0;         // V
   int64_t max_position_embeddings = 0;
@@ -85,15 +85,15 @@ struct ModelCard {
   // with tanh GELU, embedding times sqrt(C) in bf16, layer_scalar, tied head) follow from model_type.
   std::vector<AttentionKind> layer_types;  // one per layer; empty: every layer full attention
   int64_t sliding_window = 0;
-  int64_t global_head_dim = 0;             // head_dim of the full-attention layers
-  int64_t num_global_kv_heads = 0;         // their KV heads (with attention_k_eq_v; else num_kv_heads)
-  bool attention_k_eq_v = false;           // full-attention layers take values from k_proj
-  double global_rope_theta = 0;            // full-attention layers' "proportional" RoPE
+  int64_t global_head_dim = 0;      // head_dim of the full-attention layers
+  int64_t num_global_kv_heads = 0;  // their KV heads (with attention_k_eq_v; else num_kv_heads)
+  bool attention_k_eq_v = false;    // full-attention layers take values from k_proj
+  double global_rope_theta = 0;     // full-attention layers' "proportional" RoPE
   double global_partial_rotary_factor = 1.0;
-  int64_t num_experts = 0;                 // MoE block in every layer (0: dense)
+  int64_t num_experts = 0;  // MoE block in every layer (0: dense)
   int64_t num_experts_per_tok = 0;
   int64_t moe_intermediate_size = 0;
-  double final_logit_softcapping = 0;      // logits = cap * tanh(z / cap); 0: none
+  double final_logit_softcapping = 0;  // logits = cap * tanh(z / cap); 0: none
 
   // Qwen3.5 / Qwen3.6 ("qwen3_5" dense, "qwen3_5_moe"; the text model of the released
   // ForConditionalGeneration checkpoints). layer_types holds linear_attention (Gated DeltaNet) and
@@ -102,7 +102,7 @@ struct ModelCard {
   // SiLU, untied head. The MoE variant has no dense MLP: intermediate_size is 0 there.
   int64_t linear_num_key_heads = 0, linear_num_value_heads = 0, linear_key_head_dim = 0,
           linear_value_head_dim = 0, linear_conv_kernel_dim = 0;
-  double partial_rotary_factor = 1.0;      // of head_dim, the leading channels that rotate
+  double partial_rotary_factor = 1.0;  // of head_dim, the leading channels that rotate
   int64_t shared_expert_intermediate_size = 0;
 
   bool gemma4() const { return model_type == "gemma4"; }
@@ -138,7 +138,8 @@ struct ModelCard {
 // Gemma4TextConfig's default layer_types: (five sliding, one full) repeated, the last layer full.
 std::vector<AttentionKind> gemma4_default_layer_types(int64_t num_layers);
 // Qwen3.5's: full attention every full_attention_interval-th layer (3, 7, 11, ... for 4), linear otherwise.
-std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers, int64_t full_attention_interval = 4);
+std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers,
+                                                       int64_t full_attention_interval = 4);
 
 // Named presets (card/presets/models/*.yaml, compiled in).
 std::vector<std::string> model_preset_names();

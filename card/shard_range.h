@@ -29,7 +29,8 @@ inline int64_t exchange_received_numel(int64_t count, int ranks, int rank) {
 // every node's ranks lands on each node exactly the part of a chunk its host state holds. With one
 // rank per node it is shard_range(count, nodes, node).
 inline ShardRange node_range(int64_t count, int nodes, int ranks, int node) {
-  return {shard_range(count, nodes * ranks, node * ranks).begin, shard_range(count, nodes * ranks, node * ranks + ranks - 1).end};
+  return {shard_range(count, nodes * ranks, node * ranks).begin,
+          shard_range(count, nodes * ranks, node * ranks + ranks - 1).end};
 }
 
 }  // namespace slidedp

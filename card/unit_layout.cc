@@ -127,9 +127,12 @@ void add_qwen3_5_decoder(LayoutBuilder& b, const ModelCard& c, const LayerShape&
 
 const char* unit_kind_name(UnitKind kind) {
   switch (kind) {
-    case UnitKind::kEmbedding: return "embedding";
-    case UnitKind::kDecoder: return "decoder";
-    case UnitKind::kHead: return "head";
+    case UnitKind::kEmbedding:
+      return "embedding";
+    case UnitKind::kDecoder:
+      return "decoder";
+    case UnitKind::kHead:
+      return "head";
   }
   return "?";
 }
@@ -161,7 +164,6 @@ const TensorSpec& UnitLayout::at(const std::string& short_name) const {
   SLIDEDP_CHECK(t != nullptr, "unit has no tensor " + prefix() + short_name);
   return *t;
 }
-
 
 ModelLayout make_model_layout(const ModelCard& c) {
   ModelLayout m;

@@ -31,12 +31,12 @@ struct TensorSpec {
 
 struct UnitLayout {
   UnitKind kind = UnitKind::kDecoder;
-  int index = 0;   // position in execution order: 0 .. L+1
-  int layer = -1;  // decoder layer number, -1 for embedding and head
+  int index = 0;            // position in execution order: 0 .. L+1
+  int layer = -1;           // decoder layer number, -1 for embedding and head
   std::string name_prefix;  // what short names are relative to: "model.layers.3." for decoders, else ""
   std::vector<TensorSpec> tensors;
-  int64_t flat_numel = 0;    // including alignment padding
-  int64_t param_count = 0;   // real parameters (sum of tensor numels)
+  int64_t flat_numel = 0;   // including alignment padding
+  int64_t param_count = 0;  // real parameters (sum of tensor numels)
   // Tied embeddings: the head's lm_head is unit 0's embed_tokens weight (not part of this unit).
   bool reads_tied_embedding = false;
 

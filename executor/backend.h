@@ -7,19 +7,19 @@
 // No CUDA type appears here (STYLE habit 2).
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <algorithm>
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "kernels/cpu/optim/adamw.h"
-#include "model/memory_account.h"
 #include "card/model_card.h"
 #include "card/shard_range.h"
 #include "card/unit_layout.h"
+#include "kernels/cpu/optim/adamw.h"
+#include "model/memory_account.h"
 #include "model/unit_memory.h"
 
 namespace slidedp::exec {

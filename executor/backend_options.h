@@ -14,11 +14,11 @@ namespace slidedp::exec {
 
 struct BackendOptions {
   int devices = 1;
-  int64_t device_budget_bytes = 0;  // per rank; 0: the backend's default (device_budget.h)
+  int64_t device_budget_bytes = 0;                    // per rank; 0: the backend's default (device_budget.h)
   int64_t device_reserve_bytes = int64_t{512} << 20;  // what a default GPU budget leaves free (the plan's)
   bool exact_fp32 = false;
   int64_t loss_chunk_tokens = 256;
-  int64_t mlp_token_tile = 0;  // decoder MLP token tile (plan key mlp_token_tile); 0 = untiled
+  int64_t mlp_token_tile = 0;     // decoder MLP token tile (plan key mlp_token_tile); 0 = untiled
   bool packed_documents = false;  // micro-batches carry document positions (UnitOpArgs::positions)
   // The plan runs collectives (all-gather / reduce-scatter between ranks): the CUDA backend creates
   // its NCCL communicators at construction, before any step, and checks their memory.

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "card/shard_range.h"
+#include "card/unit_layout.h"
 #include "executor/backend.h"
 #include "kernels/cpu/optim/adamw.h"
 #include "model/plan.h"
-#include "card/unit_layout.h"
 
 namespace slidedp::exec {
 

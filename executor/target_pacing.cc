@@ -6,8 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cmath>
+#include <cstring>
 #include <thread>
 #include <vector>
 

@@ -12,17 +12,17 @@
 #include <string>
 #include <vector>
 
+#include "card/model_card.h"
 #include "executor/backend.h"
 #include "executor/lr_schedule.h"
 #include "executor/node_link.h"
-#include "runlog/run_log.h"
 #include "executor/updater.h"
 #include "io/token_dataset.h"
 #include "model/memory_account.h"
-#include "card/model_card.h"
 #include "model/plan.h"
 #include "model/simulator.h"
 #include "model/system.h"
+#include "runlog/run_log.h"
 
 namespace slidedp::exec {
 

@@ -22,11 +22,11 @@
 #include <utility>
 #include <vector>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "io/sequence_sampler.h"
 #include "io/unit_tensors.h"
-#include "card/model_card.h"
 #include "model/plan.h"
-#include "card/unit_layout.h"
 
 namespace slidedp {
 

@@ -40,7 +40,10 @@ std::string field(const OwnerJson& j, const char* key, const std::string& origin
 }
 
 void write_owner(const std::string& root, const CheckpointRootOwner& o) {
-  const OwnerJson j = {{"run_id", o.run_id}, {"created_utc", o.created_utc}, {"model", o.model}, {"resumed_from", o.resumed_from}};
+  const OwnerJson j = {{"run_id", o.run_id},
+                       {"created_utc", o.created_utc},
+                       {"model", o.model},
+                       {"resumed_from", o.resumed_from}};
   write_file_atomic((fs::path(root) / kOwnerFile).string(), j.dump(2) + "\n");
 }
 

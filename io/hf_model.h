@@ -9,10 +9,10 @@
 #include <functional>
 #include <string>
 
-#include "io/safetensors.h"
-#include "io/unit_tensors.h"
 #include "card/model_card.h"
 #include "card/unit_layout.h"
+#include "io/safetensors.h"
+#include "io/unit_tensors.h"
 
 namespace slidedp {
 

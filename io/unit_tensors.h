@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "card/unit_layout.h"
 #include "common/thread_pool.h"
 #include "io/safetensors.h"
-#include "card/unit_layout.h"
 
 namespace slidedp {
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "model/optimizer_states.h"
 #include "card/unit_layout.h"
+#include "model/optimizer_states.h"
 
 namespace slidedp {
 

@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "card/unit_layout.h"
 #include "model/plan.h"
 #include "model/system.h"
-#include "card/unit_layout.h"
 #include "model/unit_memory.h"
 
 namespace slidedp {

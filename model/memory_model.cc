@@ -225,9 +225,11 @@ void add_baseline_buffers(MemoryEstimate& m, System system, const Plan& p, const
       break;  // the memory account
     case System::kMegaTrain:
       gpu(fmt::format("parameter slots ({} deep, bf16)", p.gpu_buffer_depth), s.max_window * kBf16Bytes);
-      if (p.param_route == ParamRoute::kSharded && N > 1) gpu("all-gather shard staging", max_unit * kBf16Bytes / N);
+      if (p.param_route == ParamRoute::kSharded && N > 1)
+        gpu("all-gather shard staging", max_unit * kBf16Bytes / N);
       gpu("gradient buffers (fp32 unit + bf16 draining)", s.max_grad);
-      if (p.grad_route == GradRoute::kGpu && N > 1) gpu("reduce-scatter buffers (bf16)", max_unit * kBf16Bytes * (1.0 + 1.0 / N));
+      if (p.grad_route == GradRoute::kGpu && N > 1)
+        gpu("reduce-scatter buffers (bf16)", max_unit * kBf16Bytes * (1.0 + 1.0 / N));
       break;
     case System::kSlideFormerDP:
       // Slots sized by the largest unit, each holding bf16 params and bf16 grads (its gradients go to

@@ -153,8 +153,9 @@ LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, cons
     const double kd = static_cast<double>(s.linear_key_dim()), nv = static_cast<double>(s.linear_v_heads);
     elems += 2.0 * conv + vd + 2.0 * kd + 2.0 * vd;
     fp32 += 2.0 * nv;
-    transient += nv * static_cast<double>(s.linear_k_dim) * static_cast<double>(s.linear_v_dim) * kFp32Bytes / kChunk +
-                 conv * kFp32Bytes;
+    transient +=
+        nv * static_cast<double>(s.linear_k_dim) * static_cast<double>(s.linear_v_dim) * kFp32Bytes / kChunk +
+        conv * kFp32Bytes;
   } else {
     const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
     elems += 2.0 * q + kv + kv + q + kv + 2.0 * q;
@@ -211,7 +212,8 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int 
   // before the down-projection backward; per tile when tiled) plus the recomputed activations.
   a.transient = (tiled ? 0.0 : 2.0 * I * kFp32Bytes) + (q + 2.0 * kv) * kFp32Bytes;
   if (s.moe())
-    a.transient += static_cast<double>(s.experts_per_token) * 2.0 * static_cast<double>(s.expert_intermediate_size) * kFp32Bytes;
+    a.transient += static_cast<double>(s.experts_per_token) * 2.0 *
+                   static_cast<double>(s.expert_intermediate_size) * kFp32Bytes;
   return a;
 }
 
@@ -237,7 +239,7 @@ LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c
                static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size),
           rows += 3.0;
   }
-  a.saved_keep = elems * kBf16Bytes + (H + rows) * kFp32Bytes;      // + log-sum-exp per head
+  a.saved_keep = elems * kBf16Bytes + (H + rows) * kFp32Bytes;  // + log-sum-exp per head
   a.transient = (I + 2.0 * C) * kBf16Bytes;
   return a;
 }

@@ -18,7 +18,6 @@
 namespace slidedp {
 namespace {
 
-
 // Parameters of decoder layer `layer` that expert-aware delivery leaves on the host for a micro-batch
 // of `tokens` tokens: the experts no token is expected to route to (0 when off or dense).
 double unrouted_expert_params(const Workload& w, int layer, int64_t tokens) {
@@ -203,7 +202,9 @@ UnitComputeTimes unit_compute_times(const Workload& w, const Hardware& hw, UnitK
     case UnitKind::kEmbedding:
       // Gather (read + write a bf16 row per token); backward zeroes and scatter-adds an fp32 grad.
       elementwise_fwd = tokens * C * kBf16Bytes * 2.0 / hbm;
-      elementwise_bwd = (static_cast<double>(w.model.embedding_params()) * kFp32Bytes + tokens * C * kFp32Bytes * 2.0) / hbm;
+      elementwise_bwd =
+          (static_cast<double>(w.model.embedding_params()) * kFp32Bytes + tokens * C * kFp32Bytes * 2.0) /
+          hbm;
       break;
     case UnitKind::kDecoder: {
       // Norms, RoPE, SwiGLU, residuals: each saved activation is written once and read about once.
@@ -618,10 +619,11 @@ void StepWorkBuilder::set_work_across_nodes(const UnitLayout& ul, UnitWork& u) c
     u.cpu_after_exchange_thread_s = u.cpu_accum_after_exchange_thread_s;
     u.cpu_after_exchange_host_mem_bytes = u.cpu_accum_after_exchange_host_mem_bytes;
   } else {
-    u.cpu_after_exchange_thread_s = combine * kFp32Bytes / r + owned / a + (A_ > 1 ? owned * kFp32Bytes / r : 0.0);
+    u.cpu_after_exchange_thread_s =
+        combine * kFp32Bytes / r + owned / a + (A_ > 1 ? owned * kFp32Bytes / r : 0.0);
     u.cpu_after_exchange_host_mem_bytes =
-        combine * 3.0 * kFp32Bytes +
-        owned * (sw_.traits.adamw_host_bytes_per_param + kFp32Bytes - kBf16Bytes + (A_ > 1 ? kFp32Bytes : 0.0));
+        combine * 3.0 * kFp32Bytes + owned * (sw_.traits.adamw_host_bytes_per_param + kFp32Bytes -
+                                              kBf16Bytes + (A_ > 1 ? kFp32Bytes : 0.0));
   }
 }
 

@@ -88,8 +88,9 @@ std::vector<UnitMemory> decoder_unit_memories(const ModelCard& card, const Model
   std::vector<UnitMemory> out;
   const kernels::ModelSpecs s = specs_for(card, layout, options);
   for (int l = 0; l < card.num_layers; ++l)
-    out.push_back(options.code == UnitCode::kCpu ? cpu_unit_memory(s, UnitKind::kDecoder, l, B, T, options.exact_fp32)
-                                                 : cuda_layer_memory(s, l, B, T));
+    out.push_back(options.code == UnitCode::kCpu
+                      ? cpu_unit_memory(s, UnitKind::kDecoder, l, B, T, options.exact_fp32)
+                      : cuda_layer_memory(s, l, B, T));
   return out;
 }
 

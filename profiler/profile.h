@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "model/hardware.h"
 #include "card/model_card.h"
+#include "model/hardware.h"
 #include "profiler/backend_links.h"
 #include "profiler/cpu_update.h"
 #include "profiler/gpu.h"

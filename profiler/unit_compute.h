@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "executor/backend.h"
 #include "executor/kernel_activity.h"
 #include "model/hardware.h"
-#include "card/model_card.h"
-#include "card/unit_layout.h"
 #include "profiler/fit.h"
 #include "profiler/stage.h"
 

@@ -12,8 +12,8 @@
 #include <utility>
 #include <vector>
 
-#include "model/hardware.h"
 #include "card/model_card.h"
+#include "model/hardware.h"
 #include "model/plan.h"
 #include "model/system.h"
 #include "model/workload.h"

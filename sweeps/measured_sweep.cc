@@ -10,9 +10,9 @@
 #include <map>
 #include <set>
 
-#include "common/median.h"
 #include "common/error.h"
 #include "common/file_util.h"
+#include "common/median.h"
 #include "common/provenance.h"
 #include "common/seconds_since.h"
 #include "common/table.h"

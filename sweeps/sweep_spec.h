@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "card/model_card.h"
 #include "common/hash.h"
 #include "common/yaml_reader.h"
 #include "model/hardware.h"
-#include "card/model_card.h"
 #include "model/plan.h"
 #include "model/system.h"
 

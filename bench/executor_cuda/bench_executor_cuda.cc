@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "common/provenance.h"
 #include "common/table.h"
 #include "executor/cuda/cuda_backend.h"
@@ -34,9 +36,7 @@
 #include "io/token_dataset.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_info.h"
-#include "card/model_card.h"
 #include "model/model_costs.h"
-#include "card/unit_layout.h"
 
 namespace slidedp {
 namespace {

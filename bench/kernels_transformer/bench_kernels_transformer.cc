@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "card/unit_layout.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/blas.h"
@@ -23,7 +24,6 @@
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/working_set.h"
 #include "model/model_costs.h"
-#include "card/unit_layout.h"
 
 namespace slidedp::kernels {
 namespace {

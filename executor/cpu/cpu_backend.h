@@ -9,12 +9,12 @@
 
 #include <memory>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "executor/backend.h"
 #include "executor/node_link.h"
 #include "executor/run_control.h"
 #include "executor/target_pacing.h"
-#include "card/model_card.h"
-#include "card/unit_layout.h"
 
 namespace slidedp::exec {
 

@@ -33,11 +33,11 @@
 #include "card/shard_range.h"
 #include "common/error.h"
 #include "common/units.h"
-#include "executor/cuda/counter_wait.h"
 #include "executor/block_cache.h"
+#include "executor/cuda/counter_wait.h"
 #include "executor/cuda/cupti_activity.h"
-#include "executor/kernel_activity.h"
 #include "executor/device_budget.h"
+#include "executor/kernel_activity.h"
 #include "executor/router_stats_of.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cuda/adamw.h"
@@ -661,8 +661,8 @@ class CudaDevice final : public Device {
         case UnitKind::kDecoder:
           std::visit(
               [&](const auto& spec) {
-                kc::layer_forward(with_positions(ctx, a), spec, bf(a.params), bf(a.x), bf(a.y), ws(a.saved), a.B, a.T,
-                                  ws(a.workspace), opt_ptr(router_stats_of(s, a)));
+                kc::layer_forward(with_positions(ctx, a), spec, bf(a.params), bf(a.x), bf(a.y), ws(a.saved),
+                                  a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
               },
               layer_spec(a));
           break;
@@ -712,8 +712,9 @@ class CudaDevice final : public Device {
     compute_.traced(tag(a, "bwd"), [&] {
       std::visit(
           [&](const auto& spec) {
-            kc::layer_backward(with_positions(ctx, a), spec, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy), bf(a.dx),
-                               f32(a.grads), a.B, a.T, ws(a.workspace), opt_ptr(router_stats_of(s, a)));
+            kc::layer_backward(with_positions(ctx, a), spec, bf(a.params), bf(a.x), ws(a.saved), bf(a.dy),
+                               bf(a.dx), f32(a.grads), a.B, a.T, ws(a.workspace),
+                               opt_ptr(router_stats_of(s, a)));
           },
           layer_spec(a));
     });

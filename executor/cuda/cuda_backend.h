@@ -10,11 +10,11 @@
 #include <memory>
 #include <string>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "executor/backend.h"
 #include "executor/backend_options.h"
 #include "executor/run_control.h"
-#include "card/model_card.h"
-#include "card/unit_layout.h"
 
 namespace slidedp::exec {
 

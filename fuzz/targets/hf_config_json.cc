@@ -1,6 +1,6 @@
 // A Hugging Face config.json (every supported model_type, and the multimodal Gemma 4 / Qwen3.6 ones).
-#include "fuzz/harness.h"
 #include "card/model_card.h"
+#include "fuzz/harness.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, std::size_t size) {
   return slidedp::fuzz::check_input(

@@ -228,7 +228,9 @@ int64_t gemma4_saved_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
 int64_t gemma4_forward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);  // also recompute
 int64_t gemma4_backward_workspace_bytes(const Gemma4LayerSpec& spec, int64_t B, int64_t T);
 // The same under the names every family's GPU layer provides (visited per layer by the memory account).
-inline int64_t layer_saved_bytes(const Gemma4LayerSpec& s, int64_t B, int64_t T) { return gemma4_saved_bytes(s, B, T); }
+inline int64_t layer_saved_bytes(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
+  return gemma4_saved_bytes(s, B, T);
+}
 inline int64_t layer_forward_workspace_bytes(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
   return gemma4_forward_workspace_bytes(s, B, T);
 }

@@ -30,17 +30,18 @@ void qwen3_5_backward(const UnitContext& ctx, const Qwen35LayerSpec& spec, const
 
 // The family's GPU operations under the names every family provides (the CUDA backend visits the
 // layer's kernels::LayerSpec once per operation).
-inline void layer_forward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* params, const bf16* x, bf16* y,
-                          DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws, const RouterStats* router) {
+inline void layer_forward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* params, const bf16* x,
+                          bf16* y, DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws,
+                          const RouterStats* router) {
   qwen3_5_forward(ctx, s, params, x, y, saved, B, T, ws, router);
 }
-inline void layer_recompute(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* params, const bf16* x,
-                            DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
+inline void layer_recompute(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* params,
+                            const bf16* x, DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws) {
   qwen3_5_recompute(ctx, s, params, x, saved, B, T, ws);
 }
-inline void layer_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* params, const bf16* x,
-                           DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads, int64_t B, int64_t T,
-                           DeviceWorkspace ws, const RouterStats* router) {
+inline void layer_backward(const UnitContext& ctx, const Qwen35LayerSpec& s, const bf16* params,
+                           const bf16* x, DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads,
+                           int64_t B, int64_t T, DeviceWorkspace ws, const RouterStats* router) {
   qwen3_5_backward(ctx, s, params, x, saved, dy, dx, grads, B, T, ws, router);
 }
 

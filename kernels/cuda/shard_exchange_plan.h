@@ -10,8 +10,8 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/cuda/device_math.h"
 #include "card/shard_range.h"
+#include "kernels/cuda/device_math.h"
 
 namespace slidedp::kernels::cuda {
 

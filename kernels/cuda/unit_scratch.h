@@ -237,7 +237,9 @@ int64_t decoder_saved_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
 int64_t decoder_forward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T);  // also recompute
 int64_t decoder_backward_workspace_bytes(const DecoderSpec& spec, int64_t B, int64_t T);
 // The same under the names every family's GPU layer provides (visited per layer by the memory account).
-inline int64_t layer_saved_bytes(const DecoderSpec& s, int64_t B, int64_t T) { return decoder_saved_bytes(s, B, T); }
+inline int64_t layer_saved_bytes(const DecoderSpec& s, int64_t B, int64_t T) {
+  return decoder_saved_bytes(s, B, T);
+}
 inline int64_t layer_forward_workspace_bytes(const DecoderSpec& s, int64_t B, int64_t T) {
   return decoder_forward_workspace_bytes(s, B, T);
 }

@@ -44,8 +44,9 @@ void decoder_backward(const UnitContext& ctx, const DecoderSpec& spec, const bf1
 
 // The family's GPU operations under the names every family provides (the CUDA backend visits the
 // layer's kernels::LayerSpec once per operation).
-inline void layer_forward(const UnitContext& ctx, const DecoderSpec& s, const bf16* params, const bf16* x, bf16* y,
-                          DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws, const RouterStats* /*dense: none*/) {
+inline void layer_forward(const UnitContext& ctx, const DecoderSpec& s, const bf16* params, const bf16* x,
+                          bf16* y, DeviceWorkspace saved, int64_t B, int64_t T, DeviceWorkspace ws,
+                          const RouterStats* /*dense: none*/) {
   decoder_forward(ctx, s, params, x, y, saved, B, T, ws);
 }
 inline void layer_recompute(const UnitContext& ctx, const DecoderSpec& s, const bf16* params, const bf16* x,
@@ -53,8 +54,8 @@ inline void layer_recompute(const UnitContext& ctx, const DecoderSpec& s, const 
   decoder_recompute(ctx, s, params, x, saved, B, T, ws);
 }
 inline void layer_backward(const UnitContext& ctx, const DecoderSpec& s, const bf16* params, const bf16* x,
-                           DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads, int64_t B, int64_t T,
-                           DeviceWorkspace ws, const RouterStats* /*dense: none*/) {
+                           DeviceWorkspace saved, const bf16* dy, bf16* dx, float* grads, int64_t B,
+                           int64_t T, DeviceWorkspace ws, const RouterStats* /*dense: none*/) {
   decoder_backward(ctx, s, params, x, saved, dy, dx, grads, B, T, ws);
 }
 

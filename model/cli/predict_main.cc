@@ -1,24 +1,24 @@
 // slidedp-predict: what a plan does on a machine, real or hypothetical. Prints a readable breakdown
 // (bottleneck first) or one JSON object; --trace writes the simulated timeline for Perfetto;
 // --system compares SlideDP with the baselines on the same workload.
-#include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
+#include <CLI/CLI.hpp>
 #include <iostream>
 
+#include "card/model_card.h"
+#include "cli/plan_flags.h"
 #include "common/cli_main.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/output_paths.h"
+#include "common/units.h"
 #include "model/chrome_trace.h"
-#include "cli/plan_flags.h"
 #include "model/hardware.h"
-#include "card/model_card.h"
 #include "model/prediction_report.h"
 #include "model/simulator.h"
 #include "model/step_model.h"
 #include "model/system.h"
-#include "common/units.h"
 
 namespace slidedp {
 namespace {

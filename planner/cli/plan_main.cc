@@ -8,18 +8,18 @@
 #include <iostream>
 #include <optional>
 
+#include "card/model_card.h"
 #include "common/cli_checks.h"
 #include "common/cli_main.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/output_paths.h"
 #include "common/units.h"
-#include "runlog/interrupt.h"
 #include "model/hardware.h"
-#include "card/model_card.h"
 #include "planner/refine.h"
 #include "planner/report.h"
 #include "planner/search.h"
+#include "runlog/interrupt.h"
 
 namespace slidedp::planner {
 namespace {

@@ -8,6 +8,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "card/model_card.h"
 #include "common/cli_checks.h"
 #include "common/cli_main.h"
 #include "common/error.h"
@@ -16,11 +17,10 @@
 #include "common/units.h"
 #include "executor/node_link.h"
 #include "executor/node_state.h"
-#include "runlog/interrupt.h"
-#include "runlog/run_log.h"
-#include "card/model_card.h"
 #include "profiler/profile.h"
 #include "profiler/report.h"
+#include "runlog/interrupt.h"
+#include "runlog/run_log.h"
 
 namespace slidedp {
 namespace {

@@ -2,21 +2,20 @@
 #include <fmt/format.h>
 
 #include <iostream>
-
 #include <nlohmann/json.hpp>
 
+#include "card/model_card.h"
+#include "common/cli_checks.h"
 #include "common/error.h"
 #include "common/file_util.h"
-#include "common/cli_checks.h"
 #include "common/progress.h"
 #include "common/units.h"
 #include "executor/target_pacing.h"
 #include "model/hardware.h"
-#include "card/model_card.h"
 #include "sweeps/cli/commands.h"
-#include "sweeps/sweep_report.h"
 #include "sweeps/fidelity.h"
 #include "sweeps/fidelity_regimes.h"
+#include "sweeps/sweep_report.h"
 
 namespace slidedp {
 namespace {

@@ -4,6 +4,8 @@
 // an exception failing the run, the arena's budget and stream-ordered deferred frees, quiesce after
 // an abort releasing streams stuck on counters, collectives (with 2+ GPUs), tracing on the host's
 // clock, and the errors for what the backend cannot do.
+#include "executor/cuda/cuda_backend.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -17,7 +19,6 @@
 #include "card/shard_range.h"
 #include "common/bf16.h"
 #include "common/error.h"
-#include "executor/cuda/cuda_backend.h"
 #include "model/memory_model.h"
 #include "model/workload.h"
 #include "tests/executor/executor_test_util.h"

@@ -13,10 +13,10 @@
 #include <thread>
 #include <vector>
 
+#include "card/model_card.h"
 #include "executor/trainer.h"
 #include "io/default_corpus.h"
 #include "model/hardware.h"
-#include "card/model_card.h"
 
 namespace slidedp::exec::testing {
 

@@ -24,12 +24,12 @@
 #include <string>
 #include <vector>
 
+#include "card/unit_layout.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
 #include "io/safetensors.h"
 #include "io/sequence_sampler.h"
 #include "io/token_dataset.h"
-#include "card/unit_layout.h"
 #include "tests/shell_command.h"
 
 namespace slidedp {

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "common/bf16.h"
 #include "common/error.h"
 #include "io/unit_tensors.h"
-#include "card/model_card.h"
-#include "card/unit_layout.h"
 
 namespace slidedp::testing {
 

@@ -6,8 +6,8 @@
 
 #include <string>
 
-#include "common/error.h"
 #include "card/model_card.h"
+#include "common/error.h"
 
 namespace slidedp::testing {
 

@@ -7,8 +7,8 @@
 #include <cmath>
 #include <numeric>
 
-#include "model/hardware.h"
 #include "card/model_card.h"
+#include "model/hardware.h"
 #include "model/step_work.h"
 #include "model/workload.h"
 

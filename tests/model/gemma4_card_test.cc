@@ -8,11 +8,11 @@
 
 #include <string>
 
-#include "common/error.h"
 #include "card/model_card.h"
-#include "tests/model/config_edit_util.h"
-#include "model/model_costs.h"
 #include "card/unit_layout.h"
+#include "common/error.h"
+#include "model/model_costs.h"
+#include "tests/model/config_edit_util.h"
 
 namespace slidedp {
 namespace {

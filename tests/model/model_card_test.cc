@@ -1,16 +1,16 @@
 // Model cards: every preset's parameter count against the exact totals computed in
 // shared/reference/model-configs.md (which match the checkpoints' byte totals) and within 1% of the
 // published size; config.json parsing; strict YAML errors.
-#include <gtest/gtest.h>
+#include "card/model_card.h"
 
-#include <nlohmann/json.hpp>
+#include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
+#include <nlohmann/json.hpp>
 
-#include "common/error.h"
-#include "card/model_card.h"
 #include "card/unit_layout.h"
+#include "common/error.h"
 #include "tests/model/config_edit_util.h"
 
 namespace slidedp {

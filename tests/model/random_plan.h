@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <random>
 
-#include "model/hardware.h"
 #include "card/model_card.h"
+#include "model/hardware.h"
 #include "model/plan.h"
 
 namespace slidedp {

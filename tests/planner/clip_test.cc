@@ -4,8 +4,8 @@
 // lower bounds under the clipped schedule).
 #include <gtest/gtest.h>
 
-#include "model/hardware.h"
 #include "card/model_card.h"
+#include "model/hardware.h"
 #include "model/step_model.h"
 #include "model/workload.h"
 #include "planner/search.h"

@@ -6,8 +6,8 @@
 // token; the explanation says which and why.
 #include <gtest/gtest.h>
 
-#include "model/hardware.h"
 #include "card/model_card.h"
+#include "model/hardware.h"
 #include "model/workload.h"
 #include "planner/report.h"
 #include "planner/search.h"

@@ -17,11 +17,11 @@
 #include <sstream>
 #include <thread>
 
+#include "card/model_card.h"
 #include "common/error.h"
 #include "executor/init_weights.h"
 #include "io/checkpoint.h"
 #include "io/hf_model.h"
-#include "card/model_card.h"
 #include "runlog/run_log.h"
 #include "tests/shell_command.h"
 #include "tests/text/text_test_util.h"

@@ -68,8 +68,10 @@ inline int64_t layer_flat_numel(const DecoderSpec& s) { return s.flat_numel; }
 inline int64_t layer_moe_experts(const DecoderSpec&) { return 0; }
 inline void layer_set_threads(DecoderSpec& s, int64_t threads) { s.threads = threads; }
 // False when the family cannot tile its MLP (rows > 0); the caller names the plan key.
-inline bool layer_set_mlp_token_tile(DecoderSpec& s, int64_t rows) { s.mlp_token_tile = rows;
-  return true; }
+inline bool layer_set_mlp_token_tile(DecoderSpec& s, int64_t rows) {
+  s.mlp_token_tile = rows;
+  return true;
+}
 template <typename Real>
 int64_t layer_saved_bytes(const DecoderSpec& s, int64_t B, int64_t T) {
   return decoder_saved_bytes<Real>(s, B, T);
@@ -83,19 +85,20 @@ int64_t layer_backward_workspace_bytes(const DecoderSpec& s, int64_t B, int64_t 
   return decoder_backward_workspace_bytes<Real>(s, B, T);
 }
 template <typename Real>
-void layer_forward(const DecoderSpec& s, const Real* params, const Real* x, Real* y, Workspace saved, int64_t B,
-                   int64_t T, Workspace ws, const RouterStats* /*router: dense*/, const int32_t* positions) {
+void layer_forward(const DecoderSpec& s, const Real* params, const Real* x, Real* y, Workspace saved,
+                   int64_t B, int64_t T, Workspace ws, const RouterStats* /*router: dense*/,
+                   const int32_t* positions) {
   decoder_forward(s, params, x, y, saved, B, T, ws, positions);
 }
 template <typename Real>
-void layer_recompute(const DecoderSpec& s, const Real* params, const Real* x, Workspace saved, int64_t B, int64_t T,
-                     Workspace ws, const int32_t* positions) {
+void layer_recompute(const DecoderSpec& s, const Real* params, const Real* x, Workspace saved, int64_t B,
+                     int64_t T, Workspace ws, const int32_t* positions) {
   decoder_recompute(s, params, x, saved, B, T, ws, positions);
 }
 template <typename Real>
-void layer_backward(const DecoderSpec& s, const Real* params, const Real* x, Workspace saved, const Real* dy, Real* dx,
-                    Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* /*router: dense*/,
-                    const int32_t* positions) {
+void layer_backward(const DecoderSpec& s, const Real* params, const Real* x, Workspace saved, const Real* dy,
+                    Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
+                    const RouterStats* /*router: dense*/, const int32_t* positions) {
   decoder_backward(s, params, x, saved, dy, dx, grads, B, T, ws, positions);
 }
 

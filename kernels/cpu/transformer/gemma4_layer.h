@@ -104,19 +104,19 @@ int64_t layer_backward_workspace_bytes(const Gemma4LayerSpec& s, int64_t B, int6
   return gemma4_backward_workspace_bytes<Real>(s, B, T);
 }
 template <typename Real>
-void layer_forward(const Gemma4LayerSpec& s, const Real* params, const Real* x, Real* y, Workspace saved, int64_t B,
-                   int64_t T, Workspace ws, const RouterStats* router, const int32_t* positions) {
+void layer_forward(const Gemma4LayerSpec& s, const Real* params, const Real* x, Real* y, Workspace saved,
+                   int64_t B, int64_t T, Workspace ws, const RouterStats* router, const int32_t* positions) {
   gemma4_forward(s, params, x, y, saved, B, T, ws, router, positions);
 }
 template <typename Real>
-void layer_recompute(const Gemma4LayerSpec& s, const Real* params, const Real* x, Workspace saved, int64_t B, int64_t T,
-                     Workspace ws, const int32_t* positions) {
+void layer_recompute(const Gemma4LayerSpec& s, const Real* params, const Real* x, Workspace saved, int64_t B,
+                     int64_t T, Workspace ws, const int32_t* positions) {
   gemma4_recompute(s, params, x, saved, B, T, ws, positions);
 }
 template <typename Real>
-void layer_backward(const Gemma4LayerSpec& s, const Real* params, const Real* x, Workspace saved, const Real* dy, Real* dx,
-                    Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router,
-                    const int32_t* positions) {
+void layer_backward(const Gemma4LayerSpec& s, const Real* params, const Real* x, Workspace saved,
+                    const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
+                    const RouterStats* router, const int32_t* positions) {
   gemma4_backward(s, params, x, saved, dy, dx, grads, B, T, ws, router, positions);
 }
 

@@ -18,7 +18,8 @@ int64_t layer_saved_bytes(const ModelSpecs& s, int layer, int64_t B, int64_t T) 
 
 template <typename Real>
 int64_t layer_forward_workspace_bytes(const ModelSpecs& s, int layer, int64_t B, int64_t T) {
-  return std::visit([&](const auto& spec) { return layer_forward_workspace_bytes<Real>(spec, B, T); }, s.layer(layer));
+  return std::visit([&](const auto& spec) { return layer_forward_workspace_bytes<Real>(spec, B, T); },
+                    s.layer(layer));
 }
 
 template <typename Real>
@@ -37,7 +38,8 @@ void layer_forward(const ModelSpecs& s, int layer, const Real* params, const Rea
 template <typename Real>
 void layer_recompute(const ModelSpecs& s, int layer, const Real* params, const Real* x, Workspace saved, int64_t B,
                      int64_t T, Workspace ws, const int32_t* positions) {
-  std::visit([&](const auto& spec) { layer_recompute(spec, params, x, saved, B, T, ws, positions); }, s.layer(layer));
+  std::visit([&](const auto& spec) { layer_recompute(spec, params, x, saved, B, T, ws, positions); },
+             s.layer(layer));
 }
 
 template <typename Real>
@@ -45,7 +47,9 @@ void layer_backward(const ModelSpecs& s, int layer, const Real* params, const Re
                     const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
                     const RouterStats* router, const int32_t* positions) {
   std::visit(
-      [&](const auto& spec) { layer_backward(spec, params, x, saved, dy, dx, grads, B, T, ws, router, positions); },
+      [&](const auto& spec) {
+        layer_backward(spec, params, x, saved, dy, dx, grads, B, T, ws, router, positions);
+      },
       s.layer(layer));
 }
 

@@ -41,13 +41,15 @@ ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
 
 int64_t ModelSpecs::moe_layers() const {
   int64_t n = 0;
-  for (const LayerSpec& l : layers) n += std::visit([](const auto& spec) { return layer_moe_experts(spec); }, l) > 0;
+  for (const LayerSpec& l : layers)
+    n += std::visit([](const auto& spec) { return layer_moe_experts(spec); }, l) > 0;
   return n;
 }
 
 int64_t ModelSpecs::moe_experts() const {
   for (const LayerSpec& l : layers)
-    if (const int64_t E = std::visit([](const auto& spec) { return layer_moe_experts(spec); }, l); E > 0) return E;
+    if (const int64_t E = std::visit([](const auto& spec) { return layer_moe_experts(spec); }, l); E > 0)
+      return E;
   return 0;
 }
 
@@ -59,7 +61,8 @@ void ModelSpecs::set_threads(int64_t t) {
 void ModelSpecs::set_mlp_token_tile(int64_t rows) {
   for (LayerSpec& l : layers)
     if (!std::visit([rows](auto& spec) { return layer_set_mlp_token_tile(spec, rows); }, l))
-      throw InputError("mlp_token_tile", "MLP token tiles are built for the Llama family's layers only; use 0");
+      throw InputError("mlp_token_tile",
+                       "MLP token tiles are built for the Llama family's layers only; use 0");
   mlp_token_tile = rows;
 }
 

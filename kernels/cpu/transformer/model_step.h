@@ -8,11 +8,11 @@
 #include <span>
 #include <vector>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "kernels/cpu/transformer/cross_entropy.h"
 #include "kernels/cpu/transformer/layer_spec.h"
 #include "kernels/cpu/transformer/unit_spec.h"
-#include "card/model_card.h"
-#include "card/unit_layout.h"
 
 namespace slidedp::kernels {
 

@@ -96,8 +96,10 @@ void qwen3_5_backward(const Qwen35LayerSpec& spec, const Real* params, const Rea
 // alternative per family and layer_dispatch.cc visits it once per operation.
 inline int64_t layer_flat_numel(const Qwen35LayerSpec& s) { return s.flat_numel; }
 inline int64_t layer_moe_experts(const Qwen35LayerSpec& s) { return s.has_moe() ? s.moe.E : 0; }
-inline void layer_set_threads(Qwen35LayerSpec& s, int64_t threads) { s.threads = threads;
-  s.gdn.threads = threads; }
+inline void layer_set_threads(Qwen35LayerSpec& s, int64_t threads) {
+  s.threads = threads;
+  s.gdn.threads = threads;
+}
 // False when the family cannot tile its MLP (rows > 0); the caller names the plan key.
 inline bool layer_set_mlp_token_tile(Qwen35LayerSpec&, int64_t rows) { return rows == 0; }
 template <typename Real>
@@ -113,19 +115,19 @@ int64_t layer_backward_workspace_bytes(const Qwen35LayerSpec& s, int64_t B, int6
   return qwen3_5_backward_workspace_bytes<Real>(s, B, T);
 }
 template <typename Real>
-void layer_forward(const Qwen35LayerSpec& s, const Real* params, const Real* x, Real* y, Workspace saved, int64_t B,
-                   int64_t T, Workspace ws, const RouterStats* router, const int32_t* positions) {
+void layer_forward(const Qwen35LayerSpec& s, const Real* params, const Real* x, Real* y, Workspace saved,
+                   int64_t B, int64_t T, Workspace ws, const RouterStats* router, const int32_t* positions) {
   qwen3_5_forward(s, params, x, y, saved, B, T, ws, router, positions);
 }
 template <typename Real>
-void layer_recompute(const Qwen35LayerSpec& s, const Real* params, const Real* x, Workspace saved, int64_t B, int64_t T,
-                     Workspace ws, const int32_t* positions) {
+void layer_recompute(const Qwen35LayerSpec& s, const Real* params, const Real* x, Workspace saved, int64_t B,
+                     int64_t T, Workspace ws, const int32_t* positions) {
   qwen3_5_recompute(s, params, x, saved, B, T, ws, positions);
 }
 template <typename Real>
-void layer_backward(const Qwen35LayerSpec& s, const Real* params, const Real* x, Workspace saved, const Real* dy, Real* dx,
-                    Real* grads, int64_t B, int64_t T, Workspace ws, const RouterStats* router,
-                    const int32_t* positions) {
+void layer_backward(const Qwen35LayerSpec& s, const Real* params, const Real* x, Workspace saved,
+                    const Real* dy, Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,
+                    const RouterStats* router, const int32_t* positions) {
   qwen3_5_backward(s, params, x, saved, dy, dx, grads, B, T, ws, router, positions);
 }
 

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "card/unit_layout.h"
 #include "common/error.h"
 #include "kernels/cpu/transformer/unit_spec.h"
 #include "kernels/cuda/attention.h"
@@ -18,7 +19,6 @@
 #include "kernels/cuda/moe_scratch.h"
 #include "kernels/cuda/qwen3_5_scratch.h"
 #include "kernels/cuda/units.h"
-#include "card/unit_layout.h"
 #include "model/unit_memory.h"
 #include "tests/kernels/transformer/test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"

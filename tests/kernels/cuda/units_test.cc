@@ -25,6 +25,8 @@
 #include <string>
 #include <vector>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "common/bf16.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
@@ -36,8 +38,6 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/gemma4_unit.h"
 #include "kernels/cuda/qwen3_5_unit.h"
-#include "card/model_card.h"
-#include "card/unit_layout.h"
 #include "tests/kernels/cuda/cuda_test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"
 

@@ -67,11 +67,13 @@ TEST_P(Bf16MomentsAdamwTest, EveryLevelEqualsTheScalarReference) {
         adamw_update(ref.state(), g32.data(), moment_format_hyper(), begin, n);
         adamw_update(ref.state(), g16.data(), moment_format_hyper(), begin, n);
         const std::vector<const bf16_bits*> slots = {g16.data(), g16.data()};
-        reduce_adamw_update(ref.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(), begin, n);
+        reduce_adamw_update(ref.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(),
+                            begin, n);
         use_level(GetParam());
         adamw_update(got.state(), g32.data(), moment_format_hyper(), begin, n);
         adamw_update(got.state(), g16.data(), moment_format_hyper(), begin, n);
-        reduce_adamw_update(got.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(), begin, n);
+        reduce_adamw_update(got.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(),
+                            begin, n);
         expect_same(ref, got, n);
       }
 }

@@ -165,7 +165,8 @@ void expect_same(const Q8MomentsUnderTest& a, const Q8MomentsUnderTest& b, int64
   EXPECT_TRUE(same_bits(a.v.data(), b.v.data(), n)) << "v";
   EXPECT_TRUE(same_bits(a.m_scale.data(), b.m_scale.data(), q8_blocks(n))) << "m scales";
   EXPECT_TRUE(same_bits(a.v_scale.data(), b.v_scale.data(), q8_blocks(n))) << "v scales";
-  EXPECT_TRUE(b.m.guards_intact() && b.v.guards_intact() && b.m_scale.guards_intact() && b.v_scale.guards_intact());
+  EXPECT_TRUE(b.m.guards_intact() && b.v.guards_intact() && b.m_scale.guards_intact() &&
+              b.v_scale.guards_intact());
 }
 
 using Q8MomentsAdamwTest = LevelTest;
@@ -187,7 +188,8 @@ TEST_P(Q8MomentsAdamwTest, EveryLevelEqualsTheScalarReference) {
         auto run = [&](Q8MomentsUnderTest& s) {
           adamw_update(s.state(), g32.data(), moment_format_hyper(), 0, n);
           adamw_update(s.state(), g16.data(), moment_format_hyper(), later, n);
-          reduce_adamw_update(s.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(), 0, n);
+          reduce_adamw_update(s.state(), GradSlots<bf16_bits>{slots, 0.5f, g32.data()}, moment_format_hyper(),
+                              0, n);
         };
         use_scalar();
         run(ref);
@@ -209,7 +211,8 @@ TEST(Q8Moments, ScalarEqualsTheNaiveBlockUpdate) {
     v[static_cast<size_t>(i)] = static_cast<float>(second_moment_value(s.v[i])) * s.v_scale[i / kQ8Block];
   }
   const std::vector<float> g = random_floats(n, 37, -2.0f, 2.0f);
-  adamw_update(AdamwState{p.data(), m.data(), v.data(), nullptr}, g.data(), moment_format_hyper(), 0, n);  // fp32 moments
+  adamw_update(AdamwState{p.data(), m.data(), v.data(), nullptr}, g.data(), moment_format_hyper(), 0,
+               n);  // fp32 moments
   adamw_update(s.state(), g.data(), moment_format_hyper(), 0, n);
   for (int64_t b = 0; b * kQ8Block < n; ++b) {
     const int64_t lo = b * kQ8Block, hi = std::min(n, lo + kQ8Block);

@@ -6,9 +6,9 @@
 #include <string>
 #include <vector>
 
+#include "card/unit_layout.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
-#include "card/unit_layout.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels::test {

@@ -11,9 +11,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "card/unit_layout.h"
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "kernels/cpu/transformer/rope.h"
-#include "card/unit_layout.h"
 #include "tests/kernels/transformer/layer_run_util.h"
 #include "tests/kernels/transformer/test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"

@@ -12,10 +12,10 @@
 #include <variant>
 #include <vector>
 
-#include "kernels/cpu/transformer/bf16_params.h"
-#include "kernels/cpu/transformer/model_step.h"
 #include "card/model_card.h"
 #include "card/unit_layout.h"
+#include "kernels/cpu/transformer/bf16_params.h"
+#include "kernels/cpu/transformer/model_step.h"
 #include "tests/kernels/transformer/safetensors_file.h"
 #include "tests/kernels/transformer/test_util.h"
 

@@ -5,21 +5,21 @@
 
 #include <vector>
 
+#include "card/model_card.h"
+#include "card/unit_layout.h"
 #include "common/error.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/cross_entropy.h"
 #include "kernels/cpu/transformer/embedding.h"
+#include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/geglu.h"
 #include "kernels/cpu/transformer/linear.h"
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "kernels/cpu/transformer/rmsnorm.h"
 #include "kernels/cpu/transformer/rope.h"
 #include "kernels/cpu/transformer/swiglu.h"
-#include "card/model_card.h"
-#include "kernels/cpu/transformer/embedding_unit.h"
-#include "card/unit_layout.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels {

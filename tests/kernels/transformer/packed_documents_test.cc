@@ -15,11 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "card/unit_layout.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/rope.h"
-#include "card/unit_layout.h"
 #include "tests/kernels/transformer/test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"
 

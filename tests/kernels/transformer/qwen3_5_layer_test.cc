@@ -12,8 +12,8 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/cpu/transformer/reference_ops.h"
 #include "card/unit_layout.h"
+#include "kernels/cpu/transformer/reference_ops.h"
 #include "tests/kernels/transformer/layer_run_util.h"
 #include "tests/kernels/transformer/test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"

@@ -14,9 +14,9 @@
 #include <variant>
 #include <vector>
 
+#include "card/unit_layout.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/moe_experts.h"
-#include "card/unit_layout.h"
 #include "tests/kernels/transformer/test_util.h"
 #include "tests/kernels/transformer/tiny_cards.h"
 

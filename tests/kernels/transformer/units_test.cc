@@ -9,6 +9,7 @@
 #include <variant>
 #include <vector>
 
+#include "card/unit_layout.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/bf16_params.h"
 #include "kernels/cpu/transformer/decoder_layer.h"
@@ -16,7 +17,6 @@
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/reference_ops.h"
 #include "kernels/cpu/transformer/working_set.h"
-#include "card/unit_layout.h"
 #include "tests/kernels/transformer/decoder_test_util.h"
 #include "tests/kernels/transformer/test_util.h"
 
