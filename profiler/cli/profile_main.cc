@@ -48,16 +48,8 @@ std::vector<T> parse_list(const std::string& text, const std::string& flag) {
 // one ends them all, see main).
 std::unique_ptr<exec::NodeLink> g_link;
 
-int profile_main(int argc, char** argv) {
-  CLI::App app{
-      "slidedp-profile: measure this machine and write a hardware profile (the schema of\n"
-      "model/presets/hardware/*.yaml) for slidedp-predict, slidedp-plan and slidedp-sweep. Measures host\n"
-      "memory (copy, triad, under DMA-like copies), the CPU update and reduction kernels, and either the\n"
-      "GPUs (pinned copies alone / all / both directions, NCCL collectives, unit compute) or, with no GPU,\n"
-      "the CPU backend's emulated devices (memcpy copies, shared-memory collectives, unit compute).\n"
-      "Every value is the median of repeated measurements; the spread is reported next to it.\n"
-      "Under `mpirun -np 2` (or more) it also measures the network between process 0 and process 1 through\n"
-      "SlideDP's MPI link (network.nic_gbps, network.latency_us); process 0 writes the profile."};
+// Every flag of slidedp-profile, with its --help text.
+struct ProfileFlags {
   bool quick = false, smoke = false, json = false, quiet = false, cpu_backend = false, no_db = false,
        kernels = false;
   std::vector<std::string> models{"slidedp-tiny"};
@@ -66,6 +58,12 @@ int profile_main(int argc, char** argv) {
   std::string out = "profile.yaml", db = "runs/runs.db", micro = "1,2,4,8", threads;
   int64_t seq = 128;
   int ranks = 2, reps = 0;
+  double node_timeout = 120;
+
+  void add_to(CLI::App& app);
+};
+
+void ProfileFlags::add_to(CLI::App& app) {
   app.add_flag("--quick", quick, "Smaller sizes and 3 repetitions: under a minute on a 2-core machine");
   app.add_flag("--smoke", smoke,
                "Tiny sizes and 2 repetitions, a few seconds: checks the whole pipeline (tests); the numbers "
@@ -107,46 +105,125 @@ int profile_main(int argc, char** argv) {
   app.add_flag("--no-db", no_db, "Do not write the run log");
   app.add_flag("--json", json, "Print one JSON object (profile, measurements, fits) instead of the tables");
   app.add_flag("-q,--quiet", quiet, "No progress line and no messages on stderr");
-  double node_timeout = 120;
   app.add_option("--node-timeout", node_timeout,
                  "Under mpirun (the network stage): seconds a process waits for another before it fails naming it")
       ->check(finite_in(0.1, 1e6, "seconds"));
+}
+
+// The profile and the run log are written after minutes of measuring: their targets are checked first.
+void check_outputs(const ProfileFlags& f) {
+  if (f.quick && f.smoke) throw InputError("--quick/--smoke", "choose one");
+  check_output_file_target({"--out", f.out});
+  if (!f.no_db) check_output_file_target({"--db", f.db});
+  refuse_overlapping_outputs({{"--out", f.out}, {"--db", f.no_db ? "" : f.db}});
+  std::vector<NamedPath> model_files;
+  for (const std::string& m : f.models)
+    if (path_exists(m)) model_files.push_back({"--model", m});
+  for (const NamedPath& o : {NamedPath{"--out", f.out}, NamedPath{"--db", f.no_db ? "" : f.db}}) {
+    refuse_output_over_inputs(o, model_files);
+    refuse_output_in_checkpoints(o);
+  }
+}
+
+profiler::ProfileOptions profile_options(const ProfileFlags& f, int argc, char** argv) {
+  profiler::ProfileOptions o;
+  o.scale = f.smoke   ? profiler::ProfileScale::kSmoke
+            : f.quick ? profiler::ProfileScale::kQuick
+                      : profiler::ProfileScale::kFull;
+  for (const std::string& m : f.models) o.models.push_back(load_model_card(m));
+  o.chunk_numel = f.chunk_numel;
+  o.model_working_set = f.working_set == "model";
+  o.seq_len = f.seq;
+  o.micro_batches = parse_list<int64_t>(f.micro, "--micro-batches");
+  o.ranks = f.ranks;
+  if (!f.threads.empty()) o.threads = parse_list<int>(f.threads, "--threads");
+  o.reps = f.reps;
+  o.cpu_backend = f.cpu_backend;
+  o.kernels = f.kernels;
+  o.command_line = command_line(argc, argv);
+  return o;
+}
+
+// The profile as measured, and the run that logged it (no log with --no-db).
+struct LoggedProfile {
+  profiler::ProfileResult result;
+  std::optional<runlog::RunLog> log;
+  int64_t run_id = 0;
+};
+
+// Runs the profile and writes it; the run log gets its samples, or the error that ended it.
+LoggedProfile run_logged(const profiler::ProfileOptions& o, const ProfileFlags& f) {
+  LoggedProfile p;
+  if (!f.no_db) {
+    p.log.emplace(runlog::RunLog::open(f.db));
+    runlog::RunInfo info;
+    info.kind = runlog::RunKind::kProfile;
+    info.command_line = o.command_line;
+    info.model_name = o.models.front().name;
+    info.seq_len = o.seq_len;
+    info.notes_json = nlohmann::json{{"scale", profiler::profile_scale_name(o.scale)}, {"out", f.out}}.dump();
+    p.run_id = p.log->begin_run(info);
+  }
+  try {
+    p.result = profiler::run_profile(o);
+    write_file_atomic(f.out, profiler::profile_yaml(p.result));
+  } catch (const Error& e) {
+    if (p.log) {
+      p.log->log_error(p.run_id, {e.kind() == ErrorKind::kInput ? "input"
+                                  : e.kind() == ErrorKind::kIo  ? "io"
+                                                                : "runtime",
+                                  e.what(), std::nullopt, std::nullopt});
+      p.log->end_run(p.run_id, runlog::RunStatus::kFailed);
+    }
+    throw;
+  }
+  if (p.log) {
+    p.log->log_profile_samples(p.run_id, p.result.measurements.samples());
+    p.log->end_run(p.run_id, runlog::RunStatus::kFinished);
+  }
+  return p;
+}
+
+void print_report(const LoggedProfile& p, const ProfileFlags& f) {
+  const profiler::ProfileResult& r = p.result;
+  if (f.json) {
+    nlohmann::json j = profiler::profile_json(r);
+    j["out"] = f.out;
+    if (p.log) j["db"] = {{"path", f.db}, {"run_id", p.run_id}};
+    std::cout << j.dump(2) << "\n";
+    return;
+  }
+  std::cout << profiler::profile_tables(r, false);
+  std::cout << fmt::format("wrote {} ({} backend{}) in {} (expected {})", f.out, r.backend,
+                           r.gpu_note.empty() ? "" : ", no GPU", format_seconds(r.elapsed_s),
+                           format_seconds(r.expected_s));
+  if (p.log)
+    std::cout << fmt::format("; {} raw samples in {} (run {})", r.measurements.samples().size(), f.db, p.run_id);
+  std::cout << "\n";
+}
+
+int profile_main(int argc, char** argv) {
+  CLI::App app{
+      "slidedp-profile: measure this machine and write a hardware profile (the schema of\n"
+      "model/presets/hardware/*.yaml) for slidedp-predict, slidedp-plan and slidedp-sweep. Measures host\n"
+      "memory (copy, triad, under DMA-like copies), the CPU update and reduction kernels, and either the\n"
+      "GPUs (pinned copies alone / all / both directions, NCCL collectives, unit compute) or, with no GPU,\n"
+      "the CPU backend's emulated devices (memcpy copies, shared-memory collectives, unit compute).\n"
+      "Every value is the median of repeated measurements; the spread is reported next to it.\n"
+      "Under `mpirun -np 2` (or more) it also measures the network between process 0 and process 1 through\n"
+      "SlideDP's MPI link (network.nic_gbps, network.latency_us); process 0 writes the profile."};
+  ProfileFlags f;
+  f.add_to(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
   }
-  if (quick && smoke) throw InputError("--quick/--smoke", "choose one");
-  // Written after minutes of measuring: checked first.
-  check_output_file_target({"--out", out});
-  if (!no_db) check_output_file_target({"--db", db});
-  refuse_overlapping_outputs({{"--out", out}, {"--db", no_db ? "" : db}});
-  std::vector<NamedPath> model_files;
-  for (const std::string& m : models)
-    if (path_exists(m)) model_files.push_back({"--model", m});
-  for (const NamedPath& o : {NamedPath{"--out", out}, NamedPath{"--db", no_db ? "" : db}}) {
-    refuse_output_over_inputs(o, model_files);
-    refuse_output_in_checkpoints(o);
-  }
-
-  profiler::ProfileOptions o;
-  o.scale = smoke   ? profiler::ProfileScale::kSmoke
-            : quick ? profiler::ProfileScale::kQuick
-                    : profiler::ProfileScale::kFull;
-  for (const std::string& m : models) o.models.push_back(load_model_card(m));
-  o.chunk_numel = chunk_numel;
-  o.model_working_set = working_set == "model";
-  o.seq_len = seq;
-  o.micro_batches = parse_list<int64_t>(micro, "--micro-batches");
-  o.ranks = ranks;
-  if (!threads.empty()) o.threads = parse_list<int>(threads, "--threads");
-  o.reps = reps;
-  o.cpu_backend = cpu_backend;
-  o.kernels = kernels;
-  o.command_line = command_line(argc, argv);
+  check_outputs(f);
+  profiler::ProfileOptions o = profile_options(f, argc, argv);
   // Under an MPI launcher: the network stage between process 0 and 1; only process 0 profiles the rest.
   if (exec::launched_by_mpi()) {
-    g_link = exec::make_mpi_link(0, node_timeout);
+    g_link = exec::make_mpi_link(0, f.node_timeout);
     // Every process must be started alike (only process 0 writes): a flag given to one process only
     // would make the processes measure different stages and wait for each other until the timeout.
     exec::check_nodes_agree(*g_link, exec::options_to_agree(app, {"--json", "--quiet"}));
@@ -156,54 +233,9 @@ int profile_main(int argc, char** argv) {
       return 0;
     }
   }
-  o.progress = !quiet;
-  if (!quiet) o.log = [](const std::string& m) { fmt::print(stderr, "slidedp-profile: {}\n", m); };
-
-  std::optional<runlog::RunLog> log;
-  int64_t run_id = 0;
-  if (!no_db) {
-    log.emplace(runlog::RunLog::open(db));
-    runlog::RunInfo info;
-    info.kind = runlog::RunKind::kProfile;
-    info.command_line = o.command_line;
-    info.model_name = o.models.front().name;
-    info.seq_len = o.seq_len;
-    info.notes_json = nlohmann::json{{"scale", profiler::profile_scale_name(o.scale)}, {"out", out}}.dump();
-    run_id = log->begin_run(info);
-  }
-  profiler::ProfileResult r;
-  try {
-    r = profiler::run_profile(o);
-    write_file_atomic(out, profiler::profile_yaml(r));
-  } catch (const Error& e) {
-    if (log) {
-      log->log_error(run_id, {e.kind() == ErrorKind::kInput ? "input"
-                              : e.kind() == ErrorKind::kIo  ? "io"
-                                                            : "runtime",
-                              e.what(), std::nullopt, std::nullopt});
-      log->end_run(run_id, runlog::RunStatus::kFailed);
-    }
-    throw;
-  }
-  if (log) {
-    log->log_profile_samples(run_id, r.measurements.samples());
-    log->end_run(run_id, runlog::RunStatus::kFinished);
-  }
-  if (json) {
-    nlohmann::json j = profiler::profile_json(r);
-    j["out"] = out;
-    if (log) j["db"] = {{"path", db}, {"run_id", run_id}};
-    std::cout << j.dump(2) << "\n";
-  } else {
-    std::cout << profiler::profile_tables(r, false);
-    std::cout << fmt::format("wrote {} ({} backend{}) in {} (expected {})", out, r.backend,
-                             r.gpu_note.empty() ? "" : ", no GPU", format_seconds(r.elapsed_s),
-                             format_seconds(r.expected_s));
-    if (log)
-      std::cout << fmt::format("; {} raw samples in {} (run {})", r.measurements.samples().size(), db,
-                               run_id);
-    std::cout << "\n";
-  }
+  o.progress = !f.quiet;  // process 0 alone reports
+  if (!f.quiet) o.log = [](const std::string& m) { fmt::print(stderr, "slidedp-profile: {}\n", m); };
+  print_report(run_logged(o, f), f);
   return 0;
 }
 
