@@ -198,7 +198,8 @@ void print_report(const LoggedProfile& p, const ProfileFlags& f) {
                            r.gpu_note.empty() ? "" : ", no GPU", format_seconds(r.elapsed_s),
                            format_seconds(r.expected_s));
   if (p.log)
-    std::cout << fmt::format("; {} raw samples in {} (run {})", r.measurements.samples().size(), f.db, p.run_id);
+    std::cout << fmt::format("; {} raw samples in {} (run {})", r.measurements.samples().size(), f.db,
+                             p.run_id);
   std::cout << "\n";
 }
 
