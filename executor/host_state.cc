@@ -112,6 +112,18 @@ void copy_own(const UnitState& s, const float* whole, float* dst) {
     std::memcpy(dst + s.own_offset[k], whole + s.own[k].begin, static_cast<size_t>(s.own[k].size()) * 4);
 }
 
+// Moment `which` of unit `s` (0: m, 1: v): its values in the held format, its 8-bit blocks' scales
+// (8-bit moments only) and its code.
+struct HeldMoment {
+  std::byte* values;
+  float* scales;
+  kernels::Moment code;
+};
+HeldMoment held_moment(const UnitState& s, int which) {
+  return which == 0 ? HeldMoment{s.exp_avg.ptr, s.m_scale_f32(), kernels::Moment::kFirst}
+                    : HeldMoment{s.exp_avg_sq.ptr, s.v_scale_f32(), kernels::Moment::kSecond};
+}
+
 }  // namespace
 
 void HostState::load_master(std::span<const std::span<const float>> units) {
@@ -194,18 +206,16 @@ std::span<const float> HostState::master_values(int u, std::vector<float>& out) 
 
 std::span<const float> HostState::moment_values(int u, int which, std::vector<float>& out) const {
   const UnitState& s = unit(u);
-  const HostBuffer& b = which == 0 ? s.exp_avg : s.exp_avg_sq;
+  const HeldMoment m = held_moment(s, which);
   if (options_.moments == OptimizerStates::kFp32)
-    return {reinterpret_cast<const float*>(b.ptr), static_cast<size_t>(s.own_numel)};
+    return {reinterpret_cast<const float*>(m.values), static_cast<size_t>(s.own_numel)};
   out.resize(static_cast<size_t>(s.own_numel));
   if (options_.moments == OptimizerStates::kBf16) {
-    kernels::bf16_to_f32(reinterpret_cast<const bf16_bits*>(b.ptr), out.data(), s.own_numel);
+    kernels::bf16_to_f32(reinterpret_cast<const bf16_bits*>(m.values), out.data(), s.own_numel);
     return out;
   }
-  const float* scales = which == 0 ? s.m_scale_f32() : s.v_scale_f32();
-  const auto moment = which == 0 ? kernels::Moment::kFirst : kernels::Moment::kSecond;
   for_each_held_segment(s, [&](int64_t sb, int64_t se, int64_t scale_offset) {
-    kernels::q8_decode(moment, reinterpret_cast<const uint8_t*>(b.ptr) + s.local(sb), scales + scale_offset,
+    kernels::q8_decode(m.code, reinterpret_cast<const uint8_t*>(m.values) + s.local(sb), m.scales + scale_offset,
                        se - sb, out.data() + s.local(sb));
   });
   return out;
@@ -214,17 +224,15 @@ std::span<const float> HostState::moment_values(int u, int which, std::vector<fl
 void HostState::set_moment_values(int u, int which, std::span<const float> values) {
   UnitState& s = unit(u);
   SLIDEDP_CHECK(static_cast<int64_t>(values.size()) == s.own_numel, "moment values: one per held element");
-  HostBuffer& b = which == 0 ? s.exp_avg : s.exp_avg_sq;
-  if (options_.moments == OptimizerStates::kBf16) {
-    kernels::f32_to_bf16(values.data(), reinterpret_cast<bf16_bits*>(b.ptr), s.own_numel);
-  } else if (options_.moments == OptimizerStates::kFp32) {
-    std::memcpy(b.ptr, values.data(), values.size() * 4);
+  const HeldMoment m = held_moment(s, which);
+  if (options_.moments == OptimizerStates::kFp32) {
+    std::memcpy(m.values, values.data(), values.size() * 4);
+  } else if (options_.moments == OptimizerStates::kBf16) {
+    kernels::f32_to_bf16(values.data(), reinterpret_cast<bf16_bits*>(m.values), s.own_numel);
   } else {
-    float* scales = which == 0 ? s.m_scale_f32() : s.v_scale_f32();
-    const auto moment = which == 0 ? kernels::Moment::kFirst : kernels::Moment::kSecond;
     for_each_held_segment(s, [&](int64_t sb, int64_t se, int64_t scale_offset) {
-      kernels::q8_encode(moment, values.data() + s.local(sb), se - sb,
-                         reinterpret_cast<uint8_t*>(b.ptr) + s.local(sb), scales + scale_offset);
+      kernels::q8_encode(m.code, values.data() + s.local(sb), se - sb,
+                         reinterpret_cast<uint8_t*>(m.values) + s.local(sb), m.scales + scale_offset);
     });
   }
 }
