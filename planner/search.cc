@@ -688,49 +688,74 @@ SearchResult search_placements(const Workload& w, const Hardware& hw, const Sear
                                const SearchOptions& options);
 }  // namespace
 
-SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
-                          const SearchOptions& options) {
-  if (!spec.allow_lossy_states) return search_placements(w, hw, spec, options);
-  // Formats from the most to the least exact: each is taken over the one before only where that one
-  // does not fit or it is at least kLossyStatesMinGain faster per token.
-  std::optional<SearchResult> chosen;
+namespace {
+
+// One moment format's search: its best plans, or why none fits.
+struct FormatSearch {
+  OptimizerStates format;
+  std::optional<SearchResult> found;
+  std::string miss;  // the InfeasibleError's text when nothing fits
+};
+
+// The format taken, from the most to the least exact: each over the one before only where that one
+// does not fit or it is at least kLossyStatesMinGain faster per token. Returns its index in
+// `searches` and the explanation the planner prints (empty: fp32, and no lossy format came close).
+std::pair<size_t, std::string> choose_states(const std::vector<FormatSearch>& searches) {
+  std::optional<size_t> chosen;
   std::string why, misses;
-  for (OptimizerStates format : {OptimizerStates::kFp32, OptimizerStates::kBf16, OptimizerStates::k8bit}) {
-    SearchSpec one = spec;
-    one.optimizer_states = format;
-    const char* name = optimizer_states_name(format);
-    std::optional<SearchResult> found;
-    try {
-      found = search_placements(w, hw, one, options);
-    } catch (const InfeasibleError& e) {
-      if (format == OptimizerStates::k8bit && !chosen) throw;  // nothing fits: the last format's error
-      misses += fmt::format("{}{}: {}", misses.empty() ? "" : "; ", name, e.what());
+  for (size_t i = 0; i < searches.size(); ++i) {
+    const FormatSearch& f = searches[i];
+    const char* name = optimizer_states_name(f.format);
+    if (!f.found) {
+      misses += fmt::format("{}{}: {}", misses.empty() ? "" : "; ", name, f.miss);
       continue;
     }
     if (!chosen) {
-      why = format == OptimizerStates::kFp32
-                ? ""
-                : fmt::format("AdamW's moments in {} (allowed): no plan with more exact moments fits ({})",
-                              name, misses);
-      chosen = std::move(found);
+      chosen = i;
+      if (f.format != OptimizerStates::kFp32)
+        why = fmt::format("AdamW's moments in {} (allowed): no plan with more exact moments fits ({})", name, misses);
       continue;
     }
-    const double gain = 1.0 - found->best().final_score() / chosen->best().final_score();
-    const char* held = optimizer_states_name(chosen->best().plan.optimizer_states);
+    const SearchResult& held = *searches[*chosen].found;
+    const double gain = 1.0 - f.found->best().final_score() / held.best().final_score();
+    const char* held_name = optimizer_states_name(held.best().plan.optimizer_states);
     if (gain >= kLossyStatesMinGain) {
-      why = fmt::format(
-          "AdamW's moments in {} (allowed): {:.1f}% less time per token than the best plan with {} moments",
-          name, 100 * gain, held);
-      chosen = std::move(found);
-    } else if (why.empty() || chosen->best().plan.optimizer_states == OptimizerStates::kFp32) {
+      why = fmt::format("AdamW's moments in {} (allowed): {:.1f}% less time per token than the best plan with {} moments",
+                        name, 100 * gain, held_name);
+      chosen = i;
+    } else if (why.empty() || held.best().plan.optimizer_states == OptimizerStates::kFp32) {
       why += fmt::format("{}{} (allowed) would gain {:.1f}%",
-                         why.empty() ? fmt::format("AdamW's moments in {}: ", held) : ", ", name, 100 * gain);
+                         why.empty() ? fmt::format("AdamW's moments in {}: ", held_name) : ", ", name, 100 * gain);
     }
   }
-  if (chosen->best().plan.optimizer_states == OptimizerStates::kFp32)
+  SLIDEDP_CHECK(chosen.has_value(), "choose_states: no format fits");
+  if (searches[*chosen].found->best().plan.optimizer_states == OptimizerStates::kFp32)
     why += fmt::format(", under the {:.0f}% that a lossy format must", 100 * kLossyStatesMinGain);
-  chosen->optimizer_states_reason = why;
-  return *chosen;
+  return {*chosen, why};
+}
+
+}  // namespace
+
+SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpec& spec,
+                          const SearchOptions& options) {
+  if (!spec.allow_lossy_states) return search_placements(w, hw, spec, options);
+  std::vector<FormatSearch> searches;
+  for (OptimizerStates format : {OptimizerStates::kFp32, OptimizerStates::kBf16, OptimizerStates::k8bit}) {
+    SearchSpec one = spec;
+    one.optimizer_states = format;
+    FormatSearch& f = searches.emplace_back(FormatSearch{format, std::nullopt, ""});
+    try {
+      f.found = search_placements(w, hw, one, options);
+    } catch (const InfeasibleError& e) {
+      const bool any_fits = std::any_of(searches.begin(), searches.end(), [](const FormatSearch& s) { return s.found; });
+      if (format == OptimizerStates::k8bit && !any_fits) throw;  // nothing fits: the last format's error
+      f.miss = e.what();
+    }
+  }
+  auto [chosen, why] = choose_states(searches);
+  SearchResult r = std::move(*searches[chosen].found);
+  r.optimizer_states_reason = why;
+  return r;
 }
 
 namespace {
