@@ -215,8 +215,8 @@ std::span<const float> HostState::moment_values(int u, int which, std::vector<fl
     return out;
   }
   for_each_held_segment(s, [&](int64_t sb, int64_t se, int64_t scale_offset) {
-    kernels::q8_decode(m.code, reinterpret_cast<const uint8_t*>(m.values) + s.local(sb), m.scales + scale_offset,
-                       se - sb, out.data() + s.local(sb));
+    kernels::q8_decode(m.code, reinterpret_cast<const uint8_t*>(m.values) + s.local(sb),
+                       m.scales + scale_offset, se - sb, out.data() + s.local(sb));
   });
   return out;
 }

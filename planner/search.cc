@@ -713,19 +713,22 @@ std::pair<size_t, std::string> choose_states(const std::vector<FormatSearch>& se
     if (!chosen) {
       chosen = i;
       if (f.format != OptimizerStates::kFp32)
-        why = fmt::format("AdamW's moments in {} (allowed): no plan with more exact moments fits ({})", name, misses);
+        why = fmt::format("AdamW's moments in {} (allowed): no plan with more exact moments fits ({})", name,
+                          misses);
       continue;
     }
     const SearchResult& held = *searches[*chosen].found;
     const double gain = 1.0 - f.found->best().final_score() / held.best().final_score();
     const char* held_name = optimizer_states_name(held.best().plan.optimizer_states);
     if (gain >= kLossyStatesMinGain) {
-      why = fmt::format("AdamW's moments in {} (allowed): {:.1f}% less time per token than the best plan with {} moments",
-                        name, 100 * gain, held_name);
+      why = fmt::format(
+          "AdamW's moments in {} (allowed): {:.1f}% less time per token than the best plan with {} moments",
+          name, 100 * gain, held_name);
       chosen = i;
     } else if (why.empty() || held.best().plan.optimizer_states == OptimizerStates::kFp32) {
       why += fmt::format("{}{} (allowed) would gain {:.1f}%",
-                         why.empty() ? fmt::format("AdamW's moments in {}: ", held_name) : ", ", name, 100 * gain);
+                         why.empty() ? fmt::format("AdamW's moments in {}: ", held_name) : ", ", name,
+                         100 * gain);
     }
   }
   SLIDEDP_CHECK(chosen.has_value(), "choose_states: no format fits");
@@ -747,7 +750,8 @@ SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpe
     try {
       f.found = search_placements(w, hw, one, options);
     } catch (const InfeasibleError& e) {
-      const bool any_fits = std::any_of(searches.begin(), searches.end(), [](const FormatSearch& s) { return s.found; });
+      const bool any_fits =
+          std::any_of(searches.begin(), searches.end(), [](const FormatSearch& s) { return s.found; });
       if (format == OptimizerStates::k8bit && !any_fits) throw;  // nothing fits: the last format's error
       f.miss = e.what();
     }
