@@ -750,8 +750,8 @@ SearchResult search_plans(const Workload& w, const Hardware& hw, const SearchSpe
     try {
       f.found = search_placements(w, hw, one, options);
     } catch (const InfeasibleError& e) {
-      const bool any_fits =
-          std::any_of(searches.begin(), searches.end(), [](const FormatSearch& s) { return s.found.has_value(); });
+      const bool any_fits = std::any_of(searches.begin(), searches.end(),
+                                        [](const FormatSearch& s) { return s.found.has_value(); });
       if (format == OptimizerStates::k8bit && !any_fits) throw;  // nothing fits: the last format's error
       f.miss = e.what();
     }
