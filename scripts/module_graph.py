@@ -62,9 +62,14 @@ def include_edges(root: Path, modules):
     return edges
 
 
+def depends_on(modules, edges):
+    """{module: the sorted modules it includes}."""
+    return {m: sorted({b for (a, b) in edges if a == m}) for m in modules}
+
+
 def strongly_connected(modules, edges):
     """Tarjan's strongly connected components: a component of two or more modules is a cycle."""
-    successors = {m: sorted({b for (a, b) in edges if a == m}) for m in modules}
+    successors = depends_on(modules, edges)
     index, low, on_stack, stack, components = {}, {}, set(), [], []
 
     def visit(m):
@@ -95,7 +100,7 @@ def strongly_connected(modules, edges):
 
 def dependency_order(modules, edges):
     """The modules, each after every module it includes (the lowest first)."""
-    depends = {m: {b for (a, b) in edges if a == m} for m in modules}
+    depends = {m: set(d) for m, d in depends_on(modules, edges).items()}
     order, placed = [], set()
     while len(order) < len(modules):
         ready = [m for m in modules if m not in placed and depends[m] <= placed]
@@ -117,14 +122,15 @@ def main():
     edges = include_edges(root, modules)
     cycles = strongly_connected(modules, edges)
     order = dependency_order(modules, edges)
+    deps = depends_on(modules, edges)
     if args.json:
         print(json.dumps({"modules": order,
-                          "depends_on": {m: sorted({b for (a, b) in edges if a == m}) for m in order},
+                          "depends_on": {m: deps[m] for m in order},
                           "cycles": cycles}, indent=2))
     elif not args.check:
         print("| module | includes |\n|---|---|")
         for m in order:
-            print(f"| `{m}/` | {', '.join(f'`{b}/`' for b in sorted({b for (a, b) in edges if a == m})) or '-'} |")
+            print(f"| `{m}/` | {', '.join(f'`{b}/`' for b in deps[m]) or '-'} |")
     for cycle in cycles:
         members = set(cycle)
         print(f"module_graph: the modules {', '.join(cycle)} include each other:", file=sys.stderr)
