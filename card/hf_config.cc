@@ -9,7 +9,9 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 
+#include "card/gemma4_family.h"
 #include "card/model_card.h"
+#include "card/qwen3_5_family.h"
 #include "common/error.h"
 #include "common/strict_json.h"
 
@@ -360,7 +362,7 @@ ModelCard qwen3_5_card(const json& t, bool moe, const std::string& origin, const
 
 // A qwen3_5 / qwen3_5_moe config.json as the released ForConditionalGeneration checkpoints have it,
 // the text part only (no vision tower, no MTP head: not trained here).
-std::string qwen3_5_hf_config(const ModelCard& c, const std::string& dtype) {
+std::string family_hf_config(const Qwen35Family& /*family*/, const ModelCard& c, const std::string& dtype) {
   const bool moe = c.model_type == "qwen3_5_moe";
   json t;
   t["model_type"] = c.model_type + "_text";
@@ -512,7 +514,7 @@ namespace {
 
 // A gemma4 config.json as Gemma4ForConditionalGeneration's save_pretrained writes its text part (no
 // vision tower: a text-only folder that transformers' Gemma4ForCausalLM and we both load).
-std::string gemma4_hf_config(const ModelCard& c, const std::string& dtype) {
+std::string family_hf_config(const Gemma4Family& /*family*/, const ModelCard& c, const std::string& dtype) {
   json t;
   t["model_type"] = "gemma4_text";
   t["hidden_size"] = c.hidden_size;
@@ -551,11 +553,7 @@ std::string gemma4_hf_config(const ModelCard& c, const std::string& dtype) {
   return wrapped_text_config("Gemma4ForConditionalGeneration", "gemma4", t, c.tie_word_embeddings, dtype);
 }
 
-}  // namespace
-
-std::string model_card_to_hf_config(const ModelCard& c, const std::string& dtype) {
-  if (c.gemma4()) return gemma4_hf_config(c, dtype);
-  if (c.qwen3_5()) return qwen3_5_hf_config(c, dtype);
+std::string family_hf_config(const LlamaFamily& /*family*/, const ModelCard& c, const std::string& dtype) {
   static const std::map<std::string, std::string> kArch = {{"llama", "LlamaForCausalLM"},
                                                            {"qwen2", "Qwen2ForCausalLM"},
                                                            {"qwen3", "Qwen3ForCausalLM"},
@@ -595,6 +593,12 @@ std::string model_card_to_hf_config(const ModelCard& c, const std::string& dtype
   j["hidden_act"] = "silu";
   j[c.hf_rope_parameters ? "dtype" : "torch_dtype"] = dtype;
   return j.dump(2) + "\n";
+}
+
+}  // namespace
+
+std::string model_card_to_hf_config(const ModelCard& c, const std::string& dtype) {
+  return std::visit([&](const auto& f) { return family_hf_config(f, c, dtype); }, c.family());
 }
 
 }  // namespace slidedp

@@ -9,6 +9,9 @@
 #include <cmath>
 #include <filesystem>
 
+#include "card/gemma4_family.h"
+#include "card/llama_family.h"
+#include "card/qwen3_5_family.h"
 #include "common/embedded_file.h"
 #include "common/error.h"
 #include "common/file_util.h"
@@ -42,21 +45,22 @@ AttentionKind attention_kind_from_name(const std::string& name, std::initializer
   throw InputError(where, fmt::format("'{}' is not {}", name, fmt::join(names, " or ")));
 }
 
-std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers, int64_t full_attention_interval) {
-  std::vector<AttentionKind> t(static_cast<size_t>(std::max<int64_t>(num_layers, 0)));
-  for (size_t i = 0; i < t.size(); ++i)
-    t[i] = (static_cast<int64_t>(i) + 1) % full_attention_interval == 0 ? AttentionKind::kFull
-                                                                        : AttentionKind::kLinear;
-  return t;
+ModelFamily ModelCard::family() const {
+  if (std::optional<ModelFamily> f = family_of_model_type(model_type)) return *f;
+  throw InputError("model_type", fmt::format("'{}' is not supported ({})", model_type,
+                                             fmt::join(supported_model_types(), ", ")));
 }
 
-std::vector<AttentionKind> gemma4_default_layer_types(int64_t num_layers) {
-  // Gemma4TextConfig: five sliding layers, then a full one; the last layer is always full.
-  std::vector<AttentionKind> t(static_cast<size_t>(std::max<int64_t>(num_layers, 0)));
-  for (size_t i = 0; i < t.size(); ++i)
-    t[i] = (i + 1) % 6 == 0 ? AttentionKind::kFull : AttentionKind::kSliding;
-  if (!t.empty()) t.back() = AttentionKind::kFull;
-  return t;
+bool ModelCard::hybrid_layers() const {
+  return std::visit([](auto f) { return decltype(f)::kLayersDiffer; }, family());
+}
+
+bool ModelCard::mlp_token_tiles() const {
+  return std::visit([](auto f) { return decltype(f)::kMlpTokenTiles; }, family());
+}
+
+std::string ModelCard::tensor_prefix() const {
+  return std::string(std::visit([](auto f) { return decltype(f)::kTensorPrefix; }, family()));
 }
 
 LayerShape ModelCard::layer(int64_t l) const {
@@ -70,41 +74,7 @@ LayerShape ModelCard::layer(int64_t l) const {
   s.num_experts = num_experts;
   s.experts_per_token = num_experts_per_tok;
   s.expert_intermediate_size = moe_intermediate_size;
-  if (qwen3_5()) {
-    s.shared_expert_intermediate_size = shared_expert_intermediate_size;
-    if (!layer_types.empty() && layer_types.at(static_cast<size_t>(l)) == AttentionKind::kLinear) {
-      s.attention = AttentionKind::kLinear;
-      s.num_heads = s.num_kv_heads = s.head_dim = 0;
-      s.rope_angles = 0;
-      s.linear_k_heads = linear_num_key_heads;
-      s.linear_v_heads = linear_num_value_heads;
-      s.linear_k_dim = linear_key_head_dim;
-      s.linear_v_dim = linear_value_head_dim;
-      s.conv_kernel = linear_conv_kernel_dim;
-      return s;
-    }
-    s.output_gate = true;
-    // partial RoPE: int(head_dim * factor) leading channels, pairs (j, j + rotary_dim / 2)
-    s.rotary_dim = static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor);
-    s.rope_angles = s.rotary_dim / 2;
-    return s;
-  }
-  if (!gemma4()) return s;
-  const bool full = layer_types.empty() || layer_types.at(static_cast<size_t>(l)) == AttentionKind::kFull;
-  if (!full) {
-    s.attention = AttentionKind::kSliding;
-    s.window = sliding_window;
-    return s;
-  }
-  s.attention = AttentionKind::kFull;
-  s.head_dim = global_head_dim > 0 ? global_head_dim : head_dim;
-  s.k_eq_v = attention_k_eq_v;
-  if (attention_k_eq_v && num_global_kv_heads > 0) s.num_kv_heads = num_global_kv_heads;
-  s.rope_theta = global_rope_theta > 0 ? global_rope_theta : rope_theta;
-  // _compute_proportional_rope_parameters: int(partial_rotary_factor * head_dim // 2) slots rotate,
-  // with exponents over the whole head_dim; the others get frequency 0.
-  s.rope_angles =
-      static_cast<int64_t>(std::floor(global_partial_rotary_factor * static_cast<double>(s.head_dim) / 2.0));
+  std::visit([&](const auto& f) { shape_layer(f, *this, l, s); }, family());
   return s;
 }
 
@@ -115,41 +85,8 @@ bool ModelCard::uniform_layers() const {
 }
 
 int64_t ModelCard::decoder_layer_params(int64_t l) const {
-  const int64_t c = hidden_size;
   const LayerShape s = layer(l);
-  if (qwen3_5()) {      // model-families.md section 3.3
-    int64_t n = 2 * c;  // input_layernorm, post_attention_layernorm
-    if (s.linear()) {
-      const int64_t conv = s.linear_conv_dim(), vd = s.linear_value_dim(), nv = s.linear_v_heads;
-      n += conv * c + vd * c + 2 * nv * c;  // in_proj_qkv, in_proj_z, in_proj_b, in_proj_a
-      n += conv * s.conv_kernel + 2 * nv;   // conv1d (depthwise, no bias), dt_bias, A_log
-      n += s.linear_v_dim + c * vd;         // the gated norm, out_proj
-    } else {
-      n += 2 * s.q_dim() * c + 2 * s.kv_dim() * c + s.q_dim() * c +
-           2 * s.head_dim;  // q+gate, k, v, o, q/k norm
-    }
-    if (s.moe()) {
-      const int64_t Is = s.shared_expert_intermediate_size;
-      n += s.num_experts * c + s.num_experts * 3 * s.expert_intermediate_size * c;  // router, packed experts
-      n += 3 * Is * c + c;  // shared expert and its gate
-    } else {
-      n += 3 * c * s.intermediate_size;
-    }
-    return n;
-  }
-  const int64_t q = s.q_dim(), kv = s.kv_dim();
-  int64_t n = c * q + c * kv + (s.k_eq_v ? 0 : c * kv) + q * c;  // q, k, v (unless K=V), o
-  if (attention_bias) n += q + 2 * kv;
-  if (qk_norm || gemma4()) n += 2 * s.head_dim;
-  n += 3 * c * s.intermediate_size;  // gate, up, down
-  n += 2 * c;                        // input_layernorm, post_attention_layernorm
-  if (gemma4()) n += 2 * c + 1;      // pre/post_feedforward_layernorm, layer_scalar
-  if (s.moe()) {
-    n += s.num_experts * c + c + s.num_experts;               // router proj, scale, per_expert_scale
-    n += 3 * c;                                               // the MoE path's three norms
-    n += s.num_experts * 3 * s.expert_intermediate_size * c;  // gate_up_proj, down_proj
-  }
-  return n;
+  return std::visit([&](const auto& f) { return slidedp::decoder_layer_params(f, *this, s); }, family());
 }
 
 int64_t ModelCard::head_params() const {
@@ -177,57 +114,14 @@ std::string ModelCard::params_summary() const {
   return s;
 }
 
-// Qwen3.5/3.6: the hybrid schedule, the DeltaNet's dimensions, the MoE block of qwen3_5_moe.
-void ModelCard::validate_qwen3_5(const std::string& origin) const {
-  auto need = [&](bool ok, const std::string& key, const std::string& what) {
-    if (!ok) throw InputError(origin + ": " + key, what);
-  };
-  need(static_cast<int64_t>(layer_types.size()) == num_layers, "layer_types",
-       fmt::format("has {} entries for {} layers", layer_types.size(), num_layers));
-  for (AttentionKind k : layer_types)
-    need(k != AttentionKind::kSliding, "layer_types",
-         "Qwen3.5/3.6 layers are linear_attention or full_attention");
-  need(linear_num_key_heads > 0, "linear_num_key_heads", "must be positive (the Gated DeltaNet's key heads)");
-  need(linear_num_value_heads > 0 && linear_num_value_heads % linear_num_key_heads == 0,
-       "linear_num_value_heads",
-       fmt::format("must be a positive multiple of linear_num_key_heads ({})", linear_num_key_heads));
-  need(linear_key_head_dim > 0, "linear_key_head_dim", "must be positive");
-  need(linear_value_head_dim > 0, "linear_value_head_dim", "must be positive");
-  need(linear_conv_kernel_dim == 4, "linear_conv_kernel_dim",
-       fmt::format("{} is not supported: the released models and the units use 4", linear_conv_kernel_dim));
-  need(partial_rotary_factor > 0 && partial_rotary_factor <= 1 &&
-           static_cast<int64_t>(static_cast<double>(head_dim) * partial_rotary_factor) % 2 == 0,
-       "partial_rotary_factor", "must be in (0, 1] and leave an even number of rotated channels");
-  need(!tie_word_embeddings, "tie_word_embeddings", "Qwen3.5/3.6's head is untied");
-  need(!attention_bias && !qk_norm, "model_type",
-       "q/k norm is implied by the family and there are no biases");
-  need(sliding_window == 0 && global_head_dim == 0 && num_global_kv_heads == 0 && !attention_k_eq_v &&
-           global_rope_theta == 0 && final_logit_softcapping == 0,
-       "model_type", "sliding windows, global heads, K=V and a logit softcap are Gemma 4's, not Qwen3.6's");
-  const bool moe_type = model_type == "qwen3_5_moe";
-  need(moe_type == (num_experts > 0), "num_experts",
-       moe_type ? "qwen3_5_moe needs experts" : "qwen3_5 is dense (qwen3_5_moe has experts)");
-  if (moe_type) {
-    need(num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, "num_experts_per_tok",
-         fmt::format("must be in 1..num_experts ({})", num_experts));
-    need(moe_intermediate_size > 0, "moe_intermediate_size", "must be positive");
-    need(shared_expert_intermediate_size > 0, "shared_expert_intermediate_size", "must be positive");
-    need(intermediate_size == 0, "intermediate_size",
-         "must be 0: every qwen3_5_moe layer's MLP is the MoE block");
-  } else {
-    need(shared_expert_intermediate_size == 0, "shared_expert_intermediate_size", "only with experts");
-  }
+void CardCheck::operator()(bool ok, const std::string& key, const std::string& what) const {
+  if (!ok) throw InputError(origin + ": " + key, what);
 }
 
 void ModelCard::validate(const std::string& origin) const {
-  auto need = [&](bool ok, const std::string& key, const std::string& what) {
-    if (!ok) throw InputError(origin + ": " + key, what);
-  };
-  need(model_type == "llama" || model_type == "qwen2" || model_type == "qwen3" || model_type == "mistral" ||
-           model_type == "gemma4" || qwen3_5(),
-       "model_type",
-       fmt::format("'{}' is not supported (llama, qwen2, qwen3, mistral, gemma4, qwen3_5, qwen3_5_moe)",
-                   model_type));
+  const CardCheck need{origin};
+  need(family_of_model_type(model_type).has_value(), "model_type",
+       fmt::format("'{}' is not supported ({})", model_type, fmt::join(supported_model_types(), ", ")));
   need(hidden_size > 0, "hidden_size", "must be positive");
   need(num_layers > 0, "num_hidden_layers", "must be positive");
   need(num_heads > 0, "num_attention_heads", "must be positive");
@@ -242,126 +136,10 @@ void ModelCard::validate(const std::string& origin) const {
        "rope_scaling.rope_type", fmt::format("'{}' is not supported (llama3, linear)", rope_scaling.type));
   need(rope_scaling.factor >= 1.0, "rope_scaling.factor", "must be >= 1");
   need(final_logit_softcapping >= 0, "final_logit_softcapping", "must be >= 0");
-  if (qwen3_5()) {
-    validate_qwen3_5(origin);
-    return;
-  }
-  if (!gemma4()) {
-    need(layer_types.empty() && sliding_window == 0 && global_head_dim == 0 && num_global_kv_heads == 0 &&
-             !attention_k_eq_v && global_rope_theta == 0 && num_experts == 0 && final_logit_softcapping == 0,
-         "model_type",
-         fmt::format("'{}' has no sliding/global layers, experts or logit softcap (Gemma 4 only)",
-                     model_type));
-    return;
-  }
-  need(layer_types.empty() || static_cast<int64_t>(layer_types.size()) == num_layers, "layer_types",
-       fmt::format("has {} entries for {} layers", layer_types.size(), num_layers));
-  need(sliding_window > 0, "sliding_window", "must be positive");
-  need(global_head_dim > 0 && global_head_dim % 2 == 0, "global_head_dim", "must be positive and even");
-  need(num_global_kv_heads >= 0 && (num_global_kv_heads == 0 || num_heads % num_global_kv_heads == 0),
-       "num_global_key_value_heads", fmt::format("must divide num_attention_heads ({})", num_heads));
-  need(global_rope_theta > 0, "global_rope_theta", "must be positive");
-  need(global_partial_rotary_factor > 0 && global_partial_rotary_factor <= 1, "global_partial_rotary_factor",
-       "must be in (0, 1]");
-  need(!attention_bias, "attention_bias", "Gemma 4 has no projection biases");
-  need(!qk_norm, "qk_norm", "is implied by model_type gemma4 (leave it false)");
-  need(tie_word_embeddings, "tie_word_embeddings", "Gemma 4's head is tied to the embedding");
-  need(num_experts >= 0, "num_experts", "must be >= 0");
-  if (num_experts > 0) {
-    need(num_experts_per_tok > 0 && num_experts_per_tok <= num_experts, "top_k_experts",
-         fmt::format("must be in 1..num_experts ({})", num_experts));
-    need(moe_intermediate_size > 0, "moe_intermediate_size", "must be positive with experts");
-  }
+  std::visit([&](const auto& f) { validate_family(f, *this, need); }, family());
 }
 
 // ---- YAML card -----------------------------------------------------------------------------------
-
-namespace {
-
-// The Gemma 4 keys, named as in Gemma4TextConfig except the flattened RoPE pair (global_rope_theta,
-// global_partial_rotary_factor: rope_parameters.full_attention there) and num_experts_per_tok
-// (top_k_experts there; the name the Qwen MoE configs use).
-void read_gemma4_fields(const YamlReader& r, ModelCard& c) {
-  constexpr int64_t kMax = int64_t{1} << 40;
-  if (r.has("layer_types")) {
-    for (const std::string& t : r.text_list("layer_types"))
-      c.layer_types.push_back(attention_kind_from_name(t, {AttentionKind::kSliding, AttentionKind::kFull},
-                                                       r.where("layer_types")));
-  } else {
-    c.layer_types = gemma4_default_layer_types(c.num_layers);
-  }
-  c.sliding_window = r.integer_or("sliding_window", 512, 1, kMax);
-  c.global_head_dim = r.integer_or("global_head_dim", 512, 2, 100000);
-  c.num_global_kv_heads = r.integer_or("num_global_key_value_heads", 0, 0, 100000);
-  c.attention_k_eq_v = r.boolean_or("attention_k_eq_v", false);
-  c.global_rope_theta = r.number_or("global_rope_theta", 1e6, 1e-9, 1e12, "");
-  c.global_partial_rotary_factor = r.number_or("global_partial_rotary_factor", 0.25, 1e-9, 1.0, "");
-  c.num_experts = r.integer_or("num_experts", 0, 0, 1 << 20);
-  c.num_experts_per_tok = r.integer_or("num_experts_per_tok", 0, 0, 1 << 20);
-  c.moe_intermediate_size = r.integer_or("moe_intermediate_size", 0, 0, kMax);
-  c.final_logit_softcapping = r.number_or("final_logit_softcapping", 0.0, 0.0, 1e12, "");
-}
-
-// The Qwen3.5/3.6 keys, named as in Qwen3_5TextConfig, with rope_parameters' partial_rotary_factor
-// flattened.
-void read_qwen3_5_fields(const YamlReader& r, ModelCard& c) {
-  constexpr int64_t kMax = int64_t{1} << 40;
-  if (r.has("layer_types")) {
-    for (const std::string& t : r.text_list("layer_types"))
-      c.layer_types.push_back(attention_kind_from_name(t, {AttentionKind::kLinear, AttentionKind::kFull},
-                                                       r.where("layer_types")));
-  } else {
-    c.layer_types = qwen3_5_default_layer_types(c.num_layers);
-  }
-  c.linear_num_key_heads = r.integer("linear_num_key_heads", 1, 100000);
-  c.linear_num_value_heads = r.integer("linear_num_value_heads", 1, 100000);
-  c.linear_key_head_dim = r.integer("linear_key_head_dim", 1, 100000);
-  c.linear_value_head_dim = r.integer("linear_value_head_dim", 1, 100000);
-  c.linear_conv_kernel_dim = r.integer_or("linear_conv_kernel_dim", 4, 1, 1024);
-  c.partial_rotary_factor = r.number_or("partial_rotary_factor", 0.25, 1e-9, 1.0, "");
-  c.num_experts = r.integer_or("num_experts", 0, 0, 1 << 20);
-  c.num_experts_per_tok = r.integer_or("num_experts_per_tok", 0, 0, 1 << 20);
-  c.moe_intermediate_size = r.integer_or("moe_intermediate_size", 0, 0, kMax);
-  c.shared_expert_intermediate_size = r.integer_or("shared_expert_intermediate_size", 0, 0, kMax);
-}
-
-void write_qwen3_5_fields(YAML::Emitter& e, const ModelCard& c) {
-  e << YAML::Key << "layer_types" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-  for (AttentionKind k : c.layer_types) e << attention_kind_name(k);
-  e << YAML::EndSeq;
-  e << YAML::Key << "linear_num_key_heads" << YAML::Value << c.linear_num_key_heads;
-  e << YAML::Key << "linear_num_value_heads" << YAML::Value << c.linear_num_value_heads;
-  e << YAML::Key << "linear_key_head_dim" << YAML::Value << c.linear_key_head_dim;
-  e << YAML::Key << "linear_value_head_dim" << YAML::Value << c.linear_value_head_dim;
-  e << YAML::Key << "linear_conv_kernel_dim" << YAML::Value << c.linear_conv_kernel_dim;
-  e << YAML::Key << "partial_rotary_factor" << YAML::Value << c.partial_rotary_factor;
-  if (c.moe()) {
-    e << YAML::Key << "num_experts" << YAML::Value << c.num_experts;
-    e << YAML::Key << "num_experts_per_tok" << YAML::Value << c.num_experts_per_tok;
-    e << YAML::Key << "moe_intermediate_size" << YAML::Value << c.moe_intermediate_size;
-    e << YAML::Key << "shared_expert_intermediate_size" << YAML::Value << c.shared_expert_intermediate_size;
-  }
-}
-
-void write_gemma4_fields(YAML::Emitter& e, const ModelCard& c) {
-  e << YAML::Key << "layer_types" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-  for (AttentionKind k : c.layer_types) e << attention_kind_name(k);
-  e << YAML::EndSeq;
-  e << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;
-  e << YAML::Key << "global_head_dim" << YAML::Value << c.global_head_dim;
-  e << YAML::Key << "num_global_key_value_heads" << YAML::Value << c.num_global_kv_heads;
-  e << YAML::Key << "attention_k_eq_v" << YAML::Value << c.attention_k_eq_v;
-  e << YAML::Key << "global_rope_theta" << YAML::Value << c.global_rope_theta;
-  e << YAML::Key << "global_partial_rotary_factor" << YAML::Value << c.global_partial_rotary_factor;
-  if (c.moe()) {
-    e << YAML::Key << "num_experts" << YAML::Value << c.num_experts;
-    e << YAML::Key << "num_experts_per_tok" << YAML::Value << c.num_experts_per_tok;
-    e << YAML::Key << "moe_intermediate_size" << YAML::Value << c.moe_intermediate_size;
-  }
-  e << YAML::Key << "final_logit_softcapping" << YAML::Value << c.final_logit_softcapping;
-}
-
-}  // namespace
 
 ModelCard model_card_from_yaml(const std::string& yaml_text, const std::string& origin) {
   YamlReader r = YamlReader::load_string(yaml_text, origin);
@@ -369,8 +147,7 @@ ModelCard model_card_from_yaml(const std::string& yaml_text, const std::string& 
   constexpr int64_t kMax = int64_t{1} << 40;
   c.name = r.text("name");
   c.hf_repo = r.text_or("hf_repo", "");
-  c.model_type =
-      r.text("model_type", {"llama", "qwen2", "qwen3", "mistral", "gemma4", "qwen3_5", "qwen3_5_moe"});
+  c.model_type = r.text("model_type", supported_model_types());
   c.hidden_size = r.integer("hidden_size", 1, kMax);
   c.num_layers = r.integer("num_hidden_layers", 1, 100000);
   c.num_heads = r.integer("num_attention_heads", 1, 100000);
@@ -392,11 +169,12 @@ ModelCard model_card_from_yaml(const std::string& yaml_text, const std::string& 
     rs->done();
   }
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6, 1e-30, 1.0, "");
-  c.tie_word_embeddings = r.boolean_or("tie_word_embeddings", c.gemma4());
+  const ModelFamily family = c.family();
+  c.tie_word_embeddings =
+      r.boolean_or("tie_word_embeddings", std::visit([](auto f) { return decltype(f)::kTiedByDefault; }, family));
   c.attention_bias = r.boolean_or("attention_bias", c.model_type == "qwen2");
   c.qk_norm = r.boolean_or("qk_norm", c.model_type == "qwen3");
-  if (c.gemma4()) read_gemma4_fields(r, c);
-  if (c.qwen3_5()) read_qwen3_5_fields(r, c);
+  std::visit([&](const auto& f) { read_family_yaml(f, r, c); }, family);
   c.published_params = r.number_or("published_params", 0.0, 0.0, 1e15, "parameters");
   c.source = r.text_or("source", "card file " + origin);
   r.done();
@@ -435,8 +213,7 @@ std::string model_card_to_yaml(const ModelCard& c) {
   e << YAML::Key << "tie_word_embeddings" << YAML::Value << c.tie_word_embeddings;
   e << YAML::Key << "attention_bias" << YAML::Value << c.attention_bias;
   e << YAML::Key << "qk_norm" << YAML::Value << c.qk_norm;
-  if (c.gemma4()) write_gemma4_fields(e, c);
-  if (c.qwen3_5()) write_qwen3_5_fields(e, c);
+  std::visit([&](const auto& f) { write_family_yaml(f, e, c); }, c.family());
   if (c.published_params > 0) e << YAML::Key << "published_params" << YAML::Value << c.published_params;
   e << YAML::Key << "source" << YAML::Value << c.source;
   e << YAML::EndMap;

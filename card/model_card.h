@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
+#include <variant>
 #include <vector>
+
+#include "card/family.h"
 
 namespace slidedp {
 
@@ -105,16 +108,22 @@ struct ModelCard {
   double partial_rotary_factor = 1.0;  // of head_dim, the leading channels that rotate
   int64_t shared_expert_intermediate_size = 0;
 
-  bool gemma4() const { return model_type == "gemma4"; }
-  bool qwen3_5() const { return model_type == "qwen3_5" || model_type == "qwen3_5_moe"; }
+  // The family model_type names (family.h); InputError naming model_type when none reads it.
+  ModelFamily family() const;
+  template <typename Family>
+  bool is_family() const {
+    return std::holds_alternative<Family>(family());
+  }
   // Families whose layers differ by type (read through layer(l), per-layer costs and memory).
-  bool hybrid_layers() const { return gemma4() || qwen3_5(); }
+  bool hybrid_layers() const;
+  // Whether the family's decoder units can run their MLP over token tiles (mlp_token_tile > 0).
+  bool mlp_token_tiles() const;
   bool moe() const { return num_experts > 0; }
   LayerShape layer(int64_t l) const;
   // Whether every decoder layer has the same shape (and the same unit size).
   bool uniform_layers() const;
   // Where the text model's tensors live in the checkpoint: "model." or "model.language_model.".
-  std::string tensor_prefix() const { return hybrid_layers() ? "model.language_model." : "model."; }
+  std::string tensor_prefix() const;
 
   int64_t q_dim() const { return num_heads * head_dim; }
   int64_t kv_dim() const { return num_kv_heads * head_dim; }
@@ -132,14 +141,13 @@ struct ModelCard {
 
   // Throws InputError (naming `origin`) when numbers are inconsistent (heads % kv_heads, ...).
   void validate(const std::string& origin) const;
-  void validate_qwen3_5(const std::string& origin) const;
 };
 
-// Gemma4TextConfig's default layer_types: (five sliding, one full) repeated, the last layer full.
-std::vector<AttentionKind> gemma4_default_layer_types(int64_t num_layers);
-// Qwen3.5's: full attention every full_attention_interval-th layer (3, 7, 11, ... for 4), linear otherwise.
-std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers,
-                                                       int64_t full_attention_interval = 4);
+// A card check: InputError at "<origin>: <key>" saying `what` unless `ok`.
+struct CardCheck {
+  std::string origin;
+  void operator()(bool ok, const std::string& key, const std::string& what) const;
+};
 
 // Named presets (card/presets/models/*.yaml, compiled in).
 std::vector<std::string> model_preset_names();

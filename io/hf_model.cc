@@ -69,14 +69,14 @@ HfModel load_hf_model(const std::string& dir) {
   for (int64_t l = 0; l < m.card.num_layers; ++l)
     ignorable.insert(fmt::format("model.layers.{}.self_attn.rotary_emb.inv_freq", l));
   if (m.card.tie_word_embeddings) ignorable.insert("lm_head.weight");
-  if (m.card.gemma4())  // Gemma4ForConditionalGeneration's vision and audio towers: not trained, not read
-    for (const auto& ref : src.all())
-      for (const char* tower : {"model.vision_tower.", "model.embed_vision.", "model.audio_tower.", "model.embed_audio."})
-        if (ref.entry->name.starts_with(tower)) ignorable.insert(ref.entry->name);
-  if (m.card.qwen3_5())  // the vision tower and the MTP head (transformers drops mtp.* on load too)
-    for (const auto& ref : src.all())
-      for (const char* part : {"model.visual.", "mtp."})
-        if (ref.entry->name.starts_with(part)) ignorable.insert(ref.entry->name);
+  // The family's tensors outside the text model (vision and audio towers, an MTP head): not read.
+  std::visit(
+      [&](auto family) {
+        for (const auto& ref : src.all())
+          for (std::string_view part : decltype(family)::kIgnoredTensorPrefixes)
+            if (ref.entry->name.starts_with(part)) ignorable.insert(ref.entry->name);
+      },
+      m.card.family());
   check_no_unexpected_tensors(src, expected, ignorable);
   if (!m.card.tie_word_embeddings && !src.find("lm_head.weight"))
     throw InputError(src.origin(),

@@ -2,6 +2,7 @@
 #include "model/model_costs.h"
 
 #include <algorithm>
+#include <variant>
 
 #include "common/units.h"
 
@@ -28,7 +29,7 @@ namespace {
 // Qwen3.6 (model-families.md section 3.4): the token mixer's projections (the DeltaNet's four input
 // projections and out_proj, or the gated attention's q+gate, k, v, o) and the FFN (the dense SwiGLU,
 // or the router, k experts, the shared expert and its gate).
-double qwen3_5_linear_params_per_token(const ModelCard& c, const LayerShape& s) {
+double linear_params_per_token(const Qwen35Family& /*family*/, const ModelCard& c, const LayerShape& s) {
   const double C = static_cast<double>(c.hidden_size);
   double n = 0;
   if (s.linear()) {
@@ -62,8 +63,7 @@ double gated_deltanet_flops_per_token(const LayerShape& s) {
 
 // Weights a token multiplies with in one decoder layer (norm vectors and scalars excluded): the
 // attention projections, the dense MLP, and on MoE layers the router and experts_per_token experts.
-double decoder_linear_params_per_token(const ModelCard& c, const LayerShape& s) {
-  if (c.qwen3_5()) return qwen3_5_linear_params_per_token(c, s);
+double linear_params_per_token(const LlamaFamily& /*family*/, const ModelCard& c, const LayerShape& s) {
   const double C = static_cast<double>(c.hidden_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   double n = C * q + C * kv + (s.k_eq_v ? 0.0 : C * kv) + q * C + 3.0 * C * static_cast<double>(s.intermediate_size);
@@ -71,6 +71,15 @@ double decoder_linear_params_per_token(const ModelCard& c, const LayerShape& s) 
     n += static_cast<double>(s.num_experts) * C +
          static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size) * C;
   return n;
+}
+
+// Gemma 4's layers count as the Llama-style ones: K=V, the window and the experts are in the shape.
+double linear_params_per_token(const Gemma4Family& /*family*/, const ModelCard& c, const LayerShape& s) {
+  return linear_params_per_token(LlamaFamily{}, c, s);
+}
+
+double decoder_linear_params_per_token(const ModelCard& c, const LayerShape& s) {
+  return std::visit([&](const auto& f) { return linear_params_per_token(f, c, s); }, c.family());
 }
 
 }  // namespace
@@ -103,29 +112,21 @@ UnitFlops unit_flops(const ModelCard& c, UnitKind kind, int layer, int64_t seque
   return f;
 }
 
+// SlideFormer's convention, layer by layer: 3x the forward (backward = 2x), 6 FLOPs per token and
+// active weight, attention over min(S, window) keys per query (no causal halving), a Gated DeltaNet's
+// scan 3x its forward, the head. For a Llama-style card this is SlideFormer's closed form
+// 12 B S L H^2 ((1 + kv/heads + S/H) q_dim/H + 1.5 I/H + V/(2 L H)) (the model's tests check it).
 double model_flops_per_step(const ModelCard& c, int64_t sequences, int64_t seq_len) {
   const double B = static_cast<double>(sequences), S = static_cast<double>(seq_len);
-  const double L = static_cast<double>(c.num_layers), H = static_cast<double>(c.hidden_size);
-  const double V = static_cast<double>(c.vocab_size);
-  if (c.hybrid_layers()) {
-    // The same convention layer by layer: 3x the forward (backward = 2x), 6 FLOPs per token and
-    // active weight, attention over min(S, window) keys per query (no causal halving), a Gated
-    // DeltaNet's scan 3x its forward, the head.
-    double f = 6.0 * B * S * H * V;
-    for (int64_t l = 0; l < c.num_layers; ++l) {
-      const LayerShape s = c.layer(l);
-      const double keys = s.window > 0 ? std::min(S, static_cast<double>(s.window)) : S;
-      f += 6.0 * B * S * decoder_linear_params_per_token(c, s) +
-           (s.linear() ? 3.0 * B * S * gated_deltanet_flops_per_token(s)
-                       : 12.0 * B * S * keys * static_cast<double>(s.q_dim()));
-    }
-    return f;
+  double f = 6.0 * B * S * static_cast<double>(c.hidden_size) * static_cast<double>(c.vocab_size);
+  for (int64_t l = 0; l < c.num_layers; ++l) {
+    const LayerShape s = c.layer(l);
+    const double keys = s.window > 0 ? std::min(S, static_cast<double>(s.window)) : S;
+    f += 6.0 * B * S * decoder_linear_params_per_token(c, s) +
+         (s.linear() ? 3.0 * B * S * gated_deltanet_flops_per_token(s)
+                     : 12.0 * B * S * keys * static_cast<double>(s.q_dim()));
   }
-  const double heads = static_cast<double>(c.num_heads), kv = static_cast<double>(c.num_kv_heads);
-  const double I = static_cast<double>(c.intermediate_size);
-  const double qratio = static_cast<double>(c.q_dim()) / H;
-  return 12.0 * B * S * L * H * H *
-         ((1.0 + kv / heads + S / H) * qratio + 1.5 * I / H + V / (2.0 * L * H));
+  return f;
 }
 
 namespace {
@@ -141,8 +142,8 @@ namespace {
 // every 64 tokens; recomputed in backward, as the released kernels do) and the widest gradients.
 // An MLP token tile (dense layers, as in the Llama unit) saves none of the MLP's normed input, gate,
 // up and product: they live per tile (decoder_mlp_tile_bytes) and backward recomputes them.
-LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, const LayerShape& s,
-                                                        int64_t mlp_token_tile) {
+LayerActivationBytes activation_bytes_per_token(const Qwen35Family& /*family*/, const ModelCard& c,
+                                                const LayerShape& s, int64_t mlp_token_tile) {
   const double C = static_cast<double>(c.hidden_size);
   constexpr double kChunk = 64;
   LayerActivationBytes a;
@@ -178,11 +179,8 @@ LayerActivationBytes qwen3_5_activation_bytes_per_token(const ModelCard& c, cons
   return a;
 }
 
-}  // namespace
-
-LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int layer, int64_t mlp_token_tile) {
-  const LayerShape s = c.layer(layer);
-  if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s, mlp_token_tile);
+LayerActivationBytes activation_bytes_per_token(const LlamaFamily& /*family*/, const ModelCard& c,
+                                                const LayerShape& s, int64_t mlp_token_tile) {
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   LayerActivationBytes a;
@@ -194,34 +192,37 @@ LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int 
   const bool tiled = mlp_token_tile > 0;
   double elems = C + C + q + 2.0 * kv + q + C + (tiled ? 0.0 : C + 3.0 * I);
   if (c.qk_norm) elems += q + kv;
-  if (c.gemma4()) {
-    // Gemma 4 adds: q and k before their norms, v before its norm (the raw k on K=V layers is the
-    // pre-norm k), the attention block's output before post_attention_layernorm, the MLP's output
-    // before its post-norm, and the residual before layer_scalar. A MoE layer adds the router's
-    // normed input and probabilities, the experts' normed input, per token experts_per_token
-    // expert intermediates (gate, up, product), the experts' combined output and the sum of the
-    // two paths before post_feedforward_layernorm.
-    elems += q + kv + (s.k_eq_v ? 0.0 : kv) + C + C + C;
-    if (s.moe())
-      elems += C + static_cast<double>(s.num_experts) + C +
-               static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size) +
-               C + C;
-  }
   a.saved_keep = elems * kBf16Bytes + static_cast<double>(s.num_heads) * kFp32Bytes;
   // Peak transient of backward: gradients flowing through the widest tensors (gate/up grads in fp32
   // before the down-projection backward; per tile when tiled) plus the recomputed activations.
   a.transient = (tiled ? 0.0 : 2.0 * I * kFp32Bytes) + (q + 2.0 * kv) * kFp32Bytes;
-  if (s.moe())
-    a.transient += static_cast<double>(s.experts_per_token) * 2.0 *
-                   static_cast<double>(s.expert_intermediate_size) * kFp32Bytes;
   return a;
 }
 
-LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c, int layer) {
-  const LayerShape s = c.layer(layer);
-  // Qwen3.6: the baselines are charged the same per-token estimate (their saved tensors are the
-  // reference's forward too; no separate PyTorch accounting of the hybrid layers yet).
-  if (c.qwen3_5()) return qwen3_5_activation_bytes_per_token(c, s, 0);
+// The Llama-style layer's plus: q and k before their norms, v before its norm (the raw k on K=V
+// layers is the pre-norm k), the attention block's output before post_attention_layernorm, the MLP's
+// output before its post-norm, and the residual before layer_scalar. A MoE layer adds the router's
+// normed input and probabilities, the experts' normed input, per token experts_per_token expert
+// intermediates (gate, up, product), the experts' combined output and the sum of the two paths
+// before post_feedforward_layernorm; its backward holds the routed experts' gate/up gradients.
+LayerActivationBytes activation_bytes_per_token(const Gemma4Family& /*family*/, const ModelCard& c,
+                                                const LayerShape& s, int64_t mlp_token_tile) {
+  LayerActivationBytes a = activation_bytes_per_token(LlamaFamily{}, c, s, mlp_token_tile);
+  const double C = static_cast<double>(c.hidden_size);
+  const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
+  double elems = q + kv + (s.k_eq_v ? 0.0 : kv) + C + C + C;
+  if (s.moe()) {
+    const double routed = static_cast<double>(s.experts_per_token) * static_cast<double>(s.expert_intermediate_size);
+    elems += C + static_cast<double>(s.num_experts) + C + 3.0 * routed + C + C;
+    a.transient += 2.0 * routed * kFp32Bytes;
+  }
+  a.saved_keep += elems * kBf16Bytes;
+  return a;
+}
+
+// What PyTorch's autograd holds for a Llama-style layer (the baselines' layers).
+LayerActivationBytes torch_activation_bytes_per_token(const LlamaFamily& /*family*/, const ModelCard& c,
+                                                      const LayerShape& s) {
   const double C = static_cast<double>(c.hidden_size), I = static_cast<double>(s.intermediate_size);
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   const double H = static_cast<double>(s.num_heads), KV = static_cast<double>(s.num_kv_heads);
@@ -229,19 +230,47 @@ LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c
   a.unit_input = C * kBf16Bytes;
   double elems = 4.0 * C + 2.0 * q + 2.0 * kv + 3.0 * I;  // x, h1, h, h2; q, att; k, v; gate, up, product
   double rows = 2.0;                                       // 1/rms of the two layer norms
-  if (c.qk_norm || c.gemma4()) elems += q + kv, rows += H + KV;  // q and k before their norms; per-head 1/rms
-  if (c.gemma4()) {
-    // Sandwich norms (two more inputs and 1/rms rows), v's norm, layer_scalar's input; a MoE layer's
-    // router and expert inputs and outputs and the routed tokens' expert intermediates.
-    elems += 3.0 * C + kv, rows += 2.0 + KV;
-    if (s.moe())
-      elems += 4.0 * C + static_cast<double>(s.num_experts) +
-               static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size),
-          rows += 3.0;
-  }
+  if (c.qk_norm) elems += q + kv, rows += H + KV;          // q and k before their norms; per-head 1/rms
   a.saved_keep = elems * kBf16Bytes + (H + rows) * kFp32Bytes;  // + log-sum-exp per head
   a.transient = (I + 2.0 * C) * kBf16Bytes;
   return a;
+}
+
+// Gemma 4 adds the q/k norms' inputs and 1/rms rows, the sandwich norms (two more inputs and 1/rms
+// rows), v's norm, layer_scalar's input; a MoE layer its router and expert inputs and outputs and the
+// routed tokens' expert intermediates.
+LayerActivationBytes torch_activation_bytes_per_token(const Gemma4Family& /*family*/, const ModelCard& c,
+                                                      const LayerShape& s) {
+  LayerActivationBytes a = torch_activation_bytes_per_token(LlamaFamily{}, c, s);
+  const double C = static_cast<double>(c.hidden_size);
+  const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
+  const double H = static_cast<double>(s.num_heads), KV = static_cast<double>(s.num_kv_heads);
+  double elems = q + kv + 3.0 * C + kv, rows = H + KV + 2.0 + KV;
+  if (s.moe())
+    elems += 4.0 * C + static_cast<double>(s.num_experts) +
+             static_cast<double>(s.experts_per_token) * 3.0 * static_cast<double>(s.expert_intermediate_size),
+        rows += 3.0;
+  a.saved_keep += elems * kBf16Bytes + rows * kFp32Bytes;
+  return a;
+}
+
+// Qwen3.6: the baselines are charged the same per-token estimate (their saved tensors are the
+// reference's forward too; no separate PyTorch accounting of the hybrid layers yet).
+LayerActivationBytes torch_activation_bytes_per_token(const Qwen35Family& family, const ModelCard& c,
+                                                      const LayerShape& s) {
+  return activation_bytes_per_token(family, c, s, 0);
+}
+
+}  // namespace
+
+LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int layer, int64_t mlp_token_tile) {
+  const LayerShape s = c.layer(layer);
+  return std::visit([&](const auto& f) { return activation_bytes_per_token(f, c, s, mlp_token_tile); }, c.family());
+}
+
+LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c, int layer) {
+  const LayerShape s = c.layer(layer);
+  return std::visit([&](const auto& f) { return torch_activation_bytes_per_token(f, c, s); }, c.family());
 }
 
 double decoder_mlp_tile_bytes(const ModelCard& c, int64_t mlp_token_tile, double tokens) {

@@ -23,7 +23,7 @@ int64_t align_up(int64_t bytes, int64_t align) { return (bytes + align - 1) / al
 kernels::ModelSpecs specs_for(const ModelCard& card, const ModelLayout& layout, const UnitMemoryOptions& o) {
   kernels::ModelSpecs s = kernels::make_model_specs(card, layout);
   s.head.loss_chunk_tokens = o.loss_chunk_tokens;
-  if (!card.hybrid_layers()) s.set_mlp_token_tile(o.mlp_token_tile);  // Gemma 4's and Qwen3.6's are never tiled
+  if (card.mlp_token_tiles()) s.set_mlp_token_tile(o.mlp_token_tile);
   s.set_threads(o.cpu_threads > 0 ? o.cpu_threads : 1);
   return s;
 }

@@ -809,9 +809,10 @@ SearchResult search_placements(const Workload& w, const Hardware& hw, const Sear
 SearchResult search_one_placement(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                                   const SearchOptions& options) {
   SearchSpace space = make_search_space(w, hw, spec);
-  // Gemma 4's layers and mixture-of-experts layers have no MLP token tile: untiled only.
+  // Families whose units have no MLP token tile (Gemma 4, Qwen3.6) and mixture-of-experts layers:
+  // untiled only.
   static const std::vector<int64_t> kUntiled = {0};
-  const std::vector<int64_t>& tiles = w.model.gemma4() || w.model.moe() ? kUntiled
+  const std::vector<int64_t>& tiles = !w.model.mlp_token_tiles() || w.model.moe() ? kUntiled
                                       : spec.mlp_token_tiles.empty() ? kDefaultMlpTokenTiles
                                                                      : spec.mlp_token_tiles;
   for (int64_t t : tiles)

@@ -8,6 +8,7 @@
 
 #include <string>
 
+#include "card/gemma4_family.h"
 #include "card/model_card.h"
 #include "card/unit_layout.h"
 #include "common/error.h"
@@ -112,7 +113,7 @@ const char* kReleased26B = R"({
 
 TEST(Gemma4HfConfig, ReadsTheTextModelOfTheReleasedLayout) {
   const ModelCard c = model_card_from_hf_config(kReleased26B, "/m/config.json");
-  EXPECT_TRUE(c.gemma4());
+  EXPECT_TRUE(c.is_family<Gemma4Family>());
   EXPECT_EQ(c.total_params(), 25233141790);
   EXPECT_EQ(c.active_params(), 3822530590);
   EXPECT_NE(c.source.find("vision tower is not trained"), std::string::npos) << c.source;

@@ -373,6 +373,30 @@ TEST(Search, TighterGpuBudgetNeverUsesMoreGpuMemory) {
   }
 }
 
+// An MLP token tile trades recompute for memory when nothing fits untiled, but only the Llama-style
+// units can run one (card/family.h kMlpTokenTiles): a Qwen3.6 or Gemma 4 plan with a tile would be
+// refused by the executor. Under a budget nothing fits, the search reports the closest candidate of the
+// last tile it tried: a tiled one for the Llama-style control (so tiles were searched), an untiled one
+// for Qwen3.6 (dense: no experts to exclude it otherwise).
+TEST(Search, OnlyFamiliesWhoseUnitsCanTileTheMlpAreSearchedWithATile) {
+  for (const char* model : {"llama-3.2-3b", "qwen3.6-27b"}) {
+    SCOPED_TRACE(model);
+    const Workload w = make_workload(model_preset(model), 16384);
+    ASSERT_FALSE(w.model.moe());
+    SearchSpec spec;
+    spec.ranks = 4;
+    spec.global_batch_tokens = 4 * 16384 * 2;
+    spec.gpu_mem_budget_bytes = int64_t{1} << 30;
+    try {
+      search_plans(w, hardware_preset("h100-sxm-x4"), spec, {});
+      FAIL() << "expected InfeasibleError at 1 GiB";
+    } catch (const InfeasibleError& e) {
+      const bool tiled = std::string(e.what()).find("mlp tile") != std::string::npos;
+      EXPECT_EQ(tiled, w.model.mlp_token_tiles()) << e.what();
+    }
+  }
+}
+
 TEST(Search, NoFeasiblePlanNamesTheBudgetAndTheMiss) {
   const Workload w = make_workload(model_preset("qwen2.5-7b"), 4096);
   const Hardware hw = hardware_preset("h100-sxm-x4");

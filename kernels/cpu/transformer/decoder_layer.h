@@ -95,6 +95,9 @@ void layer_recompute(const DecoderSpec& s, const Real* params, const Real* x, Wo
                      int64_t T, Workspace ws, const int32_t* positions) {
   decoder_recompute(s, params, x, saved, B, T, ws, positions);
 }
+inline DecoderSpec make_layer_spec(const LlamaFamily& /*family*/, const ModelCard& card, const UnitLayout& unit) {
+  return make_decoder_spec(card, unit);
+}
 template <typename Real>
 void layer_backward(const DecoderSpec& s, const Real* params, const Real* x, Workspace saved, const Real* dy,
                     Real* dx, Real* grads, int64_t B, int64_t T, Workspace ws,

@@ -354,7 +354,7 @@ void check_gemma4_layer_spec(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
 }
 
 Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& unit) {
-  SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder && card.gemma4(), "make_gemma4_layer_spec needs a Gemma 4 decoder");
+  SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder && card.is_family<Gemma4Family>(), "make_gemma4_layer_spec needs a Gemma 4 decoder");
   const LayerShape l = card.layer(unit.layer);
   Gemma4LayerSpec s;
   s.C = card.hidden_size;
@@ -365,7 +365,7 @@ Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& 
   s.eps = card.rms_norm_eps;
   s.window = l.window;
   s.k_eq_v = l.k_eq_v;
-  s.inv_freq = rope_inv_freq(card, unit.layer);
+  s.inv_freq = proportional_rope_inv_freq(card.layer(unit.layer));
   s.attn_tile = attention_tile_for(s.hd);
   s.flat_numel = unit.flat_numel;
   const int64_t C = s.C, Q = s.q_dim(), K = s.kv_dim(), I = s.I;

@@ -19,11 +19,10 @@ namespace slidedp::kernels {
 
 namespace {
 
-// The one place the card's family picks the layer spec's alternative (layer_spec.h).
-LayerSpec make_layer_spec(const ModelCard& card, const UnitLayout& unit) {
-  if (card.gemma4()) return make_gemma4_layer_spec(card, unit);
-  if (card.qwen3_5()) return make_qwen3_5_layer_spec(card, unit);
-  return make_decoder_spec(card, unit);
+// The card's family picks the layer spec's alternative (layer_spec.h): each family's make_layer_spec.
+LayerSpec layer_spec_for(const ModelCard& card, const UnitLayout& unit) {
+  return std::visit([&](const auto& family) -> LayerSpec { return make_layer_spec(family, card, unit); },
+                    card.family());
 }
 
 }  // namespace
@@ -34,7 +33,7 @@ ModelSpecs make_model_specs(const ModelCard& card, const ModelLayout& layout) {
   s.num_layers = card.num_layers;
   s.embedding = make_embedding_spec(card, layout.units.front());
   for (int64_t l = 0; l < card.num_layers; ++l)
-    s.layers.push_back(make_layer_spec(card, layout.units[static_cast<size_t>(l) + 1]));
+    s.layers.push_back(layer_spec_for(card, layout.units[static_cast<size_t>(l) + 1]));
   s.head = make_head_spec(card, layout.units.back());
   return s;
 }

@@ -43,9 +43,7 @@ std::vector<double> rope_inv_freq(const ModelCard& card) {
   return rope_inv_freq(card.head_dim, card.rope_theta, card.rope_scaling);
 }
 
-std::vector<double> rope_inv_freq(const ModelCard& card, int layer) {
-  if (!card.gemma4()) return rope_inv_freq(card);
-  const LayerShape s = card.layer(layer);
+std::vector<double> proportional_rope_inv_freq(const LayerShape& s) {
   std::vector<double> f = rope_inv_freq(s.head_dim, s.rope_theta, RopeScaling{});
   for (size_t i = static_cast<size_t>(s.rope_angles); i < f.size(); ++i) f[i] = 0.0;
   return f;

@@ -17,11 +17,11 @@ namespace slidedp::kernels {
 
 // (hd/2) inverse frequencies after the card's rope_scaling.
 std::vector<double> rope_inv_freq(const ModelCard& card);
-// Decoder layer `layer`'s (its head_dim / 2 entries): the card's for the Llama family; Gemma 4's
-// sliding layers theta^(-2i/hd) over the whole head, its full layers "proportional" RoPE
-// (_compute_proportional_rope_parameters): the first rope_angles entries theta^(-2i/hd) with the
-// whole head_dim in the exponent, the rest 0, so those channel pairs are not rotated.
-std::vector<double> rope_inv_freq(const ModelCard& card, int layer);
+// A layer shape's head_dim / 2 entries as Gemma 4 rotates them, without rope_scaling: the first
+// rope_angles entries theta^(-2i/hd) with the whole head_dim in the exponent, the rest 0, so those
+// channel pairs are not rotated ("proportional" RoPE, _compute_proportional_rope_parameters; on its
+// sliding layers every entry rotates).
+std::vector<double> proportional_rope_inv_freq(const LayerShape& s);
 // The same from the raw numbers (for tests and tools that have no card).
 std::vector<double> rope_inv_freq(int64_t head_dim, double theta, const RopeScaling& scaling);
 

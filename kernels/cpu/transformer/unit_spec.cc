@@ -64,7 +64,8 @@ EmbeddingSpec make_embedding_spec(const ModelCard& card, const UnitLayout& unit)
   s.C = card.hidden_size;
   s.weight = tensor_offset(unit, card.tensor_prefix() + "embed_tokens.weight", {s.V, s.C});
   s.flat_numel = unit.flat_numel;
-  if (card.gemma4()) s.scale = round_to_bf16(std::sqrt(static_cast<float>(card.hidden_size)));
+  if (std::visit([](auto f) { return decltype(f)::kEmbeddingTimesSqrtC; }, card.family()))
+    s.scale = round_to_bf16(std::sqrt(static_cast<float>(card.hidden_size)));
   return s;
 }
 
@@ -76,7 +77,7 @@ HeadSpec make_head_spec(const ModelCard& card, const UnitLayout& unit) {
   s.eps = card.rms_norm_eps;
   s.norm_w = tensor_offset(unit, card.tensor_prefix() + "norm.weight", {s.C});
   s.logit_softcap = card.final_logit_softcapping;
-  s.norm_zero_centred = card.qwen3_5();
+  s.norm_zero_centred = std::visit([](auto f) { return decltype(f)::kZeroCentredNorm; }, card.family());
   s.tied = unit.reads_tied_embedding;
   SLIDEDP_CHECK(s.tied == card.tie_word_embeddings, "layout and card disagree on tied embeddings");
   s.lm_head_w = optional_offset(unit, "lm_head.weight", !s.tied, {s.V, s.C});

@@ -220,7 +220,8 @@ TEST(Rope, InvFreqFollowsTransformersLlama3Formula) {
 // channels 64..255 and 320..511 pass through unrotated.
 TEST(Rope, Gemma4ProportionalRopeRotatesOnlyTheFirstAngles) {
   const ModelCard c = model_preset("gemma-4-31b");
-  const std::vector<double> sliding = rope_inv_freq(c, 0), full = rope_inv_freq(c, 5);
+  const std::vector<double> sliding = proportional_rope_inv_freq(c.layer(0)),
+                            full = proportional_rope_inv_freq(c.layer(5));
   ASSERT_EQ(sliding.size(), 128u);
   ASSERT_EQ(full.size(), 256u);
   for (size_t i = 0; i < 128; ++i) EXPECT_DOUBLE_EQ(sliding[i], std::pow(1e4, -2.0 * i / 256.0)) << i;
