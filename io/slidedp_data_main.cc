@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "common/cli_main.h"
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/output_paths.h"
@@ -503,12 +504,7 @@ int main_body(int argc, char** argv) {
   inspect->add_flag("--decode", ins.decode, "Also print the first --head tokens (default 64) as text");
   inspect->add_flag("--json", ins.json, "Print the summary as JSON on stdout");
 
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    int rc = app.exit(e);  // prints help (rc 0) or the usage error
-    return rc == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
-  }
+  if (const std::optional<int> done = parse_command_line(app, argc, argv)) return *done;
   if (*build && build->count("--document-end") && b.document_end.empty())
     throw InputError("--document-end", "is empty (give a token's text or an id)");
   if (*build) return run_build(b);

@@ -17,6 +17,7 @@
 #include "cli/plan_flags.h"
 #include "common/cli_checks.h"
 #include "common/cli_main.h"
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/progress.h"
@@ -321,11 +322,7 @@ int run_main(int argc, char** argv) {
       "default: slidedp-tiny on the text compiled into the binary."};
   RunFlags f;
   f.add_to(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
-  }
+  if (const std::optional<int> done = parse_command_line(app, argc, argv)) return *done;
   link_nodes(app, f);
   PlanFile pf = f.plan.resolve();
   const bool defaults = pf.model.empty() && f.data.empty();

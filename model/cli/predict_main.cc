@@ -9,6 +9,7 @@
 #include "card/model_card.h"
 #include "cli/plan_flags.h"
 #include "common/cli_main.h"
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/output_paths.h"
@@ -53,11 +54,7 @@ int predict_main(int argc, char** argv) {
                fmt::join(hardware_preset_names(), ", "), fmt::join(system_names(), ", "));
     std::exit(0);
   }, "List model, hardware and system names, then exit");
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
-  }
+  if (const std::optional<int> done = parse_command_line(app, argc, argv)) return *done;
 
   PlanFile pf = flags.resolve();
   if (clip) pf.plan.verify_updates = true;

@@ -11,6 +11,7 @@
 #include "card/model_card.h"
 #include "common/cli_checks.h"
 #include "common/cli_main.h"
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/output_paths.h"
@@ -270,11 +271,7 @@ int plan_main(int argc, char** argv) {
       "that slidedp-run --plan and slidedp-predict --plan accept."};
   PlanCliFlags f;
   f.add_to(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
-  }
+  if (const std::optional<int> done = parse_command_line(app, argc, argv)) return *done;
   check_outputs(f);
   const SearchSpec spec = search_spec_from(f);
   const Workload w = make_workload(load_model_card(f.model), f.seq);

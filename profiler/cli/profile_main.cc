@@ -11,6 +11,7 @@
 #include "card/model_card.h"
 #include "common/cli_checks.h"
 #include "common/cli_main.h"
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "common/file_util.h"
 #include "common/output_paths.h"
@@ -215,11 +216,7 @@ int profile_main(int argc, char** argv) {
       "SlideDP's MPI link (network.nic_gbps, network.latency_us); process 0 writes the profile."};
   ProfileFlags f;
   f.add_to(app);
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : static_cast<int>(ErrorKind::kInput);
-  }
+  if (const std::optional<int> done = parse_command_line(app, argc, argv)) return *done;
   check_outputs(f);
   profiler::ProfileOptions o = profile_options(f, argc, argv);
   // Under an MPI launcher: the network stage between process 0 and 1; only process 0 profiles the rest.

@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include "common/cli_main.h"
+#include "common/cli_parse.h"
 #include "common/error.h"
 #include "sweeps/cli/commands.h"
 
@@ -18,11 +19,7 @@ int main(int argc, char** argv) {
     slidedp::add_run_command(app, argc, argv);
     slidedp::add_measured_command(app, argc, argv);
     slidedp::add_validation_command(app, argc, argv);
-    try {
-      app.parse(argc, argv);
-    } catch (const CLI::ParseError& e) {
-      return app.exit(e) == 0 ? 0 : static_cast<int>(slidedp::ErrorKind::kInput);
-    }
+    if (const std::optional<int> done = slidedp::parse_command_line(app, argc, argv)) return *done;
     return slidedp::last_command_status();
   });
 }
