@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# scripts/lib/tidy_findings.py, what the style check's clang-tidy holds a change to: a warning on a
+# line the change added or modified counts, one on an older line of the same file does not; a
+# function over the size limit counts wherever its warning sits in a changed file unless the
+# allowlist names it; files the change did not touch and paths outside the tree never count.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+repo="$tmp/repo"
+mkdir -p "$repo/lib"
+git -C "$repo" init -q
+for f in a.cc old.cc; do seq 1 10 | sed 's/^/int line/; s/$/;/' > "$repo/lib/$f"; done
+git -C "$repo" add . && git -C "$repo" -c user.name=t -c user.email=t@t commit -qm base
+base="$(git -C "$repo" rev-parse HEAD)"
+sed -i 's/^int line5;/int line5 = 0;/' "$repo/lib/a.cc"   # line 5 modified
+echo 'int line11;' >> "$repo/lib/a.cc"                        # line 11 added
+printf 'lib/a.cc allowed_long\n' > "$tmp/allow.txt"
+w() { echo "$repo/lib/$1:$2:3: warning: $3 [$4]"; }
+{
+  w a.cc 5 "use after move" bugprone-use-after-move
+  w a.cc 3 "unchanged line" bugprone-branch-clone
+  w a.cc 11 "copy in loop" performance-for-range-copy
+  w a.cc 2 "function 'long_one' exceeds recommended size/complexity thresholds" readability-function-size
+  w a.cc 7 "function 'allowed_long' exceeds recommended size/complexity thresholds" readability-function-size
+  w old.cc 5 "in an untouched file" bugprone-use-after-move
+  echo "/elsewhere/lib/a.cc:5:1: warning: outside the tree [bugprone-use-after-move]"
+  echo "$repo/lib/a.cc:5:3: note: a note is not a finding"
+} > "$tmp/tidy.txt"
+status=0
+python3 "$root/scripts/lib/tidy_findings.py" --root "$repo" --base "$base" --allowlist "$tmp/allow.txt" \
+  < "$tmp/tidy.txt" > "$tmp/found.txt" || status=$?
+[ "$status" -eq 1 ] || fail "exit $status with findings (want 1)"
+cat > "$tmp/want.txt" <<'TXT'
+lib/a.cc:2: function 'long_one' exceeds recommended size/complexity thresholds [readability-function-size]
+lib/a.cc:5: use after move [bugprone-use-after-move]
+lib/a.cc:11: copy in loop [performance-for-range-copy]
+TXT
+diff -u "$tmp/want.txt" "$tmp/found.txt" || fail "the findings differ (above)"
+# Nothing on changed lines: clean, exit 0.
+grep -v ':5:3: warning\|:11:3: warning\|long_one' "$tmp/tidy.txt" > "$tmp/quiet.txt"
+python3 "$root/scripts/lib/tidy_findings.py" --root "$repo" --base "$base" --allowlist "$tmp/allow.txt" \
+  < "$tmp/quiet.txt" > "$tmp/none.txt" || fail "exit $? without findings (want 0): $(cat "$tmp/none.txt")"
+[ ! -s "$tmp/none.txt" ] || fail "printed findings where there are none: $(cat "$tmp/none.txt")"
+echo "tidy findings: changed lines and long functions of changed files only"
