@@ -3,8 +3,9 @@
 
 Reads clang-tidy's output on stdin. A function-size warning counts wherever it is in a changed file
 (adding lines inside a long function makes it long, and the warning sits on its first line), unless
-the allowlist names "FILE FUNCTION". Every other warning counts only on a line the change added or
-modified (git diff -U0 BASE), so code older than the check is not blamed on whoever touches its file.
+the allowlist names "FILE FUNCTION". Every other warning counts when it or one of its notes is on a
+line the change added or modified (git diff -U0 BASE): a new std::move before an old use is the
+change's; code older than the check is not blamed on whoever touches its file.
 Prints one line per finding, "FILE:LINE: message [check]", and exits 1 when there is any.
 
     clang-tidy ... | tidy_findings.py --root ROOT --base BASE --allowlist FILE
@@ -15,6 +16,7 @@ import subprocess
 import sys
 
 WARNING = re.compile(r"^(?P<file>/[^:]+):(?P<line>\d+):\d+: warning: (?P<message>.*) \[(?P<check>[\w.,-]+)\]$")
+NOTE = re.compile(r"^(?P<file>/[^:]+):(?P<line>\d+):\d+: note: ")
 HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(?P<start>\d+)(?:,(?P<count>\d+))? @@")
 FUNCTION = re.compile(r"function '(?P<name>[^']+)' exceeds")
 
@@ -45,19 +47,26 @@ def main():
     with open(a.allowlist, encoding="utf-8") as f:
         allowed = {row.strip() for row in f if row.strip() and not row.startswith("#")}
     changed = changed_lines(root, a.base)
-    findings = set()
+    def relative(file):
+        return file[len(root) + 1:] if file.startswith(root + "/") else None
+
+    # Each warning with the lines of the notes that follow it.
+    warnings = []
     for row in sys.stdin:
-        m = WARNING.match(row.rstrip("\n"))
-        if not m or not m["file"].startswith(root + "/"):
-            continue
-        path, line = m["file"][len(root) + 1:], int(m["line"])
+        if m := WARNING.match(row.rstrip("\n")):
+            warnings.append((m, []))
+        elif (n := NOTE.match(row)) and warnings:
+            warnings[-1][1].append((relative(n["file"]), int(n["line"])))
+    findings = set()
+    for m, notes in warnings:
+        path, line = relative(m["file"]), int(m["line"])
         if path not in changed:
             continue
         if "readability-function-size" in m["check"]:
             name = FUNCTION.search(m["message"])
             if name and f"{path} {name['name']}" in allowed:
                 continue
-        elif line not in changed[path]:
+        elif not any(line in changed.get(p, ()) for p, line in [(path, line)] + notes):
             continue
         findings.add((path, line, m["message"], m["check"]))
     for path, line, message, check in sorted(findings):

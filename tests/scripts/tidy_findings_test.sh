@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/lib/tidy_findings.py, what the style check's clang-tidy holds a change to: a warning on a
 # line the change added or modified counts, one on an older line of the same file does not; a
+# warning whose note is on such a line (a new std::move before an old use) counts too; a
 # function over the size limit counts wherever its warning sits in a changed file unless the
 # allowlist names it; files the change did not touch and paths outside the tree never count.
 set -euo pipefail
@@ -21,6 +22,10 @@ w() { echo "$repo/lib/$1:$2:3: warning: $3 [$4]"; }
 {
   w a.cc 5 "use after move" bugprone-use-after-move
   w a.cc 3 "unchanged line" bugprone-branch-clone
+  w a.cc 4 "'x' used after it was moved" bugprone-use-after-move
+  echo "$repo/lib/a.cc:11:5: note: move occurred here"      # the change added the move
+  w a.cc 6 "old use of an old move" bugprone-use-after-move
+  echo "$repo/lib/a.cc:1:5: note: move occurred here"
   w a.cc 11 "copy in loop" performance-for-range-copy
   w a.cc 2 "function 'long_one' exceeds recommended size/complexity thresholds" readability-function-size
   w a.cc 7 "function 'allowed_long' exceeds recommended size/complexity thresholds" readability-function-size
@@ -34,12 +39,13 @@ python3 "$root/scripts/lib/tidy_findings.py" --root "$repo" --base "$base" --all
 [ "$status" -eq 1 ] || fail "exit $status with findings (want 1)"
 cat > "$tmp/want.txt" <<'TXT'
 lib/a.cc:2: function 'long_one' exceeds recommended size/complexity thresholds [readability-function-size]
+lib/a.cc:4: 'x' used after it was moved [bugprone-use-after-move]
 lib/a.cc:5: use after move [bugprone-use-after-move]
 lib/a.cc:11: copy in loop [performance-for-range-copy]
 TXT
 diff -u "$tmp/want.txt" "$tmp/found.txt" || fail "the findings differ (above)"
 # Nothing on changed lines: clean, exit 0.
-grep -v ':5:3: warning\|:11:3: warning\|long_one' "$tmp/tidy.txt" > "$tmp/quiet.txt"
+grep -v ':5:3: warning\|:11:3: warning\|long_one\|:11:5: note' "$tmp/tidy.txt" > "$tmp/quiet.txt"
 python3 "$root/scripts/lib/tidy_findings.py" --root "$repo" --base "$base" --allowlist "$tmp/allow.txt" \
   < "$tmp/quiet.txt" > "$tmp/none.txt" || fail "exit $? without findings (want 0): $(cat "$tmp/none.txt")"
 [ ! -s "$tmp/none.txt" ] || fail "printed findings where there are none: $(cat "$tmp/none.txt")"
