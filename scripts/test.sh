@@ -23,15 +23,16 @@ phase "build"
 # -O2 without -g: the tests print the file and line of a failed check themselves, and debug info
 # costs compile time that CI's 40 minutes need. The test binaries' own code at -O1 (the code under
 # test at -O2), and CUDA for sm_80 alone: CI compiles it without running it, at the oldest
-# architecture the kernels support (a GPU check builds for its own GPU). This build and the ASan one
-# compile each target's sources in unity batches (SLIDEDP_UNITY_BUILD, about half the CPU time); the
-# TSan build compiles the libraries up to the executor file by file, so CI still sees a file that
-# does not include what it uses (as a developer's build, scripts/build.sh alone, does everywhere).
+# architecture the kernels support (a GPU check builds for its own GPU). Every build here compiles
+# each target's sources in unity batches (SLIDEDP_UNITY_BUILD, about half the CPU time); a changed
+# source that does not include what it uses still fails CI: the style check's clang-tidy compiles
+# each changed source alone (as a developer's build, scripts/build.sh alone, does everywhere).
 unity="-DSLIDEDP_UNITY_BUILD=${SLIDEDP_UNITY_BUILD:-ON}"
 "$root/scripts/build.sh" "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -DNDEBUG" "-DSLIDEDP_TEST_CXX_FLAGS=-O1" \
   "-DCMAKE_CUDA_ARCHITECTURES=80" "$unity"
 build="${SLIDEDP_BUILD_DIR:-$root/build}"
-# Style on what changed since .style-base (clang-format on changed lines, function sizes): reported
+# Style on what changed since .style-base (clang-format on changed lines; clang-tidy: function sizes,
+# the bugprone and performance set, each changed source compiled alone): reported
 # here, its verdict the script's exit status once every test has run.
 style_status=0
 if [ "${SLIDEDP_STYLE:-1}" = "1" ]; then
@@ -51,7 +52,7 @@ if [ "${SLIDEDP_TSAN:-1}" = "1" ]; then
   tsan="$root/build-tsan"
   SLIDEDP_BUILD_DIR="$tsan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
     -DSLIDEDP_SANITIZE=thread -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_MODULES="common;model;kernels;io;runlog;executor" \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "$unity" \
     --target test_executor_pipeline test_executor_faults test_executor_resume test_run_log
   TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" \
     ctest --test-dir "$tsan" -j "$jobs" --output-on-failure -R "^(Pipeline|Faults|Resume|RunLog[A-Za-z]*|PatientLog)\."

@@ -5,7 +5,9 @@ Reads clang-tidy's output on stdin. A function-size warning counts wherever it i
 (adding lines inside a long function makes it long, and the warning sits on its first line), unless
 the allowlist names "FILE FUNCTION". Every other warning counts when it or one of its notes is on a
 line the change added or modified (git diff -U0 BASE): a new std::move before an old use is the
-change's; code older than the check is not blamed on whoever touches its file.
+change's; code older than the check is not blamed on whoever touches its file. An error anywhere
+means a changed source does not compile alone (clang-tidy parses each with its own command, so a
+missing include shows even when the build compiled it in a unity batch): it always counts.
 Prints one line per finding, "FILE:LINE: message [check]", and exits 1 when there is any.
 
     clang-tidy ... | tidy_findings.py --root ROOT --base BASE --allowlist FILE
@@ -15,7 +17,8 @@ import re
 import subprocess
 import sys
 
-WARNING = re.compile(r"^(?P<file>/[^:]+):(?P<line>\d+):\d+: warning: (?P<message>.*) \[(?P<check>[\w.,-]+)\]$")
+WARNING = re.compile(
+    r"^(?P<file>/[^:]+):(?P<line>\d+):\d+: (?P<kind>warning|error): (?P<message>.*) \[(?P<check>[\w.,-]+)\]$")
 NOTE = re.compile(r"^(?P<file>/[^:]+):(?P<line>\d+):\d+: note: ")
 HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(?P<start>\d+)(?:,(?P<count>\d+))? @@")
 FUNCTION = re.compile(r"function '(?P<name>[^']+)' exceeds")
@@ -60,6 +63,9 @@ def main():
     findings = set()
     for m, notes in warnings:
         path, line = relative(m["file"]), int(m["line"])
+        if m["kind"] == "error":
+            findings.add((path or m["file"], line, "error: " + m["message"], m["check"]))
+            continue
         if path not in changed:
             continue
         if "readability-function-size" in m["check"]:

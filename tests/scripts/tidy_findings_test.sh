@@ -3,7 +3,8 @@
 # line the change added or modified counts, one on an older line of the same file does not; a
 # warning whose note is on such a line (a new std::move before an old use) counts too; a
 # function over the size limit counts wherever its warning sits in a changed file unless the
-# allowlist names it; files the change did not touch and paths outside the tree never count.
+# allowlist names it; a compile error always counts (a changed source that does not compile alone);
+# other warnings in files the change did not touch and paths outside the tree never count.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 tmp="$(mktemp -d)"
@@ -31,6 +32,7 @@ w() { echo "$repo/lib/$1:$2:3: warning: $3 [$4]"; }
   w a.cc 7 "function 'allowed_long' exceeds recommended size/complexity thresholds" readability-function-size
   w old.cc 5 "in an untouched file" bugprone-use-after-move
   echo "/elsewhere/lib/a.cc:5:1: warning: outside the tree [bugprone-use-after-move]"
+  echo "$repo/lib/old.cc:3:9: error: use of undeclared identifier 'fmt' [clang-diagnostic-error]"
   echo "$repo/lib/a.cc:5:3: note: a note is not a finding"
 } > "$tmp/tidy.txt"
 status=0
@@ -42,10 +44,11 @@ lib/a.cc:2: function 'long_one' exceeds recommended size/complexity thresholds [
 lib/a.cc:4: 'x' used after it was moved [bugprone-use-after-move]
 lib/a.cc:5: use after move [bugprone-use-after-move]
 lib/a.cc:11: copy in loop [performance-for-range-copy]
+lib/old.cc:3: error: use of undeclared identifier 'fmt' [clang-diagnostic-error]
 TXT
 diff -u "$tmp/want.txt" "$tmp/found.txt" || fail "the findings differ (above)"
 # Nothing on changed lines: clean, exit 0.
-grep -v ':5:3: warning\|:11:3: warning\|long_one\|:11:5: note' "$tmp/tidy.txt" > "$tmp/quiet.txt"
+grep -v ':5:3: warning\|:11:3: warning\|long_one\|:11:5: note\|error:' "$tmp/tidy.txt" > "$tmp/quiet.txt"
 python3 "$root/scripts/lib/tidy_findings.py" --root "$repo" --base "$base" --allowlist "$tmp/allow.txt" \
   < "$tmp/quiet.txt" > "$tmp/none.txt" || fail "exit $? without findings (want 0): $(cat "$tmp/none.txt")"
 [ ! -s "$tmp/none.txt" ] || fail "printed findings where there are none: $(cat "$tmp/none.txt")"
