@@ -21,9 +21,9 @@ struct LlamaFamily {
   static constexpr std::array<std::string_view, 4> kModelTypes = {"llama", "qwen2", "qwen3", "mistral"};
   static constexpr std::string_view kTensorPrefix = "model.";
   static constexpr bool kLayersDiffer = false;
-  static constexpr bool kMlpTokenTiles = true;        // the unit can run its MLP over token tiles
-  static constexpr bool kZeroCentredNorm = false;     // RMSNorm scales by w, not (1 + w)
-  static constexpr bool kTiedByDefault = false;  // tie_word_embeddings when a card omits it
+  static constexpr bool kMlpTokenTiles = true;     // the unit can run its MLP over token tiles
+  static constexpr bool kZeroCentredNorm = false;  // RMSNorm scales by w, not (1 + w)
+  static constexpr bool kTiedByDefault = false;    // tie_word_embeddings when a card omits it
   static constexpr bool kEmbeddingTimesSqrtC = false;
   // Checkpoint tensors outside the text model (towers, extra heads): not trained, not read.
   static constexpr std::array<std::string_view, 0> kIgnoredTensorPrefixes = {};

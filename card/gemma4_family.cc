@@ -23,7 +23,8 @@ std::vector<AttentionKind> gemma4_default_layer_types(int64_t num_layers) {
 }
 
 void shape_layer(const Gemma4Family& /*family*/, const ModelCard& c, int64_t layer, LayerShape& s) {
-  const bool full = c.layer_types.empty() || c.layer_types.at(static_cast<size_t>(layer)) == AttentionKind::kFull;
+  const bool full =
+      c.layer_types.empty() || c.layer_types.at(static_cast<size_t>(layer)) == AttentionKind::kFull;
   if (!full) {
     s.attention = AttentionKind::kSliding;
     s.window = c.sliding_window;
@@ -36,8 +37,8 @@ void shape_layer(const Gemma4Family& /*family*/, const ModelCard& c, int64_t lay
   s.rope_theta = c.global_rope_theta > 0 ? c.global_rope_theta : c.rope_theta;
   // _compute_proportional_rope_parameters: int(partial_rotary_factor * head_dim // 2) slots rotate,
   // with exponents over the whole head_dim; the others get frequency 0.
-  s.rope_angles =
-      static_cast<int64_t>(std::floor(c.global_partial_rotary_factor * static_cast<double>(s.head_dim) / 2.0));
+  s.rope_angles = static_cast<int64_t>(
+      std::floor(c.global_partial_rotary_factor * static_cast<double>(s.head_dim) / 2.0));
 }
 
 // The Llama-style layer's count plus the q/k norms, the sandwich norms, layer_scalar and the experts.
@@ -62,8 +63,8 @@ void validate_family(const Gemma4Family& /*family*/, const ModelCard& c, const C
   need(c.num_global_kv_heads >= 0 && (c.num_global_kv_heads == 0 || c.num_heads % c.num_global_kv_heads == 0),
        "num_global_key_value_heads", fmt::format("must divide num_attention_heads ({})", c.num_heads));
   need(c.global_rope_theta > 0, "global_rope_theta", "must be positive");
-  need(c.global_partial_rotary_factor > 0 && c.global_partial_rotary_factor <= 1, "global_partial_rotary_factor",
-       "must be in (0, 1]");
+  need(c.global_partial_rotary_factor > 0 && c.global_partial_rotary_factor <= 1,
+       "global_partial_rotary_factor", "must be in (0, 1]");
   need(!c.attention_bias, "attention_bias", "Gemma 4 has no projection biases");
   need(!c.qk_norm, "qk_norm", "is implied by model_type gemma4 (leave it false)");
   need(c.tie_word_embeddings, "tie_word_embeddings", "Gemma 4's head is tied to the embedding");
@@ -74,7 +75,6 @@ void validate_family(const Gemma4Family& /*family*/, const ModelCard& c, const C
     need(c.moe_intermediate_size > 0, "moe_intermediate_size", "must be positive with experts");
   }
 }
-
 
 // The Gemma 4 keys, named as in Gemma4TextConfig except the flattened RoPE pair (global_rope_theta,
 // global_partial_rotary_factor: rope_parameters.full_attention there) and num_experts_per_tok

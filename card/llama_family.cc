@@ -5,7 +5,8 @@
 
 namespace slidedp {
 
-void shape_layer(const LlamaFamily& /*family*/, const ModelCard& /*c*/, int64_t /*layer*/, LayerShape& /*s*/) {}
+void shape_layer(const LlamaFamily& /*family*/, const ModelCard& /*c*/, int64_t /*layer*/,
+                 LayerShape& /*s*/) {}
 
 int64_t decoder_layer_params(const LlamaFamily& /*family*/, const ModelCard& c, const LayerShape& s) {
   const int64_t C = c.hidden_size, q = s.q_dim(), kv = s.kv_dim();
@@ -18,10 +19,12 @@ int64_t decoder_layer_params(const LlamaFamily& /*family*/, const ModelCard& c, 
 }
 
 void validate_family(const LlamaFamily& /*family*/, const ModelCard& c, const CardCheck& need) {
-  need(c.layer_types.empty() && c.sliding_window == 0 && c.global_head_dim == 0 && c.num_global_kv_heads == 0 &&
-           !c.attention_k_eq_v && c.global_rope_theta == 0 && c.num_experts == 0 && c.final_logit_softcapping == 0,
+  need(c.layer_types.empty() && c.sliding_window == 0 && c.global_head_dim == 0 &&
+           c.num_global_kv_heads == 0 && !c.attention_k_eq_v && c.global_rope_theta == 0 &&
+           c.num_experts == 0 && c.final_logit_softcapping == 0,
        "model_type",
-       fmt::format("'{}' has no sliding/global layers, experts or logit softcap (Gemma 4 only)", c.model_type));
+       fmt::format("'{}' has no sliding/global layers, experts or logit softcap (Gemma 4 only)",
+                   c.model_type));
 }
 
 void read_family_yaml(const LlamaFamily& /*family*/, const YamlReader& /*r*/, ModelCard& /*c*/) {}

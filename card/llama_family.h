@@ -1,5 +1,6 @@
-// The card's part of the Llama-style family (Llama, Qwen2/2.5, Qwen3, Mistral) (family.h): each decoder layer's shape, its parameter count,
-// the family's validation and its YAML keys. Every family declares this same overload set.
+// The card's part of the Llama-style family (Llama, Qwen2/2.5, Qwen3, Mistral) (family.h): each decoder
+// layer's shape, its parameter count, the family's validation and its YAML keys. Every family declares this
+// same overload set.
 #pragma once
 
 #include <cstdint>

@@ -170,8 +170,8 @@ ModelCard model_card_from_yaml(const std::string& yaml_text, const std::string& 
   }
   c.rms_norm_eps = r.number_or("rms_norm_eps", 1e-6, 1e-30, 1.0, "");
   const ModelFamily family = c.family();
-  c.tie_word_embeddings =
-      r.boolean_or("tie_word_embeddings", std::visit([](auto f) { return decltype(f)::kTiedByDefault; }, family));
+  c.tie_word_embeddings = r.boolean_or(
+      "tie_word_embeddings", std::visit([](auto f) { return decltype(f)::kTiedByDefault; }, family));
   c.attention_bias = r.boolean_or("attention_bias", c.model_type == "qwen2");
   c.qk_norm = r.boolean_or("qk_norm", c.model_type == "qwen3");
   std::visit([&](const auto& f) { read_family_yaml(f, r, c); }, family);

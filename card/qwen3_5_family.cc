@@ -48,7 +48,8 @@ int64_t decoder_layer_params(const Qwen35Family& /*family*/, const ModelCard& c,
     n += conv * s.conv_kernel + 2 * nv;   // conv1d (depthwise, no bias), dt_bias, A_log
     n += s.linear_v_dim + C * vd;         // the gated norm, out_proj
   } else {
-    n += 2 * s.q_dim() * C + 2 * s.kv_dim() * C + s.q_dim() * C + 2 * s.head_dim;  // q+gate, k, v, o, q/k norm
+    n +=
+        2 * s.q_dim() * C + 2 * s.kv_dim() * C + s.q_dim() * C + 2 * s.head_dim;  // q+gate, k, v, o, q/k norm
   }
   if (s.moe()) {
     const int64_t Is = s.shared_expert_intermediate_size;
@@ -67,7 +68,8 @@ void validate_family(const Qwen35Family& /*family*/, const ModelCard& c, const C
   for (AttentionKind k : c.layer_types)
     need(k != AttentionKind::kSliding, "layer_types",
          "Qwen3.5/3.6 layers are linear_attention or full_attention");
-  need(c.linear_num_key_heads > 0, "linear_num_key_heads", "must be positive (the Gated DeltaNet's key heads)");
+  need(c.linear_num_key_heads > 0, "linear_num_key_heads",
+       "must be positive (the Gated DeltaNet's key heads)");
   need(c.linear_num_value_heads > 0 && c.linear_num_value_heads % c.linear_num_key_heads == 0,
        "linear_num_value_heads",
        fmt::format("must be a positive multiple of linear_num_key_heads ({})", c.linear_num_key_heads));
@@ -98,7 +100,6 @@ void validate_family(const Qwen35Family& /*family*/, const ModelCard& c, const C
     need(c.shared_expert_intermediate_size == 0, "shared_expert_intermediate_size", "only with experts");
   }
 }
-
 
 // The Qwen3.5/3.6 keys, named as in Qwen3_5TextConfig, with rope_parameters' partial_rotary_factor
 // flattened.

@@ -27,6 +27,7 @@ void write_family_yaml(const Qwen35Family&, YAML::Emitter& e, const ModelCard& c
 
 // Qwen3.5's default layer_types: full attention every full_attention_interval-th layer (3, 7, 11, ...
 // for 4), linear otherwise.
-std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers, int64_t full_attention_interval = 4);
+std::vector<AttentionKind> qwen3_5_default_layer_types(int64_t num_layers,
+                                                       int64_t full_attention_interval = 4);
 
 }  // namespace slidedp

@@ -28,7 +28,8 @@ class LayoutBuilder {
 };
 
 // A Llama-family decoder layer: attention (optional q/k/v biases, optional q/k norms) and SwiGLU.
-void add_decoder_tensors(const LlamaFamily& /*family*/, LayoutBuilder& b, const ModelCard& c, const LayerShape& s) {
+void add_decoder_tensors(const LlamaFamily& /*family*/, LayoutBuilder& b, const ModelCard& c,
+                         const LayerShape& s) {
   const int64_t C = c.hidden_size, I = s.intermediate_size;
   b.add("input_layernorm.weight", {C});
   b.add("self_attn.q_proj.weight", {s.q_dim(), C});
@@ -51,7 +52,8 @@ void add_decoder_tensors(const LlamaFamily& /*family*/, LayoutBuilder& b, const 
 // A Gemma 4 decoder layer in Gemma4TextDecoderLayer's order: sandwich-normed attention (no v_proj on
 // K=V layers), the dense GeGLU MLP, and on MoE models the router and the packed experts (3-D
 // parameters without a .weight suffix, as the checkpoint stores them).
-void add_decoder_tensors(const Gemma4Family& /*family*/, LayoutBuilder& b, const ModelCard& c, const LayerShape& s) {
+void add_decoder_tensors(const Gemma4Family& /*family*/, LayoutBuilder& b, const ModelCard& c,
+                         const LayerShape& s) {
   const int64_t C = c.hidden_size, I = s.intermediate_size;
   b.add("input_layernorm.weight", {C});
   b.add("self_attn.q_proj.weight", {s.q_dim(), C});
@@ -83,7 +85,8 @@ void add_decoder_tensors(const Gemma4Family& /*family*/, LayoutBuilder& b, const
 // A Qwen3.5/3.6 decoder layer (Qwen3_5DecoderLayer; names and shapes: model-families.md section 3.3):
 // the Gated DeltaNet or the gated full attention, then the dense SwiGLU MLP or the MoE block with its
 // packed experts (3-D, gate rows first) and the gated shared expert.
-void add_decoder_tensors(const Qwen35Family& /*family*/, LayoutBuilder& b, const ModelCard& c, const LayerShape& s) {
+void add_decoder_tensors(const Qwen35Family& /*family*/, LayoutBuilder& b, const ModelCard& c,
+                         const LayerShape& s) {
   const int64_t C = c.hidden_size;
   b.add("input_layernorm.weight", {C});
   if (s.linear()) {

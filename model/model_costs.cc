@@ -212,7 +212,8 @@ LayerActivationBytes activation_bytes_per_token(const Gemma4Family& /*family*/, 
   const double q = static_cast<double>(s.q_dim()), kv = static_cast<double>(s.kv_dim());
   double elems = q + kv + (s.k_eq_v ? 0.0 : kv) + C + C + C;
   if (s.moe()) {
-    const double routed = static_cast<double>(s.experts_per_token) * static_cast<double>(s.expert_intermediate_size);
+    const double routed =
+        static_cast<double>(s.experts_per_token) * static_cast<double>(s.expert_intermediate_size);
     elems += C + static_cast<double>(s.num_experts) + C + 3.0 * routed + C + C;
     a.transient += 2.0 * routed * kFp32Bytes;
   }
@@ -263,9 +264,11 @@ LayerActivationBytes torch_activation_bytes_per_token(const Qwen35Family& family
 
 }  // namespace
 
-LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int layer, int64_t mlp_token_tile) {
+LayerActivationBytes decoder_activation_bytes_per_token(const ModelCard& c, int layer,
+                                                        int64_t mlp_token_tile) {
   const LayerShape s = c.layer(layer);
-  return std::visit([&](const auto& f) { return activation_bytes_per_token(f, c, s, mlp_token_tile); }, c.family());
+  return std::visit([&](const auto& f) { return activation_bytes_per_token(f, c, s, mlp_token_tile); },
+                    c.family());
 }
 
 LayerActivationBytes torch_decoder_activation_bytes_per_token(const ModelCard& c, int layer) {

@@ -813,8 +813,8 @@ SearchResult search_one_placement(const Workload& w, const Hardware& hw, const S
   // untiled only.
   static const std::vector<int64_t> kUntiled = {0};
   const std::vector<int64_t>& tiles = !w.model.mlp_token_tiles() || w.model.moe() ? kUntiled
-                                      : spec.mlp_token_tiles.empty() ? kDefaultMlpTokenTiles
-                                                                     : spec.mlp_token_tiles;
+                                      : spec.mlp_token_tiles.empty()              ? kDefaultMlpTokenTiles
+                                                                                  : spec.mlp_token_tiles;
   for (int64_t t : tiles)
     if (t < 0) throw InputError("mlp_token_tiles", "tiles must be 0 (untiled) or a number of tokens");
   // Each tile only when nothing fit with the ones before: the space is the same, only the MLP's

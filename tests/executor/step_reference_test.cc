@@ -74,7 +74,9 @@ double depth_bound(const ModelCard& c, int64_t T, int64_t G) {
   for (int64_t l = 0; l < c.num_layers; ++l) {
     const LayerShape s = c.layer(l);
     layers += 2 * C + 2 * C + s.head_dim + 2 * T + s.q_dim() + s.intermediate_size +
-              (c.qk_norm || c.is_family<Gemma4Family>() || (c.is_family<Qwen35Family>() && !s.linear()) ? 2 * s.head_dim : 0);
+              (c.qk_norm || c.is_family<Gemma4Family>() || (c.is_family<Qwen35Family>() && !s.linear())
+                   ? 2 * s.head_dim
+                   : 0);
     if (c.is_family<Gemma4Family>()) layers += 2 * C + s.head_dim + 2;
     if (c.is_family<Qwen35Family>() && !s.linear()) layers += 2;  // the output gate's sigmoid and product
     if (s.linear())  // conv taps, q/k l2 norms, the state's chain through T tokens (S^T k and the

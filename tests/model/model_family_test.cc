@@ -1,14 +1,13 @@
 // A model family is a type (card/family.h): every model_type has exactly one family, the family's
 // facts agree with what its kernels can do, and the per-family FLOPs reduce to SlideFormer's closed
 // form where they should.
-#include "card/family.h"
-
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 #include <variant>
 
+#include "card/family.h"
 #include "card/model_card.h"
 #include "card/unit_layout.h"
 #include "common/error.h"
@@ -19,7 +18,7 @@ namespace slidedp {
 namespace {
 
 TEST(ModelFamily, EveryModelTypeHasOneFamilyAndTheOthersNone) {
-  const std::vector<std::string> expected = {"llama", "qwen2",  "qwen3",      "mistral",
+  const std::vector<std::string> expected = {"llama",  "qwen2",   "qwen3",      "mistral",
                                              "gemma4", "qwen3_5", "qwen3_5_moe"};
   EXPECT_EQ(supported_model_types(), expected);
   EXPECT_TRUE(std::holds_alternative<LlamaFamily>(*family_of_model_type("mistral")));
@@ -65,7 +64,8 @@ TEST(ModelFamily, LayerByLayerFlopsEqualSlideFormersClosedFormForLlamaStyleCards
   for (const std::string& name : model_preset_names()) {
     const ModelCard c = model_preset(name);
     if (!c.is_family<LlamaFamily>()) continue;
-    const double B = 3, S = 4096, L = static_cast<double>(c.num_layers), H = static_cast<double>(c.hidden_size);
+    const double B = 3, S = 4096, L = static_cast<double>(c.num_layers),
+                 H = static_cast<double>(c.hidden_size);
     const double heads = static_cast<double>(c.num_heads), kv = static_cast<double>(c.num_kv_heads);
     const double I = static_cast<double>(c.intermediate_size), V = static_cast<double>(c.vocab_size);
     const double qratio = static_cast<double>(c.q_dim()) / H;

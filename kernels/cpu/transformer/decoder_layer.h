@@ -95,7 +95,8 @@ void layer_recompute(const DecoderSpec& s, const Real* params, const Real* x, Wo
                      int64_t T, Workspace ws, const int32_t* positions) {
   decoder_recompute(s, params, x, saved, B, T, ws, positions);
 }
-inline DecoderSpec make_layer_spec(const LlamaFamily& /*family*/, const ModelCard& card, const UnitLayout& unit) {
+inline DecoderSpec make_layer_spec(const LlamaFamily& /*family*/, const ModelCard& card,
+                                   const UnitLayout& unit) {
   return make_decoder_spec(card, unit);
 }
 template <typename Real>

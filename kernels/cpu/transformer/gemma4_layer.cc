@@ -354,7 +354,8 @@ void check_gemma4_layer_spec(const Gemma4LayerSpec& s, int64_t B, int64_t T) {
 }
 
 Gemma4LayerSpec make_gemma4_layer_spec(const ModelCard& card, const UnitLayout& unit) {
-  SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder && card.is_family<Gemma4Family>(), "make_gemma4_layer_spec needs a Gemma 4 decoder");
+  SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder && card.is_family<Gemma4Family>(),
+                "make_gemma4_layer_spec needs a Gemma 4 decoder");
   const LayerShape l = card.layer(unit.layer);
   Gemma4LayerSpec s;
   s.C = card.hidden_size;

@@ -87,7 +87,8 @@ void gemma4_backward(const Gemma4LayerSpec& spec, const Real* params, const Real
 // The family's operations under the names every family provides: layer_spec.h's LayerSpec holds one
 // alternative per family and layer_dispatch.cc visits it once per operation.
 inline int64_t layer_flat_numel(const Gemma4LayerSpec& s) { return s.flat_numel; }
-inline Gemma4LayerSpec make_layer_spec(const Gemma4Family& /*family*/, const ModelCard& card, const UnitLayout& unit) {
+inline Gemma4LayerSpec make_layer_spec(const Gemma4Family& /*family*/, const ModelCard& card,
+                                       const UnitLayout& unit) {
   return make_gemma4_layer_spec(card, unit);
 }
 inline int64_t layer_moe_experts(const Gemma4LayerSpec& s) { return s.has_moe() ? s.moe.E : 0; }

@@ -431,7 +431,8 @@ void forward_impl(const Qwen35LayerSpec& s, const Real* p, const Real* x, Real* 
 }  // namespace
 
 Qwen35LayerSpec make_qwen3_5_layer_spec(const ModelCard& card, const UnitLayout& unit) {
-  SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder && card.is_family<Qwen35Family>(), "make_qwen3_5_layer_spec needs a Qwen3.5 decoder");
+  SLIDEDP_CHECK(unit.kind == UnitKind::kDecoder && card.is_family<Qwen35Family>(),
+                "make_qwen3_5_layer_spec needs a Qwen3.5 decoder");
   const LayerShape l = card.layer(unit.layer);
   Qwen35LayerSpec s;
   s.C = card.hidden_size;

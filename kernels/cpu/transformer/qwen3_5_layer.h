@@ -95,7 +95,8 @@ void qwen3_5_backward(const Qwen35LayerSpec& spec, const Real* params, const Rea
 // The family's operations under the names every family provides: layer_spec.h's LayerSpec holds one
 // alternative per family and layer_dispatch.cc visits it once per operation.
 inline int64_t layer_flat_numel(const Qwen35LayerSpec& s) { return s.flat_numel; }
-inline Qwen35LayerSpec make_layer_spec(const Qwen35Family& /*family*/, const ModelCard& card, const UnitLayout& unit) {
+inline Qwen35LayerSpec make_layer_spec(const Qwen35Family& /*family*/, const ModelCard& card,
+                                       const UnitLayout& unit) {
   return make_qwen3_5_layer_spec(card, unit);
 }
 inline int64_t layer_moe_experts(const Qwen35LayerSpec& s) { return s.has_moe() ? s.moe.E : 0; }
