@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Style checks on what a change touched (STYLE habit 10): clang-format on the changed lines of C++ and
-# CUDA files; clang-tidy on the changed non-CUDA sources outside tests: no function over 150 lines
-# (readability-function-size) and a set of bugprone and performance checks on the changed lines.
+# CUDA files; clang-tidy on the changed sources the build compiles (not .cu): each must compile alone,
+# no function over 150 lines outside tests (readability-function-size), and a set of bugprone and
+# performance checks on the changed lines.
 # "Changed" is against BASE: $1, else the commit in .style-base, which a piece of work sets to the
 # commit it starts from. A function already over the limit is named in scripts/style_allowlist.txt
 # until it is split; any other fails the check. Formatting and the other checks look at changed lines
@@ -34,25 +35,27 @@ fi
 # Function size on the changed sources (CUDA files need nvcc's flags; tests may hold long tables).
 allow="$root/scripts/style_allowlist.txt"
 if [ ! -f "$build/compile_commands.json" ]; then
-  echo "style: $build/compile_commands.json is missing (build first): function sizes not checked"
+  echo "style: $build/compile_commands.json is missing (build first): clang-tidy not run"
   exit $status
 fi
-mapfile -t sources < <(printf '%s\n' "${files[@]}" | grep -E '\.cc$' | grep -vE '^(tests|fuzz|bench)/')
 # One command per source file, also when the build compiled unity batches (CI's builds do).
 db="$(mktemp -d)"
 trap 'rm -rf "$db"' EXIT
 if ! python3 "$root/scripts/lib/per_file_compile_commands.py" "$build" "$db"; then
-  echo "style: no per-file compile commands from $build/compile_commands.json: function sizes not checked"
+  echo "style: no per-file compile commands from $build/compile_commands.json: clang-tidy not run"
   exit 1
 fi
-for s in "${sources[@]}"; do
-  grep -qF "\"$root/$s\"" "$db/compile_commands.json" ||
-    echo "style: $s is not in this build (a CUDA file in a build without CUDA?): its function sizes not checked"
+# Every changed source the build compiles, tests too (they must compile alone; the size limit is not
+# theirs: tests may hold long tables).
+sources=()
+for s in "${files[@]}"; do
+  case "$s" in *.cc) ;; *) continue ;; esac
+  if grep -qF "\"$root/$s\"" "$db/compile_commands.json"; then
+    sources+=("$s")
+  else
+    echo "style: $s is not in this build (a CUDA file in a build without CUDA?): clang-tidy skips it"
+  fi
 done
-# Two at a time (CI's two cores), one clang-tidy run per source with every check; warnings in the
-# project's headers count too (a changed header is checked through the sources that include it).
-# tidy_findings.py keeps what this change answers for: a function over 150 lines anywhere in a changed
-# file, anything else on a changed line.
 # The checks: the function size, and the bugprone and performance checks that find real defects in
 # this code without noise. Not the whole groups: they cost 12 s a file against 7 s for these (CI's
 # 40 minutes), and on the executor, model and planner they mostly flag int indices cast to size_t,
@@ -67,14 +70,28 @@ for c in unnecessary-copy-initialization unnecessary-value-param for-range-copy 
   implicit-conversion-in-loop noexcept-move-constructor; do
   checks+=",performance-$c"
 done
-headers="^$root/(card|cli|common|executor|io|kernels|model|planner|profiler|runlog|sweeps|text)/"
-tidy_out="$db/tidy.txt"
-printf '%s\n' "${sources[@]}" | xargs -r -P "${SLIDEDP_JOBS:-2}" -I{} \
-  clang-tidy -p "$db" --quiet -checks="$checks" --header-filter="$headers" \
-    -config="{CheckOptions: [{key: readability-function-size.LineThreshold, value: 150}]}" {} \
-    >"$tidy_out" 2>/dev/null
-if ! python3 "$root/scripts/lib/tidy_findings.py" --root "$root" --base "$base" --allowlist "$allow" \
-  <"$tidy_out" >"$db/findings.txt"; then
+config="{CheckOptions: [{key: readability-function-size.LineThreshold, value: 150}]}"
+# Warnings in the project's headers count too (a changed header is checked through its includers).
+root_re="$(printf '%s' "$root" | sed 's/[][\/.^$*+?(){}|]/\\&/g')"
+headers="^$root_re/(card|cli|common|executor|io|kernels|model|planner|profiler|runlog|sweeps|text)/"
+# Two at a time (CI's two cores), one clang-tidy run per source, each into its own file (two writers
+# of one file would interleave their lines); a run that fails (a source that does not compile alone,
+# a missing clang-tidy) leaves "clang-tidy: FILE exited RC" for tidy_findings.py.
+mkdir "$db/out"
+printf '%s\n' "${sources[@]}" | xargs -r -P "${SLIDEDP_JOBS:-2}" -I{} sh -c '
+  out="$2/out/$(printf %s "$1" | tr / _).txt"
+  clang-tidy -p "$2" --quiet -checks="$3" --header-filter="$4" -config="$5" "$1" >"$out" 2>/dev/null
+  rc=$?
+  [ $rc -eq 0 ] || echo "clang-tidy: $1 exited $rc" >>"$out"
+  exit 0' _ {} "$db" "$checks" "$headers" "$config"
+if [ $? -ne 0 ]; then
+  echo "style: clang-tidy could not be run on every changed source (xargs failed)"
+  status=1
+fi
+# tidy_findings.py keeps what this change answers for: a function over 150 lines anywhere in a changed
+# source outside tests, an error or a failed run anywhere, anything else on a changed line.
+if ! cat "$db"/out/*.txt 2>/dev/null | python3 "$root/scripts/lib/tidy_findings.py" --root "$root" \
+  --base "$base" --allowlist "$allow" >"$db/findings.txt"; then
   echo "style: clang-tidy on what this change touched (a function over 150 lines: split it"
   echo "       along its jobs, or, for one that predates the check, name it in scripts/style_allowlist.txt):"
   sed 's/^/  /' "$db/findings.txt"
