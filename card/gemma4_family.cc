@@ -45,7 +45,7 @@ void shape_layer(const Gemma4Family& /*family*/, const ModelCard& c, int64_t lay
 int64_t decoder_layer_params(const Gemma4Family& /*family*/, const ModelCard& c, const LayerShape& s) {
   const int64_t C = c.hidden_size;
   int64_t n = decoder_layer_params(LlamaFamily{}, c, s);
-  n += 2 * s.head_dim;  // q_norm, k_norm (qk_norm is false on a Gemma 4 card: the family implies it)
+  if (!c.qk_norm) n += 2 * s.head_dim;  // q_norm, k_norm: the family has them (its cards leave qk_norm false)
   n += 2 * C + 1;       // pre/post_feedforward_layernorm, layer_scalar
   if (s.moe()) {
     n += s.num_experts * C + C + s.num_experts;               // router proj, scale, per_expert_scale

@@ -809,14 +809,14 @@ SearchResult search_placements(const Workload& w, const Hardware& hw, const Sear
 SearchResult search_one_placement(const Workload& w, const Hardware& hw, const SearchSpec& spec,
                                   const SearchOptions& options) {
   SearchSpace space = make_search_space(w, hw, spec);
+  for (int64_t t : spec.mlp_token_tiles)
+    if (t < 0) throw InputError("mlp_token_tiles", "tiles must be 0 (untiled) or a number of tokens");
   // Families whose units have no MLP token tile (Gemma 4, Qwen3.6) and mixture-of-experts layers:
   // untiled only.
   static const std::vector<int64_t> kUntiled = {0};
   const std::vector<int64_t>& tiles = !w.model.mlp_token_tiles() || w.model.moe() ? kUntiled
                                       : spec.mlp_token_tiles.empty()              ? kDefaultMlpTokenTiles
                                                                                   : spec.mlp_token_tiles;
-  for (int64_t t : tiles)
-    if (t < 0) throw InputError("mlp_token_tiles", "tiles must be 0 (untiled) or a number of tokens");
   // Each tile only when nothing fit with the ones before: the space is the same, only the MLP's
   // memory (and its backward FLOPs) change. The last tile's infeasibility is what is reported.
   for (std::size_t i = 0; i < tiles.size(); ++i) {
