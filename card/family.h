@@ -1,9 +1,9 @@
 // A model family is a type. Each family is a tag holding the facts that follow from its model_type
 // (which Hugging Face model types it reads, where its tensors live, whether its layers differ, what
-// its units support); ModelFamily, the closed set of them, is the one registration line a new family
-// adds. Behaviour that differs by family is an overload on the tag (card/*_family.h for the card's
-// part, the kernels' and the model's own per-family overloads), reached by one std::visit: a family
-// that lacks an overload does not compile.
+// its units support); ModelFamily is the closed set of them. Behaviour that differs by family is an
+// overload on the tag (card/*_family.h for the card's part, the layout's, config.json's, the model's
+// and the kernels' own per-family overloads), reached by one std::visit: a family that lacks an
+// overload does not compile. docs/ARCHITECTURE.md lists what a new family touches.
 #pragma once
 
 #include <array>
