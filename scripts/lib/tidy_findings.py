@@ -24,6 +24,8 @@ DIAGNOSTIC = re.compile(
     r"^(?P<file>/.+?):(?P<line>\d+):\d+: (?P<kind>warning|error): (?P<message>.*) \[(?P<check>[\w.,-]+)\]$")
 NOTE = re.compile(r"^(?P<file>/.+?):(?P<line>\d+):\d+: note: ")
 FAILED_RUN = re.compile(r"^clang-tidy: (?P<file>\S+) exited (?P<rc>\d+)$")
+# An error about the command rather than a place in the source ("error: unknown argument ...").
+BARE_ERROR = re.compile(r"^error: (?P<message>.*?)(?: \[(?P<check>[\w.,-]+)\])?$")
 HUNK = re.compile(r"^@@ -\d+(?:,\d+)? \+(?P<start>\d+)(?:,(?P<count>\d+))? @@")
 FUNCTION = re.compile(r"function '(?P<name>[^']+)' exceeds")
 NO_SIZE_LIMIT = ("tests/", "fuzz/", "bench/")
@@ -68,6 +70,8 @@ def main():
             diagnostics.append((m, []))
         elif (n := NOTE.match(row)) and diagnostics:
             diagnostics[-1][1].append((relative(n["file"]), int(n["line"])))
+        elif b := BARE_ERROR.match(row):
+            findings.add(("(command line)", 0, "error: " + b["message"], b["check"] or "clang-tidy"))
         elif f := FAILED_RUN.match(row):
             findings.add((f["file"], 0, f"clang-tidy exited {f['rc']} (an error listed here, or clang-tidy could not run)", "clang-tidy"))
     for m, notes in diagnostics:

@@ -385,7 +385,7 @@ TEST(Search, OnlyFamiliesWhoseUnitsCanTileTheMlpAreSearchedWithATile) {
     ASSERT_FALSE(w.model.moe());
     SearchSpec spec;
     spec.ranks = 4;
-    spec.global_batch_tokens = 4 * 16384 * 2;
+    spec.global_batch_tokens = int64_t{4} * 16384 * 2;
     spec.gpu_mem_budget_bytes = int64_t{1} << 30;
     try {
       search_plans(w, hardware_preset("h100-sxm-x4"), spec, {});

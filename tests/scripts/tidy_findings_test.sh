@@ -36,6 +36,7 @@ w() { echo "$repo/lib/$1:$2:3: warning: $3 [$4]"; }
   echo "$repo/lib/a.cc:5:7: note: move occurred here"
   echo "$repo/tests/t_test.cc:1:1: warning: function 'TestBody' exceeds recommended size/complexity thresholds [readability-function-size]"
   echo "clang-tidy: lib/a.cc exited 1"
+  echo "error: unknown argument: '-fbogus' [clang-diagnostic-error]"
   echo "/elsewhere/lib/a.cc:5:1: warning: outside the tree [bugprone-use-after-move]"
   echo "$repo/lib/old.cc:3:9: error: use of undeclared identifier 'fmt' [clang-diagnostic-error]"
   echo "$repo/lib/a.cc:3:3: note: a note on an unchanged line adds nothing"
@@ -45,6 +46,7 @@ python3 "$root/scripts/lib/tidy_findings.py" --root "$repo" --base "$base" --all
   < "$tmp/tidy.txt" > "$tmp/found.txt" || status=$?
 [ "$status" -eq 1 ] || fail "exit $status with findings (want 1)"
 cat > "$tmp/want.txt" <<'TXT'
+(command line):0: error: unknown argument: '-fbogus' [clang-diagnostic-error]
 lib/a.cc:0: clang-tidy exited 1 (an error listed here, or clang-tidy could not run) [clang-tidy]
 lib/a.cc:2: function 'long_one' exceeds recommended size/complexity thresholds [readability-function-size]
 lib/a.cc:4: 'x' used after it was moved [bugprone-use-after-move]
