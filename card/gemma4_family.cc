@@ -46,7 +46,7 @@ int64_t decoder_layer_params(const Gemma4Family& /*family*/, const ModelCard& c,
   const int64_t C = c.hidden_size;
   int64_t n = decoder_layer_params(LlamaFamily{}, c, s);
   if (!c.qk_norm) n += 2 * s.head_dim;  // q_norm, k_norm: the family has them (its cards leave qk_norm false)
-  n += 2 * C + 1;       // pre/post_feedforward_layernorm, layer_scalar
+  n += 2 * C + 1;                       // pre/post_feedforward_layernorm, layer_scalar
   if (s.moe()) {
     n += s.num_experts * C + C + s.num_experts;               // router proj, scale, per_expert_scale
     n += 3 * C;                                               // the MoE path's three norms
