@@ -52,7 +52,7 @@ if [ "${SLIDEDP_TSAN:-1}" = "1" ]; then
   tsan="$root/build-tsan"
   SLIDEDP_BUILD_DIR="$tsan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
     -DSLIDEDP_SANITIZE=thread -DSLIDEDP_BUILD_BENCHMARKS=OFF -DSLIDEDP_MODULES="common;model;kernels;io;runlog;executor" \
-    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "$unity" \
+    "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "-DSLIDEDP_TEST_CXX_FLAGS=-O0" "$unity" \
     --target test_executor_pipeline test_executor_faults test_executor_resume test_run_log
   TSAN_OPTIONS="halt_on_error=1 ${TSAN_OPTIONS:-}" \
     ctest --test-dir "$tsan" -j "$jobs" --output-on-failure -R "^(Pipeline|Faults|Resume|RunLog[A-Za-z]*|PatientLog)\."
@@ -67,9 +67,11 @@ if [ "${SLIDEDP_ASAN:-1}" = "1" ]; then
            test_kernels_transformer_delta_rule test_kernels_transformer_deltanet test_executor_faults test_executor_resume
            fuzz_hardware_yaml fuzz_model_card_yaml fuzz_hf_config_json fuzz_plan_yaml fuzz_lr_schedule_yaml
            fuzz_safetensors fuzz_safetensors_index fuzz_npy fuzz_jsonl fuzz_trainer_state fuzz_token_file fuzz_chat_template)
-  # -O1 -g1: line tables for the reports at half the build time of -O2 -g (CI's 40 minutes)
+  # -O1 -g1: line tables for the reports at half the build time of -O2 -g (CI's 40 minutes); the test
+  # binaries' own code at -O0 (half the compile of -O1 again; the code under test stays at -O1)
   SLIDEDP_BUILD_DIR="$asan" SLIDEDP_CUDA=OFF SLIDEDP_JOBS="${SLIDEDP_JOBS:-2}" "$root/scripts/build.sh" \
-    -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" "$unity" \
+    -DSLIDEDP_SANITIZE=address -DSLIDEDP_BUILD_BENCHMARKS=OFF "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+    "-DSLIDEDP_TEST_CXX_FLAGS=-O0" "$unity" \
     --target "${targets[@]}"
   ASAN_OPTIONS="detect_leaks=1 ${ASAN_OPTIONS:-}" UBSAN_OPTIONS="halt_on_error=1 print_stacktrace=1 ${UBSAN_OPTIONS:-}" \
     ctest --test-dir "$asan" -j "$jobs" --output-on-failure -R "$("$root/scripts/built_tests.py" "$asan")"
