@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "card/llama_family.h"
+#include "card/layer_types_yaml.h"
 #include "common/yaml_reader.h"
 
 namespace slidedp {
@@ -81,13 +82,7 @@ void validate_family(const Gemma4Family& /*family*/, const ModelCard& c, const C
 // (top_k_experts there; the name the Qwen MoE configs use).
 void read_family_yaml(const Gemma4Family& /*family*/, const YamlReader& r, ModelCard& c) {
   constexpr int64_t kMax = int64_t{1} << 40;
-  if (r.has("layer_types")) {
-    for (const std::string& t : r.text_list("layer_types"))
-      c.layer_types.push_back(attention_kind_from_name(t, {AttentionKind::kSliding, AttentionKind::kFull},
-                                                       r.where("layer_types")));
-  } else {
-    c.layer_types = gemma4_default_layer_types(c.num_layers);
-  }
+  c.layer_types = read_layer_types_yaml(r, {AttentionKind::kSliding, AttentionKind::kFull}, gemma4_default_layer_types(c.num_layers));
   c.sliding_window = r.integer_or("sliding_window", 512, 1, kMax);
   c.global_head_dim = r.integer_or("global_head_dim", 512, 2, 100000);
   c.num_global_kv_heads = r.integer_or("num_global_key_value_heads", 0, 0, 100000);
@@ -101,9 +96,7 @@ void read_family_yaml(const Gemma4Family& /*family*/, const YamlReader& r, Model
 }
 
 void write_family_yaml(const Gemma4Family& /*family*/, YAML::Emitter& e, const ModelCard& c) {
-  e << YAML::Key << "layer_types" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-  for (AttentionKind k : c.layer_types) e << attention_kind_name(k);
-  e << YAML::EndSeq;
+  write_layer_types_yaml(e, c.layer_types);
   e << YAML::Key << "sliding_window" << YAML::Value << c.sliding_window;
   e << YAML::Key << "global_head_dim" << YAML::Value << c.global_head_dim;
   e << YAML::Key << "num_global_key_value_heads" << YAML::Value << c.num_global_kv_heads;

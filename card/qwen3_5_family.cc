@@ -7,6 +7,7 @@
 
 #include <algorithm>
 
+#include "card/layer_types_yaml.h"
 #include "common/yaml_reader.h"
 
 namespace slidedp {
@@ -105,13 +106,7 @@ void validate_family(const Qwen35Family& /*family*/, const ModelCard& c, const C
 // flattened.
 void read_family_yaml(const Qwen35Family& /*family*/, const YamlReader& r, ModelCard& c) {
   constexpr int64_t kMax = int64_t{1} << 40;
-  if (r.has("layer_types")) {
-    for (const std::string& t : r.text_list("layer_types"))
-      c.layer_types.push_back(attention_kind_from_name(t, {AttentionKind::kLinear, AttentionKind::kFull},
-                                                       r.where("layer_types")));
-  } else {
-    c.layer_types = qwen3_5_default_layer_types(c.num_layers);
-  }
+  c.layer_types = read_layer_types_yaml(r, {AttentionKind::kLinear, AttentionKind::kFull}, qwen3_5_default_layer_types(c.num_layers));
   c.linear_num_key_heads = r.integer("linear_num_key_heads", 1, 100000);
   c.linear_num_value_heads = r.integer("linear_num_value_heads", 1, 100000);
   c.linear_key_head_dim = r.integer("linear_key_head_dim", 1, 100000);
@@ -125,9 +120,7 @@ void read_family_yaml(const Qwen35Family& /*family*/, const YamlReader& r, Model
 }
 
 void write_family_yaml(const Qwen35Family& /*family*/, YAML::Emitter& e, const ModelCard& c) {
-  e << YAML::Key << "layer_types" << YAML::Value << YAML::Flow << YAML::BeginSeq;
-  for (AttentionKind k : c.layer_types) e << attention_kind_name(k);
-  e << YAML::EndSeq;
+  write_layer_types_yaml(e, c.layer_types);
   e << YAML::Key << "linear_num_key_heads" << YAML::Value << c.linear_num_key_heads;
   e << YAML::Key << "linear_num_value_heads" << YAML::Value << c.linear_num_value_heads;
   e << YAML::Key << "linear_key_head_dim" << YAML::Value << c.linear_key_head_dim;
