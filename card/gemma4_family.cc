@@ -8,8 +8,8 @@
 #include <algorithm>
 #include <cmath>
 
-#include "card/llama_family.h"
 #include "card/layer_types_yaml.h"
+#include "card/llama_family.h"
 #include "common/yaml_reader.h"
 
 namespace slidedp {
@@ -82,7 +82,8 @@ void validate_family(const Gemma4Family& /*family*/, const ModelCard& c, const C
 // (top_k_experts there; the name the Qwen MoE configs use).
 void read_family_yaml(const Gemma4Family& /*family*/, const YamlReader& r, ModelCard& c) {
   constexpr int64_t kMax = int64_t{1} << 40;
-  c.layer_types = read_layer_types_yaml(r, {AttentionKind::kSliding, AttentionKind::kFull}, gemma4_default_layer_types(c.num_layers));
+  c.layer_types = read_layer_types_yaml(r, {AttentionKind::kSliding, AttentionKind::kFull},
+                                        gemma4_default_layer_types(c.num_layers));
   c.sliding_window = r.integer_or("sliding_window", 512, 1, kMax);
   c.global_head_dim = r.integer_or("global_head_dim", 512, 2, 100000);
   c.num_global_kv_heads = r.integer_or("num_global_key_value_heads", 0, 0, 100000);

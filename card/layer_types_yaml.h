@@ -15,7 +15,8 @@ namespace slidedp {
 
 // The kinds the card lists, each one of `allowed` (InputError naming the key otherwise), or `fallback`
 // when the key is absent.
-inline std::vector<AttentionKind> read_layer_types_yaml(const YamlReader& r, std::initializer_list<AttentionKind> allowed,
+inline std::vector<AttentionKind> read_layer_types_yaml(const YamlReader& r,
+                                                        std::initializer_list<AttentionKind> allowed,
                                                         std::vector<AttentionKind> fallback) {
   if (!r.has("layer_types")) return fallback;
   std::vector<AttentionKind> kinds;

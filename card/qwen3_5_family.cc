@@ -106,7 +106,8 @@ void validate_family(const Qwen35Family& /*family*/, const ModelCard& c, const C
 // flattened.
 void read_family_yaml(const Qwen35Family& /*family*/, const YamlReader& r, ModelCard& c) {
   constexpr int64_t kMax = int64_t{1} << 40;
-  c.layer_types = read_layer_types_yaml(r, {AttentionKind::kLinear, AttentionKind::kFull}, qwen3_5_default_layer_types(c.num_layers));
+  c.layer_types = read_layer_types_yaml(r, {AttentionKind::kLinear, AttentionKind::kFull},
+                                        qwen3_5_default_layer_types(c.num_layers));
   c.linear_num_key_heads = r.integer("linear_num_key_heads", 1, 100000);
   c.linear_num_value_heads = r.integer("linear_num_value_heads", 1, 100000);
   c.linear_key_head_dim = r.integer("linear_key_head_dim", 1, 100000);
