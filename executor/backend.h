@@ -208,6 +208,10 @@ struct MeasuredSpan {
   std::string stream;
   SpanTag tag;
   double start_s = 0, end_s = 0;
+  // A copy's bytes over the host link, 0 for other work. On a GPU the bytes it copied; on the CPU
+  // backend paced at a target, the bytes the target moves (weighed by model/copy_bytes.h, as the
+  // pacer holds the copy for them), unpaced the bytes it copied.
+  double bytes = 0;
 };
 
 class Backend {

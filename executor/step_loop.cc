@@ -20,7 +20,7 @@ namespace {
 void gather_node_phases(NodeLink& link, TrainStep& rec) {
   nlohmann::json j = {{"t", nlohmann::json::array()}, {"s", nlohmann::json::array()}};
   for (const PhaseTotal& t : rec.totals)
-    j["t"].push_back({t.rank.value_or(-1), t.category, t.busy_s, t.count});
+    j["t"].push_back({t.rank.value_or(-1), t.category, t.busy_s, t.count, t.bytes.value_or(-1.0)});
   for (const PhaseSpan& p : rec.spans)
     j["s"].push_back({p.rank.value_or(-1), p.category, p.name, p.unit.value_or(-1), p.chunk.value_or(-1),
                       p.start_s, p.end_s});
@@ -31,8 +31,11 @@ void gather_node_phases(NodeLink& link, TrainStep& rec) {
   auto opt = [](int64_t v) { return v < 0 ? std::nullopt : std::optional<int>(static_cast<int>(v)); };
   for (int n = 1; n < link.nodes(); ++n) {
     const nlohmann::json theirs = nlohmann::json::parse(all[static_cast<size_t>(n)]);
-    for (const auto& t : theirs["t"])
-      rec.totals.push_back(PhaseTotal{rec.step, opt(t[0]), t[1], t[2], t[3], n});
+    for (const auto& t : theirs["t"]) {
+      const double bytes = t[4];
+      rec.totals.push_back(PhaseTotal{rec.step, opt(t[0]), t[1], t[2], t[3], n,
+                                      bytes < 0 ? std::nullopt : std::optional<double>(bytes)});
+    }
     for (const auto& p : theirs["s"]) {
       const int64_t chunk = p[4];
       rec.spans.push_back(PhaseSpan{rec.step, opt(p[0]), p[1], p[2], opt(p[3]),
@@ -41,23 +44,32 @@ void gather_node_phases(NodeLink& link, TrainStep& rec) {
   }
 }
 
-// Per-rank, per-category busy time of step `s` (and its spans when sampled) from the timeline.
+// Per-rank, per-category busy time and copied bytes of step `s` (and its spans when sampled) from
+// the timeline.
 void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep_spans, TrainStep& rec) {
-  std::map<std::pair<int, std::string>, std::vector<std::pair<double, double>>> by;
+  struct Group {
+    std::vector<std::pair<double, double>> intervals;
+    double bytes = 0;
+  };
+  std::map<std::pair<int, std::string>, Group> by;
   double t0 = 1e300;
   for (const MeasuredSpan& sp : spans) {
     if (sp.tag.step != s || sp.tag.eval) continue;  // an evaluation's work is no step's
-    by[{sp.rank, sp.tag.category}].push_back({sp.start_s, sp.end_s});
+    Group& g = by[{sp.rank, sp.tag.category}];
+    g.intervals.push_back({sp.start_s, sp.end_s});
+    g.bytes += sp.bytes;
     t0 = std::min(t0, sp.start_s);
   }
-  for (auto& [key, iv] : by) {
+  for (auto& [key, g] : by) {
     PhaseTotal t;
     t.step = s + 1;
     if (key.first >= 0) t.rank = key.first;
     t.category = key.second;
-    t.count = static_cast<int64_t>(iv.size());
-    t.busy_s = union_length(iv);
+    t.count = static_cast<int64_t>(g.intervals.size());
+    t.busy_s = union_length(g.intervals);
+    if (g.bytes > 0) t.bytes = g.bytes;
     if (key.first <= 0) rec.busy_s[key.second] = t.busy_s;
+    if (key.first == 0 && t.bytes) rec.copied_bytes[key.second] = *t.bytes;
     rec.totals.push_back(t);
   }
   if (!keep_spans) return;

@@ -168,18 +168,7 @@ PacedWork TargetPacing::copy(int rank, bool h2d, double bytes) const {
 }
 
 PacedWork TargetPacing::copy(int rank, bool h2d, CopyKind kind, double elements) const {
-  const double bytes = elements * target_bytes_per_element(sw_.traits, kind);
-  {
-    std::lock_guard<std::mutex> lock(copied_mutex_);
-    copied_[{rank, h2d}] += bytes;
-  }
-  return copy(rank, h2d, bytes);
-}
-
-double TargetPacing::copied_bytes(int rank, bool h2d) const {
-  std::lock_guard<std::mutex> lock(copied_mutex_);
-  const auto it = copied_.find({rank, h2d});
-  return it == copied_.end() ? 0.0 : it->second;
+  return copy(rank, h2d, elements * target_bytes_per_element(sw_.traits, kind));
 }
 
 PacedWork TargetPacing::collective(int rank, bool all_gather, double bytes_per_port) const {

@@ -7,9 +7,7 @@
 // times S, is what it should measure. What this checks and what it cannot: docs/EXECUTOR.md.
 #pragma once
 
-#include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <utility>
 
@@ -48,14 +46,11 @@ class TargetPacing {
 
   // One pass of unit `unit` on `rank`: "fwd" (the head's includes its fused backward), "bwd", "recompute".
   PacedWork compute(int rank, int unit, const std::string& op) const;
-  // A copy of `elements` of `kind`, weighed as the step model weighs them (model/copy_bytes.h), and
-  // counted for copied_bytes().
+  // A copy of `elements` of `kind`, weighed as the step model weighs them (model/copy_bytes.h): the
+  // work is the target's bytes, which the copy's span reports (MeasuredSpan::bytes).
   PacedWork copy(int rank, bool h2d, CopyKind kind, double elements) const;
   // A copy the model does not charge (token ids, the loss, counters): `bytes` as they are.
   PacedWork copy(int rank, bool h2d, double bytes) const;
-  // The target bytes of the copies of every CopyKind paced so far for `rank`, one direction: what a
-  // test compares with the step model's link bytes.
-  double copied_bytes(int rank, bool h2d) const;
   // One rank's part of a collective: `bytes_per_port` on that rank's fabric port at the all-gather's
   // or the reduce-scatter's bus bandwidth. Every rank paces its own part (after the rendezvous), so a
   // collective takes as long as the simulator's one task over all ports.
@@ -84,8 +79,6 @@ class TargetPacing {
   std::string target_name_;
   StepWork sw_;
   std::unique_ptr<Pacer> pacer_;
-  mutable std::mutex copied_mutex_;
-  mutable std::map<std::pair<int, bool>, double> copied_;  // (rank, h2d) -> target bytes
 };
 
 }  // namespace slidedp::exec

@@ -231,10 +231,6 @@ void fill_final_result(TrainResult& result, const RunShape& shape, Backend& back
   result.paced_ops = pacing->pacer().flows();
   result.paced_overruns = pacing->pacer().overruns();
   result.paced_overrun_s = pacing->pacer().overrun_s();
-  for (int r = 0; r < shape.ranks; ++r) {
-    result.paced_h2d_bytes.push_back(pacing->copied_bytes(r, true));
-    result.paced_d2h_bytes.push_back(pacing->copied_bytes(r, false));
-  }
 }
 
 }  // namespace

@@ -132,8 +132,9 @@ struct TrainOptions {
 };
 
 // What one step did. With tracing: busy_s per category for rank 0 ("compute", "h2d", "d2h", "fabric")
-// and the host ("cpu_update"), as the union of that resource's spans; totals per rank and category
-// for the run log; the step's detailed spans when sampled.
+// and the host ("cpu_update"), as the union of that resource's spans, and copied_bytes per copy
+// category for rank 0 (MeasuredSpan::bytes); totals per rank and category for the run log; the
+// step's detailed spans when sampled.
 struct TrainStep {
   int64_t step = 0;  // 1-based optimizer step
   double loss = 0;
@@ -144,6 +145,7 @@ struct TrainStep {
   bool skipped = false;
   std::string skipped_reason;
   std::map<std::string, double> busy_s;
+  std::map<std::string, double> copied_bytes;
   std::vector<PhaseTotal> totals;
   std::vector<PhaseSpan> spans;
 };
@@ -165,9 +167,6 @@ struct TrainResult {
   // target's time (the scale was too small for this host), with the wall seconds they ran over.
   double time_scale = 0;
   int64_t paced_ops = 0, paced_overruns = 0;
-  // Paced runs: the target bytes of the copies the step model charges (model/copy_bytes.h), per rank,
-  // over the whole run.
-  std::vector<double> paced_h2d_bytes, paced_d2h_bytes;
   double paced_overrun_s = 0;
   bool stopped_early = false;              // options.stop was raised
 };

@@ -139,6 +139,8 @@ std::unique_ptr<Connection> open_run_log(const std::string& path, bool create) {
           "(run_id, step, ifnull(node, 0), ifnull(rank, -1), category);");
   // Version 3 added the evaluations' table, created from the schema file's one definition.
   migrate(2, create_table_sql("evals"));
+  // Version 4 added the bytes the copies among a step's spans moved (NULL in the rows before).
+  migrate(3, "ALTER TABLE phase_totals ADD COLUMN bytes REAL CHECK (bytes IS NULL OR bytes >= 0);");
   if (version > kRunLogSchemaVersion)
     throw IoError(path, "run log schema version " + std::to_string(version) +
                             " was written by a newer SlideDP; "

@@ -120,13 +120,13 @@ std::vector<EvalRecord> RunLogReader::evals(int64_t run_id) const {
 std::vector<PhaseTotal> RunLogReader::phase_totals(int64_t run_id) const {
   // NULL ranks sort first in SQLite: the host's totals precede rank 0's.
   Statement s(*impl_->conn,
-              "SELECT step, rank, category, busy_s, count, node FROM phase_totals WHERE run_id = ?1 "
+              "SELECT step, rank, category, busy_s, count, node, bytes FROM phase_totals WHERE run_id = ?1 "
               "ORDER BY step, node, rank, category");
   s.bind(1, run_id);
   std::vector<PhaseTotal> out;
   while (s.step())
     out.push_back(PhaseTotal{s.integer(0), opt_int(s.opt_integer(1)), s.text(2), s.real(3), s.integer(4),
-                             opt_int(s.opt_integer(5))});
+                             opt_int(s.opt_integer(5)), s.opt_real(6)});
   return out;
 }
 

@@ -23,7 +23,7 @@ namespace slidedp::runlog {
 
 // The schema version this build writes and reads (PRAGMA user_version). An older file is migrated
 // when opened (runlog/open_log.cc); a newer or unknown one is refused with an IoError naming it.
-inline constexpr int kRunLogSchemaVersion = 3;
+inline constexpr int kRunLogSchemaVersion = 4;
 // PRAGMA application_id of a run log: 'SDPL'. Tells a run log from any other SQLite file.
 inline constexpr int32_t kRunLogApplicationId = 0x5344504C;
 
@@ -100,6 +100,9 @@ struct PhaseTotal {
   double busy_s = 0;
   int64_t count = 0;  // spans
   std::optional<int> node;  // multi-node runs: whose (ranks are numbered within their node)
+  // Copies' bytes over the host link (the sum of the spans' MeasuredSpan::bytes); nullopt: no copy
+  // among the spans, or a log written before schema 4.
+  std::optional<double> bytes;
 };
 
 // One sampled span; times in seconds from the start of its step.

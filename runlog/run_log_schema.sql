@@ -1,4 +1,4 @@
--- The SlideDP run log, schema version 3 (docs/RUN_LOG.md). runlog/open_log.cc embeds this file and
+-- The SlideDP run log, schema version 4 (docs/RUN_LOG.md). runlog/open_log.cc embeds this file and
 -- runs it once, in one transaction, on an empty database; it is the only place the schema is defined.
 -- Writers go through RunLog; readers (planner, fidelity tools, people with the sqlite3 shell) should
 -- prefer the views at the end, which stay stable when tables gain columns.
@@ -87,7 +87,8 @@ CREATE TABLE phase_totals (
   category         TEXT    NOT NULL,
   busy_s           REAL    NOT NULL CHECK (busy_s >= 0),  -- union of the spans' time (no double count)
   count            INTEGER NOT NULL CHECK (count >= 0),   -- number of spans
-  node             INTEGER CHECK (node IS NULL OR node >= 0)  -- as phases.node
+  node             INTEGER CHECK (node IS NULL OR node >= 0),  -- as phases.node
+  bytes            REAL    CHECK (bytes IS NULL OR bytes >= 0)  -- copies' bytes over the host link; NULL: none
 );
 -- One row per (step, node, rank, category). A key over `rank` itself would let host rows (NULL)
 -- repeat, as SQL treats NULLs as distinct; the expression counts the host as rank -1 (and a one-node
@@ -216,4 +217,4 @@ FROM runs r;
 -- Marks the file as a SlideDP run log ('SDPL') and records the schema version; RunLog refuses files
 -- with another application id or a version it does not know (runlog/run_log.h).
 PRAGMA application_id = 1396985932;
-PRAGMA user_version = 3;
+PRAGMA user_version = 4;

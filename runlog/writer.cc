@@ -143,8 +143,8 @@ struct RunLog::Impl {
             "?10, ?11, coalesce(?12, (julianday(?13) - julianday((SELECT started_at FROM runs "
             "WHERE id = ?1))) * 86400.0))"),
         insert_total(*conn,
-                     "INSERT INTO phase_totals (run_id, step, rank, category, busy_s, count, node) "
-                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)"),
+                     "INSERT INTO phase_totals (run_id, step, rank, category, busy_s, count, node, bytes) "
+                     "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"),
         insert_span(
             *conn,
             "INSERT INTO phases (run_id, step, rank, category, name, unit, chunk, start_s, end_s, node) "
@@ -205,6 +205,8 @@ struct RunLog::Impl {
       throw InputError(where(w + ".busy_s"), "must be finite and >= 0 seconds, got " + num(t.busy_s));
     if (t.count < 0) throw InputError(where(w + ".count"), "must be >= 0");
     if (t.node && *t.node < 0) throw InputError(where(w + ".node"), "must be >= 0 (nullopt for a one-node run)");
+    if (t.bytes && (!std::isfinite(*t.bytes) || *t.bytes < 0))
+      throw InputError(where(w + ".bytes"), "must be finite and >= 0, got " + num(*t.bytes));
   }
   void check_span(const PhaseSpan& s) const {
     const std::string w = "phases[step " + std::to_string(s.step) + "]";
@@ -224,7 +226,7 @@ struct RunLog::Impl {
     for (const PhaseTotal& t : totals) {
       check_total(t);
       insert_total.bind(1, run_id).bind(2, t.step).bind(3, t.rank).bind(4, t.category).bind(5, t.busy_s);
-      insert_total.bind(6, t.count).bind(7, t.node).run();
+      insert_total.bind(6, t.count).bind(7, t.node).bind(8, t.bytes).run();
     }
   }
   void write_spans(int64_t run_id, std::span<const PhaseSpan> spans) {

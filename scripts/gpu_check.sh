@@ -23,7 +23,7 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 arch="${SLIDEDP_GPU_ARCH:-90}"
 bundle="$root/.gpu_bundle.tar.xz"
 tests_a=(test_kernels_cuda_host test_kernels_cuda_ops test_kernels_cuda_units test_executor_cuda_backend)
-tests_b=(test_executor_cuda_pipeline test_executor_cuda_training)
+tests_b=(test_executor_cuda_pipeline test_executor_cuda_training test_executor_cuda_copy_bytes)
 targets=("${tests_a[@]}" "${tests_b[@]}" bench_executor_cuda slidedp-sweep slidedp-profile)
 
 # Without MPI: the binaries packed here must load on a GPU machine that has no libmpi (the one-GPU

@@ -23,7 +23,6 @@
 #include <iostream>
 #include <map>
 #include <random>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -112,29 +111,12 @@ struct CaseResult {
   std::vector<double> losses;
 };
 
-// Bytes moved by one measured span, from its tag and the layout (the executor's copy sizes).
-double span_bytes(const exec::MeasuredSpan& s, const ModelLayout& layout, const Plan& plan, int64_t B, int64_t T,
-                  int64_t C) {
-  const std::string what = s.tag.what;
-  auto chunk_elems = [&](int unit, int chunk) {
-    const int64_t numel = layout.units.at(static_cast<size_t>(unit)).flat_numel;
-    const int64_t b = chunk * plan.chunk_numel;
-    return static_cast<double>(std::max<int64_t>(0, std::min(numel, b + plan.chunk_numel) - b));
-  };
-  if (what == "params" || what == "grad") return 2.0 * chunk_elems(s.tag.unit, s.tag.chunk);  // bf16
-  if (what == "tokens" || what == "targets") return 4.0 * static_cast<double>(B * T);
-  if (what == "prefetch" || what == "offload") return 2.0 * static_cast<double>(B * T * C);
-  if (what == "loss") return 16.0;
-  return 0.0;
-}
-
 CaseResult run_case(const std::string& name, const ModelCard& card, const exec::TrainOptions& base, int depth,
                     int warmup, int measured) {
   exec::TrainOptions o = base;
   o.plan.gpu_buffer_depth = depth;
   o.steps = warmup + measured;
   o.trace = true;
-  const ModelLayout layout = make_model_layout(card);
   std::cerr << fmt::format("[bench] {}: depth {}, {} steps ({} warm-up) ...\n", name, depth, o.steps, warmup);
   const auto t0 = Clock::now();
   const exec::TrainResult r = exec::train(o, [&](const exec::TrainStep& s) {
@@ -145,7 +127,7 @@ CaseResult run_case(const std::string& name, const ModelCard& card, const exec::
   CaseResult c;
   c.name = name;
   c.depth = depth;
-  const int64_t B = o.plan.micro_batch, T = o.seq_len;
+  const int64_t T = o.seq_len;
   for (const exec::TrainStep& s : r.steps) c.losses.push_back(s.loss);
   for (int i = warmup; i < warmup + measured; ++i) {
     const exec::TrainStep& s = r.steps.at(static_cast<size_t>(i));
@@ -155,15 +137,11 @@ CaseResult run_case(const std::string& name, const ModelCard& card, const exec::
     c.h2d_s += busy("h2d") / measured;
     c.d2h_s += busy("d2h") / measured;
     c.update_s += busy("cpu_update") / measured;
+    // What rank 0's copies moved (the backend's own count, MeasuredSpan::bytes).
+    auto copied = [&](const char* k) { return s.copied_bytes.count(k) ? s.copied_bytes.at(k) : 0.0; };
+    c.h2d_bytes += copied("h2d") / measured;
+    c.d2h_bytes += copied("d2h") / measured;
     c.tokens_per_step = s.tokens;
-  }
-  std::set<int64_t> steps;
-  for (int i = warmup; i < warmup + measured; ++i) steps.insert(i);
-  for (const exec::MeasuredSpan& s : r.spans) {
-    if (s.rank != 0 || !steps.count(s.tag.step)) continue;
-    const double b = span_bytes(s, layout, o.plan, B, T, card.hidden_size) / measured;
-    if (std::string(s.tag.category) == "h2d") c.h2d_bytes += b;
-    if (std::string(s.tag.category) == "d2h") c.d2h_bytes += b;
   }
   c.tokens_per_s = static_cast<double>(c.tokens_per_step) / c.step_s;
   c.tflops = model_flops_per_step(card, o.plan.global_batch_sequences(), T) / c.step_s / 1e12;

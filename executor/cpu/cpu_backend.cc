@@ -59,9 +59,9 @@ class Tracer {
   bool on() const { return on_.load(std::memory_order_relaxed); }
   void set(bool on) { on_.store(on); }
   double now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
-  void add(int rank, const std::string& stream, const SpanTag& tag, double start, double end) {
+  void add(int rank, const std::string& stream, const SpanTag& tag, double start, double end, double bytes = 0) {
     std::lock_guard<std::mutex> lock(mutex_);
-    spans_.push_back({rank, stream, tag, start, end});
+    spans_.push_back({rank, stream, tag, start, end, bytes});
   }
   std::vector<MeasuredSpan> take() {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -161,13 +161,23 @@ class CpuStream final : public Stream {
   // Runs `fn` as a traced span when tracing is on; with pacing, the span lasts until the target
   // would be done with `paced` (the work itself is done first, in full).
   void enqueue_traced(const SpanTag& tag, std::function<void()> fn, std::optional<PacedWork> paced = std::nullopt) {
+    enqueue_span(tag, std::move(fn), std::move(paced), 0.0);
+  }
+  // A copy of `bytes` here: its span carries the bytes the target moves when paced (the pacer's
+  // work), else `bytes`.
+  void enqueue_copy(const SpanTag& tag, std::function<void()> fn, int64_t bytes, bool h2d) {
+    std::optional<PacedWork> paced = paced_copy(h2d, bytes, tag);
+    const double span_bytes = paced ? paced->work : static_cast<double>(bytes);
+    enqueue_span(tag, std::move(fn), std::move(paced), span_bytes);
+  }
+  void enqueue_span(const SpanTag& tag, std::function<void()> fn, std::optional<PacedWork> paced, double bytes) {
     if (!pacing_) paced.reset();
-    enqueue([this, tag, fn = std::move(fn), paced = std::move(paced)] {
+    enqueue([this, tag, fn = std::move(fn), paced = std::move(paced), bytes] {
       const double start = tracer_.on() ? tracer_.now() : 0.0;
       const int flow = paced ? pacing_->pacer().begin(paced->usages, paced->work, paced->delay_s) : -1;
       fn();
       if (flow >= 0) pacing_->pacer().finish(flow);
-      if (tracer_.on()) tracer_.add(rank_, name_.c_str(), tag, start, tracer_.now());
+      if (tracer_.on()) tracer_.add(rank_, name_.c_str(), tag, start, tracer_.now(), bytes);
     });
   }
 
@@ -208,13 +218,13 @@ class CpuStream final : public Stream {
                 const SpanTag& tag) override {
     SLIDEDP_CHECK(dst_offset >= 0 && dst_offset + bytes <= dst.bytes, "copy_h2d past the end of the buffer");
     std::byte* d = dst.ptr + dst_offset;
-    enqueue_traced(tag, [d, src, bytes] { std::memcpy(d, src, static_cast<size_t>(bytes)); }, paced_copy(true, bytes, tag));
+    enqueue_copy(tag, [d, src, bytes] { std::memcpy(d, src, static_cast<size_t>(bytes)); }, bytes, true);
   }
   void copy_d2h(std::byte* dst, const DeviceBuffer& src, int64_t src_offset, int64_t bytes,
                 const SpanTag& tag) override {
     SLIDEDP_CHECK(src_offset >= 0 && src_offset + bytes <= src.bytes, "copy_d2h past the end of the buffer");
     const std::byte* s = src.ptr + src_offset;
-    enqueue_traced(tag, [dst, s, bytes] { std::memcpy(dst, s, static_cast<size_t>(bytes)); }, paced_copy(false, bytes, tag));
+    enqueue_copy(tag, [dst, s, bytes] { std::memcpy(dst, s, static_cast<size_t>(bytes)); }, bytes, false);
   }
   void host_fn(std::function<void()> fn) override { enqueue(std::move(fn)); }
 

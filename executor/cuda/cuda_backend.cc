@@ -334,9 +334,10 @@ class Tracer {
     std::lock_guard<std::mutex> lock(mutex_);
     device_epochs_[device] = e;
   }
-  void add_pending(int device, int rank, const char* stream, const SpanTag& tag, cudaEvent_t start, cudaEvent_t stop) {
+  void add_pending(int device, int rank, const char* stream, const SpanTag& tag, cudaEvent_t start, cudaEvent_t stop,
+                   double bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
-    pending_.push_back(Pending{device, rank, stream, tag, start, stop});
+    pending_.push_back(Pending{device, rank, stream, tag, start, stop, bytes});
   }
   void add(const MeasuredSpan& span) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -362,7 +363,7 @@ class Tracer {
         SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&from_epoch_ms, e.event, p.start));
         SLIDEDP_CUDA_CHECK(cudaEventElapsedTime(&length_ms, p.start, p.stop));
         const double start_s = e.host_s + from_epoch_ms * 1e-3;
-        done_.push_back(MeasuredSpan{p.rank, p.stream, p.tag, start_s, start_s + length_ms * 1e-3});
+        done_.push_back(MeasuredSpan{p.rank, p.stream, p.tag, start_s, start_s + length_ms * 1e-3, p.bytes});
         p.destroy();
       } catch (...) {
         p.destroy();
@@ -380,6 +381,7 @@ class Tracer {
     const char* stream;
     SpanTag tag;
     cudaEvent_t start, stop;
+    double bytes;  // a copy's (MeasuredSpan::bytes)
     void destroy() {
       cudaEventDestroy(start);
       cudaEventDestroy(stop);
@@ -495,13 +497,17 @@ class CudaStream final : public Stream {
                 const SpanTag& tag) override {
     SLIDEDP_CHECK(dst_offset >= 0 && dst_offset + bytes <= dst.bytes, "copy_h2d past the end of the buffer");
     std::byte* d = dst.ptr + dst_offset;
-    traced(tag, [&] { SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(d, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_)); });
+    traced(
+        tag, [&] { SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(d, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_)); },
+        static_cast<double>(bytes));
   }
   void copy_d2h(std::byte* dst, const DeviceBuffer& src, int64_t src_offset, int64_t bytes,
                 const SpanTag& tag) override {
     SLIDEDP_CHECK(src_offset >= 0 && src_offset + bytes <= src.bytes, "copy_d2h past the end of the buffer");
     const std::byte* s = src.ptr + src_offset;
-    traced(tag, [&] { SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(dst, s, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_)); });
+    traced(
+        tag, [&] { SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(dst, s, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_)); },
+        static_cast<double>(bytes));
   }
   void host_fn(std::function<void()> fn) override {
     DeviceGuard guard(device_);
@@ -511,9 +517,10 @@ class CudaStream final : public Stream {
     SLIDEDP_CUDA_CHECK(r);
   }
 
-  // Enqueues `launch` (which issues work on this stream) between two timing events when tracing.
+  // Enqueues `launch` (which issues work on this stream) between two timing events when tracing;
+  // `bytes`: a copy's, for its span.
   template <class Launch>
-  void traced(const SpanTag& tag, Launch launch) {
+  void traced(const SpanTag& tag, Launch launch, double bytes = 0) {
     DeviceGuard guard(device_);
     if (!tracer_.on()) {
       launch();
@@ -531,7 +538,7 @@ class CudaStream final : public Stream {
       if (stop != nullptr) cudaEventDestroy(stop);
       throw;
     }
-    tracer_.add_pending(device_, rank_, name_, tag, start, stop);
+    tracer_.add_pending(device_, rank_, name_, tag, start, stop, bytes);
   }
 
   // Blocks until the stream is idle; throws Aborted if the run aborts first.

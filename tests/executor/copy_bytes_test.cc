@@ -1,5 +1,6 @@
-// One source of the bytes a copy moves: a paced run's copies, weighed by the CPU backend's pacer,
-// add up per rank and step to the host-link bytes the step model charges for the same plan on the
+// One source of the bytes a copy moves: a paced run's copies, weighed by the CPU backend's pacer and
+// reported by their spans (MeasuredSpan::bytes, the run log's phase_totals.bytes), add up per rank
+// and step to the host-link bytes the step model charges for the same plan on the
 // same target, for every system the executor runs, both routes of each kind, activation offload, and
 // every family. Before, the pacer re-derived the bytes and weighed the gpu route's fp32 gradient
 // shard at 2 bytes per element where the model (and the executor's fp32 shard) has 4: the gpu-route
@@ -23,10 +24,8 @@
 
 #include "executor/trainer.h"
 #include "model/copy_bytes.h"
-#include "model/step_recurrence.h"
-#include "model/step_work.h"
-#include "model/workload.h"
 #include "tests/executor/executor_test_util.h"
+#include "tests/executor/link_bytes.h"
 
 namespace slidedp::exec {
 namespace {
@@ -41,15 +40,6 @@ struct Case {
   int ranks = 2;
 };
 
-// The model's host-link bytes of one step for one rank: the recurrence's totals (one step, no jumps).
-std::pair<double, double> model_bytes_per_step(const TrainOptions& o) {
-  const Plan plan = plan_for_system(o.plan, o.system, o.card);
-  const StepWork sw = build_step_work(make_workload(o.card, o.seq_len), *o.emulate, plan, o.system);
-  RecurrenceCounters counters;
-  const Passes p = run_passes(sw, ModelFidelity::kCriticalPath, /*jump=*/false, counters);
-  return {p.critical.h2d_bytes, p.critical.d2h_bytes};
-}
-
 void expect_paced_bytes_are_the_models(const ModelCard& card, const Case& c) {
   TrainOptions o = testing::tiny_options(c.ranks, 2, 2, 2);
   o.card = card;
@@ -63,14 +53,27 @@ void expect_paced_bytes_are_the_models(const ModelCard& card, const Case& c) {
   if (c.every_unit_resident) o.plan.gpu_buffer_depth = static_cast<int>(card.num_layers) + 2;
   o.emulate = testing::paced_target(10.0, 1.5e7);
   o.time_scale = kMinTimeScale;  // the bytes are counted whatever the pace: run as fast as possible
+  o.trace = true;                // the copies' spans carry their bytes
   const TrainResult r = train(o);
-  const auto [h2d, d2h] = model_bytes_per_step(o);
+  const testing::LinkBytes model = testing::model_link_bytes_per_step(o, *o.emulate);
   const double steps = static_cast<double>(o.steps);
   for (int rank = 0; rank < o.plan.ranks; ++rank) {
     SCOPED_TRACE(fmt::format("{} {} rank {}", card.name, c.name, rank));
+    const testing::LinkBytes paced = testing::span_link_bytes(r, rank);
     // Sums of a few hundred copies of whole elements: equal up to the summation's rounding.
-    EXPECT_NEAR(r.paced_h2d_bytes.at(static_cast<std::size_t>(rank)) / steps, h2d, 1e-9 * h2d + 1e-6);
-    EXPECT_NEAR(r.paced_d2h_bytes.at(static_cast<std::size_t>(rank)) / steps, d2h, 1e-9 * d2h + 1e-6);
+    EXPECT_NEAR(paced.h2d / steps, model.h2d, 1e-9 * model.h2d + 1e-6);
+    EXPECT_NEAR(paced.d2h / steps, model.d2h, 1e-9 * model.d2h + 1e-6);
+    // The run log's per-step totals hold the same bytes plus the copies the model does not charge:
+    // at most the token ids and targets in (4 bytes each) and a loss of a few floats out per
+    // micro-step (64 bytes allowed).
+    double logged = 0;
+    for (const TrainStep& s : r.steps)
+      for (const PhaseTotal& t : s.totals)
+        if (t.rank == rank && (t.category == "h2d" || t.category == "d2h")) logged += t.bytes.value_or(0.0);
+    const double micro_steps = steps * o.plan.accum_steps;
+    const double uncharged = micro_steps * (8.0 * static_cast<double>(o.plan.micro_batch * o.seq_len) + 64.0);
+    EXPECT_GE(logged, paced.h2d + paced.d2h - 1e-6);
+    EXPECT_LE(logged, paced.h2d + paced.d2h + uncharged);
   }
 }
 

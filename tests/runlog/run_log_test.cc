@@ -175,7 +175,7 @@ TEST(RunLog, RoundTripOfEveryRecord) {
   std::vector<PhaseTotal> totals = {{1, std::nullopt, "cpu_update", 0.25, 8},
                                     {1, 0, "compute", 0.75, 12},
                                     {1, 1, "compute", 0.5, 12},
-                                    {1, 0, "h2d", 0.125, 24}};
+                                    {1, 0, "h2d", 0.125, 24, std::nullopt, 3.5e9}};
   std::vector<PhaseSpan> spans = {{1, 0, "compute", "forward", 3, std::nullopt, 0.0, 0.1},
                                   {1, std::nullopt, "cpu_update", "", std::nullopt, 17, 0.05, 0.3}};
   log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8), totals, spans);
@@ -264,7 +264,9 @@ TEST(RunLog, RoundTripOfEveryRecord) {
   EXPECT_EQ(got_totals[1].category, "compute");
   EXPECT_EQ(got_totals[1].busy_s, 0.75);
   EXPECT_EQ(got_totals[1].count, 12);
+  EXPECT_FALSE(got_totals[1].bytes.has_value());  // no copies
   EXPECT_EQ(got_totals[2].category, "h2d");
+  EXPECT_EQ(got_totals[2].bytes, 3.5e9);
   EXPECT_EQ(got_totals[3].rank, 1);
 
   auto got_spans = reader.spans(id);
@@ -495,7 +497,7 @@ TEST(RunLog, MigratesSchemaOneFiles) {
   // Back to schema 1 as it was: no node columns, the three-part key.
   RawDb(old).exec(
       "DROP INDEX phase_totals_unique; ALTER TABLE phases DROP COLUMN node; ALTER TABLE phase_totals DROP "
-      "COLUMN node; "
+      "COLUMN node; ALTER TABLE phase_totals DROP COLUMN bytes; "
       "CREATE UNIQUE INDEX phase_totals_unique ON phase_totals (run_id, step, ifnull(rank, -1), category); "
       "DROP TABLE evals; PRAGMA user_version = 1;");
   ASSERT_EQ(RawDb(old).one("PRAGMA user_version"), "1");
@@ -530,7 +532,7 @@ TEST(RunLog, MigratesSchemaTwoFilesAndLogsEvaluations) {
     id = log.begin_run(train_info());
     log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8));
   }
-  RawDb(old).exec("DROP TABLE evals; PRAGMA user_version = 2;");
+  RawDb(old).exec("DROP TABLE evals; ALTER TABLE phase_totals DROP COLUMN bytes; PRAGMA user_version = 2;");
   {
     RunLog log = RunLog::open(old);
     EvalRecord e;
@@ -559,6 +561,35 @@ TEST(RunLog, MigratesSchemaTwoFilesAndLogsEvaluations) {
   EXPECT_EQ(evals[0].data, "held_out.tok");
   EXPECT_TRUE(std::isnan(evals[1].loss));  // stored as NULL
   EXPECT_EQ(RunLogReader(old).steps(id).size(), 1u);
+  EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
+}
+
+// Version 3 had no copied bytes in the phase totals: opening one appends the column as a new file
+// defines it; the rows before have none (NULL), the rows after keep theirs.
+TEST(RunLog, MigratesSchemaThreeFilesAndLogsCopiedBytes) {
+  TempDir tmp;
+  const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
+  { RunLog log = RunLog::open(fresh); }
+  int64_t id = 0;
+  {
+    RunLog log = RunLog::open(old);
+    id = log.begin_run(train_info());
+    const std::vector<PhaseTotal> totals = {{1, 0, "h2d", 0.5, 4}};
+    log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8), totals);
+  }
+  RawDb(old).exec("ALTER TABLE phase_totals DROP COLUMN bytes; PRAGMA user_version = 3;");
+  {
+    RunLog log = RunLog::open(old);
+    const std::vector<PhaseTotal> totals = {{2, 0, "h2d", 0.5, 4, std::nullopt, 1.25e6}};
+    log.log_step(id, step_record(2, 2.4, 128, 1.0, 0.8), totals);
+  }
+  EXPECT_EQ(RawDb(old).one("PRAGMA user_version"), std::to_string(kRunLogSchemaVersion));
+  EXPECT_EQ(RawDb(old).rows("SELECT name || ' ' || type FROM pragma_table_info('phase_totals')"),
+            RawDb(fresh).rows("SELECT name || ' ' || type FROM pragma_table_info('phase_totals')"));
+  const auto totals = RunLogReader(old).phase_totals(id);
+  ASSERT_EQ(totals.size(), 2u);
+  EXPECT_FALSE(totals[0].bytes.has_value());
+  EXPECT_EQ(totals[1].bytes, 1.25e6);
   EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
 }
 
@@ -657,6 +688,10 @@ TEST(RunLog, ValidationNamesTheField) {
   field_error([&] { log.log_phase_totals(id, bad_category); }, "category");
   const PhaseTotal negative_busy[] = {{2, 0, "h2d", -0.1, 1}};
   field_error([&] { log.log_phase_totals(id, negative_busy); }, "busy_s");
+  const PhaseTotal negative_bytes[] = {{2, 0, "h2d", 0.1, 1, std::nullopt, -1.0}};
+  field_error([&] { log.log_phase_totals(id, negative_bytes); }, "bytes");
+  const PhaseTotal nan_bytes[] = {{2, 0, "h2d", 0.1, 1, std::nullopt, std::numeric_limits<double>::quiet_NaN()}};
+  field_error([&] { log.log_phase_totals(id, nan_bytes); }, "bytes");
   const PhaseSpan backwards[] = {{2, 0, "h2d", "", std::nullopt, std::nullopt, 0.5, 0.25}};
   field_error([&] { log.log_spans(id, backwards); }, "end_s");
   const PhaseTotal other_step[] = {{3, 0, "h2d", 0.1, 1}};

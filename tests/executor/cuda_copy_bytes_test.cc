@@ -1,0 +1,58 @@
+// One source of the bytes a copy moves, on a GPU (label gpu; skipped with the reason where no GPU
+// is visible): the CUDA backend's copies, as their spans report them (the bytes each cudaMemcpyAsync
+// moved, MeasuredSpan::bytes), add up per step to the host-link bytes the step model charges for the
+// same plan. The CPU backend's counterpart (copy_bytes_test.cc) checks the pacer's weighing; this
+// one checks that the real copies are the model's elements in the model's dtypes (bf16 parameters,
+// gradients and activations, the gpu route's fp32 shard, ZeRO-Offload's fp32 partition).
+#include <gtest/gtest.h>
+
+#include <fmt/format.h>
+
+#include "executor/cuda/cuda_backend.h"
+#include "executor/trainer.h"
+#include "tests/executor/executor_test_util.h"
+#include "tests/executor/link_bytes.h"
+
+namespace slidedp::exec {
+namespace {
+
+struct Case {
+  std::string name;
+  System system = System::kSlideDP;
+  GradRoute grad_route = GradRoute::kCpu;
+  bool offload = false;
+};
+
+TEST(CudaCopyBytes, CopiesMoveWhatTheModelCharges) {
+  if (cuda_visible_devices() == 0)
+    GTEST_SKIP()
+        << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
+  const std::vector<Case> cases = {
+      {"slidedp cpu route", System::kSlideDP, GradRoute::kCpu},
+      {"slidedp gpu route", System::kSlideDP, GradRoute::kGpu},
+      {"slidedp offload", System::kSlideDP, GradRoute::kCpu, true},
+      {"zero-offload", System::kZeroOffload},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TrainOptions o = testing::tiny_options(1, 2, 2, 2);
+    o.backend = "cuda";
+    o.system = c.system;
+    o.plan.grad_route = c.grad_route;
+    if (c.offload) {
+      o.plan.per_layer.assign(static_cast<std::size_t>(o.card.num_layers), ActivationPolicy::kOffload);
+      o.plan.offload_layers = static_cast<int>(o.card.num_layers);
+    }
+    o.trace = true;
+    const TrainResult r = train(o);
+    const testing::LinkBytes model = testing::model_link_bytes_per_step(o, testing::paced_target(10.0, 1.5e7));
+    const testing::LinkBytes copied = testing::span_link_bytes(r, 0);
+    const double steps = static_cast<double>(o.steps);
+    // Whole elements in either: equal up to the summation's rounding.
+    EXPECT_NEAR(copied.h2d / steps, model.h2d, 1e-9 * model.h2d + 1e-6);
+    EXPECT_NEAR(copied.d2h / steps, model.d2h, 1e-9 * model.d2h + 1e-6);
+  }
+}
+
+}  // namespace
+}  // namespace slidedp::exec
