@@ -32,9 +32,9 @@ SteadyState steady_state(const std::vector<exec::TrainStep>& steps) {
 nlohmann::json steps_json(const exec::TrainResult& result) {
   nlohmann::json steps = nlohmann::json::array();
   for (const auto& s : result.steps) {
-    nlohmann::json step = {{"step", s.step},     {"loss", s.loss}, {"tokens", s.tokens},
-                           {"wall_s", s.wall_s}, {"lr", s.lr},     {"skipped", s.skipped},
-                           {"busy_s", s.busy_s},     {"copied_bytes", s.copied_bytes}};
+    nlohmann::json step = {
+        {"step", s.step}, {"loss", s.loss},       {"tokens", s.tokens}, {"wall_s", s.wall_s},
+        {"lr", s.lr},     {"skipped", s.skipped}, {"busy_s", s.busy_s}, {"copied_bytes", s.copied_bytes}};
     if (s.grad_norm >= 0) step["grad_norm"] = s.grad_norm;  // measured when clipping or skipping
     steps.push_back(step);
   }

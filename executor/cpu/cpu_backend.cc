@@ -59,7 +59,8 @@ class Tracer {
   bool on() const { return on_.load(std::memory_order_relaxed); }
   void set(bool on) { on_.store(on); }
   double now() const { return std::chrono::duration<double>(Clock::now() - epoch_).count(); }
-  void add(int rank, const std::string& stream, const SpanTag& tag, double start, double end, double bytes = 0) {
+  void add(int rank, const std::string& stream, const SpanTag& tag, double start, double end,
+           double bytes = 0) {
     std::lock_guard<std::mutex> lock(mutex_);
     spans_.push_back({rank, stream, tag, start, end, bytes});
   }
@@ -170,7 +171,8 @@ class CpuStream final : public Stream {
     const double span_bytes = paced ? paced->work : static_cast<double>(bytes);
     enqueue_span(tag, std::move(fn), std::move(paced), span_bytes);
   }
-  void enqueue_span(const SpanTag& tag, std::function<void()> fn, std::optional<PacedWork> paced, double bytes) {
+  void enqueue_span(const SpanTag& tag, std::function<void()> fn, std::optional<PacedWork> paced,
+                    double bytes) {
     if (!pacing_) paced.reset();
     enqueue([this, tag, fn = std::move(fn), paced = std::move(paced), bytes] {
       const double start = tracer_.on() ? tracer_.now() : 0.0;
@@ -218,13 +220,15 @@ class CpuStream final : public Stream {
                 const SpanTag& tag) override {
     SLIDEDP_CHECK(dst_offset >= 0 && dst_offset + bytes <= dst.bytes, "copy_h2d past the end of the buffer");
     std::byte* d = dst.ptr + dst_offset;
-    enqueue_copy(tag, [d, src, bytes] { std::memcpy(d, src, static_cast<size_t>(bytes)); }, bytes, true);
+    enqueue_copy(
+        tag, [d, src, bytes] { std::memcpy(d, src, static_cast<size_t>(bytes)); }, bytes, true);
   }
   void copy_d2h(std::byte* dst, const DeviceBuffer& src, int64_t src_offset, int64_t bytes,
                 const SpanTag& tag) override {
     SLIDEDP_CHECK(src_offset >= 0 && src_offset + bytes <= src.bytes, "copy_d2h past the end of the buffer");
     const std::byte* s = src.ptr + src_offset;
-    enqueue_copy(tag, [dst, s, bytes] { std::memcpy(dst, s, static_cast<size_t>(bytes)); }, bytes, false);
+    enqueue_copy(
+        tag, [dst, s, bytes] { std::memcpy(dst, s, static_cast<size_t>(bytes)); }, bytes, false);
   }
   void host_fn(std::function<void()> fn) override { enqueue(std::move(fn)); }
 

@@ -334,8 +334,8 @@ class Tracer {
     std::lock_guard<std::mutex> lock(mutex_);
     device_epochs_[device] = e;
   }
-  void add_pending(int device, int rank, const char* stream, const SpanTag& tag, cudaEvent_t start, cudaEvent_t stop,
-                   double bytes) {
+  void add_pending(int device, int rank, const char* stream, const SpanTag& tag, cudaEvent_t start,
+                   cudaEvent_t stop, double bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     pending_.push_back(Pending{device, rank, stream, tag, start, stop, bytes});
   }
@@ -498,7 +498,11 @@ class CudaStream final : public Stream {
     SLIDEDP_CHECK(dst_offset >= 0 && dst_offset + bytes <= dst.bytes, "copy_h2d past the end of the buffer");
     std::byte* d = dst.ptr + dst_offset;
     traced(
-        tag, [&] { SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(d, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_)); },
+        tag,
+        [&] {
+          SLIDEDP_CUDA_CHECK(
+              cudaMemcpyAsync(d, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice, stream_));
+        },
         static_cast<double>(bytes));
   }
   void copy_d2h(std::byte* dst, const DeviceBuffer& src, int64_t src_offset, int64_t bytes,
@@ -506,7 +510,11 @@ class CudaStream final : public Stream {
     SLIDEDP_CHECK(src_offset >= 0 && src_offset + bytes <= src.bytes, "copy_d2h past the end of the buffer");
     const std::byte* s = src.ptr + src_offset;
     traced(
-        tag, [&] { SLIDEDP_CUDA_CHECK(cudaMemcpyAsync(dst, s, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_)); },
+        tag,
+        [&] {
+          SLIDEDP_CUDA_CHECK(
+              cudaMemcpyAsync(dst, s, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost, stream_));
+        },
         static_cast<double>(bytes));
   }
   void host_fn(std::function<void()> fn) override {

@@ -18,12 +18,12 @@
 // ZeRO-Offload with accumulation (A = 2 here) moves DeepSpeed's fp16 gradient sum out on the first
 // micro-step and back in on the second, then its fp32 partition: both directions are checked, with
 // several ranks (shards) and one (the whole model by the cpu route's copies).
-#include <gtest/gtest.h>
+#include "model/copy_bytes.h"
 
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "executor/trainer.h"
-#include "model/copy_bytes.h"
 #include "tests/executor/executor_test_util.h"
 #include "tests/executor/link_bytes.h"
 

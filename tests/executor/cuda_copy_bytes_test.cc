@@ -4,9 +4,8 @@
 // same plan. The CPU backend's counterpart (copy_bytes_test.cc) checks the pacer's weighing; this
 // one checks that the real copies are the model's elements in the model's dtypes (bf16 parameters,
 // gradients and activations, the gpu route's fp32 shard, ZeRO-Offload's fp32 partition).
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "executor/cuda/cuda_backend.h"
 #include "executor/trainer.h"
@@ -45,7 +44,8 @@ TEST(CudaCopyBytes, CopiesMoveWhatTheModelCharges) {
     }
     o.trace = true;
     const TrainResult r = train(o);
-    const testing::LinkBytes model = testing::model_link_bytes_per_step(o, testing::paced_target(10.0, 1.5e7));
+    const testing::LinkBytes model =
+        testing::model_link_bytes_per_step(o, testing::paced_target(10.0, 1.5e7));
     const testing::LinkBytes copied = testing::span_link_bytes(r, 0);
     const double steps = static_cast<double>(o.steps);
     // Whole elements in either: equal up to the summation's rounding.

@@ -690,7 +690,8 @@ TEST(RunLog, ValidationNamesTheField) {
   field_error([&] { log.log_phase_totals(id, negative_busy); }, "busy_s");
   const PhaseTotal negative_bytes[] = {{2, 0, "h2d", 0.1, 1, std::nullopt, -1.0}};
   field_error([&] { log.log_phase_totals(id, negative_bytes); }, "bytes");
-  const PhaseTotal nan_bytes[] = {{2, 0, "h2d", 0.1, 1, std::nullopt, std::numeric_limits<double>::quiet_NaN()}};
+  const PhaseTotal nan_bytes[] = {
+      {2, 0, "h2d", 0.1, 1, std::nullopt, std::numeric_limits<double>::quiet_NaN()}};
   field_error([&] { log.log_phase_totals(id, nan_bytes); }, "bytes");
   const PhaseSpan backwards[] = {{2, 0, "h2d", "", std::nullopt, std::nullopt, 0.5, 0.25}};
   field_error([&] { log.log_spans(id, backwards); }, "end_s");
