@@ -44,7 +44,7 @@ void gather_node_phases(NodeLink& link, TrainStep& rec) {
   }
 }
 
-// Per-rank, per-category busy time and copied bytes of step `s` (and its spans when sampled) from
+// Per-rank, per-category busy time (and the copies' bytes) of step `s` (and its spans when sampled) from
 // the timeline.
 void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep_spans, TrainStep& rec) {
   struct Group {
@@ -67,7 +67,7 @@ void summarize_step(const std::vector<MeasuredSpan>& spans, int64_t s, bool keep
     t.category = key.second;
     t.count = static_cast<int64_t>(g.intervals.size());
     t.busy_s = union_length(g.intervals);
-    if (g.bytes > 0) t.bytes = g.bytes;
+    if (t.category == "h2d" || t.category == "d2h") t.bytes = g.bytes;  // copies: their bytes, even 0
     if (key.first <= 0) rec.busy_s[key.second] = t.busy_s;
     if (key.first == 0 && t.bytes) rec.copied_bytes[key.second] = *t.bytes;
     rec.totals.push_back(t);

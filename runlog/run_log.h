@@ -100,8 +100,8 @@ struct PhaseTotal {
   double busy_s = 0;
   int64_t count = 0;  // spans
   std::optional<int> node;  // multi-node runs: whose (ranks are numbered within their node)
-  // Copies' bytes over the host link (the sum of the spans' MeasuredSpan::bytes); nullopt: no copy
-  // among the spans, or a log written before schema 4.
+  // Copies' bytes over the host link (the sum of the spans' MeasuredSpan::bytes) for the categories
+  // "h2d" and "d2h"; nullopt for other work, and in a log written before schema 4.
   std::optional<double> bytes;
 };
 

@@ -78,8 +78,9 @@ CREATE TABLE phases (
 );
 CREATE INDEX phases_by_step ON phases (run_id, step);
 
--- Busy time per step, rank and category: every step's aggregate, so the log stays small while the
--- fidelity tools still see each resource's measured busy time.
+-- Busy time (and copies' bytes) per step, rank and category: every step's aggregate, so the log
+-- stays small while the fidelity tools still see each resource's measured busy time and link bytes.
+-- Version 4 added `bytes` (the last column, as the migration from version 3 appends it).
 CREATE TABLE phase_totals (
   run_id           INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
   step             INTEGER NOT NULL CHECK (step >= 1),

@@ -26,7 +26,7 @@
 #include "kernels/cpu/transformer/bf16_params.h"
 #include "kernels/cpu/transformer/blas.h"
 #include "kernels/cpu/transformer/cross_entropy.h"
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"
@@ -833,7 +833,9 @@ class CpuBackend final : public Backend {
   void set_tracing(bool on) override { tracer_.set(on); }
   bool tracing() const override { return tracer_.on(); }
   double trace_clock_s() const override { return tracer_.now(); }
-  void add_span(const MeasuredSpan& s) override { tracer_.add(s.rank, s.stream.c_str(), s.tag, s.start_s, s.end_s); }
+  void add_span(const MeasuredSpan& s) override {
+    tracer_.add(s.rank, s.stream.c_str(), s.tag, s.start_s, s.end_s, s.bytes);
+  }
   std::vector<MeasuredSpan> take_spans() override { return tracer_.take(); }
   void synchronize() override {
     for (auto& d : devices_) d->synchronize();

@@ -437,6 +437,9 @@ TEST(MultiNode, TheRunLogHasOneRunEachStepOnceAndEveryNodesPhasesTagged) {
   // Each node's two ranks computed in every step, and each node's host ran its update.
   EXPECT_EQ(q("SELECT count(*) FROM phase_totals WHERE category = 'compute'"), "12\n");
   EXPECT_EQ(q("SELECT count(DISTINCT node) FROM phase_totals WHERE category = 'cpu_update' AND rank IS NULL"), "2\n");
+  // Every rank's copies of every step carry their bytes, node 1's (sent to node 0) as node 0's.
+  EXPECT_EQ(q("SELECT count(*) FROM phase_totals WHERE category IN ('h2d', 'd2h') AND bytes > 0"), "24\n");
+  EXPECT_EQ(q("SELECT count(*) FROM phase_totals WHERE category IN ('h2d', 'd2h') AND bytes IS NULL"), "0\n");
   fs::remove_all(dir);
 }
 

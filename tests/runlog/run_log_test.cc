@@ -63,6 +63,8 @@ class RawDb {
         << sql << ": " << (err ? err : "");
     sqlite3_free(err);
   }
+  // SQLite's result code of `sql` (for statements that must fail).
+  int status(const std::string& sql) { return sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, nullptr); }
   // Rows of the query, each a vector of column texts ("NULL" for NULL).
   std::vector<std::vector<std::string>> rows(const std::string& sql) {
     sqlite3_stmt* s = nullptr;
@@ -591,6 +593,10 @@ TEST(RunLog, MigratesSchemaThreeFilesAndLogsCopiedBytes) {
   EXPECT_FALSE(totals[0].bytes.has_value());
   EXPECT_EQ(totals[1].bytes, 1.25e6);
   EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
+  // The migrated column keeps the fresh file's check.
+  EXPECT_EQ(RawDb(old).status("INSERT INTO phase_totals (run_id, step, rank, category, busy_s, count, bytes) "
+                              "VALUES (" + std::to_string(id) + ", 3, 0, 'h2d', 0.5, 4, -1)"),
+            SQLITE_CONSTRAINT);
 }
 
 TEST(RunLog, RefusesNewerAndUnknownSchemaVersions) {
