@@ -5,7 +5,7 @@
 #include <variant>
 
 #include "common/error.h"
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"
 #include "kernels/cpu/transformer/model_step.h"

@@ -6,7 +6,7 @@ SwiGLU, RMSNorm) entirely on one GPU with the standard mixed-precision recipe: f
 bf16 autocast, PyTorch's fused AdamW, flash attention through scaled_dot_product_attention, and the
 same batch shape as the C++ benchmark (micro-batch x accumulation x sequence length). The model is
 written here in plain torch (no transformers dependency), layer for layer as
-kernels/cpu/transformer/decoder_layer.h describes it. Reports tokens/s, the forward+backward time,
+kernels/cpu/transformer/llama_layer.h describes it. Reports tokens/s, the forward+backward time,
 the optimizer time and model TFLOP/s (with the C++ benchmark's FLOPs per token), as JSON.
 """
 import argparse

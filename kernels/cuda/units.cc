@@ -1,4 +1,4 @@
-// The GPU units; see units.h. The file reads like kernels/cpu/transformer/decoder_layer.cc: carve the
+// The GPU units; see units.h. The file reads like kernels/cpu/transformer/llama_layer.cc: carve the
 // saved state and the scratch, then the ops in order. The carve sequences live in unit_scratch.h,
 // which the size queries run too (in every build, CUDA or not), so sizes and use cannot drift.
 #include "kernels/cuda/units.h"

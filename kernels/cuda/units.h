@@ -1,6 +1,6 @@
 // The units the executor streams, on the GPU: decoder layer forward / recompute / backward, the head
 // (final norm + fused chunked cross-entropy, forward and backward in one call) and the embedding.
-// Same contracts as kernels/cpu/transformer/{decoder_layer,head_unit,embedding_unit}.h, with these
+// Same contracts as kernels/cpu/transformer/{llama_layer,head_unit,embedding_unit}.h, with these
 // dtypes: parameters bf16 (the delivered mirror, used as is), activations and their gradients bf16,
 // parameter gradients fp32 and ACCUMULATED (+=), saved statistics fp32. Inside an operation the
 // residual-stream gradient and every gradient that is a sum of GEMMs stay fp32 and are rounded

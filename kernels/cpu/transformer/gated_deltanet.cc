@@ -1,5 +1,5 @@
 // The Gated DeltaNet mixer on the CPU; see gated_deltanet.h. The carve functions are the single
-// source of the buffer sizes, as in decoder_layer.cc.
+// source of the buffer sizes, as in llama_layer.cc.
 #include "kernels/cpu/transformer/gated_deltanet.h"
 
 #include <algorithm>

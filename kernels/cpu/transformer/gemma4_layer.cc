@@ -1,5 +1,5 @@
 // Gemma 4 decoder layer forward / recompute / backward on the CPU; see gemma4_layer.h. Like
-// decoder_layer.cc the carve functions are the single source of the buffer sizes.
+// llama_layer.cc the carve functions are the single source of the buffer sizes.
 #include "kernels/cpu/transformer/gemma4_layer.h"
 
 #include <algorithm>

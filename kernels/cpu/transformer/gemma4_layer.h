@@ -16,7 +16,7 @@
 // The router sees the un-normalised h1 (moe_experts.h holds the routed part).
 //
 // shared/reference/model-families.md section 2.4 is the source of every step. The unit follows the
-// Llama unit's contract (decoder_layer.h): forward writes y and the saved state (everything backward
+// Llama unit's contract (llama_layer.h): forward writes y and the saved state (everything backward
 // needs but x), recompute refills the saved state bitwise, backward overwrites dx and ACCUMULATES
 // every parameter gradient into the flat gradient buffer. layer_scalar is a buffer in transformers
 // (loaded from the checkpoint, never trained): its gradient stays zero, so AdamW leaves it as it is.

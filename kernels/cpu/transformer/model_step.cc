@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "kernels/cpu/transformer/arena.h"
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"

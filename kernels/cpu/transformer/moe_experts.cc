@@ -1,5 +1,5 @@
 // Router top-k and the grouped expert GEMMs on the CPU; see moe_experts.h. The carve functions are
-// the single source of the buffer sizes, as in decoder_layer.cc.
+// the single source of the buffer sizes, as in llama_layer.cc.
 #include "kernels/cpu/transformer/moe_experts.h"
 
 #include <algorithm>

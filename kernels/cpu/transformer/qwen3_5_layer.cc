@@ -1,5 +1,5 @@
 // Qwen3.6 / Qwen3.5 decoder layer forward / recompute / backward on the CPU; see qwen3_5_layer.h.
-// Like decoder_layer.cc the carve functions are the single source of the buffer sizes: the size
+// Like llama_layer.cc the carve functions are the single source of the buffer sizes: the size
 // queries replay the take sequence of forward_impl and qwen3_5_backward through them.
 #include "kernels/cpu/transformer/qwen3_5_layer.h"
 

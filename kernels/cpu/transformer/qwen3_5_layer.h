@@ -19,7 +19,7 @@
 // positions (attention.h), so is each packed document, and attention and RoPE restart there too,
 // so a packed sequence computes what its documents would alone (the reference's pure-PyTorch path
 // does not reset). The unit follows
-// the Llama unit's contract (decoder_layer.h): forward writes y and the saved state, recompute
+// the Llama unit's contract (llama_layer.h): forward writes y and the saved state, recompute
 // refills the saved state bitwise, backward overwrites dx and ACCUMULATES every parameter gradient
 // into the flat gradient buffer. The optional router auxiliary loss is not built (off by default in
 // the reference's fine-tuning recipes).

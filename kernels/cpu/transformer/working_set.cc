@@ -1,7 +1,7 @@
 // Per-unit working sets from the kernels' own size queries; see working_set.h.
 #include "kernels/cpu/transformer/working_set.h"
 
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
 
 namespace slidedp::kernels {

@@ -29,7 +29,7 @@
 #include "card/unit_layout.h"
 #include "common/bf16.h"
 #include "kernels/cpu/transformer/arena.h"
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/gemma4_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"

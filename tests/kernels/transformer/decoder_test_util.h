@@ -8,7 +8,7 @@
 
 #include "card/unit_layout.h"
 #include "kernels/cpu/transformer/arena.h"
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "tests/kernels/transformer/test_util.h"
 
 namespace slidedp::kernels::test {

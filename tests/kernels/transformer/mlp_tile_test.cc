@@ -10,7 +10,7 @@
 
 #include "card/unit_layout.h"
 #include "kernels/cpu/transformer/arena.h"
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/working_set.h"
 #include "tests/kernels/transformer/decoder_test_util.h"
 #include "tests/kernels/transformer/test_util.h"

@@ -12,7 +12,7 @@
 #include "card/unit_layout.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/bf16_params.h"
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/reference_ops.h"
@@ -179,7 +179,7 @@ TEST(DecoderLayer, WorkingSetIsLinearInT) {
     const int64_t p3 = decoder_working_set<float>(s, 1, 3 * T).peak_bytes();
     EXPECT_LE(std::abs(p3 - 2 * p2 + p1), 64 * 40) << "T=" << T;
   }
-  // And the saved state is what the comment in decoder_layer.cc lists: per token 3C + 2(H+KV)hd +
+  // And the saved state is what the comment in llama_layer.cc lists: per token 3C + 2(H+KV)hd +
   // 2I + H + 2 values (no qk_norm), i.e. 56.6 KiB per token for this shape in fp32.
   const int64_t per_token = (3 * 896 + 2 * (14 + 2) * 64 + 2 * 4864 + 14 + 2) * 4;
   EXPECT_NEAR(static_cast<double>(decoder_saved_bytes<float>(s, 1, 4096)),

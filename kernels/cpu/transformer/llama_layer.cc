@@ -1,7 +1,7 @@
 // Decoder layer forward / recompute / backward on the CPU. The file reads as the algorithm: carve
 // the saved state and the scratch, then the ops in order. The carve functions are the single
 // source of the buffer sizes (the *_bytes queries run them on a measuring Arena).
-#include "kernels/cpu/transformer/decoder_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 
 #include <algorithm>
 

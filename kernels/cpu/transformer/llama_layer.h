@@ -1,4 +1,5 @@
-// One decoder layer of Llama / Qwen2 / Qwen3 / Mistral as a unit the executor streams:
+// The Llama family's decoder layer (Llama, Qwen2 / 2.5, Qwen3, Mistral: card/llama_family.h) as a
+// unit the executor streams:
 //
 //   x (B,T,C) -> h1 = rmsnorm(x) -> q,k,v = h1 W^T (+ Qwen2 bias) -> [Qwen3: rmsnorm(q), rmsnorm(k)
 //   per head] -> RoPE(q, k) -> att = causal GQA flash attention -> x2 = x + att Wo^T
