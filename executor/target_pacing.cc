@@ -15,9 +15,9 @@
 #include "common/seconds_since.h"
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/blas.h"
-#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/model_step.h"
 
 namespace slidedp::exec {

@@ -5,9 +5,9 @@
 #include <variant>
 
 #include "common/error.h"
-#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/model_step.h"
 #include "kernels/cpu/transformer/router_aux_loss.h"
 #include "kernels/cuda/gemma4_scratch.h"

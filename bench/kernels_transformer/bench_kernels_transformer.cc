@@ -20,8 +20,8 @@
 #include "kernels/cpu/transformer/arena.h"
 #include "kernels/cpu/transformer/attention.h"
 #include "kernels/cpu/transformer/blas.h"
-#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/working_set.h"
 #include "model/model_costs.h"
 

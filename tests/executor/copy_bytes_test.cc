@@ -130,17 +130,21 @@ TEST(CopyBytes, UnpacedCopiesMoveTheModelsBytesInTheWireDtypes) {
       {"slidedp one rank", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false, false, 1},
       {"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu},
       {"slidedp sharded gpu route", System::kSlideDP, ParamRoute::kSharded, GradRoute::kGpu},
-      {"slidedp every unit resident", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false, true},
+      {"slidedp every unit resident", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false,
+       true},
       {"fsdp-offload", System::kFsdpOffload},
-      {"fsdp-offload one rank", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
+      {"fsdp-offload one rank", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false,
+       1},
       {"megatrain", System::kMegaTrain},
       {"fsdp2", System::kFsdp2},
   };
-  for (const ModelCard& card : {testing::tiny_card(), testing::tiny_gemma4_card(), testing::tiny_qwen3_5_card()})
+  for (const ModelCard& card :
+       {testing::tiny_card(), testing::tiny_gemma4_card(), testing::tiny_qwen3_5_card()})
     for (const Case& c : real) {
       const TrainOptions o = case_options(card, c);
       const TrainResult r = train(o);
-      const testing::LinkBytes model = testing::model_link_bytes_per_step(o, testing::paced_target(10.0, 1.5e7));
+      const testing::LinkBytes model =
+          testing::model_link_bytes_per_step(o, testing::paced_target(10.0, 1.5e7));
       const double steps = static_cast<double>(o.steps);
       for (int rank = 0; rank < o.plan.ranks; ++rank) {
         SCOPED_TRACE(fmt::format("{} {} rank {}", card.name, c.name, rank));

@@ -7,9 +7,8 @@
 // Not here, as the executor and the model still differ on them (docs/EXECUTOR.md, bytes moved):
 // ZeRO-Offload's gradient on the cpu route (the executor copies bf16, the model charges DeepSpeed's
 // fp32) and ZeRO-3-Offload's reduced shard (the executor copies fp32, the model charges 2 bytes).
-#include <gtest/gtest.h>
-
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 
 #include "executor/cuda/cuda_backend.h"
 #include "executor/trainer.h"
@@ -54,8 +53,9 @@ TEST(CudaCopyBytes, CopiesMoveWhatTheModelCharges) {
   if (cuda_visible_devices() == 0)
     GTEST_SKIP()
         << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
-  for (const Case& c : {Case{"slidedp cpu route"}, Case{"slidedp offload", System::kSlideDP, GradRoute::kCpu, true},
-                        Case{"fsdp-offload", System::kFsdpOffload}})
+  for (const Case& c :
+       {Case{"slidedp cpu route"}, Case{"slidedp offload", System::kSlideDP, GradRoute::kCpu, true},
+        Case{"fsdp-offload", System::kFsdpOffload}})
     expect_copies_are_the_models(c);
 }
 

@@ -595,7 +595,8 @@ TEST(RunLog, MigratesSchemaThreeFilesAndLogsCopiedBytes) {
   EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
   // The migrated column keeps the fresh file's check.
   EXPECT_EQ(RawDb(old).status("INSERT INTO phase_totals (run_id, step, rank, category, busy_s, count, bytes) "
-                              "VALUES (" + std::to_string(id) + ", 3, 0, 'h2d', 0.5, 4, -1)"),
+                              "VALUES (" +
+                              std::to_string(id) + ", 3, 0, 'h2d', 0.5, 4, -1)"),
             SQLITE_CONSTRAINT);
 }
 

@@ -6,8 +6,8 @@
 
 #include <variant>
 
-#include "kernels/cpu/transformer/llama_layer.h"  // the Llama family (Llama, Qwen2/2.5, Qwen3, Mistral)
 #include "kernels/cpu/transformer/gemma4_layer.h"
+#include "kernels/cpu/transformer/llama_layer.h"    // the Llama family (Llama, Qwen2/2.5, Qwen3, Mistral)
 #include "kernels/cpu/transformer/qwen3_5_layer.h"  // Qwen3.5 / Qwen3.6
 
 namespace slidedp::kernels {

@@ -67,7 +67,8 @@ Saved<Real> carve_saved(Arena& a, const DecoderSpec& s, int64_t B, int64_t T) {
   return v;
 }
 
-AttentionShape attention_shape(const DecoderSpec& s, int64_t B, int64_t T, const int32_t* positions = nullptr) {
+AttentionShape attention_shape(const DecoderSpec& s, int64_t B, int64_t T,
+                               const int32_t* positions = nullptr) {
   AttentionShape a{B, T, s.H, s.KV, s.hd, s.attn_tile, s.threads};
   a.positions = positions;
   return a;
@@ -134,7 +135,7 @@ MlpTile<Real> carve_mlp_tile(Arena& a, const DecoderSpec& s, int64_t R, bool bac
 // The forward pass's MLP scratch: m (N, I) for the untiled MLP, or one MLP tile.
 template <typename Real>
 struct ForwardMlp {
-  Real* m = nullptr;  // (N, I) silu(g) * u               [untiled]
+  Real* m = nullptr;     // (N, I) silu(g) * u               [untiled]
   MlpTile<Real> tile{};  //                              [tiled]
 };
 template <typename Real>
@@ -246,7 +247,7 @@ void forward_impl(const DecoderSpec& s, const Real* p, const Real* x, Real* y, W
   rmsnorm_forward(S.h2, S.rstd2, S.x2, p + s.post_norm, N, C, s.eps);
   linear_forward(S.g, S.h2, p + s.gate_w, no_bias, N, C, I, false);
   linear_forward(S.u, S.h2, p + s.up_w, no_bias, N, C, I, false);
-  if (y == nullptr) return;  // recompute: the saved state is complete
+  if (y == nullptr) return;                          // recompute: the saved state is complete
   Real* m = carve_forward_mlp<Real>(arena, s, N).m;  // (N, I)
   swiglu_forward(m, S.g, S.u, N * I, s.threads);
   std::copy(S.x2, S.x2 + N * C, y);
@@ -385,8 +386,8 @@ void decoder_backward(const DecoderSpec& s, const Real* p, const Real* x, Worksp
   // datt = dx2 Wo; dWo += dx2^T att
   linear_backward(a.datt, dp + s.o_w, no_bias, dx, S.att, p + s.o_w, N, Q, C, false);
   // dq, dk, dv of the rotated (and normed) q, k and of v
-  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse, attention_shape(s, B, T, positions),
-                     a.attn);
+  attention_backward(a.dq, a.dk, a.dv, a.datt, S.q, S.k, S.v, S.att, S.lse,
+                     attention_shape(s, B, T, positions), a.attn);
   // undo the rotation: gradients w.r.t. q, k before RoPE
   rope_tables(w.cos, w.sin, s.inv_freq, T);
   rope_backward(a.dq, w.cos, w.sin, B, T, s.H, s.hd, positions);

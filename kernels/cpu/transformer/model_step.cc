@@ -9,10 +9,10 @@
 
 #include "common/error.h"
 #include "kernels/cpu/transformer/arena.h"
-#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/embedding_unit.h"
 #include "kernels/cpu/transformer/head_unit.h"
 #include "kernels/cpu/transformer/layer_dispatch.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/router_aux_loss.h"
 
 namespace slidedp::kernels {

@@ -1,8 +1,8 @@
 // Per-unit working sets from the kernels' own size queries; see working_set.h.
 #include "kernels/cpu/transformer/working_set.h"
 
-#include "kernels/cpu/transformer/llama_layer.h"
 #include "kernels/cpu/transformer/head_unit.h"
+#include "kernels/cpu/transformer/llama_layer.h"
 
 namespace slidedp::kernels {
 
