@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Style checks on what a change touched (STYLE habit 10): clang-format on the changed lines of C++ and
 # CUDA files; clang-tidy on the changed sources the build compiles, outside tests (not .cu): each must
-# compile alone, no function over 150 lines (readability-function-size), and a set of bugprone and
-# performance checks on the changed lines.
+# compile alone, no function over 150 lines (readability-function-size), and a set of bugprone,
+# performance and readability checks on the changed lines.
 # "Changed" is against BASE: $1, else the commit in .style-base, which a piece of work sets to the
 # commit it starts from. A function already over the limit is named in scripts/style_allowlist.txt
 # until it is split; any other fails the check. Formatting and the other checks look at changed lines
@@ -69,6 +69,17 @@ done
 for c in unnecessary-copy-initialization unnecessary-value-param for-range-copy move-const-arg faster-string-find \
   implicit-conversion-in-loop noexcept-move-constructor; do
   checks+=",performance-$c"
+done
+# Readability (STYLE habit 10) where a finding is a clear fix on a changed line: redundancy, a
+# container's own query, a misleading shape. Not the naming, braces, declaration and conversion
+# checks: the house style writes B, T, C and `double a = 0, b = 0;` on purpose.
+for c in container-size-empty container-contains container-data-pointer redundant-string-cstr \
+  redundant-string-init redundant-member-init redundant-control-flow redundant-declaration \
+  redundant-smartptr-get redundant-access-specifiers redundant-preprocessor simplify-boolean-expr \
+  misleading-indentation misplaced-array-index string-compare delete-null-pointer \
+  static-accessed-through-instance inconsistent-declaration-parameter-name duplicate-include \
+  avoid-const-params-in-decls const-return-type uniqueptr-delete-release else-after-return; do
+  checks+=",readability-$c"
 done
 config="{CheckOptions: [{key: readability-function-size.LineThreshold, value: 150}]}"
 # Warnings in the project's headers count too (a changed header is checked through its includers).

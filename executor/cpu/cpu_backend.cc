@@ -179,7 +179,7 @@ class CpuStream final : public Stream {
       const int flow = paced ? pacing_->pacer().begin(paced->usages, paced->work, paced->delay_s) : -1;
       fn();
       if (flow >= 0) pacing_->pacer().finish(flow);
-      if (tracer_.on()) tracer_.add(rank_, name_.c_str(), tag, start, tracer_.now(), bytes);
+      if (tracer_.on()) tracer_.add(rank_, name_, tag, start, tracer_.now(), bytes);
     });
   }
 
@@ -199,7 +199,7 @@ class CpuStream final : public Stream {
          [&] {
            if (tracer_.on()) end = tracer_.now();
          });
-      if (tracer_.on()) tracer_.add(rank_, name_.c_str(), tag, start, end >= 0 ? end : tracer_.now());
+      if (tracer_.on()) tracer_.add(rank_, name_, tag, start, end >= 0 ? end : tracer_.now());
     });
   }
 
@@ -366,7 +366,6 @@ class CpuDevice final : public Device {
   CpuDevice(int rank, int64_t budget, const SharedMath& math, RunControl& control, Tracer& tracer)
       : rank_(rank),
         math_(math),
-        control_(control),
         compute_("compute", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
         h2d_("h2d", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
         d2h_("d2h", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
@@ -633,7 +632,6 @@ class CpuDevice final : public Device {
 
   int rank_;
   const SharedMath& math_;
-  RunControl& control_;
   CpuStream compute_, h2d_, d2h_, comm_;
   HostBlocks blocks_;
   DeviceBudget budget_;  // after blocks_, which it gives its blocks back to
@@ -834,7 +832,7 @@ class CpuBackend final : public Backend {
   bool tracing() const override { return tracer_.on(); }
   double trace_clock_s() const override { return tracer_.now(); }
   void add_span(const MeasuredSpan& s) override {
-    tracer_.add(s.rank, s.stream.c_str(), s.tag, s.start_s, s.end_s, s.bytes);
+    tracer_.add(s.rank, s.stream, s.tag, s.start_s, s.end_s, s.bytes);
   }
   std::vector<MeasuredSpan> take_spans() override { return tracer_.take(); }
   void synchronize() override {
