@@ -3,6 +3,9 @@
 // copies report (MeasuredSpan::bytes of the copies the model charges, by their tags).
 #pragma once
 
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
 #include <utility>
 
 #include "executor/trainer.h"
@@ -37,6 +40,19 @@ inline LinkBytes span_link_bytes(const TrainResult& r, int rank) {
     if (category == "d2h") b.d2h += s.bytes;
   }
   return b;
+}
+
+// Each rank's copies in `r` (a run of `o`), per step, carry the model's bytes per step: sums of a
+// few hundred copies of whole elements, equal up to the summation's rounding.
+inline void expect_span_bytes_are_the_models(const TrainResult& r, const TrainOptions& o,
+                                             const LinkBytes& model) {
+  const double steps = static_cast<double>(o.steps);
+  for (int rank = 0; rank < o.plan.ranks; ++rank) {
+    SCOPED_TRACE(fmt::format("rank {}", rank));
+    const LinkBytes copied = span_link_bytes(r, rank);
+    EXPECT_NEAR(copied.h2d / steps, model.h2d, 1e-9 * model.h2d + 1e-6);
+    EXPECT_NEAR(copied.d2h / steps, model.d2h, 1e-9 * model.d2h + 1e-6);
+  }
 }
 
 }  // namespace slidedp::exec::testing
