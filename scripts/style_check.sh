@@ -56,10 +56,11 @@ for s in "${files[@]}"; do
     echo "style: $s is not in this build (a CUDA file in a build without CUDA?): clang-tidy skips it"
   fi
 done
-# The checks: the function size, and the bugprone and performance checks that find real defects in
-# this code without noise. Not the whole groups: they cost 12 s a file against 7 s for these (CI's
-# 40 minutes), and on the executor, model and planner they mostly flag int indices cast to size_t,
-# switches that return the same size for two types and push_back in loops.
+# The checks: the function size, and the bugprone, performance and readability checks that find real
+# defects or clear fixes in this code without noise. Not the whole groups: they cost 12 s a file
+# against 7 s for a chosen set (CI's 40 minutes), and on the executor, model and planner they mostly
+# flag int indices cast to size_t, switches that return the same size for two types and push_back in
+# loops.
 checks="-*,readability-function-size"
 for c in use-after-move dangling-handle integer-division sizeof-expression infinite-loop unused-return-value \
   string-constructor suspicious-missing-comma macro-parentheses unhandled-self-assignment \
@@ -71,14 +72,16 @@ for c in unnecessary-copy-initialization unnecessary-value-param for-range-copy 
   checks+=",performance-$c"
 done
 # Readability (STYLE habit 10) where a finding is a clear fix on a changed line: redundancy, a
-# container's own query, a misleading shape. Not the naming, braces, declaration and conversion
-# checks: the house style writes B, T, C and `double a = 0, b = 0;` on purpose.
+# container's own query, a misleading shape. Not identifier-naming, braces-around-statements,
+# isolate-declaration or implicit-bool-conversion: the house style writes B, T, C, one-line ifs and
+# `double a = 0, b = 0;` on purpose.
 for c in container-size-empty container-contains container-data-pointer redundant-string-cstr \
   redundant-string-init redundant-member-init redundant-control-flow redundant-declaration \
   redundant-smartptr-get redundant-access-specifiers redundant-preprocessor simplify-boolean-expr \
   misleading-indentation misplaced-array-index string-compare delete-null-pointer \
   static-accessed-through-instance inconsistent-declaration-parameter-name duplicate-include \
-  avoid-const-params-in-decls const-return-type uniqueptr-delete-release else-after-return; do
+  avoid-const-params-in-decls const-return-type uniqueptr-delete-release else-after-return \
+  redundant-function-ptr-dereference static-definition-in-anonymous-namespace simplify-subscript-expr; do
   checks+=",readability-$c"
 done
 config="{CheckOptions: [{key: readability-function-size.LineThreshold, value: 150}]}"

@@ -9,8 +9,8 @@
 # runs in the plain build and its ASan campaign in scripts/fuzz.sh. The multi-node tests run only in
 # the plain build: their second process is an MPI library's, uninstrumented. Tests that
 # need a GPU skip themselves with a visible reason. Before the tests, scripts/style_check.sh checks the
-# files changed since .style-base (clang-format on the changed lines, no function over 150 lines; about a
-# minute); a finding fails the command after everything has run (SLIDEDP_STYLE=0 skips it). Extra
+# files changed since .style-base (clang-format on the changed lines; clang-tidy: no function over 150
+# lines, bugprone, performance and readability checks on changed lines; two to three minutes); a finding fails the command after everything has run (SLIDEDP_STYLE=0 skips it). Extra
 # arguments go to the main ctest run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -32,7 +32,7 @@ unity="-DSLIDEDP_UNITY_BUILD=${SLIDEDP_UNITY_BUILD:-ON}"
   "-DCMAKE_CUDA_ARCHITECTURES=80" "$unity"
 build="${SLIDEDP_BUILD_DIR:-$root/build}"
 # Style on what changed since .style-base (clang-format on changed lines; clang-tidy: function sizes,
-# the bugprone and performance set, each changed source compiled alone): reported
+# the bugprone, performance and readability sets, each changed source compiled alone): reported
 # here, its verdict the script's exit status once every test has run.
 style_status=0
 if [ "${SLIDEDP_STYLE:-1}" = "1" ]; then
