@@ -1,13 +1,14 @@
 // One source of the bytes a copy moves, on a GPU (label gpu; skipped with the reason where no GPU
 // is visible): the CUDA backend's copies, as their spans report them (the bytes each cudaMemcpyAsync
 // moved, MeasuredSpan::bytes), add up per step to the host-link bytes the step model charges for the
-// same plan. The CPU backend's counterparts (copy_bytes_test.cc) check the pacer's weighing and
-// the CPU backend's own copies in the same wire dtypes; this one checks that the real copies are the model's elements in the model's dtypes: bf16 parameters,
-// gradients and offloaded activations, FSDP offload's fp32 parameters, the gpu route's fp32 shard.
-// Not here, as the executor and the model still differ on them (docs/EXECUTOR.md, bytes moved):
-// ZeRO-Offload's gradient on the cpu route (the executor copies bf16, the model charges DeepSpeed's
-// fp32), its accumulation round trip on the gpu route (fp32 copied, fp16 charged) and
-// ZeRO-3-Offload's reduced shard (the executor copies fp32, the model charges 2 bytes).
+// same plan. The CPU backend's counterparts (copy_bytes_test.cc) check the pacer's weighing and the
+// CPU backend's own copies in the same wire dtypes; this one checks that the real copies are the
+// model's elements in the model's dtypes: bf16 parameters, gradients and offloaded activations, FSDP
+// offload's fp32 parameters, the gpu route's fp32 shard. Not here, as the executor and the model
+// still differ on them (docs/EXECUTOR.md, bytes moved): ZeRO-Offload's gradient on the cpu route
+// (the executor copies bf16, the model charges DeepSpeed's fp32), its accumulation round trip on
+// the gpu route (fp32 copied, fp16 charged) and ZeRO-3-Offload's reduced shard (the executor copies
+// fp32, the model charges 2 bytes).
 #include <gtest/gtest.h>
 
 #include "executor/cuda/cuda_backend.h"
