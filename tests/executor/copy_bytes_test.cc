@@ -30,31 +30,8 @@
 namespace slidedp::exec {
 namespace {
 
-struct Case {
-  std::string name;
-  System system = System::kSlideDP;
-  ParamRoute param_route = ParamRoute::kReplicated;
-  GradRoute grad_route = GradRoute::kCpu;
-  bool offload = false;
-  bool every_unit_resident = false;  // buffer depth = units: nothing is delivered twice in a step
-  int ranks = 2;
-};
-
-// Two steps of two micro-steps, traced: the copies' spans carry their bytes.
-TrainOptions case_options(const ModelCard& card, const Case& c) {
-  TrainOptions o = testing::tiny_options(c.ranks, 2, 2, 2);
-  o.card = card;
-  o.system = c.system;
-  o.plan.param_route = c.param_route;
-  o.plan.grad_route = c.grad_route;
-  if (c.offload) {
-    o.plan.per_layer.assign(static_cast<std::size_t>(card.num_layers), ActivationPolicy::kOffload);
-    o.plan.offload_layers = static_cast<int>(card.num_layers);
-  }
-  if (c.every_unit_resident) o.plan.gpu_buffer_depth = static_cast<int>(card.num_layers) + 2;
-  o.trace = true;
-  return o;
-}
+using testing::Case;
+using testing::case_options;
 
 void expect_paced_bytes_are_the_models(const ModelCard& card, const Case& c) {
   TrainOptions o = case_options(card, c);

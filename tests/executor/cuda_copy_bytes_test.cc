@@ -19,25 +19,13 @@
 namespace slidedp::exec {
 namespace {
 
-struct Case {
-  std::string name;
-  System system = System::kSlideDP;
-  GradRoute grad_route = GradRoute::kCpu;
-  bool offload = false;
-  int ranks = 1;  // one GPU each (NCCL)
-};
+using testing::Case;
 
+// One GPU per rank (NCCL).
 void expect_copies_are_the_models(const Case& c) {
   SCOPED_TRACE(c.name);
-  TrainOptions o = testing::tiny_options(c.ranks, 2, 2, 2);
+  TrainOptions o = testing::case_options(testing::tiny_card(), c);
   o.backend = "cuda";
-  o.system = c.system;
-  o.plan.grad_route = c.grad_route;
-  if (c.offload) {
-    o.plan.per_layer.assign(static_cast<std::size_t>(o.card.num_layers), ActivationPolicy::kOffload);
-    o.plan.offload_layers = static_cast<int>(o.card.num_layers);
-  }
-  o.trace = true;
   testing::expect_span_bytes_are_the_models(
       train(o), o, testing::model_link_bytes_per_step(o, testing::paced_target(10.0, 1.5e7)));
 }
@@ -47,8 +35,9 @@ TEST(CudaCopyBytes, CopiesMoveWhatTheModelCharges) {
     GTEST_SKIP()
         << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
   for (const Case& c :
-       {Case{"slidedp cpu route"}, Case{"slidedp offload", System::kSlideDP, GradRoute::kCpu, true},
-        Case{"fsdp-offload", System::kFsdpOffload}})
+       {Case{"slidedp cpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false, false, 1},
+        Case{"slidedp offload", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, true, false, 1},
+        Case{"fsdp-offload", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kCpu, false, false, 1}})
     expect_copies_are_the_models(c);
 }
 
@@ -58,7 +47,7 @@ TEST(CudaCopyBytes, TheGpuRoutesShardMovesWhatTheModelCharges) {
   if (cuda_visible_devices() < 2)
     GTEST_SKIP() << "fewer than two CUDA GPUs visible (" << cuda_visible_devices()
                  << "): the gpu route's shard needs two ranks, one GPU each";
-  expect_copies_are_the_models(Case{"slidedp gpu route", System::kSlideDP, GradRoute::kGpu, false, 2});
+  expect_copies_are_the_models(Case{"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu});
 }
 
 }  // namespace

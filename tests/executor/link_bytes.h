@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <string>
 #include <utility>
 
 #include "executor/trainer.h"
@@ -13,8 +14,36 @@
 #include "model/step_recurrence.h"
 #include "model/step_work.h"
 #include "model/workload.h"
+#include "tests/executor/executor_test_util.h"
 
 namespace slidedp::exec::testing {
+
+// One plan feature set of the copy-bytes tests.
+struct Case {
+  std::string name;
+  System system = System::kSlideDP;
+  ParamRoute param_route = ParamRoute::kReplicated;
+  GradRoute grad_route = GradRoute::kCpu;
+  bool offload = false;
+  bool every_unit_resident = false;  // buffer depth = units: nothing is delivered twice in a step
+  int ranks = 2;
+};
+
+// Two steps of two micro-steps of `card` under `c`, traced: the copies' spans carry their bytes.
+inline TrainOptions case_options(const ModelCard& card, const Case& c) {
+  TrainOptions o = tiny_options(c.ranks, 2, 2, 2);
+  o.card = card;
+  o.system = c.system;
+  o.plan.param_route = c.param_route;
+  o.plan.grad_route = c.grad_route;
+  if (c.offload) {
+    o.plan.per_layer.assign(static_cast<std::size_t>(card.num_layers), ActivationPolicy::kOffload);
+    o.plan.offload_layers = static_cast<int>(card.num_layers);
+  }
+  if (c.every_unit_resident) o.plan.gpu_buffer_depth = static_cast<int>(card.num_layers) + 2;
+  o.trace = true;
+  return o;
+}
 
 struct LinkBytes {
   double h2d = 0, d2h = 0;
