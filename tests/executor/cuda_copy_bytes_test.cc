@@ -35,9 +35,11 @@ TEST(CudaCopyBytes, CopiesMoveWhatTheModelCharges) {
     GTEST_SKIP()
         << "no CUDA GPU visible (cuda_visible_devices() == 0): this GPU test runs only where a GPU is";
   for (const Case& c :
-       {Case{"slidedp cpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false, false, 1},
+       {Case{"slidedp cpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false, false,
+             1},
         Case{"slidedp offload", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, true, false, 1},
-        Case{"fsdp-offload", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kCpu, false, false, 1}})
+        Case{"fsdp-offload", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kCpu, false, false,
+             1}})
     expect_copies_are_the_models(c);
 }
 
@@ -47,7 +49,8 @@ TEST(CudaCopyBytes, TheGpuRoutesShardMovesWhatTheModelCharges) {
   if (cuda_visible_devices() < 2)
     GTEST_SKIP() << "fewer than two CUDA GPUs visible (" << cuda_visible_devices()
                  << "): the gpu route's shard needs two ranks, one GPU each";
-  expect_copies_are_the_models(Case{"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu});
+  expect_copies_are_the_models(
+      Case{"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu});
 }
 
 }  // namespace
