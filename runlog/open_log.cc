@@ -27,14 +27,21 @@ std::string run_log_schema_sql() {
   return std::string(*text);
 }
 
-// A table's CREATE statement as run_log_schema.sql defines it (a migration that adds a table runs
-// the same text as a new file).
-std::string create_table_sql(const std::string& table) {
+// The statement of run_log_schema.sql that starts with `head`, through its terminating ';' (a
+// migration that adds a table or replaces a view runs the same text as a new file).
+std::string schema_statement(const std::string& head) {
   const std::string& schema = run_log_schema_sql();
-  const std::size_t begin = schema.find("CREATE TABLE " + table + " (");
-  const std::size_t end = begin == std::string::npos ? begin : schema.find("\n);", begin);
-  SLIDEDP_CHECK(end != std::string::npos, "run_log_schema.sql defines no table " + table);
-  return schema.substr(begin, end + 3 - begin) + "\n";
+  const std::size_t begin = schema.find(head);
+  const std::size_t end = begin == std::string::npos ? begin : schema.find(";\n", begin);
+  SLIDEDP_CHECK(end != std::string::npos, "run_log_schema.sql has no statement " + head);
+  return schema.substr(begin, end + 2 - begin);
+}
+
+std::string create_table_sql(const std::string& table) { return schema_statement("CREATE TABLE " + table + " ("); }
+
+// Drops `view` and creates it as the schema file defines it now.
+std::string replace_view_sql(const std::string& view) {
+  return "DROP VIEW " + view + ";" + schema_statement("CREATE VIEW " + view + " AS");
 }
 
 // Opens `path` and makes sure it is a run log of this schema version; `create` makes an empty or
@@ -141,6 +148,8 @@ std::unique_ptr<Connection> open_run_log(const std::string& path, bool create) {
   migrate(2, create_table_sql("evals"));
   // Version 4 added the bytes the copies among a step's spans moved (NULL in the rows before).
   migrate(3, "ALTER TABLE phase_totals ADD COLUMN bytes REAL CHECK (bytes IS NULL OR bytes >= 0);");
+  // Version 5 added the bytes to the busy views (views hold no rows: dropped and created afresh).
+  migrate(4, replace_view_sql("step_busy") + replace_view_sql("run_busy"));
   if (version > kRunLogSchemaVersion)
     throw IoError(path, "run log schema version " + std::to_string(version) +
                             " was written by a newer SlideDP; "

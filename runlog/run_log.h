@@ -23,7 +23,7 @@ namespace slidedp::runlog {
 
 // The schema version this build writes and reads (PRAGMA user_version). An older file is migrated
 // when opened (runlog/open_log.cc); a newer or unknown one is refused with an IoError naming it.
-inline constexpr int kRunLogSchemaVersion = 4;
+inline constexpr int kRunLogSchemaVersion = 5;
 // PRAGMA application_id of a run log: 'SDPL'. Tells a run log from any other SQLite file.
 inline constexpr int32_t kRunLogApplicationId = 0x5344504C;
 

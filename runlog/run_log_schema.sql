@@ -1,4 +1,4 @@
--- The SlideDP run log, schema version 4 (docs/RUN_LOG.md). runlog/open_log.cc embeds this file and
+-- The SlideDP run log, schema version 5 (docs/RUN_LOG.md). runlog/open_log.cc embeds this file and
 -- runs it once, in one transaction, on an empty database; it is the only place the schema is defined.
 -- Writers go through RunLog; readers (planner, fidelity tools, people with the sqlite3 shell) should
 -- prefer the views at the end, which stay stable when tables gain columns.
@@ -150,12 +150,17 @@ CREATE INDEX profile_samples_by_measurement ON profile_samples (run_id, measurem
 -- Views for readers.
 
 -- Per step, the busy time of each category: the busiest rank's and the mean over the ranks that
--- logged it (host work, rank NULL, is one "rank" of its own category).
+-- logged it (host work, rank NULL, is one "rank" of its own category). For copies, the bytes all
+-- ranks moved, the most one rank moved, and the rate the copies ran at while busy (all ranks' bytes
+-- over all ranks' busy time, GB/s); NULL where no row carries bytes.
 CREATE VIEW step_busy AS
 SELECT run_id, step, category,
        max(busy_s) AS max_rank_busy_s,
        avg(busy_s) AS mean_rank_busy_s,
-       count(*)    AS ranks
+       count(*)    AS ranks,
+       sum(bytes)  AS bytes,
+       max(bytes)  AS max_rank_bytes,
+       sum(bytes) / nullif(sum(CASE WHEN bytes IS NULL THEN 0 ELSE busy_s END), 0) / 1e9 AS busy_gbps
 FROM phase_totals
 GROUP BY run_id, step, category;
 
@@ -179,13 +184,17 @@ JOIN (SELECT run_id, min(step) AS first_step, count(*) AS n FROM steps GROUP BY 
   ON f.run_id = s.run_id
 WHERE s.step > f.first_step OR f.n = 1;
 
--- Per run and category, the busy time per step averaged over the run's steady-state steps. A step
--- without totals of a category counts as zero busy time, not as a missing sample.
+-- Per run and category, the busy time and bytes per step averaged over the run's steady-state steps.
+-- A step without totals of a category counts as zero busy time, not as a missing sample; `busy_gbps`
+-- is the copies' rate while busy over those steps (NULL without bytes).
 CREATE VIEW run_busy AS
 SELECT b.run_id, b.category,
        sum(b.max_rank_busy_s) / n.steps  AS max_rank_busy_s,
        sum(b.mean_rank_busy_s) / n.steps AS mean_rank_busy_s,
-       n.steps                           AS steps
+       n.steps                           AS steps,
+       sum(b.bytes) / n.steps            AS bytes,
+       sum(b.max_rank_bytes) / n.steps   AS max_rank_bytes,
+       sum(b.bytes) / nullif(sum(CASE WHEN b.bytes IS NULL THEN 0 ELSE b.bytes / b.busy_gbps END), 0) AS busy_gbps
 FROM step_busy b
 JOIN steady_steps s ON s.run_id = b.run_id AND s.step = b.step
 JOIN (SELECT run_id, count(*) AS steps FROM steady_steps GROUP BY run_id) n ON n.run_id = b.run_id
@@ -218,4 +227,4 @@ FROM runs r;
 -- Marks the file as a SlideDP run log ('SDPL') and records the schema version; RunLog refuses files
 -- with another application id or a version it does not know (runlog/run_log.h).
 PRAGMA application_id = 1396985932;
-PRAGMA user_version = 4;
+PRAGMA user_version = 5;

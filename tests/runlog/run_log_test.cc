@@ -484,6 +484,18 @@ TEST(RunLog, PhasesOfSeveralNodesKeepTheirNode) {
 
 // A file of schema 1 (before the node columns) is migrated when opened, its rows kept, and ends up
 // with the columns and tables of a file created now.
+// The busy views of files before version 5 (no bytes), as those versions created them: a test that
+// makes an older file puts them back before it drops the bytes column they do not read.
+constexpr const char* kSchemaFourBusyViews =
+    "DROP VIEW run_busy; DROP VIEW step_busy;"
+    "CREATE VIEW step_busy AS SELECT run_id, step, category, max(busy_s) AS max_rank_busy_s,"
+    " avg(busy_s) AS mean_rank_busy_s, count(*) AS ranks FROM phase_totals GROUP BY run_id, step, category;"
+    "CREATE VIEW run_busy AS SELECT b.run_id, b.category, sum(b.max_rank_busy_s) / n.steps AS max_rank_busy_s,"
+    " sum(b.mean_rank_busy_s) / n.steps AS mean_rank_busy_s, n.steps AS steps FROM step_busy b"
+    " JOIN steady_steps s ON s.run_id = b.run_id AND s.step = b.step"
+    " JOIN (SELECT run_id, count(*) AS steps FROM steady_steps GROUP BY run_id) n ON n.run_id = b.run_id"
+    " GROUP BY b.run_id, b.category;";
+
 TEST(RunLog, MigratesSchemaOneFiles) {
   TempDir tmp;
   const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
@@ -498,6 +510,7 @@ TEST(RunLog, MigratesSchemaOneFiles) {
   }
   // Back to schema 1 as it was: no node columns, the three-part key.
   RawDb(old).exec(
+      std::string(kSchemaFourBusyViews) +
       "DROP INDEX phase_totals_unique; ALTER TABLE phases DROP COLUMN node; ALTER TABLE phase_totals DROP "
       "COLUMN node; ALTER TABLE phase_totals DROP COLUMN bytes; "
       "CREATE UNIQUE INDEX phase_totals_unique ON phase_totals (run_id, step, ifnull(rank, -1), category); "
@@ -534,7 +547,8 @@ TEST(RunLog, MigratesSchemaTwoFilesAndLogsEvaluations) {
     id = log.begin_run(train_info());
     log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8));
   }
-  RawDb(old).exec("DROP TABLE evals; ALTER TABLE phase_totals DROP COLUMN bytes; PRAGMA user_version = 2;");
+  RawDb(old).exec(std::string(kSchemaFourBusyViews) +
+                  "DROP TABLE evals; ALTER TABLE phase_totals DROP COLUMN bytes; PRAGMA user_version = 2;");
   {
     RunLog log = RunLog::open(old);
     EvalRecord e;
@@ -579,7 +593,7 @@ TEST(RunLog, MigratesSchemaThreeFilesAndLogsCopiedBytes) {
     const std::vector<PhaseTotal> totals = {{1, 0, "h2d", 0.5, 4}};
     log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8), totals);
   }
-  RawDb(old).exec("ALTER TABLE phase_totals DROP COLUMN bytes; PRAGMA user_version = 3;");
+  RawDb(old).exec(std::string(kSchemaFourBusyViews) + "ALTER TABLE phase_totals DROP COLUMN bytes; PRAGMA user_version = 3;");
   {
     RunLog log = RunLog::open(old);
     const std::vector<PhaseTotal> totals = {{2, 0, "h2d", 0.5, 4, std::nullopt, 1.25e6}};
@@ -598,6 +612,47 @@ TEST(RunLog, MigratesSchemaThreeFilesAndLogsCopiedBytes) {
                               "VALUES (" +
                               std::to_string(id) + ", 3, 0, 'h2d', 0.5, 4, -1)"),
             SQLITE_CONSTRAINT);
+}
+
+TEST(RunLog, MigratesSchemaFourFilesAndShowsBytesInTheBusyViews) {
+  TempDir tmp;
+  const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
+  { RunLog log = RunLog::open(fresh); }
+  int64_t id = 0;
+  {
+    RunLog log = RunLog::open(old);
+    id = log.begin_run(train_info());
+    // Two ranks' gradient copies; step 3's rank 1 row has no bytes (it must not dilute the rate);
+    // step 4 copies nothing (zero bytes in the run's mean, no rate).
+    const std::vector<std::vector<PhaseTotal>> steps = {
+        {{1, 0, "d2h", 0.5, 4, std::nullopt, 1e9}, {1, 1, "d2h", 0.25, 4, std::nullopt, 3e8}},
+        {{2, 0, "d2h", 0.5, 4, std::nullopt, 1e9}, {2, 1, "d2h", 0.25, 4, std::nullopt, 3e8}},
+        {{3, 0, "d2h", 1.0, 4, std::nullopt, 2e9}, {3, 1, "d2h", 0.25, 4}},
+        {{4, 0, "compute", 1.0, 4}}};
+    for (const auto& totals : steps)
+      log.log_step(id, step_record(totals[0].step, 2.0, 128, 1.0, 0.8), totals);
+  }
+  RawDb(old).exec(std::string(kSchemaFourBusyViews) + "PRAGMA user_version = 4;");
+  { RunLogReader reader(old); }  // opening migrates
+  RawDb db(old);
+  EXPECT_EQ(db.one("PRAGMA user_version"), std::to_string(kRunLogSchemaVersion));
+  const std::string views = "SELECT name || ': ' || sql FROM sqlite_master WHERE type = 'view' ORDER BY name";
+  EXPECT_EQ(db.rows(views), RawDb(fresh).rows(views));
+  // By hand: step 2 moved 1e9 + 3e8 bytes in 0.5 + 0.25 s; step 3 2e9 in rank 0's 1.0 s.
+  const std::string sb = " FROM step_busy WHERE run_id = " + std::to_string(id) + " AND category = 'd2h' AND step = ";
+  EXPECT_EQ(db.number("SELECT bytes" + sb + "2"), 1.3e9);
+  EXPECT_EQ(db.number("SELECT max_rank_bytes" + sb + "2"), 1e9);
+  EXPECT_NEAR(db.number("SELECT busy_gbps" + sb + "2"), 1.3 / 0.75, 1e-12);
+  EXPECT_EQ(db.number("SELECT bytes" + sb + "3"), 2e9);
+  EXPECT_NEAR(db.number("SELECT busy_gbps" + sb + "3"), 2.0, 1e-12);
+  // Over steady steps 2..4: (1.3e9 + 2e9 + 0) / 3 bytes a step, max rank (1e9 + 2e9) / 3, and
+  // 3.3e9 bytes in 1.75 busy seconds with bytes.
+  const std::string rb = " FROM run_busy WHERE run_id = " + std::to_string(id) + " AND category = ";
+  EXPECT_NEAR(db.number("SELECT bytes" + rb + "'d2h'"), 1.1e9, 1e-3);
+  EXPECT_NEAR(db.number("SELECT max_rank_bytes" + rb + "'d2h'"), 1e9, 1e-3);
+  EXPECT_NEAR(db.number("SELECT busy_gbps" + rb + "'d2h'"), 3.3 / 1.75, 1e-12);
+  EXPECT_EQ(db.one("SELECT ifnull(bytes, 'NULL') || ifnull(busy_gbps, 'NULL')" + rb + "'compute'"), "NULLNULL");
+  EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
 }
 
 TEST(RunLog, RefusesNewerAndUnknownSchemaVersions) {
