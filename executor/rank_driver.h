@@ -82,6 +82,18 @@ struct DriverConfig {
   // chunk with one rank) into a device buffer, casts it to the parameter dtype on the comm stream (as
   // FSDP's unshard does) and all-gathers the rest.
   bool fetch_fp32 = false;
+  // ZeRO-Offload's on one rank (nothing to reduce, the cpu route): DeepSpeed casts the partition to
+  // fp32 on the GPU before its copy to the host (stage_1_and_2.py
+  // async_inplace_copy_grad_to_fp32_buffer_from_gpu), so the last micro-step's gradient is widened
+  // chunk by chunk into one device buffer on the D2H stream and leaves as fp32 (4 bytes an element;
+  // the values are the bf16 gradient's, so the update is bitwise the same).
+  bool widen_grad = false;
+  // ZeRO-3's round trip of each chunk's 16-bit partition (model/step_work.h
+  // SystemTraits::partition_round_trip): out and back in on every micro-step, on the D2H stream before
+  // the gradient leaves, between the two scratch buffers of accumulate_on_gpu. On all but the last
+  // micro-step the gradient that leaves (the executor's exact one: fp32 shards on the gpu route) is
+  // tagged as the copy out.
+  bool partition_round_trip = false;
   const TargetPacing* pacing = nullptr;  // paces the conversions (slidedp-run --emulate); may be null
 
   // The gpu gradient route: a reduce-scatter over every node's ranks (BackendOptions::cross_node
@@ -184,9 +196,13 @@ class RankDriver {
   // after which the rank's gradient buffers for this unit are free again.
   EventPtr send_grads(int64_t step, int micro, int unit, GradPart part, const DeviceBuffer& grads, int64_t numel);
   void sum_back_in(int64_t step, int micro, int unit, int64_t k, int64_t bytes, const char* what, Stream& out);
+  void partition_trip(int64_t step, bool last_micro, int unit, int64_t k, int64_t bytes, const char* out_what,
+                      const char* in_what, Stream& out);
   DeviceBuffer alloc(int64_t bytes, const char* what) { return device_.alloc(bytes, what); }
   void release(const DeviceBuffer& b, const EventPtr& e) { device_.release(b, e); }
-  SpanTag tag(const char* category, const char* what, int64_t step, int unit, int64_t chunk = -1) const;
+  // `element_bytes`: a copy's bytes per element, for the copies the model charges (copy_kind_of).
+  SpanTag tag(const char* category, const char* what, int64_t step, int unit, int64_t chunk = -1,
+              int64_t element_bytes = 0) const;
   // device_optimizer: this rank's sharded state, the gradient accumulation and the update.
   void load_state();
   EventPtr send_grads_to_shard(int64_t step, int unit, const DeviceBuffer& wirebuf, const EventPtr& converted,
@@ -237,10 +253,12 @@ class RankDriver {
   EventPtr device_updated_;              // the last AdamW of the shards (or their loading)
   // convert_on_load: two staging buffers of one chunk, and the copy that last read each.
   HostBuffer convert_staging_[2];
-  // accumulate_on_gpu: the copy back in's source (pinned) and target, one staging slot each.
+  // accumulate_on_gpu, partition_round_trip: the copy back in's source (pinned) and target, one
+  // staging slot each (ZeRO-3's copy out goes the other way between them).
   HostBuffer accum_source_;
   DeviceBuffer accum_target_;
   DeviceBuffer fetch_fp32_;  // fetch_fp32: one chunk's fp32 shard on its way to the parameter dtype
+  DeviceBuffer widened_;     // widen_grad: one chunk of the gradient cast to fp32 for its copy
   EventPtr staging_copied_[2];
   bool evaluating_ = false;  // issue_eval is issuing: its spans are tagged as an evaluation's
   int64_t convert_counter_ = 0;

@@ -114,6 +114,7 @@ RunShape run_shape(const TrainOptions& o, const ModelLayout& layout) {
   s.plan.verify_updates = s.plan.verify_updates || needs_update_after_backward(o.optimizer);
   s.fetch_fp32 = s.traits.param_fetch_bytes == 4.0;
   s.accumulate_on_gpu = s.traits.accumulate_on_gpu && s.plan.accum_steps > 1;
+  s.partition_round_trip = s.traits.partition_round_trip;
   // Refused before any allocation, not by the OOM killer: the host memory the run allocates (the
   // account the model charges, model/memory_account.h) and the initial weights while they load.
   s.split_master = use_split_master(o);
@@ -125,6 +126,8 @@ RunShape run_shape(const TrainOptions& o, const ModelLayout& layout) {
   s.link = s.nodes > 1 ? o.link : nullptr;
   s.sharded_nodes = s.link && s.plan.host_state == slidedp::HostState::kSharded;
   s.wire = o.exact_fp32 ? DType::kF32 : DType::kBF16;
+  s.staged_grad_bytes = staged_grad_bytes(o.system, dtype_bytes(s.wire));
+  s.widen_grad = widens_grad_on_device(s.plan, o.system, dtype_bytes(s.wire));
   s.verify = updates_after_backward(s.plan, s.traits);
   return s;
 }
@@ -213,8 +216,8 @@ RankMemoryAccount check_device_memory(const TrainOptions& o, const ModelLayout& 
                                       Backend& backend) {
   RankMemorySpec spec = backend.device(0).memory_spec(shape.plan.micro_batch, o.seq_len);
   spec.document_positions = o.document_end.has_value();
-  spec.system = {shape.traits.gpu_optimizer, shape.fetch_fp32,
-                 shape.accumulate_on_gpu};  // as the drivers allocate
+  spec.system = {shape.traits.gpu_optimizer, shape.fetch_fp32, shape.accumulate_on_gpu || shape.partition_round_trip,
+                 shape.widen_grad};  // as the drivers allocate
   RankMemoryAccount account =
       rank_memory_account(layout, shape.plan, o.seq_len, o.card.tie_word_embeddings, spec);
   MemoryEstimate m;
@@ -236,7 +239,6 @@ UpdaterConfig updater_config(const TrainOptions& o, const ModelLayout& layout, c
   uc.ranks = shape.ranks;
   uc.accum_steps = plan.accum_steps;
   uc.route = plan.grad_shards() > 1 ? GradRoute::kGpu : GradRoute::kCpu;
-  uc.wire_dtype = shape.wire;
   uc.tied = o.card.tie_word_embeddings;
   uc.optimizer = o.optimizer;
   uc.pacing = pacing;
@@ -324,6 +326,8 @@ DriverConfig driver_config(const TrainOptions& o, const RunShape& shape, int ran
   dc.resident_params = traits.params_resident;
   dc.accumulate_on_gpu = shape.accumulate_on_gpu;
   dc.fetch_fp32 = shape.fetch_fp32;
+  dc.widen_grad = shape.widen_grad;
+  dc.partition_round_trip = shape.partition_round_trip;
   dc.whole_update_gate = traits.update_after_backward && !traits.gpu_optimizer;
   dc.device_optimizer = traits.gpu_optimizer;
   // (With the update after the backward, waiting for an update inside the backward would deadlock.)

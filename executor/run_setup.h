@@ -33,7 +33,10 @@ struct RunShape {
   // The baselines' device buffers of their own (rank_driver.h), for the account and the drivers.
   bool fetch_fp32 = false;         // FSDP offload
   bool accumulate_on_gpu = false;  // ZeRO-Offload with accumulation
+  bool widen_grad = false;         // ZeRO-Offload on one rank: the gradient leaves as fp32
+  bool partition_round_trip = false;  // ZeRO-3-Offload: the partition out and back in each micro-step
   DType wire = DType::kBF16;       // parameters and gradients on the links
+  int64_t staged_grad_bytes = 2;   // per element of a gradient in a cpu-route staging slot
   bool verify = false;             // the update after the backward
 };
 

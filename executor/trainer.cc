@@ -268,7 +268,7 @@ TrainResult train(const TrainOptions& o, const std::function<void(const TrainSte
   result.host_state_bytes = state.host_bytes();
   load_initial_state(state, init);
 
-  const int64_t slot_bytes = grad_staging_slot_bytes(layout, shape.plan, dtype_bytes(shape.wire));
+  const int64_t slot_bytes = grad_staging_slot_bytes(layout, shape.plan, shape.staged_grad_bytes);
   std::vector<std::unique_ptr<StagingRing>> rings;
   std::vector<StagingRing*> ring_ptrs;
   for (int r = 0; r < N; ++r) {

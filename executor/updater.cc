@@ -410,7 +410,7 @@ void Updater::run_job(Job& job) {
 
 Updater::GradInput Updater::ring_input(const Job& job) const {
   GradInput in;
-  in.dtype = config_.route == GradRoute::kGpu ? DType::kF32 : config_.wire_dtype;
+  in.dtype = job.parts.front().dtype;
   for (const auto& a : job.parts) in.slots.push_back(a.data);
   in.begin = job.parts.front().begin;
   in.end = job.parts.front().end;

@@ -63,7 +63,6 @@ struct UpdaterConfig {
   // What lands in the staging slots: kGpu when the plan's reduce-scatter shards the gradients
   // (Plan::grad_shards() > 1: fp32 shards, one rank each), else every rank's whole chunk.
   GradRoute route = GradRoute::kCpu;
-  DType wire_dtype = DType::kBF16;  // cpu route slot dtype (the gpu route lands fp32 shards)
   bool tied = false;
   OptimizerConfig optimizer;
   // Per unit, the element ranges that take no weight decay (no_decay_ranges of optimizer.no_decay).
@@ -113,6 +112,7 @@ struct ChunkArrival {
   int slot = 0;
   const std::byte* data = nullptr;
   int64_t begin = 0, end = 0;
+  DType dtype = DType::kBF16;  // of `data`: the wire's on the cpu route (or a wider copy's), fp32 shards
 };
 
 struct StepOutcome {

@@ -15,7 +15,7 @@ double target_bytes_per_element(const SystemTraits& traits, CopyKind kind) {
 
 std::optional<CopyKind> copy_kind_of(std::string_view what) {
   if (what == "params" || what == "params shard" || what == "params fp32" || what == "params shard fp32") return CopyKind::kParams;
-  if (what == "grad") return CopyKind::kGrad;
+  if (what == "grad" || what == "grad fp32") return CopyKind::kGrad;
   if (what == "grad shard") return CopyKind::kGradShard;
   if (what == "offload" || what == "prefetch") return CopyKind::kActivation;
   if (what == "grad accum in" || what == "grad accum out" || what == "grad shard accum in" || what == "grad shard accum out")

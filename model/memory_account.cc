@@ -156,7 +156,9 @@ struct Slots {
 std::string system_buffers_name(const SystemDeviceBuffers& s) {
   if (s.sharded_state) return "sharded fp32 master + AdamW m, v + gradient, non-finite count (FSDP2)";
   if (s.fetch_fp32) return "fp32 parameter shard fetched (FSDP offload)";
-  return "gradient sum copied back in (ZeRO-Offload)";
+  if (s.accumulate_on_gpu && s.widen_grad) return "gradient round trip's target, gradient cast to fp32 (ZeRO offloads)";
+  if (s.widen_grad) return "gradient cast to fp32 for its copy (ZeRO offloads)";
+  return "gradient round trip's target (ZeRO offloads)";
 }
 
 }  // namespace
@@ -274,6 +276,7 @@ void AccountReplay::system_buffers() {
   if (spec_.system.fetch_fp32) led_.alloc(kSystemBuffers, fp32_fetch_bytes(layout_, plan_), start);
   if (spec_.system.accumulate_on_gpu)
     led_.alloc(kSystemBuffers, grad_staging_slot_bytes(layout_, plan_, spec_.wire_bytes), start);
+  if (spec_.system.widen_grad) led_.alloc(kSystemBuffers, grad_staging_slot_bytes(layout_, plan_, 4), start);
 }
 
 void AccountReplay::micro_step(int a) {
@@ -441,15 +444,24 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
   s.accumulate_unit0 = tied;
   if (traits.convert_on_load) s.convert_staging_bytes = std::min(plan.chunk_numel, layout.max_unit_numel()) * s.mirror_bytes;
   s.device_nonfinite_count = traits.gpu_optimizer;
-  if (traits.accumulate_on_gpu && plan.accum_steps > 1) s.accum_source_bytes = grad_staging_slot_bytes(layout, plan, s.mirror_bytes);
+  if ((traits.accumulate_on_gpu && plan.accum_steps > 1) || traits.partition_round_trip) s.accum_source_bytes = grad_staging_slot_bytes(layout, plan, s.mirror_bytes);
+  s.staged_grad_bytes = staged_grad_bytes(system, s.mirror_bytes);
   return s;
 }
 
-int64_t grad_staging_slot_bytes(const ModelLayout& layout, const Plan& plan, int64_t wire_bytes) {
+int64_t staged_grad_bytes(System system, int64_t wire_bytes) {
+  return std::max(wire_bytes, static_cast<int64_t>(system_traits(system).grad_bytes));
+}
+
+bool widens_grad_on_device(const Plan& plan, System system, int64_t wire_bytes) {
+  return plan.grad_shards() == 1 && staged_grad_bytes(system, wire_bytes) > wire_bytes;
+}
+
+int64_t grad_staging_slot_bytes(const ModelLayout& layout, const Plan& plan, int64_t staged_bytes) {
   // A slot never holds more than the largest unit (SlideFormer's 32M-element chunks on a small model).
   const int64_t slot_numel = std::min(plan.chunk_numel, layout.max_unit_numel());
   const int W = plan.grad_shards();
-  const int64_t bytes = W > 1 ? (slot_numel + W - 1) / W * 4 : slot_numel * wire_bytes;
+  const int64_t bytes = W > 1 ? (slot_numel + W - 1) / W * 4 : slot_numel * staged_bytes;
   return (bytes + 63) / 64 * 64;
 }
 
@@ -508,7 +520,7 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   else if (spec.accumulate_unit0)
     items.push_back({"fp32 tied-embedding gradient accumulator" + of_part, (sharded ? std::ceil(emb / M) : emb) * 4});
   items.push_back({"gradient staging rings (pinned)",
-                   N * kGradStagingChunksPerRank * static_cast<double>(grad_staging_slot_bytes(layout, plan, spec.mirror_bytes))});
+                   N * kGradStagingChunksPerRank * static_cast<double>(grad_staging_slot_bytes(layout, plan, spec.staged_grad_bytes))});
   const double offload = static_cast<double>(plan.policy_counts(L).offload);
   if (offload > 0)
     items.push_back({"offloaded activations (pinned)", N * offload * tokens * static_cast<double>(spec.hidden_bytes_per_token)});
@@ -518,7 +530,7 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
     items.push_back({"conversion staging (pinned, two per rank)", N * 2 * static_cast<double>(spec.convert_staging_bytes)});
   if (spec.device_nonfinite_count) items.push_back({"gradient check counts (pinned)", N * 4});
   if (spec.accum_source_bytes > 0)
-    items.push_back({"gradient sum's copy-back source (pinned, one per rank)", N * static_cast<double>(spec.accum_source_bytes)});
+    items.push_back({"gradient round trip's host buffer (pinned, one per rank)", N * static_cast<double>(spec.accum_source_bytes)});
   return items;
 }
 

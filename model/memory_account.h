@@ -26,7 +26,9 @@ namespace slidedp {
 struct SystemDeviceBuffers {
   bool sharded_state = false;      // FSDP2: the rank's fp32 master, AdamW m and v and gradient shards
   bool fetch_fp32 = false;         // FSDP offload: one chunk's fp32 shard on its way to the parameter dtype
-  bool accumulate_on_gpu = false;  // ZeRO-Offload with accumulation: the gradient sum copied back in
+  // ZeRO-Offload with accumulation, ZeRO-3-Offload: the scratch target of the gradient's round trip
+  bool accumulate_on_gpu = false;
+  bool widen_grad = false;         // ZeRO-Offload on one rank: a chunk of the gradient cast to fp32 for its copy
 };
 
 struct MemoryItem {
@@ -90,8 +92,9 @@ struct HostMemorySpec {
   bool accumulate_unit0 = false;       // of the tied embedding only (the head's part of its gradient)
   int64_t convert_staging_bytes = 0;   // per rank, two buffers (SlideFormer converts before each delivery)
   bool device_nonfinite_count = false; // FSDP2: each rank's host copy of its gradient check (4 bytes)
-  int64_t accum_source_bytes = 0;      // ZeRO-Offload with accumulation: per rank, the pinned source of
+  int64_t accum_source_bytes = 0;      // ZeRO-Offload with accumulation, ZeRO-3: per rank, the pinned source of
                                        // the gradient sum's copy back in (one staging slot)
+  int64_t staged_grad_bytes = 2;       // per element of a gradient in a cpu-route staging slot
 };
 
 // The spec of `system` running `plan` (as plan_for_system returns it, verify_updates set for clipping or
@@ -100,9 +103,19 @@ struct HostMemorySpec {
 HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, System system, bool tied,
                                 bool exact_fp32, int64_t hidden_bytes_per_token);
 
-// One slot of a rank's gradient staging ring, 64-byte aligned: a chunk in the wire dtype on the cpu
-// route, the fp32 shard of one on the gpu route. The trainer allocates it; the account charges it.
-int64_t grad_staging_slot_bytes(const ModelLayout& layout, const Plan& plan, int64_t wire_bytes);
+// Bytes per element of a gradient the cpu route copies into a staging slot: the wire dtype's, or the
+// system's own where it copies wider (ZeRO-Offload's partition leaves as fp32: DeepSpeed casts it on
+// the GPU before the copy, stage_1_and_2.py async_inplace_copy_grad_to_fp32_buffer_from_gpu).
+int64_t staged_grad_bytes(System system, int64_t wire_bytes);
+
+// Whether a rank casts its gradient to that width on the device before the copy: the cpu route (one
+// rank, where the gpu route has nothing to reduce) of a system that copies wider than the wire.
+bool widens_grad_on_device(const Plan& plan, System system, int64_t wire_bytes);
+
+// One slot of a rank's gradient staging ring, 64-byte aligned: a chunk at `staged_bytes` per element
+// (staged_grad_bytes) on the cpu route, the fp32 shard of one on the gpu route. The trainer allocates
+// it; the account charges it.
+int64_t grad_staging_slot_bytes(const ModelLayout& layout, const Plan& plan, int64_t staged_bytes);
 
 // The device buffer a delivery of FSDP's CPU offload copies one chunk's fp32 shard into (rank 0's
 // shard, the largest; the whole chunk with one rank), 64-byte aligned. The rank driver allocates it;

@@ -347,9 +347,11 @@ class GraphBuilder {
                                                      w.grad_nic_bytes / chunks);
       }
     }
-    // ZeRO-Offload with accumulation: only the last micro-step's gradient leaves by the D2H queue.
+    // ZeRO-Offload with accumulation and ZeRO-3's round trip: only the last micro-step's gradient
+    // leaves by the D2H queue.
     const bool roundtrip = w.accum_in_h2d_bytes > 0;
-    const double d2h_bytes = roundtrip && !last ? 0.0 : w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
+    const bool trip = w.trip_out_d2h_bytes > 0;
+    const double d2h_bytes = (roundtrip || trip) && !last ? 0.0 : w.grad_d2h_bytes + w.tied_grad_d2h_bytes;
     std::vector<std::vector<int>> arrived(static_cast<std::size_t>(chunks));
     for (int r = 0; r < N_; ++r) {
       const std::size_t rk = static_cast<std::size_t>(r);
@@ -360,8 +362,16 @@ class GraphBuilder {
         dep(deps, rs[static_cast<std::size_t>(k)]);
         if (k == 0 && tr.shared_grad_buffer) dep(deps, cpu_last_);
         if (roundtrip) deps = {accumulate_on_gpu(r, u, k, last, std::move(deps))};
+        if (trip) {
+          // ZeRO-3: the partition out and back in, one copy after the other on the reduce stream.
+          const double chunks_d = static_cast<double>(chunks);
+          const int out = copy_task(r, false, w.trip_out_d2h_bytes / chunks_d, deps, fmt::format("partition out {} c{}", unit_name(u), k));
+          deps = {copy_task(r, true, w.trip_in_h2d_bytes / chunks_d, {out}, fmt::format("partition in {} c{}", unit_name(u), k))};
+        }
         if (d2h_bytes > 0) {
           lastd = copy_task(r, false, d2h_bytes / chunks, deps, fmt::format("grad {} c{}", unit_name(u), k));
+        } else if (trip) {
+          lastd = deps.front();
         } else {
           lastd = rs[static_cast<std::size_t>(k)] >= 0 ? rs[static_cast<std::size_t>(k)] : computed[rk];
         }

@@ -934,9 +934,11 @@ class Recurrence {
     const double rs = k.reduce_scatter_s;
     fabric_s_ += rs;
     network_s_ += k.reduce_scatter_nic_s;
-    // ZeRO-Offload with accumulation: only the last micro-step's gradient leaves by the D2H queue.
+    // ZeRO-Offload with accumulation and ZeRO-3's round trip: only the last micro-step's gradient
+    // leaves by the D2H queue.
     const bool roundtrip = w.accum_in_h2d_bytes > 0;
-    const double d2h_bytes = roundtrip && !last ? 0.0 : k.grad_d2h_bytes;
+    const bool trip = w.trip_out_d2h_bytes > 0;
+    const double d2h_bytes = (roundtrip || trip) && !last ? 0.0 : k.grad_d2h_bytes;
     const double d2h = d2h_bytes > 0 ? d2h_bytes * inv_d2h_rate_ + k.grad_latency_s : 0.0;
     stats().d2h_busy += d2h;
     double gate = std::max(gpu_, extra_gate);
@@ -959,6 +961,8 @@ class Recurrence {
       const double rs_end = chain({{&fabric_free_, rs}}, k.inv_grad_chunks, gate, &rs_first);
       gpu_ = accumulate_on_gpu(w, k, last, rs_first, rs_end, ph);
       end = chain({{&d2h_, d2h}}, k.inv_grad_chunks, gpu_, &first_chunk);
+    } else if (trip) {
+      end = partition_round_trip(w, k, gate, rs, d2h, &first_chunk, ph);
     } else {
       end = chain({{&fabric_free_, rs}, {&d2h_, d2h}}, k.inv_grad_chunks, gate, &first_chunk);
     }
@@ -989,6 +993,31 @@ class Recurrence {
       cpu0_end_ = cpu_end;
       cpu0_s_ = cpu_s;
     }
+    return end;
+  }
+
+  // ZeRO-3's round trip of unit w's partition after its reduction: one stream (DeepSpeed's reduce
+  // stream, beside compute) copies each chunk out, back in and, on the last micro-step, out again as
+  // fp32 (`d2h`, its time), one copy after the other; the copy in holds the H2D link for its time.
+  // Returns the end of the last copy.
+  double partition_round_trip(const UnitWork& w, const UnitConst& k, double gate, double rs, double d2h,
+                              double* first_chunk, PhaseDemand& ph) {
+    const double latency = lat_ * k.grad_chunks * c_.link_latency_s;
+    const double out_s = w.trip_out_d2h_bytes * inv_d2h_rate_ + latency;
+    const double in_s = w.trip_in_h2d_bytes * inv_h2d_rate_ + latency;
+    const double end = chain({{&fabric_free_, rs}, {&d2h_, out_s + in_s + d2h}}, k.inv_grad_chunks, gate, first_chunk);
+    h2d_ = std::max(h2d_, gate) + in_s;
+    stats().d2h_busy += out_s;
+    stats().h2d_busy += in_s;
+    d2h_bytes_ += w.trip_out_d2h_bytes;
+    h2d_bytes_ += w.trip_in_h2d_bytes;
+    ph.d2h_bytes += w.trip_out_d2h_bytes;
+    ph.h2d_bytes += w.trip_in_h2d_bytes;
+    d2h_copies_ += k.grad_chunks;
+    h2d_copies_ += k.grad_chunks;
+    const double hm = sw_.ranks * (w.trip_out_d2h_bytes + w.trip_in_h2d_bytes) * hm_per_copy();
+    ph.host_mem_bytes += hm;
+    host_mem_bytes_ += hm;
     return end;
   }
 

@@ -36,7 +36,7 @@ bool same_work(const UnitWork& a, const UnitWork& b) {
   // Byte-wise over every field but the index, skipping the padding after `policy` (the model
   // evaluates this for every unit of every plan, so it must be cheap). Bit-equal doubles are
   // equal values; 0.0 against -0.0 compares unequal, which only costs a jump.
-  static_assert(sizeof(UnitWork) == 288 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
+  static_assert(sizeof(UnitWork) == 304 && offsetof(UnitWork, index) == 4 && offsetof(UnitWork, numel) == 8 &&
                     offsetof(UnitWork, policy) == 32 && offsetof(UnitWork, fwd_s) == 40,
                 "UnitWork changed: update same_work");
   const auto* pa = reinterpret_cast<const unsigned char*>(&a);
@@ -86,7 +86,11 @@ SystemTraits system_traits(System system) {
     case System::kZero3Offload:
       t.update_after_backward = true;
       t.refetch_for_recompute = true;
-      t.grad_shard_bytes = 2.0;  // the reduced bf16 partition, widened to fp32 on the host
+      // The boundary's partition leaves as fp32 (stage3.py _offload_grad_partition_at_boundary: cast
+      // on the GPU, then the copy), one rank's too (its partition is the whole model).
+      t.grad_shard_bytes = kFp32Bytes;
+      t.grad_bytes = kFp32Bytes;
+      t.partition_round_trip = true;
       t.cpu_optimizer = CpuOptimizer::kDeepSpeed;
       t.update_on_all_cores = true;
       break;
@@ -530,6 +534,13 @@ void StepWorkBuilder::set_gradients(const UnitLayout& ul, double moved, UnitWork
     u.accum_out_d2h_bytes = u.accum_in_h2d_bytes;
     u.accum_add_gpu_s = elems * 3.0 * kBf16Bytes / sw_.cap.gpu_hbm_Bps;
   }
+  if (traits.partition_round_trip) {
+    // This rank's partition of the unit (the tied head's contribution too) in the 16-bit gradient
+    // dtype (DeepSpeed's gradient_accumulation_dtype, the model's by default).
+    const double elems = (moved + tied_numel(ul)) / W;
+    u.trip_out_d2h_bytes = elems * target_bytes_per_element(traits, CopyKind::kGradAccum);
+    u.trip_in_h2d_bytes = u.trip_out_d2h_bytes;
+  }
 }
 
 void StepWorkBuilder::set_host_work(const UnitLayout& ul, UnitWork& u) const {
@@ -537,8 +548,8 @@ void StepWorkBuilder::set_host_work(const UnitLayout& ul, UnitWork& u) const {
   const double n = static_cast<double>(u.numel);
   const double a = adamw_rate_, r = reduce_rate_;
   const double in_bytes = grad_in_bytes();
-  if (traits.gpu_sharded_state || traits.accumulate_on_gpu) {
-    return;  // nothing on the host (ZeRO-Offload's gradients are DMA targets only)
+  if (traits.gpu_sharded_state || traits.accumulate_on_gpu || traits.partition_round_trip) {
+    return;  // nothing on the host (the ZeRO offloads' gradients are DMA targets only)
   } else if (traits.update_after_backward) {
     // Grads are accumulated on the host each micro-step; the update happens after backward.
     u.cpu_accum_thread_s = n * in_bytes / r;

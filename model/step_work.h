@@ -80,6 +80,12 @@ struct SystemTraits {
   // compute stream (`overlap_comm` off, DeepSpeed's default); the host does no arithmetic on gradients
   // (the boundary's fp32 copy lands in the optimizer's gradient buffer).
   bool accumulate_on_gpu = false;
+  // DeepSpeed ZeRO-3 with the optimizer offloaded (stage3.py partition_grads): every micro-step the
+  // reduced bf16 partition goes to the pinned host gradient buffer and back to the GPU (from the
+  // second micro-step on, the sum so far comes in first and is added on the GPU before it goes out),
+  // on the reduce stream beside compute; on the last one the GPU's cast of it to fp32 goes to the
+  // optimizer's gradient (grad_shard_bytes). No gradient leaves otherwise; the host adds none.
+  bool partition_round_trip = false;
   // Bytes per parameter a delivery copies from host memory before the all-gather: bf16 (2), or
   // FSDP's CPU-offloaded fp32 shard (4), cast to bf16 on the GPU.
   double param_fetch_bytes = 2.0;
@@ -133,6 +139,9 @@ struct UnitWork {
   // accumulate_on_gpu, per rank: the fp16 sum so far back in on micro-steps 1..A-1 and the GPU's add
   // of it, the new sum out on micro-steps 0..A-2 (then grad_d2h_bytes leaves on the last only).
   double accum_in_h2d_bytes = 0, accum_out_d2h_bytes = 0, accum_add_gpu_s = 0;
+  // partition_round_trip, per rank and micro-step: the 16-bit partition out and back in (then
+  // grad_d2h_bytes leaves on the last micro-step only).
+  double trip_out_d2h_bytes = 0, trip_in_h2d_bytes = 0;
   // Host CPU work of the unit's gradients, all ranks together: `last` = the final micro-step
   // (reduce + AdamW, bf16 mirror written), `accum` = each earlier micro-step (reduce/accumulate).
   double cpu_last_thread_s = 0, cpu_accum_thread_s = 0;

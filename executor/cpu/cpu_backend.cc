@@ -130,13 +130,11 @@ class CpuCounter final : public HostCounter {
 
 class CpuStream final : public Stream {
  public:
-  // `pacing` (may be null): hold each operation until the target machine would have finished it.
-  // `param_bytes`: bytes per delivered parameter here (bf16, or fp32 with --exact), so copies are paced
-  // with the bytes the target moves.
-  CpuStream(std::string name, int rank, RunControl& control, Tracer& tracer, const TargetPacing* pacing,
-            int64_t param_bytes)
-      : name_(std::move(name)), rank_(rank), control_(control), tracer_(tracer), pacing_(pacing),
-        param_bytes_(param_bytes) {
+  // `pacing` (may be null): hold each operation until the target machine would have finished it; a
+  // copy the model charges is paced by its elements (the bytes here over its tag's element size) at
+  // the bytes per element the target moves.
+  CpuStream(std::string name, int rank, RunControl& control, Tracer& tracer, const TargetPacing* pacing)
+      : name_(std::move(name)), rank_(rank), control_(control), tracer_(tracer), pacing_(pacing) {
     worker_ = std::thread([this] { loop(); });
   }
   ~CpuStream() override {
@@ -252,12 +250,8 @@ class CpuStream final : public Stream {
     if (!pacing_) return std::nullopt;
     const std::optional<CopyKind> kind = copy_kind_of(tag.what);
     if (!kind) return pacing_->copy(rank_, h2d, static_cast<double>(bytes));
-    // (ZeRO-Offload's sums of a shard are fp32 shards too; FSDP offload fetches fp32 parameters.)
-    const std::string_view what = tag.what;
-    const bool fp32_here = *kind == CopyKind::kGradShard || *kind == CopyKind::kActivation ||
-                           what.starts_with("grad shard") || what.ends_with(" fp32");
-    const double element_bytes = fp32_here ? 4.0 : static_cast<double>(param_bytes_);
-    return pacing_->copy(rank_, h2d, *kind, static_cast<double>(bytes) / element_bytes);
+    SLIDEDP_CHECK(tag.element_bytes > 0, std::string("a copy the model charges has no element size: ") + tag.what);
+    return pacing_->copy(rank_, h2d, *kind, static_cast<double>(bytes) / tag.element_bytes);
   }
 
   void loop() {
@@ -292,7 +286,6 @@ class CpuStream final : public Stream {
   RunControl& control_;
   Tracer& tracer_;
   const TargetPacing* pacing_;
-  int64_t param_bytes_;
   std::mutex mutex_;
   std::condition_variable cv_, idle_cv_;
   std::deque<std::function<void()>> queue_;
@@ -366,10 +359,10 @@ class CpuDevice final : public Device {
   CpuDevice(int rank, int64_t budget, const SharedMath& math, RunControl& control, Tracer& tracer)
       : rank_(rank),
         math_(math),
-        compute_("compute", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
-        h2d_("h2d", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
-        d2h_("d2h", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
-        comm_("comm", rank, control, tracer, math.pacing, math.exact ? 4 : 2),
+        compute_("compute", rank, control, tracer, math.pacing),
+        h2d_("h2d", rank, control, tracer, math.pacing),
+        d2h_("d2h", rank, control, tracer, math.pacing),
+        comm_("comm", rank, control, tracer, math.pacing),
         blocks_(rank),
         budget_(rank, budget, blocks_) {}
 
@@ -510,6 +503,14 @@ class CpuDevice final : public Device {
       float* d = reinterpret_cast<float*>(dst.ptr) + dst_offset;
       stream.enqueue([s, d, n] { std::memcpy(d, s, static_cast<size_t>(n) * 4); });
     }
+  }
+
+  void widen_bf16(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset, int64_t n,
+                  Stream& on) override {
+    SLIDEDP_CHECK((src_offset + n) * 2 <= src.bytes && (dst_offset + n) * 4 <= dst.bytes);
+    const bf16_bits* s = reinterpret_cast<const bf16_bits*>(src.ptr) + src_offset;
+    float* d = f32(dst) + dst_offset;
+    own(&on).enqueue([s, d, n] { kernels::bf16_to_f32(s, d, n); });
   }
 
   void add_fp32(const DeviceBuffer& dst, int64_t dst_offset, const DeviceBuffer& src, int64_t src_offset,

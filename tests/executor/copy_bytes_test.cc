@@ -77,6 +77,7 @@ const std::vector<Case>& cases() {
       {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
       {"zero3-offload", System::kZero3Offload},
       {"fsdp-offload", System::kFsdpOffload},  // fp32 parameter shards: 4 bytes per element
+      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
       {"megatrain", System::kMegaTrain},
       {"fsdp2", System::kFsdp2},
   };
@@ -96,11 +97,9 @@ TEST(CopyBytes, PacedCopiesWeighWhatTheModelCharges) {
 // shards and fp32 parameter shards), except activations (fp32 here, bf16 on a GPU). So where no activation is
 // offloaded, these are the bytes a GPU run moves, and they must be the model's: the check the GPU
 // test (cuda_copy_bytes_test.cc) makes, here without a GPU (SlideFormer-DP offloads every layer's
-// input, so it is left out with the activation-offload cases). Left out, as the executor and the model
-// still differ on them (docs/EXECUTOR.md, bytes moved): ZeRO-Offload's gradient on the cpu route
-// (copied bf16, charged as DeepSpeed's fp32), its accumulation round trip on the gpu route (copied
-// fp32, charged as DeepSpeed's fp16) and ZeRO-3-Offload's reduced shard (copied fp32, charged at 2
-// bytes).
+// input, so it is left out with the activation-offload cases). The ZeRO offloads' sums between
+// micro-steps on the gpu route move more than DeepSpeed's, by a closed amount (link_bytes.h,
+// exact_sum_surplus_per_step).
 TEST(CopyBytes, UnpacedCopiesMoveTheModelsBytesInTheWireDtypes) {
   const std::vector<Case> real = {
       {"slidedp cpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu},
@@ -112,17 +111,39 @@ TEST(CopyBytes, UnpacedCopiesMoveTheModelsBytesInTheWireDtypes) {
       {"fsdp-offload", System::kFsdpOffload},
       {"fsdp-offload one rank", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false,
        1},
+      {"zero-offload", System::kZeroOffload},
+      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
+      {"zero3-offload", System::kZero3Offload},
+      {"zero3-offload one rank", System::kZero3Offload, ParamRoute::kSharded, GradRoute::kGpu, false, false, 1},
       {"megatrain", System::kMegaTrain},
       {"fsdp2", System::kFsdp2},
   };
+  const Hardware target = testing::paced_target(10.0, 1.5e7);
   for (const ModelCard& card :
        {testing::tiny_card(), testing::tiny_gemma4_card(), testing::tiny_qwen3_5_card()})
     for (const Case& c : real) {
       const TrainOptions o = case_options(card, c);
       SCOPED_TRACE(fmt::format("{} {}", card.name, c.name));
-      testing::expect_span_bytes_are_the_models(
-          train(o), o, testing::model_link_bytes_per_step(o, testing::paced_target(10.0, 1.5e7)));
+      testing::LinkBytes expected = testing::model_link_bytes_per_step(o, target);
+      expected.d2h += testing::exact_sum_surplus_per_step(o, target).d2h;
+      testing::expect_span_bytes_are_the_models(train(o), o, expected);
     }
+}
+
+// The surplus is what it says: the ZeRO offloads' sums between micro-steps, on the gpu route only.
+TEST(CopyBytes, OnlyTheZeroOffloadsSumsOnTheGpuRouteMoveMoreThanTheModel) {
+  const Hardware target = testing::paced_target(10.0, 1.5e7);
+  const ModelCard card = testing::tiny_card();
+  for (const Case& c : std::vector<Case>{{"zero-offload", System::kZeroOffload}, {"zero3-offload", System::kZero3Offload}}) {
+    SCOPED_TRACE(c.name);
+    const TrainOptions o = case_options(card, c);
+    EXPECT_GT(testing::exact_sum_surplus_per_step(o, target).d2h, 0.0);
+    TrainOptions once = o;
+    once.plan.accum_steps = 1;
+    EXPECT_EQ(testing::exact_sum_surplus_per_step(once, target).d2h, 0.0);
+  }
+  for (System s : {System::kSlideDP, System::kFsdpOffload, System::kMegaTrain, System::kFsdp2})
+    EXPECT_EQ(testing::exact_sum_surplus_per_step(case_options(card, {"", s}), target).d2h, 0.0) << system_name(s);
 }
 
 // The kinds the model charges, by the executor's tags; the rest (token ids, the loss) it does not.
@@ -132,6 +153,7 @@ TEST(CopyBytes, TagsNameTheKindsTheModelCharges) {
   EXPECT_EQ(copy_kind_of("params fp32"), CopyKind::kParams);
   EXPECT_EQ(copy_kind_of("params shard fp32"), CopyKind::kParams);
   EXPECT_EQ(copy_kind_of("grad"), CopyKind::kGrad);
+  EXPECT_EQ(copy_kind_of("grad fp32"), CopyKind::kGrad);
   EXPECT_EQ(copy_kind_of("grad shard"), CopyKind::kGradShard);
   EXPECT_EQ(copy_kind_of("offload"), CopyKind::kActivation);
   EXPECT_EQ(copy_kind_of("prefetch"), CopyKind::kActivation);
@@ -139,12 +161,16 @@ TEST(CopyBytes, TagsNameTheKindsTheModelCharges) {
     EXPECT_EQ(copy_kind_of(what), CopyKind::kGradAccum) << what;
   EXPECT_FALSE(copy_kind_of("tokens"));
   EXPECT_FALSE(copy_kind_of("loss"));
-  // SlideDP's gpu-route shard is the fp32 sum (4 bytes). ZeRO-Offload's partition leaves as fp32 on the
-  // last micro-step (DeepSpeed casts it before the copy) and as its fp16 sum on the others.
+  // SlideDP's gpu-route shard is the fp32 sum (4 bytes). The ZeRO offloads' partitions leave as fp32 on
+  // the last micro-step (DeepSpeed casts them on the GPU before the copy) and as their 16-bit sum on the
+  // others (ZeRO-3's every micro-step, out and back in).
   EXPECT_EQ(target_bytes_per_element(system_traits(System::kSlideDP), CopyKind::kGradShard), 4.0);
   EXPECT_EQ(target_bytes_per_element(system_traits(System::kZeroOffload), CopyKind::kGradShard), 4.0);
   EXPECT_EQ(target_bytes_per_element(system_traits(System::kZeroOffload), CopyKind::kGrad), 4.0);
   EXPECT_EQ(target_bytes_per_element(system_traits(System::kZeroOffload), CopyKind::kGradAccum), 2.0);
+  EXPECT_EQ(target_bytes_per_element(system_traits(System::kZero3Offload), CopyKind::kGradShard), 4.0);
+  EXPECT_EQ(target_bytes_per_element(system_traits(System::kZero3Offload), CopyKind::kGrad), 4.0);
+  EXPECT_EQ(target_bytes_per_element(system_traits(System::kZero3Offload), CopyKind::kGradAccum), 2.0);
 }
 
 }  // namespace

@@ -58,6 +58,20 @@ inline LinkBytes model_link_bytes_per_step(const TrainOptions& o, const Hardware
   return {p.critical.h2d_bytes, p.critical.d2h_bytes};
 }
 
+// The bytes a baseline's executor moves beyond the model's, per step and rank: its gradient sum stays
+// exact (fp32, summed on the host), so where DeepSpeed's sum between micro-steps leaves the GPU in 16
+// bits (ZeRO-Offload's accumulation, ZeRO-3's round trip: on every micro-step but the last), the
+// executor's copy is its fp32 shard on the gpu route, twice the model's bytes for those copies. On
+// the cpu route (one rank) the executor's copy is the bf16 gradient: none.
+inline LinkBytes exact_sum_surplus_per_step(const TrainOptions& o, const Hardware& target) {
+  const Plan plan = plan_for_system(o.plan, o.system, o.card);
+  if (plan.grad_shards() <= 1) return {};
+  const StepWork sw = build_step_work(make_workload(o.card, o.seq_len), target, plan, o.system);
+  double sum_out = 0;
+  for (const UnitWork& u : sw.units) sum_out += u.accum_out_d2h_bytes + u.trip_out_d2h_bytes;
+  return {0.0, sum_out * (plan.accum_steps - 1)};
+}
+
 // Over the whole run (training steps, not evaluations), one rank; token ids and the loss, which the
 // model does not charge, left out.
 inline LinkBytes span_link_bytes(const TrainResult& r, int rank) {
