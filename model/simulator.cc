@@ -51,7 +51,7 @@ class GraphBuilder {
     h2d_root_ = res_.h2d_root, d2h_root_ = res_.d2h_root, host_mem_ = res_.host_mem;
     cpu_update_ = res_.cpu_update, cpu_cores_ = res_.cpu_cores;
     gpu_last_.assign(static_cast<std::size_t>(N_), -1);
-    h2d_last_ = d2h_last_ = fabric_last_ = convert_last_ = gpu_last_;
+    h2d_last_ = d2h_last_ = fabric_last_ = convert_last_ = trip_last_ = gpu_last_;
     slots_.assign(static_cast<std::size_t>(N_), std::vector<Slot>(static_cast<std::size_t>(std::max(1, sw.buffer_depth))));
     const std::size_t U = sw.units.size();
     update_prev_.assign(U, {});
@@ -140,12 +140,17 @@ class GraphBuilder {
     return fmt::format("L{}", w.index - 1);
   }
 
-  int copy_task(int r, bool h2d, double bytes, std::vector<int> deps, const std::string& label) {
+  // `queued`: the copy takes its place in the rank's queue of its direction; else it is another
+  // stream's, sharing the link but waiting only for `deps`.
+  int copy_task(int r, bool h2d, double bytes, std::vector<int> deps, const std::string& label, bool queued = true) {
     FluidEngine::Task t;
     t.work = bytes;
     t.delay_s = lat_ * c_.link_latency_s;
     const std::size_t k = static_cast<std::size_t>(r);
     t.usages = res_.copy(r, h2d);
+    if (!queued)
+      return add_after(std::move(t), std::move(deps), -1, h2d ? kH2D : kD2H,
+                       [&] { return fmt::format("rank {} / {}", r, h2d ? "h2d" : "d2h"); }, label);
     const int id = add_after(std::move(t), std::move(deps), (h2d ? h2d_last_ : d2h_last_)[k], h2d ? kH2D : kD2H,
                              [&] { return fmt::format("rank {} / {}", r, h2d ? "h2d" : "d2h"); }, label);
     (h2d ? h2d_last_ : d2h_last_)[k] = id;
@@ -363,13 +368,18 @@ class GraphBuilder {
         if (k == 0 && tr.shared_grad_buffer) dep(deps, cpu_last_);
         if (roundtrip) deps = {accumulate_on_gpu(r, u, k, last, std::move(deps))};
         if (trip) {
-          // ZeRO-3: the partition out and back in, one copy after the other on the reduce stream.
+          // ZeRO-3: the partition out and back in, then (last micro-step) out as fp32, one copy after
+          // the other on the reduce stream; the copy in is not in the H2D queue of deliveries.
           const double chunks_d = static_cast<double>(chunks);
+          dep(deps, trip_last_[rk]);
           const int out = copy_task(r, false, w.trip_out_d2h_bytes / chunks_d, deps, fmt::format("partition out {} c{}", unit_name(u), k));
-          deps = {copy_task(r, true, w.trip_in_h2d_bytes / chunks_d, {out}, fmt::format("partition in {} c{}", unit_name(u), k))};
+          trip_last_[rk] = copy_task(r, true, w.trip_in_h2d_bytes / chunks_d, {out},
+                                     fmt::format("partition in {} c{}", unit_name(u), k), /*queued=*/false);
+          deps = {trip_last_[rk]};
         }
         if (d2h_bytes > 0) {
           lastd = copy_task(r, false, d2h_bytes / chunks, deps, fmt::format("grad {} c{}", unit_name(u), k));
+          if (trip) trip_last_[rk] = lastd;
         } else if (trip) {
           lastd = deps.front();
         } else {
@@ -625,6 +635,7 @@ class GraphBuilder {
   MachineResources res_;
   std::int64_t max_tasks_;
   std::vector<int> gpu_last_, h2d_last_, d2h_last_, fabric_last_, convert_last_;
+  std::vector<int> trip_last_;  // ZeRO-3's reduce stream: the last copy of a partition's round trip
   int micro_ = 0;  // the micro-step being scheduled
   int cpu_last_ = -1;
   int network_last_ = -1;

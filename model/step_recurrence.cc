@@ -996,17 +996,17 @@ class Recurrence {
     return end;
   }
 
-  // ZeRO-3's round trip of unit w's partition after its reduction: one stream (DeepSpeed's reduce
-  // stream, beside compute) copies each chunk out, back in and, on the last micro-step, out again as
-  // fp32 (`d2h`, its time), one copy after the other; the copy in holds the H2D link for its time.
+  // ZeRO-3's round trip of unit w's partition after its reduction on DeepSpeed's reduce stream, beside
+  // compute: each chunk out, back in and, on the last micro-step, out again as fp32 (`d2h`, its time),
+  // one copy after the other, the stream held by the D2H queue; the copy in shares the H2D link (its
+  // bytes are in the phase's demand) without a place in the queue of deliveries, so it is charged at
+  // the link's own rate, not the queue's share.
   // Returns the end of the last copy.
   double partition_round_trip(const UnitWork& w, const UnitConst& k, double gate, double rs, double d2h,
                               double* first_chunk, PhaseDemand& ph) {
-    const double latency = lat_ * k.grad_chunks * c_.link_latency_s;
-    const double out_s = w.trip_out_d2h_bytes * inv_d2h_rate_ + latency;
-    const double in_s = w.trip_in_h2d_bytes * inv_h2d_rate_ + latency;
+    const double out_s = w.trip_out_d2h_bytes * inv_d2h_rate_ + lat_ * k.grad_chunks * c_.link_latency_s;
+    const double in_s = copy_time(w.trip_in_h2d_bytes, h2d_rate0_, k.grad_chunks);
     const double end = chain({{&fabric_free_, rs}, {&d2h_, out_s + in_s + d2h}}, k.inv_grad_chunks, gate, first_chunk);
-    h2d_ = std::max(h2d_, gate) + in_s;
     stats().d2h_busy += out_s;
     stats().h2d_busy += in_s;
     d2h_bytes_ += w.trip_out_d2h_bytes;
