@@ -336,6 +336,9 @@ void add_baseline_host(MemoryEstimate& m, System system, const Plan& p, const Ba
       host("fp32 Adam moments", P * 2.0 * kFp32Bytes, false);
       host("bf16 parameter partitions", P * kBf16Bytes, true);
       host("fp32 gradient partitions", P * kFp32Bytes, true);
+      // The reduced 16-bit partitions' round trip lands here (stage3.py grad_partitions_flat_buffer,
+      // on the host when the optimizer is offloaded, pinned with pin_memory).
+      host("16-bit gradient partitions (round trip)", P * kBf16Bytes, true);
       break;
     case System::kFsdpOffload:
       host("fp32 parameter shards (the master)", P * kFp32Bytes, true);
