@@ -4,11 +4,9 @@
 // same plan. The CPU backend's counterparts (copy_bytes_test.cc) check the pacer's weighing and the
 // CPU backend's own copies in the same wire dtypes; this one checks that the real copies are the
 // model's elements in the model's dtypes: bf16 parameters, gradients and offloaded activations, FSDP
-// offload's fp32 parameters, the gpu route's fp32 shard. Not here, as the executor and the model
-// still differ on them (docs/EXECUTOR.md, bytes moved): ZeRO-Offload's gradient on the cpu route
-// (the executor copies bf16, the model charges DeepSpeed's fp32), its accumulation round trip on
-// the gpu route (fp32 copied, fp16 charged) and ZeRO-3-Offload's reduced shard (the executor copies
-// fp32, the model charges 2 bytes).
+// offload's fp32 parameters, the gpu route's fp32 shard, the ZeRO offloads' fp32 partitions (one rank:
+// widened on the device) and round trips. The gpu route's ZeRO offloads move their exact fp32 sums
+// between micro-steps where DeepSpeed moves 16 bits: the closed surplus of link_bytes.h.
 #include <gtest/gtest.h>
 
 #include "executor/cuda/cuda_backend.h"
@@ -26,8 +24,10 @@ void expect_copies_are_the_models(const Case& c) {
   SCOPED_TRACE(c.name);
   TrainOptions o = testing::case_options(testing::tiny_card(), c);
   o.backend = "cuda";
-  testing::expect_span_bytes_are_the_models(
-      train(o), o, testing::model_link_bytes_per_step(o, testing::paced_target(10.0, 1.5e7)));
+  const Hardware target = testing::paced_target(10.0, 1.5e7);
+  testing::LinkBytes expected = testing::model_link_bytes_per_step(o, target);
+  expected.d2h += testing::exact_sum_surplus_per_step(o, target).d2h;
+  testing::expect_span_bytes_are_the_models(train(o), o, expected);
 }
 
 TEST(CudaCopyBytes, CopiesMoveWhatTheModelCharges) {
@@ -39,7 +39,9 @@ TEST(CudaCopyBytes, CopiesMoveWhatTheModelCharges) {
              1},
         Case{"slidedp offload", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, true, false, 1},
         Case{"fsdp-offload", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kCpu, false, false,
-             1}})
+             1},
+        Case{"zero-offload", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
+        Case{"zero3-offload", System::kZero3Offload, ParamRoute::kSharded, GradRoute::kGpu, false, false, 1}})
     expect_copies_are_the_models(c);
 }
 
@@ -49,8 +51,9 @@ TEST(CudaCopyBytes, TheGpuRoutesShardMovesWhatTheModelCharges) {
   if (cuda_visible_devices() < 2)
     GTEST_SKIP() << "fewer than two CUDA GPUs visible (" << cuda_visible_devices()
                  << "): the gpu route's shard needs two ranks, one GPU each";
-  expect_copies_are_the_models(
-      Case{"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu});
+  for (const Case& c : {Case{"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu},
+                        Case{"zero-offload", System::kZeroOffload}, Case{"zero3-offload", System::kZero3Offload}})
+    expect_copies_are_the_models(c);
 }
 
 }  // namespace
