@@ -194,8 +194,8 @@ class Device {
                             DType dst_dtype, int64_t n, Stream* on = nullptr) = 0;
   // n bf16 values widened to fp32, on `on` (DeepSpeed's cast of a bf16 gradient before its copy to
   // the host's fp32 buffer).
-  virtual void widen_bf16(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
-                          int64_t n, Stream& on) = 0;
+  virtual void widen_bf16(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst,
+                          int64_t dst_offset, int64_t n, Stream& on) = 0;
   // dst[dst_offset + i] += src[src_offset + i], n fp32 values (FSDP2's gradient accumulation).
   virtual void add_fp32(const DeviceBuffer& dst, int64_t dst_offset, const DeviceBuffer& src, int64_t src_offset,
                         int64_t n) = 0;

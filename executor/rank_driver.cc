@@ -53,7 +53,8 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
       "a baseline's driver needs an fp32 master");
   if (config.device_optimizer) load_state();
   if (config.fetch_fp32) fetch_fp32_ = alloc(fp32_fetch_bytes(layout, config.plan), "fp32 parameter shard fetched (FSDP offload)");
-  if (config.widen_grad) widened_ = alloc(grad_staging_slot_bytes(layout, config.plan, 4), "gradient cast to fp32 (ZeRO-Offload)");
+  if (config.widen_grad)
+    widened_ = alloc(grad_staging_slot_bytes(layout, config.plan, 4), "gradient cast to fp32 (ZeRO-Offload)");
   if (config.accumulate_on_gpu || config.partition_round_trip) {
     const int64_t bytes = grad_staging_slot_bytes(layout, config.plan, dtype_bytes(config.wire_dtype));
     accum_source_ = backend.alloc_host(bytes, true);
@@ -238,15 +239,16 @@ EventPtr RankDriver::deliver(int64_t step, int unit, const DeviceBuffer& buf) {
       // FSDP offload: the fp32 shard over the link, cast on the device, then the all-gather.
       const ShardRange s = shard_range(e - b, config_.ranks, config_.rank);
       Stream& comm = device_.comm();
-      h2d.copy_h2d(fetch_fp32_, 0, reinterpret_cast<const std::byte*>(us.master_f32() + b + s.begin), s.size() * 4,
-                   tag("h2d", sharded ? "params shard fp32" : "params fp32", step, unit, k, 4));
+      h2d.copy_h2d(fetch_fp32_, 0, reinterpret_cast<const std::byte*>(us.master_f32() + b + s.begin),
+                   s.size() * 4, tag("h2d", sharded ? "params shard fp32" : "params fp32", step, unit, k, 4));
       comm.wait(h2d.record());
       device_.convert_fp32(fetch_fp32_, 0, buf, b + s.begin, device_.param_dtype(), s.size(), &comm);
       h2d.wait(comm.record());  // the next chunk's copy reuses the buffer
       if (sharded)
         backend_.all_gather(config_.rank, buf, b, e - b, device_.param_dtype(), tag("fabric", "all-gather", step, unit, k));
     } else if (!sharded) {
-      h2d.copy_h2d(buf, b * pbytes, us.mirror.ptr + b * pbytes, (e - b) * pbytes, tag("h2d", "params", step, unit, k, pbytes));
+      h2d.copy_h2d(buf, b * pbytes, us.mirror.ptr + b * pbytes, (e - b) * pbytes,
+                   tag("h2d", "params", step, unit, k, pbytes));
     } else {
       ShardRange s = shard_range(e - b, config_.ranks, config_.rank);
       h2d.copy_h2d(buf, (b + s.begin) * pbytes, us.mirror.ptr + (b + s.begin) * pbytes, s.size() * pbytes,
@@ -291,7 +293,8 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
     for (int64_t k = 0; k < chunks; ++k) {
       const int64_t b = k * chunk, e = std::min(numel, b + chunk);
       if (config_.accumulate_on_gpu) sum_back_in(step, micro, unit, k, (e - b) * wb, "grad accum in", out);
-      if (config_.partition_round_trip) partition_trip(step, last_micro, unit, k, (e - b) * wb, "grad accum out", "grad accum in", out);
+      if (config_.partition_round_trip)
+        partition_trip(step, last_micro, unit, k, (e - b) * wb, "grad accum out", "grad accum in", out);
       StagingRing::Slot slot = ring_.next();
       out.wait_counter(ring_.released(slot.index), slot.generation);
       if (widen) {
@@ -301,7 +304,8 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
         out.copy_d2h(slot.ptr, wirebuf, b * wb, (e - b) * wb,
                      tag("d2h", sum_out || trip_out ? "grad accum out" : "grad", step, unit, k, wb));
       }
-      ChunkArrival a{step, micro, unit, k, part, rank, slot.index, slot.ptr, b, e, widen ? DType::kF32 : wire};
+      ChunkArrival a{
+          step, micro, unit, k, part, rank, slot.index, slot.ptr, b, e, widen ? DType::kF32 : wire};
       out.host_fn([updater, a] { updater->arrive(a); });
     }
     EventPtr drained = out.record();
@@ -323,13 +327,17 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
     const ShardRange s = config_.grad_shard(e - b);
     backend_.reduce_scatter(rank, wirebuf, b, wire, e - b, shards, off, tag("fabric", "reduce-scatter", step, unit, k));
     out.wait(comm.record());
-    if (config_.accumulate_on_gpu) sum_back_in(step, micro, unit, k, s.size() * wb, "grad shard accum in", out);
-    if (config_.partition_round_trip) partition_trip(step, last_micro, unit, k, s.size() * wb, "grad shard accum out", "grad shard accum in", out);
+    if (config_.accumulate_on_gpu)
+      sum_back_in(step, micro, unit, k, s.size() * wb, "grad shard accum in", out);
+    if (config_.partition_round_trip)
+      partition_trip(step, last_micro, unit, k, s.size() * wb, "grad shard accum out", "grad shard accum in",
+                     out);
     StagingRing::Slot slot = ring_.next();
     out.wait_counter(ring_.released(slot.index), slot.generation);
     out.copy_d2h(slot.ptr, shards, off * 4, s.size() * 4,
                  tag("d2h", sum_out || trip_out ? "grad shard accum out" : "grad shard", step, unit, k, 4));
-    ChunkArrival a{step, micro, unit, k, part, rank, slot.index, slot.ptr, b + s.begin, b + s.end, DType::kF32};
+    ChunkArrival a{step,       micro,    unit,        k,         part,       rank,
+                   slot.index, slot.ptr, b + s.begin, b + s.end, DType::kF32};
     out.host_fn([updater, a] { updater->arrive(a); });
     off += s.size();
   }
@@ -343,10 +351,13 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
 // gradient leaves: its copy back in on every micro-step and, on the last, its copy out, which the
 // fp32 gradient leaving after it does not stand for (on the others it does). The executor keeps its
 // exact fp32 sum on the host, so these move DeepSpeed's bytes between scratch buffers.
-void RankDriver::partition_trip(int64_t step, bool last_micro, int unit, int64_t k, int64_t bytes, const char* out_what,
-                                const char* in_what, Stream& out) {
-  if (last_micro) out.copy_d2h(accum_source_.ptr, accum_target_, 0, bytes, tag("d2h", out_what, step, unit, k, dtype_bytes(config_.wire_dtype)));
-  out.copy_h2d(accum_target_, 0, accum_source_.ptr, bytes, tag("h2d", in_what, step, unit, k, dtype_bytes(config_.wire_dtype)));
+void RankDriver::partition_trip(int64_t step, bool last_micro, int unit, int64_t k, int64_t bytes,
+                                const char* out_what, const char* in_what, Stream& out) {
+  if (last_micro)
+    out.copy_d2h(accum_source_.ptr, accum_target_, 0, bytes,
+                 tag("d2h", out_what, step, unit, k, dtype_bytes(config_.wire_dtype)));
+  out.copy_h2d(accum_target_, 0, accum_source_.ptr, bytes,
+               tag("h2d", in_what, step, unit, k, dtype_bytes(config_.wire_dtype)));
 }
 
 // ZeRO-Offload's copy of the gradient sum so far back to the device, on every micro-step but the
@@ -356,7 +367,8 @@ void RankDriver::sum_back_in(int64_t step, int micro, int unit, int64_t k, int64
   if (micro == 0) return;
   Stream& compute = device_.compute();
   if (&out != &compute) compute.wait(device_.comm().record());
-  compute.copy_h2d(accum_target_, 0, accum_source_.ptr, bytes, tag("h2d", what, step, unit, k, dtype_bytes(config_.wire_dtype)));
+  compute.copy_h2d(accum_target_, 0, accum_source_.ptr, bytes,
+                   tag("h2d", what, step, unit, k, dtype_bytes(config_.wire_dtype)));
   if (&out != &compute) out.wait(compute.record());
 }
 
@@ -539,7 +551,8 @@ void RankDriver::forward_layer(MicroStep& m, int u, const Delivered& p) {
   d2h.wait(done);
   // The host buffer is free once the previous micro-step's prefetch of it has run.
   d2h.wait(offload_read_[l]);
-  d2h.copy_d2h(offload_host_.at(l).ptr, args.x, 0, hidden, tag("d2h", "offload", m.step, u, -1, dtype_bytes(device_.activation_dtype())));
+  d2h.copy_d2h(offload_host_.at(l).ptr, args.x, 0, hidden,
+               tag("d2h", "offload", m.step, u, -1, dtype_bytes(device_.activation_dtype())));
   m.offloaded[static_cast<size_t>(l)] = d2h.record();
   release(args.x, m.offloaded[static_cast<size_t>(l)]);
   m.out[static_cast<size_t>(u - 1)] = DeviceBuffer{};
@@ -572,7 +585,8 @@ void RankDriver::prefetch_input(MicroStep& m, int l) {
   const int64_t hidden = mem_.decoder.hidden_bytes;
   DeviceBuffer x = alloc(hidden, "prefetched hidden state");
   h2d.wait(m.offloaded[static_cast<size_t>(l)]);  // the forward's offload of this input has landed
-  h2d.copy_h2d(x, 0, offload_host_.at(l).ptr, hidden, tag("h2d", "prefetch", m.step, l + 1, -1, dtype_bytes(device_.activation_dtype())));
+  h2d.copy_h2d(x, 0, offload_host_.at(l).ptr, hidden,
+               tag("h2d", "prefetch", m.step, l + 1, -1, dtype_bytes(device_.activation_dtype())));
   m.prefetched[l] = {x, h2d.record()};
   offload_read_[l] = m.prefetched[l].second;
 }

@@ -216,7 +216,8 @@ RankMemoryAccount check_device_memory(const TrainOptions& o, const ModelLayout& 
                                       Backend& backend) {
   RankMemorySpec spec = backend.device(0).memory_spec(shape.plan.micro_batch, o.seq_len);
   spec.document_positions = o.document_end.has_value();
-  spec.system = {shape.traits.gpu_optimizer, shape.fetch_fp32, shape.accumulate_on_gpu || shape.partition_round_trip,
+  spec.system = {shape.traits.gpu_optimizer, shape.fetch_fp32,
+                 shape.accumulate_on_gpu || shape.partition_round_trip,
                  shape.widen_grad};  // as the drivers allocate
   RankMemoryAccount account =
       rank_memory_account(layout, shape.plan, o.seq_len, o.card.tie_word_embeddings, spec);

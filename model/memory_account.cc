@@ -156,7 +156,8 @@ struct Slots {
 std::string system_buffers_name(const SystemDeviceBuffers& s) {
   if (s.sharded_state) return "sharded fp32 master + AdamW m, v + gradient, non-finite count (FSDP2)";
   if (s.fetch_fp32) return "fp32 parameter shard fetched (FSDP offload)";
-  if (s.accumulate_on_gpu && s.widen_grad) return "gradient round trip's target, gradient cast to fp32 (ZeRO offloads)";
+  if (s.accumulate_on_gpu && s.widen_grad)
+    return "gradient round trip's target, gradient cast to fp32 (ZeRO offloads)";
   if (s.widen_grad) return "gradient cast to fp32 for its copy (ZeRO offloads)";
   return "gradient round trip's target (ZeRO offloads)";
 }
@@ -444,7 +445,8 @@ HostMemorySpec host_memory_spec(const ModelLayout& layout, const Plan& plan, Sys
   s.accumulate_unit0 = tied;
   if (traits.convert_on_load) s.convert_staging_bytes = std::min(plan.chunk_numel, layout.max_unit_numel()) * s.mirror_bytes;
   s.device_nonfinite_count = traits.gpu_optimizer;
-  if ((traits.accumulate_on_gpu && plan.accum_steps > 1) || traits.partition_round_trip) s.accum_source_bytes = grad_staging_slot_bytes(layout, plan, s.mirror_bytes);
+  if ((traits.accumulate_on_gpu && plan.accum_steps > 1) || traits.partition_round_trip)
+    s.accum_source_bytes = grad_staging_slot_bytes(layout, plan, s.mirror_bytes);
   s.staged_grad_bytes = staged_grad_bytes(system, s.mirror_bytes);
   return s;
 }
@@ -520,7 +522,8 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
   else if (spec.accumulate_unit0)
     items.push_back({"fp32 tied-embedding gradient accumulator" + of_part, (sharded ? std::ceil(emb / M) : emb) * 4});
   items.push_back({"gradient staging rings (pinned)",
-                   N * kGradStagingChunksPerRank * static_cast<double>(grad_staging_slot_bytes(layout, plan, spec.staged_grad_bytes))});
+                   N * kGradStagingChunksPerRank *
+                       static_cast<double>(grad_staging_slot_bytes(layout, plan, spec.staged_grad_bytes))});
   const double offload = static_cast<double>(plan.policy_counts(L).offload);
   if (offload > 0)
     items.push_back({"offloaded activations (pinned)", N * offload * tokens * static_cast<double>(spec.hidden_bytes_per_token)});
@@ -530,7 +533,8 @@ std::vector<MemoryItem> host_memory_items(const ModelLayout& layout, const Plan&
     items.push_back({"conversion staging (pinned, two per rank)", N * 2 * static_cast<double>(spec.convert_staging_bytes)});
   if (spec.device_nonfinite_count) items.push_back({"gradient check counts (pinned)", N * 4});
   if (spec.accum_source_bytes > 0)
-    items.push_back({"gradient round trip's host buffer (pinned, one per rank)", N * static_cast<double>(spec.accum_source_bytes)});
+    items.push_back({"gradient round trip's host buffer (pinned, one per rank)",
+                     N * static_cast<double>(spec.accum_source_bytes)});
   return items;
 }
 

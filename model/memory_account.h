@@ -28,7 +28,7 @@ struct SystemDeviceBuffers {
   bool fetch_fp32 = false;         // FSDP offload: one chunk's fp32 shard on its way to the parameter dtype
   // ZeRO-Offload with accumulation, ZeRO-3-Offload: the scratch target of the gradient's round trip
   bool accumulate_on_gpu = false;
-  bool widen_grad = false;         // ZeRO-Offload on one rank: a chunk of the gradient cast to fp32 for its copy
+  bool widen_grad = false;  // ZeRO-Offload on one rank: a chunk of the gradient cast to fp32 for its copy
 };
 
 struct MemoryItem {
@@ -92,9 +92,9 @@ struct HostMemorySpec {
   bool accumulate_unit0 = false;       // of the tied embedding only (the head's part of its gradient)
   int64_t convert_staging_bytes = 0;   // per rank, two buffers (SlideFormer converts before each delivery)
   bool device_nonfinite_count = false; // FSDP2: each rank's host copy of its gradient check (4 bytes)
-  int64_t accum_source_bytes = 0;      // ZeRO-Offload with accumulation, ZeRO-3: per rank, the pinned source of
-                                       // the gradient sum's copy back in (one staging slot)
-  int64_t staged_grad_bytes = 2;       // per element of a gradient in a cpu-route staging slot
+  int64_t accum_source_bytes = 0;  // ZeRO-Offload with accumulation, ZeRO-3: per rank, the pinned source of
+                                   // the gradient sum's copy back in (one staging slot)
+  int64_t staged_grad_bytes = 2;   // per element of a gradient in a cpu-route staging slot
 };
 
 // The spec of `system` running `plan` (as plan_for_system returns it, verify_updates set for clipping or

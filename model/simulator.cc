@@ -142,15 +142,17 @@ class GraphBuilder {
 
   // `queued`: the copy takes its place in the rank's queue of its direction; else it is another
   // stream's, sharing the link but waiting only for `deps`.
-  int copy_task(int r, bool h2d, double bytes, std::vector<int> deps, const std::string& label, bool queued = true) {
+  int copy_task(int r, bool h2d, double bytes, std::vector<int> deps, const std::string& label,
+                bool queued = true) {
     FluidEngine::Task t;
     t.work = bytes;
     t.delay_s = lat_ * c_.link_latency_s;
     const std::size_t k = static_cast<std::size_t>(r);
     t.usages = res_.copy(r, h2d);
     if (!queued)
-      return add_after(std::move(t), std::move(deps), -1, h2d ? kH2D : kD2H,
-                       [&] { return fmt::format("rank {} / {}", r, h2d ? "h2d" : "d2h"); }, label);
+      return add_after(
+          std::move(t), std::move(deps), -1, h2d ? kH2D : kD2H,
+          [&] { return fmt::format("rank {} / {}", r, h2d ? "h2d" : "d2h"); }, label);
     const int id = add_after(std::move(t), std::move(deps), (h2d ? h2d_last_ : d2h_last_)[k], h2d ? kH2D : kD2H,
                              [&] { return fmt::format("rank {} / {}", r, h2d ? "h2d" : "d2h"); }, label);
     (h2d ? h2d_last_ : d2h_last_)[k] = id;
@@ -372,7 +374,8 @@ class GraphBuilder {
           // the other on the reduce stream; the copy in is not in the H2D queue of deliveries.
           const double chunks_d = static_cast<double>(chunks);
           dep(deps, trip_last_[rk]);
-          const int out = copy_task(r, false, w.trip_out_d2h_bytes / chunks_d, deps, fmt::format("partition out {} c{}", unit_name(u), k));
+          const int out = copy_task(r, false, w.trip_out_d2h_bytes / chunks_d, deps,
+                                    fmt::format("partition out {} c{}", unit_name(u), k));
           trip_last_[rk] = copy_task(r, true, w.trip_in_h2d_bytes / chunks_d, {out},
                                      fmt::format("partition in {} c{}", unit_name(u), k), /*queued=*/false);
           deps = {trip_last_[rk]};

@@ -1006,7 +1006,8 @@ class Recurrence {
                               double* first_chunk, PhaseDemand& ph) {
     const double out_s = w.trip_out_d2h_bytes * inv_d2h_rate_ + lat_ * k.grad_chunks * c_.link_latency_s;
     const double in_s = copy_time(w.trip_in_h2d_bytes, h2d_rate0_, k.grad_chunks);
-    const double end = chain({{&fabric_free_, rs}, {&d2h_, out_s + in_s + d2h}}, k.inv_grad_chunks, gate, first_chunk);
+    const double end =
+        chain({{&fabric_free_, rs}, {&d2h_, out_s + in_s + d2h}}, k.inv_grad_chunks, gate, first_chunk);
     stats().d2h_busy += out_s;
     stats().h2d_busy += in_s;
     d2h_bytes_ += w.trip_out_d2h_bytes;

@@ -37,7 +37,9 @@ std::string schema_statement(const std::string& head) {
   return schema.substr(begin, end + 2 - begin);
 }
 
-std::string create_table_sql(const std::string& table) { return schema_statement("CREATE TABLE " + table + " ("); }
+std::string create_table_sql(const std::string& table) {
+  return schema_statement("CREATE TABLE " + table + " (");
+}
 
 // Drops `view` and creates it as the schema file defines it now.
 std::string replace_view_sql(const std::string& view) {

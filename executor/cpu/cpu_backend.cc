@@ -250,7 +250,8 @@ class CpuStream final : public Stream {
     if (!pacing_) return std::nullopt;
     const std::optional<CopyKind> kind = copy_kind_of(tag.what);
     if (!kind) return pacing_->copy(rank_, h2d, static_cast<double>(bytes));
-    SLIDEDP_CHECK(tag.element_bytes > 0, std::string("a copy the model charges has no element size: ") + tag.what);
+    SLIDEDP_CHECK(tag.element_bytes > 0,
+                  std::string("a copy the model charges has no element size: ") + tag.what);
     return pacing_->copy(rank_, h2d, *kind, static_cast<double>(bytes) / tag.element_bytes);
   }
 
@@ -505,8 +506,8 @@ class CpuDevice final : public Device {
     }
   }
 
-  void widen_bf16(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset, int64_t n,
-                  Stream& on) override {
+  void widen_bf16(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
+                  int64_t n, Stream& on) override {
     SLIDEDP_CHECK((src_offset + n) * 2 <= src.bytes && (dst_offset + n) * 4 <= dst.bytes);
     const bf16_bits* s = reinterpret_cast<const bf16_bits*>(src.ptr) + src_offset;
     float* d = f32(dst) + dst_offset;

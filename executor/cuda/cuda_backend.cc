@@ -756,12 +756,12 @@ class CudaDevice final : public Device {
     }
   }
 
-  void widen_bf16(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset, int64_t n,
-                  Stream& on) override {
+  void widen_bf16(const DeviceBuffer& src, int64_t src_offset, const DeviceBuffer& dst, int64_t dst_offset,
+                  int64_t n, Stream& on) override {
     SLIDEDP_CHECK((src_offset + n) * 2 <= src.bytes && (dst_offset + n) * 4 <= dst.bytes);
     DeviceGuard guard(gpu_);
-    kc::bf16_to_f32(reinterpret_cast<const kc::bf16*>(src.ptr) + src_offset, reinterpret_cast<float*>(dst.ptr) + dst_offset,
-                    n, own(&on).get());
+    kc::bf16_to_f32(reinterpret_cast<const kc::bf16*>(src.ptr) + src_offset,
+                    reinterpret_cast<float*>(dst.ptr) + dst_offset, n, own(&on).get());
   }
 
   void add_fp32(const DeviceBuffer& dst, int64_t dst_offset, const DeviceBuffer& src, int64_t src_offset,

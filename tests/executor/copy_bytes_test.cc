@@ -70,14 +70,17 @@ const std::vector<Case>& cases() {
       {"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu, false},
       {"slidedp sharded gpu route", System::kSlideDP, ParamRoute::kSharded, GradRoute::kGpu, false},
       {"slidedp sharded cpu route offload", System::kSlideDP, ParamRoute::kSharded, GradRoute::kCpu, true},
-      {"slidedp every unit resident", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false, true},
+      {"slidedp every unit resident", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false,
+       true},
       {"slideformer-dp", System::kSlideFormerDP},
       {"zero-offload", System::kZeroOffload},
       // One rank: its partition is the whole model, leaving by the cpu route's copies.
-      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
+      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false,
+       1},
       {"zero3-offload", System::kZero3Offload},
       {"fsdp-offload", System::kFsdpOffload},  // fp32 parameter shards: 4 bytes per element
-      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
+      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false,
+       1},
       {"megatrain", System::kMegaTrain},
       {"fsdp2", System::kFsdp2},
   };
@@ -112,9 +115,11 @@ TEST(CopyBytes, UnpacedCopiesMoveTheModelsBytesInTheWireDtypes) {
       {"fsdp-offload one rank", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false,
        1},
       {"zero-offload", System::kZeroOffload},
-      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
+      {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false,
+       1},
       {"zero3-offload", System::kZero3Offload},
-      {"zero3-offload one rank", System::kZero3Offload, ParamRoute::kSharded, GradRoute::kGpu, false, false, 1},
+      {"zero3-offload one rank", System::kZero3Offload, ParamRoute::kSharded, GradRoute::kGpu, false, false,
+       1},
       {"megatrain", System::kMegaTrain},
       {"fsdp2", System::kFsdp2},
   };
@@ -134,7 +139,8 @@ TEST(CopyBytes, UnpacedCopiesMoveTheModelsBytesInTheWireDtypes) {
 TEST(CopyBytes, OnlyTheZeroOffloadsSumsOnTheGpuRouteMoveMoreThanTheModel) {
   const Hardware target = testing::paced_target(10.0, 1.5e7);
   const ModelCard card = testing::tiny_card();
-  for (const Case& c : std::vector<Case>{{"zero-offload", System::kZeroOffload}, {"zero3-offload", System::kZero3Offload}}) {
+  for (const Case& c :
+       std::vector<Case>{{"zero-offload", System::kZeroOffload}, {"zero3-offload", System::kZero3Offload}}) {
     SCOPED_TRACE(c.name);
     const TrainOptions o = case_options(card, c);
     EXPECT_GT(testing::exact_sum_surplus_per_step(o, target).d2h, 0.0);
@@ -143,7 +149,8 @@ TEST(CopyBytes, OnlyTheZeroOffloadsSumsOnTheGpuRouteMoveMoreThanTheModel) {
     EXPECT_EQ(testing::exact_sum_surplus_per_step(once, target).d2h, 0.0);
   }
   for (System s : {System::kSlideDP, System::kFsdpOffload, System::kMegaTrain, System::kFsdp2})
-    EXPECT_EQ(testing::exact_sum_surplus_per_step(case_options(card, {"", s}), target).d2h, 0.0) << system_name(s);
+    EXPECT_EQ(testing::exact_sum_surplus_per_step(case_options(card, {"", s}), target).d2h, 0.0)
+        << system_name(s);
 }
 
 // The kinds the model charges, by the executor's tags; the rest (token ids, the loss) it does not.

@@ -38,8 +38,7 @@ TEST(CudaCopyBytes, CopiesMoveWhatTheModelCharges) {
        {Case{"slidedp cpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, false, false,
              1},
         Case{"slidedp offload", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kCpu, true, false, 1},
-        Case{"fsdp-offload", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kCpu, false, false,
-             1},
+        Case{"fsdp-offload", System::kFsdpOffload, ParamRoute::kReplicated, GradRoute::kCpu, false, false, 1},
         Case{"zero-offload", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false, 1},
         Case{"zero3-offload", System::kZero3Offload, ParamRoute::kSharded, GradRoute::kGpu, false, false, 1}})
     expect_copies_are_the_models(c);
@@ -51,8 +50,9 @@ TEST(CudaCopyBytes, TheGpuRoutesShardMovesWhatTheModelCharges) {
   if (cuda_visible_devices() < 2)
     GTEST_SKIP() << "fewer than two CUDA GPUs visible (" << cuda_visible_devices()
                  << "): the gpu route's shard needs two ranks, one GPU each";
-  for (const Case& c : {Case{"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu},
-                        Case{"zero-offload", System::kZeroOffload}, Case{"zero3-offload", System::kZero3Offload}})
+  for (const Case& c :
+       {Case{"slidedp gpu route", System::kSlideDP, ParamRoute::kReplicated, GradRoute::kGpu},
+        Case{"zero-offload", System::kZeroOffload}, Case{"zero3-offload", System::kZero3Offload}})
     expect_copies_are_the_models(c);
 }
 

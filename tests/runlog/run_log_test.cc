@@ -490,7 +490,8 @@ constexpr const char* kSchemaFourBusyViews =
     "DROP VIEW run_busy; DROP VIEW step_busy;"
     "CREATE VIEW step_busy AS SELECT run_id, step, category, max(busy_s) AS max_rank_busy_s,"
     " avg(busy_s) AS mean_rank_busy_s, count(*) AS ranks FROM phase_totals GROUP BY run_id, step, category;"
-    "CREATE VIEW run_busy AS SELECT b.run_id, b.category, sum(b.max_rank_busy_s) / n.steps AS max_rank_busy_s,"
+    "CREATE VIEW run_busy AS SELECT b.run_id, b.category, sum(b.max_rank_busy_s) / n.steps AS "
+    "max_rank_busy_s,"
     " sum(b.mean_rank_busy_s) / n.steps AS mean_rank_busy_s, n.steps AS steps FROM step_busy b"
     " JOIN steady_steps s ON s.run_id = b.run_id AND s.step = b.step"
     " JOIN (SELECT run_id, count(*) AS steps FROM steady_steps GROUP BY run_id) n ON n.run_id = b.run_id"
@@ -593,7 +594,8 @@ TEST(RunLog, MigratesSchemaThreeFilesAndLogsCopiedBytes) {
     const std::vector<PhaseTotal> totals = {{1, 0, "h2d", 0.5, 4}};
     log.log_step(id, step_record(1, 2.5, 128, 1.0, 0.8), totals);
   }
-  RawDb(old).exec(std::string(kSchemaFourBusyViews) + "ALTER TABLE phase_totals DROP COLUMN bytes; PRAGMA user_version = 3;");
+  RawDb(old).exec(std::string(kSchemaFourBusyViews) +
+                  "ALTER TABLE phase_totals DROP COLUMN bytes; PRAGMA user_version = 3;");
   {
     RunLog log = RunLog::open(old);
     const std::vector<PhaseTotal> totals = {{2, 0, "h2d", 0.5, 4, std::nullopt, 1.25e6}};
@@ -639,7 +641,8 @@ TEST(RunLog, MigratesSchemaFourFilesAndShowsBytesInTheBusyViews) {
   const std::string views = "SELECT name || ': ' || sql FROM sqlite_master WHERE type = 'view' ORDER BY name";
   EXPECT_EQ(db.rows(views), RawDb(fresh).rows(views));
   // By hand: step 2 moved 1e9 + 3e8 bytes in 0.5 + 0.25 s; step 3 2e9 in rank 0's 1.0 s.
-  const std::string sb = " FROM step_busy WHERE run_id = " + std::to_string(id) + " AND category = 'd2h' AND step = ";
+  const std::string sb =
+      " FROM step_busy WHERE run_id = " + std::to_string(id) + " AND category = 'd2h' AND step = ";
   EXPECT_EQ(db.number("SELECT bytes" + sb + "2"), 1.3e9);
   EXPECT_EQ(db.number("SELECT max_rank_bytes" + sb + "2"), 1e9);
   EXPECT_NEAR(db.number("SELECT busy_gbps" + sb + "2"), 1.3 / 0.75, 1e-12);
@@ -651,7 +654,8 @@ TEST(RunLog, MigratesSchemaFourFilesAndShowsBytesInTheBusyViews) {
   EXPECT_NEAR(db.number("SELECT bytes" + rb + "'d2h'"), 1.1e9, 1e-3);
   EXPECT_NEAR(db.number("SELECT max_rank_bytes" + rb + "'d2h'"), 1e9, 1e-3);
   EXPECT_NEAR(db.number("SELECT busy_gbps" + rb + "'d2h'"), 3.3 / 1.75, 1e-12);
-  EXPECT_EQ(db.one("SELECT ifnull(bytes, 'NULL') || ifnull(busy_gbps, 'NULL')" + rb + "'compute'"), "NULLNULL");
+  EXPECT_EQ(db.one("SELECT ifnull(bytes, 'NULL') || ifnull(busy_gbps, 'NULL')" + rb + "'compute'"),
+            "NULLNULL");
   EXPECT_EQ(RunLogReader(old).integrity_check(), "ok");
 }
 
