@@ -17,8 +17,9 @@ packages=(
 # in ctest (StepGoldens.Regenerate) to prove the committed files come from
 # scripts/golden/make_step_goldens.py: ~80 s and ~600 MiB (178 packages) on Debian 12.
 # python3-jinja2: the reference renderer of the chat-template agreement test (transformers renders with it).
-# clang-format and clang-tidy: scripts/style_check.sh, which the test command runs on the changed files.
-if [ "${SLIDEDP_TEST_DEPS:-1}" = "1" ]; then packages+=(python3-torch python3-jinja2 clang-format clang-tidy); fi
+# clang-format and clang-tidy: scripts/style_check.sh, which the test command runs on the changed files
+# (clang-tidy-19 for the .cu files: the default 14 cannot parse CUDA 12+'s headers).
+if [ "${SLIDEDP_TEST_DEPS:-1}" = "1" ]; then packages+=(python3-torch python3-jinja2 clang-format clang-tidy clang-tidy-19); fi
 # Fuzzing campaigns only (scripts/fuzz.sh sets it): clang with libFuzzer and the sanitizer runtimes.
 if [ "${SLIDEDP_FUZZ_DEPS:-0}" = "1" ]; then packages+=(clang libclang-rt-dev); fi
 missing=()

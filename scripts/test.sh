@@ -9,8 +9,10 @@
 # runs in the plain build and its ASan campaign in scripts/fuzz.sh. The multi-node tests run only in
 # the plain build: their second process is an MPI library's, uninstrumented. Tests that
 # need a GPU skip themselves with a visible reason. Before the tests, scripts/style_check.sh checks the
-# files changed since .style-base (clang-format on the changed lines; clang-tidy: no function over 150
-# lines, bugprone, performance and readability checks on changed lines; two to three minutes); a finding fails the command after everything has run (SLIDEDP_STYLE=0 skips it). Extra
+# files changed since .style-base (clang-format on the changed lines; clang-tidy on changed sources,
+# tests and .cu files included: no function over 150 lines, bugprone, performance and readability
+# checks on changed lines; two to three minutes); a finding fails the command after everything has
+# run (SLIDEDP_STYLE=0 skips it). Extra
 # arguments go to the main ctest run.
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
