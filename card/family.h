@@ -20,6 +20,7 @@ struct LlamaFamily {
   static constexpr std::string_view kName = "Llama-style";
   static constexpr std::array<std::string_view, 4> kModelTypes = {"llama", "qwen2", "qwen3", "mistral"};
   static constexpr std::string_view kTensorPrefix = "model.";
+  static constexpr bool kTextConfigNested = false;  // config.json is the text model's
   static constexpr bool kLayersDiffer = false;
   static constexpr bool kMlpTokenTiles = true;     // the unit can run its MLP over token tiles
   static constexpr bool kZeroCentredNorm = false;  // RMSNorm scales by w, not (1 + w)
@@ -35,6 +36,7 @@ struct Gemma4Family {
   static constexpr std::string_view kName = "Gemma 4";
   static constexpr std::array<std::string_view, 1> kModelTypes = {"gemma4"};
   static constexpr std::string_view kTensorPrefix = "model.language_model.";
+  static constexpr bool kTextConfigNested = true;  // under text_config; `<type>_text` names a bare one
   static constexpr bool kLayersDiffer = true;
   static constexpr bool kMlpTokenTiles = false;
   static constexpr bool kZeroCentredNorm = false;
@@ -50,6 +52,7 @@ struct Qwen35Family {
   static constexpr std::string_view kName = "Qwen3.5/3.6";
   static constexpr std::array<std::string_view, 2> kModelTypes = {"qwen3_5", "qwen3_5_moe"};
   static constexpr std::string_view kTensorPrefix = "model.language_model.";
+  static constexpr bool kTextConfigNested = true;  // under text_config; `<type>_text` names a bare one
   static constexpr bool kLayersDiffer = true;
   static constexpr bool kMlpTokenTiles = false;
   static constexpr bool kZeroCentredNorm = true;

@@ -3,6 +3,7 @@
 // Qwen2 always has q/k/v biases; Qwen3 always has q/k norms. A missing head_dim is 128 for Qwen3
 // (Qwen3Config's default) and hidden/heads for the others (Llama, Mistral; Qwen2 has no such key).
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <map>
@@ -397,58 +398,11 @@ std::string family_hf_config(const Qwen35Family& /*family*/, const ModelCard& c,
                              c.model_type, t, c.tie_word_embeddings, dtype);
 }
 
-}  // namespace
-
-ModelCard model_card_from_hf_config(const std::string& json_text, const std::string& origin) {
-  const json j = parse_json_strict(json_text, origin);
-  if (!j.is_object()) throw InputError(origin, "expected a JSON object");
+// Llama-style families: the whole config is the text model's.
+ModelCard card_from_hf_config(const LlamaFamily& /*family*/, const json& j, const std::string& model_type,
+                              const std::string& origin) {
   ModelCard c;
-  if (!j.contains("model_type") || !j["model_type"].is_string())
-    throw InputError(origin + ": model_type", "missing or not a string");
-  c.model_type = j["model_type"].get<std::string>();
-  // Keys we do not use are still refused when of the wrong type (a file transformers would not load).
-  if (j.contains("architectures") && !j["architectures"].is_null()) {
-    if (!j["architectures"].is_array())
-      throw InputError(origin + ": architectures", "expected a list of class names");
-    for (const json& a : j["architectures"])
-      if (!a.is_string())
-        throw InputError(origin + ": architectures", fmt::format("{} is not a class name", a.dump()));
-  }
-  for (const char* key : {"torch_dtype", "dtype"}) get_text(j, key, origin, "");
-  const bool gemma4 = c.model_type == "gemma4" || c.model_type == "gemma4_text";
-  const bool qwen3_5 = c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe" ||
-                       c.model_type == "qwen3_5_text" || c.model_type == "qwen3_5_moe_text";
-  if (gemma4 || qwen3_5) {
-    // The released checkpoints are ...ForConditionalGeneration: the text model under text_config; the
-    // vision (and audio) towers and Qwen's MTP head are not trained and their tensors are not read.
-    // Qwen3.6 is loaded with the Qwen3.5 classes.
-    const bool outer = c.model_type == "gemma4" || c.model_type == "qwen3_5" || c.model_type == "qwen3_5_moe";
-    if (outer && (!j.contains("text_config") || !j["text_config"].is_object()))
-      throw InputError(
-          origin + ": text_config",
-          fmt::format("missing or not an object (a {} config holds the text model there)", c.model_type));
-    const json& t = outer ? j["text_config"] : j;
-    const std::string where = outer ? "text_config" : "config";
-    ModelCard m = gemma4 ? gemma4_card(t, origin, where)
-                         : qwen3_5_card(t, c.model_type.rfind("qwen3_5_moe", 0) == 0, origin, where);
-    if (outer && j.contains("tie_word_embeddings"))
-      m.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, m.tie_word_embeddings);
-    if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
-      m.hf_repo = j["_name_or_path"].get<std::string>();
-    const bool towers = gemma4 ? j.contains("vision_config") && !j["vision_config"].is_null() : outer;
-    m.source = "config.json " + origin +
-               (towers ? (gemma4 ? " (text model; the vision tower is not trained)"
-                                 : " (text model; the vision tower and the MTP head are not trained)")
-                       : "");
-    m.validate(origin);
-    return m;
-  }
-  if (c.model_type != "llama" && c.model_type != "qwen2" && c.model_type != "qwen3" &&
-      c.model_type != "mistral")
-    throw InputError(
-        origin + ": model_type",
-        fmt::format("'{}' is not supported (llama, qwen2, qwen3, mistral, gemma4, qwen3_5, qwen3_5_moe)",
-                    c.model_type));
+  c.model_type = model_type;
   c.name = origin;
   if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
     c.hf_repo = j["_name_or_path"].get<std::string>();
@@ -508,6 +462,78 @@ ModelCard model_card_from_hf_config(const std::string& json_text, const std::str
   c.source = "config.json " + origin;
   c.validate(origin);
   return c;
+}
+
+
+// The text model of a family whose released checkpoints are ...ForConditionalGeneration, from `t`
+// (text_config, or a whole *_text config), and what the folder holds that is not trained.
+ModelCard text_model_card(const Gemma4Family& /*family*/, const json& t, const std::string& /*model_type*/,
+                          const std::string& origin, const std::string& where) {
+  return gemma4_card(t, origin, where);
+}
+std::string untrained_parts(const Gemma4Family& /*family*/, const json& j, bool outer) {
+  return outer && j.contains("vision_config") && !j["vision_config"].is_null() ? "the vision tower is" : "";
+}
+// Qwen3.6 is loaded with the Qwen3.5 classes.
+ModelCard text_model_card(const Qwen35Family& /*family*/, const json& t, const std::string& model_type,
+                          const std::string& origin, const std::string& where) {
+  return qwen3_5_card(t, model_type.starts_with("qwen3_5_moe"), origin, where);
+}
+std::string untrained_parts(const Qwen35Family& /*family*/, const json& /*j*/, bool outer) {
+  return outer ? "the vision tower and the MTP head are" : "";
+}
+
+// Families that nest their text model under text_config (model_type `T`; `T_text` names a bare text
+// config): the vision (and audio) towers and Qwen's MTP head are not trained, their tensors not read.
+template <typename Family>
+ModelCard card_from_hf_config(const Family& family, const json& j, const std::string& model_type,
+                              const std::string& origin) {
+  const bool outer = !model_type.ends_with("_text");
+  if (outer && (!j.contains("text_config") || !j["text_config"].is_object()))
+    throw InputError(origin + ": text_config",
+                     fmt::format("missing or not an object (a {} config holds the text model there)", model_type));
+  const json& t = outer ? j["text_config"] : j;
+  ModelCard m = text_model_card(family, t, model_type, origin, outer ? "text_config" : "config");
+  if (outer && j.contains("tie_word_embeddings"))
+    m.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, m.tie_word_embeddings);
+  if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) m.hf_repo = j["_name_or_path"].get<std::string>();
+  const std::string untrained = untrained_parts(family, j, outer);
+  m.source = "config.json " + origin + (untrained.empty() ? "" : " (text model; " + untrained + " not trained)");
+  m.validate(origin);
+  return m;
+}
+
+// The family that reads `model_type`: its own names, and `T_text` for a family that nests its text
+// model under text_config.
+std::optional<ModelFamily> family_reading(const std::string& model_type) {
+  if (!model_type.ends_with("_text")) return family_of_model_type(model_type);
+  const std::optional<ModelFamily> f = family_of_model_type(model_type.substr(0, model_type.size() - 5));
+  if (f && std::visit([](const auto& family) { return family.kTextConfigNested; }, *f)) return f;
+  return std::nullopt;
+}
+
+}  // namespace
+
+ModelCard model_card_from_hf_config(const std::string& json_text, const std::string& origin) {
+  const json j = parse_json_strict(json_text, origin);
+  if (!j.is_object()) throw InputError(origin, "expected a JSON object");
+  if (!j.contains("model_type") || !j["model_type"].is_string())
+    throw InputError(origin + ": model_type", "missing or not a string");
+  const std::string model_type = j["model_type"].get<std::string>();
+  // Keys we do not use are still refused when of the wrong type (a file transformers would not load).
+  if (j.contains("architectures") && !j["architectures"].is_null()) {
+    if (!j["architectures"].is_array())
+      throw InputError(origin + ": architectures", "expected a list of class names");
+    for (const json& a : j["architectures"])
+      if (!a.is_string())
+        throw InputError(origin + ": architectures", fmt::format("{} is not a class name", a.dump()));
+  }
+  for (const char* key : {"torch_dtype", "dtype"}) get_text(j, key, origin, "");
+  const std::optional<ModelFamily> family = family_reading(model_type);
+  if (!family)
+    throw InputError(origin + ": model_type", fmt::format("'{}' is not supported ({})", model_type,
+                                                          fmt::join(supported_model_types(), ", ")));
+  return std::visit([&](const auto& f) { return card_from_hf_config(f, j, model_type, origin); }, *family);
 }
 
 namespace {

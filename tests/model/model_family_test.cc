@@ -39,6 +39,37 @@ TEST(ModelFamily, EveryModelTypeHasOneFamilyAndTheOthersNone) {
   }
 }
 
+// config.json is read by the family its model_type names, through the family's own reader; `T_text`
+// (a bare text config) only for the families that nest their text model under text_config.
+TEST(ModelFamily, ConfigJsonIsReadByTheFamilyItsModelTypeNames) {
+  auto read_error = [](const std::string& json) {
+    try {
+      model_card_from_hf_config(json, "c.json");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("read");
+  };
+  const std::string llama = model_card_to_hf_config(model_preset("llama-3.2-1b"));
+  EXPECT_EQ(model_card_from_hf_config(llama, "c.json").family().index(), ModelFamily(LlamaFamily{}).index());
+  // Refused by the model_type alone (a family reading the rest would name a missing key first).
+  for (const std::string& type : {std::string("llama_text"), std::string("gpt2"), std::string("gemma4_text_text")}) {
+    const std::string what = read_error(R"({"model_type": ")" + type + R"("})");
+    EXPECT_NE(what.find("c.json: model_type"), std::string::npos) << type << ": " << what;
+    EXPECT_NE(what.find("'" + type + "' is not supported (llama, qwen2, qwen3, mistral, gemma4, qwen3_5, qwen3_5_moe)"),
+              std::string::npos)
+        << what;
+  }
+  // A nested family's bare text config reads as the text model, its outer one needs text_config.
+  const ModelCard gemma = model_preset("gemma-4-31b");
+  const std::string outer = model_card_to_hf_config(gemma);
+  EXPECT_EQ(model_card_from_hf_config(outer, "c.json").family().index(), ModelFamily(Gemma4Family{}).index());
+  EXPECT_NE(read_error(R"({"model_type": "gemma4"})").find("c.json: text_config"), std::string::npos);
+  EXPECT_NE(read_error(R"({"model_type": "qwen3_5_moe"})").find("c.json: text_config"), std::string::npos);
+  EXPECT_NE(read_error(R"({"model_type": "gemma4_text"})").find("c.json: config"), std::string::npos)
+      << read_error(R"({"model_type": "gemma4_text"})");
+}
+
 // The family's kMlpTokenTiles is what the planner and the memory model read; the kernels' specs are
 // what runs. A family that claims tiles its units refuse would be planned and then fail to start.
 TEST(ModelFamily, MlpTokenTilesAreOfferedExactlyWhereTheUnitsAcceptThem) {
