@@ -497,10 +497,16 @@ constexpr const char* kSchemaFourBusyViews =
     " JOIN (SELECT run_id, count(*) AS steps FROM steady_steps GROUP BY run_id) n ON n.run_id = b.run_id"
     " GROUP BY b.run_id, b.category;";
 
-TEST(RunLog, MigratesSchemaOneFiles) {
+// A fresh run log and an old one to take back to an earlier schema, in one temporary folder.
+struct FreshAndOld {
   TempDir tmp;
   const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
-  { RunLog log = RunLog::open(fresh); }
+  FreshAndOld() { RunLog log = RunLog::open(fresh); }
+};
+
+TEST(RunLog, MigratesSchemaOneFiles) {
+  const FreshAndOld logs;
+  const std::string &fresh = logs.fresh, &old = logs.old;
   int64_t id = 0;
   {
     RunLog log = RunLog::open(old);
@@ -539,9 +545,8 @@ TEST(RunLog, MigratesSchemaOneFiles) {
 // Version 2 had no evaluations' table: opening one adds it exactly as a new file defines it, and the
 // steps already logged stay.
 TEST(RunLog, MigratesSchemaTwoFilesAndLogsEvaluations) {
-  TempDir tmp;
-  const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
-  { RunLog log = RunLog::open(fresh); }
+  const FreshAndOld logs;
+  const std::string &fresh = logs.fresh, &old = logs.old;
   int64_t id = 0;
   {
     RunLog log = RunLog::open(old);
@@ -584,9 +589,8 @@ TEST(RunLog, MigratesSchemaTwoFilesAndLogsEvaluations) {
 // Version 3 had no copied bytes in the phase totals: opening one appends the column as a new file
 // defines it; the rows before have none (NULL), the rows after keep theirs.
 TEST(RunLog, MigratesSchemaThreeFilesAndLogsCopiedBytes) {
-  TempDir tmp;
-  const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
-  { RunLog log = RunLog::open(fresh); }
+  const FreshAndOld logs;
+  const std::string &fresh = logs.fresh, &old = logs.old;
   int64_t id = 0;
   {
     RunLog log = RunLog::open(old);
@@ -617,9 +621,8 @@ TEST(RunLog, MigratesSchemaThreeFilesAndLogsCopiedBytes) {
 }
 
 TEST(RunLog, MigratesSchemaFourFilesAndShowsBytesInTheBusyViews) {
-  TempDir tmp;
-  const std::string fresh = tmp / "fresh.db", old = tmp / "old.db";
-  { RunLog log = RunLog::open(fresh); }
+  const FreshAndOld logs;
+  const std::string &fresh = logs.fresh, &old = logs.old;
   int64_t id = 0;
   {
     RunLog log = RunLog::open(old);
