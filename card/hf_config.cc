@@ -464,7 +464,6 @@ ModelCard card_from_hf_config(const LlamaFamily& /*family*/, const json& j, cons
   return c;
 }
 
-
 // The text model of a family whose released checkpoints are ...ForConditionalGeneration, from `t`
 // (text_config, or a whole *_text config), and what the folder holds that is not trained.
 ModelCard text_model_card(const Gemma4Family& /*family*/, const json& t, const std::string& /*model_type*/,
@@ -490,15 +489,18 @@ ModelCard card_from_hf_config(const Family& family, const json& j, const std::st
                               const std::string& origin) {
   const bool outer = !model_type.ends_with("_text");
   if (outer && (!j.contains("text_config") || !j["text_config"].is_object()))
-    throw InputError(origin + ": text_config",
-                     fmt::format("missing or not an object (a {} config holds the text model there)", model_type));
+    throw InputError(
+        origin + ": text_config",
+        fmt::format("missing or not an object (a {} config holds the text model there)", model_type));
   const json& t = outer ? j["text_config"] : j;
   ModelCard m = text_model_card(family, t, model_type, origin, outer ? "text_config" : "config");
   if (outer && j.contains("tie_word_embeddings"))
     m.tie_word_embeddings = get_bool(j, "tie_word_embeddings", origin, m.tie_word_embeddings);
-  if (j.contains("_name_or_path") && j["_name_or_path"].is_string()) m.hf_repo = j["_name_or_path"].get<std::string>();
+  if (j.contains("_name_or_path") && j["_name_or_path"].is_string())
+    m.hf_repo = j["_name_or_path"].get<std::string>();
   const std::string untrained = untrained_parts(family, j, outer);
-  m.source = "config.json " + origin + (untrained.empty() ? "" : " (text model; " + untrained + " not trained)");
+  m.source =
+      "config.json " + origin + (untrained.empty() ? "" : " (text model; " + untrained + " not trained)");
   m.validate(origin);
   return m;
 }

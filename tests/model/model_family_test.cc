@@ -53,10 +53,12 @@ TEST(ModelFamily, ConfigJsonIsReadByTheFamilyItsModelTypeNames) {
   const std::string llama = model_card_to_hf_config(model_preset("llama-3.2-1b"));
   EXPECT_EQ(model_card_from_hf_config(llama, "c.json").family().index(), ModelFamily(LlamaFamily{}).index());
   // Refused by the model_type alone (a family reading the rest would name a missing key first).
-  for (const std::string& type : {std::string("llama_text"), std::string("gpt2"), std::string("gemma4_text_text")}) {
+  for (const std::string& type :
+       {std::string("llama_text"), std::string("gpt2"), std::string("gemma4_text_text")}) {
     const std::string what = read_error(R"({"model_type": ")" + type + R"("})");
     EXPECT_NE(what.find("c.json: model_type"), std::string::npos) << type << ": " << what;
-    EXPECT_NE(what.find("'" + type + "' is not supported (llama, qwen2, qwen3, mistral, gemma4, qwen3_5, qwen3_5_moe)"),
+    EXPECT_NE(what.find("'" + type +
+                        "' is not supported (llama, qwen2, qwen3, mistral, gemma4, qwen3_5, qwen3_5_moe)"),
               std::string::npos)
         << what;
   }
