@@ -58,7 +58,7 @@ RankDriver::RankDriver(Backend& backend, HostState& state, Updater& updater, Sta
   if (config.accumulate_on_gpu || config.partition_round_trip) {
     const int64_t bytes = grad_staging_slot_bytes(layout, config.plan, dtype_bytes(config.wire_dtype));
     accum_source_ = backend.alloc_host(bytes, true);
-    accum_target_ = alloc(bytes, "gradient sum copied back in (ZeRO-Offload)");
+    accum_target_ = alloc(bytes, "gradient round trip's target (ZeRO offloads)");
   }
 }
 
@@ -293,7 +293,7 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
     for (int64_t k = 0; k < chunks; ++k) {
       const int64_t b = k * chunk, e = std::min(numel, b + chunk);
       if (config_.accumulate_on_gpu) sum_back_in(step, micro, unit, k, (e - b) * wb, "grad accum in", out);
-      if (config_.partition_round_trip)
+      if (config_.partition_round_trip && last_micro)
         partition_trip(step, last_micro, unit, k, (e - b) * wb, "grad accum out", "grad accum in", out);
       StagingRing::Slot slot = ring_.next();
       out.wait_counter(ring_.released(slot.index), slot.generation);
@@ -304,6 +304,7 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
         out.copy_d2h(slot.ptr, wirebuf, b * wb, (e - b) * wb,
                      tag("d2h", sum_out || trip_out ? "grad accum out" : "grad", step, unit, k, wb));
       }
+      if (trip_out) partition_trip(step, last_micro, unit, k, (e - b) * wb, "grad accum out", "grad accum in", out);
       ChunkArrival a{
           step, micro, unit, k, part, rank, slot.index, slot.ptr, b, e, widen ? DType::kF32 : wire};
       out.host_fn([updater, a] { updater->arrive(a); });
@@ -329,13 +330,15 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
     out.wait(comm.record());
     if (config_.accumulate_on_gpu)
       sum_back_in(step, micro, unit, k, s.size() * wb, "grad shard accum in", out);
-    if (config_.partition_round_trip)
+    if (config_.partition_round_trip && last_micro)
       partition_trip(step, last_micro, unit, k, s.size() * wb, "grad shard accum out", "grad shard accum in",
                      out);
     StagingRing::Slot slot = ring_.next();
     out.wait_counter(ring_.released(slot.index), slot.generation);
     out.copy_d2h(slot.ptr, shards, off * 4, s.size() * 4,
                  tag("d2h", sum_out || trip_out ? "grad shard accum out" : "grad shard", step, unit, k, 4));
+    if (trip_out)
+      partition_trip(step, last_micro, unit, k, s.size() * wb, "grad shard accum out", "grad shard accum in", out);
     ChunkArrival a{step,       micro,    unit,        k,         part,       rank,
                    slot.index, slot.ptr, b + s.begin, b + s.end, DType::kF32};
     out.host_fn([updater, a] { updater->arrive(a); });
@@ -347,9 +350,9 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
   return drained;
 }
 
-// ZeRO-3's round trip of a chunk's partition (`bytes`, the 16-bit partition's), on `out` before the
-// gradient leaves: its copy back in on every micro-step and, on the last, its copy out, which the
-// fp32 gradient leaving after it does not stand for (on the others it does). The executor keeps its
+// ZeRO-3's round trip of a chunk's partition (`bytes`, the 16-bit partition's), on `out`: on the last
+// micro-step its copy out and back in before the fp32 gradient leaves; on the others the gradient
+// leaving stands for the copy out and this is the copy back in after it. The executor keeps its
 // exact fp32 sum on the host, so these move DeepSpeed's bytes between scratch buffers.
 void RankDriver::partition_trip(int64_t step, bool last_micro, int unit, int64_t k, int64_t bytes,
                                 const char* out_what, const char* in_what, Stream& out) {

@@ -968,7 +968,7 @@ class Recurrence {
     }
     d2h_bytes_ += d2h_bytes;
     ph.d2h_bytes += d2h_bytes;
-    d2h_copies_ += chunks;
+    if (d2h_bytes > 0) d2h_copies_ += chunks;  // (the round trips count their own)
     double hm_copy = sw_.ranks * d2h_bytes * hm_per_copy();
     ph.host_mem_bytes += hm_copy;
     host_mem_bytes_ += hm_copy;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
@@ -136,6 +137,25 @@ TEST(MemoryAccount, ReplayEqualsWhatTheRankDriverHoldsForEverySystem) {
         ++compared;
       }
   EXPECT_EQ(compared, 42);
+}
+
+// One rank: the ZeRO offloads' gradient leaves as fp32 through a chunk buffer it is widened into on the
+// device (besides their round trip's scratch target), charged as the driver allocates it.
+TEST(MemoryAccount, ReplayEqualsWhatTheRankDriverHoldsForTheZeroOffloadsOnOneRank) {
+  for (System system : {System::kZeroOffload, System::kZero3Offload})
+    for (int accum : {1, 2}) {
+      TrainOptions o = tiny_options(1, 1, accum, 1);
+      o.system = system;
+      SCOPED_TRACE(fmt::format("{} accumulation {}", system_name(system), accum));
+      const TrainResult r = train(o);
+      ASSERT_FALSE(r.device_held_high_water_bytes.empty());
+      EXPECT_EQ(static_cast<double>(r.device_held_high_water_bytes[0]), r.device_account.driver_peak_bytes)
+          << "the account peaks at " << r.device_account.peak_at;
+      const auto& items = r.device_account.items;
+      EXPECT_TRUE(std::any_of(items.begin(), items.end(), [](const MemoryItem& i) {
+        return i.name.find("cast to fp32") != std::string::npos;
+      })) << "no widened-gradient buffer charged";
+    }
 }
 
 // Budget = the account's peak: the run completes (the arena never needs more than the account), and the
