@@ -304,7 +304,8 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
         out.copy_d2h(slot.ptr, wirebuf, b * wb, (e - b) * wb,
                      tag("d2h", sum_out || trip_out ? "grad accum out" : "grad", step, unit, k, wb));
       }
-      if (trip_out) partition_trip(step, last_micro, unit, k, (e - b) * wb, "grad accum out", "grad accum in", out);
+      if (trip_out)
+        partition_trip(step, last_micro, unit, k, (e - b) * wb, "grad accum out", "grad accum in", out);
       ChunkArrival a{
           step, micro, unit, k, part, rank, slot.index, slot.ptr, b, e, widen ? DType::kF32 : wire};
       out.host_fn([updater, a] { updater->arrive(a); });
@@ -338,7 +339,8 @@ EventPtr RankDriver::send_grads(int64_t step, int micro, int unit, GradPart part
     out.copy_d2h(slot.ptr, shards, off * 4, s.size() * 4,
                  tag("d2h", sum_out || trip_out ? "grad shard accum out" : "grad shard", step, unit, k, 4));
     if (trip_out)
-      partition_trip(step, last_micro, unit, k, s.size() * wb, "grad shard accum out", "grad shard accum in", out);
+      partition_trip(step, last_micro, unit, k, s.size() * wb, "grad shard accum out", "grad shard accum in",
+                     out);
     ChunkArrival a{step,       micro,    unit,        k,         part,       rank,
                    slot.index, slot.ptr, b + s.begin, b + s.end, DType::kF32};
     out.host_fn([updater, a] { updater->arrive(a); });

@@ -78,7 +78,8 @@ const std::vector<Case>& cases() {
       {"zero-offload one rank", System::kZeroOffload, ParamRoute::kReplicated, GradRoute::kGpu, false, false,
        1},
       {"zero3-offload", System::kZero3Offload},
-      {"zero3-offload one rank", System::kZero3Offload, ParamRoute::kSharded, GradRoute::kGpu, false, false, 1},
+      {"zero3-offload one rank", System::kZero3Offload, ParamRoute::kSharded, GradRoute::kGpu, false, false,
+       1},
       {"fsdp-offload", System::kFsdpOffload},  // fp32 parameter shards: 4 bytes per element
       {"megatrain", System::kMegaTrain},
       {"fsdp2", System::kFsdp2},

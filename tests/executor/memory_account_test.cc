@@ -7,6 +7,8 @@
 //    arena's high-water mark lies between 90% and 100% of that peak (the account is not padded);
 //  * the planner's estimate (estimate_memory on the CPU backend's hardware) equals the executor's
 //    up-front account for every preset model and a grid of plans, within 1%.
+#include "model/memory_account.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -17,7 +19,6 @@
 #include "executor/backend_registry.h"
 #include "executor/run_control.h"
 #include "executor/trainer.h"
-#include "model/memory_account.h"
 #include "model/memory_model.h"
 #include "model/workload.h"
 #include "tests/executor/executor_test_util.h"
